@@ -1,0 +1,102 @@
+package sluice
+
+// The token bucket and GCRA are one algorithm kept two ways. Both track the
+// bucket's debt: how far it is from full, in token-ticks (a token is worth
+// Period ticks, and the bucket refills Rate token-ticks per tick). Exact
+// integers throughout, so GCRA decides exactly as the token bucket does.
+
+// tokenBucket keeps (last refill, debt): SPEC's "tokens, last refill", with
+// the tokens stored as the debt so that the zero State is a full bucket.
+func tokenBucket(st *State, p *params, now, cost int64) outcome {
+	debt := st.N
+	if debt > 0 && now > st.T {
+		if elapsed := now - st.T; elapsed >= ceilDiv(debt, p.rate) {
+			debt = 0
+		} else {
+			debt -= elapsed * p.rate
+		}
+	}
+	o := takeDebt(p, now, &debt, cost)
+	st.T = max(st.T, now)
+	st.N = debt
+	return o
+}
+
+// gcra keeps the theoretical arrival time: the instant the bucket is full
+// again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N).
+func gcra(st *State, p *params, now, cost int64) outcome {
+	var debt int64
+	if st.T > now || (st.T == now && st.N > 0) {
+		debt = (st.T-now)*p.rate + st.N
+	}
+	o := takeDebt(p, now, &debt, cost)
+	st.T = now + debt/p.rate
+	st.N = debt % p.rate
+	return o
+}
+
+// takeDebt admits cost tokens against *debt.
+func takeDebt(p *params, now int64, debt *int64, cost int64) outcome {
+	capacity := p.burst * p.period
+	var o outcome
+	switch {
+	case cost > p.burst:
+		o.retry = -1
+	case *debt+cost*p.period <= capacity:
+		o.allowed = true
+		*debt += cost * p.period
+	default:
+		o.retry = ceilDiv(*debt+cost*p.period-capacity, p.rate)
+	}
+	o.remaining = max(0, (capacity-*debt)/p.period)
+	o.reset = ceilDiv(*debt, p.rate)
+	o.idle = now + o.reset
+	return o
+}
+
+// leakyBucket is SPEC §1's queue kept as a time: a request at now leaves at
+// max(now, previous leave + cost × Period/Rate) and waits that long; it is
+// admitted iff the wait is at most Burst × Period/Rate. Times relative to now
+// are in parts of 1/Rate of a tick, so Period/Rate is exactly Period parts.
+func leakyBucket(st *State, p *params, now, cost int64) outcome {
+	maxWait := p.burst * p.period // parts
+	full := (p.burst + 1) * p.period
+	var o outcome
+	// rel is the last leave time relative to now, in parts. A leave so far
+	// back that even a request of cost Burst+1 would leave now counts as
+	// none (the zero State), which keeps the product below from overflowing.
+	stale := st.M == 0 || now-st.T > ceilDiv(full, p.rate)+1
+	var rel int64
+	if !stale {
+		rel = (st.T-now)*p.rate + st.N
+	}
+	if cost > p.burst+1 {
+		o.retry = -1
+	} else {
+		leave := int64(0) // relative to now
+		if !stale {
+			leave = max(0, rel+cost*p.period)
+		}
+		if leave <= maxWait {
+			o.allowed = true
+			o.delay = ceilDiv(leave, p.rate)
+			if cost > 0 { // a cost of 0 asks without queueing anything
+				rel, stale = leave, false
+				st.T = now + leave/p.rate
+				st.N = leave % p.rate
+				st.M = 1
+			}
+		} else {
+			o.retry = ceilDiv(leave-maxWait, p.rate)
+		}
+	}
+	if stale || rel+p.period <= 0 {
+		o.remaining = p.burst + 1
+		o.idle = now
+		return o
+	}
+	o.remaining = max(0, min(p.burst+1, floorDiv(maxWait-rel, p.period)))
+	o.reset = ceilDiv(rel+p.period, p.rate)
+	o.idle = now + max(0, ceilDiv(rel+full, p.rate))
+	return o
+}

@@ -1,0 +1,55 @@
+// Command sluice is the Sluice daemon and its tools: serve, check-config,
+// simulate, version. Each subcommand lives in its own file; main only
+// dispatches.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `usage: sluice <command> [flags]
+
+commands:
+  serve [-config FILE]     run the daemon (no -config: a built-in example on the memory store)
+  check-config FILE        validate a config file; exit 1 with one line per problem
+  simulate [flags]         replay a trace of requests through an algorithm (see: sluice simulate -h)
+  version                  print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "check-config":
+		return checkConfig(args[1:], stdout, stderr)
+	case "simulate":
+		return simulate(ctx, args[1:], stdin, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "sluice", version)
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,204 @@
+package sluice
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limit is an allowance: Rate requests per Period, with bursts of up to
+// Burst. The zero value is invalid; build one with PerSecond, PerMinute,
+// PerHour, PerDay, Every or ParseLimit.
+//
+// Burst 0 means Burst = Rate. Segments applies to SlidingWindowCounter only
+// (0 means 1). Period must be a whole number of microseconds.
+//
+// Internally every algorithm counts time in integer ticks of one microsecond;
+// when Burst (or Rate) × Period in microseconds would exceed 2^53 — past
+// which a double, and so a Lua number in Redis, is no longer exact — the tick
+// grows by powers of ten (10 µs, 100 µs, …) until it fits, which a limit such
+// as 1,000,000/d needs. Validate reports limits that cannot fit at all.
+type Limit struct {
+	Rate     int64         // requests admitted per Period; at least 1
+	Period   time.Duration // length of the window or refill period
+	Burst    int64         // bucket size (token, GCRA), queue size (leaky); 0 means Rate
+	Segments int           // sub-windows of a SlidingWindowCounter; 0 means 1
+}
+
+// PerSecond returns a limit of n requests per second.
+func PerSecond(n int64) Limit { return Limit{Rate: n, Period: time.Second} }
+
+// PerMinute returns a limit of n requests per minute.
+func PerMinute(n int64) Limit { return Limit{Rate: n, Period: time.Minute} }
+
+// PerHour returns a limit of n requests per hour.
+func PerHour(n int64) Limit { return Limit{Rate: n, Period: time.Hour} }
+
+// PerDay returns a limit of n requests per 24 hours.
+func PerDay(n int64) Limit { return Limit{Rate: n, Period: 24 * time.Hour} }
+
+// Every returns a limit of n requests per period d.
+func Every(n int64, d time.Duration) Limit { return Limit{Rate: n, Period: d} }
+
+// WithBurst returns l with Burst set to b.
+func (l Limit) WithBurst(b int64) Limit { l.Burst = b; return l }
+
+// WithSegments returns l with Segments set to s.
+func (l Limit) WithSegments(s int) Limit { l.Segments = s; return l }
+
+// BurstOrRate returns Burst, or Rate when Burst is 0.
+func (l Limit) BurstOrRate() int64 {
+	if l.Burst == 0 {
+		return l.Rate
+	}
+	return l.Burst
+}
+
+// String formats l as ParseLimit reads it, such as "10/m" or "3/250ms".
+func (l Limit) String() string {
+	var unit string
+	switch l.Period {
+	case time.Second:
+		unit = "s"
+	case time.Minute:
+		unit = "m"
+	case time.Hour:
+		unit = "h"
+	case 24 * time.Hour:
+		unit = "d"
+	default:
+		if l.Period > 0 && l.Period%(24*time.Hour) == 0 {
+			unit = strconv.FormatInt(int64(l.Period/(24*time.Hour)), 10) + "d"
+		} else {
+			unit = l.Period.String()
+		}
+	}
+	return strconv.FormatInt(l.Rate, 10) + "/" + unit
+}
+
+// ParseLimit reads "N/UNIT": N requests per UNIT, where UNIT is s, m, h, d,
+// a whole number of days such as 7d, or a Go duration such as 250ms or 1m30s.
+// Examples: "100/s", "5/m", "1000/h", "10/250ms".
+func ParseLimit(s string) (Limit, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("%w: %q: want N/UNIT, such as 100/s or 5/m", ErrInvalidLimit, s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 1 {
+		return Limit{}, fmt.Errorf("%w: %q: rate %q is not a whole number ≥ 1", ErrInvalidLimit, s, num)
+	}
+	d, err := parseUnit(strings.TrimSpace(unit))
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
+	}
+	l := Limit{Rate: n, Period: d}
+	if err := l.Validate(); err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
+func parseUnit(u string) (time.Duration, error) {
+	switch u {
+	case "s":
+		return time.Second, nil
+	case "m":
+		return time.Minute, nil
+	case "h":
+		return time.Hour, nil
+	case "d":
+		return 24 * time.Hour, nil
+	case "":
+		return 0, fmt.Errorf("missing unit (s, m, h, d or a duration such as 250ms)")
+	}
+	if days, ok := strings.CutSuffix(u, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n < 1 || n > 365*100 {
+			return 0, fmt.Errorf("unit %q: want a whole number of days such as 7d", u)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(u)
+	if err != nil {
+		return 0, fmt.Errorf("unit %q is not s, m, h, d or a Go duration", u)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("unit %q must be positive", u)
+	}
+	return d, nil
+}
+
+// maxExact is 2^53: integers up to it are exact in a float64 (a Lua number).
+const maxExact = 1 << 53
+
+// maxSegments bounds Segments, and with it the state of a sliding window
+// counter and the work of one decision.
+const maxSegments = 1024
+
+// Validate reports whether l can be enforced, wrapping ErrInvalidLimit.
+func (l Limit) Validate() error {
+	_, err := l.params()
+	return err
+}
+
+// params are a Limit in ticks: everything an algorithm step needs.
+type params struct {
+	rate, burst int64 // burst already defaulted
+	period      int64 // in ticks
+	segments    int64 // ≥ 1
+	tick        int64 // microseconds per tick: 1, 10, 100, …
+}
+
+func (l Limit) params() (params, error) {
+	if l.Rate < 1 {
+		return params{}, fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.Rate)
+	}
+	if l.Burst < 0 {
+		return params{}, fmt.Errorf("%w: burst %d must not be negative", ErrInvalidLimit, l.Burst)
+	}
+	if l.Segments < 0 || l.Segments > maxSegments {
+		return params{}, fmt.Errorf("%w: segments %d must be between 1 and %d", ErrInvalidLimit, l.Segments, maxSegments)
+	}
+	if l.Period < time.Microsecond || l.Period%time.Microsecond != 0 {
+		return params{}, fmt.Errorf("%w: period %v must be a positive whole number of microseconds", ErrInvalidLimit, l.Period)
+	}
+	p := params{rate: l.Rate, burst: l.BurstOrRate(), period: int64(l.Period / time.Microsecond), segments: 1, tick: 1}
+	if l.Segments > 0 {
+		p.segments = int64(l.Segments)
+	}
+	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
+	for big > maxExact/p.period {
+		if p.period%10 != 0 {
+			return params{}, fmt.Errorf("%w: %d per %v is too large to count exactly (burst × period must stay under 2^53 µs)", ErrInvalidLimit, big-1, l.Period)
+		}
+		p.period /= 10
+		p.tick *= 10
+	}
+	if p.period%p.segments != 0 {
+		return params{}, fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
+	}
+	return p, nil
+}
+
+// ticks converts a time in Unix microseconds to ticks, rounding down.
+func (p *params) ticks(us int64) int64 { return floorDiv(us, p.tick) }
+
+// dur converts ticks to a Duration.
+func (p *params) dur(ticks int64) time.Duration {
+	if ticks < 0 {
+		return Never
+	}
+	return time.Duration(ticks*p.tick) * time.Microsecond
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }

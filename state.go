@@ -1,0 +1,103 @@
+package sluice
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is the per-key state of one algorithm. The zero State is the
+// resting state: a key never seen. What the fields mean depends on the
+// algorithm (all times are in ticks, see Limit):
+//
+//	token_bucket            T last refill, N debt: (Burst − tokens) × Period, in token-ticks
+//	gcra                    T theoretical arrival time, N its fraction in 1/Rate ticks
+//	leaky_bucket            T leave time of the last admitted request, N its fraction, M 1 once set
+//	fixed_window            T window number, N count
+//	sliding_window_log      Log admission times, oldest first (one per unit of cost)
+//	sliding_window_counter  T newest sub-window; N, M its count and the previous one's when
+//	                        Segments is 1; otherwise Log holds Segments+1 counts in a ring
+//
+// Stores keep a State per key and hand it to Take; the Redis store keeps the
+// same fields in a hash and runs the Lua twin of Take.
+type State struct {
+	T, N, M int64
+	Log     []int64
+}
+
+// Clone returns a copy of s that shares no memory with it.
+func (s State) Clone() State {
+	if s.Log != nil {
+		s.Log = append([]int64(nil), s.Log...)
+	}
+	return s
+}
+
+// UsesLog reports whether a keeps its state in State.Log under l, which
+// tells a store it may want to keep such keys apart.
+func (a Algorithm) UsesLog(l Limit) bool {
+	return a == SlidingWindowLog || (a == SlidingWindowCounter && l.Segments > 1)
+}
+
+// Take runs one step of algorithm a for a request of the given cost at now,
+// updating *st in place. It returns the decision and the instant from which
+// *st is at rest: from then on a store may forget the key, because a zero
+// State decides exactly the same. A cost of 0 asks without counting.
+//
+// Take is pure: no clock, no I/O. It is not safe for concurrent use on the
+// same State; stores serialize calls per key.
+func (a Algorithm) Take(st *State, l Limit, now time.Time, cost int64) (Decision, time.Time, error) {
+	d, idle, err := a.TakeMicro(st, l, now.UnixMicro(), cost)
+	return d, time.UnixMicro(idle), err
+}
+
+// TakeMicro is Take with times as microseconds since the Unix epoch, for
+// stores that keep such times.
+func (a Algorithm) TakeMicro(st *State, l Limit, nowMicro, cost int64) (Decision, int64, error) {
+	p, err := l.params()
+	if err != nil {
+		return Decision{}, 0, err
+	}
+	if cost < 0 {
+		return Decision{}, 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	}
+	now := p.ticks(nowMicro)
+	var o outcome
+	switch a {
+	case TokenBucket:
+		o = tokenBucket(st, &p, now, cost)
+	case GCRA:
+		o = gcra(st, &p, now, cost)
+	case LeakyBucket:
+		o = leakyBucket(st, &p, now, cost)
+	case FixedWindow:
+		o = fixedWindow(st, &p, now, cost)
+	case SlidingWindowLog:
+		o = slidingLog(st, &p, now, cost)
+	case SlidingWindowCounter:
+		o = slidingCounter(st, &p, now, cost)
+	default:
+		return Decision{}, 0, fmt.Errorf("%w: %d", ErrUnknownAlgorithm, uint8(a))
+	}
+	d := Decision{
+		Allowed:    o.allowed,
+		Limit:      p.rate,
+		Remaining:  o.remaining,
+		RetryAfter: p.dur(o.retry),
+		ResetAfter: p.dur(o.reset),
+		Delay:      p.dur(o.delay),
+	}
+	if o.allowed {
+		d.RetryAfter = 0
+	}
+	return d, o.idle * p.tick, nil
+}
+
+// outcome is a decision in ticks, as the algorithms compute it.
+type outcome struct {
+	allowed   bool
+	remaining int64
+	retry     int64 // ticks; −1 never
+	reset     int64
+	delay     int64
+	idle      int64 // instant (ticks) from which the state is at rest
+}

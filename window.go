@@ -1,0 +1,178 @@
+package sluice
+
+import "sort"
+
+// Per key, time never runs backwards in the window algorithms: a request
+// older than the key's newest state is counted at that state's time. (The
+// buckets need no such rule.) This keeps a store fed by clocks a little
+// apart consistent instead of resetting counters.
+
+// fixedWindow counts in windows [w×Period, (w+1)×Period) since the epoch.
+func fixedWindow(st *State, p *params, now, cost int64) outcome {
+	w := max(floorDiv(now, p.period), st.T)
+	if w != st.T {
+		st.T, st.N = w, 0
+	}
+	end := (w + 1) * p.period
+	var o outcome
+	switch {
+	case cost > p.rate:
+		o.retry = -1
+	case st.N+cost <= p.rate:
+		o.allowed = true
+		st.N += cost
+	default:
+		o.retry = end - now
+	}
+	o.remaining = p.rate - st.N
+	if st.N > 0 {
+		o.reset = end - now
+	}
+	o.idle = end
+	return o
+}
+
+// slidingLog admits while the admissions in (now − Period, now] plus cost
+// stay within Rate. The log holds one time per unit of cost, so at most Rate.
+func slidingLog(st *State, p *params, now, cost int64) outcome {
+	if n := len(st.Log); n > 0 && st.Log[n-1] > now {
+		now = st.Log[n-1]
+	}
+	cut := now - p.period
+	st.Log = st.Log[sort.Search(len(st.Log), func(i int) bool { return st.Log[i] > cut }):]
+	var o outcome
+	switch n := int64(len(st.Log)); {
+	case cost > p.rate:
+		o.retry = -1
+	case n+cost <= p.rate:
+		o.allowed = true
+		for range cost {
+			st.Log = append(st.Log, now)
+		}
+	default:
+		o.retry = st.Log[n+cost-p.rate-1] + p.period - now
+	}
+	n := len(st.Log)
+	o.remaining = p.rate - int64(n)
+	o.idle = now
+	if n > 0 {
+		o.idle = st.Log[n-1] + p.period
+		o.reset = o.idle - now
+	} else {
+		st.Log = nil
+	}
+	return o
+}
+
+// counts reads and writes the sub-window counts of a sliding window counter
+// whose newest sub-window is st.T.
+type counts struct {
+	st *State
+	s  int64
+}
+
+func (c counts) slot(j int64) *int64 {
+	if c.s == 1 {
+		if j == c.st.T {
+			return &c.st.N
+		}
+		return &c.st.M
+	}
+	m := j % (c.s + 1)
+	if m < 0 {
+		m += c.s + 1
+	}
+	return &c.st.Log[m]
+}
+
+// get is the count of sub-window j: 0 outside [T−s, T].
+func (c counts) get(j int64) int64 {
+	if j > c.st.T || j < c.st.T-c.s {
+		return 0
+	}
+	return *c.slot(j)
+}
+
+// advance makes k the newest sub-window, zeroing those that leave.
+func (c counts) advance(k int64) {
+	if c.s > 1 && c.st.Log == nil {
+		c.st.Log = make([]int64, c.s+1)
+	}
+	for j := c.st.T + 1; j <= k && j <= c.st.T+c.s+1; j++ {
+		if c.s == 1 {
+			c.st.M, c.st.N = c.st.N, 0
+		} else {
+			*c.slot(j) = 0
+		}
+	}
+	c.st.T = max(c.st.T, k)
+}
+
+// slidingCounter is SPEC §1's estimate: sub-windows of Period/Segments
+// ticks; at now in sub-window k it admits while
+// floor(oldest × overlap) + newer + cost ≤ Rate.
+func slidingCounter(st *State, p *params, now, cost int64) outcome {
+	s, l := p.segments, p.period/p.segments
+	c := counts{st: st, s: s}
+	k := floorDiv(now, l)
+	if k < st.T {
+		k = st.T
+		now = k * l
+	}
+	c.advance(k)
+	newer := int64(0)
+	for j := k - s + 1; j <= k; j++ {
+		newer += c.get(j)
+	}
+	est := c.get(k-s)*((k+1)*l-now)/l + newer
+	var o outcome
+	switch {
+	case cost > p.rate:
+		o.retry = -1
+	case est+cost <= p.rate:
+		o.allowed = true
+		*c.slot(k) += cost
+		est += cost
+	default:
+		o.retry = counterWait(c, p, k, now, cost)
+	}
+	o.remaining = max(0, p.rate-est)
+	if est > 0 {
+		o.reset = counterWait(c, p, k, now, p.rate)
+	}
+	o.idle = (st.T + s + 1) * l
+	return o
+}
+
+// counterWait returns the ticks from now until a request of cost n would be
+// admitted if nothing else arrived: it walks sub-windows k, k+1, … (each
+// shifts one count out) and, within one, solves
+// floor(oldest × x / l) ≤ Rate − n − newer for the overlap x.
+func counterWait(c counts, p *params, k, now, n int64) int64 {
+	s, l := p.segments, p.period/p.segments
+	newer := int64(0)
+	for j := k - s + 1; j <= k; j++ {
+		newer += c.get(j)
+	}
+	for j := k; j <= k+s+1; j++ {
+		if j > k {
+			newer += c.get(j) - c.get(j-s)
+		}
+		m := p.rate - n - newer
+		if m < 0 {
+			continue
+		}
+		start := max(now, j*l)
+		oldest := c.get(j - s)
+		if oldest == 0 {
+			return start - now
+		}
+		// floor(oldest × x / l) ≤ m  ⇔  x ≤ ceil((m+1) × l / oldest) − 1
+		if xmax := ceilDiv((m+1)*l, oldest) - 1; xmax >= 1 {
+			if t := max(start, (j+1)*l-xmax); t < (j+1)*l {
+				return t - now
+			}
+		}
+	}
+	return -1 // not reached: after s+1 sub-windows every count is gone
+}
