@@ -202,3 +202,19 @@ func floorDiv(a, b int64) int64 {
 }
 
 func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
+
+// Ticks is a Limit as the algorithms count it: whole ticks of Tick
+// microseconds. Stores that run the algorithms elsewhere (the Redis store's
+// Lua scripts) pass these numbers on and convert times with them.
+type Ticks struct {
+	Rate, Burst int64 // Burst already defaulted to Rate
+	Period      int64 // Period in ticks
+	Segments    int64 // at least 1
+	Tick        int64 // microseconds per tick: 1, 10, 100, …
+}
+
+// Ticks returns l in ticks, or the error Validate would.
+func (l Limit) Ticks() (Ticks, error) {
+	p, err := l.params()
+	return Ticks{Rate: p.rate, Burst: p.burst, Period: p.period, Segments: p.segments, Tick: p.tick}, err
+}
