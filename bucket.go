@@ -90,13 +90,16 @@ func leakyBucket(st *State, p *params, now, cost int64) outcome {
 			o.retry = ceilDiv(leave-maxWait, p.rate)
 		}
 	}
-	if stale || rel+p.period <= 0 {
+	if stale {
 		o.remaining = p.burst + 1
 		o.idle = now
 		return o
 	}
+	// Remaining is back to Burst+1 once the last leave is a spacing behind,
+	// but the state rests only when a request of cost Burst+1 would leave
+	// at once too.
 	o.remaining = max(0, min(p.burst+1, floorDiv(maxWait-rel, p.period)))
-	o.reset = ceilDiv(rel+p.period, p.rate)
+	o.reset = max(0, ceilDiv(rel+p.period, p.rate))
 	o.idle = now + max(0, ceilDiv(rel+full, p.rate))
 	return o
 }
