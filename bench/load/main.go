@@ -1,0 +1,519 @@
+// Command load is the daemon's load run: in one bounded run on loopback it
+// measures requests/s and latency straight to a trivial upstream, through
+// `sluice serve` as a reverse proxy with the memory store and with Redis,
+// and /v1/check decisions/s against a bare net/http handler that decodes and
+// encodes the same JSON, with the server CPU per request read from
+// /proc/PID/stat. It prints a Markdown report.
+//
+//	go run ./bench/load                 # defaults: wrk -t1 -c64, 10s per step
+//	go run ./bench/load -d 5s -c 32
+//
+// Needs wrk and redis-server on PATH (Linux only: /proc). Peak throughput
+// comes from wrk (closed loop); the latency "at half of peak" comes from an
+// open-loop generator in this program that sends at a fixed rate and times
+// each request from when it was due, so a stalled server cannot hide its
+// queueing (no coordinated omission).
+//
+// The same binary also runs the helper servers as child processes:
+// `load upstream ADDR` and `load bare ADDR`.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	if len(os.Args) >= 3 {
+		switch os.Args[1] {
+		case "upstream":
+			serveUpstream(os.Args[2])
+			return
+		case "bare":
+			serveBare(os.Args[2])
+			return
+		}
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+// serveUpstream is the trivial upstream: a fixed small body.
+func serveUpstream(addr string) {
+	body := []byte("hello from upstream\n")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(body)
+	})
+	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, h))
+	os.Exit(1)
+}
+
+type checkRequest struct {
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
+	Cost int64  `json:"cost"`
+}
+
+type checkResponse struct {
+	Allowed      bool  `json:"allowed"`
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+}
+
+// serveBare is the baseline for /v1/check: the same JSON in and out, no
+// decision.
+func serveBare(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
+		var req checkRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			http.Error(w, `{"error":"bad json"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(checkResponse{Allowed: true, Limit: 100, Remaining: 99})
+	})
+	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
+	os.Exit(1)
+}
+
+type options struct {
+	duration time.Duration
+	threads  int
+	conns    int
+	keep     bool
+}
+
+func run() error {
+	var o options
+	flag.DurationVar(&o.duration, "d", 10*time.Second, "duration of each measured step")
+	flag.IntVar(&o.threads, "t", 1, "wrk threads")
+	flag.IntVar(&o.conns, "c", 64, "wrk connections")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	flag.Parse()
+	if o.duration <= 0 || o.duration > 2*time.Minute {
+		return errors.New("-d must be in (0, 2m]")
+	}
+	for _, bin := range []string{"wrk", "redis-server", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found on PATH: %w", bin, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "sluice-load-")
+	if err != nil {
+		return err
+	}
+	if !o.keep {
+		defer os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	// Build sluice once and run it as a process, as users do.
+	sluice := filepath.Join(dir, "sluice")
+	build := exec.CommandContext(ctx, "go", "build", "-o", sluice, "./cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/sluice (run from the repository root): %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var procs procSet
+	defer procs.stopAll()
+
+	ports, err := freePorts(7)
+	if err != nil {
+		return err
+	}
+	upAddr, bareAddr, redisAddr := ports[0], ports[1], ports[2]
+	memAPI, memProxy, redisAPI, redisProxy := ports[3], ports[4], ports[5], ports[6]
+
+	up, err := procs.start(ctx, "upstream", self, "upstream", upAddr)
+	if err != nil {
+		return err
+	}
+	bare, err := procs.start(ctx, "bare", self, "bare", bareAddr)
+	if err != nil {
+		return err
+	}
+	_, redisPort, _ := net.SplitHostPort(redisAddr)
+	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
+		return err
+	}
+	for _, a := range []string{upAddr, bareAddr, redisAddr} {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	memCfg := filepath.Join(dir, "memory.yaml")
+	redisCfg := filepath.Join(dir, "redis.yaml")
+	if err := os.WriteFile(memCfg, sluiceConfig(memAPI, memProxy, upAddr, ""), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(redisCfg, sluiceConfig(redisAPI, redisProxy, upAddr, redisAddr), 0o644); err != nil {
+		return err
+	}
+	mem, err := procs.start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
+	if err != nil {
+		return err
+	}
+	red, err := procs.start(ctx, "sluice-redis", sluice, "serve", "-config", redisCfg)
+	if err != nil {
+		return err
+	}
+	for _, a := range []string{memAPI, memProxy, redisAPI, redisProxy} {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	luaCheck := filepath.Join(dir, "check.lua")
+	if err := os.WriteFile(luaCheck, []byte(checkLua), 0o644); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(os.Stderr, "load: 6 wrk steps and 2 open-loop steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
+	steps := []struct {
+		name   string
+		url    string
+		script string
+		server *proc
+	}{
+		{"direct to upstream", "http://" + upAddr + "/", "", up},
+		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem},
+		{"sluice proxy, redis store", "http://" + redisProxy + "/", "", red},
+		{"bare net/http JSON handler", "http://" + bareAddr + "/v1/check", luaCheck, bare},
+		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem},
+		{"sluice /v1/check, redis store", "http://" + redisAPI + "/v1/check", luaCheck, red},
+	}
+	results := make([]result, len(steps))
+	for i, s := range steps {
+		fmt.Fprintf(os.Stderr, "load: %s …\n", s.name)
+		r, err := wrk(ctx, o, s.url, s.script, s.server)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		r.name = s.name
+		results[i] = r
+	}
+
+	// Latency at half of the proxy's peak, open loop, same rate for both.
+	rate := results[1].rps / 2
+	fmt.Fprintf(os.Stderr, "load: open loop at %.0f req/s …\n", rate)
+	directHalf, err := openLoop(ctx, "http://"+upAddr+"/", rate, o.duration)
+	if err != nil {
+		return err
+	}
+	proxyHalf, err := openLoop(ctx, "http://"+memProxy+"/", rate, o.duration)
+	if err != nil {
+		return err
+	}
+	report(os.Stdout, o, results, rate, directHalf, proxyHalf)
+	return nil
+}
+
+// sluiceConfig is a config with one rule that applies to every request but
+// never limits (so every request does a full decision and is forwarded),
+// and a named rule for /v1/check.
+func sluiceConfig(api, proxy, upstream, redis string) []byte {
+	store := "  type: memory\n"
+	if redis != "" {
+		store = fmt.Sprintf("  type: redis\n  redis:\n    addrs: [%s]\n    timeout: 200ms\n", redis)
+	}
+	return fmt.Appendf(nil, `listen: %s
+proxy:
+  listen: %s
+  upstream: http://%s
+store:
+%s  on_error: deny
+rules:
+  - name: bench
+    key: [ip]
+    rate: 100000000/s
+    algorithm: token_bucket
+    action: reject
+`, api, proxy, upstream, store)
+}
+
+// checkLua makes wrk POST /v1/check over 1,000 keys, preformatted in init
+// so the generator spends no time building requests.
+const checkLua = `
+local reqs = {}
+local n = 0
+init = function(args)
+  for i = 1, 1000 do
+    local body = '{"rule":"bench","key":"user-' .. i .. '","cost":1}'
+    reqs[i] = wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
+  end
+end
+request = function()
+  n = n % 1000 + 1
+  return reqs[n]
+end
+`
+
+type result struct {
+	name          string
+	rps           float64
+	requests      int64
+	p50, p99      time.Duration
+	non2xx        int64
+	cpuPerRequest time.Duration // server CPU (utime+stime) per request
+}
+
+var (
+	reRPS      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reRequests = regexp.MustCompile(`(\d+) requests in`)
+	reNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	rePct      = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([0-9.]+)(us|ms|s)`)
+)
+
+// wrk runs one closed-loop step and reads the server's CPU time around it.
+func wrk(ctx context.Context, o options, url, script string, server *proc) (result, error) {
+	args := []string{"-t" + strconv.Itoa(o.threads), "-c" + strconv.Itoa(o.conns),
+		"-d" + strconv.Itoa(int(o.duration.Seconds())) + "s", "--latency", "--timeout", "5s"}
+	if script != "" {
+		args = append(args, "-s", script)
+	}
+	args = append(args, url)
+	before, err := cpuTime(server.cmd.Process.Pid)
+	if err != nil {
+		return result{}, err
+	}
+	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	after, err := cpuTime(server.cmd.Process.Pid)
+	if err != nil {
+		return result{}, err
+	}
+	var r result
+	if m := reRPS.FindSubmatch(out); m != nil {
+		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if m := reRequests.FindSubmatch(out); m != nil {
+		r.requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if m := reNon2xx.FindSubmatch(out); m != nil {
+		r.non2xx, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	for _, m := range rePct.FindAllSubmatch(out, -1) {
+		d, _ := time.ParseDuration(string(m[2]) + string(m[3]))
+		if string(m[1]) == "50" {
+			r.p50 = d
+		} else {
+			r.p99 = d
+		}
+	}
+	if r.requests == 0 || r.rps == 0 {
+		return r, fmt.Errorf("cannot read wrk output:\n%s", out)
+	}
+	r.cpuPerRequest = (after - before) / time.Duration(r.requests)
+	return r, nil
+}
+
+// cpuTime returns utime+stime of the process from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 (1-based) of the whole line.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+// latencies of an open-loop run.
+type latencies struct {
+	sent, failed int
+	p50, p99     time.Duration
+}
+
+// openLoop sends GETs at a fixed rate for d and times each from when it was
+// due. Requests that cannot start because the client is saturated are still
+// timed from their due time.
+func openLoop(ctx context.Context, url string, rate float64, d time.Duration) (latencies, error) {
+	if rate < 1 {
+		return latencies{}, errors.New("open loop: rate below 1/s")
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	n := int(rate * d.Seconds())
+	interval := time.Duration(float64(time.Second) / rate)
+	lat := make([]time.Duration, n)
+	failed := make([]bool, n)
+	jobs := make(chan int, n)
+	start := time.Now().Add(10 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 128 {
+		wg.Go(func() {
+			for i := range jobs {
+				due := start.Add(time.Duration(i) * interval)
+				resp, err := client.Get(url)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					failed[i] = resp.StatusCode != http.StatusOK
+				} else {
+					failed[i] = true
+				}
+				lat[i] = time.Since(due)
+			}
+		})
+	}
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if w := time.Until(due); w > 0 {
+			time.Sleep(w) // pacing the generator, not waiting for a result
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	l := latencies{sent: n}
+	for _, f := range failed {
+		if f {
+			l.failed++
+		}
+	}
+	slices.Sort(lat)
+	l.p50 = lat[n*50/100]
+	l.p99 = lat[n*99/100]
+	return l, nil
+}
+
+func report(w io.Writer, o options, rs []result, rate float64, direct, proxy latencies) {
+	fmt.Fprintf(w, "Load run %s, %d cores, wrk -t%d -c%d, %v per step, everything on one machine over loopback.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), o.threads, o.conns, o.duration)
+	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs |\n", r.name, r.rps, r.p50, r.p99, r.non2xx,
+			float64(r.cpuPerRequest)/float64(time.Microsecond))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput (target ≥ 60%%)\n", 100*rs[1].rps/rs[0].rps)
+	fmt.Fprintf(w, "- proxy, redis store: %.0f%% of direct throughput\n", 100*rs[2].rps/rs[0].rps)
+	fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs)\n",
+		100*rs[4].rps/rs[3].rps, float64(rs[4].cpuPerRequest)/float64(time.Microsecond))
+	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[5].rps/rs[3].rps)
+	fmt.Fprintf(w, "- open loop at %.0f req/s (half the proxy's peak), %d requests each: direct p50 %v p99 %v (%d failed); proxy p50 %v p99 %v (%d failed); the proxy adds %v at p99 (target < 1ms)\n",
+		rate, direct.sent, direct.p50.Round(time.Microsecond), direct.p99.Round(time.Microsecond), direct.failed,
+		proxy.p50.Round(time.Microsecond), proxy.p99.Round(time.Microsecond), proxy.failed, (proxy.p99 - direct.p99).Round(time.Microsecond))
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\nprocessor")) + 1
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+}
+
+type procSet struct{ ps []*proc }
+
+// start runs a child process; its output is kept and shown if it dies.
+func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
+	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...)}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	s.ps = append(s.ps, p)
+	return p, nil
+}
+
+// stopAll interrupts every child (by its PID) and waits for it.
+func (s *procSet) stopAll() {
+	for _, p := range s.ps {
+		p.cmd.Process.Signal(os.Interrupt)
+	}
+	for _, p := range s.ps {
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func freePorts(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// waitTCP waits until addr accepts connections (the children need a moment
+// to start), bounded by 15s.
+func waitTCP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listens on %s after 15s: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a child process's startup
+	}
+}
