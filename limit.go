@@ -176,6 +176,9 @@ func (l Limit) params() (params, error) {
 		p.period /= 10
 		p.tick *= 10
 	}
+	if p.period < 1000 && p.tick > 1 {
+		return params{}, fmt.Errorf("%w: %d per %v is too large to count exactly: it would need ticks of %v, over a thousandth of the period", ErrInvalidLimit, big-1, l.Period, time.Duration(p.tick)*time.Microsecond)
+	}
 	if p.period%p.segments != 0 {
 		return params{}, fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
 	}
