@@ -1,0 +1,36 @@
+# Sluice: `make test` runs everything CI runs.
+GO ?= go
+FUZZTIME ?= 10s
+# Packages whose tests need no race detector (pure, single-goroutine code
+# runs under it anyway; listing nothing here keeps -race on everything).
+RACE ?= -race
+
+.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load build clean
+
+test: vet unit fuzz
+
+build:
+	$(GO) build -o sluice ./cmd/sluice
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+# Unit, conformance, integration (real redis-server and a real 3-node Redis
+# Cluster, started on free loopback ports by internal/redistest) and
+# end-to-end tests. ensure-redis installs Redis when it is missing.
+unit:
+	sh scripts/ensure-redis.sh
+	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+
+# Short runs of every native fuzz target (the seed corpora run in `unit`).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLimit$$' -fuzztime $(FUZZTIME) .
+
+bench: bench-core
+
+bench-core:
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 3 ./...
+
+clean:
+	rm -f sluice
