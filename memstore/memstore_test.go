@@ -1,7 +1,12 @@
 package memstore_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
@@ -18,4 +23,99 @@ func TestConformanceOneShard(t *testing.T) {
 	// change a decision.
 	s := memstore.New(memstore.Options{Shards: 1})
 	sluicetest.Run(t, func(t *testing.T) sluice.Store { return s })
+}
+
+func TestMaxKeysEvictsNearestToRest(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 4})
+	ctx := context.Background()
+	t0 := sluicetest.T0
+	take := func(key string, cost int64, at time.Time) sluice.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Cost: cost, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// k1 rests after 6 s, k2 after 12 s, …: k1 is the cheapest to forget.
+	for i := int64(1); i <= 4; i++ {
+		take(fmt.Sprint("k", i), i, t0)
+	}
+	if s.Len() != 4 || s.Evictions() != 0 {
+		t.Fatalf("after 4 keys: Len %d, Evictions %d; want 4, 0", s.Len(), s.Evictions())
+	}
+	take("k5", 1, t0)
+	if s.Len() != 4 || s.Evictions() != 1 {
+		t.Fatalf("after a 5th key at cap 4: Len %d, Evictions %d; want 4, 1", s.Len(), s.Evictions())
+	}
+	if d := take("k1", 0, t0); d.Remaining != 10 {
+		t.Errorf("k1 after eviction: Remaining %d, want 10 (forgotten)", d.Remaining)
+	}
+	if d := take("k2", 0, t0); d.Remaining != 8 {
+		t.Errorf("k2: Remaining %d, want 8 (kept)", d.Remaining)
+	}
+}
+
+func TestRestingKeysAreSweptNotEvicted(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 8})
+	ctx := context.Background()
+	for i := range 8 {
+		if _, err := s.Take(ctx, sluice.Request{Key: fmt.Sprint("a", i), Algorithm: sluice.FixedWindow, Limit: sluice.PerSecond(5), Cost: 1, Now: sluicetest.T0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One second later every window has ended: new keys replace the
+	// resting ones without evicting anything.
+	later := sluicetest.T0.Add(time.Second)
+	for i := range 8 {
+		if _, err := s.Take(ctx, sluice.Request{Key: fmt.Sprint("b", i), Algorithm: sluice.SlidingWindowLog, Limit: sluice.PerSecond(5), Cost: 1, Now: later}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Evictions() != 0 || s.Len() > 8 {
+		t.Fatalf("Len %d, Evictions %d; want ≤ 8 keys and no evictions", s.Len(), s.Evictions())
+	}
+	if n := s.Sweep(later.Add(time.Second)); n == 0 || s.Len() != 0 {
+		t.Fatalf("Sweep after every key rests deleted %d, left %d; want all gone", n, s.Len())
+	}
+}
+
+func TestRequestsAtRestAreNotStored(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	// A query (cost 0) on a new key, and a denial that changes nothing,
+	// leave nothing behind.
+	for _, r := range []sluice.Request{
+		{Key: "q", Algorithm: sluice.GCRA, Limit: sluice.PerSecond(1), Cost: 0, Now: sluicetest.T0},
+		{Key: "big", Algorithm: sluice.TokenBucket, Limit: sluice.PerSecond(1), Cost: 5, Now: sluicetest.T0},
+	} {
+		if _, err := s.Take(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Len() != 0 {
+		t.Fatalf("Len = %d, want 0", s.Len())
+	}
+}
+
+func TestConcurrentHotKeyCountsExactly(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 500 {
+				d, err := s.Take(context.Background(), sluice.Request{Key: "hot", Algorithm: sluice.SlidingWindowLog, Limit: sluice.PerHour(1000), Cost: 1, Now: sluicetest.T0})
+				if err != nil {
+					t.Error(err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 {
+		t.Fatalf("admitted %d of 4000 concurrent requests on 1000/h, want exactly 1000", admitted.Load())
+	}
 }
