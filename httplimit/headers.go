@@ -1,0 +1,207 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Header names written by SetHeaders and WriteLimited.
+const (
+	HeaderLimit      = "X-RateLimit-Limit"
+	HeaderRemaining  = "X-RateLimit-Remaining"
+	HeaderReset      = "X-RateLimit-Reset"
+	HeaderPolicy     = "RateLimit-Policy"
+	HeaderRateLimit  = "RateLimit"
+	HeaderRetryAfter = "Retry-After"
+)
+
+// The same names in canonical form (textproto.CanonicalMIMEHeaderKey), as
+// http.Header keys them; assigning these directly skips canonicalizing per
+// request.
+const (
+	keyLimit      = "X-Ratelimit-Limit"
+	keyRemaining  = "X-Ratelimit-Remaining"
+	keyReset      = "X-Ratelimit-Reset"
+	keyPolicy     = "Ratelimit-Policy"
+	keyRateLimit  = "Ratelimit"
+	keyRetryAfter = "Retry-After"
+)
+
+// SetHeaders sets the rate-limit response headers of d, decided under limit
+// by the policy (rule) named policy, on h, replacing any earlier values:
+//
+//	X-RateLimit-Limit:     limit.Rate
+//	X-RateLimit-Remaining: d.Remaining
+//	X-RateLimit-Reset:     seconds until the limit is full again (d.ResetAfter, rounded up)
+//	RateLimit-Policy:      "policy";q=<Rate>;w=<Period in seconds, rounded up, at least 1>
+//	RateLimit:             "policy";r=<Remaining>;t=<seconds>
+//
+// The last two are the structured fields (RFC 9651 Lists) of the IETF
+// HTTPAPI working group's "RateLimit header fields for HTTP",
+// draft-ietf-httpapi-ratelimit-headers-11 (May 2026), sections 3 and 4: the
+// policy item is a String naming the policy, with q (quota) and w (window,
+// whole seconds); the service limit item names the same policy, with r (the
+// available quota) and t (the effective window, whole seconds). t is the
+// time until the limit is full again when d is allowed, and d.RetryAfter
+// rounded up when it is denied, so that Retry-After never points before the
+// end of the effective window (draft section 6).
+//
+// The policy name is sent as an sf-string: characters outside printable
+// ASCII are replaced by '_', and '"' and '\' are escaped.
+func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Limit) {
+	var buf [96]byte
+	h[keyLimit] = []string{strconv.FormatInt(limit.Rate, 10)}
+	h[keyRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
+	reset := ceilSeconds(d.ResetAfter)
+	h[keyReset] = []string{strconv.FormatInt(reset, 10)}
+
+	b := appendSFString(buf[:0], policy)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, limit.Rate, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, max(ceilSeconds(limit.Period), 1), 10)
+	h[keyPolicy] = []string{string(b)}
+
+	t := reset
+	if !d.Allowed && d.RetryAfter >= 0 {
+		t = ceilSeconds(d.RetryAfter)
+	}
+	b = appendSFString(buf[:0], policy)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	h[keyRateLimit] = []string{string(b)}
+}
+
+// RetryAfterSeconds is d's Retry-After in whole seconds, rounded up: at
+// least 1 for a denied decision (0 would invite an immediate retry), 0 for
+// an allowed one. A request that can never be admitted (sluice.Never)
+// reports the time until the limit is full again.
+func RetryAfterSeconds(d sluice.Decision) int64 {
+	if d.Allowed {
+		return 0
+	}
+	ra := d.RetryAfter
+	if ra < 0 {
+		ra = d.ResetAfter
+	}
+	return max(ceilSeconds(ra), 1)
+}
+
+// RetryAfterMillis is d's retry_after_ms: RetryAfter in milliseconds,
+// rounded up; for sluice.Never, the time until the limit is full again.
+func RetryAfterMillis(d sluice.Decision) int64 {
+	if d.Allowed {
+		return 0
+	}
+	ra := d.RetryAfter
+	if ra < 0 {
+		ra = d.ResetAfter
+	}
+	return ceilDiv(ra, time.Millisecond)
+}
+
+// WriteLimited answers 429 Too Many Requests for a request denied by the
+// rule named rule: Retry-After (whole seconds, rounded up) and the JSON
+// body {"error":"rate_limited","rule":NAME,"retry_after_ms":N}. Set the
+// rate-limit headers (SetHeaders) first if the answer should carry them.
+func WriteLimited(w http.ResponseWriter, rule string, d sluice.Decision) {
+	WriteLimitedStatus(w, http.StatusTooManyRequests, rule, d)
+}
+
+// WriteLimitedStatus is WriteLimited with another status, such as 403 for
+// nginx's auth_request, which passes on only 401 and 403.
+func WriteLimitedStatus(w http.ResponseWriter, status int, rule string, d sluice.Decision) {
+	var buf [160]byte
+	b := append(buf[:0], `{"error":"rate_limited","rule":`...)
+	b = AppendJSONString(b, rule)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, RetryAfterMillis(d), 10)
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h[keyRetryAfter] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// ceilSeconds is d in whole seconds, rounded up; negative d gives 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ceilDiv(d, time.Second)
+}
+
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+// appendSFString appends s as an RFC 9651 sf-string: "…" with '"' and '\'
+// escaped; bytes outside printable ASCII (0x20–0x7E), which an sf-string
+// cannot hold, become '_'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '_')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// AppendJSONString appends s to b as a JSON string, escaping '"', '\',
+// control characters and (as encoding/json does) '<', '>', '&', U+2028 and
+// U+2029. Invalid UTF-8 becomes U+FFFD.
+func AppendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < 0x80 {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == 0xFFFD && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == 0x2028 || r == 0x2029:
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

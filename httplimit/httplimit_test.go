@@ -1,0 +1,297 @@
+package httplimit_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+func TestSetHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		d      sluice.Decision
+		policy string
+		limit  sluice.Limit
+		want   map[string]string
+	}{
+		{
+			name:   "allowed",
+			d:      sluice.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 1500 * time.Millisecond},
+			policy: "login", limit: sluice.PerMinute(10),
+			want: map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "2",
+				"RateLimit-Policy": `"login";q=10;w=60`, "RateLimit": `"login";r=3;t=2`},
+		},
+		{
+			name:   "denied: t is the retry-after",
+			d:      sluice.Decision{Allowed: false, Limit: 5, Remaining: 0, RetryAfter: 12*time.Second + 1, ResetAfter: 60 * time.Second},
+			policy: "api", limit: sluice.PerMinute(5),
+			want: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "60",
+				"RateLimit": `"api";r=0;t=13`},
+		},
+		{
+			name:   "denied forever: t falls back to the reset",
+			d:      sluice.Decision{Allowed: false, Limit: 5, RetryAfter: sluice.Never, ResetAfter: 4 * time.Second},
+			policy: "api", limit: sluice.PerSecond(5),
+			want: map[string]string{"RateLimit": `"api";r=0;t=4`, "RateLimit-Policy": `"api";q=5;w=1`},
+		},
+		{
+			name:   "sub-second period rounds the window up to 1",
+			d:      sluice.Decision{Allowed: true, Remaining: 2},
+			policy: "fast", limit: sluice.Every(3, 250*time.Millisecond),
+			want: map[string]string{"RateLimit-Policy": `"fast";q=3;w=1`, "X-RateLimit-Reset": "0", "RateLimit": `"fast";r=2;t=0`},
+		},
+		{
+			name:   "policy name escaped as an sf-string",
+			d:      sluice.Decision{Allowed: true, Remaining: 1},
+			policy: "a\"b\\c\né", limit: sluice.PerHour(7),
+			want: map[string]string{"RateLimit-Policy": `"a\"b\\c___";q=7;w=3600`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			h.Set("RateLimit", "stale")
+			httplimit.SetHeaders(h, tc.d, tc.policy, tc.limit)
+			for k, want := range tc.want {
+				if got := h.Values(k); len(got) != 1 || got[0] != want {
+					t.Errorf("SetHeaders(%+v, %q): %s = %q, want [%q]", tc.d, tc.policy, k, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteLimited(t *testing.T) {
+	for _, tc := range []struct {
+		d          sluice.Decision
+		wantRetry  string
+		wantMillis int64
+	}{
+		{sluice.Decision{RetryAfter: 1500 * time.Millisecond}, "2", 1500},
+		{sluice.Decision{RetryAfter: time.Microsecond}, "1", 1},
+		{sluice.Decision{RetryAfter: 3 * time.Second}, "3", 3000},
+		{sluice.Decision{RetryAfter: 0}, "1", 0},
+		{sluice.Decision{RetryAfter: sluice.Never, ResetAfter: 10 * time.Second}, "10", 10000},
+	} {
+		rec := httptest.NewRecorder()
+		httplimit.WriteLimited(rec, "r<1>", tc.d)
+		if rec.Code != 429 {
+			t.Errorf("WriteLimited(%v): status %d, want 429", tc.d.RetryAfter, rec.Code)
+		}
+		if got := rec.Header().Get("Retry-After"); got != tc.wantRetry {
+			t.Errorf("WriteLimited(%v): Retry-After %q, want %q", tc.d.RetryAfter, got, tc.wantRetry)
+		}
+		var body struct {
+			Error        string `json:"error"`
+			Rule         string `json:"rule"`
+			RetryAfterMS *int64 `json:"retry_after_ms"`
+		}
+		dec := json.NewDecoder(rec.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			t.Fatalf("WriteLimited(%v): body does not decode: %v", tc.d.RetryAfter, err)
+		}
+		if body.Error != "rate_limited" || body.Rule != "r<1>" || body.RetryAfterMS == nil || *body.RetryAfterMS != tc.wantMillis {
+			t.Errorf("WriteLimited(%v): body %+v, want rate_limited, r<1>, %d", tc.d.RetryAfter, body, tc.wantMillis)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("WriteLimited: Content-Type %q", ct)
+		}
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `q"b\s`, "<a>&", "\x00\x1f\n\t", "é\u2028\u2029", "\xff\xfe", "a\xc3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := httplimit.AppendJSONString(nil, s)
+		want, _ := json.Marshal(s)
+		var gotS, wantS string
+		if err := json.Unmarshal(got, &gotS); err != nil {
+			t.Fatalf("AppendJSONString(%q) = %s: not a JSON string: %v", s, got, err)
+		}
+		json.Unmarshal(want, &wantS)
+		if gotS != wantS {
+			t.Errorf("AppendJSONString(%q) = %s decodes to %q, want (as encoding/json's %s) %q", s, got, gotS, want, wantS)
+		}
+		for _, c := range got {
+			if c == '<' || c == '>' || c == '&' {
+				t.Errorf("AppendJSONString(%q) = %s: unescaped %q", s, got, c)
+			}
+		}
+	})
+}
+
+// server runs the middleware in a real loopback server in front of a
+// handler that counts its hits.
+func server(t *testing.T, opts httplimit.Options) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var hits atomic.Int64
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "ok")
+	})
+	srv := httptest.NewServer(httplimit.Middleware(opts)(next))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+func get(t *testing.T, url string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func TestMiddlewareOverLoopback(t *testing.T) {
+	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.SlidingWindowLog, sluice.PerHour(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, hits := server(t, httplimit.Options{
+		Limiter: lim, Name: "per-user",
+		KeyFunc: func(r *http.Request) (string, bool) {
+			u := r.Header.Get("X-User")
+			return u, u != ""
+		},
+	})
+	for i, want := range []struct {
+		user      string
+		status    int
+		remaining string
+	}{
+		{"ann", 200, "2"}, {"ann", 200, "1"}, {"ann", 200, "0"}, {"ann", 429, "0"}, {"ann", 429, "0"},
+		{"bob", 200, "2"},
+		{"", 200, ""}, // no key: not limited, no headers
+	} {
+		resp := get(t, srv.URL, map[string]string{"X-User": want.user})
+		if resp.StatusCode != want.status || resp.Header.Get("X-RateLimit-Remaining") != want.remaining {
+			t.Errorf("request %d (user %q): status %d remaining %q, want %d %q", i, want.user,
+				resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), want.status, want.remaining)
+		}
+		if want.status == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("request %d: 429 without Retry-After", i)
+		}
+	}
+	if got := hits.Load(); got != 5 {
+		t.Errorf("next handler hits = %d, want 5 (denied requests must not reach it)", got)
+	}
+}
+
+func TestMiddlewareOnError(t *testing.T) {
+	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.TokenBucket, sluice.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A negative cost makes the (real) store refuse to decide.
+	bad := func(*http.Request) int64 { return -1 }
+	for _, tc := range []struct {
+		policy   httplimit.ErrorPolicy
+		status   int
+		wantHits int64
+	}{
+		{httplimit.FailOpen, 200, 1},
+		{httplimit.FailClosed, 503, 0},
+	} {
+		var seen error
+		srv, hits := server(t, httplimit.Options{Limiter: lim, Cost: bad, OnError: tc.policy,
+			OnStoreError: func(_ *http.Request, err error) { seen = err }})
+		resp := get(t, srv.URL, nil)
+		if resp.StatusCode != tc.status || hits.Load() != tc.wantHits {
+			t.Errorf("OnError %d: status %d, hits %d; want %d, %d", tc.policy, resp.StatusCode, hits.Load(), tc.status, tc.wantHits)
+		}
+		if !errors.Is(seen, sluice.ErrInvalidCost) {
+			t.Errorf("OnError %d: OnStoreError got %v, want an error wrapping ErrInvalidCost", tc.policy, seen)
+		}
+	}
+}
+
+// The leaky bucket shapes: a burst of 4 at one instant leaves 250ms apart.
+func TestMiddlewareLeakyBucketShapes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.LeakyBucket, sluice.PerSecond(4).WithBurst(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var passed []time.Duration
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			passed = append(passed, time.Since(start))
+		})
+		h := httplimit.Middleware(httplimit.Options{Limiter: lim})(next)
+		codes := make([]int, 5)
+		done := make(chan bool)
+		for i := range 5 {
+			go func() {
+				req := httptest.NewRequest("GET", "/", nil)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				codes[i] = rec.Code
+				done <- true
+			}()
+			synctest.Wait() // take the slots in order
+		}
+		for range 5 {
+			<-done
+		}
+		want := []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond}
+		if len(passed) != len(want) {
+			t.Fatalf("passed at %v, want %v", passed, want)
+		}
+		for i := range want {
+			if passed[i] != want[i] {
+				t.Errorf("request %d passed at %v, want %v", i, passed[i], want[i])
+			}
+		}
+		if codes[4] != 429 {
+			t.Errorf("5th request of the burst: status %d, want 429 (queue of 3 full)", codes[4])
+		}
+	})
+}
+
+func TestKeyByRemoteIP(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"192.0.2.1:1234", "192.0.2.1"}, {"[2001:db8::1]:80", "2001:db8::1"}, {"unix", "unix"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.addr
+		r.Header.Set("X-Forwarded-For", "6.6.6.6")
+		if got, ok := httplimit.KeyByRemoteIP(r); got != tc.want || !ok {
+			t.Errorf("KeyByRemoteIP(%q) = %q, %v; want %q, true", tc.addr, got, ok, tc.want)
+		}
+	}
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	lim, _ := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.GCRA, sluice.PerSecond(1<<40))
+	h := httplimit.Middleware(httplimit.Options{Limiter: lim})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest("GET", "/", nil)
+		for pb.Next() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+		}
+	})
+}
