@@ -1,5 +1,7 @@
 package sluice
 
+import "math/bits"
+
 // The token bucket and GCRA are one algorithm kept two ways. Both track the
 // bucket's debt: how far it is from full, in token-ticks (a token is worth
 // Period ticks, and the bucket refills Rate token-ticks per tick). Exact
@@ -10,10 +12,13 @@ package sluice
 func tokenBucket(st *State, p *params, now, cost int64) outcome {
 	debt := st.N
 	if debt > 0 && now > st.T {
-		if elapsed := now - st.T; elapsed >= ceilDiv(debt, p.rate) {
+		// Refill elapsed × Rate, up to full; the product may overflow when
+		// the key has been idle for long, which means full too.
+		hi, refill := bits.Mul64(uint64(now-st.T), uint64(p.rate))
+		if hi != 0 || refill >= uint64(debt) {
 			debt = 0
 		} else {
-			debt -= elapsed * p.rate
+			debt -= int64(refill)
 		}
 	}
 	o := takeDebt(p, now, &debt, cost)

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -169,6 +170,9 @@ func (l Limit) params() (params, error) {
 		p.segments = int64(l.Segments)
 	}
 	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
+	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= maxExact && p.segments == 1 {
+		return p, nil // the common case, without a division
+	}
 	for big > maxExact/p.period {
 		if p.period%10 != 0 {
 			return params{}, fmt.Errorf("%w: %d per %v is too large to count exactly (burst × period must stay under 2^53 µs)", ErrInvalidLimit, big-1, l.Period)
@@ -186,7 +190,12 @@ func (l Limit) params() (params, error) {
 }
 
 // ticks converts a time in Unix microseconds to ticks, rounding down.
-func (p *params) ticks(us int64) int64 { return floorDiv(us, p.tick) }
+func (p *params) ticks(us int64) int64 {
+	if p.tick == 1 {
+		return us
+	}
+	return floorDiv(us, p.tick)
+}
 
 // dur converts ticks to a Duration.
 func (p *params) dur(ticks int64) time.Duration {

@@ -90,7 +90,7 @@ type Step struct {
 	Cost int64         // 0 means 1; use Query for a cost-0 request
 	// Query sends cost 0.
 	Query bool
-	Want Want
+	Want  Want
 }
 
 // Want is the part of a Decision a step checks. Durations and Remaining
