@@ -1,0 +1,34 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// open returns a Store on addrs, closed when the test ends.
+func open(t testing.TB, o redisstore.Options) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(context.Background(), o)
+	if err != nil {
+		t.Fatalf("redisstore.New(%v): %v", o.Addrs, err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestConformanceSingleNode(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
+	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
+}

@@ -1,0 +1,560 @@
+// Package redisstore is a sluice.Store kept in Redis or Redis Cluster, so
+// that a fleet of Sluice instances (and of services using the library)
+// shares one count per key.
+//
+// Every algorithm runs as the Lua twin of its Go state machine in the root
+// package, atomically inside Redis, in one round trip per decision (EVALSHA,
+// reloaded transparently on NOSCRIPT). For the same sequence of (time, key,
+// cost) it decides exactly what memstore decides.
+//
+// # Keys
+//
+// A limiter key k is kept in one Redis hash named Prefix + "{" + k + "}".
+// The braces are a Cluster hash tag, so everything a script touches for one
+// key sits in one slot. If k itself contains "}", Redis takes the tag up to
+// the first "}" only: such keys are still distinct, they may merely share a
+// slot. Prefix must not contain braces. Keys expire (PEXPIRE, relative) a
+// margin after the instant their state is at rest, measured on the clock the
+// decision used, so a store fed old or future times (the simulator, skewed
+// clocks) does not lose state by accident.
+//
+// # Clock
+//
+// By default a decision uses Request.Now, the caller's clock, as memstore
+// does: that is what tests and `sluice simulate` need. With Options.RedisTime
+// the scripts read Redis' own clock (TIME) instead and Request.Now is
+// ignored, so a fleet's decisions do not depend on how far apart its
+// machines' clocks are; the daemon uses Redis time by default.
+//
+// # Failures
+//
+// Every call is bounded by Options.Timeout (default 50ms) on top of the
+// caller's context. Any failure (Redis down, hung, timed out, an error
+// reply) is returned wrapping sluice.ErrStoreUnavailable; the caller decides
+// whether to allow or deny. The client reconnects by itself when Redis is
+// back.
+//
+// # Several limits, one decision
+//
+// TakeAll on a single node (or when every key hashes to one Cluster slot) is
+// one script over all the keys: it decides every request, then commits all
+// of them or none. Across Cluster slots no script can see every key, so
+// TakeAll first checks each slot's requests without counting (in parallel);
+// if any is denied nothing is counted. Otherwise it takes each slot's
+// requests (all or none per slot, in parallel); should a slot now deny
+// (another client got there in between), the slots that did count are
+// refunded: each algorithm gives back exactly what the request took (tokens,
+// a window's count, log entries, a queue slot). Between the take and the
+// refund, other clients may briefly see that quota as used.
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"embed"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Options configure a Store. The zero value of each field is a sensible
+// default except Addrs, which is required.
+type Options struct {
+	// Addrs are the Redis addresses (host:port): one for a single node, one
+	// or more seed nodes with Cluster, the sentinels with Sentinel.
+	Addrs []string
+	// Cluster selects Redis Cluster: the client discovers the slots from
+	// the seed Addrs and routes each key to its node.
+	Cluster bool
+	// Sentinel, if set, is the name of the master set monitored by the
+	// Redis Sentinels at Addrs; the store follows failovers.
+	Sentinel string
+	// Username and Password authenticate (AUTH; Username for Redis ACLs).
+	Username, Password string
+	// TLS, if set, connects with TLS.
+	TLS *tls.Config
+	// Timeout bounds every call to Redis, connecting included; default 50ms.
+	Timeout time.Duration
+	// RedisTime makes decisions use Redis' clock (TIME, inside the script)
+	// instead of Request.Now.
+	RedisTime bool
+	// Prefix starts every Redis key; default "sluice:". No braces.
+	Prefix string
+	// ExpiryMargin is how long a key is kept after its state is at rest,
+	// to cover clock skew between callers; default 10s.
+	ExpiryMargin time.Duration
+}
+
+// Defaults.
+const (
+	DefaultTimeout      = 50 * time.Millisecond
+	DefaultPrefix       = "sluice:"
+	DefaultExpiryMargin = 10 * time.Second
+)
+
+// withDefaults returns o with zero fields defaulted.
+func (o Options) withDefaults() Options {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.ExpiryMargin == 0 {
+		o.ExpiryMargin = DefaultExpiryMargin
+	}
+	return o
+}
+
+// Validate reports whether o can be used.
+func (o Options) Validate() error {
+	var errs []error
+	if len(o.Addrs) == 0 {
+		errs = append(errs, errors.New("redisstore: options: addrs: at least one address is required"))
+	}
+	for _, a := range o.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("redisstore: options: addrs: %q: %v", a, err))
+		}
+	}
+	if o.Cluster && o.Sentinel != "" {
+		errs = append(errs, errors.New("redisstore: options: cluster and sentinel are exclusive"))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("redisstore: options: timeout %v must not be negative", o.Timeout))
+	}
+	if o.ExpiryMargin < 0 {
+		errs = append(errs, fmt.Errorf("redisstore: options: expiry margin %v must not be negative", o.ExpiryMargin))
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("redisstore: options: prefix %q must not contain braces (they would change the Cluster hash tag)", o.Prefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Store is a sluice.Store in Redis. It is safe for concurrent use.
+type Store struct {
+	c       rueidis.Client
+	opts    Options
+	margin  string // ms
+	useTime string // "1" to use Redis TIME
+	take    [sluice.GCRA + 1]*rueidis.Lua
+	all     *rueidis.Lua
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New connects to Redis as o says and returns a Store. It fails, wrapping
+// sluice.ErrStoreUnavailable, if Redis cannot be reached within the timeout.
+func New(ctx context.Context, o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	co := rueidis.ClientOption{
+		InitAddress:       o.Addrs,
+		Username:          o.Username,
+		Password:          o.Password,
+		TLSConfig:         o.TLS,
+		DisableCache:      true,
+		ForceSingleClient: !o.Cluster && o.Sentinel == "",
+		Dialer:            net.Dialer{Timeout: o.Timeout},
+		ConnWriteTimeout:  max(o.Timeout, time.Second),
+	}
+	if o.Sentinel != "" {
+		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
+	}
+	type result struct {
+		c   rueidis.Client
+		err error
+	}
+	// NewClient dials; bound it by the caller's context and the timeout.
+	done := make(chan result, 1)
+	go func() {
+		c, err := rueidis.NewClient(co)
+		done <- result{c, err}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
+	defer cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		r.err = ctx.Err()
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("redisstore: connect %v: %w: %w", o.Addrs, sluice.ErrStoreUnavailable, r.err)
+	}
+	s := &Store{
+		c:       r.c,
+		opts:    o,
+		margin:  strconv.FormatInt(o.ExpiryMargin.Milliseconds(), 10),
+		useTime: "0",
+		all:     rueidis.NewLuaScript(scriptAll),
+	}
+	if o.RedisTime {
+		s.useTime = "1"
+	}
+	for _, a := range sluice.Algorithms() {
+		s.take[a] = rueidis.NewLuaScript(scripts[a])
+	}
+	return s, nil
+}
+
+// Close closes the connections to Redis.
+func (s *Store) Close() { s.c.Close() }
+
+// Ping checks that Redis answers within the timeout (for readiness probes).
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if s.opts.Cluster {
+		// Every master must answer, or some keys cannot be decided.
+		for addr, n := range s.c.Nodes() {
+			if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
+				return fmt.Errorf("redisstore: ping %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
+			}
+		}
+		return nil
+	}
+	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: ping: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// Key returns the Redis key that holds the state of limiter key k.
+func (s *Store) Key(k string) string { return s.opts.Prefix + "{" + k + "}" }
+
+// request is a sluice.Request checked and converted to script arguments.
+type request struct {
+	key   string // Redis key
+	ticks sluice.Ticks
+	args  [9]string
+}
+
+func (s *Store) prepare(r *sluice.Request, q *request) error {
+	if !r.Algorithm.Valid() {
+		return fmt.Errorf("%w: %d", sluice.ErrUnknownAlgorithm, uint8(r.Algorithm))
+	}
+	t, err := r.Limit.Ticks()
+	if err != nil {
+		return err
+	}
+	if r.Cost < 0 {
+		return fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
+	}
+	q.key = s.Key(r.Key)
+	q.ticks = t
+	q.args = [9]string{
+		strconv.Itoa(int(r.Algorithm)),
+		strconv.FormatInt(t.Rate, 10),
+		strconv.FormatInt(t.Burst, 10),
+		strconv.FormatInt(t.Period, 10),
+		strconv.FormatInt(t.Segments, 10),
+		strconv.FormatInt(t.Tick, 10),
+		strconv.FormatInt(r.Cost, 10),
+		strconv.FormatInt(r.Now.UnixMicro(), 10),
+		"0",
+	}
+	return nil
+}
+
+// reply is one request's answer from a script, in ticks.
+type reply struct {
+	allowed                                 bool
+	remaining, retry, reset, delay, idle, mark int64
+}
+
+func (q *request) decision(rp reply) sluice.Decision {
+	dur := func(ticks int64) time.Duration {
+		if ticks < 0 {
+			return sluice.Never
+		}
+		return time.Duration(ticks*q.ticks.Tick) * time.Microsecond
+	}
+	d := sluice.Decision{
+		Allowed:    rp.allowed,
+		Limit:      q.ticks.Rate,
+		Remaining:  rp.remaining,
+		RetryAfter: dur(rp.retry),
+		ResetAfter: dur(rp.reset),
+		Delay:      dur(rp.delay),
+	}
+	if rp.allowed {
+		d.RetryAfter = 0
+	}
+	return d
+}
+
+// Take decides one request in one round trip and counts it if allowed.
+func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	var q request
+	if err := s.prepare(&r, &q); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	args := make([]string, 0, 12)
+	args = append(args, "take", s.useTime, s.margin)
+	args = append(args, q.args[:]...)
+	rps, err := s.exec(ctx, s.take[r.Algorithm], []string{q.key}, args, 1)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return q.decision(rps[0]), nil
+}
+
+func (s *Store) exec(ctx context.Context, script *rueidis.Lua, keys, args []string, n int) ([]reply, error) {
+	vals, err := script.Exec(ctx, s.c, keys, args).AsIntSlice()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != 7*n {
+		return nil, fmt.Errorf("script returned %d values, want %d", len(vals), 7*n)
+	}
+	rps := make([]reply, n)
+	for i := range rps {
+		v := vals[7*i:]
+		rps[i] = reply{allowed: v[0] == 1, remaining: v[1], retry: v[2], reset: v[3], delay: v[4], idle: v[5], mark: v[6]}
+	}
+	return rps, nil
+}
+
+// TakeAll decides several requests as one: all are counted if every one is
+// allowed, none otherwise. See the package documentation for how this is
+// done across Cluster slots.
+func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) != len(rs) {
+		return fmt.Errorf("redisstore: take all: %d decisions for %d requests", len(ds), len(rs))
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	qs := make([]request, len(rs))
+	for i := range rs {
+		if err := s.prepare(&rs[i], &qs[i]); err != nil {
+			return fmt.Errorf("redisstore: take all %q: %w", rs[i].Key, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	groups := [][]int{make([]int, len(rs))}
+	for i := range groups[0] {
+		groups[0][i] = i
+	}
+	if s.opts.Cluster {
+		groups = bySlot(qs)
+	}
+	if len(groups) == 1 {
+		rps, err := s.run(ctx, "take", qs, groups[0], nil)
+		if err != nil {
+			return s.allErr(rs, err)
+		}
+		for j, i := range groups[0] {
+			ds[i] = qs[i].decision(rps[j])
+		}
+		return nil
+	}
+	// Across slots: check everything without counting first.
+	rps, err := s.runGroups(ctx, "check", qs, groups, nil)
+	if err != nil {
+		return s.allErr(rs, err)
+	}
+	allowed := true
+	for gi, g := range groups {
+		for j, i := range g {
+			ds[i] = qs[i].decision(rps[gi][j])
+			allowed = allowed && rps[gi][j].allowed
+		}
+	}
+	if !allowed {
+		return nil
+	}
+	// Then take each slot's share; refund if some slot changed its mind.
+	rps, err = s.runGroups(ctx, "take", qs, groups, nil)
+	committed := make([]bool, len(groups))
+	denied := err != nil
+	for gi, g := range groups {
+		if rps[gi] == nil {
+			continue
+		}
+		committed[gi] = true
+		for j, i := range g {
+			ds[i] = qs[i].decision(rps[gi][j])
+			if !rps[gi][j].allowed {
+				committed[gi] = false
+				denied = true
+			}
+		}
+	}
+	if !denied {
+		return nil
+	}
+	var refund [][]int
+	var marks [][]reply
+	for gi, g := range groups {
+		if committed[gi] {
+			refund = append(refund, g)
+			marks = append(marks, rps[gi])
+		}
+	}
+	if len(refund) > 0 {
+		// The refund must happen even if the caller's context is done.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+		defer rcancel()
+		if _, rerr := s.runGroups(rctx, "refund", qs, refund, marks); rerr != nil && err == nil {
+			err = fmt.Errorf("refund: %w", rerr)
+		}
+	}
+	if err != nil {
+		return s.allErr(rs, err)
+	}
+	return nil
+}
+
+func (s *Store) allErr(rs []sluice.Request, err error) error {
+	keys := make([]string, len(rs))
+	for i := range rs {
+		keys[i] = rs[i].Key
+	}
+	return fmt.Errorf("redisstore: take all %q: %w: %w", keys, sluice.ErrStoreUnavailable, err)
+}
+
+// run executes the all-algorithms script over the requests qs[g...].
+func (s *Store) run(ctx context.Context, mode string, qs []request, g []int, marks []reply) ([]reply, error) {
+	keys := make([]string, len(g))
+	args := make([]string, 0, 3+9*len(g))
+	args = append(args, mode, s.useTime, s.margin)
+	for j, i := range g {
+		keys[j] = qs[i].key
+		a := qs[i].args
+		if marks != nil {
+			a[8] = strconv.FormatInt(marks[j].mark, 10)
+		}
+		args = append(args, a[:]...)
+	}
+	n := len(g)
+	if mode == "refund" {
+		n = 0
+	}
+	return s.exec(ctx, s.all, keys, args, n)
+}
+
+// runGroups runs one script per group, in parallel. A group whose script
+// failed has a nil reply; the first error is returned.
+func (s *Store) runGroups(ctx context.Context, mode string, qs []request, groups [][]int, marks [][]reply) ([][]reply, error) {
+	out := make([][]reply, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for gi, g := range groups {
+		var m []reply
+		if marks != nil {
+			m = marks[gi]
+		}
+		wg.Go(func() { out[gi], errs[gi] = s.run(ctx, mode, qs, g, m) })
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// bySlot groups request indexes by Cluster slot, in order of first use.
+func bySlot(qs []request) [][]int {
+	var groups [][]int
+	at := map[uint16]int{}
+	for i := range qs {
+		sl := slot(qs[i].key)
+		gi, ok := at[sl]
+		if !ok {
+			gi = len(groups)
+			at[sl] = gi
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], i)
+	}
+	return groups
+}
+
+// slot is Redis Cluster's HASH_SLOT of key: CRC16 (XMODEM) of the hash tag,
+// if the key has a non-empty one, else of the whole key, mod 16384.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
+
+//go:embed *.lua
+var luaFS embed.FS
+
+// scripts[a] is the Take script of algorithm a; scriptAll holds every
+// algorithm, for TakeAll.
+var (
+	scripts   [sluice.GCRA + 1]string
+	scriptAll string
+)
+
+var algFiles = [...]string{
+	sluice.TokenBucket:          "token_bucket.lua",
+	sluice.LeakyBucket:          "leaky_bucket.lua",
+	sluice.FixedWindow:          "fixed_window.lua",
+	sluice.SlidingWindowLog:     "sliding_window_log.lua",
+	sluice.SlidingWindowCounter: "sliding_window_counter.lua",
+	sluice.GCRA:                 "gcra.lua",
+}
+
+func init() {
+	read := func(name string) string {
+		b, err := luaFS.ReadFile(name)
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		return string(b)
+	}
+	prelude, main := read("prelude.lua"), read("main.lua")
+	all := []string{prelude}
+	for _, a := range sluice.Algorithms() {
+		parts := []string{prelude}
+		if a == sluice.GCRA { // gcra shares takeDebt with the token bucket
+			parts = append(parts, read(algFiles[sluice.TokenBucket]))
+		}
+		parts = append(parts, read(algFiles[a]), main)
+		scripts[a] = strings.Join(parts, "\n")
+		all = append(all, read(algFiles[a]))
+	}
+	scriptAll = strings.Join(append(all, main), "\n")
+}
+
+// Script returns the Lua source that Take runs for algorithm a (as sent to
+// EVALSHA), for benchmarks and inspection; "" for an invalid algorithm.
+func Script(a sluice.Algorithm) string {
+	if !a.Valid() {
+		return ""
+	}
+	return scripts[a]
+}
