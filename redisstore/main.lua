@@ -1,5 +1,6 @@
 -- main.lua: the entry point, appended after the algorithms. It decides
--- #KEYS requests. ARGV: mode ('take': decide, and commit every key if every
+-- #KEYS requests. ARGV: mode ('one': decide and save, as sluice's Take
+-- does even when it denies; 'take': decide, and commit every key if every
 -- request is allowed, none otherwise; 'check': decide, commit nothing;
 -- 'refund': give back what a take counted), 1 to use Redis' clock (TIME)
 -- instead of each request's now, the expiry margin in ms; then per request
@@ -50,7 +51,7 @@ for i = 1, #KEYS do
     out[n + 7] = r.mark
   end
 end
-if (mode == 'take' and ok) or mode == 'refund' then
+if mode == 'one' or (mode == 'take' and ok) or mode == 'refund' then
   for _, o in ipairs(order) do save(o, o.ttl) end
 end
 return out

@@ -274,7 +274,7 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 
 // reply is one request's answer from a script, in ticks.
 type reply struct {
-	allowed                                 bool
+	allowed                                    bool
 	remaining, retry, reset, delay, idle, mark int64
 }
 
@@ -308,7 +308,7 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	args := make([]string, 0, 12)
-	args = append(args, "take", s.useTime, s.margin)
+	args = append(args, "one", s.useTime, s.margin)
 	args = append(args, q.args[:]...)
 	rps, err := s.exec(ctx, s.take[r.Algorithm], []string{q.key}, args, 1)
 	if err != nil {

@@ -1,0 +1,151 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// slack is what a failing call may take beyond the store's timeout: the
+// scheduling noise of a loaded 2-core CI machine under -race.
+const slack = 150 * time.Millisecond
+
+func req(key string, at time.Duration) sluice.Request {
+	return sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Cost: 1, Now: sluicetest.T0.Add(at)}
+}
+
+// mustFailFast calls f and checks that it fails with ErrStoreUnavailable
+// within the timeout plus slack.
+func mustFailFast(t *testing.T, what string, timeout time.Duration, f func() error) {
+	t.Helper()
+	start := time.Now()
+	err := f()
+	took := time.Since(start)
+	if !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("%s: err = %v, want one wrapping sluice.ErrStoreUnavailable", what, err)
+	}
+	if took > timeout+slack {
+		t.Fatalf("%s took %v, want at most the timeout %v + %v", what, took, timeout, slack)
+	}
+	t.Logf("%s failed in %v: %v", what, took, err)
+}
+
+// untilOK retries f until it succeeds, for at most 10 s of attempts (each
+// bounded by the store's timeout): the client reconnects on its own.
+func untilOK(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after 10s: %v", what, err)
+		}
+	}
+}
+
+func TestRedisDownThenBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const timeout = 50 * time.Millisecond
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: timeout})
+	ctx := context.Background()
+	if d, err := s.Take(ctx, req("down", 0)); err != nil || !d.Allowed {
+		t.Fatalf("Take before Stop = %+v, %v; want allowed", d, err)
+	}
+	srv.Stop()
+	for range 3 {
+		mustFailFast(t, "Take while down", timeout, func() error { _, err := s.Take(ctx, req("down", time.Second)); return err })
+		mustFailFast(t, "TakeAll while down", timeout, func() error {
+			return s.TakeAll(ctx, []sluice.Request{req("down", 0), req("down2", 0)}, make([]sluice.Decision, 2))
+		})
+		mustFailFast(t, "Ping while down", timeout, func() error { return s.Ping(ctx) })
+	}
+	srv.Restart()
+	untilOK(t, "Take after Restart", func() error { _, err := s.Take(ctx, req("down", 2*time.Second)); return err })
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after Restart: %v", err)
+	}
+	// The restarted server has no data: the key starts full again.
+	if d, err := s.Take(ctx, req("fresh", 0)); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("Take(fresh) after Restart = %+v, %v; want allowed, remaining 9", d, err)
+	}
+}
+
+func TestRedisHung(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const timeout = 50 * time.Millisecond
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: timeout})
+	ctx := context.Background()
+	if _, err := s.Take(ctx, req("hung", 0)); err != nil {
+		t.Fatalf("Take before SIGSTOP: %v", err)
+	}
+	pid := srv.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %d: %v", pid, err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	for range 3 {
+		mustFailFast(t, "Take while hung", timeout, func() error { _, err := s.Take(ctx, req("hung", time.Second)); return err })
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	stopped = false
+	untilOK(t, "Take after SIGCONT", func() error { _, err := s.Take(ctx, req("hung", 2*time.Second)); return err })
+}
+
+func TestCallerContextCancelled(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Take(ctx, req("cancelled", 0))
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with a cancelled context: err = %v, want ErrStoreUnavailable and context.Canceled", err)
+	}
+}
+
+func TestNewUnreachable(t *testing.T) {
+	srv := redistest.StartServer(t)
+	addr := srv.Addr
+	srv.Stop()
+	start := time.Now()
+	_, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{addr}, Timeout: 50 * time.Millisecond})
+	if !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("New(%s) with nothing listening: err = %v, want ErrStoreUnavailable", addr, err)
+	}
+	if took := time.Since(start); took > time.Second+slack {
+		t.Fatalf("New(%s) took %v, want at most 1s", addr, took)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    redisstore.Options
+		ok   bool
+	}{
+		{"single", redisstore.Options{Addrs: []string{"127.0.0.1:6379"}}, true},
+		{"no addrs", redisstore.Options{}, false},
+		{"bad addr", redisstore.Options{Addrs: []string{"localhost"}}, false},
+		{"braces in prefix", redisstore.Options{Addrs: []string{"127.0.0.1:6379"}, Prefix: "a{b}:"}, false},
+		{"negative timeout", redisstore.Options{Addrs: []string{"127.0.0.1:6379"}, Timeout: -1}, false},
+		{"cluster and sentinel", redisstore.Options{Addrs: []string{"127.0.0.1:6379"}, Cluster: true, Sentinel: "m"}, false},
+	} {
+		if err := tc.o.Validate(); (err == nil) != tc.ok {
+			t.Errorf("Options{%s}.Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
