@@ -1,23 +1,211 @@
 // Package clientip finds the address of the client behind a request,
-// trusting X-Forwarded-For and Forwarded (RFC 7239) only when the
+// believing X-Forwarded-For and Forwarded (RFC 7239) only when the
 // connection comes from a trusted proxy.
+//
+// The rules, in order:
+//
+//  1. The connection's address (http.Request.RemoteAddr) is the answer
+//     unless it lies within one of the trusted prefixes. A client that is
+//     not a trusted proxy can send any header it likes: it changes nothing.
+//  2. From a trusted proxy, X-Forwarded-For is walked from the right (the
+//     hop the proxy itself appended) to the left, skipping addresses that
+//     are trusted too; the first untrusted address is the client. Several
+//     X-Forwarded-For header lines count as one list, in order.
+//  3. Without X-Forwarded-For, the for= parameters of the Forwarded header
+//     are walked the same way.
+//  4. When the walk meets a hop it cannot read (garbage, "unknown", an
+//     obfuscated identifier such as "_hidden", an element without for=),
+//     it stops and answers the nearest address it knows: the last trusted
+//     hop, or the connection's address. Clients behind such a hop are
+//     therefore counted together rather than not at all.
+//  5. When every hop is trusted, the leftmost is the answer.
+//
+// Addresses are returned without zone, and IPv4-mapped IPv6 addresses as
+// IPv4. IPv6 clients are identified by their full address; a client that
+// owns a whole /64 can rotate addresses within it, and keying by /64 is a
+// possible future option.
 package clientip
 
 import (
 	"net/http"
 	"net/netip"
+	"strings"
 )
 
 // Resolver finds client addresses. Trusted lists the proxies whose
 // forwarding headers are believed. The zero value trusts nobody and
-// returns the connection's address. A Resolver is safe for concurrent use.
+// returns the connection's address. A Resolver is safe for concurrent use
+// as long as Trusted is not modified.
 type Resolver struct {
 	Trusted []netip.Prefix
 }
 
-// ClientIP returns the address of the client that sent req, or the zero
-// Addr when there is none (req.RemoteAddr unparsable).
+// ClientIP returns the address of the client that sent req, following the
+// rules of the package documentation, or the zero Addr when req.RemoteAddr
+// is not an IP address (a Unix socket, say).
 func (r Resolver) ClientIP(req *http.Request) netip.Addr {
-	// TODO
+	peer := parseRemote(req.RemoteAddr)
+	if !peer.IsValid() || !r.trusted(peer) {
+		return peer
+	}
+	if xff := req.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		return r.walkXFF(xff, peer)
+	}
+	if fwd := req.Header.Values("Forwarded"); len(fwd) > 0 {
+		return r.walkForwarded(fwd, peer)
+	}
+	return peer
+}
+
+// trusted reports whether a lies within a trusted prefix.
+func (r Resolver) trusted(a netip.Addr) bool {
+	for _, p := range r.Trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r Resolver) walkXFF(lines []string, last netip.Addr) netip.Addr {
+	for i := len(lines) - 1; i >= 0; i-- {
+		s := lines[i]
+		for s != "" {
+			var hop string
+			if j := strings.LastIndexByte(s, ','); j >= 0 {
+				hop, s = s[j+1:], s[:j]
+			} else {
+				hop, s = s, ""
+			}
+			hop = strings.TrimSpace(hop)
+			if hop == "" {
+				continue
+			}
+			a, ok := ParseNode(hop)
+			if !ok {
+				return last
+			}
+			if !r.trusted(a) {
+				return a
+			}
+			last = a
+		}
+	}
+	return last
+}
+
+func (r Resolver) walkForwarded(lines []string, last netip.Addr) netip.Addr {
+	for i := len(lines) - 1; i >= 0; i-- {
+		elems, ok := splitElements(lines[i])
+		if !ok {
+			return last
+		}
+		for j := len(elems) - 1; j >= 0; j-- {
+			if strings.TrimSpace(elems[j]) == "" {
+				continue
+			}
+			e, err := parseElement(elems[j])
+			if err != nil || e.For == "" {
+				return last
+			}
+			a, ok := ParseNode(e.For)
+			if !ok {
+				return last
+			}
+			if !r.trusted(a) {
+				return a
+			}
+			last = a
+		}
+	}
+	return last
+}
+
+// parseRemote reads http.Request.RemoteAddr: "IP:PORT", "[IPv6]:PORT" or
+// a bare address.
+func parseRemote(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return normalize(ap.Addr())
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return normalize(a)
+	}
 	return netip.Addr{}
+}
+
+func normalize(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+// ParseNode reads one hop as X-Forwarded-For or the for= parameter of
+// Forwarded (already unquoted) write it: "192.0.2.1", "192.0.2.1:8080",
+// "[2001:db8::1]", "[2001:db8::1]:8080", or a bare "2001:db8::1". It
+// reports false for "unknown", obfuscated identifiers ("_hidden") and
+// anything else that is not an address; a port may be digits or an
+// obfuscated "_port".
+func ParseNode(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		a, err := netip.ParseAddr(s[1:end])
+		if err != nil || !a.Is6() || !validPort(s[end+1:]) {
+			return netip.Addr{}, false
+		}
+		return normalize(a), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return normalize(a), true
+	}
+	host, port, ok := strings.Cut(s, ":")
+	if !ok || !validPort(":"+port) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// validPort accepts "", ":DIGITS" (up to 65535) and ":_obfuscated".
+func validPort(s string) bool {
+	if s == "" {
+		return true
+	}
+	if s[0] != ':' || len(s) < 2 {
+		return false
+	}
+	p := s[1:]
+	if p[0] == '_' {
+		return validObf(p[1:])
+	}
+	if len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+		n = n*10 + int(p[i]-'0')
+	}
+	return n <= 65535
+}
+
+// validObf reports whether s is made of RFC 7239 obfuscation characters
+// (ALPHA / DIGIT / "." / "_" / "-").
+func validObf(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

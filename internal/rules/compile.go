@@ -1,39 +1,319 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
-	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
+// MaxNameLen bounds a rule name; names appear in store keys and metric labels.
+const MaxNameLen = 64
+
+// MaxShards bounds a rule's shards.
+const MaxShards = 1024
+
 // Compile checks specs and compiles them, in order. file names the config
-// file in errors. The error, if any, is ParseErrors listing every problem.
+// file in errors. The error, if any, is ParseErrors listing every problem
+// found, each naming the line and key ("rules[2].rate").
+//
+// Defaults: algorithm DefaultAlgorithm (DefaultDelayAlgorithm for action
+// delay), action reject, key [ip], burst = rate, segments 1, max_delay
+// DefaultMaxDelay for action delay. max_delay is an error on other actions;
+// segments is an error on algorithms other than sliding_window_counter.
 func Compile(file string, specs []Spec) (*Set, error) {
-	// TODO
-	return &Set{}, nil
+	var errs ParseErrors
+	set := &Set{byName: make(map[string]*Rule, len(specs))}
+	firstLine := make(map[string]int, len(specs))
+	for i := range specs {
+		sp := &specs[i]
+		path := "rules[" + strconv.Itoa(i) + "]"
+		fail := func(key, format string, args ...any) {
+			errs = append(errs, &ParseError{File: file, Line: sp.line(key), Key: path + "." + key, Msg: fmt.Sprintf(format, args...)})
+		}
+		r, ok := compileOne(sp, fail)
+		if sp.Name != "" {
+			if l, dup := firstLine[sp.Name]; dup {
+				fail("name", "duplicate rule name %q (first used at line %d)", sp.Name, l)
+				ok = false
+			} else {
+				firstLine[sp.Name] = sp.line("name")
+			}
+		}
+		if !ok {
+			continue
+		}
+		set.byName[r.Name] = r
+		set.Rules = append(set.Rules, r)
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return set, nil
 }
 
-// Matches reports whether the rule applies to a request with this method
-// and path.
-func (r *Rule) Matches(method, path string) bool {
-	// TODO
-	return false
+func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bool) {
+	nerr := 0
+	f := func(key, format string, args ...any) { nerr++; fail(key, format, args...) }
+	r := &Rule{Name: sp.Name, Path: sp.Match.Path, MaxDelay: sp.MaxDelay, Sync: sp.Sync, Shards: sp.Shards}
+
+	switch {
+	case sp.Name == "":
+		f("name", "missing: every rule needs a name")
+	case len(sp.Name) > MaxNameLen:
+		f("name", "%q is longer than %d characters", sp.Name, MaxNameLen)
+	case !validName(sp.Name):
+		f("name", "%q: use letters, digits, '-', '_' and '.' only", sp.Name)
+	}
+
+	for j, m := range sp.Match.Methods {
+		key := "match.methods[" + strconv.Itoa(j) + "]"
+		if !validToken(m) {
+			f(key, "%q is not an HTTP method", m)
+			continue
+		}
+		m = strings.ToUpper(m)
+		dup := false
+		for _, prev := range r.Methods {
+			dup = dup || prev == m
+		}
+		if dup {
+			f(key, "method %s listed twice", m)
+			continue
+		}
+		r.Methods = append(r.Methods, m)
+	}
+
+	if p := sp.Match.Path; p != "" {
+		if msg := checkPath(p); msg != "" {
+			f("match.path", "%q: %s", p, msg)
+		} else if base, ok := strings.CutSuffix(p, "*"); ok {
+			r.prefix, r.base = true, base
+		} else {
+			r.base = p
+		}
+	}
+
+	keys := sp.Key
+	if len(keys) == 0 {
+		keys = []string{"ip"}
+	}
+	for j, k := range keys {
+		key := "key[" + strconv.Itoa(j) + "]"
+		if len(sp.Key) == 0 {
+			key = "key"
+		}
+		p, err := ParsePart(k)
+		if err != nil {
+			f(key, "%v", err)
+			continue
+		}
+		for _, prev := range r.Key {
+			if prev == p {
+				f(key, "key part %q listed twice", k)
+			}
+		}
+		r.Key = append(r.Key, p)
+	}
+
+	if sp.Action != "" {
+		a, err := ParseAction(sp.Action)
+		if err != nil {
+			f("action", "%v", err)
+		}
+		r.Action = a
+	}
+
+	switch {
+	case sp.Algorithm != "":
+		a, err := sluice.ParseAlgorithm(sp.Algorithm)
+		if err != nil {
+			f("algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", sp.Algorithm)
+		}
+		r.Algorithm = a
+	case r.Action == Delay:
+		r.Algorithm = DefaultDelayAlgorithm
+	default:
+		r.Algorithm = DefaultAlgorithm
+	}
+
+	limitOK := true
+	if sp.Rate == "" {
+		f("rate", "missing: every rule needs a rate such as 100/s or 5/m")
+		limitOK = false
+	} else if l, err := sluice.ParseLimit(sp.Rate); err != nil {
+		f("rate", "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+		limitOK = false
+	} else {
+		r.Limit = l
+	}
+	if sp.Burst < 0 {
+		f("burst", "%d must not be negative", sp.Burst)
+		limitOK = false
+	}
+	if sp.Segments < 0 || sp.Segments > 1024 {
+		f("segments", "%d must be between 1 and 1024", sp.Segments)
+		limitOK = false
+	} else if sp.Segments > 0 && r.Algorithm.Valid() && r.Algorithm != sluice.SlidingWindowCounter {
+		f("segments", "applies to sliding_window_counter only, not %s", r.Algorithm)
+		limitOK = false
+	}
+	if limitOK {
+		r.Limit.Burst = sp.Burst
+		r.Limit.Segments = sp.Segments
+		if err := r.Limit.Validate(); err != nil {
+			key := "burst"
+			if sp.Burst == 0 {
+				key = "rate"
+			}
+			if sp.Segments > 0 {
+				key = "segments"
+			}
+			f(key, "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+		}
+		r.Limit.Burst = r.Limit.BurstOrRate()
+		if r.Limit.Segments == 0 {
+			r.Limit.Segments = 1
+		}
+	}
+
+	switch {
+	case sp.MaxDelay < 0:
+		f("max_delay", "%v must not be negative", sp.MaxDelay)
+	case sp.MaxDelay > 0 && r.Action != Delay:
+		f("max_delay", "applies to action: delay only (action is %s)", r.Action)
+	case sp.MaxDelay > MaxMaxDelay:
+		f("max_delay", "%v is longer than the maximum %v", sp.MaxDelay, MaxMaxDelay)
+	case r.Action == Delay && sp.MaxDelay == 0:
+		r.MaxDelay = DefaultMaxDelay
+	}
+	if sp.Sync < 0 || (sp.Sync > 0 && sp.Sync < time.Millisecond) || sp.Sync > time.Minute {
+		f("sync", "%v must be between 1ms and 1m", sp.Sync)
+	}
+	if sp.Shards < 0 || sp.Shards == 1 || sp.Shards > MaxShards {
+		f("shards", "%d must be between 2 and %d (or absent)", sp.Shards, MaxShards)
+	}
+
+	if nerr > 0 {
+		return nil, false
+	}
+	r.Fingerprint = fingerprint(r)
+	r.keyHead = r.Name + "|" + r.Fingerprint + "|"
+	return r, true
 }
 
-// KeyFor returns the store key req is counted under, or ok=false when a
-// key part is missing and the rule does not apply.
-func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
-	// TODO
-	return "", false
+// fingerprint digests what a counter means: the algorithm, the limit and the
+// key parts. Not the name (already in the key), action, match or max_delay:
+// changing those keeps the counters.
+func fingerprint(r *Rule) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d", r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst, r.Limit.Segments)
+	for _, p := range r.Key {
+		fmt.Fprintf(h, "|%d:%s", p.Kind, p.Name)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:4])
 }
 
-// StoreKey returns the store key for a caller-given key (POST /v1/check).
-func (r *Rule) StoreKey(key string) string {
-	// TODO
-	return key
+func validName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return s != ""
 }
 
-// Match appends to dst every rule that applies to req, with its key.
-func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match {
-	// TODO
-	return dst
+// validToken reports whether s is an RFC 9110 token (method, header name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
+
+// checkPath returns what is wrong with a match path, or "".
+func checkPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return "must start with /"
+	}
+	if i := strings.IndexByte(p, '*'); i >= 0 && (i != len(p)-1 || !strings.HasSuffix(p, "/*")) {
+		return "* is allowed only as a final /* (prefix match)"
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f || c == '?' || c == '#' {
+			return "must not contain spaces, control characters, ? or #"
+		}
+	}
+	base := strings.TrimSuffix(p, "*")
+	if cleanPath(base) != base {
+		return "is not a clean path (no //, /./ or /../); requests are matched after cleaning"
+	}
+	return ""
+}
+
+// ParsePart reads one key part: ip, method, path, header:NAME, query:NAME
+// or cookie:NAME.
+func ParsePart(s string) (Part, error) {
+	kind, name, hasName := strings.Cut(s, ":")
+	switch kind {
+	case "ip", "method", "path":
+		if hasName {
+			return Part{}, fmt.Errorf("key part %q: %s takes no name", s, kind)
+		}
+		return Part{Kind: map[string]PartKind{"ip": PartIP, "method": PartMethod, "path": PartPath}[kind]}, nil
+	case "header":
+		if !validToken(name) {
+			return Part{}, fmt.Errorf("key part %q: want header:NAME with a valid header name", s)
+		}
+		return Part{Kind: PartHeader, Name: http.CanonicalHeaderKey(name)}, nil
+	case "query", "cookie":
+		if name == "" {
+			return Part{}, fmt.Errorf("key part %q: want %s:NAME", s, kind)
+		}
+		if kind == "cookie" {
+			if !validToken(name) {
+				return Part{}, fmt.Errorf("key part %q: %q is not a valid cookie name", s, name)
+			}
+			return Part{Kind: PartCookie, Name: name}, nil
+		}
+		return Part{Kind: PartQuery, Name: name}, nil
+	}
+	return Part{}, fmt.Errorf("unknown key part %q (want ip, header:NAME, query:NAME, cookie:NAME, method or path)", s)
+}
+
+// String returns p as written in a config: "ip", "header:X-Api-Key", ….
+func (p Part) String() string {
+	switch p.Kind {
+	case PartIP:
+		return "ip"
+	case PartMethod:
+		return "method"
+	case PartPath:
+		return "path"
+	case PartHeader:
+		return "header:" + p.Name
+	case PartQuery:
+		return "query:" + p.Name
+	case PartCookie:
+		return "cookie:" + p.Name
+	}
+	return "Part(" + strconv.Itoa(int(p.Kind)) + ")"
+}
+
+// MarshalText implements encoding.TextMarshaler (for GET /v1/rules).
+func (p Part) MarshalText() ([]byte, error) { return []byte(p.String()), nil }

@@ -1,0 +1,227 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// MaxKeyLen bounds the request-derived part of a store key: a longer one is
+// replaced by "#" and the hex SHA-256 of it, so a huge header value is never
+// stored raw. The whole key is at most MaxNameLen + 10 + MaxKeyLen bytes.
+const MaxKeyLen = 256
+
+// Matches reports whether the rule applies to a request with this method
+// and path (the URL path, decoded, without the query).
+//
+// Methods compare case-insensitively; an empty list matches any method.
+// The path is cleaned first (path.Clean, keeping a trailing slash), so
+// "/a/../login" and "//login" match a rule for "/login". An exact path
+// matches only itself; a prefix "/api/*" matches "/api", "/api/" and
+// everything under "/api/", but not "/apix". No path matches every path.
+// Paths compare case-sensitively.
+func (r *Rule) Matches(method, path string) bool {
+	return r.matches(method, cleanPath(path))
+}
+
+func (r *Rule) matches(method, p string) bool {
+	if len(r.Methods) > 0 {
+		found := false
+		for _, m := range r.Methods {
+			if strings.EqualFold(m, method) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	switch {
+	case r.Path == "":
+		return true
+	case !r.prefix:
+		return p == r.base
+	}
+	return strings.HasPrefix(p, r.base) || p == r.base[:len(r.base)-1]
+}
+
+// cleanPath cleans p as Matches documents, without allocating when p is
+// already clean.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if p[len(p)-1] == '/' && c != "/" {
+		if len(p) == len(c)+1 && strings.HasPrefix(p, c) {
+			return p
+		}
+		return c + "/"
+	}
+	return c
+}
+
+// Match appends to dst every rule of s that applies to req, in file order,
+// with the store key req is counted under, and returns the extended slice.
+// A rule whose key part is missing from req does not apply. Pass a reused
+// dst[:0] to avoid allocating.
+func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match {
+	if s == nil {
+		return dst
+	}
+	p := requestPath(req)
+	for _, r := range s.Rules {
+		if !r.matches(req.Method, p) {
+			continue
+		}
+		if k, ok := r.keyFor(req, clientIP, p); ok {
+			dst = append(dst, Match{Rule: r, Key: k})
+		}
+	}
+	return dst
+}
+
+func requestPath(req *http.Request) string {
+	if req.URL == nil {
+		return "/"
+	}
+	return cleanPath(req.URL.Path)
+}
+
+// KeyFor returns the store key req is counted under by r, or ok=false when
+// a key part is missing and r does not apply to req: an invalid clientIP
+// for ip, no such header, query parameter or cookie, or an empty value
+// (which counts as missing). KeyFor does not check Matches.
+//
+// The key is "NAME|FINGERPRINT|VALUE". With one key part VALUE is the raw
+// value (so POST /v1/check with the same key counts the same counter, see
+// StoreKey); with several, each value is written as LENGTH:VALUE, so no
+// value can imitate a boundary. Header, query and cookie values are taken
+// as the first one sent; ip is the address without zone, IPv4-mapped IPv6
+// written as IPv4; IPv6 clients are keyed by their full address. A VALUE
+// longer than MaxKeyLen becomes "#" and its SHA-256 in hex; a raw value
+// that itself starts with "#" gets a second "#".
+func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
+	return r.keyFor(req, clientIP, requestPath(req))
+}
+
+func (r *Rule) keyFor(req *http.Request, ip netip.Addr, cleaned string) (string, bool) {
+	var buf [128]byte
+	b := buf[:0]
+	single := len(r.Key) == 1
+	for _, p := range r.Key {
+		var v string
+		var ipb [48]byte
+		switch p.Kind {
+		case PartIP:
+			if !ip.IsValid() {
+				return "", false
+			}
+			ipv := ip.Unmap().WithZone("").AppendTo(ipb[:0])
+			if !single {
+				b = strconv.AppendInt(b, int64(len(ipv)), 10)
+				b = append(b, ':')
+			}
+			b = append(b, ipv...)
+			continue
+		case PartHeader:
+			vs := req.Header[p.Name]
+			if len(vs) == 0 {
+				return "", false
+			}
+			v = vs[0]
+		case PartQuery:
+			if req.URL == nil {
+				return "", false
+			}
+			v = queryValue(req.URL.RawQuery, p.Name)
+		case PartCookie:
+			c, err := req.Cookie(p.Name)
+			if err != nil {
+				return "", false
+			}
+			v = c.Value
+		case PartMethod:
+			v = strings.ToUpper(req.Method)
+		case PartPath:
+			v = cleaned
+		}
+		if v == "" {
+			return "", false
+		}
+		if !single {
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+		}
+		b = append(b, v...)
+	}
+	return r.head(b), true
+}
+
+// StoreKey returns the store key for a key given by a caller (POST
+// /v1/check): "NAME|FINGERPRINT|KEY", with a KEY longer than MaxKeyLen
+// hashed as KeyFor does. For a rule with one key part, StoreKey(v) is the
+// key KeyFor gives a request whose part has the value v.
+func (r *Rule) StoreKey(key string) string {
+	return r.head([]byte(key))
+}
+
+// head bounds the value v and prefixes it with the rule's name and
+// fingerprint.
+func (r *Rule) head(v []byte) string {
+	var sb strings.Builder
+	switch {
+	case len(v) > MaxKeyLen:
+		sum := sha256.Sum256(v)
+		sb.Grow(len(r.keyHead) + 1 + 2*len(sum))
+		sb.WriteString(r.keyHead)
+		sb.WriteByte('#')
+		var hx [2 * sha256.Size]byte
+		hex.Encode(hx[:], sum[:])
+		sb.Write(hx[:])
+	case len(v) > 0 && v[0] == '#':
+		sb.Grow(len(r.keyHead) + 1 + len(v))
+		sb.WriteString(r.keyHead)
+		sb.WriteByte('#')
+		sb.Write(v)
+	default:
+		sb.Grow(len(r.keyHead) + len(v))
+		sb.WriteString(r.keyHead)
+		sb.Write(v)
+	}
+	return sb.String()
+}
+
+// queryValue returns the first value of parameter name in a raw query, or
+// "" — without building the whole url.Values map.
+func queryValue(raw, name string) string {
+	for raw != "" {
+		var kv string
+		kv, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			u, err := url.QueryUnescape(v)
+			if err != nil {
+				return ""
+			}
+			v = u
+		}
+		return v
+	}
+	return ""
+}
