@@ -5,8 +5,8 @@
 // encodes the same JSON, with the server CPU per request read from
 // /proc/PID/stat. It prints a Markdown report.
 //
-//	go run ./bench/load                 # defaults: wrk -t1 -c64, 10s per step
-//	go run ./bench/load -d 5s -c 32
+//	cd bench && go run ./load           # defaults: wrk -t1 -c64, 10s per step
+//	cd bench && go run ./load -d 5s -c 32
 //
 // Needs wrk and redis-server on PATH (Linux only: /proc). Peak throughput
 // comes from wrk (closed loop); the latency "at half of peak" comes from an
@@ -132,10 +132,15 @@ func run() error {
 
 	// Build sluice once and run it as a process, as users do.
 	sluice := filepath.Join(dir, "sluice")
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", sluice, "./cmd/sluice")
+	build.Dir = root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice (run from the repository root): %w", err)
+		return fmt.Errorf("go build ./cmd/sluice in %s: %w", root, err)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -233,6 +238,25 @@ func run() error {
 	}
 	report(os.Stdout, o, results, rate, directHalf, proxyHalf)
 	return nil
+}
+
+// repoRoot finds the repository root (the directory holding
+// cmd/sluice/main.go) from the working directory upwards.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "cmd", "sluice", "main.go")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the sluice repository (cmd/sluice not found above the working directory)")
+		}
+		dir = parent
+	}
 }
 
 // sluiceConfig is a config with one rule that applies to every request but
