@@ -1,0 +1,459 @@
+// Package engine is the decision core shared by every edge of the daemon
+// (the reverse proxy, POST /v1/check, /v1/forward-auth): given the rules
+// that match a request, it asks the store, applies the rules' actions and
+// the store.on_error policy, counts the outcome in the metrics, and returns
+// a Result the edge turns into an answer.
+//
+// Semantics, for the matches of one request:
+//
+//   - Every matching rule applies. The enforcing rules (actions reject,
+//     delay, defer) are decided together with one Store.TakeAll: the request
+//     passes only if all of them allow it, and a request denied by one rule
+//     consumes nothing from the others.
+//   - Shadow rules are decided after, each on its own with Store.Take, and
+//     never block: each counts what it would have counted as the only rule
+//     (whatever the enforcing rules said), and a would-be denial is counted
+//     as shadow_denied and logged. Deciding them apart from the enforcing
+//     ones keeps a shadow rule from changing what the real rules count.
+//     They add no response headers: clients see only limits in force.
+//   - The response headers carry the tightest enforcing rule's figures: the
+//     denying rule's (the longest RetryAfter if several deny), else the rule
+//     with the lowest Remaining, ties going to the longest ResetAfter.
+//   - Action delay (Admit only): a request over the limit waits for a slot
+//     for up to the rule's MaxDelay (the least of them if several delay
+//     rules apply). With the leaky bucket the admitted decision carries the
+//     Delay that spaces requests evenly; Admit waits it out (a real shaper).
+//     With other algorithms a denied request waits RetryAfter and asks again
+//     while the total wait stays within MaxDelay (for a leaky bucket whose
+//     queue is full, the wait for a queue slot plus the queue's length).
+//     Otherwise it is denied
+//     (429). Waiting ends early, denied, when the request's context ends. A
+//     leaky bucket slot whose Delay exceeds MaxDelay is taken but the
+//     request is denied; configure max_delay ≥ burst × period / rate to
+//     avoid that. Under action reject, a leaky bucket admits immediately
+//     (it polices rather than shapes).
+//   - Action defer is decided as reject until deferred replay exists; the
+//     edge sees DeniedBy.Action == rules.Defer and may treat it apart.
+//   - When the store cannot decide, on_error "allow" lets the request pass
+//     (counted in sluice_store_errors_total and
+//     sluice_store_fallback_total{policy="allow"}); "deny" denies it, and the
+//     edges answer 503.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// The store.on_error policies the Engine applies.
+const (
+	OnErrorAllow = "allow"
+	OnErrorDeny  = "deny"
+)
+
+// Options configures an Engine. Store is required.
+type Options struct {
+	// Store keeps the counters.
+	Store sluice.Store
+	// Rules are the rules in force; nil means none. The Engine never
+	// changes them.
+	Rules *rules.Set
+	// OnError is what happens when the store cannot decide: "allow" (the
+	// default, also for "") or "deny". The daemon maps store.on_error:
+	// local to a fallback store and "allow".
+	OnError string
+	// Metrics records decisions; nil records nothing.
+	Metrics *metrics.Metrics
+	// Logger receives store failures and shadow denials (each at most once
+	// a second); nil discards.
+	Logger *slog.Logger
+	// Now is the clock of the decisions; nil means time.Now. Admit's waits
+	// use real timers, so tests of waiting run in a testing/synctest bubble
+	// with the default clock.
+	Now func() time.Time
+}
+
+// Engine decides requests against a rule set and a store. It is immutable
+// and safe for concurrent use; on a reload, build a new Engine over the same
+// store (counters of unchanged rules carry over, since store keys carry the
+// rule's fingerprint) and swap it in atomically.
+type Engine struct {
+	store    sluice.Store
+	rules    *rules.Set
+	failOpen bool
+	metrics  *metrics.Metrics
+	byRule   map[*rules.Rule]*metrics.Rule
+	log      *slog.Logger
+	now      func() time.Time
+
+	storeLog, shadowLog throttle
+}
+
+// New returns an Engine for o.
+func New(o Options) (*Engine, error) {
+	if o.Store == nil {
+		return nil, fmt.Errorf("engine: nil store")
+	}
+	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now}
+	switch o.OnError {
+	case "", OnErrorAllow:
+		e.failOpen = true
+	case OnErrorDeny:
+	default:
+		return nil, fmt.Errorf("engine: on_error %q: want %q or %q", o.OnError, OnErrorAllow, OnErrorDeny)
+	}
+	if e.rules == nil {
+		e.rules = &rules.Set{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	e.byRule = make(map[*rules.Rule]*metrics.Rule, len(e.rules.Rules))
+	for _, r := range e.rules.Rules {
+		e.byRule[r] = e.metrics.Rule(r.Name)
+	}
+	return e, nil
+}
+
+// Rules returns the rules in force.
+func (e *Engine) Rules() *rules.Set { return e.rules }
+
+// Store returns the store the Engine decides on.
+func (e *Engine) Store() sluice.Store { return e.store }
+
+// FailOpen reports whether the Engine lets requests pass when the store
+// cannot decide (on_error allow).
+func (e *Engine) FailOpen() bool { return e.failOpen }
+
+// Match appends to dst the rules in force that apply to req, with their
+// keys (rules.Set.Match).
+func (e *Engine) Match(req *http.Request, clientIP netip.Addr, dst []rules.Match) []rules.Match {
+	return e.rules.Match(req, clientIP, dst)
+}
+
+// Result is the outcome of one request.
+type Result struct {
+	// Allowed reports whether the request may proceed (Admit has already
+	// waited any delay).
+	Allowed bool
+	// Rule is the rule whose figures Decision holds, for the response
+	// headers: the denying rule, or the tightest enforcing rule. nil when
+	// no enforcing rule applied or the store failed: send no headers.
+	Rule *rules.Rule
+	// Decision is Rule's decision.
+	Decision sluice.Decision
+	// DeniedBy is the rule that denied the request (the same as Rule); nil
+	// when allowed or when the store failed.
+	DeniedBy *rules.Rule
+	// Waited is how long Admit held the request under action delay.
+	Waited time.Duration
+	// StoreErr is the store's error when it could not decide; then Allowed
+	// is the on_error policy's answer.
+	StoreErr error
+	// Err is the request context's error when it ended during a wait.
+	Err error
+
+	shape   time.Duration // the longest Delay among admitted delay-action rules
+	retry   time.Duration // when denied only by delay rules: the longest RetryAfter; else -1
+	need    time.Duration // the wait retry implies: RetryAfter, plus a leaky bucket's queue
+	budget  time.Duration // the least MaxDelay among the delay rules that applied
+	delayer *rules.Rule   // the delay rule that set shape
+}
+
+// Decide decides the request once, at the Engine's clock, without waiting:
+// an admitted leaky bucket request reports its Delay in Decision.Delay but
+// the caller is not held. /v1/check uses it.
+func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Result {
+	a := getAttempt()
+	defer putAttempt(a)
+	res := e.decide(ctx, a, ms, cost)
+	e.finish(ctx, a, &res, ms, cost)
+	return res
+}
+
+// Admit decides the request and applies action delay: it returns when the
+// request may proceed (Allowed), after waiting for a slot and any shaping
+// Delay, or when it is denied. The reverse proxy and forward-auth use it.
+func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result {
+	a := getAttempt()
+	defer putAttempt(a)
+	start := e.now()
+	for {
+		res := e.decide(ctx, a, ms, cost)
+		if res.StoreErr != nil || res.budget < 0 {
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		}
+		elapsed := max(e.now().Sub(start), 0)
+		var wait time.Duration
+		switch {
+		case res.Allowed && res.shape > 0:
+			if elapsed+res.shape > res.budget {
+				// The slot is taken but lies beyond max_delay.
+				res.Allowed = false
+				res.Rule, res.DeniedBy = res.delayer, res.delayer
+				res.Decision = a.decisionOf(res.delayer)
+				res.Decision.Allowed = false
+				res.Decision.RetryAfter = res.shape
+				res.Waited = elapsed
+				e.finish(ctx, a, &res, ms, cost)
+				return res
+			}
+			wait = res.shape
+		case res.Allowed:
+			res.Waited = elapsed
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		case res.retry >= 0 && elapsed+res.need <= res.budget:
+			wait = max(res.retry, time.Microsecond)
+		default:
+			res.Waited = elapsed
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		}
+		if err := sleep(ctx, wait); err != nil {
+			res.Allowed = false
+			res.Err = err
+			res.Waited = max(e.now().Sub(start), 0)
+			if res.DeniedBy == nil {
+				res.DeniedBy, res.Rule = res.delayer, res.delayer
+			}
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		}
+		if res.Allowed { // waited out the shaping delay
+			res.Waited = max(e.now().Sub(start), 0)
+			res.Decision.Delay = 0
+			e.metrics.ObserveDelay(res.Waited)
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		}
+	}
+}
+
+// decide runs the enforcing rules of ms through one TakeAll and fills a.
+func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost int64) Result {
+	res := Result{retry: -1, budget: -1}
+	now := e.now()
+	a.reset()
+	for i := range ms {
+		r := ms[i].Rule
+		if r.Action == rules.Shadow {
+			continue
+		}
+		if r.Action == rules.Delay && (res.budget < 0 || r.MaxDelay < res.budget) {
+			res.budget = r.MaxDelay
+		}
+		a.rs = append(a.rs, sluice.Request{Key: ms[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+		a.rules = append(a.rules, r)
+	}
+	if len(a.rs) == 0 {
+		res.Allowed = true
+		return res
+	}
+	if cap(a.ds) < len(a.rs) {
+		a.ds = make([]sluice.Decision, len(a.rs))
+	} else {
+		a.ds = a.ds[:len(a.rs)]
+		clear(a.ds)
+	}
+	t0 := time.Now()
+	err := e.store.TakeAll(ctx, a.rs, a.ds)
+	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil {
+		res.StoreErr = err
+		res.Allowed = e.failOpen
+		return res
+	}
+	allowed := sluice.AllAllowed(a.ds)
+	res.Allowed = allowed
+	best := -1
+	onlyDelay := true
+	for i := range a.ds {
+		d, r := &a.ds[i], a.rules[i]
+		if allowed {
+			if r.Action == rules.Delay && d.Delay > res.shape {
+				res.shape, res.delayer = d.Delay, r
+			}
+			if best < 0 || d.Remaining < a.ds[best].Remaining ||
+				d.Remaining == a.ds[best].Remaining && d.ResetAfter > a.ds[best].ResetAfter {
+				best = i
+			}
+			continue
+		}
+		if d.Allowed {
+			continue
+		}
+		if r.Action != rules.Delay || d.RetryAfter < 0 {
+			onlyDelay = false
+		} else {
+			res.retry = max(res.retry, d.RetryAfter)
+			need := d.RetryAfter
+			if r.Algorithm == sluice.LeakyBucket {
+				// Once a slot opens, the request still queues behind the others.
+				need += time.Duration(int64(r.Limit.Period) / r.Limit.Rate * r.Limit.BurstOrRate())
+			}
+			res.need = max(res.need, need)
+		}
+		if best < 0 || longer(d.RetryAfter, a.ds[best].RetryAfter) {
+			best = i
+		}
+	}
+	if !onlyDelay {
+		res.retry = -1
+	}
+	if allowed && res.delayer == nil {
+		for _, r := range a.rules {
+			if r.Action == rules.Delay {
+				res.delayer = r
+				break
+			}
+		}
+	}
+	res.Rule, res.Decision = a.rules[best], a.ds[best]
+	if !allowed {
+		res.DeniedBy = res.Rule
+	}
+	return res
+}
+
+// longer reports whether retry-after a is longer than b, Never being the
+// longest.
+func longer(a, b time.Duration) bool {
+	if b < 0 {
+		return false
+	}
+	return a < 0 || a > b
+}
+
+// finish counts the final outcome of the enforcing rules, decides the
+// shadow rules, and logs.
+func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules.Match, cost int64) {
+	if res.StoreErr != nil {
+		e.storeFailed(res.StoreErr)
+		if e.failOpen {
+			e.metrics.Fallback(OnErrorAllow)
+		} else {
+			e.metrics.Fallback(OnErrorDeny)
+		}
+	} else {
+		for i, r := range a.rules {
+			m := e.ruleMetrics(r)
+			// A rule counts its own verdict; in a request denied by another
+			// rule it counts allowed although nothing was consumed.
+			if a.ds[i].Allowed && (res.Allowed || res.DeniedBy != r) {
+				m.Allowed()
+			} else {
+				m.Denied()
+			}
+		}
+	}
+	var now time.Time
+	for i := range ms {
+		r := ms[i].Rule
+		if r.Action != rules.Shadow {
+			continue
+		}
+		if now.IsZero() {
+			now = e.now()
+		}
+		d, err := e.store.Take(ctx, sluice.Request{Key: ms[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+		if err != nil {
+			e.storeFailed(err)
+			continue
+		}
+		m := e.ruleMetrics(r)
+		if d.Allowed {
+			m.Allowed()
+			continue
+		}
+		m.ShadowDenied()
+		if e.shadowLog.ok(now) {
+			e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
+		}
+	}
+}
+
+func (e *Engine) ruleMetrics(r *rules.Rule) *metrics.Rule {
+	if m, ok := e.byRule[r]; ok {
+		return m
+	}
+	return e.metrics.Rule(r.Name)
+}
+
+func (e *Engine) storeFailed(err error) {
+	e.metrics.StoreError()
+	if e.storeLog.ok(e.now()) {
+		e.log.Warn("store could not decide", "err", err, "on_error_allow", e.failOpen)
+	}
+}
+
+// attempt holds the requests and decisions of one TakeAll, pooled.
+type attempt struct {
+	rs    []sluice.Request
+	ds    []sluice.Decision
+	rules []*rules.Rule
+}
+
+var attempts = sync.Pool{New: func() any {
+	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8)}
+}}
+
+func getAttempt() *attempt { return attempts.Get().(*attempt) }
+
+func putAttempt(a *attempt) {
+	if cap(a.rs) > 64 {
+		return
+	}
+	a.reset()
+	attempts.Put(a)
+}
+
+func (a *attempt) reset() {
+	clear(a.rs)
+	clear(a.rules)
+	a.rs, a.ds, a.rules = a.rs[:0], a.ds[:0], a.rules[:0]
+}
+
+func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {
+	for i := range a.rules {
+		if a.rules[i] == r {
+			return a.ds[i]
+		}
+	}
+	return sluice.Decision{}
+}
+
+// sleep waits d or until ctx ends, returning ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// throttle lets one event through per second.
+type throttle struct{ last atomic.Int64 }
+
+func (t *throttle) ok(now time.Time) bool {
+	s := now.Unix()
+	old := t.last.Load()
+	return old != s && t.last.CompareAndSwap(old, s)
+}
