@@ -58,6 +58,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -147,6 +148,7 @@ type Store struct {
 	useTime string // "1" to use Redis TIME
 	take    [sluice.GCRA + 1]*rueidis.Lua
 	all     *rueidis.Lua
+	refunds atomic.Uint64
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -234,6 +236,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Refunds returns how many cross-slot TakeAll calls had to give back what
+// some slots had counted because another slot denied after the check.
+func (s *Store) Refunds() uint64 { return s.refunds.Load() }
 
 // Key returns the Redis key that holds the state of limiter key k.
 func (s *Store) Key(k string) string { return s.opts.Prefix + "{" + k + "}" }
@@ -412,6 +418,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		}
 	}
 	if len(refund) > 0 {
+		s.refunds.Add(1)
 		// The refund must happen even if the caller's context is done.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 		defer rcancel()
