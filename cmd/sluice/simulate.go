@@ -2,12 +2,144 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sim"
+	"github.com/sluicehq/sluice/memstore"
 )
 
-// simulate is replaced by the trace replayer (internal/sim).
+const simulateUsage = `usage: sluice simulate -rate N/UNIT [flags] [-trace FILE] [-plot FILE.svg]
+
+Replays a trace of requests through an algorithm and prints each decision.
+
+Input (the -trace file, or standard input): one request per line,
+  t,key[,cost]
+t is seconds since the Unix epoch with up to 6 decimals (12.000250); cost is
+a whole number (default 1); # starts a comment; times must not go backwards.
+
+Output (standard output): a header line, then one line per request:
+  t,key,cost,allowed,remaining,retry_after,delay
+A summary (admitted, rejected, per key) goes to standard error.
+
+Exit status: 0 done; 1 bad input, bad flag value or store failure (the
+message names the trace line); 2 the command line cannot be parsed.
+
+Flags:
+`
+
+// simulate runs `sluice simulate`.
 func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice simulate: not yet available")
-	return 1
+	fs := flag.NewFlagSet("sluice simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), simulateUsage)
+		fs.PrintDefaults()
+	}
+	algName := fs.String("algorithm", "token_bucket", "`NAME`: token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra")
+	rate := fs.String("rate", "", "the limit, `N/UNIT`: N requests per UNIT (s, m, h, d or a Go duration such as 250ms); required")
+	burst := fs.Int64("burst", 0, "bucket or queue size `N` for token_bucket, gcra and leaky_bucket (0: the rate's N)")
+	segments := fs.Int("segments", 0, "sub-windows `N` of sliding_window_counter (0: 1, the classic two-window estimate)")
+	storeName := fs.String("store", "memory", "where the counters live: memory or redis")
+	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis `ADDR` for -store redis")
+	tracePath := fs.String("trace", "-", "the trace `FILE`; - for standard input")
+	plotPath := fs.String("plot", "", "also draw the run as an SVG picture into `FILE.svg`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice simulate: unexpected argument %q (the trace is read from -trace FILE or standard input)\n", fs.Arg(0))
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sluice simulate: "+format+"\n", a...)
+		return 1
+	}
+
+	alg, err := sluice.ParseAlgorithm(*algName)
+	if err != nil {
+		return fail("-algorithm: %v", err)
+	}
+	if *rate == "" {
+		return fail("-rate is required, such as -rate 10/s or -rate 100/m")
+	}
+	limit, err := sluice.ParseLimit(*rate)
+	if err != nil {
+		return fail("-rate: %v", err)
+	}
+	if *burst < 0 {
+		return fail("-burst %d: must not be negative", *burst)
+	}
+	if *segments < 0 {
+		return fail("-segments %d: must not be negative", *segments)
+	}
+	limit = limit.WithBurst(*burst).WithSegments(*segments)
+	if err := limit.Validate(); err != nil {
+		return fail("-rate %s -burst %d -segments %d: %v", *rate, *burst, *segments, err)
+	}
+	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
+		return fail("-plot %s: the plot is SVG; name the file *.svg", *plotPath)
+	}
+
+	var store sluice.Store
+	switch *storeName {
+	case "memory":
+		store = memstore.New(memstore.Options{})
+	case "redis":
+		s, closeStore, err := simRedisStore(ctx, *redisAddr)
+		if err != nil {
+			return fail("-store redis: %v", err)
+		}
+		defer closeStore()
+		store = s
+	default:
+		return fail("-store %q: want memory or redis", *storeName)
+	}
+
+	trace, name := stdin, "stdin"
+	if *tracePath != "-" && *tracePath != "" {
+		f, err := os.Open(*tracePath)
+		if err != nil {
+			return fail("-trace: %v", err)
+		}
+		defer f.Close()
+		trace, name = f, *tracePath
+	}
+
+	opt := sim.Options{Algorithm: alg, Limit: limit, Store: store, Record: *plotPath != ""}
+	sum, err := sim.Run(ctx, opt, trace, name, stdout)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := sum.Print(stderr); err != nil {
+		return fail("%v", err)
+	}
+	if *plotPath != "" {
+		if err := writePlot(*plotPath, sum); err != nil {
+			return fail("-plot: %v", err)
+		}
+	}
+	return 0
+}
+
+// writePlot writes the plot of sum to path, replacing it only once complete.
+func writePlot(path string, sum *sim.Summary) error {
+	var b strings.Builder
+	if err := sim.Plot(&b, sum); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// simRedisStore is replaced once the redisstore package lands.
+func simRedisStore(ctx context.Context, addr string) (sluice.Store, func(), error) {
+	return nil, nil, errors.New("not yet available")
 }
