@@ -1,12 +1,84 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/daemon"
 )
 
-// checkConfig is replaced by the config loader (internal/daemon).
+const checkConfigUsage = `usage: sluice check-config FILE
+
+Validates a config file: prints "FILE: ok" and a summary and exits 0, or
+prints one line per problem, FILE:LINE: KEY: MSG, on standard error and
+exits 1.
+`
+
+// checkConfig runs `sluice check-config FILE`. Exit status: 0 valid, 1
+// invalid (one line per problem on stderr), 2 usage error.
 func checkConfig(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice check-config: not yet available")
-	return 1
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, checkConfigUsage) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	file := fs.Arg(0)
+	cfg, err := daemon.LoadConfig(file)
+	if err != nil {
+		var problems daemon.ConfigErrors
+		if errors.As(err, &problems) {
+			for _, p := range problems {
+				fmt.Fprintln(stderr, p)
+			}
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s\n", file, summary(cfg))
+	return 0
+}
+
+// summary describes a valid config in one line.
+func summary(c *daemon.Config) string {
+	var b strings.Builder
+	names := make([]string, len(c.Rules))
+	for i, r := range c.Rules {
+		names[i] = r.Name
+	}
+	switch len(names) {
+	case 0:
+		b.WriteString("no rules")
+	case 1:
+		fmt.Fprintf(&b, "1 rule (%s)", names[0])
+	default:
+		fmt.Fprintf(&b, "%d rules (%s)", len(names), strings.Join(names, ", "))
+	}
+	fmt.Fprintf(&b, "; store %s", c.Store.Type)
+	if c.Store.Type == "redis" {
+		mode := "single"
+		if c.Store.Redis.Cluster {
+			mode = "cluster"
+		}
+		fmt.Fprintf(&b, " (%s, %s, on_error %s)", strings.Join(c.Store.Redis.Addrs, ","), mode, c.Store.OnError)
+	}
+	fmt.Fprintf(&b, "; api %s", c.Listen)
+	if c.Proxy != nil {
+		fmt.Fprintf(&b, "; proxy %s -> %s", c.Proxy.Listen, c.Proxy.Upstream)
+	}
+	if c.GRPC != nil {
+		fmt.Fprintf(&b, "; grpc %s", c.GRPC.Listen)
+	}
+	return b.String()
 }

@@ -150,6 +150,8 @@ const (
 	// maxNodes bounds the YAML nodes visited, aliases expanded, so that a
 	// small file of nested aliases cannot make the decoder run for ever.
 	maxNodes = 100_000
+	// maxProblems bounds the problems reported for one file.
+	maxProblems = 100
 )
 
 //go:embed example.yaml
@@ -196,15 +198,46 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.config(root, c)
-	if len(d.errs) > 0 {
-		return nil, d.errs.Err()
+	if d.config(root, c) {
+		// Validate what decoded, leaving out problems of keys that did not
+		// decode (a rate of the wrong type is not also "missing").
+		c.applyDefaults()
+		var ves rules.ParseErrors
+		if err := c.validate(d.lines); errors.As(err, &ves) {
+			decodeErrs := d.errs
+			for _, e := range ves {
+				if !related(decodeErrs, e.Key) {
+					d.errs = append(d.errs, e)
+				}
+			}
+		}
 	}
-	c.applyDefaults()
-	if err := c.validate(d.lines); err != nil {
-		return nil, err
+	if len(d.errs) > 0 {
+		d.errs.Sort()
+		if len(d.errs) > maxProblems {
+			n := len(d.errs) - maxProblems
+			d.errs = append(d.errs[:maxProblems], &rules.ParseError{File: file, Msg: fmt.Sprintf("%d more problems not shown", n)})
+		}
+		return nil, d.errs
 	}
 	return c, nil
+}
+
+// related reports whether key is, contains or is contained in a key that
+// failed to decode.
+func related(errs rules.ParseErrors, key string) bool {
+	for _, e := range errs {
+		b := e.Key
+		if key == b || under(key, b) || under(b, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// under reports whether key lies below parent ("a.b" and "a[1]" lie below "a").
+func under(key, parent string) bool {
+	return len(key) > len(parent) && strings.HasPrefix(key, parent) && (key[len(parent)] == '.' || key[len(parent)] == '[')
 }
 
 // parseYAML reads the single document of data.
@@ -593,11 +626,12 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// config decodes the top level.
-func (d *decoder) config(root *yaml.Node, c *Config) {
+// config decodes the top level. It reports false when there is nothing
+// worth validating (the top is not a mapping, or the node budget ran out).
+func (d *decoder) config(root *yaml.Node, c *Config) bool {
 	if r := d.resolve("", root); r != nil && r.Kind != yaml.MappingNode {
 		d.fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
-		return
+		return false
 	}
 	d.mapping("", root, fields{
 		"listen":           d.str(&c.Listen),
@@ -683,6 +717,7 @@ func (d *decoder) config(root *yaml.Node, c *Config) {
 			})
 		},
 	})
+	return d.budget > 0
 }
 
 // rule decodes one rule; its Lines are keyed relative to the rule.

@@ -1,0 +1,373 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/config")
+
+// configEnv sets and unsets the environment variables the fixtures use.
+func configEnv(t testing.TB) {
+	if t, ok := t.(*testing.T); ok {
+		t.Setenv("SLUICE_TEST_REDIS_PASSWORD", "s3cret")
+		t.Setenv("SLUICE_TEST_PORT", "")
+		for _, v := range []string{"SLUICE_TEST_UNSET_HOST", "SLUICE_TEST_UNSET_PASSWORD"} {
+			t.Setenv(v, "") // restores on cleanup
+			os.Unsetenv(v)
+		}
+	}
+}
+
+// TestConfigGolden loads every testdata/config/*.yaml and compares what
+// `sluice check-config` would print with the .golden file beside it: the
+// problems, one per line, or "ok".
+func TestConfigGolden(t *testing.T) {
+	configEnv(t)
+	files, err := filepath.Glob("testdata/config/*.yaml")
+	if err != nil || len(files) < 20 {
+		t.Fatalf("fixtures: %d files, %v", len(files), err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			cfg, err := LoadConfig(file)
+			var got string
+			if err != nil {
+				var ces ConfigErrors
+				if !errors.As(err, &ces) {
+					t.Fatalf("LoadConfig(%s) error %T is not ConfigErrors: %v", file, err, err)
+				}
+				for _, e := range ces {
+					if e.File != file || e.Msg == "" {
+						t.Errorf("LoadConfig(%s): problem %+v: want File %q and a message", file, e, file)
+					}
+					if e.Line == 0 && name != "empty" {
+						t.Errorf("LoadConfig(%s): problem %q has no line", file, e)
+					}
+				}
+				got = err.Error() + "\n"
+				if strings.HasPrefix(name, "ok-") {
+					t.Errorf("LoadConfig(%s) = %v, want no error", file, err)
+				}
+			} else {
+				if cfg == nil {
+					t.Fatalf("LoadConfig(%s) = nil, nil", file)
+				}
+				if !strings.HasPrefix(name, "ok-") {
+					t.Errorf("LoadConfig(%s) = ok, want problems", file)
+				}
+				if err := cfg.Validate(); err != nil {
+					t.Errorf("LoadConfig(%s).Validate() = %v, want nil", file, err)
+				}
+				got = "ok\n"
+			}
+			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
+			if *updateGolden {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -run TestConfigGolden -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("LoadConfig(%s) problems:\n%s\nwant (%s):\n%s", file, got, golden, want)
+			}
+		})
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	cfg, err := ParseConfig("example.yaml", ExampleConfig())
+	if err != nil {
+		t.Fatalf("ParseConfig(ExampleConfig()) = %v", err)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || cfg.Store.Type != "memory" || cfg.Proxy != nil {
+		t.Errorf("example: listen %q store %q proxy %v, want 127.0.0.1:8080, memory, none", cfg.Listen, cfg.Store.Type, cfg.Proxy)
+	}
+	set, err := cfg.RuleSet()
+	if err != nil {
+		t.Fatalf("example RuleSet() = %v", err)
+	}
+	r := set.Rule("demo-per-ip")
+	if r == nil {
+		t.Fatal(`example: no rule "demo-per-ip"`)
+	}
+	if r.Limit.Rate != 5 || r.Limit.Period != time.Minute || len(r.Key) != 1 || r.Key[0].Kind != rules.PartIP || r.Action != rules.Reject {
+		t.Errorf("example demo-per-ip = %+v, want 5/m per ip, reject", r)
+	}
+	// ExampleConfig hands out a copy.
+	b := ExampleConfig()
+	b[0] = 'X'
+	if ExampleConfig()[0] == 'X' {
+		t.Error("ExampleConfig() returned shared memory")
+	}
+}
+
+func TestParseConfigFull(t *testing.T) {
+	configEnv(t)
+	const file = "testdata/config/ok-full.yaml"
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatalf("LoadConfig(%s) = %v", file, err)
+	}
+	want := &Config{
+		File:            file,
+		Listen:          "127.0.0.1:8080",
+		LogLevel:        "debug",
+		ShutdownTimeout: 15 * time.Second,
+		Proxy: &ProxyConfig{
+			Listen: "127.0.0.1:8000", Upstream: "http://127.0.0.1:9000",
+			DialTimeout: 2 * time.Second, ResponseHeaderTimeout: 30 * time.Second,
+			ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+		},
+		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml"}},
+		Store: StoreConfig{
+			Type: "redis",
+			Redis: RedisConfig{
+				Addrs:   []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+				Cluster: true, Timeout: 20 * time.Millisecond, Username: "sluice", Password: "secret",
+				TLS: true, KeyPrefix: "rl:",
+			},
+			OnError: "local", ExpectedInstances: 4, MaxKeys: 500000,
+		},
+		ClientIP: ClientIPConfig{TrustedProxies: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("192.168.1.7/32"),
+		}},
+		ForwardAuth: ForwardAuthConfig{DenyStatus: 403},
+		Limits:      LimitsConfig{MaxBodyBytes: 4096},
+	}
+	got := *cfg
+	got.Rules = nil
+	if !reflect.DeepEqual(&got, want) {
+		t.Errorf("LoadConfig(%s) =\n%+v\nwant\n%+v", file, &got, want)
+	}
+
+	if len(cfg.Rules) != 5 {
+		t.Fatalf("LoadConfig(%s): %d rules, want 5", file, len(cfg.Rules))
+	}
+	sp := cfg.Rules[1]
+	if sp.Name != "api-per-key" || sp.Match.Path != "/api/*" || !reflect.DeepEqual(sp.Key, []string{"header:X-Api-Key", "method"}) ||
+		sp.Rate != "100/s" || sp.Burst != 200 || sp.Algorithm != "gcra" || sp.Action != "shadow" ||
+		sp.Sync != 50*time.Millisecond || sp.Shards != 4 {
+		t.Errorf("rules[1] = %+v", sp)
+	}
+	if sp.Line != 43 || sp.Lines["rate"] != 46 || sp.Lines["key[1]"] != 45 || sp.Lines["match.path"] != 44 {
+		t.Errorf("rules[1] lines: Line %d, Lines %v; want 43, rate 46, key[1] 45, match.path 44", sp.Line, sp.Lines)
+	}
+
+	set, err := cfg.RuleSet()
+	if err != nil {
+		t.Fatalf("RuleSet() = %v", err)
+	}
+	checks := []struct {
+		rule   string
+		alg    sluice.Algorithm
+		limit  sluice.Limit
+		action rules.Action
+		delay  time.Duration
+	}{
+		{"login-per-ip", sluice.SlidingWindowCounter, sluice.Limit{Rate: 5, Period: time.Minute, Burst: 5, Segments: 6}, rules.Reject, 0},
+		{"api-per-key", sluice.GCRA, sluice.Limit{Rate: 100, Period: time.Second, Burst: 200, Segments: 1}, rules.Shadow, 0},
+		{"uploads", sluice.LeakyBucket, sluice.Limit{Rate: 2, Period: time.Second, Burst: 2, Segments: 1}, rules.Delay, 2 * time.Second},
+		{"search", sluice.FixedWindow, sluice.Limit{Rate: 30, Period: time.Minute, Burst: 30, Segments: 1}, rules.Defer, 0},
+		{"global", rules.DefaultAlgorithm, sluice.Limit{Rate: 10000, Period: time.Second, Burst: 10000, Segments: 1}, rules.Reject, 0},
+	}
+	for _, c := range checks {
+		r := set.Rule(c.rule)
+		if r == nil {
+			t.Errorf("Rule(%q) = nil", c.rule)
+			continue
+		}
+		if r.Algorithm != c.alg || r.Limit != c.limit || r.Action != c.action || r.MaxDelay != c.delay {
+			t.Errorf("Rule(%q) = %v %+v %v max_delay %v, want %v %+v %v %v", c.rule, r.Algorithm, r.Limit, r.Action, r.MaxDelay, c.alg, c.limit, c.action, c.delay)
+		}
+	}
+	if got := set.Rule("uploads").Methods; !reflect.DeepEqual(got, []string{"PUT", "POST"}) {
+		t.Errorf("uploads methods = %v, want [PUT POST]", got)
+	}
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig("min.yaml", []byte("rules: [{name: a, rate: 1/s}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != DefaultListen || cfg.LogLevel != "info" || cfg.Store.Type != "memory" || cfg.Store.OnError != "allow" ||
+		cfg.Store.ExpectedInstances != 1 || cfg.ForwardAuth.DenyStatus != 429 || cfg.Limits.MaxBodyBytes != DefaultMaxBodyBytes ||
+		cfg.Proxy != nil || cfg.GRPC != nil || cfg.ShutdownTimeout != 0 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = ParseConfig("redis.yaml", []byte("store: {type: redis, redis: {addrs: [r:6379]}}\nproxy: {listen: \":8000\", upstream: https://api.example.com/v1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.Redis.Timeout != 50*time.Millisecond || cfg.Store.Redis.KeyPrefix != "sluice:" {
+		t.Errorf("redis defaults: %+v", cfg.Store.Redis)
+	}
+	if p := cfg.Proxy; p.DialTimeout != DefaultDialTimeout || p.ResponseHeaderTimeout != DefaultResponseHeaderTimeout ||
+		p.ReadHeaderTimeout != DefaultReadHeaderTimeout || p.IdleTimeout != DefaultIdleTimeout {
+		t.Errorf("proxy defaults: %+v", p)
+	}
+}
+
+func TestConfigEnvExpansion(t *testing.T) {
+	t.Setenv("SLUICE_T_SET", "v1")
+	t.Setenv("SLUICE_T_EMPTY", "")
+	t.Setenv("SLUICE_T_BURST", "7")
+	t.Setenv("SLUICE_T_BOOL", "true")
+	t.Setenv("SLUICE_T_DUR", "75ms")
+	t.Setenv("SLUICE_T_UNSET", "")
+	os.Unsetenv("SLUICE_T_UNSET")
+	tests := []struct {
+		value   string // the password
+		want    string
+		wantErr string
+	}{
+		{`plain`, "plain", ""},
+		{`${SLUICE_T_SET}`, "v1", ""},
+		{`a-${SLUICE_T_SET}-b-${SLUICE_T_SET}`, "a-v1-b-v1", ""},
+		{`${SLUICE_T_EMPTY}`, "", ""},
+		{`${SLUICE_T_UNSET:-fallback}`, "fallback", ""},
+		{`${SLUICE_T_EMPTY:-fallback}`, "fallback", ""},
+		{`${SLUICE_T_SET:-fallback}`, "v1", ""},
+		{`pa$$word$`, "pa$$word$", ""},
+		{`$${SLUICE_T_SET}`, "${SLUICE_T_SET}", ""},
+		{`${SLUICE_T_UNSET}`, "", "p.yaml:3: store.redis.password: environment variable SLUICE_T_UNSET is not set"},
+		{`${SLUICE_T_SET`, "", "p.yaml:3: store.redis.password: unterminated ${"},
+		{`${1BAD}`, "", `p.yaml:3: store.redis.password: ${1BAD}: "1BAD" is not an environment variable name`},
+	}
+	for _, tt := range tests {
+		data := "store:\n  redis:\n    password: '" + tt.value + "'\n    addrs: [h:1]\n  type: redis\n"
+		cfg, err := ParseConfig("p.yaml", []byte(data))
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("ParseConfig(password %s) error = %v, want %q", tt.value, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("ParseConfig(password %s) = %v", tt.value, err)
+		case cfg.Store.Redis.Password != tt.want:
+			t.Errorf("ParseConfig(password %s): password %q, want %q", tt.value, cfg.Store.Redis.Password, tt.want)
+		}
+	}
+
+	// Numbers, booleans and durations may come from the environment too.
+	cfg, err := ParseConfig("t.yaml", []byte("store: {type: redis, redis: {addrs: [h:1], tls: '${SLUICE_T_BOOL}', timeout: '${SLUICE_T_DUR}'}}\nrules: [{name: a, rate: '${SLUICE_T_BURST}/s', burst: '${SLUICE_T_BURST}'}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Store.Redis.TLS || cfg.Store.Redis.Timeout != 75*time.Millisecond || cfg.Rules[0].Burst != 7 || cfg.Rules[0].Rate != "7/s" {
+		t.Errorf("expanded: tls %v timeout %v burst %d rate %q", cfg.Store.Redis.TLS, cfg.Store.Redis.Timeout, cfg.Rules[0].Burst, cfg.Rules[0].Rate)
+	}
+}
+
+func TestConfigErrorsCollectsAll(t *testing.T) {
+	// Problems from decoding stop validation; problems of validation are
+	// all reported together, with the rules' problems in line order.
+	data := "listen: nowhere\nstore: {type: mysql}\nrules:\n  - {name: a, rate: 1/x}\n  - {name: a, rate: 1/s}\n"
+	_, err := ParseConfig("c.yaml", []byte(data))
+	var ces ConfigErrors
+	if !errors.As(err, &ces) {
+		t.Fatalf("ParseConfig error %T %v, want ConfigErrors", err, err)
+	}
+	var pe *rules.ParseError
+	if !errors.As(err, &pe) || pe.Line != 1 {
+		t.Errorf("errors.As(*ParseError) = %v, want the line-1 problem", pe)
+	}
+	want := []string{
+		`c.yaml:1: listen: "nowhere": want host:port, such as 127.0.0.1:8080 or :8080`,
+		`c.yaml:2: store.type: unknown store "mysql" (want memory or redis)`,
+		`c.yaml:4: rules[0].rate: "1/x": unit "x" is not s, m, h, d or a Go duration`,
+		`c.yaml:5: rules[1].name: duplicate rule name "a" (first used at line 4)`,
+	}
+	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseConfig problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
+	var ces ConfigErrors
+	if !errors.As(err, &ces) || len(ces) != 1 || !strings.Contains(ces[0].Msg, "no such file") {
+		t.Errorf("LoadConfig(missing) = %v, want one ConfigErrors problem naming the missing file", err)
+	}
+}
+
+func TestConfigAliasBomb(t *testing.T) {
+	// 500 aliases of a rule whose key is an alias of a 500-item list: a
+	// small file that expands to 250,000 values. The node budget stops it.
+	var b bytes.Buffer
+	b.WriteString("x-key: &k [")
+	for i := 0; i < 500; i++ {
+		b.WriteString("ip, ")
+	}
+	b.WriteString("ip]\nx-rule: &r {name: a, rate: 1/s, key: *k}\nrules: [")
+	for i := 0; i < 500; i++ {
+		b.WriteString("*r, ")
+	}
+	b.WriteString("*r]\n")
+	_, err := ParseConfig("bomb.yaml", b.Bytes())
+	var ces ConfigErrors
+	if !errors.As(err, &ces) || !strings.Contains(err.Error(), "config too large") {
+		t.Fatalf("ParseConfig(alias bomb) = %.300v, want a 'config too large' problem", err)
+	}
+	if len(ces) > maxProblems+1 {
+		t.Errorf("ParseConfig(alias bomb): %d problems, want at most %d", len(ces), maxProblems+1)
+	}
+}
+
+// FuzzParseConfig checks that ParseConfig never panics and returns either
+// a valid Config or ConfigErrors whose every problem names the file.
+func FuzzParseConfig(f *testing.F) {
+	files, _ := filepath.Glob("testdata/config/*.yaml")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add(ExampleConfig())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig("fuzz.yaml", data)
+		if err != nil {
+			var ces ConfigErrors
+			if !errors.As(err, &ces) || len(ces) == 0 {
+				t.Fatalf("ParseConfig error %T %v is not a non-empty ConfigErrors", err, err)
+			}
+			for _, e := range ces {
+				if e.File != "fuzz.yaml" || e.Msg == "" {
+					t.Fatalf("problem %+v lacks file or message", e)
+				}
+			}
+			if cfg != nil {
+				t.Fatal("ParseConfig returned a Config and an error")
+			}
+			return
+		}
+		if cfg == nil {
+			t.Fatal("ParseConfig returned nil, nil")
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("valid config fails Validate: %v", err)
+		}
+		if _, err := cfg.RuleSet(); err != nil {
+			t.Fatalf("valid config fails RuleSet: %v", err)
+		}
+	})
+}
