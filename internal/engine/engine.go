@@ -457,3 +457,30 @@ func (t *throttle) ok(now time.Time) bool {
 	old := t.last.Load()
 	return old != s && t.last.CompareAndSwap(old, s)
 }
+
+// Check decides one rule for a store key chosen by the caller, as
+// POST /v1/check does: no matching, no waiting. For an enforcing rule it is
+// Decide with that one match. A shadow rule counts the request and reports
+// its figures but always allows: Decision then has Allowed true and
+// RetryAfter 0 whatever the rule would have said.
+func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int64) Result {
+	if r.Action != rules.Shadow {
+		m := [1]rules.Match{{Rule: r, Key: key}}
+		return e.Decide(ctx, m[:], cost)
+	}
+	t0 := time.Now()
+	now := e.now()
+	d, err := e.store.Take(ctx, sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil {
+		e.storeFailed(err)
+		return Result{Allowed: true, StoreErr: err}
+	}
+	if d.Allowed {
+		e.ruleMetrics(r).Allowed()
+	} else {
+		e.ruleMetrics(r).ShadowDenied()
+	}
+	d.Allowed, d.RetryAfter = true, 0
+	return Result{Allowed: true, Rule: r, Decision: d}
+}

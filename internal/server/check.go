@@ -1,0 +1,137 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// checkRequest is the body of POST /v1/check. Cost defaults to 1.
+type checkRequest struct {
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
+	Cost int64  `json:"cost"`
+}
+
+// check answers POST /v1/check: 200 with the decision (over the limit is
+// "allowed":false, not an error status), 400 for bad input, 413 for a body
+// over MaxBodyBytes, 503 when the store cannot decide under on_error deny.
+//
+// The key is the caller's: it is counted under the rule's namespace
+// (rules.Rule.StoreKey: the rule's name and fingerprint, hashed when long),
+// so it never collides with another rule's counters. For a rule with one
+// key part, it shares the counter of the requests the proxy keys with that
+// value. The decision never waits: a leaky bucket's shaping delay is
+// reported as "delay_ms" (present only when positive), for the caller to
+// wait out.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+	req := checkRequest{Cost: 1}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		h.fail(w, decodeError(err))
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.fail(w, err)
+			return
+		}
+		h.fail(w, errBadRequest("body must hold one JSON object"))
+		return
+	}
+	e := h.o.Engine()
+	switch {
+	case req.Rule == "":
+		h.fail(w, errBadRequest(`"rule" is required`))
+		return
+	case req.Key == "":
+		h.fail(w, errBadRequest(`"key" is required and must not be empty`))
+		return
+	case len(req.Key) > h.o.MaxKeyBytes:
+		h.fail(w, errBadRequest(`"key" is longer than `+strconv.Itoa(h.o.MaxKeyBytes)+` bytes`))
+		return
+	case req.Cost < 0:
+		h.fail(w, errBadRequest(`"cost" must not be negative`))
+		return
+	}
+	rule := e.Rules().Rule(req.Rule)
+	if rule == nil {
+		h.fail(w, errBadRequest("unknown rule "+strconv.Quote(req.Rule)))
+		return
+	}
+	res := e.Check(r.Context(), rule, rule.StoreKey(req.Key), req.Cost)
+	var d sluice.Decision
+	switch {
+	case res.StoreErr != nil && !res.Allowed:
+		h.fail(w, errUnavailable)
+		return
+	case res.StoreErr != nil:
+		// on_error allow: allowed, with the rule's limit and nothing known
+		// of the counter.
+		d = sluice.Decision{Allowed: true, Limit: rule.Limit.Rate}
+	default:
+		d = res.Decision
+	}
+	var buf [192]byte
+	b := append(buf[:0], `{"allowed":`...)
+	b = strconv.AppendBool(b, res.Allowed)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, rule.Limit.Rate, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, retryMillis(res.Allowed, d), 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, ceilMillis(d.ResetAfter), 10)
+	if d.Delay > 0 {
+		b = append(b, `,"delay_ms":`...)
+		b = strconv.AppendInt(b, ceilMillis(d.Delay), 10)
+	}
+	b = append(b, "}\n"...)
+	hd := w.Header()
+	hd["Content-Type"] = []string{"application/json"}
+	hd["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.Write(b)
+}
+
+// retryMillis is retry_after_ms: 0 when allowed; for a request the limit
+// can never admit (sluice.Never), -1.
+func retryMillis(allowed bool, d sluice.Decision) int64 {
+	if allowed {
+		return 0
+	}
+	if d.RetryAfter < 0 {
+		return -1
+	}
+	return ceilMillis(d.RetryAfter)
+}
+
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// decodeError turns a JSON decoding error into the API error it answers.
+func decodeError(err error) error {
+	var mbe *http.MaxBytesError
+	var ute *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.Is(err, io.EOF):
+		return errBadRequest("empty body: want {\"rule\":NAME,\"key\":STRING,\"cost\":N}")
+	case errors.As(err, &ute):
+		return errBadRequest("field " + strconv.Quote(ute.Field) + " has the wrong type")
+	default:
+		return errBadRequest("bad JSON: " + err.Error())
+	}
+}

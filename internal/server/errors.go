@@ -1,0 +1,71 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// apiError is an error with the HTTP status it answers.
+type apiError struct {
+	status int
+	msg    string
+	allow  string // Allow header of a 405
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+var (
+	errNotFound    = &apiError{status: http.StatusNotFound, msg: "not found"}
+	errUnavailable = &apiError{status: http.StatusServiceUnavailable, msg: "store_unavailable"}
+)
+
+func errBadRequest(msg string) error { return &apiError{status: http.StatusBadRequest, msg: msg} }
+
+func errMethod(allow string) error {
+	return &apiError{status: http.StatusMethodNotAllowed, msg: "method not allowed (want " + allow + ")", allow: allow}
+}
+
+// statusOf maps an error to its HTTP status: the one place the decision
+// API does so (decisions themselves become statuses in engine.WriteDenied).
+func statusOf(err error) int {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae.status
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// fail writes err as {"error":"…"} with its status.
+func (h *Handler) fail(w http.ResponseWriter, err error) {
+	status := statusOf(err)
+	msg := err.Error()
+	var ae *apiError
+	if errors.As(err, &ae) && ae.allow != "" {
+		w.Header().Set("Allow", ae.allow)
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		msg = "request body larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes"
+	}
+	if status == http.StatusInternalServerError {
+		h.o.Logger.Error("decision API", "err", err)
+		msg = "internal error"
+	}
+	b := make([]byte, 0, 32+len(msg))
+	b = append(b, `{"error":`...)
+	b = httplimit.AppendJSONString(b, msg)
+	b = append(b, "}\n"...)
+	hd := w.Header()
+	hd["Content-Type"] = []string{"application/json"}
+	hd["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// forwardAuth answers /v1/forward-auth (any method) for gateways that ask
+// before forwarding: nginx auth_request, Caddy forward_auth, Traefik
+// ForwardAuth. The original request is rebuilt from
+//
+//	method: X-Forwarded-Method, else X-Original-Method, else this request's method
+//	URI:    X-Forwarded-Uri, else X-Original-URI (required)
+//	host:   X-Forwarded-Host, else this request's Host
+//	client: X-Forwarded-For, believed only from Options.ClientIP's trusted proxies
+//
+// and its other headers (cookies, API keys) are this request's, as the
+// gateways pass them on. The rules are matched and decided as the proxy
+// does (action delay holds the answer). The answer is 200 with the
+// rate-limit headers, or the limited answer (Retry-After, the JSON body)
+// with status forward_auth.deny_status, or 503 when the store cannot
+// decide under on_error deny.
+func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
+	orig, err := originalRequest(r)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	e := h.o.Engine()
+	ip := h.o.ClientIP.ClientIP(orig)
+	var buf [8]rules.Match
+	ms := e.Match(orig, ip, buf[:0])
+	res := e.Admit(r.Context(), ms, 1)
+	if !res.Allowed {
+		engine.WriteDenied(w, &res, h.o.DenyStatus)
+		return
+	}
+	res.SetHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+}
+
+// originalRequest rebuilds the request a gateway is asking about.
+func originalRequest(r *http.Request) (*http.Request, error) {
+	uri := r.Header.Get("X-Forwarded-Uri")
+	if uri == "" {
+		uri = r.Header.Get("X-Original-Uri")
+	}
+	if uri == "" {
+		return nil, errBadRequest("missing X-Forwarded-Uri or X-Original-URI: configure the gateway to send the original request's URI")
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return nil, errBadRequest("bad original URI: " + err.Error())
+	}
+	method := r.Header.Get("X-Forwarded-Method")
+	if method == "" {
+		method = r.Header.Get("X-Original-Method")
+	}
+	if method == "" {
+		method = r.Method
+	}
+	orig := new(http.Request)
+	*orig = *r
+	orig.Method = strings.ToUpper(method)
+	orig.URL = u
+	orig.RequestURI = uri
+	if host := r.Header.Get("X-Forwarded-Host"); host != "" {
+		orig.Host = host
+	}
+	return orig, nil
+}
+
+// ruleView is one rule in GET /v1/rules.
+type ruleView struct {
+	Name      string       `json:"name"`
+	Match     matchView    `json:"match"`
+	Key       []rules.Part `json:"key"`
+	Algorithm string       `json:"algorithm"`
+	Rate      string       `json:"rate"`
+	Burst     int64        `json:"burst"`
+	Segments  int          `json:"segments,omitempty"`
+	Action    rules.Action `json:"action"`
+	MaxDelay  string       `json:"max_delay,omitempty"`
+}
+
+type matchView struct {
+	Methods []string `json:"methods,omitempty"`
+	Path    string   `json:"path,omitempty"`
+}
+
+// rules answers GET /v1/rules: {"rules":[…]} in config order, each with its
+// name, match, key parts, algorithm, rate ("N/UNIT"), burst, segments
+// (sliding_window_counter only), action and max_delay (action delay only).
+func (h *Handler) rules(w http.ResponseWriter, r *http.Request) {
+	set := h.o.Engine().Rules()
+	out := struct {
+		Rules []ruleView `json:"rules"`
+	}{Rules: make([]ruleView, 0, len(set.Rules))}
+	for _, rl := range set.Rules {
+		v := ruleView{
+			Name:      rl.Name,
+			Match:     matchView{Methods: rl.Methods, Path: rl.Path},
+			Key:       rl.Key,
+			Algorithm: rl.Algorithm.String(),
+			Rate:      rl.Limit.String(),
+			Burst:     rl.Limit.BurstOrRate(),
+			Action:    rl.Action,
+		}
+		if rl.Algorithm == sluice.SlidingWindowCounter {
+			v.Segments = max(rl.Limit.Segments, 1)
+		}
+		if rl.Action == rules.Delay {
+			v.MaxDelay = rl.MaxDelay.String()
+		}
+		out.Rules = append(out.Rules, v)
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
+}

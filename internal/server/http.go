@@ -1,0 +1,165 @@
+// Package server holds the daemon's wire adapters. This file is the HTTP
+// decision API served on `listen`:
+//
+//	POST /v1/check          {"rule":NAME,"key":STRING,"cost":N} → {"allowed":…,"limit":…,"remaining":…,"retry_after_ms":…,"reset_after_ms":…}
+//	GET  /v1/rules          the rules in force
+//	*    /v1/forward-auth   for gateways: nginx auth_request, Caddy forward_auth, Traefik ForwardAuth
+//	GET  /healthz           200 while the process serves
+//	GET  /readyz            200 when the store is reachable, else 503
+//	GET  /metrics           Prometheus, from the injected registry
+//
+// Errors are JSON, {"error":"…"}, with 400 for bad input, 404 for an
+// unknown path, 405 for a wrong method, 413 for a body over the limit and
+// 503 when the store cannot decide under on_error deny.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/internal/engine"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultMaxBodyBytes = 64 << 10
+	DefaultMaxKeyBytes  = 4 << 10
+	DefaultReadyTimeout = 2 * time.Second
+)
+
+// Options configures the decision API handler. Engine is required.
+type Options struct {
+	// Engine returns the engine (with its rules) in force. It is called
+	// once per request and must be cheap: the daemon keeps the engine in
+	// an atomic.Pointer and swaps it on reload.
+	Engine func() *engine.Engine
+	// ClientIP resolves the client of a /v1/forward-auth request from the
+	// gateway's X-Forwarded-For; list the gateway in its Trusted proxies,
+	// or every request is keyed by the gateway's own address.
+	ClientIP clientip.Resolver
+	// DenyStatus is the status of a limited /v1/forward-auth answer
+	// (forward_auth.deny_status); 0 means 429.
+	DenyStatus int
+	// Ready reports whether the store is reachable, for /readyz; nil means
+	// always ready. It is called with a context bounded by ReadyTimeout.
+	Ready func(ctx context.Context) error
+	// ReadyTimeout bounds Ready; 0 means DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// Gatherer serves /metrics (the registry given to metrics.New); nil
+	// means /metrics answers 404.
+	Gatherer prometheus.Gatherer
+	// MaxBodyBytes bounds a /v1/check body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxKeyBytes bounds a /v1/check key; 0 means DefaultMaxKeyBytes. Keys
+	// longer than rules.MaxKeyLen are hashed before they reach the store.
+	MaxKeyBytes int
+	// Logger receives unexpected errors; nil discards.
+	Logger *slog.Logger
+}
+
+// Handler is the decision API. Build it with New; it is safe for concurrent
+// use.
+type Handler struct {
+	o       Options
+	metrics http.Handler
+}
+
+// New returns the decision API handler for o.
+func New(o Options) (*Handler, error) {
+	if o.Engine == nil {
+		return nil, errors.New("server: nil Options.Engine")
+	}
+	if o.DenyStatus == 0 {
+		o.DenyStatus = http.StatusTooManyRequests
+	}
+	if o.DenyStatus < 200 || o.DenyStatus > 599 {
+		return nil, fmt.Errorf("server: deny status %d is not an HTTP status", o.DenyStatus)
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{o: o}
+	if o.Gatherer != nil {
+		h.metrics = promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}})
+	}
+	return h, nil
+}
+
+// ServeHTTP routes the request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/check":
+		if r.Method != http.MethodPost {
+			h.fail(w, errMethod(http.MethodPost))
+			return
+		}
+		h.check(w, r)
+	case "/v1/forward-auth":
+		h.forwardAuth(w, r)
+	case "/v1/rules":
+		if !getOrHead(r) {
+			h.fail(w, errMethod("GET, HEAD"))
+			return
+		}
+		h.rules(w, r)
+	case "/healthz":
+		if !getOrHead(r) {
+			h.fail(w, errMethod("GET, HEAD"))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	case "/readyz":
+		if !getOrHead(r) {
+			h.fail(w, errMethod("GET, HEAD"))
+			return
+		}
+		h.ready(w, r)
+	case "/metrics":
+		if h.metrics == nil {
+			h.fail(w, errNotFound)
+			return
+		}
+		h.metrics.ServeHTTP(w, r)
+	default:
+		h.fail(w, errNotFound)
+	}
+}
+
+func getOrHead(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
+}
+
+func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	if h.o.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), h.o.ReadyTimeout)
+		defer cancel()
+		if err := h.o.Ready(ctx); err != nil {
+			h.fail(w, &apiError{status: http.StatusServiceUnavailable, msg: "not ready: " + err.Error()})
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ready\n"))
+}
+
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.l.Error("metrics", "err", fmt.Sprint(v...)) }
