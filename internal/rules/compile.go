@@ -212,9 +212,9 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 // changing those keeps the counters.
 func fingerprint(r *Rule) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s|%d|%d|%d|%d", r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst, r.Limit.Segments)
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d", r.Algorithm, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Limit.Segments)
 	for _, p := range r.Key {
-		fmt.Fprintf(h, "|%d:%s", p.Kind, p.Name)
+		fmt.Fprintf(h, "|%s", p)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }

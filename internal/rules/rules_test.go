@@ -1,0 +1,395 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func mustCompile(t testing.TB, specs ...Spec) *Set {
+	t.Helper()
+	s, err := Compile("test.yaml", specs)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	return s
+}
+
+func TestMatches(t *testing.T) {
+	tests := []struct {
+		match  MatchSpec
+		method string
+		path   string
+		want   bool
+	}{
+		{MatchSpec{}, "GET", "/anything", true},
+		{MatchSpec{}, "DELETE", "/", true},
+		{MatchSpec{Path: "/login"}, "POST", "/login", true},
+		{MatchSpec{Path: "/login"}, "POST", "/login/", false},
+		{MatchSpec{Path: "/login"}, "POST", "/login/x", false},
+		{MatchSpec{Path: "/login"}, "POST", "/loginx", false},
+		{MatchSpec{Path: "/login"}, "POST", "/Login", false}, // paths are case-sensitive
+		{MatchSpec{Path: "/login"}, "POST", "//login", true}, // cleaned
+		{MatchSpec{Path: "/login"}, "POST", "/a/../login", true},
+		{MatchSpec{Path: "/login"}, "POST", "/./login", true},
+		{MatchSpec{Path: "/login"}, "POST", "", false},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/x/y", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api//x", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/apix", false},
+		{MatchSpec{Path: "/api/*"}, "GET", "/ap", false},
+		{MatchSpec{Path: "/api/*"}, "GET", "/x/../api/v1", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/../admin", false},
+		{MatchSpec{Path: "/*"}, "GET", "/", true},
+		{MatchSpec{Path: "/*"}, "GET", "/a/b", true},
+		{MatchSpec{Path: "/"}, "GET", "/", true},
+		{MatchSpec{Path: "/"}, "GET", "/a", false},
+		{MatchSpec{Path: "/dir/"}, "GET", "/dir/", true},
+		{MatchSpec{Path: "/dir/"}, "GET", "/dir", false},
+		{MatchSpec{Methods: []string{"POST"}}, "POST", "/x", true},
+		{MatchSpec{Methods: []string{"POST"}}, "post", "/x", true}, // methods compare case-insensitively
+		{MatchSpec{Methods: []string{"post", "PUT"}}, "PUT", "/x", true},
+		{MatchSpec{Methods: []string{"POST"}}, "GET", "/x", false},
+		{MatchSpec{Methods: []string{"GET"}}, "HEAD", "/x", false},
+		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "POST", "/login", true},
+		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "GET", "/login", false},
+		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "POST", "/logout", false},
+	}
+	for _, tt := range tests {
+		r := mustCompile(t, Spec{Name: "r", Rate: "1/s", Match: tt.match}).Rules[0]
+		if got := r.Matches(tt.method, tt.path); got != tt.want {
+			t.Errorf("rule %+v: Matches(%q, %q) = %v, want %v", tt.match, tt.method, tt.path, got, tt.want)
+		}
+	}
+}
+
+// request builds a request to target with the given headers
+// ("Name: value" strings).
+func request(method, target string, headers ...string) *http.Request {
+	req := httptest.NewRequest(method, target, nil)
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Add(k, v)
+	}
+	return req
+}
+
+var ip1 = netip.MustParseAddr("192.0.2.1")
+
+func TestKeyFor(t *testing.T) {
+	tests := []struct {
+		key     []string
+		req     *http.Request
+		ip      netip.Addr
+		want    string // the part after NAME|FINGERPRINT|
+		wantOK  bool
+		comment string
+	}{
+		{[]string{"ip"}, request("GET", "/"), ip1, "192.0.2.1", true, "single part: raw value"},
+		{nil, request("GET", "/"), ip1, "192.0.2.1", true, "default key: ip"},
+		{[]string{"ip"}, request("GET", "/"), netip.Addr{}, "", false, "no client address"},
+		{[]string{"ip"}, request("GET", "/"), netip.MustParseAddr("::ffff:192.0.2.1"), "192.0.2.1", true, "IPv4-mapped"},
+		{[]string{"ip"}, request("GET", "/"), netip.MustParseAddr("2001:db8::1%eth0"), "2001:db8::1", true, "zone dropped"},
+		{[]string{"header:x-api-key"}, request("GET", "/", "X-Api-Key: k1"), ip1, "k1", true, "header name canonicalised"},
+		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: k1", "X-Api-Key: k2"), ip1, "k1", true, "first value"},
+		{[]string{"header:X-Api-Key"}, request("GET", "/"), ip1, "", false, "missing header"},
+		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: "), ip1, "", false, "empty header"},
+		{[]string{"query:user"}, request("GET", "/?user=bob&x=1"), ip1, "bob", true, ""},
+		{[]string{"query:user"}, request("GET", "/?x=1&user=b%20o+b&user=eve"), ip1, "b o b", true, "unescaped, first"},
+		{[]string{"query:user name"}, request("GET", "/?user+name=z"), ip1, "z", true, "escaped name"},
+		{[]string{"query:user"}, request("GET", "/?username=bob"), ip1, "", false, "prefix is not the name"},
+		{[]string{"query:user"}, request("GET", "/?user="), ip1, "", false, "empty value"},
+		{[]string{"query:user"}, request("GET", "/?user=%zz"), ip1, "", false, "bad escape"},
+		{[]string{"cookie:session"}, request("GET", "/", "Cookie: a=1; session=s3"), ip1, "s3", true, ""},
+		{[]string{"cookie:session"}, request("GET", "/", "Cookie: a=1"), ip1, "", false, "missing cookie"},
+		{[]string{"method"}, request("post", "/"), ip1, "POST", true, "method upper-cased"},
+		{[]string{"path"}, request("GET", "/a//b/../c?q=1"), ip1, "/a/c", true, "path cleaned, no query"},
+		{[]string{"ip", "method"}, request("GET", "/"), ip1, "9:192.0.2.1" + "3:GET", true, "several parts: length-prefixed"},
+		{[]string{"header:A", "header:B"}, request("GET", "/", "A: x", "B: yz"), ip1, "1:x2:yz", true, ""},
+		{[]string{"header:A", "header:B"}, request("GET", "/", "A: x"), ip1, "", false, "one part missing: rule does not apply"},
+		{[]string{"header:A"}, request("GET", "/", "A: #tag"), ip1, "##tag", true, "a leading # is doubled"},
+	}
+	for _, tt := range tests {
+		r := mustCompile(t, Spec{Name: "r", Rate: "1/s", Key: tt.key}).Rules[0]
+		got, ok := r.KeyFor(tt.req, tt.ip)
+		if ok != tt.wantOK || (ok && got != "r|"+r.Fingerprint+"|"+tt.want) {
+			t.Errorf("%s: key %v: KeyFor(%s %s) = %q, %v; want %q, %v", tt.comment, tt.key, tt.req.Method, tt.req.URL, got, ok, "r|"+r.Fingerprint+"|"+tt.want, tt.wantOK)
+		}
+	}
+}
+
+func TestKeyForBounded(t *testing.T) {
+	r := mustCompile(t, Spec{Name: "r", Rate: "1/s", Key: []string{"header:X-Api-Key"}}).Rules[0]
+	huge := strings.Repeat("A", 1<<20)
+	k1, ok := r.KeyFor(request("GET", "/", "X-Api-Key: "+huge), ip1)
+	if !ok || len(k1) > MaxNameLen+10+MaxKeyLen || strings.Contains(k1, "AAAA") {
+		t.Fatalf("KeyFor(1 MiB header) = %d bytes %.80q, want a short hashed key", len(k1), k1)
+	}
+	k2, _ := r.KeyFor(request("GET", "/", "X-Api-Key: "+huge[1:]+"B"), ip1)
+	if k1 == k2 {
+		t.Errorf("KeyFor: two different huge values hash alike: %q", k1)
+	}
+	k3, _ := r.KeyFor(request("GET", "/", "X-Api-Key: "+huge), ip1)
+	if k1 != k3 {
+		t.Errorf("KeyFor: same huge value, keys %q and %q differ", k1, k3)
+	}
+	// At the bound the value is kept; one past it, hashed.
+	at, _ := r.KeyFor(request("GET", "/", "X-Api-Key: "+huge[:MaxKeyLen]), ip1)
+	past, _ := r.KeyFor(request("GET", "/", "X-Api-Key: "+huge[:MaxKeyLen+1]), ip1)
+	if !strings.HasSuffix(at, huge[:MaxKeyLen]) || !strings.Contains(past, "|#") || len(past) != len("r|")+8+len("|#")+64 {
+		t.Errorf("KeyFor at the bound = %q…, past it = %q", at[:20], past)
+	}
+	if got := r.StoreKey(huge); got != k1 {
+		t.Errorf("StoreKey(huge) = %q, want KeyFor's %q", got, k1)
+	}
+}
+
+func TestKeyForNoCollisions(t *testing.T) {
+	// Values containing what a naive join would use as a separator must not
+	// collide: each pair of requests below would give the same key if the
+	// values were joined with "|" or ":".
+	r := mustCompile(t, Spec{Name: "r", Rate: "1/s", Key: []string{"header:A", "header:B"}}).Rules[0]
+	pairs := [][2][2]string{
+		{{"x|y", "z"}, {"x", "y|z"}},
+		{{"1:x", "1:y"}, {"1:x1:y", "1"}},
+		{{"x:", "y"}, {"x", ":y"}},
+		{{"3:abc", "1"}, {"3", "abc1"}},
+	}
+	for _, p := range pairs {
+		ka, _ := r.KeyFor(request("GET", "/", "A: "+p[0][0], "B: "+p[0][1]), ip1)
+		kb, _ := r.KeyFor(request("GET", "/", "A: "+p[1][0], "B: "+p[1][1]), ip1)
+		if ka == kb {
+			t.Errorf("KeyFor(A=%q B=%q) == KeyFor(A=%q B=%q) = %q", p[0][0], p[0][1], p[1][0], p[1][1], ka)
+		}
+	}
+	// A raw single value cannot imitate a hashed one.
+	one := mustCompile(t, Spec{Name: "r", Rate: "1/s", Key: []string{"header:A"}}).Rules[0]
+	long := strings.Repeat("z", MaxKeyLen+1)
+	hashed, _ := one.KeyFor(request("GET", "/", "A: "+long), ip1)
+	fake := hashed[strings.LastIndexByte(hashed, '|')+1:] // "#<hex>"
+	if k, _ := one.KeyFor(request("GET", "/", "A: "+fake), ip1); k == hashed {
+		t.Errorf("KeyFor(%q) imitates the hash of a long value: %q", fake, k)
+	}
+	// Rules with the same limit but different names never share keys.
+	set := mustCompile(t, Spec{Name: "a", Rate: "1/s"}, Spec{Name: "b", Rate: "1/s"})
+	ka, _ := set.Rules[0].KeyFor(request("GET", "/"), ip1)
+	kb, _ := set.Rules[1].KeyFor(request("GET", "/"), ip1)
+	if ka == kb {
+		t.Errorf("rules a and b share key %q", ka)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	base := Spec{Name: "r", Rate: "10/s", Key: []string{"ip"}}
+	fp := func(s Spec) string { return mustCompile(t, s).Rules[0].Fingerprint }
+	// Pinned: store keys outlive a daemon; an upgrade must not reset every
+	// counter by changing how fingerprints are computed.
+	if got, want := fp(base), fp(base); got != want || len(got) != 8 {
+		t.Fatalf("Fingerprint not stable: %q, %q", got, want)
+	}
+	if got := fp(base); got != pinnedFingerprint {
+		t.Errorf("Fingerprint(10/s ip sliding_window_counter) = %q, want %q", got, pinnedFingerprint)
+	}
+	same := []func(*Spec){
+		func(s *Spec) { s.Action = "shadow" },
+		func(s *Spec) { s.Match = MatchSpec{Path: "/x"} },
+		func(s *Spec) { s.Burst = 10 },                           // the default, spelled out
+		func(s *Spec) { s.Segments = 1 },                         // the default, spelled out
+		func(s *Spec) { s.Algorithm = "sliding_window_counter" }, // the default, spelled out
+		func(s *Spec) { s.Rate = "10/1s" },
+		func(s *Spec) { s.Key = nil }, // default: ip
+	}
+	for i, change := range same {
+		s := base
+		change(&s)
+		if got := fp(s); got != fp(base) {
+			t.Errorf("same[%d]: Fingerprint(%+v) = %q, want unchanged %q", i, s, got, fp(base))
+		}
+	}
+	differ := []func(*Spec){
+		func(s *Spec) { s.Rate = "11/s" },
+		func(s *Spec) { s.Rate = "10/m" },
+		func(s *Spec) { s.Burst = 20 },
+		func(s *Spec) { s.Segments = 2 },
+		func(s *Spec) { s.Algorithm = "token_bucket" },
+		func(s *Spec) { s.Key = []string{"header:X"} },
+		func(s *Spec) { s.Key = []string{"ip", "method"} },
+	}
+	seen := map[string]int{fp(base): -1}
+	for i, change := range differ {
+		s := base
+		change(&s)
+		got := fp(s)
+		if j, dup := seen[got]; dup {
+			t.Errorf("differ[%d]: Fingerprint(%+v) = %q, same as case %d", i, s, got, j)
+		}
+		seen[got] = i
+	}
+}
+
+// pinnedFingerprint is sha256("sliding_window_counter|10|1000000|10|1|ip")[:4] in hex:
+// algorithm|rate|period µs|burst|segments|parts.
+const pinnedFingerprint = "74c31e01"
+
+func TestCompileDefaults(t *testing.T) {
+	set := mustCompile(t,
+		Spec{Name: "plain", Rate: "5/m"},
+		Spec{Name: "delay", Rate: "5/s", Action: "delay"},
+		Spec{Name: "delay-gcra", Rate: "5/s", Action: "delay", Algorithm: "gcra", MaxDelay: 3 * time.Second},
+	)
+	checks := []struct {
+		name  string
+		alg   sluice.Algorithm
+		act   Action
+		delay time.Duration
+	}{
+		{"plain", DefaultAlgorithm, Reject, 0},
+		{"delay", sluice.LeakyBucket, Delay, DefaultMaxDelay},
+		{"delay-gcra", sluice.GCRA, Delay, 3 * time.Second},
+	}
+	for _, c := range checks {
+		r := set.Rule(c.name)
+		if r.Algorithm != c.alg || r.Action != c.act || r.MaxDelay != c.delay || len(r.Key) != 1 || r.Key[0] != (Part{Kind: PartIP}) {
+			t.Errorf("Rule(%q) = %v %v %v key %v, want %v %v %v [ip]", c.name, r.Algorithm, r.Action, r.MaxDelay, r.Key, c.alg, c.act, c.delay)
+		}
+	}
+	if r := set.Rule("plain"); r.Limit != (sluice.Limit{Rate: 5, Period: time.Minute, Burst: 5, Segments: 1}) {
+		t.Errorf("plain limit = %+v, want burst and segments defaulted", r.Limit)
+	}
+	if set.Rule("nope") != nil || (*Set)(nil).Rule("x") != nil {
+		t.Error("Rule(unknown) != nil")
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	specs := []Spec{
+		{Name: "ok", Rate: "1/s", Line: 2},
+		{Name: "bad name!", Rate: "1/s", Line: 5, Lines: map[string]int{"name": 5}},
+		{Name: "a", Rate: "1/s", Line: 8, Key: []string{"ip", "nope"}, Lines: map[string]int{"key[1]": 10}},
+		{Name: "ok", Rate: "x", Line: 12, Lines: map[string]int{"name": 12, "rate": 13}},
+	}
+	_, err := Compile("f.yaml", specs)
+	var pes ParseErrors
+	if !errors.As(err, &pes) {
+		t.Fatalf("Compile error %T %v, want ParseErrors", err, err)
+	}
+	want := []string{
+		`f.yaml:5: rules[1].name: "bad name!": use letters, digits, '-', '_' and '.' only`,
+		`f.yaml:10: rules[2].key[1]: unknown key part "nope" (want ip, header:NAME, query:NAME, cookie:NAME, method or path)`,
+		`f.yaml:12: rules[3].name: duplicate rule name "ok" (first used at line 2)`,
+		`f.yaml:13: rules[3].rate: "x": want N/UNIT, such as 100/s or 5/m`,
+	}
+	if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Compile problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line != 5 {
+		t.Errorf("errors.As(*ParseError) = %v, want the first problem", pe)
+	}
+	if got := (&ParseError{Msg: "m"}).Error(); got != "m" {
+		t.Errorf("ParseError{Msg}.Error() = %q", got)
+	}
+	if got := (&ParseError{File: "f", Key: "k", Msg: "m"}).Error(); got != "f: k: m" {
+		t.Errorf("ParseError{File,Key,Msg}.Error() = %q", got)
+	}
+}
+
+func TestSetMatch(t *testing.T) {
+	set := mustCompile(t,
+		Spec{Name: "login", Rate: "5/m", Match: MatchSpec{Methods: []string{"POST"}, Path: "/login"}},
+		Spec{Name: "api-key", Rate: "100/s", Match: MatchSpec{Path: "/api/*"}, Key: []string{"header:X-Api-Key"}},
+		Spec{Name: "global", Rate: "1000/s"},
+	)
+	tests := []struct {
+		req  *http.Request
+		want []string // rule names, in order
+	}{
+		{request("POST", "/login"), []string{"login", "global"}},
+		{request("GET", "/login"), []string{"global"}},
+		{request("GET", "/api/v1/x", "X-Api-Key: k"), []string{"api-key", "global"}},
+		{request("GET", "/api/v1/x"), []string{"global"}}, // no key header: api-key does not apply
+	}
+	var dst []Match
+	for _, tt := range tests {
+		dst = set.Match(tt.req, ip1, dst[:0])
+		var got []string
+		for _, m := range dst {
+			got = append(got, m.Rule.Name)
+			if !strings.HasPrefix(m.Key, m.Rule.Name+"|"+m.Rule.Fingerprint+"|") {
+				t.Errorf("Match(%s %s): key %q lacks the rule's head", tt.req.Method, tt.req.URL, m.Key)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("Match(%s %s) = %v, want %v", tt.req.Method, tt.req.URL, got, tt.want)
+		}
+	}
+	if got := (*Set)(nil).Match(request("GET", "/"), ip1, nil); len(got) != 0 {
+		t.Errorf("nil Set: Match = %v", got)
+	}
+	// One allocation per matching rule: its key.
+	req := request("POST", "/login")
+	allocs := testing.AllocsPerRun(100, func() { dst = set.Match(req, ip1, dst[:0]) })
+	if allocs > 2 {
+		t.Errorf("Match allocates %v times for 2 matching rules, want ≤ 2", allocs)
+	}
+}
+
+func TestParseAction(t *testing.T) {
+	for _, a := range []Action{Reject, Delay, Shadow, Defer} {
+		got, err := ParseAction(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAction(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if _, err := ParseAction("block"); err == nil {
+		t.Error("ParseAction(block) = nil error")
+	}
+	if got := Action(9).String(); got != "Action(9)" {
+		t.Errorf("Action(9).String() = %q", got)
+	}
+}
+
+func BenchmarkSetMatch(b *testing.B) {
+	set := mustCompile(b,
+		Spec{Name: "login", Rate: "5/m", Match: MatchSpec{Methods: []string{"POST"}, Path: "/login"}},
+		Spec{Name: "api-key", Rate: "100/s", Match: MatchSpec{Path: "/api/*"}, Key: []string{"header:X-Api-Key", "method"}},
+		Spec{Name: "global", Rate: "1000/s"},
+	)
+	req := request("GET", "/api/v1/items?page=2", "X-Api-Key: 0123456789abcdef")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var dst []Match
+		for pb.Next() {
+			dst = set.Match(req, ip1, dst[:0])
+			if len(dst) != 2 {
+				b.Fatalf("Match: %d rules, want 2", len(dst))
+			}
+		}
+	})
+}
+
+func ExampleSet_Match() {
+	set, err := Compile("example.yaml", []Spec{
+		{Name: "login-per-ip", Match: MatchSpec{Methods: []string{"POST"}, Path: "/login"}, Rate: "5/m"},
+		{Name: "api-per-key", Match: MatchSpec{Path: "/api/*"}, Key: []string{"header:X-Api-Key"}, Rate: "100/s", Algorithm: "gcra"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req := httptest.NewRequest("GET", "/api/orders", nil)
+	req.Header.Set("X-Api-Key", "k-123")
+	for _, m := range set.Match(req, netip.MustParseAddr("203.0.113.7"), nil) {
+		fmt.Println(m.Rule.Name, m.Rule.Algorithm, m.Rule.Limit, strings.TrimPrefix(m.Key, m.Rule.Name+"|"+m.Rule.Fingerprint+"|"))
+	}
+	// Output:
+	// api-per-key gcra 100/s k-123
+}
