@@ -1,0 +1,277 @@
+package memstore_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// The benchmarks drive memstore through sluice.Limiter.AllowAt with explicit
+// instants that advance by 1µs per operation, so results do not depend on
+// the wall clock. The peer comparison (x/time/rate, ulule, sethvargo,
+// httprate) lives in the separate bench/ module; see docs/bench-core.md.
+
+// benchBase is the first instant of every benchmark: the start of an hour,
+// so hour-long fixed windows do not roll over while a benchmark runs.
+var benchBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// hotLimit admits one request per µs on one key with room to spare (2 per
+// µs); the sliding log then holds about 1,000 times.
+var hotLimit = sluice.Every(2000, time.Millisecond)
+
+// keysLimit admits every request of the 1M-key benchmarks (each key is hit
+// about once per simulated second, far under 1000/h) and keeps every key
+// away from rest for longer than one pass over the key space, so the map
+// really holds 1,000,000 entries.
+var keysLimit = sluice.PerHour(1000)
+
+// denyLimit is exhausted on the first request or two and stays so.
+var denyLimit = sluice.PerHour(1)
+
+const numKeys = 1_000_000
+
+var (
+	keysOnce sync.Once
+	keys1M   []string
+)
+
+// benchKeys returns 1,000,000 distinct keys, "user:0000000" …, made once.
+func benchKeys() []string {
+	keysOnce.Do(func() {
+		keys1M = make([]string, numKeys)
+		for i := range keys1M {
+			keys1M[i] = keyOf(i)
+		}
+	})
+	return keys1M
+}
+
+func keyOf(i int) string {
+	var b [16]byte
+	buf := append(b[:0], "user:"...)
+	s := strconv.AppendInt(nil, int64(i), 10)
+	for range 7 - len(s) {
+		buf = append(buf, '0')
+	}
+	return string(append(buf, s...))
+}
+
+func at(i int) time.Time { return benchBase.Add(time.Duration(i) * time.Microsecond) }
+
+func newLimiter(b *testing.B, s sluice.Store, alg sluice.Algorithm, l sluice.Limit) *sluice.Limiter {
+	lim, err := sluice.NewLimiter(s, alg, l)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lim
+}
+
+// BenchmarkHotKey is one key taking one request per µs, all admitted.
+func BenchmarkHotKey(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			lim := newLimiter(b, memstore.New(memstore.Options{}), alg, hotLimit)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				d, err := lim.AllowAt(ctx, "hot", at(i), 1)
+				if err != nil || !d.Allowed {
+					b.Fatalf("AllowAt(hot, +%dµs) = %+v, %v; want allowed", i, d, err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkHotKeyParallel is BenchmarkHotKey from every goroutine at once:
+// all on the same key, so the same shard lock.
+func BenchmarkHotKeyParallel(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			lim := newLimiter(b, memstore.New(memstore.Options{}), alg, hotLimit)
+			b.ReportAllocs()
+			// One clock for all goroutines, as on a real hot key.
+			var clock atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := lim.AllowAt(ctx, "hot", at(int(clock.Add(1))), 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHotKeyDeny is one exhausted key: every request is denied.
+func BenchmarkHotKeyDeny(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			lim := newLimiter(b, memstore.New(memstore.Options{}), alg, denyLimit)
+			for range 3 {
+				if _, err := lim.AllowAt(ctx, "hot", benchBase, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			i := 1
+			for b.Loop() {
+				d, err := lim.AllowAt(ctx, "hot", at(i), 1)
+				if err != nil || d.Allowed {
+					b.Fatalf("AllowAt(hot, +%dµs) = %+v, %v; want denied", i, d, err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// filled returns a store holding every key of benchKeys, each having taken
+// one request at benchBase+index µs.
+func filled(b *testing.B, alg sluice.Algorithm) (*memstore.Store, *sluice.Limiter) {
+	b.Helper()
+	ctx := context.Background()
+	s := memstore.New(memstore.Options{})
+	lim := newLimiter(b, s, alg, keysLimit)
+	for i, k := range benchKeys() {
+		if _, err := lim.AllowAt(ctx, k, at(i), 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != numKeys {
+		b.Fatalf("after filling, Len() = %d, want %d", n, numKeys)
+	}
+	return s, lim
+}
+
+// BenchmarkKeys1M takes one request per operation from 1,000,000 keys in
+// turn, all held by the store (filled before the timer starts).
+func BenchmarkKeys1M(b *testing.B) {
+	ctx := context.Background()
+	keys := benchKeys()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			s, lim := filled(b, alg)
+			b.ReportAllocs()
+			i := numKeys
+			for b.Loop() {
+				d, err := lim.AllowAt(ctx, keys[i%numKeys], at(i), 1)
+				if err != nil || !d.Allowed {
+					b.Fatalf("AllowAt(%s, +%dµs) = %+v, %v; want allowed", keys[i%numKeys], i, d, err)
+				}
+				i++
+			}
+			b.StopTimer()
+			if n := s.Len(); n < numKeys {
+				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, numKeys)
+			}
+		})
+	}
+}
+
+// BenchmarkKeys1MParallel is BenchmarkKeys1M from every goroutine at once;
+// each goroutine walks the key space from its own starting point with its
+// own clock.
+func BenchmarkKeys1MParallel(b *testing.B) {
+	ctx := context.Background()
+	keys := benchKeys()
+	for _, alg := range sluice.Algorithms() {
+		// RunParallel calls the function again as b.N grows: fill once.
+		var s *memstore.Store
+		var lim *sluice.Limiter
+		b.Run(alg.String(), func(b *testing.B) {
+			if s == nil {
+				s, lim = filled(b, alg)
+			}
+			var g atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := numKeys + int(g.Add(1))*(numKeys/16+7)
+				for pb.Next() {
+					if _, err := lim.AllowAt(ctx, keys[i%numKeys], at(i), 1); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+			b.StopTimer()
+			if n := s.Len(); n < numKeys {
+				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, numKeys)
+			}
+		})
+		s, lim = nil, nil
+	}
+}
+
+// heapAlloc returns the live heap after a full collection.
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkMemory1M fills a store with 1,000,000 keys, one request each,
+// and reports the heap it holds per key. Run it with -benchtime=1x: one
+// operation is one whole fill.
+//
+//	B/key        heap growth per key, the caller's key strings allocated
+//	             before the first reading (memstore still counts: it keeps
+//	             its own copy of each key)
+//	B/key+str    the same with the key strings made during the fill, one
+//	             fresh string per request as a server would have: all the
+//	             memory the key space costs
+//	ns/key       fill time per key
+func BenchmarkMemory1M(b *testing.B) {
+	ctx := context.Background()
+	keys := benchKeys()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			var perKey, perKeyStr, nsKey float64
+			for range b.N {
+				before := heapAlloc()
+				start := time.Now()
+				s, _ := filled(b, alg)
+				nsKey = float64(time.Since(start).Nanoseconds()) / numKeys
+				after := heapAlloc()
+				runtime.KeepAlive(s)
+				perKey = float64(int64(after)-int64(before)) / numKeys
+				s = nil
+
+				before = heapAlloc()
+				s = memstore.New(memstore.Options{})
+				lim := newLimiter(b, s, alg, keysLimit)
+				for i := range numKeys {
+					if _, err := lim.AllowAt(ctx, keyOf(i), at(i), 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				after = heapAlloc()
+				if n := s.Len(); n != numKeys {
+					b.Fatalf("Len() = %d, want %d", n, numKeys)
+				}
+				runtime.KeepAlive(s)
+				perKeyStr = float64(int64(after)-int64(before)) / numKeys
+			}
+			runtime.KeepAlive(keys)
+			b.ReportMetric(perKey, "B/key")
+			b.ReportMetric(perKeyStr, "B/key+str")
+			b.ReportMetric(nsKey, "ns/key")
+		})
+	}
+}
