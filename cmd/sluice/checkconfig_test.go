@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckConfig runs `sluice check-config` on every fixture of
+// internal/daemon/testdata/config and compares its standard error with the
+// fixture's golden file (the problems, one per line), or, for the ok-
+// fixtures, checks the exit status and the "FILE: ok" line.
+func TestCheckConfig(t *testing.T) {
+	t.Chdir("../../internal/daemon")
+	t.Setenv("SLUICE_TEST_REDIS_PASSWORD", "s3cret")
+	t.Setenv("SLUICE_TEST_PORT", "")
+	for _, v := range []string{"SLUICE_TEST_UNSET_HOST", "SLUICE_TEST_UNSET_PASSWORD"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	files, err := filepath.Glob("testdata/config/*.yaml")
+	if err != nil || len(files) < 20 {
+		t.Fatalf("fixtures: %d, %v", len(files), err)
+	}
+	for _, file := range files {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), []string{"check-config", file}, nil, &stdout, &stderr)
+		golden, err := os.ReadFile(strings.TrimSuffix(file, ".yaml") + ".golden")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(golden) == "ok\n" {
+			if code != 0 || stderr.Len() != 0 || !strings.HasPrefix(stdout.String(), file+": ok: ") || strings.Count(stdout.String(), "\n") != 1 {
+				t.Errorf("check-config %s = exit %d, stdout %q, stderr %q; want 0, one line %q…", file, code, stdout.String(), stderr.String(), file+": ok: ")
+			}
+			continue
+		}
+		if code != 1 || stdout.Len() != 0 || stderr.String() != string(golden) {
+			t.Errorf("check-config %s = exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", file, code, stdout.String(), stderr.String(), golden)
+		}
+	}
+}
+
+func TestCheckConfigUsage(t *testing.T) {
+	for _, args := range [][]string{{"check-config"}, {"check-config", "a", "b"}, {"check-config", "-bogus"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage: sluice check-config FILE") {
+			t.Errorf("sluice %v = exit %d, stderr %q; want 2 and the usage", args, code, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	missing := filepath.Join(t.TempDir(), "none.yaml")
+	if code := run(t.Context(), []string{"check-config", missing}, nil, &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), missing+": cannot read config") {
+		t.Errorf("check-config (missing file) = exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+func TestCheckConfigExample(t *testing.T) {
+	// The summary line of a config with a proxy.
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	data := "proxy: {listen: 127.0.0.1:8000, upstream: http://127.0.0.1:9000}\nrules:\n  - {name: login, rate: 5/m}\n  - {name: api, rate: 100/s}\n"
+	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"check-config", file}, nil, &stdout, &stderr)
+	want := file + ": ok: 2 rules (login, api); store memory; api 127.0.0.1:8080; proxy 127.0.0.1:8000 -> http://127.0.0.1:9000\n"
+	if code != 0 || stdout.String() != want {
+		t.Errorf("check-config = exit %d, stdout %q, stderr %q; want 0, %q", code, stdout.String(), stderr.String(), want)
+	}
+}
