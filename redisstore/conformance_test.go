@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -10,9 +11,14 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// open returns a Store on addrs, closed when the test ends.
+// open returns a Store, closed when the test ends. Unless o says otherwise
+// its timeout is generous: these tests check decisions on a loaded CI
+// machine under -race; failure_test.go checks the timeout itself.
 func open(t testing.TB, o redisstore.Options) *redisstore.Store {
 	t.Helper()
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
 	s, err := redisstore.New(context.Background(), o)
 	if err != nil {
 		t.Fatalf("redisstore.New(%v): %v", o.Addrs, err)

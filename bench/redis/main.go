@@ -1,0 +1,335 @@
+// Command redisbench measures the Redis store against a local redis-server
+// it starts itself: decisions per second, p50/p99 latency and Redis CPU at
+// several concurrencies, on one hot key and on 100,000 keys, compared in the
+// same run with github.com/go-redis/redis_rate/v10 (GCRA, one Lua call per
+// decision) and with the ceiling redis-benchmark reports for a trivial
+// EVALSHA. It also compares the two Go clients (rueidis, go-redis) on the
+// same EVALSHA of Sluice's script. It is a separate module so that its peers
+// never become dependencies of Sluice.
+//
+//	cd bench/redis && go run . -d 2s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+var (
+	dur      = flag.Duration("d", 2*time.Second, "duration of each measurement")
+	concList = flag.String("c", "1,16,64,256", "concurrencies")
+	nkeys    = flag.Int("keys", 100_000, "size of the wide key space")
+)
+
+// result is one measurement.
+type result struct {
+	name      string
+	conc      int
+	keys      int
+	ops       int
+	secs      float64
+	p50, p99  time.Duration
+	redisCPU  float64 // fraction of one core
+	allowedPc float64
+}
+
+func (r result) rate() float64 { return float64(r.ops) / r.secs }
+
+func main() {
+	flag.Parse()
+	concs := parseInts(*concList)
+	port, pid, stop := startRedis()
+	defer stop()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	ctx := context.Background()
+
+	keys := make([]string, *nkeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	hot := []string{"hot"}
+
+	store, err := redisstore.New(ctx, redisstore.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
+	must(err)
+	defer store.Close()
+	gr := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 2 * slices.Max(concs)})
+	defer gr.Close()
+	rl := redis_rate.NewLimiter(gr)
+	ru, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+	must(err)
+	defer ru.Close()
+
+	// A limit nothing reaches, so both libraries do the same (admitting) work.
+	limit := sluice.PerSecond(1_000_000_000)
+	now := time.Now()
+	sluiceTake := func(k string) (bool, error) {
+		d, err := store.Take(ctx, sluice.Request{Key: k, Algorithm: sluice.GCRA, Limit: limit, Cost: 1, Now: now.Add(time.Since(now))})
+		return d.Allowed, err
+	}
+	rrLimit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Second}
+	redisRate := func(k string) (bool, error) {
+		r, err := rl.Allow(ctx, k, rrLimit)
+		if err != nil {
+			return false, err
+		}
+		return r.Allowed > 0, nil
+	}
+
+	// 1. Client choice: the same EVALSHA of Sluice's GCRA script.
+	script := redisstore.Script(sluice.GCRA)
+	tk, _ := limit.Ticks()
+	argsFor := func() []string {
+		return []string{"one", "0", "10000", "6", strconv.FormatInt(tk.Rate, 10), strconv.FormatInt(tk.Burst, 10), strconv.FormatInt(tk.Period, 10), "1", strconv.FormatInt(tk.Tick, 10), "1", strconv.FormatInt(time.Now().UnixMicro(), 10), "0"}
+	}
+	ruLua := rueidis.NewLuaScript(script)
+	grLua := goredis.NewScript(script)
+	clientFns := []struct {
+		name string
+		f    func(k string) (bool, error)
+	}{
+		{"rueidis EVALSHA", func(k string) (bool, error) {
+			return true, ruLua.Exec(ctx, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+		}},
+		{"go-redis EVALSHA", func(k string) (bool, error) {
+			a := argsFor()
+			args := make([]any, len(a))
+			for i := range a {
+				args[i] = a[i]
+			}
+			return true, grLua.Run(ctx, gr, []string{"sluice:{" + k + "}"}, args...).Err()
+		}},
+	}
+	fmt.Printf("# redis-server %s on %s, GOMAXPROCS %d, %v per cell\n\n", redisVersion(), addr, runtimeProcs(), *dur)
+	fmt.Println("## Client choice: the same EVALSHA (Sluice's GCRA script), wide key space")
+	header()
+	for _, c := range []int{1, 16, 64} {
+		for _, cf := range clientFns {
+			printRow(measure(cf.name, cf.f, keys, c, pid, 0))
+		}
+	}
+
+	// 2. The ceiling: redis-benchmark on a trivial EVALSHA.
+	fmt.Println("\n## Ceiling: redis-benchmark, EVALSHA of `return 1`, 64 clients")
+	sha, err := redistest.Do(addr, "SCRIPT", "LOAD", "return 1")
+	must(err)
+	ceil1 := redisBenchmark(port, sha, 1)
+	ceil16 := redisBenchmark(port, sha, 16)
+	fmt.Printf("redis-benchmark -c 64 -P 1:  %.0f requests/s\nredis-benchmark -c 64 -P 16: %.0f requests/s\n", ceil1, ceil16)
+
+	// 3. Sluice vs redis_rate.
+	fmt.Println("\n## Sluice redisstore (GCRA) vs redis_rate v10 (GCRA)")
+	header()
+	peak := map[string]result{}
+	for _, ks := range [][]string{hot, keys} {
+		for _, c := range concs {
+			for _, impl := range []struct {
+				name string
+				f    func(string) (bool, error)
+			}{{"sluice", sluiceTake}, {"redis_rate", redisRate}} {
+				r := measure(impl.name, impl.f, ks, c, pid, 0)
+				printRow(r)
+				if c == 64 && len(ks) > 1 {
+					peak[impl.name] = r
+				}
+				if p, ok := peak[impl.name+"/max"]; !ok || r.rate() > p.rate() {
+					peak[impl.name+"/max"] = r
+				}
+			}
+		}
+	}
+
+	// 4. Latency at half of peak throughput (open loop, 64 workers).
+	fmt.Println("\n## Latency at half of Sluice's peak throughput (paced, 64 workers, wide key space)")
+	header()
+	half := peak["sluice/max"].rate() / 2
+	hr := measure("sluice @½peak", sluiceTake, keys, 64, pid, half)
+	printRow(hr)
+
+	s64, r64 := peak["sluice"], peak["redis_rate"]
+	fmt.Println("\n## Targets")
+	fmt.Printf("sluice / redis_rate at c=64, 100k keys: %.2f× (target ≥ 1.5×)\n", s64.rate()/r64.rate())
+	fmt.Printf("sluice peak / redis-benchmark -P 1 ceiling: %.0f%% (target ≥ 70%%)\n", 100*peak["sluice/max"].rate()/ceil1)
+	fmt.Printf("sluice peak / redis-benchmark -P 16 ceiling: %.0f%%\n", 100*peak["sluice/max"].rate()/ceil16)
+	fmt.Printf("p99 at half of peak (%.0f/s): %v (target < 5ms)\n", half, hr.p99)
+}
+
+// measure runs f from conc goroutines over keys for *dur. With pace > 0 the
+// load is open-loop at pace requests/s in total, and latency counts from
+// each request's scheduled start.
+func measure(name string, f func(string) (bool, error), keys []string, conc, pid int, pace float64) result {
+	var wg sync.WaitGroup
+	lats := make([][]time.Duration, conc)
+	allowed := make([]int, conc)
+	cpu0 := procCPU(pid)
+	start := time.Now()
+	end := start.Add(*dur)
+	var failed sync.Once
+	for w := range conc {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			l := make([]time.Duration, 0, 1<<16)
+			var interval time.Duration
+			next := start
+			if pace > 0 {
+				interval = time.Duration(float64(conc) / pace * float64(time.Second))
+				next = start.Add(time.Duration(rng.Int64N(int64(interval) + 1)))
+			}
+			for {
+				t0 := time.Now()
+				if pace > 0 {
+					if next.After(t0) {
+						time.Sleep(next.Sub(t0))
+					}
+					t0 = next
+					next = next.Add(interval)
+				}
+				if t0.After(end) {
+					break
+				}
+				ok, err := f(keys[rng.IntN(len(keys))])
+				if err != nil {
+					failed.Do(func() { fmt.Fprintf(os.Stderr, "%s: %v\n", name, err) })
+					continue
+				}
+				if ok {
+					allowed[w]++
+				}
+				l = append(l, time.Since(t0))
+			}
+			lats[w] = l
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	cpu := (procCPU(pid) - cpu0) / secs
+	var all []time.Duration
+	na := 0
+	for w := range lats {
+		all = append(all, lats[w]...)
+		na += allowed[w]
+	}
+	slices.Sort(all)
+	r := result{name: name, conc: conc, keys: len(keys), ops: len(all), secs: secs, redisCPU: cpu}
+	if len(all) > 0 {
+		r.p50 = all[len(all)/2]
+		r.p99 = all[len(all)*99/100]
+		r.allowedPc = 100 * float64(na) / float64(len(all))
+	}
+	return r
+}
+
+func header() {
+	fmt.Println("| impl | conc | keys | decisions/s | p50 | p99 | Redis CPU |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+}
+
+func printRow(r result) {
+	fmt.Printf("| %s | %d | %d | %.0f | %v | %v | %.0f%% |\n", r.name, r.conc, r.keys, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), 100*r.redisCPU)
+}
+
+// startRedis starts a redis-server on a free loopback port, bounded: it is
+// killed when the benchmark ends.
+func startRedis() (port, pid int, stop func()) {
+	dir, err := os.MkdirTemp("", "redisbench")
+	must(err)
+	port = 30000 + rand.IntN(20000)
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
+	must(cmd.Start())
+	stop = func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := redistest.Do("127.0.0.1:"+strconv.Itoa(port), "PING"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			fmt.Fprintln(os.Stderr, "redis-server did not start; run scripts/ensure-redis.sh")
+			os.Exit(1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return port, cmd.Process.Pid, stop
+}
+
+// procCPU returns the user+system CPU seconds of process pid.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+func redisBenchmark(port int, sha string, pipeline int) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-benchmark", "-p", strconv.Itoa(port), "-c", "64", "-n", "400000", "-P", strconv.Itoa(pipeline), "-q", "EVALSHA", sha, "0").CombinedOutput()
+	must(err)
+	m := rpsRE.FindAllStringSubmatch(string(out), -1)
+	if len(m) == 0 {
+		fmt.Fprintf(os.Stderr, "redis-benchmark: %s\n", out)
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[len(m)-1][1], 64)
+	return v
+}
+
+func redisVersion() string {
+	cmd := exec.Command("redis-server", "--version")
+	b, _ := cmd.Output()
+	f := strings.Fields(string(b))
+	for _, x := range f {
+		if strings.HasPrefix(x, "v=") {
+			return x[2:]
+		}
+	}
+	return "?"
+}
+
+func parseInts(s string) []int {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		must(err)
+		out = append(out, n)
+	}
+	return out
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
