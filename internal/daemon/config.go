@@ -53,7 +53,15 @@ type Config struct {
 	ForwardAuth ForwardAuthConfig
 	Limits      LimitsConfig
 	Rules       []rules.Spec
+
+	lines map[string]int // key path → line, as read by ParseConfig
 }
+
+// Line returns the line of the key path key ("store.redis.db",
+// "rules[2].sync") in the file c was parsed from, or of its nearest
+// enclosing key that was written, or 0 (a Config built in Go). Use it to
+// name lines in errors found after ParseConfig.
+func (c *Config) Line(key string) int { return lineOf(c.lines, key) }
 
 // ProxyConfig is the reverse proxy: requests to Listen go to Upstream.
 type ProxyConfig struct {
@@ -212,6 +220,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 			}
 		}
 	}
+	c.lines = d.lines
 	if len(d.errs) > 0 {
 		d.errs.Sort()
 		if len(d.errs) > maxProblems {

@@ -151,8 +151,14 @@ func TestParseConfigFull(t *testing.T) {
 		ForwardAuth: ForwardAuthConfig{DenyStatus: 403},
 		Limits:      LimitsConfig{MaxBodyBytes: 4096},
 	}
+	for key, line := range map[string]int{"store.redis.db": 17, "grpc": 12, "grpc.config[0]": 14, "rules[1].sync": 50, "rules[1]": 43, "store.redis.nope": 17, "nope": 0} {
+		if got := cfg.Line(key); got != line {
+			t.Errorf("Line(%q) = %d, want %d", key, got, line)
+		}
+	}
 	got := *cfg
 	got.Rules = nil
+	got.lines = nil
 	if !reflect.DeepEqual(&got, want) {
 		t.Errorf("LoadConfig(%s) =\n%+v\nwant\n%+v", file, &got, want)
 	}
