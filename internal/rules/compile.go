@@ -121,10 +121,12 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 		r.Key = append(r.Key, p)
 	}
 
+	actionOK := true
 	if sp.Action != "" {
 		a, err := ParseAction(sp.Action)
 		if err != nil {
 			f("action", "%v", err)
+			actionOK = false
 		}
 		r.Action = a
 	}
@@ -185,7 +187,7 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	switch {
 	case sp.MaxDelay < 0:
 		f("max_delay", "%v must not be negative", sp.MaxDelay)
-	case sp.MaxDelay > 0 && r.Action != Delay:
+	case sp.MaxDelay > 0 && actionOK && r.Action != Delay:
 		f("max_delay", "applies to action: delay only (action is %s)", r.Action)
 	case sp.MaxDelay > MaxMaxDelay:
 		f("max_delay", "%v is longer than the maximum %v", sp.MaxDelay, MaxMaxDelay)
