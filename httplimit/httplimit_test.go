@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -235,9 +236,12 @@ func TestMiddlewareLeakyBucketShapes(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
+		var mu sync.Mutex
 		var passed []time.Duration
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
 			passed = append(passed, time.Since(start))
+			mu.Unlock()
 		})
 		h := httplimit.Middleware(httplimit.Options{Limiter: lim})(next)
 		codes := make([]int, 5)

@@ -137,8 +137,8 @@ func TestCheck(t *testing.T) {
 	for range 3 {
 		_, last = check(t, f, `{"rule":"shaped","key":"q"}`)
 	}
-	if !last.Allowed || last.DelayMS != 200 {
-		t.Errorf("third check of a leaky bucket 10/s: %+v, want allowed with delay_ms 200", last)
+	if !last.Allowed || last.DelayMS <= 100 || last.DelayMS > 200 {
+		t.Errorf("third check of a leaky bucket 10/s: %+v, want allowed with delay_ms near 200 (two 100ms slots ahead)", last)
 	}
 }
 
@@ -287,7 +287,7 @@ func TestRulesHealthReadyMetrics(t *testing.T) {
 // on_error with a real Redis that has stopped.
 func TestStoreDown(t *testing.T) {
 	srv := redistest.StartServer(t)
-	store, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	store, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("redisstore.New: %v", err)
 	}

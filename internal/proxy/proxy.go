@@ -1,0 +1,223 @@
+// Package proxy is the daemon's reverse-proxy mode (proxy.listen →
+// proxy.upstream): every request is matched against the rules in force and
+// decided by the engine before it may reach the upstream.
+//
+// Behaviour:
+//
+//   - A limited request never reaches the upstream. Action reject answers
+//     429 with Retry-After, the rate-limit headers and
+//     {"error":"rate_limited","rule":NAME,"retry_after_ms":N}; action delay
+//     holds the request for a slot (up to the rule's max_delay; the leaky
+//     bucket spaces requests evenly) and then forwards it, or answers 429;
+//     action shadow always forwards (the would-be denial is counted and
+//     logged). Action defer answers 429 until deferred replay exists.
+//   - Every response a rule applied to carries the tightest enforcing
+//     rule's X-RateLimit-* and RateLimit-Policy / RateLimit headers; the
+//     upstream's own headers of those names are replaced.
+//   - When the store cannot decide: on_error allow forwards, deny answers
+//     503 {"error":"store_unavailable"}.
+//   - Streaming: responses are flushed as they arrive (FlushInterval −1),
+//     so server-sent events and long polls work; WebSocket and other
+//     Upgrade requests are passed through.
+//   - Host: by default the upstream sees its own host (Host: the upstream
+//     URL's host) and the original one in X-Forwarded-Host; with
+//     PreserveHost it sees the incoming Host.
+//   - X-Forwarded-For is set to the client address as resolved by
+//     Options.ClientIP (one address, never an untrusted client's own
+//     header), X-Forwarded-Proto to http or https, X-Forwarded-Host to the
+//     incoming Host. Incoming Forwarded / X-Forwarded-* headers are
+//     dropped.
+//   - The upstream's unreachability answers 502, a response header timeout
+//     504, both with a JSON error body.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultDialTimeout           = 5 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultIdleConnTimeout       = 90 * time.Second
+	DefaultMaxIdleConnsPerHost   = 256
+)
+
+// Options configures the proxy. Upstream and Engine are required.
+type Options struct {
+	// Upstream is where allowed requests go: scheme, host and optionally a
+	// base path that request paths are joined to.
+	Upstream *url.URL
+	// Engine returns the engine (and rules) in force. It is called once per
+	// request and must be cheap: the daemon keeps the engine in an
+	// atomic.Pointer and swaps it on reload.
+	Engine func() *engine.Engine
+	// ClientIP finds the client address for ip keys and X-Forwarded-For.
+	ClientIP clientip.Resolver
+	// PreserveHost sends the incoming Host header upstream instead of the
+	// upstream's host.
+	PreserveHost bool
+	// DialTimeout bounds connecting to the upstream; 0 means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers after the request is sent; 0 means
+	// DefaultResponseHeaderTimeout. The body streams without a limit.
+	ResponseHeaderTimeout time.Duration
+	// Transport, if set, replaces the transport built from the timeouts
+	// above (tests, TLS settings).
+	Transport http.RoundTripper
+	// Logger receives upstream errors; nil discards.
+	Logger *slog.Logger
+}
+
+// Proxy is the rate-limiting reverse proxy, an http.Handler. Serve it from
+// an http.Server with ReadHeaderTimeout and IdleTimeout set; it is safe for
+// concurrent use.
+type Proxy struct {
+	o  Options
+	rp *httputil.ReverseProxy
+}
+
+type ctxKey struct{}
+
+// New returns the proxy for o.
+func New(o Options) (*Proxy, error) {
+	if o.Upstream == nil || o.Upstream.Scheme == "" || o.Upstream.Host == "" {
+		return nil, errors.New("proxy: Options.Upstream must be an absolute URL such as http://127.0.0.1:9000")
+	}
+	if o.Upstream.Scheme != "http" && o.Upstream.Scheme != "https" {
+		return nil, errors.New("proxy: upstream scheme must be http or https, not " + o.Upstream.Scheme)
+	}
+	if o.Engine == nil {
+		return nil, errors.New("proxy: nil Options.Engine")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Transport == nil {
+		o.Transport = newTransport(o)
+	}
+	p := &Proxy{o: o}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      o.Transport,
+		FlushInterval:  -1,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+func newTransport(o Options) *http.Transport {
+	dial := o.DialTimeout
+	if dial <= 0 {
+		dial = DefaultDialTimeout
+	}
+	rht := o.ResponseHeaderTimeout
+	if rht <= 0 {
+		rht = DefaultResponseHeaderTimeout
+	}
+	return &http.Transport{
+		Proxy:                 nil, // never an environment proxy between us and the upstream
+		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       DefaultIdleConnTimeout,
+		TLSHandshakeTimeout:   dial,
+		ResponseHeaderTimeout: rht,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// ServeHTTP decides the request and forwards it if allowed.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e := p.o.Engine()
+	ip := p.o.ClientIP.ClientIP(r)
+	var buf [8]rules.Match
+	ms := e.Match(r, ip, buf[:0])
+	if len(ms) == 0 {
+		p.forward(w, r, ip, nil)
+		return
+	}
+	res := e.Admit(r.Context(), ms, 1)
+	if !res.Allowed {
+		if res.Err != nil && r.Context().Err() != nil {
+			return // the client went away while waiting
+		}
+		engine.WriteDenied(w, &res, http.StatusTooManyRequests)
+		return
+	}
+	if res.Rule == nil {
+		p.forward(w, r, ip, nil)
+		return
+	}
+	p.forward(w, r, ip, &res) // headers set in modifyResponse
+}
+
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
+	ctx := context.WithValue(r.Context(), ctxKey{}, forwardInfo{ip: ip, res: res})
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+type forwardInfo struct {
+	ip  netip.Addr
+	res *engine.Result
+}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.o.Upstream)
+	if p.o.PreserveHost {
+		pr.Out.Host = pr.In.Host
+	}
+	info, _ := pr.In.Context().Value(ctxKey{}).(forwardInfo)
+	h := pr.Out.Header
+	if info.ip.IsValid() {
+		h["X-Forwarded-For"] = []string{info.ip.String()}
+	}
+	h["X-Forwarded-Host"] = []string{pr.In.Host}
+	if pr.In.TLS != nil {
+		h["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		h["X-Forwarded-Proto"] = []string{"http"}
+	}
+}
+
+// modifyResponse replaces the upstream's rate-limit headers with ours.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	info, _ := resp.Request.Context().Value(ctxKey{}).(forwardInfo)
+	if info.res != nil {
+		info.res.SetHeaders(resp.Header)
+	}
+	return nil
+}
+
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	status, msg := http.StatusBadGateway, "bad_gateway"
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status, msg = http.StatusGatewayTimeout, "gateway_timeout"
+	}
+	p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	w.WriteHeader(status)
+	w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
+}
