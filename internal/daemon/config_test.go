@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -376,4 +377,22 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("valid config fails RuleSet: %v", err)
 		}
 	})
+}
+
+func ExampleParseConfig() {
+	cfg, err := ParseConfig("sluice.yaml", []byte(`
+listen: 127.0.0.1:8080
+rules:
+  - name: login-per-ip
+    match: {methods: [POST], path: /login}
+    rate: 5/m
+    algoritm: gcra
+`))
+	fmt.Println(cfg, err)
+
+	cfg, err = ParseConfig("sluice.yaml", []byte("rules: [{name: login-per-ip, rate: 5/m}]\n"))
+	fmt.Println(cfg.Listen, cfg.Store.Type, cfg.Rules[0].Name, err)
+	// Output:
+	// <nil> sluice.yaml:7: rules[0].algoritm: unknown key (did you mean "algorithm"?)
+	// 127.0.0.1:8080 memory login-per-ip <nil>
 }

@@ -393,3 +393,40 @@ func ExampleSet_Match() {
 	// Output:
 	// api-per-key gcra 100/s k-123
 }
+
+// FuzzKeyFor checks that two requests get the same key from a two-part rule
+// exactly when their values are the same, whatever the values contain, and
+// that keys stay bounded.
+func FuzzKeyFor(f *testing.F) {
+	f.Add("x|y", "z", "x", "y|z")
+	f.Add("1:x", "1:y", "1:x1:y", "1")
+	f.Add("#a", "b", "a", "#b")
+	f.Add(strings.Repeat("k", 300), "v", strings.Repeat("k", 299), "kv")
+	two := mustCompile(f, Spec{Name: "r", Rate: "1/s", Key: []string{"header:A", "header:B"}}).Rules[0]
+	one := mustCompile(f, Spec{Name: "s", Rate: "1/s", Key: []string{"header:A"}}).Rules[0]
+	bound := len("r|") + 8 + len("|") + MaxKeyLen + 1
+	f.Fuzz(func(t *testing.T, a1, b1, a2, b2 string) {
+		if a1 == "" || b1 == "" || a2 == "" || b2 == "" {
+			return
+		}
+		mk := func(a, b string) *http.Request {
+			return &http.Request{Method: "GET", Header: http.Header{"A": {a}, "B": {b}}}
+		}
+		k1, ok1 := two.KeyFor(mk(a1, b1), ip1)
+		k2, ok2 := two.KeyFor(mk(a2, b2), ip1)
+		if !ok1 || !ok2 {
+			t.Fatalf("KeyFor: ok %v %v for non-empty values", ok1, ok2)
+		}
+		if (k1 == k2) != (a1 == a2 && b1 == b2) {
+			t.Fatalf("KeyFor(A=%q B=%q) = %q and KeyFor(A=%q B=%q) = %q", a1, b1, k1, a2, b2, k2)
+		}
+		s1, _ := one.KeyFor(mk(a1, b1), ip1)
+		s2, _ := one.KeyFor(mk(a2, b2), ip1)
+		if (s1 == s2) != (a1 == a2) {
+			t.Fatalf("one part: KeyFor(A=%q) = %q and KeyFor(A=%q) = %q", a1, s1, a2, s2)
+		}
+		if len(k1) > bound || len(s1) > bound {
+			t.Fatalf("keys %d and %d bytes long, bound %d", len(k1), len(s1), bound)
+		}
+	})
+}
