@@ -638,7 +638,12 @@ func editDistance(a, b string) int {
 // config decodes the top level. It reports false when there is nothing
 // worth validating (the top is not a mapping, or the node budget ran out).
 func (d *decoder) config(root *yaml.Node, c *Config) bool {
-	if r := d.resolve("", root); r != nil && r.Kind != yaml.MappingNode {
+	r := d.resolve("", root)
+	if r == nil {
+		d.fail(&yaml.Node{Line: 1}, "", "empty config: want a mapping such as listen: 127.0.0.1:8080")
+		return false
+	}
+	if r.Kind != yaml.MappingNode {
 		d.fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
 		return false
 	}
