@@ -169,14 +169,15 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 		r.Limit.Burst = sp.Burst
 		r.Limit.Segments = sp.Segments
 		if err := r.Limit.Validate(); err != nil {
-			key := "burst"
-			if sp.Burst == 0 {
-				key = "rate"
-			}
-			if sp.Segments > 0 {
+			msg := strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": ")
+			key := "rate"
+			switch {
+			case strings.Contains(msg, "sub-windows") || strings.Contains(msg, "segments"):
 				key = "segments"
+			case sp.Burst > 0 && strings.Contains(msg, "too large"):
+				key = "burst"
 			}
-			f(key, "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+			f(key, "%s", msg)
 		}
 		r.Limit.Burst = r.Limit.BurstOrRate()
 		if r.Limit.Segments == 0 {
