@@ -131,6 +131,10 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, cleaned string) (string,
 			b = append(b, ipv...)
 			continue
 		case PartHeader:
+			if p.Name == "Host" { // net/http moves it out of Header
+				v = req.Host
+				break
+			}
 			vs := req.Header[p.Name]
 			if len(vs) == 0 {
 				return "", false

@@ -102,6 +102,7 @@ func TestKeyFor(t *testing.T) {
 		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: k1", "X-Api-Key: k2"), ip1, "k1", true, "first value"},
 		{[]string{"header:X-Api-Key"}, request("GET", "/"), ip1, "", false, "missing header"},
 		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: "), ip1, "", false, "empty header"},
+		{[]string{"header:host"}, request("GET", "http://api.example.com/"), ip1, "api.example.com", true, "Host lives in req.Host"},
 		{[]string{"query:user"}, request("GET", "/?user=bob&x=1"), ip1, "bob", true, ""},
 		{[]string{"query:user"}, request("GET", "/?x=1&user=b%20o+b&user=eve"), ip1, "b o b", true, "unescaped, first"},
 		{[]string{"query:user name"}, request("GET", "/?user+name=z"), ip1, "z", true, "escaped name"},
