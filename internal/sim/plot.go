@@ -259,23 +259,39 @@ func (p *plotter) limitWords() string {
 
 func (p *plotter) legend(b *bytes.Buffer, x, y float64) {
 	s := p.sum
-	item := func(w float64, icon, text string) {
+	item := func(icon, text string) {
 		fmt.Fprintf(b, `<g transform="translate(%.1f %.1f)">%s<text x="16" y="4">%s</text></g>`+"\n", x, y, icon, esc(text))
-		x += w
+		x += 16 + textWidth(text) + 22
 	}
-	item(118, dot(0, 0, colAdmit), fmt.Sprintf("admitted (%d)", s.Admitted))
-	item(112, cross(0, 0, colReject), fmt.Sprintf("rejected (%d)", s.Rejected))
-	item(172, fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2" stroke-dasharray="5 3"/>`, colLimit),
-		fmt.Sprintf("limit (%d at once)", p.capacity))
-	item(118, fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2"/>`, colUse), "in use")
+	item(dot(0, 0, colAdmit), fmt.Sprintf("admitted (%d)", s.Admitted))
+	item(cross(0, 0, colReject), fmt.Sprintf("rejected (%d)", s.Rejected))
+	item(fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2" stroke-dasharray="5 3"/>`, colLimit), p.limitLegend())
+	item(fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2"/>`, colUse), "in use")
 	if s.Algorithm == sluice.LeakyBucket {
-		item(230, fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2"/><line x1="8" y1="-4" x2="8" y2="4" stroke="%s" stroke-width="2"/>`, colDelay, colDelay),
+		item(fmt.Sprintf(`<line x1="-6" y1="0" x2="8" y2="0" stroke="%s" stroke-width="2"/><line x1="8" y1="-4" x2="8" y2="4" stroke="%s" stroke-width="2"/>`, colDelay, colDelay),
 			fmt.Sprintf("delay until it leaves (max %ss)", trimZeros(FormatDuration(s.MaxDelay))))
 	}
 	if p.boundaryStep() > 0 {
-		item(140, fmt.Sprintf(`<line x1="1" y1="-7" x2="1" y2="7" stroke="%s" stroke-dasharray="2 2"/>`, colBoundary), "window boundary")
+		item(fmt.Sprintf(`<line x1="1" y1="-7" x2="1" y2="7" stroke="%s" stroke-dasharray="2 2"/>`, colBoundary), "window boundary")
 	}
 }
+
+// limitLegend says what the dashed line is.
+func (p *plotter) limitLegend() string {
+	l := p.sum.Limit
+	switch p.sum.Algorithm {
+	case sluice.TokenBucket, sluice.GCRA:
+		return fmt.Sprintf("limit: a bucket of %d", l.BurstOrRate())
+	case sluice.LeakyBucket:
+		return fmt.Sprintf("limit: 1 leaving + %d waiting", l.BurstOrRate())
+	case sluice.FixedWindow:
+		return fmt.Sprintf("limit: %d per window", l.Rate)
+	}
+	return fmt.Sprintf("limit: %d per sliding window", l.Rate)
+}
+
+// textWidth estimates the width of s in pixels at 12px.
+func textWidth(s string) float64 { return 6.6 * float64(utf8.RuneCountInString(s)) }
 
 func dot(x, y float64, fill string) string {
 	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s" stroke="#ffffff" stroke-width="1"/>`, x, y, fill)

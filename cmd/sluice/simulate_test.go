@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// simulateCmd runs `sluice simulate args…` with stdin and returns the exit
+// code, stdout and stderr.
+func simulateCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), append([]string{"simulate"}, args...), strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+const simTrace = `# t,key[,cost]
+10.0,alice
+10.1,alice
+10.2,alice
+10.2,bob,2
+11.0,alice
+`
+
+func TestSimulateStdin(t *testing.T) {
+	code, out, errOut := simulateCmd(t, simTrace, "-algorithm", "fixed_window", "-rate", "2/s")
+	if code != 0 {
+		t.Fatalf("sluice simulate: exit %d, stderr %s", code, errOut)
+	}
+	want := `t,key,cost,allowed,remaining,retry_after,delay
+10.000000,alice,1,1,1,0.000000,0.000000
+10.100000,alice,1,1,0,0.000000,0.000000
+10.200000,alice,1,0,0,0.800000,0.000000
+10.200000,bob,2,1,0,0.000000,0.000000
+11.000000,alice,1,1,1,0.000000,0.000000
+`
+	if out != want {
+		t.Errorf("sluice simulate stdout:\n%s\nwant:\n%s", out, want)
+	}
+	for _, s := range []string{"fixed_window 2/s, trace stdin", "5 requests, 4 admitted, 1 rejected", "4         3         1  alice", "1         1         0  bob"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("sluice simulate stderr = %q, want it to contain %q", errOut, s)
+		}
+	}
+}
+
+func TestSimulateTraceFileAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte(simTrace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svg := filepath.Join(dir, "out.svg")
+	code, out, errOut := simulateCmd(t, "ignored", "-algorithm", "leaky_bucket", "-rate", "2/s", "-burst", "3", "-trace", trace, "-plot", svg)
+	if code != 0 {
+		t.Fatalf("sluice simulate -trace -plot: exit %d, stderr %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "t,key,cost,allowed,remaining,retry_after,delay\n10.000000,alice,1,1,") || strings.Count(out, "\n") != 6 {
+		t.Errorf("sluice simulate -trace stdout = %q, want the header and 5 lines", out)
+	}
+	if !strings.Contains(errOut, "leaky_bucket 2/s burst 3, trace "+trace) || !strings.Contains(errOut, "longest delay 0.800000s") {
+		t.Errorf("sluice simulate stderr = %q, want the algorithm, the trace file and the longest delay", errOut)
+	}
+	doc, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("-plot wrote malformed XML: %v", err)
+		}
+	}
+	for _, s := range []string{"<svg", "leaky_bucket 2/s burst 3", "admitted (5)", "delay until it leaves"} {
+		if !bytes.Contains(doc, []byte(s)) {
+			t.Errorf("-plot file does not contain %q", s)
+		}
+	}
+}
+
+func TestSimulateErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.csv")
+	for _, c := range []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		msg   string
+	}{
+		{"unknown flag", "", []string{"-rate", "1/s", "-speed", "9"}, 2, "flag provided but not defined: -speed"},
+		{"malformed -burst", "", []string{"-rate", "1/s", "-burst", "ten"}, 2, `invalid value "ten" for flag -burst`},
+		{"stray argument", "", []string{"-rate", "1/s", "trace.csv"}, 2, `unexpected argument "trace.csv"`},
+		{"unknown algorithm", "", []string{"-algorithm", "bucket", "-rate", "1/s"}, 1, `-algorithm: sluice: unknown algorithm: "bucket"`},
+		{"no rate", "", []string{"-algorithm", "gcra"}, 1, "-rate is required"},
+		{"bad rate", "", []string{"-rate", "5/x"}, 1, `-rate: sluice: invalid limit: "5/x"`},
+		{"negative burst", "", []string{"-rate", "5/s", "-burst", "-1"}, 1, "-burst -1: must not be negative"},
+		{"uneven segments", "", []string{"-algorithm", "sliding_window_counter", "-rate", "5/s", "-segments", "7"}, 1, "does not split into 7 equal sub-windows"},
+		{"unknown store", "", []string{"-rate", "5/s", "-store", "disk"}, 1, `-store "disk": want memory or redis`},
+		{"plot not svg", "", []string{"-rate", "5/s", "-plot", "out.png"}, 1, "-plot out.png: the plot is SVG"},
+		{"missing trace", "", []string{"-rate", "5/s", "-trace", missing}, 1, "-trace: open " + missing},
+		{"bad line", "1,a\n\n1,a,x\n", []string{"-rate", "5/s"}, 1, `sluice simulate: stdin:3: cost "x" is not a whole number`},
+		{"time backwards", "2,a\n1,a\n", []string{"-rate", "5/s"}, 1, "stdin:2: time 1.000000 goes backwards"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := simulateCmd(t, c.stdin, c.args...)
+			if code != c.code || !strings.Contains(errOut, c.msg) {
+				t.Errorf("sluice simulate %s: exit %d, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, errOut, c.code, c.msg)
+			}
+		})
+	}
+}
+
+func TestSimulateHelp(t *testing.T) {
+	code, _, errOut := simulateCmd(t, "", "-h")
+	if code != 0 || !strings.Contains(errOut, "usage: sluice simulate") || !strings.Contains(errOut, "-algorithm NAME") {
+		t.Errorf("sluice simulate -h: exit %d, stderr %q; want 0 and the usage", code, errOut)
+	}
+}
+
+// TestSimulateRedisMatchesMemory runs the same traces through -store
+// memory and -store redis (a real redis-server): the output must be the
+// same bytes, for every algorithm, and a second run on the same Redis must
+// not see the first one's counters.
+func TestSimulateRedisMatchesMemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	traces := []string{"../../examples/burst.csv", "../../internal/sim/testdata/mixed.csv", "../../internal/sim/testdata/spec_example.csv"}
+	for _, alg := range sluice.Algorithms() {
+		for _, trace := range traces {
+			args := []string{"-algorithm", alg.String(), "-rate", "5/s", "-burst", "7", "-trace", trace}
+			if alg == sluice.SlidingWindowCounter {
+				args = append(args, "-segments", "4")
+			}
+			code, mem, errOut := simulateCmd(t, "", append(args, "-store", "memory")...)
+			if code != 0 {
+				t.Fatalf("%v -store memory: exit %d: %s", args, code, errOut)
+			}
+			for run := 1; run <= 2; run++ {
+				code, red, errOut := simulateCmd(t, "", append(args, "-store", "redis", "-redis", srv.Addr)...)
+				if code != 0 {
+					t.Fatalf("%v -store redis: exit %d: %s", args, code, errOut)
+				}
+				if red != mem {
+					t.Errorf("%v: -store redis (run %d) printed\n%s\n-store memory printed\n%s", args, run, red, mem)
+				}
+			}
+		}
+	}
+}
+
+func TestSimulateRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, out, errOut := simulateCmd(t, "1,a\n", "-rate", "5/s", "-store", "redis", "-redis", addr)
+	if code != 1 || out != "" || !strings.Contains(errOut, "sluice simulate: -store redis: redisstore: connect") {
+		t.Errorf("sluice simulate -store redis -redis %s (closed): exit %d, stdout %q, stderr %q; want exit 1 naming the store", addr, code, out, errOut)
+	}
+}
