@@ -136,15 +136,18 @@ func unquote(s string) (val, rest string, err error) {
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {
 		c := s[i]
+		if c == '\\' && i+1 < len(s) { // quoted-pair: \ HTAB / SP / VCHAR / obs-text
+			i++
+			c = s[i]
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return "", "", fmt.Errorf("%w: control character in quoted string", ErrMalformed)
+			}
+			b.WriteByte(c)
+			continue
+		}
 		switch {
 		case c == '"':
 			return b.String(), s[i+1:], nil
-		case c == '\\':
-			if i+1 == len(s) {
-				break
-			}
-			i++
-			b.WriteByte(s[i])
 		case c < ' ' && c != '\t' || c == 0x7f:
 			return "", "", fmt.Errorf("%w: control character in quoted string", ErrMalformed)
 		default:
