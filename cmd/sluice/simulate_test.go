@@ -173,3 +173,47 @@ func TestSimulateRedisDown(t *testing.T) {
 		t.Errorf("sluice simulate -store redis -redis %s (closed): exit %d, stdout %q, stderr %q; want exit 1 naming the store", addr, code, out, errOut)
 	}
 }
+
+// TestSimulateExamples reruns every command of examples/regenerate.sh and
+// checks that the committed plots are what they print, so the pictures in
+// the documentation always show what the code does.
+func TestSimulateExamples(t *testing.T) {
+	script, err := os.ReadFile("../../examples/regenerate.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(string(script)) {
+		args, ok := strings.CutPrefix(strings.TrimSpace(line), "sim -")
+		if !ok {
+			continue
+		}
+		n++
+		f := strings.Fields("-" + args)
+		for i := range f {
+			if strings.HasPrefix(f[i], "examples/") {
+				f[i] = "../../" + f[i]
+			}
+		}
+		want, err := os.ReadFile(f[len(f)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		f[len(f)-1] = filepath.Join(t.TempDir(), "plot.svg")
+		if code, _, errOut := simulateCmd(t, "", f...); code != 0 {
+			t.Fatalf("sluice simulate %s: exit %d: %s", args, code, errOut)
+		}
+		got, err := os.ReadFile(f[len(f)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The plot names the trace as given: examples/… in the script.
+		got = bytes.ReplaceAll(got, []byte("../../examples/"), []byte("examples/"))
+		if !bytes.Equal(got, want) {
+			t.Errorf("sluice simulate %s: the plot differs from the committed one; run examples/regenerate.sh", args)
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d commands in examples/regenerate.sh, want at least 3", n)
+	}
+}

@@ -27,9 +27,9 @@ const (
 	chartWidth  = chartRight - chartLeft
 	headerH     = 104 // title, subtitle, legend
 	laneOver    = 18  // the band above the limit where rejected requests sit
-	laneChart   = 84  // from the limit line down to zero
+	laneChart   = 84  // from the limit line down to zero, with 3 lanes or more
+	tallChart   = 140 // the same with 1 or 2 lanes
 	laneGap     = 16
-	laneH       = laneOver + laneChart + laneGap
 	axisH       = 56
 	sampleEvery = 2 // pixels between samples of the "in use" curve
 )
@@ -84,6 +84,7 @@ type plotter struct {
 	capacity int64 // "in use" at the limit line
 	lo, hi   int64 // the time axis, µs
 	height   int
+	chartH   int // height of a lane's chart: laneChart or tallChart
 }
 
 func newPlotter(sum *Summary) *plotter {
@@ -138,7 +139,11 @@ func newPlotter(sum *Summary) *plotter {
 	pad := max(span/40, 1)
 	p.lo, p.hi = max(0, first-pad), last+pad
 	n := max(len(p.lanes), 1)
-	p.height = headerH + n*laneH + axisH
+	p.chartH = laneChart
+	if n <= 2 {
+		p.chartH = tallChart
+	}
+	p.height = headerH + n*p.laneH() + axisH
 	return p
 }
 
@@ -163,12 +168,15 @@ func (p *plotter) t(x float64) int64 {
 }
 
 // laneTop is the top of lane i's band over the limit.
-func laneTop(i int) float64 { return headerH + float64(i*laneH) }
+func (p *plotter) laneTop(i int) float64 { return headerH + float64(i*p.laneH()) }
+
+// laneH is the height of a lane, gap included.
+func (p *plotter) laneH() int { return laneOver + p.chartH + laneGap }
 
 // y is the height of "in use" u in lane i.
 func (p *plotter) y(i int, u int64) float64 {
 	u = min(max(u, 0), p.capacity)
-	return laneTop(i) + laneOver + laneChart*(1-float64(u)/float64(p.capacity))
+	return p.laneTop(i) + laneOver + float64(p.chartH)*(1-float64(u)/float64(p.capacity))
 }
 
 func (p *plotter) draw(b *bytes.Buffer) {
@@ -184,12 +192,12 @@ func (p *plotter) draw(b *bytes.Buffer) {
 	p.legend(b, 24, 86)
 
 	if len(p.lanes) == 0 {
-		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s" text-anchor="middle">no requests in the trace</text>`+"\n", (chartLeft+chartRight)/2, headerH+laneH/2, colMuted)
+		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s" text-anchor="middle">no requests in the trace</text>`+"\n", (chartLeft+chartRight)/2, headerH+p.laneH()/2, colMuted)
 	}
 	ticks := p.ticks()
-	bottom := laneTop(len(p.lanes)) - laneGap
+	bottom := p.laneTop(len(p.lanes)) - laneGap
 	if len(p.lanes) == 0 {
-		bottom = laneTop(1) - laneGap
+		bottom = p.laneTop(1) - laneGap
 	}
 	// Time grid across every lane.
 	b.WriteString(`<g stroke="` + colGrid + `" stroke-width="1">` + "\n")
@@ -320,13 +328,13 @@ func (p *plotter) boundaryStep() int64 {
 }
 
 func (p *plotter) drawLane(b *bytes.Buffer, i int, l *lane) {
-	top := laneTop(i)
+	top := p.laneTop(i)
 	limitY := top + laneOver
-	zeroY := limitY + laneChart
+	zeroY := limitY + float64(p.chartH)
 	fmt.Fprintf(b, "<g>\n")
 	// Background: the chart and the band over the limit.
 	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s"/>`+"\n", chartLeft, top, chartWidth, laneOver, colOver)
-	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s"/>`+"\n", chartLeft, limitY, chartWidth, laneChart, colChart)
+	fmt.Fprintf(b, `<rect x="%d" y="%.1f" width="%d" height="%d" fill="%s"/>`+"\n", chartLeft, limitY, chartWidth, p.chartH, colChart)
 	// Key and counts.
 	label := l.label
 	if l.key != "" {
