@@ -2,12 +2,118 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/internal/daemon"
 )
 
-// serve is replaced by the daemon (internal/daemon).
+// builtinName is the file name errors and logs use for the built-in
+// example config.
+const builtinName = "built-in example"
+
+// serve runs the daemon until ctx is cancelled (SIGINT/SIGTERM): exit 0
+// after a clean shutdown, 1 when the config is bad or a listener cannot be
+// bound, 2 for bad flags. SIGHUP rereads the config file.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice serve: not yet available")
-	return 1
+	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "config `file` (default: a built-in example on the memory store)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice serve [-config FILE]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+
+	var (
+		cfg *daemon.Config
+		err error
+	)
+	if *configPath == "" {
+		cfg, err = daemon.ParseConfig(builtinName, daemon.ExampleConfig())
+	} else {
+		cfg, err = daemon.LoadConfig(*configPath)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: invalid config:\n%v\n", err)
+		return 1
+	}
+
+	level := new(slog.LevelVar)
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil && cfg.LogLevel != "" {
+		fmt.Fprintf(stderr, "sluice serve: log_level: %v\n", err)
+		return 1
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			if *configPath == "" {
+				fmt.Fprintln(stderr, "sluice serve: the built-in example's ports are busy (is another sluice running?); "+
+					"free them, or run with -config FILE naming other listen addresses")
+			} else {
+				fmt.Fprintln(stderr, "sluice serve: a listen address is in use (is another sluice running?)")
+			}
+		}
+		return 1
+	}
+
+	a := d.Addrs()
+	if *configPath == "" {
+		fmt.Fprintln(stdout, "sluice: no -config given: running the built-in example (memory store); `sluice serve -config FILE` to use your own")
+	}
+	fmt.Fprintf(stdout, "sluice: decision API on http://%s (POST /v1/check, GET /v1/rules, /metrics, /healthz, /readyz)\n", a.API)
+	if a.Proxy != "" {
+		fmt.Fprintf(stdout, "sluice: proxy on http://%s → %s\n", a.Proxy, cfg.Proxy.Upstream)
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-hup:
+				if *configPath == "" {
+					logger.Warn("SIGHUP: nothing to reload (running the built-in example)")
+					continue
+				}
+				// Reload logs and counts the outcome itself.
+				_ = d.Reload()
+			}
+		}
+	}()
+
+	if err := d.Run(runCtx); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	return 0
 }

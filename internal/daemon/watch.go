@@ -57,59 +57,75 @@ func debounce(ctx context.Context, in <-chan struct{}, delay time.Duration, fire
 	}
 }
 
-// watchConfig watches the config file at path and sends on changed (without
-// blocking: one pending notice is enough) whenever something happened that
-// may have changed its content.
+// configWatcher watches a config file and reports whatever may have
+// changed its content.
 //
 // It watches directories, not the file: editors save by writing a new file
 // and renaming it over the old one, and Kubernetes mounts a ConfigMap as a
 // symlink chain (file → ..data/file, ..data → ..2024_…) whose ..data link is
 // swapped atomically; a watch on the file itself would be lost after the
-// first such replace. Both the directory of path and the directory of the
-// file path finally resolves to are watched, re-resolved after every event,
-// so a symlink pointing into another directory is followed too. Whether the
-// content really changed is decided by the receiver (by content hash).
-//
-// watchConfig returns when ctx is done, or with an error if the watcher
-// cannot be set up.
-func watchConfig(ctx context.Context, path string, log *slog.Logger, changed chan<- struct{}) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("daemon: watch %s: %w", path, err)
-	}
-	defer w.Close()
+// first such replace. Both the directory of the path and the directory of
+// the file it finally resolves to are watched, re-resolved after every
+// event, so a symlink pointing into another directory is followed too.
+// Whether the content really changed is for the receiver to decide (by
+// content hash).
+type configWatcher struct {
+	path    string // absolute
+	w       *fsnotify.Watcher
+	watched map[string]bool
+}
+
+// newConfigWatcher starts watching the file at path: events from now on are
+// reported by run.
+func newConfigWatcher(path string) (*configWatcher, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return fmt.Errorf("daemon: watch %s: %w", path, err)
+		return nil, fmt.Errorf("daemon: watch %s: %w", path, err)
 	}
-	watched := map[string]bool{}
-	// sync makes the watched set the directory of the path and of its
-	// resolved target.
-	sync := func() error {
-		want := map[string]bool{filepath.Dir(abs): true}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			want[filepath.Dir(real)] = true
-		}
-		for dir := range want {
-			if watched[dir] {
-				continue
-			}
-			if err := w.Add(dir); err != nil {
-				return fmt.Errorf("daemon: watch %s: %w", dir, err)
-			}
-			watched[dir] = true
-		}
-		for dir := range watched {
-			if !want[dir] {
-				_ = w.Remove(dir) // it may be gone already
-				delete(watched, dir)
-			}
-		}
-		return nil
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: watch %s: %w", path, err)
 	}
-	if err := sync(); err != nil {
-		return err
+	cw := &configWatcher{path: abs, w: w, watched: map[string]bool{}}
+	if err := cw.sync(); err != nil {
+		w.Close()
+		return nil, err
 	}
+	return cw, nil
+}
+
+// sync makes the watched set the directory of the path and that of its
+// resolved target.
+func (cw *configWatcher) sync() error {
+	want := map[string]bool{filepath.Dir(cw.path): true}
+	if real, err := filepath.EvalSymlinks(cw.path); err == nil {
+		want[filepath.Dir(real)] = true
+	}
+	for dir := range want {
+		if cw.watched[dir] {
+			continue
+		}
+		if err := cw.w.Add(dir); err != nil {
+			return fmt.Errorf("daemon: watch %s: %w", dir, err)
+		}
+		cw.watched[dir] = true
+	}
+	for dir := range cw.watched {
+		if !want[dir] {
+			_ = cw.w.Remove(dir) // it may be gone already
+			delete(cw.watched, dir)
+		}
+	}
+	return nil
+}
+
+// Close stops watching.
+func (cw *configWatcher) Close() error { return cw.w.Close() }
+
+// run sends on changed (without blocking: one pending notice is enough)
+// after every event that may have changed the file, until ctx is done or
+// the watcher is closed.
+func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan<- struct{}) {
 	notify := func() {
 		select {
 		case changed <- struct{}{}:
@@ -119,21 +135,21 @@ func watchConfig(ctx context.Context, path string, log *slog.Logger, changed cha
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
+			return
+		case ev, ok := <-cw.w.Events:
 			if !ok {
-				return nil
+				return
 			}
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
-			if err := sync(); err != nil {
+			if err := cw.sync(); err != nil {
 				log.Warn("config watch: cannot follow the config file's directory", "err", err)
 			}
 			notify()
-		case err, ok := <-w.Errors:
+		case err, ok := <-cw.w.Errors:
 			if !ok {
-				return nil
+				return
 			}
 			// An overflow loses events: reread the file to be safe.
 			log.Warn("config watch error", "err", err)

@@ -1,0 +1,356 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// DefaultShutdownTimeout bounds a graceful shutdown when the config gives
+// no shutdown_timeout.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Options are the daemon's dependencies and knobs that do not come from the
+// config file. The zero value is usable: logs are discarded, metrics go to a
+// fresh registry, and the config is never reloaded.
+type Options struct {
+	// Logger receives the daemon's logs; nil discards them.
+	Logger *slog.Logger
+	// Registry receives the daemon's metrics and is served on /metrics;
+	// nil makes a new one.
+	Registry *prometheus.Registry
+	// ConfigPath is the file the config came from. When set, Run watches it
+	// and reloads on change, and Reload rereads it. Empty (the built-in
+	// example): the config is fixed.
+	ConfigPath string
+	// ReloadDebounce is how long the watcher waits for a burst of file
+	// events to go quiet; 0 means DefaultReloadDebounce.
+	ReloadDebounce time.Duration
+	// OnReload, if set, is called after every reload attempt, watcher- or
+	// Reload-triggered, from the reloading goroutine (tests wait on it).
+	OnReload func(ReloadResult)
+}
+
+// Addrs are the addresses the daemon listens on, with the ports bound
+// (useful with ":0" in the config).
+type Addrs struct {
+	API   string // decision API, /metrics, /healthz, /readyz
+	Proxy string // reverse proxy; "" when disabled
+}
+
+// Daemon is the `sluice serve` process: the decision API and the reverse
+// proxy over one store, with the rules in force swapped atomically on
+// reload. Build one with New, run it with Run; Run may be called once.
+type Daemon struct {
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	opts    Options
+
+	store      sluice.Store
+	ping       func(context.Context) error // store reachability, for /readyz
+	closeStore func() error
+
+	apiLn, proxyLn   net.Listener
+	apiSrv, proxySrv *http.Server
+
+	cur      atomic.Pointer[generation] // the config and handlers in force
+	reloader *reloader                  // nil without ConfigPath
+	watcher  *configWatcher             // nil without ConfigPath, or if it failed
+	reloadMu sync.Mutex                 // serialises apply
+	ran      atomic.Bool
+}
+
+// generation is one applied config: everything a reload replaces.
+type generation struct {
+	cfg   *Config
+	rules *rules.Set
+	api   http.Handler
+	proxy http.Handler // nil without a proxy
+}
+
+// New checks cfg for features this version does not enforce, builds the
+// store, compiles the rules and binds the listeners (so a busy port is
+// reported here, and Addrs is valid as soon as New returns). The caller
+// must call Run, or Close if it will not.
+func New(cfg *Config, opts Options) (*Daemon, error) {
+	if cfg == nil {
+		return nil, errors.New("daemon: nil config")
+	}
+	if err := unsupported(cfg); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	d := &Daemon{log: opts.Logger, reg: opts.Registry, opts: opts}
+	d.metrics = metrics.New(d.reg)
+	if err := d.openStore(cfg); err != nil {
+		return nil, err
+	}
+	gen, err := d.build(cfg)
+	if err != nil {
+		d.closeStore()
+		return nil, err
+	}
+	d.cur.Store(gen)
+	if opts.ConfigPath != "" {
+		// The content the running config came from (read again: cfg
+		// does not carry it), so an event that changes nothing reloads
+		// nothing.
+		initial, _ := os.ReadFile(opts.ConfigPath)
+		d.reloader = newReloader(opts.ConfigPath, initial, d.apply, d.log, d.metrics.Reload, opts.OnReload)
+		// Watch from now on, so no change after New is missed. Not fatal:
+		// SIGHUP still reloads.
+		if d.watcher, err = newConfigWatcher(opts.ConfigPath); err != nil {
+			d.log.Error("config file not watched; reload with SIGHUP", "err", err)
+		}
+	}
+	if err := d.listen(cfg); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// listen binds the listeners and makes the servers, whose handlers
+// delegate to the generation in force.
+func (d *Daemon) listen(cfg *Config) error {
+	var err error
+	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("daemon: listen (decision API): %w", err)
+	}
+	d.apiSrv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d.cur.Load().api.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+	}
+	if cfg.Proxy != nil {
+		if d.proxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
+		}
+		d.proxySrv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				d.cur.Load().proxy.ServeHTTP(w, r)
+			}),
+			ReadHeaderTimeout: cfg.Proxy.ReadHeaderTimeout,
+			IdleTimeout:       cfg.Proxy.IdleTimeout,
+			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+		}
+	}
+	return nil
+}
+
+// Addrs returns the bound addresses. It is valid from New on.
+func (d *Daemon) Addrs() Addrs {
+	a := Addrs{API: d.apiLn.Addr().String()}
+	if d.proxyLn != nil {
+		a.Proxy = d.proxyLn.Addr().String()
+	}
+	return a
+}
+
+// Config returns the config in force (after the last successful reload).
+// It must not be modified.
+func (d *Daemon) Config() *Config { return d.cur.Load().cfg }
+
+// Registry returns the registry the daemon's metrics are on.
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Run serves until ctx is done, then shuts down gracefully: the listeners
+// close at once, in-flight requests get up to the config's
+// shutdown_timeout to finish, and the store is closed. It returns nil after
+// a clean shutdown, or the first error that stopped a server. With
+// Options.ConfigPath it also watches the file and reloads on change.
+func (d *Daemon) Run(ctx context.Context) error {
+	if !d.ran.CompareAndSwap(false, true) {
+		return errors.New("daemon: Run called twice")
+	}
+	cfg := d.Config()
+	d.log.Info("decision API listening", "addr", "http://"+d.Addrs().API)
+	if d.proxySrv != nil {
+		d.log.Info("proxy listening", "addr", "http://"+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
+	}
+
+	errc := make(chan error, 2)
+	serve := func(name string, srv *http.Server, ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("daemon: %s: %w", name, err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { serve("decision API", d.apiSrv, d.apiLn) })
+	if d.proxySrv != nil {
+		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyLn) })
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if d.watcher != nil {
+		defer d.watcher.Close()
+		changed := make(chan struct{}, 1)
+		wg.Go(func() { d.watcher.run(watchCtx, d.log, changed) })
+		wg.Go(func() {
+			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloader.reload(false) })
+		})
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	stopWatch()
+	if err := d.shutdown(); err != nil && runErr == nil {
+		runErr = err
+	}
+	wg.Wait()
+	return runErr
+}
+
+// shutdown stops accepting, waits for in-flight requests up to the
+// shutdown timeout, then closes the store. Requests still running at the
+// deadline have their connections closed; that is logged, not returned:
+// the shutdown itself succeeded. The error is the store's, if closing it
+// fails.
+func (d *Daemon) shutdown() error {
+	timeout := d.Config().ShutdownTimeout
+	if timeout <= 0 {
+		timeout = DefaultShutdownTimeout
+	}
+	d.log.Info("shutting down: no new connections; waiting for requests in flight", "shutdown_timeout", timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{d.apiSrv, d.proxySrv} {
+		if srv == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				d.log.Warn("requests still in flight at shutdown_timeout: closing their connections",
+					"shutdown_timeout", timeout, "err", err)
+				srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if err := d.closeStore(); err != nil {
+		err = fmt.Errorf("daemon: close store: %w", err)
+		d.log.Error("shutdown", "err", err)
+		return err
+	}
+	d.log.Info("shut down")
+	return nil
+}
+
+// Close releases the listeners and the store of a daemon that will not
+// Run. After Run it does nothing.
+func (d *Daemon) Close() error {
+	if d.ran.Swap(true) {
+		return nil
+	}
+	for _, ln := range []net.Listener{d.apiLn, d.proxyLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if d.watcher != nil {
+		d.watcher.Close()
+	}
+	return d.closeStore()
+}
+
+// Reload rereads Options.ConfigPath and applies it, even if its content is
+// unchanged (SIGHUP). A config that is invalid, uses an unsupported
+// feature, or changes a key that needs a restart is refused: the error says
+// why, it is logged and counted, and the config in force stays.
+func (d *Daemon) Reload() error {
+	if d.reloader == nil {
+		return errors.New("daemon: reload: no config file (running the built-in example)")
+	}
+	return d.reloader.reload(true).Err
+}
+
+// apply parses data as the new config and, if it is valid and changes
+// nothing that needs a restart, swaps it in. The store is kept, so
+// counters of rules whose fingerprint is unchanged carry on.
+func (d *Daemon) apply(data []byte) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	cfg, err := ParseConfig(d.opts.ConfigPath, data)
+	if err != nil {
+		return err
+	}
+	if err := unsupported(cfg); err != nil {
+		return err
+	}
+	old := d.cur.Load()
+	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
+		return restartError(d.opts.ConfigPath, keys)
+	}
+	gen, err := d.build(cfg)
+	if err != nil {
+		return err
+	}
+	d.cur.Store(gen)
+	return nil
+}
+
+// unsupported refuses config features that are parsed but not enforced by
+// this version, naming the key, rather than silently ignoring them.
+func unsupported(cfg *Config) error {
+	var es ConfigErrors
+	add := func(line int, key, what string) {
+		es = append(es, &rules.ParseError{File: cfg.File, Line: line, Key: key,
+			Msg: what + " is not supported yet by this version of sluice serve; remove it"})
+	}
+	if cfg.GRPC != nil {
+		add(0, "grpc", "the gRPC rate limit service")
+	}
+	if cfg.Store.Type == "redis" && cfg.Store.Redis.DB != 0 {
+		add(0, "store.redis.db", "a database number other than 0")
+	}
+	if cfg.Store.OnError == "local" {
+		add(0, "store.on_error", "on_error: local")
+	}
+	for i := range cfg.Rules {
+		sp := &cfg.Rules[i]
+		line := func(k string) int {
+			if l := sp.Lines[k]; l > 0 {
+				return l
+			}
+			return sp.Line
+		}
+		if sp.Action == "defer" {
+			add(line("action"), fmt.Sprintf("rules[%d].action", i), "action: defer")
+		}
+		if sp.Sync != 0 {
+			add(line("sync"), fmt.Sprintf("rules[%d].sync", i), "sync (hybrid counting)")
+		}
+		if sp.Shards != 0 {
+			add(line("shards"), fmt.Sprintf("rules[%d].shards", i), "shards")
+		}
+	}
+	return es.Err()
+}

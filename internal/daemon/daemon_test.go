@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestShutdownFinishesInFlight: on cancel the daemon stops accepting at
+// once but lets a request already at a slow upstream complete, and Run
+// returns nil only after it has.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := newUpstreamFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		io.WriteString(w, "slow but complete")
+	})
+	td := startDaemon(t, proxyConfig(up, ""))
+	proxyAddr := strings.TrimPrefix(td.proxy, "http://")
+
+	type result struct {
+		r   reply
+		err error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(td.proxy + "/slow")
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		inflight <- result{reply{status: resp.StatusCode, body: string(b)}, err}
+	}()
+	<-arrived
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- td.stop() }()
+
+	// New connections are refused once shutdown has begun (polled: the
+	// listener closes asynchronously).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", proxyAddr)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			break
+		}
+		// A connection accepted, or reset while the listener closes.
+		if c != nil {
+			c.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("proxy still accepting 10s after cancel")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the listener to close
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while a request was in flight", err)
+	default:
+	}
+	close(release)
+	res := <-inflight
+	if res.err != nil || res.r.status != http.StatusOK || res.r.body != "slow but complete" {
+		t.Errorf("in-flight request during shutdown: %d %q %v, want 200 with the full body", res.r.status, res.r.body, res.err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Run after graceful shutdown: %v, want nil", err)
+	}
+}
+
+// TestShutdownBounded: a request that never finishes does not hold the
+// shutdown past shutdown_timeout.
+func TestShutdownBounded(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := newUpstreamFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+	})
+	t.Cleanup(func() { close(release) }) // runs before the upstream's Close
+	td := startDaemon(t, proxyConfig(up, "shutdown_timeout: 100ms\n"))
+	go func() {
+		if resp, err := http.Get(td.proxy + "/stuck"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-arrived
+	start := time.Now()
+	if err := td.stop(); err != nil {
+		t.Errorf("Run after a forced shutdown: %v, want nil (logged instead)", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("shutdown took %v with shutdown_timeout 100ms", took)
+	}
+	if !strings.Contains(td.logs.String(), "shutdown_timeout") {
+		t.Errorf("forced shutdown not logged:\n%s", td.logs.String())
+	}
+}
+
+// TestStoreOnError stops a real redis-server under a running daemon.
+func TestStoreOnError(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		want   int
+	}{
+		{"allow", http.StatusOK},
+		{"deny", http.StatusServiceUnavailable},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			rs := redistest.StartServer(t)
+			up := startUpstream(t)
+			td := startDaemon(t, proxyConfig(up.url, fmt.Sprintf(`
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 500ms}
+  on_error: %s
+rules:
+  - name: per-ip
+    key: [ip]
+    rate: 100/m
+`, rs.Addr, c.policy)))
+			if r := get(t, td.proxy+"/"); r.status != http.StatusOK {
+				t.Fatalf("with Redis up: %d, want 200", r.status)
+			}
+			if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
+				t.Errorf("GET /readyz with Redis up: %d, want 200", r.status)
+			}
+			rs.Stop()
+			before := up.count()
+			for i := range 3 {
+				start := time.Now()
+				r := get(t, td.proxy+"/")
+				if r.status != c.want {
+					t.Errorf("on_error %s, Redis stopped, request %d: %d, want %d", c.policy, i, r.status, c.want)
+				}
+				if took := time.Since(start); took > 3*time.Second {
+					t.Errorf("on_error %s: answered in %v, want within the 500ms store timeout (3s bound)", c.policy, took)
+				}
+			}
+			wantHits := before
+			if c.policy == "allow" {
+				wantHits += 3
+			}
+			if got := up.count(); got != wantHits {
+				t.Errorf("on_error %s: upstream got %d requests, want %d", c.policy, got, wantHits)
+			}
+			if r := get(t, td.api+"/readyz"); r.status != http.StatusServiceUnavailable {
+				t.Errorf("GET /readyz with Redis stopped: %d, want 503", r.status)
+			}
+			if r := get(t, td.api+"/healthz"); r.status != http.StatusOK {
+				t.Errorf("GET /healthz with Redis stopped: %d, want 200 (the process is alive)", r.status)
+			}
+			if got := td.metric("sluice_store_errors_total"); got < 3 {
+				t.Errorf("sluice_store_errors_total = %v, want ≥ 3", got)
+			}
+		})
+	}
+}
+
+// TestUnsupportedRefused: features parsed but not enforced by this version
+// stop the daemon at startup with the key named.
+func TestUnsupportedRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ratelimit.yaml"), []byte("domain: d\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Redis is never contacted: the check comes first.
+	const redis = "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1]}\n"
+	for _, c := range []struct{ name, yaml, key string }{
+		{"grpc", "grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n", "grpc"},
+		{"on_error local", redis + "  on_error: local\n", "store.on_error"},
+		{"defer", redis + "rules:\n  - name: r\n    rate: 1/s\n    action: defer\n", "rules[0].action"},
+		{"sync", redis + "rules:\n  - name: r\n    rate: 1/s\n    sync: 50ms\n", "rules[0].sync"},
+		{"shards", redis + "rules:\n  - name: r\n    rate: 1/s\n    shards: 4\n", "rules[0].shards"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := ParseConfig(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			d, err := New(cfg, Options{})
+			if err == nil {
+				d.Close()
+				t.Fatalf("New with %s: nil error, want not supported yet", c.name)
+			}
+			if !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), "not supported yet") {
+				t.Errorf("New with %s: %v, want an error naming %s as not supported yet", c.name, err, c.key)
+			}
+		})
+	}
+}
+
+// TestListenBusy: a busy port is reported by New, naming the key.
+func TestListenBusy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg, err := ParseConfig("test.yaml", []byte("listen: "+ln.Addr().String()+"\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	d, err := New(cfg, Options{})
+	if err == nil {
+		d.Close()
+		t.Fatal("New on a busy port: nil error")
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("New on a busy port: %v, want EADDRINUSE naming listen", err)
+	}
+}

@@ -1,0 +1,273 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// testDaemon is a daemon started on :0 listeners from a real config file in
+// a temporary directory, stopped (and checked for a clean exit) when the
+// test ends.
+type testDaemon struct {
+	t       *testing.T
+	d       *Daemon
+	path    string // config file
+	api     string // http://host:port of the decision API
+	proxy   string // http://host:port of the proxy, or ""
+	reloads chan ReloadResult
+	logs    *syncBuffer
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startDaemon writes yaml to a config file and runs a daemon on it.
+func startDaemon(t *testing.T, yaml string) *testDaemon {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startDaemonFile(t, path)
+}
+
+// startDaemonFile runs a daemon on the config file at path.
+func startDaemonFile(t *testing.T, path string) *testDaemon {
+	t.Helper()
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("LoadConfig(%s): %v", path, err)
+	}
+	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 16), logs: new(syncBuffer), done: make(chan error, 1)}
+	logger := slog.New(slog.NewTextHandler(td.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	td.d, err = New(cfg, Options{
+		Logger:         logger,
+		ConfigPath:     path,
+		ReloadDebounce: 20 * time.Millisecond,
+		OnReload:       func(r ReloadResult) { td.reloads <- r },
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	a := td.d.Addrs()
+	td.api = "http://" + a.API
+	if a.Proxy != "" {
+		td.proxy = "http://" + a.Proxy
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	td.cancel = cancel
+	go func() { td.done <- td.d.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := td.stop(); err != nil {
+			t.Errorf("Run returned %v after cancel, want nil", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", td.logs.String())
+		}
+	})
+	return td
+}
+
+// stop cancels Run and returns its result (once; later calls return nil).
+func (td *testDaemon) stop() error {
+	td.cancel()
+	select {
+	case err, ok := <-td.done:
+		if ok {
+			close(td.done)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("Run did not return within 30s of cancel")
+	}
+}
+
+// waitReload waits for the next reload attempt that did something.
+func (td *testDaemon) waitReload() ReloadResult {
+	td.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-td.reloads:
+			if r.Unchanged {
+				continue
+			}
+			return r
+		case <-deadline:
+			td.t.Fatal("no reload within 10s")
+			return ReloadResult{}
+		}
+	}
+}
+
+// metric returns the value of the counter, gauge or histogram count named
+// name whose labels include labels (name=value pairs), or 0.
+func (td *testDaemon) metric(name string, labels ...string) float64 {
+	td.t.Helper()
+	return gather(td.t, td.d, name, labels...)
+}
+
+func gather(t *testing.T, d *Daemon, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := d.Registry().Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return sum
+	}
+	return 0
+}
+
+func hasLabels(m *dto.Metric, kv []string) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == kv[i] && lp.GetValue() == kv[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// reply is a response read in full.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+var client = &http.Client{Timeout: 20 * time.Second}
+
+func do(t *testing.T, method, url string, body string, header ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func get(t *testing.T, url string, header ...string) reply {
+	t.Helper()
+	return do(t, http.MethodGet, url, "", header...)
+}
+
+// check calls POST /v1/check and decodes the answer.
+func check(t *testing.T, api, rule, key string, cost int) (checkAnswer, int) {
+	t.Helper()
+	r := do(t, http.MethodPost, api+"/v1/check", fmt.Sprintf(`{"rule":%q,"key":%q,"cost":%d}`, rule, key, cost), "Content-Type", "application/json")
+	var a checkAnswer
+	if r.status == http.StatusOK {
+		if err := json.Unmarshal([]byte(r.body), &a); err != nil {
+			t.Fatalf("POST /v1/check: body %q: %v", r.body, err)
+		}
+	}
+	return a, r.status
+}
+
+type checkAnswer struct {
+	Allowed      bool  `json:"allowed"`
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+}
+
+// upstream is a real HTTP upstream that counts the requests it gets and
+// records their X-Forwarded-For.
+type upstream struct {
+	url  string
+	mu   sync.Mutex
+	hits int
+	xff  []string
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.hits++
+		u.xff = append(u.xff, r.Header.Get("X-Forwarded-For"))
+		u.mu.Unlock()
+		io.WriteString(w, "upstream says hi")
+	}))
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	return u
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hits
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use (logs).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

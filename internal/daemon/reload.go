@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+)
+
+// ReloadResult is the outcome of one reload attempt, as passed to
+// Options.OnReload.
+type ReloadResult struct {
+	// Unchanged reports that the file's content was the same as at the
+	// last attempt, so nothing was done (and nothing counted). Only
+	// watcher-triggered reloads skip unchanged content; Reload (SIGHUP)
+	// always applies.
+	Unchanged bool
+	// Err is why the new config was refused (the old one stays), or nil
+	// when it was applied.
+	Err error
+}
+
+// reloader serialises reloads of one config file: it reads the file, skips
+// content it has already tried (by SHA-256), applies the rest, and logs,
+// counts and reports each attempt.
+type reloader struct {
+	path   string
+	apply  func(data []byte) error
+	log    *slog.Logger
+	count  func(ok bool)
+	notify func(ReloadResult) // may be nil
+
+	mu       sync.Mutex
+	lastHash [sha256.Size]byte // content last tried, applied or refused
+}
+
+// newReloader returns a reloader whose last-tried content is initial (the
+// content the daemon started with), so the first event that changes
+// nothing reloads nothing.
+func newReloader(path string, initial []byte, apply func([]byte) error, log *slog.Logger, count func(bool), notify func(ReloadResult)) *reloader {
+	return &reloader{path: path, apply: apply, log: log, count: count, notify: notify, lastHash: sha256.Sum256(initial)}
+}
+
+// reload rereads the file and applies it if its content changed since the
+// last attempt, or always when force is set.
+func (r *reloader) reload(force bool) ReloadResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := r.try(force)
+	if r.notify != nil {
+		r.notify(res)
+	}
+	return res
+}
+
+func (r *reloader) try(force bool) ReloadResult {
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		// Mid-replace the file may be missing for a moment: refuse, keep
+		// the old config, and let the next event retry.
+		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)
+		r.refused(err)
+		return ReloadResult{Err: err}
+	}
+	h := sha256.Sum256(data)
+	if !force && h == r.lastHash {
+		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
+		return ReloadResult{Unchanged: true}
+	}
+	r.lastHash = h
+	if err := r.apply(data); err != nil {
+		r.refused(err)
+		return ReloadResult{Err: err}
+	}
+	r.count(true)
+	r.log.Info("config reloaded", "file", r.path)
+	return ReloadResult{}
+}
+
+// refused logs and counts a refused reload. Each problem of a config error
+// is logged on its own line (FILE:LINE: KEY: MSG).
+func (r *reloader) refused(err error) {
+	r.count(false)
+	var ce ConfigErrors
+	if errors.As(err, &ce) {
+		for _, e := range ce {
+			r.log.Error("config reload refused; the old config stays", "file", r.path, "problem", e.Error())
+		}
+		return
+	}
+	r.log.Error("config reload refused; the old config stays", "file", r.path, "err", err)
+}
+
+// restartOnly returns the dotted names of the keys whose values differ
+// between old and new and that cannot change without a restart: listeners
+// and the store are bound once, at startup.
+func restartOnly(old, new *Config) []string {
+	var keys []string
+	if old.Listen != new.Listen {
+		keys = append(keys, "listen")
+	}
+	switch {
+	case (old.Proxy == nil) != (new.Proxy == nil):
+		keys = append(keys, "proxy")
+	case old.Proxy != nil:
+		if old.Proxy.Listen != new.Proxy.Listen {
+			keys = append(keys, "proxy.listen")
+		}
+		if old.Proxy.ReadHeaderTimeout != new.Proxy.ReadHeaderTimeout {
+			keys = append(keys, "proxy.read_header_timeout")
+		}
+		if old.Proxy.IdleTimeout != new.Proxy.IdleTimeout {
+			keys = append(keys, "proxy.idle_timeout")
+		}
+	}
+	if !reflect.DeepEqual(old.GRPC, new.GRPC) {
+		keys = append(keys, "grpc")
+	}
+	if !reflect.DeepEqual(old.Store, new.Store) {
+		keys = append(keys, "store")
+	}
+	if old.LogLevel != new.LogLevel {
+		keys = append(keys, "log_level")
+	}
+	return keys
+}
+
+// errRestartOnly is wrapped by the error of a reload that changes keys
+// needing a restart.
+var errRestartOnly = errors.New("needs a restart")
+
+func restartError(file string, keys []string) error {
+	return fmt.Errorf("daemon: reload %s: %s changed: %w (the running config stays; restart sluice to apply it)",
+		file, strings.Join(keys, ", "), errRestartOnly)
+}

@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const reloadBase = `
+listen: 127.0.0.1:0
+rules:
+  - name: keep
+    rate: 3/m
+    algorithm: token_bucket
+`
+
+// replaceFile writes content to a sibling and renames it over path, as
+// editors and config management do.
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rulesInForce(t *testing.T, td *testDaemon) string {
+	t.Helper()
+	r := get(t, td.api+"/v1/rules")
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /v1/rules: %d", r.status)
+	}
+	return r.body
+}
+
+func TestHotReload(t *testing.T) {
+	td := startDaemon(t, reloadBase)
+	for range 2 {
+		if a, _ := check(t, td.api, "keep", "k", 1); !a.Allowed {
+			t.Fatalf("keep: %+v, want allowed", a)
+		}
+	}
+
+	// A valid change, written in place: a new rule; keep unchanged, so
+	// its counter carries on.
+	mustWrite(t, td.path, reloadBase+`
+  - name: added
+    rate: 1/m
+`)
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("valid in-place change: reload error %v", r.Err)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); !a.Allowed || a.Remaining != 0 {
+		t.Errorf("keep after reload: %+v, want allowed with remaining 0 (counter kept across the reload)", a)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); a.Allowed {
+		t.Errorf("keep after reload, 4th request: %+v, want denied (limit 3)", a)
+	}
+	if a, status := check(t, td.api, "added", "k", 1); status != http.StatusOK || !a.Allowed {
+		t.Errorf("added after reload: %d %+v, want allowed", status, a)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "success"); got != 1 {
+		t.Errorf("sluice_config_reloads_total{result=success} = %v, want 1", got)
+	}
+
+	// Changing keep's limit changes its fingerprint: fresh counters.
+	replaceFile(t, td.path, strings.Replace(reloadBase, "3/m", "5/m", 1))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("rename-replace: reload error %v", r.Err)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); !a.Allowed || a.Limit != 5 || a.Remaining != 4 {
+		t.Errorf("keep after its rate changed to 5/m: %+v, want allowed, limit 5, remaining 4 (fresh counter)", a)
+	}
+	if body := rulesInForce(t, td); strings.Contains(body, `"added"`) {
+		t.Errorf("GET /v1/rules after removing added: %s", body)
+	}
+
+	// An invalid change is refused, logged with file:line, counted; the
+	// old rules stay.
+	replaceFile(t, td.path, reloadBase+`
+  - name: broken
+    rate: banana
+`)
+	r := td.waitReload()
+	var ce ConfigErrors
+	if !errors.As(r.Err, &ce) {
+		t.Fatalf("invalid change: reload error %v, want ConfigErrors", r.Err)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 1 {
+		t.Errorf("sluice_config_reloads_total{result=failure} = %v, want 1", got)
+	}
+	if logs := td.logs.String(); !strings.Contains(logs, "sluice.yaml:") || !strings.Contains(logs, "rate") {
+		t.Errorf("logs after the invalid change do not name file:line and key:\n%s", logs)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); !a.Allowed || a.Limit != 5 || a.Remaining != 3 {
+		t.Errorf("keep after the refused change: %+v, want the old rule (limit 5, remaining 3)", a)
+	}
+
+	// A change that needs a restart is refused too.
+	replaceFile(t, td.path, strings.Replace(reloadBase, "127.0.0.1:0", "127.0.0.1:1", 1))
+	if r := td.waitReload(); !errors.Is(r.Err, errRestartOnly) || !strings.Contains(r.Err.Error(), "listen") {
+		t.Errorf("listen change: reload error %v, want a refusal naming listen", r.Err)
+	}
+	// So is a feature this daemon cannot run (here: defer needs Redis).
+	replaceFile(t, td.path, strings.Replace(reloadBase, "algorithm: token_bucket", "algorithm: token_bucket\n    action: defer", 1))
+	if r := td.waitReload(); r.Err == nil || !strings.Contains(r.Err.Error(), "rules[0].action") {
+		t.Errorf("action: defer: reload error %v, want a refusal naming rules[0].action", r.Err)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 3 {
+		t.Errorf("sluice_config_reloads_total{result=failure} = %v, want 3", got)
+	}
+
+	// Back to a valid config; then touching it without changing the
+	// content reloads nothing, while Reload (SIGHUP) always applies.
+	good := strings.Replace(reloadBase, "3/m", "5/m", 1)
+	replaceFile(t, td.path, good)
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("back to valid: %v", r.Err)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); a.Remaining != 2 {
+		t.Errorf("keep after going back to the same rule: %+v, want remaining 2 (same fingerprint, same counter)", a)
+	}
+	replaceFile(t, td.path, good)
+	select {
+	case r := <-td.reloads:
+		if !r.Unchanged {
+			t.Errorf("rewriting the same content: %+v, want Unchanged", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload attempt within 10s after rewriting the file")
+	}
+	if err := td.d.Reload(); err != nil {
+		t.Errorf("Reload: %v", err)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "success"); got != 4 {
+		t.Errorf("sluice_config_reloads_total{result=success} = %v, want 4 (in-place, rename, back, SIGHUP)", got)
+	}
+}
+
+// TestHotReloadSymlinkSwap mounts the config as Kubernetes does a
+// ConfigMap and swaps the ..data link.
+func TestHotReloadSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mustMkdir(t, filepath.Join(dir, "..v1"))
+	mustWrite(t, filepath.Join(dir, "..v1", "sluice.yaml"), reloadBase)
+	mustSymlink(t, "..v1", filepath.Join(dir, "..data"))
+	path := filepath.Join(dir, "sluice.yaml")
+	mustSymlink(t, filepath.Join("..data", "sluice.yaml"), path)
+	td := startDaemonFile(t, path)
+
+	mustMkdir(t, filepath.Join(dir, "..v2"))
+	mustWrite(t, filepath.Join(dir, "..v2", "sluice.yaml"), strings.Replace(reloadBase, "name: keep", "name: swapped", 1))
+	mustSymlink(t, "..v2", filepath.Join(dir, "..data_tmp"))
+	mustRename(t, filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data"))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("symlink swap: reload error %v", r.Err)
+	}
+	if body := rulesInForce(t, td); !strings.Contains(body, `"swapped"`) || strings.Contains(body, `"keep"`) {
+		t.Errorf("GET /v1/rules after the swap: %s, want rule swapped only", body)
+	}
+}

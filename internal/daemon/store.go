@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// openStore builds the store of cfg.Store. The store lives as long as the
+// daemon: reloads keep it, so counters survive them.
+//
+// The Redis store takes its time from Redis (TIME inside the script), so a
+// fleet of daemons decides alike however far apart their clocks are.
+// Redis must answer at startup: New fails otherwise (a daemon that cannot
+// reach its store at all is more likely misconfigured than unlucky). Once
+// running, requests follow store.on_error while Redis is unreachable, and
+// /readyz answers 503 until it answers again.
+func (d *Daemon) openStore(cfg *Config) error {
+	switch cfg.Store.Type {
+	case "", "memory":
+		s := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		d.store = s
+		d.ping = func(context.Context) error { return nil }
+		d.closeStore = func() error { return nil }
+		_ = d.metrics.GaugeFunc("sluice_memstore_keys", "Keys held by the memory store.", func() float64 { return float64(s.Len()) })
+		_ = d.metrics.CounterFunc("sluice_memstore_evictions_total", "Keys the memory store evicted before they were at rest, to respect store.max_keys.",
+			func() float64 { return float64(s.Evictions()) })
+		return nil
+	case "redis":
+		r := cfg.Store.Redis
+		var tlsConfig *tls.Config
+		if r.TLS {
+			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		s, err := redisstore.New(context.Background(), redisstore.Options{
+			Addrs:     r.Addrs,
+			Cluster:   r.Cluster,
+			Username:  r.Username,
+			Password:  r.Password,
+			TLS:       tlsConfig,
+			Timeout:   r.Timeout,
+			Prefix:    r.KeyPrefix,
+			RedisTime: true,
+		})
+		if err != nil {
+			return fmt.Errorf("daemon: store.redis: %w", err)
+		}
+		d.store = s
+		d.ping = s.Ping
+		d.closeStore = func() error { s.Close(); return nil }
+		return nil
+	}
+	return fmt.Errorf("daemon: store.type: unknown store %q", cfg.Store.Type)
+}
