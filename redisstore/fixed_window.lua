@@ -1,28 +1,21 @@
 -- fixed_window.lua: the twin of sluice's fixedWindow. T is the window
 -- number, N its count. mark is the window the request was counted in.
 
-STEP[3] = function(o, p, now, cost)
-  local w = max(fdiv(now, p.period), o.T)
+STEP[3] = function(o, rate, burst, period, segments, now, cost)
+  local w = max(fdiv(now, period), o.T)
   if w ~= o.T then
     o.T, o.N = w, 0
   end
-  local e = (w + 1) * p.period
-  local r = outcome()
-  if cost > p.rate then
-    r.retry = -1
-  elseif o.N + cost <= p.rate then
-    r.allowed = true
+  local e = (w + 1) * period
+  local allowed, retry, reset = false, 0, 0
+  if cost > rate then
+    retry = -1
+  elseif o.N + cost <= rate then
+    allowed = true
     o.N = o.N + cost
   else
-    r.retry = e - now
+    retry = e - now
   end
-  r.remaining = p.rate - o.N
-  if o.N > 0 then r.reset = e - now end
-  r.idle = e
-  r.mark = w
-  return r
-end
-
-REFUND[3] = function(o, p, now, cost, mark)
-  if o.T == mark then o.N = max(0, o.N - cost) end
+  if o.N > 0 then reset = e - now end
+  return allowed, rate - o.N, retry, reset, 0, e, w
 end

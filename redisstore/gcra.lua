@@ -1,26 +1,17 @@
 -- gcra.lua: the twin of sluice's gcra. T is the theoretical arrival time in
--- whole ticks, N its fraction in 1/Rate of a tick. It shares takeDebt with
--- the token bucket (token_bucket.lua is always loaded before this file).
+-- whole ticks, N its fraction in 1/Rate of a tick. It shares takeDebt
+-- (debt.lua) with the token bucket.
 
-local function gcraDebt(o, p, now)
+local function gcraDebt(o, rate, now)
   if o.T > now or (o.T == now and o.N > 0) then
-    return (o.T - now) * p.rate + o.N
+    return (o.T - now) * rate + o.N
   end
   return 0
 end
 
-STEP[6] = function(o, p, now, cost)
-  local r, debt = takeDebt(p, now, gcraDebt(o, p, now), cost)
-  o.T = now + tdiv(debt, p.rate)
-  o.N = fmod(debt, p.rate)
-  return r
-end
-
--- A refund moves the theoretical arrival time back by what the request took.
-REFUND[6] = function(o, p, now, cost, mark)
-  local debt = gcraDebt(o, p, now)
-  if debt == 0 then return end
-  debt = max(0, debt - cost * p.period)
-  o.T = now + tdiv(debt, p.rate)
-  o.N = fmod(debt, p.rate)
+STEP[6] = function(o, rate, burst, period, segments, now, cost)
+  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost)
+  o.T = now + tdiv(d, rate)
+  o.N = fmod(d, rate)
+  return allowed, remaining, retry, reset, delay, idle, mark
 end

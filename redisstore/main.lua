@@ -1,13 +1,12 @@
 -- main.lua: the entry point, appended after the algorithms. It decides
--- #KEYS requests. ARGV: mode ('one': decide and save, as sluice's Take
--- does even when it denies; 'take': decide, and commit every key if every
--- request is allowed, none otherwise; 'check': decide, commit nothing;
--- 'refund': give back what a take counted), 1 to use Redis' clock (TIME)
--- instead of each request's now, the expiry margin in ms; then per request
--- 9 values: algorithm, rate, burst, period (ticks), segments, tick (µs),
--- cost, now (µs since the epoch), mark (refund only).
+-- #KEYS requests. ARGV: mode ('one': Take's mode, see one.lua; 'take': decide, and commit every
+-- key if every request is allowed, none otherwise; 'check': decide, commit
+-- nothing; 'refund': give back what a take counted), 1 to use Redis' clock
+-- (TIME) instead of each request's now, the expiry margin in ms; then per
+-- request 9 values: algorithm, rate, burst, period (ticks), segments, tick
+-- (µs), cost, now (µs since the epoch), mark (refund only).
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
--- never), reset, delay, idle (ticks), mark.
+-- never), reset, delay, idle (ticks), mark; nothing for a refund.
 local mode = ARGV[1]
 local margin = tonumber(ARGV[3])
 local tnow
@@ -15,43 +14,50 @@ if ARGV[2] == '1' then
   local t = redis.call('TIME')
   tnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+
+-- decide runs request i (its arguments start after ARGV[a]) on o and
+-- appends its outcome to out; it returns whether it was allowed.
+local function decide(o, a, out)
+  local alg, segments, tick = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local us = tnow or tonumber(ARGV[a + 8])
+  local allowed, remaining, retry, reset, delay, idle, mark =
+    STEP[alg](o, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), segments, fdiv(us, tick), tonumber(ARGV[a + 7]))
+  o.ttl = max(0, cdiv(idle * tick - us, 1000)) + margin
+  local n = #out
+  out[n + 1] = allowed and 1 or 0
+  out[n + 2] = remaining
+  out[n + 3] = retry
+  out[n + 4] = reset
+  out[n + 5] = delay
+  out[n + 6] = idle
+  out[n + 7] = mark
+  return allowed
+end
+
+local function loadFor(key, a)
+  return load(key, ARGV[a + 1] == '5' and ARGV[a + 5] ~= '1')
+end
+
 local objs, order, out, ok = {}, {}, {}, true
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 9
-  local alg = tonumber(ARGV[a + 1])
-  local p = {
-    rate = tonumber(ARGV[a + 2]), burst = tonumber(ARGV[a + 3]),
-    period = tonumber(ARGV[a + 4]), segments = tonumber(ARGV[a + 5]),
-    tick = tonumber(ARGV[a + 6]),
-  }
-  local cost = tonumber(ARGV[a + 7])
-  local us = tnow or tonumber(ARGV[a + 8])
   local key = KEYS[i]
   local o = objs[key]
   if not o then
-    o = load(key, alg == 5 and p.segments > 1)
+    o = loadFor(key, a)
     objs[key] = o
     order[#order + 1] = o
   end
-  local now = fdiv(us, p.tick)
   if mode == 'refund' then
-    REFUND[alg](o, p, now, cost, tonumber(ARGV[a + 9]))
+    local tick = tonumber(ARGV[a + 6])
+    REFUND[tonumber(ARGV[a + 1])](o, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      tonumber(ARGV[a + 5]), fdiv(tnow or tonumber(ARGV[a + 8]), tick), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 9]))
     o.ttl = max(redis.call('PTTL', key), margin)
-  else
-    local r = STEP[alg](o, p, now, cost)
-    if not r.allowed then ok = false end
-    o.ttl = max(0, cdiv(r.idle * p.tick - us, 1000)) + margin
-    local n = #out
-    out[n + 1] = r.allowed and 1 or 0
-    out[n + 2] = r.remaining
-    out[n + 3] = r.retry
-    out[n + 4] = r.reset
-    out[n + 5] = r.delay
-    out[n + 6] = r.idle
-    out[n + 7] = r.mark
+  elseif not decide(o, a, out) then
+    ok = false
   end
 end
-if mode == 'one' or (mode == 'take' and ok) or mode == 'refund' then
+if (mode == 'take' and ok) or mode == 'refund' then
   for _, o in ipairs(order) do save(o, o.ttl) end
 end
 return out

@@ -4,7 +4,11 @@
 -- below 2^53, sums and products stay below it (Limit.Ticks guarantees the
 -- bounds), and division is only ever done in the exact forms below, never as
 -- a plain a / b that could round.
-if redis.replicate_commands then redis.replicate_commands() end
+--
+-- The scripts allocate as little as they can (no tables per decision beyond
+-- the key's state and the reply): Redis runs them on its single thread, and
+-- the Lua garbage collector is part of every call's cost. They need Redis 5
+-- or later (scripts replicate their effects, so TIME may precede writes).
 
 local fmod = math.fmod
 local max, min = math.max, math.min
@@ -33,19 +37,25 @@ local function fmt(x)
   return string.format('%d', x)
 end
 
+-- STEP[alg](o, rate, burst, period, segments, now, cost) runs one step of
+-- the algorithm on the state o and returns the outcome in ticks, as Go's
+-- outcome: allowed (boolean), remaining, retry (-1: never), reset, delay,
+-- idle, and a mark that lets REFUND[alg](o, rate, burst, period, segments,
+-- now, cost, mark) give back what the step counted.
 local STEP, REFUND = {}, {}
 
 -- A key's state: fields T, N, M as in sluice.State, plus named fields for
--- the sliding log's entries and the multi-segment counter's slots. Changes
--- are kept in o.f (false: delete) until save, so that a script can decide
--- several requests and then commit all or none.
+-- the sliding log's runs and the multi-segment counter's slots. Changes to
+-- named fields are kept in o.f (false: delete) until save, so that a script
+-- can decide several requests and then commit all or none.
 local function load(key, full)
-  local o = {key = key, f = {}}
+  local o = {key = key}
   if full then
     local h = redis.call('HGETALL', key)
-    o.all = {}
-    for i = 1, #h, 2 do o.all[h[i]] = tonumber(h[i + 1]) end
-    o.T, o.N, o.M = o.all.T or 0, o.all.N or 0, o.all.M or 0
+    local all = {}
+    for i = 1, #h, 2 do all[h[i]] = tonumber(h[i + 1]) end
+    o.all = all
+    o.T, o.N, o.M = all.T or 0, all.N or 0, all.M or 0
   else
     local v = redis.call('HMGET', key, 'T', 'N', 'M')
     o.T, o.N, o.M = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
@@ -53,64 +63,22 @@ local function load(key, full)
   return o
 end
 
-local function fget(o, name)
-  local v = o.f[name]
-  if v ~= nil then
-    if v == false then return 0 end
-    return v
-  end
-  if o.all then return o.all[name] or 0 end
-  return tonumber(redis.call('HGET', o.key, name)) or 0
-end
-
-local function fset(o, name, v)
-  o.f[name] = v
-end
-
-local function chunked(cmd, key, list)
-  local n = #list
-  local i = 1
-  while i <= n do
-    local j = min(n, i + 999)
-    redis.call(cmd, key, unpack(list, i, j))
-    i = j + 1
-  end
-end
+-- saveFields (fields.lua) is save for states with named fields; only
+-- the scripts of algorithms that use them define it.
+local saveFields
 
 -- save writes o back, or deletes the key when o is the zero State (a key
 -- never seen decides exactly the same), and sets its expiry to ttl ms.
 local function save(o, ttl)
-  local set, del, extra = {}, {}, false
-  for name, v in pairs(o.f) do
-    if v == false then
-      del[#del + 1] = name
-    else
-      set[#set + 1] = name
-      set[#set + 1] = fmt(v)
-      if v ~= 0 then extra = true end
+  local key = o.key
+  if not o.f and not o.all then -- the common case: T, N, M only
+    if o.T == 0 and o.N == 0 and o.M == 0 then
+      redis.call('DEL', key)
+      return
     end
-  end
-  if o.all and not extra then
-    for name, v in pairs(o.all) do
-      if v ~= 0 and o.f[name] == nil and name ~= 'T' and name ~= 'N' and name ~= 'M' then extra = true end
-    end
-  end
-  if o.T == 0 and o.N == 0 and o.M == 0 and not extra then
-    redis.call('DEL', o.key)
+    redis.call('HSET', key, 'T', fmt(o.T), 'N', fmt(o.N), 'M', fmt(o.M))
+    redis.call('PEXPIRE', key, ttl)
     return
   end
-  set[#set + 1] = 'T'
-  set[#set + 1] = fmt(o.T)
-  set[#set + 1] = 'N'
-  set[#set + 1] = fmt(o.N)
-  set[#set + 1] = 'M'
-  set[#set + 1] = fmt(o.M)
-  chunked('HSET', o.key, set)
-  chunked('HDEL', o.key, del)
-  redis.call('PEXPIRE', o.key, ttl)
-end
-
--- outcome is a decision in ticks, as the Go outcome.
-local function outcome()
-  return {allowed = false, remaining = 0, retry = 0, reset = 0, delay = 0, idle = 0, mark = 0}
+  return saveFields(o, ttl)
 end

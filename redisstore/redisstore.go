@@ -543,18 +543,21 @@ func init() {
 		}
 		return string(b)
 	}
-	prelude, main := read("prelude.lua"), read("main.lua")
-	all := []string{prelude}
+	prelude, fields, debt := read("prelude.lua"), read("fields.lua"), read("debt.lua")
+	all := []string{prelude, fields, debt}
 	for _, a := range sluice.Algorithms() {
 		parts := []string{prelude}
-		if a == sluice.GCRA { // gcra shares takeDebt with the token bucket
-			parts = append(parts, read(algFiles[sluice.TokenBucket]))
+		switch a {
+		case sluice.TokenBucket, sluice.GCRA:
+			parts = append(parts, debt)
+		case sluice.SlidingWindowLog, sluice.SlidingWindowCounter:
+			parts = append(parts, fields)
 		}
-		parts = append(parts, read(algFiles[a]), main)
+		parts = append(parts, read(algFiles[a]), read("one.lua"))
 		scripts[a] = strings.Join(parts, "\n")
 		all = append(all, read(algFiles[a]))
 	}
-	scriptAll = strings.Join(append(all, main), "\n")
+	scriptAll = strings.Join(append(all, read("refund.lua"), read("main.lua")), "\n")
 }
 
 // Script returns the Lua source that Take runs for algorithm a (as sent to

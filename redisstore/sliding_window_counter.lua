@@ -41,14 +41,12 @@ local function cadvance(o, s, k)
   o.T = max(o.T, k)
 end
 
-local function counterWait(o, p, k, now, n)
-  local s = p.segments
-  local l = tdiv(p.period, s)
+local function counterWait(o, rate, s, l, k, now, n)
   local newer = 0
   for j = k - s + 1, k do newer = newer + cget(o, s, j) end
   for j = k, k + s + 1 do
     if j > k then newer = newer + cget(o, s, j) - cget(o, s, j - s) end
-    local m = p.rate - n - newer
+    local m = rate - n - newer
     if m >= 0 then
       local start = max(now, j * l)
       local oldest = cget(o, s, j - s)
@@ -63,9 +61,8 @@ local function counterWait(o, p, k, now, n)
   return -1
 end
 
-STEP[5] = function(o, p, now, cost)
-  local s = p.segments
-  local l = tdiv(p.period, s)
+STEP[5] = function(o, rate, burst, period, s, now, cost)
+  local l = tdiv(period, s)
   local k = fdiv(now, l)
   if k < o.T then
     k = o.T
@@ -75,26 +72,16 @@ STEP[5] = function(o, p, now, cost)
   local newer = 0
   for j = k - s + 1, k do newer = newer + cget(o, s, j) end
   local est = tdiv(cget(o, s, k - s) * ((k + 1) * l - now), l) + newer
-  local r = outcome()
-  if cost > p.rate then
-    r.retry = -1
-  elseif est + cost <= p.rate then
-    r.allowed = true
+  local allowed, retry, reset = false, 0, 0
+  if cost > rate then
+    retry = -1
+  elseif est + cost <= rate then
+    allowed = true
     cput(o, s, k, cget(o, s, k) + cost)
     est = est + cost
   else
-    r.retry = counterWait(o, p, k, now, cost)
+    retry = counterWait(o, rate, s, l, k, now, cost)
   end
-  r.remaining = max(0, p.rate - est)
-  if est > 0 then r.reset = counterWait(o, p, k, now, p.rate) end
-  r.idle = (o.T + s + 1) * l
-  r.mark = k
-  return r
-end
-
-REFUND[5] = function(o, p, now, cost, mark)
-  local s = p.segments
-  if mark <= o.T and mark >= o.T - s then
-    cput(o, s, mark, max(0, cget(o, s, mark) - cost))
-  end
+  if est > 0 then reset = counterWait(o, rate, s, l, k, now, rate) end
+  return allowed, max(0, rate - est), retry, reset, 0, (o.T + s + 1) * l, k
 end

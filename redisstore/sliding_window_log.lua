@@ -60,73 +60,40 @@ local function logDrop(o, k)
   if o.N == 0 then o.T, o.M = 0, 0 end
 end
 
-STEP[4] = function(o, p, now, cost)
+STEP[4] = function(o, rate, burst, period, segments, now, cost)
   local lastT, lastE
   if o.N > 0 then
     lastT, lastE = runAt(o, o.N - 1)
     if lastT > now then now = lastT end
   end
-  local cut = now - p.period
+  local cut = now - period
   if o.N > 0 then
     local t0 = runAt(o, 0)
     if t0 <= cut then logDrop(o, firstRun(o, function(t) return t > cut end)) end
   end
-  local r = outcome()
+  local allowed, retry, reset = false, 0, 0
   local n = logUnits(o)
-  if cost > p.rate then
-    r.retry = -1
-  elseif n + cost <= p.rate then
-    r.allowed = true
+  if cost > rate then
+    retry = -1
+  elseif n + cost <= rate then
+    allowed = true
     if cost > 0 then
       if o.N > 0 and lastT == now then
         runSet(o, o.N - 1, now, lastE + cost)
       else
-        local base = o.M + n
-        runSet(o, o.N, now, base + cost)
+        runSet(o, o.N, now, o.M + n + cost)
         o.N = o.N + 1
       end
       n = n + cost
     end
   else
-    r.retry = unitTime(o, n + cost - p.rate - 1) + p.period - now
+    retry = unitTime(o, n + cost - rate - 1) + period - now
   end
-  r.remaining = p.rate - n
-  r.idle = now
+  local idle = now
   if o.N > 0 then
     local t = runAt(o, o.N - 1)
-    r.idle = t + p.period
-    r.reset = r.idle - now
+    idle = t + period
+    reset = idle - now
   end
-  r.mark = now
-  return r
-end
-
--- A refund removes up to cost units logged at mark, and shifts the counts of
--- any runs logged since.
-REFUND[4] = function(o, p, now, cost, mark)
-  local i = firstRun(o, function(t) return t >= mark end)
-  if i >= o.N then return end
-  local t, e = runAt(o, i)
-  if t ~= mark then return end
-  local before = o.M
-  if i > 0 then
-    local _, pe = runAt(o, i - 1)
-    before = pe
-  end
-  local k = min(cost, e - before)
-  if k == e - before then
-    -- the whole run goes: shift the later runs down by one
-    for j = i + 1, o.N - 1 do
-      local tj, ej = runAt(o, j)
-      runSet(o, j - 1, tj, ej - k)
-    end
-    runDel(o, o.N - 1)
-    o.N = o.N - 1
-    if o.N == 0 then o.T, o.M = 0, 0 end
-  else
-    for j = i, o.N - 1 do
-      local tj, ej = runAt(o, j)
-      runSet(o, j, tj, ej - k)
-    end
-  end
+  return allowed, rate - n, retry, reset, 0, idle, now
 end

@@ -1,0 +1,66 @@
+-- refund.lua: REFUND[alg] gives back what a take counted, for TakeAll across
+-- Cluster slots (see main.lua). Appended after every algorithm file.
+
+-- A refund gives back the cost * Period token-ticks a request took.
+REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
+  o.N = max(0, o.N - cost * period)
+end
+
+-- A refund moves the last leave time back by the request's cost * Period/Rate.
+REFUND[2] = function(o, rate, burst, period, segments, now, cost, mark)
+  if leakyStale(o, rate, burst, period, now) then return end
+  local rel = (o.T - now) * rate + o.N - cost * period
+  local q = fdiv(rel, rate)
+  o.T = now + q
+  o.N = rel - q * rate
+end
+
+REFUND[3] = function(o, rate, burst, period, segments, now, cost, mark)
+  if o.T == mark then o.N = max(0, o.N - cost) end
+end
+
+-- A refund removes up to cost units logged at mark, and shifts the counts of
+-- any runs logged since.
+REFUND[4] = function(o, rate, burst, period, segments, now, cost, mark)
+  local i = firstRun(o, function(t) return t >= mark end)
+  if i >= o.N then return end
+  local t, e = runAt(o, i)
+  if t ~= mark then return end
+  local before = o.M
+  if i > 0 then
+    local _, pe = runAt(o, i - 1)
+    before = pe
+  end
+  local k = min(cost, e - before)
+  if k == e - before then
+    -- the whole run goes: shift the later runs down by one
+    for j = i + 1, o.N - 1 do
+      local tj, ej = runAt(o, j)
+      runSet(o, j - 1, tj, ej - k)
+    end
+    runDel(o, o.N - 1)
+    o.N = o.N - 1
+    if o.N == 0 then o.T, o.M = 0, 0 end
+  else
+    for j = i, o.N - 1 do
+      local tj, ej = runAt(o, j)
+      runSet(o, j, tj, ej - k)
+    end
+  end
+end
+
+REFUND[5] = function(o, rate, burst, period, s, now, cost, mark)
+  if mark <= o.T and mark >= o.T - s then
+    cput(o, s, mark, max(0, cget(o, s, mark) - cost))
+  end
+end
+
+-- A refund moves the theoretical arrival time back by what the request took.
+REFUND[6] = function(o, rate, burst, period, segments, now, cost, mark)
+  local debt = gcraDebt(o, rate, now)
+  if debt == 0 then return end
+  debt = max(0, debt - cost * period)
+  o.T = now + tdiv(debt, rate)
+  o.N = fmod(debt, rate)
+end
+
