@@ -40,6 +40,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clientip"
@@ -117,10 +118,20 @@ func New(o Options) (*Proxy, error) {
 		FlushInterval:  -1,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
+		BufferPool:     bufferPool{},
 		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
 }
+
+// bufferPool recycles the 32 KiB buffers ReverseProxy copies bodies
+// through, which it would otherwise allocate per request.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 func newTransport(o Options) *http.Transport {
 	dial := o.DialTimeout

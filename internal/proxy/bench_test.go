@@ -1,0 +1,61 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Round trips over loopback: straight to the upstream, and through the
+// proxy with one per-IP rule on the memory store.
+func BenchmarkProxy(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello\n")
+	}))
+	defer up.Close()
+	set, err := rules.Compile("bench.yaml", []rules.Spec{{Name: "per-ip", Rate: "1000000000/s", Algorithm: "gcra"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(prometheus.NewRegistry())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse(up.URL)
+	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	through := httptest.NewServer(p)
+	defer through.Close()
+	for _, tc := range []struct{ name, url string }{{"direct", up.URL}, {"proxy", through.URL}} {
+		b.Run(tc.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Get(tc.url + "/bench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+			})
+		})
+	}
+}
