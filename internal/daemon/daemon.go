@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -79,6 +80,7 @@ type Daemon struct {
 type generation struct {
 	cfg   *Config
 	rules *rules.Set
+	eng   *engine.Engine
 	api   http.Handler
 	proxy http.Handler // nil without a proxy
 }
@@ -105,7 +107,7 @@ func New(cfg *Config, opts Options) (*Daemon, error) {
 	if err := d.openStore(cfg); err != nil {
 		return nil, err
 	}
-	gen, err := d.build(cfg)
+	gen, err := d.build(cfg, nil)
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -309,7 +311,7 @@ func (d *Daemon) apply(data []byte) error {
 	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
 		return restartError(d.opts.ConfigPath, keys)
 	}
-	gen, err := d.build(cfg)
+	gen, err := d.build(cfg, old)
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,11 @@ rules:
 		if r := get(t, td.proxy+"/", "Forwarded", "for=192.0.2.60"); r.status != http.StatusTooManyRequests {
 			t.Errorf("Forwarded from 127.0.0.1 (untrusted): status %d, want 429", r.status)
 		}
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		if len(up.xff) != 1 || up.xff[0] != "127.0.0.1" {
+			t.Errorf("upstream saw X-Forwarded-For %q, want [127.0.0.1]: the spoofed value must not be passed on", up.xff)
+		}
 	})
 	t.Run("X-Forwarded-For from a trusted proxy is honoured", func(t *testing.T) {
 		up := startUpstream(t)
@@ -127,8 +132,8 @@ client_ip:
 		}
 		up.mu.Lock()
 		defer up.mu.Unlock()
-		if len(up.xff) == 0 || !strings.HasSuffix(up.xff[0], "127.0.0.1") {
-			t.Errorf("upstream saw X-Forwarded-For %q, want the chain ending with the peer 127.0.0.1", up.xff)
+		if len(up.xff) == 0 || up.xff[0] != "203.0.113.1" {
+			t.Errorf("upstream saw X-Forwarded-For %q, want the resolved client 203.0.113.1 first", up.xff)
 		}
 	})
 }
