@@ -228,6 +228,9 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
 	h := w.Header()
+	if info, _ := r.Context().Value(ctxKey{}).(forwardInfo); info.res != nil {
+		info.res.SetHeaders(h) // the request was counted: say so
+	}
 	h["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(status)
 	w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))

@@ -67,6 +67,7 @@ type setup struct {
 	trusted  []netip.Prefix
 	preserve bool
 	up       *upstream
+	timeout  time.Duration
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -89,7 +90,7 @@ func start(t *testing.T, s setup) *fixture {
 	}
 	u, _ := url.Parse(up.srv.URL)
 	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e },
-		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve})
+		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}
@@ -433,7 +434,25 @@ func TestUpstreamDown(t *testing.T) {
 	up.srv.Close()
 	f := start(t, setup{specs: []rules.Spec{{Name: "r", Rate: "10/s"}}, up: up})
 	resp, body := get(t, f.proxy.URL+"/", nil)
-	if resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" {
-		t.Errorf("upstream down: %d %q, want 502 bad_gateway", resp.StatusCode, body)
+	if resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "9" {
+		t.Errorf("upstream down: %d %q remaining %q, want 502 bad_gateway with the rule's headers (9 left)", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
+	}
+}
+
+func TestUpstreamTimeout(t *testing.T) {
+	hung := make(chan struct{})
+	up := &upstream{}
+	up.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hung:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(up.srv.Close)
+	t.Cleanup(func() { close(hung) })
+	f := start(t, setup{specs: []rules.Spec{{Name: "r", Rate: "10/s"}}, up: up, timeout: 50 * time.Millisecond})
+	resp, body := get(t, f.proxy.URL+"/", nil)
+	if resp.StatusCode != 504 || body != "{\"error\":\"gateway_timeout\"}\n" {
+		t.Errorf("upstream silent past ResponseHeaderTimeout: %d %q, want 504 gateway_timeout", resp.StatusCode, body)
 	}
 }
