@@ -210,7 +210,7 @@ func TestSimulateExamples(t *testing.T) {
 		// The plot names the trace as given: examples/… in the script.
 		got = bytes.ReplaceAll(got, []byte("../../examples/"), []byte("examples/"))
 		if !bytes.Equal(got, want) {
-			t.Errorf("sluice simulate %s: the plot differs from the committed one; run examples/regenerate.sh", args)
+			t.Errorf("sluice simulate -%s: the plot differs from the committed one; run examples/regenerate.sh", args)
 		}
 	}
 	if n < 3 {

@@ -305,6 +305,11 @@ func dot(x, y float64, fill string) string {
 	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s" stroke="#ffffff" stroke-width="1"/>`, x, y, fill)
 }
 
+// smallDot is the dot of a crowded lane.
+func smallDot(x, y float64, fill string) string {
+	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="2" fill="%s" fill-opacity="0.7"/>`, x, y, fill)
+}
+
 func cross(x, y float64, stroke string) string {
 	return fmt.Sprintf(`<path d="M%.1f %.1fl7 7m0 -7l-7 7" stroke="%s" stroke-width="2.2" stroke-linecap="round" fill="none"/>`, x-3.5, y-3.5, stroke)
 }
@@ -385,18 +390,22 @@ func (p *plotter) drawLane(b *bytes.Buffer, i int, l *lane) {
 		}
 		b.WriteString("</g>\n")
 	}
+	mark1 := dot
+	if len(l.events) > chartWidth/4 {
+		mark1 = smallDot
+	}
 	for _, e := range l.events {
 		x := p.x(e.Micros)
 		if e.Decision.Allowed {
 			y := p.y(i, p.capacity-e.Decision.Remaining)
-			m := mark{1, int(x), int(y), 0}
+			m := mark{1, int(x / 2), int(y / 2), 0}
 			if !seen[m] {
 				seen[m] = true
-				b.WriteString(dot(x, y, colAdmit) + "\n")
+				b.WriteString(mark1(x, y, colAdmit) + "\n")
 			}
 		} else {
 			y := top + laneOver/2
-			m := mark{2, int(x), int(y), 0}
+			m := mark{2, int(x / 2), int(y / 2), 0}
 			if !seen[m] {
 				seen[m] = true
 				b.WriteString(cross(x, y, colReject) + "\n")
@@ -437,12 +446,36 @@ func (p *plotter) usage(b *bytes.Buffer, i int, l *lane) {
 	for ; px <= chartRight; px += sampleEvery {
 		add(px, probe(next()))
 	}
-	// Keep only the corners of the polyline.
+	// Within each pixel column keep only the first, lowest, highest and
+	// last points, then only the corners: the line looks the same, and a
+	// long trace does not make a huge picture.
 	var path strings.Builder
+	var kept []float64
 	n := len(pts) / 2
+	for k := 0; k < n; {
+		col := int(pts[2*k])
+		j, lo, hi := k, k, k
+		for ; j < n && int(pts[2*j]) == col; j++ {
+			if pts[2*j+1] < pts[2*lo+1] {
+				lo = j
+			}
+			if pts[2*j+1] > pts[2*hi+1] {
+				hi = j
+			}
+		}
+		idx := []int{k, lo, hi, j - 1}
+		slices.Sort(idx)
+		for m, q := range idx {
+			if m == 0 || q != idx[m-1] {
+				kept = append(kept, pts[2*q], pts[2*q+1])
+			}
+		}
+		k = j
+	}
+	n = len(kept) / 2
 	for k := 0; k < n; k++ {
-		x, y := pts[2*k], pts[2*k+1]
-		if k > 0 && k < n-1 && y == pts[2*k-1] && y == pts[2*k+3] {
+		x, y := kept[2*k], kept[2*k+1]
+		if k > 0 && k < n-1 && y == kept[2*k-1] && y == kept[2*k+3] {
 			continue
 		}
 		if path.Len() == 0 {

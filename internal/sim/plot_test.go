@@ -152,3 +152,33 @@ func TestPlotNeedsEvents(t *testing.T) {
 		t.Error("Plot of a run without Record: no error")
 	}
 }
+
+// FuzzPlot replays arbitrary traces through every algorithm and plots
+// them: whatever Run accepts must plot to well-formed SVG.
+func FuzzPlot(f *testing.F) {
+	f.Add([]byte("0,a\n0.5,b,3\n1,a\n"), uint8(0), uint8(3))
+	f.Add([]byte("1763726400,<&>\n1763726400.000001,é,0\n"), uint8(1), uint8(1))
+	f.Add([]byte("0,a\n99999,a,9007199254740992\n"), uint8(4), uint8(200))
+	f.Fuzz(func(t *testing.T, data []byte, alg, rate uint8) {
+		a := sluice.Algorithms()[int(alg)%len(sluice.Algorithms())]
+		l := sluice.PerSecond(int64(rate%20) + 1).WithSegments(int(rate % 3))
+		_, sum, err := runTrace(t, a, l, string(data))
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		if err := sim.Plot(&b, sum); err != nil {
+			t.Fatalf("Plot: %v", err)
+		}
+		d := xml.NewDecoder(strings.NewReader(b.String()))
+		for {
+			_, err := d.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Plot wrote malformed XML: %v", err)
+			}
+		}
+	})
+}
