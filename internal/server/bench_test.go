@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
