@@ -164,7 +164,7 @@ func run(ctx context.Context, opt Options, rd *Reader, w *bufio.Writer, sum *Sum
 }
 
 func appendLine(b []byte, r *Request, d *sluice.Decision) []byte {
-	b = append(b, FormatTime(r.Micros)...)
+	b = appendTime(b, r.Micros)
 	b = append(b, ',')
 	b = append(b, r.Key...)
 	b = append(b, ',')
@@ -176,9 +176,9 @@ func appendLine(b []byte, r *Request, d *sluice.Decision) []byte {
 	}
 	b = strconv.AppendInt(b, d.Remaining, 10)
 	b = append(b, ',')
-	b = append(b, FormatDuration(d.RetryAfter)...)
+	b = appendDuration(b, d.RetryAfter)
 	b = append(b, ',')
-	b = append(b, FormatDuration(d.Delay)...)
+	b = appendDuration(b, d.Delay)
 	return append(b, '\n')
 }
 

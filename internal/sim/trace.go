@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"math"
 	"bytes"
 	"errors"
 	"fmt"
@@ -217,21 +218,34 @@ func ParseTime(s string) (int64, error) {
 
 // FormatTime writes microseconds since the epoch as seconds with six
 // decimals, as ParseTime reads them: 12000250 is "12.000250".
-func FormatTime(us int64) string {
-	sign := ""
-	if us < 0 {
-		sign, us = "-", -us
-	}
-	return fmt.Sprintf("%s%d.%06d", sign, us/1e6, us%1e6)
-}
+func FormatTime(us int64) string { return string(appendTime(nil, us)) }
 
 // FormatDuration writes d in seconds with six decimals (d is rounded down to
 // whole microseconds), and sluice.Never (any negative d) as "-1".
-func FormatDuration(d time.Duration) string {
-	if d < 0 {
-		return "-1"
+func FormatDuration(d time.Duration) string { return string(appendDuration(nil, d)) }
+
+func appendTime(b []byte, us int64) []byte {
+	if us < 0 {
+		b = append(b, '-')
+		if us == math.MinInt64 {
+			return append(b, "9223372036854.775808"...)
+		}
+		us = -us
 	}
-	return FormatTime(int64(d / time.Microsecond))
+	b = strconv.AppendInt(b, us/1e6, 10)
+	frac := us % 1e6
+	b = append(b, '.')
+	for div := int64(1e5); div > 0; div /= 10 {
+		b = append(b, byte('0'+frac/div%10))
+	}
+	return b
+}
+
+func appendDuration(b []byte, d time.Duration) []byte {
+	if d < 0 {
+		return append(b, "-1"...)
+	}
+	return appendTime(b, int64(d/time.Microsecond))
 }
 
 func allDigits(s string) bool {
