@@ -2,11 +2,11 @@ package sim
 
 import (
 	"bufio"
-	"math"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
