@@ -29,6 +29,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -60,24 +61,139 @@ type Store struct {
 
 var _ sluice.Store = (*Store)(nil)
 
-// entry is the state of a key whose algorithm keeps no log: 32 bytes.
+// entry is the state of a key whose algorithm keeps no log: 32 bytes,
+// allocated in one block with a copy of its key right behind it (see
+// newEntry), so a lookup finds the key and the state in the same place.
 type entry struct {
 	t, n, m int64
 	idle    int64 // µs since the epoch from which the state is at rest
+}
+
+const entrySize = int(unsafe.Sizeof(entry{}))
+
+// newEntry allocates a zero entry followed by a copy of key: 32+len(key)
+// bytes in one pointer-free block (48 bytes for a 16-byte key), where a map
+// would hold a pointer to a 32-byte entry and a separately allocated key.
+func newEntry(key string) *entry {
+	b := make([]byte, entrySize+len(key))
+	copy(b[entrySize:], key)
+	return (*entry)(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// key returns the key stored behind e; n is its length, kept in the slot.
+func (e *entry) key(n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(e), entrySize)), n)
+}
+
+// slot is one cell of a table: 16 bytes.
+type slot struct {
+	tag  uint32 // the high 32 bits of the key's hash; also its home cell
+	klen uint32 // the key's length
+	e    *entry // nil: empty
+}
+
+// table maps keys to entries with open addressing: linear probing from the
+// cell the hash's high bits choose, deletion by shifting the probe run back
+// (no tombstones), doubled when three quarters full. It holds 16 bytes per
+// cell and needs no rehashing to grow, where a Go map of string to pointer
+// holds 24 bytes per cell and hashes every key again.
+type table struct {
+	slots  []slot // len a power of two, or 0
+	count  int
+	cursor uint32 // where the incremental sweep and eviction look next
+}
+
+func (t *table) len() int { return t.count }
+
+// find returns the index of key's cell, or -1.
+func (t *table) find(h uint64, key string) int {
+	if t.count == 0 {
+		return -1
+	}
+	tag := uint32(h >> 32)
+	mask := uint32(len(t.slots) - 1)
+	for i := tag & mask; ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.e == nil {
+			return -1
+		}
+		if sl.tag == tag && sl.klen == uint32(len(key)) && sl.e.key(sl.klen) == key {
+			return int(i)
+		}
+	}
+}
+
+func (t *table) get(h uint64, key string) *entry {
+	if i := t.find(h, key); i >= 0 {
+		return t.slots[i].e
+	}
+	return nil
+}
+
+// add inserts key, known to be absent, with e.
+func (t *table) add(h uint64, key string, e *entry) {
+	if (t.count+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	t.place(slot{tag: uint32(h >> 32), klen: uint32(len(key)), e: e})
+	t.count++
+}
+
+func (t *table) place(s slot) {
+	mask := uint32(len(t.slots) - 1)
+	i := s.tag & mask
+	for t.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = s
+}
+
+func (t *table) grow() {
+	old := t.slots
+	t.slots = make([]slot, max(8, 2*len(old)))
+	for _, s := range old {
+		if s.e != nil {
+			t.place(s)
+		}
+	}
+}
+
+// deleteAt empties cell i and shifts later cells of its probe run back, so
+// that every key stays reachable from its home cell.
+func (t *table) deleteAt(i uint32) {
+	mask := uint32(len(t.slots) - 1)
+	for j := i; ; {
+		j = (j + 1) & mask
+		s := t.slots[j]
+		if s.e == nil {
+			break
+		}
+		// s may move to i unless its home lies cyclically in (i, j].
+		if home := s.tag & mask; (j-home)&mask < (j-i)&mask {
+			continue
+		}
+		t.slots[i] = s
+		i = j
+	}
+	t.slots[i] = slot{}
+	t.count--
+}
+
+type shard struct {
+	mu    sync.Mutex
+	small table
+	logs  map[string]*logEntry
+	adds  uint32
+	_     [64 - 8 - 40 - 8 - 4]byte // keep shards on separate cache lines
 }
 
 // logEntry is the state of a sliding window log or a multi-segment counter.
 type logEntry struct {
 	st   sluice.State
 	idle int64
-}
-
-type shard struct {
-	mu    sync.Mutex
-	small map[string]*entry
-	logs  map[string]*logEntry
-	adds  uint32
-	_     [64 - 8 - 8 - 8 - 4]byte // keep shards on separate cache lines
 }
 
 // New returns an empty Store.
@@ -97,23 +213,23 @@ func New(opts Options) *Store {
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, pow), mask: uint64(pow - 1)}
 	s.perShard = max(1, (maxKeys+pow-1)/pow)
 	for i := range s.shards {
-		s.shards[i].small = make(map[string]*entry)
 		s.shards[i].logs = make(map[string]*logEntry)
 	}
 	return s
 }
 
-func (s *Store) shardOf(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+// hash returns key's hash: the low bits pick the shard, the high 32 bits
+// the cell in the shard's table.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
 func (s *Store) Take(_ context.Context, r sluice.Request) (sluice.Decision, error) {
 	now := r.Now.UnixMicro()
-	sh := s.shardOf(r.Key)
+	h := s.hash(r.Key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	d, err := s.take(sh, &r, now)
+	d, err := s.take(sh, h, &r, now)
 	sh.mu.Unlock()
 	if err != nil {
 		return d, fmt.Errorf("memstore: take %q: %w", r.Key, err)
@@ -121,7 +237,7 @@ func (s *Store) Take(_ context.Context, r sluice.Request) (sluice.Decision, erro
 	return d, nil
 }
 
-func (s *Store) take(sh *shard, r *sluice.Request, now int64) (sluice.Decision, error) {
+func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64) (sluice.Decision, error) {
 	if r.Algorithm.UsesLog(r.Limit) {
 		le := sh.logs[r.Key]
 		var st sluice.State
@@ -143,7 +259,7 @@ func (s *Store) take(sh *shard, r *sluice.Request, now int64) (sluice.Decision, 
 		le.st, le.idle = st, idle
 		return d, nil
 	}
-	e := sh.small[r.Key]
+	e := sh.small.get(h, r.Key)
 	var st sluice.State
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
@@ -156,9 +272,9 @@ func (s *Store) take(sh *shard, r *sluice.Request, now int64) (sluice.Decision, 
 		if idle <= now {
 			return d, nil // at rest: nothing worth keeping
 		}
-		e = &entry{}
 		s.insert(sh, now)
-		sh.small[strings.Clone(r.Key)] = e
+		e = newEntry(r.Key)
+		sh.small.add(h, r.Key, e)
 	}
 	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 	return d, nil
@@ -171,7 +287,7 @@ func (s *Store) insert(sh *shard, now int64) {
 	if sh.adds%16 == 0 {
 		sh.sweep(now, 8)
 	}
-	if len(sh.small)+len(sh.logs) < s.perShard {
+	if sh.small.len()+len(sh.logs) < s.perShard {
 		return
 	}
 	if sh.sweep(now, 32) > 0 {
@@ -181,20 +297,31 @@ func (s *Store) insert(sh *shard, now int64) {
 	s.evictions.Add(1)
 }
 
-// sweep deletes resting keys among up to budget keys of each map, starting
-// at a random place. It returns how many it deleted.
+// sweep deletes resting keys among up to budget keys of each of the
+// shard's two sets: the table from where the last sweep stopped, the logs
+// from a random place. It returns how many it deleted.
 func (sh *shard) sweep(now int64, budget int) int {
-	deleted, seen := 0, 0
-	for k, e := range sh.small {
-		if seen++; seen > budget {
-			break
+	deleted := 0
+	if t := &sh.small; t.count > 0 {
+		mask := uint32(len(t.slots) - 1)
+		i := t.cursor & mask
+		// One pass over the cells; a deletion may shift a later key into
+		// cell i, so i is looked at again before moving on.
+		for seen, steps := 0, 0; seen < budget && steps < len(t.slots); {
+			if e := t.slots[i].e; e != nil {
+				seen++
+				if e.idle <= now {
+					t.deleteAt(i)
+					deleted++
+					continue
+				}
+			}
+			i = (i + 1) & mask
+			steps++
 		}
-		if e.idle <= now {
-			delete(sh.small, k)
-			deleted++
-		}
+		t.cursor = i
 	}
-	seen = 0
+	seen := 0
 	for k, e := range sh.logs {
 		if seen++; seen > budget {
 			break
@@ -212,13 +339,20 @@ func (sh *shard) sweep(now int64, budget int) int {
 func (sh *shard) evictOne() {
 	var victim string
 	best, seen, inLogs := int64(0), 0, false
-	for k, e := range sh.small {
-		if seen == 0 || e.idle < best {
-			victim, best = k, e.idle
+	victimCell := -1
+	if t := &sh.small; t.count > 0 {
+		mask := uint32(len(t.slots) - 1)
+		i := t.cursor & mask
+		for steps := 0; seen < 8 && steps < len(t.slots); steps++ {
+			if e := t.slots[i].e; e != nil {
+				if seen == 0 || e.idle < best {
+					victimCell, best = int(i), e.idle
+				}
+				seen++
+			}
+			i = (i + 1) & mask
 		}
-		if seen++; seen >= 8 {
-			break
-		}
+		t.cursor = i
 	}
 	n := 0
 	for k, e := range sh.logs {
@@ -230,10 +364,11 @@ func (sh *shard) evictOne() {
 			break
 		}
 	}
-	if inLogs {
+	switch {
+	case inLogs:
 		delete(sh.logs, victim)
-	} else {
-		delete(sh.small, victim)
+	case victimCell >= 0:
+		sh.small.deleteAt(uint32(victimCell))
 	}
 }
 
@@ -254,8 +389,10 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		return err
 	}
 	idx := make([]int, len(rs))
+	hs := make([]uint64, len(rs))
 	for i := range rs {
-		idx[i] = int(maphash.String(s.seed, rs[i].Key) & s.mask)
+		hs[i] = s.hash(rs[i].Key)
+		idx[i] = int(hs[i] & s.mask)
 	}
 	order := slices.Clone(idx)
 	slices.Sort(order)
@@ -281,7 +418,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			}
 		}
 		if !found {
-			st = s.shards[idx[i]].load(r, now)
+			st = s.shards[idx[i]].load(hs[i], r, now)
 		}
 		d, idle, err := r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost)
 		if err != nil {
@@ -293,27 +430,27 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		return nil
 	}
 	for i := range rs {
-		s.store(&s.shards[idx[i]], &rs[i], states[i], idles[i])
+		s.store(&s.shards[idx[i]], hs[i], &rs[i], states[i], idles[i])
 	}
 	return nil
 }
 
 // load returns a copy of r.Key's state, the zero State if absent or at rest.
-func (sh *shard) load(r *sluice.Request, now int64) sluice.State {
+func (sh *shard) load(h uint64, r *sluice.Request, now int64) sluice.State {
 	if r.Algorithm.UsesLog(r.Limit) {
 		if le := sh.logs[r.Key]; le != nil && now < le.idle {
 			return le.st.Clone()
 		}
 		return sluice.State{}
 	}
-	if e := sh.small[r.Key]; e != nil && now < e.idle {
+	if e := sh.small.get(h, r.Key); e != nil && now < e.idle {
 		return sluice.State{T: e.t, N: e.n, M: e.m}
 	}
 	return sluice.State{}
 }
 
 // store writes r.Key's state, inserting the key if needed.
-func (s *Store) store(sh *shard, r *sluice.Request, st sluice.State, idle int64) {
+func (s *Store) store(sh *shard, h uint64, r *sluice.Request, st sluice.State, idle int64) {
 	now := r.Now.UnixMicro()
 	if r.Algorithm.UsesLog(r.Limit) {
 		le := sh.logs[r.Key]
@@ -328,14 +465,14 @@ func (s *Store) store(sh *shard, r *sluice.Request, st sluice.State, idle int64)
 		le.st, le.idle = st, idle
 		return
 	}
-	e := sh.small[r.Key]
+	e := sh.small.get(h, r.Key)
 	if e == nil {
 		if idle <= now {
 			return
 		}
-		e = &entry{}
 		s.insert(sh, now)
-		sh.small[strings.Clone(r.Key)] = e
+		e = newEntry(r.Key)
+		sh.small.add(h, r.Key, e)
 	}
 	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 }
@@ -361,7 +498,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.small) + len(sh.logs)
+		n += sh.small.len() + len(sh.logs)
 		sh.mu.Unlock()
 	}
 	return n
