@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,10 +40,19 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	through := httptest.NewServer(p)
 	defer through.Close()
-	for _, tc := range []struct{ name, url string }{{"direct", up.URL}, {"proxy", through.URL}} {
+	// The same proxy with no rules: the cost of proxying alone.
+	bare, _ := engine.New(engine.Options{Store: memstore.New(memstore.Options{})})
+	p0, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return bare }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	norules := httptest.NewServer(p0)
+	defer norules.Close()
+	for _, tc := range []struct{ name, url string }{{"direct", up.URL}, {"proxy-no-rules", norules.URL}, {"proxy", through.URL}} {
 		b.Run(tc.name, func(b *testing.B) {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			b.SetParallelism(4)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -58,4 +69,21 @@ func BenchmarkProxy(b *testing.B) {
 			})
 		})
 	}
+}
+
+// reportCPU reports the process CPU time (user + system) per operation as
+// cpu-ns/op; client, proxy and upstream all run in this process.
+func reportCPU(b *testing.B) func() {
+	before := cpuTime()
+	b.ResetTimer()
+	return func() {
+		b.StopTimer()
+		b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
