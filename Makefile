@@ -26,6 +26,12 @@ unit:
 # Short runs of every native fuzz target (the seed corpora run in `unit`).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLimit$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTrace$$' -fuzztime $(FUZZTIME) ./internal/sim
+	$(GO) test -run '^$$' -fuzz '^FuzzPlot$$' -fuzztime $(FUZZTIME) ./internal/sim
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/daemon
+	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime $(FUZZTIME) ./internal/clientip
+	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./internal/clientip
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime $(FUZZTIME) ./internal/rules
 
 bench: bench-core
 
