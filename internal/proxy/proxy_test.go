@@ -364,6 +364,7 @@ func TestDelaySmoothsBurst(t *testing.T) {
 	const n = 5
 	codes := make([]int, n)
 	var wg sync.WaitGroup
+	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
 			resp, _ := get(t, f.proxy.URL+"/burst", nil)
@@ -371,6 +372,10 @@ func TestDelaySmoothsBurst(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// The 5th slot is 4 × 50ms after the first decision, itself after start.
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("a burst of %d at 20/s passed in %v, want at least 200ms (shaped, not let through)", n, took)
+	}
 	for i, c := range codes {
 		if c != 200 {
 			t.Errorf("burst request %d: %d, want 200 (delayed, not rejected)", i, c)
@@ -382,13 +387,10 @@ func TestDelaySmoothsBurst(t *testing.T) {
 	if len(at) != n {
 		t.Fatalf("upstream saw %d requests, want %d", len(at), n)
 	}
-	if span := at[n-1].Sub(at[0]); span < 4*50*time.Millisecond-10*time.Millisecond {
-		t.Errorf("burst of %d spread over %v at the upstream, want at least ~200ms (50ms apart)", n, span)
-	}
-	for i := 1; i < n; i++ {
-		if gap := at[i].Sub(at[i-1]); gap < 35*time.Millisecond {
-			t.Errorf("requests %d and %d reached the upstream %v apart, want ~50ms", i-1, i, gap)
-		}
+	// At the upstream the requests arrive spread over ~200ms (slots 50ms
+	// apart, give or take the forwarding time of the first and the last).
+	if span := at[n-1].Sub(at[0]); span < 150*time.Millisecond {
+		t.Errorf("burst of %d reached the upstream within %v, want spread over ~200ms", n, span)
 	}
 }
 
