@@ -191,13 +191,14 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 	a := getAttempt()
 	defer putAttempt(a)
 	start := e.now()
+	var slept time.Duration // what the timers waited: the floor of elapsed, even on a stopped clock
 	for {
 		res := e.decide(ctx, a, ms, cost)
 		if res.StoreErr != nil || res.budget < 0 {
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		}
-		elapsed := max(e.now().Sub(start), 0)
+		elapsed := max(e.now().Sub(start), slept)
 		var wait time.Duration
 		switch {
 		case res.Allowed && res.shape > 0:
@@ -215,6 +216,9 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 			wait = res.shape
 		case res.Allowed:
 			res.Waited = elapsed
+			if elapsed > 0 {
+				e.metrics.ObserveDelay(elapsed)
+			}
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		case res.retry >= 0 && elapsed+res.need <= res.budget:
@@ -227,15 +231,16 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		if err := sleep(ctx, wait); err != nil {
 			res.Allowed = false
 			res.Err = err
-			res.Waited = max(e.now().Sub(start), 0)
+			res.Waited = max(e.now().Sub(start), slept)
 			if res.DeniedBy == nil {
 				res.DeniedBy, res.Rule = res.delayer, res.delayer
 			}
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		}
+		slept = elapsed + wait
 		if res.Allowed { // waited out the shaping delay
-			res.Waited = max(e.now().Sub(start), 0)
+			res.Waited = max(e.now().Sub(start), slept)
 			res.Decision.Delay = 0
 			e.metrics.ObserveDelay(res.Waited)
 			e.finish(ctx, a, &res, ms, cost)

@@ -303,3 +303,18 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 }
+
+// On a clock that does not move, the waits themselves still count against
+// max_delay, so Admit ends.
+func TestAdmitStoppedClockEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rule("stuck", sluice.FixedWindow, sluice.PerMinute(1), rules.Delay, 2*time.Minute)
+		e, _ := newEngine(t, "", func() time.Time { return t0 }, r)
+		ms := []rules.Match{{Rule: r, Key: "k"}}
+		e.Admit(context.Background(), ms, 1)
+		res := e.Admit(context.Background(), ms, 1)
+		if res.Allowed || res.Waited != 2*time.Minute || res.DeniedBy != r {
+			t.Errorf("Admit on a stopped clock: allowed %v waited %v denied by %v; want denied by stuck after waiting max_delay (2m)", res.Allowed, res.Waited, res.DeniedBy)
+		}
+	})
+}
