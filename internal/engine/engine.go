@@ -59,6 +59,11 @@ import (
 const (
 	OnErrorAllow = "allow"
 	OnErrorDeny  = "deny"
+	// OnErrorLocal is store.on_error: local. The fallback to a local
+	// budget belongs in the store the Engine is given (one that answers
+	// from memory while Redis is down); an error that still reaches the
+	// Engine lets the request through, as allow does.
+	OnErrorLocal = "local"
 )
 
 // Options configures an Engine. Store is required.
@@ -69,8 +74,8 @@ type Options struct {
 	// changes them.
 	Rules *rules.Set
 	// OnError is what happens when the store cannot decide: "allow" (the
-	// default, also for "") or "deny". The daemon maps store.on_error:
-	// local to a fallback store and "allow".
+	// default, also for "") or "deny"; "local" acts as "allow" here (see
+	// OnErrorLocal).
 	OnError string
 	// Metrics records decisions; nil records nothing.
 	Metrics *metrics.Metrics
@@ -106,11 +111,11 @@ func New(o Options) (*Engine, error) {
 	}
 	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now}
 	switch o.OnError {
-	case "", OnErrorAllow:
+	case "", OnErrorAllow, OnErrorLocal:
 		e.failOpen = true
 	case OnErrorDeny:
 	default:
-		return nil, fmt.Errorf("engine: on_error %q: want %q or %q", o.OnError, OnErrorAllow, OnErrorDeny)
+		return nil, fmt.Errorf("engine: on_error %q: want %q, %q or %q", o.OnError, OnErrorAllow, OnErrorDeny, OnErrorLocal)
 	}
 	if e.rules == nil {
 		e.rules = &rules.Set{}
