@@ -35,8 +35,10 @@ func TestKeyLayoutAndExpiry(t *testing.T) {
 		if ms <= 8000 || ms > 9000 {
 			t.Errorf("PTTL %s after a take at %v = %s ms, want in (8000, 9000]", s.Key(k), at, pttl)
 		}
-		if got, err := redistest.Do(srv.Addr, "HGET", s.Key(k), "N"); err != nil || got != "60000000" {
-			t.Errorf("HGET %s N = %q, %v; want 60000000 (one token of debt: Period in µs)", s.Key(k), got, err)
+		// State "T N M": the last refill, the debt of one token (Period in
+		// µs), unused.
+		if got, err := redistest.Do(srv.Addr, "GET", s.Key(k)); err != nil || got != strconv.FormatInt(at.UnixMicro(), 10)+" 60000000 0" {
+			t.Errorf("GET %s = %q, %v; want \"%d 60000000 0\"", s.Key(k), got, err, at.UnixMicro())
 		}
 	}
 	// A request that leaves the key in the zero State (cost 0 on a fresh

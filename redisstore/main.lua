@@ -35,7 +35,9 @@ local function decide(o, a, out)
 end
 
 local function loadFor(key, a)
-  return load(key, ARGV[a + 1] == '5' and ARGV[a + 5] ~= '1')
+  local alg = ARGV[a + 1]
+  local many = alg == '5' and ARGV[a + 5] ~= '1'
+  return load(key, many or alg == '4', many)
 end
 
 local objs, order, out, ok = {}, {}, {}, true

@@ -11,8 +11,10 @@ else
   us = tonumber(ARGV[11])
 end
 local segments, tick = tonumber(ARGV[8]), tonumber(ARGV[9])
-local o = load(KEYS[1], ARGV[4] == '5' and segments ~= 1)
+local alg = ARGV[4]
+local many = alg == '5' and segments ~= 1
+local o = load(KEYS[1], many or alg == '4', many)
 local allowed, remaining, retry, reset, delay, idle, mark =
-  STEP[tonumber(ARGV[4])](o, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), segments, fdiv(us, tick), tonumber(ARGV[10]))
+  STEP[tonumber(alg)](o, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), segments, fdiv(us, tick), tonumber(ARGV[10]))
 save(o, max(0, cdiv(idle * tick - us, 1000)) + tonumber(ARGV[3]))
 return {allowed and 1 or 0, remaining, retry, reset, delay, idle, mark}

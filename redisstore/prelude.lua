@@ -44,21 +44,32 @@ end
 -- now, cost, mark) give back what the step counted.
 local STEP, REFUND = {}, {}
 
--- A key's state: fields T, N, M as in sluice.State, plus named fields for
--- the sliding log's runs and the multi-segment counter's slots. Changes to
--- named fields are kept in o.f (false: delete) until save, so that a script
--- can decide several requests and then commit all or none.
-local function load(key, full)
-  local o = {key = key}
+-- A key's state: T, N, M as in sluice.State. The bucket and window
+-- algorithms keep just these, as one string "T N M" (GET, SET PX: the
+-- fewest commands). The sliding log and the multi-segment counter keep a
+-- hash: fields T, N, M plus named fields for the log's runs or the counter's
+-- slots (fields.lua); with full, every field is read up front (HGETALL).
+-- Changes to named fields are kept in o.f (false: delete) until save, so
+-- that a script can decide several requests and then commit all or none.
+local function load(key, hash, full)
+  local o = {key = key, hash = hash}
   if full then
     local h = redis.call('HGETALL', key)
     local all = {}
     for i = 1, #h, 2 do all[h[i]] = tonumber(h[i + 1]) end
     o.all = all
     o.T, o.N, o.M = all.T or 0, all.N or 0, all.M or 0
-  else
+  elseif hash then
     local v = redis.call('HMGET', key, 'T', 'N', 'M')
     o.T, o.N, o.M = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  else
+    local v = redis.call('GET', key)
+    if v then
+      local t, n, m = string.match(v, '^(%S+) (%S+) (%S+)$')
+      o.T, o.N, o.M = tonumber(t), tonumber(n), tonumber(m)
+    else
+      o.T, o.N, o.M = 0, 0, 0
+    end
   end
   return o
 end
@@ -71,13 +82,13 @@ local saveFields
 -- never seen decides exactly the same), and sets its expiry to ttl ms.
 local function save(o, ttl)
   local key = o.key
-  if not o.f and not o.all then -- the common case: T, N, M only
+  ttl = max(1, ttl)
+  if not o.hash then
     if o.T == 0 and o.N == 0 and o.M == 0 then
       redis.call('DEL', key)
-      return
+    else
+      redis.call('SET', key, string.format('%d %d %d', o.T, o.N, o.M), 'PX', ttl)
     end
-    redis.call('HSET', key, 'T', fmt(o.T), 'N', fmt(o.N), 'M', fmt(o.M))
-    redis.call('PEXPIRE', key, ttl)
     return
   end
   return saveFields(o, ttl)
