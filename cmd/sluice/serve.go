@@ -81,6 +81,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	// Ask for SIGHUP before telling anyone where we listen, so a SIGHUP
+	// sent once the address is printed reloads rather than kills.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	a := d.Addrs()
 	if *configPath == "" {
 		fmt.Fprintln(stdout, "sluice: no -config given: running the built-in example (memory store); `sluice serve -config FILE` to use your own")
@@ -90,9 +96,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "sluice: proxy on http://%s → %s\n", a.Proxy, cfg.Proxy.Upstream)
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,7 +19,7 @@ var reAPI = regexp.MustCompile(`decision API on (http://\S+)`)
 
 // runServe runs serve in the background and returns the decision API's URL
 // as printed, a cancel func and the exit code channel.
-func runServe(t *testing.T, args ...string) (api string, stdout *bufio.Scanner, cancel context.CancelFunc, code <-chan int) {
+func runServe(t *testing.T, args ...string) (api string, cancel context.CancelFunc, code <-chan int) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	var stderr strings.Builder
@@ -44,14 +45,14 @@ func runServe(t *testing.T, args ...string) (api string, stdout *bufio.Scanner, 
 		for sc.Scan() {
 		}
 	}()
-	return api, sc, cancel, done
+	return api, cancel, done
 }
 
 // TestServeBuiltinExample: with no -config, serve runs the built-in example
 // on the memory store, prints where it listens, answers /healthz, and
 // exits 0 on cancel.
 func TestServeBuiltinExample(t *testing.T) {
-	api, _, cancel, code := runServe(t)
+	api, cancel, code := runServe(t)
 	resp, err := http.Get(api + "/healthz")
 	if err != nil {
 		t.Fatalf("GET %s/healthz: %v", api, err)
@@ -77,7 +78,7 @@ func TestServeConfigFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	api, _, cancel, code := runServe(t, "-config", path)
+	api, cancel, code := runServe(t, "-config", path)
 	resp, err := http.Get(api + "/v1/rules")
 	if err != nil {
 		t.Fatalf("GET /v1/rules: %v", err)
@@ -89,6 +90,42 @@ func TestServeConfigFile(t *testing.T) {
 	cancel()
 	if c := <-code; c != 0 {
 		t.Errorf("serve -config after cancel: exit %d, want 0", c)
+	}
+}
+
+// TestServeSIGHUP: SIGHUP rereads the config file, even unchanged.
+func TestServeSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, cancel, code := runServe(t, "-config", path)
+	defer func() {
+		cancel()
+		if c := <-code; c != 0 {
+			t.Errorf("serve after cancel: exit %d, want 0", c)
+		}
+	}()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// The reload runs in the background: poll /metrics, bounded.
+	want := `sluice_config_reloads_total{result="success"} 1`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(api + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s of SIGHUP", want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the metrics endpoint
 	}
 }
 
