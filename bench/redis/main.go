@@ -38,6 +38,8 @@ var (
 	dur      = flag.Duration("d", 2*time.Second, "duration of each measurement")
 	concList = flag.String("c", "1,16,64,256", "concurrencies")
 	nkeys    = flag.Int("keys", 100_000, "size of the wide key space")
+	only     = flag.String("clients", "", "run only the client-choice rows whose name contains this")
+	skip     = flag.Bool("clients-only", false, "stop after the client-choice table")
 )
 
 // result is one measurement.
@@ -109,6 +111,11 @@ func main() {
 		{"rueidis EVALSHA", func(k string) (bool, error) {
 			return true, ruLua.Exec(ctx, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
 		}},
+		{"rueidis EVALSHA, 50ms ctx", func(k string) (bool, error) {
+			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			return true, ruLua.Exec(c, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+		}},
 		{"go-redis EVALSHA", func(k string) (bool, error) {
 			a := argsFor()
 			args := make([]any, len(a))
@@ -123,8 +130,15 @@ func main() {
 	header()
 	for _, c := range []int{1, 16, 64} {
 		for _, cf := range clientFns {
+			if *only != "" && !strings.Contains(cf.name, *only) {
+				continue
+			}
 			printRow(measure(cf.name, cf.f, keys, c, pid, 0))
 		}
+	}
+
+	if *skip {
+		return
 	}
 
 	// 2. The ceiling: redis-benchmark on a trivial EVALSHA.
