@@ -149,3 +149,17 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestPassword(t *testing.T) {
+	srv := redistest.StartServer(t)
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Password: "wrong"}); err == nil {
+		t.Fatalf("New with a wrong password succeeded")
+	}
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Password: "s3cret"})
+	if d, err := s.Take(context.Background(), req("pw", 0)); err != nil || !d.Allowed {
+		t.Fatalf("Take with the password = %+v, %v; want allowed", d, err)
+	}
+}
