@@ -1,9 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,7 +9,8 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// checkRequest is the body of POST /v1/check. Cost defaults to 1.
+// checkRequest is the body of POST /v1/check (see parseCheck). Cost
+// defaults to 1.
 type checkRequest struct {
 	Rule string `json:"rule"`
 	Key  string `json:"key"`
@@ -31,19 +30,13 @@ type checkRequest struct {
 // wait out.
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	req := checkRequest{Cost: 1}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		h.fail(w, decodeError(err))
-		return
+	bp, err := readBody(w, r, h.o.MaxBodyBytes)
+	if err == nil {
+		err = parseCheck(*bp, &req)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			h.fail(w, err)
-			return
-		}
-		h.fail(w, errBadRequest("body must hold one JSON object"))
+	bodies.Put(bp)
+	if err != nil {
+		h.fail(w, decodeError(err))
 		return
 	}
 	e := h.o.Engine()
@@ -120,18 +113,23 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// decodeError turns a JSON decoding error into the API error it answers.
+// decodeError turns a body reading or parsing error into the API error it
+// answers.
 func decodeError(err error) error {
 	var mbe *http.MaxBytesError
-	var ute *json.UnmarshalTypeError
+	var ufe *unknownFieldError
 	switch {
 	case errors.As(err, &mbe):
 		return err
-	case errors.Is(err, io.EOF):
-		return errBadRequest("empty body: want {\"rule\":NAME,\"key\":STRING,\"cost\":N}")
-	case errors.As(err, &ute):
-		return errBadRequest("field " + strconv.Quote(ute.Field) + " has the wrong type")
+	case errors.As(err, &ufe), errors.Is(err, errEmpty), errors.Is(err, errTrail), errors.Is(err, errNoObj), errors.Is(err, errCostInt):
+		return errBadRequest(err.Error())
+	case errors.Is(err, errSyntax):
+		return errBadRequest("bad JSON: want {\"rule\":NAME,\"key\":STRING,\"cost\":N}")
 	default:
-		return errBadRequest("bad JSON: " + err.Error())
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return err
+		}
+		return errBadRequest(err.Error())
 	}
 }

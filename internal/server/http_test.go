@@ -150,7 +150,11 @@ func TestCheckBadInput(t *testing.T) {
 		errHas                   string
 	}{
 		{"bad JSON", "POST", "/v1/check", `{"rule":`, 400, "bad JSON"},
-		{"not an object", "POST", "/v1/check", `[1]`, 400, "wrong type"},
+		{"not an object", "POST", "/v1/check", `[1]`, 400, "must be a JSON object"},
+		{"key not a string", "POST", "/v1/check", `{"rule":"api","key":7}`, 400, `"key" must be a string`},
+		{"null key", "POST", "/v1/check", `{"rule":"api","key":null}`, 400, `"key" must be a string`},
+		{"fractional cost", "POST", "/v1/check", `{"rule":"api","key":"k","cost":1.5}`, 400, "whole number"},
+		{"cost over int64", "POST", "/v1/check", `{"rule":"api","key":"k","cost":9223372036854775808}`, 400, "whole number"},
 		{"unknown field", "POST", "/v1/check", `{"rule":"api","key":"k","costs":1}`, 400, "unknown field"},
 		{"trailing data", "POST", "/v1/check", `{"rule":"api","key":"k"} {}`, 400, "one JSON object"},
 		{"empty body", "POST", "/v1/check", ``, 400, "empty body"},
@@ -159,7 +163,8 @@ func TestCheckBadInput(t *testing.T) {
 		{"empty key", "POST", "/v1/check", `{"rule":"api","key":""}`, 400, "key"},
 		{"huge key", "POST", "/v1/check", `{"rule":"api","key":"` + strings.Repeat("x", 5000) + `"}`, 400, "longer than 4096"},
 		{"negative cost", "POST", "/v1/check", `{"rule":"api","key":"k","cost":-1}`, 400, "negative"},
-		{"cost not a number", "POST", "/v1/check", `{"rule":"api","key":"k","cost":"1"}`, 400, "wrong type"},
+		{"cost not a number", "POST", "/v1/check", `{"rule":"api","key":"k","cost":"1"}`, 400, "whole number"},
+		{"field name in another case", "POST", "/v1/check", `{"Rule":"api","key":"k"}`, 400, `unknown field "Rule"`},
 		{"body too large", "POST", "/v1/check", `{"rule":"api","key":"k","pad":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "larger than 65536"},
 		{"wrong method", "GET", "/v1/check", ``, 405, "method not allowed"},
 		{"unknown path", "GET", "/v2/check", ``, 404, "not found"},

@@ -1,0 +1,107 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"testing"
+)
+
+// oracle decodes b as encoding/json would for the endpoint: one object,
+// unknown fields refused, nothing after it. strictOK also requires what
+// parseCheck requires beyond that: field names spelled exactly, no nulls.
+func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
+	req = checkRequest{Cost: 1}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, false, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, false, false
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return req, true, false
+	}
+	// json.Unmarshal into a map keeps the last of repeated names; look at
+	// every name with a decoder walk instead.
+	dec = json.NewDecoder(bytes.NewReader(b))
+	dec.Token() // {
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return req, true, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return req, true, false
+		}
+		if name := tok.(string); name != "rule" && name != "key" && name != "cost" || string(v) == "null" {
+			return req, true, false
+		}
+	}
+	return req, true, true
+}
+
+func TestParseCheck(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want checkRequest
+		ok   bool
+	}{
+		{`{"rule":"a","key":"k","cost":3}`, checkRequest{"a", "k", 3}, true},
+		{` { "key" : "k" , "rule" : "a" } `, checkRequest{"a", "k", 1}, true},
+		{`{}`, checkRequest{"", "", 1}, true},
+		{`{"rule":"a","rule":"b"}`, checkRequest{"b", "", 1}, true},
+		{`{"key":"\u00e9\ud83d\ude00\n\"\\\/"}`, checkRequest{"", "é😀\n\"\\/", 1}, true},
+		{`{"key":"\ud800x"}`, checkRequest{"", "\ufffdx", 1}, true},
+		{"{\"key\":\"a\xffb\"}", checkRequest{"", "a\ufffdb", 1}, true},
+		{`{"cost":-0}`, checkRequest{"", "", 0}, true},
+		{`{"cost":-5}`, checkRequest{"", "", -5}, true},
+		{`{"cost":01}`, checkRequest{}, false},
+		{`{"cost":1e2}`, checkRequest{}, false},
+		{`{"cost":}`, checkRequest{}, false},
+		{"{\"key\":\"a\tb\"}", checkRequest{}, false}, // raw control character
+		{`{"key":"a\tb"}`, checkRequest{"", "a\tb", 1}, true},
+		{`{"key":"a"`, checkRequest{}, false},
+		{`{"key":"a",}`, checkRequest{}, false},
+		{`{"key":"a"}x`, checkRequest{}, false},
+		{`"str"`, checkRequest{}, false},
+		{``, checkRequest{}, false},
+	} {
+		got := checkRequest{Cost: 1}
+		err := parseCheck([]byte(tc.in), &got)
+		if (err == nil) != tc.ok || tc.ok && got != tc.want {
+			t.Errorf("parseCheck(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if _, ok, strict := oracle([]byte(tc.in)); strict != tc.ok && ok == tc.ok {
+			t.Errorf("oracle(%q) = ok %v strict %v: the table disagrees with encoding/json", tc.in, ok, strict)
+		}
+	}
+}
+
+// parseCheck accepts exactly what encoding/json accepts under the
+// endpoint's stricter rules, with the same values.
+func FuzzParseCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"rule":"a","key":"k","cost":3}`, `{"key":"\u00e9\ud83d\ude00"}`, `{"key":"\ud800\udc00\ud800"}`, `{"rule":null}`,
+		`{"Rule":"a"}`, `{"cost":9223372036854775807}`, `{"cost":-9223372036854775808}`, `{"cost":1.0}`, `[]`, ` {} `,
+		"{\"key\":\"\xed\xa0\x80\"}", `{"key":"\/\b\f"}`, `{"k\u0065y":"x"}`, `{"cost":"1"}`, `{"key":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := checkRequest{Cost: 1}
+		err := parseCheck(b, &got)
+		want, ok, strict := oracle(b)
+		switch {
+		case err == nil && !ok:
+			t.Fatalf("parseCheck(%q) accepted %+v; encoding/json refuses it", b, got)
+		case err == nil && got != want:
+			t.Fatalf("parseCheck(%q) = %+v; encoding/json gives %+v", b, got, want)
+		case err != nil && strict:
+			t.Fatalf("parseCheck(%q) refused it (%v); encoding/json accepts %+v", b, err, want)
+		}
+	})
+}
