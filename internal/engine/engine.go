@@ -180,7 +180,7 @@ type Result struct {
 
 // Decide decides the request once, at the Engine's clock, without waiting:
 // an admitted leaky bucket request reports its Delay in Decision.Delay but
-// the caller is not held. /v1/check uses it.
+// the caller is not held (Check does the same for one named rule).
 func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Result {
 	a := getAttempt()
 	defer putAttempt(a)
