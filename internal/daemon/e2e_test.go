@@ -195,13 +195,13 @@ func TestDelayAction(t *testing.T) {
 rules:
   - name: shaped
     key: [ip]
-    rate: 20/s
+    rate: 10/s
     burst: 4
     algorithm: leaky_bucket
     action: delay
     max_delay: 2s
 `))
-	const n = 6 // 1 now + 4 queued at 50ms spacing; the 6th overflows
+	const n = 6 // 1 now + 4 queued at 100ms spacing; the 6th overflows
 	statuses := make([]int, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -222,7 +222,7 @@ rules:
 			limited++
 		}
 	}
-	// The 6th may find a slot if the goroutines were spread over ≥ 50ms.
+	// The 6th may find a slot if the goroutines were spread over ≥ 100ms.
 	if ok < 5 || ok+limited != n {
 		t.Fatalf("statuses %v: want at least 5 × 200 and the rest 429", statuses)
 	}
@@ -240,10 +240,10 @@ rules:
 			last = a
 		}
 	}
-	// 5 admitted at 50ms spacing span 200ms; allow the first request's own
-	// scheduling lateness out of it.
-	if span := last.Sub(first); span < 150*time.Millisecond {
-		t.Errorf("upstream saw the burst over %v, want ≥ 150ms (5 requests at 50ms spacing)", span)
+	// 5 admitted at 100ms spacing span 400ms; allow the first request's
+	// own scheduling lateness out of it.
+	if span := last.Sub(first); span < 300*time.Millisecond {
+		t.Errorf("upstream saw the burst over %v, want ≥ 300ms (5 requests at 100ms spacing)", span)
 	}
 }
 

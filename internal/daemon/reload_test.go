@@ -31,6 +31,20 @@ func replaceFile(t *testing.T, path, content string) {
 	}
 }
 
+func appendFile(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func rulesInForce(t *testing.T, td *testDaemon) string {
 	t.Helper()
 	r := get(t, td.api+"/v1/rules")
@@ -48,9 +62,10 @@ func TestHotReload(t *testing.T) {
 		}
 	}
 
-	// A valid change, written in place: a new rule; keep unchanged, so
+	// A valid change, written in place (appended with one write, so no
+	// reader can see a half-written file): a new rule; keep unchanged, so
 	// its counter carries on.
-	mustWrite(t, td.path, reloadBase+`
+	appendFile(t, td.path, `
   - name: added
     rate: 1/m
 `)
