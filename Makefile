@@ -32,6 +32,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime $(FUZZTIME) ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime $(FUZZTIME) ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./httplimit
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime $(FUZZTIME) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime $(FUZZTIME) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./internal/server
 
 bench: bench-core
 
