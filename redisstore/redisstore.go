@@ -169,6 +169,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		ForceSingleClient: !o.Cluster && o.Sentinel == "",
 		Dialer:            net.Dialer{Timeout: o.Timeout},
 		ConnWriteTimeout:  max(o.Timeout, time.Second),
+		// Pipeline even a lone call: with a per-call deadline, rueidis'
+		// synchronous path sets socket deadlines (syscalls) on every call;
+		// the pipelined path measured faster at every concurrency.
+		AlwaysPipelining: true,
 	}
 	if o.Sentinel != "" {
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
