@@ -63,6 +63,7 @@ type Daemon struct {
 	opts    Options
 
 	store      sluice.Store
+	sweep      func(time.Time) int         // the memory store's Sweep; nil for Redis
 	ping       func(context.Context) error // store reachability, for /readyz
 	closeStore func() error
 
@@ -208,6 +209,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if d.sweep != nil {
+		wg.Go(func() { sweepEvery(watchCtx, SweepInterval, d.sweep) })
+	}
 	if d.watcher != nil {
 		defer d.watcher.Close()
 		changed := make(chan struct{}, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -23,6 +24,7 @@ func (d *Daemon) openStore(cfg *Config) error {
 	case "", "memory":
 		s := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		d.store = s
+		d.sweep = s.Sweep
 		d.ping = func(context.Context) error { return nil }
 		d.closeStore = func() error { return nil }
 		_ = d.metrics.GaugeFunc("sluice_memstore_keys", "Keys held by the memory store.", func() float64 { return float64(s.Len()) })
@@ -54,4 +56,24 @@ func (d *Daemon) openStore(cfg *Config) error {
 		return nil
 	}
 	return fmt.Errorf("daemon: store.type: unknown store %q", cfg.Store.Type)
+}
+
+// SweepInterval is how often the daemon deletes the memory store's keys at
+// rest, handing memory back after a burst of keys even when no new keys
+// arrive (the store also sweeps a little as keys arrive).
+const SweepInterval = time.Minute
+
+// sweepEvery calls sweep(now) every interval until ctx is done. Tests drive
+// it with testing/synctest.
+func sweepEvery(ctx context.Context, interval time.Duration, sweep func(time.Time) int) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			sweep(now)
+		}
+	}
 }

@@ -180,3 +180,30 @@ func mustRemove(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSweepEvery: the memory store is swept once per interval, with the
+// tick's time, and not after the context ends.
+func TestSweepEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		t0 := time.Now()
+		var got []time.Duration
+		done := make(chan struct{})
+		go func() {
+			sweepEvery(ctx, time.Minute, func(now time.Time) int { got = append(got, now.Sub(t0)); return 0 })
+			close(done)
+		}()
+		time.Sleep(3*time.Minute + 30*time.Second)
+		cancel()
+		<-done
+		want := []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute}
+		if len(got) != len(want) {
+			t.Fatalf("sweepEvery swept at %v, want %v", got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("sweep %d at %v, want %v", i, got[i], want[i])
+			}
+		}
+	})
+}
