@@ -224,12 +224,14 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
-func (s *Store) Take(_ context.Context, r sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, err error) {
 	now := r.Now.UnixMicro()
 	h := s.hash(r.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	d, err := s.take(sh, h, &r, now)
+	// take writes the decision straight into d: a Decision returned by
+	// value through each call costs a 48-byte copy apiece.
+	err = s.take(sh, h, &r, now, &d)
 	sh.mu.Unlock()
 	if err != nil {
 		return d, fmt.Errorf("memstore: take %q: %w", r.Key, err)
@@ -237,47 +239,47 @@ func (s *Store) Take(_ context.Context, r sluice.Request) (sluice.Decision, erro
 	return d, nil
 }
 
-func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64) (sluice.Decision, error) {
+func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluice.Decision) error {
+	var idle int64
+	var err error
 	if r.Algorithm.UsesLog(r.Limit) {
 		le := sh.logs[r.Key]
 		var st sluice.State
 		if le != nil && now < le.idle {
 			st = le.st
 		}
-		d, idle, err := r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost)
-		if err != nil {
-			return d, err
+		if *d, idle, err = r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost); err != nil {
+			return err
 		}
 		if le == nil {
 			if idle <= now {
-				return d, nil
+				return nil
 			}
 			le = &logEntry{}
 			s.insert(sh, now)
 			sh.logs[strings.Clone(r.Key)] = le
 		}
 		le.st, le.idle = st, idle
-		return d, nil
+		return nil
 	}
 	e := sh.small.get(h, r.Key)
 	var st sluice.State
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
 	}
-	d, idle, err := r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost)
-	if err != nil {
-		return d, err
+	if *d, idle, err = r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost); err != nil {
+		return err
 	}
 	if e == nil {
 		if idle <= now {
-			return d, nil // at rest: nothing worth keeping
+			return nil // at rest: nothing worth keeping
 		}
 		s.insert(sh, now)
 		e = newEntry(r.Key)
 		sh.small.add(h, r.Key, e)
 	}
 	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
-	return d, nil
+	return nil
 }
 
 // insert makes room for one new key in sh: every 16th insert it sweeps a
