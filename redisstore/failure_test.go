@@ -163,3 +163,18 @@ func TestPassword(t *testing.T) {
 		t.Fatalf("Take with the password = %+v, %v; want allowed", d, err)
 	}
 }
+
+func TestSentinel(t *testing.T) {
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, master)
+	s := open(t, redisstore.Options{Addrs: []string{sentinel}, Sentinel: "mymaster"})
+	if d, err := s.Take(context.Background(), req("via-sentinel", 0)); err != nil || !d.Allowed {
+		t.Fatalf("Take through the sentinel = %+v, %v; want allowed", d, err)
+	}
+	if n, err := redistest.Do(master.Addr, "EXISTS", s.Key("via-sentinel")); err != nil || n != "1" {
+		t.Fatalf("EXISTS %s on the master = %q, %v; want 1", s.Key("via-sentinel"), n, err)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping through the sentinel: %v", err)
+	}
+}

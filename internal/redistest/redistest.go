@@ -16,7 +16,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +41,8 @@ type Server struct {
 	port    int
 	dir     string
 	cluster bool
+	// sentinelConf, if set, runs the process as a Sentinel with this config.
+	sentinelConf string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -95,6 +99,9 @@ func freePort(cluster bool) (int, error) {
 }
 
 func (s *Server) args() []string {
+	if s.sentinelConf != "" {
+		return []string{s.sentinelConf, "--sentinel", "--logfile", "", "--daemonize", "no"}
+	}
 	a := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -134,7 +141,7 @@ func (s *Server) start() error {
 		for sc.Scan() {
 			line := sc.Text()
 			logs.Write([]byte(line + "\n"))
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
+			if !signalled && (strings.Contains(line, "Ready to accept connections") || strings.Contains(line, "Sentinel ID is")) {
 				signalled = true
 				close(ready)
 			}
@@ -207,6 +214,47 @@ func (s *Server) PID() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// StartSentinel starts one Redis Sentinel on a free loopback port that
+// monitors master under the name "mymaster" (quorum 1), and waits until it
+// knows the master. It returns the sentinel's address; the sentinel is
+// stopped when the test ends.
+func StartSentinel(tb testing.TB, master *Server) string {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	var lastErr error
+	for range 20 {
+		p, err := freePort(false)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		dir := tb.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 5000\n", p, dir, host, port)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), tb: tb, port: p, dir: dir, sentinelConf: conf}
+		if lastErr = s.start(); lastErr != nil {
+			continue
+		}
+		tb.Cleanup(s.Stop)
+		deadline := time.Now().Add(startTimeout)
+		for {
+			got, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+			if err == nil && got == host+"\n"+port {
+				return s.Addr
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: sentinel %s does not know its master %s: %q %v", s.Addr, master.Addr, got, err)
+			}
+			pollPause()
+		}
+	}
+	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
+	return ""
 }
 
 // Cluster is a Redis Cluster of three masters and no replicas, each node on
