@@ -9,10 +9,17 @@ end
 STEP[2] = function(o, rate, burst, period, segments, now, cost)
   local maxWait = burst * period
   local full = (burst + 1) * period
-  local allowed, retry, delay = false, 0, 0
+  local allowed, retry, delay, mark = false, 0, 0, 0
   local stale = leakyStale(o, rate, burst, period, now)
   local rel = 0
   if not stale then rel = (o.T - now) * rate + o.N end
+  -- mark tells a refund what the queue's tail was: 1 none (stale), < 0 that
+  -- far below where this request's leave was clamped to now, 0 otherwise.
+  if stale then
+    mark = 1
+  elseif rel + cost * period < 0 then
+    mark = rel + cost * period
+  end
   if cost > burst + 1 then
     retry = -1
   else
@@ -32,8 +39,8 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost)
     end
   end
   if stale or rel + period <= 0 then
-    return allowed, burst + 1, retry, 0, delay, now, 0
+    return allowed, burst + 1, retry, 0, delay, now, mark
   end
   return allowed, max(0, min(burst + 1, fdiv(maxWait - rel, period))), retry,
-    cdiv(rel + period, rate), delay, now + max(0, cdiv(rel + full, rate)), 0
+    cdiv(rel + period, rate), delay, now + max(0, cdiv(rel + full, rate)), mark
 end

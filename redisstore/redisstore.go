@@ -43,9 +43,10 @@
 // if any is denied nothing is counted. Otherwise it takes each slot's
 // requests (all or none per slot, in parallel); should a slot now deny
 // (another client got there in between), the slots that did count are
-// refunded: each algorithm gives back exactly what the request took (tokens,
-// a window's count, log entries, a queue slot). Between the take and the
-// refund, other clients may briefly see that quota as used.
+// refunded: each algorithm gives back what the request took (tokens, a
+// window's count, log entries, a queue slot), exactly so when nothing else
+// touched the key in between. Between the take and the refund, other
+// clients may briefly see that quota as used.
 package redisstore
 
 import (

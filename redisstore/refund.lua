@@ -6,10 +6,19 @@ REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
   o.N = max(0, o.N - cost * period)
 end
 
--- A refund moves the last leave time back by the request's cost * Period/Rate.
+-- A refund moves the queue's tail back by the request's cost * Period/Rate,
+-- and, when nothing queued behind the request (the tail is not ahead of
+-- now), restores the tail exactly as it was: none, or as far below now as
+-- the take had clamped it (mark, see leaky_bucket.lua).
 REFUND[2] = function(o, rate, burst, period, segments, now, cost, mark)
   if leakyStale(o, rate, burst, period, now) then return end
-  local rel = (o.T - now) * rate + o.N - cost * period
+  local rel = (o.T - now) * rate + o.N
+  if rel <= 0 and mark == 1 then
+    o.T, o.N, o.M = 0, 0, 0
+    return
+  end
+  rel = rel - cost * period
+  if rel + cost * period <= 0 and mark < 0 then rel = rel + mark end
   local q = fdiv(rel, rate)
   o.T = now + q
   o.N = rel - q * rate
