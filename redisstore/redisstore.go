@@ -9,11 +9,14 @@
 //
 // # Keys
 //
-// A limiter key k is kept in one Redis hash named Prefix + "{" + k + "}".
+// A limiter key k is kept in one Redis key named Prefix + "{" + k + "}": a
+// string "T N M" (the fields of sluice.State) for the buckets, GCRA, the
+// fixed window and the one-segment counter; a hash for the sliding log and
+// the multi-segment counter. Use one algorithm per key, as with memstore.
 // The braces are a Cluster hash tag, so everything a script touches for one
 // key sits in one slot. If k itself contains "}", Redis takes the tag up to
 // the first "}" only: such keys are still distinct, they may merely share a
-// slot. Prefix must not contain braces. Keys expire (PEXPIRE, relative) a
+// slot. Prefix must not contain braces. Keys expire (relative PX/PEXPIRE) a
 // margin after the instant their state is at rest, measured on the clock the
 // decision used, so a store fed old or future times (the simulator, skewed
 // clocks) does not lose state by accident.
