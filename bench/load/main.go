@@ -1,7 +1,8 @@
 // Command load is the daemon's load run: in one bounded run on loopback it
 // measures requests/s and latency straight to a trivial upstream, through
 // `sluice serve` as a reverse proxy with the memory store and with Redis,
-// and /v1/check decisions/s against a bare net/http handler that decodes and
+// through a bare httputil.ReverseProxy (no limiting: the cost of proxying
+// itself), and /v1/check decisions/s against a bare net/http handler that decodes and
 // encodes the same JSON, with the server CPU per request read from
 // /proc/PID/stat. It prints a Markdown report.
 //
@@ -14,7 +15,7 @@
 // rate, once straight to the upstream and once through the proxy.
 //
 // The same binary also runs the helper servers as child processes:
-// `load upstream ADDR` and `load bare ADDR`.
+// `load upstream ADDR`, `load bare ADDR` and `load rproxy ADDR UPSTREAM`.
 package main
 
 import (
@@ -25,8 +26,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +49,11 @@ func main() {
 		case "bare":
 			serveBare(os.Args[2])
 			return
+		case "rproxy":
+			if len(os.Args) >= 4 {
+				serveReverseProxy(os.Args[2], os.Args[3])
+				return
+			}
 		}
 	}
 	if err := run(); err != nil {
@@ -61,6 +70,24 @@ func serveUpstream(addr string) {
 		w.Write(body)
 	})
 	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, h))
+	os.Exit(1)
+}
+
+// serveReverseProxy is the baseline for the proxy: net/http's own
+// httputil.ReverseProxy with pooled upstream connections, no limiting, so
+// the report can tell the cost of proxying from the cost of limiting.
+func serveReverseProxy(addr, upstream string) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, rp))
 	os.Exit(1)
 }
 
@@ -151,12 +178,13 @@ func run() error {
 	var procs procSet
 	defer procs.stopAll()
 
-	ports, err := freePorts(7)
+	ports, err := freePorts(8)
 	if err != nil {
 		return err
 	}
 	upAddr, bareAddr, redisAddr := ports[0], ports[1], ports[2]
 	memAPI, memProxy, redisAPI, redisProxy := ports[3], ports[4], ports[5], ports[6]
+	rpAddr := ports[7]
 
 	up, err := procs.start(ctx, "upstream", self, "upstream", upAddr)
 	if err != nil {
@@ -166,12 +194,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	rp, err := procs.start(ctx, "rproxy", self, "rproxy", rpAddr, "http://"+upAddr)
+	if err != nil {
+		return err
+	}
 	_, redisPort, _ := net.SplitHostPort(redisAddr)
 	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
 		return err
 	}
-	for _, a := range []string{upAddr, bareAddr, redisAddr} {
+	for _, a := range []string{upAddr, bareAddr, redisAddr, rpAddr} {
 		if err := waitTCP(ctx, a); err != nil {
 			return err
 		}
@@ -202,7 +234,7 @@ func run() error {
 		return err
 	}
 
-	fmt.Fprintf(os.Stderr, "load: 6 wrk steps and 2 open-loop steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
+	fmt.Fprintf(os.Stderr, "load: 7 wrk steps and 2 paced steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
 	steps := []struct {
 		name   string
 		url    string
@@ -211,6 +243,7 @@ func run() error {
 	}{
 		{"direct to upstream", "http://" + upAddr + "/", "", up},
 		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem},
+		{"bare httputil.ReverseProxy (no limiting)", "http://" + rpAddr + "/", "", rp},
 		{"sluice proxy, redis store", "http://" + redisProxy + "/", "", red},
 		{"bare net/http JSON handler", "http://" + bareAddr + "/v1/check", luaCheck, bare},
 		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem},
@@ -416,11 +449,13 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 			float64(r.cpuPerRequest)/float64(time.Microsecond))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput (target ≥ 60%%)\n", 100*rs[1].rps/rs[0].rps)
-	fmt.Fprintf(w, "- proxy, redis store: %.0f%% of direct throughput\n", 100*rs[2].rps/rs[0].rps)
-	fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs)\n",
-		100*rs[4].rps/rs[3].rps, float64(rs[4].cpuPerRequest)/float64(time.Microsecond))
-	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[5].rps/rs[3].rps)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput (target ≥ 60%%); %.0f%% of a bare httputil.ReverseProxy's, at %.0f%% of its CPU per request\n",
+		100*rs[1].rps/rs[0].rps, 100*rs[1].rps/rs[2].rps, 100*us(rs[1].cpuPerRequest)/us(rs[2].cpuPerRequest))
+	fmt.Fprintf(w, "- proxy, redis store: %.0f%% of direct throughput\n", 100*rs[3].rps/rs[0].rps)
+	fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs) vs %.1f µs for the bare handler\n",
+		100*rs[5].rps/rs[4].rps, us(rs[5].cpuPerRequest), us(rs[4].cpuPerRequest))
+	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[6].rps/rs[4].rps)
 	fmt.Fprintf(w, "- paced at half the proxy's peak (%.0f req/s asked; got %.0f direct, %.0f through the proxy): direct p50 %v p99 %v; proxy p50 %v p99 %v (%d non-2xx); the proxy adds %v at p99 (target < 1ms)\n",
 		rate, direct.rps, proxy.rps, direct.p50, direct.p99, proxy.p50, proxy.p99, proxy.non2xx, proxy.p99-direct.p99)
 }
