@@ -365,3 +365,87 @@ rules:
 		t.Errorf("two daemons admitted %d of 40, want exactly 10", allowed)
 	}
 }
+
+// TestForwardAuth asks /v1/forward-auth as a gateway in client_ip's trusted
+// proxies would, then reloads forward_auth.deny_status and client_ip live.
+func TestForwardAuth(t *testing.T) {
+	const base = `
+listen: 127.0.0.1:0
+client_ip:
+  trusted_proxies: [127.0.0.0/8]
+forward_auth:
+  deny_status: 403
+rules:
+  - name: per-client
+    match: {path: /api/*}
+    key: [ip]
+    rate: 1/m
+    algorithm: fixed_window
+`
+	td := startDaemon(t, base)
+	ask := func(client, uri string) int {
+		return do(t, http.MethodGet, td.api+"/v1/forward-auth", "",
+			"X-Forwarded-For", client, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", uri).status
+	}
+	for _, c := range []struct {
+		client, uri string
+		want        int
+	}{
+		{"203.0.113.5", "/api/a", http.StatusOK},
+		{"203.0.113.5", "/api/b", http.StatusForbidden}, // deny_status
+		{"203.0.113.6", "/api/a", http.StatusOK},        // another client, by X-Forwarded-For
+		{"203.0.113.5", "/public", http.StatusOK},       // no rule applies
+	} {
+		if got := ask(c.client, c.uri); got != c.want {
+			t.Errorf("forward-auth for %s %s: %d, want %d", c.client, c.uri, got, c.want)
+		}
+	}
+	// deny_status reloads live; the rule is unchanged, so its counters
+	// (203.0.113.5 used up) carry on.
+	replaceFile(t, td.path, strings.Replace(base, "deny_status: 403", "deny_status: 429", 1))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if got := ask("203.0.113.5", "/api/c"); got != http.StatusTooManyRequests {
+		t.Errorf("forward-auth after deny_status changed to 429: %d, want 429", got)
+	}
+	// Trusting nobody: X-Forwarded-For is ignored, every request is the
+	// gateway's own (127.0.0.1), a fresh key.
+	replaceFile(t, td.path, strings.Replace(base, "trusted_proxies: [127.0.0.0/8]", "trusted_proxies: []", 1))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if got := ask("203.0.113.7", "/api/a"); got != http.StatusOK {
+		t.Errorf("forward-auth, untrusted gateway, first: %d, want 200", got)
+	}
+	if got := ask("203.0.113.8", "/api/a"); got != http.StatusForbidden {
+		t.Errorf("forward-auth, untrusted gateway, another X-Forwarded-For: %d, want 403 (keyed by the gateway)", got)
+	}
+}
+
+// TestReloadUpstream: proxy.upstream reloads live, and a rule left alone
+// keeps its counters across the rebuilt proxy.
+func TestReloadUpstream(t *testing.T) {
+	a, b := startUpstream(t), startUpstream(t)
+	const rule = `
+rules:
+  - name: per-ip
+    key: [ip]
+    rate: 3/m
+    algorithm: fixed_window
+`
+	td := startDaemon(t, proxyConfig(a.url, rule))
+	if r := get(t, td.proxy+"/"); r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("via upstream a: %d remaining %q, want 200 remaining 2", r.status, r.header.Get("X-RateLimit-Remaining"))
+	}
+	replaceFile(t, td.path, proxyConfig(b.url, rule))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if r := get(t, td.proxy+"/"); r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "1" {
+		t.Errorf("via upstream b: %d remaining %q, want 200 remaining 1 (counter kept)", r.status, r.header.Get("X-RateLimit-Remaining"))
+	}
+	if a.count() != 1 || b.count() != 1 {
+		t.Errorf("upstream a got %d, b got %d; want 1 each", a.count(), b.count())
+	}
+}
