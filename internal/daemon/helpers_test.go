@@ -51,7 +51,7 @@ func startDaemonFile(t *testing.T, path string) *testDaemon {
 	if err != nil {
 		t.Fatalf("LoadConfig(%s): %v", path, err)
 	}
-	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 16), logs: new(syncBuffer), done: make(chan error, 1)}
+	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 64), logs: new(syncBuffer), done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(td.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	td.d, err = New(cfg, Options{
 		Logger:         logger,
