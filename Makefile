@@ -37,7 +37,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime $(FUZZTIME) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./internal/server
 
-bench: bench-core
+bench: bench-core bench-redis
+
+bench-redis:
+	sh scripts/ensure-redis.sh
+	cd bench/redis && $(GO) run . -d 2s
 
 bench-core:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 3 ./...

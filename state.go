@@ -18,7 +18,8 @@ import (
 //	                        Segments is 1; otherwise Log holds Segments+1 counts in a ring
 //
 // Stores keep a State per key and hand it to Take; the Redis store keeps the
-// same fields in a hash and runs the Lua twin of Take.
+// same fields in one Redis key ("T N M" as a string, or a hash for the log
+// and the multi-segment counter) and runs the Lua twin of Take.
 type State struct {
 	T, N, M int64
 	Log     []int64

@@ -3,6 +3,7 @@ package clientip
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/net/http/httpguts"
 	"strings"
 )
 
@@ -76,7 +77,7 @@ func parseElement(s string) (Element, error) {
 			return Element{}, fmt.Errorf("%w: %q: want name=value", ErrMalformed, s)
 		}
 		name := strings.TrimRight(s[:eq], " \t")
-		if !isToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return Element{}, fmt.Errorf("%w: %q is not a parameter name", ErrMalformed, name)
 		}
 		s = strings.TrimLeft(s[eq+1:], " \t")
@@ -93,7 +94,7 @@ func parseElement(s string) (Element, error) {
 				end++
 			}
 			val, s = s[:end], s[end:]
-			if !isToken(val) {
+			if !httpguts.ValidHeaderFieldName(val) {
 				return Element{}, fmt.Errorf("%w: value %q of %s must be a token or a quoted string", ErrMalformed, val, name)
 			}
 		}
@@ -159,22 +160,6 @@ func unquote(s string) (val, rest string, err error) {
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
 // String formats e as one forwarded-element, quoting values that are not
 // tokens, such as `for="[2001:db8::1]:80";proto=https`. ParseForwarded
 // reads it back unchanged.
@@ -189,7 +174,7 @@ func (e Element) String() string {
 		}
 		b.WriteString(kv[0])
 		b.WriteByte('=')
-		if isToken(kv[1]) {
+		if httpguts.ValidHeaderFieldName(kv[1]) {
 			b.WriteString(kv[1])
 			continue
 		}

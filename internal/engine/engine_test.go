@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -106,7 +107,7 @@ func TestDecideSeveralRules(t *testing.T) {
 	if !res.Allowed || res.Decision.Remaining != 8 {
 		t.Errorf("Decide(wide) after a denied request: allowed %v remaining %d, want allowed with 8 left (the denied request consumed nothing)", res.Allowed, res.Decision.Remaining)
 	}
-	got := gather(t, reg)
+	got := metricstest.Gather(t, reg)
 	for name, want := range map[string]float64{
 		`sluice_decisions_total{result="allowed",rule="wide"}`:   3,
 		`sluice_decisions_total{result="allowed",rule="narrow"}`: 1,
@@ -152,7 +153,7 @@ func TestShadowNeverBlocks(t *testing.T) {
 	if !res.Allowed || res.Rule != nil {
 		t.Errorf("shadow only: allowed %v rule %v, want allowed and no headers", res.Allowed, res.Rule)
 	}
-	got := gather(t, reg)
+	got := metricstest.Gather(t, reg)
 	if got[`sluice_decisions_total{result="shadow_denied",rule="would-be"}`] != 3 ||
 		got[`sluice_decisions_total{result="allowed",rule="would-be"}`] != 1 ||
 		got[`sluice_decisions_total{result="allowed",rule="enforce"}`] != 3 {
@@ -181,7 +182,7 @@ func TestStoreErrorPolicy(t *testing.T) {
 				t.Errorf("on_error %s: WriteDenied = %d %q, want %d store_unavailable", tc.onError, rec.Code, rec.Body, tc.wantStatus)
 			}
 		}
-		got := gather(t, reg)
+		got := metricstest.Gather(t, reg)
 		if got["sluice_store_errors_total"] != 1 || got[`sluice_store_fallback_total{policy="`+tc.onError+`"}`] != 1 {
 			t.Errorf("on_error %s: metrics %v, want 1 store error and 1 fallback", tc.onError, got)
 		}
@@ -254,7 +255,7 @@ func TestAdmitWaitsForSlot(t *testing.T) {
 		if res.Allowed || time.Since(t1) != 0 || res.DeniedBy != short || res.Decision.RetryAfter != 500*time.Millisecond {
 			t.Errorf("Admit over max_delay: allowed %v after %v, retry %v; want denied at once with retry 500ms", res.Allowed, time.Since(t1), res.Decision.RetryAfter)
 		}
-		if got := gather(t, reg)[`sluice_decisions_total{result="allowed",rule="waiting"}`]; got != 3 {
+		if got := metricstest.Gather(t, reg)[`sluice_decisions_total{result="allowed",rule="waiting"}`]; got != 3 {
 			t.Errorf("allowed decisions of waiting = %v, want 3 (one per request, not per attempt)", got)
 		}
 	})

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestMetricsNamesAndValues(t *testing.T) {
 		t.Fatalf("GaugeFunc: %v", err)
 	}
 
-	got := Gather(t, reg)
+	got := metricstest.Gather(t, reg)
 	for name, want := range map[string]float64{
 		`sluice_decisions_total{result="allowed",rule="login"}`:       2,
 		`sluice_decisions_total{result="denied",rule="login"}`:        1,

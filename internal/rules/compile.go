@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"golang.org/x/net/http/httpguts"
 	"net/http"
 	"strconv"
 	"strings"
@@ -73,7 +74,7 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 
 	for j, m := range sp.Match.Methods {
 		key := "match.methods[" + strconv.Itoa(j) + "]"
-		if !validToken(m) {
+		if !httpguts.ValidHeaderFieldName(m) {
 			f(key, "%q is not an HTTP method", m)
 			continue
 		}
@@ -232,23 +233,6 @@ func validName(s string) bool {
 	return s != ""
 }
 
-// validToken reports whether s is an RFC 9110 token (method, header name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
 // checkPath returns what is wrong with a match path, or "".
 func checkPath(p string) string {
 	if !strings.HasPrefix(p, "/") {
@@ -280,7 +264,7 @@ func ParsePart(s string) (Part, error) {
 		}
 		return Part{Kind: map[string]PartKind{"ip": PartIP, "method": PartMethod, "path": PartPath}[kind]}, nil
 	case "header":
-		if !validToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return Part{}, fmt.Errorf("key part %q: want header:NAME with a valid header name", s)
 		}
 		return Part{Kind: PartHeader, Name: http.CanonicalHeaderKey(name)}, nil
@@ -289,7 +273,7 @@ func ParsePart(s string) (Part, error) {
 			return Part{}, fmt.Errorf("key part %q: want %s:NAME", s, kind)
 		}
 		if kind == "cookie" {
-			if !validToken(name) {
+			if !httpguts.ValidHeaderFieldName(name) {
 				return Part{}, fmt.Errorf("key part %q: %q is not a valid cookie name", s, name)
 			}
 			return Part{Kind: PartCookie, Name: name}, nil

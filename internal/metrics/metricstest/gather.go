@@ -1,4 +1,5 @@
-package metrics_test
+// Package metricstest flattens a Prometheus registry for assertions in tests.
+package metricstest
 
 import (
 	"sort"
