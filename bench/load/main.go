@@ -234,7 +234,7 @@ func run() error {
 		return err
 	}
 
-	fmt.Fprintf(os.Stderr, "load: 7 wrk steps and 2 paced steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
+	fmt.Fprintf(os.Stderr, "load: 7 wrk steps, 2 paced steps and 3 single-connection steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
 	steps := []struct {
 		name   string
 		url    string
@@ -276,7 +276,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// One connection, one request at a time: the latency a proxy hop
+	// adds with no queueing at all.
+	one := o
+	one.conns, one.threads = 1, 1
+	var single [3]result
+	for i, s := range []struct {
+		url    string
+		server *proc
+	}{{"http://" + upAddr + "/", up}, {"http://" + memProxy + "/", mem}, {"http://" + rpAddr + "/", rp}} {
+		fmt.Fprintf(os.Stderr, "load: one connection to %s …\n", s.url)
+		if single[i], err = wrk(ctx, one, s.url, "", s.server); err != nil {
+			return err
+		}
+	}
 	report(os.Stdout, o, results, rate, directHalf, proxyHalf, loadBefore, loadAvg())
+	fmt.Fprintf(os.Stdout, "- one connection, one request at a time (p50 / p99): direct %v / %v; sluice proxy %v / %v; bare httputil.ReverseProxy %v / %v\n",
+		single[0].p50, single[0].p99, single[1].p50, single[1].p99, single[2].p50, single[2].p99)
 	return nil
 }
 
