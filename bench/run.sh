@@ -23,8 +23,9 @@ cd "$here"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 
-# One key: admitted, from two goroutines, denied.
-go test -run '^$' -bench '^Benchmark(HotKey|HotKeyParallel|HotKeyDeny)$' \
+# The machine's own parallel ceiling (pure arithmetic), then one key:
+# admitted, from two goroutines, denied.
+go test -run '^$' -bench '^Benchmark(Calibrate|CalibrateParallel|HotKey|HotKeyParallel|HotKeyDeny)$' \
 	-benchtime 500ms -count "$count" -cpu 2 -timeout 60m . | tee "$out/hot.txt"
 # 1,000,000 keys held; serial and on 2 cores. Each sub-benchmark fills the
 # key space first (outside the timer), then takes 1,000,000 requests.

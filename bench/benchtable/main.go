@@ -98,6 +98,7 @@ func main() {
 	for _, fam := range families {
 		printFamily(fam, rows)
 	}
+	printSpeedup(rows, "Calibrate", "CalibrateParallel")
 	printSpeedup(rows, "Keys1M", "Keys1MParallel")
 	printSpeedup(rows, "HotKey", "HotKeyParallel")
 	printSpeedup(rows, "memstore/Keys1M", "memstore/Keys1MParallel")
