@@ -35,6 +35,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	file := fs.Arg(0)
 	cfg, err := daemon.LoadConfig(file)
+	if err == nil {
+		err = daemon.Unsupported(cfg) // what serve would refuse to start with
+	}
 	if err != nil {
 		var problems daemon.ConfigErrors
 		if errors.As(err, &problems) {

@@ -94,7 +94,7 @@ func New(cfg *Config, opts Options) (*Daemon, error) {
 	if cfg == nil {
 		return nil, errors.New("daemon: nil config")
 	}
-	if err := unsupported(cfg); err != nil {
+	if err := Unsupported(cfg); err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
@@ -308,7 +308,7 @@ func (d *Daemon) apply(data []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := unsupported(cfg); err != nil {
+	if err := Unsupported(cfg); err != nil {
 		return err
 	}
 	old := d.cur.Load()
@@ -323,22 +323,23 @@ func (d *Daemon) apply(data []byte) error {
 	return nil
 }
 
-// unsupported refuses config features that are parsed but not enforced by
-// this version, naming the key, rather than silently ignoring them.
-func unsupported(cfg *Config) error {
+// Unsupported refuses config features that are parsed but not enforced by
+// this version, naming file, line and key, rather than silently ignoring
+// them. serve refuses to start with them and check-config reports them.
+func Unsupported(cfg *Config) error {
 	var es ConfigErrors
 	add := func(line int, key, what string) {
 		es = append(es, &rules.ParseError{File: cfg.File, Line: line, Key: key,
 			Msg: what + " is not supported yet by this version of sluice serve; remove it"})
 	}
 	if cfg.GRPC != nil {
-		add(0, "grpc", "the gRPC rate limit service")
+		add(cfg.Line("grpc"), "grpc", "the gRPC rate limit service")
 	}
 	if cfg.Store.Type == "redis" && cfg.Store.Redis.DB != 0 {
-		add(0, "store.redis.db", "a database number other than 0")
+		add(cfg.Line("store.redis.db"), "store.redis.db", "a database number other than 0")
 	}
 	if cfg.Store.OnError == "local" {
-		add(0, "store.on_error", "on_error: local")
+		add(cfg.Line("store.on_error"), "store.on_error", "on_error: local")
 	}
 	for i := range cfg.Rules {
 		sp := &cfg.Rules[i]
