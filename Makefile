@@ -37,7 +37,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime $(FUZZTIME) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./internal/server
 
-bench: bench-core bench-redis
+bench: bench-core bench-redis bench-load
 
 bench-redis:
 	sh scripts/ensure-redis.sh
@@ -45,6 +45,13 @@ bench-redis:
 
 bench-core:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 3 ./...
+
+# The daemon under load: wrk against sluice serve (memory and Redis), a
+# bare upstream, a bare reverse proxy and a bare JSON handler; ~3 minutes.
+bench-load:
+	sh scripts/ensure-redis.sh
+	command -v wrk >/dev/null || apt-get install -y -qq wrk
+	cd bench && $(GO) run ./load -d 10s -runs 2
 
 clean:
 	rm -f sluice
