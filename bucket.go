@@ -9,7 +9,7 @@ import "math/bits"
 
 // tokenBucket keeps (last refill, debt): SPEC's "tokens, last refill", with
 // the tokens stored as the debt so that the zero State is a full bucket.
-func tokenBucket(st *State, p *params, now, cost int64) outcome {
+func tokenBucket(st *State, p *params, now, cost int64, o *outcome) {
 	debt := st.N
 	if debt > 0 && now > st.T {
 		// Refill elapsed × Rate, up to full; the product may overflow when
@@ -21,29 +21,26 @@ func tokenBucket(st *State, p *params, now, cost int64) outcome {
 			debt -= int64(refill)
 		}
 	}
-	o := takeDebt(p, now, &debt, cost)
+	takeDebt(p, now, &debt, cost, o)
 	st.T = max(st.T, now)
 	st.N = debt
-	return o
 }
 
 // gcra keeps the theoretical arrival time: the instant the bucket is full
 // again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N).
-func gcra(st *State, p *params, now, cost int64) outcome {
+func gcra(st *State, p *params, now, cost int64, o *outcome) {
 	var debt int64
 	if st.T > now || (st.T == now && st.N > 0) {
 		debt = (st.T-now)*p.rate + st.N
 	}
-	o := takeDebt(p, now, &debt, cost)
+	takeDebt(p, now, &debt, cost, o)
 	st.T = now + debt/p.rate
 	st.N = debt % p.rate
-	return o
 }
 
 // takeDebt admits cost tokens against *debt.
-func takeDebt(p *params, now int64, debt *int64, cost int64) outcome {
+func takeDebt(p *params, now int64, debt *int64, cost int64, o *outcome) {
 	capacity := p.burst * p.period
-	var o outcome
 	switch {
 	case cost > p.burst:
 		o.retry = -1
@@ -56,17 +53,15 @@ func takeDebt(p *params, now int64, debt *int64, cost int64) outcome {
 	o.remaining = max(0, (capacity-*debt)/p.period)
 	o.reset = ceilDiv(*debt, p.rate)
 	o.idle = now + o.reset
-	return o
 }
 
 // leakyBucket is SPEC §1's queue kept as a time: a request at now leaves at
 // max(now, previous leave + cost × Period/Rate) and waits that long; it is
 // admitted iff the wait is at most Burst × Period/Rate. Times relative to now
 // are in parts of 1/Rate of a tick, so Period/Rate is exactly Period parts.
-func leakyBucket(st *State, p *params, now, cost int64) outcome {
+func leakyBucket(st *State, p *params, now, cost int64, o *outcome) {
 	maxWait := p.burst * p.period // parts
 	full := (p.burst + 1) * p.period
-	var o outcome
 	// rel is the last leave time relative to now, in parts. A leave so far
 	// back that even a request of cost Burst+1 would leave now counts as
 	// none (the zero State), which keeps the product below from overflowing.
@@ -98,7 +93,7 @@ func leakyBucket(st *State, p *params, now, cost int64) outcome {
 	if stale {
 		o.remaining = p.burst + 1
 		o.idle = now
-		return o
+		return
 	}
 	// Remaining is back to Burst+1 once the last leave is a spacing behind,
 	// but the state rests only when a request of cost Burst+1 would leave
@@ -106,5 +101,4 @@ func leakyBucket(st *State, p *params, now, cost int64) outcome {
 	o.remaining = max(0, min(p.burst+1, floorDiv(maxWait-rel, p.period)))
 	o.reset = max(0, ceilDiv(rel+p.period, p.rate))
 	o.idle = now + max(0, ceilDiv(rel+full, p.rate))
-	return o
 }

@@ -140,8 +140,8 @@ const maxSegments = 1024
 
 // Validate reports whether l can be enforced, wrapping ErrInvalidLimit.
 func (l Limit) Validate() error {
-	_, err := l.params()
-	return err
+	var p params
+	return l.paramsTo(&p)
 }
 
 // params are a Limit in ticks: everything an algorithm step needs.
@@ -152,41 +152,44 @@ type params struct {
 	tick        int64 // microseconds per tick: 1, 10, 100, …
 }
 
-func (l Limit) params() (params, error) {
+// paramsTo validates l and writes it in ticks to *p. It takes pointers
+// because it runs on every decision: copying these structs by value costs
+// more than the checks.
+func (l *Limit) paramsTo(p *params) error {
 	if l.Rate < 1 {
-		return params{}, fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.Rate)
+		return fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.Rate)
 	}
 	if l.Burst < 0 {
-		return params{}, fmt.Errorf("%w: burst %d must not be negative", ErrInvalidLimit, l.Burst)
+		return fmt.Errorf("%w: burst %d must not be negative", ErrInvalidLimit, l.Burst)
 	}
 	if l.Segments < 0 || l.Segments > maxSegments {
-		return params{}, fmt.Errorf("%w: segments %d must be between 1 and %d", ErrInvalidLimit, l.Segments, maxSegments)
+		return fmt.Errorf("%w: segments %d must be between 1 and %d", ErrInvalidLimit, l.Segments, maxSegments)
 	}
 	if l.Period < time.Microsecond || l.Period%time.Microsecond != 0 {
-		return params{}, fmt.Errorf("%w: period %v must be a positive whole number of microseconds", ErrInvalidLimit, l.Period)
+		return fmt.Errorf("%w: period %v must be a positive whole number of microseconds", ErrInvalidLimit, l.Period)
 	}
-	p := params{rate: l.Rate, burst: l.BurstOrRate(), period: int64(l.Period / time.Microsecond), segments: 1, tick: 1}
+	*p = params{rate: l.Rate, burst: l.BurstOrRate(), period: int64(l.Period / time.Microsecond), segments: 1, tick: 1}
 	if l.Segments > 0 {
 		p.segments = int64(l.Segments)
 	}
 	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
 	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= maxExact && p.segments == 1 {
-		return p, nil // the common case, without a division
+		return nil // the common case, without a division
 	}
 	for big > maxExact/p.period {
 		if p.period%10 != 0 {
-			return params{}, fmt.Errorf("%w: %d per %v is too large to count exactly (burst × period must stay under 2^53 µs)", ErrInvalidLimit, big-1, l.Period)
+			return fmt.Errorf("%w: %d per %v is too large to count exactly (burst × period must stay under 2^53 µs)", ErrInvalidLimit, big-1, l.Period)
 		}
 		p.period /= 10
 		p.tick *= 10
 	}
 	if p.period < 1000 && p.tick > 1 {
-		return params{}, fmt.Errorf("%w: %d per %v is too large to count exactly: it would need ticks of %v, over a thousandth of the period", ErrInvalidLimit, big-1, l.Period, time.Duration(p.tick)*time.Microsecond)
+		return fmt.Errorf("%w: %d per %v is too large to count exactly: it would need ticks of %v, over a thousandth of the period", ErrInvalidLimit, big-1, l.Period, time.Duration(p.tick)*time.Microsecond)
 	}
 	if p.period%p.segments != 0 {
-		return params{}, fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
+		return fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
 	}
-	return p, nil
+	return nil
 }
 
 // ticks converts a time in Unix microseconds to ticks, rounding down.
@@ -227,6 +230,7 @@ type Ticks struct {
 
 // Ticks returns l in ticks, or the error Validate would.
 func (l Limit) Ticks() (Ticks, error) {
-	p, err := l.params()
+	var p params
+	err := l.paramsTo(&p)
 	return Ticks{Rate: p.rate, Burst: p.burst, Period: p.period, Segments: p.segments, Tick: p.tick}, err
 }

@@ -47,50 +47,51 @@ func (a Algorithm) UsesLog(l Limit) bool {
 // Take is pure: no clock, no I/O. It is not safe for concurrent use on the
 // same State; stores serialize calls per key.
 func (a Algorithm) Take(st *State, l Limit, now time.Time, cost int64) (Decision, time.Time, error) {
-	d, idle, err := a.TakeMicro(st, l, now.UnixMicro(), cost)
+	var d Decision
+	idle, err := a.TakeMicro(&d, st, &l, now.UnixMicro(), cost)
 	return d, time.UnixMicro(idle), err
 }
 
-// TakeMicro is Take with times as microseconds since the Unix epoch, for
-// stores that keep such times.
-func (a Algorithm) TakeMicro(st *State, l Limit, nowMicro, cost int64) (Decision, int64, error) {
-	p, err := l.params()
-	if err != nil {
-		return Decision{}, 0, err
+// TakeMicro is Take for stores, on their hot path: times are microseconds
+// since the Unix epoch, the decision is written to *d, and the instant of
+// rest is returned. Everything goes by pointer, because copying these
+// structs by value costs more than the arithmetic.
+func (a Algorithm) TakeMicro(d *Decision, st *State, l *Limit, nowMicro, cost int64) (idle int64, err error) {
+	var p params
+	if err := l.paramsTo(&p); err != nil {
+		return 0, err
 	}
 	if cost < 0 {
-		return Decision{}, 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+		return 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	}
 	now := p.ticks(nowMicro)
 	var o outcome
 	switch a {
 	case TokenBucket:
-		o = tokenBucket(st, &p, now, cost)
+		tokenBucket(st, &p, now, cost, &o)
 	case GCRA:
-		o = gcra(st, &p, now, cost)
+		gcra(st, &p, now, cost, &o)
 	case LeakyBucket:
-		o = leakyBucket(st, &p, now, cost)
+		leakyBucket(st, &p, now, cost, &o)
 	case FixedWindow:
-		o = fixedWindow(st, &p, now, cost)
+		fixedWindow(st, &p, now, cost, &o)
 	case SlidingWindowLog:
-		o = slidingLog(st, &p, now, cost)
+		slidingLog(st, &p, now, cost, &o)
 	case SlidingWindowCounter:
-		o = slidingCounter(st, &p, now, cost)
+		slidingCounter(st, &p, now, cost, &o)
 	default:
-		return Decision{}, 0, fmt.Errorf("%w: %d", ErrUnknownAlgorithm, uint8(a))
+		return 0, fmt.Errorf("%w: %d", ErrUnknownAlgorithm, uint8(a))
 	}
-	d := Decision{
-		Allowed:    o.allowed,
-		Limit:      p.rate,
-		Remaining:  o.remaining,
-		RetryAfter: p.dur(o.retry),
-		ResetAfter: p.dur(o.reset),
-		Delay:      p.dur(o.delay),
+	d.Allowed = o.allowed
+	d.Limit = p.rate
+	d.Remaining = o.remaining
+	d.RetryAfter = 0
+	if !o.allowed {
+		d.RetryAfter = p.dur(o.retry)
 	}
-	if o.allowed {
-		d.RetryAfter = 0
-	}
-	return d, o.idle * p.tick, nil
+	d.ResetAfter = p.dur(o.reset)
+	d.Delay = p.dur(o.delay)
+	return o.idle * p.tick, nil
 }
 
 // outcome is a decision in ticks, as the algorithms compute it.

@@ -8,13 +8,12 @@ import "sort"
 // apart consistent instead of resetting counters.
 
 // fixedWindow counts in windows [w×Period, (w+1)×Period) since the epoch.
-func fixedWindow(st *State, p *params, now, cost int64) outcome {
+func fixedWindow(st *State, p *params, now, cost int64, o *outcome) {
 	w := max(floorDiv(now, p.period), st.T)
 	if w != st.T {
 		st.T, st.N = w, 0
 	}
 	end := (w + 1) * p.period
-	var o outcome
 	switch {
 	case cost > p.rate:
 		o.retry = -1
@@ -29,18 +28,16 @@ func fixedWindow(st *State, p *params, now, cost int64) outcome {
 		o.reset = end - now
 	}
 	o.idle = end
-	return o
 }
 
 // slidingLog admits while the admissions in (now − Period, now] plus cost
 // stay within Rate. The log holds one time per unit of cost, so at most Rate.
-func slidingLog(st *State, p *params, now, cost int64) outcome {
+func slidingLog(st *State, p *params, now, cost int64, o *outcome) {
 	if n := len(st.Log); n > 0 && st.Log[n-1] > now {
 		now = st.Log[n-1]
 	}
 	cut := now - p.period
 	st.Log = st.Log[sort.Search(len(st.Log), func(i int) bool { return st.Log[i] > cut }):]
-	var o outcome
 	switch n := int64(len(st.Log)); {
 	case cost > p.rate:
 		o.retry = -1
@@ -61,7 +58,6 @@ func slidingLog(st *State, p *params, now, cost int64) outcome {
 	} else {
 		st.Log = nil
 	}
-	return o
 }
 
 // counts reads and writes the sub-window counts of a sliding window counter
@@ -111,7 +107,7 @@ func (c counts) advance(k int64) {
 // slidingCounter is SPEC §1's estimate: sub-windows of Period/Segments
 // ticks; at now in sub-window k it admits while
 // floor(oldest × overlap) + newer + cost ≤ Rate.
-func slidingCounter(st *State, p *params, now, cost int64) outcome {
+func slidingCounter(st *State, p *params, now, cost int64, o *outcome) {
 	s, l := p.segments, p.period/p.segments
 	c := counts{st: st, s: s}
 	k := floorDiv(now, l)
@@ -125,7 +121,6 @@ func slidingCounter(st *State, p *params, now, cost int64) outcome {
 		newer += c.get(j)
 	}
 	est := c.get(k-s)*((k+1)*l-now)/l + newer
-	var o outcome
 	switch {
 	case cost > p.rate:
 		o.retry = -1
@@ -141,7 +136,6 @@ func slidingCounter(st *State, p *params, now, cost int64) outcome {
 		o.reset = counterWait(c, p, k, now, p.rate)
 	}
 	o.idle = (st.T + s + 1) * l
-	return o
 }
 
 // counterWait returns the ticks from now until a request of cost n would be

@@ -248,7 +248,7 @@ func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluic
 		if le != nil && now < le.idle {
 			st = le.st
 		}
-		if *d, idle, err = r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost); err != nil {
+		if idle, err = r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost); err != nil {
 			return err
 		}
 		if le == nil {
@@ -267,7 +267,7 @@ func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluic
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
 	}
-	if *d, idle, err = r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost); err != nil {
+	if idle, err = r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost); err != nil {
 		return err
 	}
 	if e == nil {
@@ -422,11 +422,11 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		if !found {
 			st = s.shards[idx[i]].load(hs[i], r, now)
 		}
-		d, idle, err := r.Algorithm.TakeMicro(&st, r.Limit, now, r.Cost)
+		idle, err := r.Algorithm.TakeMicro(&ds[i], &st, &r.Limit, now, r.Cost)
 		if err != nil {
 			return fmt.Errorf("memstore: takeall %q: %w", r.Key, err)
 		}
-		ds[i], states[i], idles[i] = d, st, idle
+		states[i], idles[i] = st, idle
 	}
 	if !sluice.AllAllowed(ds) {
 		return nil

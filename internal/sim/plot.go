@@ -423,8 +423,8 @@ func (p *plotter) usage(b *bytes.Buffer, i int, l *lane) {
 	var pts []float64
 	add := func(x float64, u int64) { pts = append(pts, x, p.y(i, u)) }
 	probe := func(t int64) int64 {
-		d, _, err := p.sum.Algorithm.TakeMicro(&st, p.sum.Limit, t, 0)
-		if err != nil {
+		var d sluice.Decision
+		if _, err := p.sum.Algorithm.TakeMicro(&d, &st, &p.sum.Limit, t, 0); err != nil {
 			return 0
 		}
 		return p.capacity - d.Remaining
@@ -437,8 +437,8 @@ func (p *plotter) usage(b *bytes.Buffer, i int, l *lane) {
 		}
 		x := p.x(e.Micros)
 		add(x, probe(e.Micros))
-		d, _, err := p.sum.Algorithm.TakeMicro(&st, p.sum.Limit, e.Micros, e.Cost)
-		if err != nil {
+		var d sluice.Decision
+		if _, err := p.sum.Algorithm.TakeMicro(&d, &st, &p.sum.Limit, e.Micros, e.Cost); err != nil {
 			return
 		}
 		add(x, p.capacity-d.Remaining)
