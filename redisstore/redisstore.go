@@ -148,9 +148,10 @@ func (o Options) Validate() error {
 type Store struct {
 	c       rueidis.Client
 	opts    Options
-	margin  string // ms
-	useTime string // "1" to use Redis TIME
-	take    [sluice.GCRA + 1]*rueidis.Lua
+	margin  string                        // ms
+	useTime string                        // "1" to use Redis TIME
+	take    [sluice.GCRA + 1]*rueidis.Lua // one.lua: every algorithm, any limit
+	flat    [sluice.GCRA + 1]*rueidis.Lua // take_*.lua: string state only; nil for the log
 	all     *rueidis.Lua
 	refunds atomic.Uint64
 }
@@ -219,6 +220,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	for _, a := range sluice.Algorithms() {
 		s.take[a] = rueidis.NewLuaScript(scripts[a])
+		if flatScripts[a] != "" {
+			s.flat[a] = rueidis.NewLuaScript(flatScripts[a])
+		}
 	}
 	return s, nil
 }
@@ -315,6 +319,11 @@ func (q *request) decision(rp reply) sluice.Decision {
 
 // Take decides one request in one round trip and counts it if allowed.
 func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 {
+		if t, err := r.Limit.Ticks(); err == nil {
+			return s.takeFlat(ctx, &r, t)
+		}
+	}
 	var q request
 	if err := s.prepare(&r, &q); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
@@ -329,6 +338,114 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
 	return q.decision(rps[0]), nil
+}
+
+// takeFlat is Take for the algorithms whose state is the string "T N M":
+// the flat script (take_head.lua) moves the key's state and returns the
+// state it read; the Decision is TakeMicro's on that state, at the time the
+// script used, so it is exactly what the state machine decided inside Redis.
+func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks) (sluice.Decision, error) {
+	us := r.Now.UnixMicro()
+	args := make([]string, 3, 9)
+	if !s.opts.RedisTime {
+		args[0] = strconv.FormatInt(us, 10)
+	}
+	args[1] = strconv.FormatInt(t.Tick, 10)
+	args[2] = s.margin
+	cost := r.Cost
+	switch r.Algorithm {
+	case sluice.TokenBucket, sluice.GCRA:
+		room, cp := int64(-1), int64(0)
+		if cost <= t.Burst {
+			cp = cost * t.Period
+			room = t.Burst*t.Period - cp
+		}
+		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(room, 10), strconv.FormatInt(cp, 10))
+	case sluice.FixedWindow, sluice.SlidingWindowCounter:
+		room, c := int64(-1), int64(0)
+		if cost <= t.Rate {
+			room, c = t.Rate-cost, cost
+		}
+		args = append(args, strconv.FormatInt(t.Period, 10), strconv.FormatInt(room, 10), strconv.FormatInt(c, 10))
+	case sluice.LeakyBucket:
+		full := (t.Burst + 1) * t.Period
+		cp := int64(-1)
+		if cost > 0 && cost <= t.Burst+1 {
+			cp = cost * t.Period
+		}
+		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Burst*t.Period, 10),
+			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
+	}
+	key := s.Key(r.Key)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res := s.flat[r.Algorithm].Exec(ctx, s.c, []string{key}, args)
+	var raw string
+	var err error
+	if s.opts.RedisTime {
+		raw, us, err = clockReply(res)
+	} else if raw, err = res.ToString(); rueidis.IsRedisNil(err) {
+		raw, err = "", nil
+	}
+	var st sluice.State
+	if err == nil {
+		st, err = parseState(raw)
+	}
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	var d sluice.Decision
+	if _, err := r.Algorithm.TakeMicro(&d, &st, &r.Limit, us, cost); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	return d, nil
+}
+
+// clockReply reads a flat script's reply with Redis' clock: the state read
+// ("" for none) and the time used (µs).
+func clockReply(res rueidis.RedisResult) (string, int64, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return "", 0, err
+	}
+	if len(arr) != 2 {
+		return "", 0, fmt.Errorf("script returned %d values, want 2", len(arr))
+	}
+	raw, err := arr[0].ToString()
+	if err != nil {
+		return "", 0, err
+	}
+	us, err := arr[1].AsInt64()
+	return raw, us, err
+}
+
+// parseState parses a key's string state "T N M"; "" is the zero State.
+func parseState(raw string) (sluice.State, error) {
+	var st sluice.State
+	if raw == "" {
+		return st, nil
+	}
+	f := strings.Fields(raw)
+	if len(f) != 3 {
+		return st, fmt.Errorf("state %q: want \"T N M\"", raw)
+	}
+	var err [3]error
+	st.T, err[0] = strconv.ParseInt(f[0], 10, 64)
+	st.N, err[1] = strconv.ParseInt(f[1], 10, 64)
+	st.M, err[2] = strconv.ParseInt(f[2], 10, 64)
+	if e := errors.Join(err[:]...); e != nil {
+		return sluice.State{}, fmt.Errorf("state %q: %w", raw, e)
+	}
+	return st, nil
+}
+
+// floorDiv is floor division (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 func (s *Store) exec(ctx context.Context, script *rueidis.Lua, keys, args []string, n int) ([]reply, error) {
@@ -527,11 +644,14 @@ func slot(key string) uint16 {
 //go:embed *.lua
 var luaFS embed.FS
 
-// scripts[a] is the Take script of algorithm a; scriptAll holds every
-// algorithm, for TakeAll.
+// scripts[a] is the general Take script of algorithm a (one.lua);
+// flatScripts[a] the flat one (take_head.lua) for the algorithms with a
+// string state ("" for the sliding log); scriptAll holds every algorithm,
+// for TakeAll.
 var (
-	scripts   [sluice.GCRA + 1]string
-	scriptAll string
+	scripts     [sluice.GCRA + 1]string
+	flatScripts [sluice.GCRA + 1]string
+	scriptAll   string
 )
 
 var algFiles = [...]string{
@@ -564,15 +684,23 @@ func init() {
 		parts = append(parts, read(algFiles[a]), read("one.lua"))
 		scripts[a] = strings.Join(parts, "\n")
 		all = append(all, read(algFiles[a]))
+		if a != sluice.SlidingWindowLog {
+			flatScripts[a] = strings.Join([]string{read("take_head.lua"), read("take_" + algFiles[a]), read("take_tail.lua")}, "\n")
+		}
 	}
 	scriptAll = strings.Join(append(all, read("refund.lua"), read("main.lua")), "\n")
 }
 
 // Script returns the Lua source that Take runs for algorithm a (as sent to
-// EVALSHA), for benchmarks and inspection; "" for an invalid algorithm.
+// EVALSHA), for benchmarks and inspection: for the sliding window counter,
+// the one with Segments 1; "" for an invalid algorithm. See take_head.lua
+// for its arguments.
 func Script(a sluice.Algorithm) string {
 	if !a.Valid() {
 		return ""
+	}
+	if flatScripts[a] != "" {
+		return flatScripts[a]
 	}
 	return scripts[a]
 }

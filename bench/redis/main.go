@@ -40,6 +40,9 @@ var (
 	nkeys    = flag.Int("keys", 100_000, "size of the wide key space")
 	only     = flag.String("clients", "", "run only the client-choice rows whose name contains this")
 	skip     = flag.Bool("clients-only", false, "stop after the client-choice table")
+	usecN    = flag.Int("n", 100_000, "decisions per cell of the time-inside-Redis table")
+	usecReps = flag.Int("reps", 3, "repetitions of each time-inside-Redis cell (the median is printed)")
+	usecOnly = flag.Bool("usec-only", false, "run only the time-inside-Redis table")
 )
 
 // result is one measurement.
@@ -96,11 +99,22 @@ func main() {
 		return r.Allowed > 0, nil
 	}
 
+	fmt.Printf("# redis-server %s on %s, GOMAXPROCS %d, %v per cell\n\n", redisVersion(), addr, runtimeProcs(), *dur)
+
+	// 0. Time inside Redis per decision, per algorithm and for redis_rate.
+	usecTable(addr, store, redisRate, keys, hot, now)
+	if *usecOnly {
+		return
+	}
+
 	// 1. Client choice: the same EVALSHA of Sluice's GCRA script.
 	script := redisstore.Script(sluice.GCRA)
 	tk, _ := limit.Ticks()
 	argsFor := func() []string {
-		return []string{"one", "0", "10000", "6", strconv.FormatInt(tk.Rate, 10), strconv.FormatInt(tk.Burst, 10), strconv.FormatInt(tk.Period, 10), "1", strconv.FormatInt(tk.Tick, 10), "1", strconv.FormatInt(time.Now().UnixMicro(), 10), "0"}
+		// As redisstore's Take (take_head.lua, take_gcra.lua): now, tick,
+		// margin; Rate, room (Burst-1)*Period, Cost*Period.
+		return []string{strconv.FormatInt(time.Now().UnixMicro(), 10), strconv.FormatInt(tk.Tick, 10), "10000",
+			strconv.FormatInt(tk.Rate, 10), strconv.FormatInt((tk.Burst-1)*tk.Period, 10), strconv.FormatInt(tk.Period, 10)}
 	}
 	ruLua := rueidis.NewLuaScript(script)
 	grLua := goredis.NewScript(script)
@@ -125,8 +139,7 @@ func main() {
 			return true, grLua.Run(ctx, gr, []string{"sluice:{" + k + "}"}, args...).Err()
 		}},
 	}
-	fmt.Printf("# redis-server %s on %s, GOMAXPROCS %d, %v per cell\n\n", redisVersion(), addr, runtimeProcs(), *dur)
-	fmt.Println("## Client choice: the same EVALSHA (Sluice's GCRA script), wide key space")
+	fmt.Println("\n## Client choice: the same EVALSHA (Sluice's GCRA script), wide key space")
 	header()
 	for _, c := range []int{1, 16, 64} {
 		for _, cf := range clientFns {
@@ -185,6 +198,82 @@ func main() {
 	fmt.Printf("sluice peak / redis-benchmark -P 16 ceiling: %.0f%%\n", 100*peak["sluice/max"].rate()/ceil16)
 	fmt.Printf("p99 at half of peak (%.0f/s): %v (target < 5ms)\n", half, hr.p99)
 }
+
+// usecTable prints the time Redis spends per decision (INFO commandstats,
+// usec_per_call of EVALSHA: CPU time inside Redis, robust to a noisy
+// machine), for each of Sluice's algorithms and for redis_rate, at
+// concurrency 64 on the wide key space and on one hot key: the median of
+// -reps runs of -n decisions each.
+func usecTable(addr string, store *redisstore.Store, redisRate func(string) (bool, error), keys, hot []string, t0 time.Time) {
+	ctx := context.Background()
+	limit := sluice.PerSecond(1_000_000_000)
+	type impl struct {
+		name string
+		f    func(string) (bool, error)
+	}
+	var impls []impl
+	for _, a := range sluice.Algorithms() {
+		// One algorithm per key: each algorithm has its own key space.
+		pre := a.String() + "/"
+		impls = append(impls, impl{"sluice " + a.String(), func(k string) (bool, error) {
+			d, err := store.Take(ctx, sluice.Request{Key: pre + k, Algorithm: a, Limit: limit, Cost: 1, Now: t0.Add(time.Since(t0))})
+			return d.Allowed, err
+		}})
+	}
+	impls = append(impls, impl{"redis_rate", redisRate})
+	fmt.Printf("## Time inside Redis per decision (EVALSHA usec_per_call, c=64, median of %d × %d decisions)\n", *usecReps, *usecN)
+	fmt.Println("| impl | µs, 100,000 keys | µs, hot key | ratio to redis_rate (100k / hot) |")
+	fmt.Println("|---|---:|---:|---:|")
+	med := make(map[string][2]float64)
+	for _, im := range impls {
+		var v [2]float64
+		for ki, ks := range [][]string{keys, hot} {
+			var runs []float64
+			for range *usecReps {
+				runs = append(runs, usecPerCall(addr, im.f, ks, 64, *usecN))
+			}
+			slices.Sort(runs)
+			v[ki] = runs[len(runs)/2]
+		}
+		med[im.name] = v
+	}
+	rr := med["redis_rate"]
+	for _, im := range impls {
+		v := med[im.name]
+		fmt.Printf("| %s | %.2f | %.2f | %.2f / %.2f |\n", im.name, v[0], v[1], v[0]/rr[0], v[1]/rr[1])
+	}
+}
+
+// usecPerCall resets Redis' statistics, makes n calls of f from conc
+// goroutines over keys, and returns EVALSHA's usec_per_call.
+func usecPerCall(addr string, f func(string) (bool, error), keys []string, conc, n int) float64 {
+	_, err := redistest.Do(addr, "CONFIG", "RESETSTAT")
+	must(err)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	for w := range conc {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for i := w; i < n; i += conc {
+				if _, err := f(keys[rng.IntN(len(keys))]); err != nil {
+					failed.Do(func() { fmt.Fprintln(os.Stderr, err) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	info, err := redistest.Do(addr, "INFO", "commandstats")
+	must(err)
+	m := usecRE.FindStringSubmatch(info)
+	if m == nil {
+		fmt.Fprintf(os.Stderr, "no EVALSHA in INFO commandstats: %s\n", info)
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+var usecRE = regexp.MustCompile(`cmdstat_evalsha:[^\r\n]*usec_per_call=([0-9.]+)`)
 
 // measure runs f from conc goroutines over keys for *dur. With pace > 0 the
 // load is open-loop at pace requests/s in total, and latency counts from

@@ -1,0 +1,12 @@
+-- take_gcra.lua: Take's step of sluice's gcra (T the theoretical arrival
+-- time in ticks, N its fraction in 1/Rate tick). ARGV[4] Rate; ARGV[5]
+-- room: the most debt at which the request is admitted, Burst*Period -
+-- Cost*Period (-1 if Cost > Burst); ARGV[6] Cost*Period.
+local rate, room, cp = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local d = 0
+if T > now or (T == now and N > 0) then d = (T - now) * rate + N end
+if d <= room then d = d + cp end
+N = d % rate
+T = now + (d - N) / rate
+idle = T
+if N > 0 then idle = T + 1 end

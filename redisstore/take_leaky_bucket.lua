@@ -1,0 +1,29 @@
+-- take_leaky_bucket.lua: Take's step of sluice's leakyBucket (T leave time
+-- of the last admitted request in ticks, N its fraction in 1/Rate tick, M 1
+-- once set). ARGV[4] Rate; ARGV[5] Period; ARGV[6] the longest wait,
+-- Burst*Period; ARGV[7] full, (Burst+1)*Period; ARGV[8] how many ticks
+-- back a leave time is stale, ceil(full/Rate)+1; ARGV[9] Cost*Period, or -1
+-- when the request queues nothing (Cost 0, or Cost > Burst+1).
+local rate, period, maxWait = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local full, staleAfter, cp = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local stale = M == 0 or now - T > staleAfter
+local rel = 0
+if not stale then rel = (T - now) * rate + N end
+if cp >= 0 then
+  local leave = 0
+  if not stale then
+    leave = rel + cp
+    if leave < 0 then leave = 0 end
+  end
+  if leave <= maxWait then
+    rel, stale = leave, false
+    N = leave % rate
+    T = now + (leave - N) / rate
+    M = 1
+  end
+end
+idle = now
+if not stale and rel + period > 0 then
+  local x = rel + full
+  if x > 0 then idle = now + (x + (-x) % rate) / rate end
+end
