@@ -2,7 +2,7 @@
 -- number, N its count). ARGV[4] Period; ARGV[5] room: the most count at
 -- which the request is admitted, Rate - Cost (-1 if Cost > Rate); ARGV[6]
 -- Cost.
-local period, room, cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local period, room, cost = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 local w = (now - now % period) / period
 if T > w then w = T end
 if w ~= T then T, N = w, 0 end

@@ -2,7 +2,7 @@
 -- time in ticks, N its fraction in 1/Rate tick). ARGV[4] Rate; ARGV[5]
 -- room: the most debt at which the request is admitted, Burst*Period -
 -- Cost*Period (-1 if Cost > Burst); ARGV[6] Cost*Period.
-local rate, room, cp = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local rate, room, cp = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 local d = 0
 if T > now or (T == now and N > 0) then d = (T - now) * rate + N end
 if d <= room then d = d + cp end

@@ -19,20 +19,22 @@
 -- floor sees the true quotient's integer part. Hence floor division is
 -- (a - a % b) / b and ceiling division (a + (-a) % b) / b, both exact (the
 -- numerator is a multiple of b), and no C function is called for them.
-local key, us, tick = KEYS[1], ARGV[1], tonumber(ARGV[2])
+-- Strings become numbers by arithmetic (s + 0), which converts once inside
+-- the VM, where tonumber is a C call that converts twice.
+local key, us, tick = KEYS[1], ARGV[1], ARGV[2] + 0
 local clock = us == ''
 if clock then
   local t = redis.call('TIME')
   us = t[1] * 1000000 + t[2]
 else
-  us = tonumber(us)
+  us = us + 0
 end
 local now = (us - us % tick) / tick
 local v = redis.call('GET', key)
 local T, N, M = 0, 0, 0
 if v then
   T, N, M = string.match(v, '^(%S+) (%S+) (%S+)$')
-  T, N, M = tonumber(T), tonumber(N), tonumber(M)
+  T, N, M = T + 0, N + 0, M + 0
 end
 -- idle: the algorithm sets it to the instant (ticks) from which the new
 -- state is at rest, as Go's outcome.idle.

@@ -4,8 +4,8 @@
 -- Burst*Period; ARGV[7] full, (Burst+1)*Period; ARGV[8] how many ticks
 -- back a leave time is stale, ceil(full/Rate)+1; ARGV[9] Cost*Period, or -1
 -- when the request queues nothing (Cost 0, or Cost > Burst+1).
-local rate, period, maxWait = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local full, staleAfter, cp = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local rate, period, maxWait = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
+local full, staleAfter, cp = ARGV[7] + 0, ARGV[8] + 0, ARGV[9] + 0
 local stale = M == 0 or now - T > staleAfter
 local rel = 0
 if not stale then rel = (T - now) * rate + N end

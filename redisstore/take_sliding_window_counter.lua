@@ -2,7 +2,7 @@
 -- with Segments 1 (T newest window, N its count, M the previous one's).
 -- ARGV[4] Period; ARGV[5] room: the most estimate at which the request is
 -- admitted, Rate - Cost (-1 if Cost > Rate); ARGV[6] Cost.
-local l, room, cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local l, room, cost = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 local k = (now - now % l) / l
 if k < T then
   k = T

@@ -7,7 +7,7 @@ if T == 0 and N == 0 and M == 0 then
   redis.call('DEL', key)
 else
   local x = idle * tick - us
-  local ms = tonumber(ARGV[3])
+  local ms = ARGV[3] + 0
   if x > 0 then ms = ms + (x + (-x) % 1000) / 1000 end
   if ms < 1 then ms = 1 end
   redis.call('SET', key, string.format('%d %d %d', T, N, M), 'PX', ms)

@@ -2,7 +2,7 @@
 -- N debt in token-ticks). ARGV[4] Rate; ARGV[5] room: the most debt at
 -- which the request is admitted, Burst*Period - Cost*Period (-1 if Cost >
 -- Burst); ARGV[6] Cost*Period.
-local rate, room, cp = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local rate, room, cp = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 if N > 0 and now > T then
   -- The refill; beyond 2^53 it is rounded, but still above any debt.
   local r = (now - T) * rate
