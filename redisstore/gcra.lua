@@ -12,6 +12,6 @@ end
 STEP[6] = function(o, rate, burst, period, segments, now, cost)
   local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost)
   o.T = now + tdiv(d, rate)
-  o.N = fmod(d, rate)
+  o.N = d % rate
   return allowed, remaining, retry, reset, delay, idle, mark
 end

@@ -31,7 +31,7 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost)
       if cost > 0 then
         rel, stale = leave, false
         o.T = now + tdiv(leave, rate)
-        o.N = fmod(leave, rate)
+        o.N = leave % rate
         o.M = 1
       end
     else

@@ -8,20 +8,20 @@
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund.
 local mode = ARGV[1]
-local margin = tonumber(ARGV[3])
+local margin = ARGV[3] + 0
 local tnow
 if ARGV[2] == '1' then
   local t = redis.call('TIME')
-  tnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  tnow = (t[1] + 0) * 1000000 + (t[2] + 0)
 end
 
 -- decide runs request i (its arguments start after ARGV[a]) on o and
 -- appends its outcome to out; it returns whether it was allowed.
 local function decide(o, a, out)
-  local alg, segments, tick = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local us = tnow or tonumber(ARGV[a + 8])
+  local alg, segments, tick = (ARGV[a + 1] + 0), (ARGV[a + 5] + 0), (ARGV[a + 6] + 0)
+  local us = tnow or (ARGV[a + 8] + 0)
   local allowed, remaining, retry, reset, delay, idle, mark =
-    STEP[alg](o, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), segments, fdiv(us, tick), tonumber(ARGV[a + 7]))
+    STEP[alg](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0), segments, fdiv(us, tick), (ARGV[a + 7] + 0))
   o.ttl = max(0, cdiv(idle * tick - us, 1000)) + margin
   local n = #out
   out[n + 1] = allowed and 1 or 0
@@ -51,9 +51,9 @@ for i = 1, #KEYS do
     order[#order + 1] = o
   end
   if mode == 'refund' then
-    local tick = tonumber(ARGV[a + 6])
-    REFUND[tonumber(ARGV[a + 1])](o, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      tonumber(ARGV[a + 5]), fdiv(tnow or tonumber(ARGV[a + 8]), tick), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 9]))
+    local tick = ARGV[a + 6] + 0
+    REFUND[(ARGV[a + 1] + 0)](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0),
+      (ARGV[a + 5] + 0), fdiv(tnow or (ARGV[a + 8] + 0), tick), (ARGV[a + 7] + 0), (ARGV[a + 9] + 0))
     o.ttl = max(redis.call('PTTL', key), margin)
   elseif not decide(o, a, out) then
     ok = false

@@ -6,15 +6,15 @@
 local us
 if ARGV[2] == '1' then
   local t = redis.call('TIME')
-  us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  us = (t[1] + 0) * 1000000 + (t[2] + 0)
 else
-  us = tonumber(ARGV[11])
+  us = ARGV[11] + 0
 end
-local segments, tick = tonumber(ARGV[8]), tonumber(ARGV[9])
+local segments, tick = ARGV[8] + 0, ARGV[9] + 0
 local alg = ARGV[4]
 local many = alg == '5' and segments ~= 1
 local o = load(KEYS[1], many or alg == '4', many)
 local allowed, remaining, retry, reset, delay, idle, mark =
-  STEP[tonumber(alg)](o, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), segments, fdiv(us, tick), tonumber(ARGV[10]))
-save(o, max(0, cdiv(idle * tick - us, 1000)) + tonumber(ARGV[3]))
+  STEP[alg + 0](o, (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0), segments, fdiv(us, tick), (ARGV[10] + 0))
+save(o, max(0, cdiv(idle * tick - us, 1000)) + (ARGV[3] + 0))
 return {allowed and 1 or 0, remaining, retry, reset, delay, idle, mark}

@@ -3,33 +3,38 @@
 -- window.go). Lua numbers are IEEE doubles: every value here is an integer
 -- below 2^53, sums and products stay below it (Limit.Ticks guarantees the
 -- bounds), and division is only ever done in the exact forms below, never as
--- a plain a / b that could round.
+-- a plain a / b that could round: for such a and b > 0 (every divisor here
+-- is positive), Lua's a % b (a - floor(a/b)*b) is exact, because if a/b is
+-- not an integer it is at least 1/b from one while its rounding error is
+-- below |a|/b * 2^-53 < 1/b; so (a - a % b) / b divides exactly. The %
+-- operator runs inside the VM, where math.fmod was a C call.
+-- Strings become numbers by arithmetic (s + 0): one conversion inside the
+-- VM, where tonumber is a C call that converts twice.
 --
 -- The scripts allocate as little as they can (no tables per decision beyond
 -- the key's state and the reply): Redis runs them on its single thread, and
 -- the Lua garbage collector is part of every call's cost. They need Redis 5
 -- or later (scripts replicate their effects, so TIME may precede writes).
 
-local fmod = math.fmod
 local max, min = math.max, math.min
 
--- tdiv is Go's a / b (truncated); fmod has the sign of a, so a - r is an
--- exact multiple of b and the quotient is exact.
+-- tdiv is Go's a / b (truncated towards zero), b > 0.
 local function tdiv(a, b)
-  return (a - fmod(a, b)) / b
+  if a < 0 then
+    a = -a
+    return -((a - a % b) / b)
+  end
+  return (a - a % b) / b
 end
 
--- fdiv is floor division, as sluice's floorDiv.
+-- fdiv is floor division, as sluice's floorDiv, b > 0.
 local function fdiv(a, b)
-  local r = fmod(a, b)
-  local q = (a - r) / b
-  if r ~= 0 and ((r < 0) ~= (b < 0)) then q = q - 1 end
-  return q
+  return (a - a % b) / b
 end
 
--- cdiv is ceiling division, as sluice's ceilDiv.
+-- cdiv is ceiling division, as sluice's ceilDiv, b > 0.
 local function cdiv(a, b)
-  return -fdiv(-a, b)
+  return (a + (-a) % b) / b
 end
 
 -- fmt formats an integer exactly (tostring would keep only 14 digits).
@@ -66,7 +71,7 @@ local function load(key, hash, full)
     local v = redis.call('GET', key)
     if v then
       local t, n, m = string.match(v, '^(%S+) (%S+) (%S+)$')
-      o.T, o.N, o.M = tonumber(t), tonumber(n), tonumber(m)
+      o.T, o.N, o.M = t + 0, n + 0, m + 0
     else
       o.T, o.N, o.M = 0, 0, 0
     end

@@ -70,6 +70,6 @@ REFUND[6] = function(o, rate, burst, period, segments, now, cost, mark)
   if debt == 0 then return end
   debt = max(0, debt - cost * period)
   o.T = now + tdiv(debt, rate)
-  o.N = fmod(debt, rate)
+  o.N = debt % rate
 end
 

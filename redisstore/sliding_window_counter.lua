@@ -9,9 +9,7 @@ local function cslot(o, s, j)
     if j == o.T then return 'N' end
     return 'M'
   end
-  local m = fmod(j, s + 1)
-  if m < 0 then m = m + s + 1 end
-  return fmt(m)
+  return fmt(j % (s + 1))
 end
 
 local function cget(o, s, j)

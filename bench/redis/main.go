@@ -79,9 +79,14 @@ func main() {
 	gr := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 2 * slices.Max(concs)})
 	defer gr.Close()
 	rl := redis_rate.NewLimiter(gr)
-	ru, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+	ru, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true, AlwaysPipelining: true})
 	must(err)
 	defer ru.Close()
+	// The same with the writer pausing up to 20µs to gather more commands
+	// per write (fewer syscalls on both ends, for some latency).
+	ruDelay, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true, AlwaysPipelining: true, MaxFlushDelay: 20 * time.Microsecond})
+	must(err)
+	defer ruDelay.Close()
 
 	// A limit nothing reaches, so both libraries do the same (admitting) work.
 	limit := sluice.PerSecond(1_000_000_000)
@@ -129,6 +134,9 @@ func main() {
 			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
 			return true, ruLua.Exec(c, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+		}},
+		{"rueidis EVALSHA, MaxFlushDelay 20µs", func(k string) (bool, error) {
+			return true, ruLua.Exec(ctx, ruDelay, []string{"sluice:{" + k + "}"}, argsFor()).Error()
 		}},
 		{"go-redis EVALSHA", func(k string) (bool, error) {
 			a := argsFor()
