@@ -121,6 +121,13 @@ func main() {
 		return []string{strconv.FormatInt(time.Now().UnixMicro(), 10), strconv.FormatInt(tk.Tick, 10), "10000",
 			strconv.FormatInt(tk.Rate, 10), strconv.FormatInt((tk.Burst-1)*tk.Period, 10), strconv.FormatInt(tk.Period, 10)}
 	}
+	// The script replies with the state it read: nil for a new key.
+	nilOK := func(err error) (bool, error) {
+		if rueidis.IsRedisNil(err) || err == goredis.Nil {
+			err = nil
+		}
+		return err == nil, err
+	}
 	ruLua := rueidis.NewLuaScript(script)
 	grLua := goredis.NewScript(script)
 	clientFns := []struct {
@@ -128,15 +135,15 @@ func main() {
 		f    func(k string) (bool, error)
 	}{
 		{"rueidis EVALSHA", func(k string) (bool, error) {
-			return true, ruLua.Exec(ctx, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+			return nilOK(ruLua.Exec(ctx, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error())
 		}},
 		{"rueidis EVALSHA, 50ms ctx", func(k string) (bool, error) {
 			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			return true, ruLua.Exec(c, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+			return nilOK(ruLua.Exec(c, ru, []string{"sluice:{" + k + "}"}, argsFor()).Error())
 		}},
 		{"rueidis EVALSHA, MaxFlushDelay 20µs", func(k string) (bool, error) {
-			return true, ruLua.Exec(ctx, ruDelay, []string{"sluice:{" + k + "}"}, argsFor()).Error()
+			return nilOK(ruLua.Exec(ctx, ruDelay, []string{"sluice:{" + k + "}"}, argsFor()).Error())
 		}},
 		{"go-redis EVALSHA", func(k string) (bool, error) {
 			a := argsFor()
@@ -144,7 +151,7 @@ func main() {
 			for i := range a {
 				args[i] = a[i]
 			}
-			return true, grLua.Run(ctx, gr, []string{"sluice:{" + k + "}"}, args...).Err()
+			return nilOK(grLua.Run(ctx, gr, []string{"sluice:{" + k + "}"}, args...).Err())
 		}},
 	}
 	fmt.Println("\n## Client choice: the same EVALSHA (Sluice's GCRA script), wide key space")
@@ -188,14 +195,19 @@ func main() {
 				if p, ok := peak[impl.name+"/max"]; !ok || r.rate() > p.rate() {
 					peak[impl.name+"/max"] = r
 				}
+				if p, ok := peak[impl.name+"/wide"]; len(ks) > 1 && (!ok || r.rate() > p.rate()) {
+					peak[impl.name+"/wide"] = r
+				}
 			}
 		}
 	}
 
 	// 4. Latency at half of peak throughput (open loop, 64 workers).
-	fmt.Println("\n## Latency at half of Sluice's peak throughput (paced, 64 workers, wide key space)")
+	// Half of the peak of the same workload (the wide key space): the hot
+	// key runs faster, and half of its peak can be most of the wide peak.
+	fmt.Println("\n## Latency at half of Sluice's peak throughput on the wide key space (paced, 64 workers)")
 	header()
-	half := peak["sluice/max"].rate() / 2
+	half := peak["sluice/wide"].rate() / 2
 	hr := measure("sluice @½peak", sluiceTake, keys, 64, pid, half)
 	printRow(hr)
 
