@@ -43,6 +43,7 @@ var (
 	usecN    = flag.Int("n", 100_000, "decisions per cell of the time-inside-Redis table")
 	usecReps = flag.Int("reps", 3, "repetitions of each time-inside-Redis cell (the median is printed)")
 	usecOnly = flag.Bool("usec-only", false, "run only the time-inside-Redis table")
+	paceOnly = flag.Float64("pace", 0, "run only a paced Sluice cell at this many decisions/s (64 workers, wide key space), after filling the keys")
 )
 
 // result is one measurement.
@@ -105,6 +106,23 @@ func main() {
 	}
 
 	fmt.Printf("# redis-server %s on %s, GOMAXPROCS %d, %v per cell\n\n", redisVersion(), addr, runtimeProcs(), *dur)
+
+	if *paceOnly > 0 {
+		// Fill the key space first, as the full run's earlier steps do.
+		measure("fill", sluiceTake, keys, 64, pid, 0)
+		measure("fill", redisRate, keys, 64, pid, 0)
+		header()
+		for _, impl := range []struct {
+			name string
+			f    func(string) (bool, error)
+		}{{"sluice paced", sluiceTake}, {"redis_rate paced", redisRate}} {
+			e0 := expiryStats(addr)
+			printRow(measure(impl.name, impl.f, keys, 64, pid, *paceOnly))
+			e1 := expiryStats(addr)
+			fmt.Printf("(keys expired during the cell: %d; expiry cycles that hit their time cap: %d)\n", e1[0]-e0[0], e1[1]-e0[1])
+		}
+		return
+	}
 
 	// 0. Time inside Redis per decision, per algorithm and for redis_rate.
 	usecTable(addr, store, redisRate, keys, hot, now)
@@ -208,8 +226,11 @@ func main() {
 	fmt.Println("\n## Latency at half of Sluice's peak throughput on the wide key space (paced, 64 workers)")
 	header()
 	half := peak["sluice/wide"].rate() / 2
+	e0 := expiryStats(addr)
 	hr := measure("sluice @½peak", sluiceTake, keys, 64, pid, half)
 	printRow(hr)
+	e1 := expiryStats(addr)
+	fmt.Printf("(keys expired during the cell: %d; Redis expiry cycles that hit their time cap: %d)\n", e1[0]-e0[0], e1[1]-e0[1])
 
 	s64, r64 := peak["sluice"], peak["redis_rate"]
 	fmt.Println("\n## Targets")
@@ -293,11 +314,31 @@ func usecPerCall(addr string, f func(string) (bool, error), keys []string, conc,
 	return v
 }
 
+// expiryStats returns INFO stats' expired_keys and
+// expired_time_cap_reached_count: Redis' active expiry runs on its one
+// thread, and a cycle that hits its cap blocked it for up to 25ms.
+func expiryStats(addr string) [2]int64 {
+	info, err := redistest.Do(addr, "INFO", "stats")
+	must(err)
+	var v [2]int64
+	for i, f := range []string{"expired_keys:", "expired_time_cap_reached_count:"} {
+		if j := strings.Index(info, f); j >= 0 {
+			rest := info[j+len(f):]
+			if k := strings.IndexAny(rest, "\r\n"); k >= 0 {
+				rest = rest[:k]
+			}
+			v[i], _ = strconv.ParseInt(rest, 10, 64)
+		}
+	}
+	return v
+}
+
 var usecRE = regexp.MustCompile(`cmdstat_evalsha:[^\r\n]*usec_per_call=([0-9.]+)`)
 
 // measure runs f from conc goroutines over keys for *dur. With pace > 0 the
-// load is open-loop at pace requests/s in total, and latency counts from
-// each request's scheduled start.
+// load is open-loop at pace requests/s in total; latency counts from each
+// request's scheduled start when its worker is behind schedule (earlier
+// calls were slow), else from when the call is made.
 func measure(name string, f func(string) (bool, error), keys []string, conc, pid int, pace float64) result {
 	var wg sync.WaitGroup
 	lats := make([][]time.Duration, conc)
@@ -320,9 +361,17 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 				t0 := time.Now()
 				if pace > 0 {
 					if next.After(t0) {
+						// On time: latency counts from when the call is
+						// made, not from the schedule, because Go's timers
+						// wake a sleeper up to a millisecond or more late
+						// here (that is the load generator, not the store).
 						time.Sleep(next.Sub(t0))
+						t0 = time.Now()
+					} else {
+						// Behind schedule because earlier calls were slow:
+						// that wait is the store's, so it counts.
+						t0 = next
 					}
-					t0 = next
 					next = next.Add(interval)
 				}
 				if t0.After(end) {
