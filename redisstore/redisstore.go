@@ -425,16 +425,17 @@ func parseState(raw string) (sluice.State, error) {
 	if raw == "" {
 		return st, nil
 	}
-	f := strings.Fields(raw)
-	if len(f) != 3 {
+	t, rest, ok1 := strings.Cut(raw, " ")
+	n, m, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 {
 		return st, fmt.Errorf("state %q: want \"T N M\"", raw)
 	}
 	var err [3]error
-	st.T, err[0] = strconv.ParseInt(f[0], 10, 64)
-	st.N, err[1] = strconv.ParseInt(f[1], 10, 64)
-	st.M, err[2] = strconv.ParseInt(f[2], 10, 64)
-	if e := errors.Join(err[:]...); e != nil {
-		return sluice.State{}, fmt.Errorf("state %q: %w", raw, e)
+	st.T, err[0] = strconv.ParseInt(t, 10, 64)
+	st.N, err[1] = strconv.ParseInt(n, 10, 64)
+	st.M, err[2] = strconv.ParseInt(m, 10, 64)
+	if err[0] != nil || err[1] != nil || err[2] != nil {
+		return sluice.State{}, fmt.Errorf("state %q: %w", raw, errors.Join(err[:]...))
 	}
 	return st, nil
 }
