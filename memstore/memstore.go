@@ -240,46 +240,55 @@ func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, er
 }
 
 func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluice.Decision) error {
-	var idle int64
-	var err error
 	if r.Algorithm.UsesLog(r.Limit) {
 		le := sh.logs[r.Key]
 		var st sluice.State
 		if le != nil && now < le.idle {
 			st = le.st
 		}
-		if idle, err = r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost); err != nil {
-			return err
+		idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
+		if err == nil {
+			s.putLog(sh, r.Key, le, st, idle, now)
 		}
-		if le == nil {
-			if idle <= now {
-				return nil
-			}
-			le = &logEntry{}
-			s.insert(sh, now)
-			sh.logs[strings.Clone(r.Key)] = le
-		}
-		le.st, le.idle = st, idle
-		return nil
+		return err
 	}
 	e := sh.small.get(h, r.Key)
 	var st sluice.State
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
 	}
-	if idle, err = r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost); err != nil {
-		return err
+	idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
+	if err == nil {
+		s.putSmall(sh, h, r.Key, e, &st, idle, now)
 	}
+	return err
+}
+
+// putLog writes a log state for key, whose entry le (nil: absent) the
+// caller has already looked up. A new key at rest is not worth keeping.
+func (s *Store) putLog(sh *shard, key string, le *logEntry, st sluice.State, idle, now int64) {
+	if le == nil {
+		if idle <= now {
+			return
+		}
+		le = &logEntry{}
+		s.insert(sh, now)
+		sh.logs[strings.Clone(key)] = le
+	}
+	le.st, le.idle = st, idle
+}
+
+// putSmall is putLog for the keys kept in the shard's table.
+func (s *Store) putSmall(sh *shard, h uint64, key string, e *entry, st *sluice.State, idle, now int64) {
 	if e == nil {
 		if idle <= now {
-			return nil // at rest: nothing worth keeping
+			return
 		}
 		s.insert(sh, now)
-		e = newEntry(r.Key)
-		sh.small.add(h, r.Key, e)
+		e = newEntry(key)
+		sh.small.add(h, key, e)
 	}
 	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
-	return nil
 }
 
 // insert makes room for one new key in sh: every 16th insert it sweeps a
@@ -455,28 +464,10 @@ func (sh *shard) load(h uint64, r *sluice.Request, now int64) sluice.State {
 func (s *Store) store(sh *shard, h uint64, r *sluice.Request, st sluice.State, idle int64) {
 	now := r.Now.UnixMicro()
 	if r.Algorithm.UsesLog(r.Limit) {
-		le := sh.logs[r.Key]
-		if le == nil {
-			if idle <= now {
-				return
-			}
-			le = &logEntry{}
-			s.insert(sh, now)
-			sh.logs[strings.Clone(r.Key)] = le
-		}
-		le.st, le.idle = st, idle
+		s.putLog(sh, r.Key, sh.logs[r.Key], st, idle, now)
 		return
 	}
-	e := sh.small.get(h, r.Key)
-	if e == nil {
-		if idle <= now {
-			return
-		}
-		s.insert(sh, now)
-		e = newEntry(r.Key)
-		sh.small.add(h, r.Key, e)
-	}
-	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
+	s.putSmall(sh, h, r.Key, sh.small.get(h, r.Key), &st, idle, now)
 }
 
 // Sweep deletes every key at rest at now and returns how many it deleted.
