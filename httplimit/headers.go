@@ -86,11 +86,7 @@ func RetryAfterSeconds(d sluice.Decision) int64 {
 	if d.Allowed {
 		return 0
 	}
-	ra := d.RetryAfter
-	if ra < 0 {
-		ra = d.ResetAfter
-	}
-	return max(ceilSeconds(ra), 1)
+	return max(ceilSeconds(retryWait(d)), 1)
 }
 
 // RetryAfterMillis is d's retry_after_ms: RetryAfter in milliseconds,
@@ -99,11 +95,17 @@ func RetryAfterMillis(d sluice.Decision) int64 {
 	if d.Allowed {
 		return 0
 	}
-	ra := d.RetryAfter
-	if ra < 0 {
-		ra = d.ResetAfter
+	return ceilDiv(retryWait(d), time.Millisecond)
+}
+
+// retryWait is how long a denied client is told to wait: RetryAfter, or,
+// for a request that can never be admitted (sluice.Never), the time until
+// the limit is full again.
+func retryWait(d sluice.Decision) time.Duration {
+	if d.RetryAfter < 0 {
+		return d.ResetAfter
 	}
-	return ceilDiv(ra, time.Millisecond)
+	return d.RetryAfter
 }
 
 // WriteLimited answers 429 Too Many Requests for a request denied by the
