@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -115,8 +116,11 @@ func parseUnit(u string) (time.Duration, error) {
 		return 0, fmt.Errorf("missing unit (s, m, h, d or a duration such as 250ms)")
 	}
 	if days, ok := strings.CutSuffix(u, "d"); ok {
+		// Bounded by what a Duration holds (about 106,751 days), the same
+		// bound a Go duration such as 882288h meets, so that String's "Nd"
+		// always reads back.
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n < 1 || n > 365*100 {
+		if err != nil || n < 1 || n > math.MaxInt64/int64(24*time.Hour) {
 			return 0, fmt.Errorf("unit %q: want a whole number of days such as 7d", u)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
