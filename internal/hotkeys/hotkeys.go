@@ -1,0 +1,426 @@
+// Package hotkeys finds the heaviest keys of a rule: a heavy-hitter
+// summary with bounded memory, whatever the number of distinct keys, whose
+// counts decay so that it reports current rates rather than totals.
+//
+// # Algorithm
+//
+// A Summary is a set of stripes, each a Space-Saving summary (Metwally,
+// Agrawal, El Abbadi, 2005) of Capacity entries kept in a min-heap: a key
+// already present adds its weight; a new key replaces the entry with the
+// smallest count and inherits that count as its error bound. Any key whose
+// share of a stripe's traffic exceeds 1/Capacity is guaranteed to be in
+// it, and no count is ever under-estimated.
+//
+// Each observation goes to a stripe chosen at random (skipping a busy one),
+// never by key, so one hot key observed from every core does not serialise
+// on one lock: every stripe then sees a random share of the same stream,
+// and Top adds a key's counts over the stripes.
+//
+// Counts decay exponentially with time constant Tau = HalfLife/ln 2: an
+// observation at t weighs exp((t-t0)/Tau) (the stripe rescales before that
+// overflows), so every entry decays at once without being touched, and a
+// key seen at a steady r per second converges to r×Tau: its rate is the
+// decayed count over Tau.
+//
+// With Sample n > 1 only one observation in n (at random) is recorded, with
+// weight n: cheaper, and noisier for keys seen fewer than a few n times
+// per HalfLife; heavy keys, the ones this is for, are unaffected.
+package hotkeys
+
+import (
+	"hash/maphash"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Summary; the zero value of each field is a default.
+type Options struct {
+	// Capacity is the number of keys each stripe tracks; default 64.
+	Capacity int
+	// Stripes is the number of independent summaries; default
+	// 2×GOMAXPROCS, at least 2.
+	Stripes int
+	// HalfLife is how fast counts fade; default 10s.
+	HalfLife time.Duration
+	// Sample records one observation in Sample (weighted by Sample);
+	// default 4, which keeps the cost per decision well under 100ns; 1
+	// records every one.
+	Sample int
+	// MaxKeyBytes caps the bytes of a key kept (longer keys are tracked
+	// by their hash and reported truncated with "…"); default 256.
+	MaxKeyBytes int
+}
+
+// Defaults.
+const (
+	DefaultCapacity    = 64
+	DefaultHalfLife    = 10 * time.Second
+	DefaultMaxKeyBytes = 256
+	DefaultSample      = 4
+)
+
+func (o Options) withDefaults() Options {
+	if o.Capacity <= 0 {
+		o.Capacity = DefaultCapacity
+	}
+	if o.Stripes <= 0 {
+		o.Stripes = max(2, 2*runtime.GOMAXPROCS(0))
+	}
+	if o.HalfLife <= 0 {
+		o.HalfLife = DefaultHalfLife
+	}
+	if o.Sample <= 0 {
+		o.Sample = DefaultSample
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	return o
+}
+
+// Summary is the heavy-hitter summary of one rule. It is safe for
+// concurrent use; its memory is fixed at New (Stripes × Capacity entries,
+// each holding at most MaxKeyBytes of key).
+type Summary struct {
+	stripes []stripe
+	tau     float64 // seconds
+	sample  uint64
+	weight  float64
+	maxKey  int
+	seed    maphash.Seed
+}
+
+// stripe is one Space-Saving summary, padded against false sharing. Its
+// entries sit in fixed slots; heap orders the slots by count (a min-heap)
+// and table finds a slot by key hash (open addressing, linear probing), so
+// moving an entry in the heap touches no hash table.
+type stripe struct {
+	mu      sync.Mutex
+	t0      int64   // ns: the instant of weight 1
+	total   float64 // the decayed weight of every observation
+	entries []entry
+	heap    []int32 // slots, a min-heap on count
+	table   []int32 // slot+1 by hash; 0 is empty
+	mask    uint64
+	_       [64]byte
+}
+
+type entry struct {
+	hash  uint64
+	key   []byte
+	count float64 // decayed, in units of weight at t0
+	err   float64 // the count inherited on replacement: an upper bound of the over-estimate
+	pos   int32   // index in heap
+}
+
+// New returns an empty Summary.
+func New(o Options) *Summary {
+	o = o.withDefaults()
+	s := &Summary{
+		stripes: make([]stripe, o.Stripes),
+		tau:     o.HalfLife.Seconds() / math.Ln2,
+		sample:  uint64(o.Sample),
+		weight:  float64(o.Sample),
+		maxKey:  o.MaxKeyBytes,
+		seed:    maphash.MakeSeed(),
+	}
+	size := 4
+	for size < 4*o.Capacity {
+		size *= 2
+	}
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.entries = make([]entry, 0, o.Capacity)
+		st.heap = make([]int32, 0, o.Capacity)
+		st.table = make([]int32, size)
+		st.mask = uint64(size - 1)
+	}
+	return s
+}
+
+// rescaleAt is the exponent (in units of Tau) past which a stripe rescales
+// its counts: weights stay below e^40 ≈ 2.4e17.
+const rescaleAt = 40
+
+// Observe records one decision of cost (≤ 0 counts as 1) for key at now.
+func (s *Summary) Observe(key string, cost int64, now time.Time) {
+	r := rand.Uint64()
+	if s.sample > 1 && r%s.sample != 0 {
+		return
+	}
+	if cost <= 0 {
+		cost = 1
+	}
+	h := maphash.String(s.seed, key)
+	n := uint64(len(s.stripes))
+	i := (r / s.sample) % n
+	st := &s.stripes[i]
+	// A busy stripe is skipped: any stripe will do, and waiting is what
+	// costs under contention.
+	for tries := uint64(1); !st.mu.TryLock(); tries++ {
+		if tries == n {
+			st.mu.Lock()
+			break
+		}
+		i++
+		if i == n {
+			i = 0
+		}
+		st = &s.stripes[i]
+	}
+	st.add(h, key, s.weight*float64(cost), now.UnixNano(), s.tau, s.maxKey)
+	st.mu.Unlock()
+}
+
+// add records weight w for key (hash h) at now (ns); st.mu is held.
+func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, maxKey int) {
+	if st.t0 == 0 {
+		st.t0 = now
+	}
+	x := float64(now-st.t0) / 1e9 / tau
+	if x > rescaleAt {
+		st.rescale(now, tau)
+		x = 0
+	}
+	w *= math.Exp(x) // x may be negative for an observation from the past: it weighs less
+	st.total += w
+	if j := st.find(h); j >= 0 {
+		e := &st.entries[j]
+		e.count += w
+		st.down(int(e.pos))
+		return
+	}
+	if len(st.entries) < cap(st.entries) {
+		j := int32(len(st.entries))
+		st.entries = append(st.entries, entry{hash: h, key: appendKey(nil, key, maxKey), count: w, pos: j})
+		st.heap = append(st.heap, j)
+		st.insert(h, j)
+		st.up(int(j))
+		return
+	}
+	// Replace the smallest entry: the new key inherits its count.
+	j := st.heap[0]
+	e := &st.entries[j]
+	st.remove(e.hash)
+	e.hash, e.key = h, appendKey(e.key[:0], key, maxKey)
+	e.err = e.count
+	e.count += w
+	st.insert(h, j)
+	st.down(0)
+}
+
+// find returns the slot of hash h, or -1.
+func (st *stripe) find(h uint64) int32 {
+	for i := h & st.mask; ; i = (i + 1) & st.mask {
+		v := st.table[i]
+		if v == 0 {
+			return -1
+		}
+		if st.entries[v-1].hash == h {
+			return v - 1
+		}
+	}
+}
+
+func (st *stripe) insert(h uint64, slot int32) {
+	i := h & st.mask
+	for st.table[i] != 0 {
+		i = (i + 1) & st.mask
+	}
+	st.table[i] = slot + 1
+}
+
+// remove deletes hash h from the table (backward-shift deletion).
+func (st *stripe) remove(h uint64) {
+	i := h & st.mask
+	for st.entries[st.table[i]-1].hash != h {
+		i = (i + 1) & st.mask
+	}
+	for {
+		st.table[i] = 0
+		j := i
+		for {
+			j = (j + 1) & st.mask
+			v := st.table[j]
+			if v == 0 {
+				return
+			}
+			home := st.entries[v-1].hash & st.mask
+			// v may move to i if its home is not in (i, j] cyclically.
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				st.table[i] = v
+				i = j
+				break
+			}
+		}
+	}
+}
+
+func appendKey(dst []byte, key string, maxKey int) []byte {
+	if len(key) > maxKey {
+		return append(append(dst, key[:maxKey]...), "…"...)
+	}
+	return append(dst, key...)
+}
+
+// rescale moves t0 to now, dividing every count by the weight of now.
+func (st *stripe) rescale(now int64, tau float64) {
+	f := math.Exp(-float64(now-st.t0) / 1e9 / tau)
+	for i := range st.entries {
+		st.entries[i].count *= f
+		st.entries[i].err *= f
+	}
+	st.total *= f
+	st.t0 = now
+}
+
+func (st *stripe) less(i, j int) bool {
+	return st.entries[st.heap[i]].count < st.entries[st.heap[j]].count
+}
+
+func (st *stripe) swap(i, j int) {
+	st.heap[i], st.heap[j] = st.heap[j], st.heap[i]
+	st.entries[st.heap[i]].pos = int32(i)
+	st.entries[st.heap[j]].pos = int32(j)
+}
+
+func (st *stripe) up(j int) {
+	for j > 0 {
+		p := (j - 1) / 2
+		if !st.less(j, p) {
+			return
+		}
+		st.swap(j, p)
+		j = p
+	}
+}
+
+func (st *stripe) down(j int) {
+	n := len(st.heap)
+	for {
+		l := 2*j + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && st.less(r, l) {
+			m = r
+		}
+		if !st.less(m, j) {
+			return
+		}
+		st.swap(j, m)
+		j = m
+	}
+}
+
+// Key is one heavy key as Top reports it.
+type Key struct {
+	// Key is the key (truncated with "…" past MaxKeyBytes).
+	Key string `json:"key"`
+	// Rate is the key's decayed rate, in decisions (cost units) per
+	// second; never under-estimated, over-estimated by at most Error.
+	Rate float64 `json:"rate"`
+	// Error bounds the over-estimate of Rate.
+	Error float64 `json:"error"`
+	// Share is Rate over the rate of all keys of the summary.
+	Share float64 `json:"share"`
+}
+
+// Top returns the k heaviest keys at now, heaviest first, with the total
+// rate of all keys (decisions per second).
+func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
+	type agg struct {
+		key        string
+		count, err float64
+	}
+	keys := map[uint64]*agg{}
+	var total float64
+	t := now.UnixNano()
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		// The decay from t0 to now, in the stripe's units.
+		f := math.Exp(-float64(t-st.t0) / 1e9 / s.tau)
+		if st.t0 == 0 {
+			f = 0
+		}
+		total += st.total * f
+		for _, e := range st.entries {
+			a := keys[e.hash]
+			if a == nil {
+				a = &agg{key: string(e.key)}
+				keys[e.hash] = a
+			}
+			a.count += e.count * f
+			a.err += e.err * f
+		}
+		st.mu.Unlock()
+	}
+	out := make([]Key, 0, len(keys))
+	for _, a := range keys {
+		out = append(out, Key{Key: a.key, Rate: a.count / s.tau, Error: a.err / s.tau})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Rate != out[j].Rate {
+			return out[i].Rate > out[j].Rate
+		}
+		return out[i].Key < out[j].Key
+	})
+	if k >= 0 && len(out) > k {
+		out = out[:k]
+	}
+	rate := total / s.tau
+	for i := range out {
+		if rate > 0 {
+			out[i].Share = min(1, out[i].Rate/rate)
+		}
+	}
+	return out, rate
+}
+
+// Hot is a set of keys judged hot, with hysteresis: a key becomes hot when
+// its rate reaches On and stays hot until its rate falls below Off. Refresh
+// it from a Summary now and then (Update); Has is a lock-free lookup for
+// the decision path.
+type Hot struct {
+	On, Off float64 // decisions per second; Off ≤ On
+	set     atomic.Pointer[map[string]struct{}]
+}
+
+// Has reports whether key is hot.
+func (h *Hot) Has(key string) bool {
+	m := h.set.Load()
+	if m == nil || len(*m) == 0 {
+		return false
+	}
+	_, ok := (*m)[key]
+	return ok
+}
+
+// Update recomputes the set from top (Top's keys, any order), returning it.
+func (h *Hot) Update(top []Key) []string {
+	old := h.set.Load()
+	m := make(map[string]struct{})
+	for _, k := range top {
+		was := false
+		if old != nil {
+			_, was = (*old)[k.Key]
+		}
+		if k.Rate >= h.On || was && k.Rate >= h.Off {
+			m[k.Key] = struct{}{}
+		}
+	}
+	h.set.Store(&m)
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
