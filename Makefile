@@ -35,6 +35,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime 200000x ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 200000x ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime 200000x ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime 50000x ./httplimit
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server

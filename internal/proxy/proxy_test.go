@@ -458,3 +458,38 @@ func TestUpstreamTimeout(t *testing.T) {
 		t.Errorf("upstream silent past ResponseHeaderTimeout: %d %q, want 504 gateway_timeout", resp.StatusCode, body)
 	}
 }
+
+// TestPathSpellings: once /login is spent, no other spelling of it reaches
+// the upstream; an allowed request reaches it with its path as sent.
+func TestPathSpellings(t *testing.T) {
+	f := start(t, setup{specs: []rules.Spec{
+		{Name: "login", Match: rules.MatchSpec{Path: "/login"}, Rate: "1/m", Algorithm: "fixed_window"},
+		{Name: "admin", Match: rules.MatchSpec{Path: "/admin/*", CaseInsensitive: true}, Rate: "1/m", Algorithm: "fixed_window"},
+	}})
+	if resp, body := get(t, f.proxy.URL+"/login;v=1", nil); resp.StatusCode != 200 {
+		t.Fatalf("GET /login;v=1: %d %q, want 200", resp.StatusCode, body)
+	}
+	f.up.mu.Lock()
+	got := f.up.last.RequestURI
+	f.up.mu.Unlock()
+	if got != "/login;v=1" {
+		t.Errorf("upstream saw %q, want the path as sent, /login;v=1", got)
+	}
+	for _, sp := range []string{"/login", "/login/", "/login;x", "/Login;x/../login", "/%6Cogin", "/login%2f", "/login%2F",
+		"//login", "/./login", "/a/../login", "/a/..;/login", "/%252e%252e/login", "/%256Cogin", "/login%5C"} {
+		if resp, body := get(t, f.proxy.URL+sp, nil); resp.StatusCode != 429 || !strings.Contains(body, `"rule":"login"`) {
+			t.Errorf("GET %s after /login was spent: %d %q, want 429 from rule login", sp, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := get(t, f.proxy.URL+"/Admin/Users", nil); resp.StatusCode != 200 {
+		t.Fatalf("GET /Admin/Users: %d, want 200", resp.StatusCode)
+	}
+	for _, sp := range []string{"/admin/users", "/ADMIN", "/admin;x/x", "/%41DMIN/x"} {
+		if resp, _ := get(t, f.proxy.URL+sp, nil); resp.StatusCode != 429 {
+			t.Errorf("GET %s after the case-insensitive /admin/* was spent: %d, want 429", sp, resp.StatusCode)
+		}
+	}
+	if got := f.up.hits.Load(); got != 2 {
+		t.Errorf("upstream hits = %d, want 2", got)
+	}
+}

@@ -61,7 +61,7 @@ func Compile(file string, specs []Spec) (*Set, error) {
 func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bool) {
 	nerr := 0
 	f := func(key, format string, args ...any) { nerr++; fail(key, format, args...) }
-	r := &Rule{Name: sp.Name, Path: sp.Match.Path, MaxDelay: sp.MaxDelay, Sync: sp.Sync, Shards: sp.Shards}
+	r := &Rule{Name: sp.Name, Path: sp.Match.Path, Fold: sp.Match.CaseInsensitive, MaxDelay: sp.MaxDelay, Sync: sp.Sync, Shards: sp.Shards}
 
 	switch {
 	case sp.Name == "":
@@ -94,9 +94,9 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 		if msg := checkPath(p); msg != "" {
 			f("match.path", "%q: %s", p, msg)
 		} else if base, ok := strings.CutSuffix(p, "*"); ok {
-			r.prefix, r.base = true, base
+			r.prefix, r.base = true, joinPrefix(r.canonical(base))
 		} else {
-			r.base = p
+			r.base = r.canonical(p)
 		}
 	}
 
@@ -246,8 +246,11 @@ func checkPath(p string) string {
 			return "must not contain spaces, control characters, ? or #"
 		}
 	}
+	if strings.ContainsAny(p, ";\\") {
+		return "must not contain ; or \\ (requests are matched with ;parameters removed and \\ read as /)"
+	}
 	base := strings.TrimSuffix(p, "*")
-	if cleanPath(base) != base {
+	if strings.Contains(base, "//") || hasDotSegment(base) {
 		return "is not a clean path (no //, /./ or /../); requests are matched after cleaning"
 	}
 	return ""

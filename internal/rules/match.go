@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 )
@@ -17,16 +16,25 @@ import (
 const MaxKeyLen = 256
 
 // Matches reports whether the rule applies to a request with this method
-// and path (the URL path, decoded, without the query).
+// and URL path (encoded or decoded, without the query).
 //
 // Methods compare case-insensitively; an empty list matches any method.
-// The path is cleaned first (path.Clean, keeping a trailing slash), so
-// "/a/../login" and "//login" match a rule for "/login". An exact path
-// matches only itself; a prefix "/api/*" matches "/api", "/api/" and
-// everything under "/api/", but not "/apix". No path matches every path.
-// Paths compare case-sensitively.
+// The path is compared in its canonical form (see CanonicalPath), so
+// "/login/", "/login;x", "/%6Cogin", "//login" and "/a/../login" all match
+// a rule for "/login"; with match.case_insensitive, case is folded too
+// (FoldedPath). An exact path matches only itself; a prefix "/api/*"
+// matches "/api" and everything under "/api/", but not "/apix". No path
+// matches every path.
 func (r *Rule) Matches(method, path string) bool {
-	return r.matches(method, cleanPath(path))
+	return r.matches(method, r.canonical(path))
+}
+
+// canonical returns the form of path r compares.
+func (r *Rule) canonical(path string) string {
+	if r.Fold {
+		return FoldedPath(path)
+	}
+	return CanonicalPath(path)
 }
 
 func (r *Rule) matches(method, p string) bool {
@@ -51,20 +59,29 @@ func (r *Rule) matches(method, p string) bool {
 	return strings.HasPrefix(p, r.base) || p == r.base[:len(r.base)-1]
 }
 
-// cleanPath cleans p as Matches documents, without allocating when p is
-// already clean.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
+// reqPath holds a request's canonical path, and its folded form once a
+// case-insensitive rule asks for it.
+type reqPath struct {
+	raw, canon, folded string
+}
+
+func newReqPath(req *http.Request) reqPath {
+	raw := "/"
+	if req.URL != nil {
+		raw = req.URL.Path
 	}
-	c := path.Clean(p)
-	if p[len(p)-1] == '/' && c != "/" {
-		if len(p) == len(c)+1 && strings.HasPrefix(p, c) {
-			return p
-		}
-		return c + "/"
+	return reqPath{raw: raw, canon: CanonicalPath(raw)}
+}
+
+// of returns the form of the path rule r compares.
+func (p *reqPath) of(r *Rule) string {
+	if !r.Fold {
+		return p.canon
 	}
-	return c
+	if p.folded == "" {
+		p.folded = FoldedPath(p.canon)
+	}
+	return p.folded
 }
 
 // Match appends to dst every rule of s that applies to req, in file order,
@@ -75,23 +92,17 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 	if s == nil {
 		return dst
 	}
-	p := requestPath(req)
+	p := newReqPath(req)
 	for _, r := range s.Rules {
-		if !r.matches(req.Method, p) {
+		rp := p.of(r)
+		if !r.matches(req.Method, rp) {
 			continue
 		}
-		if k, ok := r.keyFor(req, clientIP, p); ok {
+		if k, ok := r.keyFor(req, clientIP, rp); ok {
 			dst = append(dst, Match{Rule: r, Key: k})
 		}
 	}
 	return dst
-}
-
-func requestPath(req *http.Request) string {
-	if req.URL == nil {
-		return "/"
-	}
-	return cleanPath(req.URL.Path)
 }
 
 // KeyFor returns the store key req is counted under by r, or ok=false when
@@ -108,10 +119,11 @@ func requestPath(req *http.Request) string {
 // longer than MaxKeyLen becomes "#" and its SHA-256 in hex; a raw value
 // that itself starts with "#" gets a second "#".
 func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
-	return r.keyFor(req, clientIP, requestPath(req))
+	p := newReqPath(req)
+	return r.keyFor(req, clientIP, p.of(r))
 }
 
-func (r *Rule) keyFor(req *http.Request, ip netip.Addr, cleaned string) (string, bool) {
+func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bool) {
 	var buf [128]byte
 	b := buf[:0]
 	single := len(r.Key) == 1
@@ -154,7 +166,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, cleaned string) (string,
 		case PartMethod:
 			v = strings.ToUpper(req.Method)
 		case PartPath:
-			v = cleaned
+			v = path
 		}
 		if v == "" {
 			return "", false

@@ -140,10 +140,12 @@ func (a Action) MarshalText() ([]byte, error) {
 }
 
 // MatchSpec is the match block of a rule as written: HTTP methods (empty:
-// any) and a path (empty: any), exact or a prefix ending in "/*".
+// any), a path (empty: any), exact or a prefix ending in "/*", and whether
+// paths compare with case folded.
 type MatchSpec struct {
-	Methods []string
-	Path    string
+	Methods         []string
+	Path            string
+	CaseInsensitive bool
 }
 
 // Spec is one rule as written in the config file, before checking. The
@@ -198,6 +200,7 @@ type Rule struct {
 	Name      string
 	Methods   []string // upper case; empty: any method
 	Path      string   // as written: "" (any), "/exact" or "/prefix/*"
+	Fold      bool     // match.case_insensitive: paths compare as FoldedPath
 	Key       []Part   // in order; never empty (default: ip)
 	Algorithm sluice.Algorithm
 	Limit     sluice.Limit // Burst and Segments defaulted (never 0)
@@ -213,7 +216,7 @@ type Rule struct {
 	Fingerprint string
 
 	prefix  bool   // Path ends in "/*"
-	base    string // Path without the "*" ("/api/"), or the exact path
+	base    string // canonical: Path without the "*" ("/api/"), or the exact path
 	keyHead string // Name + "|" + Fingerprint + "|"
 }
 

@@ -32,10 +32,13 @@ func TestMatches(t *testing.T) {
 		{MatchSpec{}, "GET", "/anything", true},
 		{MatchSpec{}, "DELETE", "/", true},
 		{MatchSpec{Path: "/login"}, "POST", "/login", true},
-		{MatchSpec{Path: "/login"}, "POST", "/login/", false},
+		{MatchSpec{Path: "/login"}, "POST", "/login/", true}, // trailing slash removed
 		{MatchSpec{Path: "/login"}, "POST", "/login/x", false},
 		{MatchSpec{Path: "/login"}, "POST", "/loginx", false},
 		{MatchSpec{Path: "/login"}, "POST", "/Login", false}, // paths are case-sensitive
+		{MatchSpec{Path: "/login", CaseInsensitive: true}, "POST", "/Login", true},
+		{MatchSpec{Path: "/Login", CaseInsensitive: true}, "POST", "/LOGIN", true},
+		{MatchSpec{Path: "/api/*", CaseInsensitive: true}, "GET", "/API/x", true},
 		{MatchSpec{Path: "/login"}, "POST", "//login", true}, // cleaned
 		{MatchSpec{Path: "/login"}, "POST", "/a/../login", true},
 		{MatchSpec{Path: "/login"}, "POST", "/./login", true},
@@ -53,7 +56,7 @@ func TestMatches(t *testing.T) {
 		{MatchSpec{Path: "/"}, "GET", "/", true},
 		{MatchSpec{Path: "/"}, "GET", "/a", false},
 		{MatchSpec{Path: "/dir/"}, "GET", "/dir/", true},
-		{MatchSpec{Path: "/dir/"}, "GET", "/dir", false},
+		{MatchSpec{Path: "/dir/"}, "GET", "/dir", true},
 		{MatchSpec{Methods: []string{"POST"}}, "POST", "/x", true},
 		{MatchSpec{Methods: []string{"POST"}}, "post", "/x", true}, // methods compare case-insensitively
 		{MatchSpec{Methods: []string{"post", "PUT"}}, "PUT", "/x", true},

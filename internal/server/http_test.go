@@ -230,6 +230,23 @@ func TestForwardAuth(t *testing.T) {
 	}
 }
 
+// TestForwardAuthPathSpellings: forward auth reads the path from the
+// gateway's headers and matches it in the same canonical form.
+func TestForwardAuthPathSpellings(t *testing.T) {
+	f := start(t, memstore.New(memstore.Options{}), "", nil)
+	for i := 0; i < 2; i++ {
+		forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "203.0.113.9"})
+	}
+	for _, sp := range []string{"/login/", "/login;x", "/%6Cogin", "/login%2F", "//login?x=1", "/x/../login", "/x/..;/login"} {
+		for _, hdr := range []string{"X-Forwarded-Uri", "X-Original-Uri"} {
+			resp, body := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", hdr: sp, "X-Forwarded-For": "203.0.113.9"})
+			if resp.StatusCode != 429 || !strings.Contains(body, `"rule":"login-per-ip"`) {
+				t.Errorf("forward-auth POST %s (%s) after /login was spent: %d %q, want 429", sp, hdr, resp.StatusCode, body)
+			}
+		}
+	}
+}
+
 // The key of /v1/check is counted in the rule's namespace, the same
 // counter the proxy and forward-auth use for a one-part key.
 func TestCheckSharesCounterWithForwardAuth(t *testing.T) {

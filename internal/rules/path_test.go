@@ -1,0 +1,258 @@
+package rules
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestCanonicalPath(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "/"},
+		{"/", "/"},
+		{"//", "/"},
+		{"/login", "/login"},
+		{"/login/", "/login"},
+		{"/login//", "/login"},
+		{"//login", "/login"},
+		{"/login;x", "/login"},
+		{"/login;jsessionid=ABC", "/login"},
+		{"/login;", "/login"},
+		{"/login/;x", "/login"},
+		{"/a;x/b;y=1", "/a/b"},
+		{"/%6Cogin", "/login"},
+		{"/%6cogin", "/login"},
+		{"/login%2f", "/login"},
+		{"/login%2F", "/login"},
+		{"/%2Flogin", "/login"},
+		{"/%256Cogin", "/login"},   // double encoding decoded too
+		{"/%25256Cogin", "/login"}, // and triple
+		{"/%252F..%252Fadmin", "/admin"},
+		{"/login%3Bx", "/login"}, // an encoded ; is a ; too
+		{"/login%3bx/y", "/login/y"},
+		{"/./login", "/login"},
+		{"/a/../login", "/login"},
+		{"/a/b/../../login", "/login"},
+		{"/../login", "/login"}, // .. at the root stays at the root
+		{"/../../../login", "/login"},
+		{"/%2e%2e/login", "/login"},
+		{"/x/%2E/login", "/x/login"},
+		{"/x/..;/login", "/login"}, // Tomcat's ..;
+		{"/x/.;a/login", "/x/login"},
+		{"/x/..", "/"},
+		{"/x/.", "/x"},
+		{"\\login", "/login"},
+		{"/admin\\..\\login", "/login"},
+		{"/login%5C", "/login"},
+		{"/100%", "/100%"}, // an invalid escape stays
+		{"/a%zzb", "/a%zzb"},
+		{"/a%2", "/a%2"},
+		{"/%%34%31", "/A"},   // decoding makes a new escape: decoded too
+		{"/%2%34%31", "/$1"}, // "%34" → "4" ends "%24" → "$"
+		{"/Login", "/Login"}, // case kept
+		{"/caf%C3%A9", "/café"},
+		{"/a b", "/a b"},
+		{"/a\x00b", "/a\x00b"},
+		{"login", "/login"},
+		{"*", "/*"},
+	}
+	for _, tt := range tests {
+		if got := CanonicalPath(tt.in); got != tt.want {
+			t.Errorf("CanonicalPath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if got := CanonicalPath(CanonicalPath(tt.in)); got != CanonicalPath(tt.in) {
+			t.Errorf("CanonicalPath(CanonicalPath(%q)) = %q, not idempotent", tt.in, got)
+		}
+	}
+}
+
+func TestFoldedPath(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"/login", "/login"},
+		{"/Login", "/login"},
+		{"/LOGIN/", "/login"},
+		{"/%4Cogin", "/login"},
+		{"/\u212Aey", "/key"},       // Kelvin sign folds with k
+		{"/\u017Fecret", "/secret"}, // long s folds with s
+		{"/CAF%C3%89", "/café"},
+		{"/a\xffB", "/a\xffb"}, // invalid UTF-8 kept
+	}
+	for _, tt := range tests {
+		if got := FoldedPath(tt.in); got != tt.want {
+			t.Errorf("FoldedPath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestPathSpellings: after /login is spent, no other spelling of it gets
+// through: every one matches the rule and counts on the same key.
+func TestPathSpellings(t *testing.T) {
+	set := mustCompile(t,
+		Spec{Name: "login", Rate: "1/m", Match: MatchSpec{Methods: []string{"POST"}, Path: "/login"}, Key: []string{"ip", "path"}},
+		Spec{Name: "admin", Rate: "1/m", Match: MatchSpec{Path: "/admin/*", CaseInsensitive: true}, Key: []string{"path"}},
+	)
+	ip := netip.MustParseAddr("192.0.2.1")
+	keyOf := func(target, rule string) (string, bool) {
+		req := httptest.NewRequest("POST", "http://x"+target, nil)
+		for _, m := range set.Match(req, ip, nil) {
+			if m.Rule.Name == rule {
+				return m.Key, true
+			}
+		}
+		return "", false
+	}
+	base, ok := keyOf("/login", "login")
+	if !ok {
+		t.Fatal("POST /login: rule login does not apply")
+	}
+	for _, sp := range []string{
+		"/login/", "/login;x", "/login;jsessionid=1", "/%6Cogin", "/login%2f", "/login%2F",
+		"//login", "/./login", "/a/../login", "/x/..;/login", "/%2e%2e/login", "/login%3bx",
+		"/%256Cogin", "/login/.", "/login//", "/%5Clogin", "/login?x=1",
+	} {
+		k, ok := keyOf(sp, "login")
+		if !ok || k != base {
+			t.Errorf("POST %s: rule login applies %v with key %q, want key %q", sp, ok, k, base)
+		}
+	}
+	for _, sp := range []string{"/Login", "/logins", "/login/x", "/logi"} {
+		if _, ok := keyOf(sp, "login"); ok {
+			t.Errorf("POST %s: rule login applies to a different path", sp)
+		}
+	}
+	abase, ok := keyOf("/admin/users", "admin")
+	if !ok {
+		t.Fatal("/admin/users: rule admin does not apply")
+	}
+	for _, sp := range []string{"/Admin/Users", "/ADMIN/users/", "/admin;x/users", "/%41dmin/users", "/admin//users", "/x/../admin/USERS"} {
+		k, ok := keyOf(sp, "admin")
+		if !ok || k != abase {
+			t.Errorf("%s: rule admin applies %v with key %q, want key %q", sp, ok, k, abase)
+		}
+	}
+	for _, sp := range []string{"/admin", "/ADMIN/", "/admin;x"} {
+		if _, ok := keyOf(sp, "admin"); !ok {
+			t.Errorf("%s: prefix rule /admin/* does not apply", sp)
+		}
+	}
+	if _, ok := keyOf("/adminx", "admin"); ok {
+		t.Error("/adminx: prefix rule /admin/* applies")
+	}
+}
+
+func TestCanonicalPathNoAlloc(t *testing.T) {
+	p := "/api/v1/orders/12345"
+	if n := testing.AllocsPerRun(100, func() { _ = CanonicalPath(p); _ = FoldedPath(p) }); n != 0 {
+		t.Errorf("CanonicalPath of a canonical path: %v allocations, want 0", n)
+	}
+}
+
+// FuzzCanonicalPath checks that canonicalisation is idempotent, that the
+// one-pass check agrees with the full one, and that any spelling derived
+// from a path by the rules of CanonicalPath (escapes, ;parameters, dot
+// segments, repeated and trailing slashes, case for a folding rule) counts
+// on the same key as the path itself.
+func FuzzCanonicalPath(f *testing.F) {
+	f.Add("/login", []byte{0, 1, 2, 3})
+	f.Add("/api/v1/x", []byte{7, 7, 7})
+	f.Add("/%2541", []byte{})
+	f.Add("/a;b/../c//", []byte{5, 200, 13})
+	f.Add("/\u212Aey/\u017F", []byte{9, 3})
+	set := mustCompile(f,
+		Spec{Name: "p", Rate: "1/s", Key: []string{"path"}},
+		Spec{Name: "f", Rate: "1/s", Key: []string{"path"}, Match: MatchSpec{CaseInsensitive: true}},
+	)
+	f.Fuzz(func(t *testing.T, p string, ops []byte) {
+		c := CanonicalPath(p)
+		if CanonicalPath(c) != c {
+			t.Fatalf("CanonicalPath(%q) = %q, and of that %q", p, c, CanonicalPath(c))
+		}
+		if isCanonical(p, false) && canonicalSlow(p, false) != p {
+			t.Fatalf("isCanonical(%q) but the full form is %q", p, canonicalSlow(p, false))
+		}
+		fc := FoldedPath(p)
+		if FoldedPath(fc) != fc || FoldedPath(c) != fc {
+			t.Fatalf("FoldedPath(%q) = %q, of that %q, of CanonicalPath %q", p, fc, FoldedPath(fc), FoldedPath(c))
+		}
+		if !strings.HasPrefix(c, "/") || (len(c) > 1 && strings.HasSuffix(c, "/")) {
+			t.Fatalf("CanonicalPath(%q) = %q", p, c)
+		}
+		// Respell the canonical path and check both count on one key.
+		alt := respell(c, ops)
+		if CanonicalPath(alt) != c {
+			t.Fatalf("respelled %q as %q: canonical %q", c, alt, CanonicalPath(alt))
+		}
+		k1, k2 := keysOf(t, set, c), keysOf(t, set, alt)
+		if k1 != k2 {
+			t.Fatalf("paths %q and %q (same canonical form) count on %q and %q", c, alt, k1, k2)
+		}
+	})
+}
+
+func keysOf(t *testing.T, set *Set, path string) string {
+	req := &http.Request{Method: "GET", URL: &url.URL{Path: path}, Header: http.Header{}}
+	var b strings.Builder
+	for _, m := range set.Match(req, ip1, nil) {
+		b.WriteString(m.Key)
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// respell writes canonical path c another way, choosing by ops: each byte
+// picks a change at a position. Every change keeps the canonical form.
+func respell(c string, ops []byte) string {
+	segs := strings.Split(c[1:], "/")
+	if c == "/" {
+		segs = nil
+	}
+	var b strings.Builder
+	for i, s := range segs {
+		var op byte
+		if i < len(ops) {
+			op = ops[i]
+		}
+		b.WriteByte('/')
+		switch op % 8 {
+		case 1:
+			b.WriteString("/") // repeated slash
+		case 2:
+			b.WriteString("./")
+		case 3:
+			b.WriteString("zz/../")
+		case 4:
+			b.WriteString("\\")
+		}
+		for j := 0; j < len(s); j++ {
+			if op&0x10 != 0 && (j+int(op))%3 == 0 {
+				b.WriteString("%")
+				b.WriteString(strings.ToUpper(hex2(s[j])))
+			} else if op&0x20 != 0 && s[j] == '%' {
+				b.WriteString("%25")
+			} else {
+				b.WriteByte(s[j])
+			}
+		}
+		switch op % 8 {
+		case 5:
+			b.WriteString(";x=1")
+		case 6:
+			b.WriteString(";")
+		}
+	}
+	if len(ops) > len(segs) && ops[len(segs)]%2 == 1 {
+		b.WriteString("/")
+	}
+	if b.Len() == 0 {
+		return "//"
+	}
+	return b.String()
+}
+
+func hex2(c byte) string {
+	const h = "0123456789abcdef"
+	return string([]byte{h[c>>4], h[c&15]})
+}
