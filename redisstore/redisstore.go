@@ -58,6 +58,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"strconv"
 	"strings"
@@ -154,6 +155,7 @@ type Store struct {
 	flat    [sluice.GCRA + 1]*rueidis.Lua // take_*.lua: string state only; nil for the log
 	all     *rueidis.Lua
 	refunds atomic.Uint64
+	shardState
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -217,6 +219,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.RedisTime {
 		s.useTime = "1"
+	}
+	s.seed = maphash.MakeSeed()
+	if o.Cluster {
+		_ = s.loadSlots(ctx) // best effort: see shard.go
 	}
 	for _, a := range sluice.Algorithms() {
 		s.take[a] = rueidis.NewLuaScript(scripts[a])

@@ -1,0 +1,238 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Sharding a hot key
+//
+// In a Redis Cluster every key lives on one node, so one very busy limiter
+// key can saturate one node while the others idle. Sharding splits the
+// key's limit over n Redis keys (shards) that sit in different Cluster
+// slots, on different nodes when there are enough: shard i holds an
+// ordinary limiter of rate_i = ⌊rate/n⌋ (+1 for the first rate mod n
+// shards) and burst_i split the same way, so the shards' limits add up to
+// exactly the key's. Each decision goes to one shard (round-robin per
+// Store), as one script on one node in one round trip, like an unsharded
+// decision; the load of the key is spread over n nodes.
+//
+// Accuracy, for every algorithm: the shards together never admit more than
+// the unsharded limit would (their rates and bursts add up to it). They
+// may admit less: a request is refused when its own shard is out even if
+// another still has room. With hits spread evenly this costs nothing in a
+// steady overload (every shard saturates); around the limit, with I
+// instances each spreading round-robin, the shards' counts differ by at most
+// I, so a window admits at least min(sent, rate) − (n−1)·I requests of cost
+// 1. Per algorithm:
+//
+//   - fixed_window, sliding_window_counter, sliding_window_log: each shard
+//     is the window of rate_i; the log's memory per shard is rate_i.
+//   - token_bucket, gcra: each shard refills at rate_i up to burst_i; a
+//     burst arriving at once is admitted up to the sum of the shards' bursts
+//     when spread evenly.
+//   - leaky_bucket: the queue's capacity (burst + 1: the request leaving
+//     now and burst waiting) is what is split, so the shards together hold
+//     exactly the unsharded queue; each shard spaces its requests about
+//     n×period/rate apart and the shards' outputs are not phase-aligned, so
+//     the output is even on average but not request by request.
+//   - A request whose cost exceeds its shard's burst (or rate for the
+//     windows) is refused although the unsharded key might admit it: shard
+//     only keys whose requests cost much less than burst/n.
+//
+// The number of shards is capped by the limit: never more than rate or
+// burst, so that every shard admits at least one request.
+
+// shardCache remembers the shard keys of recently sharded keys: a fixed
+// number of entries, overwritten on collision (bounded, lock-free).
+const shardCacheSize = 1024
+
+type shardTags struct {
+	key  string
+	keys []string // the logical keys of the shards, in shard order
+}
+
+// Shard rewrites r so that it goes to one of n shards of its key (the next
+// one in this Store's round-robin), with that shard's share of the limit.
+// It returns the number of shards actually used (n capped by the limit's
+// rate and burst), or 1 (r unchanged) when n < 2. Take, TakeAll and every
+// Store decorator then treat the shard like any key. Fix the Decision of a
+// sharded request with Unshard.
+func (s *Store) Shard(r *sluice.Request, n int) int {
+	n = shardCount(r.Algorithm, r.Limit, n)
+	if n < 2 {
+		return 1
+	}
+	i := int(s.rr.Add(1) % uint64(n))
+	r.Limit = ShardLimit(r.Algorithm, r.Limit, n, i)
+	r.Key = s.shardKeys(r.Key, n)[i]
+	return n
+}
+
+// ShardKeys returns the logical keys of the n shards of limiter key k
+// (pass each to Key for its Redis key), for inspection and tests.
+func (s *Store) ShardKeys(k string, n int) []string {
+	return append([]string(nil), s.shardKeys(k, n)...)
+}
+
+// shardCount is n capped by the limit: every shard must admit at least one
+// request of cost 1 (for the leaky bucket, hold a queue of at least 2, since
+// a burst of 0 would mean the rate).
+func shardCount(a sluice.Algorithm, l sluice.Limit, n int) int {
+	if n < 2 {
+		return 1
+	}
+	n = int(min(int64(n), l.Rate, l.BurstOrRate()))
+	if a == sluice.LeakyBucket {
+		n = int(min(int64(n), (l.BurstOrRate()+1)/2))
+	}
+	return max(n, 1)
+}
+
+// ShardLimit returns shard i's share of l over n shards, for algorithm a:
+// rate and burst divided, the remainders going to the first shards, so that
+// the shares add up to l (for the leaky bucket the queue's capacity,
+// burst + 1, is what adds up). n must not exceed what Shard would use.
+func ShardLimit(a sluice.Algorithm, l sluice.Limit, n, i int) sluice.Limit {
+	if n < 2 {
+		return l
+	}
+	share := func(v int64) int64 {
+		q := v / int64(n)
+		if int64(i) < v%int64(n) {
+			q++
+		}
+		return q
+	}
+	b := l.BurstOrRate()
+	l.Rate = share(l.Rate)
+	if a == sluice.LeakyBucket {
+		l.Burst = share(b+1) - 1
+	} else {
+		l.Burst = share(b)
+	}
+	return l
+}
+
+// Unshard turns the decision of one shard of a key limited by l, over n
+// shards, into the key's: Limit is l's rate and Remaining the shard's
+// scaled by n (an estimate: the other shards are not read), at most rate.
+func Unshard(d *sluice.Decision, l sluice.Limit, n int) {
+	if n < 2 {
+		return
+	}
+	d.Limit = l.Rate
+	d.Remaining = min(d.Remaining*int64(n), l.BurstOrRate())
+}
+
+// shardKeys returns the logical keys of the n shards of k: k + "#" + tag,
+// the tags chosen in order 0, 1, 2, … so that each shard's Redis key is in
+// a slot no earlier shard uses, and (knowing the Cluster's slot map) on a
+// node no earlier shard uses while unused nodes remain. The choice depends
+// only on k, n and the slot map, so every instance picks the same keys.
+func (s *Store) shardKeys(k string, n int) []string {
+	h := maphash.String(s.seed, k)
+	cell := &s.shards[h%shardCacheSize]
+	if t := cell.Load(); t != nil && len(t.keys) == n && t.key == k {
+		return t.keys
+	}
+	nodes := s.slotNodes.Load()
+	keys := make([]string, 0, n)
+	usedSlots := make(map[uint16]bool, n)
+	usedNodes := map[uint16]bool{}
+	tag := 0
+	for len(keys) < n {
+		// At most 64 tries per shard: past that (a key whose own braces fix
+		// the hash tag) take whatever slot comes.
+		for tries := 0; ; tries++ {
+			c := k + "#" + strconv.Itoa(tag)
+			tag++
+			if !s.opts.Cluster || tries >= 64 {
+				keys = append(keys, c)
+				break
+			}
+			sl := slot(s.Key(c))
+			if usedSlots[sl] {
+				continue
+			}
+			if nodes != nil && len(usedNodes) < nodes.count && usedNodes[nodes.of[sl]] {
+				continue
+			}
+			usedSlots[sl] = true
+			if nodes != nil {
+				usedNodes[nodes.of[sl]] = true
+			}
+			keys = append(keys, c)
+			break
+		}
+	}
+	cell.Store(&shardTags{key: k, keys: keys})
+	return keys
+}
+
+// slotMap is the Cluster's slot → master assignment, by master index.
+type slotMap struct {
+	of    [16384]uint16
+	count int
+}
+
+// loadSlots reads the Cluster's slot map (CLUSTER SLOTS) for shard
+// placement. Failing is harmless: shards then only avoid sharing slots.
+func (s *Store) loadSlots(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, 1e9))
+	defer cancel()
+	ranges, err := s.c.Do(ctx, s.c.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return fmt.Errorf("redisstore: cluster slots: %w", err)
+	}
+	m := &slotMap{}
+	ids := map[string]uint16{}
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			return fmt.Errorf("redisstore: cluster slots: malformed range")
+		}
+		lo, err1 := f[0].AsInt64()
+		hi, err2 := f[1].AsInt64()
+		master, err3 := f[2].ToArray()
+		if err1 != nil || err2 != nil || err3 != nil || len(master) < 2 || lo < 0 || hi > 16383 || lo > hi {
+			return fmt.Errorf("redisstore: cluster slots: malformed range")
+		}
+		host, _ := master[0].ToString()
+		port, _ := master[1].AsInt64()
+		addr := host + ":" + strconv.FormatInt(port, 10)
+		id, ok := ids[addr]
+		if !ok {
+			id = uint16(len(ids))
+			ids[addr] = id
+		}
+		for sl := lo; sl <= hi; sl++ {
+			m.of[sl] = id
+		}
+	}
+	m.count = len(ids)
+	s.slotNodes.Store(m)
+	return nil
+}
+
+// Masters returns the number of Cluster masters seen when the Store
+// connected (1 without Cluster): the natural number of shards.
+func (s *Store) Masters() int {
+	if m := s.slotNodes.Load(); m != nil {
+		return m.count
+	}
+	return 1
+}
+
+// shardState is the part of Store sharding uses.
+type shardState struct {
+	rr        atomic.Uint64
+	seed      maphash.Seed
+	shards    [shardCacheSize]atomic.Pointer[shardTags]
+	slotNodes atomic.Pointer[slotMap]
+}

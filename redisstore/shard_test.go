@@ -1,0 +1,264 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// owner returns the index of the Cluster node that holds Redis key k.
+func owner(t testing.TB, c *redistest.Cluster, k string) int {
+	t.Helper()
+	for i, a := range c.Addrs {
+		if _, err := redistest.Do(a, "EXISTS", k); err == nil {
+			return i
+		}
+	}
+	t.Fatalf("no node owns %q", k)
+	return -1
+}
+
+// The shards of a key are on different slots and, with 3 masters and 3
+// shards, on 3 different nodes; the choice is the same in every Store.
+func TestShardPlacement(t *testing.T) {
+	c := redistest.StartCluster(t)
+	s1 := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
+	s2 := open(t, redisstore.Options{Addrs: c.Addrs[1:], Cluster: true})
+	if s1.Masters() != 3 {
+		t.Fatalf("Masters() = %d, want 3", s1.Masters())
+	}
+	for i := range 50 {
+		k := "rule|fp|203.0.113." + strconv.Itoa(i)
+		keys := s1.ShardKeys(k, 3)
+		if got := s2.ShardKeys(k, 3); strings.Join(got, ",") != strings.Join(keys, ",") {
+			t.Fatalf("ShardKeys(%q) differ between stores: %q and %q", k, keys, got)
+		}
+		nodes := map[int]bool{}
+		for _, sk := range keys {
+			nodes[owner(t, c, s1.Key(sk))] = true
+		}
+		if len(nodes) != 3 {
+			t.Fatalf("ShardKeys(%q, 3) = %q on %d nodes, want 3", k, keys, len(nodes))
+		}
+	}
+	// More shards than nodes: distinct slots, every node used.
+	keys := s1.ShardKeys("many", 7)
+	slots, nodes := map[string]bool{}, map[int]bool{}
+	for _, sk := range keys {
+		sl, err := redistest.Do(c.Addrs[0], "CLUSTER", "KEYSLOT", s1.Key(sk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[sl] = true
+		nodes[owner(t, c, s1.Key(sk))] = true
+	}
+	if len(slots) != 7 || len(nodes) != 3 {
+		t.Fatalf("ShardKeys(many, 7) = %q: %d slots, %d nodes; want 7 and 3", keys, len(slots), len(nodes))
+	}
+}
+
+func TestShardLimit(t *testing.T) {
+	for _, tc := range []struct {
+		a     sluice.Algorithm
+		l     sluice.Limit
+		n     int
+		rates []int64
+		burst []int64
+	}{
+		{sluice.TokenBucket, sluice.PerMinute(10), 3, []int64{4, 3, 3}, []int64{4, 3, 3}},
+		{sluice.FixedWindow, sluice.PerMinute(9).WithBurst(20), 3, []int64{3, 3, 3}, []int64{7, 7, 6}},
+		// The leaky bucket's capacity, burst+1 = 10, is what is split.
+		{sluice.LeakyBucket, sluice.PerMinute(9), 3, []int64{3, 3, 3}, []int64{3, 2, 2}},
+	} {
+		for i := range tc.n {
+			got := redisstore.ShardLimit(tc.a, tc.l, tc.n, i)
+			if got.Rate != tc.rates[i] || got.Burst != tc.burst[i] || got.Period != tc.l.Period {
+				t.Errorf("ShardLimit(%v, %v, %d, %d) = %+v, want rate %d burst %d", tc.a, tc.l, tc.n, i, got, tc.rates[i], tc.burst[i])
+			}
+		}
+	}
+	// Shard caps the count by the limit.
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	r := sluice.Request{Key: "k", Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(2), Cost: 1}
+	if n := s.Shard(&r, 5); n != 2 || r.Limit.Rate != 1 {
+		t.Errorf("Shard(2/m, 5) = %d shards, limit %+v; want 2 shards of 1", n, r.Limit)
+	}
+	r = sluice.Request{Key: "k", Algorithm: sluice.LeakyBucket, Limit: sluice.PerMinute(10).WithBurst(3), Cost: 1}
+	if n := s.Shard(&r, 5); n != 2 || r.Limit.Burst != 1 {
+		t.Errorf("Shard(leaky 10/m burst 3, 5) = %d shards, limit %+v; want 2 shards of burst 1", n, r.Limit)
+	}
+}
+
+// Accuracy: two instances share one key sharded 3 ways on a Cluster, at
+// one instant (nothing refills). Far over the limit they admit exactly the
+// limit; just under it, at least min(sent, rate) − (n−1)·instances.
+func TestShardAccuracy(t *testing.T) {
+	c := redistest.StartCluster(t)
+	stores := []*redisstore.Store{
+		open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true}),
+		open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true}),
+	}
+	ctx := context.Background()
+	const limit, n = 300, 3
+	base := fmt.Sprintf("acc/%d", time.Now().UnixNano())
+	run := func(t *testing.T, alg sluice.Algorithm, key string, perStore int) int64 {
+		l := sluice.PerHour(limit)
+		if alg == sluice.LeakyBucket { // capacity Burst+1 at an instant
+			l = l.WithBurst(limit - 1)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for si, s := range stores {
+			wg.Go(func() {
+				for range perStore - si {
+					r := sluice.Request{Key: key, Algorithm: alg, Limit: l, Cost: 1, Now: sluicetest.T0}
+					m := s.Shard(&r, n)
+					d, err := s.Take(ctx, r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					redisstore.Unshard(&d, l, m)
+					if d.Limit != limit {
+						t.Errorf("Unshard: Limit = %d, want %d", d.Limit, limit)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return admitted.Load()
+	}
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			// 1000 sent (500 + 500) ≫ 300.
+			if got := run(t, alg, base+"/over/"+alg.String(), 500); got != limit {
+				t.Errorf("far over the limit: admitted %d, want exactly %d", got, limit)
+			}
+			// 299 sent (150 + 149).
+			got := run(t, alg, base+"/under/"+alg.String(), 150)
+			if lo := int64(299 - (n-1)*len(stores)); got < lo || got > 299 {
+				t.Errorf("just under the limit: admitted %d of 299, want %d..299", got, lo)
+			}
+		})
+	}
+}
+
+// nodeStats reads each node's EVALSHA calls and CPU seconds (user+sys).
+func nodeStats(t testing.TB, c *redistest.Cluster) (calls []int64, cpu []float64) {
+	t.Helper()
+	for _, a := range c.Addrs {
+		info, err := redistest.Do(a, "INFO", "all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		var sec float64
+		for line := range strings.SplitSeq(info, "\n") {
+			line = strings.TrimSpace(line)
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				n, _ = strconv.ParseInt(v, 10, 64)
+			}
+			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if rest, ok := strings.CutPrefix(line, f); ok {
+					v, _ := strconv.ParseFloat(rest, 64)
+					sec += v
+				}
+			}
+		}
+		calls = append(calls, n)
+		cpu = append(cpu, sec)
+	}
+	return calls, cpu
+}
+
+// busiest returns the largest delta's share of the total.
+func busiest[T int64 | float64](before, after []T) float64 {
+	var sum, top T
+	for i := range before {
+		d := after[i] - before[i]
+		sum += d
+		top = max(top, d)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(top) / float64(sum)
+}
+
+// One hot key, 3000 decisions: unsharded, one node runs them all; sharded
+// 3 ways, no node runs more than half.
+func TestShardSpread(t *testing.T) {
+	c := redistest.StartCluster(t)
+	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
+	ctx := context.Background()
+	for _, shards := range []int{1, 3} {
+		before, _ := nodeStats(t, c)
+		for i := range 3000 {
+			r := sluice.Request{Key: "spread/hot", Algorithm: sluice.TokenBucket, Limit: sluice.PerSecond(1_000_000), Cost: 1, Now: sluicetest.T0.Add(time.Duration(i) * time.Millisecond)}
+			s.Shard(&r, shards)
+			if _, err := s.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after, _ := nodeStats(t, c)
+		share := busiest(before, after)
+		t.Logf("shards %d: EVALSHA per node %v -> %v, busiest share %.2f", shards, before, after, share)
+		switch {
+		case shards == 1 && share < 0.99:
+			t.Errorf("unsharded: busiest node ran %.0f%% of the decisions, want all", share*100)
+		case shards == 3 && share > 0.5:
+			t.Errorf("3 shards: busiest node ran %.0f%% of the decisions, want at most 50%%", share*100)
+		}
+	}
+}
+
+// BenchmarkShardHotKey: one hot key on a 3-node Cluster, decisions from
+// parallel goroutines, unsharded and with 3 shards: decisions/s, and the
+// busiest node's share of the Cluster's CPU time and of its EVALSHA calls.
+func BenchmarkShardHotKey(b *testing.B) {
+	c := redistest.StartCluster(b)
+	s := open(b, redisstore.Options{Addrs: c.Addrs, Cluster: true})
+	for _, shards := range []int{1, 3} {
+		b.Run("shards="+strconv.Itoa(shards), func(b *testing.B) {
+			key := fmt.Sprintf("bench/hot/%d/%d", shards, time.Now().UnixNano())
+			calls0, cpu0 := nodeStats(b, c)
+			start := time.Now()
+			var n atomic.Int64
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					r := sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerSecond(1_000_000), Cost: 1, Now: start.Add(time.Duration(i) * time.Microsecond)}
+					s.Shard(&r, shards)
+					if _, err := s.Take(context.Background(), r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.StopTimer()
+			el := time.Since(start)
+			calls1, cpu1 := nodeStats(b, c)
+			b.ReportMetric(float64(b.N)/el.Seconds(), "decisions/s")
+			b.ReportMetric(busiest(cpu0, cpu1)*100, "%busiest-cpu")
+			b.ReportMetric(busiest(calls0, calls1)*100, "%busiest-calls")
+		})
+	}
+}
