@@ -25,9 +25,11 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clientip"
 )
 
 // ErrorPolicy says what the middleware does when the limiter's store cannot
@@ -146,16 +148,22 @@ func WriteUnavailable(w http.ResponseWriter) {
 }
 
 // KeyByRemoteIP keys a request by the IP address of the connection
-// (r.RemoteAddr without the port). It ignores X-Forwarded-For: behind a
-// proxy, supply a KeyFunc that reads the client address the way your proxy
-// sets it, trusting it only from the proxy.
+// (r.RemoteAddr without the port), as the daemon's ip key does: an IPv4
+// client by its address, an IPv6 client by its /64 ("2001:db8:1:2::/64"),
+// because one IPv6 host usually holds a whole /64 and could rotate through
+// it; an IPv4-mapped IPv6 address counts as IPv4. It ignores
+// X-Forwarded-For: behind a proxy, supply a KeyFunc that reads the client
+// address the way your proxy sets it, trusting it only from the proxy.
 func KeyByRemoteIP(r *http.Request) (string, bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		if r.RemoteAddr == "" {
 			return "", false
 		}
-		return r.RemoteAddr, true
+		host = r.RemoteAddr
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return clientip.Prefixes{}.Key(a), true
 	}
 	return host, true
 }

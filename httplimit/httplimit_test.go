@@ -276,7 +276,9 @@ func TestMiddlewareLeakyBucketShapes(t *testing.T) {
 
 func TestKeyByRemoteIP(t *testing.T) {
 	for _, tc := range []struct{ addr, want string }{
-		{"192.0.2.1:1234", "192.0.2.1"}, {"[2001:db8::1]:80", "2001:db8::1"}, {"unix", "unix"},
+		{"192.0.2.1:1234", "192.0.2.1"}, {"[::ffff:192.0.2.1]:1234", "192.0.2.1"},
+		{"[2001:db8::1]:80", "2001:db8::/64"}, {"[2001:db8::ffff:1]:80", "2001:db8::/64"},
+		{"[2001:db8:0:1::1]:80", "2001:db8:0:1::/64"}, {"unix", "unix"},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = tc.addr

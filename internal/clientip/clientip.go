@@ -21,9 +21,9 @@
 //  5. When every hop is trusted, the leftmost is the answer.
 //
 // Addresses are returned without zone, and IPv4-mapped IPv6 addresses as
-// IPv4. IPv6 clients are identified by their full address; a client that
-// owns a whole /64 can rotate addresses within it, and keying by /64 is a
-// possible future option.
+// IPv4. ClientIP returns the full address (it is what X-Forwarded-For
+// carries upstream); a rate-limit key counts a prefix of it (Prefixes): by
+// default an IPv6 client's /64, since one host usually holds a whole /64.
 package clientip
 
 import (

@@ -493,3 +493,43 @@ func TestPathSpellings(t *testing.T) {
 		t.Errorf("upstream hits = %d, want 2", got)
 	}
 }
+
+// TestIPv6Prefix: through a trusted proxy, twenty addresses of one /64 share
+// one per-ip counter; an address of the next /64 has its own; the upstream
+// still sees each client's full address.
+func TestIPv6Prefix(t *testing.T) {
+	f := start(t, setup{
+		specs:   []rules.Spec{{Name: "per-ip", Rate: "10/h", Algorithm: "fixed_window"}},
+		trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	})
+	passed := 0
+	for i := range 20 {
+		addr := fmt.Sprintf("2001:db8:5:6:%x::%x", i*977, i+1)
+		resp, _ := get(t, f.proxy.URL+"/x", map[string]string{"X-Forwarded-For": addr})
+		if resp.StatusCode == 200 {
+			passed++
+			f.up.mu.Lock()
+			xff := f.up.last.Header.Get("X-Forwarded-For")
+			f.up.mu.Unlock()
+			if xff != netip.MustParseAddr(addr).String() {
+				t.Errorf("upstream X-Forwarded-For %q, want the full address %s", xff, addr)
+			}
+		}
+	}
+	if passed != 10 {
+		t.Errorf("20 addresses of one /64 against 10/h: %d passed, want 10", passed)
+	}
+	if resp, _ := get(t, f.proxy.URL+"/x", map[string]string{"X-Forwarded-For": "2001:db8:5:7::1"}); resp.StatusCode != 200 {
+		t.Errorf("an address of the next /64: %d, want 200", resp.StatusCode)
+	}
+	// IPv4-mapped IPv6 counts as IPv4.
+	for i, want := range []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429} {
+		addr := "192.0.2.9"
+		if i%2 == 1 {
+			addr = "::ffff:192.0.2.9"
+		}
+		if resp, _ := get(t, f.proxy.URL+"/x", map[string]string{"X-Forwarded-For": addr}); resp.StatusCode != want {
+			t.Fatalf("request %d from %s: %d, want %d", i, addr, resp.StatusCode, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clientip"
 )
 
 // MaxNameLen bounds a rule name; names appear in store keys and metric labels.
@@ -28,6 +29,20 @@ const MaxShards = 1024
 // DefaultMaxDelay for action delay. max_delay is an error on other actions;
 // segments is an error on algorithms other than sliding_window_counter.
 func Compile(file string, specs []Spec) (*Set, error) {
+	return CompileWith(file, specs, Options{})
+}
+
+// Options are the settings of a Set that come from outside its rules.
+// The zero value takes the defaults.
+type Options struct {
+	// IP says how much of a client address an ip key part counts
+	// (client_ip.ipv4_prefix, ipv6_prefix): by default an IPv4 address,
+	// an IPv6 /64.
+	IP clientip.Prefixes
+}
+
+// CompileWith is Compile with options.
+func CompileWith(file string, specs []Spec, o Options) (*Set, error) {
 	var errs ParseErrors
 	set := &Set{byName: make(map[string]*Rule, len(specs))}
 	firstLine := make(map[string]int, len(specs))
@@ -38,6 +53,9 @@ func Compile(file string, specs []Spec) (*Set, error) {
 			errs = append(errs, &ParseError{File: file, Line: sp.line(key), Key: path + "." + key, Msg: fmt.Sprintf(format, args...)})
 		}
 		r, ok := compileOne(sp, fail)
+		if ok {
+			r.ip = o.IP
+		}
 		if sp.Name != "" {
 			if l, dup := firstLine[sp.Name]; dup {
 				fail("name", "duplicate rule name %q (first used at line %d)", sp.Name, l)

@@ -114,8 +114,9 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 // value (so POST /v1/check with the same key counts the same counter, see
 // StoreKey); with several, each value is written as LENGTH:VALUE, so no
 // value can imitate a boundary. Header, query and cookie values are taken
-// as the first one sent; ip is the address without zone, IPv4-mapped IPv6
-// written as IPv4; IPv6 clients are keyed by their full address. A VALUE
+// as the first one sent; ip is the client's prefix as clientip.Prefixes
+// writes it (by default the IPv4 address, or the IPv6 /64 such as
+// "2001:db8:1:2::/64"; IPv4-mapped IPv6 counts as IPv4). A VALUE
 // longer than MaxKeyLen becomes "#" and its SHA-256 in hex; a raw value
 // that itself starts with "#" gets a second "#".
 func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
@@ -135,7 +136,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bo
 			if !ip.IsValid() {
 				return "", false
 			}
-			ipv := ip.Unmap().WithZone("").AppendTo(ipb[:0])
+			ipv := r.ip.AppendKey(ipb[:0], ip)
 			if !single {
 				b = strconv.AppendInt(b, int64(len(ipv)), 10)
 				b = append(b, ':')

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clientip"
 )
 
 // ParseError is one problem in a config file: FILE:LINE: KEY: MSG.
@@ -218,6 +219,7 @@ type Rule struct {
 	prefix  bool   // Path ends in "/*"
 	base    string // canonical: Path without the "*" ("/api/"), or the exact path
 	keyHead string // Name + "|" + Fingerprint + "|"
+	ip      clientip.Prefixes
 }
 
 // Set is the compiled rules of one config, in file order.

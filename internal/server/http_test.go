@@ -247,6 +247,22 @@ func TestForwardAuthPathSpellings(t *testing.T) {
 	}
 }
 
+// TestForwardAuthIPv6Prefix: the addresses of one /64 share login-per-ip's
+// counter (2/m); the next /64 has its own.
+func TestForwardAuthIPv6Prefix(t *testing.T) {
+	f := start(t, memstore.New(memstore.Options{}), "", nil)
+	for i, want := range []int{200, 200, 429, 429} {
+		addr := "2001:db8:77:1::" + string(rune('a'+i))
+		resp, body := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": addr})
+		if resp.StatusCode != want {
+			t.Errorf("forward-auth %d from %s: %d %q, want %d", i, addr, resp.StatusCode, body, want)
+		}
+	}
+	if resp, _ := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "2001:db8:77:2::a"}); resp.StatusCode != 200 {
+		t.Errorf("forward-auth from the next /64: %d, want 200", resp.StatusCode)
+	}
+}
+
 // The key of /v1/check is counted in the rule's namespace, the same
 // counter the proxy and forward-auth use for a one-part key.
 func TestCheckSharesCounterWithForwardAuth(t *testing.T) {
