@@ -14,9 +14,11 @@
 // fixed window and the one-segment counter; a hash for the sliding log and
 // the multi-segment counter. Use one algorithm per key, as with memstore.
 // The braces are a Cluster hash tag, so everything a script touches for one
-// key sits in one slot. If k itself contains "}", Redis takes the tag up to
-// the first "}" only: such keys are still distinct, they may merely share a
-// slot. Prefix must not contain braces. Keys expire (relative PX/PEXPIRE) a
+// key sits in one slot. Redis ends a tag at the first "}", so inside the
+// tag k is escaped (a backslash is written as two, "}" as a backslash and
+// ")"), so a client whose key contains "}" cannot choose the slot: Sluice
+// alone decides where a key lives. Keys without "}" or a backslash are
+// written as they are. Prefix must not contain braces. Keys expire (relative PX/PEXPIRE) a
 // margin after the instant their state is at rest, measured on the clock the
 // decision used, so a store fed old or future times (the simulator, skewed
 // clocks) does not lose state by accident.
@@ -259,8 +261,19 @@ func (s *Store) Ping(ctx context.Context) error {
 // some slots had counted because another slot denied after the check.
 func (s *Store) Refunds() uint64 { return s.refunds.Load() }
 
-// Key returns the Redis key that holds the state of limiter key k.
-func (s *Store) Key(k string) string { return s.opts.Prefix + "{" + k + "}" }
+// Key returns the Redis key that holds the state of limiter key k:
+// Prefix + "{" + k + "}", where a backslash in k is written as two and a
+// "}" as a backslash and ")", so that the whole of k is the Cluster hash tag.
+func (s *Store) Key(k string) string {
+	if strings.ContainsAny(k, `}\`) {
+		k = tagEscaper.Replace(k)
+	}
+	return s.opts.Prefix + "{" + k + "}"
+}
+
+// tagEscaper escapes a limiter key for a hash tag, injectively: a
+// backslash starts every escape, and no escape contains "}".
+var tagEscaper = strings.NewReplacer(`\`, `\\`, "}", `\)`)
 
 // request is a sluice.Request checked and converted to script arguments.
 type request struct {
