@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/daemon"
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 const checkConfigUsage = `usage: sluice check-config FILE
@@ -34,12 +34,12 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	file := fs.Arg(0)
-	cfg, err := daemon.LoadConfig(file)
+	cfg, err := config.Load(file)
 	if err == nil {
-		err = daemon.Unsupported(cfg) // what serve would refuse to start with
+		err = config.Unsupported(cfg) // what serve would refuse to start with
 	}
 	if err != nil {
-		var problems daemon.ConfigErrors
+		var problems config.Errors
 		if errors.As(err, &problems) {
 			for _, p := range problems {
 				fmt.Fprintln(stderr, p)
@@ -54,7 +54,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 }
 
 // summary describes a valid config in one line.
-func summary(c *daemon.Config) string {
+func summary(c *config.Config) string {
 	var b strings.Builder
 	names := make([]string, len(c.Rules))
 	for i, r := range c.Rules {

@@ -9,11 +9,11 @@ import (
 )
 
 // TestCheckConfig runs `sluice check-config` on every fixture of
-// internal/daemon/testdata/config and compares its standard error with the
+// internal/config/testdata/config and compares its standard error with the
 // fixture's golden file (the problems, one per line), or, for the ok-
 // fixtures, checks the exit status and the "FILE: ok" line.
 func TestCheckConfig(t *testing.T) {
-	t.Chdir("../../internal/daemon")
+	t.Chdir("../../internal/config")
 	t.Setenv("SLUICE_TEST_REDIS_PASSWORD", "s3cret")
 	t.Setenv("SLUICE_TEST_PORT", "")
 	for _, v := range []string{"SLUICE_TEST_UNSET_HOST", "SLUICE_TEST_UNSET_PASSWORD"} {
@@ -29,7 +29,7 @@ func TestCheckConfig(t *testing.T) {
 		code := run(t.Context(), []string{"check-config", file}, nil, &stdout, &stderr)
 		// check-config also reports what serve refuses to start with
 		// (parsed, not enforced yet); a fixture whose answer differs from
-		// ParseConfig's says so in NAME.check-config.golden.
+		// config.Parse's says so in NAME.check-config.golden.
 		golden, err := os.ReadFile(strings.TrimSuffix(file, ".yaml") + ".check-config.golden")
 		if os.IsNotExist(err) {
 			golden, err = os.ReadFile(strings.TrimSuffix(file, ".yaml") + ".golden")

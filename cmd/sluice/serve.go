@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
 )
 
@@ -45,13 +46,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	var (
-		cfg *daemon.Config
+		cfg *config.Config
 		err error
 	)
 	if *configPath == "" {
-		cfg, err = daemon.ParseConfig(builtinName, daemon.ExampleConfig())
+		cfg, err = config.Parse(builtinName, config.Example())
 	} else {
-		cfg, err = daemon.LoadConfig(*configPath)
+		cfg, err = config.Load(*configPath)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: invalid config:\n%v\n", err)

@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // BenchmarkCheckLoopback is a whole /v1/check round trip over loopback
 // through a running daemon on the memory store (client included: the load
 // run in bench/load measures the server alone).
 func BenchmarkCheckLoopback(b *testing.B) {
-	cfg, err := ParseConfig("bench.yaml", []byte(`
+	cfg, err := config.Parse("bench.yaml", []byte(`
 listen: 127.0.0.1:0
 rules:
   - name: bench
@@ -68,7 +70,7 @@ func BenchmarkReload(b *testing.B) {
 	if err := os.WriteFile(path, []byte(y.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -79,7 +80,7 @@ type Daemon struct {
 
 // generation is one applied config: everything a reload replaces.
 type generation struct {
-	cfg   *Config
+	cfg   *config.Config
 	rules *rules.Set
 	eng   *engine.Engine
 	api   http.Handler
@@ -90,11 +91,11 @@ type generation struct {
 // store, compiles the rules and binds the listeners (so a busy port is
 // reported here, and Addrs is valid as soon as New returns). The caller
 // must call Run, or Close if it will not.
-func New(cfg *Config, opts Options) (*Daemon, error) {
+func New(cfg *config.Config, opts Options) (*Daemon, error) {
 	if cfg == nil {
 		return nil, errors.New("daemon: nil config")
 	}
-	if err := Unsupported(cfg); err != nil {
+	if err := config.Unsupported(cfg); err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
@@ -135,7 +136,7 @@ func New(cfg *Config, opts Options) (*Daemon, error) {
 
 // listen binds the listeners and makes the servers, whose handlers
 // delegate to the generation in force.
-func (d *Daemon) listen(cfg *Config) error {
+func (d *Daemon) listen(cfg *config.Config) error {
 	var err error
 	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("daemon: listen (decision API): %w", err)
@@ -144,8 +145,8 @@ func (d *Daemon) listen(cfg *Config) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().api.ServeHTTP(w, r)
 		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: cfg.API.ReadHeaderTimeout,
+		IdleTimeout:       cfg.API.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
 	}
 	if cfg.Proxy != nil {
@@ -175,7 +176,7 @@ func (d *Daemon) Addrs() Addrs {
 
 // Config returns the config in force (after the last successful reload).
 // It must not be modified.
-func (d *Daemon) Config() *Config { return d.cur.Load().cfg }
+func (d *Daemon) Config() *config.Config { return d.cur.Load().cfg }
 
 // Registry returns the registry the daemon's metrics are on.
 func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
@@ -304,11 +305,11 @@ func (d *Daemon) Reload() error {
 func (d *Daemon) apply(data []byte) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	cfg, err := ParseConfig(d.opts.ConfigPath, data)
+	cfg, err := config.Parse(d.opts.ConfigPath, data)
 	if err != nil {
 		return err
 	}
-	if err := Unsupported(cfg); err != nil {
+	if err := config.Unsupported(cfg); err != nil {
 		return err
 	}
 	old := d.cur.Load()
@@ -321,43 +322,4 @@ func (d *Daemon) apply(data []byte) error {
 	}
 	d.cur.Store(gen)
 	return nil
-}
-
-// Unsupported refuses config features that are parsed but not enforced by
-// this version, naming file, line and key, rather than silently ignoring
-// them. serve refuses to start with them and check-config reports them.
-func Unsupported(cfg *Config) error {
-	var es ConfigErrors
-	add := func(line int, key, what string) {
-		es = append(es, &rules.ParseError{File: cfg.File, Line: line, Key: key,
-			Msg: what + " is not supported yet by this version of sluice serve; remove it"})
-	}
-	if cfg.GRPC != nil {
-		add(cfg.Line("grpc"), "grpc", "the gRPC rate limit service")
-	}
-	if cfg.Store.Type == "redis" && cfg.Store.Redis.DB != 0 {
-		add(cfg.Line("store.redis.db"), "store.redis.db", "a database number other than 0")
-	}
-	if cfg.Store.OnError == "local" {
-		add(cfg.Line("store.on_error"), "store.on_error", "on_error: local")
-	}
-	for i := range cfg.Rules {
-		sp := &cfg.Rules[i]
-		line := func(k string) int {
-			if l := sp.Lines[k]; l > 0 {
-				return l
-			}
-			return sp.Line
-		}
-		if sp.Action == "defer" {
-			add(line("action"), fmt.Sprintf("rules[%d].action", i), "action: defer")
-		}
-		if sp.Sync != 0 {
-			add(line("sync"), fmt.Sprintf("rules[%d].sync", i), "sync (hybrid counting)")
-		}
-		if sp.Shards != 0 {
-			add(line("shards"), fmt.Sprintf("rules[%d].shards", i), "shards")
-		}
-	}
-	return es.Err()
 }

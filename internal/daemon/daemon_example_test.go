@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
 )
 
 // A daemon on a free port, asked for decisions over its HTTP API, then
 // shut down by cancelling its context.
 func Example() {
-	cfg, err := daemon.ParseConfig("example.yaml", []byte(`
+	cfg, err := config.Parse("example.yaml", []byte(`
 listen: 127.0.0.1:0
 rules:
   - name: per-user

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -184,11 +185,15 @@ func TestUnsupportedRefused(t *testing.T) {
 		{"defer", redis + "rules:\n  - name: r\n    rate: 1/s\n    action: defer\n", "rules[0].action"},
 		{"sync", redis + "rules:\n  - name: r\n    rate: 1/s\n    sync: 50ms\n", "rules[0].sync"},
 		{"shards", redis + "rules:\n  - name: r\n    rate: 1/s\n    shards: 4\n", "rules[0].shards"},
+		{"lease", redis + "rules:\n  - name: r\n    rate: 10/s\n    lease: auto\n", "rules[0].lease"},
+		{"sentinel", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1], sentinel: mymaster}\n", "store.redis.sentinel"},
+		{"max_connections", "api: {max_connections: 10}\n", "api.max_connections"},
+		{"ipv6_prefix", "client_ip: {ipv6_prefix: 64}\n", "client_ip.ipv6_prefix"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := ParseConfig(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
+			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
 			if err != nil {
-				t.Fatalf("ParseConfig: %v", err)
+				t.Fatalf("config.Parse: %v", err)
 			}
 			d, err := New(cfg, Options{})
 			if err == nil {
@@ -209,9 +214,9 @@ func TestListenBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cfg, err := ParseConfig("test.yaml", []byte("listen: "+ln.Addr().String()+"\n"))
+	cfg, err := config.Parse("test.yaml", []byte("listen: "+ln.Addr().String()+"\n"))
 	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
+		t.Fatalf("config.Parse: %v", err)
 	}
 	d, err := New(cfg, Options{})
 	if err == nil {

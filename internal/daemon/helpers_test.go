@@ -17,6 +17,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // testDaemon is a daemon started on :0 listeners from a real config file in
@@ -47,9 +49,9 @@ func startDaemon(t *testing.T, yaml string) *testDaemon {
 // startDaemonFile runs a daemon on the config file at path.
 func startDaemonFile(t *testing.T, path string) *testDaemon {
 	t.Helper()
-	cfg, err := LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
-		t.Fatalf("LoadConfig(%s): %v", path, err)
+		t.Fatalf("config.Load(%s): %v", path, err)
 	}
 	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 64), logs: new(syncBuffer), done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(td.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

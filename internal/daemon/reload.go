@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // ReloadResult is the outcome of one reload attempt, as passed to
@@ -85,7 +87,7 @@ func (r *reloader) try(force bool) ReloadResult {
 // is logged on its own line (FILE:LINE: KEY: MSG).
 func (r *reloader) refused(err error) {
 	r.count(false)
-	var ce ConfigErrors
+	var ce config.Errors
 	if errors.As(err, &ce) {
 		for _, e := range ce {
 			r.log.Error("config reload refused; the old config stays", "file", r.path, "problem", e.Error())
@@ -98,7 +100,7 @@ func (r *reloader) refused(err error) {
 // restartOnly returns the dotted names of the keys whose values differ
 // between old and new and that cannot change without a restart: listeners
 // and the store are bound once, at startup.
-func restartOnly(old, new *Config) []string {
+func restartOnly(old, new *config.Config) []string {
 	var keys []string
 	if old.Listen != new.Listen {
 		keys = append(keys, "listen")
@@ -110,12 +112,11 @@ func restartOnly(old, new *Config) []string {
 		if old.Proxy.Listen != new.Proxy.Listen {
 			keys = append(keys, "proxy.listen")
 		}
-		if old.Proxy.ReadHeaderTimeout != new.Proxy.ReadHeaderTimeout {
-			keys = append(keys, "proxy.read_header_timeout")
-		}
-		if old.Proxy.IdleTimeout != new.Proxy.IdleTimeout {
-			keys = append(keys, "proxy.idle_timeout")
-		}
+		keys = append(keys, listenerChanges("proxy", &old.Proxy.Listener, &new.Proxy.Listener)...)
+	}
+	keys = append(keys, listenerChanges("api", &old.API.Listener, &new.API.Listener)...)
+	if old.API.TokenFile != new.API.TokenFile {
+		keys = append(keys, "api.token_file")
 	}
 	if !reflect.DeepEqual(old.GRPC, new.GRPC) {
 		keys = append(keys, "grpc")
@@ -126,6 +127,23 @@ func restartOnly(old, new *Config) []string {
 	if old.LogLevel != new.LogLevel {
 		keys = append(keys, "log_level")
 	}
+	return keys
+}
+
+// listenerChanges returns the keys of block (api, proxy) whose listener
+// settings differ: they are bound into the http.Server at startup.
+func listenerChanges(block string, old, new *config.Listener) []string {
+	var keys []string
+	add := func(changed bool, key string) {
+		if changed {
+			keys = append(keys, block+"."+key)
+		}
+	}
+	add(old.ReadHeaderTimeout != new.ReadHeaderTimeout, "read_header_timeout")
+	add(old.IdleTimeout != new.IdleTimeout, "idle_timeout")
+	add(old.BodyReadTimeout != new.BodyReadTimeout, "body_read_timeout")
+	add(old.MaxConnections != new.MaxConnections, "max_connections")
+	add(!reflect.DeepEqual(old.TLS, new.TLS), "tls")
 	return keys
 }
 

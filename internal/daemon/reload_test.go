@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 const reloadBase = `
@@ -104,9 +106,9 @@ func TestHotReload(t *testing.T) {
     rate: banana
 `)
 	r := td.waitReload()
-	var ce ConfigErrors
+	var ce config.Errors
 	if !errors.As(r.Err, &ce) {
-		t.Fatalf("invalid change: reload error %v, want ConfigErrors", r.Err)
+		t.Fatalf("invalid change: reload error %v, want config.Errors", r.Err)
 	}
 	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 1 {
 		t.Errorf("sluice_config_reloads_total{result=failure} = %v, want 1", got)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -19,7 +20,7 @@ import (
 // reach its store at all is more likely misconfigured than unlucky). Once
 // running, requests follow store.on_error while Redis is unreachable, and
 // /readyz answers 503 until it answers again.
-func (d *Daemon) openStore(cfg *Config) error {
+func (d *Daemon) openStore(cfg *config.Config) error {
 	switch cfg.Store.Type {
 	case "", "memory":
 		s := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
@@ -37,7 +38,12 @@ func (d *Daemon) openStore(cfg *Config) error {
 		if r.TLS {
 			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		s, err := redisstore.New(context.Background(), redisstore.Options{
+		// Bounded by the store's timeout (redisstore waits at least a
+		// second to dial): a Redis that does not answer fails the start
+		// instead of hanging it.
+		ctx, cancel := context.WithTimeout(context.Background(), max(r.Timeout, time.Second))
+		defer cancel()
+		s, err := redisstore.New(ctx, redisstore.Options{
 			Addrs:     r.Addrs,
 			Cluster:   r.Cluster,
 			Username:  r.Username,

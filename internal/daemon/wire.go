@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/server"
@@ -20,7 +21,7 @@ func (d *Daemon) engine() *engine.Engine { return d.cur.Load().eng }
 // of old (the generation in force, nil at startup) is kept when its
 // settings are unchanged, so its upstream connections survive a reload of
 // the rules.
-func (d *Daemon) build(cfg *Config, old *generation) (*generation, error) {
+func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error) {
 	set, err := cfg.RuleSet()
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func (d *Daemon) build(cfg *Config, old *generation) (*generation, error) {
 }
 
 // sameProxy reports whether the proxy built for a can serve b unchanged.
-func sameProxy(a, b *Config) bool {
+func sameProxy(a, b *config.Config) bool {
 	return a.Proxy != nil && b.Proxy != nil &&
 		a.Proxy.Upstream == b.Proxy.Upstream &&
 		a.Proxy.DialTimeout == b.Proxy.DialTimeout &&

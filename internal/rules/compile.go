@@ -79,7 +79,10 @@ func CompileWith(file string, specs []Spec, o Options) (*Set, error) {
 func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bool) {
 	nerr := 0
 	f := func(key, format string, args ...any) { nerr++; fail(key, format, args...) }
-	r := &Rule{Name: sp.Name, Path: sp.Match.Path, Fold: sp.Match.CaseInsensitive, MaxDelay: sp.MaxDelay, Sync: sp.Sync, Shards: sp.Shards}
+	r := &Rule{Name: sp.Name, Path: sp.Match.Path, Fold: sp.Match.CaseInsensitive, MaxDelay: sp.MaxDelay, Sync: sp.Sync, Lease: sp.Lease, Shards: sp.Shards}
+	if sp.Defer != nil {
+		r.Defer = *sp.Defer
+	}
 
 	switch {
 	case sp.Name == "":
@@ -217,8 +220,28 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	if sp.Sync < 0 || (sp.Sync > 0 && sp.Sync < time.Millisecond) || sp.Sync > time.Minute {
 		f("sync", "%v must be between 1ms and 1m", sp.Sync)
 	}
-	if sp.Shards < 0 || sp.Shards == 1 || sp.Shards > MaxShards {
-		f("shards", "%d must be between 2 and %d (or absent)", sp.Shards, MaxShards)
+	if n := sp.Shards.N; !sp.Shards.Auto && (n < 0 || n == 1 || n > MaxShards) {
+		f("shards", "%d must be between 2 and %d (or auto, or absent)", n, MaxShards)
+	}
+	switch n := sp.Lease.N; {
+	case !sp.Lease.Auto && (n < 0 || n > MaxLease):
+		f("lease", "%d must be between 1 and %d (or auto)", n, MaxLease)
+	case !sp.Lease.IsZero() && sp.Sync > 0:
+		f("lease", "lease (a hard limit) and sync (a soft limit) exclude each other: keep one")
+	case !sp.Lease.Auto && limitOK && int64(n) > r.Limit.Burst && r.Limit.Burst > 0:
+		f("lease", "%d is more than the burst %d: one lease would hold the whole limit", n, r.Limit.Burst)
+	}
+	if d := sp.Defer; d != nil {
+		switch {
+		case actionOK && r.Action != Defer:
+			f("defer", "applies to action: defer only (action is %s)", r.Action)
+		}
+		if d.MaxBodyBytes < 0 || d.MaxBodyBytes > MaxDeferBodyBytes {
+			f("defer.max_body_bytes", "%d must be between 1 and %d", d.MaxBodyBytes, MaxDeferBodyBytes)
+		}
+		if d.MaxQueue < 0 || d.MaxQueue > MaxDeferQueue {
+			f("defer.max_queue", "%d must be between 1 and %d", d.MaxQueue, MaxDeferQueue)
+		}
 	}
 
 	if nerr > 0 {

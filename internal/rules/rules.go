@@ -3,7 +3,8 @@
 // request is counted under (ip, header:NAME, query:NAME, cookie:NAME,
 // method, path), and what limit, algorithm and action apply.
 //
-// The YAML itself is decoded by package daemon into Spec values; Compile
+// The YAML itself is decoded by package internal/config into Spec values
+// (their yaml tags name the keys); Compile
 // checks them and reports every problem as a *ParseError naming the file,
 // line and key. A compiled Set is immutable and safe for concurrent use.
 package rules
@@ -54,7 +55,7 @@ func (e *ParseError) Error() string {
 }
 
 // ParseErrors is every problem found in one file, in line order. It is the
-// error Compile (and daemon.ParseConfig) returns when there is more than
+// error Compile (and config.Parse) returns when there is more than
 // nothing wrong; use errors.As to get at it.
 type ParseErrors []*ParseError
 
@@ -144,26 +145,32 @@ func (a Action) MarshalText() ([]byte, error) {
 // any), a path (empty: any), exact or a prefix ending in "/*", and whether
 // paths compare with case folded.
 type MatchSpec struct {
-	Methods         []string
-	Path            string
-	CaseInsensitive bool
+	Methods         []string `yaml:"methods"`
+	Path            string   `yaml:"path"`
+	CaseInsensitive bool     `yaml:"case_insensitive"`
 }
 
 // Spec is one rule as written in the config file, before checking. The
-// config decoder (package daemon) fills it; Compile checks and compiles it.
+// config decoder (internal/config) fills it, reading the yaml tags; Compile checks and compiles it.
 // Zero values mean "not given" and take the defaults documented on Rule.
 type Spec struct {
-	Name      string
-	Match     MatchSpec
-	Key       []string // key parts: ip, header:NAME, query:NAME, cookie:NAME, method, path
-	Rate      string   // "N/UNIT", as sluice.ParseLimit reads it
-	Burst     int64    // 0: the rate
-	Segments  int      // sliding_window_counter only; 0: 1
-	Algorithm string   // "": the default (see Rule)
-	Action    string   // "": reject
-	MaxDelay  time.Duration
-	Sync      time.Duration // hybrid counting interval; parsed, not yet enforced
-	Shards    int           // Redis key sharding; parsed, not yet enforced
+	Name      string        `yaml:"name"`
+	Match     MatchSpec     `yaml:"match"`
+	Key       []string      `yaml:"key"`       // key parts: ip, header:NAME, query:NAME, cookie:NAME, method, path
+	Rate      string        `yaml:"rate"`      // "N/UNIT", as sluice.ParseLimit reads it
+	Burst     int64         `yaml:"burst"`     // 0: the rate
+	Segments  int           `yaml:"segments"`  // sliding_window_counter only; 0: 1
+	Algorithm string        `yaml:"algorithm"` // "": the default (see Rule)
+	Action    string        `yaml:"action"`    // "": reject
+	MaxDelay  time.Duration `yaml:"max_delay"`
+	// Fleet options (Redis store only). Parsed and checked here; the
+	// daemon refuses those it does not enforce yet (internal/config).
+	Sync   time.Duration `yaml:"sync"`   // soft limit: reconcile with Redis every Sync
+	Lease  AutoCount     `yaml:"lease"`  // hard limit: reserve quota in chunks of N, or auto
+	Shards AutoCount     `yaml:"shards"` // split a key's counter over N Redis keys, or auto
+	// Defer holds the options of action: defer; nil when the block is
+	// absent (the defaults apply).
+	Defer *DeferSpec `yaml:"defer"`
 
 	// Line is the line of the rule in the file (its first key); Lines
 	// holds the line of each key that was given ("rate", "match.path",
@@ -207,8 +214,10 @@ type Rule struct {
 	Limit     sluice.Limit // Burst and Segments defaulted (never 0)
 	Action    Action
 	MaxDelay  time.Duration // Delay only: longest wait for a slot; 0 otherwise
-	Sync      time.Duration // not yet enforced
-	Shards    int           // not yet enforced; 0 or ≥ 2
+	Sync      time.Duration // soft limit's interval; 0: exact
+	Lease     AutoCount     // hard limit's chunk; zero: exact
+	Shards    AutoCount     // zero, auto, or N ≥ 2
+	Defer     DeferSpec     // action Defer only
 
 	// Fingerprint is a short hex digest of what a counter means: the
 	// algorithm, rate, period, burst, segments and key parts. Store keys

@@ -33,6 +33,15 @@ const (
 	DefaultMaxBodyBytes = 64 << 10
 	DefaultMaxKeyBytes  = 4 << 10
 	DefaultReadyTimeout = 2 * time.Second
+	DefaultDenyStatus   = http.StatusTooManyRequests
+)
+
+// Defaults of the daemon's HTTP listeners (the decision API and the
+// reverse proxy): how long a client may take to send its request headers,
+// and how long an idle keep-alive connection is kept.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
 )
 
 // Options configures the decision API handler. Engine is required.
@@ -78,7 +87,7 @@ func New(o Options) (*Handler, error) {
 		return nil, errors.New("server: nil Options.Engine")
 	}
 	if o.DenyStatus == 0 {
-		o.DenyStatus = http.StatusTooManyRequests
+		o.DenyStatus = DefaultDenyStatus
 	}
 	if o.DenyStatus < 200 || o.DenyStatus > 599 {
 		return nil, fmt.Errorf("server: deny status %d is not an HTTP status", o.DenyStatus)

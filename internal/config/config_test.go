@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"bytes"
@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/config")
@@ -43,34 +45,34 @@ func TestConfigGolden(t *testing.T) {
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		t.Run(name, func(t *testing.T) {
-			cfg, err := LoadConfig(file)
+			cfg, err := Load(file)
 			var got string
 			if err != nil {
-				var ces ConfigErrors
+				var ces Errors
 				if !errors.As(err, &ces) {
-					t.Fatalf("LoadConfig(%s) error %T is not ConfigErrors: %v", file, err, err)
+					t.Fatalf("Load(%s) error %T is not Errors: %v", file, err, err)
 				}
 				for _, e := range ces {
 					if e.File != file || e.Msg == "" {
-						t.Errorf("LoadConfig(%s): problem %+v: want File %q and a message", file, e, file)
+						t.Errorf("Load(%s): problem %+v: want File %q and a message", file, e, file)
 					}
 					if e.Line == 0 && name != "empty" {
-						t.Errorf("LoadConfig(%s): problem %q has no line", file, e)
+						t.Errorf("Load(%s): problem %q has no line", file, e)
 					}
 				}
 				got = err.Error() + "\n"
 				if strings.HasPrefix(name, "ok-") {
-					t.Errorf("LoadConfig(%s) = %v, want no error", file, err)
+					t.Errorf("Load(%s) = %v, want no error", file, err)
 				}
 			} else {
 				if cfg == nil {
-					t.Fatalf("LoadConfig(%s) = nil, nil", file)
+					t.Fatalf("Load(%s) = nil, nil", file)
 				}
 				if !strings.HasPrefix(name, "ok-") {
-					t.Errorf("LoadConfig(%s) = ok, want problems", file)
+					t.Errorf("Load(%s) = ok, want problems", file)
 				}
 				if err := cfg.Validate(); err != nil {
-					t.Errorf("LoadConfig(%s).Validate() = %v, want nil", file, err)
+					t.Errorf("Load(%s).Validate() = %v, want nil", file, err)
 				}
 				got = "ok\n"
 			}
@@ -86,16 +88,16 @@ func TestConfigGolden(t *testing.T) {
 				t.Fatalf("%v (run go test -run TestConfigGolden -update to create it)", err)
 			}
 			if got != string(want) {
-				t.Errorf("LoadConfig(%s) problems:\n%s\nwant (%s):\n%s", file, got, golden, want)
+				t.Errorf("Load(%s) problems:\n%s\nwant (%s):\n%s", file, got, golden, want)
 			}
 		})
 	}
 }
 
 func TestExampleConfig(t *testing.T) {
-	cfg, err := ParseConfig("example.yaml", ExampleConfig())
+	cfg, err := Parse("example.yaml", Example())
 	if err != nil {
-		t.Fatalf("ParseConfig(ExampleConfig()) = %v", err)
+		t.Fatalf("Parse(Example()) = %v", err)
 	}
 	if cfg.Listen != "127.0.0.1:8080" || cfg.Store.Type != "memory" || cfg.Proxy != nil {
 		t.Errorf("example: listen %q store %q proxy %v, want 127.0.0.1:8080, memory, none", cfg.Listen, cfg.Store.Type, cfg.Proxy)
@@ -111,32 +113,43 @@ func TestExampleConfig(t *testing.T) {
 	if r.Limit.Rate != 5 || r.Limit.Period != time.Minute || len(r.Key) != 1 || r.Key[0].Kind != rules.PartIP || r.Action != rules.Reject {
 		t.Errorf("example demo-per-ip = %+v, want 5/m per ip, reject", r)
 	}
-	// ExampleConfig hands out a copy.
-	b := ExampleConfig()
+	// Example hands out a copy.
+	b := Example()
 	b[0] = 'X'
-	if ExampleConfig()[0] == 'X' {
-		t.Error("ExampleConfig() returned shared memory")
+	if Example()[0] == 'X' {
+		t.Error("Example() returned shared memory")
 	}
 }
 
 func TestParseConfigFull(t *testing.T) {
 	configEnv(t)
 	const file = "testdata/config/ok-full.yaml"
-	cfg, err := LoadConfig(file)
+	cfg, err := Load(file)
 	if err != nil {
-		t.Fatalf("LoadConfig(%s) = %v", file, err)
+		t.Fatalf("Load(%s) = %v", file, err)
 	}
 	want := &Config{
 		File:            file,
 		Listen:          "127.0.0.1:8080",
 		LogLevel:        "debug",
 		ShutdownTimeout: 15 * time.Second,
+		API: APIConfig{
+			Listener: Listener{
+				ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxConnections: 10000,
+				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem",
+					ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"gw.example"}},
+			},
+			TokenFile: "testdata/config/api-token",
+		},
 		Proxy: &ProxyConfig{
 			Listen: "127.0.0.1:8000", Upstream: "http://127.0.0.1:9000",
 			DialTimeout: 2 * time.Second, ResponseHeaderTimeout: 30 * time.Second,
-			ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			Listener: Listener{ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 20 * time.Second, IdleTimeout: time.Minute, MaxConnections: 5000,
+				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem"}},
 		},
-		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml"}},
+		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml", "testdata/config/envoy"},
+			TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem",
+				ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"envoy.example"}}},
 		Store: StoreConfig{
 			Type: "redis",
 			Redis: RedisConfig{
@@ -148,11 +161,11 @@ func TestParseConfigFull(t *testing.T) {
 		},
 		ClientIP: ClientIPConfig{TrustedProxies: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("192.168.1.7/32"),
-		}},
+		}, IPv6Prefix: 56, IPv4Prefix: 24},
 		ForwardAuth: ForwardAuthConfig{DenyStatus: 403},
 		Limits:      LimitsConfig{MaxBodyBytes: 4096},
 	}
-	for key, line := range map[string]int{"store.redis.db": 17, "grpc": 12, "grpc.config[0]": 14, "rules[1].sync": 50, "rules[1]": 43, "store.redis.nope": 17, "nope": 0} {
+	for key, line := range map[string]int{"store.redis.db": 28, "grpc": 22, "grpc.config[0]": 24, "rules[1].sync": 63, "rules[1]": 56, "store.redis.nope": 28, "nope": 0, "api.tls.client_sans[0]": 10} {
 		if got := cfg.Line(key); got != line {
 			t.Errorf("Line(%q) = %d, want %d", key, got, line)
 		}
@@ -161,20 +174,29 @@ func TestParseConfigFull(t *testing.T) {
 	got.Rules = nil
 	got.lines = nil
 	if !reflect.DeepEqual(&got, want) {
-		t.Errorf("LoadConfig(%s) =\n%+v\nwant\n%+v", file, &got, want)
+		t.Errorf("Load(%s) =\n%+v\nwant\n%+v", file, &got, want)
 	}
 
 	if len(cfg.Rules) != 5 {
-		t.Fatalf("LoadConfig(%s): %d rules, want 5", file, len(cfg.Rules))
+		t.Fatalf("Load(%s): %d rules, want 5", file, len(cfg.Rules))
 	}
 	sp := cfg.Rules[1]
 	if sp.Name != "api-per-key" || sp.Match.Path != "/api/*" || !reflect.DeepEqual(sp.Key, []string{"header:X-Api-Key", "method"}) ||
 		sp.Rate != "100/s" || sp.Burst != 200 || sp.Algorithm != "gcra" || sp.Action != "shadow" ||
-		sp.Sync != 50*time.Millisecond || sp.Shards != 4 {
+		sp.Sync != 50*time.Millisecond || sp.Shards != (rules.AutoCount{N: 4}) {
 		t.Errorf("rules[1] = %+v", sp)
 	}
-	if sp.Line != 43 || sp.Lines["rate"] != 46 || sp.Lines["key[1]"] != 45 || sp.Lines["match.path"] != 44 {
-		t.Errorf("rules[1] lines: Line %d, Lines %v; want 43, rate 46, key[1] 45, match.path 44", sp.Line, sp.Lines)
+	if sp.Line != 56 || sp.Lines["rate"] != 59 || sp.Lines["key[1]"] != 58 || sp.Lines["match.path"] != 57 {
+		t.Errorf("rules[1] lines: Line %d, Lines %v; want 56, rate 59, key[1] 58, match.path 57", sp.Line, sp.Lines)
+	}
+	if r := cfg.Rules[2]; !r.Match.CaseInsensitive {
+		t.Errorf("rules[2].match.case_insensitive = false, want true")
+	}
+	if r := cfg.Rules[3]; r.Lease != (rules.AutoCount{Auto: true}) || r.Defer == nil || *r.Defer != (rules.DeferSpec{MaxBodyBytes: 1 << 20, MaxQueue: 10000}) {
+		t.Errorf("rules[3]: lease %v, defer %+v; want auto, {1048576 10000}", r.Lease, r.Defer)
+	}
+	if r := cfg.Rules[4]; r.Lease != (rules.AutoCount{N: 500}) || r.Shards != (rules.AutoCount{Auto: true}) || r.Defer != nil {
+		t.Errorf("rules[4]: lease %v, shards %v, defer %v; want 500, auto, nil", r.Lease, r.Shards, r.Defer)
 	}
 
 	set, err := cfg.RuleSet()
@@ -210,24 +232,24 @@ func TestParseConfigFull(t *testing.T) {
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := ParseConfig("min.yaml", []byte("rules: [{name: a, rate: 1/s}]\n"))
+	cfg, err := Parse("min.yaml", []byte("rules: [{name: a, rate: 1/s}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Listen != DefaultListen || cfg.LogLevel != "info" || cfg.Store.Type != "memory" || cfg.Store.OnError != "allow" ||
-		cfg.Store.ExpectedInstances != 1 || cfg.ForwardAuth.DenyStatus != 429 || cfg.Limits.MaxBodyBytes != DefaultMaxBodyBytes ||
+		cfg.Store.ExpectedInstances != 1 || cfg.ForwardAuth.DenyStatus != 429 || cfg.Limits.MaxBodyBytes != server.DefaultMaxBodyBytes ||
 		cfg.Proxy != nil || cfg.GRPC != nil || cfg.ShutdownTimeout != 0 {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	cfg, err = ParseConfig("redis.yaml", []byte("store: {type: redis, redis: {addrs: [r:6379]}}\nproxy: {listen: \":8000\", upstream: https://api.example.com/v1}\n"))
+	cfg, err = Parse("redis.yaml", []byte("store: {type: redis, redis: {addrs: [r:6379]}}\nproxy: {listen: \":8000\", upstream: https://api.example.com/v1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Store.Redis.Timeout != 50*time.Millisecond || cfg.Store.Redis.KeyPrefix != "sluice:" {
 		t.Errorf("redis defaults: %+v", cfg.Store.Redis)
 	}
-	if p := cfg.Proxy; p.DialTimeout != DefaultDialTimeout || p.ResponseHeaderTimeout != DefaultResponseHeaderTimeout ||
-		p.ReadHeaderTimeout != DefaultReadHeaderTimeout || p.IdleTimeout != DefaultIdleTimeout {
+	if p := cfg.Proxy; p.DialTimeout != proxy.DefaultDialTimeout || p.ResponseHeaderTimeout != proxy.DefaultResponseHeaderTimeout ||
+		p.ReadHeaderTimeout != server.DefaultReadHeaderTimeout || p.IdleTimeout != server.DefaultIdleTimeout {
 		t.Errorf("proxy defaults: %+v", p)
 	}
 }
@@ -260,21 +282,21 @@ func TestConfigEnvExpansion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		data := "store:\n  redis:\n    password: '" + tt.value + "'\n    addrs: [h:1]\n  type: redis\n"
-		cfg, err := ParseConfig("p.yaml", []byte(data))
+		cfg, err := Parse("p.yaml", []byte(data))
 		switch {
 		case tt.wantErr != "":
 			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
-				t.Errorf("ParseConfig(password %s) error = %v, want %q", tt.value, err, tt.wantErr)
+				t.Errorf("Parse(password %s) error = %v, want %q", tt.value, err, tt.wantErr)
 			}
 		case err != nil:
-			t.Errorf("ParseConfig(password %s) = %v", tt.value, err)
+			t.Errorf("Parse(password %s) = %v", tt.value, err)
 		case cfg.Store.Redis.Password != tt.want:
-			t.Errorf("ParseConfig(password %s): password %q, want %q", tt.value, cfg.Store.Redis.Password, tt.want)
+			t.Errorf("Parse(password %s): password %q, want %q", tt.value, cfg.Store.Redis.Password, tt.want)
 		}
 	}
 
 	// Numbers, booleans and durations may come from the environment too.
-	cfg, err := ParseConfig("t.yaml", []byte("store: {type: redis, redis: {addrs: [h:1], tls: '${SLUICE_T_BOOL}', timeout: '${SLUICE_T_DUR}'}}\nrules: [{name: a, rate: '${SLUICE_T_BURST}/s', burst: '${SLUICE_T_BURST}'}]\n"))
+	cfg, err := Parse("t.yaml", []byte("store: {type: redis, redis: {addrs: [h:1], tls: '${SLUICE_T_BOOL}', timeout: '${SLUICE_T_DUR}'}}\nrules: [{name: a, rate: '${SLUICE_T_BURST}/s', burst: '${SLUICE_T_BURST}'}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +309,10 @@ func TestConfigErrorsCollectsAll(t *testing.T) {
 	// Problems from decoding stop validation; problems of validation are
 	// all reported together, with the rules' problems in line order.
 	data := "listen: nowhere\nstore: {type: mysql}\nrules:\n  - {name: a, rate: 1/x}\n  - {name: a, rate: 1/s}\n"
-	_, err := ParseConfig("c.yaml", []byte(data))
-	var ces ConfigErrors
+	_, err := Parse("c.yaml", []byte(data))
+	var ces Errors
 	if !errors.As(err, &ces) {
-		t.Fatalf("ParseConfig error %T %v, want ConfigErrors", err, err)
+		t.Fatalf("Parse error %T %v, want Errors", err, err)
 	}
 	var pe *rules.ParseError
 	if !errors.As(err, &pe) || pe.Line != 1 {
@@ -303,15 +325,15 @@ func TestConfigErrorsCollectsAll(t *testing.T) {
 		`c.yaml:5: rules[1].name: duplicate rule name "a" (first used at line 4)`,
 	}
 	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseConfig problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("Parse problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
 func TestLoadConfigMissingFile(t *testing.T) {
-	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
-	var ces ConfigErrors
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	var ces Errors
 	if !errors.As(err, &ces) || len(ces) != 1 || !strings.Contains(ces[0].Msg, "no such file") {
-		t.Errorf("LoadConfig(missing) = %v, want one ConfigErrors problem naming the missing file", err)
+		t.Errorf("Load(missing) = %v, want one Errors problem naming the missing file", err)
 	}
 }
 
@@ -328,18 +350,18 @@ func TestConfigAliasBomb(t *testing.T) {
 		b.WriteString("*r, ")
 	}
 	b.WriteString("*r]\n")
-	_, err := ParseConfig("bomb.yaml", b.Bytes())
-	var ces ConfigErrors
+	_, err := Parse("bomb.yaml", b.Bytes())
+	var ces Errors
 	if !errors.As(err, &ces) || !strings.Contains(err.Error(), "config too large") {
-		t.Fatalf("ParseConfig(alias bomb) = %.300v, want a 'config too large' problem", err)
+		t.Fatalf("Parse(alias bomb) = %.300v, want a 'config too large' problem", err)
 	}
 	if len(ces) > maxProblems+1 {
-		t.Errorf("ParseConfig(alias bomb): %d problems, want at most %d", len(ces), maxProblems+1)
+		t.Errorf("Parse(alias bomb): %d problems, want at most %d", len(ces), maxProblems+1)
 	}
 }
 
-// FuzzParseConfig checks that ParseConfig never panics and returns either
-// a valid Config or ConfigErrors whose every problem names the file.
+// FuzzParseConfig checks that Parse never panics and returns either
+// a valid Config or Errors whose every problem names the file.
 func FuzzParseConfig(f *testing.F) {
 	files, _ := filepath.Glob("testdata/config/*.yaml")
 	for _, file := range files {
@@ -349,13 +371,13 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		f.Add(data)
 	}
-	f.Add(ExampleConfig())
+	f.Add(Example())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := ParseConfig("fuzz.yaml", data)
+		cfg, err := Parse("fuzz.yaml", data)
 		if err != nil {
-			var ces ConfigErrors
+			var ces Errors
 			if !errors.As(err, &ces) || len(ces) == 0 {
-				t.Fatalf("ParseConfig error %T %v is not a non-empty ConfigErrors", err, err)
+				t.Fatalf("Parse error %T %v is not a non-empty Errors", err, err)
 			}
 			for _, e := range ces {
 				if e.File != "fuzz.yaml" || e.Msg == "" {
@@ -363,12 +385,12 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 			if cfg != nil {
-				t.Fatal("ParseConfig returned a Config and an error")
+				t.Fatal("Parse returned a Config and an error")
 			}
 			return
 		}
 		if cfg == nil {
-			t.Fatal("ParseConfig returned nil, nil")
+			t.Fatal("Parse returned nil, nil")
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("valid config fails Validate: %v", err)
@@ -379,8 +401,8 @@ func FuzzParseConfig(f *testing.F) {
 	})
 }
 
-func ExampleParseConfig() {
-	cfg, err := ParseConfig("sluice.yaml", []byte(`
+func ExampleParse() {
+	cfg, err := Parse("sluice.yaml", []byte(`
 listen: 127.0.0.1:8080
 rules:
   - name: login-per-ip
@@ -390,7 +412,7 @@ rules:
 `))
 	fmt.Println(cfg, err)
 
-	cfg, err = ParseConfig("sluice.yaml", []byte("rules: [{name: login-per-ip, rate: 5/m}]\n"))
+	cfg, err = Parse("sluice.yaml", []byte("rules: [{name: login-per-ip, rate: 5/m}]\n"))
 	fmt.Println(cfg.Listen, cfg.Store.Type, cfg.Rules[0].Name, err)
 	// Output:
 	// <nil> sluice.yaml:7: rules[0].algoritm: unknown key (did you mean "algorithm"?)

@@ -1,0 +1,58 @@
+package config
+
+import (
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// APIConfig is the client side of Listen (the decision API, /metrics,
+// /healthz, /readyz).
+type APIConfig struct {
+	Listener `yaml:",inline"`
+	// TokenFile, if set, names a file holding a bearer token: /v1/* then
+	// requires Authorization: Bearer <token>. Resolved against the config
+	// file's directory.
+	TokenFile string `yaml:"token_file"`
+}
+
+func (a *APIConfig) defaults(file string) {
+	a.Listener.defaults(file)
+	resolvePath(file, &a.TokenFile)
+}
+
+func (a *APIConfig) check(ck *checker, block string) {
+	a.Listener.check(ck, block)
+	if a.TokenFile != "" {
+		ck.regular(block+".token_file", a.TokenFile)
+	}
+}
+
+// ForwardAuthConfig is the /v1/forward-auth endpoint.
+type ForwardAuthConfig struct {
+	// DenyStatus is the status of a limited answer, 400–599. Default
+	// server.DefaultDenyStatus, 429 (use 403 for nginx auth_request, which
+	// treats 429 as an error).
+	DenyStatus int `yaml:"deny_status"`
+}
+
+func (f *ForwardAuthConfig) defaults() { setDefault(&f.DenyStatus, server.DefaultDenyStatus) }
+
+func (f *ForwardAuthConfig) check(ck *checker) {
+	if st := f.DenyStatus; st < 400 || st > 599 {
+		ck.fail("forward_auth.deny_status", "%d is not a 4xx or 5xx status", st)
+	}
+}
+
+// LimitsConfig bounds what the daemon accepts.
+type LimitsConfig struct {
+	// MaxBodyBytes bounds a decision API request body. Default
+	// server.DefaultMaxBodyBytes (65536).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+func (l *LimitsConfig) defaults() { setDefault(&l.MaxBodyBytes, server.DefaultMaxBodyBytes) }
+
+func (l *LimitsConfig) check(ck *checker) {
+	if b := l.MaxBodyBytes; b < 1 || b > 64<<20 {
+		ck.fail("limits.max_body_bytes", "%d must be between 1 and %d", b, 64<<20)
+	}
+}

@@ -1,0 +1,36 @@
+package config
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// ClientIPConfig says whose forwarding headers to believe, and how much of
+// a client's address an ip key part counts.
+type ClientIPConfig struct {
+	// TrustedProxies are the CIDRs (or single addresses) of proxies whose
+	// X-Forwarded-For / Forwarded headers are read. Empty: nobody's.
+	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
+	// IPv6Prefix is the prefix length an ip key part counts of an IPv6
+	// client (64: its /64); 0: not set.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+	// IPv4Prefix is the same for IPv4 clients (32: the address); 0: not
+	// set.
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+}
+
+func (c *ClientIPConfig) defaults() {}
+
+func (c *ClientIPConfig) check(ck *checker) {
+	for i, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			ck.fail("client_ip.trusted_proxies["+strconv.Itoa(i)+"]", "invalid prefix")
+		}
+	}
+	if n := c.IPv6Prefix; n < 0 || n > 128 {
+		ck.fail("client_ip.ipv6_prefix", "%d must be between 1 and 128", n)
+	}
+	if n := c.IPv4Prefix; n < 0 || n > 32 {
+		ck.fail("client_ip.ipv4_prefix", "%d must be between 1 and 32", n)
+	}
+}

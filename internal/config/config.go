@@ -1,0 +1,359 @@
+// Package config reads the daemon's YAML configuration strictly: unknown
+// keys (with "did you mean"), keys given twice, values of the wrong type,
+// unset environment variables and invalid values are errors that name the
+// file, line and key (FILE:LINE: KEY: MSG). docs/config.md documents every
+// key.
+//
+// # Adding a key
+//
+// The structs are the one list of keys: the decoder reads their
+// `yaml:"name"` tags, so a field with a tag is a key, strictly typed, with
+// its line recorded and misspellings suggested. Each block has its own
+// file (api.go, proxy.go, grpc.go, store.go, clientip.go; rules are
+// rules.Spec in internal/rules), holding the struct, its defaults and its
+// checks, so that people adding keys to different blocks touch different
+// files. To add a key:
+//
+//  1. Add the field, with its `yaml:"name"` tag and a doc comment giving
+//     its unit and default, to the block's struct. Field types the decoder
+//     knows are listed in decode.go; a value such as "auto | N" is a type
+//     implementing encoding.TextUnmarshaler (see rules.AutoCount).
+//  2. If it has a default, set it in the block's defaults method from the
+//     constant of the package that owns the behaviour (proxy, redisstore,
+//     server, ...), never from a literal typed here.
+//  3. Check it in the block's check method with ck.fail(KEY, ...), so the
+//     error carries the key's line.
+//  4. If the daemon does not act on it yet, add it to the unbuilt list in
+//     unbuilt.go (and remove the entry when you build it): a key that is
+//     accepted but ignored is a lie to the user.
+//  5. Add it to testdata/config/ok-full.yaml (and its goldens), a bad value
+//     to a testdata/config/bad-*.yaml fixture, and docs/config.md.
+//
+// Keys that need a restart to change are listed by the daemon (reload.go).
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// Config is the daemon's configuration, decoded strictly by Parse, with
+// defaults applied and checked by Validate.
+type Config struct {
+	// File is the path the config was read from ("" for a config built in
+	// Go); relative paths in the config are resolved against its
+	// directory.
+	File string `yaml:"-"`
+
+	// Listen is the address of the decision API, /metrics, /healthz and
+	// /readyz. Default DefaultListen.
+	Listen string `yaml:"listen"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `yaml:"log_level"`
+	// ShutdownTimeout bounds how long a graceful shutdown waits for
+	// in-flight requests; 0 means the daemon's default.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	API         APIConfig         `yaml:"api"`   // the client side of Listen
+	Proxy       *ProxyConfig      `yaml:"proxy"` // nil: no reverse proxy
+	GRPC        *GRPCConfig       `yaml:"grpc"`  // nil: no gRPC service
+	Store       StoreConfig       `yaml:"store"`
+	ClientIP    ClientIPConfig    `yaml:"client_ip"`
+	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
+	Limits      LimitsConfig      `yaml:"limits"`
+	Rules       []rules.Spec      `yaml:"rules"`
+
+	lines map[string]int // key path → line, as read by Parse
+}
+
+// Errors is every problem Parse found, in line order; each prints as
+// FILE:LINE: KEY: MSG. Use errors.As to get at it.
+type Errors = rules.ParseErrors
+
+// Defaults of the keys this package owns. The defaults of the other keys
+// are declared by the packages that act on them (proxy, redisstore,
+// server, ...) and applied by each block's defaults method.
+const (
+	DefaultListen   = "127.0.0.1:8080"
+	DefaultLogLevel = "info"
+
+	// MaxConfigBytes bounds the size of a config file.
+	MaxConfigBytes = 4 << 20
+	// maxNodes bounds the YAML nodes visited, aliases expanded, so that a
+	// small file of nested aliases cannot make the decoder run for ever.
+	maxNodes = 100_000
+	// maxProblems bounds the problems reported for one file.
+	maxProblems = 100
+)
+
+//go:embed example.yaml
+var example []byte
+
+// Example returns the built-in example config that `sluice serve` runs
+// without -config: the decision API on 127.0.0.1:8080, the memory store,
+// and demo rules (a per-IP limit of 5/m, a per-API-key limit). It passes
+// Parse. The caller may modify the returned slice.
+func Example() []byte { return bytes.Clone(example) }
+
+// Line returns the line of the key path key ("store.redis.db",
+// "rules[2].sync") in the file c was parsed from, or of its nearest
+// enclosing key that was written, or 0 (a Config built in Go). Use it to
+// name lines in errors found after Parse.
+func (c *Config) Line(key string) int { return lineOf(c.lines, key) }
+
+// Has reports whether the key path key was written in the file c was
+// parsed from (false for a Config built in Go).
+func (c *Config) Has(key string) bool {
+	_, ok := c.lines[key]
+	return ok
+}
+
+// Load reads and parses the config file at path (see Parse).
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", errors.Unwrap(err))}}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", err)}}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses data, the contents of the config file named file,
+// strictly: unknown keys, keys given twice, values of the wrong type,
+// unset environment variables and invalid values are errors. It then
+// applies the defaults and validates the result, compiling the rules.
+//
+// String values may use ${VAR} (an environment variable, which must be set)
+// and ${VAR:-default} (the default when VAR is unset or empty); $${ writes a
+// literal ${. Numbers, booleans and durations given as a string are
+// expanded the same way, then parsed.
+//
+// The error, if any, is Errors, listing every problem found.
+func Parse(file string, data []byte) (*Config, error) {
+	d := &decoder{file: file, lookup: os.LookupEnv, lines: map[string]int{}, budget: maxNodes}
+	c := &Config{File: file}
+	if len(data) > MaxConfigBytes {
+		return nil, Errors{{File: file, Msg: fmt.Sprintf("config is larger than %d bytes", MaxConfigBytes)}}
+	}
+	root, err := parseYAML(file, data)
+	if err != nil {
+		return nil, err
+	}
+	if d.config(root, c) {
+		// Validate what decoded, leaving out problems of keys that did not
+		// decode (a rate of the wrong type is not also "missing").
+		c.applyDefaults()
+		var ves rules.ParseErrors
+		if err := c.validate(d.lines); errors.As(err, &ves) {
+			decodeErrs := d.errs
+			for _, e := range ves {
+				if !related(decodeErrs, e.Key) {
+					d.errs = append(d.errs, e)
+				}
+			}
+		}
+	}
+	c.lines = d.lines
+	if len(d.errs) > 0 {
+		d.errs.Sort()
+		if len(d.errs) > maxProblems {
+			n := len(d.errs) - maxProblems
+			d.errs = append(d.errs[:maxProblems], &rules.ParseError{File: file, Msg: fmt.Sprintf("%d more problems not shown", n)})
+		}
+		return nil, d.errs
+	}
+	return c, nil
+}
+
+// config decodes the top level. It reports false when there is nothing
+// worth validating (the top is not a mapping, or the node budget ran out).
+func (d *decoder) config(root *yaml.Node, c *Config) bool {
+	r := d.resolve("", root)
+	if r == nil {
+		d.fail(&yaml.Node{Line: 1}, "", "empty config: want a mapping such as listen: 127.0.0.1:8080")
+		return false
+	}
+	if r.Kind != yaml.MappingNode {
+		d.fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
+		return false
+	}
+	d.structure("", root, reflect.ValueOf(c).Elem())
+	return d.budget > 0
+}
+
+// related reports whether key is, contains or is contained in a key that
+// failed to decode.
+func related(errs rules.ParseErrors, key string) bool {
+	for _, e := range errs {
+		b := e.Key
+		if key == b || under(key, b) || under(b, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// under reports whether key lies below parent ("a.b" and "a[1]" lie below "a").
+func under(key, parent string) bool {
+	return len(key) > len(parent) && strings.HasPrefix(key, parent) && (key[len(parent)] == '.' || key[len(parent)] == '[')
+}
+
+// applyDefaults fills in every value left zero, block by block.
+func (c *Config) applyDefaults() {
+	setDefault(&c.Listen, DefaultListen)
+	setDefault(&c.LogLevel, DefaultLogLevel)
+	c.API.defaults(c.File)
+	if c.Proxy != nil {
+		c.Proxy.defaults(c.File)
+	}
+	if c.GRPC != nil {
+		c.GRPC.defaults(c.File)
+	}
+	c.Store.defaults()
+	c.ClientIP.defaults()
+	c.ForwardAuth.defaults()
+	c.Limits.defaults()
+}
+
+// Validate checks c, which must have its defaults applied (Parse does
+// both), and compiles its rules. The error, if any, is Errors; on a Config
+// built in Go rather than read from a file its lines are 0.
+func (c *Config) Validate() error { return c.validate(nil) }
+
+// RuleSet compiles c's rules.
+func (c *Config) RuleSet() (*rules.Set, error) { return rules.Compile(c.File, c.Rules) }
+
+func (c *Config) validate(lines map[string]int) error {
+	ck := &checker{file: c.File, lines: lines, listeners: map[string]string{}}
+	ck.addr("listen", c.Listen)
+	ck.listeners[c.Listen] = "listen"
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		ck.fail("log_level", "unknown level %q (want debug, info, warn or error)", c.LogLevel)
+	}
+	if c.ShutdownTimeout != 0 {
+		ck.between("shutdown_timeout", c.ShutdownTimeout, time.Millisecond, 10*time.Minute)
+	}
+	c.API.check(ck, "api")
+	if c.Proxy != nil {
+		c.Proxy.check(ck)
+	}
+	if c.GRPC != nil {
+		c.GRPC.check(ck)
+	}
+	c.Store.check(ck)
+	c.ClientIP.check(ck)
+	c.ForwardAuth.check(ck)
+	c.Limits.check(ck)
+	c.checkRules(ck)
+	return ck.errs.Err()
+}
+
+// checker collects the problems of validation, each with its key's line.
+type checker struct {
+	file      string
+	lines     map[string]int
+	errs      rules.ParseErrors
+	listeners map[string]string // address → key, to refuse one address twice
+}
+
+func (ck *checker) fail(key, format string, args ...any) {
+	ck.errs = append(ck.errs, &rules.ParseError{File: ck.file, Line: lineOf(ck.lines, key), Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addr checks a host:port listen or dial address.
+func (ck *checker) addr(key, addr string) {
+	if msg := addrProblem(addr); msg != "" {
+		ck.fail(key, "%q: %s", addr, msg)
+	}
+}
+
+// listen checks a listen address and that no other listener has it.
+func (ck *checker) listen(key, addr string) {
+	ck.addr(key, addr)
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return
+	}
+	if other, dup := ck.listeners[addr]; dup {
+		ck.fail(key, "%q is already used by %s", addr, other)
+	}
+	ck.listeners[addr] = key
+}
+
+// between checks lo ≤ x ≤ hi.
+func (ck *checker) between(key string, x, lo, hi time.Duration) {
+	if x < lo || x > hi {
+		ck.fail(key, "%v must be between %v and %v", x, lo, hi)
+	}
+}
+
+// regular checks that path names a regular file.
+func (ck *checker) regular(key, path string) { ck.path(key, path, false) }
+
+// path checks that path names a regular file or, with dirOK, a directory.
+func (ck *checker) path(key, path string, dirOK bool) {
+	if path == "" {
+		ck.fail(key, "empty path")
+	} else if fi, err := os.Stat(path); err != nil {
+		ck.fail(key, "%s: %v", path, errors.Unwrap(err))
+	} else if !fi.Mode().IsRegular() && !(dirOK && fi.IsDir()) {
+		ck.fail(key, "%s is not a regular file", path)
+	}
+}
+
+// lineOf finds the line of key, or of its nearest enclosing key.
+func lineOf(lines map[string]int, key string) int {
+	for key != "" {
+		if l, ok := lines[key]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(key, ".[")
+		if i < 0 {
+			break
+		}
+		key = key[:i]
+	}
+	return 0
+}
+
+// addrProblem returns what is wrong with a host:port listen or dial
+// address, or "".
+func addrProblem(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "want host:port, such as 127.0.0.1:8080 or :8080"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return "port " + strconv.Quote(port) + " is not a number from 0 to 65535"
+	}
+	if strings.ContainsAny(host, " \t/?#@") {
+		return "host " + strconv.Quote(host) + " is not a host name or address"
+	}
+	return ""
+}
+
+func setDefault[T comparable](x *T, v T) {
+	var zero T
+	if *x == zero {
+		*x = v
+	}
+}

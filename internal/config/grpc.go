@@ -1,0 +1,39 @@
+package config
+
+import "strconv"
+
+// GRPCConfig is the Envoy rate limit service (v3) on its own listener.
+type GRPCConfig struct {
+	Listen string `yaml:"listen"` // required, host:port
+	// Config lists the Envoy-format descriptor files, or directories of
+	// them, resolved against the config file's directory.
+	Config []string `yaml:"config"`
+	// TLS, if set, serves the gRPC service over TLS (mTLS with ClientCA).
+	TLS *TLSConfig `yaml:"tls"`
+}
+
+func (g *GRPCConfig) defaults(file string) {
+	for i := range g.Config {
+		resolvePath(file, &g.Config[i])
+	}
+	if g.TLS != nil {
+		g.TLS.defaults(file)
+	}
+}
+
+func (g *GRPCConfig) check(ck *checker) {
+	if g.Listen == "" {
+		ck.fail("grpc.listen", "missing: the gRPC service needs an address to listen on, such as 127.0.0.1:8081")
+	} else {
+		ck.listen("grpc.listen", g.Listen)
+	}
+	if len(g.Config) == 0 {
+		ck.fail("grpc.config", "missing: list the Envoy descriptor files, such as [ratelimit.yaml]")
+	}
+	for i, p := range g.Config {
+		ck.path("grpc.config["+strconv.Itoa(i)+"]", p, true)
+	}
+	if g.TLS != nil {
+		g.TLS.check(ck, "grpc.tls")
+	}
+}

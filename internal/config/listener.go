@@ -1,0 +1,103 @@
+package config
+
+import (
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// Listener is the client side of an HTTP listener: the keys shared by the
+// api and proxy blocks.
+type Listener struct {
+	// ReadHeaderTimeout bounds reading a client's request headers.
+	// Default server.DefaultReadHeaderTimeout (10s).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// BodyReadTimeout is the longest wait between two reads of a request
+	// body (nginx's client_body_timeout); 0: none.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// IdleTimeout closes idle client keep-alive connections. Default
+	// server.DefaultIdleTimeout (120s).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections caps the client connections held at once; 0: no cap.
+	MaxConnections int `yaml:"max_connections"`
+	// TLS, if set, serves HTTPS (mTLS with ClientCA).
+	TLS *TLSConfig `yaml:"tls"`
+}
+
+// MaxMaxConnections bounds max_connections.
+const MaxMaxConnections = 1_000_000
+
+func (l *Listener) defaults(file string) {
+	setDefault(&l.ReadHeaderTimeout, server.DefaultReadHeaderTimeout)
+	setDefault(&l.IdleTimeout, server.DefaultIdleTimeout)
+	if l.TLS != nil {
+		l.TLS.defaults(file)
+	}
+}
+
+// check checks l, the listener of the block named block ("api", "proxy").
+func (l *Listener) check(ck *checker, block string) {
+	ck.between(block+".read_header_timeout", l.ReadHeaderTimeout, time.Millisecond, time.Hour)
+	ck.between(block+".idle_timeout", l.IdleTimeout, time.Millisecond, 24*time.Hour)
+	if l.BodyReadTimeout != 0 {
+		ck.between(block+".body_read_timeout", l.BodyReadTimeout, time.Millisecond, time.Hour)
+	}
+	if n := l.MaxConnections; n < 0 || n > MaxMaxConnections {
+		ck.fail(block+".max_connections", "%d must be between 1 and %d", n, MaxMaxConnections)
+	}
+	if l.TLS != nil {
+		l.TLS.check(ck, block+".tls")
+	}
+}
+
+// TLSConfig is a listener's TLS: a certificate and key, and for mutual TLS
+// the CA that signs client certificates and, optionally, the client names
+// (SANs) allowed. Paths are resolved against the config file's directory.
+type TLSConfig struct {
+	Cert     string `yaml:"cert"`      // PEM certificate (chain)
+	Key      string `yaml:"key"`       // PEM private key
+	ClientCA string `yaml:"client_ca"` // PEM CA bundle; set: clients must present a certificate it signed
+	// ClientSANs, if set, are the DNS, URI, email or IP SANs of which a
+	// client certificate must carry one. Needs ClientCA.
+	ClientSANs []string `yaml:"client_sans"`
+}
+
+func (t *TLSConfig) defaults(file string) {
+	resolvePath(file, &t.Cert)
+	resolvePath(file, &t.Key)
+	resolvePath(file, &t.ClientCA)
+}
+
+func (t *TLSConfig) check(ck *checker, key string) {
+	if t.Cert == "" {
+		ck.fail(key+".cert", "missing: TLS needs a certificate file (PEM), such as server.pem")
+	} else {
+		ck.regular(key+".cert", t.Cert)
+	}
+	if t.Key == "" {
+		ck.fail(key+".key", "missing: TLS needs a private key file (PEM), such as server-key.pem")
+	} else {
+		ck.regular(key+".key", t.Key)
+	}
+	if t.ClientCA != "" {
+		ck.regular(key+".client_ca", t.ClientCA)
+	}
+	if len(t.ClientSANs) > 0 && t.ClientCA == "" {
+		ck.fail(key+".client_sans", "needs client_ca: client names are checked on client certificates (mTLS)")
+	}
+	for i, s := range t.ClientSANs {
+		if s == "" {
+			ck.fail(key+".client_sans["+strconv.Itoa(i)+"]", "empty name")
+		}
+	}
+}
+
+// resolvePath makes a relative path relative to the config file's
+// directory (file "" leaves it as it is).
+func resolvePath(file string, p *string) {
+	if file != "" && *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(filepath.Dir(file), *p)
+	}
+}

@@ -1,0 +1,123 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// StoreConfig selects where counters live.
+type StoreConfig struct {
+	Type  string      `yaml:"type"` // "memory" (default) or "redis"
+	Redis RedisConfig `yaml:"redis"`
+	// OnError is what happens when the store cannot decide: "allow"
+	// (default, fail open), "deny" (fail closed, 503) or "local" (an
+	// in-memory limit of rate/ExpectedInstances).
+	OnError string `yaml:"on_error"`
+	// ExpectedInstances is how many daemons share the Redis store; used by
+	// on_error: local. Default 1.
+	ExpectedInstances int `yaml:"expected_instances"`
+	// MaxKeys caps the keys the memory store holds; 0 means the memstore
+	// default.
+	MaxKeys int `yaml:"max_keys"`
+}
+
+// RedisConfig is the Redis (or Redis Cluster, or Sentinel) store.
+type RedisConfig struct {
+	// Addrs are host:port; required for type redis. Several need Cluster,
+	// or Sentinel (they are then the Sentinels).
+	Addrs   []string `yaml:"addrs"`
+	Cluster bool     `yaml:"cluster"` // Redis Cluster
+	// Sentinel, if set, is the master set name monitored by the Sentinels
+	// at Addrs; failovers are followed.
+	Sentinel string `yaml:"sentinel"`
+	// Timeout bounds every call to Redis. Default redisstore.DefaultTimeout
+	// (50ms).
+	Timeout  time.Duration `yaml:"timeout"`
+	Username string        `yaml:"username"`
+	Password string        `yaml:"password"` // use ${ENV} rather than writing it in the file
+	DB       int           `yaml:"db"`       // database number; must be 0 with Cluster
+	TLS      bool          `yaml:"tls"`
+	// KeyPrefix is prepended to every key. Default redisstore.DefaultPrefix
+	// ("sluice:").
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// The store types.
+const (
+	StoreMemory = "memory"
+	StoreRedis  = "redis"
+)
+
+func (s *StoreConfig) defaults() {
+	setDefault(&s.Type, StoreMemory)
+	setDefault(&s.OnError, engine.OnErrorAllow)
+	if s.Type == StoreRedis {
+		setDefault(&s.Redis.Timeout, redisstore.DefaultTimeout)
+		setDefault(&s.Redis.KeyPrefix, redisstore.DefaultPrefix)
+	}
+	setDefault(&s.ExpectedInstances, 1)
+}
+
+func (s *StoreConfig) check(ck *checker) {
+	redis := s.Type == StoreRedis
+	switch s.Type {
+	case StoreMemory:
+		if !s.Redis.zero() {
+			ck.fail("store.redis", "set, but store.type is memory: add type: redis, or remove the redis block")
+		}
+	case StoreRedis:
+		s.Redis.check(ck)
+	default:
+		ck.fail("store.type", "unknown store %q (want memory or redis)", s.Type)
+	}
+	switch s.OnError {
+	case engine.OnErrorAllow, engine.OnErrorDeny:
+	case engine.OnErrorLocal:
+		if !redis {
+			ck.fail("store.on_error", "local falls back from Redis to memory: it needs store.type: redis")
+		}
+	default:
+		ck.fail("store.on_error", "unknown policy %q (want allow, deny or local)", s.OnError)
+	}
+	if s.ExpectedInstances < 1 || s.ExpectedInstances > 100_000 {
+		ck.fail("store.expected_instances", "%d must be between 1 and 100000", s.ExpectedInstances)
+	}
+	if s.MaxKeys < 0 {
+		ck.fail("store.max_keys", "%d must not be negative", s.MaxKeys)
+	}
+}
+
+func (r *RedisConfig) check(ck *checker) {
+	if len(r.Addrs) == 0 {
+		ck.fail("store.redis.addrs", "missing: the Redis store needs at least one address, such as [127.0.0.1:6379]")
+	}
+	for i, a := range r.Addrs {
+		ck.addr("store.redis.addrs["+strconv.Itoa(i)+"]", a)
+	}
+	if len(r.Addrs) > 1 && !r.Cluster && r.Sentinel == "" {
+		ck.fail("store.redis.addrs", "%d addresses without cluster: true (one address for a single Redis, several for Redis Cluster)", len(r.Addrs))
+	}
+	if r.Sentinel != "" && r.Cluster {
+		ck.fail("store.redis.sentinel", "set with cluster: true: Sentinel watches one master, Cluster shards over many; keep one")
+	}
+	ck.between("store.redis.timeout", r.Timeout, time.Millisecond, time.Minute)
+	if r.DB < 0 || r.DB > 1<<20 {
+		ck.fail("store.redis.db", "%d is not a database number", r.DB)
+	} else if r.DB != 0 && r.Cluster {
+		ck.fail("store.redis.db", "Redis Cluster has database 0 only")
+	}
+	if len(r.KeyPrefix) > 64 {
+		ck.fail("store.redis.key_prefix", "longer than 64 bytes")
+	} else if strings.ContainsAny(r.KeyPrefix, "{}") {
+		ck.fail("store.redis.key_prefix", "%q: must not contain { or } (they would change the Cluster hash tag)", r.KeyPrefix)
+	}
+}
+
+func (r *RedisConfig) zero() bool {
+	return len(r.Addrs) == 0 && !r.Cluster && r.Sentinel == "" && r.Timeout == 0 && r.Username == "" &&
+		r.Password == "" && r.DB == 0 && !r.TLS && r.KeyPrefix == ""
+}

@@ -1,0 +1,92 @@
+package config
+
+import (
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// unbuilt lists the keys this version parses and checks but does not act
+// on yet. Unsupported refuses them by name, so that a user is never told
+// a limit holds when it does not. When you build a feature, delete its
+// entry here (and its line in testdata/config/ok-full.check-config.golden).
+var unbuilt = []struct {
+	what string
+	used func(c *Config) []string // the key paths that use it
+}{
+	{"the gRPC rate limit service", func(c *Config) []string { return keysIf(c.GRPC != nil, "grpc") }},
+	{"a database number other than 0", func(c *Config) []string {
+		return keysIf(c.Store.Type == StoreRedis && c.Store.Redis.DB != 0, "store.redis.db")
+	}},
+	{"Redis Sentinel", func(c *Config) []string { return keysIf(c.Store.Redis.Sentinel != "", "store.redis.sentinel") }},
+	{"on_error: local", func(c *Config) []string { return keysIf(c.Store.OnError == "local", "store.on_error") }},
+	{"body_read_timeout", func(c *Config) []string {
+		return listenerKeys(c, func(l *Listener) bool { return l.BodyReadTimeout != 0 }, "body_read_timeout")
+	}},
+	{"max_connections", func(c *Config) []string {
+		return listenerKeys(c, func(l *Listener) bool { return l.MaxConnections != 0 }, "max_connections")
+	}},
+	{"TLS on the HTTP listeners", func(c *Config) []string {
+		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
+	}},
+	{"api.token_file", func(c *Config) []string { return keysIf(c.API.TokenFile != "", "api.token_file") }},
+	{"client_ip.ipv6_prefix", func(c *Config) []string { return keysIf(c.ClientIP.IPv6Prefix != 0, "client_ip.ipv6_prefix") }},
+	{"client_ip.ipv4_prefix", func(c *Config) []string { return keysIf(c.ClientIP.IPv4Prefix != 0, "client_ip.ipv4_prefix") }},
+	{"action: defer", func(c *Config) []string {
+		return ruleKeys(c, func(sp *rules.Spec) bool { return sp.Action == "defer" }, "action")
+	}},
+	{"sync (hybrid counting)", func(c *Config) []string {
+		return ruleKeys(c, func(sp *rules.Spec) bool { return sp.Sync != 0 }, "sync")
+	}},
+	{"lease (leased quota)", func(c *Config) []string {
+		return ruleKeys(c, func(sp *rules.Spec) bool { return !sp.Lease.IsZero() }, "lease")
+	}},
+	{"shards", func(c *Config) []string {
+		return ruleKeys(c, func(sp *rules.Spec) bool { return !sp.Shards.IsZero() }, "shards")
+	}},
+}
+
+// Unsupported refuses the features of c that are parsed but not enforced
+// by this version (the unbuilt list), naming file, line and key, rather
+// than silently ignoring them. serve refuses to start with them and
+// check-config reports them. The error, if any, is Errors.
+func Unsupported(c *Config) error {
+	var es Errors
+	for _, f := range unbuilt {
+		for _, key := range f.used(c) {
+			es = append(es, &rules.ParseError{File: c.File, Line: c.Line(key), Key: key,
+				Msg: f.what + " is not supported yet by this version of sluice serve; remove it"})
+		}
+	}
+	return es.Err()
+}
+
+func keysIf(used bool, key string) []string {
+	if used {
+		return []string{key}
+	}
+	return nil
+}
+
+// listenerKeys returns block.key for each HTTP listener block (api, proxy)
+// where used holds.
+func listenerKeys(c *Config, used func(*Listener) bool, key string) []string {
+	var keys []string
+	if used(&c.API.Listener) {
+		keys = append(keys, "api."+key)
+	}
+	if c.Proxy != nil && used(&c.Proxy.Listener) {
+		keys = append(keys, "proxy."+key)
+	}
+	return keys
+}
+
+// ruleKeys returns rules[i].key for each rule where used holds.
+func ruleKeys(c *Config, used func(*rules.Spec) bool, key string) []string {
+	var keys []string
+	for i := range c.Rules {
+		if used(&c.Rules[i]) {
+			k, _ := ruleKey(i, &c.Rules[i], key)
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
