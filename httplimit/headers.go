@@ -17,18 +17,23 @@ const (
 	HeaderPolicy     = "RateLimit-Policy"
 	HeaderRateLimit  = "RateLimit"
 	HeaderRetryAfter = "Retry-After"
+	// HeaderXRetryAfter repeats Retry-After on limited answers, completing
+	// the X-RateLimit-* set (Limit, Remaining, Retry-After) of the
+	// convention many clients read.
+	HeaderXRetryAfter = "X-RateLimit-Retry-After"
 )
 
 // The same names in canonical form (textproto.CanonicalMIMEHeaderKey), as
 // http.Header keys them; assigning these directly skips canonicalizing per
 // request.
 const (
-	keyLimit      = "X-Ratelimit-Limit"
-	keyRemaining  = "X-Ratelimit-Remaining"
-	keyReset      = "X-Ratelimit-Reset"
-	keyPolicy     = "Ratelimit-Policy"
-	keyRateLimit  = "Ratelimit"
-	keyRetryAfter = "Retry-After"
+	keyLimit       = "X-Ratelimit-Limit"
+	keyRemaining   = "X-Ratelimit-Remaining"
+	keyReset       = "X-Ratelimit-Reset"
+	keyPolicy      = "Ratelimit-Policy"
+	keyRateLimit   = "Ratelimit"
+	keyRetryAfter  = "Retry-After"
+	keyXRetryAfter = "X-Ratelimit-Retry-After"
 )
 
 // SetHeaders sets the rate-limit response headers of d, decided under limit
@@ -109,8 +114,9 @@ func retryWait(d sluice.Decision) time.Duration {
 }
 
 // WriteLimited answers 429 Too Many Requests for a request denied by the
-// rule named rule: Retry-After (whole seconds, rounded up) and the JSON
-// body {"error":"rate_limited","rule":NAME,"retry_after_ms":N}. Set the
+// rule named rule: Retry-After (whole seconds, rounded up), the same value
+// in X-RateLimit-Retry-After, and the JSON body
+// {"error":"rate_limited","rule":NAME,"retry_after_ms":N}. Set the
 // rate-limit headers (SetHeaders) first if the answer should carry them.
 func WriteLimited(w http.ResponseWriter, rule string, d sluice.Decision) {
 	WriteLimitedStatus(w, http.StatusTooManyRequests, rule, d)
@@ -126,7 +132,9 @@ func WriteLimitedStatus(w http.ResponseWriter, status int, rule string, d sluice
 	b = strconv.AppendInt(b, RetryAfterMillis(d), 10)
 	b = append(b, "}\n"...)
 	h := w.Header()
-	h[keyRetryAfter] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
+	ra := strconv.FormatInt(RetryAfterSeconds(d), 10)
+	h[keyRetryAfter] = []string{ra}
+	h[keyXRetryAfter] = []string{ra}
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	h["X-Content-Type-Options"] = []string{"nosniff"}

@@ -16,6 +16,7 @@
 //
 //	HTTP/1.1 429 Too Many Requests
 //	Retry-After: 2
+//	X-RateLimit-Retry-After: 2
 //	Content-Type: application/json
 //
 //	{"error":"rate_limited","rule":"api","retry_after_ms":1500}

@@ -91,6 +91,9 @@ func TestWriteLimited(t *testing.T) {
 		if got := rec.Header().Get("Retry-After"); got != tc.wantRetry {
 			t.Errorf("WriteLimited(%v): Retry-After %q, want %q", tc.d.RetryAfter, got, tc.wantRetry)
 		}
+		if got := rec.Header().Values("X-RateLimit-Retry-After"); len(got) != 1 || got[0] != tc.wantRetry {
+			t.Errorf("WriteLimited(%v): X-RateLimit-Retry-After %q, want [%q] (as Retry-After)", tc.d.RetryAfter, got, tc.wantRetry)
+		}
 		var body struct {
 			Error        string `json:"error"`
 			Rule         string `json:"rule"`
@@ -191,8 +194,11 @@ func TestMiddlewareOverLoopback(t *testing.T) {
 			t.Errorf("request %d (user %q): status %d remaining %q, want %d %q", i, want.user,
 				resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), want.status, want.remaining)
 		}
-		if want.status == 429 && resp.Header.Get("Retry-After") == "" {
-			t.Errorf("request %d: 429 without Retry-After", i)
+		if want.status == 429 && (resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-RateLimit-Retry-After") != resp.Header.Get("Retry-After")) {
+			t.Errorf("request %d: 429 with Retry-After %q and X-RateLimit-Retry-After %q, want both, equal", i, resp.Header.Get("Retry-After"), resp.Header.Get("X-RateLimit-Retry-After"))
+		}
+		if want.status == 200 && resp.Header.Get("X-RateLimit-Retry-After") != "" {
+			t.Errorf("request %d: allowed answer carries X-RateLimit-Retry-After %q", i, resp.Header.Get("X-RateLimit-Retry-After"))
 		}
 	}
 	if got := hits.Load(); got != 5 {

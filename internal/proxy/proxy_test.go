@@ -140,6 +140,11 @@ func TestRejectAndHeaders(t *testing.T) {
 			if !strings.HasPrefix(body, `{"error":"rate_limited","rule":"per-ip","retry_after_ms":`) || resp.Header.Get("Retry-After") == "" {
 				t.Errorf("request %d: 429 body %q Retry-After %q", i, body, resp.Header.Get("Retry-After"))
 			}
+			if got := resp.Header.Values("X-RateLimit-Retry-After"); len(got) != 1 || got[0] != resp.Header.Get("Retry-After") {
+				t.Errorf("request %d: X-RateLimit-Retry-After %q, want exactly Retry-After's %q", i, got, resp.Header.Get("Retry-After"))
+			}
+		} else if got := resp.Header.Get("X-RateLimit-Retry-After"); got != "" {
+			t.Errorf("request %d: allowed answer with X-RateLimit-Retry-After %q", i, got)
 		}
 	}
 	if got := f.up.hits.Load(); got != 3 {

@@ -214,6 +214,9 @@ func TestForwardAuth(t *testing.T) {
 			if wantStatus != 200 && (!strings.Contains(body, `"rule":"login-per-ip"`) || resp.Header.Get("Retry-After") == "") {
 				t.Errorf("limited forward-auth: body %q Retry-After %q", body, resp.Header.Get("Retry-After"))
 			}
+			if xra := resp.Header.Get("X-RateLimit-Retry-After"); (wantStatus != 200) != (xra != "") || xra != resp.Header.Get("Retry-After") {
+				t.Errorf("forward-auth %d (status %d): X-RateLimit-Retry-After %q, Retry-After %q; want equal, on limited answers only", i, wantStatus, xra, resp.Header.Get("Retry-After"))
+			}
 		}
 		// Another client (the gateway is trusted, so its X-Forwarded-For counts).
 		other := map[string]string{"X-Original-Method": "POST", "X-Original-URI": "/login", "X-Forwarded-For": "198.51.100.1"}
