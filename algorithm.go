@@ -6,7 +6,8 @@ import "fmt"
 // algorithm; use one of the constants.
 type Algorithm uint8
 
-// The six algorithms; their names (String) are those of SPEC §1.
+// The six algorithms; their names (String) are those the
+// daemon's config and `sluice simulate -algorithm` take.
 const (
 	// TokenBucket admits while tokens ≥ cost; the bucket holds Burst tokens,
 	// starts full, and refills continuously at Rate per Period.
@@ -37,7 +38,7 @@ var algorithmNames = [...]string{
 	GCRA:                 "gcra",
 }
 
-// Algorithms lists every algorithm, in SPEC order.
+// Algorithms lists every algorithm, in the order of the constants.
 func Algorithms() []Algorithm {
 	return []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, GCRA}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// TestSpecWorkedExample is SPEC §1's example on a state built by hand: rate
+// TestSpecWorkedExample is the worked example on a state built by hand: rate
 // 10 per minute, 9 requests in the previous minute, 5 so far in this one.
 func TestSpecWorkedExample(t *testing.T) {
 	minute := sluicetest.T0.Unix() / 60 // the current minute's number

@@ -7,7 +7,7 @@ import "math/bits"
 // Period ticks, and the bucket refills Rate token-ticks per tick). Exact
 // integers throughout, so GCRA decides exactly as the token bucket does.
 
-// tokenBucket keeps (last refill, debt): SPEC's "tokens, last refill", with
+// tokenBucket keeps (last refill, debt): the classic "tokens, last refill", with
 // the tokens stored as the debt so that the zero State is a full bucket.
 func tokenBucket(st *State, p *params, now, cost int64, o *outcome) {
 	debt := st.N
@@ -55,7 +55,7 @@ func takeDebt(p *params, now int64, debt *int64, cost int64, o *outcome) {
 	o.idle = now + o.reset
 }
 
-// leakyBucket is SPEC §1's queue kept as a time: a request at now leaves at
+// leakyBucket is the queue (nginx's burst) kept as a time: a request at now leaves at
 // max(now, previous leave + cost × Period/Rate) and waits that long; it is
 // admitted iff the wait is at most Burst × Period/Rate. Times relative to now
 // are in parts of 1/Rate of a tick, so Period/Rate is exactly Period parts.

@@ -2,6 +2,49 @@
 // Algorithm), the six algorithms as pure state machines, and a keyed Limiter
 // over a Store.
 //
+// # Using it
+//
+// What an application calls, as with golang.org/x/time/rate:
+//
+//	store := memstore.New(memstore.Options{})          // or redisstore.New for a fleet
+//	lim, err := sluice.NewLimiter(store, sluice.TokenBucket, sluice.PerMinute(100))
+//	d, err := lim.Allow(ctx, clientIP)                 // one request for this key, now
+//	if err != nil { ... }                              // the store could not decide, or a bug (ErrInvalidCost)
+//	if !d.Allowed { ... d.RetryAfter ... }             // over the limit: a result, not an error
+//
+// The parts an application uses:
+//
+//   - Limits: PerSecond, PerMinute, PerHour, PerDay, Every, ParseLimit,
+//     Limit.WithBurst.
+//   - Limiter: NewLimiter (WithName, WithClock), Allow, AllowN, AllowAt,
+//     Wait, WaitN, AllowLimit for a limit chosen per call (per-plan quotas),
+//     SetLimit, Reset.
+//   - Decision: Allowed, Remaining, RetryAfter, ResetAfter, Delay.
+//   - Errors: ErrStoreUnavailable (the store could not decide: allow or
+//     deny, your policy), ErrInvalidCost and ErrInvalidLimit (programming
+//     errors: never treat them as an outage), ErrNeverAllowed.
+//
+// Package httplimit wraps this in net/http middleware (the standard
+// headers, 429 answers). Package sluicetest has a settable Clock for tests
+// and the conformance suite for stores.
+//
+// Every Limiter's keys are namespaced by what they count (its name,
+// algorithm and limit), so limiters sharing a store never read each other's
+// state; see Limiter.
+//
+// # For store authors
+//
+// A Store keeps a State per Request.Namespace+Request.Key and runs
+// Algorithm.Take (or TakeMicro, the allocation-free form for hot paths) on
+// it atomically; Algorithm.UsesLog says which states carry a Log, and
+// Limit.Ticks gives the limit in the integer ticks the algorithms count,
+// for stores that run the algorithms elsewhere (the Redis store's Lua
+// scripts). Resetter is the optional interface behind Limiter.Reset. The
+// sluicetest package's Run is the conformance suite a Store must pass.
+// Applications need none of these.
+//
+// # Semantics
+//
 // Every algorithm is a function of (state, limit, now, cost) that returns the
 // next state and a Decision; nothing in this package reads a clock or does
 // I/O except the Limiter's time.Now shorthand and Wait. Stores (memstore,
@@ -9,7 +52,8 @@
 // sequence of (time, key, cost) identically; the sluicetest package proves it.
 //
 // Being over the limit is a result (Decision.Allowed == false), never an
-// error: an error means the store could not decide.
+// error: an error means the store could not decide, or the call was wrong
+// (a negative cost, an invalid limit).
 //
 // Time resolution is one microsecond. Arithmetic is exact integer arithmetic
 // on microsecond ticks (coarser ticks for very long limits, see Limit), so

@@ -222,7 +222,7 @@ func floorDiv(a, b int64) int64 {
 
 func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
-// Ticks is a Limit as the algorithms count it: whole ticks of Tick
+// Ticks, for store authors, is a Limit as the algorithms count it: whole ticks of Tick
 // microseconds. Stores that run the algorithms elsewhere (the Redis store's
 // Lua scripts) pass these numbers on and convert times with them.
 type Ticks struct {

@@ -2,28 +2,71 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Limiter applies one Limit, by one Algorithm, to many keys kept in a Store.
-// It is safe for concurrent use.
+// Limiter applies a Limit, by one Algorithm, to many keys kept in a Store.
+// It is safe for concurrent use. Build one with NewLimiter: the zero
+// Limiter has no store, and its methods return an error.
 //
 // Every method has an explicit-time form (AllowAt) and a clock shorthand
 // (Allow, AllowN) that reads the Limiter's clock, time.Now unless set with
 // WithClock.
+//
+// # Keys are namespaced
+//
+// A Limiter keeps its keys apart from every other Limiter's on the same
+// store: each request carries a Namespace naming what it counts (the
+// Limiter's name, its algorithm and the limit, see Namespace), and the
+// store keeps one state per namespace and key. Two limiters can therefore
+// share a store and a key without reading each other's counts, and a
+// limiter whose limit changes (SetLimit, a new NewLimiter after a deploy, a
+// per-call limit) starts a fresh count for each key under the new limit:
+// what a key spent under the old limit is not carried over. The old state
+// is dropped when it would be at rest (memstore) or expires (redisstore).
+// Two limiters with the same name, algorithm and limit on one store share
+// their counts, which is what several servers on one Redis want; give
+// limiters that must count apart different names (WithName).
 type Limiter struct {
 	store Store
 	alg   Algorithm
-	limit Limit
+	name  string
 	now   func() time.Time
+	cur   atomic.Pointer[current]
+
+	// spaces caches the namespaces of per-call limits (AllowLimit), up to
+	// maxSpaces of them.
+	spaces  sync.Map // Limit -> string
+	nspaces atomic.Int32
 }
+
+// current is the limit in force and its namespace, swapped as one.
+type current struct {
+	limit Limit
+	ns    string
+}
+
+const maxSpaces = 256
 
 // Option configures a Limiter.
 type Option func(*Limiter)
 
 // WithClock makes the Limiter read time from now instead of time.Now.
 func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
+
+// WithName names the Limiter. The name is part of its Namespace: limiters
+// with the same algorithm and limit but different names count apart on one
+// store. It must not contain '|', '{' or '}'.
+func WithName(name string) Option { return func(l *Limiter) { l.name = name } }
+
+// errZero is what the zero Limiter's methods return.
+var errZero = errors.New("sluice: Limiter not built by NewLimiter (no store)")
 
 // NewLimiter returns a Limiter that enforces limit by alg on store.
 func NewLimiter(store Store, alg Algorithm, limit Limit, opts ...Option) (*Limiter, error) {
@@ -36,32 +79,208 @@ func NewLimiter(store Store, alg Algorithm, limit Limit, opts ...Option) (*Limit
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
 	}
-	l := &Limiter{store: store, alg: alg, limit: limit, now: time.Now}
+	l := &Limiter{store: store, alg: alg, now: time.Now}
 	for _, o := range opts {
 		o(l)
 	}
+	if strings.ContainsAny(l.name, "|{}") {
+		return nil, fmt.Errorf("sluice: NewLimiter: name %q must not contain '|', '{' or '}'", l.name)
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	l.cur.Store(&current{limit: limit, ns: namespace(l.name, alg, limit)})
 	return l, nil
 }
 
+// namespace is the Namespace of requests of a limiter named name enforcing
+// lim by alg, such as "api|token_bucket,100/m,burst=200|": readable in
+// redis-cli, and the same for limits that decide the same (Burst 0 and
+// Burst Rate; Segments 0 and 1).
+func namespace(name string, alg Algorithm, lim Limit) string {
+	b := make([]byte, 0, len(name)+48)
+	if name != "" {
+		b = append(b, name...)
+		b = append(b, '|')
+	}
+	b = append(b, alg.String()...)
+	b = append(b, ',')
+	b = append(b, lim.String()...)
+	if lim.Burst != 0 && lim.Burst != lim.Rate {
+		b = append(b, ",burst="...)
+		b = strconv.AppendInt(b, lim.Burst, 10)
+	}
+	if alg == SlidingWindowCounter && lim.Segments > 1 {
+		b = append(b, ",segments="...)
+		b = strconv.AppendInt(b, int64(lim.Segments), 10)
+	}
+	return string(append(b, '|'))
+}
+
 // Limit returns the limit l enforces.
-func (l *Limiter) Limit() Limit { return l.limit }
+func (l *Limiter) Limit() Limit {
+	if c := l.cur.Load(); c != nil {
+		return c.limit
+	}
+	return Limit{}
+}
+
+// SetLimit changes the limit l enforces from now on. Keys start a fresh
+// count under the new limit (see "Keys are namespaced"); setting the limit
+// in force again finds the counts it left, if they have not expired.
+func (l *Limiter) SetLimit(limit Limit) error {
+	if l.store == nil {
+		return errZero
+	}
+	if err := limit.Validate(); err != nil {
+		return fmt.Errorf("sluice: SetLimit: %w", err)
+	}
+	l.cur.Store(&current{limit: limit, ns: namespace(l.name, l.alg, limit)})
+	return nil
+}
 
 // Algorithm returns the algorithm l uses.
 func (l *Limiter) Algorithm() Algorithm { return l.alg }
 
+// Name returns the name given with WithName.
+func (l *Limiter) Name() string { return l.name }
+
+// Store returns the store l keeps its counts in.
+func (l *Limiter) Store() Store { return l.store }
+
+// Namespace returns the Request.Namespace of l's requests under the limit
+// in force: "NAME|ALGORITHM,LIMIT|" with the name part left out when l has
+// none, and ",burst=N" (",segments=N") added when the limit sets them, such
+// as "api|token_bucket,100/m,burst=200|". A Redis key holds it in front of
+// the request's key.
+func (l *Limiter) Namespace() string {
+	if c := l.cur.Load(); c != nil {
+		return c.ns
+	}
+	return ""
+}
+
+// clock reads l's clock; the zero Limiter's is time.Now.
+func (l *Limiter) clock() time.Time {
+	if l.now == nil {
+		return time.Now()
+	}
+	return l.now()
+}
+
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowAt(ctx, key, l.now(), 1)
+	return l.AllowAt(ctx, key, l.clock(), 1)
 }
 
 // AllowN decides a request of cost n for key now, counting it if allowed.
+// A negative n is a programming error: the error wraps ErrInvalidCost and
+// nothing is counted.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.AllowAt(ctx, key, l.now(), n)
+	return l.AllowAt(ctx, key, l.clock(), n)
 }
 
 // AllowAt decides a request of cost n for key at the instant now.
 func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
-	return l.store.Take(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Now: now})
+	c := l.cur.Load()
+	if c == nil {
+		return Decision{}, errZero
+	}
+	if n < 0 {
+		return Decision{}, invalidCost(key, n)
+	}
+	return l.store.Take(ctx, Request{Namespace: c.ns, Key: key, Algorithm: l.alg, Limit: c.limit, Cost: n, Now: now})
+}
+
+// AllowLimit decides a request of cost n for key now under lim instead of
+// the limit in force: one Limiter for limits chosen per call, such as
+// per-plan quotas (free 100/h, pro 10000/h). Each limit counts apart (see
+// "Keys are namespaced"), so a key that changes plan starts afresh. An
+// invalid lim gives an error wrapping ErrInvalidLimit.
+func (l *Limiter) AllowLimit(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
+	return l.AllowLimitAt(ctx, key, lim, l.clock(), n)
+}
+
+// AllowLimitAt is AllowLimit at the instant now.
+func (l *Limiter) AllowLimitAt(ctx context.Context, key string, lim Limit, now time.Time, n int64) (Decision, error) {
+	r, err := l.RequestLimit(key, lim, now, n)
+	if err != nil {
+		return Decision{}, err
+	}
+	return l.store.Take(ctx, r)
+}
+
+// Request returns the Request AllowAt would send to the store, for callers
+// that decide several limiters' requests at once with Store.TakeAll (as
+// httplimit does). A negative n gives an error wrapping ErrInvalidCost.
+func (l *Limiter) Request(key string, now time.Time, n int64) (Request, error) {
+	c := l.cur.Load()
+	if c == nil {
+		return Request{}, errZero
+	}
+	if n < 0 {
+		return Request{}, invalidCost(key, n)
+	}
+	return Request{Namespace: c.ns, Key: key, Algorithm: l.alg, Limit: c.limit, Cost: n, Now: now}, nil
+}
+
+// RequestLimit is Request under lim instead of the limit in force.
+func (l *Limiter) RequestLimit(key string, lim Limit, now time.Time, n int64) (Request, error) {
+	if l.store == nil {
+		return Request{}, errZero
+	}
+	if n < 0 {
+		return Request{}, invalidCost(key, n)
+	}
+	ns, err := l.namespaceOf(lim)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Namespace: ns, Key: key, Algorithm: l.alg, Limit: lim, Cost: n, Now: now}, nil
+}
+
+// namespaceOf returns the namespace of lim, from the cache when it can.
+func (l *Limiter) namespaceOf(lim Limit) (string, error) {
+	if c := l.cur.Load(); c.limit == lim {
+		return c.ns, nil
+	}
+	if ns, ok := l.spaces.Load(lim); ok {
+		return ns.(string), nil
+	}
+	if err := lim.Validate(); err != nil {
+		return "", fmt.Errorf("sluice: %w", err)
+	}
+	ns := namespace(l.name, l.alg, lim)
+	if l.nspaces.Load() < maxSpaces {
+		if _, loaded := l.spaces.LoadOrStore(lim, ns); !loaded {
+			l.nspaces.Add(1)
+		}
+	}
+	return ns, nil
+}
+
+// Reset forgets key's count under the limit in force: its next request
+// finds a full allowance. The store must implement Resetter (memstore and
+// redisstore do); otherwise the error wraps errors.ErrUnsupported.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	return l.ResetLimit(ctx, key, l.Limit())
+}
+
+// ResetLimit is Reset for the count key keeps under lim (see AllowLimit).
+func (l *Limiter) ResetLimit(ctx context.Context, key string, lim Limit) error {
+	r, err := l.RequestLimit(key, lim, time.Time{}, 0)
+	if err != nil {
+		return err
+	}
+	rs, ok := l.store.(Resetter)
+	if !ok {
+		return fmt.Errorf("sluice: reset %q: store %T: %w", key, l.store, errors.ErrUnsupported)
+	}
+	return rs.Reset(ctx, r)
+}
+
+func invalidCost(key string, n int64) error {
+	return fmt.Errorf("sluice: key %q: %w: %d is negative", key, ErrInvalidCost, n)
 }
 
 // Wait is WaitN(ctx, key, 1).

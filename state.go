@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// State is the per-key state of one algorithm. The zero State is the
+// State is the per-key state of one algorithm, for store authors (see
+// "For store authors" in the package documentation). The zero State is the
 // resting state: a key never seen. What the fields mean depends on the
 // algorithm (all times are in ticks, see Limit):
 //
@@ -33,13 +34,13 @@ func (s State) Clone() State {
 	return s
 }
 
-// UsesLog reports whether a keeps its state in State.Log under l, which
+// UsesLog, for store authors, reports whether a keeps its state in State.Log under l, which
 // tells a store it may want to keep such keys apart.
 func (a Algorithm) UsesLog(l Limit) bool {
 	return a == SlidingWindowLog || (a == SlidingWindowCounter && l.Segments > 1)
 }
 
-// Take runs one step of algorithm a for a request of the given cost at now,
+// Take, for store authors, runs one step of algorithm a for a request of the given cost at now,
 // updating *st in place. It returns the decision and the instant from which
 // *st is at rest: from then on a store may forget the key, because a zero
 // State decides exactly the same. A cost of 0 asks without counting.
@@ -52,7 +53,7 @@ func (a Algorithm) Take(st *State, l Limit, now time.Time, cost int64) (Decision
 	return d, time.UnixMicro(idle), err
 }
 
-// TakeMicro is Take for stores, on their hot path: times are microseconds
+// TakeMicro, for store authors, is Take on a store's hot path: times are microseconds
 // since the Unix epoch, the decision is written to *d, and the instant of
 // rest is returned. Everything goes by pointer, because copying these
 // structs by value costs more than the arithmetic.

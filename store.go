@@ -5,9 +5,19 @@ import (
 	"time"
 )
 
-// Request is one question to a Store: may Key spend Cost under Limit, by
-// Algorithm, at Now?
+// Request is one question to a Store: may Key, in Namespace, spend Cost
+// under Limit, by Algorithm, at Now?
+//
+// A Limiter fills every field; code that calls a Store directly (a daemon,
+// a decorator) fills them itself.
 type Request struct {
+	// Namespace keeps the state of different limiters apart on one store:
+	// a Store keeps state per Namespace+Key, as if the key were their
+	// concatenation (the Redis store stores it so). A Limiter sets it to
+	// what it counts (its name, algorithm and limit, see
+	// Limiter.Namespace); "" means Key alone, for callers that put a
+	// fingerprint of the limit into Key themselves.
+	Namespace string
 	Key       string
 	Algorithm Algorithm
 	Limit     Limit
@@ -18,10 +28,14 @@ type Request struct {
 // Store keeps per-key state and runs the algorithms on it atomically.
 // Implementations: memstore (in process) and redisstore (shared by a fleet).
 // A Store is safe for concurrent use.
+//
+// A Store keeps one state per Namespace+Key (see Request.Namespace); the
+// sluicetest package checks that, with the rest of the contract.
 type Store interface {
 	// Take decides one request and, if it is allowed, counts it.
 	// The error, if any, means the store could not decide; store failures
-	// wrap ErrStoreUnavailable.
+	// wrap ErrStoreUnavailable, a negative cost ErrInvalidCost and an
+	// invalid limit ErrInvalidLimit.
 	Take(ctx context.Context, r Request) (Decision, error)
 
 	// TakeAll decides several requests as one: they are all counted if
@@ -29,6 +43,14 @@ type Store interface {
 	// denied by one rule consumes nothing from the others. ds[i] receives
 	// what rs[i] alone decides; len(ds) must be len(rs).
 	TakeAll(ctx context.Context, rs []Request, ds []Decision) error
+}
+
+// Resetter is implemented by stores that can forget a key's state (both
+// stores in this module do). Reset makes r.Namespace+r.Key new again, as if
+// it had never been seen; r.Algorithm and r.Limit say where the state is
+// kept, Cost and Now are ignored. Limiter.Reset uses it.
+type Resetter interface {
+	Reset(ctx context.Context, r Request) error
 }
 
 // AllAllowed reports whether every decision in ds allowed its request.

@@ -104,7 +104,7 @@ func (c counts) advance(k int64) {
 	c.st.T = max(c.st.T, k)
 }
 
-// slidingCounter is SPEC §1's estimate: sub-windows of Period/Segments
+// slidingCounter is the classic estimate: sub-windows of Period/Segments
 // ticks; at now in sub-window k it admits while
 // floor(oldest × overlap) + newer + cost ≤ Rate.
 func slidingCounter(st *State, p *params, now, cost int64, o *outcome) {

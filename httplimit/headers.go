@@ -40,7 +40,7 @@ const (
 // by the policy (rule) named policy, on h, replacing any earlier values:
 //
 //	X-RateLimit-Limit:     limit.Rate
-//	X-RateLimit-Remaining: d.Remaining
+//	X-RateLimit-Remaining: d.Remaining, at most limit.Rate
 //	X-RateLimit-Reset:     seconds until the limit is full again (d.ResetAfter, rounded up)
 //	RateLimit-Policy:      "policy";q=<Rate>;w=<Period in seconds, rounded up, at least 1>
 //	RateLimit:             "policy";r=<Remaining>;t=<seconds>
@@ -55,12 +55,20 @@ const (
 // rounded up when it is denied, so that Retry-After never points before the
 // end of the effective window (draft section 6).
 //
+// With a burst larger than the rate (or a leaky bucket, which admits
+// Burst+1 at once), the limit can admit more at an instant than Rate: the
+// headers still say Limit = Rate, the limit per period, and report
+// Remaining capped at Rate, so that Remaining never exceeds Limit (nor r
+// exceeds q). A client reading them never over-spends; d.Remaining keeps
+// the full figure for callers that want it.
+//
 // The policy name is sent as an sf-string: characters outside printable
 // ASCII are replaced by '_', and '"' and '\' are escaped.
 func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Limit) {
 	var buf [96]byte
+	remaining := min(max(d.Remaining, 0), limit.Rate)
 	h[keyLimit] = []string{strconv.FormatInt(limit.Rate, 10)}
-	h[keyRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
+	h[keyRemaining] = []string{strconv.FormatInt(remaining, 10)}
 	reset := ceilSeconds(d.ResetAfter)
 	h[keyReset] = []string{strconv.FormatInt(reset, 10)}
 
@@ -77,7 +85,7 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	}
 	b = appendSFString(buf[:0], policy)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = strconv.AppendInt(b, remaining, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, t, 10)
 	h[keyRateLimit] = []string{string(b)}

@@ -15,15 +15,18 @@
 //     them.
 //   - The sliding window log holds at most Rate times per key.
 //
-// Keys are shared by every Limiter that uses the same Store: give limiters
-// with different limits or algorithms distinct key prefixes.
+// The store keeps one state per Request.Namespace+Key: a sluice.Limiter
+// names its algorithm and limit in the namespace, so limiters sharing a
+// Store never read each other's counts.
 package memstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -59,7 +62,10 @@ type Store struct {
 	evictions atomic.Uint64
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store    = (*Store)(nil)
+	_ sluice.Resetter = (*Store)(nil)
+)
 
 // entry is the state of a key whose algorithm keeps no log: 32 bytes,
 // allocated in one block with a copy of its key right behind it (see
@@ -71,12 +77,13 @@ type entry struct {
 
 const entrySize = int(unsafe.Sizeof(entry{}))
 
-// newEntry allocates a zero entry followed by a copy of key: 32+len(key)
-// bytes in one pointer-free block (48 bytes for a 16-byte key), where a map
-// would hold a pointer to a 32-byte entry and a separately allocated key.
-func newEntry(key string) *entry {
-	b := make([]byte, entrySize+len(key))
-	copy(b[entrySize:], key)
+// newEntry allocates a zero entry followed by a copy of ns+key:
+// 32+len(ns)+len(key) bytes in one pointer-free block (48 bytes for a
+// 16-byte key), where a map would hold a pointer to a 32-byte entry and a
+// separately allocated key.
+func newEntry(ns, key string) *entry {
+	b := make([]byte, entrySize+len(ns)+len(key))
+	copy(b[entrySize+copy(b[entrySize:], ns):], key)
 	return (*entry)(unsafe.Pointer(unsafe.SliceData(b)))
 }
 
@@ -108,37 +115,42 @@ type table struct {
 
 func (t *table) len() int { return t.count }
 
-// find returns the index of key's cell, or -1.
-func (t *table) find(h uint64, key string) int {
+// find returns the index of the cell of ns+key, or -1. The key is kept
+// as the concatenation but compared in two parts, so a namespaced lookup
+// builds nothing.
+func (t *table) find(h uint64, ns, key string) int {
 	if t.count == 0 {
 		return -1
 	}
 	tag := uint32(h >> 32)
 	mask := uint32(len(t.slots) - 1)
+	n := uint32(len(ns) + len(key))
 	for i := tag & mask; ; i = (i + 1) & mask {
 		sl := &t.slots[i]
 		if sl.e == nil {
 			return -1
 		}
-		if sl.tag == tag && sl.klen == uint32(len(key)) && sl.e.key(sl.klen) == key {
-			return int(i)
+		if sl.tag == tag && sl.klen == n {
+			if k := sl.e.key(n); k[:len(ns)] == ns && k[len(ns):] == key {
+				return int(i)
+			}
 		}
 	}
 }
 
-func (t *table) get(h uint64, key string) *entry {
-	if i := t.find(h, key); i >= 0 {
+func (t *table) get(h uint64, ns, key string) *entry {
+	if i := t.find(h, ns, key); i >= 0 {
 		return t.slots[i].e
 	}
 	return nil
 }
 
-// add inserts key, known to be absent, with e.
-func (t *table) add(h uint64, key string, e *entry) {
+// add inserts a key of klen bytes, known to be absent, with e.
+func (t *table) add(h uint64, klen int, e *entry) {
 	if (t.count+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
-	t.place(slot{tag: uint32(h >> 32), klen: uint32(len(key)), e: e})
+	t.place(slot{tag: uint32(h >> 32), klen: uint32(klen), e: e})
 	t.count++
 }
 
@@ -218,48 +230,109 @@ func New(opts Options) *Store {
 	return s
 }
 
-// hash returns key's hash: the low bits pick the shard, the high 32 bits
-// the cell in the shard's table.
-func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+// hash returns the hash of (ns, key): the low bits pick the shard, the
+// high 32 bits the cell in the shard's table. The key is hashed with the
+// store's seed; the namespace, which the store's callers choose (a
+// Limiter's name, algorithm and limit), is folded in by nsMix, a few loads
+// instead of hashing it again on every decision. Namespaces nsMix cannot
+// tell apart only share probe runs: lookups compare the whole key.
+func (s *Store) hash(ns, key string) uint64 {
+	h := maphash.String(s.seed, key)
+	if ns != "" {
+		h ^= nsMix(ns)
+	}
+	return h
+}
+
+// nsMix hashes ns by its length and its first, middle and last 8 bytes,
+// where the name and the limit of a Limiter's namespace sit.
+func nsMix(ns string) uint64 {
+	n := len(ns)
+	var a, b, c uint64
+	if n >= 8 {
+		a, b, c = load64(ns, 0), load64(ns, n/2-4), load64(ns, n-8)
+	} else {
+		for i := 0; i < n; i++ {
+			a = a<<8 | uint64(ns[i])
+		}
+	}
+	x := a*0x9e3779b97f4a7c15 ^ bits.RotateLeft64(b*0xc2b2ae3d27d4eb4f, 23) ^ bits.RotateLeft64(c*0x165667b19e3779f9, 47) ^ uint64(n)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x | 1 // never 0, so a namespace always moves the hash
+}
+
+func load64(s string, i int) uint64 {
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
+}
+
+// logKey returns ns+key, the key of a log state. When it fits in buf it
+// writes it there and returns a string sharing buf's memory: valid only
+// while buf is, and only for lookups (a key kept is copied with
+// strings.Clone), so a log decision costs no allocation for its key.
+func logKey(ns, key string, buf *[maxStackKey]byte) string {
+	if ns == "" {
+		return key
+	}
+	n := len(ns) + len(key)
+	if n > maxStackKey {
+		return ns + key
+	}
+	b := append(append(buf[:0], ns...), key...)
+	return unsafe.String(unsafe.SliceData(b), n)
+}
+
+// maxStackKey bounds the log keys built without allocating.
+const maxStackKey = 128
 
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
 func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, err error) {
 	now := r.Now.UnixMicro()
-	h := s.hash(r.Key)
+	h := s.hash(r.Namespace, r.Key)
 	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	// take writes the decision straight into d: a Decision returned by
-	// value through each call costs a 48-byte copy apiece.
-	err = s.take(sh, h, &r, now, &d)
-	sh.mu.Unlock()
+	if r.Algorithm.UsesLog(r.Limit) {
+		var buf [maxStackKey]byte
+		key := logKey(r.Namespace, r.Key, &buf)
+		sh.mu.Lock()
+		err = s.takeLog(sh, key, &r, now, &d)
+		sh.mu.Unlock()
+	} else {
+		sh.mu.Lock()
+		// take writes the decision straight into d: a Decision returned
+		// by value through each call costs a 48-byte copy apiece.
+		err = s.take(sh, h, &r, now, &d)
+		sh.mu.Unlock()
+	}
 	if err != nil {
 		return d, fmt.Errorf("memstore: take %q: %w", r.Key, err)
 	}
 	return d, nil
 }
 
-func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluice.Decision) error {
-	if r.Algorithm.UsesLog(r.Limit) {
-		le := sh.logs[r.Key]
-		var st sluice.State
-		if le != nil && now < le.idle {
-			st = le.st
-		}
-		idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
-		if err == nil {
-			s.putLog(sh, r.Key, le, st, idle, now)
-		}
-		return err
+func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, now int64, d *sluice.Decision) error {
+	le := sh.logs[key]
+	var st sluice.State
+	if le != nil && now < le.idle {
+		st = le.st
 	}
-	e := sh.small.get(h, r.Key)
+	idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
+	if err == nil {
+		s.putLog(sh, key, le, st, idle, now)
+	}
+	return err
+}
+
+func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluice.Decision) error {
+	e := sh.small.get(h, r.Namespace, r.Key)
 	var st sluice.State
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
 	}
 	idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
 	if err == nil {
-		s.putSmall(sh, h, r.Key, e, &st, idle, now)
+		s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
 	}
 	return err
 }
@@ -279,14 +352,14 @@ func (s *Store) putLog(sh *shard, key string, le *logEntry, st sluice.State, idl
 }
 
 // putSmall is putLog for the keys kept in the shard's table.
-func (s *Store) putSmall(sh *shard, h uint64, key string, e *entry, st *sluice.State, idle, now int64) {
+func (s *Store) putSmall(sh *shard, h uint64, ns, key string, e *entry, st *sluice.State, idle, now int64) {
 	if e == nil {
 		if idle <= now {
 			return
 		}
 		s.insert(sh, now)
-		e = newEntry(key)
-		sh.small.add(h, key, e)
+		e = newEntry(ns, key)
+		sh.small.add(h, len(ns)+len(key), e)
 	}
 	*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 }
@@ -402,7 +475,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	idx := make([]int, len(rs))
 	hs := make([]uint64, len(rs))
 	for i := range rs {
-		hs[i] = s.hash(rs[i].Key)
+		hs[i] = s.hash(rs[i].Namespace, rs[i].Key)
 		idx[i] = int(hs[i] & s.mask)
 	}
 	order := slices.Clone(idx)
@@ -423,7 +496,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		now := r.Now.UnixMicro()
 		st, found := sluice.State{}, false
 		for j := i - 1; j >= 0; j-- { // an earlier request for the same key
-			if rs[j].Key == r.Key && rs[j].Algorithm.UsesLog(rs[j].Limit) == r.Algorithm.UsesLog(r.Limit) {
+			if rs[j].Key == r.Key && rs[j].Namespace == r.Namespace && rs[j].Algorithm.UsesLog(rs[j].Limit) == r.Algorithm.UsesLog(r.Limit) {
 				st, found = states[j].Clone(), true
 				break
 			}
@@ -446,28 +519,43 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	return nil
 }
 
-// load returns a copy of r.Key's state, the zero State if absent or at rest.
+// load returns a copy of r's state, the zero State if absent or at rest.
 func (sh *shard) load(h uint64, r *sluice.Request, now int64) sluice.State {
 	if r.Algorithm.UsesLog(r.Limit) {
-		if le := sh.logs[r.Key]; le != nil && now < le.idle {
+		if le := sh.logs[r.Namespace+r.Key]; le != nil && now < le.idle {
 			return le.st.Clone()
 		}
 		return sluice.State{}
 	}
-	if e := sh.small.get(h, r.Key); e != nil && now < e.idle {
+	if e := sh.small.get(h, r.Namespace, r.Key); e != nil && now < e.idle {
 		return sluice.State{T: e.t, N: e.n, M: e.m}
 	}
 	return sluice.State{}
 }
 
-// store writes r.Key's state, inserting the key if needed.
+// store writes r's state, inserting the key if needed.
 func (s *Store) store(sh *shard, h uint64, r *sluice.Request, st sluice.State, idle int64) {
 	now := r.Now.UnixMicro()
 	if r.Algorithm.UsesLog(r.Limit) {
-		s.putLog(sh, r.Key, sh.logs[r.Key], st, idle, now)
+		key := r.Namespace + r.Key
+		s.putLog(sh, key, sh.logs[key], st, idle, now)
 		return
 	}
-	s.putSmall(sh, h, r.Key, sh.small.get(h, r.Key), &st, idle, now)
+	s.putSmall(sh, h, r.Namespace, r.Key, sh.small.get(h, r.Namespace, r.Key), &st, idle, now)
+}
+
+// Reset forgets r.Namespace+r.Key (sluice.Resetter): its next request
+// finds it new.
+func (s *Store) Reset(_ context.Context, r sluice.Request) error {
+	h := s.hash(r.Namespace, r.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	delete(sh.logs, r.Namespace+r.Key)
+	if i := sh.small.find(h, r.Namespace, r.Key); i >= 0 {
+		sh.small.deleteAt(uint32(i))
+	}
+	sh.mu.Unlock()
+	return nil
 }
 
 // Sweep deletes every key at rest at now and returns how many it deleted.

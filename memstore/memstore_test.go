@@ -119,3 +119,33 @@ func TestConcurrentHotKeyCountsExactly(t *testing.T) {
 		t.Fatalf("admitted %d of 4000 concurrent requests on 1000/h, want exactly 1000", admitted.Load())
 	}
 }
+
+// TestNamespacesThatHashAlike: namespaces differing only where the
+// namespace hash does not look (same length, first, middle and last 8
+// bytes) share a probe run, never a state.
+func TestNamespacesThatHashAlike(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1})
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	nss := []string{"abcdefgh-X-12345678-Y-ijklmnop|", "abcdefgh-Y-12345678-X-ijklmnop|", "abcdefgh-Z-12345678-Z-ijklmnop|"}
+	for i, ns := range nss {
+		for j := range i + 1 {
+			d, err := s.Take(ctx, sluice.Request{Namespace: ns, Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerMinute(5), Cost: 1, Now: now})
+			if err != nil || d.Remaining != int64(4-j) {
+				t.Fatalf("namespace %d, take %d: %+v, %v; want remaining %d", i, j, d, err, 4-j)
+			}
+		}
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+	if err := s.Reset(ctx, sluice.Request{Namespace: nss[1], Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerMinute(5)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{3, 4, 1} {
+		d, _ := s.Take(ctx, sluice.Request{Namespace: nss[i], Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerMinute(5), Cost: 1, Now: now})
+		if d.Remaining != want {
+			t.Errorf("namespace %d after resetting namespace 1: remaining %d, want %d", i, d.Remaining, want)
+		}
+	}
+}

@@ -9,16 +9,22 @@
 //
 // # Keys
 //
-// A limiter key k is kept in one Redis key named Prefix + "{" + k + "}": a
+// A limiter key k in namespace ns (sluice.Request.Namespace, which a
+// sluice.Limiter sets to its name, algorithm and limit) is kept in one Redis
+// key named Prefix + ns + "{" + k + "}", such as
+// sluice:api|token_bucket,100/m|{203.0.113.7}: a
 // string "T N M" (the fields of sluice.State) for the buckets, GCRA, the
 // fixed window and the one-segment counter; a hash for the sliding log and
-// the multi-segment counter. Use one algorithm per key, as with memstore.
-// The braces are a Cluster hash tag, so everything a script touches for one
-// key sits in one slot. Redis ends a tag at the first "}", so inside the
+// the multi-segment counter. The braces are a Cluster hash tag, so
+// everything a script touches for one key sits in one slot, and the keys of
+// several limiters for one client key (a TakeAll of per-IP limits) share a
+// slot too. Redis ends a tag at the first "}", so inside the
 // tag k is escaped (a backslash is written as two, "}" as a backslash and
 // ")"), so a client whose key contains "}" cannot choose the slot: Sluice
 // alone decides where a key lives. Keys without "}" or a backslash are
-// written as they are. Prefix must not contain braces. Keys expire (relative PX/PEXPIRE) a
+// written as they are (a namespace with braces or backslashes is escaped
+// the same way, "{" as a backslash and "("). Prefix must not contain braces.
+// Keys expire (relative PX/PEXPIRE) a
 // margin after the instant their state is at rest, measured on the clock the
 // decision used, so a store fed old or future times (the simulator, skewed
 // clocks) does not lose state by accident.
@@ -147,7 +153,8 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Store is a sluice.Store in Redis. It is safe for concurrent use.
+// Store is a sluice.Store in Redis. It is safe for concurrent use. Build
+// one with New: the zero Store has no connection, and using it panics.
 type Store struct {
 	c       rueidis.Client
 	opts    Options
@@ -160,7 +167,10 @@ type Store struct {
 	shardState
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store    = (*Store)(nil)
+	_ sluice.Resetter = (*Store)(nil)
+)
 
 // New connects to Redis as o says and returns a Store. It fails, wrapping
 // sluice.ErrStoreUnavailable, if Redis cannot be reached within the timeout.
@@ -275,6 +285,38 @@ func (s *Store) Key(k string) string {
 // backslash starts every escape, and no escape contains "}".
 var tagEscaper = strings.NewReplacer(`\`, `\\`, "}", `\)`)
 
+// KeyOf returns the Redis key that holds the state of r.Namespace+r.Key:
+// Prefix + Namespace + "{" + Key + "}", escaped as Key escapes.
+func (s *Store) KeyOf(r *sluice.Request) string {
+	if r.Namespace == "" {
+		return s.Key(r.Key)
+	}
+	ns := r.Namespace
+	if strings.ContainsAny(ns, `{}\`) {
+		ns = nsEscaper.Replace(ns)
+	}
+	k := r.Key
+	if strings.ContainsAny(k, `}\`) {
+		k = tagEscaper.Replace(k)
+	}
+	return s.opts.Prefix + ns + "{" + k + "}"
+}
+
+// nsEscaper escapes a namespace, injectively and without braces.
+var nsEscaper = strings.NewReplacer(`\`, `\\`, "}", `\)`, "{", `\(`)
+
+
+// Reset deletes the Redis key of r (sluice.Resetter): its next request
+// finds it new. A failure wraps sluice.ErrStoreUnavailable.
+func (s *Store) Reset(ctx context.Context, r sluice.Request) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if err := s.c.Do(ctx, s.c.B().Del().Key(s.KeyOf(&r)).Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: reset %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
 // request is a sluice.Request checked and converted to script arguments.
 type request struct {
 	key   string // Redis key
@@ -293,7 +335,7 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 	if r.Cost < 0 {
 		return fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
 	}
-	q.key = s.Key(r.Key)
+	q.key = s.KeyOf(r)
 	q.ticks = t
 	q.args = [9]string{
 		strconv.Itoa(int(r.Algorithm)),
@@ -395,7 +437,7 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Burst*t.Period, 10),
 			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
 	}
-	key := s.Key(r.Key)
+	key := s.KeyOf(r)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res := s.flat[r.Algorithm].Exec(ctx, s.c, []string{key}, args)

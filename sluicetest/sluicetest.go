@@ -1,5 +1,5 @@
 // Package sluicetest is the conformance suite every sluice.Store must pass:
-// step tables over explicit instants for every algorithm (SPEC §1's
+// step tables over explicit instants for every algorithm (the classic
 // examples), randomized traces checked against invariants, and a
 // differential check against Reference, the algorithms run on a plain map.
 //
@@ -28,7 +28,8 @@ import (
 var T0 = time.Unix(1_700_006_400, 0).UTC()
 
 // Reference is the algorithms run on a plain map under one mutex: the
-// behaviour every store must reproduce. It never forgets a key.
+// behaviour every store must reproduce. It never forgets a key unless
+// Reset.
 type Reference struct {
 	mu sync.Mutex
 	m  map[string]*sluice.State
@@ -52,8 +53,16 @@ func (r *Reference) state(key string) *sluice.State {
 func (r *Reference) Take(_ context.Context, q sluice.Request) (sluice.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, _, err := q.Algorithm.Take(r.state(q.Key), q.Limit, q.Now, q.Cost)
+	d, _, err := q.Algorithm.Take(r.state(q.Namespace+q.Key), q.Limit, q.Now, q.Cost)
 	return d, err
+}
+
+// Reset implements sluice.Resetter.
+func (r *Reference) Reset(_ context.Context, q sluice.Request) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, q.Namespace+q.Key)
+	return nil
 }
 
 // TakeAll implements sluice.Store.
@@ -62,11 +71,12 @@ func (r *Reference) TakeAll(_ context.Context, qs []sluice.Request, ds []sluice.
 	defer r.mu.Unlock()
 	next := make(map[string]*sluice.State)
 	for i, q := range qs {
-		st, ok := next[q.Key]
+		k := q.Namespace + q.Key
+		st, ok := next[k]
 		if !ok {
-			c := r.state(q.Key).Clone()
+			c := r.state(k).Clone()
 			st = &c
-			next[q.Key] = st
+			next[k] = st
 		}
 		d, _, err := q.Algorithm.Take(st, q.Limit, q.Now, q.Cost)
 		if err != nil {
@@ -83,7 +93,7 @@ func (r *Reference) TakeAll(_ context.Context, qs []sluice.Request, ds []sluice.
 }
 
 // Step is one request of a table and what it must decide. Fields of Want
-// left negative are not checked (use -1 for "any").
+// set to NotChecked are not checked.
 type Step struct {
 	At   time.Duration // since T0
 	Key  string        // "" means "k"
@@ -94,7 +104,8 @@ type Step struct {
 }
 
 // Want is the part of a Decision a step checks. Durations and Remaining
-// set to -2 are not checked; RetryAfter -1 is sluice.Never.
+// set to NotChecked (-2) are not checked; RetryAfter -1 is sluice.Never,
+// which is checked.
 type Want struct {
 	Allowed    bool
 	Remaining  int64
@@ -103,7 +114,8 @@ type Want struct {
 	Delay      time.Duration
 }
 
-const any = -2
+// NotChecked, in a field of Want, leaves that field unchecked.
+const NotChecked = -2
 
 // Table is a named scenario for one algorithm and limit.
 type Table struct {
@@ -127,6 +139,8 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("RemainingMeansRemaining", func(t *testing.T) { testRemaining(t, open(t)) })
 	t.Run("TakeAllDeniedConsumesNothing", func(t *testing.T) { testTakeAll(t, open(t)) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, open(t)) })
+	t.Run("NamespacesApart", func(t *testing.T) { testNamespaces(t, open(t)) })
+	t.Run("Reset", func(t *testing.T) { testReset(t, open(t)) })
 }
 
 // uniq makes keys of one subtest distinct from every other's, so a shared
@@ -159,16 +173,16 @@ func RunTable(t *testing.T, s sluice.Store, tb Table) {
 		if got.Allowed != w.Allowed {
 			t.Errorf("%s: Allowed = %v, want %v (decision %+v)", call, got.Allowed, w.Allowed, got)
 		}
-		if w.Remaining != any && got.Remaining != w.Remaining {
+		if w.Remaining != NotChecked && got.Remaining != w.Remaining {
 			t.Errorf("%s: Remaining = %d, want %d", call, got.Remaining, w.Remaining)
 		}
-		if w.RetryAfter != any && got.RetryAfter != w.RetryAfter {
+		if w.RetryAfter != NotChecked && got.RetryAfter != w.RetryAfter {
 			t.Errorf("%s: RetryAfter = %v, want %v", call, got.RetryAfter, w.RetryAfter)
 		}
-		if w.ResetAfter != any && got.ResetAfter != w.ResetAfter {
+		if w.ResetAfter != NotChecked && got.ResetAfter != w.ResetAfter {
 			t.Errorf("%s: ResetAfter = %v, want %v", call, got.ResetAfter, w.ResetAfter)
 		}
-		if w.Delay != any && got.Delay != w.Delay {
+		if w.Delay != NotChecked && got.Delay != w.Delay {
 			t.Errorf("%s: Delay = %v, want %v", call, got.Delay, w.Delay)
 		}
 		if got.Limit != tb.Limit.Rate {
@@ -179,11 +193,11 @@ func RunTable(t *testing.T, s sluice.Store, tb Table) {
 
 // allowed and denied build Wants that check only some fields.
 func allowed(remaining int64) Want {
-	return Want{Allowed: true, Remaining: remaining, RetryAfter: 0, ResetAfter: any, Delay: any}
+	return Want{Allowed: true, Remaining: remaining, RetryAfter: 0, ResetAfter: NotChecked, Delay: NotChecked}
 }
 
 func denied(remaining int64, retry time.Duration) Want {
-	return Want{Allowed: false, Remaining: remaining, RetryAfter: retry, ResetAfter: any, Delay: any}
+	return Want{Allowed: false, Remaining: remaining, RetryAfter: retry, ResetAfter: NotChecked, Delay: NotChecked}
 }
 
 // repeat returns n steps at the same instant, each admitted, with remaining
@@ -209,8 +223,8 @@ const (
 	s  = time.Second
 )
 
-// Tables returns the step tables: SPEC §1's classic scenarios, at least one
-// per algorithm. (SPEC §1's worked example itself — 9 requests in the
+// Tables returns the step tables: the classic scenarios, at least one
+// per algorithm. (the worked example itself — 9 requests in the
 // previous minute and 5 in this one, probed at 25% — is a state no monotone
 // trace reaches, since the 5th request of this minute is admitted only after
 // a third of it; the root package tests it on a State built by hand. The
@@ -259,7 +273,7 @@ func Tables() []Table {
 			// estimate floor(9 × 0.6) = 5 leaves room for exactly 5); at 41%
 			// floor(9 × 0.59) + 5 + 1 = 11 > 10 is refused until the overlap
 			// falls below 5/9 of a minute; at 50% floor(4.5) + 5 + 1 = 10 is
-			// admitted, as in SPEC §1.
+			// admitted, as in the worked example.
 			Name: "sliding_window_counter/previous_and_current_minute", Algorithm: sluice.SlidingWindowCounter, Limit: perMin10,
 			Steps: concat(
 				repeat(10*s, "", 9, 9),
@@ -325,7 +339,7 @@ func Tables() []Table {
 				{At: 0, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: 1500 * ms}},
 				{At: 0, Want: Want{Allowed: false, Remaining: 0, RetryAfter: 500 * ms, Delay: 0, ResetAfter: 1500 * ms}},
 				{At: 200 * ms, Want: denied(0, 300*ms)},
-				{At: 500 * ms, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: any}},
+				{At: 500 * ms, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: NotChecked}},
 				{At: 10 * s, Want: Want{Allowed: true, Remaining: 2, Delay: 0, ResetAfter: 500 * ms}},
 				{At: 10 * s, Query: true, Want: Want{Allowed: true, Remaining: 2, Delay: 0, ResetAfter: 500 * ms}},
 				{At: 10 * s, Cost: 4, Want: denied(2, sluice.Never)},
@@ -334,10 +348,10 @@ func Tables() []Table {
 		{
 			Name: "leaky_bucket/spaced_arrivals_pass_undelayed", Algorithm: sluice.LeakyBucket, Limit: sluice.PerSecond(10).WithBurst(5),
 			Steps: []Step{
-				{At: 0, Want: Want{Allowed: true, Remaining: 5, Delay: 0, ResetAfter: any}},
-				{At: 100 * ms, Want: Want{Allowed: true, Remaining: 5, Delay: 0, ResetAfter: any}},
-				{At: 150 * ms, Want: Want{Allowed: true, Remaining: 4, Delay: 50 * ms, ResetAfter: any}},
-				{At: 150 * ms, Want: Want{Allowed: true, Remaining: 3, Delay: 150 * ms, ResetAfter: any}},
+				{At: 0, Want: Want{Allowed: true, Remaining: 5, Delay: 0, ResetAfter: NotChecked}},
+				{At: 100 * ms, Want: Want{Allowed: true, Remaining: 5, Delay: 0, ResetAfter: NotChecked}},
+				{At: 150 * ms, Want: Want{Allowed: true, Remaining: 4, Delay: 50 * ms, ResetAfter: NotChecked}},
+				{At: 150 * ms, Want: Want{Allowed: true, Remaining: 3, Delay: 150 * ms, ResetAfter: NotChecked}},
 			},
 		},
 	}
