@@ -305,7 +305,6 @@ func (s *Store) KeyOf(r *sluice.Request) string {
 // nsEscaper escapes a namespace, injectively and without braces.
 var nsEscaper = strings.NewReplacer(`\`, `\\`, "}", `\)`, "{", `\(`)
 
-
 // Reset deletes the Redis key of r (sluice.Resetter): its next request
 // finds it new. A failure wraps sluice.ErrStoreUnavailable.
 func (s *Store) Reset(ctx context.Context, r sluice.Request) error {
