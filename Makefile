@@ -32,6 +32,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTrace$$' -fuzztime 50000x ./internal/sim
 	$(GO) test -run '^$$' -fuzz '^FuzzPlot$$' -fuzztime 40000x ./internal/sim
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10000x ./internal/config
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./internal/descriptors
 	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime 200000x ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 200000x ./internal/clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime 200000x ./internal/rules

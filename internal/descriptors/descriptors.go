@@ -1,0 +1,434 @@
+// Package descriptors reads the descriptor config of Envoy's reference rate
+// limit service (envoyproxy/ratelimit) and matches request descriptors
+// against it exactly as that service does, so that an existing deployment's
+// files work unchanged.
+//
+// A file holds one domain and a tree of descriptors:
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number
+//	        rate_limit: {unit: day, requests_per_unit: 5}
+//
+// Matching (Set.Lookup), for a request descriptor of N entries:
+//
+//   - Level by level: entry i is looked up among the config descriptors of
+//     nesting depth i; only a rate_limit at depth N applies. A two-entry
+//     descriptor never matches a depth-one rule.
+//   - At each level key+value is tried first, then the wildcard values in
+//     config order (each `*` matches any run of characters), then the key
+//     alone. A rule without a value counts each distinct value apart (the
+//     counter is keyed by every entry's value); a wildcard rule with
+//     share_threshold counts every matching value in one counter.
+//   - A descriptor with neither rate_limit nor children is whitelisted.
+//
+// Sluice adds, per descriptor: algorithm (default fixed_window, as the
+// reference service counts), burst, the fleet options sync, lease and
+// shards, and report. Everything else is the reference format, and unknown
+// keys are errors naming the file and line.
+//
+// A Set is immutable and safe for concurrent use.
+package descriptors
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Unit is a rate_limit unit as the reference service treats it: each is a
+// fixed number of seconds, and windows are aligned to multiples of it since
+// the Unix epoch (a "month" is 30 days and a "year" 365, not calendar
+// months or years).
+type Unit uint8
+
+// The units, in the order of Envoy's RateLimitResponse.RateLimit.Unit names.
+const (
+	Second Unit = iota + 1
+	Minute
+	Hour
+	Day
+	Week
+	Month
+	Year
+)
+
+var unitNames = [...]string{"", "second", "minute", "hour", "day", "week", "month", "year"}
+
+var unitPeriods = [...]time.Duration{0, time.Second, time.Minute, time.Hour, 24 * time.Hour,
+	7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour}
+
+// String returns the unit's name in lower case ("second", …, "year").
+func (u Unit) String() string {
+	if int(u) < len(unitNames) && u > 0 {
+		return unitNames[u]
+	}
+	return "unknown"
+}
+
+// Period returns the unit's length, or 0 for an invalid unit.
+func (u Unit) Period() time.Duration {
+	if int(u) < len(unitPeriods) {
+		return unitPeriods[u]
+	}
+	return 0
+}
+
+// ParseUnit reads a unit name, in any case ("minute", "MINUTE").
+func ParseUnit(s string) (Unit, bool) {
+	l := strings.ToLower(s)
+	for i := 1; i < len(unitNames); i++ {
+		if unitNames[i] == l {
+			return Unit(i), true
+		}
+	}
+	return 0, false
+}
+
+// Rule is a descriptor with a rate_limit: what applies to the request
+// descriptors it matches.
+type Rule struct {
+	// Domain is the domain of the file the rule comes from.
+	Domain string
+	// Path names the descriptor in the config, as the reference service's
+	// stats do: "key_value.key2" (values only where the config has one).
+	Path string
+	// Name and Replaces are rate_limit.name and rate_limit.replaces[].name.
+	Name     string
+	Replaces []string
+	// Unlimited rules are answered OK without asking the store.
+	Unlimited bool
+	// RequestsPerUnit per Unit. 0 denies every request (a block list),
+	// without asking the store.
+	RequestsPerUnit uint32
+	Unit            Unit
+	// Algorithm and Limit are what the store enforces: Limit.Rate is
+	// RequestsPerUnit, Limit.Period the Unit's period, Limit.Burst the
+	// descriptor's burst.
+	Algorithm sluice.Algorithm
+	Limit     sluice.Limit
+	// Shadow (shadow_mode): counted and reported, never denies.
+	Shadow bool
+	// Quota (quota_mode): a request is denied by quota rules only if every
+	// quota rule that applies to it is over.
+	Quota bool
+	// Report (report: true): every request charges its hits even past the
+	// limit. Parsed; refused by Load until charging after the response is
+	// built.
+	Report bool
+	// DetailedMetric and ValueToMetric put request values into the
+	// metric's descriptor label (bounded by the metrics package).
+	DetailedMetric bool
+	ValueToMetric  bool
+	// Fleet options (Redis store only), parsed as the rule options of the
+	// main config: Sync is the hybrid interval, Lease "auto" or a chunk size,
+	// Shards the number of Redis keys a hot counter is split over.
+	Sync   time.Duration
+	Lease  string
+	Shards int
+
+	// File and Line locate the descriptor in its file.
+	File string
+	Line int
+
+	head string // store-key prefix: what a counter means (domain, algorithm, limit)
+}
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct{ Key, Value string }
+
+// Set is the descriptor config in force: every domain of every file.
+type Set struct {
+	domains map[string]*node
+	files   []string
+	rules   int
+}
+
+// Domains returns the number of domains in s.
+func (s *Set) Domains() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.domains)
+}
+
+// Rules returns the number of rate limits in s.
+func (s *Set) Rules() int {
+	if s == nil {
+		return 0
+	}
+	return s.rules
+}
+
+// Files returns the files s was read from, in load order.
+func (s *Set) Files() []string {
+	if s == nil {
+		return nil
+	}
+	return s.files
+}
+
+// HasDomain reports whether s has a config for domain.
+func (s *Set) HasDomain(domain string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.domains[domain]
+	return ok
+}
+
+// node is one level of a domain's descriptor tree.
+type node struct {
+	children map[string]*node // by childKey(key, value); value "" for a key alone
+	wild     []wildcard       // wildcard children, in config order
+	rule     *Rule
+	key      string
+	value    string // the config value: literal, pattern, or ""
+	share    bool   // share_threshold
+	v2m      bool   // value_to_metric
+	detailed bool   // detailed_metric
+}
+
+type wildcard struct {
+	key   string
+	parts []string // the value split on "*"
+	n     *node
+}
+
+func childKey(key, value string) string {
+	if value == "" {
+		return key
+	}
+	return key + "\x00" + value
+}
+
+// matchWildcard reports whether value matches the pattern split on "*"
+// into parts: each "*" matches any run of characters, including none.
+func matchWildcard(parts []string, value string) bool {
+	if len(parts) == 1 {
+		return parts[0] == value
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// Match is what Lookup found for one request descriptor.
+type Match struct {
+	// Rule is the rate limit that applies; nil when none does.
+	Rule *Rule
+	// Metric is the descriptor label of the metrics: Rule.Path, or with
+	// detailed_metric / value_to_metric the request's values.
+	Metric string
+	// Detailed reports whether Metric holds request values (unbounded:
+	// the metrics package caps such labels).
+	Detailed bool
+
+	shared []string // per entry: the share_threshold pattern counted instead of the value, or ""
+}
+
+// Lookup finds the rate limit for the request descriptor entries of
+// domain, as the reference service does (see the package doc), and writes
+// it to m. It reports whether the domain is known. A zero m.Rule means no
+// limit applies.
+func (s *Set) Lookup(domain string, entries []Entry, m *Match) bool {
+	*m = Match{}
+	if s == nil {
+		return false
+	}
+	cur := s.domains[domain]
+	if cur == nil {
+		return false
+	}
+	var detailed, v2m strings.Builder
+	useV2M := false
+	for i, e := range entries {
+		var next *node
+		if e.Value != "" {
+			next = cur.children[childKey(e.Key, e.Value)]
+		}
+		wild := false
+		if next == nil {
+			for j := range cur.wild {
+				w := &cur.wild[j]
+				if w.key == e.Key && matchWildcard(w.parts, e.Value) {
+					next, wild = w.n, true
+					break
+				}
+			}
+		}
+		byValue := next != nil
+		if next == nil {
+			next = cur.children[e.Key]
+		}
+		if detailed.Len() > 0 {
+			detailed.WriteByte('.')
+			v2m.WriteByte('.')
+		}
+		detailed.WriteString(e.Key)
+		detailed.WriteByte('_')
+		if next != nil && wild && next.share {
+			if m.shared == nil {
+				m.shared = make([]string, len(entries))
+			}
+			m.shared[i] = next.value
+			detailed.WriteString(next.value)
+		} else {
+			detailed.WriteString(e.Value)
+		}
+		v2m.WriteString(e.Key)
+		if next != nil {
+			var v string
+			switch {
+			case wild && next.share:
+				v = next.value
+			case wild && next.v2m:
+				v, useV2M = e.Value, true
+			case wild:
+				v = next.value
+			case byValue:
+				v = e.Value
+			case next.v2m:
+				v, useV2M = e.Value, true
+			}
+			if v != "" {
+				v2m.WriteByte('_')
+				v2m.WriteString(v)
+			}
+		}
+		if next != nil && next.rule != nil && i == len(entries)-1 {
+			m.Rule = next.rule
+		}
+		if next == nil || (len(next.children) == 0 && len(next.wild) == 0) {
+			break
+		}
+		cur = next
+	}
+	if m.Rule == nil {
+		m.shared = nil
+		return true
+	}
+	switch {
+	case m.Rule.DetailedMetric:
+		m.Metric, m.Detailed = detailed.String(), true
+	case useV2M:
+		m.Metric, m.Detailed = v2m.String(), true
+	default:
+		m.Metric = m.Rule.Path
+	}
+	return true
+}
+
+// MaxKeyLen bounds the request part of a store key: longer descriptors are
+// counted under their SHA-256.
+const MaxKeyLen = 512
+
+// StoreKey returns the store key that counts the request descriptor
+// entries under m.Rule: the rule's domain, algorithm and limit, and every
+// entry's key and value (a share_threshold entry counts under its pattern).
+// Changing a descriptor's limit or algorithm starts new counters; anything
+// else keeps them.
+func (m *Match) StoreKey(entries []Entry) string {
+	return storeKey(m.Rule.head, entries, m.shared)
+}
+
+func storeKey(head string, entries []Entry, shared []string) string {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 8
+	}
+	var b strings.Builder
+	b.Grow(len(head) + min(n, MaxKeyLen+70))
+	b.WriteString(head)
+	if n > MaxKeyLen {
+		h := sha256.New()
+		for i, e := range entries {
+			v := e.Value
+			if shared != nil && shared[i] != "" {
+				v = shared[i]
+			}
+			fmt.Fprintf(h, "%d:%s%d:%s", len(e.Key), e.Key, len(v), v)
+		}
+		b.WriteByte('#')
+		b.WriteString(hex.EncodeToString(h.Sum(nil)))
+		return b.String()
+	}
+	for i, e := range entries {
+		v := e.Value
+		if shared != nil && shared[i] != "" {
+			v = shared[i]
+		}
+		writeLP(&b, e.Key)
+		writeLP(&b, v)
+	}
+	return b.String()
+}
+
+// writeLP writes s length-prefixed ("3:abc"), so that no key or value can
+// be spelled to collide with another.
+func writeLP(b *strings.Builder, s string) {
+	b.WriteString(strconv.Itoa(len(s)))
+	b.WriteByte(':')
+	b.WriteString(s)
+}
+
+// ruleHead is the store-key prefix of counters under a limit in domain.
+func ruleHead(domain string, a sluice.Algorithm, l sluice.Limit) string {
+	var b strings.Builder
+	b.WriteString("envoy|")
+	writeLP(&b, domain)
+	fmt.Fprintf(&b, "|%s|%d|%d|%d|", a, l.Rate, l.Period.Microseconds(), l.Burst)
+	return b.String()
+}
+
+// Override returns the rule for a request descriptor that carries its own
+// limit (Envoy's per-descriptor `limit`): the config is bypassed, the
+// limit is counted as a fixed window, never in shadow mode, as the
+// reference service does. ok is false for an invalid unit.
+func Override(domain string, requestsPerUnit uint32, u Unit) (r *Rule, ok bool) {
+	if u.Period() == 0 {
+		return nil, false
+	}
+	r = &Rule{Domain: domain, RequestsPerUnit: requestsPerUnit, Unit: u, Algorithm: sluice.FixedWindow}
+	if requestsPerUnit > 0 {
+		r.Limit = sluice.Limit{Rate: int64(requestsPerUnit), Period: u.Period()}
+	}
+	r.head = ruleHead(domain, r.Algorithm, r.Limit)
+	return r, true
+}
+
+// OverrideMatch returns the Match of an override rule (see Override) for
+// entries: its metric label is the request's keys and values, as the
+// reference service names it.
+func OverrideMatch(r *Rule, entries []Entry) Match {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return Match{Rule: r, Metric: b.String(), Detailed: true}
+}

@@ -1,0 +1,382 @@
+package descriptors
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+func mustParse(t *testing.T, src string) *Set {
+	t.Helper()
+	s, err := Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return s
+}
+
+func es(kv ...string) []Entry {
+	out := make([]Entry, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, Entry{kv[i], kv[i+1]})
+	}
+	return out
+}
+
+// lookup returns the matched rule's path, or "" when no limit applies.
+func lookup(t *testing.T, s *Set, domain string, e []Entry) (string, *Match) {
+	t.Helper()
+	var m Match
+	s.Lookup(domain, e, &m)
+	if m.Rule == nil {
+		return "", &m
+	}
+	return m.Rule.Path, &m
+}
+
+const messaging = `
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+`
+
+func TestLookupLevels(t *testing.T) {
+	s := mustParse(t, messaging)
+	for _, tc := range []struct {
+		name string
+		e    []Entry
+		want string
+	}{
+		{"nested key without value", es("message_type", "marketing", "to_number", "2061111111"), "message_type_marketing.to_number"},
+		{"top-level key without value", es("to_number", "2061111111"), "to_number"},
+		{"placeholder has no limit", es("message_type", "marketing"), ""},
+		{"other value of the placeholder", es("message_type", "transactional", "to_number", "1"), ""},
+		{"deeper than the config", es("to_number", "1", "x", "y"), ""},
+		{"unknown key", es("nope", "1"), ""},
+	} {
+		got, _ := lookup(t, s, "messaging", tc.e)
+		if got != tc.want {
+			t.Errorf("%s: Lookup(%v) = %q, want %q", tc.name, tc.e, got, tc.want)
+		}
+	}
+	var m Match
+	if s.Lookup("other", es("to_number", "1"), &m) || m.Rule != nil {
+		t.Errorf("Lookup(unknown domain) = known, rule %v; want unknown, nil", m.Rule)
+	}
+}
+
+func TestLookupValueBeforeKey(t *testing.T) {
+	s := mustParse(t, `
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+`)
+	got, m := lookup(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.5"))
+	if got != "remote_address_50.0.0.5" || m.Rule.RequestsPerUnit != 0 {
+		t.Errorf("Lookup(50.0.0.5) = %q (%d/s), want the blocking remote_address_50.0.0.5", got, m.Rule.RequestsPerUnit)
+	}
+	got, m = lookup(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.1"))
+	if got != "remote_address" || m.Rule.RequestsPerUnit != 10 {
+		t.Errorf("Lookup(50.0.0.1) = %q, want remote_address at 10/s", got)
+	}
+	// A rule without a value counts each value apart.
+	a, b := es("remote_address", "1.1.1.1"), es("remote_address", "2.2.2.2")
+	_, ma := lookup(t, s, "edge_proxy_per_ip", a)
+	_, mb := lookup(t, s, "edge_proxy_per_ip", b)
+	if ma.StoreKey(a) == mb.StoreKey(b) {
+		t.Errorf("two values of a value-less rule share the store key %q", ma.StoreKey(a))
+	}
+}
+
+func TestLookupWildcards(t *testing.T) {
+	s := mustParse(t, `
+domain: w
+descriptors:
+  - key: key1
+    value: value*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: route
+    value: /api/*/resource/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: path
+    value: /api/exact/action
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: files_no_share
+    value: files_no_share/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	for _, tc := range []struct {
+		e    []Entry
+		want string
+	}{
+		{es("key1", "value"), "key1_value*"},
+		{es("key1", "valueXYZ"), "key1_value*"},
+		{es("key1", "valu"), ""},
+		{es("path", "/api/123/action"), "path_/api/*/action"},
+		{es("path", "/api/123/other"), ""},
+		{es("path", "/api/exact/action"), "path_/api/exact/action"}, // the literal value first
+		{es("route", "/api/v1/resource/123/action"), "route_/api/*/resource/*/action"},
+		{es("route", "/api/v1/resource/action"), ""},
+	} {
+		if got, _ := lookup(t, s, "w", tc.e); got != tc.want {
+			t.Errorf("Lookup(%v) = %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	key := func(e []Entry) string {
+		_, m := lookup(t, s, "w", e)
+		return m.StoreKey(e)
+	}
+	if a, b := key(es("files", "files/a.pdf")), key(es("files", "files/b.csv")); a != b {
+		t.Errorf("share_threshold: files/a.pdf counts under %q, files/b.csv under %q; want one counter", a, b)
+	}
+	if a, b := key(es("files_no_share", "files_no_share/a.pdf")), key(es("files_no_share", "files_no_share/b.csv")); a == b {
+		t.Errorf("without share_threshold both values count under %q; want one counter each", a)
+	}
+}
+
+func TestMatchWildcard(t *testing.T) {
+	for _, tc := range []struct {
+		pat, v string
+		want   bool
+	}{
+		{"a*", "a", true}, {"a*", "abc", true}, {"a*", "b", false},
+		{"*", "", true}, {"*x*", "x", true}, {"*x*", "y", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "ac", false}, {"a*b*c", "aXbYc", true},
+		{"ab*ba", "aba", false}, // prefix and suffix must not overlap
+		{"a**b", "ab", true}, {"lit", "lit", true}, {"lit", "litx", false},
+	} {
+		if got := matchWildcard(strings.Split(tc.pat, "*"), tc.v); got != tc.want {
+			t.Errorf("matchWildcard(%q, %q) = %v, want %v", tc.pat, tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestLookupMetricLabels(t *testing.T) {
+	s := mustParse(t, `
+domain: example10
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: key1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	for _, tc := range []struct {
+		e        []Entry
+		want     string
+		detailed bool
+	}{
+		{es("route", "api", "http_method", "GET", "subject_id", "123"), "route_api.http_method_GET.subject_id", true},
+		{es("key1", "unspecified"), "key1_unspecified", true},
+		{es("plain", "x"), "plain", false},
+	} {
+		_, m := lookup(t, s, "example10", tc.e)
+		if m.Metric != tc.want || m.Detailed != tc.detailed {
+			t.Errorf("Lookup(%v).Metric = %q (detailed %v), want %q (%v)", tc.e, m.Metric, m.Detailed, tc.want, tc.detailed)
+		}
+	}
+}
+
+func TestRuleFields(t *testing.T) {
+	s := mustParse(t, `
+domain: d
+descriptors:
+  - key: a
+    algorithm: token_bucket
+    burst: 20
+    shadow_mode: true
+    rate_limit: {unit: week, requests_per_unit: 10, name: wk}
+  - key: b
+    quota_mode: true
+    sync: 50ms
+    lease: auto
+    shards: 4
+    rate_limit: {unit: MONTH, requests_per_unit: 3, replaces: [{name: wk}]}
+  - key: c
+    rate_limit: {unlimited: true}
+  - key: y
+    rate_limit: {unit: year, requests_per_unit: 1}
+`)
+	_, m := lookup(t, s, "d", es("a", "1"))
+	r := m.Rule
+	if r.Algorithm != sluice.TokenBucket || r.Limit != (sluice.Limit{Rate: 10, Period: 7 * 24 * time.Hour, Burst: 20}) || !r.Shadow || r.Name != "wk" {
+		t.Errorf("rule a = %+v, want token_bucket 10/week burst 20, shadow, named wk", r)
+	}
+	_, m = lookup(t, s, "d", es("b", "1"))
+	r = m.Rule
+	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Lease != "auto" || r.Shards != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
+		t.Errorf("rule b = %+v, want fixed_window per 30 days, quota, sync 50ms, lease auto, 4 shards, replaces wk", r)
+	}
+	_, m = lookup(t, s, "d", es("c", "1"))
+	if !m.Rule.Unlimited {
+		t.Errorf("rule c = %+v, want unlimited", m.Rule)
+	}
+	_, m = lookup(t, s, "d", es("y", "1"))
+	if m.Rule.Limit.Period != 365*24*time.Hour {
+		t.Errorf("year = %v, want 365 days", m.Rule.Limit.Period)
+	}
+}
+
+func TestStoreKeyChangesWithLimit(t *testing.T) {
+	one := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	two := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	also := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n")
+	e := es("k", "v")
+	_, m1 := lookup(t, one, "d", e)
+	_, m2 := lookup(t, two, "d", e)
+	_, m3 := lookup(t, also, "d", e)
+	if m1.StoreKey(e) == m2.StoreKey(e) {
+		t.Errorf("1/s and 2/s share the store key %q", m1.StoreKey(e))
+	}
+	if m1.StoreKey(e) != m3.StoreKey(e) {
+		t.Errorf("adding a name and shadow_mode changed the store key %q -> %q; counters would reset", m1.StoreKey(e), m3.StoreKey(e))
+	}
+	// Length prefixes: no spelling of keys and values collides.
+	a, b := es("k", "v1:k"), es("k", "v1", "k", "")
+	if storeKey("h", a, nil) == storeKey("h", b, nil) {
+		t.Errorf("storeKey(%v) == storeKey(%v)", a, b)
+	}
+	long := es("k", strings.Repeat("x", 4*MaxKeyLen))
+	if k := m1.StoreKey(long); len(k) > MaxKeyLen+200 {
+		t.Errorf("StoreKey of a %d-byte value is %d bytes long, want it hashed", 4*MaxKeyLen, len(k))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string // substrings, each of one error line, in order
+	}{
+		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n", []string{"test.yaml:4: descriptors[0].rate_limt: unknown key"}},
+		{"unknown rate_limit key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n", []string{"test.yaml:4: descriptors[0].rate_limit.burst: unknown key"}},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", []string{`test.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`}},
+		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].rate_limit.unit: missing"}},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", []string{"descriptors[0].rate_limit.unit: an unlimited rate_limit takes no unit"}},
+		{"negative", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", []string{"requests_per_unit: -1 is out of range"}},
+		{"not a number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: lots}\n", []string{`requests_per_unit: want a whole number, not the string "lots"`}},
+		{"missing key", "domain: d\ndescriptors:\n  - value: v\n", []string{"test.yaml:3: descriptors[0].key: missing"}},
+		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", []string{"test.yaml:4: descriptors[1]: duplicate descriptor \"k\""}},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", []string{"share_threshold: only applies to a wildcard value"}},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", []string{"cannot replace itself"}},
+		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", []string{"replaces[0].name: missing"}},
+		{"bad algorithm", "domain: d\ndescriptors:\n  - key: k\n    algorithm: fastest\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].algorithm: unknown algorithm "fastest"`}},
+		{"options without limit", "domain: d\ndescriptors:\n  - key: k\n    burst: 3\n", []string{"belong with a rate_limit"}},
+		{"bad lease", "domain: d\ndescriptors:\n  - key: k\n    lease: some\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`lease: want auto or a whole number`}},
+		{"report not built", "domain: d\ndescriptors:\n  - key: k\n    report: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].report: charging after the response (report: true) is not built yet"}},
+		{"no domain", "descriptors: []\n", []string{"domain: missing"}},
+		{"empty domain", "domain: ''\n", []string{"domain: must not be empty"}},
+		{"empty file", "", []string{"test.yaml:1: empty file"}},
+		{"two documents", "domain: a\n---\ndomain: b\n", []string{"test.yaml:2: more than one YAML document"}},
+		{"syntax", "domain: [\n", []string{"YAML syntax"}},
+		{"not a mapping", "- a\n", []string{"want a mapping"}},
+		{"nested error", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second}\n", []string{"test.yaml:6: descriptors[0].descriptors[0].rate_limit.requests_per_unit: missing"}},
+		{"two errors", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes please\n  - key: b\n    quota_mode: 1\n", []string{"test.yaml:4: descriptors[0].shadow_mode: want true or false", "test.yaml:6: descriptors[1].quota_mode: want true or false"}},
+	} {
+		_, err := Parse("test.yaml", []byte(tc.src))
+		if err == nil {
+			t.Errorf("%s: Parse succeeded, want errors %q", tc.name, tc.want)
+			continue
+		}
+		var pe rules.ParseErrors
+		if !errors.As(err, &pe) {
+			t.Errorf("%s: error %T is not rules.ParseErrors", tc.name, err)
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(tc.want) {
+			t.Errorf("%s: %d errors, want %d:\n%v", tc.name, len(lines), len(tc.want), err)
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("%s: error %d = %q, want it to contain %q", tc.name, i, lines[i], w)
+			}
+		}
+	}
+}
+
+func TestLoadDirectoriesAndDomains(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("conf/a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	write("conf/b.yml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	write("conf/notes.txt", "not yaml at all: [")
+	write("conf/..data/hidden.yaml", "garbage: [")
+	single := write("c.yaml", "domain: c\n")
+	s, err := Load([]string{filepath.Join(dir, "conf"), single})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if s.Domains() != 3 || s.Rules() != 2 || !s.HasDomain("a") || !s.HasDomain("b") || !s.HasDomain("c") {
+		t.Errorf("Load: %d domains, %d rules (%v); want a, b, c and 2 rules", s.Domains(), s.Rules(), s.Files())
+	}
+
+	dup := write("dup.yaml", "domain: a\n")
+	_, err = Load([]string{filepath.Join(dir, "conf"), dup})
+	if err == nil || !strings.Contains(err.Error(), "dup.yaml:1: domain: domain \"a\" is already configured in") {
+		t.Errorf("Load with a domain twice: %v, want an error naming dup.yaml:1", err)
+	}
+	bad := write("bad.yaml", "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, extra: 1}\n")
+	_, err = Load([]string{single, bad, filepath.Join(dir, "missing.yaml")})
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:4: descriptors[0].rate_limit.extra: unknown key") ||
+		!strings.Contains(err.Error(), "missing.yaml: no such file or directory") {
+		t.Errorf("Load with a bad file and a missing one: %v, want both named", err)
+	}
+}
+
+func TestOverride(t *testing.T) {
+	r, ok := Override("d", 7, Minute)
+	if !ok || r.Algorithm != sluice.FixedWindow || r.Limit != sluice.PerMinute(7) || r.Shadow {
+		t.Fatalf("Override(7/minute) = %+v, %v", r, ok)
+	}
+	if _, ok := Override("d", 7, 0); ok {
+		t.Errorf("Override with unit 0 succeeded")
+	}
+	m := OverrideMatch(r, es("a", "1", "b", ""))
+	if m.Metric != "a_1.b" || !m.Detailed {
+		t.Errorf("OverrideMatch metric = %q, want a_1.b (detailed)", m.Metric)
+	}
+}

@@ -1,0 +1,41 @@
+package descriptors
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary files to the loader: it must return a Set or
+// errors naming the file, never panic, and a Set it returns must answer
+// lookups.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		messaging,
+		"domain: d\ndescriptors:\n  - key: k\n    value: a*b*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    algorithm: gcra\n    burst: 5\n    rate_limit: {unit: second, requests_per_unit: 2, name: x, replaces: [{name: y}]}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
+		"domain: &a d\ndescriptors: [*a]\n",
+		"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: year, requests_per_unit: 4294967295}\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		s, err := Parse("fuzz.yaml", []byte(src))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for d := range s.domains {
+			var m Match
+			e := []Entry{{"k", "a-b"}, {"j", "x"}}
+			if !s.Lookup(d, e, &m) {
+				t.Fatalf("Lookup(%q) = unknown domain", d)
+			}
+			if m.Rule != nil && !m.Rule.Unlimited {
+				_ = m.StoreKey(e)
+			}
+		}
+	})
+}

@@ -1,0 +1,618 @@
+package descriptors
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// Limits on what one file may hold, so that a bad file cannot exhaust the
+// daemon.
+const (
+	MaxFileSize = 8 << 20 // bytes
+	maxNodes    = 200_000 // YAML values, aliases expanded
+	maxDepth    = 64      // nesting of descriptors
+	MaxShards   = rules.MaxShards
+)
+
+// Load reads the descriptor files named by paths: each a file, or a
+// directory whose YAML files (*.yaml, *.yml; not hidden ones, such as the
+// ..data links of a Kubernetes ConfigMap volume) are all read, in name
+// order. Every problem of every file is reported in one
+// rules.ParseErrors, each naming its file and line; on any problem Load
+// returns no Set. A domain may appear in one file only.
+func Load(paths []string) (*Set, error) {
+	var files []string
+	var errs rules.ParseErrors
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
+			continue
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
+			continue
+		}
+		for _, e := range ents {
+			n := e.Name()
+			if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				continue
+			}
+			full := filepath.Join(p, n)
+			if fi, err := os.Stat(full); err != nil || fi.IsDir() {
+				continue // a dangling link or a directory named *.yaml
+			}
+			files = append(files, full)
+		}
+	}
+	s := &Set{domains: map[string]*node{}}
+	where := map[string]string{}
+	for _, f := range files {
+		data, err := readFile(f)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
+			continue
+		}
+		d, err := parseFile(f, data)
+		if err != nil {
+			var pe rules.ParseErrors
+			if errors.As(err, &pe) {
+				errs = append(errs, pe...)
+			} else {
+				errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
+			}
+			continue
+		}
+		if prev, ok := where[d.domain]; ok {
+			errs = append(errs, &rules.ParseError{File: f, Line: d.line, Key: "domain",
+				Msg: fmt.Sprintf("domain %q is already configured in %s: a domain lives in one file", d.domain, prev)})
+			continue
+		}
+		where[d.domain] = f
+		s.domains[d.domain] = d.root
+		s.rules += d.rules
+		s.files = append(s.files, f)
+	}
+	if len(errs) > 0 {
+		return nil, errs // in file order, each file's problems by line
+	}
+	return s, nil
+}
+
+func fileErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, errors.New(fileErr(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, errors.New(fileErr(err))
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("file larger than %d bytes", MaxFileSize)
+	}
+	return data, nil
+}
+
+// Parse reads one descriptor file's content (file names it in errors) and
+// returns it as a Set of its one domain.
+func Parse(file string, data []byte) (*Set, error) {
+	d, err := parseFile(file, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Set{domains: map[string]*node{d.domain: d.root}, files: []string{file}, rules: d.rules}, nil
+}
+
+type parsed struct {
+	domain string
+	line   int
+	root   *node
+	rules  int
+}
+
+func parseFile(file string, data []byte) (*parsed, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, rules.ParseErrors{{File: file, Line: 1, Msg: "empty file: want a domain and its descriptors"}}
+		}
+		return nil, rules.ParseErrors{yamlError(file, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, rules.ParseErrors{{File: file, Line: extra.Line, Msg: "more than one YAML document (---): a descriptor file holds one domain"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, rules.ParseErrors{yamlError(file, err)}
+	}
+	top := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		top = doc.Content[0]
+	}
+	d := &decoder{file: file, budget: maxNodes}
+	p := &parsed{root: newNode("", "")}
+	var descs *yaml.Node
+	domainSeen := false
+	d.mapping("", top, fields{
+		"domain": func(key string, v *yaml.Node) {
+			domainSeen = true
+			p.line = v.Line
+			d.str(&p.domain)(key, v)
+			if p.domain == "" && len(d.errs) == 0 {
+				d.fail(v, key, "must not be empty")
+			}
+		},
+		"descriptors": func(_ string, v *yaml.Node) { descs = v },
+	})
+	if !domainSeen && len(d.errs) == 0 {
+		d.fail(top, "domain", "missing: every file names its domain, such as domain: edge_proxy")
+	}
+	if descs != nil {
+		d.descriptors("descriptors", descs, p.root, p, "", 1)
+	}
+	if len(d.errs) > 0 {
+		return nil, d.errs.Err()
+	}
+	return p, nil
+}
+
+func newNode(key, value string) *node {
+	return &node{children: map[string]*node{}, key: key, value: value}
+}
+
+// descriptors decodes a list of descriptors into the children of parent.
+func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int) {
+	if depth > maxDepth {
+		d.fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
+		return
+	}
+	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
+		d.descriptor(k, item, parent, p, path, depth)
+	})
+}
+
+// descriptor decodes one descriptor and adds it to parent.
+func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int) {
+	var (
+		k, v                            string
+		keySeen                         bool
+		rl                              *yaml.Node
+		children                        *yaml.Node
+		shadow, quota, detailed, v2m    bool
+		share, report                   bool
+		algorithm, lease                string
+		burst                           int64
+		segments, shards                int
+		sync                            time.Duration
+		algNode, burstNode, segNode     *yaml.Node
+		leaseNode, shardsNode, syncNode *yaml.Node
+		reportNode                      *yaml.Node
+	)
+	before := len(d.errs)
+	item := d.resolve(key, n)
+	d.mapping(key, n, fields{
+		"key":             func(kk string, x *yaml.Node) { keySeen = true; d.str(&k)(kk, x) },
+		"value":           d.str(&v),
+		"rate_limit":      func(_ string, x *yaml.Node) { rl = x },
+		"descriptors":     func(_ string, x *yaml.Node) { children = x },
+		"shadow_mode":     d.bool(&shadow),
+		"quota_mode":      d.bool(&quota),
+		"detailed_metric": d.bool(&detailed),
+		"value_to_metric": d.bool(&v2m),
+		"share_threshold": d.bool(&share),
+		"metadata":        func(string, *yaml.Node) {}, // accepted; Sluice returns no dynamic metadata
+		"algorithm":       func(kk string, x *yaml.Node) { algNode = x; d.str(&algorithm)(kk, x) },
+		"burst":           func(kk string, x *yaml.Node) { burstNode = x; d.int64(&burst)(kk, x) },
+		"segments":        func(kk string, x *yaml.Node) { segNode = x; d.int(&segments)(kk, x) },
+		"sync":            func(kk string, x *yaml.Node) { syncNode = x; d.duration(&sync)(kk, x) },
+		"lease":           func(kk string, x *yaml.Node) { leaseNode = x; d.str(&lease)(kk, x) },
+		"shards":          func(kk string, x *yaml.Node) { shardsNode = x; d.int(&shards)(kk, x) },
+		"report":          func(kk string, x *yaml.Node) { reportNode = x; d.bool(&report)(kk, x) },
+	})
+	if item == nil || item.Kind != yaml.MappingNode {
+		return
+	}
+	if !keySeen || k == "" {
+		d.fail(item, key+".key", "missing: every descriptor needs a key")
+		return
+	}
+	nd := newNode(k, v)
+	nd.share, nd.v2m, nd.detailed = share, v2m, detailed
+	ck := childKey(k, v)
+	full := k
+	if v != "" {
+		full += "_" + v
+	}
+	if path != "" {
+		full = path + "." + full
+	}
+	if _, dup := parent.children[ck]; dup {
+		d.fail(item, key, "duplicate descriptor %q: the same key and value twice at one level", full)
+		return
+	}
+	if share && !strings.Contains(v, "*") {
+		d.fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", v)
+	}
+	opts := (algNode != nil || burstNode != nil || segNode != nil || syncNode != nil || leaseNode != nil || shardsNode != nil || reportNode != nil)
+	if rl == nil && opts {
+		d.fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
+	}
+	if rl != nil {
+		r := d.rateLimit(key+".rate_limit", rl, p.domain)
+		if r != nil {
+			r.Path, r.File, r.Line = full, d.file, item.Line
+			r.Shadow, r.Quota, r.DetailedMetric, r.ValueToMetric = shadow, quota, detailed, v2m
+			r.Report = report
+			r.Sync, r.Lease, r.Shards = sync, lease, shards
+			if r.Unlimited && opts {
+				d.fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
+			}
+			if algNode != nil {
+				a, err := sluice.ParseAlgorithm(algorithm)
+				if err != nil {
+					d.fail(algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", algorithm)
+				} else {
+					r.Algorithm = a
+				}
+			}
+			if burstNode != nil && burst < 1 {
+				d.fail(burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", burst)
+			}
+			if segNode != nil && (segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
+				d.fail(segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
+			}
+			if syncNode != nil && (sync < time.Millisecond || sync > time.Minute) {
+				d.fail(syncNode, key+".sync", "%v must be between 1ms and 1m", sync)
+			}
+			if leaseNode != nil {
+				if n, err := strconv.ParseInt(lease, 10, 64); lease != "auto" && (err != nil || n < 1) {
+					d.fail(leaseNode, key+".lease", "want auto or a whole number ≥ 1, not %q", lease)
+				}
+			}
+			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
+				d.fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
+			}
+			if reportNode != nil && report {
+				d.fail(reportNode, key+".report", "charging after the response (report: true) is not built yet")
+			}
+			if r.RequestsPerUnit > 0 && !r.Unlimited {
+				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
+				if err := r.Limit.Validate(); err != nil {
+					d.fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+				}
+			}
+			r.head = ruleHead(p.domain, r.Algorithm, r.Limit)
+			nd.rule = r
+			p.rules++
+		}
+	}
+	if children != nil {
+		d.descriptors(key+".descriptors", children, nd, p, full, depth+1)
+	}
+	if len(d.errs) > before {
+		return
+	}
+	parent.children[ck] = nd
+	if strings.Contains(v, "*") {
+		parent.wild = append(parent.wild, wildcard{key: k, parts: strings.Split(v, "*"), n: nd})
+	}
+}
+
+// rateLimit decodes a rate_limit block.
+func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
+	r := &Rule{Domain: domain, Algorithm: sluice.FixedWindow}
+	var unit string
+	var unitNode, rpuNode *yaml.Node
+	var rpu int64
+	before := len(d.errs)
+	d.mapping(key, n, fields{
+		"unit":              func(k string, x *yaml.Node) { unitNode = x; d.str(&unit)(k, x) },
+		"requests_per_unit": func(k string, x *yaml.Node) { rpuNode = x; d.int64(&rpu)(k, x) },
+		"unlimited":         d.bool(&r.Unlimited),
+		"name":              d.str(&r.Name),
+		"replaces": func(k string, x *yaml.Node) {
+			d.sequence(k, x, func(ik string, _ int, item *yaml.Node) {
+				var name string
+				d.mapping(ik, item, fields{"name": d.str(&name)})
+				if name == "" {
+					d.fail(item, ik+".name", "missing: replaces lists {name: NAME} of the limits this one replaces")
+					return
+				}
+				r.Replaces = append(r.Replaces, name)
+			})
+		},
+	})
+	m := d.resolve(key, n)
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	switch {
+	case r.Unlimited && unitNode != nil:
+		d.fail(unitNode, key+".unit", "an unlimited rate_limit takes no unit")
+	case r.Unlimited:
+	case unitNode == nil:
+		d.fail(m, key+".unit", "missing: second, minute, hour, day, week, month or year")
+	default:
+		u, ok := ParseUnit(unit)
+		if !ok {
+			d.fail(unitNode, key+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", unit)
+		}
+		r.Unit = u
+	}
+	if !r.Unlimited && rpuNode == nil {
+		d.fail(m, key+".requests_per_unit", "missing: how many requests per unit (0 denies every request)")
+	}
+	if rpuNode != nil && (rpu < 0 || rpu > math.MaxUint32) {
+		d.fail(rpuNode, key+".requests_per_unit", "%d is out of range (0 to %d)", rpu, uint32(math.MaxUint32))
+	}
+	r.RequestsPerUnit = uint32(max(0, min(rpu, math.MaxUint32)))
+	for _, name := range r.Replaces {
+		if name == r.Name {
+			d.fail(m, key+".replaces", "a limit cannot replace itself (%q)", name)
+		}
+	}
+	if len(d.errs) > before {
+		return nil
+	}
+	return r
+}
+
+// decoder walks YAML nodes, collecting every problem with its line.
+type decoder struct {
+	file   string
+	errs   rules.ParseErrors
+	budget int
+}
+
+func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// resolve follows aliases and charges the node budget; nil for a null.
+func (d *decoder) resolve(key string, n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return nil
+	}
+	d.budget--
+	if d.budget == 0 {
+		d.fail(n, key, "file too large: more than %d values (aliases expanded)", maxNodes)
+	}
+	if d.budget <= 0 {
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	return n
+}
+
+type fields map[string]func(key string, v *yaml.Node)
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
+	if n = d.resolve(key, n); n == nil {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(sortedKeys(fs), ", "), kindName(n))
+		return
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			d.fail(k, key, "a key must be a plain name, not %s", kindName(k))
+			continue
+		}
+		name := k.Value
+		path := join(key, name)
+		if seen[name] {
+			d.fail(k, path, "key given twice")
+			continue
+		}
+		seen[name] = true
+		f := fs[name]
+		if f == nil {
+			d.fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
+			continue
+		}
+		f(path, v)
+	}
+}
+
+func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int, v *yaml.Node)) {
+	if n = d.resolve(key, n); n == nil {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, key, "want a list, not %s", kindName(n))
+		return
+	}
+	for i, v := range n.Content {
+		each(key+"["+strconv.Itoa(i)+"]", i, v)
+	}
+}
+
+func (d *decoder) scalar(key string, n *yaml.Node, want string) (*yaml.Node, bool) {
+	if n = d.resolve(key, n); n == nil {
+		return nil, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n, key, "want %s, not %s", want, kindName(n))
+		return nil, false
+	}
+	return n, true
+}
+
+func (d *decoder) str(dst *string) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a string")
+		if !ok {
+			return
+		}
+		switch n.Tag {
+		case "!!str", "!!int", "!!float", "!!bool":
+			*dst = n.Value
+		default:
+			d.fail(n, key, "want a string, not %s", kindName(n))
+		}
+	}
+}
+
+func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a whole number")
+		if !ok {
+			return
+		}
+		if n.Tag != "!!int" {
+			d.fail(n, key, "want a whole number, not %s", kindName(n))
+			return
+		}
+		x, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil {
+			d.fail(n, key, "%q is not a whole number in range", n.Value)
+			return
+		}
+		*dst = x
+	}
+}
+
+func (d *decoder) int(dst *int) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		var x int64
+		before := len(d.errs)
+		d.int64(&x)(key, v)
+		if len(d.errs) > before {
+			return
+		}
+		if x < math.MinInt32 || x > math.MaxInt32 {
+			d.fail(v, key, "%d is out of range", x)
+			return
+		}
+		*dst = int(x)
+	}
+}
+
+func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "true or false")
+		if !ok {
+			return
+		}
+		if n.Tag != "!!bool" {
+			d.fail(n, key, "want true or false, not %s", kindName(n))
+			return
+		}
+		b, err := strconv.ParseBool(strings.ToLower(n.Value))
+		if err != nil {
+			d.fail(n, key, "want true or false, not %q", n.Value)
+			return
+		}
+		*dst = b
+	}
+}
+
+func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a duration such as 50ms")
+		if !ok {
+			return
+		}
+		x, err := time.ParseDuration(n.Value)
+		if n.Tag != "!!str" || err != nil {
+			d.fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %q", n.Value)
+			return
+		}
+		*dst = x
+	}
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int":
+			return "the number " + n.Value
+		case "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		case "!!null":
+			return "null"
+		}
+		return fmt.Sprintf("the string %q", n.Value)
+	}
+	return "a YAML document"
+}
+
+func sortedKeys(fs fields) []string {
+	ks := make([]string, 0, len(fs))
+	for k := range fs {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+func yamlError(file string, err error) *rules.ParseError {
+	msg := err.Error()
+	line := 0
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
+}
