@@ -43,6 +43,7 @@ type Metrics struct {
 
 	mu    sync.RWMutex
 	rules map[string]*Rule
+	envoy *Envoy
 }
 
 // Rule holds the pre-resolved decision counters of one rule, so the hot
@@ -200,4 +201,119 @@ func (m *Metrics) CounterFunc(name, help string, f func() float64) error {
 		return nil
 	}
 	return m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}
+
+// MaxDetailedDescriptors bounds the descriptor labels of the Envoy metrics
+// that carry request values (detailed_metric, value_to_metric, limit
+// overrides): past it, such hits are counted under the label "_other".
+const MaxDetailedDescriptors = 1000
+
+// Envoy holds the per-domain, per-descriptor counters of the Envoy rate
+// limit service:
+//
+//	sluice_envoy_hits_total{domain,descriptor}        hits (hits_addend) asked for
+//	sluice_envoy_over_limit_total{domain,descriptor}  hits over the limit (not shadow)
+//	sluice_envoy_near_limit_total{domain,descriptor}  admitted hits within the last 20% of the limit
+//	sluice_envoy_shadow_mode_total{domain,descriptor} hits a shadow_mode descriptor would have denied
+//	sluice_envoy_unknown_domain_total                 requests for a domain with no config
+type Envoy struct {
+	hits, over, near, shadow *prometheus.CounterVec
+	unknown                  prometheus.Counter
+
+	mu       sync.RWMutex
+	ds       map[[2]string]*EnvoyDescriptor
+	detailed int
+}
+
+// EnvoyDescriptor holds the counters of one domain and descriptor label.
+// A nil *EnvoyDescriptor records nothing.
+type EnvoyDescriptor struct {
+	hits, over, near, shadow prometheus.Counter
+}
+
+// Envoy returns the Envoy rate limit service's counters, registering them
+// on first use.
+func (m *Metrics) Envoy() *Envoy {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.envoy != nil {
+		return m.envoy
+	}
+	lv := []string{"domain", "descriptor"}
+	e := &Envoy{
+		hits:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_hits_total", Help: "Envoy rate limit service: hits (hits_addend) asked for, per domain and descriptor."}, lv),
+		over:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_over_limit_total", Help: "Envoy rate limit service: hits over the limit (shadow_mode descriptors excluded)."}, lv),
+		near:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_near_limit_total", Help: "Envoy rate limit service: admitted hits within the last 20% of the limit."}, lv),
+		shadow:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_shadow_mode_total", Help: "Envoy rate limit service: hits a shadow_mode descriptor would have denied."}, lv),
+		unknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_envoy_unknown_domain_total", Help: "Envoy rate limit service: requests for a domain that no descriptor file configures."}),
+		ds:      map[[2]string]*EnvoyDescriptor{},
+	}
+	m.reg.MustRegister(e.hits, e.over, e.near, e.shadow, e.unknown)
+	m.envoy = e
+	return e
+}
+
+// Descriptor returns the counters of domain and descriptor. detailed marks
+// a label built from request values: at most MaxDetailedDescriptors of
+// those are kept, the rest share the label "_other".
+func (e *Envoy) Descriptor(domain, descriptor string, detailed bool) *EnvoyDescriptor {
+	if e == nil {
+		return nil
+	}
+	k := [2]string{domain, descriptor}
+	e.mu.RLock()
+	d := e.ds[k]
+	e.mu.RUnlock()
+	if d != nil {
+		return d
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d = e.ds[k]; d != nil {
+		return d
+	}
+	if detailed {
+		if e.detailed >= MaxDetailedDescriptors {
+			k[1] = "_other"
+			if d = e.ds[k]; d != nil {
+				return d
+			}
+		} else {
+			e.detailed++
+		}
+	}
+	d = &EnvoyDescriptor{
+		hits: e.hits.WithLabelValues(k[0], k[1]), over: e.over.WithLabelValues(k[0], k[1]),
+		near: e.near.WithLabelValues(k[0], k[1]), shadow: e.shadow.WithLabelValues(k[0], k[1]),
+	}
+	e.ds[k] = d
+	return d
+}
+
+// UnknownDomain counts one request for a domain without config.
+func (e *Envoy) UnknownDomain() {
+	if e != nil {
+		e.unknown.Inc()
+	}
+}
+
+// Count records hits asked for: over the limit (over), of which a shadow
+// descriptor let through (shadow), or admitted near the limit (near).
+func (d *EnvoyDescriptor) Count(hits int64, over, shadow, near bool) {
+	if d == nil {
+		return
+	}
+	h := float64(hits)
+	d.hits.Add(h)
+	switch {
+	case over && shadow:
+		d.shadow.Add(h)
+	case over:
+		d.over.Add(h)
+	case near:
+		d.near.Add(h)
+	}
 }

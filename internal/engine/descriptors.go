@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Descriptor is one descriptor of an Envoy rate limit request, matched:
+// the rule that applies (nil for none), the store key it counts under and
+// the hits it asks for (0: check without counting).
+type Descriptor struct {
+	Rule    *descriptors.Rule
+	Key     string
+	Cost    int64
+	Metrics *metrics.EnvoyDescriptor
+}
+
+// DescriptorStatus is what one descriptor decided.
+type DescriptorStatus struct {
+	// Over reports whether the descriptor is over its limit (a shadow_mode
+	// descriptor may be over and still let the request through).
+	Over bool
+	// Decision holds the store's figures; zero when the store was not
+	// asked (no rule, unlimited, requests_per_unit 0, store failure).
+	Decision sluice.Decision
+	// Asked reports whether Decision came from the store.
+	Asked bool
+}
+
+// DescriptorsResult is the outcome of one Envoy rate limit request.
+type DescriptorsResult struct {
+	// OverLimit is the overall answer: some descriptor that is neither in
+	// shadow_mode nor in quota_mode is over, or every quota_mode descriptor
+	// is over (the reference service's rule).
+	OverLimit bool
+	// StoreErr is the store's error when it could not decide; OverLimit is
+	// then the on_error policy's answer (deny: true).
+	StoreErr error
+}
+
+// DecideDescriptors decides the descriptors of one Envoy rate limit request
+// and writes each one's status to st (len(st) must be len(ds)).
+//
+// Denied traffic consumes nothing: every descriptor with a limit goes
+// through one Store.TakeAll, so when the request is over the limit no
+// counter moves. Descriptors that are over but do not deny the request
+// (shadow_mode, or quota_mode while another quota descriptor is under) are
+// left out and the others taken again, so that an allowed request is
+// counted by every descriptor that admitted it; that second round trip
+// happens only then. Unlimited descriptors and descriptors with
+// requests_per_unit 0 never reach the store.
+func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus) DescriptorsResult {
+	now := e.now()
+	a := getAttempt()
+	defer putAttempt(a)
+	var idx [16]int
+	active := idx[:0] // indexes into ds of the descriptors going to the store
+	quotas, quotaOver := 0, 0
+	hard := false
+	for i := range ds {
+		st[i] = DescriptorStatus{}
+		r := ds[i].Rule
+		switch {
+		case r == nil || r.Unlimited:
+			continue
+		case r.RequestsPerUnit == 0:
+			st[i].Over = true
+			if r.Quota && !r.Shadow {
+				quotas++
+				quotaOver++
+			} else if !r.Shadow {
+				hard = true
+			}
+			continue
+		}
+		if r.Quota && !r.Shadow {
+			quotas++
+		}
+		active = append(active, i)
+	}
+	res := DescriptorsResult{}
+	if hard || (quotas > 0 && quotaOver == quotas) {
+		// Denied without asking: nothing may be counted anyway.
+		res.OverLimit = true
+		e.countDescriptors(ds, st)
+		return res
+	}
+	for len(active) > 0 {
+		a.rs, a.ds = a.rs[:0], a.ds[:0]
+		for _, i := range active {
+			r := ds[i].Rule
+			a.rs = append(a.rs, sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now})
+			a.ds = append(a.ds, sluice.Decision{})
+		}
+		t0 := time.Now()
+		err := e.store.TakeAll(ctx, a.rs, a.ds)
+		e.metrics.ObserveDecision(time.Since(t0))
+		if err != nil {
+			e.storeFailed(err)
+			res.StoreErr = err
+			res.OverLimit = !e.failOpen
+			if e.failOpen {
+				e.metrics.Fallback(OnErrorAllow)
+			} else {
+				e.metrics.Fallback(OnErrorDeny)
+			}
+			for _, i := range active {
+				st[i] = DescriptorStatus{}
+			}
+			return res
+		}
+		over := quotaOver
+		soft := 0
+		for j, i := range active {
+			d := a.ds[j]
+			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
+			if d.Allowed {
+				continue
+			}
+			r := ds[i].Rule
+			switch {
+			case r.Shadow:
+				soft++
+			case r.Quota:
+				over++
+				soft++
+			default:
+				hard = true
+			}
+		}
+		if hard || (quotas > 0 && over == quotas) {
+			res.OverLimit = true // nothing was counted
+			break
+		}
+		if soft == 0 {
+			break // every descriptor admitted and counted
+		}
+		// Take again without the descriptors over their limit that do not
+		// deny the request; their statuses stay as decided.
+		quotaOver = over
+		kept := active[:0]
+		for j, i := range active {
+			if a.ds[j].Allowed {
+				kept = append(kept, i)
+			}
+		}
+		active = kept
+	}
+	e.countDescriptors(ds, st)
+	return res
+}
+
+// countDescriptors records each descriptor's hits in the metrics.
+func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus) {
+	for i := range ds {
+		r := ds[i].Rule
+		if r == nil || ds[i].Metrics == nil {
+			continue
+		}
+		near := false
+		if st[i].Asked && !st[i].Over && r.RequestsPerUnit > 0 {
+			// Admitted with less than 20% of the limit left.
+			near = st[i].Decision.Remaining*5 < int64(r.RequestsPerUnit)
+		}
+		ds[i].Metrics.Count(max(ds[i].Cost, 0), st[i].Over, r.Shadow, near)
+	}
+}
