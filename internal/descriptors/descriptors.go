@@ -402,14 +402,23 @@ func ruleHead(domain string, a sluice.Algorithm, l sluice.Limit) string {
 // Override returns the rule for a request descriptor that carries its own
 // limit (Envoy's per-descriptor `limit`): the config is bypassed, the
 // limit is counted as a fixed window, never in shadow mode, as the
-// reference service does. ok is false for an invalid unit.
-func Override(domain string, requestsPerUnit uint32, u Unit) (r *Rule, ok bool) {
+// reference service does. The period is multiplier units (Envoy's
+// unit_multiplier; 0 means 1). ok is false for an invalid unit or a period
+// too long to count.
+func Override(domain string, requestsPerUnit uint32, u Unit, multiplier uint32) (r *Rule, ok bool) {
 	if u.Period() == 0 {
+		return nil, false
+	}
+	period := u.Period() * time.Duration(max(multiplier, 1))
+	if period/time.Duration(max(multiplier, 1)) != u.Period() || period > 100*365*24*time.Hour {
 		return nil, false
 	}
 	r = &Rule{Domain: domain, RequestsPerUnit: requestsPerUnit, Unit: u, Algorithm: sluice.FixedWindow}
 	if requestsPerUnit > 0 {
-		r.Limit = sluice.Limit{Rate: int64(requestsPerUnit), Period: u.Period()}
+		r.Limit = sluice.Limit{Rate: int64(requestsPerUnit), Period: period}
+		if r.Limit.Validate() != nil {
+			return nil, false
+		}
 	}
 	r.head = ruleHead(domain, r.Algorithm, r.Limit)
 	return r, true

@@ -368,12 +368,15 @@ func TestLoadDirectoriesAndDomains(t *testing.T) {
 }
 
 func TestOverride(t *testing.T) {
-	r, ok := Override("d", 7, Minute)
+	r, ok := Override("d", 7, Minute, 0)
 	if !ok || r.Algorithm != sluice.FixedWindow || r.Limit != sluice.PerMinute(7) || r.Shadow {
 		t.Fatalf("Override(7/minute) = %+v, %v", r, ok)
 	}
-	if _, ok := Override("d", 7, 0); ok {
+	if _, ok := Override("d", 7, 0, 1); ok {
 		t.Errorf("Override with unit 0 succeeded")
+	}
+	if r, ok := Override("d", 7, Second, 30); !ok || r.Limit.Period != 30*time.Second {
+		t.Errorf("Override(7 per 30 seconds) = %+v, %v; want a 30s period", r, ok)
 	}
 	m := OverrideMatch(r, es("a", "1", "b", ""))
 	if m.Metric != "a_1.b" || !m.Detailed {

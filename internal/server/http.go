@@ -7,6 +7,7 @@
 //	GET  /healthz           200 while the process serves
 //	GET  /readyz            200 when the store is reachable, else 503
 //	GET  /metrics           Prometheus, from the injected registry
+//	POST /json              the Envoy rate limit service's HTTP form (with Options.Envoy)
 //
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 404 for an
 // unknown path, 405 for a wrong method, 413 for a body over the limit and
@@ -72,6 +73,9 @@ type Options struct {
 	MaxKeyBytes int
 	// Logger receives unexpected errors; nil discards.
 	Logger *slog.Logger
+	// Envoy, when set, serves the Envoy rate limit service's HTTP form,
+	// POST /json.
+	Envoy *RLS
 }
 
 // Handler is the decision API. Build it with New; it is safe for concurrent
@@ -122,6 +126,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.check(w, r)
 	case "/v1/forward-auth":
 		h.forwardAuth(w, r)
+	case "/json":
+		if h.o.Envoy == nil {
+			h.fail(w, errNotFound)
+			return
+		}
+		h.o.Envoy.ServeJSON(w, r)
 	case "/v1/rules":
 		if !getOrHead(r) {
 			h.fail(w, errMethod("GET, HEAD"))

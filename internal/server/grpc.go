@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Defaults of the gRPC listener.
+const (
+	// DefaultMaxConnectionAge closes a client connection after this long
+	// (gracefully, with MaxConnectionAgeGrace for calls in flight), so that
+	// clients such as Envoy re-resolve DNS and spread over new instances.
+	DefaultMaxConnectionAge      = 5 * time.Minute
+	DefaultMaxConnectionAgeGrace = 30 * time.Second
+	// DefaultKeepaliveTime pings an idle client to detect dead peers;
+	// DefaultKeepaliveTimeout closes it when the ping is not answered.
+	DefaultKeepaliveTime    = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
+	// DefaultStopGrace bounds the graceful stop: calls still running then
+	// are cut off.
+	DefaultStopGrace = 10 * time.Second
+	// MaxRecvMsgSize bounds one request message.
+	MaxRecvMsgSize = 1 << 20
+)
+
+// GRPCOptions configures the gRPC listener. The zero value serves
+// plaintext with the defaults above.
+type GRPCOptions struct {
+	// Creds secures the listener (TLS, mTLS); nil serves plaintext. It is
+	// the one place transport security plugs in.
+	Creds credentials.TransportCredentials
+	// MaxConnectionAge, MaxConnectionAgeGrace, KeepaliveTime,
+	// KeepaliveTimeout and StopGrace: 0 means the defaults above.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	KeepaliveTime         time.Duration
+	KeepaliveTimeout      time.Duration
+	StopGrace             time.Duration
+}
+
+// GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
+// the standard health service and server reflection.
+type GRPC struct {
+	srv    *grpc.Server
+	health *health.Server
+	grace  time.Duration
+}
+
+// NewGRPC returns the gRPC server for rls.
+func NewGRPC(rls *RLS, o GRPCOptions) *GRPC {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.MaxConnectionAge, DefaultMaxConnectionAge)
+	def(&o.MaxConnectionAgeGrace, DefaultMaxConnectionAgeGrace)
+	def(&o.KeepaliveTime, DefaultKeepaliveTime)
+	def(&o.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	def(&o.StopGrace, DefaultStopGrace)
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      o.MaxConnectionAge,
+			MaxConnectionAgeGrace: o.MaxConnectionAgeGrace,
+			Time:                  o.KeepaliveTime,
+			Timeout:               o.KeepaliveTimeout,
+		}),
+		// Envoy pings idle connections too; let it, down to every 10s.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+	}
+	if o.Creds != nil {
+		opts = append(opts, grpc.Creds(o.Creds))
+	}
+	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), grace: o.StopGrace}
+	rlsv3.RegisterRateLimitServiceServer(g.srv, rls)
+	healthpb.RegisterHealthServer(g.srv, g.health)
+	reflection.Register(g.srv)
+	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	g.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return g
+}
+
+// SetServing sets the health status of the server and the rate limit
+// service (the daemon reports NOT_SERVING while the store is unreachable
+// under on_error deny, if it chooses to).
+func (g *GRPC) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// Serve serves on lis until ctx ends, then stops gracefully: health turns
+// NOT_SERVING, new calls are refused, calls in flight finish (for at most
+// StopGrace). It returns nil after a stop caused by ctx.
+func (g *GRPC) Serve(ctx context.Context, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- g.srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	g.health.Shutdown()
+	done := make(chan struct{})
+	go func() { g.srv.GracefulStop(); close(done) }()
+	t := time.NewTimer(g.grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.srv.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,380 @@
+// This file is the Envoy rate limit service (gRPC v3):
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, and its HTTP
+// form POST /json. The protocol types stay in this package.
+
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Bounds on one rate limit request.
+const (
+	MaxDescriptors = 64 // descriptors per request
+	MaxEntries     = 64 // entries per descriptor
+)
+
+// RLSOptions configures the Envoy rate limit service. Engine and
+// Descriptors are required.
+type RLSOptions struct {
+	// Engine returns the engine in force (its store, on_error policy and
+	// metrics decide the descriptors). Called once per request.
+	Engine func() *engine.Engine
+	// Descriptors returns the descriptor config in force. Called once per
+	// request; the daemon swaps it atomically on reload.
+	Descriptors func() *descriptors.Set
+	// Metrics receives the per-domain, per-descriptor counters; nil
+	// records nothing.
+	Metrics *metrics.Metrics
+	// Headers adds the rate-limit response headers to every answer with a
+	// limit (response_headers_to_add): RateLimit-Limit, RateLimit-Remaining,
+	// RateLimit-Reset (as the reference service names them),
+	// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and
+	// Retry-After when over the limit; the figures are the tightest
+	// descriptor's.
+	Headers bool
+	// Unavailable answers gRPC UNAVAILABLE (and 503 on /json) when the
+	// store cannot decide, instead of the engine's on_error answer, so
+	// that Envoy's failure_mode_deny decides.
+	Unavailable bool
+	// Now is the clock of the answers' reset times; nil means time.Now.
+	// The decisions use the engine's clock.
+	Now func() time.Time
+	// MaxBodyBytes bounds a /json body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives bad requests (at most one a second); nil discards.
+	Logger *slog.Logger
+}
+
+// RLS is the Envoy rate limit service. It is safe for concurrent use.
+type RLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	o      RLSOptions
+	envoy  *metrics.Envoy
+	badLog throttle
+}
+
+// throttle lets one event through per second.
+type throttle struct{ last atomic.Int64 }
+
+func (t *throttle) ok(now time.Time) bool {
+	sec := now.Unix()
+	old := t.last.Load()
+	return old != sec && t.last.CompareAndSwap(old, sec)
+}
+
+// NewRLS returns the rate limit service for o.
+func NewRLS(o RLSOptions) (*RLS, error) {
+	if o.Engine == nil || o.Descriptors == nil {
+		return nil, errors.New("server: RLSOptions needs Engine and Descriptors")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &RLS{o: o, envoy: o.Metrics.Envoy()}, nil
+}
+
+// errStore marks a store failure answered as UNAVAILABLE.
+var errStore = errors.New("store unavailable")
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
+func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, req)
+	switch {
+	case err == nil:
+		return resp, nil
+	case errors.Is(err, errStore):
+		return nil, status.Error(codes.Unavailable, err.Error())
+	default:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+}
+
+// decide answers one request; its errors are bad requests, or wrap
+// errStore.
+func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		if s.badLog.ok(s.o.Now()) {
+			s.o.Logger.Info("bad rate limit request", "err", err)
+		}
+		return nil, err
+	}
+	set := s.o.Descriptors()
+	domain := req.GetDomain()
+	n := len(req.Descriptors)
+	ds := make([]engine.Descriptor, n)
+	st := make([]engine.DescriptorStatus, n)
+	overrides := 0
+	if set.HasDomain(domain) {
+		var entries []descriptors.Entry
+		replaced := map[string]bool(nil)
+		for i, d := range req.Descriptors {
+			entries = entries[:0]
+			for _, e := range d.Entries {
+				entries = append(entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			}
+			var m descriptors.Match
+			if o := d.GetLimit(); o != nil {
+				u, _ := descriptors.ParseUnit(o.GetUnit().String())
+				r, ok := descriptors.Override(domain, o.GetRequestsPerUnit(), u, o.GetUnitMultiplier().GetValue())
+				if !ok {
+					return nil, fmt.Errorf("descriptors[%d].limit: unit %s × %d is not a countable period", i, o.GetUnit(), o.GetUnitMultiplier().GetValue())
+				}
+				m = descriptors.OverrideMatch(r, entries)
+				overrides++
+			} else {
+				set.Lookup(domain, entries, &m)
+			}
+			if m.Rule == nil {
+				continue
+			}
+			for _, name := range m.Rule.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
+			}
+			ds[i] = engine.Descriptor{Rule: m.Rule, Cost: hits(req, d)}
+			if !m.Rule.Unlimited && m.Rule.RequestsPerUnit > 0 {
+				ds[i].Key = m.StoreKey(entries)
+			}
+			ds[i].Metrics = s.envoy.Descriptor(domain, m.Metric, m.Detailed)
+		}
+		// A limit named in another matched limit's replaces is dropped.
+		for i := range ds {
+			if r := ds[i].Rule; r != nil && r.Name != "" && replaced[r.Name] {
+				ds[i] = engine.Descriptor{}
+			}
+		}
+	} else {
+		s.envoy.UnknownDomain()
+	}
+	res := s.o.Engine().DecideDescriptors(ctx, ds, st)
+	if res.StoreErr != nil && s.o.Unavailable {
+		return nil, fmt.Errorf("%w: %v", errStore, res.StoreErr)
+	}
+	return s.response(ds, st, res), nil
+}
+
+// hits returns what descriptor d of req asks for: its own hits_addend
+// (0 checks without counting), else the request's (0 means 1).
+func hits(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return int64(h.GetValue()) // validate bounds it
+	}
+	return int64(max(1, req.GetHitsAddend()))
+}
+
+func validate(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return errors.New("domain must not be empty")
+	case len(req.GetDescriptors()) == 0:
+		return errors.New("descriptors must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return fmt.Errorf("%d descriptors: at most %d per request", len(req.Descriptors), MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil {
+			return fmt.Errorf("descriptors[%d] is null", i)
+		}
+		if len(d.Entries) > MaxEntries {
+			return fmt.Errorf("descriptors[%d]: %d entries, at most %d", i, len(d.Entries), MaxEntries)
+		}
+		if d.GetIsNegativeHits() {
+			return fmt.Errorf("descriptors[%d]: is_negative_hits (giving hits back) is not supported", i)
+		}
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > math.MaxInt64/2 {
+			return fmt.Errorf("descriptors[%d]: hits_addend %d is too large", i, h.GetValue())
+		}
+	}
+	return nil
+}
+
+// response builds the answer from the decisions.
+func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res engine.DescriptorsResult) *rlsv3.RateLimitResponse {
+	now := s.o.Now()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	if res.OverLimit {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	tight := -1 // the descriptor whose figures go into the headers
+	for i := range ds {
+		r := ds[i].Rule
+		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = ss
+		switch {
+		case r == nil:
+			continue
+		case r.Unlimited:
+			ss.LimitRemaining = math.MaxUint32
+			continue
+		}
+		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+			Name:            r.Name,
+			RequestsPerUnit: r.RequestsPerUnit,
+			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(r.Unit.String())]),
+		}
+		if st[i].Over && !r.Shadow {
+			ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		d := st[i].Decision
+		ss.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		if st[i].Over {
+			ss.LimitRemaining = 0
+		}
+		ss.DurationUntilReset = durationpb.New(untilReset(r, d, now))
+		if s.o.Headers && (tight < 0 || tighter(ss, resp.Statuses[tight])) {
+			tight = i
+		}
+	}
+	if tight >= 0 {
+		resp.ResponseHeadersToAdd = headers(resp.Statuses[tight], st[tight].Decision, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	return resp
+}
+
+// tighter reports whether status a should be shown rather than b: an
+// over-limit one first, then the least remaining.
+func tighter(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+	ao, bo := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+	if ao != bo {
+		return ao
+	}
+	return a.LimitRemaining < b.LimitRemaining
+}
+
+// untilReset is duration_until_reset: for a fixed window, the time to the
+// end of the epoch-aligned window (as the reference service computes it,
+// whatever the count); for the other algorithms, the time until the limit
+// is full again.
+func untilReset(r *descriptors.Rule, d sluice.Decision, now time.Time) time.Duration {
+	p := r.Limit.Period
+	if p <= 0 {
+		p = r.Unit.Period()
+	}
+	if r.Algorithm == sluice.FixedWindow || r.Limit.Rate == 0 {
+		us := now.UnixMicro()
+		pu := p.Microseconds()
+		return time.Duration(pu-us%pu) * time.Microsecond
+	}
+	return max(d.ResetAfter, 0)
+}
+
+func headers(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision, over bool) []*corev3.HeaderValue {
+	limit := strconv.FormatUint(uint64(ss.CurrentLimit.GetRequestsPerUnit()), 10)
+	remaining := strconv.FormatUint(uint64(ss.LimitRemaining), 10)
+	reset := strconv.FormatInt(ceilSeconds(ss.DurationUntilReset.AsDuration()), 10)
+	hs := []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: limit},
+		{Key: "RateLimit-Remaining", Value: remaining},
+		{Key: "RateLimit-Reset", Value: reset},
+		{Key: "X-RateLimit-Limit", Value: limit},
+		{Key: "X-RateLimit-Remaining", Value: remaining},
+		{Key: "X-RateLimit-Reset", Value: reset},
+	}
+	if over {
+		retry := ss.DurationUntilReset.AsDuration()
+		if d.RetryAfter > 0 {
+			retry = d.RetryAfter
+		}
+		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ceilSeconds(retry), 10)})
+	}
+	return hs
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+var (
+	jsonOut = protojson.MarshalOptions{UseProtoNames: false}
+	jsonIn  = protojson.UnmarshalOptions{DiscardUnknown: false}
+)
+
+// ServeJSON serves POST /json: the request as proto-JSON, answered 200
+// (OK) or 429 (OVER_LIMIT) with the response as proto-JSON; 400 for a bad
+// request, 503 when the store cannot decide under Unavailable.
+func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		jsonError(w, http.StatusMethodNotAllowed, "method not allowed (want POST)")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			jsonError(w, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
+			return
+		}
+		jsonError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := jsonIn.Unmarshal(body, &req); err != nil {
+		jsonError(w, http.StatusBadRequest, "not a RateLimitRequest in proto-JSON: "+err.Error())
+		return
+	}
+	resp, err := s.decide(r.Context(), &req)
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, errStore) {
+			code = http.StatusServiceUnavailable
+		}
+		jsonError(w, code, err.Error())
+		return
+	}
+	out, err := jsonOut.Marshal(resp)
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+func jsonError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(appendJSONError(nil, msg))
+}
+
+func appendJSONError(b []byte, msg string) []byte {
+	b = append(b, `{"error":`...)
+	b = httplimit.AppendJSONString(b, msg)
+	return append(b, "}\n"...)
+}
