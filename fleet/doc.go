@@ -1,0 +1,13 @@
+// Package fleet holds sluice.Store decorators for fleets of instances that
+// share one store (redisstore): each wraps a Store and is one, so they stack
+// and work the same under a library user's Limiter and under the daemon.
+//
+//   - OverLimitCache answers requests a key is known to refuse without a
+//     store call, exactly (it never refuses what the store would admit).
+//   - Fallback decides in memory, at a share of each limit, while the store
+//     is unreachable, and returns to the store when it answers again.
+//
+// Order matters when stacking: put the OverLimitCache next to the shared
+// store and the Fallback outside it, so that the cache only ever learns from
+// the shared store's refusals.
+package fleet

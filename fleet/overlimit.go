@@ -1,0 +1,356 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// DefaultOverLimitKeys is how many over-limit keys an OverLimitCache
+// remembers when OverLimitOptions.MaxKeys is 0.
+const DefaultOverLimitKeys = 100_000
+
+// overLimitShards is the number of independently locked parts of the cache.
+const overLimitShards = 64
+
+// OverLimitOptions configure an OverLimitCache.
+type OverLimitOptions struct {
+	// MaxKeys bounds how many keys are remembered; 0 means
+	// DefaultOverLimitKeys. Past it, expired entries are dropped first,
+	// then arbitrary ones: forgetting a refusal only costs a store call.
+	MaxKeys int
+}
+
+// OverLimitCache is a sluice.Store that remembers the refusals of the store
+// it wraps and answers requests it knows would be refused without asking
+// that store again: a key over its limit under overload costs one store
+// call per retry_after instead of one per request.
+//
+// # Why it is exact
+//
+// Every algorithm is monotone: as long as nothing else arrives, a key that
+// refuses a request of cost c at t keeps refusing it until t + RetryAfter,
+// which is the first instant it would admit it; anything that arrives
+// meanwhile only fills the key further; and a request of a larger cost fits
+// no sooner than one of cost c. So after a refusal of cost c with
+// RetryAfter r at t, every request of cost ≥ c for the same key, algorithm
+// and limit is refused until t + r, whoever sends it — which is what the
+// cache answers, for every algorithm (the leaky bucket's queue, the log's
+// entries, the counter's estimate and the window's count only drain with
+// time). It never refuses what the store would admit, and decides nothing
+// else: requests of a smaller cost, and every request once t + r has
+// passed, go to the store. A refusal whose RetryAfter is sluice.Never (a
+// cost larger than the limit's capacity) is not remembered.
+//
+// Times are those of Request.Now, and the argument needs the store's clock
+// to be monotone per key: the algorithms count a request older than a
+// key's latest one at that latest instant. That holds for a store that
+// reads its own clock (redisstore.Options.RedisTime, as the daemon runs it)
+// and for callers sharing one monotone clock; the cache also drops a
+// refusal as soon as one of its own requests passes its end, so a caller
+// whose clock steps back is not refused from it. Across instances whose
+// clocks are passed in and disagree, a refusal may outlive the store's by
+// up to the skew. With a store that reads its own clock
+// (redisstore.Options.RedisTime), t is the caller's clock before the call,
+// which is no later than the store's decision instant as seen from the
+// caller, so the bound still holds whatever the skew between the clocks;
+// the cache then ends each refusal up to one tick early for limits that
+// count in ticks coarser than a microsecond. A Request with a zero Now is
+// never answered from the cache.
+//
+// Two events can make the store admit earlier than it said, and the cache
+// guards against both as far as it can see them: the store losing its data
+// (a Redis restart without persistence, a failover to a replica that lagged)
+// — every store error makes the cache forget everything, since the store
+// may come back without its state — and, on Redis Cluster, a TakeAll across
+// slots refunding what it briefly took, which the store's other clients may
+// have seen as used; such a refusal is remembered until its RetryAfter as
+// the store itself said it.
+//
+// # What a remembered refusal answers
+//
+// A hit returns Allowed false, Limit, RetryAfter until t + r (exact for
+// cost c when nothing else arrived; a lower bound for a larger cost, or
+// sluice.Never when the cost exceeds the limit's capacity), ResetAfter
+// until t + the refusal's ResetAfter, and the refusal's Remaining, which is
+// exact for refusals of cost 1 (0 while they last) and a lower bound
+// otherwise.
+//
+// TakeAll is refused from the cache when any of its requests is: then
+// nothing is counted anywhere, as the store would do. The requests not in
+// the cache are reported Allowed (with their Limit and no other figures),
+// since they were not asked; a caller that needs each rule's own verdict
+// in a refused TakeAll must ask the store.
+//
+// Shadow rules (engine) ask through Take like any other: a remembered
+// refusal is still reported as a refusal, so it counts as shadow_denied.
+//
+// An OverLimitCache is safe for concurrent use.
+type OverLimitCache struct {
+	inner  sluice.Store
+	seed   maphash.Seed
+	shards [overLimitShards]olShard
+	per    int           // entries per shard
+	gen    atomic.Uint64 // bumped by Forget: entries of older generations are gone
+	hits   atomic.Uint64
+	stored atomic.Uint64
+}
+
+var _ sluice.Store = (*OverLimitCache)(nil)
+
+type olKey struct {
+	key   string
+	alg   sluice.Algorithm
+	limit sluice.Limit
+}
+
+// olEntry is one remembered refusal, in microseconds of Request.Now.
+type olEntry struct {
+	cost      int64 // the refused cost: requests of at least this cost are refused
+	until     int64 // refused while now < until
+	reset     int64 // the instant the key would be full again
+	remaining int64
+	gen       uint64
+}
+
+type olShard struct {
+	mu sync.RWMutex
+	m  map[olKey]olEntry
+	_  [32]byte // keep shards' locks on separate cache lines
+}
+
+// NewOverLimitCache returns a cache in front of s.
+func NewOverLimitCache(s sluice.Store, o OverLimitOptions) *OverLimitCache {
+	n := o.MaxKeys
+	if n <= 0 {
+		n = DefaultOverLimitKeys
+	}
+	c := &OverLimitCache{inner: s, seed: maphash.MakeSeed(), per: (n + overLimitShards - 1) / overLimitShards}
+	for i := range c.shards {
+		c.shards[i].m = make(map[olKey]olEntry)
+	}
+	return c
+}
+
+// Unwrap returns the store the cache is in front of.
+func (c *OverLimitCache) Unwrap() sluice.Store { return c.inner }
+
+// Hits returns how many requests the cache refused without asking the
+// store.
+func (c *OverLimitCache) Hits() uint64 { return c.hits.Load() }
+
+// Stored returns how many refusals the cache has remembered.
+func (c *OverLimitCache) Stored() uint64 { return c.stored.Load() }
+
+// Len returns how many keys the cache holds, expired ones included until
+// they are dropped.
+func (c *OverLimitCache) Len() int {
+	n := 0
+	g := c.gen.Load()
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.RLock()
+		for _, e := range sh.m {
+			if e.gen == g {
+				n++
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// Forget drops every remembered refusal, as if the cache were new: for a
+// store that lost its data. Store errors call it.
+func (c *OverLimitCache) Forget() { c.gen.Add(1) }
+
+func (c *OverLimitCache) shard(k *olKey) *olShard {
+	return &c.shards[maphash.String(c.seed, k.key)%overLimitShards]
+}
+
+// lookup answers r from the cache when a remembered refusal covers it.
+// A refusal that has ended for r is dropped before r goes to the store: a
+// caller whose clock steps back must not be refused from it once the
+// store's state has moved past its end.
+func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
+	if r.Now.IsZero() || r.Cost < 0 {
+		return false
+	}
+	k := olKey{key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	sh := c.shard(&k)
+	sh.mu.RLock()
+	e, ok := sh.m[k]
+	sh.mu.RUnlock()
+	if !ok || e.gen != c.gen.Load() {
+		return false
+	}
+	now := r.Now.UnixMicro()
+	if now >= e.until {
+		sh.mu.Lock()
+		if cur, ok := sh.m[k]; ok && cur == e {
+			delete(sh.m, k)
+		}
+		sh.mu.Unlock()
+		return false
+	}
+	if r.Cost < e.cost {
+		return false
+	}
+	*d = sluice.Decision{
+		Allowed:    false,
+		Limit:      r.Limit.Rate,
+		Remaining:  e.remaining,
+		RetryAfter: time.Duration(e.until-now) * time.Microsecond,
+		ResetAfter: time.Duration(max(0, e.reset-now)) * time.Microsecond,
+	}
+	if r.Cost > capacity(r.Algorithm, &r.Limit) {
+		d.RetryAfter = sluice.Never
+	}
+	return true
+}
+
+// capacity is the largest cost the limit can ever admit at once.
+func capacity(a sluice.Algorithm, l *sluice.Limit) int64 {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA:
+		return l.BurstOrRate()
+	case sluice.LeakyBucket:
+		return l.BurstOrRate() + 1
+	}
+	return l.Rate
+}
+
+// remember records the store's refusal d of r, decided at r.Now.
+func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
+	if d.Allowed || d.RetryAfter <= 0 || r.Now.IsZero() || r.Cost < 0 {
+		return
+	}
+	t, err := r.Limit.Ticks()
+	if err != nil {
+		return
+	}
+	now := r.Now.UnixMicro()
+	// The store decided at an instant no earlier than now, floored to its
+	// tick: the first instant it admits is no earlier than
+	// now − (tick − 1µs) + RetryAfter.
+	e := olEntry{
+		cost:      r.Cost,
+		until:     now - (t.Tick - 1) + d.RetryAfter.Microseconds(),
+		reset:     now + d.ResetAfter.Microseconds(),
+		remaining: d.Remaining,
+		gen:       c.gen.Load(),
+	}
+	if e.until <= now {
+		return
+	}
+	k := olKey{key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	sh := c.shard(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[k]; ok && old.gen == e.gen && now < old.until {
+		// Keep the refusal that covers more requests: the smaller cost,
+		// or for the same cost the later end (both are bounds; the later
+		// one is the tighter).
+		if old.cost < e.cost || old.cost == e.cost && old.until >= e.until {
+			return
+		}
+	} else if !ok && len(sh.m) >= c.per {
+		sh.evict(now, e.gen, c.per)
+	}
+	sh.m[k] = e
+	c.stored.Add(1)
+}
+
+// evict makes room in a full shard: entries that have expired or belong to
+// a forgotten generation go first; if that frees less than an eighth of the
+// shard, arbitrary entries follow. Dropping an entry is always safe.
+func (sh *olShard) evict(now int64, gen uint64, per int) {
+	want := max(1, per/8)
+	freed := 0
+	for k, e := range sh.m {
+		if e.gen != gen || now >= e.until {
+			delete(sh.m, k)
+			freed++
+		}
+	}
+	for k := range sh.m {
+		if freed >= want {
+			break
+		}
+		delete(sh.m, k)
+		freed++
+	}
+}
+
+// Take answers r from the cache when a remembered refusal covers it, and
+// otherwise asks the store, remembering a refusal.
+func (c *OverLimitCache) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	var d sluice.Decision
+	if c.lookup(&r, &d) {
+		c.hits.Add(1)
+		return d, nil
+	}
+	d, err := c.inner.Take(ctx, r)
+	if err != nil {
+		c.failed(ctx, err)
+		return d, err
+	}
+	c.remember(&r, &d)
+	return d, nil
+}
+
+// TakeAll refuses rs from the cache when a remembered refusal covers any of
+// them (nothing is counted; the requests not in the cache are reported
+// Allowed, not having been asked), and otherwise asks the store,
+// remembering each refused request.
+func (c *OverLimitCache) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) == len(rs) && c.takeAllCached(rs, ds) {
+		c.hits.Add(1)
+		return nil
+	}
+	if err := c.inner.TakeAll(ctx, rs, ds); err != nil {
+		c.failed(ctx, err)
+		return err
+	}
+	if !sluice.AllAllowed(ds) {
+		for i := range rs {
+			c.remember(&rs[i], &ds[i])
+		}
+	}
+	return nil
+}
+
+func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision) bool {
+	hit := false
+	for i := range rs {
+		if c.lookup(&rs[i], &ds[i]) {
+			hit = true
+			continue
+		}
+		// Only well-formed requests may be answered without the store,
+		// which would report the others' errors.
+		r := &rs[i]
+		if r.Cost < 0 || !r.Algorithm.Valid() || r.Limit.Validate() != nil {
+			return false
+		}
+		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit.Rate}
+	}
+	return hit
+}
+
+// failed forgets every refusal after a store failure: the store may come
+// back without its data (a restart, a failover to a lagging replica).
+// A cancelled caller says nothing about the store.
+func (c *OverLimitCache) failed(ctx context.Context, err error) {
+	if ctx.Err() == nil && isUnavailable(err) {
+		c.Forget()
+	}
+}
+
+// isUnavailable reports whether err says the store could not decide.
+func isUnavailable(err error) bool { return errors.Is(err, sluice.ErrStoreUnavailable) }
