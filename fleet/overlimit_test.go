@@ -218,7 +218,7 @@ func (s *countingStore) calls() uint64 {
 // reference algorithms, with many steps: it is the fast, thorough check of
 // the exactness argument for every algorithm.
 func TestOverLimitDifferentialReference(t *testing.T) {
-	hits, calls := differential(t, sluicetest.NewReference(), sluicetest.NewReference(), 1000)
+	hits, calls := differential(t, sluicetest.NewReference(), sluicetest.NewReference(), 500)
 	if hits == 0 {
 		t.Fatal("the cache answered nothing: the traces do not overload")
 	}

@@ -253,10 +253,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if s.opts.Cluster {
-		// Every master must answer, or some keys cannot be decided.
+		// Every master must answer and serve its slots, or some keys
+		// cannot be decided: a restarted master answers PING before the
+		// cluster is ok again.
 		for addr, n := range s.c.Nodes() {
-			if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
+			info, err := n.Do(ctx, n.B().ClusterInfo().Build()).ToString()
+			if err != nil {
 				return fmt.Errorf("redisstore: ping %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("redisstore: ping %s: %w: cluster state not ok", addr, sluice.ErrStoreUnavailable)
 			}
 		}
 		return nil

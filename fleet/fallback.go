@@ -1,0 +1,265 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Mode is where a Fallback decides.
+type Mode int32
+
+const (
+	// ModeStore decides on the shared store (Redis): the fleet's limits.
+	ModeStore Mode = iota
+	// ModeLocal decides in this process' memory at each limit's local
+	// share, because the shared store could not decide.
+	ModeLocal
+)
+
+// String returns "store" or "local".
+func (m Mode) String() string {
+	if m == ModeLocal {
+		return "local"
+	}
+	return "store"
+}
+
+// DefaultProbeInterval is how often a Fallback in local mode asks whether
+// the shared store answers again, when FallbackOptions.ProbeInterval is 0.
+const DefaultProbeInterval = 500 * time.Millisecond
+
+// FallbackOptions configure a Fallback.
+type FallbackOptions struct {
+	// ExpectedInstances is how many instances share the store: in local
+	// mode each limit's Rate and Burst are divided by it (rounded down, at
+	// least 1), so that the fleet as a whole stays near the limit while
+	// every instance counts alone. 0 means 1.
+	ExpectedInstances int
+	// ProbeInterval is how often the store is probed in local mode;
+	// 0 means DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// Probe reports whether the store answers again (nil error). nil means
+	// the store's own Ping method if it has one (redisstore's checks every
+	// Cluster master), else a Take of cost 0 on a probe key.
+	Probe func(context.Context) error
+	// ProbeTimeout bounds one probe; 0 means one second.
+	ProbeTimeout time.Duration
+	// MaxKeys bounds the keys held in memory in local mode; 0 means
+	// memstore's default.
+	MaxKeys int
+	// StartLocal starts in local mode, probing at once: for a process
+	// that starts while its store is unreachable.
+	StartLocal bool
+	// OnModeChange, if set, is called after every change of mode, with the
+	// store error that caused a switch to local (nil when back to the
+	// store). It must not block.
+	OnModeChange func(m Mode, err error)
+}
+
+// Fallback is a sluice.Store that decides on a shared store and, while
+// that store cannot decide (an error wrapping sluice.ErrStoreUnavailable:
+// Redis down, unreachable, timing out), decides in memory at each limit's
+// share rate / ExpectedInstances instead of failing. It probes the shared
+// store in the background meanwhile and returns to it as soon as a probe
+// succeeds.
+//
+// The switch is per Fallback, not per key: the first request that fails
+// moves every request to memory (without waiting on the store's timeout
+// again), and the first successful probe moves them all back. On a Redis
+// Cluster with one master down, keys on the healthy masters are decided
+// locally too, until every master answers.
+//
+// What the fleet admits in local mode: each instance enforces its share on
+// its own counters, started empty (or as the last outage left them), so
+// with ExpectedInstances instances up the fleet admits about the limit per
+// period, plus up to one share's burst per instance at the switch (the
+// shared counts are not known locally). With fewer instances up it admits
+// less; with more, more; a share rounded up to 1 admits more than the
+// limit when Rate < ExpectedInstances.
+//
+// Decisions in local mode report the local share's figures (Limit is the
+// share's Rate). Errors other than unavailability (an invalid limit or
+// cost) and a caller's cancelled context are returned as they are.
+//
+// A Fallback is safe for concurrent use; Close stops its probe.
+type Fallback struct {
+	primary  sluice.Store
+	local    *memstore.Store
+	n        int64
+	interval time.Duration
+	timeout  time.Duration
+	probe    func(context.Context) error
+	onChange func(Mode, error)
+
+	mode     atomic.Int32
+	probing  atomic.Bool
+	switches atomic.Uint64
+	locally  atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ sluice.Store = (*Fallback)(nil)
+
+// NewFallback returns a Fallback over the shared store primary.
+func NewFallback(primary sluice.Store, o FallbackOptions) *Fallback {
+	f := &Fallback{
+		primary:  primary,
+		local:    memstore.New(memstore.Options{MaxKeys: o.MaxKeys}),
+		n:        int64(max(1, o.ExpectedInstances)),
+		interval: o.ProbeInterval,
+		timeout:  o.ProbeTimeout,
+		probe:    o.Probe,
+		onChange: o.OnModeChange,
+	}
+	if f.interval <= 0 {
+		f.interval = DefaultProbeInterval
+	}
+	if f.timeout <= 0 {
+		f.timeout = time.Second
+	}
+	if f.probe == nil {
+		if p, ok := primary.(interface{ Ping(context.Context) error }); ok {
+			f.probe = p.Ping
+		} else {
+			f.probe = func(ctx context.Context) error {
+				_, err := primary.Take(ctx, sluice.Request{Key: "sluice-fallback-probe", Algorithm: sluice.FixedWindow, Limit: sluice.PerSecond(1), Now: time.Now()})
+				return err
+			}
+		}
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if o.StartLocal {
+		f.mode.Store(int32(ModeLocal))
+		f.startProbe()
+	}
+	return f
+}
+
+// Mode returns where the Fallback decides now.
+func (f *Fallback) Mode() Mode { return Mode(f.mode.Load()) }
+
+// Switches returns how many times the Fallback moved to local mode.
+func (f *Fallback) Switches() uint64 { return f.switches.Load() }
+
+// LocalDecisions returns how many requests (Take or TakeAll calls) were
+// decided in memory.
+func (f *Fallback) LocalDecisions() uint64 { return f.locally.Load() }
+
+// Local returns the memory store of local mode (for its size and
+// evictions).
+func (f *Fallback) Local() *memstore.Store { return f.local }
+
+// Unwrap returns the shared store.
+func (f *Fallback) Unwrap() sluice.Store { return f.primary }
+
+// Close stops the probe and waits for it to end. The stores are not
+// closed.
+func (f *Fallback) Close() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// LocalLimit returns l's share for one of n instances: Rate and Burst
+// divided by n, rounded down but at least 1.
+func LocalLimit(l sluice.Limit, n int) sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	l.Rate = max(1, l.Rate/int64(n))
+	if l.Burst > 0 {
+		l.Burst = max(1, l.Burst/int64(n))
+	}
+	return l
+}
+
+// Take decides r on the shared store, or in memory while it cannot.
+func (f *Fallback) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if f.Mode() == ModeStore {
+		d, err := f.primary.Take(ctx, r)
+		if err == nil || !f.failed(ctx, err) {
+			return d, err
+		}
+	}
+	f.locally.Add(1)
+	r.Limit = LocalLimit(r.Limit, int(f.n))
+	return f.local.Take(ctx, r)
+}
+
+// TakeAll decides rs on the shared store, or in memory while it cannot.
+func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if f.Mode() == ModeStore {
+		err := f.primary.TakeAll(ctx, rs, ds)
+		if err == nil || !f.failed(ctx, err) {
+			return err
+		}
+	}
+	f.locally.Add(1)
+	if f.n == 1 {
+		return f.local.TakeAll(ctx, rs, ds)
+	}
+	var buf [4]sluice.Request
+	local := append(buf[:0], rs...)
+	for i := range local {
+		local[i].Limit = LocalLimit(local[i].Limit, int(f.n))
+	}
+	return f.local.TakeAll(ctx, local, ds)
+}
+
+// failed reports whether err means the store is unavailable, and if so
+// switches to local mode.
+func (f *Fallback) failed(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !isUnavailable(err) {
+		return false
+	}
+	if f.mode.CompareAndSwap(int32(ModeStore), int32(ModeLocal)) {
+		f.switches.Add(1)
+		if f.onChange != nil {
+			f.onChange(ModeLocal, err)
+		}
+		f.startProbe()
+	}
+	return true
+}
+
+// startProbe runs one probe loop unless one is running: every interval it
+// probes the store, and on the first success switches back and ends.
+func (f *Fallback) startProbe() {
+	if !f.probing.CompareAndSwap(false, true) {
+		return
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTicker(f.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.ctx.Done():
+				f.probing.Store(false)
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(f.ctx, f.timeout)
+			err := f.probe(ctx)
+			cancel()
+			if err == nil {
+				// Done probing before switching back: a failure right after
+				// the switch must be able to start the next probe.
+				f.probing.Store(false)
+				f.mode.Store(int32(ModeStore))
+				if f.onChange != nil {
+					f.onChange(ModeStore, nil)
+				}
+				return
+			}
+		}
+	}()
+}
