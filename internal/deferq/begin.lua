@@ -1,0 +1,24 @@
+-- May this consumer send entry SID (request ID) now? Checks, atomically,
+-- that no outcome is recorded yet, that ID is the oldest queued request of
+-- its key, and that the entry is still pending with this consumer; then
+-- claims it again, so its idle time restarts.
+-- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
+-- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID)
+-- Returns 'ok', 'wait' (an older request of the key goes first), 'lost'
+-- (another consumer holds it) or 'final' (already settled; cleaned up).
+local state = redis.call('HGET', KEYS[2], 'state')
+if state ~= 'queued' and state ~= 'failed' then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('XDEL', KEYS[1], ARGV[3])
+  redis.call('LREM', KEYS[3], 1, ARGV[4])
+  return 'final'
+end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then
+  return 'lost'
+end
+if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[4] then
+  return 'wait'
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+return 'ok'

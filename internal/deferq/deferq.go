@@ -1,0 +1,443 @@
+// Package deferq is the deferral queue of action: defer: a request over
+// its rule's limit is written to a Redis Stream instead of being refused,
+// answered 202 with an id, and replayed to the upstream later, at the
+// rule's rate, by a worker in every `sluice serve` that shares the Redis.
+//
+// # Redis layout
+//
+// Everything of one rule sits under one Cluster hash tag, so each step is
+// one atomic script on one node:
+//
+//	sluice:defer:{T}:q          the stream of queued requests (consumer group "sluice")
+//	sluice:defer:{T}:dead       the dead-letter stream
+//	sluice:defer:{T}:s:ID       a hash: where request ID stands (state, upstream status, attempts)
+//	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
+//
+// where T is a digest of the rule's name (so a reload that changes the
+// rule's rate keeps its queue) and H a digest of the limiter key. The id
+// handed to the client, T-R with R random, names the rule's tag, so
+// GET /v1/deferred/ID finds its hash without knowing the rule.
+//
+// # Delivery
+//
+// Each instance is one consumer of the rule's group. It reads new entries
+// (XREADGROUP), claims entries left pending by a dead instance once they
+// have been idle for ClaimIdle (XAUTOCLAIM), and keeps the entries it holds
+// alive by claiming them again for itself every ClaimIdle/3 (so a live but
+// patient instance is never robbed). A held entry is sent when it is the
+// oldest of its key (the key's list: order per key holds across the
+// fleet), its owner is still this instance, and the rule's limit on its key
+// admits it (the same counter live traffic uses, so the upstream never sees
+// more than the rate). The outcome is recorded in one script: the state
+// (delivered with the upstream's status, failed and waiting to be retried,
+// or dead-lettered), XACK and XDEL, all at once.
+//
+// An upstream answer below 500 other than 429 is final (delivered, with
+// that status); 429, 5xx and transport errors are retried with exponential
+// back-off (honouring Retry-After) up to MaxAttempts, then the request goes
+// to the dead-letter stream.
+//
+// # Exactly once
+//
+// Every replayed request carries Idempotency-Key: ID (unless the client
+// sent its own) and Sluice-Deferred-Id: ID. Once an outcome is recorded no
+// instance sends the request again. The one window left is an instance
+// that dies after the upstream answered and before the outcome script ran:
+// another instance then sends the request again, with the same
+// Idempotency-Key, which an idempotent upstream recognises. A delivery is
+// bounded by DeliveryTimeout, which must stay under ClaimIdle/2, so a live
+// instance always records its outcome before anyone may claim the entry.
+package deferq
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Defaults of the zero Options and Rule fields.
+const (
+	DefaultPrefix          = "sluice:defer:"
+	DefaultClaimIdle       = 30 * time.Second
+	DefaultDeliveryTimeout = 10 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultBackoff         = time.Second
+	DefaultMaxBackoff      = time.Minute
+	DefaultConcurrency     = 16
+	DefaultStatusTTL       = 24 * time.Hour
+	DefaultMaxQueue        = 10_000
+	DefaultMaxBodyBytes    = 1 << 20
+	// MaxHeld bounds the entries one instance holds per rule at once.
+	MaxHeld = 1000
+
+	group = "sluice"
+)
+
+// Errors callers tell apart.
+var (
+	// ErrQueueFull: the rule's queue holds MaxQueue requests.
+	ErrQueueFull = errors.New("deferq: queue full")
+	// ErrBodyTooLarge: the request body exceeds the rule's MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("deferq: body too large")
+	// ErrUnknownID: no deferred request has this id (or its record expired).
+	ErrUnknownID = errors.New("deferq: unknown deferred id")
+	// ErrBadID: the string is not a deferred id at all.
+	ErrBadID = errors.New("deferq: malformed deferred id")
+	// ErrUnknownRule: Enqueue for a rule the Queue was not given.
+	ErrUnknownRule = errors.New("deferq: no such defer rule")
+)
+
+// Options configure a Queue. Client and Upstream are required.
+type Options struct {
+	// Client is the Redis (or Redis Cluster) connection.
+	Client rueidis.Client
+	// Prefix starts every Redis key; default DefaultPrefix. No braces.
+	Prefix string
+	// Upstream is where replayed requests go, as the proxy's upstream.
+	Upstream *url.URL
+	// Transport sends replayed requests; default a new http.Transport.
+	Transport http.RoundTripper
+	// Consumer names this instance in the consumer groups; default
+	// hostname-pid-random (unique per process: never reuse a dead
+	// instance's name, or its pending entries look alive).
+	Consumer string
+	// ClaimIdle is how long an entry pending with a silent instance waits
+	// before another claims it; default 30s.
+	ClaimIdle time.Duration
+	// DeliveryTimeout bounds one replay (until the response headers);
+	// default 10s; must be under ClaimIdle/2.
+	DeliveryTimeout time.Duration
+	// MaxAttempts bounds the sends of one request; default 5.
+	MaxAttempts int
+	// Backoff is the wait after the first failed attempt, doubling each
+	// time up to MaxBackoff; defaults 1s and 1m.
+	Backoff, MaxBackoff time.Duration
+	// Concurrency bounds the deliveries in flight per rule; default 16.
+	Concurrency int
+	// StatusTTL is how long an outcome can be read after it is recorded;
+	// default 24h.
+	StatusTTL time.Duration
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger receives delivery failures; nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() error {
+	if o.Client == nil {
+		return errors.New("deferq: nil Options.Client")
+	}
+	if o.Upstream == nil || o.Upstream.Scheme == "" || o.Upstream.Host == "" {
+		return errors.New("deferq: Options.Upstream must be an absolute URL")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return fmt.Errorf("deferq: prefix %q must not contain braces", o.Prefix)
+	}
+	if o.Transport == nil {
+		o.Transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	}
+	if o.Consumer == "" {
+		host, _ := os.Hostname()
+		o.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(4))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.ClaimIdle, DefaultClaimIdle)
+	def(&o.DeliveryTimeout, DefaultDeliveryTimeout)
+	def(&o.Backoff, DefaultBackoff)
+	def(&o.MaxBackoff, DefaultMaxBackoff)
+	def(&o.StatusTTL, DefaultStatusTTL)
+	if o.DeliveryTimeout >= o.ClaimIdle/2 {
+		return fmt.Errorf("deferq: delivery timeout %v must be under half the claim idle time %v", o.DeliveryTimeout, o.ClaimIdle)
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Rule is one rule whose action is defer.
+type Rule struct {
+	Name string
+	// MaxQueue bounds the requests queued for the rule; default 10,000.
+	MaxQueue int
+	// MaxBodyBytes bounds a queued request's body; default 1 MiB.
+	MaxBodyBytes int64
+	// Take asks the rule's limit whether a replay for key may go now (and
+	// counts it if so): the rate of replay.
+	Take func(ctx context.Context, key string) (sluice.Decision, error)
+}
+
+func (r Rule) maxQueue() int {
+	if r.MaxQueue <= 0 {
+		return DefaultMaxQueue
+	}
+	return r.MaxQueue
+}
+
+// MaxBody returns the rule's body cap, defaulted.
+func (r Rule) MaxBody() int64 {
+	if r.MaxBodyBytes <= 0 {
+		return DefaultMaxBodyBytes
+	}
+	return r.MaxBodyBytes
+}
+
+// Queue is the deferral queue of a daemon: enqueue, status, and the
+// replay workers of every defer rule. Safe for concurrent use.
+type Queue struct {
+	o Options
+	m *metrics
+
+	mu      sync.Mutex
+	rules   map[string]*Rule
+	workers map[string]*worker
+	runCtx  context.Context
+	wg      sync.WaitGroup
+}
+
+// New returns a Queue; Run starts its workers.
+func New(o Options) (*Queue, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	q := &Queue{o: o, rules: map[string]*Rule{}, workers: map[string]*worker{}}
+	q.m = newMetrics(q, o.Registerer)
+	return q, nil
+}
+
+// SetRules replaces the defer rules (on start and on every reload). Workers
+// of rules that disappeared stop (their queues stay in Redis for when they
+// come back); new ones start if Run is running.
+func (q *Queue) SetRules(rs []Rule) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	next := make(map[string]*Rule, len(rs))
+	for i := range rs {
+		r := rs[i]
+		next[r.Name] = &r
+	}
+	q.rules = next
+	for name, w := range q.workers {
+		if r, ok := next[name]; ok {
+			w.rule.Store(r)
+			continue
+		}
+		w.stop()
+		delete(q.workers, name)
+	}
+	if q.runCtx != nil {
+		q.startLocked()
+	}
+}
+
+func (q *Queue) startLocked() {
+	for name, r := range q.rules {
+		if _, ok := q.workers[name]; ok {
+			continue
+		}
+		w := newWorker(q, r)
+		q.workers[name] = w
+		q.wg.Go(func() { w.run(q.runCtx) })
+	}
+}
+
+// Run runs the replay workers until ctx ends, then waits for deliveries in
+// flight to be recorded.
+func (q *Queue) Run(ctx context.Context) error {
+	q.mu.Lock()
+	q.runCtx = ctx
+	q.startLocked()
+	q.mu.Unlock()
+	<-ctx.Done()
+	q.wg.Wait()
+	return nil
+}
+
+// keys of a rule (its tag T) and of one request.
+func (q *Queue) base(tag string) string { return q.o.Prefix + "{" + tag + "}:" }
+
+// Tag returns the digest of a rule name that names its Redis keys and
+// starts its ids.
+func Tag(rule string) string {
+	h := sha256.Sum256([]byte(rule))
+	return hex.EncodeToString(h[:6])
+}
+
+func keyDigest(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:10])
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// parseID checks id's form (12 hex, '-', 20 hex) and returns its tag.
+func parseID(id string) (string, error) {
+	tag, r, ok := strings.Cut(id, "-")
+	if !ok || len(tag) != 12 || len(r) != 20 || !isHex(tag) || !isHex(r) {
+		return "", fmt.Errorf("%w: %.80q (want 12 hex digits, '-', 20 hex digits)", ErrBadID, id)
+	}
+	return tag, nil
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// hopHeaders are not replayed (connection-level, or set again on replay).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
+
+// ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge
+// past it. The body is consumed either way.
+func ReadBody(r *http.Request, rule *Rule) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	limit := rule.MaxBody()
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: %d bytes, over the cap of %d bytes", ErrBodyTooLarge, r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("deferq: read body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: over the cap of %d bytes", ErrBodyTooLarge, limit)
+	}
+	return b, nil
+}
+
+// Rule returns the defer rule named name, or nil.
+func (q *Queue) Rule(name string) *Rule {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rules[name]
+}
+
+//go:embed enqueue.lua
+var enqueueLua string
+
+var enqueueScript = rueidis.NewLuaScript(enqueueLua)
+
+// Enqueue queues r (whose body, already read within the cap, is body) for
+// rule under limiter key key, with header as it should reach the upstream
+// (the caller adds X-Forwarded-*). It returns the deferred id, or
+// ErrQueueFull.
+func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, header http.Header, body []byte) (string, error) {
+	ru := q.Rule(rule)
+	if ru == nil {
+		return "", fmt.Errorf("%w: %q", ErrUnknownRule, rule)
+	}
+	h := header.Clone()
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	hj, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("deferq: headers: %w", err)
+	}
+	tag := Tag(rule)
+	id := tag + "-" + randHex(10)
+	b := q.base(tag)
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	res := enqueueScript.Exec(ctx, q.o.Client,
+		[]string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)},
+		[]string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
+			strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)})
+	if err := res.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			q.m.enqueued(rule, "full")
+			return "", fmt.Errorf("%w: rule %q holds %d requests", ErrQueueFull, rule, ru.maxQueue())
+		}
+		return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	q.m.enqueued(rule, "queued")
+	return id, nil
+}
+
+// Status is where a deferred request stands.
+type Status struct {
+	ID    string `json:"deferred_id"`
+	Rule  string `json:"rule"`
+	State string `json:"state"` // queued, failed (will be retried), delivered, dead_lettered
+	// Status is the upstream's HTTP status: of the delivery, or of the last
+	// failed attempt (0 when it failed without an answer).
+	Status   int    `json:"status,omitempty"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error,omitempty"`
+	QueuedAt string `json:"queued_at"`
+	Updated  string `json:"updated_at"`
+	// NextAttempt is when a failed request will be tried again (RFC 3339).
+	NextAttempt string `json:"next_attempt_at,omitempty"`
+}
+
+// Status reads where id stands: ErrBadID for a string that is no id,
+// ErrUnknownID for an id never issued or whose record has expired.
+func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
+	tag, err := parseID(id)
+	if err != nil {
+		return Status{}, err
+	}
+	m, err := q.o.Client.Do(ctx, q.o.Client.B().Hgetall().Key(q.base(tag)+"s:"+id).Build()).AsStrMap()
+	if err != nil {
+		return Status{}, fmt.Errorf("deferq: status: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	if len(m) == 0 {
+		return Status{}, fmt.Errorf("%w: %s", ErrUnknownID, id)
+	}
+	ms := func(f string) string {
+		v, err := strconv.ParseInt(m[f], 10, 64)
+		if err != nil || v == 0 {
+			return ""
+		}
+		return time.UnixMilli(v).UTC().Format(time.RFC3339Nano)
+	}
+	st := Status{ID: id, Rule: m["rule"], State: m["state"], Error: m["error"], QueuedAt: ms("at"), Updated: ms("updated")}
+	st.Status, _ = strconv.Atoi(m["status"])
+	st.Attempts, _ = strconv.Atoi(m["attempts"])
+	if st.State == "failed" {
+		st.NextAttempt = ms("next")
+	}
+	return st, nil
+}

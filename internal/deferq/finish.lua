@@ -1,0 +1,37 @@
+-- Record the outcome of one send, atomically with XACK/XDEL when it is
+-- final, so that no instance ever sends a settled request again.
+-- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 dead-letter stream
+-- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
+--       ('delivered' or 'failed'), 5 upstream status (0: none), 6 error,
+--       7 max attempts, 8 now (ms), 9 TTL of a settled record (ms),
+--       10 next attempt (ms, for a retry), 11 max dead letters
+-- Returns the state recorded: 'delivered', 'failed' (retry later),
+-- 'dead_lettered', or the state already there if it was settled.
+local state = redis.call('HGET', KEYS[2], 'state')
+if state == 'delivered' or state == 'dead_lettered' then
+  return state
+end
+local attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
+local outcome = ARGV[4]
+if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
+  outcome = 'dead_lettered'
+  local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+  if #e == 1 then
+    local f = e[1][2]
+    f[#f + 1] = 'error'
+    f[#f + 1] = ARGV[6]
+    f[#f + 1] = 'status'
+    f[#f + 1] = ARGV[5]
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', unpack(f))
+  end
+end
+redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8])
+if outcome == 'failed' then
+  redis.call('HSET', KEYS[2], 'next', ARGV[10])
+  return outcome
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('LREM', KEYS[3], 1, ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[9])
+return outcome

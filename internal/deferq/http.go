@@ -1,0 +1,51 @@
+package deferq
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// StatusPath is where GET /v1/deferred/ID is served; the Location of a 202.
+const StatusPath = "/v1/deferred/"
+
+// WriteAccepted answers a deferred request: 202 Accepted,
+// Location: /v1/deferred/ID, {"deferred_id": ID}.
+func WriteAccepted(w http.ResponseWriter, id string) {
+	h := w.Header()
+	h.Set("Location", StatusPath+id)
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	w.Write([]byte(`{"deferred_id":"` + id + `"}` + "\n"))
+}
+
+// ServeHTTP serves GET /v1/deferred/ID: 200 with the Status, 404 for an
+// unknown id, 400 for a malformed one, 503 when Redis cannot answer.
+func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed: use GET")
+		return
+	}
+	id := strings.TrimPrefix(r.URL.Path, StatusPath)
+	st, err := q.Status(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrBadID):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrUnknownID):
+		writeError(w, http.StatusNotFound, err.Error())
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	w.Write(append(b, '\n'))
+}

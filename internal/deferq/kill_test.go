@@ -1,0 +1,187 @@
+package deferq_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// child is the other instance: this test binary re-executed, running one
+// Queue whose rule "jobs" either denies every replay (DEFERQ_MODE=deny: it
+// holds what it reads) or allows it, until it is killed.
+func child() {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{os.Getenv("DEFERQ_REDIS")}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	u, _ := url.Parse(os.Getenv("DEFERQ_UPSTREAM"))
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: u, Consumer: "victim", ClaimIdle: 10 * time.Second, DeliveryTimeout: 4 * time.Second, Concurrency: 1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	deny := os.Getenv("DEFERQ_MODE") == "deny"
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+		if deny {
+			return sluice.Decision{RetryAfter: time.Hour}, nil
+		}
+		return sluice.Decision{Allowed: true}, nil
+	}}})
+	q.Run(context.Background())
+}
+
+func startChild(t *testing.T, redisAddr, upstreamURL, mode string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DEFERQ_CHILD=1", "DEFERQ_REDIS="+redisAddr, "DEFERQ_UPSTREAM="+upstreamURL, "DEFERQ_MODE="+mode)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// pendingWith returns how many entries of rule's stream are pending with
+// consumer.
+func pendingWith(t testing.TB, c rueidis.Client, rule, consumer string) int64 {
+	arr, err := c.Do(context.Background(), c.B().Xpending().Key("sluice:defer:{"+deferq.Tag(rule)+"}:q").Group("sluice").Build()).ToArray()
+	if err != nil || len(arr) < 4 {
+		return 0
+	}
+	per, _ := arr[3].ToArray()
+	for _, p := range per {
+		kv, _ := p.ToArray()
+		if len(kv) == 2 {
+			name, _ := kv[0].ToString()
+			n, _ := kv[1].ToString()
+			if name == consumer {
+				v, _ := strconv.ParseInt(n, 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// An instance reads queued requests and is SIGKILLed while holding them:
+// another instance claims them once idle and delivers each exactly once.
+func TestKilledInstanceHolding(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newUpstream(t, nil)
+	c := client(t, srv.Addr)
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Second, DeliveryTimeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	const n = 20
+	ids := map[string]bool{}
+	for i := range n {
+		ids[enqueue(t, q, "jobs", "k"+strconv.Itoa(i%3), "POST", "/job/"+strconv.Itoa(i), []byte("job "+strconv.Itoa(i)))] = true
+	}
+	victim := startChild(t, srv.Addr, up.srv.URL, "deny")
+	waitFor(t, "the victim to hold every request", 30*time.Second, func() bool { return pendingWith(t, c, "jobs", "victim") == n })
+	if err := victim.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	victim.Wait()
+	start(t, q) // the survivor
+	waitFor(t, "every request delivered", time.Minute, func() bool {
+		got, _ := up.snapshot()
+		return len(got) >= n
+	})
+	for id := range ids {
+		waitFor(t, "status delivered", 10*time.Second, func() bool {
+			st, err := q.Status(context.Background(), id)
+			return err == nil && st.State == "delivered"
+		})
+	}
+	got, byKey := up.snapshot()
+	if len(got) != n || len(byKey) != n {
+		t.Fatalf("upstream saw %d arrivals of %d ids, want %d each once", len(got), len(byKey), n)
+	}
+	for id := range ids {
+		if byKey[id] != 1 {
+			t.Errorf("%s arrived %d times", id, byKey[id])
+		}
+	}
+}
+
+// An instance is SIGKILLed while its request is at the upstream, before it
+// could record the outcome: the survivor sends that request again with the
+// same Idempotency-Key (the one case an idempotent upstream must absorb),
+// and every other request exactly once.
+func TestKilledInstanceInFlight(t *testing.T) {
+	srv := redistest.StartServer(t)
+	hold := make(chan struct{})
+	first := make(chan string, 1)
+	up := newUpstream(t, func(d delivery, n int) int {
+		select {
+		case first <- d.idem: // the victim's first send: hold it until the victim is dead
+			<-hold
+		default:
+		}
+		return http.StatusOK
+	})
+	c := client(t, srv.Addr)
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Second, DeliveryTimeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	const n = 10
+	for i := range n {
+		enqueue(t, q, "jobs", "k", "POST", "/job/"+strconv.Itoa(i), []byte(strconv.Itoa(i)))
+	}
+	victim := startChild(t, srv.Addr, up.srv.URL, "allow")
+	inflight := <-first
+	victim.Process.Kill()
+	victim.Wait()
+	close(hold)
+	start(t, q)
+	waitFor(t, "every id delivered", time.Minute, func() bool {
+		_, byKey := up.snapshot()
+		return len(byKey) == n && len(q.Rule("jobs").Name) > 0 && depth(q) == 0
+	})
+	got, byKey := up.snapshot()
+	for id, k := range byKey {
+		want := 1
+		if id == inflight {
+			want = 2
+		}
+		if k != want {
+			t.Errorf("%s arrived %d times, want %d", id, k, want)
+		}
+	}
+	if len(got) != n+1 {
+		t.Errorf("%d arrivals, want %d (each once, the one in flight at the kill twice)", len(got), n+1)
+	}
+	// Order per key held: the bodies arrive 0..n-1 (the repeat aside).
+	next := 0
+	for _, d := range got {
+		if string(d.body) == strconv.Itoa(next) {
+			next++
+		}
+	}
+	if next != n {
+		t.Errorf("bodies out of order: %d of %d in sequence", next, n)
+	}
+}
+
+func depth(q *deferq.Queue) int64 {
+	n, _, _ := q.Depth(context.Background(), "jobs")
+	return n
+}

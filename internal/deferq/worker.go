@@ -1,0 +1,463 @@
+package deferq
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed begin.lua
+var beginLua string
+
+//go:embed finish.lua
+var finishLua string
+
+var (
+	beginScript  = rueidis.NewLuaScript(beginLua)
+	finishScript = rueidis.NewLuaScript(finishLua)
+)
+
+// maxDeadLetters bounds the dead-letter stream of a rule (approximately).
+const maxDeadLetters = 100_000
+
+// worker replays one rule's queue from this instance.
+type worker struct {
+	q    *Queue
+	rule atomic.Pointer[Rule]
+	name string
+	base string // the rule's key prefix, through "}:"
+
+	quit     chan struct{}
+	quitOnce sync.Once
+
+	in   chan []rueidis.XRangeEntry
+	done chan result
+	room chan struct{}
+	held atomic.Int64
+}
+
+// entry is one queued request this instance holds.
+type entry struct {
+	sid, id, key        string
+	method, uri, header string
+	body                string
+	notBefore           time.Time
+	busy                bool
+	attempts            int // failed sends seen by this instance (for the back-off)
+	// unrecorded is an outcome the upstream produced but Redis did not
+	// take yet: recorded on the next turn instead of sending again.
+	unrecorded *outcome
+}
+
+type outcome struct {
+	state  string // delivered or failed
+	status int
+	err    string
+	retry  time.Duration // upstream's Retry-After, if any
+}
+
+// result is what one turn of an entry ended with.
+type result struct {
+	e     *entry
+	drop  bool          // settled or lost: forget it
+	after time.Duration // otherwise: try again after this long
+}
+
+func newWorker(q *Queue, r *Rule) *worker {
+	w := &worker{
+		q:    q,
+		name: r.Name,
+		base: q.base(Tag(r.Name)),
+		quit: make(chan struct{}),
+		in:   make(chan []rueidis.XRangeEntry),
+		done: make(chan result),
+		room: make(chan struct{}, 1),
+	}
+	w.rule.Store(r)
+	return w
+}
+
+func (w *worker) stop() { w.quitOnce.Do(func() { close(w.quit) }) }
+
+func (w *worker) run(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c := w.q.o.Client
+	for {
+		err := c.Do(ctx, c.B().XgroupCreate().Key(w.base+"q").Group(group).Id("0").Mkstream().Build()).Error()
+		if err == nil || strings.Contains(err.Error(), "BUSYGROUP") {
+			break
+		}
+		w.q.o.Logger.Warn("defer: create consumer group", "rule", w.name, "err", err)
+		if sleep(ctx, time.Second) != nil {
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.read(ctx) })
+	w.dispatch(ctx)
+	wg.Wait()
+}
+
+// read feeds the dispatcher: stale entries claimed from dead instances,
+// then new entries, while fewer than MaxHeld are held.
+func (w *worker) read(ctx context.Context) {
+	c := w.q.o.Client
+	q := w.base + "q"
+	me := w.q.o.Consumer
+	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
+	block := min(time.Second, w.q.o.ClaimIdle/4).Milliseconds()
+	var lastClaim time.Time
+	for ctx.Err() == nil {
+		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
+			lastClaim = time.Now()
+			cursor := "0-0"
+			for range 10 { // at most 1000 entries per round
+				arr, err := c.Do(ctx, c.B().Xautoclaim().Key(q).Group(group).Consumer(me).MinIdleTime(idle).Start(cursor).Count(100).Build()).ToArray()
+				if err != nil || len(arr) < 2 {
+					if err != nil && ctx.Err() == nil {
+						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
+					}
+					break
+				}
+				es, _ := arr[1].AsXRange()
+				if len(es) > 0 {
+					w.q.m.claimed(w.name, len(es))
+					if !w.send(ctx, es) {
+						return
+					}
+				}
+				cursor, _ = arr[0].ToString()
+				if cursor == "0-0" || cursor == "" {
+					break
+				}
+			}
+		}
+		if w.held.Load() >= MaxHeld {
+			select {
+			case <-w.room:
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		res, err := c.Do(ctx, c.B().Xreadgroup().Group(group, me).Count(100).Block(block).Streams().Key(q).Id(">").Build()).AsXRead()
+		if err != nil {
+			if rueidis.IsRedisNil(err) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if strings.Contains(err.Error(), "NOGROUP") {
+				c.Do(ctx, c.B().XgroupCreate().Key(q).Group(group).Id("0").Mkstream().Build())
+			}
+			w.q.o.Logger.Warn("defer: xreadgroup", "rule", w.name, "err", err)
+			if sleep(ctx, time.Second) != nil {
+				return
+			}
+			continue
+		}
+		if es := res[q]; len(es) > 0 && !w.send(ctx, es) {
+			return
+		}
+	}
+}
+
+func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
+	select {
+	case w.in <- es:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// dispatch owns the held entries: it starts a turn for the oldest entry of
+// every key when it is due, at most Concurrency at once, and keeps the held
+// entries claimed.
+func (w *worker) dispatch(ctx context.Context) {
+	byKey := map[string][]*entry{}
+	bySID := map[string]*entry{}
+	inflight := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	heartbeat := time.NewTicker(w.q.o.ClaimIdle / 3)
+	defer heartbeat.Stop()
+	remove := func(e *entry) {
+		delete(bySID, e.sid)
+		l := byKey[e.key]
+		for i, x := range l {
+			if x == e {
+				l = append(l[:i], l[i+1:]...)
+				break
+			}
+		}
+		if len(l) == 0 {
+			delete(byKey, e.key)
+		} else {
+			byKey[e.key] = l
+		}
+		w.held.Add(-1)
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		// Start what is due; arm the timer for the next due head.
+		now := time.Now()
+		next := time.Time{}
+		for _, l := range byKey {
+			e := l[0]
+			if e.busy {
+				continue
+			}
+			if !e.notBefore.After(now) && inflight < w.q.o.Concurrency {
+				e.busy = true
+				inflight++
+				go func() { w.done <- w.turn(ctx, e) }()
+				continue
+			}
+			if next.IsZero() || e.notBefore.Before(next) {
+				next = e.notBefore
+			}
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case es := <-w.in:
+			for _, x := range es {
+				if _, ok := bySID[x.ID]; ok {
+					continue
+				}
+				f := x.FieldValues
+				e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
+				bySID[e.sid] = e
+				byKey[e.key] = append(byKey[e.key], e)
+				w.held.Add(1)
+			}
+		case r := <-w.done:
+			inflight--
+			r.e.busy = false
+			if r.drop {
+				remove(r.e)
+			} else {
+				r.e.notBefore = time.Now().Add(r.after)
+			}
+		case <-timer.C:
+		case <-heartbeat.C:
+			w.keepClaimed(ctx, bySID)
+		case <-ctx.Done():
+			for inflight > 0 { // let turns in flight record their outcome
+				<-w.done
+				inflight--
+			}
+			return
+		}
+	}
+}
+
+// keepClaimed claims the held entries again for this instance, restarting
+// their idle time, so that no other instance takes them while they wait
+// for the rate or a retry.
+func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
+	if len(bySID) == 0 {
+		return
+	}
+	c := w.q.o.Client
+	ids := make([]string, 0, len(bySID))
+	for sid := range bySID {
+		ids = append(ids, sid)
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), 100)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Do(ctx, c.B().Xclaim().Key(w.base+"q").Group(group).Consumer(w.q.o.Consumer).MinIdleTime("0").Id(ids[:n]...).Justid().Build()).Error()
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.q.o.Logger.Warn("defer: keep entries claimed", "rule", w.name, "err", err)
+		}
+		ids = ids[n:]
+	}
+}
+
+// turn is one attempt at entry e: check it may go, ask the rule's limit,
+// send it, record the outcome.
+func (w *worker) turn(ctx context.Context, e *entry) result {
+	o := &w.q.o
+	c := o.Client
+	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
+	if e.unrecorded == nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id}).ToString()
+		cancel()
+		switch {
+		case err != nil:
+			return result{e: e, after: time.Second}
+		case verdict == "final" || verdict == "lost":
+			return result{e: e, drop: true}
+		case verdict == "wait":
+			return result{e: e, after: 250 * time.Millisecond}
+		}
+		r := w.rule.Load()
+		if r.Take != nil {
+			d, err := r.Take(ctx, e.key)
+			if err != nil {
+				return result{e: e, after: time.Second}
+			}
+			if !d.Allowed {
+				after := d.RetryAfter
+				if after < 0 || after > time.Minute {
+					after = time.Minute
+				}
+				return result{e: e, after: max(after, time.Millisecond)}
+			}
+		}
+		e.unrecorded = w.deliver(ctx, e)
+	}
+	out := e.unrecorded
+	attempts := strconv.Itoa(o.MaxAttempts)
+	now := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
+		attempts, strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(o.StatusTTL.Milliseconds(), 10),
+		strconv.FormatInt(now.Add(w.backoff(e, out)).UnixMilli(), 10), strconv.Itoa(maxDeadLetters)}).ToString()
+	if err != nil {
+		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
+		return result{e: e, after: time.Second} // record it next turn; never send again
+	}
+	e.unrecorded = nil
+	switch state {
+	case "delivered":
+		w.q.m.delivered(w.name, out.status)
+		return result{e: e, drop: true}
+	case "dead_lettered":
+		w.q.m.deadLettered(w.name)
+		o.Logger.Warn("defer: dead-lettered", "rule", w.name, "id", e.id, "status", out.status, "err", out.err)
+		return result{e: e, drop: true}
+	case "failed":
+		w.q.m.retried(w.name)
+		e.attempts++
+		return result{e: e, after: w.backoff(e, out)}
+	}
+	return result{e: e, drop: true}
+}
+
+// backoff is the wait after the failed attempt of e that produced out.
+func (w *worker) backoff(e *entry, out *outcome) time.Duration {
+	o := &w.q.o
+	b := o.Backoff << min(e.attempts, 20)
+	b = min(b, o.MaxBackoff)
+	return max(b, min(out.retry, o.MaxBackoff))
+}
+
+// deliver sends e to the upstream once.
+func (w *worker) deliver(ctx context.Context, e *entry) *outcome {
+	o := &w.q.o
+	ctx, cancel := context.WithTimeout(ctx, o.DeliveryTimeout)
+	defer cancel()
+	req, err := w.request(ctx, e)
+	if err != nil {
+		// It will not build next time either: the retries run out and it is
+		// dead-lettered with this error.
+		return &outcome{state: "failed", err: err.Error()}
+	}
+	resp, err := o.Transport.RoundTrip(req)
+	if err != nil {
+		return &outcome{state: "failed", err: err.Error()}
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		out := &outcome{state: "failed", status: resp.StatusCode, err: resp.Status}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			out.retry = time.Duration(s) * time.Second
+		}
+		return out
+	}
+	return &outcome{state: "delivered", status: resp.StatusCode}
+}
+
+func (w *worker) request(ctx context.Context, e *entry) (*http.Request, error) {
+	u, err := url.ParseRequestURI(e.uri)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: uri %q: %w", e.id, e.uri, err)
+	}
+	up := w.q.o.Upstream
+	target := *up
+	target.Path, target.RawPath = joinPath(up, u)
+	target.RawQuery = u.RawQuery
+	var h http.Header
+	if err := json.Unmarshal([]byte(e.header), &h); err != nil {
+		return nil, fmt.Errorf("replay %s: headers: %w", e.id, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, e.method, target.String(), strings.NewReader(e.body))
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", e.id, err)
+	}
+	if h == nil {
+		h = http.Header{}
+	}
+	if h.Get("Idempotency-Key") == "" {
+		h.Set("Idempotency-Key", e.id)
+	}
+	h.Set("Sluice-Deferred-Id", e.id)
+	req.Header = h
+	req.ContentLength = int64(len(e.body))
+	if len(e.body) == 0 {
+		req.Body = http.NoBody
+	}
+	return req, nil
+}
+
+// joinPath joins the upstream's base path and the request's path as the
+// proxy does.
+func joinPath(up, u *url.URL) (path, rawpath string) {
+	if up.Path == "" || up.Path == "/" {
+		return u.Path, u.RawPath
+	}
+	a, b := strings.TrimSuffix(up.EscapedPath(), "/"), u.EscapedPath()
+	if !strings.HasPrefix(b, "/") {
+		b = "/" + b
+	}
+	p, err := url.PathUnescape(a + b)
+	if err != nil {
+		return up.Path + u.Path, ""
+	}
+	return p, a + b
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
