@@ -3,6 +3,8 @@ package config
 import (
 	"net/netip"
 	"strconv"
+
+	"github.com/sluicehq/sluice/internal/clientip"
 )
 
 // ClientIPConfig says whose forwarding headers to believe, and how much of
@@ -12,14 +14,23 @@ type ClientIPConfig struct {
 	// X-Forwarded-For / Forwarded headers are read. Empty: nobody's.
 	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
 	// IPv6Prefix is the prefix length an ip key part counts of an IPv6
-	// client (64: its /64); 0: not set.
+	// client. Default clientip.DefaultIPv6Prefix (64: its /64, since one
+	// host usually holds a whole /64).
 	IPv6Prefix int `yaml:"ipv6_prefix"`
-	// IPv4Prefix is the same for IPv4 clients (32: the address); 0: not
-	// set.
+	// IPv4Prefix is the same for IPv4 clients. Default
+	// clientip.DefaultIPv4Prefix (32: the address).
 	IPv4Prefix int `yaml:"ipv4_prefix"`
 }
 
-func (c *ClientIPConfig) defaults() {}
+func (c *ClientIPConfig) defaults() {
+	setDefault(&c.IPv6Prefix, clientip.DefaultIPv6Prefix)
+	setDefault(&c.IPv4Prefix, clientip.DefaultIPv4Prefix)
+}
+
+// Prefixes returns how much of a client address an ip key counts.
+func (c *ClientIPConfig) Prefixes() clientip.Prefixes {
+	return clientip.Prefixes{IPv4: c.IPv4Prefix, IPv6: c.IPv6Prefix}
+}
 
 func (c *ClientIPConfig) check(ck *checker) {
 	for i, p := range c.TrustedProxies {
@@ -27,10 +38,10 @@ func (c *ClientIPConfig) check(ck *checker) {
 			ck.fail("client_ip.trusted_proxies["+strconv.Itoa(i)+"]", "invalid prefix")
 		}
 	}
-	if n := c.IPv6Prefix; n < 0 || n > 128 {
+	if n := c.IPv6Prefix; n < 1 || n > 128 {
 		ck.fail("client_ip.ipv6_prefix", "%d must be between 1 and 128", n)
 	}
-	if n := c.IPv4Prefix; n < 0 || n > 32 {
+	if n := c.IPv4Prefix; n < 1 || n > 32 {
 		ck.fail("client_ip.ipv4_prefix", "%d must be between 1 and 32", n)
 	}
 }

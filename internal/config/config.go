@@ -238,7 +238,9 @@ func (c *Config) applyDefaults() {
 func (c *Config) Validate() error { return c.validate(nil) }
 
 // RuleSet compiles c's rules.
-func (c *Config) RuleSet() (*rules.Set, error) { return rules.Compile(c.File, c.Rules) }
+func (c *Config) RuleSet() (*rules.Set, error) {
+	return rules.CompileWith(c.File, c.Rules, rules.Options{IP: c.ClientIP.Prefixes()})
+}
 
 func (c *Config) validate(lines map[string]int) error {
 	ck := &checker{file: c.File, lines: lines, listeners: map[string]string{}}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -417,4 +418,33 @@ rules:
 	// Output:
 	// <nil> sluice.yaml:7: rules[0].algoritm: unknown key (did you mean "algorithm"?)
 	// 127.0.0.1:8080 memory login-per-ip <nil>
+}
+
+// TestClientIPPrefixesReachRules: client_ip.ipv6_prefix and ipv4_prefix
+// decide what an ip key counts; by default an IPv6 /64 and an IPv4 address.
+func TestClientIPPrefixesReachRules(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, addr, want string
+	}{
+		{"", "2001:db8:1:2::9", "2001:db8:1:2::/64"},
+		{"", "192.0.2.9", "192.0.2.9"},
+		{"client_ip: {ipv6_prefix: 48}\n", "2001:db8:1:2::9", "2001:db8:1::/48"},
+		{"client_ip: {ipv6_prefix: 128}\n", "2001:db8:1:2::9", "2001:db8:1:2::9"},
+		{"client_ip: {ipv4_prefix: 24}\n", "192.0.2.9", "192.0.2.0/24"},
+	} {
+		c, err := Parse("t.yaml", []byte(tc.yaml+"rules:\n  - {name: r, rate: 1/s, key: [ip]}\n"))
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tc.yaml, err)
+		}
+		set, err := c.RuleSet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := set.Rules[0]
+		req, _ := http.NewRequest("GET", "http://x/", nil)
+		k, ok := r.KeyFor(req, netip.MustParseAddr(tc.addr))
+		if got := strings.TrimPrefix(k, r.Name+"|"+r.Fingerprint+"|"); !ok || got != tc.want {
+			t.Errorf("%q: key of %s = %q, %v; want %q", tc.yaml, tc.addr, got, ok, tc.want)
+		}
+	}
 }

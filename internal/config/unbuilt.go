@@ -28,8 +28,6 @@ var unbuilt = []struct {
 		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
 	}},
 	{"api.token_file", func(c *Config) []string { return keysIf(c.API.TokenFile != "", "api.token_file") }},
-	{"client_ip.ipv6_prefix", func(c *Config) []string { return keysIf(c.ClientIP.IPv6Prefix != 0, "client_ip.ipv6_prefix") }},
-	{"client_ip.ipv4_prefix", func(c *Config) []string { return keysIf(c.ClientIP.IPv4Prefix != 0, "client_ip.ipv4_prefix") }},
 	{"action: defer", func(c *Config) []string {
 		return ruleKeys(c, func(sp *rules.Spec) bool { return sp.Action == "defer" }, "action")
 	}},

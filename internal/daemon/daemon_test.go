@@ -188,7 +188,6 @@ func TestUnsupportedRefused(t *testing.T) {
 		{"lease", redis + "rules:\n  - name: r\n    rate: 10/s\n    lease: auto\n", "rules[0].lease"},
 		{"sentinel", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1], sentinel: mymaster}\n", "store.redis.sentinel"},
 		{"max_connections", "api: {max_connections: 10}\n", "api.max_connections"},
-		{"ipv6_prefix", "client_ip: {ipv6_prefix: 64}\n", "client_ip.ipv6_prefix"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
