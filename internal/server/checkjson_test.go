@@ -10,8 +10,15 @@ import (
 // oracle decodes b as encoding/json would for the endpoint: one object,
 // unknown fields refused, nothing after it. strictOK also requires what
 // parseCheck requires beyond that: field names spelled exactly, no nulls.
+//
+// The body must be an object: encoding/json decodes a top-level null into
+// a struct as a no-op, but a body of null asks nothing (400, "body must be
+// a JSON object").
 func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 	req = checkRequest{Cost: 1}
+	if tok, err := json.NewDecoder(bytes.NewReader(b)).Token(); err != nil || tok != json.Delim('{') {
+		return req, false, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -68,6 +75,8 @@ func TestParseCheck(t *testing.T) {
 		{`{"key":"a",}`, checkRequest{}, false},
 		{`{"key":"a"}x`, checkRequest{}, false},
 		{`"str"`, checkRequest{}, false},
+		{`null`, checkRequest{}, false},
+		{" null\n", checkRequest{}, false},
 		{``, checkRequest{}, false},
 	} {
 		got := checkRequest{Cost: 1}

@@ -153,6 +153,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"not an object", "POST", "/v1/check", `[1]`, 400, "must be a JSON object"},
 		{"key not a string", "POST", "/v1/check", `{"rule":"api","key":7}`, 400, `"key" must be a string`},
 		{"null key", "POST", "/v1/check", `{"rule":"api","key":null}`, 400, `"key" must be a string`},
+		{"null body", "POST", "/v1/check", `null`, 400, `body must be a JSON object`},
 		{"fractional cost", "POST", "/v1/check", `{"rule":"api","key":"k","cost":1.5}`, 400, "whole number"},
 		{"cost over int64", "POST", "/v1/check", `{"rule":"api","key":"k","cost":9223372036854775808}`, 400, "whole number"},
 		{"unknown field", "POST", "/v1/check", `{"rule":"api","key":"k","costs":1}`, 400, "unknown field"},
