@@ -1,4 +1,6 @@
-# Sluice: `make test` runs everything CI runs.
+# Sluice: `make test` runs everything CI runs: formatting, vet (the bench/
+# module included) and every test, fuzz seed corpora included. It searches
+# for no new inputs: exploratory fuzzing is `make fuzz`.
 GO ?= go
 # Packages whose tests need no race detector (pure, single-goroutine code
 # runs under it anyway; listing nothing here keeps -race on everything).
@@ -6,7 +8,7 @@ RACE ?= -race
 
 .PHONY: test vet unit fuzz bench bench-core bench-redis bench-load build clean
 
-test: vet unit fuzz
+test: vet unit
 
 build:
 	$(GO) build -o sluice ./cmd/sluice
@@ -14,6 +16,8 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./... && $(GO) build ./...
+	sh scripts/check-fuzz-targets.sh
 
 # Unit, conformance, integration (real redis-server and a real 3-node Redis
 # Cluster, started on free loopback ports by internal/redistest) and
@@ -22,8 +26,12 @@ unit:
 	sh scripts/ensure-redis.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
-# Short runs of every native fuzz target (the seed corpora run in `unit`).
-# Budgets are execution counts, about 10 s of each target on this machine,
+# Exploratory runs of every native fuzz target: each searches for new
+# inputs, so it is a search, not a test, and is not part of `make test`
+# (whose `unit` stage runs the committed seed corpora, testdata/fuzz/). Run
+# it before landing a change to a parser, the config loader or a wire
+# format; fix what it finds and commit the input as a seed.
+# `vet` fails when a Fuzz function is missing here. Budgets are execution counts, about 10 s of each target on this machine,
 # not durations: Go 1.26's fuzz coordinator can report a spurious "context
 # deadline exceeded" failure when a -fuzztime duration expires mid-run
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
