@@ -29,8 +29,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config `file` (default: a built-in example on the memory store)")
+	var over config.Overrides
+	fs.StringVar(&over.Listen, "listen", "", "decision API `address` (host:port), overriding the config's listen; port 0 picks a free port")
+	fs.StringVar(&over.ProxyListen, "proxy-listen", "", "reverse proxy `address`, overriding proxy.listen; port 0 picks a free port")
+	fs.StringVar(&over.GRPCListen, "grpc-listen", "", "gRPC service `address`, overriding grpc.listen; port 0 picks a free port")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice serve [-config FILE]")
+		fmt.Fprintln(stderr, "usage: sluice serve [-config FILE] [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -58,6 +62,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: invalid config:\n%v\n", err)
 		return 1
 	}
+	if err := over.Apply(cfg); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
 
 	level := new(slog.LevelVar)
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil && cfg.LogLevel != "" {
@@ -68,15 +76,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath})
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath, Overrides: over})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			if *configPath == "" {
-				fmt.Fprintln(stderr, "sluice serve: the built-in example's ports are busy (is another sluice running?); "+
-					"free them, or run with -config FILE naming other listen addresses")
+				fmt.Fprintln(stderr, "sluice serve: the built-in example's port is busy (is another sluice running?); "+
+					"free it, or pick another with -listen ADDR (-listen 127.0.0.1:0 for any free port)")
 			} else {
-				fmt.Fprintln(stderr, "sluice serve: a listen address is in use (is another sluice running?)")
+				fmt.Fprintln(stderr, "sluice serve: a listen address is in use (is another sluice running?); "+
+					"-listen, -proxy-listen and -grpc-listen override the config's addresses")
 			}
 		}
 		return 1

@@ -42,6 +42,10 @@ type Options struct {
 	// ReloadDebounce is how long the watcher waits for a burst of file
 	// events to go quiet; 0 means DefaultReloadDebounce.
 	ReloadDebounce time.Duration
+	// Overrides are listen addresses from the command line. New takes the
+	// config with them applied; every reload applies them again, so the
+	// addresses bound at startup stay in force.
+	Overrides config.Overrides
 	// OnReload, if set, is called after every reload attempt, watcher- or
 	// Reload-triggered, from the reloading goroutine (tests wait on it).
 	OnReload func(ReloadResult)
@@ -308,6 +312,9 @@ func (d *Daemon) apply(data []byte) error {
 	cfg, err := config.Parse(d.opts.ConfigPath, data)
 	if err != nil {
 		return err
+	}
+	if err := d.opts.Overrides.Apply(cfg); err != nil {
+		return fmt.Errorf("daemon: reload %s: %w", d.opts.ConfigPath, err)
 	}
 	if err := config.Unsupported(cfg); err != nil {
 		return err

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -181,5 +182,47 @@ func TestHotReloadSymlinkSwap(t *testing.T) {
 	}
 	if body := rulesInForce(t, td); !strings.Contains(body, `"swapped"`) || strings.Contains(body, `"keep"`) {
 		t.Errorf("GET /v1/rules after the swap: %s, want rule swapped only", body)
+	}
+}
+
+// TestReloadKeepsOverrides: listen addresses from the command line are
+// applied again on every reload, so a reload of a config whose own listen
+// differs from the bound address is not refused as a change of address.
+func TestReloadKeepsOverrides(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	write := func(rate string) {
+		data := "listen: " + held.Addr().String() + "\nrules:\n  - {name: r, rate: " + rate + "}\n"
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1/s")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := config.Overrides{Listen: "127.0.0.1:0"}
+	if err := over.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{ConfigPath: path, Overrides: over})
+	if err != nil {
+		t.Fatalf("New with -listen 127.0.0.1:0 while the config's address is held: %v", err)
+	}
+	defer d.Close()
+	write("2/s")
+	if err := d.Reload(); err != nil {
+		t.Fatalf("Reload with overrides: %v, want nil", err)
+	}
+	if got := d.Config().Listen; got != "127.0.0.1:0" {
+		t.Errorf("after reload, listen = %q, want the override 127.0.0.1:0", got)
+	}
+	if r := d.Config().Rules[0].Rate; r != "2/s" {
+		t.Errorf("after reload, rate = %q, want 2/s", r)
 	}
 }
