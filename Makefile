@@ -41,11 +41,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlot$$' -fuzztime 40000x ./internal/sim
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10000x ./internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./internal/descriptors
-	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime 200000x ./internal/clientip
-	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 200000x ./internal/clientip
+	$(GO) test -run '^$$' -fuzz '^FuzzParseForwarded$$' -fuzztime 200000x ./clientip
+	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 200000x ./clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime 200000x ./internal/rules
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime 50000x ./httplimit
+	$(GO) test -run '^$$' -fuzz '^FuzzAppend$$' -fuzztime 50000x ./internal/jsonstr
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server

@@ -24,9 +24,12 @@
 //     deny, your policy), ErrInvalidCost and ErrInvalidLimit (programming
 //     errors: never treat them as an outage), ErrNeverAllowed.
 //
-// Package httplimit wraps this in net/http middleware (the standard
-// headers, 429 answers). Package sluicetest has a settable Clock for tests
-// and the conformance suite for stores.
+// Package httplimit wraps this in net/http middleware (several limits in
+// one store call, the standard headers, 429 answers), with key functions
+// for headers, query parameters, cookies and the client address behind
+// trusted proxies (package clientip). Package sluicetest has a settable
+// Clock for tests and the conformance suite for stores. The guide is
+// docs/library.md in the repository.
 //
 // Every Limiter's keys are namespaced by what they count (its name,
 // algorithm and limit), so limiters sharing a store never read each other's

@@ -160,6 +160,11 @@ func (l *Limiter) Namespace() string {
 	return ""
 }
 
+// Now reads l's clock (WithClock; time.Now by default): the instant Allow
+// decides at. Code that builds requests for Store.TakeAll (Request) reads
+// it too.
+func (l *Limiter) Now() time.Time { return l.clock() }
+
 // clock reads l's clock; the zero Limiter's is time.Now.
 func (l *Limiter) clock() time.Time {
 	if l.now == nil {

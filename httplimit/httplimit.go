@@ -1,10 +1,12 @@
 // Package httplimit is rate limiting for net/http: a middleware that
-// decides each request with a sluice.Limiter, sets the rate-limit response
-// headers, and answers 429 with a JSON body when a request is over the
-// limit. Its helpers (SetHeaders, WriteLimited) are what the sluice daemon
-// itself sends, so library and daemon answers look the same.
+// decides each request with one or several sluice.Limiters (in one store
+// call), sets the rate-limit response headers, and answers 429 with a JSON
+// body when a request is over a limit. Its helpers (SetHeaders,
+// WriteLimited) are what the sluice daemon itself sends, so library and
+// daemon answers look the same.
 //
-// Every request the limit applies to gets these headers (see SetHeaders):
+// Every request a limit applies to gets these headers (see SetHeaders),
+// with the tightest limit's figures when several apply:
 //
 //	X-RateLimit-Limit: 100
 //	X-RateLimit-Remaining: 41
@@ -20,17 +22,21 @@
 //	Content-Type: application/json
 //
 //	{"error":"rate_limited","rule":"api","retry_after_ms":1500}
+//
+// Keys: KeyByRemoteIP (the default), KeyByClientIP (the client behind
+// trusted proxies, see package clientip), KeyByHeader, KeyByQuery,
+// KeyByCookie, and Keys to combine them.
 package httplimit
 
 import (
 	"context"
-	"net"
+	"errors"
+	"log/slog"
 	"net/http"
-	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/clientip"
 )
 
 // ErrorPolicy says what the middleware does when the limiter's store cannot
@@ -40,100 +46,305 @@ type ErrorPolicy uint8
 const (
 	// FailOpen lets the request through, without rate-limit headers. It is
 	// the zero value: an outage of the limiter does not become an outage of
-	// the API.
+	// the API. The middleware logs it (see Options.Logger).
 	FailOpen ErrorPolicy = iota
 	// FailClosed answers 503 Service Unavailable with
 	// {"error":"store_unavailable"}.
 	FailClosed
 )
 
-// Options configures Middleware. Limiter is required; every other field
-// has a working zero value.
-type Options struct {
-	// Limiter decides the requests. Its limit, algorithm and store apply to
-	// every key.
-	Limiter *sluice.Limiter
+// KeyFunc returns the key a request is counted under; ok false means the
+// limit does not apply to the request.
+type KeyFunc func(r *http.Request) (key string, ok bool)
+
+// Rule is one limit of a middleware: a Limiter, the key it counts requests
+// under, and its name in the headers.
+type Rule struct {
 	// Name names the limit in RateLimit-Policy, RateLimit and the 429
-	// body's "rule"; "" means "default". It also prefixes every store key
-	// (Name + ":" + key), so middlewares with different names can share a
-	// store.
+	// body's "rule"; "" means "default". It also prefixes the rule's store
+	// keys (Name + ":" + key), so rules with different names count apart
+	// even on one Limiter.
 	Name string
+	// Limiter decides the rule's requests. Required.
+	Limiter *sluice.Limiter
 	// KeyFunc returns the key a request is counted under; ok false means
-	// the limit does not apply to it (it passes, without headers). nil
-	// means KeyByRemoteIP.
-	KeyFunc func(r *http.Request) (key string, ok bool)
-	// Cost returns what a request costs (nil: 1). A negative cost is
-	// treated as a store error.
+	// the rule does not apply to it. nil means KeyByRemoteIP.
+	KeyFunc KeyFunc
+	// LimitFunc, if set, chooses the limit per request (per-plan quotas:
+	// free 100/h, pro 10000/h on one Limiter); ok false means the
+	// Limiter's own limit. Each limit counts apart (Limiter.AllowLimit).
+	LimitFunc func(r *http.Request) (sluice.Limit, bool)
+}
+
+// Options configures Middleware. Limiter (or Rules) is required; every
+// other field has a working zero value.
+type Options struct {
+	// Limiter, Name, KeyFunc and LimitFunc are the first rule (see Rule);
+	// leave Limiter nil to give only Rules.
+	Limiter   *sluice.Limiter
+	Name      string
+	KeyFunc   KeyFunc
+	LimitFunc func(r *http.Request) (sluice.Limit, bool)
+	// Rules are further limits. Every rule that applies to a request is
+	// decided together, in one Store.TakeAll: the request passes only if
+	// all allow it, and a request denied by one consumes nothing from the
+	// others. Their Limiters must share one Store.
+	Rules []Rule
+	// Cost returns what a request costs (nil: 1), under every rule. A
+	// negative cost is a programming error: the request gets 500 and
+	// {"error":"invalid_cost"}, is logged, and counts nowhere; it never
+	// passes as if the store had failed.
 	Cost func(r *http.Request) int64
 	// OnError chooses between FailOpen (the zero value) and FailClosed.
 	OnError ErrorPolicy
 	// OnStoreError, if set, is called with each store error before OnError
-	// applies: log or count it there.
+	// applies: count it there.
 	OnStoreError func(r *http.Request, err error)
 	// DenyHandler, if set, writes the answer for a denied request in place
-	// of WriteLimited. The rate-limit headers are already set.
+	// of WriteLimited; d is the decision of the rule that denied it (the
+	// longest wait if several did). The rate-limit headers are already set.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d sluice.Decision)
+	// Logger receives store failures and invalid costs, at most one
+	// record a second (with the number of records left out since the last
+	// one); nil means slog.Default(). Discard them with
+	// slog.New(slog.DiscardHandler).
+	Logger *slog.Logger
+}
+
+// rule is a Rule ready to use.
+type rule struct {
+	Rule
+	prefix string // Name + ":"
 }
 
 // Middleware returns net/http middleware that limits requests as opts say.
-// For each request it calls the limiter once; an allowed request gets the
-// rate-limit headers and goes to the next handler, after waiting out the
-// decision's Delay when there is one (the leaky bucket is a shaper: admitted
-// requests leave evenly spaced); a denied one gets the headers and the 429
-// answer of WriteLimited and never reaches the next handler. If the
-// client goes away during a Delay, the next handler is not called.
+// For each request it finds the rules that apply (their KeyFunc returns
+// ok) and decides them in one store call; an allowed request gets the
+// tightest rule's rate-limit headers and goes to the next handler, after
+// waiting out the longest Delay (the leaky bucket is a shaper: admitted
+// requests leave evenly spaced); a denied one gets the denying rule's
+// headers and the 429 answer of WriteLimited and never reaches the next
+// handler. If the client goes away during a Delay, the next handler is not
+// called. A request no rule applies to passes, without headers.
 //
-// It panics if opts.Limiter is nil.
+// The tightest rule is the one that denied (the longest RetryAfter if
+// several did), else the one with the lowest Remaining, ties going to the
+// longest ResetAfter: the same choice the sluice daemon makes.
+//
+// It panics if no rule has a Limiter, or if the rules' Limiters do not
+// share one Store.
 func Middleware(opts Options) func(http.Handler) http.Handler {
-	if opts.Limiter == nil {
-		panic("httplimit: Middleware: nil Options.Limiter")
+	var rs []rule
+	if opts.Limiter != nil {
+		rs = append(rs, newRule(Rule{Name: opts.Name, Limiter: opts.Limiter, KeyFunc: opts.KeyFunc, LimitFunc: opts.LimitFunc}))
 	}
-	if opts.Name == "" {
-		opts.Name = "default"
+	for _, r := range opts.Rules {
+		if r.Limiter == nil {
+			panic("httplimit: Middleware: a Rule without a Limiter")
+		}
+		rs = append(rs, newRule(r))
 	}
-	if opts.KeyFunc == nil {
-		opts.KeyFunc = KeyByRemoteIP
+	if len(rs) == 0 {
+		panic("httplimit: Middleware: nil Options.Limiter and no Rules")
 	}
-	prefix := opts.Name + ":"
-	limit := opts.Limiter.Limit()
+	store := rs[0].Limiter.Store()
+	for _, r := range rs[1:] {
+		if !sameStore(store, r.Limiter.Store()) {
+			panic("httplimit: Middleware: rules " + rs[0].Name + " and " + r.Name + " use different stores: rules decided together must share one")
+		}
+	}
+	m := &middleware{opts: opts, rules: rs, store: store, log: opts.Logger}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			key, ok := opts.KeyFunc(r)
-			if !ok {
-				next.ServeHTTP(w, r)
-				return
-			}
-			cost := int64(1)
-			if opts.Cost != nil {
-				cost = opts.Cost(r)
-			}
-			d, err := opts.Limiter.AllowN(r.Context(), prefix+key, cost)
-			if err != nil {
-				if opts.OnStoreError != nil {
-					opts.OnStoreError(r, err)
-				}
-				if opts.OnError == FailClosed {
-					WriteUnavailable(w)
-					return
-				}
-				next.ServeHTTP(w, r)
-				return
-			}
-			SetHeaders(w.Header(), d, opts.Name, limit)
-			if !d.Allowed {
-				if opts.DenyHandler != nil {
-					opts.DenyHandler(w, r, d)
-				} else {
-					WriteLimited(w, opts.Name, d)
-				}
-				return
-			}
-			if d.Delay > 0 && !sleep(r.Context(), d.Delay) {
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
+}
+
+func newRule(r Rule) rule {
+	if r.Name == "" {
+		r.Name = "default"
+	}
+	if r.KeyFunc == nil {
+		r.KeyFunc = KeyByRemoteIP
+	}
+	return rule{Rule: r, prefix: r.Name + ":"}
+}
+
+// sameStore compares stores, treating incomparable ones as different.
+func sameStore(a, b sluice.Store) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+type middleware struct {
+	opts  Options
+	rules []rule
+	store sluice.Store
+	log   *slog.Logger
+
+	next    atomic.Int64 // unix ns before which nothing is logged
+	dropped atomic.Int64 // records left out since the last one
+}
+
+// maxRules is how many rules a request's decision keeps on the stack.
+const maxRules = 4
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	cost := int64(1)
+	if m.opts.Cost != nil {
+		cost = m.opts.Cost(r)
+	}
+	var (
+		reqBuf [maxRules]sluice.Request
+		decBuf [maxRules]sluice.Decision
+		idxBuf [maxRules]int
+	)
+	reqs, idx := reqBuf[:0], idxBuf[:0]
+	var err error
+	for i := range m.rules {
+		ru := &m.rules[i]
+		key, ok := ru.KeyFunc(r)
+		if !ok {
+			continue
+		}
+		var q sluice.Request
+		now := ru.Limiter.Now()
+		if lim, ok := m.limitOf(ru, r); ok {
+			q, err = ru.Limiter.RequestLimit(ru.prefix+key, lim, now, cost)
+		} else {
+			q, err = ru.Limiter.Request(ru.prefix+key, now, cost)
+		}
+		if err != nil {
+			break
+		}
+		reqs = append(reqs, q)
+		idx = append(idx, i)
+	}
+	if err == nil && len(reqs) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ds := decBuf[:len(reqs)]
+	if len(reqs) > maxRules {
+		ds = make([]sluice.Decision, len(reqs))
+	}
+	if err == nil {
+		if len(reqs) == 1 {
+			ds[0], err = m.store.Take(r.Context(), reqs[0])
+		} else {
+			err = m.store.TakeAll(r.Context(), reqs, ds)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, sluice.ErrInvalidCost) || errors.Is(err, sluice.ErrInvalidLimit) {
+			m.logf(slog.LevelError, "httplimit: invalid request to the limiter: the request was refused", err)
+			writeInvalid(w, err)
+			return
+		}
+		if m.opts.OnStoreError != nil {
+			m.opts.OnStoreError(r, err)
+		}
+		if m.opts.OnError == FailClosed {
+			m.logf(slog.LevelWarn, "httplimit: rate-limit store unavailable: failing closed (503)", err)
+			WriteUnavailable(w)
+			return
+		}
+		m.logf(slog.LevelWarn, "httplimit: rate-limit store unavailable: failing open (request not limited)", err)
+		next.ServeHTTP(w, r)
+		return
+	}
+	t := tightest(ds)
+	ru := &m.rules[idx[t]]
+	SetHeaders(w.Header(), ds[t], ru.Name, reqs[t].Limit)
+	if !ds[t].Allowed {
+		if m.opts.DenyHandler != nil {
+			m.opts.DenyHandler(w, r, ds[t])
+		} else {
+			WriteLimited(w, ru.Name, ds[t])
+		}
+		return
+	}
+	var delay time.Duration
+	for i := range ds {
+		delay = max(delay, ds[i].Delay)
+	}
+	if delay > 0 && !sleep(r.Context(), delay) {
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+func (m *middleware) limitOf(ru *rule, r *http.Request) (sluice.Limit, bool) {
+	if ru.LimitFunc == nil {
+		return sluice.Limit{}, false
+	}
+	return ru.LimitFunc(r)
+}
+
+// tightest returns the index of the decision whose figures the headers
+// carry: the denying one with the longest RetryAfter (Never counts as the
+// longest), else the lowest Remaining, ties going to the longest
+// ResetAfter.
+func tightest(ds []sluice.Decision) int {
+	best := 0
+	for i := 1; i < len(ds); i++ {
+		if tighter(&ds[i], &ds[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+func tighter(a, b *sluice.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if !a.Allowed {
+		return wait(a) > wait(b)
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetAfter > b.ResetAfter
+}
+
+func wait(d *sluice.Decision) time.Duration {
+	if d.RetryAfter < 0 {
+		return 1<<63 - 1
+	}
+	return d.RetryAfter
+}
+
+// logf logs err at most once a second.
+func (m *middleware) logf(level slog.Level, msg string, err error) {
+	now := time.Now().UnixNano()
+	nx := m.next.Load()
+	if now < nx || !m.next.CompareAndSwap(nx, now+int64(time.Second)) {
+		m.dropped.Add(1)
+		return
+	}
+	m.log.Log(context.Background(), level, msg, "err", err, "suppressed", m.dropped.Swap(0))
+}
+
+// writeInvalid answers 500 for a request the limiter refused as invalid
+// (a negative cost, an invalid per-request limit): a bug in the caller,
+// which must not pass as a store outage.
+func writeInvalid(w http.ResponseWriter, err error) {
+	body := `{"error":"invalid_limit"}` + "\n"
+	if errors.Is(err, sluice.ErrInvalidCost) {
+		body = `{"error":"invalid_cost"}` + "\n"
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(http.StatusInternalServerError)
+	w.Write([]byte(body))
 }
 
 // WriteUnavailable answers 503 Service Unavailable with
@@ -146,27 +357,6 @@ func WriteUnavailable(w http.ResponseWriter) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	w.Write([]byte(body))
-}
-
-// KeyByRemoteIP keys a request by the IP address of the connection
-// (r.RemoteAddr without the port), as the daemon's ip key does: an IPv4
-// client by its address, an IPv6 client by its /64 ("2001:db8:1:2::/64"),
-// because one IPv6 host usually holds a whole /64 and could rotate through
-// it; an IPv4-mapped IPv6 address counts as IPv4. It ignores
-// X-Forwarded-For: behind a proxy, supply a KeyFunc that reads the client
-// address the way your proxy sets it, trusting it only from the proxy.
-func KeyByRemoteIP(r *http.Request) (string, bool) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		if r.RemoteAddr == "" {
-			return "", false
-		}
-		host = r.RemoteAddr
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return clientip.Prefixes{}.Key(a), true
-	}
-	return host, true
 }
 
 // sleep waits d, or until ctx ends; it reports whether d elapsed.

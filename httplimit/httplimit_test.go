@@ -1,11 +1,16 @@
 package httplimit_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,29 +118,6 @@ func TestWriteLimited(t *testing.T) {
 	}
 }
 
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", `q"b\s`, "<a>&", "\x00\x1f\n\t", "é\u2028\u2029", "\xff\xfe", "a\xc3"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		got := httplimit.AppendJSONString(nil, s)
-		want, _ := json.Marshal(s)
-		var gotS, wantS string
-		if err := json.Unmarshal(got, &gotS); err != nil {
-			t.Fatalf("AppendJSONString(%q) = %s: not a JSON string: %v", s, got, err)
-		}
-		json.Unmarshal(want, &wantS)
-		if gotS != wantS {
-			t.Errorf("AppendJSONString(%q) = %s decodes to %q, want (as encoding/json's %s) %q", s, got, gotS, want, wantS)
-		}
-		for _, c := range got {
-			if c == '<' || c == '>' || c == '&' {
-				t.Errorf("AppendJSONString(%q) = %s: unescaped %q", s, got, c)
-			}
-		}
-	})
-}
-
 // server runs the middleware in a real loopback server in front of a
 // handler that counts its hits.
 func server(t *testing.T, opts httplimit.Options) (*httptest.Server, *atomic.Int64) {
@@ -206,31 +188,110 @@ func TestMiddlewareOverLoopback(t *testing.T) {
 	}
 }
 
+// downStore is a store whose backend is down: every call fails as
+// redisstore does when Redis does not answer.
+type downStore struct{}
+
+func (downStore) Take(context.Context, sluice.Request) (sluice.Decision, error) {
+	return sluice.Decision{}, fmt.Errorf("test store: %w: connection refused", sluice.ErrStoreUnavailable)
+}
+
+func (downStore) TakeAll(context.Context, []sluice.Request, []sluice.Decision) error {
+	return fmt.Errorf("test store: %w: connection refused", sluice.ErrStoreUnavailable)
+}
+
+// logBuffer collects slog records.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func TestMiddlewareOnError(t *testing.T) {
-	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.TokenBucket, sluice.PerSecond(10))
+	lim, err := sluice.NewLimiter(downStore{}, sluice.TokenBucket, sluice.PerSecond(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A negative cost makes the (real) store refuse to decide.
-	bad := func(*http.Request) int64 { return -1 }
 	for _, tc := range []struct {
 		policy   httplimit.ErrorPolicy
 		status   int
 		wantHits int64
+		wantLog  string
 	}{
-		{httplimit.FailOpen, 200, 1},
-		{httplimit.FailClosed, 503, 0},
+		{httplimit.FailOpen, 200, 3, "failing open"},
+		{httplimit.FailClosed, 503, 0, "failing closed"},
 	} {
-		var seen error
-		srv, hits := server(t, httplimit.Options{Limiter: lim, Cost: bad, OnError: tc.policy,
-			OnStoreError: func(_ *http.Request, err error) { seen = err }})
-		resp := get(t, srv.URL, nil)
-		if resp.StatusCode != tc.status || hits.Load() != tc.wantHits {
-			t.Errorf("OnError %d: status %d, hits %d; want %d, %d", tc.policy, resp.StatusCode, hits.Load(), tc.status, tc.wantHits)
+		var seen atomic.Int64
+		var logs logBuffer
+		srv, hits := server(t, httplimit.Options{Limiter: lim, OnError: tc.policy,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			OnStoreError: func(_ *http.Request, err error) {
+				if errors.Is(err, sluice.ErrStoreUnavailable) {
+					seen.Add(1)
+				}
+			}})
+		for range 3 {
+			resp := get(t, srv.URL, nil)
+			if resp.StatusCode != tc.status || resp.Header.Get("X-RateLimit-Limit") != "" {
+				t.Errorf("OnError %d: status %d, X-RateLimit-Limit %q; want %d and no headers", tc.policy, resp.StatusCode, resp.Header.Get("X-RateLimit-Limit"), tc.status)
+			}
 		}
-		if !errors.Is(seen, sluice.ErrInvalidCost) {
-			t.Errorf("OnError %d: OnStoreError got %v, want an error wrapping ErrInvalidCost", tc.policy, seen)
+		if hits.Load() != tc.wantHits || seen.Load() != 3 {
+			t.Errorf("OnError %d: hits %d, OnStoreError calls %d; want %d, 3", tc.policy, hits.Load(), seen.Load(), tc.wantHits)
 		}
+		// Logged by default, at most once a second: one record for three
+		// failures within a second (unless the second turned in between).
+		if n := strings.Count(logs.String(), tc.wantLog); n < 1 || n > 2 {
+			t.Errorf("OnError %d: %d log records %q, want 1 (at most 2); log:\n%s", tc.policy, n, tc.wantLog, logs.String())
+		}
+	}
+}
+
+// TestMiddlewareNegativeCost: an invalid cost is a bug, answered 500 under
+// either policy, never let through as a store outage, never counted.
+func TestMiddlewareNegativeCost(t *testing.T) {
+	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []httplimit.ErrorPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+		var storeErrs atomic.Int64
+		var logs logBuffer
+		srv, hits := server(t, httplimit.Options{Limiter: lim, OnError: policy,
+			Cost:         func(r *http.Request) int64 { return -1 },
+			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+			OnStoreError: func(*http.Request, error) { storeErrs.Add(1) }})
+		for range 5 {
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 500 || !strings.Contains(string(body), "invalid_cost") {
+				t.Errorf("policy %d: status %d body %q, want 500 invalid_cost", policy, resp.StatusCode, body)
+			}
+		}
+		if hits.Load() != 0 || storeErrs.Load() != 0 {
+			t.Errorf("policy %d: %d requests passed, %d store errors reported; want 0, 0", policy, hits.Load(), storeErrs.Load())
+		}
+		if !strings.Contains(logs.String(), "invalid cost") {
+			t.Errorf("policy %d: not logged: %q", policy, logs.String())
+		}
+	}
+	if d, _ := lim.Allow(context.Background(), "default:127.0.0.1"); !d.Allowed {
+		t.Error("the refused requests were counted")
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/clientip"
 )
 
 // ClientIPConfig says whose forwarding headers to believe, and how much of

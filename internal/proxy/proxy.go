@@ -43,7 +43,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/rules"
 )

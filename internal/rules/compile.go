@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/clientip"
 )
 
 // MaxNameLen bounds a rule name; names appear in store keys and metric labels.

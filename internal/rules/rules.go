@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/clientip"
 )
 
 // ParseError is one problem in a config file: FILE:LINE: KEY: MSG.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // apiError is an error with the HTTP status it answers.
@@ -61,7 +61,7 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 	}
 	b := make([]byte, 0, 32+len(msg))
 	b = append(b, `{"error":`...)
-	b = httplimit.AppendJSONString(b, msg)
+	b = jsonstr.Append(b, msg)
 	b = append(b, "}\n"...)
 	hd := w.Header()
 	hd["Content-Type"] = []string{"application/json"}

@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/jsonstr"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -375,6 +375,6 @@ func jsonError(w http.ResponseWriter, code int, msg string) {
 
 func appendJSONError(b []byte, msg string) []byte {
 	b = append(b, `{"error":`...)
-	b = httplimit.AppendJSONString(b, msg)
+	b = jsonstr.Append(b, msg)
 	return append(b, "}\n"...)
 }

@@ -24,6 +24,12 @@
 // IPv4. ClientIP returns the full address (it is what X-Forwarded-For
 // carries upstream); a rate-limit key counts a prefix of it (Prefixes): by
 // default an IPv6 client's /64, since one host usually holds a whole /64.
+//
+// The sluice daemon and the library's httplimit.KeyByClientIP both use it:
+//
+//	res := clientip.Resolver{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+//	addr := res.ClientIP(req)               // 203.0.113.9, from X-Forwarded-For via 10.0.0.7
+//	key := clientip.Prefixes{}.Key(addr)    // "203.0.113.9"; an IPv6 client: "2001:db8:1:2::/64"
 package clientip
 
 import (
