@@ -28,8 +28,7 @@
 // one store call, the standard headers, 429 answers), with key functions
 // for headers, query parameters, cookies and the client address behind
 // trusted proxies (package clientip). Package sluicetest has a settable
-// Clock for tests and the conformance suite for stores. The guide is
-// docs/library.md in the repository.
+// Clock for tests and the conformance suite for stores.
 //
 // Every Limiter's keys are namespaced by what they count (its name,
 // algorithm and limit), so limiters sharing a store never read each other's
