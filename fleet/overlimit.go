@@ -104,6 +104,7 @@ type OverLimitCache struct {
 var _ sluice.Store = (*OverLimitCache)(nil)
 
 type olKey struct {
+	ns    string // Request.Namespace: limiters with the same limit but different names count apart
 	key   string
 	alg   sluice.Algorithm
 	limit sluice.Limit
@@ -181,7 +182,7 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 	if r.Now.IsZero() || r.Cost < 0 {
 		return false
 	}
-	k := olKey{key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
 	sh := c.shard(&k)
 	sh.mu.RLock()
 	e, ok := sh.m[k]
@@ -248,7 +249,7 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 	if e.until <= now {
 		return
 	}
-	k := olKey{key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
 	sh := c.shard(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
