@@ -1,0 +1,538 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// answer is one scripted reply of a scripted server.
+type answer struct {
+	status int
+	header map[string]string
+}
+
+// scripted is a real HTTP server that answers its requests from a script,
+// the last answer repeating, and records what it received.
+type scripted struct {
+	*httptest.Server
+	mu     sync.Mutex
+	script []answer
+	bodies []string
+	hits   atomic.Int64
+}
+
+func newScripted(t *testing.T, script ...answer) *scripted {
+	t.Helper()
+	s := &scripted{script: script}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := s.hits.Add(1)
+		s.mu.Lock()
+		s.bodies = append(s.bodies, string(body))
+		a := s.script[min(int(n), len(s.script))-1]
+		s.mu.Unlock()
+		for k, v := range a.header {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(a.status)
+		io.WriteString(w, http.StatusText(a.status))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// inBubble runs f in a synctest bubble, where the waits take no real time.
+// Its transports must not keep idle connections: a goroutine blocked
+// reading a network connection is not durably blocked, so the bubble's
+// clock would never advance.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, f)
+}
+
+func noKeepAlive() *http.Transport { return &http.Transport{DisableKeepAlives: true} }
+
+// do sends a GET (or the method and body given) through rt and returns
+// the status, the body and the time it took on the bubble's clock.
+func do(t *testing.T, rt http.RoundTripper, method, url, body string, hdr map[string]string) (int, string, time.Duration) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	start := time.Now()
+	resp, err := (&http.Client{Transport: rt}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", method, url, err)
+	}
+	return resp.StatusCode, string(b), time.Since(start)
+}
+
+func TestRetryTransportWaitsWhatTheServerAsks(t *testing.T) {
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   time.Duration
+	}{
+		{"Retry-After seconds", map[string]string{"Retry-After": "2"}, 2 * time.Second},
+		{"Retry-After over RateLimit", map[string]string{"Retry-After": "3", "RateLimit": `"api";r=0;t=9`}, 3 * time.Second},
+		{"RateLimit t of the exhausted limit", map[string]string{"RateLimit": `"a";r=4;t=9, "b";r=0;t=5`}, 5 * time.Second},
+		{"RateLimit largest t of the exhausted limits", map[string]string{"RateLimit": `"a, ;x";r=0;t=7, "b";r=0;t=5`}, 7 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+				srv := newScripted(t, answer{status, tc.header}, answer{status, tc.header}, answer{http.StatusOK, nil})
+				inBubble(t, func(t *testing.T) {
+					rt := &httplimit.RetryTransport{Base: noKeepAlive(), Jitter: func(time.Duration) time.Duration {
+						t.Error("backed off with jitter although the server named a wait")
+						return 0
+					}}
+					code, body, took := do(t, rt, "GET", srv.URL, "", nil)
+					if code != http.StatusOK || body != "OK" {
+						t.Errorf("after two %ds: got %d %q, want 200 \"OK\"", status, code, body)
+					}
+					if took != 2*tc.want {
+						t.Errorf("after two %ds: took %v, want 2 × %v", status, took, tc.want)
+					}
+				})
+				if got := srv.hits.Load(); got != 3 {
+					t.Errorf("status %d: server saw %d requests, want 3", status, got)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryTransportRetryAfterDate(t *testing.T) {
+	// The server, outside the bubble, is told the date to send.
+	var at atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := at.Swap(""); v != "" {
+			w.Header().Set("Retry-After", v.(string))
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	inBubble(t, func(t *testing.T) {
+		// The bubble's clock starts on a whole second.
+		date := time.Now().Add(7 * time.Second).UTC().Format(http.TimeFormat)
+		at.Store(date)
+		code, _, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
+		if code != http.StatusOK || took != 7*time.Second {
+			t.Errorf("Retry-After: %s: got %d after %v, want 200 after 7s", date, code, took)
+		}
+	})
+}
+
+func TestRetryTransportBacksOffWithFullJitter(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusServiceUnavailable, nil})
+	budget, _ := httplimit.NewRetryBudget(1, 100) // not the limit here
+	inBubble(t, func(t *testing.T) {
+		var ceilings []time.Duration
+		rt := &httplimit.RetryTransport{
+			Base:        noKeepAlive(),
+			Budget:      budget,
+			MaxAttempts: 6,
+			BaseDelay:   time.Second,
+			MaxDelay:    5 * time.Second,
+			MaxElapsed:  time.Hour,
+			// The largest wait full jitter allows, to see the ceilings.
+			Jitter: func(d time.Duration) time.Duration { ceilings = append(ceilings, d); return d },
+		}
+		code, body, took := do(t, rt, "GET", srv.URL, "", nil)
+		want := []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+		if !equal(ceilings, want) {
+			t.Errorf("back-off ceilings: got %v, want %v", ceilings, want)
+		}
+		if took != 17*time.Second {
+			t.Errorf("took %v, want the sum of the waits, 17s", took)
+		}
+		if code != http.StatusServiceUnavailable || body != "Service Unavailable" {
+			t.Errorf("after the last attempt: got %d %q, want the server's 503 as it came", code, body)
+		}
+	})
+	if got := srv.hits.Load(); got != 6 {
+		t.Errorf("server saw %d requests, want MaxAttempts = 6", got)
+	}
+}
+
+func TestRetryTransportDefaultJitterStaysUnderTheCeiling(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), MaxAttempts: 3, BaseDelay: time.Second}
+		_, _, took := do(t, rt, "GET", srv.URL, "", nil)
+		// Full jitter: [0, 1s) then [0, 2s).
+		if took < 0 || took >= 3*time.Second {
+			t.Errorf("two back-offs took %v, want under 1s + 2s", took)
+		}
+	})
+}
+
+func TestRetryTransportGivesUp(t *testing.T) {
+	tooLong := answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "10"}}
+	t.Run("MaxElapsed", func(t *testing.T) {
+		srv := newScripted(t, tooLong)
+		inBubble(t, func(t *testing.T) {
+			rt := &httplimit.RetryTransport{Base: noKeepAlive(), MaxElapsed: 15 * time.Second}
+			code, _, took := do(t, rt, "GET", srv.URL, "", nil)
+			// One wait of 10s ends within 15s; a second would end at 20s.
+			if code != http.StatusTooManyRequests || took != 10*time.Second {
+				t.Errorf("got %d after %v, want 429 after 10s", code, took)
+			}
+		})
+		if got := srv.hits.Load(); got != 2 {
+			t.Errorf("server saw %d requests, want 2", got)
+		}
+	})
+	t.Run("context deadline before the wait ends", func(t *testing.T) {
+		srv := newScripted(t, tooLong)
+		inBubble(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			start := time.Now()
+			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) != 0 {
+				t.Errorf("got %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
+			}
+		})
+		if got := srv.hits.Load(); got != 1 {
+			t.Errorf("server saw %d requests, want 1", got)
+		}
+	})
+	t.Run("context cancelled during the wait", func(t *testing.T) {
+		srv := newScripted(t, tooLong)
+		inBubble(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(3*time.Second, cancel)
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			start := time.Now()
+			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			if !errors.Is(err, context.Canceled) || resp != nil {
+				t.Errorf("got %v, %v; want nil, context.Canceled", resp, err)
+			}
+			if time.Since(start) != 3*time.Second {
+				t.Errorf("returned after %v, want 3s (at the cancel)", time.Since(start))
+			}
+		})
+	})
+}
+
+func TestRetryTransportRetriesOnlyWhatIsSafe(t *testing.T) {
+	limited := answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}
+	ok := answer{http.StatusOK, nil}
+	tests := []struct {
+		name        string
+		method      string
+		body        string
+		header      map[string]string
+		nonIdem     bool
+		noGetBody   bool
+		wantHits    int64
+		wantBodiess []string
+	}{
+		{"GET", "GET", "", nil, false, false, 2, []string{"", ""}},
+		{"PUT with body", "PUT", "x=1", nil, false, false, 2, []string{"x=1", "x=1"}},
+		{"DELETE", "DELETE", "", nil, false, false, 2, []string{"", ""}},
+		{"POST", "POST", "x=1", nil, false, false, 1, []string{"x=1"}},
+		{"PATCH", "PATCH", "x=1", nil, false, false, 1, []string{"x=1"}},
+		{"POST with Idempotency-Key", "POST", "x=1", map[string]string{"Idempotency-Key": "k1"}, false, false, 2, []string{"x=1", "x=1"}},
+		{"POST when told", "POST", "x=1", nil, true, false, 2, []string{"x=1", "x=1"}},
+		{"POST when told, body not replayable", "POST", "x=1", nil, true, true, 1, []string{"x=1"}},
+		{"PUT, body not replayable", "PUT", "x=1", nil, false, true, 1, []string{"x=1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newScripted(t, limited, ok)
+			inBubble(t, func(t *testing.T) {
+				var body io.Reader
+				if tc.body != "" {
+					body = strings.NewReader(tc.body)
+				}
+				req, _ := http.NewRequest(tc.method, srv.URL, body)
+				for k, v := range tc.header {
+					req.Header.Set(k, v)
+				}
+				if tc.noGetBody {
+					req.GetBody = nil
+				}
+				resp, err := (&httplimit.RetryTransport{Base: noKeepAlive(), RetryNonIdempotent: tc.nonIdem}).RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				want := http.StatusOK
+				if tc.wantHits == 1 {
+					want = http.StatusTooManyRequests
+				}
+				if resp.StatusCode != want {
+					t.Errorf("got %d, want %d", resp.StatusCode, want)
+				}
+			})
+			if got := srv.hits.Load(); got != tc.wantHits {
+				t.Errorf("server saw %d requests, want %d", got, tc.wantHits)
+			}
+			if !equal(srv.bodies, tc.wantBodiess) {
+				t.Errorf("server received bodies %q, want %q", srv.bodies, tc.wantBodiess)
+			}
+		})
+	}
+}
+
+func TestRetryTransportDoesNotModifyTheRequest(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		req, _ := http.NewRequest("PUT", srv.URL, strings.NewReader("abc"))
+		req.Header.Set("X-Test", "1")
+		before := req.Header.Clone()
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if len(req.Header) != len(before) || req.Header.Get("X-Test") != "1" {
+			t.Errorf("request headers changed: %v, were %v", req.Header, before)
+		}
+	})
+}
+
+// The budget is shared by every request of the client: under a lasting
+// overload the retries stop, whatever the attempts per request allow.
+func TestRetryBudgetStopsARetryStorm(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
+	budget, err := httplimit.NewRetryBudget(0.1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		for range 100 {
+			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+				t.Fatalf("got %d, want 429", code)
+			}
+		}
+	})
+	// Tokens 10 → 9, 8, 7, 6 on the first request's four attempts (three
+	// retries, each allowed while more than 5 were left); the second
+	// request's answer leaves 5, and no retry is allowed after that.
+	if got := srv.hits.Load(); got != 103 {
+		t.Errorf("100 requests under a lasting 429 made %d attempts, want 103 (without a budget: 400)", got)
+	}
+	if got := budget.Tokens(); got != 0 {
+		t.Errorf("tokens left: got %v, want 0", got)
+	}
+}
+
+func TestRetryBudgetRefillsWithSuccesses(t *testing.T) {
+	script := make([]answer, 0, 100)
+	for range 10 {
+		script = append(script, answer{http.StatusTooManyRequests, nil})
+	}
+	for range 70 {
+		script = append(script, answer{http.StatusOK, nil})
+	}
+	script = append(script, answer{http.StatusTooManyRequests, nil}, answer{http.StatusTooManyRequests, nil}, answer{http.StatusOK, nil})
+	srv := newScripted(t, script...)
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		// Spend it all: the first request's four attempts leave 6 tokens,
+		// six more requests answered 429 (not retried) leave 0.
+		for range 7 {
+			do(t, rt, "GET", srv.URL, "", nil)
+		}
+		if got, hits := budget.Tokens(), srv.hits.Load(); got != 0 || hits != 10 {
+			t.Fatalf("after 7 requests under 429: %v tokens, %d attempts; want 0, 10", got, hits)
+		}
+		for range 70 {
+			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusOK {
+				t.Fatalf("got %d, want 200", code)
+			}
+		}
+		if got := budget.Tokens(); got != 7 {
+			t.Errorf("tokens after 70 successes: got %v, want 7 (0.1 each)", got)
+		}
+		// A 429 now leaves 6: one retry; its 429 leaves 5: no more.
+		if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+			t.Errorf("got %d, want the second 429", code)
+		}
+		if got, hits := budget.Tokens(), srv.hits.Load(); got != 5 || hits != 82 {
+			t.Errorf("after one retry: %v tokens, %d attempts; want 5, 82", got, hits)
+		}
+	})
+}
+
+func TestNewRetryBudgetRefusesBadFigures(t *testing.T) {
+	for _, tc := range []struct {
+		ratio  float64
+		tokens int
+	}{{0, 10}, {-1, 10}, {1.5, 10}, {0.1, 0}, {0.1, 1001}} {
+		if _, err := httplimit.NewRetryBudget(tc.ratio, tc.tokens); err == nil {
+			t.Errorf("NewRetryBudget(%v, %d): no error", tc.ratio, tc.tokens)
+		}
+	}
+}
+
+// End to end with the library's own middleware: the client waits exactly
+// what the limiter says and then gets through. The server's limiter reads
+// the client's (bubble) clock, set before each attempt.
+func TestRetryTransportAgainstMiddleware(t *testing.T) {
+	var clock atomic.Int64
+	limiter, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.Limit{Rate: 2, Period: 10 * time.Second},
+		sluice.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var passed atomic.Int64
+	h := httplimit.Middleware(httplimit.Options{Limiter: limiter, Name: "api"})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		passed.Add(1)
+		io.WriteString(w, "ok")
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	inBubble(t, func(t *testing.T) {
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			clock.Store(time.Now().UnixNano())
+			return noKeepAlive().RoundTrip(r)
+		})
+		rt := &httplimit.RetryTransport{Base: base}
+		// The bubble starts at a multiple of 10s: one fixed window.
+		var took []time.Duration
+		for range 5 {
+			code, body, d := do(t, rt, "GET", srv.URL, "", nil)
+			if code != http.StatusOK || body != "ok" {
+				t.Fatalf("got %d %q, want 200 \"ok\"", code, body)
+			}
+			took = append(took, d)
+		}
+		want := []time.Duration{0, 0, 10 * time.Second, 0, 10 * time.Second}
+		if !equal(took, want) {
+			t.Errorf("each request took %v, want %v", took, want)
+		}
+	})
+	if got := passed.Load(); got != 5 {
+		t.Errorf("%d requests reached the handler, want 5", got)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestServerWait(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		header map[string]string
+		want   time.Duration
+		ok     bool
+	}{
+		{map[string]string{"Retry-After": "120"}, 2 * time.Minute, true},
+		{map[string]string{"Retry-After": "0"}, 0, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 11:00:00 GMT"}, 0, true},
+		{map[string]string{"Retry-After": "-5"}, 0, false},
+		{map[string]string{"Retry-After": "soon"}, 0, false},
+		{map[string]string{"Retry-After": "99999999999999999999"}, 1<<63 - 1, true},
+		{map[string]string{"Retry-After": "junk", "RateLimit": `"x";r=0;t=4`}, 4 * time.Second, true},
+		{map[string]string{"RateLimit": `"x";r=1;t=4`}, 0, false},
+		{map[string]string{"RateLimit": `"x";t=4`}, 0, false},
+		{map[string]string{"RateLimit": `"x";r=0;t=-4`}, 0, false},
+		{map[string]string{"RateLimit": `"x" ; r=0 ; t=4`}, 4 * time.Second, true},
+		{map[string]string{"RateLimit": `garbage;;=,,;r=0;t=3`}, 3 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30"}, 0, false},
+		{nil, 0, false},
+	}
+	for _, tc := range tests {
+		h := http.Header{}
+		for k, v := range tc.header {
+			h.Set(k, v)
+		}
+		got, ok := httplimit.ServerWait(h, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ServerWait(%v) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+	// Several field lines are one list.
+	h := http.Header{"Ratelimit": {`"a";r=0;t=2`, `"b";r=0;t=6`}}
+	if got, ok := httplimit.ServerWait(h, now); got != 6*time.Second || !ok {
+		t.Errorf("two RateLimit lines: got %v, %v; want 6s, true", got, ok)
+	}
+}
+
+// The RateLimit field SetHeaders writes reads back: for a denied decision
+// (r=0) its t is the rounded-up RetryAfter, whatever the policy's name.
+func FuzzRateLimitReset(f *testing.F) {
+	f.Add("api", int64(0), int64(1500))
+	f.Add(`a"b\c,d;e=f`, int64(0), int64(37000))
+	f.Add("per-ip", int64(3), int64(0))
+	f.Fuzz(func(t *testing.T, policy string, remaining, retryMs int64) {
+		if remaining < 0 || retryMs < 0 || retryMs > 1<<40 {
+			return
+		}
+		d := sluice.Decision{Allowed: remaining > 0, Remaining: remaining,
+			RetryAfter: time.Duration(retryMs) * time.Millisecond, ResetAfter: time.Minute}
+		if d.Allowed {
+			d.RetryAfter = 0
+		}
+		h := http.Header{}
+		httplimit.SetHeaders(h, d, policy, sluice.PerMinute(10))
+		got, ok := httplimit.RateLimitReset(h.Values("RateLimit")...)
+		if !d.Allowed {
+			want := time.Duration(httplimit.RetryAfterSeconds(d)) * time.Second
+			if retryMs == 0 {
+				want = 0
+			}
+			if !ok || got != want {
+				t.Errorf("RateLimit %q: got %v, %v; want %v, true", h.Get("RateLimit"), got, ok, want)
+			}
+		} else if ok {
+			t.Errorf("RateLimit %q (r=%d): got a wait %v", h.Get("RateLimit"), remaining, got)
+		}
+		// Arbitrary input never panics and never gives a negative wait.
+		if w, _ := httplimit.RateLimitReset(policy); w < 0 {
+			t.Errorf("RateLimitReset(%q) = %v", policy, w)
+		}
+	})
+}
+
+func equal[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
