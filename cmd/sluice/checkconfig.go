@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/daemon"
+	"github.com/sluicehq/sluice/internal/descriptors"
 )
 
 const checkConfigUsage = `usage: sluice check-config FILE
@@ -38,6 +40,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = config.Unsupported(cfg) // what serve would refuse to start with
 	}
+	var descs *descriptors.Set
+	if err == nil {
+		descs, err = daemon.LoadDescriptors(cfg) // the Envoy descriptor files, if any
+	}
 	if err != nil {
 		var problems config.Errors
 		if errors.As(err, &problems) {
@@ -49,7 +55,11 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok: %s\n", file, summary(cfg))
+	sum := summary(cfg)
+	if descs != nil {
+		sum += fmt.Sprintf("; grpc %s (%d descriptor files, %d domains, %d limits)", cfg.GRPC.Listen, len(descs.Files()), descs.Domains(), descs.Rules())
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s\n", file, sum)
 	return 0
 }
 

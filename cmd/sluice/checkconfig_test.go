@@ -78,3 +78,28 @@ func TestCheckConfigExample(t *testing.T) {
 		t.Errorf("check-config = exit %d, stdout %q, stderr %q; want 0, %q", code, stdout.String(), stderr.String(), want)
 	}
 }
+
+// TestCheckConfigDescriptors: check-config reads the Envoy descriptor
+// files too, reporting their problems with file and line.
+func TestCheckConfigDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rl := write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	cfg := write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [rl.yaml]\n")
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor files, 1 domains, 1 limits)") {
+		t.Errorf("check-config with a good descriptor file = exit %d, %q %q", code, stdout.String(), stderr.String())
+	}
+	write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    shadow: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), rl+":4: descriptors[0].shadow: unknown key") {
+		t.Errorf("check-config with a bad descriptor file = exit %d, stderr %q; want 1 naming %s:4", code, stderr.String(), rl)
+	}
+}

@@ -105,6 +105,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if a.Proxy != "" {
 		fmt.Fprintf(stdout, "sluice: proxy on http://%s → %s\n", a.Proxy, cfg.Proxy.Upstream)
 	}
+	if a.GRPC != "" {
+		fmt.Fprintf(stdout, "sluice: Envoy rate limit service (gRPC) on %s (POST /json on the decision API)\n", a.GRPC)
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

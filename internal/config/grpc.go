@@ -10,7 +10,19 @@ type GRPCConfig struct {
 	Config []string `yaml:"config"`
 	// TLS, if set, serves the gRPC service over TLS (mTLS with ClientCA).
 	TLS *TLSConfig `yaml:"tls"`
+	// ResponseHeaders adds the rate-limit headers (RateLimit-*,
+	// X-RateLimit-*, and Retry-After when over the limit) to every answer
+	// with a limit, for Envoy to pass on to the client. Default false.
+	ResponseHeaders bool `yaml:"response_headers"`
+	// OnError is what the service answers when the store cannot decide:
+	// "" (default) answers as store.on_error says (allow: OK, deny:
+	// OVER_LIMIT); "unavailable" answers gRPC UNAVAILABLE (503 on /json),
+	// so that Envoy's failure_mode_deny decides.
+	OnError string `yaml:"on_error"`
 }
+
+// GRPCOnErrorUnavailable is grpc.on_error: unavailable.
+const GRPCOnErrorUnavailable = "unavailable"
 
 func (g *GRPCConfig) defaults(file string) {
 	for i := range g.Config {
@@ -35,5 +47,8 @@ func (g *GRPCConfig) check(ck *checker) {
 	}
 	if g.TLS != nil {
 		g.TLS.check(ck, "grpc.tls")
+	}
+	if g.OnError != "" && g.OnError != GRPCOnErrorUnavailable {
+		ck.fail("grpc.on_error", "%q: want unavailable, or leave it out to answer as store.on_error says", g.OnError)
 	}
 }

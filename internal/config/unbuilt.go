@@ -12,7 +12,7 @@ var unbuilt = []struct {
 	what string
 	used func(c *Config) []string // the key paths that use it
 }{
-	{"the gRPC rate limit service", func(c *Config) []string { return keysIf(c.GRPC != nil, "grpc") }},
+	{"TLS on the gRPC listener", func(c *Config) []string { return keysIf(c.GRPC != nil && c.GRPC.TLS != nil, "grpc.tls") }},
 	{"a database number other than 0", func(c *Config) []string {
 		return keysIf(c.Store.Type == StoreRedis && c.Store.Redis.DB != 0, "store.redis.db")
 	}},

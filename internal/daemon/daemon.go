@@ -17,9 +17,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // DefaultShutdownTimeout bounds a graceful shutdown when the config gives
@@ -56,6 +58,7 @@ type Options struct {
 type Addrs struct {
 	API   string // decision API, /metrics, /healthz, /readyz
 	Proxy string // reverse proxy; "" when disabled
+	GRPC  string // Envoy rate limit service; "" when disabled
 }
 
 // Daemon is the `sluice serve` process: the decision API and the reverse
@@ -74,6 +77,11 @@ type Daemon struct {
 
 	apiLn, proxyLn   net.Listener
 	apiSrv, proxySrv *http.Server
+	grpcLn           net.Listener
+	grpcSrv          *server.GRPC
+	stopGRPC         context.CancelFunc // ends grpcSrv.Serve: a graceful stop
+	grpcDone         chan error         // receives Serve's result
+	descWatcher      *configWatcher     // the descriptor files; nil without grpc
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath
@@ -89,6 +97,8 @@ type generation struct {
 	eng   *engine.Engine
 	api   http.Handler
 	proxy http.Handler // nil without a proxy
+	descs *descriptors.Set
+	rls   *server.RLS // nil without grpc
 }
 
 // New checks cfg for features this version does not enforce, builds the
@@ -131,6 +141,13 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 			d.log.Error("config file not watched; reload with SIGHUP", "err", err)
 		}
 	}
+	if cfg.GRPC != nil {
+		// The descriptor files are watched whether or not the main config
+		// is: they change more often than it does.
+		if d.descWatcher, err = newConfigWatcher(cfg.GRPC.Config...); err != nil {
+			d.log.Error("descriptor files not watched; reload with SIGHUP", "err", err)
+		}
+	}
 	if err := d.listen(cfg); err != nil {
 		d.Close()
 		return nil, err
@@ -166,6 +183,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
 		}
 	}
+	if cfg.GRPC != nil {
+		if d.grpcLn, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+			return fmt.Errorf("daemon: listen (grpc.listen): %w", err)
+		}
+		d.grpcSrv = server.NewGRPC(d.rls, server.GRPCOptions{})
+	}
 	return nil
 }
 
@@ -174,6 +197,9 @@ func (d *Daemon) Addrs() Addrs {
 	a := Addrs{API: d.apiLn.Addr().String()}
 	if d.proxyLn != nil {
 		a.Proxy = d.proxyLn.Addr().String()
+	}
+	if d.grpcLn != nil {
+		a.GRPC = d.grpcLn.Addr().String()
 	}
 	return a
 }
@@ -200,7 +226,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info("proxy listening", "addr", "http://"+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	serve := func(name string, srv *http.Server, ln net.Listener) {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("daemon: %s: %w", name, err)
@@ -210,6 +236,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { serve("decision API", d.apiSrv, d.apiLn) })
 	if d.proxySrv != nil {
 		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyLn) })
+	}
+	if d.grpcSrv != nil {
+		d.log.Info("Envoy rate limit service listening", "addr", d.Addrs().GRPC, "domains", d.descriptorSet().Domains())
+		var grpcCtx context.Context
+		grpcCtx, d.stopGRPC = context.WithCancel(context.Background())
+		d.grpcDone = make(chan error, 1)
+		go func() {
+			err := d.grpcSrv.Serve(grpcCtx, d.grpcLn)
+			d.grpcDone <- err
+			if err != nil {
+				errc <- fmt.Errorf("daemon: gRPC: %w", err)
+			}
+		}()
 	}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -223,6 +262,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.watcher.run(watchCtx, d.log, changed) })
 		wg.Go(func() {
 			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloader.reload(false) })
+		})
+	}
+	if d.descWatcher != nil {
+		defer d.descWatcher.Close()
+		changed := make(chan struct{}, 1)
+		wg.Go(func() { d.descWatcher.run(watchCtx, d.log, changed) })
+		wg.Go(func() {
+			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloadDescriptors() })
 		})
 	}
 
@@ -253,6 +300,12 @@ func (d *Daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	if d.stopGRPC != nil {
+		// Health turns NOT_SERVING, calls in flight finish (bounded by
+		// the server's StopGrace), then the store can close.
+		d.stopGRPC()
+		wg.Go(func() { <-d.grpcDone })
+	}
 	for _, srv := range []*http.Server{d.apiSrv, d.proxySrv} {
 		if srv == nil {
 			continue
@@ -281,13 +334,16 @@ func (d *Daemon) Close() error {
 	if d.ran.Swap(true) {
 		return nil
 	}
-	for _, ln := range []net.Listener{d.apiLn, d.proxyLn} {
+	for _, ln := range []net.Listener{d.apiLn, d.proxyLn, d.grpcLn} {
 		if ln != nil {
 			ln.Close()
 		}
 	}
 	if d.watcher != nil {
 		d.watcher.Close()
+	}
+	if d.descWatcher != nil {
+		d.descWatcher.Close()
 	}
 	return d.closeStore()
 }

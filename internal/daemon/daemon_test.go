@@ -174,13 +174,15 @@ rules:
 // stop the daemon at startup with the key named.
 func TestUnsupportedRefused(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "ratelimit.yaml"), []byte("domain: d\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"ratelimit.yaml", "c.pem", "k.pem"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("domain: d\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Redis is never contacted: the check comes first.
 	const redis = "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1]}\n"
 	for _, c := range []struct{ name, yaml, key string }{
-		{"grpc", "grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n", "grpc"},
+		{"grpc.tls", "grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n  tls: {cert: c.pem, key: k.pem}\n", "grpc.tls"},
 		{"on_error local", redis + "  on_error: local\n", "store.on_error"},
 		{"defer", redis + "rules:\n  - name: r\n    rate: 1/s\n    action: defer\n", "rules[0].action"},
 		{"sync", redis + "rules:\n  - name: r\n    rate: 1/s\n    sync: 50ms\n", "rules[0].sync"},

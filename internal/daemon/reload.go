@@ -118,8 +118,21 @@ func restartOnly(old, new *config.Config) []string {
 	if old.API.TokenFile != new.API.TokenFile {
 		keys = append(keys, "api.token_file")
 	}
-	if !reflect.DeepEqual(old.GRPC, new.GRPC) {
+	switch {
+	case (old.GRPC == nil) != (new.GRPC == nil):
 		keys = append(keys, "grpc")
+	case old.GRPC != nil:
+		// The listener is bound and the descriptor files are watched from
+		// startup; response_headers and on_error apply on reload.
+		if old.GRPC.Listen != new.GRPC.Listen {
+			keys = append(keys, "grpc.listen")
+		}
+		if !reflect.DeepEqual(old.GRPC.Config, new.GRPC.Config) {
+			keys = append(keys, "grpc.config")
+		}
+		if !reflect.DeepEqual(old.GRPC.TLS, new.GRPC.TLS) {
+			keys = append(keys, "grpc.tls")
+		}
 	}
 	if !reflect.DeepEqual(old.Store, new.Store) {
 		keys = append(keys, "store")

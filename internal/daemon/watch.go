@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -69,24 +70,33 @@ func debounce(ctx context.Context, in <-chan struct{}, delay time.Duration, fire
 // event, so a symlink pointing into another directory is followed too.
 // Whether the content really changed is for the receiver to decide (by
 // content hash).
+//
+// A path may also name a directory (the Envoy descriptor files): then the
+// directory itself is watched too, and its resolved target, so that a file
+// written, added or removed inside it, or a ConfigMap's ..data swap, is
+// reported.
 type configWatcher struct {
-	path    string // absolute
+	paths   []string // absolute
 	w       *fsnotify.Watcher
 	watched map[string]bool
 }
 
-// newConfigWatcher starts watching the file at path: events from now on are
-// reported by run.
-func newConfigWatcher(path string) (*configWatcher, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: watch %s: %w", path, err)
+// newConfigWatcher starts watching the files or directories at paths:
+// events from now on are reported by run.
+func newConfigWatcher(paths ...string) (*configWatcher, error) {
+	cw := &configWatcher{watched: map[string]bool{}}
+	for _, path := range paths {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: watch %s: %w", path, err)
+		}
+		cw.paths = append(cw.paths, abs)
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("daemon: watch %s: %w", path, err)
+		return nil, fmt.Errorf("daemon: watch %v: %w", paths, err)
 	}
-	cw := &configWatcher{path: abs, w: w, watched: map[string]bool{}}
+	cw.w = w
 	if err := cw.sync(); err != nil {
 		w.Close()
 		return nil, err
@@ -97,9 +107,19 @@ func newConfigWatcher(path string) (*configWatcher, error) {
 // sync makes the watched set the directory of the path and that of its
 // resolved target.
 func (cw *configWatcher) sync() error {
-	want := map[string]bool{filepath.Dir(cw.path): true}
-	if real, err := filepath.EvalSymlinks(cw.path); err == nil {
-		want[filepath.Dir(real)] = true
+	want := map[string]bool{}
+	for _, p := range cw.paths {
+		want[filepath.Dir(p)] = true
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			want[filepath.Dir(real)] = true
+		}
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			want[p] = true
+			if real != "" {
+				want[real] = true
+			}
+		}
 	}
 	for dir := range want {
 		if cw.watched[dir] {

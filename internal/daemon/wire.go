@@ -37,6 +37,12 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	gen := &generation{cfg: cfg, rules: set, eng: eng}
+	if gen.descs, err = LoadDescriptors(cfg); err != nil {
+		return nil, err
+	}
+	if gen.rls, err = d.newRLS(cfg); err != nil {
+		return nil, err
+	}
 	ips := clientip.Resolver{Trusted: cfg.ClientIP.TrustedProxies}
 	gen.api, err = server.New(server.Options{
 		Engine:       d.engine,
@@ -46,6 +52,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		Gatherer:     d.reg,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,
+		Envoy:        gen.rls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

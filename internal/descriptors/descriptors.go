@@ -148,8 +148,10 @@ type Entry struct{ Key, Value string }
 // Set is the descriptor config in force: every domain of every file.
 type Set struct {
 	domains map[string]*node
+	order   []string // domains in load order
 	files   []string
 	rules   int
+	digest  [32]byte
 }
 
 // Domains returns the number of domains in s.
@@ -176,6 +178,35 @@ func (s *Set) Files() []string {
 	return s.files
 }
 
+// Each calls f for every rule of s, domain by domain in file order, and
+// in config order within a domain.
+func (s *Set) Each(f func(*Rule)) {
+	if s == nil {
+		return
+	}
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.rule != nil {
+			f(n.rule)
+		}
+		for _, c := range n.order {
+			walk(c)
+		}
+	}
+	for _, d := range s.order {
+		walk(s.domains[d])
+	}
+}
+
+// Digest is a SHA-256 of the files s was read from (names and contents):
+// equal digests mean nothing changed.
+func (s *Set) Digest() [32]byte {
+	if s == nil {
+		return [32]byte{}
+	}
+	return s.digest
+}
+
 // HasDomain reports whether s has a config for domain.
 func (s *Set) HasDomain(domain string) bool {
 	if s == nil {
@@ -189,6 +220,7 @@ func (s *Set) HasDomain(domain string) bool {
 type node struct {
 	children map[string]*node // by childKey(key, value); value "" for a key alone
 	wild     []wildcard       // wildcard children, in config order
+	order    []*node          // every child, in config order
 	rule     *Rule
 	key      string
 	value    string // the config value: literal, pattern, or ""

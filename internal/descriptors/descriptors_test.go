@@ -383,3 +383,15 @@ func TestOverride(t *testing.T) {
 		t.Errorf("OverrideMatch metric = %q, want a_1.b (detailed)", m.Metric)
 	}
 }
+
+func TestEachAndDigest(t *testing.T) {
+	s := mustParse(t, messaging)
+	var paths []string
+	s.Each(func(r *Rule) { paths = append(paths, r.Path) })
+	if strings.Join(paths, " ") != "message_type_marketing.to_number to_number" {
+		t.Errorf("Each visited %v, want both rules in config order", paths)
+	}
+	if s.Digest() == mustParse(t, messaging+"\n").Digest() || s.Digest() != mustParse(t, messaging).Digest() {
+		t.Errorf("Digest does not follow the content")
+	}
+}

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -67,12 +68,15 @@ func Load(paths []string) (*Set, error) {
 	}
 	s := &Set{domains: map[string]*node{}}
 	where := map[string]string{}
+	h := sha256.New()
 	for _, f := range files {
 		data, err := readFile(f)
 		if err != nil {
 			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
 			continue
 		}
+		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(data))
+		h.Write(data)
 		d, err := parseFile(f, data)
 		if err != nil {
 			var pe rules.ParseErrors
@@ -90,12 +94,14 @@ func Load(paths []string) (*Set, error) {
 		}
 		where[d.domain] = f
 		s.domains[d.domain] = d.root
+		s.order = append(s.order, d.domain)
 		s.rules += d.rules
 		s.files = append(s.files, f)
 	}
 	if len(errs) > 0 {
 		return nil, errs // in file order, each file's problems by line
 	}
+	h.Sum(s.digest[:0])
 	return s, nil
 }
 
@@ -130,7 +136,9 @@ func Parse(file string, data []byte) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Set{domains: map[string]*node{d.domain: d.root}, files: []string{file}, rules: d.rules}, nil
+	s := &Set{domains: map[string]*node{d.domain: d.root}, order: []string{d.domain}, files: []string{file}, rules: d.rules}
+	s.digest = sha256.Sum256(data)
+	return s, nil
 }
 
 type parsed struct {
@@ -323,6 +331,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		return
 	}
 	parent.children[ck] = nd
+	parent.order = append(parent.order, nd)
 	if strings.Contains(v, "*") {
 		parent.wild = append(parent.wild, wildcard{key: k, parts: strings.Split(v, "*"), n: nd})
 	}

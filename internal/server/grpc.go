@@ -56,8 +56,20 @@ type GRPC struct {
 	grace  time.Duration
 }
 
-// NewGRPC returns the gRPC server for rls.
-func NewGRPC(rls *RLS, o GRPCOptions) *GRPC {
+// rlsIndirect serves the RLS in force, as returned by get (the daemon
+// swaps it on reload).
+type rlsIndirect struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	get func() *RLS
+}
+
+func (r rlsIndirect) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return r.get().ShouldRateLimit(ctx, req)
+}
+
+// NewGRPC returns the gRPC server for the rate limit service returned by
+// rls, which is called once per request.
+func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -83,7 +95,7 @@ func NewGRPC(rls *RLS, o GRPCOptions) *GRPC {
 		opts = append(opts, grpc.Creds(o.Creds))
 	}
 	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), grace: o.StopGrace}
-	rlsv3.RegisterRateLimitServiceServer(g.srv, rls)
+	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls})
 	healthpb.RegisterHealthServer(g.srv, g.health)
 	reflection.Register(g.srv)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -120,7 +120,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.NewGRPC(rls, server.GRPCOptions{})
+	g := server.NewGRPC(func() *server.RLS { return rls }, server.GRPCOptions{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// LoadDescriptors reads the Envoy descriptor files of cfg's grpc.config
+// (nil, nil without a grpc block) and refuses what this version does not
+// enforce on them, naming file and line: the fleet options (sync, lease,
+// shards) are parsed but not built yet. check-config and serve both call
+// it, so they agree.
+func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
+	if cfg.GRPC == nil {
+		return nil, nil
+	}
+	set, err := descriptors.Load(cfg.GRPC.Config)
+	if err != nil {
+		return nil, err
+	}
+	var es rules.ParseErrors
+	set.Each(func(r *descriptors.Rule) {
+		refuse := func(used bool, key, what string) {
+			if used {
+				es = append(es, &rules.ParseError{File: r.File, Line: r.Line, Key: r.Path + "." + key,
+					Msg: what + " is not supported yet by this version of sluice serve; remove it"})
+			}
+		}
+		refuse(r.Sync != 0, "sync", "sync (hybrid counting)")
+		refuse(r.Lease != "", "lease", "lease (leased quota)")
+		refuse(r.Shards != 0, "shards", "shards")
+	})
+	if err := es.Err(); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// rls returns the rate limit service in force; the gRPC listener calls it
+// once per request.
+func (d *Daemon) rls() *server.RLS { return d.cur.Load().rls }
+
+// descriptorSet returns the descriptor config in force.
+func (d *Daemon) descriptorSet() *descriptors.Set { return d.cur.Load().descs }
+
+// newRLS builds the rate limit service of cfg (nil without a grpc block).
+func (d *Daemon) newRLS(cfg *config.Config) (*server.RLS, error) {
+	if cfg.GRPC == nil {
+		return nil, nil
+	}
+	rls, err := server.NewRLS(server.RLSOptions{
+		Engine:       d.engine,
+		Descriptors:  d.descriptorSet,
+		Metrics:      d.metrics,
+		Headers:      cfg.GRPC.ResponseHeaders,
+		Unavailable:  cfg.GRPC.OnError == config.GRPCOnErrorUnavailable,
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
+		Logger:       d.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	return rls, nil
+}
+
+// reloadDescriptors rereads the descriptor files of the config in force
+// and swaps them in when they changed and are valid; an invalid change is
+// refused (logged and counted) and the old descriptors stay, as for the
+// main config. Counters of unchanged limits carry on: store keys depend on
+// the limit, not on the file.
+func (d *Daemon) reloadDescriptors() ReloadResult {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	old := d.cur.Load()
+	if old.cfg.GRPC == nil {
+		return ReloadResult{Unchanged: true}
+	}
+	set, err := LoadDescriptors(old.cfg)
+	res := ReloadResult{Err: err}
+	switch {
+	case err != nil:
+		d.metrics.Reload(false)
+		var es rules.ParseErrors
+		if errors.As(err, &es) {
+			for _, e := range es {
+				d.log.Error("descriptor reload refused; the old descriptors stay", "problem", e.Error())
+			}
+		} else {
+			d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
+		}
+	case set.Digest() == old.descs.Digest():
+		res.Unchanged = true
+	default:
+		gen := *old
+		gen.descs = set
+		d.cur.Store(&gen)
+		d.metrics.Reload(true)
+		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())
+	}
+	if d.opts.OnReload != nil {
+		d.opts.OnReload(res)
+	}
+	return res
+}

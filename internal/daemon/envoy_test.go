@@ -1,0 +1,223 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Limits per year: a window boundary never falls inside a test.
+const envoyDescriptors = `domain: shop
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: year, requests_per_unit: 3}
+  - key: tenant
+    value: vip
+    descriptors:
+      - key: user
+        rate_limit: {unit: year, requests_per_unit: 5}
+  - key: region
+    rate_limit: {unit: year, requests_per_unit: 100}
+  - key: path
+    value: /img/*
+    algorithm: sliding_window_counter
+    rate_limit: {unit: year, requests_per_unit: 2}
+`
+
+type envoyDaemon struct {
+	*testDaemon
+	rls  rlsv3.RateLimitServiceClient
+	dir  string // the descriptor directory
+	conf string // the descriptor file in it
+}
+
+// startEnvoyDaemon starts the daemon with the Envoy service on :0, the
+// descriptor directory holding envoyDescriptors, and store (a YAML store
+// block, or "" for memory).
+func startEnvoyDaemon(t *testing.T, store string) *envoyDaemon {
+	t.Helper()
+	dir := t.TempDir()
+	descDir := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(descDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(descDir, "shop.yaml")
+	if err := os.WriteFile(conf, []byte(envoyDescriptors), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	yaml := "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\n" + store
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn), dir: descDir, conf: conf}
+}
+
+func entries(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func (ed *envoyDaemon) ask(domain string, ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	ed.t.Helper()
+	r, err := ed.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+	if err != nil {
+		ed.t.Fatalf("ShouldRateLimit(%s): %v", domain, err)
+	}
+	return r
+}
+
+// left returns what remains of a descriptor's limit, asking with
+// hits_addend 0 (nothing counted).
+func (ed *envoyDaemon) left(kv ...string) uint32 {
+	ed.t.Helper()
+	d := entries(kv...)
+	d.HitsAddend = wrapperspb.UInt64(0)
+	return ed.ask("shop", d).Statuses[0].LimitRemaining
+}
+
+func TestEnvoyServiceEndToEnd(t *testing.T) {
+	for _, kind := range []string{"memory", "redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			store := ""
+			switch kind {
+			case "redis":
+				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 1s}\n"
+			case "cluster":
+				c := redistest.StartCluster(t)
+				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(c.Addrs, ", ") + "], cluster: true, timeout: 1s}\n"
+			}
+			ed := startEnvoyDaemon(t, store)
+			user := func(tenant, u string) *commonv3.RateLimitDescriptor { return entries("tenant", tenant, "user", u) }
+			region := entries("region", "eu")
+			// Nested, key without value: 3 a year per (tenant, user).
+			for i := range 3 {
+				if r := ed.ask("shop", user("acme", "ann"), region); r.OverallCode != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("request %d: %v", i+1, r)
+				}
+			}
+			r := ed.ask("shop", user("acme", "ann"), region)
+			if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("fourth request: %v, want OVER_LIMIT by the user descriptor only", r)
+			}
+			if got := ed.left("region", "eu"); got != 97 {
+				t.Errorf("region remaining = %d, want 97: the denied request consumed nothing", got)
+			}
+			// Each value apart; the vip value matched before the key alone.
+			if r := ed.ask("shop", user("acme", "bob")); r.Statuses[0].LimitRemaining != 2 {
+				t.Errorf("another user: %v, want 2 of 3 left", r.Statuses[0])
+			}
+			if r := ed.ask("shop", user("vip", "ann")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+				t.Errorf("vip tenant: %v, want the 5/year limit", r.Statuses[0])
+			}
+			// A wildcard value with a Sluice algorithm.
+			for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+				if r := ed.ask("shop", entries("path", "/img/a.png")); r.OverallCode != want {
+					t.Errorf("/img/a.png #%d: %v, want %v", i+1, r.OverallCode, want)
+				}
+			}
+			// The HTTP form on the decision API.
+			rep := do(t, "POST", ed.api+"/json", `{"domain":"shop","descriptors":[{"entries":[{"key":"tenant","value":"acme"},{"key":"user","value":"ann"}]}]}`)
+			if rep.status != 429 || !strings.Contains(rep.body, `"overallCode":"OVER_LIMIT"`) {
+				t.Errorf("POST /json: %d %s, want 429 OVER_LIMIT", rep.status, rep.body)
+			}
+			if got := ed.metric("sluice_envoy_over_limit_total", "domain", "shop", "descriptor", "tenant.user"); got != 2 {
+				t.Errorf("sluice_envoy_over_limit_total{shop, tenant.user} = %v, want 2", got)
+			}
+		})
+	}
+}
+
+func TestEnvoyDescriptorsHotReload(t *testing.T) {
+	ed := startEnvoyDaemon(t, "")
+	ed.ask("shop", entries("region", "us"))
+	if got := ed.left("region", "us"); got != 99 {
+		t.Fatalf("region remaining = %d, want 99", got)
+	}
+
+	// A valid change applies; the unchanged limit keeps its count.
+	replaceFile(t, ed.conf, envoyDescriptors+"  - key: coupon\n    rate_limit: {unit: year, requests_per_unit: 1}\n")
+	if r := ed.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if got := ed.left("region", "us"); got != 99 {
+		t.Errorf("region remaining after reload = %d, want 99 (counters kept)", got)
+	}
+	if r := ed.ask("shop", entries("coupon", "x")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Errorf("the new descriptor: %v, want 1/year", r.Statuses[0])
+	}
+
+	// A bad file is refused, named with its line, and the old rules stay.
+	replaceFile(t, ed.conf, envoyDescriptors+"  - key: coupon\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	r := ed.waitReload()
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "shop.yaml:19: descriptors[4].rate_limit.unit: unknown unit \"fortnight\"") {
+		t.Fatalf("bad reload: %v, want the file, line and key named", r.Err)
+	}
+	if got := ed.metric("sluice_config_reloads_total", "result", "failure"); got != 1 {
+		t.Errorf("reload failures = %v, want 1", got)
+	}
+	if r := ed.ask("shop", entries("coupon", "x")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Errorf("after a refused reload: %v, want the old 1/year limit still", r.Statuses[0])
+	}
+
+	// Fixed, it applies.
+	replaceFile(t, ed.conf, envoyDescriptors)
+	if r := ed.waitReload(); r.Err != nil {
+		t.Fatalf("reload of the fixed file: %v", r.Err)
+	}
+	// A new file in the directory adds its domain. Writing it is two
+	// events (create, write): a reload may first see it empty and refuse
+	// it; wait for the one that sees it whole.
+	if err := os.WriteFile(filepath.Join(ed.dir, "more.yml"), []byte("domain: more\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 7}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for ed.waitReload().Err != nil {
+	}
+	if r := ed.ask("more", entries("k", "v")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 7 {
+		t.Errorf("domain of the new file: %v, want 7/year", r.Statuses[0])
+	}
+}
+
+func TestEnvoyBadDescriptorsAtStartup(t *testing.T) {
+	dir := t.TempDir()
+	desc := filepath.Join(dir, "rl.yaml")
+	os.WriteFile(desc, []byte("domain: d\ndescriptors:\n  - key: k\n    sync: 50ms\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n"), 0o644)
+	path := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [rl.yaml]\n"), 0o644)
+	cfg, err := configLoad(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{})
+	if err == nil {
+		d.Close()
+		t.Fatal("New with a bad descriptor file succeeded")
+	}
+	if !strings.Contains(err.Error(), "rl.yaml:5: descriptors[0].rate_limit.burst: unknown key") {
+		t.Errorf("New: %v, want the file, line and key of the problem", err)
+	}
+}
+
+var configLoad = config.Load
