@@ -44,6 +44,9 @@ type Metrics struct {
 	mu    sync.RWMutex
 	rules map[string]*Rule
 	envoy *Envoy
+
+	connsOnce sync.Once // connection metrics (listener.go), made on first use
+	connC     *connCollectors
 }
 
 // Rule holds the pre-resolved decision counters of one rule, so the hot

@@ -1,0 +1,128 @@
+// Package listener keeps slow and numerous clients from holding an HTTP
+// listener of the daemon (the decision API and the proxy):
+//
+//   - Listener caps the client connections held at once (max_connections):
+//     a connection accepted beyond the cap is closed at once and counted,
+//     so the ones already held keep being served.
+//   - BodyTimeout bounds the wait between two reads of a request body
+//     (body_read_timeout, as nginx's client_body_timeout): a body that
+//     stalls is cut and its connection closed, while a large upload that
+//     keeps moving is never cut, however long it takes.
+//   - Server builds the http.Server with the header and idle timeouts and
+//     both of the above wired in.
+//
+// Connections closed because the client was too slow (its headers did not
+// arrive within read_header_timeout, or its body stalled) are counted, as
+// are connections open and refused (package metrics).
+package listener
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Listener is a net.Listener that holds at most Max connections at once
+// and tracks each connection's HTTP state to tell slow clients from idle
+// ones. Set its ConnState method as the http.Server's ConnState (Server
+// does).
+type Listener struct {
+	net.Listener
+	max     int64 // 0: no cap
+	open    atomic.Int64
+	metrics *metrics.Listener
+}
+
+// Wrap returns ln capped at max connections (0: no cap), counting into m
+// (nil: nowhere).
+func Wrap(ln net.Listener, max int, m *metrics.Listener) *Listener {
+	return &Listener{Listener: ln, max: int64(max), metrics: m}
+}
+
+// Open returns the connections held now.
+func (l *Listener) Open() int { return int(l.open.Load()) }
+
+// Accept returns the next connection, closing (and counting) at once any
+// connection beyond the cap.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if n := l.open.Add(1); l.max > 0 && n > l.max {
+			l.open.Add(-1)
+			l.metrics.Refused()
+			c.Close()
+			continue
+		}
+		l.metrics.Opened()
+		return &conn{Conn: c, l: l}, nil
+	}
+}
+
+// ConnState records the HTTP state of a connection Accept returned; set
+// it as http.Server.ConnState.
+func (l *Listener) ConnState(c net.Conn, s http.ConnState) {
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = u.NetConn()
+	}
+	if tc, ok := c.(*conn); ok {
+		tc.state.Store(int32(s))
+	}
+}
+
+// conn is an accepted connection that counts itself out when closed and
+// notices when a read timed out while the client owed the server data.
+type conn struct {
+	net.Conn
+	l     *Listener
+	state atomic.Int32 // http.ConnState
+	// slow is set when a read timed out on a deadline in the future of
+	// the abort deadlines net/http uses, while the connection was not
+	// idle between requests: headers or a body that did not come in time.
+	slow      atomic.Bool
+	abort     atomic.Bool // the read deadline in force is an abort (in the past)
+	closeOnce sync.Once
+}
+
+// longAgo: net/http aborts a pending read by setting a deadline in the
+// past (time.Unix(1, 0)); a deadline before this is such an abort.
+var longAgo = time.Unix(1_000_000, 0)
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.abort.Store(!t.IsZero() && t.Before(longAgo))
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.abort.Store(!t.IsZero() && t.Before(longAgo))
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && isTimeout(err) && !c.abort.Load() && http.ConnState(c.state.Load()) != http.StateIdle {
+		c.slow.Store(true)
+	}
+	return n, err
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() {
+		c.l.open.Add(-1)
+		c.l.metrics.Closed(c.slow.Load())
+	})
+	return err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,100 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Connection metrics, per listener (api, proxy, grpc):
+//
+//	sluice_connections_open{listener}              client connections held now
+//	sluice_connections_closed_slow_total{listener} closed because the client was too slow
+//	                                               (headers or body not sent in time)
+//	sluice_connections_refused_total{listener}     refused at max_connections
+//	sluice_body_timeouts_total{listener}           request bodies cut by body_read_timeout
+type connCollectors struct {
+	open                 *prometheus.GaugeVec
+	slow, refused, bodyT *prometheus.CounterVec
+}
+
+func (m *Metrics) conns() *connCollectors {
+	m.connsOnce.Do(func() {
+		c := &connCollectors{
+			open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "sluice_connections_open",
+				Help: "Client connections held now, per listener.",
+			}, []string{"listener"}),
+			slow: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "sluice_connections_closed_slow_total",
+				Help: "Client connections closed because the client was too slow: headers not sent within read_header_timeout, or a request body stalled for body_read_timeout.",
+			}, []string{"listener"}),
+			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "sluice_connections_refused_total",
+				Help: "Client connections refused (closed at once) because max_connections were held.",
+			}, []string{"listener"}),
+			bodyT: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "sluice_body_timeouts_total",
+				Help: "Request bodies cut because no data came for body_read_timeout.",
+			}, []string{"listener"}),
+		}
+		if m.reg != nil {
+			m.reg.MustRegister(c.open, c.slow, c.refused, c.bodyT)
+		}
+		m.connC = c
+	})
+	return m.connC
+}
+
+// Listener holds the connection metrics of one listener. A nil *Listener
+// records nothing.
+type Listener struct {
+	open                 prometheus.Gauge
+	slow, refused, bodyT prometheus.Counter
+}
+
+// Listener returns the connection metrics of the listener named name
+// ("api", "proxy", "grpc"). Calling it again with the same name returns
+// collectors that count together. A nil m returns nil.
+func (m *Metrics) Listener(name string) *Listener {
+	if m == nil {
+		return nil
+	}
+	c := m.conns()
+	return &Listener{
+		open:    c.open.WithLabelValues(name),
+		slow:    c.slow.WithLabelValues(name),
+		refused: c.refused.WithLabelValues(name),
+		bodyT:   c.bodyT.WithLabelValues(name),
+	}
+}
+
+// Opened counts a connection accepted.
+func (l *Listener) Opened() {
+	if l != nil {
+		l.open.Inc()
+	}
+}
+
+// Closed counts a connection closed; slow says it was closed because the
+// client was too slow.
+func (l *Listener) Closed(slow bool) {
+	if l != nil {
+		l.open.Dec()
+		if slow {
+			l.slow.Inc()
+		}
+	}
+}
+
+// Refused counts a connection refused at the cap.
+func (l *Listener) Refused() {
+	if l != nil {
+		l.refused.Inc()
+	}
+}
+
+// BodyTimeout counts a request body cut by body_read_timeout.
+func (l *Listener) BodyTimeout() {
+	if l != nil {
+		l.bodyT.Inc()
+	}
+}
