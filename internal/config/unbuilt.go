@@ -18,12 +18,6 @@ var unbuilt = []struct {
 	}},
 	{"Redis Sentinel", func(c *Config) []string { return keysIf(c.Store.Redis.Sentinel != "", "store.redis.sentinel") }},
 	{"on_error: local", func(c *Config) []string { return keysIf(c.Store.OnError == "local", "store.on_error") }},
-	{"body_read_timeout", func(c *Config) []string {
-		return listenerKeys(c, func(l *Listener) bool { return l.BodyReadTimeout != 0 }, "body_read_timeout")
-	}},
-	{"max_connections", func(c *Config) []string {
-		return listenerKeys(c, func(l *Listener) bool { return l.MaxConnections != 0 }, "max_connections")
-	}},
 	{"TLS on the HTTP listeners", func(c *Config) []string {
 		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
 	}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
@@ -75,7 +77,7 @@ type Daemon struct {
 	ping       func(context.Context) error // store reachability, for /readyz
 	closeStore func() error
 
-	apiLn, proxyLn   net.Listener
+	apiLn, proxyLn   *listener.Listener
 	apiSrv, proxySrv *http.Server
 	grpcLn           net.Listener
 	grpcSrv          *server.GRPC
@@ -158,30 +160,21 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 // listen binds the listeners and makes the servers, whose handlers
 // delegate to the generation in force.
 func (d *Daemon) listen(cfg *config.Config) error {
-	var err error
-	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("daemon: listen (decision API): %w", err)
 	}
-	d.apiSrv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			d.cur.Load().api.ServeHTTP(w, r)
-		}),
-		ReadHeaderTimeout: cfg.API.ReadHeaderTimeout,
-		IdleTimeout:       cfg.API.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
-	}
+	errLog := slog.NewLogLogger(d.log.Handler(), slog.LevelDebug)
+	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.cur.Load().api.ServeHTTP(w, r)
+	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
 	if cfg.Proxy != nil {
-		if d.proxyLn, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
 		}
-		d.proxySrv = &http.Server{
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				d.cur.Load().proxy.ServeHTTP(w, r)
-			}),
-			ReadHeaderTimeout: cfg.Proxy.ReadHeaderTimeout,
-			IdleTimeout:       cfg.Proxy.IdleTimeout,
-			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
-		}
+		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d.cur.Load().proxy.ServeHTTP(w, r)
+		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
 	}
 	if cfg.GRPC != nil {
 		if d.grpcLn, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
@@ -190,6 +183,19 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.grpcSrv = server.NewGRPC(d.rls, server.GRPCOptions{})
 	}
 	return nil
+}
+
+// listenerOptions are the client-side limits of the listener block l.
+func listenerOptions(name string, l *config.Listener, m *metrics.Metrics, errLog *log.Logger) listener.Options {
+	return listener.Options{
+		Name:              name,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		BodyReadTimeout:   l.BodyReadTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxConnections:    l.MaxConnections,
+		Metrics:           m,
+		ErrorLog:          errLog,
+	}
 }
 
 // Addrs returns the bound addresses. It is valid from New on.
@@ -334,7 +340,13 @@ func (d *Daemon) Close() error {
 	if d.ran.Swap(true) {
 		return nil
 	}
-	for _, ln := range []net.Listener{d.apiLn, d.proxyLn, d.grpcLn} {
+	lns := []net.Listener{d.grpcLn}
+	for _, ln := range []*listener.Listener{d.apiLn, d.proxyLn} {
+		if ln != nil {
+			lns = append(lns, ln)
+		}
+	}
+	for _, ln := range lns {
 		if ln != nil {
 			ln.Close()
 		}

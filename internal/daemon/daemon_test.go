@@ -189,7 +189,6 @@ func TestUnsupportedRefused(t *testing.T) {
 		{"shards", redis + "rules:\n  - name: r\n    rate: 1/s\n    shards: 4\n", "rules[0].shards"},
 		{"lease", redis + "rules:\n  - name: r\n    rate: 10/s\n    lease: auto\n", "rules[0].lease"},
 		{"sentinel", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1], sentinel: mymaster}\n", "store.redis.sentinel"},
-		{"max_connections", "api: {max_connections: 10}\n", "api.max_connections"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))

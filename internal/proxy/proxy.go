@@ -28,7 +28,9 @@
 //     incoming Host. Incoming Forwarded / X-Forwarded-* headers are
 //     dropped.
 //   - The upstream's unreachability answers 502, a response header timeout
-//     504, both with a JSON error body.
+//     504, both with a JSON error body. A request body that stalls for the
+//     listener's body_read_timeout (package listener) abandons the upstream
+//     request, freeing its connection, and answers 408.
 package proxy
 
 import (
@@ -45,6 +47,7 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -210,6 +213,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 // modifyResponse replaces the upstream's rate-limit headers with ours.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
+	if listener.TimedOut(resp.Request) {
+		// The client's body stalled and the upstream answered what it
+		// got of it: the upstream saw a truncated request, so its answer
+		// is not relayed (upstreamError answers 408).
+		return listener.ErrBodyTimeout
+	}
 	info, _ := resp.Request.Context().Value(ctxKey{}).(forwardInfo)
 	if info.res != nil {
 		info.res.SetHeaders(resp.Header)
@@ -218,15 +227,26 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 }
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	stalled := listener.TimedOut(r) || errors.Is(err, listener.ErrBodyTimeout)
+	if r.Context().Err() != nil && !stalled {
 		return // the client went away; nobody to answer
 	}
 	status, msg := http.StatusBadGateway, "bad_gateway"
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	switch {
+	case stalled:
+		// The client's body stalled (body_read_timeout): the upstream
+		// request was abandoned, its connection freed; the client is at
+		// fault, not the upstream.
+		status, msg = http.StatusRequestTimeout, "request_timeout"
+		w.Header()["Connection"] = []string{"close"}
+		p.o.Logger.Debug("client body stalled", "method", r.Method, "path", r.URL.Path)
+	case errors.As(err, &ne) && ne.Timeout():
 		status, msg = http.StatusGatewayTimeout, "gateway_timeout"
+		fallthrough
+	default:
+		p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
 	h := w.Header()
 	if info, _ := r.Context().Value(ctxKey{}).(forwardInfo); info.res != nil {
 		info.res.SetHeaders(h) // the request was counted: say so

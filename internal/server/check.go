@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/listener"
 )
 
 // checkRequest is the body of POST /v1/check (see parseCheck). Cost
@@ -121,6 +122,8 @@ func decodeError(err error) error {
 	switch {
 	case errors.As(err, &mbe):
 		return err
+	case errors.Is(err, listener.ErrBodyTimeout):
+		return errBodyTimeout
 	case errors.As(err, &ufe), errors.Is(err, errEmpty), errors.Is(err, errTrail), errors.Is(err, errNoObj), errors.Is(err, errCostInt):
 		return errBadRequest(err.Error())
 	case errors.Is(err, errSyntax):
