@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,10 @@ type Fallback struct {
 	wg     sync.WaitGroup
 }
 
-var _ sluice.Store = (*Fallback)(nil)
+var (
+	_ sluice.Store    = (*Fallback)(nil)
+	_ sluice.Resetter = (*Fallback)(nil)
+)
 
 // NewFallback returns a Fallback over the shared store primary.
 func NewFallback(primary sluice.Store, o FallbackOptions) *Fallback {
@@ -211,6 +215,21 @@ func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice
 		local[i].Limit = LocalLimit(local[i].Limit, int(f.n))
 	}
 	return f.local.TakeAll(ctx, local, ds)
+}
+
+// Reset resets r's key in memory and in the shared store
+// (sluice.Resetter), which must be able to reset keys.
+func (f *Fallback) Reset(ctx context.Context, r sluice.Request) error {
+	local := r
+	local.Limit = LocalLimit(r.Limit, int(f.n))
+	if err := f.local.Reset(ctx, local); err != nil {
+		return err
+	}
+	rs, ok := f.primary.(sluice.Resetter)
+	if !ok {
+		return errors.New("fleet: the store behind the fallback cannot reset keys")
+	}
+	return rs.Reset(ctx, r)
 }
 
 // failed reports whether err means the store is unavailable, and if so

@@ -101,7 +101,10 @@ type OverLimitCache struct {
 	stored atomic.Uint64
 }
 
-var _ sluice.Store = (*OverLimitCache)(nil)
+var (
+	_ sluice.Store    = (*OverLimitCache)(nil)
+	_ sluice.Resetter = (*OverLimitCache)(nil)
+)
 
 type olKey struct {
 	ns    string // Request.Namespace: limiters with the same limit but different names count apart
@@ -342,6 +345,21 @@ func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision
 		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit.Rate}
 	}
 	return hit
+}
+
+// Reset forgets r's remembered refusal and resets r's key in the store
+// (sluice.Resetter); it fails if the store cannot reset keys.
+func (c *OverLimitCache) Reset(ctx context.Context, r sluice.Request) error {
+	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	sh := c.shard(&k)
+	sh.mu.Lock()
+	delete(sh.m, k)
+	sh.mu.Unlock()
+	rs, ok := c.inner.(sluice.Resetter)
+	if !ok {
+		return errors.New("fleet: the store behind the over-limit cache cannot reset keys")
+	}
+	return rs.Reset(ctx, r)
 }
 
 // failed forgets every refusal after a store failure: the store may come

@@ -416,3 +416,31 @@ func TestOverLimitConcurrent(t *testing.T) {
 		t.Errorf("%d hits, %d scripts for 2400 requests", c.Hits(), calls)
 	}
 }
+
+// TestOverLimitNamespacesAndReset: a refusal belongs to its namespace, and
+// Reset forgets it along with the key's state.
+func TestOverLimitNamespacesAndReset(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.OverLimitOptions{})
+	ctx := context.Background()
+	r := sluice.Request{Namespace: "a/", Key: "k", Algorithm: sluice.GCRA, Limit: sluice.PerHour(1), Cost: 1, Now: sluicetest.T0}
+	for i, want := range []bool{true, false, false} {
+		if d, err := c.Take(ctx, r); err != nil || d.Allowed != want {
+			t.Fatalf("namespace a, Take #%d = %+v, %v; want allowed %v", i, d, err, want)
+		}
+	}
+	other := r
+	other.Namespace = "b/"
+	if d, err := c.Take(ctx, other); err != nil || !d.Allowed {
+		t.Fatalf("namespace b = %+v, %v; want allowed (a's refusal is a's)", d, err)
+	}
+	if err := c.Reset(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Take(ctx, r); err != nil || !d.Allowed {
+		t.Fatalf("after Reset = %+v, %v; want allowed", d, err)
+	}
+	if c.Hits() != 1 {
+		t.Fatalf("Hits = %d, want 1", c.Hits())
+	}
+}
