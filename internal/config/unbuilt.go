@@ -16,8 +16,6 @@ var unbuilt = []struct {
 	{"a database number other than 0", func(c *Config) []string {
 		return keysIf(c.Store.Type == StoreRedis && c.Store.Redis.DB != 0, "store.redis.db")
 	}},
-	{"Redis Sentinel", func(c *Config) []string { return keysIf(c.Store.Redis.Sentinel != "", "store.redis.sentinel") }},
-	{"on_error: local", func(c *Config) []string { return keysIf(c.Store.OnError == "local", "store.on_error") }},
 	{"TLS on the HTTP listeners", func(c *Config) []string {
 		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
 	}},

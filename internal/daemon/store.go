@@ -2,24 +2,21 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 // openStore builds the store of cfg.Store. The store lives as long as the
 // daemon: reloads keep it, so counters survive them.
 //
 // The Redis store takes its time from Redis (TIME inside the script), so a
-// fleet of daemons decides alike however far apart their clocks are.
-// Redis must answer at startup: New fails otherwise (a daemon that cannot
-// reach its store at all is more likely misconfigured than unlucky). Once
-// running, requests follow store.on_error while Redis is unreachable, and
-// /readyz answers 503 until it answers again.
+// fleet of daemons decides alike however far apart their clocks are. Redis
+// need not answer at startup (see openRedis): requests follow
+// store.on_error while Redis is unreachable, and /readyz answers 503 until
+// it answers.
 func (d *Daemon) openStore(cfg *config.Config) error {
 	switch cfg.Store.Type {
 	case "", "memory":
@@ -33,33 +30,7 @@ func (d *Daemon) openStore(cfg *config.Config) error {
 			func() float64 { return float64(s.Evictions()) })
 		return nil
 	case "redis":
-		r := cfg.Store.Redis
-		var tlsConfig *tls.Config
-		if r.TLS {
-			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		// Bounded by the store's timeout (redisstore waits at least a
-		// second to dial): a Redis that does not answer fails the start
-		// instead of hanging it.
-		ctx, cancel := context.WithTimeout(context.Background(), max(r.Timeout, time.Second))
-		defer cancel()
-		s, err := redisstore.New(ctx, redisstore.Options{
-			Addrs:     r.Addrs,
-			Cluster:   r.Cluster,
-			Username:  r.Username,
-			Password:  r.Password,
-			TLS:       tlsConfig,
-			Timeout:   r.Timeout,
-			Prefix:    r.KeyPrefix,
-			RedisTime: true,
-		})
-		if err != nil {
-			return fmt.Errorf("daemon: store.redis: %w", err)
-		}
-		d.store = s
-		d.ping = s.Ping
-		d.closeStore = func() error { s.Close(); return nil }
-		return nil
+		return d.openRedis(cfg)
 	}
 	return fmt.Errorf("daemon: store.type: unknown store %q", cfg.Store.Type)
 }

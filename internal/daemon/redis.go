@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// ConnectRetry is how often the daemon tries to connect to a Redis that
+// did not answer at startup.
+const ConnectRetry = time.Second
+
+// openRedis builds the Redis store of cfg, stacked as a fleet runs it:
+//
+//	Fallback (on_error: local only) → OverLimitCache → Redis
+//
+// The over-limit cache is always on: it answers requests Redis is known to
+// refuse without a round trip, exactly. With on_error: local the Fallback
+// decides in memory at rate / expected_instances while Redis cannot.
+//
+// Redis need not answer at startup: the daemon then starts anyway, connects
+// in the background (every ConnectRetry), answers per store.on_error
+// meanwhile, and /readyz fails until it has connected.
+func (d *Daemon) openRedis(cfg *config.Config) error {
+	r := cfg.Store.Redis
+	var tlsConfig *tls.Config
+	if r.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	opts := redisstore.Options{
+		Addrs:     r.Addrs,
+		Cluster:   r.Cluster,
+		Sentinel:  r.Sentinel,
+		Username:  r.Username,
+		Password:  r.Password,
+		TLS:       tlsConfig,
+		Timeout:   r.Timeout,
+		Prefix:    r.KeyPrefix,
+		RedisTime: true,
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("daemon: store.redis: %w", err)
+	}
+	lazy := newLazyRedis(opts, d.log)
+	cache := fleet.NewOverLimitCache(lazy, fleet.OverLimitOptions{})
+	d.store = cache
+	d.ping = lazy.Ping
+	closers := []func(){lazy.Close}
+	_ = d.metrics.CounterFunc("sluice_overlimit_cache_hits_total", "Requests refused by the over-limit cache without a Redis call.",
+		func() float64 { return float64(cache.Hits()) })
+	_ = d.metrics.GaugeFunc("sluice_overlimit_cache_keys", "Over-limit keys the cache remembers.", func() float64 { return float64(cache.Len()) })
+	if cfg.Store.OnError == engine.OnErrorLocal {
+		fb := fleet.NewFallback(cache, fleet.FallbackOptions{
+			ExpectedInstances: cfg.Store.ExpectedInstances,
+			Probe:             lazy.Ping,
+			StartLocal:        !lazy.Connected(),
+			OnModeChange: func(m fleet.Mode, err error) {
+				if m == fleet.ModeLocal {
+					d.log.Warn("Redis unavailable: deciding locally (store.on_error: local)", "expected_instances", cfg.Store.ExpectedInstances, "err", err)
+				} else {
+					d.log.Info("Redis answers again: deciding on Redis")
+				}
+			},
+		})
+		d.store = fb
+		closers = append([]func(){fb.Close}, closers...)
+		_ = d.metrics.GaugeFunc("sluice_store_local", "1 while the daemon decides in memory because Redis is unavailable (store.on_error: local), else 0.",
+			func() float64 { return float64(fb.Mode()) })
+		_ = d.metrics.CounterFunc("sluice_store_local_decisions_total", "Decisions made in memory under store.on_error: local.",
+			func() float64 { return float64(fb.LocalDecisions()) })
+		_ = d.metrics.CounterFunc("sluice_store_local_switches_total", "Times the daemon moved to local decisions because Redis was unavailable.",
+			func() float64 { return float64(fb.Switches()) })
+	}
+	d.closeStore = func() error {
+		for _, c := range closers {
+			c()
+		}
+		return nil
+	}
+	return nil
+}
+
+// lazyRedis is a redisstore.Store that may not be connected yet: until it
+// is, every call fails with sluice.ErrStoreUnavailable, and a goroutine
+// tries to connect every ConnectRetry.
+type lazyRedis struct {
+	s      atomic.Pointer[redisstore.Store]
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
+
+// newLazyRedis connects with o, waiting at most o's timeout (at least a
+// second); if that fails it returns a store that keeps trying.
+func newLazyRedis(o redisstore.Options, log *slog.Logger) *lazyRedis {
+	l := &lazyRedis{}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	if l.connect(ctx, o) == nil {
+		return l
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		t := time.NewTicker(ConnectRetry)
+		defer t.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := l.connect(ctx, o)
+			if err == nil {
+				log.Info("connected to Redis", "addrs", o.Addrs, "attempts", n+1)
+				return
+			}
+			if n == 1 || n%60 == 0 {
+				log.Warn("Redis does not answer; retrying", "addrs", o.Addrs, "every", ConnectRetry, "err", err)
+			}
+		}
+	}()
+	return l
+}
+
+func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
+	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
+	defer cancel()
+	s, err := redisstore.New(ctx, o)
+	if err != nil {
+		return err
+	}
+	l.s.Store(s)
+	return nil
+}
+
+// Connected reports whether the store has connected.
+func (l *lazyRedis) Connected() bool { return l.s.Load() != nil }
+
+func (l *lazyRedis) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	s := l.s.Load()
+	if s == nil {
+		return sluice.Decision{}, errNotConnected
+	}
+	return s.Take(ctx, r)
+}
+
+func (l *lazyRedis) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	s := l.s.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.TakeAll(ctx, rs, ds)
+}
+
+func (l *lazyRedis) Reset(ctx context.Context, r sluice.Request) error {
+	s := l.s.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Reset(ctx, r)
+}
+
+// Ping reports whether Redis answers (for /readyz and the fallback's
+// probe); it fails until the store has connected.
+func (l *lazyRedis) Ping(ctx context.Context) error {
+	s := l.s.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Ping(ctx)
+}
+
+// Close stops connecting and closes the connections.
+func (l *lazyRedis) Close() {
+	l.cancel()
+	l.wg.Wait()
+	if s := l.s.Load(); s != nil {
+		s.Close()
+	}
+}
