@@ -5,21 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
-
-// waitFor polls cond until it holds; the test's deadline bounds it.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if t.Context().Err() != nil {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // allowedOf counts how many of n checks are allowed.
 func allowedOf(t *testing.T, api, rule, key string, n int) int {
