@@ -50,6 +50,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
+	# The randomized differential tests on new seeds (make test replays
+	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.
+	sh scripts/ensure-redis.sh
+	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores' ./redisstore ./fleet
 
 bench: bench-core bench-redis bench-load
 

@@ -86,11 +86,7 @@ func overloadTrace(rng *rand.Rand, n int, l sluice.Limit, back bool) []traceStep
 func differential(t *testing.T, plain, cachedInner sluice.Store, steps int) (hits, calls uint64) {
 	t.Helper()
 	ctx := context.Background()
-	sd := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
-		sd = v
-	}
-	t.Logf("random seed %d (rerun with SLUICE_SEED)", sd)
+	sd := sluicetest.Seed(t)
 	counted := &countingStore{Store: cachedInner}
 	c := fleet.NewOverLimitCache(counted, fleet.OverLimitOptions{})
 	run := time.Now().UnixNano()

@@ -62,17 +62,11 @@ func diffStep(rng *rand.Rand, l sluice.Limit) time.Duration {
 	}
 }
 
-func diffSeed(t *testing.T) uint64 {
-	s := uint64(time.Now().UnixNano())
-	t.Logf("random seed %d", s)
-	return s
-}
-
 // testDifferential drives every algorithm and limit through a long random
 // trace on s and on sluicetest.Reference, and requires equal decisions.
 func testDifferential(t *testing.T, s sluice.Store, steps int) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(diffSeed(t), 1))
+	rng := rand.New(rand.NewPCG(sluicetest.Seed(t), 1))
 	for _, alg := range sluice.Algorithms() {
 		for li, l := range diffLimits {
 			ref := sluicetest.NewReference()
@@ -98,7 +92,7 @@ func testDifferential(t *testing.T, s sluice.Store, steps int) {
 // limits and keys (sometimes the same key twice in one call).
 func testDifferentialTakeAll(t *testing.T, s sluice.Store, steps int) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(diffSeed(t), 2))
+	rng := rand.New(rand.NewPCG(sluicetest.Seed(t), 2))
 	ref := sluicetest.NewReference()
 	type rule struct {
 		alg sluice.Algorithm

@@ -13,9 +13,13 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// slack is what a failing call may take beyond the store's timeout: the
-// scheduling noise of a loaded 2-core CI machine under -race.
-const slack = 150 * time.Millisecond
+// slack is what a failing call may take beyond the store's timeout before
+// the test calls it a hang. It is a bound, not a measurement: a 2-core
+// machine shared with other builds, under -race, can stall a goroutine for
+// hundreds of milliseconds, and a threshold it can miss would make the
+// suite fail by chance. That the store gave up rather than hung is what
+// the error (ErrStoreUnavailable) and this bound show.
+const slack = 2 * time.Second
 
 func req(key string, at time.Duration) sluice.Request {
 	return sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Cost: 1, Now: sluicetest.T0.Add(at)}
@@ -127,7 +131,7 @@ func TestNewUnreachable(t *testing.T) {
 		t.Fatalf("New(%s) with nothing listening: err = %v, want ErrStoreUnavailable", addr, err)
 	}
 	if took := time.Since(start); took > time.Second+slack {
-		t.Fatalf("New(%s) took %v, want at most 1s", addr, took)
+		t.Fatalf("New(%s) took %v, want at most 1s (+ %v slack)", addr, took, slack)
 	}
 }
 

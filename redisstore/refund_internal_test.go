@@ -24,8 +24,7 @@ func TestRefundRestores(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("random seed %d", seed)
+	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	limits := []sluice.Limit{sluice.PerSecond(3), sluice.Every(5, 700*time.Millisecond).WithBurst(2), sluice.PerMinute(12).WithSegments(3), sluice.Every(4, time.Second).WithBurst(9)}
 	for _, alg := range sluice.Algorithms() {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sim"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // simTrace writes a random trace: n requests over a few keys, times rising
@@ -51,8 +52,7 @@ func simTrace(rng *rand.Rand, n int, l sluice.Limit) string {
 // requires byte-identical output for every algorithm.
 func TestSimulateRedisEqualsMemory(t *testing.T) {
 	srv := redistest.StartServer(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("random seed %d", seed)
+	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	limits := []sluice.Limit{
 		sluice.PerSecond(3),
