@@ -4,37 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"log"
+	"os"
+	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// A limiter shared by every instance that points at the same Redis. (Not
-// run as a test: it needs a Redis at 127.0.0.1:6379.)
+// TestMain starts a real redis-server for the runnable Example and hands
+// its address over in REDIS_ADDR. It fails the run, never skips, when Redis
+// cannot start.
+func TestMain(m *testing.M) {
+	srv, err := redistest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", srv.Addr)
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// Two instances of a service (two Stores on one Redis) share one count
+// per key: 100 requests an hour per user across the fleet. RedisTime makes
+// every decision on Redis' clock, so the instances' clocks do not matter.
 func Example() {
 	ctx := context.Background()
-	store, err := redisstore.New(ctx, redisstore.Options{
-		Addrs:     []string{"127.0.0.1:6379"},
-		Timeout:   50 * time.Millisecond,
-		RedisTime: true, // decide on Redis' clock, whatever the instances' clocks say
-	})
-	if err != nil {
-		fmt.Println("redis unreachable:", errors.Is(err, sluice.ErrStoreUnavailable))
-		return
+	open := func() *redisstore.Store {
+		store, err := redisstore.New(ctx, redisstore.Options{
+			Addrs:     []string{os.Getenv("REDIS_ADDR")}, // such as "127.0.0.1:6379"
+			RedisTime: true,
+		})
+		if err != nil {
+			log.Fatal(err) // wraps sluice.ErrStoreUnavailable
+		}
+		return store
 	}
-	defer store.Close()
-	lim, err := sluice.NewLimiter(store, sluice.GCRA, sluice.PerMinute(100))
-	if err != nil {
-		panic(err)
+	a, b := open(), open() // in real life: one per process
+	defer a.Close()
+	defer b.Close()
+	limA, _ := sluice.NewLimiter(a, sluice.GCRA, sluice.PerHour(100), sluice.WithName("api"))
+	limB, _ := sluice.NewLimiter(b, sluice.GCRA, sluice.PerHour(100), sluice.WithName("api"))
+	limA.Reset(ctx, "user:42") // start the example from a fresh count
+
+	for _, lim := range []*sluice.Limiter{limA, limB, limA} {
+		d, err := lim.Allow(ctx, "user:42")
+		switch {
+		case errors.Is(err, sluice.ErrStoreUnavailable):
+			fmt.Println("store down: allow or deny, your policy")
+		case err != nil:
+			log.Fatal(err) // a bug: an invalid cost or limit
+		default:
+			fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining)
+		}
 	}
-	d, err := lim.Allow(ctx, "user:42")
-	switch {
-	case errors.Is(err, sluice.ErrStoreUnavailable):
-		fmt.Println("store down: fail open or closed, as configured")
-	case d.Allowed:
-		fmt.Println("allowed, remaining", d.Remaining)
-	default:
-		fmt.Println("limited, retry after", d.RetryAfter)
-	}
+	r, _ := limA.Request("user:42", limA.Now(), 1)
+	fmt.Println("redis key:", a.KeyOf(&r))
+	// Output:
+	// allowed: true remaining: 99
+	// allowed: true remaining: 98
+	// allowed: true remaining: 97
+	// redis key: sluice:api|gcra,100/h|{user:42}
 }

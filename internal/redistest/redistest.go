@@ -59,6 +59,34 @@ func StartServer(tb testing.TB) *Server {
 	return s
 }
 
+// StartMain starts a redis-server for a TestMain, which has no testing.TB
+// (runnable Examples that need Redis read its Addr). The caller stops it
+// (Stop) when m.Run returns; Restart must not be used on it. The error
+// tells how to install Redis when it cannot start: fail, never skip.
+func StartMain() (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 20 {
+		port, err := freePort(false)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("redistest: cannot start redis-server: %v; %s", lastErr, installHint)
+}
+
 func newServer(tb testing.TB, cluster bool) *Server {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
@@ -189,6 +217,9 @@ func (s *Server) Stop() {
 	case <-timer.C:
 		cmd.Process.Kill()
 		<-done
+	}
+	if s.tb == nil && !s.cluster { // StartMain's: nobody else cleans up
+		os.RemoveAll(s.dir)
 	}
 }
 
