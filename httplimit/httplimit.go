@@ -200,13 +200,16 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.opts.Cost != nil {
 		cost = m.opts.Cost(r)
 	}
+	// One rule applying is the common case: its request and decision stay
+	// on the stack (a slice handed to TakeAll escapes).
 	var (
-		reqBuf [maxRules]sluice.Request
-		decBuf [maxRules]sluice.Decision
+		one    sluice.Request
+		oneD   sluice.Decision
+		reqs   []sluice.Request // when several rules apply
 		idxBuf [maxRules]int
+		err    error
 	)
-	reqs, idx := reqBuf[:0], idxBuf[:0]
-	var err error
+	idx := idxBuf[:0]
 	for i := range m.rules {
 		ru := &m.rules[i]
 		key, ok := ru.KeyFunc(r)
@@ -223,21 +226,27 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if err != nil {
 			break
 		}
-		reqs = append(reqs, q)
+		switch len(idx) {
+		case 0:
+			one = q
+		case 1:
+			reqs = make([]sluice.Request, 2, len(m.rules))
+			reqs[0], reqs[1] = one, q
+		default:
+			reqs = append(reqs, q)
+		}
 		idx = append(idx, i)
 	}
-	if err == nil && len(reqs) == 0 {
+	if err == nil && len(idx) == 0 {
 		next.ServeHTTP(w, r)
 		return
 	}
-	ds := decBuf[:len(reqs)]
-	if len(reqs) > maxRules {
-		ds = make([]sluice.Decision, len(reqs))
-	}
+	var ds []sluice.Decision
 	if err == nil {
-		if len(reqs) == 1 {
-			ds[0], err = m.store.Take(r.Context(), reqs[0])
+		if len(idx) == 1 {
+			oneD, err = m.store.Take(r.Context(), one)
 		} else {
+			ds = make([]sluice.Decision, len(reqs))
 			err = m.store.TakeAll(r.Context(), reqs, ds)
 		}
 	}
@@ -259,18 +268,22 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	t := tightest(ds)
+	d, lim, t := &oneD, &one.Limit, 0
+	if ds != nil {
+		t = tightest(ds)
+		d, lim = &ds[t], &reqs[t].Limit
+	}
 	ru := &m.rules[idx[t]]
-	SetHeaders(w.Header(), ds[t], ru.Name, reqs[t].Limit)
-	if !ds[t].Allowed {
+	SetHeaders(w.Header(), *d, ru.Name, *lim)
+	if !d.Allowed {
 		if m.opts.DenyHandler != nil {
-			m.opts.DenyHandler(w, r, ds[t])
+			m.opts.DenyHandler(w, r, *d)
 		} else {
-			WriteLimited(w, ru.Name, ds[t])
+			WriteLimited(w, ru.Name, *d)
 		}
 		return
 	}
-	var delay time.Duration
+	delay := d.Delay
 	for i := range ds {
 		delay = max(delay, ds[i].Delay)
 	}

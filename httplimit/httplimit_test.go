@@ -368,3 +368,39 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkThreeLimits: per IP, per API key and per route decided by one
+// middleware (one TakeAll) against three stacked middlewares (three
+// store calls, the outer headers overwritten by the inner ones).
+func BenchmarkThreeLimits(b *testing.B) {
+	store := memstore.New(memstore.Options{})
+	lim := func(name string) *sluice.Limiter {
+		l, _ := sluice.NewLimiter(store, sluice.GCRA, sluice.PerSecond(1<<40), sluice.WithName(name))
+		return l
+	}
+	ip, key, route := lim("ip"), lim("key"), lim("route")
+	byKey := httplimit.KeyByHeader("X-Api-Key")
+	byRoute := httplimit.Keys(httplimit.KeyByRemoteIP, httplimit.KeyByPath)
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"one-middleware", httplimit.Middleware(httplimit.Options{Limiter: ip, Name: "ip", Rules: []httplimit.Rule{
+			{Name: "key", Limiter: key, KeyFunc: byKey}, {Name: "route", Limiter: route, KeyFunc: byRoute}}})(ok)},
+		{"stacked", httplimit.Middleware(httplimit.Options{Limiter: ip, Name: "ip"})(
+			httplimit.Middleware(httplimit.Options{Limiter: key, Name: "key", KeyFunc: byKey})(
+				httplimit.Middleware(httplimit.Options{Limiter: route, Name: "route", KeyFunc: byRoute})(ok)))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest("GET", "/v1/items", nil)
+				req.Header.Set("X-Api-Key", "k1")
+				for pb.Next() {
+					c.h.ServeHTTP(httptest.NewRecorder(), req)
+				}
+			})
+		})
+	}
+}
