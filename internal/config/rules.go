@@ -22,6 +22,11 @@ func (c *Config) checkRules(ck *checker) {
 	redis := c.Store.Type == StoreRedis
 	for i := range c.Rules {
 		sp := &c.Rules[i]
+		if sp.Action == "defer" && c.Proxy == nil {
+			key, line := ruleKey(i, sp, "action")
+			ck.errs = append(ck.errs, &rules.ParseError{File: c.File, Line: line, Key: key,
+				Msg: "action: defer needs a proxy block: deferred requests are replayed to proxy.upstream"})
+		}
 		need := func(k, what string) {
 			key, line := ruleKey(i, sp, k)
 			ck.errs = append(ck.errs, &rules.ParseError{File: c.File, Line: line, Key: key, Msg: what + " needs store.type: redis"})

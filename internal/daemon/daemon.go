@@ -18,8 +18,10 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -76,6 +78,9 @@ type Daemon struct {
 	sweep      func(time.Time) int         // the memory store's Sweep; nil for Redis
 	ping       func(context.Context) error // store reachability, for /readyz
 	closeStore func() error
+	lazy       *lazyRedis // the Redis store, nil on memory: shards, deferral
+	hot        *hotkeys.Set
+	deferq     *deferq.Queue // nil unless the store is Redis
 
 	apiLn, proxyLn   *listener.Listener
 	apiSrv, proxySrv *http.Server
@@ -125,12 +130,17 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 	if err := d.openStore(cfg); err != nil {
 		return nil, err
 	}
+	if err := d.openFeatures(cfg); err != nil {
+		d.closeStore()
+		return nil, err
+	}
 	gen, err := d.build(cfg, nil)
 	if err != nil {
 		d.closeStore()
 		return nil, err
 	}
 	d.cur.Store(gen)
+	d.activate(gen)
 	if opts.ConfigPath != "" {
 		// The content the running config came from (read again: cfg
 		// does not carry it), so an event that changes nothing reloads
@@ -279,12 +289,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 
+	featCtx, stopFeatures := context.WithCancel(ctx)
+	defer stopFeatures()
+	waitFeatures := d.runFeatures(featCtx)
+
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
 	stopWatch()
+	stopFeatures()
+	waitFeatures()
 	if err := d.shutdown(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -396,5 +412,6 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	d.activate(gen)
 	return nil
 }

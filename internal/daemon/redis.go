@@ -52,6 +52,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 		return fmt.Errorf("daemon: store.redis: %w", err)
 	}
 	lazy := newLazyRedis(opts, d.log)
+	d.lazy = lazy
 	cache := fleet.NewOverLimitCache(lazy, fleet.OverLimitOptions{})
 	d.store = cache
 	d.ping = lazy.Ping

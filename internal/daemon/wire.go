@@ -26,13 +26,13 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Options{
+	eng, err := engine.New(d.engineOptions(engine.Options{
 		Store:   d.store,
 		Rules:   set,
 		OnError: cfg.Store.OnError,
 		Metrics: d.metrics,
 		Logger:  d.log,
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
@@ -44,7 +44,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		return nil, err
 	}
 	ips := clientip.Resolver{Trusted: cfg.ClientIP.TrustedProxies}
-	gen.api, err = server.New(server.Options{
+	so := server.Options{
 		Engine:       d.engine,
 		ClientIP:     ips,
 		DenyStatus:   cfg.ForwardAuth.DenyStatus,
@@ -53,7 +53,12 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,
 		Envoy:        gen.rls,
-	})
+		HotKeys:      d.hot,
+	}
+	if d.deferq != nil {
+		so.Deferred = d.deferq
+	}
+	gen.api, err = server.New(so)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
@@ -75,6 +80,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		DialTimeout:           cfg.Proxy.DialTimeout,
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 		Logger:                d.log,
+		Defer:                 d.deferq,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

@@ -66,6 +66,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,13 +106,18 @@ var (
 	ErrUnknownRule = errors.New("deferq: no such defer rule")
 )
 
-// Options configure a Queue. Client and Upstream are required.
+// Options configure a Queue. Client or Connect is required.
 type Options struct {
 	// Client is the Redis (or Redis Cluster) connection.
 	Client rueidis.Client
+	// Connect, instead of Client, returns the connection, or nil while
+	// there is none yet (a daemon started before Redis answered): calls
+	// then fail with sluice.ErrStoreUnavailable and workers wait.
+	Connect func() rueidis.Client
 	// Prefix starts every Redis key; default DefaultPrefix. No braces.
 	Prefix string
-	// Upstream is where replayed requests go, as the proxy's upstream.
+	// Upstream is where replayed requests go, as the proxy's upstream;
+	// SetUpstream changes it. Without one, nothing is replayed.
 	Upstream *url.URL
 	// Transport sends replayed requests; default a new http.Transport.
 	Transport http.RoundTripper
@@ -142,10 +148,14 @@ type Options struct {
 }
 
 func (o *Options) defaults() error {
-	if o.Client == nil {
-		return errors.New("deferq: nil Options.Client")
+	if o.Client == nil && o.Connect == nil {
+		return errors.New("deferq: nil Options.Client and Options.Connect")
 	}
-	if o.Upstream == nil || o.Upstream.Scheme == "" || o.Upstream.Host == "" {
+	if o.Client != nil {
+		c := o.Client
+		o.Connect = func() rueidis.Client { return c }
+	}
+	if o.Upstream != nil && (o.Upstream.Scheme == "" || o.Upstream.Host == "") {
 		return errors.New("deferq: Options.Upstream must be an absolute URL")
 	}
 	if o.Prefix == "" {
@@ -216,8 +226,9 @@ func (r Rule) MaxBody() int64 {
 // Queue is the deferral queue of a daemon: enqueue, status, and the
 // replay workers of every defer rule. Safe for concurrent use.
 type Queue struct {
-	o Options
-	m *metrics
+	o        Options
+	m        *metrics
+	upstream atomic.Pointer[url.URL]
 
 	mu      sync.Mutex
 	rules   map[string]*Rule
@@ -232,9 +243,13 @@ func New(o Options) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{o: o, rules: map[string]*Rule{}, workers: map[string]*worker{}}
+	q.upstream.Store(o.Upstream)
 	q.m = newMetrics(q, o.Registerer)
 	return q, nil
 }
+
+// SetUpstream changes where replayed requests go (on a reload).
+func (q *Queue) SetUpstream(u *url.URL) { q.upstream.Store(u) }
 
 // SetRules replaces the defer rules (on start and on every reload). Workers
 // of rules that disappeared stop (their queues stay in Redis for when they
@@ -381,7 +396,11 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	id := tag + "-" + randHex(10)
 	b := q.base(tag)
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	res := enqueueScript.Exec(ctx, q.o.Client,
+	c := q.o.Connect()
+	if c == nil {
+		return "", errNotConnected
+	}
+	res := enqueueScript.Exec(ctx, c,
 		[]string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)},
 		[]string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
 			strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)})
@@ -395,6 +414,8 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	q.m.enqueued(rule, "queued")
 	return id, nil
 }
+
+var errNotConnected = fmt.Errorf("deferq: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
 
 // Status is where a deferred request stands.
 type Status struct {
@@ -419,7 +440,11 @@ func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	m, err := q.o.Client.Do(ctx, q.o.Client.B().Hgetall().Key(q.base(tag)+"s:"+id).Build()).AsStrMap()
+	c := q.o.Connect()
+	if c == nil {
+		return Status{}, errNotConnected
+	}
+	m, err := c.Do(ctx, c.B().Hgetall().Key(q.base(tag)+"s:"+id).Build()).AsStrMap()
 	if err != nil {
 		return Status{}, fmt.Errorf("deferq: status: %w: %w", sluice.ErrStoreUnavailable, err)
 	}

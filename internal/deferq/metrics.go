@@ -86,7 +86,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 // Depth returns how many requests rule has queued and not yet settled, and
 // the age of the oldest.
 func (q *Queue) Depth(ctx context.Context, rule string) (int64, time.Duration, error) {
-	c := q.o.Client
+	c := q.o.Connect()
+	if c == nil {
+		return 0, 0, errNotConnected
+	}
 	key := q.base(Tag(rule)) + "q"
 	n, err := c.Do(ctx, c.B().Xlen().Key(key).Build()).AsInt64()
 	if err != nil || n == 0 {

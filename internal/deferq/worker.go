@@ -100,8 +100,14 @@ func (w *worker) run(parent context.Context) {
 		case <-ctx.Done():
 		}
 	}()
-	c := w.q.o.Client
+	var c rueidis.Client
 	for {
+		if c = w.q.o.Connect(); c == nil {
+			if sleep(ctx, time.Second) != nil {
+				return
+			}
+			continue
+		}
 		err := c.Do(ctx, c.B().XgroupCreate().Key(w.base+"q").Group(group).Id("0").Mkstream().Build()).Error()
 		if err == nil || strings.Contains(err.Error(), "BUSYGROUP") {
 			break
@@ -120,7 +126,7 @@ func (w *worker) run(parent context.Context) {
 // read feeds the dispatcher: stale entries claimed from dead instances,
 // then new entries, while fewer than MaxHeld are held.
 func (w *worker) read(ctx context.Context) {
-	c := w.q.o.Client
+	c := w.q.o.Connect() // run waited for it
 	q := w.base + "q"
 	me := w.q.o.Consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
@@ -287,7 +293,7 @@ func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
 	if len(bySID) == 0 {
 		return
 	}
-	c := w.q.o.Client
+	c := w.q.o.Connect()
 	ids := make([]string, 0, len(bySID))
 	for sid := range bySID {
 		ids = append(ids, sid)
@@ -308,8 +314,11 @@ func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
 // send it, record the outcome.
 func (w *worker) turn(ctx context.Context, e *entry) result {
 	o := &w.q.o
-	c := o.Client
+	c := o.Connect()
 	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
+	if e.unrecorded == nil && w.q.upstream.Load() == nil {
+		return result{e: e, after: time.Second} // no proxy (yet): hold it
+	}
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id}).ToString()
@@ -407,7 +416,10 @@ func (w *worker) request(ctx context.Context, e *entry) (*http.Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: uri %q: %w", e.id, e.uri, err)
 	}
-	up := w.q.o.Upstream
+	up := w.q.upstream.Load()
+	if up == nil {
+		return nil, fmt.Errorf("replay %s: no upstream", e.id)
+	}
 	target := *up
 	target.Path, target.RawPath = joinPath(up, u)
 	target.RawQuery = u.RawQuery

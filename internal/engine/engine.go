@@ -32,8 +32,17 @@
 //     request is denied; configure max_delay ≥ burst × period / rate to
 //     avoid that. Under action reject, a leaky bucket admits immediately
 //     (it polices rather than shapes).
-//   - Action defer is decided as reject until deferred replay exists; the
-//     edge sees DeniedBy.Action == rules.Defer and may treat it apart.
+//   - Action defer is decided as reject; when every rule that denied is a
+//     defer rule, Result.Deferrable is set and the reverse proxy queues the
+//     request (internal/deferq) instead of refusing it.
+//   - Shards (a Redis store): a rule with shards: N sends each decision to
+//     one of N shards of its key, each holding its share of the limit
+//     (Options.Shard); with shards: auto, only keys the rule's hot-key
+//     summary finds hot are sharded, over Options.AutoShards shards. The
+//     Decision is the shard's, with Limit the rule's rate and Remaining the
+//     shard's times N (an estimate).
+//   - Hot keys: every decision of a rule is observed by the rule's summary
+//     in Options.HotKeys (GET /v1/hotkeys).
 //   - When the store cannot decide, on_error "allow" lets the request pass
 //     (counted in sluice_store_errors_total and
 //     sluice_store_fallback_total{policy="allow"}); "deny" denies it, and the
@@ -51,6 +60,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -86,6 +96,16 @@ type Options struct {
 	// use real timers, so tests of waiting run in a testing/synctest bubble
 	// with the default clock.
 	Now func() time.Time
+	// HotKeys, if set, observes every decision of every rule (by name).
+	HotKeys *hotkeys.Set
+	// Shard, if set, rewrites a request to one of n shards of its key and
+	// returns the number of shards used (redisstore.Store.Shard); rules
+	// with shards are not sharded without it.
+	Shard func(r *sluice.Request, n int) int
+	// AutoShards returns the number of shards of a hot key under
+	// shards: auto (the Cluster's masters); nil or below 2, shards: auto
+	// shards nothing.
+	AutoShards func() int
 }
 
 // Engine decides requests against a rule set and a store. It is immutable
@@ -98,6 +118,9 @@ type Engine struct {
 	failOpen bool
 	metrics  *metrics.Metrics
 	byRule   map[*rules.Rule]*metrics.Rule
+	hot      map[*rules.Rule]*hotkeys.Rule
+	shard    func(r *sluice.Request, n int) int
+	auto     func() int
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -109,7 +132,7 @@ func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, fmt.Errorf("engine: nil store")
 	}
-	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now}
+	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, auto: o.AutoShards}
 	switch o.OnError {
 	case "", OnErrorAllow, OnErrorLocal:
 		e.failOpen = true
@@ -129,6 +152,12 @@ func New(o Options) (*Engine, error) {
 	e.byRule = make(map[*rules.Rule]*metrics.Rule, len(e.rules.Rules))
 	for _, r := range e.rules.Rules {
 		e.byRule[r] = e.metrics.Rule(r.Name)
+	}
+	if o.HotKeys != nil {
+		e.hot = make(map[*rules.Rule]*hotkeys.Rule, len(e.rules.Rules))
+		for _, r := range e.rules.Rules {
+			e.hot[r] = o.HotKeys.Rule(r.Name)
+		}
 	}
 	return e, nil
 }
@@ -170,6 +199,9 @@ type Result struct {
 	StoreErr error
 	// Err is the request context's error when it ended during a wait.
 	Err error
+	// Deferrable reports that the request was denied only by rules whose
+	// action is defer: the edge may queue it (under DeniedBy) instead.
+	Deferrable bool
 
 	shape   time.Duration // the longest Delay among admitted delay-action rules
 	retry   time.Duration // when denied only by delay rules: the longest RetryAfter; else -1
@@ -267,8 +299,11 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 		if r.Action == rules.Delay && (res.budget < 0 || r.MaxDelay < res.budget) {
 			res.budget = r.MaxDelay
 		}
-		a.rs = append(a.rs, sluice.Request{Key: ms[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+		var n int
+		a.rs = append(a.rs, sluice.Request{})
+		a.rs[len(a.rs)-1], n = e.request(r, ms[i].Key, cost, now)
 		a.rules = append(a.rules, r)
+		a.shards = append(a.shards, n)
 	}
 	if len(a.rs) == 0 {
 		res.Allowed = true
@@ -288,8 +323,14 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 		res.Allowed = e.failOpen
 		return res
 	}
+	for i, n := range a.shards {
+		if n > 1 {
+			unshard(&a.ds[i], a.rules[i].Limit, n)
+		}
+	}
 	allowed := sluice.AllAllowed(a.ds)
 	res.Allowed = allowed
+	res.Deferrable = !allowed
 	best := -1
 	onlyDelay := true
 	for i := range a.ds {
@@ -306,6 +347,9 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 		}
 		if d.Allowed {
 			continue
+		}
+		if r.Action != rules.Defer {
+			res.Deferrable = false
 		}
 		if r.Action != rules.Delay || d.RetryAfter < 0 {
 			onlyDelay = false
@@ -380,7 +424,11 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		if now.IsZero() {
 			now = e.now()
 		}
-		d, err := e.store.Take(ctx, sluice.Request{Key: ms[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+		req, n := e.request(r, ms[i].Key, cost, now)
+		d, err := e.store.Take(ctx, req)
+		if n > 1 {
+			unshard(&d, r.Limit, n)
+		}
 		if err != nil {
 			e.storeFailed(err)
 			continue
@@ -413,13 +461,14 @@ func (e *Engine) storeFailed(err error) {
 
 // attempt holds the requests and decisions of one TakeAll, pooled.
 type attempt struct {
-	rs    []sluice.Request
-	ds    []sluice.Decision
-	rules []*rules.Rule
+	rs     []sluice.Request
+	ds     []sluice.Decision
+	rules  []*rules.Rule
+	shards []int // per request: the shards it was split over (1: none)
 }
 
 var attempts = sync.Pool{New: func() any {
-	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8)}
+	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8), shards: make([]int, 0, 8)}
 }}
 
 func getAttempt() *attempt { return attempts.Get().(*attempt) }
@@ -435,7 +484,7 @@ func putAttempt(a *attempt) {
 func (a *attempt) reset() {
 	clear(a.rs)
 	clear(a.rules)
-	a.rs, a.ds, a.rules = a.rs[:0], a.ds[:0], a.rules[:0]
+	a.rs, a.ds, a.rules, a.shards = a.rs[:0], a.ds[:0], a.rules[:0], a.shards[:0]
 }
 
 func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {
@@ -480,7 +529,11 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	}
 	t0 := time.Now()
 	now := e.now()
-	d, err := e.store.Take(ctx, sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now})
+	req, n := e.request(r, key, cost, now)
+	d, err := e.store.Take(ctx, req)
+	if n > 1 {
+		unshard(&d, r.Limit, n)
+	}
 	e.metrics.ObserveDecision(time.Since(t0))
 	if err != nil {
 		e.storeFailed(err)
@@ -493,4 +546,35 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	}
 	d.Allowed, d.RetryAfter = true, 0
 	return Result{Allowed: true, Rule: r, Decision: d}
+}
+
+// request is the store request of rule r for key: observed by the rule's
+// hot-key summary, and sharded as the rule says. n is the number of shards
+// it went to (1: not sharded).
+func (e *Engine) request(r *rules.Rule, key string, cost int64, now time.Time) (sluice.Request, int) {
+	req := sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: now}
+	h := e.hot[r]
+	if h != nil {
+		h.Observe(key, cost, now)
+	}
+	if e.shard == nil {
+		return req, 1
+	}
+	switch {
+	case r.Shards.N >= 2:
+		return req, e.shard(&req, r.Shards.N)
+	case r.Shards.Auto && e.auto != nil && h != nil && h.Hot.Has(key):
+		if n := e.auto(); n >= 2 {
+			return req, e.shard(&req, n)
+		}
+	}
+	return req, 1
+}
+
+// unshard turns the decision of one of n shards into the key's: the rule's
+// rate as Limit, Remaining scaled by n (an estimate: the other shards are
+// not read) and capped by the burst.
+func unshard(d *sluice.Decision, l sluice.Limit, n int) {
+	d.Limit = l.Rate
+	d.Remaining = min(d.Remaining*int64(n), l.BurstOrRate())
 }

@@ -417,8 +417,17 @@ func (h *Hot) Update(top []Key) []string {
 		}
 	}
 	h.set.Store(&m)
-	out := make([]string, 0, len(m))
-	for k := range m {
+	return h.Keys()
+}
+
+// Keys returns the hot keys, sorted.
+func (h *Hot) Keys() []string {
+	m := h.set.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]string, 0, len(*m))
+	for k := range *m {
 		out = append(out, k)
 	}
 	sort.Strings(out)

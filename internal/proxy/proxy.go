@@ -10,7 +10,12 @@
 //     holds the request for a slot (up to the rule's max_delay; the leaky
 //     bucket spaces requests evenly) and then forwards it, or answers 429;
 //     action shadow always forwards (the would-be denial is counted and
-//     logged). Action defer answers 429 until deferred replay exists.
+//     logged). Action defer (Options.Defer set): a request denied only by
+//     defer rules is queued with its method, URI, headers (with the
+//     X-Forwarded-* the upstream would have seen) and body, and answered
+//     202 {"deferred_id": ID} with Location: /v1/deferred/ID; a body over
+//     the rule's defer.max_body_bytes answers 413, a full queue (or a
+//     queue Redis cannot reach) 429 as without defer.
 //   - Every response a rule applied to carries the tightest enforcing
 //     rule's X-RateLimit-* and RateLimit-Policy / RateLimit headers; the
 //     upstream's own headers of those names are replaced.
@@ -35,6 +40,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -42,10 +48,13 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -85,6 +94,8 @@ type Options struct {
 	Transport http.RoundTripper
 	// Logger receives upstream errors; nil discards.
 	Logger *slog.Logger
+	// Defer, if set, queues requests denied only by defer rules.
+	Defer *deferq.Queue
 }
 
 // Proxy is the rate-limiting reverse proxy, an http.Handler. Serve it from
@@ -173,6 +184,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if res.Err != nil && r.Context().Err() != nil {
 			return // the client went away while waiting
 		}
+		if res.Deferrable && p.o.Defer != nil && p.deferRequest(w, r, ip, &res, ms) {
+			return
+		}
 		engine.WriteDenied(w, &res, http.StatusTooManyRequests)
 		return
 	}
@@ -181,6 +195,60 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forward(w, r, ip, &res) // headers set in modifyResponse
+}
+
+// deferRequest queues r on the rule that denied it and answers 202; it
+// returns false (nothing written) when r must be refused as without defer.
+func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result, ms []rules.Match) bool {
+	rule := p.o.Defer.Rule(res.DeniedBy.Name)
+	if rule == nil {
+		return false
+	}
+	key := ""
+	for i := range ms {
+		if ms[i].Rule == res.DeniedBy {
+			key = ms[i].Key
+		}
+	}
+	body, err := deferq.ReadBody(r, rule)
+	if err != nil {
+		if errors.Is(err, deferq.ErrBodyTooLarge) {
+			res.SetHeaders(w.Header())
+			h := w.Header()
+			h["Content-Type"] = []string{"application/json"}
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			b, _ := json.Marshal(map[string]any{"error": "body_too_large", "rule": rule.Name,
+				"message": "over the rate limit, and the body is too large to be deferred (defer.max_body_bytes is " + strconv.FormatInt(rule.MaxBody(), 10) + ")"})
+			w.Write(append(b, '\n'))
+			return true
+		}
+		return false
+	}
+	h := r.Header.Clone()
+	for k := range h {
+		if k == "Forwarded" || strings.HasPrefix(k, "X-Forwarded-") {
+			delete(h, k)
+		}
+	}
+	if ip.IsValid() {
+		h["X-Forwarded-For"] = []string{ip.String()}
+	}
+	h["X-Forwarded-Host"] = []string{r.Host}
+	if r.TLS != nil {
+		h["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		h["X-Forwarded-Proto"] = []string{"http"}
+	}
+	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, key, r, h, body)
+	if err != nil {
+		if !errors.Is(err, deferq.ErrQueueFull) {
+			p.o.Logger.Warn("defer: enqueue", "rule", rule.Name, "err", err)
+		}
+		return false
+	}
+	res.SetHeaders(w.Header())
+	deferq.WriteAccepted(w, id)
+	return true
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {

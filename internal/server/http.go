@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +77,10 @@ type Options struct {
 	// Envoy, when set, serves the Envoy rate limit service's HTTP form,
 	// POST /json.
 	Envoy *RLS
+	// HotKeys, when set, serves GET /v1/hotkeys.
+	HotKeys http.Handler
+	// Deferred, when set, serves GET /v1/deferred/ID.
+	Deferred http.Handler
 }
 
 // Handler is the decision API. Build it with New; it is safe for concurrent
@@ -157,7 +162,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.metrics.ServeHTTP(w, r)
+	case "/v1/hotkeys":
+		if h.o.HotKeys == nil {
+			h.fail(w, errNotFound)
+			return
+		}
+		h.o.HotKeys.ServeHTTP(w, r)
 	default:
+		if h.o.Deferred != nil && strings.HasPrefix(r.URL.Path, "/v1/deferred/") {
+			h.o.Deferred.ServeHTTP(w, r)
+			return
+		}
 		h.fail(w, errNotFound)
 	}
 }

@@ -1,0 +1,141 @@
+package daemon
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/hotkeys"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Hot keys, shards and deferral: the parts of the daemon that outlive a
+// reload (a rule's hot-key summary and its deferral queue carry on while
+// the rule keeps its name).
+
+// HotKeysRefresh is how often the hot sets of shards: auto are recomputed.
+const HotKeysRefresh = time.Second
+
+// openFeatures makes the hot-key summaries (any store) and, on Redis, the
+// deferral queue.
+func (d *Daemon) openFeatures(cfg *config.Config) error {
+	d.hot = hotkeys.NewSet(hotkeys.Options{}, 0, 0)
+	if err := d.reg.Register(d.hot); err != nil {
+		return err
+	}
+	if d.lazy == nil {
+		return nil
+	}
+	prefix := cfg.Store.Redis.KeyPrefix
+	if prefix == "" {
+		prefix = redisstore.DefaultPrefix
+	}
+	q, err := deferq.New(deferq.Options{
+		Connect: func() rueidis.Client {
+			if s := d.lazy.s.Load(); s != nil {
+				return s.Client()
+			}
+			return nil
+		},
+		Prefix:     prefix + "defer:",
+		Registerer: d.reg,
+		Logger:     d.log,
+	})
+	if err != nil {
+		return err
+	}
+	d.deferq = q
+	return nil
+}
+
+// engineOptions adds the hot-key summaries and sharding to o.
+func (d *Daemon) engineOptions(o engine.Options) engine.Options {
+	o.HotKeys = d.hot
+	if d.lazy != nil {
+		o.Shard = func(r *sluice.Request, n int) int {
+			if s := d.lazy.s.Load(); s != nil {
+				return s.Shard(r, n)
+			}
+			return 1 // not connected: the request fails anyway
+		}
+		o.AutoShards = func() int {
+			if s := d.lazy.s.Load(); s != nil {
+				return s.Masters()
+			}
+			return 1
+		}
+	}
+	return o
+}
+
+// activate points the long-lived parts at gen, the generation just put in
+// force: the summaries of rules gone are dropped, the deferral queue gets
+// the defer rules and the upstream.
+func (d *Daemon) activate(gen *generation) {
+	names := make([]string, 0, len(gen.rules.Rules))
+	var defers []deferq.Rule
+	for _, r := range gen.rules.Rules {
+		names = append(names, r.Name)
+		if r.Action == rules.Defer {
+			defers = append(defers, deferq.Rule{Name: r.Name, MaxQueue: r.Defer.MaxQueue, MaxBodyBytes: r.Defer.MaxBodyBytes, Take: d.replayTake(r.Name)})
+		}
+	}
+	d.hot.Keep(names)
+	if d.deferq == nil {
+		return
+	}
+	var up *url.URL
+	if gen.cfg.Proxy != nil {
+		up, _ = url.Parse(gen.cfg.Proxy.Upstream)
+	}
+	d.deferq.SetUpstream(up)
+	d.deferq.SetRules(defers)
+}
+
+// replayTake is the pace of replay for the defer rule named name: its own
+// limit on the request's key, in the engine in force (the counter live
+// traffic uses, so the upstream never sees more than the rate).
+func (d *Daemon) replayTake(name string) func(context.Context, string) (sluice.Decision, error) {
+	return func(ctx context.Context, key string) (sluice.Decision, error) {
+		e := d.engine()
+		r := e.Rules().Rule(name)
+		if r == nil {
+			return sluice.Decision{RetryAfter: time.Minute}, nil // the rule is gone: hold on
+		}
+		res := e.Check(ctx, r, key, 1)
+		if res.StoreErr != nil {
+			return sluice.Decision{}, res.StoreErr
+		}
+		return res.Decision, nil
+	}
+}
+
+// runFeatures runs the hot-set refresher and the deferral workers until
+// ctx ends; the returned func waits for them (deliveries in flight record
+// their outcome before the store closes).
+func (d *Daemon) runFeatures(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(HotKeysRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				d.hot.Refresh(now)
+			}
+		}
+	})
+	if d.deferq != nil {
+		wg.Go(func() { d.deferq.Run(ctx) })
+	}
+	return wg.Wait
+}
