@@ -150,7 +150,8 @@ func TestParseConfigFull(t *testing.T) {
 		},
 		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml", "testdata/config/envoy"},
 			TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem",
-				ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"envoy.example"}}},
+				ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"envoy.example"}},
+			MaxConnections: 10000},
 		Store: StoreConfig{
 			Type: "redis",
 			Redis: RedisConfig{

@@ -1,6 +1,10 @@
 package config
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/listener"
+)
 
 // GRPCConfig is the Envoy rate limit service (v3) on its own listener.
 type GRPCConfig struct {
@@ -19,12 +23,16 @@ type GRPCConfig struct {
 	// OVER_LIMIT); "unavailable" answers gRPC UNAVAILABLE (503 on /json),
 	// so that Envoy's failure_mode_deny decides.
 	OnError string `yaml:"on_error"`
+	// MaxConnections caps the client connections held at once, as in api:
+	// and proxy:. Default listener.DefaultMaxConnections (10000).
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // GRPCOnErrorUnavailable is grpc.on_error: unavailable.
 const GRPCOnErrorUnavailable = "unavailable"
 
 func (g *GRPCConfig) defaults(file string) {
+	setDefault(&g.MaxConnections, listener.DefaultMaxConnections)
 	for i := range g.Config {
 		resolvePath(file, &g.Config[i])
 	}
@@ -47,6 +55,9 @@ func (g *GRPCConfig) check(ck *checker) {
 	}
 	if g.TLS != nil {
 		g.TLS.check(ck, "grpc.tls")
+	}
+	if n := g.MaxConnections; n < 1 || n > MaxMaxConnections {
+		ck.fail("grpc.max_connections", "%d must be between 1 and %d", n, MaxMaxConnections)
 	}
 	if g.OnError != "" && g.OnError != GRPCOnErrorUnavailable {
 		ck.fail("grpc.on_error", "%q: want unavailable, or leave it out to answer as store.on_error says", g.OnError)

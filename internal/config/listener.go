@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -15,12 +16,15 @@ type Listener struct {
 	// Default server.DefaultReadHeaderTimeout (10s).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// BodyReadTimeout is the longest wait between two reads of a request
-	// body (nginx's client_body_timeout); 0: none.
+	// body (nginx's client_body_timeout): a body that stalls longer is cut
+	// (408) and its connection closed; an upload that keeps moving is never
+	// cut. Default listener.DefaultBodyReadTimeout (30s).
 	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default
 	// server.DefaultIdleTimeout (120s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxConnections caps the client connections held at once; 0: no cap.
+	// MaxConnections caps the client connections held at once; one more is
+	// closed at once. Default listener.DefaultMaxConnections (10000).
 	MaxConnections int `yaml:"max_connections"`
 	// TLS, if set, serves HTTPS (mTLS with ClientCA).
 	TLS *TLSConfig `yaml:"tls"`
@@ -32,6 +36,8 @@ const MaxMaxConnections = 1_000_000
 func (l *Listener) defaults(file string) {
 	setDefault(&l.ReadHeaderTimeout, server.DefaultReadHeaderTimeout)
 	setDefault(&l.IdleTimeout, server.DefaultIdleTimeout)
+	setDefault(&l.BodyReadTimeout, listener.DefaultBodyReadTimeout)
+	setDefault(&l.MaxConnections, listener.DefaultMaxConnections)
 	if l.TLS != nil {
 		l.TLS.defaults(file)
 	}
@@ -41,10 +47,8 @@ func (l *Listener) defaults(file string) {
 func (l *Listener) check(ck *checker, block string) {
 	ck.between(block+".read_header_timeout", l.ReadHeaderTimeout, time.Millisecond, time.Hour)
 	ck.between(block+".idle_timeout", l.IdleTimeout, time.Millisecond, 24*time.Hour)
-	if l.BodyReadTimeout != 0 {
-		ck.between(block+".body_read_timeout", l.BodyReadTimeout, time.Millisecond, time.Hour)
-	}
-	if n := l.MaxConnections; n < 0 || n > MaxMaxConnections {
+	ck.between(block+".body_read_timeout", l.BodyReadTimeout, time.Millisecond, time.Hour)
+	if n := l.MaxConnections; n < 1 || n > MaxMaxConnections {
 		ck.fail(block+".max_connections", "%d must be between 1 and %d", n, MaxMaxConnections)
 	}
 	if l.TLS != nil {

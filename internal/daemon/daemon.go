@@ -187,9 +187,13 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
 	}
 	if cfg.GRPC != nil {
-		if d.grpcLn, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (grpc.listen): %w", err)
 		}
+		// The connection cap and accounting of the HTTP listeners; gRPC
+		// itself bounds the handshake, streams per connection, message
+		// size and keepalive pings (server.GRPCOptions).
+		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, d.metrics.Listener("grpc"))
 		d.grpcSrv = server.NewGRPC(d.rls, server.GRPCOptions{})
 	}
 	return nil

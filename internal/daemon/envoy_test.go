@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -221,3 +223,28 @@ func TestEnvoyBadDescriptorsAtStartup(t *testing.T) {
 }
 
 var configLoad = config.Load
+
+// TestEnvoyMaxConnections: the gRPC listener holds at most
+// grpc.max_connections client connections; one more is closed at once and
+// counted, and the connections held keep being answered.
+func TestEnvoyMaxConnections(t *testing.T) {
+	ed := startEnvoyDaemon(t, "  max_connections: 2\n") // inside the grpc: block
+	if got := ed.left("region", "eu"); got != 100 {
+		t.Fatalf("first call: %d left, want 100", got)
+	}
+	addr := ed.d.Addrs().GRPC
+	held := rawSend(t, addr, "") // connects and sends nothing
+	waitFor(t, "2 gRPC connections held", func() bool { return ed.metric("sluice_connections_open", "listener", "grpc") == 2 })
+	extra := rawSend(t, addr, "")
+	extra.SetReadDeadline(time.Now().Add(safety))
+	if b, err := io.ReadAll(extra); len(b) > 0 || isTimeout(err) {
+		t.Errorf("connection beyond grpc.max_connections: read %q, %v; want it closed unanswered", b, err)
+	}
+	if got := ed.metric("sluice_connections_refused_total", "listener", "grpc"); got != 1 {
+		t.Errorf("sluice_connections_refused_total{listener=grpc} = %v, want 1", got)
+	}
+	if got := ed.left("region", "eu"); got != 100 {
+		t.Errorf("call on the held connection: %d left, want 100", got)
+	}
+	held.Close()
+}

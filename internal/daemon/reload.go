@@ -133,6 +133,9 @@ func restartOnly(old, new *config.Config) []string {
 		if !reflect.DeepEqual(old.GRPC.TLS, new.GRPC.TLS) {
 			keys = append(keys, "grpc.tls")
 		}
+		if old.GRPC.MaxConnections != new.GRPC.MaxConnections {
+			keys = append(keys, "grpc.max_connections")
+		}
 	}
 	if !reflect.DeepEqual(old.Store, new.Store) {
 		keys = append(keys, "store")

@@ -9,6 +9,16 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
+// Defaults of the client-side limits (the api: and proxy: blocks).
+const (
+	// DefaultBodyReadTimeout is the longest wait between two reads of a
+	// request body, as nginx's client_body_timeout (60s there).
+	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultMaxConnections caps the client connections one listener
+	// holds at once.
+	DefaultMaxConnections = 10_000
+)
+
 // Options are the client-side limits of one HTTP listener (the api: and
 // proxy: blocks of the config).
 type Options struct {

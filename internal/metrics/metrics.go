@@ -12,6 +12,9 @@
 //
 //	sluice_store_fallback_total{policy}        decisions made by store.on_error (allow, deny)
 //	sluice_delay_seconds                       time requests waited under action delay
+//	sluice_connections_open{listener}          client connections held (listener.go)
+//	sluice_connections_closed_slow_total{listener}, sluice_connections_refused_total{listener},
+//	sluice_body_timeouts_total{listener}       slow and refused clients (listener.go)
 //
 // A nil *Metrics is valid and records nothing, so packages can be used
 // (and tested) without Prometheus.

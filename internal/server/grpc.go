@@ -31,6 +31,13 @@ const (
 	DefaultStopGrace = 10 * time.Second
 	// MaxRecvMsgSize bounds one request message.
 	MaxRecvMsgSize = 1 << 20
+	// DefaultMaxConcurrentStreams bounds the calls in flight on one client
+	// connection; more wait for a free stream (HTTP/2 flow control).
+	DefaultMaxConcurrentStreams = 1000
+	// DefaultConnectionTimeout bounds a new connection's handshake (TLS
+	// and the HTTP/2 preface): a client that connects and sends nothing
+	// is closed then, as read_header_timeout does on the HTTP listeners.
+	DefaultConnectionTimeout = 10 * time.Second
 )
 
 // GRPCOptions configures the gRPC listener. The zero value serves
@@ -46,6 +53,10 @@ type GRPCOptions struct {
 	KeepaliveTime         time.Duration
 	KeepaliveTimeout      time.Duration
 	StopGrace             time.Duration
+	// MaxConcurrentStreams and ConnectionTimeout: 0 means the defaults
+	// above.
+	MaxConcurrentStreams uint32
+	ConnectionTimeout    time.Duration
 }
 
 // GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
@@ -80,6 +91,10 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	def(&o.KeepaliveTime, DefaultKeepaliveTime)
 	def(&o.KeepaliveTimeout, DefaultKeepaliveTimeout)
 	def(&o.StopGrace, DefaultStopGrace)
+	def(&o.ConnectionTimeout, DefaultConnectionTimeout)
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      o.MaxConnectionAge,
@@ -90,6 +105,8 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 		// Envoy pings idle connections too; let it, down to every 10s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(o.ConnectionTimeout),
 	}
 	if o.Creds != nil {
 		opts = append(opts, grpc.Creds(o.Creds))
