@@ -79,7 +79,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, rule.Limit.Rate, 10)
 	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	// At most the limit, as in the X-RateLimit headers (httplimit.SetHeaders):
+	// a burst larger than the rate never shows remaining > limit.
+	b = strconv.AppendInt(b, min(max(d.Remaining, 0), rule.Limit.Rate), 10)
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, retryMillis(res.Allowed, d), 10)
 	b = append(b, `,"reset_after_ms":`...)
