@@ -21,9 +21,12 @@ vet:
 
 # Unit, conformance, integration (real redis-server and a real 3-node Redis
 # Cluster, started on free loopback ports by internal/redistest) and
-# end-to-end tests. ensure-redis installs Redis when it is missing.
+# end-to-end tests, among them real nginx and Caddy in front of the daemon
+# (internal/gatewaytest). ensure-redis and ensure-gateways install Redis,
+# nginx and Caddy when they are missing.
 unit:
 	sh scripts/ensure-redis.sh
+	sh scripts/ensure-gateways.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
 # Exploratory runs of every native fuzz target: each searches for new

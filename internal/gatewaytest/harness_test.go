@@ -1,0 +1,347 @@
+package gatewaytest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/daemon"
+)
+
+// startTimeout bounds how long a gateway or daemon may take to be ready;
+// it only turns a hang into a failure, it is not a measurement.
+const startTimeout = 20 * time.Second
+
+const installHint = "run `make test` (it installs them via scripts/ensure-gateways.sh) or `apt-get install -y nginx caddy`"
+
+// example reads a file of examples/gateways.
+func example(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "gateways", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// replace replaces each old with its new in s, failing the test if an old
+// is not there: the examples must keep the addresses the tests rewrite.
+func replace(t *testing.T, s string, oldnew ...string) string {
+	t.Helper()
+	for i := 0; i < len(oldnew); i += 2 {
+		if !strings.Contains(s, oldnew[i]) {
+			t.Fatalf("the example has no %q to replace", oldnew[i])
+		}
+		s = strings.ReplaceAll(s, oldnew[i], oldnew[i+1])
+	}
+	return s
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// app is the upstream behind the gateways: it answers 200 "app" and
+// counts the requests that reach it.
+type app struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+func startApp(t *testing.T) *app {
+	a := &app{}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.hits.Add(1)
+		io.WriteString(w, "app\n")
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *app) addr() string { return a.Listener.Addr().String() }
+
+// sluiced is a Sluice daemon run in this process on a config file.
+type sluiced struct {
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	logs   *syncBuffer
+}
+
+// startSluice runs a daemon on yaml (an example's sluice.yaml, rewritten),
+// its decision API on a free port. With redisAddr, the store is that
+// Redis.
+func startSluice(t *testing.T, yaml string) *sluiced {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	cfg.Listen = "127.0.0.1:0"
+	s := &sluiced{done: make(chan error, 1), logs: new(syncBuffer)}
+	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(s.logs, nil))})
+	if err != nil {
+		t.Fatalf("daemon.New: %v", err)
+	}
+	s.addr = d.Addrs().API
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("sluice logs:\n%s", s.logs.String())
+		}
+	})
+	return s
+}
+
+// stop shuts the daemon down and waits until it has: its port refuses
+// connections from then on.
+func (s *sluiced) stop(t *testing.T) {
+	s.once.Do(func() {
+		s.cancel()
+		if err := <-s.done; err != nil {
+			t.Errorf("sluice Run: %v", err)
+		}
+	})
+}
+
+// gateway is a running nginx or caddy process.
+type gateway struct {
+	name string
+	url  string // http://127.0.0.1:port
+	cmd  *exec.Cmd
+	done chan struct{}
+	logs *syncBuffer
+	dir  string
+}
+
+// startNginx runs nginx on the http-block snippet conf (an example's
+// sluice.conf, rewritten to listen on port), as a foreground process with
+// its pid file, logs and temporary files in a test directory.
+func startNginx(t *testing.T, conf string, port int) *gateway {
+	t.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Fatalf("nginx not found on PATH: %s", installHint)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sluice.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	user := ""
+	if os.Geteuid() == 0 {
+		// Workers would otherwise run as nobody, who cannot enter the
+		// test's 0700 temporary directory.
+		user = "user root;\n"
+	}
+	main := user + `worker_processes 1;
+pid ` + filepath.Join(dir, "nginx.pid") + `;
+error_log ` + filepath.Join(dir, "error.log") + ` warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
+    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
+    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
+    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
+    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
+    include ` + filepath.Join(dir, "sluice.conf") + `;
+}
+`
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", confPath, "-g", "daemon off;")
+	g := &gateway{name: "nginx", dir: dir}
+	g.start(t, cmd, port, func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		return string(b)
+	})
+	return g
+}
+
+// startCaddy runs caddy on the Caddyfile caddyfile (rewritten to listen
+// on port), with the admin API off and its data in a test directory.
+func startCaddy(t *testing.T, caddyfile string, port int) *gateway {
+	t.Helper()
+	bin, err := exec.LookPath("caddy")
+	if err != nil {
+		t.Fatalf("caddy not found on PATH: %s", installHint)
+	}
+	dir := t.TempDir()
+	global := "{\n\tadmin off\n\tauto_https off\n}\n\n"
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(global+caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	g := &gateway{name: "caddy", dir: dir}
+	g.start(t, cmd, port, nil)
+	return g
+}
+
+// start runs cmd and waits until port accepts connections, failing the
+// test if the process exits first.
+func (g *gateway) start(t *testing.T, cmd *exec.Cmd, port int, errorLog func() string) {
+	t.Helper()
+	g.logs = new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = g.logs, g.logs
+	cmd.Dir = g.dir
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v (%s)", g.name, err, installHint)
+	}
+	g.cmd, g.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(g.done) }()
+	logs := func() string {
+		s := g.logs.String()
+		if errorLog != nil {
+			s += errorLog()
+		}
+		return s
+	}
+	t.Cleanup(func() {
+		g.stop()
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", g.name, logs())
+		}
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	g.url = "http://" + addr
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-g.done:
+			t.Fatalf("%s exited before listening on %s:\n%s", g.name, addr, logs())
+		default:
+		}
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listening on %s after %v:\n%s", g.name, addr, startTimeout, logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop ends the process by its PID (SIGTERM: nginx and caddy exit at once)
+// and waits for it.
+func (g *gateway) stop() {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(startTimeout):
+		g.cmd.Process.Kill()
+		<-g.done
+	}
+}
+
+// client sends requests from a given loopback source address (127.0.0.1,
+// 127.0.0.2, ...: all of 127/8 is local on Linux), without keep-alive so
+// that each request is a fresh connection.
+func client(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+}
+
+// result is what a client got.
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// send sends method url with the headers hdr, or req when it is given.
+func send(t *testing.T, c *http.Client, method, url string, hdr map[string]string, req ...*http.Request) result {
+	t.Helper()
+	var r *http.Request
+	if len(req) > 0 {
+		r = req[0]
+	} else {
+		var err error
+		if r, err = http.NewRequest(method, url, nil); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+	}
+	method, url = r.Method, r.URL.String()
+	resp, err := c.Do(r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: body: %v", method, url, err)
+	}
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+func (r result) String() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%d %q", r.status, r.body)
+	for _, k := range []string{"Retry-After", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Retry-After", "Ratelimit-Policy", "Ratelimit"} {
+		if v := r.header.Values(k); len(v) > 0 {
+			fmt.Fprintf(&b, " %s=%q", k, v)
+		}
+	}
+	return b.String()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
