@@ -17,7 +17,12 @@ func sluiceYAML(t *testing.T, name, redisAddr string) string {
 	t.Helper()
 	y := replace(t, example(t, name), "rate: 100/m", "rate: 3/h", "rate: 5/m", "rate: 1/h")
 	if redisAddr != "" {
-		y = replace(t, y, "  type: memory\n", "  type: redis\n  redis:\n    addrs: ["+redisAddr+"]\n")
+		// A generous timeout, and failing closed: on this shared machine
+		// a 50ms Redis call can time out, and failing open would pass a
+		// request without counting it.
+		y = replace(t, y,
+			"  type: memory\n", "  type: redis\n  redis:\n    addrs: ["+redisAddr+"]\n    timeout: 5s\n",
+			"  on_error: allow\n", "  on_error: deny\n")
 	}
 	return y
 }
