@@ -43,6 +43,7 @@ type Server struct {
 	cluster bool
 	// sentinelConf, if set, runs the process as a Sentinel with this config.
 	sentinelConf string
+	extra        []string // more redis-server arguments
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -89,6 +90,17 @@ func StartMain() (*Server, error) {
 
 func newServer(tb testing.TB, cluster bool) *Server {
 	tb.Helper()
+	return newServerOf(tb, cluster, nil)
+}
+
+// newServerWith starts a single (non-cluster) node with extra arguments.
+func newServerWith(tb testing.TB, extra []string) *Server {
+	tb.Helper()
+	return newServerOf(tb, false, extra)
+}
+
+func newServerOf(tb testing.TB, cluster bool, extra []string) *Server {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
 	}
@@ -99,7 +111,7 @@ func newServer(tb testing.TB, cluster bool) *Server {
 			lastErr = err
 			continue
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, port: port, dir: tb.TempDir(), cluster: cluster}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, port: port, dir: tb.TempDir(), cluster: cluster, extra: extra}
 		if lastErr = s.start(); lastErr == nil {
 			return s
 		}
@@ -140,6 +152,7 @@ func (s *Server) args() []string {
 		"--logfile", "",
 		"--protected-mode", "no",
 	}
+	a = append(a, s.extra...)
 	if s.cluster {
 		a = append(a, "--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
@@ -248,10 +261,19 @@ func (s *Server) PID() int {
 }
 
 // StartSentinel starts one Redis Sentinel on a free loopback port that
-// monitors master under the name "mymaster" (quorum 1), and waits until it
-// knows the master. It returns the sentinel's address; the sentinel is
-// stopped when the test ends.
+// monitors master under the name "mymaster" (quorum 1, master down after
+// 5s), and waits until it knows the master. It returns the sentinel's
+// address; the sentinel is stopped when the test ends.
 func StartSentinel(tb testing.TB, master *Server) string {
+	tb.Helper()
+	return StartSentinelFor(tb, master, 5*time.Second, nil)
+}
+
+// StartSentinelFor is StartSentinel with the time after which the sentinel
+// considers an unanswering master down (and fails over to a replica), and
+// the replicas it must know before it returns (it learns them from the
+// master's INFO).
+func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
 	tb.Helper()
 	host, port, _ := net.SplitHostPort(master.Addr)
 	var lastErr error
@@ -263,7 +285,9 @@ func StartSentinel(tb testing.TB, master *Server) string {
 		}
 		dir := tb.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 5000\n", p, dir, host, port)
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n"+
+			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster %d\n",
+			p, dir, host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
@@ -275,17 +299,56 @@ func StartSentinel(tb testing.TB, master *Server) string {
 		deadline := time.Now().Add(startTimeout)
 		for {
 			got, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
-			if err == nil && got == host+"\n"+port {
+			ok := err == nil && got == host+"\n"+port
+			if ok && len(replicas) > 0 {
+				known, err := Do(s.Addr, "SENTINEL", "REPLICAS", "mymaster")
+				for _, r := range replicas {
+					ok = ok && err == nil && strings.Contains(known, r.Addr)
+				}
+			}
+			if ok {
 				return s.Addr
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: sentinel %s does not know its master %s: %q %v", s.Addr, master.Addr, got, err)
+				tb.Fatalf("redistest: sentinel %s does not know its master %s and replicas: %q %v", s.Addr, master.Addr, got, err)
 			}
 			pollPause()
 		}
 	}
 	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
 	return ""
+}
+
+// StartReplica starts a redis-server replicating master and waits until
+// its link to the master is up. It is stopped when the test ends.
+func StartReplica(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	s := newServerWith(tb, []string{"--replicaof", host, port})
+	tb.Cleanup(s.Stop)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := Do(s.Addr, "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: replica %s of %s not linked: %q %v", s.Addr, master.Addr, info, err)
+		}
+		pollPause()
+	}
+}
+
+// Kill ends the server with SIGKILL (a crash: no shutdown, no goodbye to
+// replicas or sentinels) and waits for it to exit.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+	}
+	s.Stop()
 }
 
 // Cluster is a Redis Cluster of three masters and no replicas, each node on
