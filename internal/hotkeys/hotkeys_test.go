@@ -221,6 +221,26 @@ func BenchmarkObserve(b *testing.B) {
 			})
 		})
 	}
+	// The naive baseline, in the same run: an exact count per key in a
+	// map under one mutex (no decay, memory growing with the key count).
+	b.Run("baseline=mutex-map/parallel", func(b *testing.B) {
+		var mu sync.Mutex
+		m := map[string]int64{}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				k := keys[i%len(keys)]
+				if i%20 == 0 {
+					k = "hot"
+				}
+				mu.Lock()
+				m[k]++
+				mu.Unlock()
+				i++
+			}
+		})
+	})
 	// Every goroutine on one key: the case the random stripes are for.
 	b.Run("one-key/parallel", func(b *testing.B) {
 		s := New(Options{})
