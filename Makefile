@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
 	# The randomized differential tests on new seeds (make test replays
 	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.
 	sh scripts/ensure-redis.sh

@@ -324,7 +324,11 @@ func randHex(n int) string {
 func parseID(id string) (string, error) {
 	tag, r, ok := strings.Cut(id, "-")
 	if !ok || len(tag) != 12 || len(r) != 20 || !isHex(tag) || !isHex(r) {
-		return "", fmt.Errorf("%w: %.80q (want 12 hex digits, '-', 20 hex digits)", ErrBadID, id)
+		show := id
+		if len(show) > 40 {
+			show = show[:40] + "…"
+		}
+		return "", fmt.Errorf("%w: %q (want 12 hex digits, '-', 20 hex digits)", ErrBadID, show)
 	}
 	return tag, nil
 }
