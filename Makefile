@@ -6,7 +6,7 @@ GO ?= go
 # runs under it anyway; listing nothing here keeps -race on everything).
 RACE ?= -race
 
-.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load build clean
+.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway build clean
 
 test: vet unit
 
@@ -59,7 +59,7 @@ fuzz:
 	sh scripts/ensure-redis.sh
 	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores' ./redisstore ./fleet
 
-bench: bench-core bench-redis bench-load
+bench: bench-core bench-redis bench-load bench-gateway
 
 bench-redis:
 	sh scripts/ensure-redis.sh
@@ -74,6 +74,13 @@ bench-load:
 	sh scripts/ensure-redis.sh
 	command -v wrk >/dev/null || apt-get install -y -qq wrk
 	cd bench && $(GO) run ./load -d 10s -runs 2
+
+# nginx in front of a trivial upstream, with and without the auth_request
+# to Sluice of examples/gateways/nginx, side by side; about a minute.
+bench-gateway:
+	sh scripts/ensure-gateways.sh
+	command -v wrk >/dev/null || apt-get install -y -qq wrk
+	cd bench && $(GO) run ./gateway -d 10s -runs 2
 
 clean:
 	rm -f sluice

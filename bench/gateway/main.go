@@ -1,0 +1,491 @@
+// Command gateway measures what asking Sluice costs nginx: in one bounded
+// run on loopback, wrk against nginx proxying to a trivial upstream, with
+// and without the auth_request to Sluice of examples/gateways/nginx. Both
+// nginx configs are the example's, the second with its auth_request line
+// turned off, so the difference is the question to Sluice and nothing
+// else. It prints a Markdown report: requests/s (closed loop), the latency
+// paced at half of the with-Sluice peak, and the CPU per request of nginx
+// and of Sluice, read from /proc/PID/stat.
+//
+//	cd bench && go run ./gateway                 # wrk -t1 -c64, 10s per step, best of 2
+//	cd bench && go run ./gateway -d 5s -runs 1
+//
+// Needs nginx, wrk and go on PATH (Linux only: /proc). nginx runs as one
+// process (master_process off) so that its CPU time is one PID's; Sluice
+// is the sluice binary built from this repository, with the memory store
+// and limits high enough that every request is allowed (the cost measured
+// is the decision, not a refusal).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type options struct {
+	duration time.Duration
+	threads  int
+	conns    int
+	runs     int
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var o options
+	flag.DurationVar(&o.duration, "d", 10*time.Second, "duration of each measured step (at most 20s)")
+	flag.IntVar(&o.threads, "t", 1, "wrk threads")
+	flag.IntVar(&o.conns, "c", 64, "wrk connections")
+	flag.IntVar(&o.runs, "runs", 2, "closed-loop runs per config, interleaved; the report keeps each config's best (other load on a shared machine only ever slows a run down)")
+	flag.Parse()
+	if o.duration <= 0 || o.duration > 20*time.Second || o.runs < 1 || o.runs > 5 {
+		return errors.New("-d must be in (0, 20s] and -runs in 1..5")
+	}
+	for _, bin := range []string{"nginx", "wrk", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found on PATH", bin)
+		}
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-gateway-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+
+	fmt.Fprintln(os.Stderr, "gateway: building sluice")
+	sluiceBin := filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-C", root, "-o", sluiceBin, "./cmd/sluice").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	upstreamAddr, sluiceAddr, withAddr, withoutAddr := ports[0], ports[1], ports[2], ports[3]
+
+	// The upstream: a fixed small body, in this process.
+	body := []byte("hello from upstream\n")
+	up := &http.Server{Addr: upstreamAddr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(body)
+	})}
+	upLn, err := net.Listen("tcp", upstreamAddr)
+	if err != nil {
+		return err
+	}
+	go up.Serve(upLn)
+	defer up.Close()
+
+	var procs procSet
+	defer procs.stopAll()
+
+	// Sluice, on the example's config with limits nobody reaches.
+	yaml, err := os.ReadFile(filepath.Join(root, "examples", "gateways", "nginx", "sluice.yaml"))
+	if err != nil {
+		return err
+	}
+	y, err := replaceAll(string(yaml), "listen: 127.0.0.1:8080", "listen: "+sluiceAddr,
+		"rate: 100/m", "rate: 1000000000/s", "rate: 5/m", "rate: 1000000000/s")
+	if err != nil {
+		return err
+	}
+	y += "log_level: warn\n"
+	sluiceConf := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(sluiceConf, []byte(y), 0o644); err != nil {
+		return err
+	}
+	sluice, err := procs.start(ctx, "sluice", sluiceBin, "serve", "-config", sluiceConf)
+	if err != nil {
+		return err
+	}
+	if err := waitTCP(sluiceAddr, sluice); err != nil {
+		return err
+	}
+
+	// nginx, with and without the auth_request.
+	snippet, err := os.ReadFile(filepath.Join(root, "examples", "gateways", "nginx", "sluice.conf"))
+	if err != nil {
+		return err
+	}
+	start := func(name, listen string, auth bool) (*proc, error) {
+		conf, err := replaceAll(string(snippet),
+			"server 127.0.0.1:8080;", "server "+sluiceAddr+";",
+			"server 127.0.0.1:9000;", "server "+upstreamAddr+";",
+			"listen 8000;", "listen "+listen+";")
+		if err != nil {
+			return nil, err
+		}
+		if !auth {
+			if conf, err = replaceAll(conf, "auth_request /_sluice;", "auth_request off;"); err != nil {
+				return nil, err
+			}
+		}
+		p, err := startNginx(ctx, &procs, filepath.Join(dir, name), conf)
+		if err != nil {
+			return nil, err
+		}
+		return p, waitTCP(listen, p)
+	}
+	without, err := start("without", withoutAddr, false)
+	if err != nil {
+		return err
+	}
+	with, err := start("with", withAddr, true)
+	if err != nil {
+		return err
+	}
+
+	// A request through each must reach the upstream, and the one through
+	// Sluice must carry its headers: otherwise the run measures nothing.
+	for _, c := range []struct {
+		url  string
+		auth bool
+	}{{"http://" + withoutAddr + "/", false}, {"http://" + withAddr + "/", true}} {
+		resp, err := http.Get(c.url)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Equal(b, body) {
+			return fmt.Errorf("GET %s: %d %q, want 200 from the upstream", c.url, resp.StatusCode, b)
+		}
+		if got := resp.Header.Get("X-RateLimit-Limit") != ""; got != c.auth {
+			return fmt.Errorf("GET %s: X-RateLimit-Limit present %v, want %v", c.url, got, c.auth)
+		}
+	}
+
+	loadBefore := loadAvg()
+	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop steps and 2 paced steps of %v (wrk -t%d -c%d)\n", 2*o.runs, o.duration, o.threads, o.conns)
+	var best [2]result
+	for range o.runs {
+		for i, s := range []struct {
+			url  string
+			ps   []*proc
+			name string
+		}{{"http://" + withoutAddr + "/", []*proc{without}, "nginx → upstream"},
+			{"http://" + withAddr + "/", []*proc{with, sluice}, "nginx + auth_request to Sluice → upstream"}} {
+			r, err := wrk(ctx, o, s.url, "", s.ps)
+			if err != nil {
+				return err
+			}
+			r.name = s.name
+			if r.rps > best[i].rps {
+				best[i] = r
+			}
+		}
+	}
+	rate := best[1].rps / 2
+	pw, err := paced(ctx, o, "http://"+withoutAddr+"/", rate, []*proc{without})
+	if err != nil {
+		return err
+	}
+	pa, err := paced(ctx, o, "http://"+withAddr+"/", rate, []*proc{with, sluice})
+	if err != nil {
+		return err
+	}
+	report(os.Stdout, o, best, rate, pw, pa, loadBefore, loadAvg())
+	return nil
+}
+
+// startNginx runs nginx in the foreground as one process on the http-block
+// snippet conf, with its files under dir.
+func startNginx(ctx context.Context, procs *procSet, dir, conf string) (*proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sluice.conf"), []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	main := `master_process off;
+pid ` + filepath.Join(dir, "nginx.pid") + `;
+error_log ` + filepath.Join(dir, "error.log") + ` error;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
+    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
+    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
+    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
+    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
+    include ` + filepath.Join(dir, "sluice.conf") + `;
+}
+`
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(main), 0o644); err != nil {
+		return nil, err
+	}
+	return procs.start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
+}
+
+type result struct {
+	name          string
+	rps           float64
+	requests      int64
+	non2xx        int64
+	p50, p99      time.Duration
+	cpuPerRequest []time.Duration // per server process, in the order given
+}
+
+var (
+	reRPS      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reRequests = regexp.MustCompile(`(\d+) requests in`)
+	reNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	rePct      = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([0-9.]+)(us|ms|s)`)
+)
+
+// wrk runs one closed-loop step and reads the servers' CPU time around it.
+func wrk(ctx context.Context, o options, url, script string, servers []*proc) (result, error) {
+	args := []string{"-t" + strconv.Itoa(o.threads), "-c" + strconv.Itoa(o.conns),
+		"-d" + strconv.Itoa(int(o.duration.Seconds())) + "s", "--latency", "--timeout", "5s"}
+	if script != "" {
+		args = append(args, "-s", script)
+	}
+	args = append(args, url)
+	before := make([]time.Duration, len(servers))
+	for i, p := range servers {
+		var err error
+		if before[i], err = cpuTime(p.cmd.Process.Pid); err != nil {
+			return result{}, err
+		}
+	}
+	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	var r result
+	for i, p := range servers {
+		after, err := cpuTime(p.cmd.Process.Pid)
+		if err != nil {
+			return result{}, err
+		}
+		r.cpuPerRequest = append(r.cpuPerRequest, after-before[i])
+	}
+	if m := reRPS.FindSubmatch(out); m != nil {
+		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if m := reRequests.FindSubmatch(out); m != nil {
+		r.requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if m := reNon2xx.FindSubmatch(out); m != nil {
+		r.non2xx, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	for _, m := range rePct.FindAllSubmatch(out, -1) {
+		d, _ := time.ParseDuration(string(m[2]) + string(m[3]))
+		if string(m[1]) == "50" {
+			r.p50 = d
+		} else {
+			r.p99 = d
+		}
+	}
+	if r.requests == 0 || r.rps == 0 {
+		return r, fmt.Errorf("cannot read wrk output:\n%s", out)
+	}
+	for i := range r.cpuPerRequest {
+		r.cpuPerRequest[i] /= time.Duration(r.requests)
+	}
+	return r, nil
+}
+
+// paced runs wrk at about rate requests/s: each connection waits
+// pacingDelay before each request, so rate × pacingDelay connections give
+// the rate (a little less: each request's own latency adds to the cycle).
+// wrk times each request from when it is sent.
+func paced(ctx context.Context, o options, url string, rate float64, servers []*proc) (result, error) {
+	const pacingDelay = 10 * time.Millisecond
+	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
+	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-gateway-paced-%d.lua", os.Getpid()))
+	if err := os.WriteFile(script, fmt.Appendf(nil, "delay = function() return %d end\n", pacingDelay.Milliseconds()), 0o644); err != nil {
+		return result{}, err
+	}
+	defer os.Remove(script)
+	po := o
+	po.conns = c
+	po.threads = 1
+	return wrk(ctx, po, url, script, servers)
+}
+
+func report(w io.Writer, o options, best [2]result, rate float64, pw, pa result, loadBefore, loadAfter string) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(w, "Gateway run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d interleaved run(s), one nginx process, everything on one machine over loopback.\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), o.threads, o.conns, o.duration, o.runs)
+	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
+	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | nginx CPU/request | Sluice CPU/request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	row := func(name string, r result) {
+		sl := "–"
+		if len(r.cpuPerRequest) > 1 {
+			sl = fmt.Sprintf("%.1f µs", us(r.cpuPerRequest[1]))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs | %s |\n", name, r.rps, r.p50, r.p99, r.non2xx, us(r.cpuPerRequest[0]), sl)
+	}
+	row(best[0].name, best[0])
+	row(best[1].name, best[1])
+	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate), pw)
+	row(fmt.Sprintf("nginx + Sluice → upstream, paced at %.0f/s", rate), pa)
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "- with the auth_request to Sluice: %.0f%% of nginx's own throughput (target ≥ 50%%)\n", 100*best[1].rps/best[0].rps)
+	fmt.Fprintf(w, "- closed loop: Sluice adds %v at p50, %v at p99\n", best[1].p50-best[0].p50, best[1].p99-best[0].p99)
+	fmt.Fprintf(w, "- paced at half of the with-Sluice peak (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50 and %v at p99 (target < 1ms)\n",
+		rate, pw.rps, pa.rps, pa.p50-pw.p50, pa.p99-pw.p99)
+	fmt.Fprintf(w, "- CPU per request: nginx %.1f µs alone, %.1f µs with the subrequest, plus Sluice %.1f µs\n",
+		us(best[0].cpuPerRequest[0]), us(best[1].cpuPerRequest[0]), us(best[1].cpuPerRequest[1]))
+}
+
+func replaceAll(s string, oldnew ...string) (string, error) {
+	for i := 0; i < len(oldnew); i += 2 {
+		if !strings.Contains(s, oldnew[i]) {
+			return "", fmt.Errorf("the example has no %q", oldnew[i])
+		}
+		s = strings.ReplaceAll(s, oldnew[i], oldnew[i+1])
+	}
+	return s, nil
+}
+
+// repoRoot is the directory of the sluice module: the parent of bench/.
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m github.com/sluicehq/sluice: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// cpuTime returns utime+stime of the process from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\nprocessor")) + 1
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	done chan struct{}
+}
+
+type procSet struct{ ps []*proc }
+
+// start runs a child process; its output is kept and shown if it dies.
+func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
+	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	s.ps = append(s.ps, p)
+	return p, nil
+}
+
+// stopAll interrupts every child by its PID (nginx and sluice both shut
+// down on SIGINT) and waits for it.
+func (s *procSet) stopAll() {
+	for _, p := range s.ps {
+		p.cmd.Process.Signal(os.Interrupt)
+	}
+	for _, p := range s.ps {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+func freePorts(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// waitTCP waits until addr accepts connections, bounded by 15s, or fails
+// at once if p exits.
+func waitTCP(addr string, p *proc) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited: %s", p.name, p.logs)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: nothing listens on %s after 15s: %w", p.name, addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a child process's startup
+	}
+}
