@@ -28,6 +28,7 @@
 //     accepted but ignored is a lie to the user.
 //  5. Add it to testdata/config/ok-full.yaml (and its goldens), a bad value
 //     to a testdata/config/bad-*.yaml fixture, and docs/config.md.
+//     TestEveryKeyHasAFixture fails while a key is in no ok-*.yaml fixture.
 //
 // Keys that need a restart to change are listed by the daemon (reload.go).
 package config
