@@ -351,3 +351,29 @@ func BenchmarkMemory1M(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNamespace is the hot key through Store.Take with and without a
+// namespace, the rest of the request alike: what namespacing a Limiter's
+// keys costs a decision, in one binary.
+func BenchmarkNamespace(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow} {
+		lim := newLimiter(b, memstore.New(memstore.Options{}), alg, hotLimit)
+		for _, ns := range []struct{ name, ns string }{{"none", ""}, {"limiter", lim.Namespace()}} {
+			b.Run(alg.String()+"/"+ns.name, func(b *testing.B) {
+				s := memstore.New(memstore.Options{})
+				b.ReportAllocs()
+				i := 0
+				c0 := cpuTime()
+				for b.Loop() {
+					d, err := s.Take(ctx, sluice.Request{Namespace: ns.ns, Key: "hot", Algorithm: alg, Limit: hotLimit, Cost: 1, Now: at(i)})
+					if err != nil || !d.Allowed {
+						b.Fatalf("Take = %+v, %v", d, err)
+					}
+					i++
+				}
+				reportCPU(b, c0, int64(i))
+			})
+		}
+	}
+}
