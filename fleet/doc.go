@@ -2,6 +2,11 @@
 // share one store (redisstore): each wraps a Store and is one, so they stack
 // and work the same under a library user's Limiter and under the daemon.
 //
+//   - Sync (a soft limit) decides locally from its last view of the shared
+//     count and reconciles with the store once per interval, in one batch;
+//     the fleet may pass a limit by a bound its documentation states.
+//   - Lease (a hard limit) reserves quota from the store in chunks and
+//     spends it locally; the fleet never passes the limit.
 //   - OverLimitCache answers requests a key is known to refuse without a
 //     store call, exactly (it never refuses what the store would admit).
 //   - Fallback decides in memory, at a share of each limit, while the store
@@ -9,5 +14,7 @@
 //
 // Order matters when stacking: put the OverLimitCache next to the shared
 // store and the Fallback outside it, so that the cache only ever learns from
-// the shared store's refusals.
+// the shared store's refusals. Sync and Lease need the shared store itself
+// (its Sync, Lease and Return); requests they do not handle go to the store
+// they wrap.
 package fleet

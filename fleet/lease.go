@@ -1,0 +1,443 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// LeaseStore is the shared store a Lease decorates; *redisstore.Store is one.
+type LeaseStore interface {
+	sluice.Store
+	// Lease reserves up to r.Cost units of r.Key's quota, atomically.
+	// First it gives back the expired units of back, if any.
+	Lease(ctx context.Context, r sluice.Request, back redisstore.ReturnOp) (redisstore.Grant, error)
+	// Return gives back units reserved and not spent.
+	Return(ctx context.Context, ops []redisstore.ReturnOp) error
+}
+
+// LeaseOptions configure a Lease.
+type LeaseOptions struct {
+	// Chunk is how many units the instance reserves at a time; it gets
+	// fewer when fewer are left. 0 is auto: a sixteenth of what the
+	// instance last saw left (at least one), so the chunks shrink as the
+	// limit nears and the last units go one by one.
+	Chunk int64
+	// Applies selects the requests Lease decides; the others go to the
+	// shared store unchanged. Nil selects every request whose algorithm
+	// can be shared (redisstore.Shareable).
+	Applies func(*sluice.Request) bool
+	// OnLease, if set, is called after every reservation with the units
+	// asked and granted, how long the round trip took, and its error.
+	OnLease func(asked, granted int64, took time.Duration, err error)
+}
+
+// Validate reports whether o can be used.
+func (o LeaseOptions) Validate() error {
+	if o.Chunk < 0 {
+		return fmt.Errorf("fleet: lease: chunk %d must not be negative (0 is auto)", o.Chunk)
+	}
+	return nil
+}
+
+// autoShare is the part of what is left that an auto lease reserves.
+const autoShare = 16
+
+// Lease is a hard limit: a sluice.Store that reserves quota from the shared
+// store atomically, in chunks, and spends it locally. The fleet never admits
+// more than the limit: every admission spends a unit the store counted
+// before. It may admit less, by at most the units reserved and not spent:
+// those of a window expire with it, a bucket's are dropped one Period after
+// they were reserved, and Close gives back what is left.
+//
+// When the store has nothing left, the instance denies on its own until the
+// store said a unit frees up (the end of the window, or the time a bucket
+// refills enough for a chunk), so a key over its limit costs no round trip
+// per request. Quota given back by another instance's Close meanwhile waits
+// for that time.
+//
+// It handles token_bucket, gcra, fixed_window and sliding_window_counter
+// with one segment (see Sync for why not the others); a lease of the
+// counter lasts until the end of the sub-window it was counted in, so that
+// every unit spent was counted in the window it was spent in.
+//
+// Decisions: Remaining is the units held plus what the store had left at
+// the last reservation (other instances may have taken some since);
+// RetryAfter of a denial is the store's.
+type Lease struct {
+	inner LeaseStore
+	opts  LeaseOptions
+
+	mu     sync.Mutex
+	keys   map[string]*leaseEntry
+	closed atomic.Bool
+
+	calls, granted, returned, local atomic.Uint64
+}
+
+var _ sluice.Store = (*Lease)(nil)
+
+type leaseEntry struct {
+	key   string
+	alg   sluice.Algorithm
+	limit sluice.Limit
+	ticks sluice.Ticks
+
+	mu        sync.Mutex
+	units     int64        // reserved, not spent
+	window    int64        // the State.T of the grant, to give units back
+	until     int64        // µs: the units expire then
+	expired   int64        // units of an expired lease, given back with the next grant
+	expWindow int64        // their window
+	read      bool         // st holds the store's state at a grant
+	st        sluice.State // the store's state after the last grant
+	gnow      int64        // µs: the store's time at it
+	skew      int64        // µs: the instance's clock minus the store's, at it
+	denyUntil int64        // µs: the store has nothing for us until then…
+	denyNeed  int64        // …for requests needing this many units or more
+}
+
+// NewLease returns a Lease over inner.
+func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Lease{inner: inner, opts: o, keys: make(map[string]*leaseEntry)}, nil
+}
+
+func (l *Lease) applies(r *sluice.Request) bool {
+	if l.closed.Load() || !redisstore.Shareable(r.Algorithm, r.Limit) {
+		return false
+	}
+	return l.opts.Applies == nil || l.opts.Applies(r)
+}
+
+// LeaseStats are a Lease's counters since it started.
+type LeaseStats struct {
+	Calls    uint64 // reservations asked of the store
+	Granted  uint64 // units reserved
+	Returned uint64 // units given back: expired, and by Close
+	Local    uint64 // decisions made locally
+	Keys     int    // keys held now
+}
+
+// Stats returns the counters.
+func (l *Lease) Stats() LeaseStats {
+	l.mu.Lock()
+	n := len(l.keys)
+	l.mu.Unlock()
+	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Local: l.local.Load(), Keys: n}
+}
+
+// entry returns r's entry, locked.
+func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) *leaseEntry {
+	l.mu.Lock()
+	e := l.keys[r.Key]
+	if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
+		// New, or its rule changed: units reserved under the old limit
+		// expire with their window.
+		e = &leaseEntry{key: r.Key, alg: r.Algorithm, limit: r.Limit, ticks: t}
+		l.keys[r.Key] = e
+	}
+	l.mu.Unlock()
+	e.mu.Lock()
+	return e
+}
+
+// Take decides r on the units the instance holds, reserving more when they
+// run out.
+func (l *Lease) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if !l.applies(&r) {
+		return l.inner.Take(ctx, r)
+	}
+	t, err := check(&r)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("fleet: lease: take %q: %w", r.Key, err)
+	}
+	e := l.entry(&r, t)
+	defer e.mu.Unlock()
+	var d sluice.Decision
+	if err := l.ensure(ctx, e, &r, r.Cost, &d); err != nil {
+		return sluice.Decision{}, err
+	}
+	if d.Allowed {
+		e.units -= r.Cost
+		e.info(r.Now.UnixMicro(), &d)
+	}
+	l.local.Add(1)
+	return d, nil
+}
+
+// ensure makes e hold at least need units at r.Now if the store can give
+// them, and fills *d with the decision for need (Allowed if held). e.mu is
+// held.
+func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, need int64, d *sluice.Decision) error {
+	us := r.Now.UnixMicro()
+	if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
+		e.units = min(e.units, e.valid(us))
+	}
+	if us >= e.until && e.units > 0 {
+		// Expired: given back with the next grant (for the sliding
+		// window counter it still weighs on the next sub-window).
+		e.expired, e.expWindow = e.units, e.window
+		e.units = 0
+	}
+	*d = sluice.Decision{Limit: e.ticks.Rate}
+	e.info(us, d)
+	capacity := e.ticks.Rate
+	if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
+		capacity = e.ticks.Burst
+	}
+	over := need > capacity
+	switch {
+	case over && e.read:
+		d.RetryAfter = sluice.Never
+		return nil
+	case e.units >= need && (need > 0 || e.read):
+		d.Allowed = true
+		return nil
+	case us < e.denyUntil && need >= e.denyNeed:
+		d.RetryAfter = e.retry(us, need, l.opts.Chunk)
+		if d.RetryAfter == 0 { // another instance took what the view shows
+			d.RetryAfter = time.Duration(e.denyUntil-us) * time.Microsecond
+		}
+		return nil
+	}
+	want := l.opts.Chunk
+	if want == 0 {
+		left := capacity
+		if e.read {
+			left = d.Remaining - e.units
+		}
+		want = max(1, (left+autoShare-1)/autoShare)
+	}
+	want = max(want, need-e.units)
+	if need == 0 || over {
+		want = 0 // a query: read what is left
+	}
+	q := *r
+	q.Cost = want
+	start := time.Now()
+	back := redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow}
+	g, err := l.inner.Lease(ctx, q, back)
+	if l.opts.OnLease != nil {
+		l.opts.OnLease(want, g.Units, time.Since(start), err)
+	}
+	if err != nil {
+		return fmt.Errorf("fleet: lease: take %q: %w", r.Key, err)
+	}
+	l.calls.Add(1)
+	l.granted.Add(uint64(g.Units))
+	l.returned.Add(uint64(e.expired))
+	e.expired = 0
+	if g.Units > 0 {
+		if e.units == 0 || g.State.T != e.window && e.alg != sluice.TokenBucket && e.alg != sluice.GCRA {
+			e.units = 0 // units of an older window are worth nothing now
+		}
+		e.units += g.Units
+		e.window = g.State.T
+		switch e.alg {
+		case sluice.FixedWindow, sluice.SlidingWindowCounter:
+			e.until = us + (windowStart(&e.ticks, &g.State) + e.ticks.Period*e.ticks.Tick - g.Now)
+		default:
+			e.until = math.MaxInt64 // see valid
+		}
+	}
+	e.read, e.st, e.gnow, e.skew = true, g.State, g.Now, us-g.Now
+	if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
+		e.units = min(e.units, e.valid(us))
+	}
+	e.info(us, d)
+	switch {
+	case over:
+		d.RetryAfter = sluice.Never
+		return nil
+	case e.units >= need:
+		d.Allowed = true
+		return nil
+	}
+	// Not enough: wait until the store, with the units held given back,
+	// can give all of need.
+	retry := e.retry(us, need, l.opts.Chunk)
+	e.denyUntil, e.denyNeed = us+retry.Microseconds(), need
+	d.RetryAfter = max(retry, time.Microsecond)
+	return nil
+}
+
+// retry is how long from us until the store's state at the last grant, with
+// the units held given back, can give need units (for a bucket, at least a
+// chunk's worth, so that a drained bucket is not asked once per refilled
+// token by every instance). e.mu is held.
+func (e *leaseEntry) retry(us, need, chunk int64) time.Duration {
+	ask := need
+	if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
+		ask = min(e.ticks.Burst, max(need, (e.ticks.Burst+autoShare*4-1)/(autoShare*4), chunk))
+	}
+	st := e.st
+	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
+	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
+	var w sluice.Decision
+	if _, err := e.alg.TakeMicro(&w, &st, &e.limit, us-e.skew, ask); err != nil || w.Allowed {
+		return 0
+	}
+	return w.RetryAfter
+}
+
+// valid is how many units a bucket's lease may still spend at us. The
+// store's debt refills from the oldest tokens up, and the units held are
+// the newest: they are good while the debt the store had at the last grant,
+// refilled until us, still covers them. Past that, spending one would let
+// the fleet pass the burst (the store would count it as refilled).
+func (e *leaseEntry) valid(us int64) int64 {
+	if !e.read {
+		return 0
+	}
+	t := &e.ticks
+	st := e.st
+	d := debtAt(e.alg, t, &st, floorDiv(us-e.skew, t.Tick))
+	return d / t.Period
+}
+
+// info sets d's Remaining and ResetAfter at us: what the store's state at
+// the last grant, with the units this instance holds given back, has left
+// at us (refilled, or in a new window), as if no other instance had taken
+// any since. e.mu is held.
+func (e *leaseEntry) info(us int64, d *sluice.Decision) {
+	d.Remaining, d.ResetAfter = e.units, 0
+	if !e.read {
+		return
+	}
+	st := e.st
+	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
+	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
+	var q sluice.Decision
+	if _, err := e.alg.TakeMicro(&q, &st, &e.limit, us-e.skew, 0); err == nil {
+		d.Remaining = max(0, q.Remaining)
+		d.ResetAfter = q.ResetAfter
+	}
+}
+
+// TakeAll decides rs as one: every request Lease handles must be covered
+// by units held (reserving more as needed), and the others allowed by the
+// shared store; units are spent only if all are allowed. Units reserved for
+// a request that ends up denied stay with the instance.
+func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) != len(rs) {
+		return fmt.Errorf("fleet: lease: take all: %d decisions for %d requests", len(ds), len(rs))
+	}
+	var loc, rem []int
+	ticks := make([]sluice.Ticks, len(rs))
+	for i := range rs {
+		if !l.applies(&rs[i]) {
+			rem = append(rem, i)
+			continue
+		}
+		t, err := check(&rs[i])
+		if err != nil {
+			return fmt.Errorf("fleet: lease: take all %q: %w", rs[i].Key, err)
+		}
+		ticks[i] = t
+		loc = append(loc, i)
+	}
+	if len(loc) == 0 {
+		return l.inner.TakeAll(ctx, rs, ds)
+	}
+	slices.SortStableFunc(loc, func(a, b int) int { return strings.Compare(rs[a].Key, rs[b].Key) })
+	entries := map[string]*leaseEntry{}
+	need := map[*leaseEntry]int64{}
+	var held []*leaseEntry
+	defer func() {
+		for _, e := range held {
+			e.mu.Unlock()
+		}
+	}()
+	allowed := true
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[r.Key]
+		if e == nil {
+			e = l.entry(r, ticks[i])
+			held = append(held, e)
+			entries[r.Key] = e
+		} else if e.alg != r.Algorithm || e.limit != r.Limit {
+			return fmt.Errorf("fleet: lease: take all %q: one key with two algorithms or limits", r.Key)
+		}
+		need[e] += r.Cost
+		if err := l.ensure(ctx, e, r, need[e], &ds[i]); err != nil {
+			return err
+		}
+		allowed = allowed && ds[i].Allowed
+	}
+	if len(rem) > 0 {
+		rrs := make([]sluice.Request, len(rem))
+		rds := make([]sluice.Decision, len(rem))
+		for j, i := range rem {
+			rrs[j] = rs[i]
+			if !allowed {
+				rrs[j].Cost = 0
+			}
+		}
+		if err := l.inner.TakeAll(ctx, rrs, rds); err != nil {
+			return err
+		}
+		for j, i := range rem {
+			ds[i] = rds[j]
+		}
+		allowed = allowed && sluice.AllAllowed(rds)
+	}
+	if !allowed {
+		return nil
+	}
+	for e, n := range need {
+		e.units -= n
+	}
+	for _, i := range loc {
+		e := entries[rs[i].Key]
+		e.info(rs[i].Now.UnixMicro(), &ds[i])
+	}
+	l.local.Add(uint64(len(loc)))
+	return nil
+}
+
+// Close gives back every unit held and not expired, in one round trip, and
+// sends later requests to the shared store.
+func (l *Lease) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	now := time.Now()
+	us := now.UnixMicro()
+	var ops []redisstore.ReturnOp
+	l.mu.Lock()
+	for _, e := range l.keys {
+		e.mu.Lock()
+		if e.units > 0 && us < e.until {
+			ops = append(ops, redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: now})
+			e.units = 0
+		}
+		if e.expired > 0 {
+			ops = append(ops, redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: now})
+			e.expired = 0
+		}
+		e.mu.Unlock()
+	}
+	l.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	err := l.inner.Return(context.Background(), ops)
+	if err == nil {
+		for _, op := range ops {
+			l.returned.Add(uint64(op.Units))
+		}
+	}
+	return err
+}

@@ -1,0 +1,512 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// SyncStore is the shared store a Sync decorates; *redisstore.Store is one.
+type SyncStore interface {
+	sluice.Store
+	// Sync adds each op's hits to its key and reads back the key's state,
+	// in one round trip for the whole batch.
+	Sync(ctx context.Context, ops []redisstore.SyncOp) error
+}
+
+// SyncOptions configure a Sync.
+type SyncOptions struct {
+	// Interval is how often the instance sends its hits and reads back the
+	// global counts: one batch, one round trip, for every key it decided
+	// since the last batch. Required.
+	Interval time.Duration
+	// Applies selects the requests Sync decides; the others go to the
+	// shared store unchanged. Nil selects every request whose algorithm
+	// can be shared (redisstore.Shareable).
+	Applies func(*sluice.Request) bool
+	// OnBatch, if set, is called after every batch with its number of
+	// keys, how long the round trip took, and its error.
+	OnBatch func(keys int, took time.Duration, err error)
+}
+
+// Validate reports whether o can be used.
+func (o SyncOptions) Validate() error {
+	if o.Interval <= 0 {
+		return fmt.Errorf("fleet: sync: interval %v must be positive", o.Interval)
+	}
+	return nil
+}
+
+// Sync is a soft limit: a sluice.Store that decides locally, from its last
+// view of every instance's count plus its own hits since, and reconciles
+// with the shared store once per Interval in one batch.
+//
+// # The bound
+//
+// An instance admits a request while its view is under the limit; its view
+// lacks only the other instances' hits that the store has not yet returned
+// to it. A hit is sent at most one Interval after it was admitted and read
+// back by another instance at most one Interval (plus a round trip) after
+// that, so with n instances each admitting at most λ/n requests per second,
+// the fleet passes the limit by at most
+//
+//	overshoot ≤ (n−1)/n · λ · (2·Interval + RTT)
+//
+// requests (and by at most (n−1) × the limit in any case: each instance
+// alone stops at the limit). For a limit of R per period P under k-fold
+// overload, λ = k·R/P and the overshoot is a fraction 2k·(n−1)/n ·
+// Interval/P of R: 2.2% for n = 3, k = 10, Interval 100ms, P 1 minute. The
+// token bucket and GCRA pay an overshoot back: their debt may pass the
+// burst, and the fleet then waits for it to refill.
+//
+// A key the instance has not decided for two intervals is read from the
+// store before its next decision (one round trip), so a view is never older
+// than that; a key decided on every interval costs no round trip of its own.
+//
+// # Algorithms
+//
+// token_bucket, gcra, fixed_window and sliding_window_counter with one
+// segment: states that hits counted elsewhere can be added to. Requests of
+// other algorithms go to the shared store, exact: the sliding log keeps a
+// time per admission, the multi-segment counter a ring of counts, and the
+// leaky bucket hands out places in one queue (a Delay), which instances
+// cannot assign without asking each other.
+//
+// # Decisions
+//
+// Allowed, Remaining and the durations are those of the instance's view. A
+// single instance decides exactly as the shared store would: it passes
+// sluicetest.
+type Sync struct {
+	inner SyncStore
+	opts  SyncOptions
+
+	mu      sync.Mutex
+	keys    map[string]*syncEntry
+	touched []*syncEntry // decided on since the last batch
+
+	closed   atomic.Bool
+	closeErr error // the last batch's, set before done is closed
+	stop     chan struct{}
+	done     chan struct{}
+
+	batches, batchKeys, batchErrs, loads, local atomic.Uint64
+	overshoot, maxOvershoot                     atomic.Int64
+}
+
+var _ sluice.Store = (*Sync)(nil)
+
+type syncEntry struct {
+	key   string
+	alg   sluice.Algorithm
+	limit sluice.Limit
+	ticks sluice.Ticks
+
+	touched atomic.Bool // in Sync.touched, or about to be
+	dead    atomic.Bool // evicted: look the key up again
+
+	mu       sync.Mutex
+	view     sluice.State
+	hits     []redisstore.Hit // admitted since the last snapshot
+	inflight bool             // hits of a batch are on their way
+	loading  chan struct{}    // closed when a load ends
+	synced   time.Time        // when the view was last read back
+}
+
+// NewSync returns a Sync over inner and starts its batch loop; Close stops it.
+func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sync{inner: inner, opts: o, keys: make(map[string]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+func (s *Sync) applies(r *sluice.Request) bool {
+	if s.closed.Load() || !redisstore.Shareable(r.Algorithm, r.Limit) {
+		return false
+	}
+	return s.opts.Applies == nil || s.opts.Applies(r)
+}
+
+// SyncStats are a Sync's counters since it started.
+type SyncStats struct {
+	Batches     uint64 // batches sent
+	BatchKeys   uint64 // keys in them, summed
+	BatchErrors uint64 // batches that failed (their hits are sent again)
+	Loads       uint64 // keys read before a decision: new, or idle two intervals
+	Local       uint64 // decisions made locally
+	Keys        int    // keys held now
+	// Overshoot is how far over its limit the last batch found a key (in
+	// requests of cost 1), and MaxOvershoot the most seen: what this
+	// instance can observe of the fleet's error.
+	Overshoot, MaxOvershoot int64
+}
+
+// Stats returns the counters.
+func (s *Sync) Stats() SyncStats {
+	s.mu.Lock()
+	n := len(s.keys)
+	s.mu.Unlock()
+	return SyncStats{
+		Batches: s.batches.Load(), BatchKeys: s.batchKeys.Load(), BatchErrors: s.batchErrs.Load(),
+		Loads: s.loads.Load(), Local: s.local.Load(), Keys: n,
+		Overshoot: s.overshoot.Load(), MaxOvershoot: s.maxOvershoot.Load(),
+	}
+}
+
+// check validates what the local path needs.
+func check(r *sluice.Request) (sluice.Ticks, error) {
+	if r.Cost < 0 {
+		return sluice.Ticks{}, fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
+	}
+	return r.Limit.Ticks()
+}
+
+// Take decides r locally (see Sync) or, if Sync does not handle it, in the
+// shared store.
+func (s *Sync) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if !s.applies(&r) {
+		return s.inner.Take(ctx, r)
+	}
+	t, err := check(&r)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+	}
+	e, err := s.acquire(ctx, &r, t)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	var d sluice.Decision
+	err = e.decide(&r, &e.view, &d)
+	e.mu.Unlock()
+	s.touch(e)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+	}
+	s.local.Add(1)
+	return d, nil
+}
+
+// decide runs r on st (the view, or a copy of it) and records the hit.
+func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decision) error {
+	us := r.Now.UnixMicro()
+	if _, err := r.Algorithm.TakeMicro(d, st, &r.Limit, us, r.Cost); err != nil {
+		return err
+	}
+	d.Remaining = max(0, d.Remaining)
+	if d.Allowed && r.Cost > 0 {
+		at := us
+		if r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter {
+			// Counted in the view's window, which may be ahead of now.
+			at = max(at, windowStart(&e.ticks, st))
+		}
+		e.record(redisstore.Hit{At: at, Cost: r.Cost})
+	}
+	return nil
+}
+
+// maxHits bounds the hits a bucket keeps per key between batches; past it
+// a hit merges into the last one, at the later time (stricter: the merged
+// cost misses the refill in between). Window hits merge per window, exactly.
+const maxHits = 64
+
+func (e *syncEntry) record(h redisstore.Hit) {
+	if n := len(e.hits); n > 0 {
+		last := &e.hits[n-1]
+		switch e.alg {
+		case sluice.FixedWindow, sluice.SlidingWindowCounter:
+			p := e.ticks.Period * e.ticks.Tick
+			if floorDiv(last.At, p) == floorDiv(h.At, p) {
+				last.Cost += h.Cost
+				return
+			}
+		default:
+			if last.At == h.At || n >= maxHits {
+				last.At = max(last.At, h.At)
+				last.Cost += h.Cost
+				return
+			}
+		}
+	}
+	e.hits = append(e.hits, h)
+}
+
+// touch puts e in the next batch.
+func (s *Sync) touch(e *syncEntry) {
+	if e.touched.Swap(true) {
+		return
+	}
+	s.mu.Lock()
+	s.touched = append(s.touched, e)
+	s.mu.Unlock()
+}
+
+// acquire returns r's entry, locked, with a view at most two intervals old.
+func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (*syncEntry, error) {
+	for {
+		s.mu.Lock()
+		e := s.keys[r.Key]
+		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
+			// New, or its rule changed: start over from the store. The
+			// old entry's hits still go out with the next batch.
+			e = &syncEntry{key: r.Key, alg: r.Algorithm, limit: r.Limit, ticks: t}
+			s.keys[r.Key] = e
+		}
+		s.mu.Unlock()
+		e.mu.Lock()
+		if e.dead.Load() {
+			e.mu.Unlock()
+			continue
+		}
+		if e.inflight || (!e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval) {
+			return e, nil // fresh, or a batch is about to refresh it
+		}
+		if ch := e.loading; ch != nil {
+			e.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
+			}
+		}
+		ch := make(chan struct{})
+		e.loading = ch
+		ops := []redisstore.SyncOp{e.snapshot()}
+		e.mu.Unlock()
+		s.loads.Add(1)
+		err := s.inner.Sync(ctx, ops)
+		e.mu.Lock()
+		e.loading = nil
+		close(ch)
+		s.settle(e, &ops[0], time.Now())
+		if err != nil {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+		}
+		return e, nil
+	}
+}
+
+// snapshot moves e's hits into a batch op. e.mu is held.
+func (e *syncEntry) snapshot() redisstore.SyncOp {
+	op := redisstore.SyncOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
+	e.hits = nil
+	e.inflight = true
+	return op
+}
+
+// settle takes a batch op's reply into e: the view becomes the shared
+// state plus the hits admitted since the snapshot. On failure the hits go
+// back, to be sent again. e.mu is held.
+func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
+	e.inflight = false
+	if op.Err != nil {
+		e.hits = append(op.Hits, e.hits...)
+		return
+	}
+	e.view = op.State
+	for _, h := range e.hits {
+		addHit(e.alg, &e.ticks, &e.view, h)
+	}
+	e.synced = now
+	if o := overshoot(e.alg, &e.ticks, &op.State, op.Now); o > 0 || len(op.Hits) > 0 {
+		s.overshoot.Store(o)
+		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
+		}
+	}
+}
+
+// TakeAll decides rs as one: the requests Sync handles on copies of their
+// views, the others in the shared store; all are counted only if every one
+// is allowed. When a local request is denied, the others are asked without
+// counting (cost 0).
+func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) != len(rs) {
+		return fmt.Errorf("fleet: sync: take all: %d decisions for %d requests", len(ds), len(rs))
+	}
+	var loc, rem []int
+	ticks := make([]sluice.Ticks, len(rs))
+	for i := range rs {
+		if !s.applies(&rs[i]) {
+			rem = append(rem, i)
+			continue
+		}
+		t, err := check(&rs[i])
+		if err != nil {
+			return fmt.Errorf("fleet: sync: take all %q: %w", rs[i].Key, err)
+		}
+		ticks[i] = t
+		loc = append(loc, i)
+	}
+	if len(loc) == 0 {
+		return s.inner.TakeAll(ctx, rs, ds)
+	}
+	// Lock each key once, in key order.
+	slices.SortStableFunc(loc, func(a, b int) int { return strings.Compare(rs[a].Key, rs[b].Key) })
+	entries := map[string]*syncEntry{}
+	views := map[*syncEntry]*sluice.State{}
+	var held []*syncEntry
+	defer func() {
+		for _, e := range held {
+			e.mu.Unlock()
+			s.touch(e)
+		}
+	}()
+	allowed := true
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[r.Key]
+		if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
+			if e != nil {
+				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
+			}
+			var err error
+			if e, err = s.acquire(ctx, r, ticks[i]); err != nil {
+				return err
+			}
+			held = append(held, e)
+			entries[r.Key] = e
+			v := e.view
+			views[e] = &v
+		}
+		var d sluice.Decision
+		if _, err := r.Algorithm.TakeMicro(&d, views[e], &r.Limit, r.Now.UnixMicro(), r.Cost); err != nil {
+			return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
+		}
+		d.Remaining = max(0, d.Remaining)
+		ds[i] = d
+		allowed = allowed && d.Allowed
+	}
+	if len(rem) > 0 {
+		rrs := make([]sluice.Request, len(rem))
+		rds := make([]sluice.Decision, len(rem))
+		for j, i := range rem {
+			rrs[j] = rs[i]
+			if !allowed {
+				rrs[j].Cost = 0
+			}
+		}
+		if err := s.inner.TakeAll(ctx, rrs, rds); err != nil {
+			return err
+		}
+		for j, i := range rem {
+			ds[i] = rds[j]
+		}
+		allowed = allowed && sluice.AllAllowed(rds)
+	}
+	if !allowed {
+		return nil
+	}
+	// Commit: replay the requests on the views themselves, recording hits.
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[r.Key]
+		var d sluice.Decision
+		if err := e.decide(r, &e.view, &d); err != nil {
+			return err
+		}
+	}
+	s.local.Add(uint64(len(loc)))
+	return nil
+}
+
+// loop sends a batch every interval until Close.
+func (s *Sync) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	var prev []*syncEntry
+	for {
+		select {
+		case <-s.stop:
+			_, s.closeErr = s.flush(nil)
+			return
+		case <-t.C:
+			prev, _ = s.flush(prev)
+		}
+	}
+}
+
+// flush sends one batch with every key decided on since the last one, and
+// forgets the keys of the batch before (prev) that nobody decided on since:
+// their views are too old to use, and their next decision reads them again.
+// It returns this batch's keys and error.
+func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
+	s.mu.Lock()
+	batch := s.touched
+	s.touched = nil
+	s.mu.Unlock()
+	for _, e := range prev {
+		e.mu.Lock()
+		if !e.touched.Load() && len(e.hits) == 0 && !e.inflight && e.loading == nil {
+			e.dead.Store(true)
+		}
+		e.mu.Unlock()
+		if e.dead.Load() {
+			s.mu.Lock()
+			if s.keys[e.key] == e {
+				delete(s.keys, e.key)
+			}
+			s.mu.Unlock()
+		}
+	}
+	ops := make([]redisstore.SyncOp, 0, len(batch))
+	sent := batch[:0]
+	for _, e := range batch {
+		e.mu.Lock()
+		e.touched.Store(false)
+		if e.inflight || e.loading != nil {
+			e.mu.Unlock()
+			s.touch(e) // a load is reading it; next batch
+			continue
+		}
+		ops = append(ops, e.snapshot())
+		sent = append(sent, e)
+		e.mu.Unlock()
+	}
+	if len(ops) == 0 {
+		return sent, nil
+	}
+	// The batch outlives no Close: bound it by the store's own timeout.
+	start := time.Now()
+	err := s.inner.Sync(context.Background(), ops)
+	took := time.Since(start)
+	now := time.Now()
+	for i, e := range sent {
+		e.mu.Lock()
+		s.settle(e, &ops[i], now)
+		e.mu.Unlock()
+	}
+	s.batches.Add(1)
+	s.batchKeys.Add(uint64(len(ops)))
+	if err != nil {
+		s.batchErrs.Add(1)
+	}
+	if s.opts.OnBatch != nil {
+		s.opts.OnBatch(len(ops), took, err)
+	}
+	return sent, err
+}
+
+// Close sends the hits not yet sent and stops the batch loop; it returns
+// the error of that last batch. Decisions after Close go to the shared
+// store.
+func (s *Sync) Close() error {
+	if s.closed.Swap(true) {
+		<-s.done
+		return nil
+	}
+	close(s.stop)
+	<-s.done
+	return s.closeErr
+}

@@ -1,0 +1,149 @@
+-- fleet.lua: the scripts of the fleet decorators (package fleet) for the
+-- algorithms whose state is the string "T N M" and that a fleet can share
+-- by counting: token_bucket (1), fixed_window (3), sliding_window_counter
+-- with one segment (5) and gcra (6). Every step mirrors the Go functions in
+-- sync.go and lease.go, which mirror the root package's state machines.
+--
+-- KEYS[1]: the key. ARGV[1] the mode: 'sync', 'grant' or 'return';
+-- ARGV[2] the algorithm; ARGV[3] Rate, ARGV[4] Burst, ARGV[5] Period, all
+-- in ticks; ARGV[6] the tick (µs); ARGV[7] the expiry margin (ms); ARGV[8]
+-- now (µs since the epoch), or '' for Redis' clock; the rest per mode:
+--   sync:   pairs (at µs, cost): hits counted elsewhere, added without a
+--           check, in order. Returns {state read-after ('' if none), now}.
+--   grant:  ARGV[9] want: reserve up to want units at now; ARGV[10],
+--           ARGV[11]: units of an expired lease and their window, given
+--           back first (as return does). Returns {granted, state after, now}.
+--   return: ARGV[9] units, ARGV[10] the window (T) they were granted in:
+--           give back units not spent. Returns {0, state after, now}.
+-- Exact arithmetic as in take_head.lua: integers below 2^53, floor
+-- division as (a - a % b) / b.
+local key, mode, alg = KEYS[1], ARGV[1], ARGV[2] + 0
+local rate, burst, period, tick, margin = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
+local us = ARGV[8]
+if us == '' then
+  local t = redis.call('TIME')
+  us = t[1] * 1000000 + t[2]
+else
+  us = us + 0
+end
+local function fdiv(a, b) return (a - a % b) / b end
+local function cdiv(a, b) return (a + (-a) % b) / b end
+local v = redis.call('GET', key)
+local T, N, M = 0, 0, 0
+if v then
+  T, N, M = string.match(v, '^(%S+) (%S+) (%S+)$')
+  T, N, M = T + 0, N + 0, M + 0
+end
+
+-- debt is the bucket's debt (token-ticks) at now, for the token bucket and
+-- GCRA; setDebt stores it back.
+local function debt(now)
+  if alg == 1 then
+    if N > 0 and now > T then
+      local r = (now - T) * rate
+      if r >= N then return 0 end
+      return N - r
+    end
+    return N
+  end
+  if T > now or (T == now and N > 0) then return (T - now) * rate + N end
+  return 0
+end
+local function setDebt(now, d)
+  if alg == 1 then
+    N = d
+    if now > T then T = now end
+  else
+    N = d % rate
+    T = now + (d - N) / rate
+  end
+end
+-- advance moves a window algorithm to window (sub-window) w at least.
+local function advance(w)
+  if w <= T then return end
+  if alg == 5 and w == T + 1 then M = N else M = 0 end
+  T, N = w, 0
+end
+
+local now = fdiv(us, tick)
+local out = 0
+-- giveBack returns units not spent, granted in window w.
+local function giveBack(units, w)
+  if units <= 0 then return end
+  if alg == 1 or alg == 6 then
+    local d = debt(now) - units * period
+    if d < 0 then d = 0 end
+    setDebt(now, d)
+  elseif w == T then
+    N = N - units
+    if N < 0 then N = 0 end
+  elseif alg == 5 and w == T - 1 then
+    M = M - units
+    if M < 0 then M = 0 end
+  end
+end
+if mode == 'sync' then
+  if #ARGV == 8 then return {v or '', us} end
+  for i = 9, #ARGV, 2 do
+    local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
+    if alg == 1 or alg == 6 then
+      setDebt(at, debt(at) + cost * period)
+    else
+      local w = fdiv(at, period)
+      advance(w)
+      if w == T then N = N + cost elseif alg == 5 and w == T - 1 then M = M + cost end
+    end
+  end
+elseif mode == 'grant' then
+  local want = ARGV[9] + 0
+  giveBack(ARGV[10] + 0, ARGV[11] + 0)
+  local avail
+  if alg == 1 or alg == 6 then
+    local d = debt(now)
+    avail = fdiv(burst * period - d, period)
+    if avail < 0 then avail = 0 end
+    if avail > want then avail = want end
+    setDebt(now, d + avail * period)
+  else
+    local w = fdiv(now, period)
+    if w < T then
+      w = T
+      now = T * period
+    end
+    advance(w)
+    local est = N
+    if alg == 5 then est = fdiv(M * ((w + 1) * period - now), period) + N end
+    avail = rate - est
+    if avail < 0 then avail = 0 end
+    if avail > want then avail = want end
+    N = N + avail
+  end
+  out = avail
+else -- return
+  giveBack(ARGV[9] + 0, ARGV[10] + 0)
+end
+-- Save, to expire the margin after the state is at rest.
+local idle
+if alg == 1 then
+  idle = T + cdiv(N, rate)
+elseif alg == 6 then
+  idle = T
+  if N > 0 then idle = T + 1 end
+elseif alg == 3 then
+  idle = (T + 1) * period
+else
+  idle = (T + 2) * period
+end
+local s = string.format('%d %d %d', T, N, M)
+if T == 0 and N == 0 and M == 0 then
+  redis.call('DEL', key)
+  s = ''
+else
+  local x = idle * tick - us
+  local ms = margin
+  if x > 0 then ms = ms + cdiv(x, 1000) end
+  if ms < 1 then ms = 1 end
+  redis.call('SET', key, s, 'PX', ms)
+end
+if mode == 'sync' then return {s, us} end
+return {out, s, us}

@@ -1,0 +1,114 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Grant is the answer to a lease request.
+type Grant struct {
+	// Units is how many units of quota were reserved (0 to want).
+	Units int64
+	// State is the key's state after the grant, and Now the time (µs) the
+	// script decided at: with sluice.Algorithm.TakeMicro at Now they tell
+	// what remains and when the next unit frees up.
+	State sluice.State
+	Now   int64
+}
+
+// Lease reserves up to r.Cost units of r.Key's quota at r.Now (Redis' clock
+// with Options.RedisTime), atomically: they are counted as taken, and the
+// caller may admit that many requests on its own. It grants what is left
+// when that is less than asked, down to 0. Before, it gives back the
+// expired units of back, if any (back.Key, Algorithm and Limit are r's).
+func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Grant, error) {
+	now := ""
+	if !s.opts.RedisTime {
+		now = strconv.FormatInt(r.Now.UnixMicro(), 10)
+	}
+	if r.Cost < 0 {
+		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
+	}
+	args, err := s.fleetArgs("grant", r.Algorithm, r.Limit, now, 3)
+	if err != nil {
+		return Grant{}, fmt.Errorf("redisstore: lease %q: %w", r.Key, err)
+	}
+	args = append(args, strconv.FormatInt(r.Cost, 10), strconv.FormatInt(max(0, back.Units), 10), strconv.FormatInt(back.Window, 10))
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.Key(r.Key)}, args))
+	if err != nil {
+		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return g, nil
+}
+
+func grantReply(res rueidis.RedisResult) (Grant, error) {
+	var g Grant
+	arr, err := res.ToArray()
+	if err != nil {
+		return g, err
+	}
+	if len(arr) != 3 {
+		return g, fmt.Errorf("script returned %d values, want 3", len(arr))
+	}
+	var raw string
+	if g.Units, err = arr[0].AsInt64(); err != nil {
+		return g, err
+	}
+	if raw, err = arr[1].ToString(); err != nil {
+		return g, err
+	}
+	if g.Now, err = arr[2].AsInt64(); err != nil {
+		return g, err
+	}
+	g.State, err = parseState(raw)
+	return g, err
+}
+
+// ReturnOp gives back Units of a lease not spent. Window is the State.T of
+// the Grant, for the windows: units of a window that has passed are not
+// given back (they expired with it).
+type ReturnOp struct {
+	Key       string
+	Algorithm sluice.Algorithm
+	Limit     sluice.Limit
+	Units     int64
+	Window    int64
+	Now       time.Time // the clock of the grant; ignored with Options.RedisTime
+}
+
+// Return gives back unspent leases, in one pipelined round trip.
+func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
+	execs := make([]rueidis.LuaExec, 0, len(ops))
+	var errs []error
+	for _, op := range ops {
+		now := ""
+		if !s.opts.RedisTime {
+			now = strconv.FormatInt(op.Now.UnixMicro(), 10)
+		}
+		args, err := s.fleetArgs("return", op.Algorithm, op.Limit, now, 2)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("redisstore: return %q: %w", op.Key, err))
+			continue
+		}
+		args = append(args, strconv.FormatInt(op.Units, 10), strconv.FormatInt(op.Window, 10))
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(op.Key)}, Args: args})
+	}
+	if len(execs) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout*time.Duration(1+len(execs)/1000))
+		defer cancel()
+		for j, res := range fleetLua.ExecMulti(ctx, s.c, execs...) {
+			if err := res.Error(); err != nil {
+				errs = append(errs, fmt.Errorf("redisstore: return %q: %w: %w", execs[j].Keys[0], sluice.ErrStoreUnavailable, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,144 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// The fleet primitives: what package fleet's decorators need from a shared
+// store. Sync adds hits that instances decided locally and reads back the
+// global state (soft limits); Grant reserves quota and Return gives back
+// what was not spent (hard limits). They run fleet.lua, for the algorithms
+// whose state is the string "T N M" and that a fleet can share by counting:
+// token_bucket, gcra, fixed_window and sliding_window_counter with one
+// segment (see Shareable). They use the same keys, and the same state, as
+// Take: a key may be decided exactly by one instance and in a fleet mode by
+// another.
+
+// Shareable reports whether the fleet primitives support algorithm a under
+// limit l. The sliding log (a time per admission) and the multi-segment
+// counter keep a hash, not a count, and the leaky bucket hands out places in
+// one queue, which cannot be reserved or merged after the fact.
+func Shareable(a sluice.Algorithm, l sluice.Limit) bool {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow:
+		return true
+	case sluice.SlidingWindowCounter:
+		return l.Segments <= 1
+	}
+	return false
+}
+
+// Hit is a request an instance admitted on its own: At in microseconds since
+// the Unix epoch, on the clock the instance decided with, and its cost.
+type Hit struct {
+	At, Cost int64
+}
+
+// SyncOp is one key's part of a Sync batch. Key, Algorithm, Limit and Hits
+// are the input; State, Now and Err the output.
+type SyncOp struct {
+	Key       string // limiter key, as in sluice.Request
+	Algorithm sluice.Algorithm
+	Limit     sluice.Limit
+	// Hits are added to the key's state in order, without a check (they
+	// were admitted already). Empty reads the state only.
+	Hits []Hit
+	// State is the key's state after the hits: every instance's count.
+	State sluice.State
+	// Now is the time (µs) the script ran at.
+	Now int64
+	// Err is this key's failure, if any.
+	Err error
+}
+
+// Sync applies each op's hits to its key and reads back the key's state, in
+// one pipelined round trip for the whole batch (one per Cluster node). It
+// returns an error wrapping sluice.ErrStoreUnavailable if any op failed;
+// the ops that did not fail have their output set.
+func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	now := time.Now().UnixMicro()
+	execs := make([]rueidis.LuaExec, 0, len(ops))
+	idx := make([]int, 0, len(ops))
+	var errs []error
+	for i := range ops {
+		op := &ops[i]
+		op.Err = nil
+		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), 2*len(op.Hits))
+		if err != nil {
+			op.Err = fmt.Errorf("redisstore: sync %q: %w", op.Key, err)
+			errs = append(errs, op.Err)
+			continue
+		}
+		for _, h := range op.Hits {
+			args = append(args, strconv.FormatInt(h.At, 10), strconv.FormatInt(h.Cost, 10))
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(op.Key)}, Args: args})
+		idx = append(idx, i)
+	}
+	// A batch may be large: allow the timeout per thousand keys.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout*time.Duration(1+len(execs)/1000))
+	defer cancel()
+	for j, res := range fleetLua.ExecMulti(ctx, s.c, execs...) {
+		op := &ops[idx[j]]
+		var raw string
+		arr, err := res.ToArray()
+		if err == nil && len(arr) != 2 {
+			err = fmt.Errorf("script returned %d values, want 2", len(arr))
+		}
+		if err == nil {
+			raw, err = arr[0].ToString()
+		}
+		if err == nil {
+			op.Now, err = arr[1].AsInt64()
+		}
+		if err == nil {
+			op.State, err = parseState(raw)
+		}
+		if err != nil {
+			op.Err = fmt.Errorf("redisstore: sync %q: %w: %w", op.Key, sluice.ErrStoreUnavailable, err)
+			errs = append(errs, op.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fleetArgs checks a request for fleet.lua and returns its first arguments,
+// with room for extra more.
+func (s *Store) fleetArgs(mode string, a sluice.Algorithm, l sluice.Limit, now string, extra int) ([]string, error) {
+	if !Shareable(a, l) {
+		return nil, fmt.Errorf("%w: %v%s cannot be shared by a fleet (want token_bucket, gcra, fixed_window or sliding_window_counter with one segment)", sluice.ErrUnknownAlgorithm, a, segs(l))
+	}
+	t, err := l.Ticks()
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, 0, 8+extra)
+	return append(args, mode, strconv.Itoa(int(a)), strconv.FormatInt(t.Rate, 10), strconv.FormatInt(t.Burst, 10),
+		strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Tick, 10), s.margin, now), nil
+}
+
+// fleetLua runs fleet.lua; a rueidis.Lua serves any client.
+var fleetLua = rueidis.NewLuaScript(func() string {
+	b, err := luaFS.ReadFile("fleet.lua")
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	return string(b)
+}())
+
+func segs(l sluice.Limit) string {
+	if l.Segments > 1 {
+		return fmt.Sprintf(" with %d segments", l.Segments)
+	}
+	return ""
+}
