@@ -80,7 +80,7 @@ type Lease struct {
 	keys   map[string]*leaseEntry
 	closed atomic.Bool
 
-	calls, granted, returned, local atomic.Uint64
+	calls, granted, returned, spent, local atomic.Uint64
 }
 
 var _ sluice.Store = (*Lease)(nil)
@@ -125,6 +125,7 @@ type LeaseStats struct {
 	Calls    uint64 // reservations asked of the store
 	Granted  uint64 // units reserved
 	Returned uint64 // units given back: expired, and by Close
+	Spent    uint64 // units spent on admitted requests
 	Local    uint64 // decisions made locally
 	Keys     int    // keys held now
 }
@@ -134,7 +135,7 @@ func (l *Lease) Stats() LeaseStats {
 	l.mu.Lock()
 	n := len(l.keys)
 	l.mu.Unlock()
-	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Local: l.local.Load(), Keys: n}
+	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Keys: n}
 }
 
 // entry returns r's entry, locked.
@@ -170,6 +171,7 @@ func (l *Lease) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	}
 	if d.Allowed {
 		e.units -= r.Cost
+		l.spent.Add(uint64(r.Cost))
 		e.info(r.Now.UnixMicro(), &d)
 	}
 	l.local.Add(1)
@@ -398,6 +400,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	}
 	for e, n := range need {
 		e.units -= n
+		l.spent.Add(uint64(n))
 	}
 	for _, i := range loc {
 		e := entries[rs[i].Key]

@@ -118,6 +118,7 @@ type syncEntry struct {
 	inflight bool             // hits of a batch are on their way
 	loading  chan struct{}    // closed when a load ends
 	synced   time.Time        // when the view was last read back
+	last     int64            // µs: the latest request time decided
 }
 
 // NewSync returns a Sync over inner and starts its batch loop; Close stops it.
@@ -267,6 +268,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (
 			e.mu.Unlock()
 			continue
 		}
+		e.last = max(e.last, r.Now.UnixMicro())
 		if e.inflight || (!e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval) {
 			return e, nil // fresh, or a batch is about to refresh it
 		}
@@ -312,6 +314,9 @@ func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 	e.inflight = false
 	if op.Err != nil {
 		e.hits = append(op.Hits, e.hits...)
+		if len(e.hits) > 0 {
+			s.touch(e) // send them with the next batch
+		}
 		return
 	}
 	e.view = op.State
@@ -319,7 +324,9 @@ func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 		addHit(e.alg, &e.ticks, &e.view, h)
 	}
 	e.synced = now
-	if o := overshoot(e.alg, &e.ticks, &op.State, op.Now); o > 0 || len(op.Hits) > 0 {
+	// Overshoot at the time of the latest decision: the clock the windows
+	// are counted on.
+	if o := overshoot(e.alg, &e.ticks, &op.State, e.last); o > 0 || len(op.Hits) > 0 {
 		s.overshoot.Store(o)
 		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
 		}
@@ -496,6 +503,13 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 		s.opts.OnBatch(len(ops), took, err)
 	}
 	return sent, err
+}
+
+// Flush sends a batch now, as the loop does every interval, and returns its
+// error.
+func (s *Sync) Flush() error {
+	_, err := s.flush(nil)
+	return err
 }
 
 // Close sends the hits not yet sent and stops the batch loop; it returns

@@ -1,0 +1,84 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// syncRounds runs n Sync instances, each with its own Redis client, in
+// rounds: every round each instance is asked m times for one key at one
+// instant (no refill, one window), then all flush in turn. An instance's
+// view then lacks at most the other instances' hits of one round (those
+// flushing after it) plus those of the round under way, so the fleet admits
+// at most limit + 2·(n−1)·m, the formula's (n−1)/n · λ · 2·Interval with
+// λ·Interval = n·m. It must also reach the limit, and the store must have
+// counted every admission, no more, no less.
+func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm) {
+	const n, m, limit = 3, 7, 200
+	ctx := context.Background()
+	var ss []*fleet.Sync
+	for range n {
+		ss = append(ss, newSync(t, openRedis(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour}))
+	}
+	key := fmt.Sprintf("rounds/%d/%s", time.Now().UnixNano(), alg)
+	r := sluice.Request{Key: key, Algorithm: alg, Limit: sluice.PerHour(limit), Cost: 1, Now: sluicetest.T0}
+	admitted := 0
+	for range 3 * limit / (n * m) { // 3x overload
+		for _, s := range ss {
+			for range m {
+				d, err := s.Take(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+		}
+		for _, s := range ss {
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bound := limit + 2*(n-1)*m
+	t.Logf("%s: %d instances, %d requests each per round: admitted %d of limit %d (bound %d)", alg, n, m, admitted, limit, bound)
+	if admitted > bound || admitted < limit {
+		t.Errorf("%s: admitted %d, want between the limit %d and the bound %d", alg, admitted, limit, bound)
+	}
+	// What the store counted: read it through a fresh instance.
+	probe := newSync(t, openRedis(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour})
+	q := r
+	q.Cost = 0
+	d, err := probe.Take(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := probe.Stats(); alg == sluice.FixedWindow && st.MaxOvershoot != int64(admitted-limit) {
+		t.Errorf("store's overshoot as seen by a fresh instance = %d, want %d (every admission counted)", st.MaxOvershoot, admitted-limit)
+	}
+	if d.Remaining != 0 {
+		t.Errorf("Remaining after the run = %d, want 0", d.Remaining)
+	}
+}
+
+func TestSyncBound(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) { syncRounds(t, []string{srv.Addr}, false, alg) })
+	}
+}
+
+func TestSyncBoundCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) { syncRounds(t, c.Addrs, true, alg) })
+	}
+}
