@@ -1,0 +1,120 @@
+package fleet_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// evalCalls is how many scripts addr has run (INFO commandstats).
+func evalCalls(t *testing.T, addr string) int64 {
+	t.Helper()
+	info, err := redistest.Do(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				v, _ := strconv.ParseInt(calls, 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// TestLeaseProcesses measures the hard bound: 3 processes with `lease: auto`
+// on one Redis at 10x overload. No window may pass the limit; the window
+// the run covers whole must get at least 90% of it; Redis must run at most
+// 0.3 scripts per decision (counted by Redis itself).
+func TestLeaseProcesses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	leaseProcesses(t, []string{srv.Addr}, false)
+}
+
+func TestLeaseProcessesCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	leaseProcesses(t, c.Addrs, true)
+}
+
+func leaseProcesses(t *testing.T, addrs []string, cluster bool) {
+	const n, overload = 3, 10
+	c, long := processConfig(t)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			before := int64(0)
+			for _, a := range addrs {
+				before += evalCalls(t, a)
+			}
+			lambda := overload * float64(c.limit.Rate) / c.limit.Period.Seconds()
+			sp := workerSpec{Addrs: addrs, Cluster: cluster, Mode: "lease", Algorithm: alg, Limit: c.limit,
+				Key: fmt.Sprintf("lprocs/%d/%s", time.Now().UnixNano(), alg), Rate: lambda, Start: startAt(c, long), Duration: c.duration}
+			rs := runWorkers(t, n, sp)
+			scripts := -before
+			for _, a := range addrs {
+				scripts += evalCalls(t, a)
+			}
+			var decisions, admitted int64
+			var calls uint64
+			windows := map[int64]int64{}
+			first, last := rs[0].First, rs[0].Last
+			for _, r := range rs {
+				decisions += r.Decisions
+				admitted += r.Admitted
+				calls += r.Calls
+				for w, a := range r.ByWindow {
+					windows[w] += a
+				}
+				if r.First.Before(first) {
+					first = r.First
+				}
+				if r.Last.After(last) {
+					last = r.Last
+				}
+			}
+			perDecision := float64(scripts) / float64(decisions)
+			R := c.limit.Rate
+			t.Logf("%s %v, lease auto, %d processes at %dx: %d decisions, %d admitted, %d reservations, %d scripts in Redis: %.3f per decision",
+				alg, c.limit, n, overload, decisions, admitted, calls, scripts, perDecision)
+			if perDecision > 0.3 {
+				t.Errorf("%.3f Redis scripts per decision, want at most 0.3", perDecision)
+			}
+			switch alg {
+			case sluice.FixedWindow:
+				p := c.limit.Period.Microseconds()
+				full := sp.Start.UnixMicro()/p + 1
+				if long {
+					full--
+				}
+				for w, a := range windows {
+					t.Logf("window %d: admitted %d of %d (%.1f%%)", w, a, R, 100*float64(a)/float64(R))
+					if a > R {
+						t.Errorf("window %d: admitted %d, over the limit %d", w, a, R)
+					}
+					if w == full && a < R*9/10 {
+						t.Errorf("window %d (covered whole): admitted %d, under 90%% of %d", w, a, R)
+					}
+				}
+			default:
+				// Within burst + rate × the time admissions span, plus the
+				// tick of the last refill.
+				allowance := float64(R) + float64(R)*last.Sub(first).Seconds()/c.limit.Period.Seconds()
+				t.Logf("admitted %d over %v, allowance %.0f (%.1f%%)", admitted, last.Sub(first).Round(time.Millisecond), allowance, 100*float64(admitted)/allowance)
+				if float64(admitted) > allowance+1 {
+					t.Errorf("admitted %d, over the allowance %.0f", admitted, allowance)
+				}
+				if float64(admitted) < 0.9*allowance {
+					t.Errorf("admitted %d, under 90%% of the allowance %.0f", admitted, allowance)
+				}
+			}
+		})
+	}
+}
