@@ -37,7 +37,7 @@ func newLease(t testing.TB, inner fleet.LeaseStore, o fleet.LeaseOptions) *fleet
 // only the step tables run.
 func TestLeaseConformance(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, []string{srv.Addr}, false)
+	rs := openShared(t, []string{srv.Addr}, false)
 	windows := newLease(t, rs, fleet.LeaseOptions{Applies: func(r *sluice.Request) bool {
 		return r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter
 	}})
@@ -63,7 +63,7 @@ func leaseHammer(t *testing.T, addrs []string, cluster bool, alg sluice.Algorith
 	r := sluice.Request{Key: key, Algorithm: alg, Limit: sluice.PerHour(limit), Cost: 1, Now: sluicetest.T0}
 	var ls []*fleet.Lease
 	for range n {
-		l, err := fleet.NewLease(openRedis(t, addrs, cluster), fleet.LeaseOptions{Chunk: chunk})
+		l, err := fleet.NewLease(openShared(t, addrs, cluster), fleet.LeaseOptions{Chunk: chunk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func leaseHammer(t *testing.T, addrs []string, cluster bool, alg sluice.Algorith
 	// After Close, a fresh exact read sees exactly what was admitted.
 	q := r
 	q.Cost = 0
-	d, err := openRedis(t, addrs, cluster).Take(ctx, q)
+	d, err := openShared(t, addrs, cluster).Take(ctx, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestLeaseHardBoundCluster(t *testing.T) {
 // and that a lease of a window expires with it.
 func TestLeaseClose(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, []string{srv.Addr}, false)
+	rs := openShared(t, []string{srv.Addr}, false)
 	ctx := context.Background()
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.GCRA, sluice.TokenBucket} {
 		l, err := fleet.NewLease(rs, fleet.LeaseOptions{})

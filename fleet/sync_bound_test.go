@@ -25,7 +25,7 @@ func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm
 	ctx := context.Background()
 	var ss []*fleet.Sync
 	for range n {
-		ss = append(ss, newSync(t, openRedis(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour}))
+		ss = append(ss, newSync(t, openShared(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour}))
 	}
 	key := fmt.Sprintf("rounds/%d/%s", time.Now().UnixNano(), alg)
 	r := sluice.Request{Key: key, Algorithm: alg, Limit: sluice.PerHour(limit), Cost: 1, Now: sluicetest.T0}
@@ -54,7 +54,7 @@ func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm
 		t.Errorf("%s: admitted %d, want between the limit %d and the bound %d", alg, admitted, limit, bound)
 	}
 	// What the store counted: read it through a fresh instance.
-	probe := newSync(t, openRedis(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour})
+	probe := newSync(t, openShared(t, addrs, cluster), fleet.SyncOptions{Interval: time.Hour})
 	q := r
 	q.Cost = 0
 	d, err := probe.Take(ctx, q)

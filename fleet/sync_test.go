@@ -14,7 +14,7 @@ import (
 
 // openRedis returns a store on addrs, closed when the test ends; its
 // timeout is generous for a loaded machine under -race.
-func openRedis(t testing.TB, addrs []string, cluster bool) *redisstore.Store {
+func openShared(t testing.TB, addrs []string, cluster bool) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: addrs, Cluster: cluster, Timeout: 5 * time.Second})
 	if err != nil {
@@ -43,7 +43,7 @@ func newSync(t testing.TB, inner fleet.SyncStore, o fleet.SyncOptions) *fleet.Sy
 // does not handle going through to Redis.
 func TestSyncConformance(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newSync(t, openRedis(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: 20 * time.Millisecond})
+	s := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: 20 * time.Millisecond})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
 	if st := s.Stats(); st.Local == 0 || st.Batches == 0 {
 		t.Errorf("Stats = %+v: want local decisions and batches", st)
@@ -52,6 +52,6 @@ func TestSyncConformance(t *testing.T) {
 
 func TestSyncConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	s := newSync(t, openRedis(t, c.Addrs, true), fleet.SyncOptions{Interval: 20 * time.Millisecond})
+	s := newSync(t, openShared(t, c.Addrs, true), fleet.SyncOptions{Interval: 20 * time.Millisecond})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
 }
