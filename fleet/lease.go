@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +76,7 @@ type Lease struct {
 	opts  LeaseOptions
 
 	mu     sync.Mutex
-	keys   map[string]*leaseEntry
+	keys   map[nsKey]*leaseEntry
 	closed atomic.Bool
 
 	calls, granted, returned, spent, local atomic.Uint64
@@ -86,7 +85,7 @@ type Lease struct {
 var _ sluice.Store = (*Lease)(nil)
 
 type leaseEntry struct {
-	key   string
+	key   nsKey
 	alg   sluice.Algorithm
 	limit sluice.Limit
 	ticks sluice.Ticks
@@ -110,7 +109,7 @@ func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Lease{inner: inner, opts: o, keys: make(map[string]*leaseEntry)}, nil
+	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry)}, nil
 }
 
 func (l *Lease) applies(r *sluice.Request) bool {
@@ -141,12 +140,12 @@ func (l *Lease) Stats() LeaseStats {
 // entry returns r's entry, locked.
 func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) *leaseEntry {
 	l.mu.Lock()
-	e := l.keys[r.Key]
+	e := l.keys[keyOf(r)]
 	if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
 		// New, or its rule changed: units reserved under the old limit
 		// expire with their window.
-		e = &leaseEntry{key: r.Key, alg: r.Algorithm, limit: r.Limit, ticks: t}
-		l.keys[r.Key] = e
+		e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+		l.keys[e.key] = e
 	}
 	l.mu.Unlock()
 	e.mu.Lock()
@@ -228,7 +227,7 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 	q := *r
 	q.Cost = want
 	start := time.Now()
-	back := redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow}
+	back := redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow}
 	g, err := l.inner.Lease(ctx, q, back)
 	if l.opts.OnLease != nil {
 		l.opts.OnLease(want, g.Units, time.Since(start), err)
@@ -352,8 +351,8 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	if len(loc) == 0 {
 		return l.inner.TakeAll(ctx, rs, ds)
 	}
-	slices.SortStableFunc(loc, func(a, b int) int { return strings.Compare(rs[a].Key, rs[b].Key) })
-	entries := map[string]*leaseEntry{}
+	slices.SortStableFunc(loc, func(a, b int) int { return keyOf(&rs[a]).compare(keyOf(&rs[b])) })
+	entries := map[nsKey]*leaseEntry{}
 	need := map[*leaseEntry]int64{}
 	var held []*leaseEntry
 	defer func() {
@@ -364,11 +363,11 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	allowed := true
 	for _, i := range loc {
 		r := &rs[i]
-		e := entries[r.Key]
+		e := entries[keyOf(r)]
 		if e == nil {
 			e = l.entry(r, ticks[i])
 			held = append(held, e)
-			entries[r.Key] = e
+			entries[keyOf(r)] = e
 		} else if e.alg != r.Algorithm || e.limit != r.Limit {
 			return fmt.Errorf("fleet: lease: take all %q: one key with two algorithms or limits", r.Key)
 		}
@@ -395,6 +394,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		}
 		allowed = allowed && sluice.AllAllowed(rds)
 	}
+	l.local.Add(uint64(len(loc)))
 	if !allowed {
 		return nil
 	}
@@ -403,10 +403,9 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		l.spent.Add(uint64(n))
 	}
 	for _, i := range loc {
-		e := entries[rs[i].Key]
+		e := entries[keyOf(&rs[i])]
 		e.info(rs[i].Now.UnixMicro(), &ds[i])
 	}
-	l.local.Add(uint64(len(loc)))
 	return nil
 }
 
@@ -423,11 +422,11 @@ func (l *Lease) Close() error {
 	for _, e := range l.keys {
 		e.mu.Lock()
 		if e.units > 0 && us < e.until {
-			ops = append(ops, redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: now})
+			ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: now})
 			e.units = 0
 		}
 		if e.expired > 0 {
-			ops = append(ops, redisstore.ReturnOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: now})
+			ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: now})
 			e.expired = 0
 		}
 		e.mu.Unlock()

@@ -89,7 +89,7 @@ type Sync struct {
 	opts  SyncOptions
 
 	mu      sync.Mutex
-	keys    map[string]*syncEntry
+	keys    map[nsKey]*syncEntry
 	touched []*syncEntry // decided on since the last batch
 
 	closed   atomic.Bool
@@ -103,8 +103,20 @@ type Sync struct {
 
 var _ sluice.Store = (*Sync)(nil)
 
+// nsKey is a Request's Namespace and Key: a store keeps one state per pair.
+type nsKey struct{ ns, key string }
+
+func keyOf(r *sluice.Request) nsKey { return nsKey{r.Namespace, r.Key} }
+
+func (k nsKey) compare(o nsKey) int {
+	if c := strings.Compare(k.ns, o.ns); c != 0 {
+		return c
+	}
+	return strings.Compare(k.key, o.key)
+}
+
 type syncEntry struct {
-	key   string
+	key   nsKey
 	alg   sluice.Algorithm
 	limit sluice.Limit
 	ticks sluice.Ticks
@@ -126,7 +138,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sync{inner: inner, opts: o, keys: make(map[string]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s, nil
 }
@@ -255,12 +267,12 @@ func (s *Sync) touch(e *syncEntry) {
 func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (*syncEntry, error) {
 	for {
 		s.mu.Lock()
-		e := s.keys[r.Key]
+		e := s.keys[keyOf(r)]
 		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
 			// New, or its rule changed: start over from the store. The
 			// old entry's hits still go out with the next batch.
-			e = &syncEntry{key: r.Key, alg: r.Algorithm, limit: r.Limit, ticks: t}
-			s.keys[r.Key] = e
+			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			s.keys[e.key] = e
 		}
 		s.mu.Unlock()
 		e.mu.Lock()
@@ -301,7 +313,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (
 
 // snapshot moves e's hits into a batch op. e.mu is held.
 func (e *syncEntry) snapshot() redisstore.SyncOp {
-	op := redisstore.SyncOp{Key: e.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
+	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
 	e.hits = nil
 	e.inflight = true
 	return op
@@ -359,8 +371,8 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		return s.inner.TakeAll(ctx, rs, ds)
 	}
 	// Lock each key once, in key order.
-	slices.SortStableFunc(loc, func(a, b int) int { return strings.Compare(rs[a].Key, rs[b].Key) })
-	entries := map[string]*syncEntry{}
+	slices.SortStableFunc(loc, func(a, b int) int { return keyOf(&rs[a]).compare(keyOf(&rs[b])) })
+	entries := map[nsKey]*syncEntry{}
 	views := map[*syncEntry]*sluice.State{}
 	var held []*syncEntry
 	defer func() {
@@ -372,7 +384,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 	allowed := true
 	for _, i := range loc {
 		r := &rs[i]
-		e := entries[r.Key]
+		e := entries[keyOf(r)]
 		if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
 			if e != nil {
 				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
@@ -382,7 +394,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 				return err
 			}
 			held = append(held, e)
-			entries[r.Key] = e
+			entries[keyOf(r)] = e
 			v := e.view
 			views[e] = &v
 		}
@@ -411,19 +423,19 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		}
 		allowed = allowed && sluice.AllAllowed(rds)
 	}
+	s.local.Add(uint64(len(loc)))
 	if !allowed {
 		return nil
 	}
 	// Commit: replay the requests on the views themselves, recording hits.
 	for _, i := range loc {
 		r := &rs[i]
-		e := entries[r.Key]
+		e := entries[keyOf(r)]
 		var d sluice.Decision
 		if err := e.decide(r, &e.view, &d); err != nil {
 			return err
 		}
 	}
-	s.local.Add(uint64(len(loc)))
 	return nil
 }
 

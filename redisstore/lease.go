@@ -42,7 +42,7 @@ func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Gra
 	args = append(args, strconv.FormatInt(r.Cost, 10), strconv.FormatInt(max(0, back.Units), 10), strconv.FormatInt(back.Window, 10))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.Key(r.Key)}, args))
+	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args))
 	if err != nil {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
@@ -76,6 +76,7 @@ func grantReply(res rueidis.RedisResult) (Grant, error) {
 // the Grant, for the windows: units of a window that has passed are not
 // given back (they expired with it).
 type ReturnOp struct {
+	Namespace string
 	Key       string
 	Algorithm sluice.Algorithm
 	Limit     sluice.Limit
@@ -99,7 +100,7 @@ func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
 			continue
 		}
 		args = append(args, strconv.FormatInt(op.Units, 10), strconv.FormatInt(op.Window, 10))
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(op.Key)}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})}, Args: args})
 	}
 	if len(execs) > 0 {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout*time.Duration(1+len(execs)/1000))

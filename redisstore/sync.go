@@ -44,6 +44,7 @@ type Hit struct {
 // SyncOp is one key's part of a Sync batch. Key, Algorithm, Limit and Hits
 // are the input; State, Now and Err the output.
 type SyncOp struct {
+	Namespace string // as in sluice.Request
 	Key       string // limiter key, as in sluice.Request
 	Algorithm sluice.Algorithm
 	Limit     sluice.Limit
@@ -82,7 +83,7 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 		for _, h := range op.Hits {
 			args = append(args, strconv.FormatInt(h.At, 10), strconv.FormatInt(h.Cost, 10))
 		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(op.Key)}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})}, Args: args})
 		idx = append(idx, i)
 	}
 	// A batch may be large: allow the timeout per thousand keys.

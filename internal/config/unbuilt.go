@@ -20,12 +20,6 @@ var unbuilt = []struct {
 		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
 	}},
 	{"api.token_file", func(c *Config) []string { return keysIf(c.API.TokenFile != "", "api.token_file") }},
-	{"sync (hybrid counting)", func(c *Config) []string {
-		return ruleKeys(c, func(sp *rules.Spec) bool { return sp.Sync != 0 }, "sync")
-	}},
-	{"lease (leased quota)", func(c *Config) []string {
-		return ruleKeys(c, func(sp *rules.Spec) bool { return !sp.Lease.IsZero() }, "lease")
-	}},
 }
 
 // Unsupported refuses the features of c that are parsed but not enforced

@@ -81,6 +81,7 @@ type Daemon struct {
 	lazy       *lazyRedis // the Redis store, nil on memory: shards, deferral
 	hot        *hotkeys.Set
 	deferq     *deferq.Queue // nil unless the store is Redis
+	fleet      *fleetStore   // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
 	apiSrv, proxySrv *http.Server
@@ -135,6 +136,9 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	gen, err := d.build(cfg, nil)
+	if err == nil && d.fleet != nil {
+		err = d.fleet.configure(gen.rules)
+	}
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -414,6 +418,11 @@ func (d *Daemon) apply(data []byte) error {
 	gen, err := d.build(cfg, old)
 	if err != nil {
 		return err
+	}
+	if d.fleet != nil {
+		if err := d.fleet.configure(gen.rules); err != nil {
+			return err
+		}
 	}
 	d.cur.Store(gen)
 	d.activate(gen)

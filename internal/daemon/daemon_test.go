@@ -183,8 +183,6 @@ func TestUnsupportedRefused(t *testing.T) {
 	const redis = "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1]}\n"
 	for _, c := range []struct{ name, yaml, key string }{
 		{"grpc.tls", "grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n  tls: {cert: c.pem, key: k.pem}\n", "grpc.tls"},
-		{"sync", redis + "rules:\n  - name: r\n    rate: 1/s\n    sync: 50ms\n", "rules[0].sync"},
-		{"lease", redis + "rules:\n  - name: r\n    rate: 10/s\n    lease: auto\n", "rules[0].lease"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))

@@ -22,7 +22,10 @@ const ConnectRetry = time.Second
 
 // openRedis builds the Redis store of cfg, stacked as a fleet runs it:
 //
-//	Fallback (on_error: local only) → OverLimitCache → Redis
+//	Fallback (on_error: local only) → OverLimitCache → fleetStore → Redis
+//
+// where fleetStore sends the requests of rules with sync or lease to their
+// fleet.Sync or fleet.Lease (see fleet.go), and the others to Redis.
 //
 // The over-limit cache is always on: it answers requests Redis is known to
 // refuse without a round trip, exactly. With on_error: local the Fallback
@@ -53,10 +56,16 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	}
 	lazy := newLazyRedis(opts, d.log)
 	d.lazy = lazy
-	cache := fleet.NewOverLimitCache(lazy, fleet.OverLimitOptions{})
+	fs := newFleetStore(lazy, d.reg)
+	d.fleet = fs
+	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
 	d.ping = lazy.Ping
-	closers := []func(){lazy.Close}
+	closers := []func(){func() {
+		if err := fs.Close(); err != nil {
+			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
+		}
+	}, lazy.Close}
 	_ = d.metrics.CounterFunc("sluice_overlimit_cache_hits_total", "Requests refused by the over-limit cache without a Redis call.",
 		func() float64 { return float64(cache.Hits()) })
 	_ = d.metrics.GaugeFunc("sluice_overlimit_cache_keys", "Over-limit keys the cache remembers.", func() float64 { return float64(cache.Len()) })

@@ -231,6 +231,17 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	case !sp.Lease.Auto && limitOK && int64(n) > r.Limit.Burst && r.Limit.Burst > 0:
 		f("lease", "%d is more than the burst %d: one lease would hold the whole limit", n, r.Limit.Burst)
 	}
+	if (sp.Sync > 0 || !sp.Lease.IsZero()) && r.Algorithm.Valid() && !fleetShareable(r.Algorithm, sp.Segments) {
+		k := "sync"
+		if !sp.Lease.IsZero() {
+			k = "lease"
+		}
+		what := r.Algorithm.String()
+		if r.Algorithm == sluice.SlidingWindowCounter {
+			what += fmt.Sprintf(" with %d segments", sp.Segments)
+		}
+		f(k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", what)
+	}
 	if d := sp.Defer; d != nil {
 		switch {
 		case actionOK && r.Action != Defer:
@@ -348,3 +359,15 @@ func (p Part) String() string {
 
 // MarshalText implements encoding.TextMarshaler (for GET /v1/rules).
 func (p Part) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// fleetShareable is redisstore.Shareable: the algorithms whose count a
+// fleet can share (sync) or reserve (lease).
+func fleetShareable(a sluice.Algorithm, segments int) bool {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow:
+		return true
+	case sluice.SlidingWindowCounter:
+		return segments <= 1
+	}
+	return false
+}

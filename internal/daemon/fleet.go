@@ -1,0 +1,379 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// fleetStore is the daemon's store over Redis: it sends each request of a
+// rule with `sync` to the fleet.Sync of that interval, each request of a
+// rule with `lease` to the fleet.Lease of that chunk, and the others to
+// Redis, exact. Rules find their mode by the head of their store keys
+// ("NAME|FINGERPRINT|"); the fingerprint changes with the limit, so a rule
+// whose limit changes on reload starts on fresh keys and fresh local state,
+// and the old keys' state simply ages out (a lease of a window expires with
+// it, a bucket's lapses as it refills). The decorators live as long as the
+// daemon: a reload keeps their local state, and Close hands it back (sync:
+// hits not yet sent; lease: units held).
+type fleetStore struct {
+	redis fleetShared
+
+	modes atomic.Pointer[map[string]ruleMode] // by key head
+
+	mu      sync.Mutex
+	syncs   map[time.Duration]*fleet.Sync
+	leases  map[int]*fleet.Lease // by chunk; 0 is auto
+	current map[string]string    // rule name → its key head in the last config
+	batch   *prometheus.HistogramVec
+	grants  *prometheus.HistogramVec
+}
+
+// fleetShared is the shared store the decorators reserve from and sync
+// with: the Redis store (lazyRedis, until it connects, fails every call).
+type fleetShared interface {
+	fleet.SyncStore
+	fleet.LeaseStore
+}
+
+var _ fleetShared = (*lazyRedis)(nil)
+
+// Sync implements fleet.SyncStore.
+func (l *lazyRedis) Sync(ctx context.Context, ops []redisstore.SyncOp) error {
+	s := l.s.Load()
+	if s == nil {
+		for i := range ops {
+			ops[i].Err = errNotConnected
+		}
+		return errNotConnected
+	}
+	return s.Sync(ctx, ops)
+}
+
+// Lease implements fleet.LeaseStore.
+func (l *lazyRedis) Lease(ctx context.Context, r sluice.Request, back redisstore.ReturnOp) (redisstore.Grant, error) {
+	s := l.s.Load()
+	if s == nil {
+		return redisstore.Grant{}, errNotConnected
+	}
+	return s.Lease(ctx, r, back)
+}
+
+// Return implements fleet.LeaseStore.
+func (l *lazyRedis) Return(ctx context.Context, ops []redisstore.ReturnOp) error {
+	s := l.s.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Return(ctx, ops)
+}
+
+// ruleMode is how one rule counts.
+type ruleMode struct {
+	rule  string
+	head  string
+	sync  time.Duration
+	lease rules.AutoCount
+	store sluice.Store
+}
+
+func (m ruleMode) name() string {
+	switch {
+	case m.sync > 0:
+		return "sync"
+	case !m.lease.IsZero():
+		return "lease"
+	}
+	return "exact"
+}
+
+var _ sluice.Store = (*fleetStore)(nil)
+
+func newFleetStore(r fleetShared, reg prometheus.Registerer) *fleetStore {
+	f := &fleetStore{redis: r, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{}}
+	f.modes.Store(&map[string]ruleMode{})
+	f.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_fleet_sync_batch_seconds",
+		Help:    "Round trip of one sync batch (every key an instance decided during an interval), by interval.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"interval"})
+	f.grants = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_fleet_lease_reserve_seconds",
+		Help:    "Round trip of one lease reservation, by chunk (auto or N).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"chunk"})
+	if reg != nil {
+		reg.MustRegister(f.batch, f.grants, fleetCollector{f})
+	}
+	return f
+}
+
+// configure sets the modes of set's rules, creating the decorators they
+// need. The rules of earlier configs keep theirs (their keys differ, or
+// their mode is replaced), so the generation in force until the new one is
+// swapped in decides as before. It fails only if a decorator cannot be
+// built.
+func (f *fleetStore) configure(set *rules.Set) error {
+	modes := map[string]ruleMode{}
+	for k, m := range *f.modes.Load() {
+		modes[k] = m
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	current := map[string]string{}
+	for _, r := range set.Rules {
+		m := ruleMode{rule: r.Name, sync: r.Sync, lease: r.Lease, store: f.redis}
+		switch {
+		case r.Sync > 0:
+			s := f.syncs[r.Sync]
+			if s == nil {
+				hist := f.batch.WithLabelValues(r.Sync.String())
+				var err error
+				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: r.Sync, Applies: f.applies,
+					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
+				if err != nil {
+					return err
+				}
+				f.syncs[r.Sync] = s
+			}
+			m.store = s
+		case !r.Lease.IsZero():
+			chunk := r.Lease.N
+			if r.Lease.Auto {
+				chunk = 0
+			}
+			l := f.leases[chunk]
+			if l == nil {
+				hist := f.grants.WithLabelValues(r.Lease.String())
+				var err error
+				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: f.applies,
+					OnLease: func(_, _ int64, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
+				if err != nil {
+					return err
+				}
+				f.leases[chunk] = l
+			}
+			m.store = l
+		}
+		m.head = r.StoreKey("")
+		modes[m.head] = m
+		current[r.Name] = m.head
+	}
+	f.modes.Store(&modes)
+	f.current = current
+	return nil
+}
+
+// head returns the "NAME|FINGERPRINT|" of a store key, or "".
+func head(key string) string {
+	i := strings.IndexByte(key, '|')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(key[i+1:], '|')
+	if j < 0 {
+		return ""
+	}
+	return key[:i+1+j+1]
+}
+
+// route returns the store deciding key's requests.
+func (f *fleetStore) route(key string) sluice.Store {
+	if m, ok := (*f.modes.Load())[head(key)]; ok {
+		return m.store
+	}
+	return f.redis
+}
+
+// applies tells a decorator whether a request is its own: a request it
+// gets through route always is; this only guards against a rule that
+// changed mode between route and the decorator.
+func (f *fleetStore) applies(r *sluice.Request) bool {
+	_, ok := (*f.modes.Load())[head(r.Key)]
+	return ok
+}
+
+// Take implements sluice.Store.
+func (f *fleetStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	return f.route(r.Key).Take(ctx, r)
+}
+
+// TakeAll implements sluice.Store. Requests of one mode are decided by one
+// TakeAll of that mode's store. When they span modes, the local ones (sync,
+// lease) are first asked without counting (cost 0: their Remaining tells
+// whether the cost fits), then the exact ones are taken in Redis, then the
+// local ones: a request denied anywhere consumes nothing, except when
+// another decision of this instance takes the local quota between the
+// check and the take, which then denies after the exact rules counted.
+func (f *fleetStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) != len(rs) {
+		return errors.New("daemon: take all: decisions and requests differ in number")
+	}
+	var stores []sluice.Store
+	var groups [][]int
+	for i := range rs {
+		s := f.route(rs[i].Key)
+		g := -1
+		for k, t := range stores {
+			if t == s {
+				g = k
+			}
+		}
+		if g < 0 {
+			g = len(stores)
+			stores = append(stores, s)
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	if len(stores) <= 1 {
+		if len(stores) == 0 {
+			return nil
+		}
+		return stores[0].TakeAll(ctx, rs, ds)
+	}
+	run := func(g int, query bool) (bool, error) {
+		grs := make([]sluice.Request, len(groups[g]))
+		gds := make([]sluice.Decision, len(groups[g]))
+		for j, i := range groups[g] {
+			grs[j] = rs[i]
+			if query {
+				grs[j].Cost = 0
+			}
+		}
+		if err := stores[g].TakeAll(ctx, grs, gds); err != nil {
+			return false, err
+		}
+		ok := true
+		for j, i := range groups[g] {
+			ds[i] = gds[j]
+			if query {
+				ok = ok && gds[j].Remaining >= rs[i].Cost
+				ds[i].Allowed = gds[j].Remaining >= rs[i].Cost
+			} else {
+				ok = ok && gds[j].Allowed
+			}
+		}
+		return ok, nil
+	}
+	exact := -1
+	ok := true
+	for g, s := range stores {
+		if s == sluice.Store(f.redis) {
+			exact = g
+			continue
+		}
+		fits, err := run(g, true)
+		if err != nil {
+			return err
+		}
+		ok = ok && fits
+	}
+	if exact >= 0 {
+		if !ok {
+			_, err := run(exact, true)
+			return err
+		}
+		fits, err := run(exact, false)
+		if err != nil || !fits {
+			return err
+		}
+	}
+	if !ok {
+		return nil
+	}
+	for g := range stores {
+		if g == exact {
+			continue
+		}
+		if _, err := run(g, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close hands back the local state (sync: hits not sent; lease: units
+// held); the shared store stays open.
+func (f *fleetStore) Close() error {
+	f.mu.Lock()
+	var errs []error
+	for _, s := range f.syncs {
+		errs = append(errs, s.Close())
+	}
+	for _, l := range f.leases {
+		errs = append(errs, l.Close())
+	}
+	f.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// fleetCollector exports the decorators' counters and each rule's mode.
+type fleetCollector struct{ f *fleetStore }
+
+var (
+	descSyncBatches   = prometheus.NewDesc("sluice_fleet_sync_batches_total", "Sync batches sent to Redis, by interval.", []string{"interval"}, nil)
+	descSyncKeys      = prometheus.NewDesc("sluice_fleet_sync_batch_keys_total", "Keys in the sync batches, summed, by interval (divide by the batches for the mean batch size).", []string{"interval"}, nil)
+	descSyncErrors    = prometheus.NewDesc("sluice_fleet_sync_batch_errors_total", "Sync batches that failed (their hits go out with the next one), by interval.", []string{"interval"}, nil)
+	descSyncLoads     = prometheus.NewDesc("sluice_fleet_sync_loads_total", "Keys read from Redis before a decision (new, or idle for two intervals), by interval.", []string{"interval"}, nil)
+	descSyncLocal     = prometheus.NewDesc("sluice_fleet_sync_decisions_total", "Decisions made locally by sync rules, by interval.", []string{"interval"}, nil)
+	descSyncOvershoot = prometheus.NewDesc("sluice_fleet_sync_overshoot_max", "The most requests a sync batch found a key admitted beyond its limit, by interval: the fleet's error as this instance can see it.", []string{"interval"}, nil)
+	descLeaseCalls    = prometheus.NewDesc("sluice_fleet_lease_reservations_total", "Lease reservations asked of Redis, by chunk.", []string{"chunk"}, nil)
+	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
+	descLeaseReturned = prometheus.NewDesc("sluice_fleet_lease_units_returned_total", "Units of quota given back (expired, or at shutdown), by chunk.", []string{"chunk"}, nil)
+	descLeaseSpent    = prometheus.NewDesc("sluice_fleet_lease_units_spent_total", "Units of quota spent on admitted requests, by chunk.", []string{"chunk"}, nil)
+	descRuleMode      = prometheus.NewDesc("sluice_rule_fleet_mode", "How each rule counts across the fleet: 1 for its mode (exact, sync or lease).", []string{"rule", "mode"}, nil)
+)
+
+func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOvershoot,
+		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descRuleMode} {
+		ch <- d
+	}
+}
+
+func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	counter := func(d *prometheus.Desc, v uint64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
+	}
+	for iv, s := range f.syncs {
+		st, l := s.Stats(), iv.String()
+		counter(descSyncBatches, st.Batches, l)
+		counter(descSyncKeys, st.BatchKeys, l)
+		counter(descSyncErrors, st.BatchErrors, l)
+		counter(descSyncLoads, st.Loads, l)
+		counter(descSyncLocal, st.Local, l)
+		ch <- prometheus.MustNewConstMetric(descSyncOvershoot, prometheus.GaugeValue, float64(st.MaxOvershoot), l)
+	}
+	for chunk, s := range f.leases {
+		st, l := s.Stats(), "auto"
+		if chunk > 0 {
+			l = strconv.Itoa(chunk)
+		}
+		counter(descLeaseCalls, st.Calls, l)
+		counter(descLeaseGranted, st.Granted, l)
+		counter(descLeaseReturned, st.Returned, l)
+		counter(descLeaseSpent, st.Spent, l)
+	}
+	seen := map[string]bool{}
+	for _, m := range *f.modes.Load() {
+		if !seen[m.rule] && f.current[m.rule] == m.head {
+			seen[m.rule] = true
+			ch <- prometheus.MustNewConstMetric(descRuleMode, prometheus.GaugeValue, 1, m.rule, m.name())
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+const fleetRules = `
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: exact
+    rate: 10/h
+    algorithm: sliding_window_log
+  - name: soft
+    rate: %s
+    algorithm: fixed_window
+    sync: 50ms
+  - name: hard
+    rate: 10/h
+    algorithm: gcra
+    lease: auto
+`
+
+// checkMany sends n checks of rule for one key, alternating between the
+// daemons, concurrently, and returns how many were allowed.
+func checkMany(t *testing.T, ds []*testDaemon, rule string, n int) int {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	allowed := 0
+	for i := range n {
+		api := ds[i%len(ds)].api
+		wg.Go(func() {
+			got, status := check(t, api, rule, "tenant", 1)
+			if status != http.StatusOK {
+				t.Errorf("POST /v1/check %s: status %d", rule, status)
+			}
+			if got.Allowed {
+				mu.Lock()
+				allowed++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return allowed
+}
+
+// TestFleetModes runs two daemons on one Redis with an exact rule, a soft
+// one (sync) and a hard one (lease), checks each mode's bound, its metrics,
+// and a reload that changes the soft rule's limit and then its mode.
+func TestFleetModes(t *testing.T) {
+	rs := redistest.StartServer(t)
+	a := startDaemon(t, fmt.Sprintf(fleetRules, rs.Addr, "10/h"))
+	b := startDaemon(t, fmt.Sprintf(fleetRules, rs.Addr, "10/h"))
+	ds := []*testDaemon{a, b}
+	if got := checkMany(t, ds, "exact", 40); got != 10 {
+		t.Errorf("exact: two daemons admitted %d of 40, want exactly 10", got)
+	}
+	if got := checkMany(t, ds, "hard", 40); got > 10 || got < 9 {
+		t.Errorf("lease: two daemons admitted %d of 40, want at most 10 and at least 9", got)
+	}
+	// A soft limit: each daemon stops at the limit on its own, so two pass
+	// it by at most one limit.
+	if got := checkMany(t, ds, "soft", 40); got < 10 || got > 20 {
+		t.Errorf("sync: two daemons admitted %d of 40, want between 10 and 20", got)
+	}
+	for _, d := range ds {
+		if m := d.metric("sluice_rule_fleet_mode", "rule", "soft", "mode", "sync"); m != 1 {
+			t.Errorf("sluice_rule_fleet_mode{rule=soft,mode=sync} = %v, want 1", m)
+		}
+		if m := d.metric("sluice_rule_fleet_mode", "rule", "exact", "mode", "exact"); m != 1 {
+			t.Errorf("sluice_rule_fleet_mode{rule=exact,mode=exact} = %v, want 1", m)
+		}
+		if m := d.metric("sluice_fleet_lease_reservations_total", "chunk", "auto"); m < 1 {
+			t.Errorf("sluice_fleet_lease_reservations_total = %v, want some", m)
+		}
+		if m := d.metric("sluice_fleet_sync_decisions_total", "interval", "50ms"); m < 20 {
+			t.Errorf("sluice_fleet_sync_decisions_total = %v, want 20 (each daemon's share)", m)
+		}
+	}
+	// Reload both with a new limit: a fresh count (new fingerprint) that
+	// the soft rule enforces from there.
+	for _, d := range ds {
+		if err := os.WriteFile(d.path, []byte(fmt.Sprintf(fleetRules, rs.Addr, "30/h")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.waitReload(); r.Err != nil {
+			t.Fatalf("reload: %v", r.Err)
+		}
+	}
+	if got := checkMany(t, ds, "soft", 80); got < 30 || got > 60 {
+		t.Errorf("sync after reload to 30/h: admitted %d of 80, want between 30 and 60", got)
+	}
+	// And make it a hard limit: from now on never past the limit.
+	hard := strings.Replace(fmt.Sprintf(fleetRules, rs.Addr, "20/h"), "sync: 50ms", "lease: 3", 1)
+	for _, d := range ds {
+		if err := os.WriteFile(d.path, []byte(hard), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.waitReload(); r.Err != nil {
+			t.Fatalf("reload: %v", r.Err)
+		}
+		if m := d.metric("sluice_rule_fleet_mode", "rule", "soft", "mode", "lease"); m != 1 {
+			t.Errorf("after reload: sluice_rule_fleet_mode{rule=soft,mode=lease} = %v, want 1", m)
+		}
+	}
+	if got := checkMany(t, ds, "soft", 60); got > 20 || got < 18 {
+		t.Errorf("lease after reload to 20/h: admitted %d of 60, want at most 20 and at least 18", got)
+	}
+}
