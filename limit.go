@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -87,13 +88,16 @@ func ParseLimit(s string) (Limit, error) {
 	if !ok {
 		return Limit{}, fmt.Errorf("%w: %q: want N/UNIT, such as 100/s or 5/m", ErrInvalidLimit, s)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n < 1 {
+	n, nerr := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if nerr != nil && !errors.Is(nerr, strconv.ErrRange) || nerr == nil && n < 1 || strings.HasPrefix(strings.TrimSpace(num), "-") {
 		return Limit{}, fmt.Errorf("%w: %q: rate %q is not a whole number ≥ 1", ErrInvalidLimit, s, num)
 	}
 	d, err := parseUnit(strings.TrimSpace(unit))
 	if err != nil {
 		return Limit{}, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
+	}
+	if nerr != nil { // too large for an int64, and so for any period
+		return Limit{}, fmt.Errorf("%w: %q: rate %s is too large (at most %d per %v)", ErrInvalidLimit, s, strings.TrimSpace(num), MaxRate(d), d)
 	}
 	l := Limit{Rate: n, Period: d}
 	if err := l.Validate(); err != nil {
@@ -115,17 +119,25 @@ func parseUnit(u string) (time.Duration, error) {
 	case "":
 		return 0, fmt.Errorf("missing unit (s, m, h, d or a duration such as 250ms)")
 	}
-	if days, ok := strings.CutSuffix(u, "d"); ok {
+	if days, ok := strings.CutSuffix(u, "d"); ok && wholeDigits(days) {
 		// Bounded by what a Duration holds (about 106,751 days), the same
 		// bound a Go duration such as 882288h meets, so that String's "Nd"
 		// always reads back.
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n < 1 || n > math.MaxInt64/int64(24*time.Hour) {
+		if maxDays := math.MaxInt64 / int64(24*time.Hour); errors.Is(err, strconv.ErrRange) || n > maxDays {
+			return 0, fmt.Errorf("unit %q is too large (at most %dd)", u, maxDays)
+		}
+		if err != nil || n < 1 {
 			return 0, fmt.Errorf("unit %q: want a whole number of days such as 7d", u)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(u)
+	if err != nil && strings.Contains(err.Error(), "invalid duration") && strings.IndexFunc(u, func(r rune) bool { return r >= '0' && r <= '9' }) == 0 {
+		if _, err2 := time.ParseDuration("1" + strings.TrimLeft(u, "0123456789.")); err2 == nil {
+			return 0, fmt.Errorf("unit %q is too large (at most %v)", u, time.Duration(math.MaxInt64))
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("unit %q is not s, m, h, d or a Go duration", u)
 	}
@@ -137,6 +149,32 @@ func parseUnit(u string) (time.Duration, error) {
 
 // maxExact is 2^53: integers up to it are exact in a float64 (a Lua number).
 const maxExact = 1 << 53
+
+// wholeDigits reports whether s is a non-empty run of decimal digits.
+func wholeDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// MaxRate is the largest rate (and burst) a limit of period can count
+// exactly: every count must stay a whole number of ticks within 2^53 (the
+// integers a float64, and so a Lua number in Redis, holds exactly), with
+// ticks of at most a thousandth of the period. It is 0 for a period that is
+// not a positive whole number of microseconds.
+func MaxRate(period time.Duration) int64 {
+	if period < time.Microsecond || period%time.Microsecond != 0 {
+		return 0
+	}
+	p := int64(period / time.Microsecond)
+	for p%10 == 0 && p/10 >= 1000 {
+		p /= 10
+	}
+	return maxExact/p - 1
+}
 
 // maxSegments bounds Segments, and with it the state of a sliding window
 // counter and the work of one decision.
@@ -179,6 +217,12 @@ func (l *Limit) paramsTo(p *params) error {
 	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
 	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= maxExact && p.segments == 1 {
 		return nil // the common case, without a division
+	}
+	if m := MaxRate(l.Period); max(p.rate, p.burst) > m {
+		if l.Burst > l.Rate {
+			return fmt.Errorf("%w: burst %d is too large (at most %d with a period of %v)", ErrInvalidLimit, l.Burst, m, l.Period)
+		}
+		return fmt.Errorf("%w: rate %d per %v is too large (at most %d per %v)", ErrInvalidLimit, l.Rate, l.Period, m, l.Period)
 	}
 	for big > maxExact/p.period {
 		if p.period%10 != 0 {

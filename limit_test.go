@@ -2,6 +2,9 @@ package sluice_test
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +111,37 @@ func TestParseAlgorithm(t *testing.T) {
 	}
 	if _, err := sluice.ParseAlgorithm("token-bucket"); !errors.Is(err, sluice.ErrUnknownAlgorithm) {
 		t.Errorf("ParseAlgorithm(token-bucket) error = %v, want ErrUnknownAlgorithm", err)
+	}
+}
+
+// TestTooLargeSaysTheMaximum: a rate, burst or unit too large to count is
+// refused naming the largest that works, and that largest one is valid.
+func TestTooLargeSaysTheMaximum(t *testing.T) {
+	for _, p := range []time.Duration{time.Microsecond, 999 * time.Microsecond, time.Millisecond, time.Second, 7 * time.Second, time.Minute, 24 * time.Hour, 365 * 24 * time.Hour} {
+		m := sluice.MaxRate(p)
+		if err := (sluice.Limit{Rate: m, Period: p}).Validate(); err != nil {
+			t.Errorf("Limit{Rate: MaxRate(%v) = %d}.Validate() = %v, want nil", p, m, err)
+		}
+		if err := (sluice.Limit{Rate: 1, Burst: m, Period: p}).Validate(); err != nil {
+			t.Errorf("Limit{Burst: MaxRate(%v) = %d}.Validate() = %v, want nil", p, m, err)
+		}
+		want := fmt.Sprintf("too large (at most %d", m)
+		for _, l := range []sluice.Limit{{Rate: m + 1, Period: p}, {Rate: 1, Burst: m + 1, Period: p}, {Rate: math.MaxInt64, Period: p}, {Rate: 1, Burst: math.MaxInt64, Period: p}} {
+			if err := l.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%+v.Validate() = %v, want an error saying %q", l, err, want)
+			}
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"99999999999999999999/s", "rate 99999999999999999999 is too large (at most 9007199254739 per 1s)"},
+		{"9223372036854775807/m", "too large (at most "},
+		{"5/99999999999999999999s", `unit "99999999999999999999s" is too large (at most 2562047h47m16.854775807s)`},
+		{"5/250000000000000000000d", `unit "250000000000000000000d" is too large (at most 106751d)`},
+		{"5/106752d", `unit "106752d" is too large (at most 106751d)`},
+		{"-99999999999999999999/s", "is not a whole number ≥ 1"},
+	} {
+		if _, err := sluice.ParseLimit(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseLimit(%q) = %v, want an error containing %q", tc.in, err, tc.want)
+		}
 	}
 }

@@ -39,13 +39,13 @@ func parseYAML(file string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: file, Line: 1, Msg: "empty config: want a mapping such as listen: 127.0.0.1:8080"}}
 		}
-		return nil, Errors{yamlError(file, err)}
+		return nil, Errors{yamlError(file, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, Errors{{File: file, Line: extra.Line, Msg: "more than one YAML document (---): a config is one document"}}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, Errors{yamlError(file, err)}
+		return nil, Errors{yamlError(file, data, err)}
 	}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		return doc.Content[0], nil
@@ -53,17 +53,64 @@ func parseYAML(file string, data []byte) (*yaml.Node, error) {
 	return &doc, nil
 }
 
+// wholeNumber matches the text of a whole number too long for YAML to
+// resolve as an int (it resolves it as a float).
+var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
+
+// wellFormedDuration matches what time.ParseDuration reads, when it is not
+// too large.
+var wellFormedDuration = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // yamlError turns a YAML syntax error into a ParseError with its line.
-func yamlError(file string, err error) *rules.ParseError {
+func yamlError(file string, data []byte, err error) *rules.ParseError {
 	msg := err.Error()
 	line := 0
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}
+	if parserError(msg) {
+		// yaml.v3 reports its parser's errors (unlike its scanner's) with
+		// the line counted from 0, and no line at all for the first.
+		line++
+	}
+	switch {
+	case strings.HasPrefix(msg, "did not find expected ',' or") && strings.Contains(lineText(data, line), "${"):
+		msg += `: a value holding ${…} inside [ ] or { } must be quoted, as in key: ["header:${VAR}"]`
+	case msg == "did not find expected key" || msg == "did not find expected '-' indicator":
+		// The line is where the enclosing block starts, not the culprit.
+		msg += " in the block that starts here: check the indentation of the lines below it"
+	}
 	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
+}
+
+// parserError reports whether msg is one of the errors of yaml.v3's
+// parser (parserc.go), as opposed to its scanner.
+func parserError(msg string) bool {
+	switch msg {
+	case "did not find expected ',' or ']'", "did not find expected ',' or '}'",
+		"did not find expected '-' indicator", "did not find expected <document start>",
+		"did not find expected <stream-start>", "did not find expected key",
+		"did not find expected node content", "found duplicate %TAG directive",
+		"found duplicate %YAML directive", "found incompatible YAML document",
+		"found undefined tag handle":
+		return true
+	}
+	return false
+}
+
+// lineText returns line n (from 1) of data, or "".
+func lineText(data []byte, n int) string {
+	for i := 1; len(data) > 0; i++ {
+		l, rest, _ := bytes.Cut(data, []byte("\n"))
+		if i == n {
+			return string(l)
+		}
+		data = rest
+	}
+	return ""
 }
 
 // decoder walks the YAML nodes into a Config, collecting every problem.
@@ -223,8 +270,12 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		return ok
 	case reflect.Int:
 		x, ok := d.int64(key, n)
-		if ok && (x < math.MinInt32 || x > math.MaxInt32) {
-			d.fail(n, key, "%d is out of range", x)
+		if ok && x > math.MaxInt32 {
+			d.fail(n, key, "%d is too large (at most %d)", x, math.MaxInt32)
+			return false
+		}
+		if ok && x < math.MinInt32 {
+			d.fail(n, key, "%d is too small (at least %d)", x, math.MinInt32)
 			return false
 		}
 		if ok {
@@ -395,13 +446,20 @@ func (d *decoder) int64(key string, v *yaml.Node) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if n.Tag != "!!int" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) {
+	if n.Tag != "!!int" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) && !wholeNumber.MatchString(s) {
 		d.fail(n, key, "want a whole number, not %s", kindName(n))
 		return 0, false
 	}
 	x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
-	if err != nil {
-		d.fail(n, key, "%q is not a whole number in range", s)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
+		d.fail(n, key, "%s is too small (at least %d)", s, int64(math.MinInt64))
+		return 0, false
+	case err != nil && errors.Is(err, strconv.ErrRange):
+		d.fail(n, key, "%s is too large (at most %d)", s, int64(math.MaxInt64))
+		return 0, false
+	case err != nil:
+		d.fail(n, key, "%q is not a whole number", s)
 		return 0, false
 	}
 	return x, true
@@ -434,6 +492,11 @@ func (d *decoder) duration(key string, v *yaml.Node) (time.Duration, bool) {
 		return 0, false
 	}
 	x, err := time.ParseDuration(s)
+	if err != nil && wellFormedDuration.MatchString(s) {
+		// Well formed, so it failed for being larger than a Duration holds.
+		d.fail(n, key, "%q is too large (at most %v)", s, time.Duration(math.MaxInt64))
+		return 0, false
+	}
 	if err != nil {
 		d.fail(n, key, "%q is not a duration (want a number and a unit, such as 50ms, 2s or 1m30s)", s)
 		return 0, false

@@ -196,7 +196,7 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 			switch {
 			case strings.Contains(msg, "sub-windows") || strings.Contains(msg, "segments"):
 				key = "segments"
-			case sp.Burst > 0 && strings.Contains(msg, "too large"):
+			case strings.HasPrefix(msg, "burst"), sp.Burst > 0 && sp.Burst > r.Limit.Rate && strings.Contains(msg, "too large"):
 				key = "burst"
 			}
 			f(key, "%s", msg)

@@ -8,6 +8,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/rules"
+	"strings"
+	"unicode/utf8"
 )
 
 // checkRequest is the body of POST /v1/check (see parseCheck). Cost
@@ -57,7 +60,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	}
 	rule := e.Rules().Rule(req.Rule)
 	if rule == nil {
-		h.fail(w, errBadRequest("unknown rule "+strconv.Quote(req.Rule)))
+		h.fail(w, errBadRequest(unknownRule(req.Rule, e.Rules())))
 		return
 	}
 	res := e.Check(r.Context(), rule, rule.StoreKey(req.Key), req.Cost)
@@ -121,12 +124,13 @@ func ceilMillis(d time.Duration) int64 {
 func decodeError(err error) error {
 	var mbe *http.MaxBytesError
 	var ufe *unknownFieldError
+	var dfe *duplicateFieldError
 	switch {
 	case errors.As(err, &mbe):
 		return err
 	case errors.Is(err, listener.ErrBodyTimeout):
 		return errBodyTimeout
-	case errors.As(err, &ufe), errors.Is(err, errEmpty), errors.Is(err, errTrail), errors.Is(err, errNoObj), errors.Is(err, errCostInt):
+	case errors.As(err, &ufe), errors.As(err, &dfe), errors.Is(err, errCostBig), errors.Is(err, errCostNeg), errors.Is(err, errEmpty), errors.Is(err, errTrail), errors.Is(err, errNoObj), errors.Is(err, errCostInt):
 		return errBadRequest(err.Error())
 	case errors.Is(err, errSyntax):
 		return errBadRequest("bad JSON: want {\"rule\":NAME,\"key\":STRING,\"cost\":N}")
@@ -137,4 +141,53 @@ func decodeError(err error) error {
 		}
 		return errBadRequest(err.Error())
 	}
+}
+
+// unknownRule says that no rule is named name: the name quoted and cut to
+// rules.MaxNameLen bytes (a rule name is never longer, and the answer must
+// not echo a 64 KiB body back), and a few of the rules that exist.
+func unknownRule(name string, set *rules.Set) string {
+	var b strings.Builder
+	b.WriteString("unknown rule ")
+	if len(name) > rules.MaxNameLen {
+		cut := rules.MaxNameLen
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		b.WriteString(strconv.Quote(name[:cut]))
+		b.WriteString("… (")
+		b.WriteString(strconv.Itoa(len(name)))
+		b.WriteString(" bytes; a rule name has at most ")
+		b.WriteString(strconv.Itoa(rules.MaxNameLen))
+		b.WriteString(")")
+	} else {
+		b.WriteString(strconv.Quote(name))
+	}
+	const few = 5
+	var names []*rules.Rule
+	if set != nil {
+		names = set.Rules
+	}
+	switch {
+	case len(names) == 0:
+		b.WriteString("; no rules are configured")
+		return b.String()
+	case len(names) == 1:
+		b.WriteString("; the rule is ")
+	default:
+		b.WriteString("; rules are ")
+	}
+	for i, r := range names {
+		if i == few {
+			b.WriteString(", … (")
+			b.WriteString(strconv.Itoa(len(names)))
+			b.WriteString(" in all: GET /v1/rules)")
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(r.Name))
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,8 +18,9 @@ import (
 //
 //   - one object, with only whitespace around it;
 //   - fields "rule" and "key" (strings) and "cost" (an integer in int64),
-//     spelled exactly (encoding/json would also take "Rule"); a repeated
-//     field takes its last value, as with encoding/json;
+//     spelled exactly (encoding/json would also take "Rule"), each at most
+//     once (encoding/json would take the last of a repeated field, where
+//     another parser in front of Sluice may have read the first);
 //   - no null values, no other fields.
 //
 // Strings are unescaped as encoding/json does, invalid UTF-8 becoming
@@ -31,7 +33,16 @@ var (
 	errNoObj   = errors.New("body must be a JSON object")
 	errSyntax  = errors.New("bad JSON")
 	errCostInt = errors.New(`field "cost" must be a whole number`)
+	errCostBig = errors.New(`field "cost" is too large (at most ` + strconv.FormatInt(math.MaxInt64, 10) + `)`)
+	errCostNeg = errors.New(`"cost" must not be negative`)
 )
+
+// duplicateFieldError names a field given twice.
+type duplicateFieldError struct{ name string }
+
+func (e *duplicateFieldError) Error() string {
+	return "field " + strconv.Quote(e.name) + " given twice"
+}
 
 // unknownFieldError names a field the endpoint does not take.
 type unknownFieldError struct{ name string }
@@ -54,12 +65,26 @@ func parseCheck(b []byte, req *checkRequest) error {
 		p.i++
 		return p.end()
 	}
+	var seen uint8 // bits: rule, key, cost
 	for {
 		p.ws()
 		name, ok := p.str()
 		if !ok {
 			return errSyntax
 		}
+		var bit uint8
+		switch string(name) {
+		case "rule":
+			bit = 1
+		case "key":
+			bit = 2
+		case "cost":
+			bit = 4
+		}
+		if seen&bit != 0 {
+			return &duplicateFieldError{name: string(name)}
+		}
+		seen |= bit
 		p.ws()
 		if p.peek() != ':' {
 			return errSyntax
@@ -162,8 +187,11 @@ func (p *parser) int() (int64, error) {
 		return 0, errSyntax
 	}
 	n, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
-	if err != nil {
-		return 0, errCostInt
+	switch {
+	case err != nil && p.b[start] == '-':
+		return 0, errCostNeg
+	case err != nil:
+		return 0, errCostBig
 	}
 	return n, nil
 }

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // oracle decodes b as encoding/json would for the endpoint: one object,
@@ -32,14 +36,19 @@ func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 		return req, true, false
 	}
 	// json.Unmarshal into a map keeps the last of repeated names; look at
-	// every name with a decoder walk instead.
+	// every name with a decoder walk instead. A repeated name is refused.
 	dec = json.NewDecoder(bytes.NewReader(b))
 	dec.Token() // {
+	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return req, true, false
 		}
+		if seen[tok.(string)] {
+			return req, true, false
+		}
+		seen[tok.(string)] = true
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			return req, true, false
@@ -60,7 +69,11 @@ func TestParseCheck(t *testing.T) {
 		{`{"rule":"a","key":"k","cost":3}`, checkRequest{"a", "k", 3}, true},
 		{` { "key" : "k" , "rule" : "a" } `, checkRequest{"a", "k", 1}, true},
 		{`{}`, checkRequest{"", "", 1}, true},
-		{`{"rule":"a","rule":"b"}`, checkRequest{"b", "", 1}, true},
+		{`{"rule":"a","rule":"b"}`, checkRequest{}, false}, // a repeated field is refused
+		{`{"key":"a","cost":1,"key":"b"}`, checkRequest{}, false},
+		{`{"cost":1,"cost":2}`, checkRequest{}, false},
+		{`{"cost":9223372036854775808}`, checkRequest{}, false},
+		{`{"cost":-9223372036854775809}`, checkRequest{}, false},
 		{`{"key":"\u00e9\ud83d\ude00\n\"\\\/"}`, checkRequest{"", "é😀\n\"\\/", 1}, true},
 		{`{"key":"\ud800x"}`, checkRequest{"", "\ufffdx", 1}, true},
 		{"{\"key\":\"a\xffb\"}", checkRequest{"", "a\ufffdb", 1}, true},
@@ -113,4 +126,28 @@ func FuzzParseCheck(f *testing.F) {
 			t.Fatalf("parseCheck(%q) refused it (%v); encoding/json accepts %+v", b, err, want)
 		}
 	})
+}
+
+func TestUnknownRuleMessage(t *testing.T) {
+	var specs []rules.Spec
+	for i := range 7 {
+		specs = append(specs, rules.Spec{Name: "r" + strconv.Itoa(i), Rate: "1/s"})
+	}
+	set, err := rules.Compile("t.yaml", specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		set  *rules.Set
+		want string
+	}{
+		{"x", set, `unknown rule "x"; rules are "r0", "r1", "r2", "r3", "r4", … (7 in all: GET /v1/rules)`},
+		{"x", &rules.Set{}, `unknown rule "x"; no rules are configured`},
+		{strings.Repeat("é", 40), set, `unknown rule "` + strings.Repeat("é", 32) + `"… (80 bytes; a rule name has at most 64); rules are`},
+	} {
+		if got := unknownRule(tc.name, tc.set); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("unknownRule(%.20q…) = %q, want it to start %q", tc.name, got, tc.want)
+		}
+	}
 }
