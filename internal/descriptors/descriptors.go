@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -139,8 +140,18 @@ type Rule struct {
 	File string
 	Line int
 
-	head string // store-key prefix: what a counter means (domain, algorithm, limit)
+	head    string // store-key prefix: what a counter means (domain, algorithm, limit)
+	fromReq bool   // the metric label carries request values (detailed_metric, value_to_metric on the path)
+	cached  atomic.Value
 }
+
+// Cached returns what SetCached stored on r, or nil: a slot for a
+// transport's per-rule state (such as its metric handles), so that the hot
+// path needs no map lookup.
+func (r *Rule) Cached() any { return r.cached.Load() }
+
+// SetCached stores v on r (always a value of the same type).
+func (r *Rule) SetCached(v any) { r.cached.Store(v) }
 
 // Entry is one key/value pair of a request descriptor.
 type Entry struct{ Key, Value string }
@@ -286,10 +297,23 @@ func (s *Set) Lookup(domain string, entries []Entry, m *Match) bool {
 	if s == nil {
 		return false
 	}
-	cur := s.domains[domain]
-	if cur == nil {
+	root := s.domains[domain]
+	if root == nil {
 		return false
 	}
+	lookup(root, entries, m, false)
+	if m.Rule != nil && m.Rule.fromReq {
+		lookup(root, entries, m, true) // again, building the labels
+	}
+	return true
+}
+
+// lookup walks the tree from root for entries, writing the rule found and
+// the share_threshold patterns to m; with labels, it also builds the
+// metric labels that carry request values.
+func lookup(root *node, entries []Entry, m *Match, labels bool) {
+	m.Rule, m.shared = nil, nil
+	cur := root
 	var detailed, v2m strings.Builder
 	useV2M := false
 	for i, e := range entries {
@@ -311,39 +335,43 @@ func (s *Set) Lookup(domain string, entries []Entry, m *Match) bool {
 		if next == nil {
 			next = cur.children[e.Key]
 		}
-		if detailed.Len() > 0 {
-			detailed.WriteByte('.')
-			v2m.WriteByte('.')
-		}
-		detailed.WriteString(e.Key)
-		detailed.WriteByte('_')
 		if next != nil && wild && next.share {
 			if m.shared == nil {
 				m.shared = make([]string, len(entries))
 			}
 			m.shared[i] = next.value
-			detailed.WriteString(next.value)
-		} else {
-			detailed.WriteString(e.Value)
 		}
-		v2m.WriteString(e.Key)
-		if next != nil {
-			var v string
-			switch {
-			case wild && next.share:
-				v = next.value
-			case wild && next.v2m:
-				v, useV2M = e.Value, true
-			case wild:
-				v = next.value
-			case byValue:
-				v = e.Value
-			case next.v2m:
-				v, useV2M = e.Value, true
+		if labels {
+			if detailed.Len() > 0 {
+				detailed.WriteByte('.')
+				v2m.WriteByte('.')
 			}
-			if v != "" {
-				v2m.WriteByte('_')
-				v2m.WriteString(v)
+			detailed.WriteString(e.Key)
+			detailed.WriteByte('_')
+			if next != nil && wild && next.share {
+				detailed.WriteString(next.value)
+			} else {
+				detailed.WriteString(e.Value)
+			}
+			v2m.WriteString(e.Key)
+			if next != nil {
+				var v string
+				switch {
+				case wild && next.share:
+					v = next.value
+				case wild && next.v2m:
+					v, useV2M = e.Value, true
+				case wild:
+					v = next.value
+				case byValue:
+					v = e.Value
+				case next.v2m:
+					v, useV2M = e.Value, true
+				}
+				if v != "" {
+					v2m.WriteByte('_')
+					v2m.WriteString(v)
+				}
 			}
 		}
 		if next != nil && next.rule != nil && i == len(entries)-1 {
@@ -356,17 +384,16 @@ func (s *Set) Lookup(domain string, entries []Entry, m *Match) bool {
 	}
 	if m.Rule == nil {
 		m.shared = nil
-		return true
+		return
 	}
 	switch {
-	case m.Rule.DetailedMetric:
+	case labels && m.Rule.DetailedMetric:
 		m.Metric, m.Detailed = detailed.String(), true
-	case useV2M:
+	case labels && useV2M:
 		m.Metric, m.Detailed = v2m.String(), true
 	default:
 		m.Metric = m.Rule.Path
 	}
-	return true
 }
 
 // MaxKeyLen bounds the request part of a store key: longer descriptors are

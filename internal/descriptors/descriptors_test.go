@@ -30,7 +30,7 @@ func es(kv ...string) []Entry {
 }
 
 // lookup returns the matched rule's path, or "" when no limit applies.
-func lookup(t *testing.T, s *Set, domain string, e []Entry) (string, *Match) {
+func lookupPath(t *testing.T, s *Set, domain string, e []Entry) (string, *Match) {
 	t.Helper()
 	var m Match
 	s.Lookup(domain, e, &m)
@@ -70,7 +70,7 @@ func TestLookupLevels(t *testing.T) {
 		{"deeper than the config", es("to_number", "1", "x", "y"), ""},
 		{"unknown key", es("nope", "1"), ""},
 	} {
-		got, _ := lookup(t, s, "messaging", tc.e)
+		got, _ := lookupPath(t, s, "messaging", tc.e)
 		if got != tc.want {
 			t.Errorf("%s: Lookup(%v) = %q, want %q", tc.name, tc.e, got, tc.want)
 		}
@@ -91,18 +91,18 @@ descriptors:
     value: 50.0.0.5
     rate_limit: {unit: second, requests_per_unit: 0}
 `)
-	got, m := lookup(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.5"))
+	got, m := lookupPath(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.5"))
 	if got != "remote_address_50.0.0.5" || m.Rule.RequestsPerUnit != 0 {
 		t.Errorf("Lookup(50.0.0.5) = %q (%d/s), want the blocking remote_address_50.0.0.5", got, m.Rule.RequestsPerUnit)
 	}
-	got, m = lookup(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.1"))
+	got, m = lookupPath(t, s, "edge_proxy_per_ip", es("remote_address", "50.0.0.1"))
 	if got != "remote_address" || m.Rule.RequestsPerUnit != 10 {
 		t.Errorf("Lookup(50.0.0.1) = %q, want remote_address at 10/s", got)
 	}
 	// A rule without a value counts each value apart.
 	a, b := es("remote_address", "1.1.1.1"), es("remote_address", "2.2.2.2")
-	_, ma := lookup(t, s, "edge_proxy_per_ip", a)
-	_, mb := lookup(t, s, "edge_proxy_per_ip", b)
+	_, ma := lookupPath(t, s, "edge_proxy_per_ip", a)
+	_, mb := lookupPath(t, s, "edge_proxy_per_ip", b)
 	if ma.StoreKey(a) == mb.StoreKey(b) {
 		t.Errorf("two values of a value-less rule share the store key %q", ma.StoreKey(a))
 	}
@@ -145,12 +145,12 @@ descriptors:
 		{es("route", "/api/v1/resource/123/action"), "route_/api/*/resource/*/action"},
 		{es("route", "/api/v1/resource/action"), ""},
 	} {
-		if got, _ := lookup(t, s, "w", tc.e); got != tc.want {
+		if got, _ := lookupPath(t, s, "w", tc.e); got != tc.want {
 			t.Errorf("Lookup(%v) = %q, want %q", tc.e, got, tc.want)
 		}
 	}
 	key := func(e []Entry) string {
-		_, m := lookup(t, s, "w", e)
+		_, m := lookupPath(t, s, "w", e)
 		return m.StoreKey(e)
 	}
 	if a, b := key(es("files", "files/a.pdf")), key(es("files", "files/b.csv")); a != b {
@@ -205,7 +205,7 @@ descriptors:
 		{es("key1", "unspecified"), "key1_unspecified", true},
 		{es("plain", "x"), "plain", false},
 	} {
-		_, m := lookup(t, s, "example10", tc.e)
+		_, m := lookupPath(t, s, "example10", tc.e)
 		if m.Metric != tc.want || m.Detailed != tc.detailed {
 			t.Errorf("Lookup(%v).Metric = %q (detailed %v), want %q (%v)", tc.e, m.Metric, m.Detailed, tc.want, tc.detailed)
 		}
@@ -232,21 +232,21 @@ descriptors:
   - key: y
     rate_limit: {unit: year, requests_per_unit: 1}
 `)
-	_, m := lookup(t, s, "d", es("a", "1"))
+	_, m := lookupPath(t, s, "d", es("a", "1"))
 	r := m.Rule
 	if r.Algorithm != sluice.TokenBucket || r.Limit != (sluice.Limit{Rate: 10, Period: 7 * 24 * time.Hour, Burst: 20}) || !r.Shadow || r.Name != "wk" {
 		t.Errorf("rule a = %+v, want token_bucket 10/week burst 20, shadow, named wk", r)
 	}
-	_, m = lookup(t, s, "d", es("b", "1"))
+	_, m = lookupPath(t, s, "d", es("b", "1"))
 	r = m.Rule
 	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Lease != "auto" || r.Shards != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
 		t.Errorf("rule b = %+v, want fixed_window per 30 days, quota, sync 50ms, lease auto, 4 shards, replaces wk", r)
 	}
-	_, m = lookup(t, s, "d", es("c", "1"))
+	_, m = lookupPath(t, s, "d", es("c", "1"))
 	if !m.Rule.Unlimited {
 		t.Errorf("rule c = %+v, want unlimited", m.Rule)
 	}
-	_, m = lookup(t, s, "d", es("y", "1"))
+	_, m = lookupPath(t, s, "d", es("y", "1"))
 	if m.Rule.Limit.Period != 365*24*time.Hour {
 		t.Errorf("year = %v, want 365 days", m.Rule.Limit.Period)
 	}
@@ -257,9 +257,9 @@ func TestStoreKeyChangesWithLimit(t *testing.T) {
 	two := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
 	also := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n")
 	e := es("k", "v")
-	_, m1 := lookup(t, one, "d", e)
-	_, m2 := lookup(t, two, "d", e)
-	_, m3 := lookup(t, also, "d", e)
+	_, m1 := lookupPath(t, one, "d", e)
+	_, m2 := lookupPath(t, two, "d", e)
+	_, m3 := lookupPath(t, also, "d", e)
 	if m1.StoreKey(e) == m2.StoreKey(e) {
 		t.Errorf("1/s and 2/s share the store key %q", m1.StoreKey(e))
 	}

@@ -186,7 +186,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		d.fail(top, "domain", "missing: every file names its domain, such as domain: edge_proxy")
 	}
 	if descs != nil {
-		d.descriptors("descriptors", descs, p.root, p, "", 1)
+		d.descriptors("descriptors", descs, p.root, p, "", 1, false)
 	}
 	if len(d.errs) > 0 {
 		return nil, d.errs.Err()
@@ -199,18 +199,19 @@ func newNode(key, value string) *node {
 }
 
 // descriptors decodes a list of descriptors into the children of parent.
-func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int) {
+// v2m tells whether a descriptor above has value_to_metric.
+func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, v2m bool) {
 	if depth > maxDepth {
 		d.fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
 		return
 	}
 	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
-		d.descriptor(k, item, parent, p, path, depth)
+		d.descriptor(k, item, parent, p, path, depth, v2m)
 	})
 }
 
 // descriptor decodes one descriptor and adds it to parent.
-func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int) {
+func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, aboveV2M bool) {
 	var (
 		k, v                            string
 		keySeen                         bool
@@ -281,6 +282,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			r.Path, r.File, r.Line = full, d.file, item.Line
 			r.Shadow, r.Quota, r.DetailedMetric, r.ValueToMetric = shadow, quota, detailed, v2m
 			r.Report = report
+			r.fromReq = detailed || v2m || aboveV2M
 			r.Sync, r.Lease, r.Shards = sync, lease, shards
 			if r.Unlimited && opts {
 				d.fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
@@ -325,7 +327,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		}
 	}
 	if children != nil {
-		d.descriptors(key+".descriptors", children, nd, p, full, depth+1)
+		d.descriptors(key+".descriptors", children, nd, p, full, depth+1, aboveV2M || v2m)
 	}
 	if len(d.errs) > before {
 		return

@@ -125,6 +125,7 @@ type Engine struct {
 	now      func() time.Time
 
 	storeLog, shadowLog throttle
+	realClock           bool // now is time.Now: its readings time the store calls too
 }
 
 // New returns an Engine for o.
@@ -148,6 +149,7 @@ func New(o Options) (*Engine, error) {
 	}
 	if e.now == nil {
 		e.now = time.Now
+		e.realClock = true
 	}
 	e.byRule = make(map[*rules.Rule]*metrics.Rule, len(e.rules.Rules))
 	for _, r := range e.rules.Rules {

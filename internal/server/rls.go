@@ -13,7 +13,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,8 +61,8 @@ type RLSOptions struct {
 	// store cannot decide, instead of the engine's on_error answer, so
 	// that Envoy's failure_mode_deny decides.
 	Unavailable bool
-	// Now is the clock of the answers' reset times; nil means time.Now.
-	// The decisions use the engine's clock.
+	// Now is the clock of the log throttle; nil means time.Now. Decisions
+	// and reset times use the engine's clock.
 	Now func() time.Time
 	// MaxBodyBytes bounds a /json body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -131,18 +131,17 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	}
 	set := s.o.Descriptors()
 	domain := req.GetDomain()
-	n := len(req.Descriptors)
-	ds := make([]engine.Descriptor, n)
-	st := make([]engine.DescriptorStatus, n)
-	overrides := 0
+	sc := getScratch(len(req.Descriptors))
+	defer putScratch(sc)
+	ds, st := sc.ds, sc.st
 	if set.HasDomain(domain) {
-		var entries []descriptors.Entry
-		replaced := map[string]bool(nil)
+		var replaced map[string]bool
 		for i, d := range req.Descriptors {
-			entries = entries[:0]
+			entries := sc.entries[:0]
 			for _, e := range d.Entries {
 				entries = append(entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
+			sc.entries = entries
 			var m descriptors.Match
 			if o := d.GetLimit(); o != nil {
 				u, _ := descriptors.ParseUnit(o.GetUnit().String())
@@ -151,7 +150,6 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 					return nil, fmt.Errorf("descriptors[%d].limit: unit %s × %d is not a countable period", i, o.GetUnit(), o.GetUnitMultiplier().GetValue())
 				}
 				m = descriptors.OverrideMatch(r, entries)
-				overrides++
 			} else {
 				set.Lookup(domain, entries, &m)
 			}
@@ -168,7 +166,7 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 			if !m.Rule.Unlimited && m.Rule.RequestsPerUnit > 0 {
 				ds[i].Key = m.StoreKey(entries)
 			}
-			ds[i].Metrics = s.envoy.Descriptor(domain, m.Metric, m.Detailed)
+			ds[i].Metrics = s.metricsOf(domain, &m)
 		}
 		// A limit named in another matched limit's replaces is dropped.
 		for i := range ds {
@@ -184,6 +182,49 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		return nil, fmt.Errorf("%w: %v", errStore, res.StoreErr)
 	}
 	return s.response(ds, st, res), nil
+}
+
+// metricsOf returns the counters of a match: those of its rule, resolved
+// once and kept on the rule, unless the label carries request values.
+func (s *RLS) metricsOf(domain string, m *descriptors.Match) *metrics.EnvoyDescriptor {
+	if s.envoy == nil {
+		return nil
+	}
+	if m.Detailed {
+		return s.envoy.Descriptor(domain, m.Metric, true)
+	}
+	if c, ok := m.Rule.Cached().(*metrics.EnvoyDescriptor); ok {
+		return c
+	}
+	c := s.envoy.Descriptor(domain, m.Metric, false)
+	m.Rule.SetCached(c)
+	return c
+}
+
+// scratch is the per-request working memory of decide, pooled.
+type scratch struct {
+	ds      []engine.Descriptor
+	st      []engine.DescriptorStatus
+	entries []descriptors.Entry
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch(n int) *scratch {
+	sc := scratches.Get().(*scratch)
+	if cap(sc.ds) < n {
+		sc.ds = make([]engine.Descriptor, n)
+		sc.st = make([]engine.DescriptorStatus, n)
+	}
+	sc.ds, sc.st = sc.ds[:n], sc.st[:n]
+	return sc
+}
+
+func putScratch(sc *scratch) {
+	clear(sc.ds)
+	clear(sc.st)
+	clear(sc.entries)
+	scratches.Put(sc)
 }
 
 // hits returns what descriptor d of req asks for: its own hits_addend
@@ -223,7 +264,7 @@ func validate(req *rlsv3.RateLimitRequest) error {
 
 // response builds the answer from the decisions.
 func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res engine.DescriptorsResult) *rlsv3.RateLimitResponse {
-	now := s.o.Now()
+	now := res.Now
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 	if res.OverLimit {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -243,7 +284,7 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 			Name:            r.Name,
 			RequestsPerUnit: r.RequestsPerUnit,
-			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(r.Unit.String())]),
+			Unit:            protoUnit[r.Unit],
 		}
 		if st[i].Over && !r.Shadow {
 			ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -262,6 +303,17 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		resp.ResponseHeadersToAdd = headers(resp.Statuses[tight], st[tight].Decision, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp
+}
+
+// protoUnit maps a descriptors.Unit to Envoy's enum.
+var protoUnit = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	descriptors.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	descriptors.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	descriptors.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	descriptors.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	descriptors.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	descriptors.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	descriptors.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 // tighter reports whether status a should be shown rather than b: an

@@ -51,7 +51,7 @@ func (b *setBox) put(s *descriptors.Set) { b.mu.Lock(); b.s = s; b.mu.Unlock() }
 // storeKinds are the stores every service test runs on.
 var storeKinds = []string{"memory", "redis", "cluster"}
 
-func newStore(t *testing.T, kind string) sluice.Store {
+func newStore(t testing.TB, kind string) sluice.Store {
 	t.Helper()
 	switch kind {
 	case "memory":
@@ -78,7 +78,7 @@ func newStore(t *testing.T, kind string) sluice.Store {
 }
 
 // writeConf writes each YAML source to its own file and loads them all.
-func writeConf(t *testing.T, srcs ...string) *descriptors.Set {
+func writeConf(t testing.TB, srcs ...string) *descriptors.Set {
 	t.Helper()
 	dir := t.TempDir()
 	var paths []string

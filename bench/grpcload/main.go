@@ -1,0 +1,603 @@
+// Command grpcload is the Envoy rate limit service's load run: in one
+// bounded run on loopback it drives
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, as Envoy
+// does, against
+//
+//   - bare: a grpc-go server that answers OK at once (the floor: what gRPC
+//     itself costs),
+//   - sluice serve with the memory store,
+//   - sluice serve with a local Redis,
+//
+// at several concurrencies and key counts, and prints a Markdown table:
+// decisions/s, p50 and p99 latency, server CPU per decision (from
+// /proc/PID/stat) and Redis commands per decision (from INFO stats).
+//
+//	cd bench && go run ./grpcload                      # c=16,64,256; 1 and 10,000 keys; 5s per cell
+//	cd bench && go run ./grpcload -d 3s -c 64 -keys 1
+//
+// Each decision is one request with one descriptor (key, k<i>), i drawn
+// uniformly from the key set; the limit (a fixed window of 10^9 a second)
+// admits every request, as most of a real gateway's traffic is. Needs
+// redis-server on PATH; Linux only (/proc).
+//
+// The same binary runs the bare server as a child process: `grpcload bare
+// ADDR`.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "bare" {
+		serveBare(os.Args[2])
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "grpcload:", err)
+		os.Exit(1)
+	}
+}
+
+// bare answers every request OK at once.
+type bare struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (bare) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	st := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
+	for i := range st {
+		st[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: st}, nil
+}
+
+func serveBare(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	s := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(s, bare{})
+	if err := s.Serve(ln); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	duration time.Duration
+	conc     []int
+	keys     []int
+	conns    int
+	keep     bool
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want positive whole numbers separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+const descriptors = `domain: bench
+descriptors:
+  - key: key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+func run() error {
+	var o options
+	var conc, keys string
+	flag.DurationVar(&o.duration, "d", 5*time.Second, "duration of each measured cell")
+	flag.StringVar(&conc, "c", "16,64,256", "concurrencies (requests in flight)")
+	flag.StringVar(&keys, "keys", "1,10000", "key counts")
+	flag.IntVar(&o.conns, "conns", 4, "gRPC connections the requests are spread over (Envoy opens a few)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	flag.Parse()
+	var err error
+	if o.conc, err = ints(conc); err != nil {
+		return err
+	}
+	if o.keys, err = ints(keys); err != nil {
+		return err
+	}
+	if o.duration <= 0 || o.duration > 20*time.Second {
+		return errors.New("-d must be in (0, 20s]")
+	}
+	for _, c := range o.conc {
+		if c > 4096 {
+			return errors.New("-c: at most 4096")
+		}
+	}
+	dir, err := os.MkdirTemp("", "sluice-grpcload-")
+	if err != nil {
+		return err
+	}
+	if !o.keep {
+		defer os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	sluice := filepath.Join(dir, "sluice")
+	build := exec.CommandContext(ctx, "go", "build", "-o", sluice, "./cmd/sluice")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/sluice: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	bareAddr, redisAddr, memAPI, memGRPC, redAPI, redGRPC := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	var procs procSet
+	defer procs.stopAll()
+	bareP, err := procs.start(ctx, "bare", self, "bare", bareAddr)
+	if err != nil {
+		return err
+	}
+	_, redisPort, _ := net.SplitHostPort(redisAddr)
+	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
+		return err
+	}
+	if err := waitTCP(ctx, redisAddr); err != nil {
+		return err
+	}
+	desc := filepath.Join(dir, "ratelimit.yaml")
+	if err := os.WriteFile(desc, []byte(descriptors), 0o644); err != nil {
+		return err
+	}
+	cfg := func(name, api, grpcAddr, store string) (string, error) {
+		p := filepath.Join(dir, name+".yaml")
+		y := fmt.Sprintf("listen: %s\nlog_level: warn\ngrpc:\n  listen: %s\n  config: [%s]\n%s", api, grpcAddr, desc, store)
+		return p, os.WriteFile(p, []byte(y), 0o644)
+	}
+	memCfg, err := cfg("memory", memAPI, memGRPC, "")
+	if err != nil {
+		return err
+	}
+	redCfg, err := cfg("redis", redAPI, redGRPC, "store:\n  type: redis\n  redis: {addrs: ["+redisAddr+"], timeout: 1s}\n")
+	if err != nil {
+		return err
+	}
+	memP, err := procs.start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
+	if err != nil {
+		return err
+	}
+	redP, err := procs.start(ctx, "sluice-redis", sluice, "serve", "-config", redCfg)
+	if err != nil {
+		return err
+	}
+	for _, a := range []string{bareAddr, memGRPC, redGRPC} {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	targets := []struct {
+		name  string
+		addr  string
+		p     *proc
+		redis string
+	}{
+		{"bare grpc-go (floor)", bareAddr, bareP, ""},
+		{"sluice, memory", memGRPC, memP, ""},
+		{"sluice, Redis", redGRPC, redP, redisAddr},
+	}
+	cells := len(targets) * len(o.conc) * len(o.keys)
+	fmt.Fprintf(os.Stderr, "grpcload: %d cells of %v, load average %s\n", cells, o.duration, loadAvg())
+	var rows []row
+	for _, tg := range targets {
+		for _, c := range o.conc {
+			for _, k := range o.keys {
+				r, err := measure(ctx, o, tg.addr, tg.p, tg.redis, c, k)
+				if err != nil {
+					return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.logs.String())
+				}
+				r.target = tg.name
+				rows = append(rows, r)
+				fmt.Fprintf(os.Stderr, "  %-22s c=%-4d keys=%-6d %9.0f/s p50 %6.2fms p99 %6.2fms cpu %5.1fµs redis calls %.2f cmds %.2f\n",
+					r.target, c, k, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), r.redisCalls, r.redisCmds)
+			}
+		}
+	}
+	report(o, rows)
+	return nil
+}
+
+type row struct {
+	target        string
+	conc, keys    int
+	n, errs       int64
+	rate          float64
+	p50, p99      time.Duration
+	cpu           time.Duration // server CPU per decision
+	redisCmds     float64       // Redis commands per decision, those run by scripts included; -1 when no Redis
+	redisCalls    float64       // script calls (round trips) per decision; -1 when no Redis
+	overallOK     int64
+	floorCPURatio float64
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// measure runs one cell: c workers over o.conns connections for
+// o.duration, after a short warm-up.
+func measure(ctx context.Context, o options, addr string, p *proc, redisAddr string, c, keys int) (row, error) {
+	conns := make([]*grpc.ClientConn, o.conns)
+	for i := range conns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return row{}, err
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	call := func(cl rlsv3.RateLimitServiceClient, rnd *rand.Rand) (bool, error) {
+		req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "key", Value: names[rnd.IntN(keys)]}},
+		}}}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := cl.ShouldRateLimit(cctx, req)
+		if err != nil {
+			return false, err
+		}
+		return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
+	}
+	phase := func(d time.Duration, record bool) (row, error) {
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			lats  []time.Duration
+			r     row
+			first error
+		)
+		stop := time.Now().Add(d)
+		for w := range c {
+			wg.Go(func() {
+				cl := rlsv3.NewRateLimitServiceClient(conns[w%len(conns)])
+				rnd := rand.New(rand.NewPCG(uint64(w), 42))
+				local := make([]time.Duration, 0, 4096)
+				var n, errs, ok int64
+				var err1 error
+				for time.Now().Before(stop) {
+					t0 := time.Now()
+					good, err := call(cl, rnd)
+					local = append(local, time.Since(t0))
+					n++
+					if err != nil {
+						errs++
+						if err1 == nil {
+							err1 = err
+						}
+					} else if good {
+						ok++
+					}
+				}
+				mu.Lock()
+				lats = append(lats, local...)
+				r.n += n
+				r.errs += errs
+				r.overallOK += ok
+				if first == nil {
+					first = err1
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if !record {
+			return r, nil
+		}
+		if r.errs > 0 {
+			return r, fmt.Errorf("%d of %d calls failed, first: %w", r.errs, r.n, first)
+		}
+		slices.Sort(lats)
+		r.p50 = lats[len(lats)/2]
+		r.p99 = lats[len(lats)*99/100]
+		return r, nil
+	}
+	if _, err := phase(min(time.Second, o.duration/2), false); err != nil {
+		return row{}, err
+	}
+	cpu0, err := cpuTime(p.cmd.Process.Pid)
+	if err != nil {
+		return row{}, err
+	}
+	var calls0, cmds0 int64
+	if redisAddr != "" {
+		if calls0, cmds0, err = redisCalls(redisAddr); err != nil {
+			return row{}, err
+		}
+	}
+	t0 := time.Now()
+	r, err := phase(o.duration, true)
+	elapsed := time.Since(t0)
+	if err != nil {
+		return r, err
+	}
+	cpu1, err := cpuTime(p.cmd.Process.Pid)
+	if err != nil {
+		return row{}, err
+	}
+	r.conc, r.keys = c, keys
+	r.rate = float64(r.n) / elapsed.Seconds()
+	r.cpu = (cpu1 - cpu0) / time.Duration(r.n)
+	r.redisCmds, r.redisCalls = -1, -1
+	if redisAddr != "" {
+		calls1, cmds1, err := redisCalls(redisAddr)
+		if err != nil {
+			return row{}, err
+		}
+		r.redisCalls = float64(calls1-calls0) / float64(r.n)
+		r.redisCmds = float64(cmds1-cmds0-2) / float64(r.n) // -2: our own INFO calls
+	}
+	if r.overallOK != r.n {
+		return r, fmt.Errorf("%d of %d answers were not OK: the limit should admit everything", r.n-r.overallOK, r.n)
+	}
+	return r, nil
+}
+
+func report(o options, rows []row) {
+	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
+		len(rows), o.duration, o.conns, loadAvg(), numCPU())
+	floor := map[[2]int]row{}
+	for _, r := range rows {
+		if strings.HasPrefix(r.target, "bare") {
+			floor[[2]int{r.conc, r.keys}] = r
+		}
+	}
+	fmt.Println("| server | concurrency | keys | decisions/s | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis round trips/decision | Redis commands/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		ratio := "—"
+		if f, ok := floor[[2]int{r.conc, r.keys}]; ok && f.cpu > 0 {
+			ratio = fmt.Sprintf("%.2f×", float64(r.cpu)/float64(f.cpu))
+		}
+		calls, cmds := "—", "—"
+		if r.redisCmds >= 0 {
+			calls, cmds = fmt.Sprintf("%.2f", r.redisCalls), fmt.Sprintf("%.2f", r.redisCmds)
+		}
+		fmt.Printf("| %s | %d | %d | %.0f | %.2f | %.2f | %.1f | %s | %s | %s |\n",
+			r.target, r.conc, r.keys, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), ratio, calls, cmds)
+	}
+}
+
+// redisCalls returns how many script calls (EVAL, EVALSHA and their _RO
+// forms: each one round trip from the store) Redis has run, from INFO
+// commandstats, and every command it has run (total_commands_processed,
+// which counts the commands scripts run too).
+func redisCalls(addr string) (scripts, total int64, err error) {
+	body, err := info(addr, "commandstats")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(body, "\r\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro":
+		default:
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if !ok || err != nil {
+			return 0, 0, fmt.Errorf("INFO commandstats: %q", line)
+		}
+		scripts += n
+	}
+	total, err = redisCommands(addr)
+	return scripts, total, err
+}
+
+// info returns the body of INFO section.
+func info(addr, section string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section)
+	br := bufio.NewReader(c)
+	hdr, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(hdr, "$") {
+		return "", fmt.Errorf("INFO %s: %q %v", section, hdr, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(hdr[1:]))
+	body := make([]byte, n+2)
+	if _, err := ioReadFull(br, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
+}
+
+// redisCommands returns total_commands_processed from INFO stats.
+func redisCommands(addr string) (int64, error) {
+	body, err := info(addr, "stats")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(body, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO stats: no total_commands_processed")
+}
+
+func ioReadFull(br *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := br.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// cpuTime returns utime+stime of the process from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\nprocessor")) + 1
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/sluicehq/sluice\n")) {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no sluice go.mod above %s", dir)
+		}
+	}
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+}
+
+type procSet struct{ ps []*proc }
+
+// start runs a child process; its output is kept and shown if it dies.
+func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
+	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...)}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	s.ps = append(s.ps, p)
+	return p, nil
+}
+
+// stopAll interrupts every child (by its PID) and waits for it.
+func (s *procSet) stopAll() {
+	for _, p := range s.ps {
+		p.cmd.Process.Signal(os.Interrupt)
+	}
+	for _, p := range s.ps {
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func freePorts(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// waitTCP waits until addr accepts connections, bounded by 15s.
+func waitTCP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listens on %s after 15s: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a child process's startup
+	}
+}
