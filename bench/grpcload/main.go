@@ -6,7 +6,10 @@
 //   - bare: a grpc-go server that answers OK at once (the floor: what gRPC
 //     itself costs),
 //   - sluice serve with the memory store,
-//   - sluice serve with a local Redis,
+//   - sluice serve with a local Redis, and the same with
+//     store.redis.max_flush_delay: 100us,
+//   - with -reference BIN, Envoy's reference rate limit service
+//     (envoyproxy/ratelimit's service_cmd, built by you) on the same Redis,
 //
 // at several concurrencies and key counts, and prints a Markdown table:
 // decisions/s, p50 and p99 latency, server CPU per decision (from
@@ -92,6 +95,7 @@ type options struct {
 	keys     []int
 	conns    int
 	keep     bool
+	ref      string
 }
 
 func ints(s string) ([]int, error) {
@@ -120,6 +124,7 @@ func run() error {
 	flag.StringVar(&keys, "keys", "1,10000", "key counts")
 	flag.IntVar(&o.conns, "conns", 4, "gRPC connections the requests are spread over (Envoy opens a few)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	flag.StringVar(&o.ref, "reference", "", "`binary` of Envoy's reference rate limit service (go build ./src/service_cmd in envoyproxy/ratelimit) to run beside Sluice")
 	flag.Parse()
 	var err error
 	if o.conc, err = ints(conc); err != nil {
@@ -161,11 +166,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(6)
+	ports, err := freePorts(11)
 	if err != nil {
 		return err
 	}
 	bareAddr, redisAddr, memAPI, memGRPC, redAPI, redGRPC := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	fdAPI, fdGRPC := ports[6], ports[7]
+	refHTTP, refGRPC, refDebug := ports[8], ports[9], ports[10]
 	var procs procSet
 	defer procs.stopAll()
 	bareP, err := procs.start(ctx, "bare", self, "bare", bareAddr)
@@ -205,20 +212,37 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	for _, a := range []string{bareAddr, memGRPC, redGRPC} {
-		if err := waitTCP(ctx, a); err != nil {
-			return err
-		}
+	fdCfg, err := cfg("redis-flush", fdAPI, fdGRPC, "store:\n  type: redis\n  redis: {addrs: ["+redisAddr+"], timeout: 1s, max_flush_delay: 100us}\n")
+	if err != nil {
+		return err
 	}
-	targets := []struct {
+	fdP, err := procs.start(ctx, "sluice-redis-flush", sluice, "serve", "-config", fdCfg)
+	if err != nil {
+		return err
+	}
+	type target struct {
 		name  string
 		addr  string
 		p     *proc
 		redis string
-	}{
+	}
+	targets := []target{
 		{"bare grpc-go (floor)", bareAddr, bareP, ""},
 		{"sluice, memory", memGRPC, memP, ""},
 		{"sluice, Redis", redGRPC, redP, redisAddr},
+		{"sluice, Redis, flush 100µs", fdGRPC, fdP, redisAddr},
+	}
+	if o.ref != "" {
+		p, err := startReference(ctx, &procs, o.ref, dir, redisAddr, refHTTP, refGRPC, refDebug)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, target{"reference (envoyproxy/ratelimit), Redis", refGRPC, p, redisAddr})
+	}
+	for _, tg := range targets {
+		if err := waitTCP(ctx, tg.addr); err != nil {
+			return fmt.Errorf("%s: %w\n%s", tg.name, err, tg.p.logs.String())
+		}
 	}
 	cells := len(targets) * len(o.conc) * len(o.keys)
 	fmt.Fprintf(os.Stderr, "grpcload: %d cells of %v, load average %s\n", cells, o.duration, loadAvg())
@@ -379,28 +403,65 @@ func measure(ctx context.Context, o options, addr string, p *proc, redisAddr str
 	return r, nil
 }
 
+// startReference runs Envoy's reference service on the descriptor file,
+// configured (by environment, as it is) for the local Redis over TCP,
+// without statsd, with its defaults otherwise.
+func startReference(ctx context.Context, procs *procSet, bin, dir, redisAddr, httpAddr, grpcAddr, debugAddr string) (*proc, error) {
+	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(descriptors), 0o644); err != nil {
+		return nil, err
+	}
+	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
+	p := &proc{name: "reference", logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin)}
+	p.cmd.Env = append(os.Environ(),
+		"HOST=127.0.0.1", "PORT="+port(httpAddr),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+port(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(debugAddr),
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
+		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+	)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the reference service: %w", err)
+	}
+	procs.ps = append(procs.ps, p)
+	return p, nil
+}
+
 func report(o options, rows []row) {
 	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
 		len(rows), o.duration, o.conns, loadAvg(), numCPU())
 	floor := map[[2]int]row{}
+	ref := map[[2]int]row{}
 	for _, r := range rows {
 		if strings.HasPrefix(r.target, "bare") {
 			floor[[2]int{r.conc, r.keys}] = r
 		}
+		if strings.HasPrefix(r.target, "reference") {
+			ref[[2]int{r.conc, r.keys}] = r
+		}
 	}
-	fmt.Println("| server | concurrency | keys | decisions/s | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis round trips/decision | Redis commands/decision |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis round trips/decision | Redis commands/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		ratio := "—"
 		if f, ok := floor[[2]int{r.conc, r.keys}]; ok && f.cpu > 0 {
 			ratio = fmt.Sprintf("%.2f×", float64(r.cpu)/float64(f.cpu))
 		}
+		vsRef := "—"
+		if f, ok := ref[[2]int{r.conc, r.keys}]; ok && f.rate > 0 {
+			vsRef = fmt.Sprintf("%.2f×", r.rate/f.rate)
+		}
 		calls, cmds := "—", "—"
 		if r.redisCmds >= 0 {
 			calls, cmds = fmt.Sprintf("%.2f", r.redisCalls), fmt.Sprintf("%.2f", r.redisCmds)
 		}
-		fmt.Printf("| %s | %d | %d | %.0f | %.2f | %.2f | %.1f | %s | %s | %s |\n",
-			r.target, r.conc, r.keys, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), ratio, calls, cmds)
+		fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f | %.2f | %.1f | %s | %s | %s |\n",
+			r.target, r.conc, r.keys, r.rate, vsRef, ms(r.p50), ms(r.p99), us(r.cpu), ratio, calls, cmds)
 	}
 }
 

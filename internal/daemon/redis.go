@@ -50,6 +50,8 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 		Timeout:   r.Timeout,
 		Prefix:    r.KeyPrefix,
 		RedisTime: true,
+
+		MaxFlushDelay: r.MaxFlushDelay,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -40,9 +42,11 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 			var next atomic.Int64
 			if kind == "redis" {
-				b.SetParallelism(16) // requests in flight, as from a gateway
+				b.SetParallelism(32) // requests in flight, as from a gateway
 			}
 			b.ReportAllocs()
+			var ru0, ru1 syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -53,6 +57,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 					}
 				}
 			})
+			b.StopTimer()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime)-syscall.TimevalToNsec(ru0.Utime)) + time.Duration(syscall.TimevalToNsec(ru1.Stime)-syscall.TimevalToNsec(ru0.Stime))
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
