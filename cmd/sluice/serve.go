@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // builtinName is the file name errors and logs use for the built-in
@@ -108,6 +110,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if a.GRPC != "" {
 		fmt.Fprintf(stdout, "sluice: Envoy rate limit service (gRPC) on %s (POST /json on the decision API)\n", a.GRPC)
 	}
+	if set, err := cfg.RuleSet(); err == nil {
+		printRules(stdout, set)
+		if *configPath == "" && set.Rule("demo-per-ip") != nil {
+			fmt.Fprintf(stdout, "sluice: try it: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"demo-per-ip\",\"key\":\"203.0.113.7\"}'\n", a.API)
+		}
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -132,4 +140,40 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// maxPrintedRules bounds the rules serve lists at startup.
+const maxPrintedRules = 10
+
+// printRules lists the rules in force, one line each: name, limit, key,
+// match, algorithm and action.
+func printRules(w io.Writer, set *rules.Set) {
+	if len(set.Rules) == 0 {
+		fmt.Fprintln(w, "sluice: no rules: every request passes (add rules: to the config)")
+		return
+	}
+	for i, r := range set.Rules {
+		if i == maxPrintedRules {
+			fmt.Fprintf(w, "sluice: … and %d more rules (GET /v1/rules lists them all)\n", len(set.Rules)-i)
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "sluice: rule %s: %s", r.Name, r.Limit)
+		if r.Limit.Burst != r.Limit.Rate {
+			fmt.Fprintf(&b, " (burst %d)", r.Limit.Burst)
+		}
+		b.WriteString(" per ")
+		for j, p := range r.Key {
+			if j > 0 {
+				b.WriteString("+")
+			}
+			b.WriteString(p.String())
+		}
+		if len(r.Methods) > 0 || r.Path != "" {
+			b.WriteString(" on ")
+			b.WriteString(strings.Join(append(append([]string(nil), r.Methods...), r.Path), " "))
+		}
+		fmt.Fprintf(&b, ", %s, %s", r.Algorithm, r.Action)
+		fmt.Fprintln(w, b.String())
+	}
 }

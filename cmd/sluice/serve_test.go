@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 var reAPI = regexp.MustCompile(`decision API on (http://\S+)`)
@@ -255,4 +258,39 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestPrintRules: serve lists the rules in force at startup (the built-in
+// example's, here), and bounds the list.
+func TestPrintRules(t *testing.T) {
+	cfg, err := config.Parse(builtinName, config.Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := cfg.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	printRules(&b, set)
+	want := "sluice: rule demo-per-ip: 5/m per ip, sliding_window_counter, reject\n" +
+		"sluice: rule demo-per-api-key: 100/m (burst 20) per header:X-Api-Key on /api/*, token_bucket, reject\n"
+	if b.String() != want {
+		t.Errorf("printRules(built-in example) =\n%s\nwant\n%s", b.String(), want)
+	}
+	var specs []rules.Spec
+	for i := range 12 {
+		specs = append(specs, rules.Spec{Name: fmt.Sprintf("r%d", i), Rate: "1/s", Key: []string{"ip", "method"}, Match: rules.MatchSpec{Methods: []string{"POST"}, Path: "/x"}})
+	}
+	many, err := rules.Compile("t.yaml", specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	printRules(&b, many)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 11 || lines[0] != "sluice: rule r0: 1/s per ip+method on POST /x, sliding_window_counter, reject" ||
+		lines[10] != "sluice: … and 2 more rules (GET /v1/rules lists them all)" {
+		t.Errorf("printRules(12 rules) =\n%s", b.String())
+	}
 }
