@@ -8,7 +8,9 @@
 //     it is deleted by the incremental sweep that runs as new keys arrive,
 //     or by Sweep. Rest is derived from the algorithm and the limit; it is
 //     exact, so forgetting a key never changes a decision.
-//   - Options.MaxKeys caps the keys held. When a shard is full and sweeping
+//   - Options.MaxKeys caps the keys held, exactly (each shard holds its
+//     share of the cap, and there are never more shards than keys allowed).
+//     When a shard is full and sweeping
 //     frees nothing, the store evicts, among a sample of up to 8 keys of that
 //     shard, the one that would reach rest first (the cheapest to forget:
 //     forgetting it hands that key a fresh allowance early). Evictions counts
@@ -26,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"slices"
 	"strings"
@@ -45,10 +48,13 @@ const (
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
-	// MaxKeys caps the number of keys held; 0 means DefaultMaxKeys.
+	// MaxKeys caps the number of keys held, exactly: the cap is split
+	// over the shards (which hold MaxKeys/Shards keys each, give or take
+	// one); 0 means DefaultMaxKeys.
 	MaxKeys int
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two; 0 means DefaultShards.
+	// power of two, and down to at most MaxKeys so that every shard holds
+	// at least one key; 0 means DefaultShards.
 	Shards int
 }
 
@@ -58,7 +64,6 @@ type Store struct {
 	seed      maphash.Seed
 	shards    []shard
 	mask      uint64
-	perShard  int // key cap per shard
 	evictions atomic.Uint64
 }
 
@@ -199,7 +204,8 @@ type shard struct {
 	small table
 	logs  map[string]*logEntry
 	adds  uint32
-	_     [64 - 8 - 40 - 8 - 4]byte // keep shards on separate cache lines
+	cap   uint32                        // keys this shard may hold
+	_     [64 - 8 - 40 - 8 - 4 - 4]byte // keep shards on separate cache lines
 }
 
 // logEntry is the state of a sliding window log or a multi-segment counter.
@@ -214,18 +220,23 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = DefaultShards
 	}
-	pow := 1
-	for pow < n {
-		pow <<= 1
-	}
 	maxKeys := opts.MaxKeys
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
+	pow := 1
+	for pow < n && pow*2 <= maxKeys {
+		pow <<= 1
+	}
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, pow), mask: uint64(pow - 1)}
-	s.perShard = max(1, (maxKeys+pow-1)/pow)
+	// The caps add up to maxKeys exactly, each at least 1.
+	base, extra := maxKeys/pow, maxKeys%pow
 	for i := range s.shards {
 		s.shards[i].logs = make(map[string]*logEntry)
+		s.shards[i].cap = uint32(min(base, math.MaxUint32))
+		if i < extra {
+			s.shards[i].cap++
+		}
 	}
 	return s
 }
@@ -371,7 +382,7 @@ func (s *Store) insert(sh *shard, now int64) {
 	if sh.adds%16 == 0 {
 		sh.sweep(now, 8)
 	}
-	if sh.small.len()+len(sh.logs) < s.perShard {
+	if sh.small.len()+len(sh.logs) < int(sh.cap) {
 		return
 	}
 	if sh.sweep(now, 32) > 0 {

@@ -149,3 +149,26 @@ func TestNamespacesThatHashAlike(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxKeysExact: MaxKeys is the number of keys held at most, exactly,
+// whatever the shard count (max_keys: 10 once held 256: one per shard).
+func TestMaxKeysExact(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ maxKeys, shards int }{{10, 0}, {1, 0}, {3, 0}, {1000, 0}, {1001, 256}, {300, 7}} {
+		s := memstore.New(memstore.Options{MaxKeys: tc.maxKeys, Shards: tc.shards})
+		// 50 times the cap: every shard gets keys enough to fill it (the
+		// chance that one of 8 shards gets none of 500 keys is 1e-29).
+		const times = 50
+		for i := range times * tc.maxKeys {
+			if _, err := s.Take(ctx, sluice.Request{Key: fmt.Sprint("k", i), Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(5), Cost: 1, Now: sluicetest.T0}); err != nil {
+				t.Fatal(err)
+			}
+			if i%97 == 0 && s.Len() > tc.maxKeys {
+				t.Fatalf("MaxKeys %d, Shards %d: %d keys held after %d inserts", tc.maxKeys, tc.shards, s.Len(), i+1)
+			}
+		}
+		if s.Len() != tc.maxKeys {
+			t.Errorf("MaxKeys %d, Shards %d: %d keys held after %d distinct keys; want exactly the cap", tc.maxKeys, tc.shards, s.Len(), times*tc.maxKeys)
+		}
+	}
+}
