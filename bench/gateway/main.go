@@ -4,8 +4,9 @@
 // nginx configs are the example's, the second with its auth_request line
 // turned off, so the difference is the question to Sluice and nothing
 // else. It prints a Markdown report: requests/s (closed loop), the latency
-// paced at half of the with-Sluice peak, and the CPU per request of nginx
-// and of Sluice, read from /proc/PID/stat.
+// paced at half of the with-Sluice peak and on a single connection (no
+// queueing), and the CPU per request of nginx and of Sluice, read from
+// /proc/PID/stat. About 80 s with the defaults.
 //
 //	cd bench && go run ./gateway                 # wrk -t1 -c64, 10s per step, best of 2
 //	cd bench && go run ./gateway -d 5s -runs 1
@@ -180,7 +181,7 @@ func run() error {
 	}
 
 	loadBefore := loadAvg()
-	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop steps and 2 paced steps of %v (wrk -t%d -c%d)\n", 2*o.runs, o.duration, o.threads, o.conns)
+	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop steps, 2 paced and 2 single-connection steps of %v (wrk -t%d -c%d)\n", 2*o.runs, o.duration, o.threads, o.conns)
 	var best [2]result
 	for range o.runs {
 		for i, s := range []struct {
@@ -208,7 +209,19 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	report(os.Stdout, o, best, rate, pw, pa, loadBefore, loadAvg())
+	// One connection, closed loop: no queueing, the latency of a request
+	// on its own.
+	one := o
+	one.conns, one.threads = 1, 1
+	sw, err := wrk(ctx, one, "http://"+withoutAddr+"/", "", []*proc{without})
+	if err != nil {
+		return err
+	}
+	sa, err := wrk(ctx, one, "http://"+withAddr+"/", "", []*proc{with, sluice})
+	if err != nil {
+		return err
+	}
+	report(os.Stdout, o, best, rate, [4]result{pw, pa, sw, sa}, loadBefore, loadAvg())
 	return nil
 }
 
@@ -329,7 +342,10 @@ func paced(ctx context.Context, o options, url string, rate float64, servers []*
 	return wrk(ctx, po, url, script, servers)
 }
 
-func report(w io.Writer, o options, best [2]result, rate float64, pw, pa result, loadBefore, loadAfter string) {
+// report prints the table; lat holds the paced runs without and with
+// Sluice, then the single-connection runs without and with.
+func report(w io.Writer, o options, best [2]result, rate float64, lat [4]result, loadBefore, loadAfter string) {
+	pw, pa, sw, sa := lat[0], lat[1], lat[2], lat[3]
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	fmt.Fprintf(w, "Gateway run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d interleaved run(s), one nginx process, everything on one machine over loopback.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), o.threads, o.conns, o.duration, o.runs)
@@ -347,11 +363,14 @@ func report(w io.Writer, o options, best [2]result, rate float64, pw, pa result,
 	row(best[1].name, best[1])
 	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate), pw)
 	row(fmt.Sprintf("nginx + Sluice → upstream, paced at %.0f/s", rate), pa)
+	row("nginx → upstream, one connection", sw)
+	row("nginx + Sluice → upstream, one connection", sa)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- with the auth_request to Sluice: %.0f%% of nginx's own throughput (target ≥ 50%%)\n", 100*best[1].rps/best[0].rps)
 	fmt.Fprintf(w, "- closed loop: Sluice adds %v at p50, %v at p99\n", best[1].p50-best[0].p50, best[1].p99-best[0].p99)
 	fmt.Fprintf(w, "- paced at half of the with-Sluice peak (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50 and %v at p99 (target < 1ms)\n",
 		rate, pw.rps, pa.rps, pa.p50-pw.p50, pa.p99-pw.p99)
+	fmt.Fprintf(w, "- one connection (no queueing): Sluice adds %v at p50 and %v at p99\n", sa.p50-sw.p50, sa.p99-sw.p99)
 	fmt.Fprintf(w, "- CPU per request: nginx %.1f µs alone, %.1f µs with the subrequest, plus Sluice %.1f µs\n",
 		us(best[0].cpuPerRequest[0]), us(best[1].cpuPerRequest[0]), us(best[1].cpuPerRequest[1]))
 }
