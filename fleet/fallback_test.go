@@ -74,12 +74,19 @@ func admitted(t *testing.T, s sluice.Store, key string, l sluice.Limit, n int) i
 	return a
 }
 
+// upTimeout is the store timeout of the outage tests. They count exact
+// decisions while Redis is up, so no call may time out then: on a 2-core
+// machine shared with other builds, under -race, a call can take hundreds
+// of milliseconds. While a server is stopped calls fail at once
+// (connection refused), whatever the timeout.
+const upTimeout = 2 * time.Second
+
 // TestFallbackRedisOutage stops and restarts a real redis-server: decisions
 // go on in memory at the local share while it is down, and return to Redis
 // once it answers.
 func TestFallbackRedisOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 200 * time.Millisecond, RedisTime: true})
+	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
 	ch, onChange := modes()
 	f := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 3, ProbeInterval: 10 * time.Millisecond, OnModeChange: onChange})
 	t.Cleanup(f.Close)
@@ -115,7 +122,7 @@ func TestFallbackRedisOutage(t *testing.T) {
 // rest while Redis is down, and the cache learns nothing from local mode.
 func TestFallbackCacheOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 200 * time.Millisecond, RedisTime: true})
+	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
 	c := fleet.NewOverLimitCache(rs, fleet.OverLimitOptions{})
 	ch, onChange := modes()
 	f := fleet.NewFallback(c, fleet.FallbackOptions{ExpectedInstances: 2, Probe: rs.Ping, ProbeInterval: 10 * time.Millisecond, OnModeChange: onChange})
@@ -143,7 +150,7 @@ func TestFallbackCacheOutage(t *testing.T) {
 // Fallback decides locally until the master is back.
 func TestFallbackCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	rs := openRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: 300 * time.Millisecond, RedisTime: true})
+	rs := openRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: upTimeout, RedisTime: true})
 	ch, onChange := modes()
 	f := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 2, ProbeInterval: 20 * time.Millisecond, OnModeChange: onChange})
 	t.Cleanup(f.Close)
