@@ -55,6 +55,9 @@ type Options struct {
 	// OnReload, if set, is called after every reload attempt, watcher- or
 	// Reload-triggered, from the reloading goroutine (tests wait on it).
 	OnReload func(ReloadResult)
+	// Now is the clock of the decisions; nil means time.Now. The tests of
+	// the documented samples fix it, so the figures they show are exact.
+	Now func() time.Time
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

@@ -32,6 +32,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		OnError: cfg.Store.OnError,
 		Metrics: d.metrics,
 		Logger:  d.log,
+		Now:     d.opts.Now,
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
