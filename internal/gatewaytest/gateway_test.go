@@ -68,9 +68,17 @@ var kinds = []kind{
 				"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
 				"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
 				"http://:8000", "http://127.0.0.1:"+strconv.Itoa(port))
+			if failOpen {
+				conf = replace(t, conf,
+					"\t#handle_errors {\n", "\thandle_errors {\n",
+					"\t#\t@sluice_down", "\t\t@sluice_down",
+					"\t#\treverse_proxy @sluice_down 127.0.0.1:9000\n", "\t\treverse_proxy @sluice_down "+appAddr+"\n",
+					"\t#}\n", "\t}\n")
+			}
 			return startCaddy(t, conf, port)
 		},
-		down: http.StatusBadGateway,
+		down:        http.StatusBadGateway,
+		canFailOpen: true,
 	},
 }
 
