@@ -6,7 +6,7 @@ GO ?= go
 # runs under it anyway; listing nothing here keeps -race on everything).
 RACE ?= -race
 
-.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway build clean
+.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway bench-envoy build clean
 
 test: vet unit
 
@@ -59,7 +59,7 @@ fuzz:
 	sh scripts/ensure-redis.sh
 	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores' ./redisstore ./fleet
 
-bench: bench-core bench-redis bench-load bench-gateway
+bench: bench-core bench-redis bench-load bench-gateway bench-envoy
 
 bench-redis:
 	sh scripts/ensure-redis.sh
@@ -81,6 +81,14 @@ bench-gateway:
 	sh scripts/ensure-gateways.sh
 	command -v wrk >/dev/null || apt-get install -y -qq wrk
 	cd bench && $(GO) run ./gateway -d 10s -runs 2
+
+# The Envoy rate limit service under gRPC load: a bare grpc-go server (the
+# floor), sluice on memory and on Redis, at c=16/64/256 and 1 and 10,000
+# keys; about 2 minutes. Add REFERENCE=/path/to/ratelimit (a build of
+# envoyproxy/ratelimit's ./src/service_cmd) to run it beside them.
+bench-envoy:
+	sh scripts/ensure-redis.sh
+	cd bench && $(GO) run ./grpcload -d 5s $(if $(REFERENCE),-reference $(REFERENCE))
 
 clean:
 	rm -f sluice

@@ -445,7 +445,7 @@ func report(o options, rows []row) {
 			ref[[2]int{r.conc, r.keys}] = r
 		}
 	}
-	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis round trips/decision | Redis commands/decision |")
+	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis script calls/decision | Redis commands/decision |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		ratio := "—"
@@ -466,7 +466,7 @@ func report(o options, rows []row) {
 }
 
 // redisCalls returns how many script calls (EVAL, EVALSHA and their _RO
-// forms: each one round trip from the store) Redis has run, from INFO
+// forms: for Sluice, one per round trip) Redis has run, from INFO
 // commandstats, and every command it has run (total_commands_processed,
 // which counts the commands scripts run too).
 func redisCalls(addr string) (scripts, total int64, err error) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -247,4 +248,33 @@ func TestEnvoyMaxConnections(t *testing.T) {
 		t.Errorf("call on the held connection: %d left, want 100", got)
 	}
 	held.Close()
+}
+
+// TestEnvoyExample: the example of examples/envoy stays valid, and its
+// descriptors mean what its comments say.
+func TestEnvoyExample(t *testing.T) {
+	cfg, err := config.Load("../../examples/envoy/sluice.yaml")
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	if err := config.Unsupported(cfg); err != nil {
+		t.Fatalf("Unsupported: %v", err)
+	}
+	set, err := LoadDescriptors(cfg)
+	if err != nil {
+		t.Fatalf("LoadDescriptors: %v", err)
+	}
+	var m descriptors.Match
+	for _, tc := range []struct {
+		e    []descriptors.Entry
+		want uint32
+	}{
+		{[]descriptors.Entry{{Key: "remote_address", Value: "10.1.2.3"}}, 10},
+		{[]descriptors.Entry{{Key: "remote_address", Value: "50.0.0.5"}}, 0},
+		{[]descriptors.Entry{{Key: "route", Value: "/api/users"}, {Key: "api_key", Value: "k1"}}, 100},
+	} {
+		if !set.Lookup("edge", tc.e, &m) || m.Rule == nil || m.Rule.RequestsPerUnit != tc.want {
+			t.Errorf("Lookup(edge, %v) = %+v, want %d per unit", tc.e, m.Rule, tc.want)
+		}
+	}
 }
