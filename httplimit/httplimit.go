@@ -26,6 +26,11 @@
 // Keys: KeyByRemoteIP (the default), KeyByClientIP (the client behind
 // trusted proxies, see package clientip), KeyByHeader, KeyByQuery,
 // KeyByCookie, and Keys to combine them.
+//
+// The client side: RetryTransport is an http.RoundTripper that honours
+// these answers, waiting Retry-After (or the RateLimit field's reset) on a
+// 429 or 503 before it retries, with a retry budget shared by all of a
+// client's requests so that retries cannot multiply an overload.
 package httplimit
 
 import (

@@ -536,3 +536,32 @@ func equal[T comparable](a, b []T) bool {
 	}
 	return true
 }
+
+// A fleet: two transports (two processes' clients, say) share one budget,
+// with requests in flight at once; however they interleave, the retries
+// stop at the same bound.
+func TestRetryBudgetSharedAcrossTransports(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusServiceUnavailable, nil})
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		for range 2 {
+			rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 10}
+			for range 4 {
+				wg.Go(func() {
+					for range 10 {
+						if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusServiceUnavailable {
+							t.Errorf("got %d, want 503", code)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+	})
+	// A retry follows only a failure that left more than 5 of the 10
+	// tokens: at most 4 retries in all (without a budget: 720).
+	if got := srv.hits.Load(); got < 80 || got > 84 {
+		t.Errorf("80 requests under a lasting 503 made %d attempts, want 80 to 84", got)
+	}
+}
