@@ -160,6 +160,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	if d.config(root, c) {
 		// Validate what decoded, leaving out problems of keys that did not
 		// decode (a rate of the wrong type is not also "missing").
+		d.explicitZeros(c)
 		c.applyDefaults()
 		var ves rules.ParseErrors
 		if err := c.validate(d.lines); errors.As(err, &ves) {
@@ -359,4 +360,29 @@ func setDefault[T comparable](x *T, v T) {
 	if *x == zero {
 		*x = v
 	}
+}
+
+// explicitZeros refuses a 0 written for a key whose default is not 0 and
+// for which 0 does not mean "none": left as it is, applyDefaults would
+// quietly turn max_connections: 0 ("no cap"?) into 10000.
+func (d *decoder) explicitZeros(c *Config) {
+	zero := func(key string, v int64, what string) {
+		if l, ok := d.lines[key]; ok && v == 0 {
+			d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: l, Key: key,
+				Msg: "0 is not allowed: " + what + " (leave the key out for the default)"})
+		}
+	}
+	listener := func(block string, l *Listener) {
+		zero(block+".body_read_timeout", int64(l.BodyReadTimeout), "a request body must be bounded; give the longest wait between two reads, such as 30s")
+		zero(block+".max_connections", int64(l.MaxConnections), "the connections held must be bounded; give a cap such as 10000")
+	}
+	listener("api", &c.API.Listener)
+	if c.Proxy != nil {
+		listener("proxy", &c.Proxy.Listener)
+	}
+	if c.GRPC != nil {
+		zero("grpc.max_connections", int64(c.GRPC.MaxConnections), "the connections held must be bounded; give a cap such as 10000")
+	}
+	zero("client_ip.ipv6_prefix", int64(c.ClientIP.IPv6Prefix), "an ip key counts 1 to 128 bits of an IPv6 address (64: its /64)")
+	zero("client_ip.ipv4_prefix", int64(c.ClientIP.IPv4Prefix), "an ip key counts 1 to 32 bits of an IPv4 address (32: the address)")
 }

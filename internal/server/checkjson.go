@@ -47,7 +47,9 @@ func (e *duplicateFieldError) Error() string {
 // unknownFieldError names a field the endpoint does not take.
 type unknownFieldError struct{ name string }
 
-func (e *unknownFieldError) Error() string { return "unknown field " + strconv.Quote(e.name) }
+func (e *unknownFieldError) Error() string {
+	return "unknown field " + quoteCut(e.name) + ` (want "rule", "key" and "cost")`
+}
 
 // parseCheck decodes b into req, which holds the defaults (Cost 1).
 func parseCheck(b []byte, req *checkRequest) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/jsonstr"
 )
@@ -24,6 +25,23 @@ var (
 )
 
 func errBadRequest(msg string) error { return &apiError{status: http.StatusBadRequest, msg: msg} }
+
+// maxEcho bounds how much of a client's own input an error message quotes
+// back: enough to recognise it, never a 64 KiB body or a 1 MiB header.
+const maxEcho = 64
+
+// quoteCut quotes s, cut to maxEcho bytes (on a rune boundary) and marked
+// with its length when longer.
+func quoteCut(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
 
 func errMethod(allow string) error {
 	return &apiError{status: http.StatusMethodNotAllowed, msg: "method not allowed (want " + allow + ")", allow: allow}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -56,7 +57,12 @@ func originalRequest(r *http.Request) (*http.Request, error) {
 	}
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
-		return nil, errBadRequest("bad original URI: " + err.Error())
+		reason := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			reason = ue.Err.Error() // without the URI, quoted (cut) below
+		}
+		return nil, errBadRequest("bad original URI " + quoteCut(uri) + ": " + reason)
 	}
 	method := r.Header.Get("X-Forwarded-Method")
 	if method == "" {

@@ -159,7 +159,8 @@ func TestCheckBadInput(t *testing.T) {
 		{"cost under int64", "POST", "/v1/check", `{"rule":"api","key":"k","cost":-9223372036854775809}`, 400, "negative"},
 		{"repeated field", "POST", "/v1/check", `{"rule":"api","key":"k","rule":"login-per-ip"}`, 400, `field "rule" given twice`},
 		{"huge unknown rule", "POST", "/v1/check", `{"rule":"` + strings.Repeat("r", 60<<10) + `","key":"k"}`, 400, `… (61440 bytes; a rule name has at most 64); rules are "api", "login-per-ip", "watch", "shaped"`},
-		{"unknown field", "POST", "/v1/check", `{"rule":"api","key":"k","costs":1}`, 400, "unknown field"},
+		{"unknown field", "POST", "/v1/check", `{"rule":"api","key":"k","costs":1}`, 400, `unknown field "costs" (want "rule", "key" and "cost")`},
+		{"huge unknown field", "POST", "/v1/check", `{"` + strings.Repeat("f", 50<<10) + `":1}`, 400, `unknown field "` + strings.Repeat("f", 64) + `"… (51200 bytes)`},
 		{"trailing data", "POST", "/v1/check", `{"rule":"api","key":"k"} {}`, 400, "one JSON object"},
 		{"empty body", "POST", "/v1/check", ``, 400, "empty body"},
 		{"unknown rule", "POST", "/v1/check", `{"rule":"nope","key":"k"}`, 400, `unknown rule "nope"; rules are "api", "login-per-ip", "watch", "shaped"`},
@@ -233,6 +234,10 @@ func TestForwardAuth(t *testing.T) {
 		}
 		if resp, _ := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "GET"}); resp.StatusCode != 400 {
 			t.Errorf("forward-auth without a URI: %d, want 400", resp.StatusCode)
+		}
+		bad := "/" + strings.Repeat("a", 20000) + "%zz"
+		if resp, body := forwardAuth(t, f, map[string]string{"X-Forwarded-Uri": bad}); resp.StatusCode != 400 || len(body) > 300 || !strings.Contains(body, `invalid URL escape`) || !strings.Contains(body, "(20004 bytes)") {
+			t.Errorf("forward-auth with a 20 kB bad URI: %d, %d bytes %.200q; want 400 with the URI cut", resp.StatusCode, len(body), body)
 		}
 	}
 }
