@@ -2,6 +2,7 @@ package gatewaytest
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -46,15 +47,16 @@ var kinds = []kind{
 		name:   "nginx",
 		sluice: "nginx/sluice.yaml",
 		start: func(t *testing.T, sluiceAddr, appAddr string, failOpen bool) *gateway {
-			port := freePort(t)
-			conf := replace(t, example(t, "nginx/sluice.conf"),
-				"server 127.0.0.1:8080;", "server "+sluiceAddr+";",
-				"server 127.0.0.1:9000;", "server "+appAddr+";",
-				"listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";")
-			if failOpen {
-				conf = replace(t, conf, "error_page 500 = @sluice_unavailable;", "error_page 500 = @unlimited;")
-			}
-			return startNginx(t, conf, port)
+			return onFreePort(t, func(port int) *gateway {
+				conf := replace(t, example(t, "nginx/sluice.conf"),
+					"server 127.0.0.1:8080;", "server "+sluiceAddr+";",
+					"server 127.0.0.1:9000;", "server "+appAddr+";",
+					"listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";")
+				if failOpen {
+					conf = replace(t, conf, "error_page 500 = @sluice_unavailable;", "error_page 500 = @unlimited;")
+				}
+				return startNginx(t, conf, port)
+			})
 		},
 		down:        http.StatusServiceUnavailable,
 		canFailOpen: true,
@@ -63,19 +65,20 @@ var kinds = []kind{
 		name:   "caddy",
 		sluice: "caddy/sluice.yaml",
 		start: func(t *testing.T, sluiceAddr, appAddr string, failOpen bool) *gateway {
-			port := freePort(t)
-			conf := replace(t, example(t, "caddy/Caddyfile"),
-				"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
-				"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
-				"http://:8000", "http://127.0.0.1:"+strconv.Itoa(port))
-			if failOpen {
-				conf = replace(t, conf,
-					"\t#handle_errors {\n", "\thandle_errors {\n",
-					"\t#\t@sluice_down", "\t\t@sluice_down",
-					"\t#\treverse_proxy @sluice_down 127.0.0.1:9000\n", "\t\treverse_proxy @sluice_down "+appAddr+"\n",
-					"\t#}\n", "\t}\n")
-			}
-			return startCaddy(t, conf, port)
+			return onFreePort(t, func(port int) *gateway {
+				conf := replace(t, example(t, "caddy/Caddyfile"),
+					"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
+					"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
+					"http://:8000", "http://127.0.0.1:"+strconv.Itoa(port))
+				if failOpen {
+					conf = replace(t, conf,
+						"\t#handle_errors {\n", "\thandle_errors {\n",
+						"\t#\t@sluice_down", "\t\t@sluice_down",
+						"\t#\treverse_proxy @sluice_down 127.0.0.1:9000\n", "\t\treverse_proxy @sluice_down "+appAddr+"\n",
+						"\t#}\n", "\t}\n")
+				}
+				return startCaddy(t, conf, port)
+			})
 		},
 		down:        http.StatusBadGateway,
 		canFailOpen: true,
@@ -268,6 +271,31 @@ func TestGatewayWithSluiceDown(t *testing.T) {
 			}
 			if got := a.hits.Load(); got != 6 {
 				t.Errorf("the app saw %d requests, want 6", got)
+			}
+		})
+	}
+}
+
+// A port taken between finding it free and the gateway binding it is
+// reported as such (the harness then tries another), not as a failure.
+func TestGatewayOnATakenPort(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			port := ln.Addr().(*net.TCPAddr).Port
+			var g *gateway
+			switch k.name {
+			case "nginx":
+				g = startNginx(t, replace(t, example(t, "nginx/sluice.conf"), "listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
+			case "caddy":
+				g = startCaddy(t, replace(t, example(t, "caddy/Caddyfile"), "http://:8000", "http://127.0.0.1:"+strconv.Itoa(port)), port)
+			}
+			if g != nil {
+				t.Errorf("%s started on a port another process holds", k.name)
 			}
 		})
 	}

@@ -53,6 +53,20 @@ func replace(t *testing.T, s string, oldnew ...string) string {
 	return s
 }
 
+// onFreePort calls start with loopback ports that were free a moment
+// before, until it gets a gateway (start returns nil when the port was
+// taken meanwhile), a few times at most.
+func onFreePort(t *testing.T, start func(port int) *gateway) *gateway {
+	t.Helper()
+	for range 5 {
+		if g := start(freePort(t)); g != nil {
+			return g
+		}
+	}
+	t.Fatal("no free port held long enough for the gateway to bind it, 5 times over")
+	return nil
+}
+
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -147,7 +161,8 @@ type gateway struct {
 
 // startNginx runs nginx on the http-block snippet conf (an example's
 // sluice.conf, rewritten to listen on port), as a foreground process with
-// its pid file, logs and temporary files in a test directory.
+// its pid file, logs and temporary files in a test directory. It returns
+// nil if port was taken before nginx could bind it.
 func startNginx(t *testing.T, conf string, port int) *gateway {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
@@ -184,15 +199,23 @@ http {
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", confPath, "-g", "daemon off;")
 	g := &gateway{name: "nginx", dir: dir}
-	g.start(t, cmd, port, func() string {
+	// nginx writes its pid file once it has bound its listeners.
+	started := func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "nginx.pid"))
+		return err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(cmd.Process.Pid)
+	}
+	if !g.start(t, cmd, port, started, func() string {
 		b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		return string(b)
-	})
+	}) {
+		return nil
+	}
 	return g
 }
 
 // startCaddy runs caddy on the Caddyfile caddyfile (rewritten to listen
-// on port), with the admin API off and its data in a test directory.
+// on port), with the admin API off and its data in a test directory. It
+// returns nil if port was taken before caddy could bind it.
 func startCaddy(t *testing.T, caddyfile string, port int) *gateway {
 	t.Helper()
 	bin, err := exec.LookPath("caddy")
@@ -208,13 +231,22 @@ func startCaddy(t *testing.T, caddyfile string, port int) *gateway {
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	g := &gateway{name: "caddy", dir: dir}
-	g.start(t, cmd, port, nil)
+	started := func() bool { return strings.Contains(g.logs.String(), "serving initial configuration") }
+	if !g.start(t, cmd, port, started, nil) {
+		return nil
+	}
 	return g
 }
 
 // start runs cmd and waits until port accepts connections, failing the
-// test if the process exits first.
-func (g *gateway) start(t *testing.T, cmd *exec.Cmd, port int, errorLog func() string) {
+// test if the process exits first, except when it could not bind port:
+// then it returns false, and the caller tries another port (a port found
+// free can be taken by another process before the gateway binds it).
+//
+// Something accepting connections on port is not enough: whoever took the
+// port would pass. started must also report that the gateway itself is
+// serving (its pid file written, its "serving" log line).
+func (g *gateway) start(t *testing.T, cmd *exec.Cmd, port int, started func() bool, errorLog func() string) bool {
 	t.Helper()
 	g.logs = new(syncBuffer)
 	cmd.Stdout, cmd.Stderr = g.logs, g.logs
@@ -243,13 +275,19 @@ func (g *gateway) start(t *testing.T, cmd *exec.Cmd, port int, errorLog func() s
 	for {
 		select {
 		case <-g.done:
+			if strings.Contains(strings.ToLower(logs()), "address already in use") {
+				t.Logf("%s: port %d taken meanwhile; trying another", g.name, port)
+				return false
+			}
 			t.Fatalf("%s exited before listening on %s:\n%s", g.name, addr, logs())
 		default:
 		}
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return
+		if started() {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				c.Close()
+				return true
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not listening on %s after %v:\n%s", g.name, addr, startTimeout, logs())
