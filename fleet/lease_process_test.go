@@ -12,7 +12,7 @@ import (
 )
 
 // evalCalls is how many scripts addr has run (INFO commandstats).
-func evalCalls(t *testing.T, addr string) int64 {
+func evalCalls(t testing.TB, addr string) int64 {
 	t.Helper()
 	info, err := redistest.Do(addr, "INFO", "commandstats")
 	if err != nil {

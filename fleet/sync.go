@@ -19,6 +19,9 @@ type SyncStore interface {
 	// Sync adds each op's hits to its key and reads back the key's state,
 	// in one round trip for the whole batch.
 	Sync(ctx context.Context, ops []redisstore.SyncOp) error
+	// SyncTake decides r exactly, as Take, and returns the key's state
+	// after it.
+	SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error)
 }
 
 // SyncOptions configure a Sync.
@@ -194,12 +197,14 @@ func (s *Sync) Take(ctx context.Context, r sluice.Request) (sluice.Decision, err
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 	}
-	e, err := s.acquire(ctx, &r, t)
+	var d sluice.Decision
+	e, decided, err := s.acquire(ctx, &r, t, &d)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	var d sluice.Decision
-	err = e.decide(&r, &e.view, &d)
+	if !decided {
+		err = e.decide(&r, &e.view, &d)
+	}
 	e.mu.Unlock()
 	s.touch(e)
 	if err != nil {
@@ -264,7 +269,10 @@ func (s *Sync) touch(e *syncEntry) {
 }
 
 // acquire returns r's entry, locked, with a view at most two intervals old.
-func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (*syncEntry, error) {
+// With d non-nil, a key this instance has not seen is decided in the store
+// (one round trip, as the first read would be) and true is returned with
+// the decision in *d; its view is the state after.
+func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
@@ -282,7 +290,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (
 		}
 		e.last = max(e.last, r.Now.UnixMicro())
 		if e.inflight || (!e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval) {
-			return e, nil // fresh, or a batch is about to refresh it
+			return e, false, nil // fresh, or a batch is about to refresh it
 		}
 		if ch := e.loading; ch != nil {
 			e.mu.Unlock()
@@ -290,11 +298,33 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
 			}
 		}
 		ch := make(chan struct{})
 		e.loading = ch
+		if d != nil && e.synced.IsZero() && len(e.hits) == 0 {
+			// First sight: decide in the store, and start from its state.
+			e.mu.Unlock()
+			s.loads.Add(1)
+			dd, st, err := s.inner.SyncTake(ctx, *r)
+			e.mu.Lock()
+			e.loading = nil
+			close(ch)
+			if err != nil {
+				e.mu.Unlock()
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+			}
+			e.view = st
+			s.observe(e, &st, false)
+			for _, h := range e.hits {
+				addHit(e.alg, &e.ticks, &e.view, h)
+			}
+			e.synced = time.Now()
+			dd.Remaining = max(0, dd.Remaining)
+			*d = dd
+			return e, true, nil
+		}
 		ops := []redisstore.SyncOp{e.snapshot()}
 		e.mu.Unlock()
 		s.loads.Add(1)
@@ -305,9 +335,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks) (
 		s.settle(e, &ops[0], time.Now())
 		if err != nil {
 			e.mu.Unlock()
-			return nil, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 		}
-		return e, nil
+		return e, false, nil
 	}
 }
 
@@ -336,9 +366,13 @@ func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 		addHit(e.alg, &e.ticks, &e.view, h)
 	}
 	e.synced = now
-	// Overshoot at the time of the latest decision: the clock the windows
-	// are counted on.
-	if o := overshoot(e.alg, &e.ticks, &op.State, e.last); o > 0 || len(op.Hits) > 0 {
+	s.observe(e, &op.State, len(op.Hits) > 0)
+}
+
+// observe records how far over its limit the store's state st of e is, at
+// the time of e's latest decision (the clock its windows are counted on).
+func (s *Sync) observe(e *syncEntry, st *sluice.State, sent bool) {
+	if o := overshoot(e.alg, &e.ticks, st, e.last); o > 0 || sent {
 		s.overshoot.Store(o)
 		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
 		}
@@ -390,7 +424,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
 			}
 			var err error
-			if e, err = s.acquire(ctx, r, ticks[i]); err != nil {
+			if e, _, err = s.acquire(ctx, r, ticks[i], nil); err != nil {
 				return err
 			}
 			held = append(held, e)
@@ -479,25 +513,28 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 			s.mu.Unlock()
 		}
 	}
+	// The batch: keys with hits to send, and keys in use whose view is an
+	// interval old (a key decided only by its first read is fresh).
 	ops := make([]redisstore.SyncOp, 0, len(batch))
-	sent := batch[:0]
+	var sent []*syncEntry
+	start := time.Now()
 	for _, e := range batch {
 		e.mu.Lock()
 		e.touched.Store(false)
-		if e.inflight || e.loading != nil {
-			e.mu.Unlock()
+		switch {
+		case e.inflight || e.loading != nil:
 			s.touch(e) // a load is reading it; next batch
-			continue
+		case len(e.hits) > 0 || start.Sub(e.synced) >= s.opts.Interval:
+			ops = append(ops, e.snapshot())
+			sent = append(sent, e)
 		}
-		ops = append(ops, e.snapshot())
-		sent = append(sent, e)
 		e.mu.Unlock()
 	}
 	if len(ops) == 0 {
-		return sent, nil
+		return batch, nil
 	}
 	// The batch outlives no Close: bound it by the store's own timeout.
-	start := time.Now()
+	start = time.Now()
 	err := s.inner.Sync(context.Background(), ops)
 	took := time.Since(start)
 	now := time.Now()
@@ -514,7 +551,7 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	if s.opts.OnBatch != nil {
 		s.opts.OnBatch(len(ops), took, err)
 	}
-	return sent, err
+	return batch, err
 }
 
 // Flush sends a batch now, as the loop does every interval, and returns its

@@ -60,6 +60,25 @@ func (m *memShared) Sync(_ context.Context, ops []redisstore.SyncOp) error {
 	return nil
 }
 
+func (m *memShared) SyncTake(_ context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, 1)
+	if m.down {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
+	}
+	st := m.st[r.Key]
+	var d sluice.Decision
+	if _, err := r.Algorithm.TakeMicro(&d, &st, &r.Limit, r.Now.UnixMicro(), r.Cost); err != nil {
+		return d, st, err
+	}
+	if d.Allowed {
+		m.hits[r.Key] += r.Cost
+	}
+	m.st[r.Key] = st
+	return d, st, nil
+}
+
 func (m *memShared) snapshot() ([]int, map[string]int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -15,6 +15,9 @@
 --           back first (as return does). Returns {granted, state after, now}.
 --   return: ARGV[9] units, ARGV[10] the window (T) they were granted in:
 --           give back units not spent. Returns {0, state after, now}.
+--   take:   ARGV[9] cost: Take's step, exactly (the request is counted if
+--           it fits). Returns {state read ('' if none), state after, now};
+--           the caller derives the Decision from the state read.
 -- Exact arithmetic as in take_head.lua: integers below 2^53, floor
 -- division as (a - a % b) / b.
 local key, mode, alg = KEYS[1], ARGV[1], ARGV[2] + 0
@@ -119,6 +122,23 @@ elseif mode == 'grant' then
     N = N + avail
   end
   out = avail
+elseif mode == 'take' then
+  local cost = ARGV[9] + 0
+  if alg == 1 or alg == 6 then
+    local d = debt(now)
+    if cost <= burst and d + cost * period <= burst * period then d = d + cost * period end
+    setDebt(now, d)
+  else
+    local w = fdiv(now, period)
+    if w < T then
+      w = T
+      now = T * period
+    end
+    advance(w)
+    local est = N
+    if alg == 5 then est = fdiv(M * ((w + 1) * period - now), period) + N end
+    if cost <= rate and est + cost <= rate then N = N + cost end
+  end
 else -- return
   giveBack(ARGV[9] + 0, ARGV[10] + 0)
 end
@@ -146,4 +166,5 @@ else
   redis.call('SET', key, s, 'PX', ms)
 end
 if mode == 'sync' then return {s, us} end
+if mode == 'take' then return {v or '', s, us} end
 return {out, s, us}

@@ -113,6 +113,52 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 	return errors.Join(errs...)
 }
 
+// SyncTake decides r exactly as Take does, in one round trip, and also
+// returns the key's state after it: what a fleet instance that has not seen
+// the key yet needs to decide its next requests locally.
+func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+	now := ""
+	if !s.opts.RedisTime {
+		now = strconv.FormatInt(r.Now.UnixMicro(), 10)
+	}
+	if r.Cost < 0 {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
+	}
+	args, err := s.fleetArgs("take", r.Algorithm, r.Limit, now, 1)
+	if err != nil {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	args = append(args, strconv.FormatInt(r.Cost, 10))
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	arr, err := fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args).ToArray()
+	if err == nil && len(arr) != 3 {
+		err = fmt.Errorf("script returned %d values, want 3", len(arr))
+	}
+	var read, after sluice.State
+	var us int64
+	if err == nil {
+		var raw [2]string
+		if raw[0], err = arr[0].ToString(); err == nil {
+			if raw[1], err = arr[1].ToString(); err == nil {
+				if us, err = arr[2].AsInt64(); err == nil {
+					if read, err = parseState(raw[0]); err == nil {
+						after, err = parseState(raw[1])
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	var d sluice.Decision
+	if _, err := r.Algorithm.TakeMicro(&d, &read, &r.Limit, us, r.Cost); err != nil {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	return d, after, nil
+}
+
 // fleetArgs checks a request for fleet.lua and returns its first arguments,
 // with room for extra more.
 func (s *Store) fleetArgs(mode string, a sluice.Algorithm, l sluice.Limit, now string, extra int) ([]string, error) {

@@ -1,0 +1,139 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// commandsProcessed is Redis' total_commands_processed (INFO stats).
+func commandsProcessed(b *testing.B, addr string) int64 {
+	info, err := redistest.Do(addr, "INFO", "stats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("no total_commands_processed in INFO stats")
+	return 0
+}
+
+// cpuTime is this process' CPU time (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is Redis' CPU time (INFO cpu: used_cpu_user + used_cpu_sys).
+func redisCPU(b *testing.B, addr string) time.Duration {
+	info, err := redistest.Do(addr, "INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// BenchmarkFleet: decisions through three instances' store stacks (each its
+// own Redis client) on one redis-server, plain (one script per decision)
+// vs sync: 100ms vs lease: auto, on one hot key and on 100,000 keys
+// (uniformly random). The limit (fixed window, 10^9 per minute) is never
+// reached: this is the cost of admitting. Besides ns/op it reports the
+// scripts Redis ran per decision (EVALSHA and EVAL, INFO commandstats:
+// round trips) and the commands it processed per decision (INFO stats,
+// counting the GET and SET inside each script, less the INFO calls), and
+// the CPU time per decision of the instances (this process) and of Redis.
+//
+//	go test ./fleet -run '^$' -bench BenchmarkFleet -benchtime 2s
+func BenchmarkFleet(b *testing.B) {
+	srv := redistest.StartServer(b)
+	const n = 3
+	lim := sluice.PerMinute(1_000_000_000)
+	for _, mode := range []string{"plain", "sync", "lease"} {
+		for _, keys := range []int{1, 100_000} {
+			b.Run(fmt.Sprintf("%s/keys=%d", mode, keys), func(b *testing.B) {
+				stores := make([]sluice.Store, n)
+				for i := range stores {
+					rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer rs.Close()
+					switch mode {
+					case "plain":
+						stores[i] = rs
+					case "sync":
+						s, err := fleet.NewSync(rs, fleet.SyncOptions{Interval: 100 * time.Millisecond})
+						if err != nil {
+							b.Fatal(err)
+						}
+						defer s.Close()
+						stores[i] = s
+					case "lease":
+						l, err := fleet.NewLease(rs, fleet.LeaseOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						defer l.Close()
+						stores[i] = l
+					}
+				}
+				prefix := fmt.Sprintf("bench/%d/%s/", time.Now().UnixNano(), mode)
+				names := make([]string, keys)
+				for i := range names {
+					names[i] = prefix + strconv.Itoa(i)
+				}
+				var worker atomic.Int64
+				before := commandsProcessed(b, srv.Addr)
+				beforeScripts := evalCalls(b, srv.Addr)
+				beforeCPU, beforeRedis := cpuTime(), redisCPU(b, srv.Addr)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					w := worker.Add(1)
+					s := stores[w%n]
+					rng := rand.New(rand.NewPCG(uint64(w), 7))
+					r := sluice.Request{Algorithm: sluice.FixedWindow, Limit: lim, Cost: 1}
+					for pb.Next() {
+						r.Key = names[rng.IntN(keys)]
+						r.Now = time.Now()
+						if d, err := s.Take(context.Background(), r); err != nil || !d.Allowed {
+							b.Errorf("Take: %+v, %v", d, err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				cpu, rcpu := cpuTime()-beforeCPU, redisCPU(b, srv.Addr)-beforeRedis
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(rcpu.Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
+				scripts := evalCalls(b, srv.Addr) - beforeScripts
+				cmds := commandsProcessed(b, srv.Addr) - before - 4 // the INFO calls
+				b.ReportMetric(float64(scripts)/float64(b.N), "scripts/op")
+				b.ReportMetric(float64(cmds)/float64(b.N), "redis-cmds/op")
+			})
+		}
+	}
+}
