@@ -61,6 +61,15 @@ func (l *lazyRedis) Sync(ctx context.Context, ops []redisstore.SyncOp) error {
 	return s.Sync(ctx, ops)
 }
 
+// SyncTake implements fleet.SyncStore.
+func (l *lazyRedis) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+	s := l.s.Load()
+	if s == nil {
+		return sluice.Decision{}, sluice.State{}, errNotConnected
+	}
+	return s.SyncTake(ctx, r)
+}
+
 // Lease implements fleet.LeaseStore.
 func (l *lazyRedis) Lease(ctx context.Context, r sluice.Request, back redisstore.ReturnOp) (redisstore.Grant, error) {
 	s := l.s.Load()
