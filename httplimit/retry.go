@@ -234,6 +234,9 @@ func again(req *http.Request) (*http.Request, error) {
 // drain reads what is left of a response about to be dropped, up to
 // maxDrain bytes, and closes it.
 func drain(resp *http.Response) {
+	if resp.Body == nil {
+		return
+	}
 	io.CopyN(io.Discard, resp.Body, maxDrain)
 	resp.Body.Close()
 }
