@@ -130,3 +130,28 @@ rules:
 		}
 	}
 }
+
+// TestSentinelConfig: with store.redis.sentinel the daemon finds the master
+// through a real Sentinel and counts there.
+func TestSentinelConfig(t *testing.T) {
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, master)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], sentinel: mymaster, timeout: 2s}
+rules:
+  - name: r
+    rate: 3/h
+`, sentinel))
+	if n := allowedOf(t, td.api, "r", "k", 5); n != 3 {
+		t.Fatalf("through the Sentinel: %d of 5 allowed, want 3", n)
+	}
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusOK {
+		t.Fatalf("GET /readyz: %d, want 200", got.status)
+	}
+	if keys, err := redistest.Do(master.Addr, "DBSIZE"); err != nil || keys == "0" {
+		t.Fatalf("DBSIZE on the master = %q, %v: the decisions did not reach it", keys, err)
+	}
+}
