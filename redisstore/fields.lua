@@ -11,7 +11,19 @@ local function fget(o, name)
     end
   end
   if o.all then return o.all[name] or 0 end
-  return tonumber(redis.call('HGET', o.key, name)) or 0
+  -- Read each field from Redis once per request: the log's binary
+  -- searches and its last run come back to the same fields.
+  local r = o.r
+  if r then
+    local v = r[name]
+    if v ~= nil then return v end
+  else
+    r = {}
+    o.r = r
+  end
+  local v = tonumber(redis.call('HGET', o.key, name)) or 0
+  r[name] = v
+  return v
 end
 
 local function fset(o, name, v)
@@ -41,7 +53,7 @@ saveFields = function(o, ttl)
       del[#del + 1] = name
     else
       set[#set + 1] = name
-      set[#set + 1] = fmt(v)
+      set[#set + 1] = num(v)
       if v ~= 0 then extra = true end
     end
   end
@@ -55,11 +67,11 @@ saveFields = function(o, ttl)
     return
   end
   set[#set + 1] = 'T'
-  set[#set + 1] = fmt(o.T)
+  set[#set + 1] = num(o.T)
   set[#set + 1] = 'N'
-  set[#set + 1] = fmt(o.N)
+  set[#set + 1] = num(o.N)
   set[#set + 1] = 'M'
-  set[#set + 1] = fmt(o.M)
+  set[#set + 1] = num(o.M)
   chunked('HSET', key, set)
   chunked('HDEL', key, del)
   redis.call('PEXPIRE', key, ttl)

@@ -42,6 +42,14 @@ local function fmt(x)
   return string.format('%d', x)
 end
 
+-- num is fmt, cheaper for the many integers below 10^14 in magnitude,
+-- which Lua prints exactly by itself.
+local function num(x)
+  if x == 0 then return '0' end -- never "-0"
+  if x < 1e14 and x > -1e14 then return x .. '' end
+  return string.format('%d', x)
+end
+
 -- STEP[alg](o, rate, burst, period, segments, now, cost) runs one step of
 -- the algorithm on the state o and returns the outcome in ticks, as Go's
 -- outcome: allowed (boolean), remaining, retry (-1: never), reset, delay,

@@ -31,7 +31,7 @@ end
 -- A refund removes up to cost units logged at mark, and shifts the counts of
 -- any runs logged since.
 REFUND[4] = function(o, rate, burst, period, segments, now, cost, mark)
-  local i = firstRun(o, function(t) return t >= mark end)
+  local i = firstRun(o, runT, mark - 1) -- the first run at or after mark
   if i >= o.N then return end
   local t, e = runAt(o, i)
   if t ~= mark then return end

@@ -8,19 +8,31 @@
 -- counts and positions are differences, found by binary search). mark is
 -- the (clamped) time the request was logged at.
 
+-- seq names run T+i (num: sequence numbers stay far below 10^14).
+local seq = num
+
 local function runAt(o, i)
-  local s = fmt(o.T + i)
+  local s = seq(o.T + i)
   return fget(o, 't' .. s), fget(o, 'e' .. s)
 end
 
+-- runT and runE read one field of run i: a search needs only one.
+local function runT(o, i)
+  return fget(o, 't' .. seq(o.T + i))
+end
+
+local function runE(o, i)
+  return fget(o, 'e' .. seq(o.T + i))
+end
+
 local function runSet(o, i, t, e)
-  local s = fmt(o.T + i)
+  local s = seq(o.T + i)
   fset(o, 't' .. s, t)
   fset(o, 'e' .. s, e)
 end
 
 local function runDel(o, i)
-  local s = fmt(o.T + i)
+  local s = seq(o.T + i)
   fset(o, 't' .. s, false)
   fset(o, 'e' .. s, false)
 end
@@ -28,33 +40,30 @@ end
 -- logUnits is the number of units in the log.
 local function logUnits(o)
   if o.N == 0 then return 0 end
-  local _, e = runAt(o, o.N - 1)
-  return e - o.M
+  return runE(o, o.N - 1) - o.M
 end
 
--- firstRun returns the index of the first run for which pred(t, e) holds
--- (N if none); pred must be false then true along the runs.
-local function firstRun(o, pred)
+-- firstRun returns the index of the first run whose field (runT or runE)
+-- is above bound (N if none); the field grows along the runs.
+local function firstRun(o, field, bound)
   local lo, hi = 0, o.N
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if pred(runAt(o, mid)) then hi = mid else lo = mid + 1 end
+    if field(o, mid) > bound then hi = mid else lo = mid + 1 end
   end
   return lo
 end
 
--- unitTime is the time of unit u (0 is the oldest), as Go's Log[u].
+-- unitTime is the time of unit u (0 is the oldest), as Go's Log[u]: the
+-- time of the first run counting past M + u units.
 local function unitTime(o, u)
-  local want = o.M + u + 1
-  local i = firstRun(o, function(t, e) return e >= want end)
-  local t = runAt(o, i)
-  return t
+  return runT(o, firstRun(o, runE, o.M + u))
 end
 
 -- logDrop removes the oldest k runs.
 local function logDrop(o, k)
   if k == 0 then return end
-  local _, e = runAt(o, k - 1)
+  local e = runE(o, k - 1)
   for i = 0, k - 1 do runDel(o, i) end
   o.T, o.N, o.M = o.T + k, o.N - k, e
   if o.N == 0 then o.T, o.M = 0, 0 end
@@ -68,8 +77,15 @@ STEP[4] = function(o, rate, burst, period, segments, now, cost)
   end
   local cut = now - period
   if o.N > 0 then
-    local t0 = runAt(o, 0)
-    if t0 <= cut then logDrop(o, firstRun(o, function(t) return t > cut end)) end
+    if runT(o, 0) <= cut then
+      -- Under steady traffic one run expires per request: look at the
+      -- second run before searching.
+      if o.N == 1 or runT(o, 1) > cut then
+        logDrop(o, 1)
+      else
+        logDrop(o, firstRun(o, runT, cut))
+      end
+    end
   end
   local allowed, retry, reset = false, 0, 0
   local n = logUnits(o)
@@ -91,8 +107,7 @@ STEP[4] = function(o, rate, burst, period, segments, now, cost)
   end
   local idle = now
   if o.N > 0 then
-    local t = runAt(o, o.N - 1)
-    idle = t + period
+    idle = runT(o, o.N - 1) + period
     reset = idle - now
   end
   return allowed, rate - n, retry, reset, 0, idle, now

@@ -88,6 +88,11 @@ func main() {
 	ruDelay, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true, AlwaysPipelining: true, MaxFlushDelay: 20 * time.Microsecond})
 	must(err)
 	defer ruDelay.Close()
+	// Without AlwaysPipelining: a lone call takes rueidis' synchronous
+	// path (written and read on the caller's goroutine).
+	ruSync, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+	must(err)
+	defer ruSync.Close()
 
 	// A limit nothing reaches, so both libraries do the same (admitting) work.
 	limit := sluice.PerSecond(1_000_000_000)
@@ -162,6 +167,14 @@ func main() {
 		}},
 		{"rueidis EVALSHA, MaxFlushDelay 20µs", func(k string) (bool, error) {
 			return nilOK(ruLua.Exec(ctx, ruDelay, []string{"sluice:{" + k + "}"}, argsFor()).Error())
+		}},
+		{"rueidis EVALSHA, sync path", func(k string) (bool, error) {
+			return nilOK(ruLua.Exec(ctx, ruSync, []string{"sluice:{" + k + "}"}, argsFor()).Error())
+		}},
+		{"rueidis EVALSHA, sync path, 50ms ctx", func(k string) (bool, error) {
+			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			return nilOK(ruLua.Exec(c, ruSync, []string{"sluice:{" + k + "}"}, argsFor()).Error())
 		}},
 		{"go-redis EVALSHA", func(k string) (bool, error) {
 			a := argsFor()
