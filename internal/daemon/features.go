@@ -44,7 +44,14 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 			}
 			return nil
 		},
-		Prefix:     prefix + "defer:",
+		Prefix:    prefix + "defer:",
+		ClaimIdle: d.opts.DeferClaimIdle,
+		DeliveryTimeout: func() time.Duration {
+			if c := d.opts.DeferClaimIdle; c > 0 {
+				return min(deferq.DefaultDeliveryTimeout, c/3)
+			}
+			return 0
+		}(),
 		Registerer: d.reg,
 		Logger:     d.log,
 	})

@@ -28,3 +28,18 @@ func FuzzParseID(f *testing.F) {
 		}
 	})
 }
+
+func TestInsertOrdered(t *testing.T) {
+	var l []*entry
+	for _, sid := range []string{"1700000000002-0", "1700000000000-1", "999999999999-5", "1700000000000-10", "1700000000000-2"} {
+		l = insertOrdered(l, &entry{sid: sid})
+	}
+	var got []string
+	for _, e := range l {
+		got = append(got, e.sid)
+	}
+	want := "999999999999-5 1700000000000-1 1700000000000-2 1700000000000-10 1700000000002-0"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("order %v, want %s", got, want)
+	}
+}

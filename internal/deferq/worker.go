@@ -262,7 +262,7 @@ func (w *worker) dispatch(ctx context.Context) {
 				f := x.FieldValues
 				e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
 				bySID[e.sid] = e
-				byKey[e.key] = append(byKey[e.key], e)
+				byKey[e.key] = insertOrdered(byKey[e.key], e)
 				w.held.Add(1)
 			}
 		case r := <-w.done:
@@ -323,6 +323,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id}).ToString()
 		cancel()
+		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
 		switch {
 		case err != nil:
 			return result{e: e, after: time.Second}
@@ -334,6 +335,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		r := w.rule.Load()
 		if r.Take != nil {
 			d, err := r.Take(ctx, e.key)
+			o.Logger.Debug("defer: rate", "rule", w.name, "id", e.id, "allowed", d.Allowed, "retry_after", d.RetryAfter, "err", err)
 			if err != nil {
 				return result{e: e, after: time.Second}
 			}
@@ -472,4 +474,34 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// insertOrdered inserts e into l, kept in stream order: entries claimed in
+// several rounds (a dead instance's head entry was claimed last, its idle
+// time having been reset last) must still go out in the order queued.
+func insertOrdered(l []*entry, e *entry) []*entry {
+	i := len(l)
+	for i > 0 && sidLess(e.sid, l[i-1].sid) {
+		i--
+	}
+	l = append(l, nil)
+	copy(l[i+1:], l[i:])
+	l[i] = e
+	return l
+}
+
+// sidLess compares stream entry ids "ms-seq" numerically.
+func sidLess(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	if len(am) != len(bm) {
+		return len(am) < len(bm)
+	}
+	if am != bm {
+		return am < bm
+	}
+	if len(as) != len(bs) {
+		return len(as) < len(bs)
+	}
+	return as < bs
 }
