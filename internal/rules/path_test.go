@@ -256,3 +256,20 @@ func hex2(c byte) string {
 	const h = "0123456789abcdef"
 	return string([]byte{h[c>>4], h[c&15]})
 }
+
+func BenchmarkCanonicalPath(b *testing.B) {
+	for _, p := range []string{"/api/v1/orders/12345", "/api//v1/./orders;jsessionid=1/%31%32345/", "/API/V1/Orders/12345"} {
+		b.Run("canonical/"+p, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = CanonicalPath(p)
+			}
+		})
+		b.Run("folded/"+p, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = FoldedPath(p)
+			}
+		})
+	}
+}
