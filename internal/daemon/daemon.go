@@ -144,7 +144,7 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 	}
 	gen, err := d.build(cfg, nil)
 	if err == nil && d.fleet != nil {
-		err = d.fleet.configure(gen.rules)
+		err = d.fleet.configure(gen.rules, gen.descs)
 	}
 	if err != nil {
 		d.closeStore()
@@ -427,7 +427,7 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	if d.fleet != nil {
-		if err := d.fleet.configure(gen.rules); err != nil {
+		if err := d.fleet.configure(gen.rules, gen.descs); err != nil {
 			return err
 		}
 	}

@@ -11,10 +11,10 @@ import (
 )
 
 // LoadDescriptors reads the Envoy descriptor files of cfg's grpc.config
-// (nil, nil without a grpc block) and refuses what this version does not
-// enforce on them, naming file and line: the fleet options (sync, lease,
-// shards) are parsed but not built yet. check-config and serve both call
-// it, so they agree.
+// (nil, nil without a grpc block). The fleet options (sync, lease, shards)
+// need the Redis store, as on rules: on the memory store they are refused,
+// naming file and line. check-config and serve both call it, so they
+// agree.
 func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
 	if cfg.GRPC == nil {
 		return nil, nil
@@ -23,17 +23,20 @@ func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Store.Type == config.StoreRedis {
+		return set, nil
+	}
 	var es rules.ParseErrors
 	set.Each(func(r *descriptors.Rule) {
-		refuse := func(used bool, key, what string) {
+		refuse := func(used bool, key string) {
 			if used {
 				es = append(es, &rules.ParseError{File: r.File, Line: r.Line, Key: r.Path + "." + key,
-					Msg: what + " is not supported yet by this version of sluice serve; remove it"})
+					Msg: "counts across a fleet of instances: it needs store.type: redis"})
 			}
 		}
-		refuse(r.Sync != 0, "sync", "sync (hybrid counting)")
-		refuse(r.Lease != "", "lease", "lease (leased quota)")
-		refuse(r.Shards != 0, "shards", "shards")
+		refuse(r.Sync != 0, "sync")
+		refuse(!r.Lease.IsZero(), "lease")
+		refuse(r.Shards != 0, "shards")
 	})
 	if err := es.Err(); err != nil {
 		return nil, err
@@ -96,6 +99,14 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	case set.Digest() == old.descs.Digest():
 		res.Unchanged = true
 	default:
+		if d.fleet != nil {
+			if err := d.fleet.configure(old.rules, set); err != nil {
+				d.metrics.Reload(false)
+				d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
+				res.Err = err
+				break
+			}
+		}
 		gen := *old
 		gen.descs = set
 		d.cur.Store(&gen)

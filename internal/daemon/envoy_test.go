@@ -278,3 +278,82 @@ func TestEnvoyExample(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyFleetOptions: descriptors with sync, lease and shards count
+// through the fleet decorators and Redis shards, as rules do; on the
+// memory store they are refused.
+func TestEnvoyFleetOptions(t *testing.T) {
+	dir := t.TempDir()
+	desc := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(desc, []byte(`domain: fleet
+descriptors:
+  - key: leased
+    lease: 2
+    rate_limit: {unit: year, requests_per_unit: 5}
+  - key: synced
+    sync: 20ms
+    rate_limit: {unit: year, requests_per_unit: 1000}
+  - key: sharded
+    shards: 4
+    rate_limit: {unit: year, requests_per_unit: 8}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	redis := redistest.StartServer(t)
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ed := &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}
+
+	admitted := func(n int, kv ...string) int {
+		ok := 0
+		for range n {
+			if ed.ask("fleet", entries(kv...)).OverallCode == rlsv3.RateLimitResponse_OK {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := admitted(8, "leased", "a"); got != 5 {
+		t.Errorf("lease: %d of 8 admitted, want exactly the limit, 5 (a hard limit)", got)
+	}
+	if got := admitted(10, "synced", "a"); got != 10 {
+		t.Errorf("sync: %d of 10 admitted under a limit of 1000, want 10", got)
+	}
+	if got := admitted(20, "sharded", "a"); got < 1 || got > 8 {
+		t.Errorf("shards: %d of 20 admitted, want between 1 and the limit, 8 (the shards' shares add up to it)", got)
+	}
+	for name, mode := range map[string]string{"envoy/fleet/leased": "lease", "envoy/fleet/synced": "sync", "envoy/fleet/sharded": "exact"} {
+		if got := td.metric("sluice_rule_fleet_mode", "rule", name, "mode", mode); got != 1 {
+			t.Errorf("sluice_rule_fleet_mode{rule=%q, mode=%q} = %v, want 1", name, mode, got)
+		}
+	}
+	keys, err := redistest.Do(redis.Addr, "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m descriptors.Match
+	td.d.descriptorSet().Lookup("fleet", []descriptors.Entry{{Key: "sharded", Value: "a"}}, &m)
+	if n := strings.Count(keys, m.Rule.Head()); n < 2 {
+		t.Errorf("Redis keys %q: %d hold the sharded counter (head %q), want it spread over several", keys, n, m.Rule.Head())
+	}
+
+	// On the memory store, refused with file and line.
+	mem := filepath.Join(dir, "memory.yaml")
+	os.WriteFile(mem, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\n"), 0o644)
+	cfg, err := config.Load(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadDescriptors(cfg)
+	if err == nil || !strings.Contains(err.Error(), "fleet.yaml:3: leased.lease: counts across a fleet of instances: it needs store.type: redis") {
+		t.Errorf("LoadDescriptors on memory: %v, want lease refused with its file and line", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -133,7 +134,7 @@ func newFleetStore(r fleetShared, reg prometheus.Registerer) *fleetStore {
 // their mode is replaced), so the generation in force until the new one is
 // swapped in decides as before. It fails only if a decorator cannot be
 // built.
-func (f *fleetStore) configure(set *rules.Set) error {
+func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
 	modes := map[string]ruleMode{}
 	for k, m := range *f.modes.Load() {
 		modes[k] = m
@@ -141,30 +142,30 @@ func (f *fleetStore) configure(set *rules.Set) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	current := map[string]string{}
-	for _, r := range set.Rules {
-		m := ruleMode{rule: r.Name, sync: r.Sync, lease: r.Lease, store: f.redis}
+	add := func(name, head string, sync time.Duration, lease rules.AutoCount) error {
+		m := ruleMode{rule: name, sync: sync, lease: lease, store: f.redis}
 		switch {
-		case r.Sync > 0:
-			s := f.syncs[r.Sync]
+		case sync > 0:
+			s := f.syncs[sync]
 			if s == nil {
-				hist := f.batch.WithLabelValues(r.Sync.String())
+				hist := f.batch.WithLabelValues(sync.String())
 				var err error
-				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: r.Sync, Applies: f.applies,
+				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: f.applies,
 					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
 				if err != nil {
 					return err
 				}
-				f.syncs[r.Sync] = s
+				f.syncs[sync] = s
 			}
 			m.store = s
-		case !r.Lease.IsZero():
-			chunk := r.Lease.N
-			if r.Lease.Auto {
+		case !lease.IsZero():
+			chunk := lease.N
+			if lease.Auto {
 				chunk = 0
 			}
 			l := f.leases[chunk]
 			if l == nil {
-				hist := f.grants.WithLabelValues(r.Lease.String())
+				hist := f.grants.WithLabelValues(lease.String())
 				var err error
 				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: f.applies,
 					OnLease: func(_, _ int64, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
@@ -175,9 +176,25 @@ func (f *fleetStore) configure(set *rules.Set) error {
 			}
 			m.store = l
 		}
-		m.head = r.StoreKey("")
+		m.head = head
 		modes[m.head] = m
-		current[r.Name] = m.head
+		current[name] = m.head
+		return nil
+	}
+	for _, r := range set.Rules {
+		if err := add(r.Name, r.StoreKey(""), r.Sync, r.Lease); err != nil {
+			return err
+		}
+	}
+	// The Envoy descriptors' keys have the same shape ("envoy:ID|FP|").
+	var err error
+	descs.Each(func(r *descriptors.Rule) {
+		if err == nil && !r.Unlimited && r.RequestsPerUnit > 0 {
+			err = add(r.FullName(), r.Head(), r.Sync, r.Lease)
+		}
+	})
+	if err != nil {
+		return err
 	}
 	f.modes.Store(&modes)
 	f.current = current

@@ -37,12 +37,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // Unit is a rate_limit unit as the reference service treats it: each is a
@@ -129,11 +131,11 @@ type Rule struct {
 	// metric's descriptor label (bounded by the metrics package).
 	DetailedMetric bool
 	ValueToMetric  bool
-	// Fleet options (Redis store only), parsed as the rule options of the
-	// main config: Sync is the hybrid interval, Lease "auto" or a chunk size,
-	// Shards the number of Redis keys a hot counter is split over.
+	// Fleet options (Redis store only), as the rule options of the main
+	// config: Sync is the hybrid interval, Lease "auto" or a chunk size,
+	// Shards the number of Redis keys each counter is split over.
 	Sync   time.Duration
-	Lease  string
+	Lease  rules.AutoCount
 	Shards int
 
 	// File and Line locate the descriptor in its file.
@@ -144,6 +146,15 @@ type Rule struct {
 	fromReq bool   // the metric label carries request values (detailed_metric, value_to_metric on the path)
 	cached  atomic.Value
 }
+
+// Head returns the start of every store key of r: "envoy:ID|FP|", ID
+// naming the descriptor (domain and config path) and FP what its counters
+// mean (algorithm and limit), the shape of a main-config rule's keys, so
+// that the daemon's fleet routing finds the rule of a key by its head.
+func (r *Rule) Head() string { return r.head }
+
+// FullName returns a name for r in metrics and logs: "envoy/DOMAIN/PATH".
+func (r *Rule) FullName() string { return "envoy/" + r.Domain + "/" + r.Path }
 
 // Cached returns what SetCached stored on r, or nil: a slot for a
 // transport's per-rule state (such as its metric handles), so that the hot
@@ -449,13 +460,19 @@ func writeLP(b *strings.Builder, s string) {
 	b.WriteString(s)
 }
 
-// ruleHead is the store-key prefix of counters under a limit in domain.
-func ruleHead(domain string, a sluice.Algorithm, l sluice.Limit) string {
-	var b strings.Builder
-	b.WriteString("envoy|")
-	writeLP(&b, domain)
-	fmt.Fprintf(&b, "|%s|%d|%d|%d|", a, l.Rate, l.Period.Microseconds(), l.Burst)
-	return b.String()
+// ruleHead is the store-key prefix of the counters of the descriptor at
+// path in domain under a limit: "envoy:ID|FP|" (see Rule.Head).
+func ruleHead(domain, path string, a sluice.Algorithm, l sluice.Limit) string {
+	id := sha256.New()
+	writeHashLP(id, domain)
+	writeHashLP(id, path)
+	fp := sha256.New()
+	fmt.Fprintf(fp, "%s|%d|%d|%d|%d", a, l.Rate, l.Period.Microseconds(), l.Burst, l.Segments)
+	return "envoy:" + hex.EncodeToString(id.Sum(nil)[:6]) + "|" + hex.EncodeToString(fp.Sum(nil)[:4]) + "|"
+}
+
+func writeHashLP(h hash.Hash, s string) {
+	fmt.Fprintf(h, "%d:%s", len(s), s)
 }
 
 // Override returns the rule for a request descriptor that carries its own
@@ -479,7 +496,8 @@ func Override(domain string, requestsPerUnit uint32, u Unit, multiplier uint32) 
 			return nil, false
 		}
 	}
-	r.head = ruleHead(domain, r.Algorithm, r.Limit)
+	r.Path = "limit override"
+	r.head = ruleHead(domain, "\x00override", r.Algorithm, r.Limit)
 	return r, true
 }
 

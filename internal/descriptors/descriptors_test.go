@@ -224,9 +224,11 @@ descriptors:
   - key: b
     quota_mode: true
     sync: 50ms
-    lease: auto
     shards: 4
     rate_limit: {unit: MONTH, requests_per_unit: 3, replaces: [{name: wk}]}
+  - key: l
+    lease: 10
+    rate_limit: {unit: minute, requests_per_unit: 100}
   - key: c
     rate_limit: {unlimited: true}
   - key: y
@@ -239,8 +241,11 @@ descriptors:
 	}
 	_, m = lookupPath(t, s, "d", es("b", "1"))
 	r = m.Rule
-	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Lease != "auto" || r.Shards != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
-		t.Errorf("rule b = %+v, want fixed_window per 30 days, quota, sync 50ms, lease auto, 4 shards, replaces wk", r)
+	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Shards != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
+		t.Errorf("rule b = %+v, want fixed_window per 30 days, quota, sync 50ms, 4 shards, replaces wk", r)
+	}
+	if _, m := lookupPath(t, s, "d", es("l", "1")); m.Rule.Lease != (rules.AutoCount{N: 10}) {
+		t.Errorf("rule l lease = %v, want 10", m.Rule.Lease)
 	}
 	_, m = lookupPath(t, s, "d", es("c", "1"))
 	if !m.Rule.Unlimited {
@@ -297,6 +302,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: k\n    algorithm: fastest\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].algorithm: unknown algorithm "fastest"`}},
 		{"options without limit", "domain: d\ndescriptors:\n  - key: k\n    burst: 3\n", []string{"belong with a rate_limit"}},
 		{"bad lease", "domain: d\ndescriptors:\n  - key: k\n    lease: some\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`lease: want auto or a whole number`}},
+		{"sync and lease", "domain: d\ndescriptors:\n  - key: k\n    sync: 10ms\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].lease: sync (soft) and lease (hard) exclude each other`}},
 		{"report not built", "domain: d\ndescriptors:\n  - key: k\n    report: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].report: charging after the response (report: true) is not built yet"}},
 		{"no domain", "descriptors: []\n", []string{"domain: missing"}},
 		{"empty domain", "domain: ''\n", []string{"domain: must not be empty"}},

@@ -219,7 +219,8 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		children                        *yaml.Node
 		shadow, quota, detailed, v2m    bool
 		share, report                   bool
-		algorithm, lease                string
+		algorithm                       string
+		lease                           rules.AutoCount
 		burst                           int64
 		segments, shards                int
 		sync                            time.Duration
@@ -244,9 +245,16 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		"burst":           func(kk string, x *yaml.Node) { burstNode = x; d.int64(&burst)(kk, x) },
 		"segments":        func(kk string, x *yaml.Node) { segNode = x; d.int(&segments)(kk, x) },
 		"sync":            func(kk string, x *yaml.Node) { syncNode = x; d.duration(&sync)(kk, x) },
-		"lease":           func(kk string, x *yaml.Node) { leaseNode = x; d.str(&lease)(kk, x) },
-		"shards":          func(kk string, x *yaml.Node) { shardsNode = x; d.int(&shards)(kk, x) },
-		"report":          func(kk string, x *yaml.Node) { reportNode = x; d.bool(&report)(kk, x) },
+		"lease": func(kk string, x *yaml.Node) {
+			leaseNode = x
+			var v string
+			d.str(&v)(kk, x)
+			if err := lease.UnmarshalText([]byte(v)); err != nil || (!lease.Auto && (lease.N < 1 || lease.N > rules.MaxLease)) {
+				d.fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
+			}
+		},
+		"shards": func(kk string, x *yaml.Node) { shardsNode = x; d.int(&shards)(kk, x) },
+		"report": func(kk string, x *yaml.Node) { reportNode = x; d.bool(&report)(kk, x) },
 	})
 	if item == nil || item.Kind != yaml.MappingNode {
 		return
@@ -304,10 +312,8 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if syncNode != nil && (sync < time.Millisecond || sync > time.Minute) {
 				d.fail(syncNode, key+".sync", "%v must be between 1ms and 1m", sync)
 			}
-			if leaseNode != nil {
-				if n, err := strconv.ParseInt(lease, 10, 64); lease != "auto" && (err != nil || n < 1) {
-					d.fail(leaseNode, key+".lease", "want auto or a whole number ≥ 1, not %q", lease)
-				}
+			if syncNode != nil && leaseNode != nil {
+				d.fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
 			}
 			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
 				d.fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
@@ -321,7 +327,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 					d.fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 				}
 			}
-			r.head = ruleHead(p.domain, r.Algorithm, r.Limit)
+			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)
 			nd.rule = r
 			p.rules++
 		}

@@ -92,11 +92,17 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		return res
 	}
 	for len(active) > 0 {
-		a.rs, a.ds = a.rs[:0], a.ds[:0]
+		a.rs, a.ds, a.shards = a.rs[:0], a.ds[:0], a.shards[:0]
 		for _, i := range active {
 			r := ds[i].Rule
-			a.rs = append(a.rs, sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now})
+			req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now}
+			n := 1
+			if r.Shards >= 2 && e.shard != nil {
+				n = e.shard(&req, r.Shards)
+			}
+			a.rs = append(a.rs, req)
 			a.ds = append(a.ds, sluice.Decision{})
+			a.shards = append(a.shards, n)
 		}
 		t0 := now
 		if !e.realClock {
@@ -124,6 +130,11 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 				st[i] = DescriptorStatus{}
 			}
 			return res
+		}
+		for j, n := range a.shards {
+			if n > 1 {
+				unshard(&a.ds[j], a.rs[j].Limit, n)
+			}
 		}
 		over := quotaOver
 		soft := 0
