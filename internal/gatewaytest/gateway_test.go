@@ -1,6 +1,7 @@
 package gatewaytest
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -152,6 +153,16 @@ func TestGatewayLimits(t *testing.T) {
 			wantLimited(t, "request 4", send(t, c, "GET", g.url+"/items?page=1", nil), "per-client")
 			if got := a.hits.Load(); got != 3 {
 				t.Errorf("the app saw %d requests, want 3", got)
+			}
+			// A request body reaches the app whole (Sluice is asked
+			// without it), past the gateways' in-memory buffers.
+			body := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16)
+			wantAllowed(t, "a 200 KiB POST from another client", sendBody(t, client("127.0.0.5"), g.url+"/upload", body), 2)
+			if got := a.bodyBytes.Load(); got != int64(len(body)) {
+				t.Errorf("the app got %d bytes of the %d-byte body", got, len(body))
+			}
+			if got := a.hits.Load(); got != 4 {
+				t.Errorf("the app saw %d requests, want 4", got)
 			}
 		})
 	}

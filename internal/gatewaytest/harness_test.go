@@ -82,12 +82,15 @@ func freePort(t *testing.T) int {
 // counts the requests that reach it.
 type app struct {
 	*httptest.Server
-	hits atomic.Int64
+	hits      atomic.Int64
+	bodyBytes atomic.Int64 // of the last request
 }
 
 func startApp(t *testing.T) *app {
 	a := &app{}
 	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		a.bodyBytes.Store(n)
 		a.hits.Add(1)
 		io.WriteString(w, "app\n")
 	}))
@@ -326,6 +329,16 @@ type result struct {
 	status int
 	header http.Header
 	body   string
+}
+
+// sendBody sends a POST of body to url.
+func sendBody(t *testing.T, c *http.Client, url string, body []byte) result {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return send(t, c, "", "", nil, req)
 }
 
 // send sends method url with the headers hdr, or req when it is given.
