@@ -184,10 +184,17 @@ func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus) {
 		if r == nil || ds[i].Metrics == nil {
 			continue
 		}
-		near := false
+		var near int64
 		if st[i].Asked && !st[i].Over && r.RequestsPerUnit > 0 {
-			// Admitted with less than 20% of the limit left.
-			near = st[i].Decision.Remaining*5 < int64(r.RequestsPerUnit)
+			// The admitted hits that landed in the last 20% of the limit
+			// (the reference service's near_limit: the count after the
+			// request above floor(0.8 × limit), less what was already).
+			limit := int64(r.RequestsPerUnit)
+			after := limit - st[i].Decision.Remaining
+			threshold := limit * 8 / 10
+			if after > threshold {
+				near = min(after-max(threshold, after-ds[i].Cost), ds[i].Cost)
+			}
 		}
 		ds[i].Metrics.Count(max(ds[i].Cost, 0), st[i].Over, r.Shadow, near)
 	}

@@ -219,7 +219,7 @@ const MaxDetailedDescriptors = 1000
 //
 //	sluice_envoy_hits_total{domain,descriptor}        hits (hits_addend) asked for
 //	sluice_envoy_over_limit_total{domain,descriptor}  hits over the limit (not shadow)
-//	sluice_envoy_near_limit_total{domain,descriptor}  admitted hits within the last 20% of the limit
+//	sluice_envoy_near_limit_total{domain,descriptor}  admitted hits within the last 20% of the limit (above floor(0.8 × limit))
 //	sluice_envoy_shadow_mode_total{domain,descriptor} hits a shadow_mode descriptor would have denied
 //	sluice_envoy_unknown_domain_total                 requests for a domain with no config
 type Envoy struct {
@@ -306,9 +306,10 @@ func (e *Envoy) UnknownDomain() {
 	}
 }
 
-// Count records hits asked for: over the limit (over), of which a shadow
-// descriptor let through (shadow), or admitted near the limit (near).
-func (d *EnvoyDescriptor) Count(hits int64, over, shadow, near bool) {
+// Count records hits asked for: all of them over the limit (over), let
+// through by a shadow descriptor (shadow), or admitted, near of them
+// within the last 20% of the limit.
+func (d *EnvoyDescriptor) Count(hits int64, over, shadow bool, near int64) {
 	if d == nil {
 		return
 	}
@@ -319,7 +320,7 @@ func (d *EnvoyDescriptor) Count(hits int64, over, shadow, near bool) {
 		d.shadow.Add(h)
 	case over:
 		d.over.Add(h)
-	case near:
-		d.near.Add(h)
+	case near > 0:
+		d.near.Add(float64(near))
 	}
 }

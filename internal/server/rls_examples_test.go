@@ -180,6 +180,12 @@ func TestExamples(t *testing.T) {
 					t.Fatalf("500 hits on users: %s %v, want OK with 0 remaining of 500", codesOf(r), r.Statuses[0])
 				}
 				e.expect(t, "users past 500/s", []string{"X:X"}, "mongo_cps", desc("database", "users"))
+				m := metricstest.Gather(t, e.reg)
+				for name, want := range map[string]float64{"hits": 501, "near_limit": 100, "over_limit": 1} {
+					if got := m[`sluice_envoy_`+name+`_total{descriptor="database_users",domain="mongo_cps"}`]; got != want {
+						t.Errorf("sluice_envoy_%s_total = %v, want %v (hits above 400 of 500 are near the limit)", name, got, want)
+					}
+				}
 				e.expect(t, "default has its own 500/s", []string{"O:O"}, "mongo_cps", desc("database", "default"))
 				e.expect(t, "another value has no limit", []string{"O:O"}, "mongo_cps", desc("database", "other"))
 			})
