@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -286,5 +289,61 @@ rules:
 	}
 	if r := get(t, td.api+"/v1/deferred/nope"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "malformed") {
 		t.Errorf("malformed id: %d %q", r.status, r.body)
+	}
+}
+
+// shards on an Envoy descriptor (Cluster): the descriptor's key spreads
+// over the nodes and still admits exactly its limit; on the memory store
+// shards is refused, naming file and line.
+func TestEnvoyShardsOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	dir := t.TempDir()
+	descDir := filepath.Join(dir, "ratelimit")
+	if err := os.MkdirAll(descDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	desc := "domain: hot\ndescriptors:\n  - key: tenant\n    algorithm: fixed_window\n    shards: 3\n    rate_limit: {unit: hour, requests_per_unit: 90}\n"
+	if err := os.WriteFile(filepath.Join(descDir, "hot.yaml"), []byte(desc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	yaml := "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\nstore:\n  type: redis\n  redis: {addrs: [" + strings.Join(c.Addrs, ", ") + "], cluster: true, timeout: 2s}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	before := evalshaCalls(t, c)
+	ok := 0
+	for range 300 {
+		r := do(t, "POST", td.api+"/json", `{"domain":"hot","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}]}`)
+		switch r.status {
+		case 200:
+			ok++
+		case 429:
+		default:
+			t.Fatalf("POST /json: %d %s", r.status, r.body)
+		}
+		if !strings.Contains(r.body, `"requestsPerUnit":90`) {
+			t.Fatalf("POST /json: %s, want the descriptor's limit of 90 in currentLimit", r.body)
+		}
+	}
+	if ok != 90 {
+		t.Errorf("sharded descriptor admitted %d of 300, want exactly 90", ok)
+	}
+	if s := busiestShare(before, evalshaCalls(t, c)); s > 0.5 {
+		t.Errorf("busiest node ran %.0f%% of the scripts, want ≤ 50%%", s*100)
+	}
+
+	// On the memory store, shards is refused.
+	mem := filepath.Join(dir, "mem.yaml")
+	if err := os.WriteFile(mem, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDescriptors(cfg); err == nil || !strings.Contains(err.Error(), "hot.yaml:") || !strings.Contains(err.Error(), "shards") || !strings.Contains(err.Error(), "needs store.type: redis") {
+		t.Errorf("LoadDescriptors on memory: %v, want shards refused with file and line", err)
 	}
 }

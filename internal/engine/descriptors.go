@@ -117,6 +117,13 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			err = e.store.TakeAll(ctx, a.rs, a.ds)
 		}
 		e.metrics.ObserveDecision(time.Since(t0))
+		if err == nil {
+			for j, n := range a.shards {
+				if n > 1 {
+					unshard(&a.ds[j], ds[active[j]].Rule.Limit, n)
+				}
+			}
+		}
 		if err != nil {
 			e.storeFailed(err)
 			res.StoreErr = err
