@@ -21,9 +21,18 @@
 //     upstream's own headers of those names are replaced.
 //   - When the store cannot decide: on_error allow forwards, deny answers
 //     503 {"error":"store_unavailable"}.
-//   - Streaming: responses are flushed as they arrive (FlushInterval −1),
-//     so server-sent events and long polls work; WebSocket and other
-//     Upgrade requests are passed through.
+//   - Streaming: a response of unknown length (chunked) or of type
+//     text/event-stream is flushed as it arrives, so server-sent events
+//     and long polls work; one of known length goes out in one write.
+//     WebSocket and other Upgrade requests are passed through.
+//   - Two engines, one behaviour: a GET or HEAD without a body and without
+//     Upgrade, to an http:// upstream, is forwarded by the fast path
+//     (fast.go: the request written straight onto a pooled HTTP/1.1
+//     connection in the handler's goroutine); every other request by
+//     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
+//     headers (and those Connection names) both ways, bound the upstream's
+//     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
+//     request paths to the upstream URL's path the same way.
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
@@ -66,6 +75,9 @@ const (
 	DefaultResponseHeaderTimeout = 60 * time.Second
 	DefaultIdleConnTimeout       = 90 * time.Second
 	DefaultMaxIdleConnsPerHost   = 256
+	// DefaultMaxResponseHeaderBytes bounds the upstream's response
+	// headers; over it the client gets 502.
+	DefaultMaxResponseHeaderBytes = 1 << 20
 )
 
 // Options configures the proxy. Upstream and Engine are required.
@@ -104,6 +116,11 @@ type Options struct {
 type Proxy struct {
 	o  Options
 	rp *httputil.ReverseProxy
+	// The fast path's (fast.go): nil pool when the upstream is https or
+	// Options.Transport is set.
+	pool      *pool
+	rht       time.Duration
+	maxHeader int64
 }
 
 type ctxKey struct{}
@@ -122,14 +139,28 @@ func New(o Options) (*Proxy, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	p := &Proxy{o: o, maxHeader: DefaultMaxResponseHeaderBytes}
 	if o.Transport == nil {
-		o.Transport = newTransport(o)
+		t := newTransport(o)
+		o.Transport, p.o.Transport = t, t
+		p.rht = t.ResponseHeaderTimeout
+		if o.Upstream.Scheme == "http" {
+			addr := o.Upstream.Host
+			if o.Upstream.Port() == "" {
+				addr = net.JoinHostPort(o.Upstream.Hostname(), "80")
+			}
+			p.pool = &pool{addr: addr, idleTimeout: DefaultIdleConnTimeout, max: DefaultMaxIdleConnsPerHost,
+				dialer: net.Dialer{Timeout: dialTimeout(o), KeepAlive: 30 * time.Second}}
+		}
 	}
-	p := &Proxy{o: o}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      o.Transport,
-		FlushInterval:  -1,
+		Rewrite:   p.rewrite,
+		Transport: o.Transport,
+		// 0: ReverseProxy still flushes each write of a response of
+		// unknown length (chunked) or of type text/event-stream, so
+		// streams stream; one of known length goes out in one write,
+		// headers and body together.
+		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		BufferPool:     bufferPool{},
@@ -147,25 +178,30 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
-func newTransport(o Options) *http.Transport {
-	dial := o.DialTimeout
-	if dial <= 0 {
-		dial = DefaultDialTimeout
+func dialTimeout(o Options) time.Duration {
+	if o.DialTimeout <= 0 {
+		return DefaultDialTimeout
 	}
+	return o.DialTimeout
+}
+
+func newTransport(o Options) *http.Transport {
+	dial := dialTimeout(o)
 	rht := o.ResponseHeaderTimeout
 	if rht <= 0 {
 		rht = DefaultResponseHeaderTimeout
 	}
 	return &http.Transport{
-		Proxy:                 nil, // never an environment proxy between us and the upstream
-		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4 * DefaultMaxIdleConnsPerHost,
-		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
-		IdleConnTimeout:       DefaultIdleConnTimeout,
-		TLSHandshakeTimeout:   dial,
-		ResponseHeaderTimeout: rht,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // never an environment proxy between us and the upstream
+		DialContext:            (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           4 * DefaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:    DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:        DefaultIdleConnTimeout,
+		TLSHandshakeTimeout:    dial,
+		ResponseHeaderTimeout:  rht,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: DefaultMaxResponseHeaderBytes,
 	}
 }
 
@@ -252,6 +288,10 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
+	if p.fastPath(r) {
+		p.fastForward(w, r, ip, res)
+		return
+	}
 	ctx := context.WithValue(r.Context(), ctxKey{}, forwardInfo{ip: ip, res: res})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -268,6 +308,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	info, _ := pr.In.Context().Value(ctxKey{}).(forwardInfo)
 	h := pr.Out.Header
+	for k := range h {
+		if strings.HasPrefix(k, "X-Forwarded-") {
+			delete(h, k) // ReverseProxy drops Forwarded and three of these
+		}
+	}
 	if info.ip.IsValid() {
 		h["X-Forwarded-For"] = []string{info.ip.String()}
 	}
@@ -295,6 +340,13 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 }
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	info, _ := r.Context().Value(ctxKey{}).(forwardInfo)
+	p.fail(w, r, info.res, err)
+}
+
+// fail answers r whose forwarding failed with err; res, if not nil, is the
+// decision that let it through.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result, err error) {
 	stalled := listener.TimedOut(r) || errors.Is(err, listener.ErrBodyTimeout)
 	if r.Context().Err() != nil && !stalled {
 		return // the client went away; nobody to answer
@@ -316,8 +368,8 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	h := w.Header()
-	if info, _ := r.Context().Value(ctxKey{}).(forwardInfo); info.res != nil {
-		info.res.SetHeaders(h) // the request was counted: say so
+	if res != nil {
+		res.SetHeaders(h) // the request was counted: say so
 	}
 	h["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(status)

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -55,9 +56,16 @@ func newUpstream(t *testing.T) *upstream {
 }
 
 type fixture struct {
-	proxy *httptest.Server
+	proxy *served
 	up    *upstream
 	reg   *prometheus.Registry
+}
+
+// served is the proxy as the daemon serves it: behind listener.Server,
+// with the client-side limits of a proxy: block.
+type served struct {
+	URL  string // http://127.0.0.1:PORT
+	Addr string
 }
 
 type setup struct {
@@ -68,6 +76,7 @@ type setup struct {
 	preserve bool
 	up       *upstream
 	timeout  time.Duration
+	base     string // the upstream URL's path
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -80,7 +89,8 @@ func start(t *testing.T, s setup) *fixture {
 		s.store = memstore.New(memstore.Options{})
 	}
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: s.store, Rules: set, OnError: s.onError, Metrics: metrics.New(reg)})
+	m := metrics.New(reg)
+	e, err := engine.New(engine.Options{Store: s.store, Rules: set, OnError: s.onError, Metrics: m})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
@@ -88,15 +98,30 @@ func start(t *testing.T, s setup) *fixture {
 	if up == nil {
 		up = newUpstream(t)
 	}
-	u, _ := url.Parse(up.srv.URL)
+	u, _ := url.Parse(up.srv.URL + s.base)
 	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e },
 		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	return &fixture{proxy: srv, up: up, reg: reg}
+	return &fixture{proxy: serve(t, p, m), up: up, reg: reg}
+}
+
+// serve serves h as the daemon serves the proxy (listener.Server with the
+// default limits of a proxy: block), until the test ends.
+func serve(t *testing.T, h http.Handler, m *metrics.Metrics) *served {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, wl := listener.Server(ln, h, listener.Options{Name: "proxy", ReadHeaderTimeout: 10 * time.Second,
+		BodyReadTimeout: listener.DefaultBodyReadTimeout, IdleTimeout: time.Minute,
+		MaxConnections: listener.DefaultMaxConnections, Metrics: m})
+	done := make(chan struct{})
+	go func() { srv.Serve(wl); close(done) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return &served{URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String()}
 }
 
 func get(t *testing.T, url string, hdr map[string]string) (*http.Response, string) {

@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/engine"
+)
+
+// The fast path forwards the common request — GET or HEAD with no body,
+// no Upgrade, to an http:// upstream — in the handler's own goroutine:
+// the request is written straight from the incoming one onto a pooled
+// HTTP/1.1 connection (one write), the response read with
+// http.ReadResponse and its headers put into the ResponseWriter's map.
+// httputil.ReverseProxy with net/http's Transport spends most of its CPU
+// around that — an outgoing Request and Header copy per request, and the
+// Transport's two goroutines per connection with a hand-off through
+// channels at each request (BENCHMARKS.md, the proxy's profile). Every
+// other request (bodies, which must stream while the upstream may answer
+// early; Upgrades; https upstreams) goes through ReverseProxy. What the
+// client and the upstream see is the same on both paths; the tests of
+// package proxy run each behaviour on the path that serves it.
+
+// fastPath reports whether r takes the fast path.
+func (p *Proxy) fastPath(r *http.Request) bool {
+	if p.pool == nil || r.ProtoMajor != 1 {
+		return false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if r.ContentLength != 0 || (r.Body != nil && r.Body != http.NoBody) || len(r.TransferEncoding) > 0 {
+		return false
+	}
+	if _, ok := r.Header["Upgrade"]; ok {
+		return false
+	}
+	return cleanQuery(r.URL.RawQuery) && r.URL.Path != "" && r.URL.Path[0] == '/'
+}
+
+// cleanQuery reports whether ReverseProxy would leave q as it is (it
+// re-encodes a query with ';' or a malformed escape).
+func cleanQuery(q string) bool {
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return false
+		case '%':
+			if i+2 >= len(q) || !ishex(q[i+1]) || !ishex(q[i+2]) {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// hopHeaders are dropped in both directions (as ReverseProxy does), with
+// the headers the Connection header names. Content-Length and Host are
+// written by the fast path itself; forwarding headers are replaced.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// connectionNamed reports whether the Connection header values cv name k.
+func connectionNamed(cv []string, k string) bool {
+	for _, v := range cv {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" && strings.EqualFold(f, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dropRequestHeader reports whether the incoming header k is not
+// forwarded on the fast path.
+func dropRequestHeader(k string, conn []string) bool {
+	if hopHeaders[k] || k == "Content-Length" || k == "Host" || k == "Forwarded" || strings.HasPrefix(k, "X-Forwarded-") {
+		return true
+	}
+	return len(conn) > 0 && connectionNamed(conn, k)
+}
+
+// requestURI is the request line's target for r at the upstream: its path
+// joined to the upstream's base path, as ReverseProxy's SetURL does.
+func (p *Proxy) requestURI(r *http.Request) string {
+	up := p.o.Upstream
+	if up.Path == "" || up.Path == "/" && up.RawPath == "" {
+		return r.URL.RequestURI()
+	}
+	u := *r.URL
+	u.Path, u.RawPath = joinURLPath(up, r.URL)
+	return u.RequestURI()
+}
+
+// joinURLPath is net/http/httputil's.
+func joinURLPath(a, b *url.URL) (path, rawpath string) {
+	if a.RawPath == "" && b.RawPath == "" {
+		return singleJoiningSlash(a.Path, b.Path), ""
+	}
+	apath, bpath := a.EscapedPath(), b.EscapedPath()
+	aslash, bslash := strings.HasSuffix(apath, "/"), strings.HasPrefix(bpath, "/")
+	switch {
+	case aslash && bslash:
+		return a.Path + b.Path[1:], apath + bpath[1:]
+	case !aslash && !bslash:
+		return a.Path + "/" + b.Path, apath + "/" + bpath
+	}
+	return a.Path + b.Path, apath + bpath
+}
+
+func singleJoiningSlash(a, b string) string {
+	aslash, bslash := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/")
+	switch {
+	case aslash && bslash:
+		return a + b[1:]
+	case !aslash && !bslash:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// writeRequest writes r as the upstream is to see it onto c's buffer.
+func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
+	bw := c.bw
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(p.requestURI(r))
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	if p.o.PreserveHost {
+		bw.WriteString(r.Host)
+	} else {
+		bw.WriteString(p.o.Upstream.Host)
+	}
+	bw.WriteString("\r\n")
+	conn := r.Header["Connection"]
+	// Header names and values were checked by net/http's server (no
+	// CR, LF or NUL), so they are written as they came.
+	for k, vv := range r.Header {
+		if dropRequestHeader(k, conn) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if te := r.Header["Te"]; len(te) > 0 && tokenIn(te, "trailers") {
+		bw.WriteString("Te: trailers\r\n")
+	}
+	if ip.IsValid() {
+		var buf [64]byte
+		bw.WriteString("X-Forwarded-For: ")
+		bw.Write(ip.AppendTo(buf[:0]))
+		bw.WriteString("\r\n")
+	}
+	bw.WriteString("X-Forwarded-Host: ")
+	bw.WriteString(r.Host)
+	if r.TLS != nil {
+		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n\r\n")
+	} else {
+		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n\r\n")
+	}
+}
+
+func tokenIn(vv []string, tok string) bool {
+	for _, v := range vv {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(f), tok) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fastForward forwards r on the fast path; res (nil: no rule applied) is
+// the decision whose headers the response carries.
+func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
+	ctx := r.Context()
+	var (
+		c    *upConn
+		resp *http.Response
+		stop func() bool
+		err  error
+	)
+	// A connection from the pool may have been closed by the upstream
+	// while idle: a GET or HEAD that failed on one before any byte of an
+	// answer is sent again once, on a new connection.
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		c, reused, err = p.pool.get(ctx)
+		if err != nil {
+			break
+		}
+		// The client going away unblocks the connection's reads and
+		// writes; the connection is then closed, not pooled.
+		nc := c.nc
+		stop = context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+		resp, err = p.roundTrip(w, c, r, ip)
+		if err == nil {
+			break
+		}
+		stop()
+		c.nc.Close()
+		if !reused || attempt > 0 || ctx.Err() != nil || !retryable(err) {
+			break
+		}
+	}
+	if err != nil {
+		p.fail(w, r, res, err)
+		return
+	}
+	h := w.Header()
+	conn := resp.Header["Connection"]
+	for k, vv := range resp.Header {
+		if hopHeaders[k] || len(conn) > 0 && connectionNamed(conn, k) {
+			continue
+		}
+		h[k] = vv
+	}
+	if res != nil {
+		res.SetHeaders(h)
+	}
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h["Trailer"] = []string{strings.Join(keys, ", ")}
+	}
+	w.WriteHeader(resp.StatusCode)
+	eof, err := copyBody(w, resp)
+	reuse := eof && err == nil && stop() && !resp.Close && c.br.Buffered() == 0
+	if !eof || err != nil {
+		stop()
+	}
+	if reuse {
+		p.pool.put(c)
+	} else {
+		c.nc.Close()
+	}
+	if err != nil {
+		// Part of the answer is out: all that can be done is cut it,
+		// so the client sees it incomplete (as ReverseProxy does).
+		panic(http.ErrAbortHandler)
+	}
+	if len(resp.Trailer) > 0 {
+		http.NewResponseController(w).Flush()
+		if len(resp.Trailer) == announced {
+			for k, vv := range resp.Trailer {
+				h[k] = vv
+			}
+			return
+		}
+		for k, vv := range resp.Trailer {
+			h[http.TrailerPrefix+k] = vv
+		}
+	}
+}
+
+// roundTrip sends r on c and reads the response's head: 1xx answers
+// (103 Early Hints) are relayed to w as ReverseProxy does.
+func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip netip.Addr) (*http.Response, error) {
+	p.writeRequest(c, r, ip)
+	if err := c.bw.Flush(); err != nil {
+		return nil, err
+	}
+	if p.rht > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(p.rht))
+	}
+	c.lim = p.maxHeader
+	defer func() { c.lim = -1 }()
+	for {
+		resp, err := http.ReadResponse(c.br, r)
+		if errors.Is(err, errHeaderTooLarge) {
+			return nil, fmt.Errorf("proxy: upstream response headers over %d bytes", p.maxHeader)
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, errors.New("proxy: upstream answered 101 Switching Protocols to a request without Upgrade")
+		case resp.StatusCode < 200:
+			h := w.Header()
+			for k, vv := range resp.Header {
+				h[k] = vv
+			}
+			w.WriteHeader(resp.StatusCode)
+			clear(h)
+			c.lim = p.maxHeader
+			continue
+		}
+		if p.rht > 0 && (resp.ContentLength < 0 || int64(c.br.Buffered()) < resp.ContentLength) {
+			// The body is still to come: it streams without a
+			// deadline. (A body already in the buffer needs no
+			// read; the next request on c sets its own deadline.)
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		return resp, nil
+	}
+}
+
+// copyBody copies resp's body to w, flushing each piece of a stream (a
+// body of unknown length, or server-sent events) as it arrives; eof
+// reports that the body was read to its end.
+func copyBody(w http.ResponseWriter, resp *http.Response) (eof bool, err error) {
+	flush := resp.ContentLength == -1
+	if !flush {
+		if ct := resp.Header["Content-Type"]; len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream") {
+			if mt, _, _ := mime.ParseMediaType(ct[0]); mt == "text/event-stream" {
+				flush = true
+			}
+		}
+	}
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	buf := *bp
+	var rc *http.ResponseController
+	if flush {
+		rc = http.NewResponseController(w)
+	}
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return false, nil // the client went away: nothing to cut
+			}
+			if flush {
+				rc.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			return true, nil
+		}
+		if rerr != nil {
+			return false, rerr
+		}
+	}
+}
+
+// retryable: errors of a connection the upstream closed while it was idle
+// in the pool, seen before any byte of a response.
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}

@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// pool keeps idle HTTP/1.1 connections to the upstream for the fast path
+// (fast.go). Connections are taken and given back by the handler's own
+// goroutine: no goroutine or channel per connection or request.
+type pool struct {
+	addr        string // host:port
+	dialer      net.Dialer
+	idleTimeout time.Duration
+	max         int
+
+	mu   sync.Mutex
+	idle []*upConn // LIFO: the most recently used connection is warmest
+}
+
+// upConn is one upstream connection. Its reader takes at most lim bytes
+// from the socket while lim >= 0: the response headers' budget.
+type upConn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	lim  int64
+	used time.Time
+}
+
+var errHeaderTooLarge = errors.New("proxy: the upstream's response headers exceed the limit")
+
+func (c *upConn) Read(p []byte) (int, error) {
+	if c.lim >= 0 {
+		if c.lim == 0 {
+			return 0, errHeaderTooLarge
+		}
+		if int64(len(p)) > c.lim {
+			p = p[:c.lim]
+		}
+	}
+	n, err := c.nc.Read(p)
+	if c.lim >= 0 {
+		c.lim -= int64(n)
+	}
+	return n, err
+}
+
+// get returns an idle connection (reused: true) or a new one.
+func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		if now.Sub(c.used) < p.idleTimeout {
+			p.mu.Unlock()
+			return c, true, nil
+		}
+		c.nc.Close()
+	}
+	p.mu.Unlock()
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c = &upConn{nc: nc, lim: -1}
+	c.br = bufio.NewReaderSize(c, 4<<10)
+	c.bw = bufio.NewWriterSize(nc, 4<<10)
+	return c, false, nil
+}
+
+// put gives c back, or closes it when the pool is full.
+func (p *pool) put(c *upConn) {
+	c.used = time.Now()
+	p.mu.Lock()
+	if len(p.idle) < p.max {
+		p.idle = append(p.idle, c)
+		c = nil
+	}
+	p.mu.Unlock()
+	if c != nil {
+		c.nc.Close()
+	}
+}
