@@ -69,9 +69,11 @@ bench-core:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 3 ./...
 
 # The daemon under load: wrk against sluice serve (memory and Redis), a
-# bare upstream, a bare reverse proxy and a bare JSON handler; ~3 minutes.
+# bare upstream, nginx (proxy_pass + limit_req), Caddy, a bare reverse
+# proxy, a minimal fasthttp proxy and a bare JSON handler; ~4 minutes.
 bench-load:
 	sh scripts/ensure-redis.sh
+	sh scripts/ensure-gateways.sh
 	command -v wrk >/dev/null || apt-get install -y -qq wrk
 	cd bench && $(GO) run ./load -d 10s -runs 2
 

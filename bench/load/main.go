@@ -1,21 +1,27 @@
 // Command load is the daemon's load run: in one bounded run on loopback it
-// measures requests/s and latency straight to a trivial upstream, through
-// `sluice serve` as a reverse proxy with the memory store and with Redis,
-// through a bare httputil.ReverseProxy (no limiting: the cost of proxying
-// itself), and /v1/check decisions/s against a bare net/http handler that decodes and
-// encodes the same JSON, with the server CPU per request read from
-// /proc/PID/stat. It prints a Markdown report.
+// measures requests/s, latency and the server CPU per request (read from
+// /proc/PID/stat) straight to a trivial upstream; through peers proxying
+// to it — nginx proxy_pass with a limit_req on every request, Caddy
+// reverse_proxy, a bare httputil.ReverseProxy and a minimal proxy on
+// github.com/valyala/fasthttp (the last three without limiting: the cost
+// of proxying itself); through `sluice serve` as a reverse proxy with one
+// rule on every request, on the memory store and on Redis; and /v1/check
+// decisions/s against a bare net/http handler that decodes and encodes the
+// same JSON. It prints a Markdown report with the ratios to nginx.
 //
 //	cd bench && go run ./load           # defaults: wrk -t1 -c64, 10s per step
-//	cd bench && go run ./load -d 5s -c 32
+//	cd bench && go run ./load -d 5s -c 32 -runs 3
 //
-// Needs wrk and redis-server on PATH (Linux only: /proc). Peak throughput
-// comes from wrk (closed loop, -c connections); the latency "at half of
-// peak" from wrk paced by a per-connection delay to half the proxy's peak
-// rate, once straight to the upstream and once through the proxy.
+// Needs wrk, redis-server, nginx and caddy on PATH (Linux only: /proc).
+// Peak throughput comes from wrk (closed loop, -c connections); the
+// latency "at half of peak" from wrk paced by a per-connection delay to
+// half the proxy's peak rate, once straight to the upstream and once
+// through the proxy. With -runs N the steps run N times interleaved and
+// each keeps its best run.
 //
 // The same binary also runs the helper servers as child processes:
-// `load upstream ADDR`, `load bare ADDR` and `load rproxy ADDR UPSTREAM`.
+// `load upstream ADDR`, `load bare ADDR`, `load rproxy ADDR UPSTREAM` and
+// `load fastproxy ADDR UPSTREAM`.
 package main
 
 import (
@@ -38,6 +44,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 func main() {
@@ -52,6 +60,11 @@ func main() {
 		case "rproxy":
 			if len(os.Args) >= 4 {
 				serveReverseProxy(os.Args[2], os.Args[3])
+				return
+			}
+		case "fastproxy":
+			if len(os.Args) >= 4 {
+				serveFastProxy(os.Args[2], os.Args[3])
 				return
 			}
 		}
@@ -88,6 +101,20 @@ func serveReverseProxy(addr, upstream string) {
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
 	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, rp))
+	os.Exit(1)
+}
+
+// serveFastProxy is a minimal proxy on github.com/valyala/fasthttp (no
+// limiting, no header rewriting): what a Go proxy on another HTTP engine
+// than net/http costs, for comparison.
+func serveFastProxy(addr, upstream string) {
+	c := &fasthttp.HostClient{Addr: strings.TrimPrefix(upstream, "http://"), MaxConns: 1024}
+	h := func(ctx *fasthttp.RequestCtx) {
+		if err := c.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		}
+	}
+	fmt.Fprintln(os.Stderr, fasthttp.ListenAndServe(addr, h))
 	os.Exit(1)
 }
 
@@ -130,6 +157,17 @@ type options struct {
 	keep     bool
 }
 
+// The steps' positions in the report.
+const (
+	stepNginx  = 1
+	stepCaddy  = 2
+	stepBare   = 3
+	stepFast   = 4
+	stepSluice = 5 // memory store; 6 is the redis store
+	stepCheck  = 7 // the bare JSON handler; 8 and 9 /v1/check
+	stepCount  = 10
+)
+
 func run() error {
 	var o options
 	flag.DurationVar(&o.duration, "d", 10*time.Second, "duration of each measured step")
@@ -144,7 +182,7 @@ func run() error {
 	if o.runs < 1 || o.runs > 5 {
 		return errors.New("-runs must be in [1, 5]")
 	}
-	for _, bin := range []string{"wrk", "redis-server", "go"} {
+	for _, bin := range []string{"wrk", "redis-server", "go", "nginx", "caddy"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("%s not found on PATH: %w", bin, err)
 		}
@@ -178,13 +216,13 @@ func run() error {
 	var procs procSet
 	defer procs.stopAll()
 
-	ports, err := freePorts(8)
+	ports, err := freePorts(11)
 	if err != nil {
 		return err
 	}
 	upAddr, bareAddr, redisAddr := ports[0], ports[1], ports[2]
 	memAPI, memProxy, redisAPI, redisProxy := ports[3], ports[4], ports[5], ports[6]
-	rpAddr := ports[7]
+	rpAddr, nginxAddr, caddyAddr, fastAddr := ports[7], ports[8], ports[9], ports[10]
 
 	up, err := procs.start(ctx, "upstream", self, "upstream", upAddr)
 	if err != nil {
@@ -198,12 +236,24 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	fast, err := procs.start(ctx, "fastproxy", self, "fastproxy", fastAddr, "http://"+upAddr)
+	if err != nil {
+		return err
+	}
+	ngx, err := startNginx(ctx, &procs, filepath.Join(dir, "nginx"), nginxAddr, upAddr)
+	if err != nil {
+		return err
+	}
+	caddy, err := startCaddy(ctx, &procs, dir, caddyAddr, upAddr)
+	if err != nil {
+		return err
+	}
 	_, redisPort, _ := net.SplitHostPort(redisAddr)
 	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
 		return err
 	}
-	for _, a := range []string{upAddr, bareAddr, redisAddr, rpAddr} {
+	for _, a := range []string{upAddr, bareAddr, redisAddr, rpAddr, fastAddr, nginxAddr, caddyAddr} {
 		if err := waitTCP(ctx, a); err != nil {
 			return err
 		}
@@ -234,7 +284,7 @@ func run() error {
 		return err
 	}
 
-	fmt.Fprintf(os.Stderr, "load: 7 wrk steps, 2 paced steps and 3 single-connection steps of %v (wrk -t%d -c%d)\n", o.duration, o.threads, o.conns)
+	fmt.Fprintf(os.Stderr, "load: %d wrk steps, 2 paced steps and 3 single-connection steps of %v (wrk -t%d -c%d)\n", stepCount, o.duration, o.threads, o.conns)
 	steps := []struct {
 		name   string
 		url    string
@@ -242,8 +292,11 @@ func run() error {
 		server *proc
 	}{
 		{"direct to upstream", "http://" + upAddr + "/", "", up},
-		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem},
+		{"nginx proxy_pass with limit_req", "http://" + nginxAddr + "/", "", ngx},
+		{"Caddy reverse_proxy (no limiting)", "http://" + caddyAddr + "/", "", caddy},
 		{"bare httputil.ReverseProxy (no limiting)", "http://" + rpAddr + "/", "", rp},
+		{"minimal fasthttp proxy (no limiting)", "http://" + fastAddr + "/", "", fast},
+		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem},
 		{"sluice proxy, redis store", "http://" + redisProxy + "/", "", red},
 		{"bare net/http JSON handler", "http://" + bareAddr + "/v1/check", luaCheck, bare},
 		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem},
@@ -266,7 +319,7 @@ func run() error {
 	}
 
 	// Latency at half of the proxy's peak, paced, same rate for both.
-	rate := results[1].rps / 2
+	rate := results[stepSluice].rps / 2
 	fmt.Fprintf(os.Stderr, "load: paced at %.0f req/s …\n", rate)
 	directHalf, err := paced(ctx, o, "http://"+upAddr+"/", rate, up)
 	if err != nil {
@@ -294,6 +347,65 @@ func run() error {
 	fmt.Fprintf(os.Stdout, "- one connection, one request at a time (p50 / p99): direct %v / %v; sluice proxy %v / %v; bare httputil.ReverseProxy %v / %v\n",
 		single[0].p50, single[0].p99, single[1].p50, single[1].p99, single[2].p50, single[2].p99)
 	return nil
+}
+
+// startNginx runs nginx as one process (master_process off: one worker,
+// its CPU in one /proc/PID/stat) proxying addr to upstream over pooled
+// HTTP/1.1 connections, with a limit_req zone keyed by client address on
+// every request that never limits: nginx's equivalent of the Sluice rule.
+func startNginx(ctx context.Context, procs *procSet, dir, addr, upstream string) (*proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	conf := `master_process off;
+pid ` + filepath.Join(dir, "nginx.pid") + `;
+error_log ` + filepath.Join(dir, "error.log") + ` error;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
+    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
+    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
+    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
+    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
+    limit_req_zone $binary_remote_addr zone=bench:10m rate=1000000r/s;
+    upstream up { server ` + upstream + `; keepalive 256; }
+    server {
+        listen ` + addr + `;
+        location / {
+            limit_req zone=bench burst=1000000 nodelay;
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $remote_addr;
+        }
+    }
+}
+`
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	return procs.start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
+}
+
+// startCaddy runs Caddy's reverse_proxy from addr to upstream. Caddy has
+// no rate limiting of its own (it needs a third-party module), so its row
+// is proxying alone.
+func startCaddy(ctx context.Context, procs *procSet, dir, addr, upstream string) (*proc, error) {
+	conf := "{\n\tadmin off\n\tauto_https off\n}\nhttp://" + addr + " {\n\treverse_proxy " + upstream + "\n}\n"
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	p := &proc{name: "caddy", logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, "caddy", "run", "--config", path, "--adapter", "caddyfile")}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start caddy: %w", err)
+	}
+	procs.ps = append(procs.ps, p)
+	return p, nil
 }
 
 // repoRoot finds the repository root (the directory holding
@@ -466,12 +578,16 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 	}
 	fmt.Fprintln(w)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput (target ≥ 60%%); %.0f%% of a bare httputil.ReverseProxy's, at %.0f%% of its CPU per request\n",
-		100*rs[1].rps/rs[0].rps, 100*rs[1].rps/rs[2].rps, 100*us(rs[1].cpuPerRequest)/us(rs[2].cpuPerRequest))
-	fmt.Fprintf(w, "- proxy, redis store: %.0f%% of direct throughput\n", 100*rs[3].rps/rs[0].rps)
+	sl, ngx := rs[stepSluice], rs[stepNginx]
+	fmt.Fprintf(w, "- sluice proxy (memory store, one rule on every request) against nginx proxy_pass with limit_req: %.2f× its requests/s (target ≥ 0.9×), %.2f× its CPU per request (target ≤ 2×)\n",
+		sl.rps/ngx.rps, us(sl.cpuPerRequest)/us(ngx.cpuPerRequest))
+	fmt.Fprintf(w, "- sluice proxy against Caddy: %.2f× its requests/s; against a bare httputil.ReverseProxy: %.2f×, at %.2f× its CPU per request; against a minimal fasthttp proxy: %.2f×, at %.2f× its CPU per request\n",
+		sl.rps/rs[stepCaddy].rps, sl.rps/rs[stepBare].rps, us(sl.cpuPerRequest)/us(rs[stepBare].cpuPerRequest),
+		sl.rps/rs[stepFast].rps, us(sl.cpuPerRequest)/us(rs[stepFast].cpuPerRequest))
+	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput; redis store: %.0f%%\n", 100*sl.rps/rs[0].rps, 100*rs[stepSluice+1].rps/rs[0].rps)
 	fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs) vs %.1f µs for the bare handler\n",
-		100*rs[5].rps/rs[4].rps, us(rs[5].cpuPerRequest), us(rs[4].cpuPerRequest))
-	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[6].rps/rs[4].rps)
+		100*rs[stepCheck+1].rps/rs[stepCheck].rps, us(rs[stepCheck+1].cpuPerRequest), us(rs[stepCheck].cpuPerRequest))
+	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[stepCheck+2].rps/rs[stepCheck].rps)
 	fmt.Fprintf(w, "- paced at half the proxy's peak (%.0f req/s asked; got %.0f direct, %.0f through the proxy): direct p50 %v p99 %v; proxy p50 %v p99 %v (%d non-2xx); the proxy adds %v at p99 (target < 1ms)\n",
 		rate, direct.rps, proxy.rps, direct.p50, direct.p99, proxy.p50, proxy.p99, proxy.non2xx, proxy.p99-direct.p99)
 }
