@@ -77,6 +77,7 @@ type Lease struct {
 
 	mu     sync.Mutex
 	keys   map[nsKey]*leaseEntry
+	sweep  int // sweep the keys when there are more than this
 	closed atomic.Bool
 
 	calls, granted, returned, spent, local atomic.Uint64
@@ -91,6 +92,8 @@ type leaseEntry struct {
 	ticks sluice.Ticks
 
 	mu        sync.Mutex
+	dead      atomic.Bool  // swept: look the key up again
+	used      int64        // µs: the latest request time decided
 	units     int64        // reserved, not spent
 	window    int64        // the State.T of the grant, to give units back
 	until     int64        // µs: the units expire then
@@ -109,7 +112,7 @@ func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry)}, nil
+	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry), sweep: minSweep}, nil
 }
 
 func (l *Lease) applies(r *sluice.Request) bool {
@@ -139,17 +142,51 @@ func (l *Lease) Stats() LeaseStats {
 
 // entry returns r's entry, locked.
 func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) *leaseEntry {
-	l.mu.Lock()
-	e := l.keys[keyOf(r)]
-	if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
-		// New, or its rule changed: units reserved under the old limit
-		// expire with their window.
-		e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
-		l.keys[e.key] = e
+	us := r.Now.UnixMicro()
+	for {
+		l.mu.Lock()
+		e := l.keys[keyOf(r)]
+		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
+			// New, or its rule changed: units reserved under the old
+			// limit expire with their window.
+			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			l.keys[e.key] = e
+			if len(l.keys) > l.sweep {
+				l.sweepLocked(us)
+			}
+		}
+		l.mu.Unlock()
+		e.mu.Lock()
+		if !e.dead.Load() {
+			e.used = max(e.used, us)
+			return e
+		}
+		e.mu.Unlock()
 	}
-	l.mu.Unlock()
-	e.mu.Lock()
-	return e
+}
+
+// minSweep is the fewest keys a Lease keeps before it sweeps.
+const minSweep = 4096
+
+// sweepLocked forgets the keys that hold nothing: no units (or only
+// expired ones), no refusal pending, and no decision in the last period.
+// Forgetting one only costs a reservation when it comes back. It runs when
+// the keys have doubled since the last sweep, so its cost is spread over
+// the keys added. l.mu is held.
+func (l *Lease) sweepLocked(us int64) {
+	for k, e := range l.keys {
+		if !e.mu.TryLock() {
+			continue
+		}
+		idle := us-e.used >= e.ticks.Period*e.ticks.Tick && us >= e.denyUntil
+		bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
+		if idle && e.expired == 0 && (e.units == 0 || us >= e.until || bucket && e.valid(us) == 0) {
+			e.dead.Store(true)
+			delete(l.keys, k)
+		}
+		e.mu.Unlock()
+	}
+	l.sweep = max(minSweep, 2*len(l.keys))
 }
 
 // Take decides r on the units the instance holds, reserving more when they

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,5 +170,37 @@ func TestLeaseClose(t *testing.T) {
 		if d, err := rs.Take(ctx, q); err != nil || d.Remaining != 319 {
 			t.Errorf("%s: store's Remaining after Close = %d, %v; want 319", alg, d.Remaining, err)
 		}
+	}
+}
+
+// TestLeaseSweep: keys that hold nothing are forgotten once the keys have
+// doubled, so memory follows the keys in use; a key holding units is kept.
+func TestLeaseSweep(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	base := fmt.Sprintf("sweep/%d/", time.Now().UnixNano())
+	held := sluice.Request{Key: base + "held", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
+	l2 := newLease(t, openShared(t, []string{srv.Addr}, false), fleet.LeaseOptions{Chunk: 5})
+	if _, err := l2.Take(ctx, held); err != nil { // 4 units held
+		t.Fatal(err)
+	}
+	later := time.Now().Add(2 * time.Second) // past each key's period of 1s
+	for i := range 5000 {
+		r := sluice.Request{Key: base + strconv.Itoa(i), Algorithm: sluice.GCRA, Limit: sluice.PerSecond(10), Cost: 1, Now: time.Now()}
+		if i >= 4000 {
+			r.Now = later
+		}
+		if _, err := l2.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l2.Stats().Keys; n > 1001 { // the held key and the 1000 used later
+		t.Errorf("keys held after 5000 keys, 4000 of them idle a period: %d, want the sweep to have forgotten the idle ones", n)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := l2.Stats(); st.Returned < 4 {
+		t.Errorf("Stats after Close = %+v: want the 4 units of the held key given back (it was not swept)", st)
 	}
 }
