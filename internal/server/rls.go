@@ -54,8 +54,8 @@ type RLSOptions struct {
 	// limit (response_headers_to_add): RateLimit-Limit, RateLimit-Remaining,
 	// RateLimit-Reset (as the reference service names them),
 	// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, and
-	// Retry-After when over the limit; the figures are the tightest
-	// descriptor's.
+	// Retry-After and X-RateLimit-Retry-After when over the limit; the
+	// figures are the tightest descriptor's.
 	Headers bool
 	// Unavailable answers gRPC UNAVAILABLE (and 503 on /json) when the
 	// store cannot decide, instead of the engine's on_error answer, so
@@ -360,7 +360,8 @@ func headers(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision, ov
 		if d.RetryAfter > 0 {
 			retry = d.RetryAfter
 		}
-		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ceilSeconds(retry), 10)})
+		ra := strconv.FormatInt(ceilSeconds(retry), 10)
+		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: ra}, &corev3.HeaderValue{Key: "X-RateLimit-Retry-After", Value: ra})
 	}
 	return hs
 }

@@ -109,6 +109,9 @@ func TestResponseHeaders(t *testing.T) {
 	e.call(t, "web", 0, desc("user", "bo"))
 	r = e.call(t, "web", 0, desc("global", "g"), desc("user", "bo"))
 	h = hs(r)
+	if h["X-RateLimit-Retry-After"] != h["Retry-After"] {
+		t.Errorf("over-limit X-RateLimit-Retry-After %q, want Retry-After's %q", h["X-RateLimit-Retry-After"], h["Retry-After"])
+	}
 	if h["Retry-After"] != "30" || h["RateLimit-Remaining"] != "0" || h["RateLimit-Limit"] != "2" {
 		t.Errorf("over-limit headers = %v, want the user limit's, Retry-After 30", h)
 	}
