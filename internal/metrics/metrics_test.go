@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,4 +75,36 @@ func BenchmarkRuleAllowed(b *testing.B) {
 			r.Allowed()
 		}
 	})
+}
+
+// TestEnvoyDetailedLabelsBounded: labels carrying request values stop at
+// MaxDetailedDescriptors; the rest count under "_other".
+func TestEnvoyDetailedLabelsBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := metrics.New(reg).Envoy()
+	for i := range metrics.MaxDetailedDescriptors + 50 {
+		e.Descriptor("d", "user_"+strconv.Itoa(i), true).Count(1, false, false, 0)
+	}
+	e.Descriptor("d", "configured.path", false).Count(2, true, false, 0)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, other := 0, 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_envoy_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			series++
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "descriptor" && l.GetValue() == "_other" {
+					other = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if series != metrics.MaxDetailedDescriptors+2 || other != 50 {
+		t.Errorf("%d hits series with %v hits under _other; want %d series (the cap, _other and the configured path) and 50", series, other, metrics.MaxDetailedDescriptors+2)
+	}
 }
