@@ -721,7 +721,8 @@ func slot(key string) uint16 {
 //go:embed *.lua
 var luaFS embed.FS
 
-// scripts[a] is the general Take script of algorithm a (one.lua);
+// scripts[a] is the general Take script of algorithm a (one.lua; for the
+// sliding log, log_take.lua, which keeps one.lua's arguments and reply);
 // flatScripts[a] the flat one (take_head.lua) for the algorithms with a
 // string state ("" for the sliding log); scriptAll holds every algorithm,
 // for TakeAll.
@@ -760,6 +761,10 @@ func init() {
 		}
 		parts = append(parts, read(algFiles[a]), read("one.lua"))
 		scripts[a] = strings.Join(parts, "\n")
+		if a == sluice.SlidingWindowLog {
+			// Take's own flat script, on the same hash (log_take.lua).
+			scripts[a] = read("log_take.lua")
+		}
 		all = append(all, read(algFiles[a]))
 		if a != sluice.SlidingWindowLog {
 			flatScripts[a] = strings.Join([]string{read("take_head.lua"), read("take_" + algFiles[a]), read("take_tail.lua")}, "\n")
