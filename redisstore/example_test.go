@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -37,6 +38,9 @@ func Example() {
 		store, err := redisstore.New(ctx, redisstore.Options{
 			Addrs:     []string{os.Getenv("REDIS_ADDR")}, // such as "127.0.0.1:6379"
 			RedisTime: true,
+			// Per call; the default, 50ms, suits a Redis next door. This
+			// example runs as a test on machines busy enough to miss it.
+			Timeout: time.Second,
 		})
 		if err != nil {
 			log.Fatal(err) // wraps sluice.ErrStoreUnavailable

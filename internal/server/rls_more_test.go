@@ -188,7 +188,10 @@ func TestHotSwapKeepsCounters(t *testing.T) {
 // timeout, as on_error says, or UNAVAILABLE when so configured.
 func TestRedisDown(t *testing.T) {
 	srv := redistest.StartServer(t)
-	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 100 * time.Millisecond})
+	// 1s, not less: connecting (dial and handshake) is bounded by it too,
+	// and a loaded machine can miss 100ms. A hung call still fails within
+	// the check's deadline.
+	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +205,7 @@ func TestRedisDown(t *testing.T) {
 	check := func(how string) {
 		t.Helper()
 		// A hung call would outlast this deadline by far; the store's
-		// timeout is 100ms.
+		// timeout is 1s.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*descriptorPB{desc("user", "dee")}}
