@@ -44,8 +44,8 @@ rules:
     rate: 9/h
     algorithm: fixed_window
 `, rs.Addr))
-	if got := get(t, td.api+"/readyz"); got.status != http.StatusServiceUnavailable {
-		t.Fatalf("GET /readyz with Redis down: %d, want 503", got.status)
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusServiceUnavailable || !strings.Contains(got.body, "deciding locally at rate/3") {
+		t.Fatalf("GET /readyz with Redis down: %d %q, want 503 naming local mode", got.status, got.body)
 	}
 	if n := allowedOf(t, td.api, "r", "k", 5); n != 3 {
 		t.Fatalf("Redis down: %d of 5 allowed, want the local share 9/3 = 3", n)

@@ -85,6 +85,15 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 			},
 		})
 		d.store = fb
+		n := cfg.Store.ExpectedInstances
+		d.ping = func(ctx context.Context) error {
+			// /readyz says which mode the daemon decides in.
+			err := lazy.Ping(ctx)
+			if err != nil && fb.Mode() == fleet.ModeLocal {
+				return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): %w", n, err)
+			}
+			return err
+		}
 		closers = append([]func(){fb.Close}, closers...)
 		_ = d.metrics.GaugeFunc("sluice_store_local", "1 while the daemon decides in memory because Redis is unavailable (store.on_error: local), else 0.",
 			func() float64 { return float64(fb.Mode()) })
