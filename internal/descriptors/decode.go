@@ -1,0 +1,245 @@
+package descriptors
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// decoder walks YAML nodes, collecting every problem with its line.
+type decoder struct {
+	file   string
+	errs   rules.ParseErrors
+	budget int
+}
+
+func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// resolve follows aliases and charges the node budget; nil for a null.
+func (d *decoder) resolve(key string, n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return nil
+	}
+	d.budget--
+	if d.budget == 0 {
+		d.fail(n, key, "file too large: more than %d values (aliases expanded)", maxNodes)
+	}
+	if d.budget <= 0 {
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	return n
+}
+
+type fields map[string]func(key string, v *yaml.Node)
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
+	if n = d.resolve(key, n); n == nil {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(sortedKeys(fs), ", "), kindName(n))
+		return
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			d.fail(k, key, "a key must be a plain name, not %s", kindName(k))
+			continue
+		}
+		name := k.Value
+		path := join(key, name)
+		if seen[name] {
+			d.fail(k, path, "key given twice")
+			continue
+		}
+		seen[name] = true
+		f := fs[name]
+		if f == nil {
+			d.fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
+			continue
+		}
+		f(path, v)
+	}
+}
+
+func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int, v *yaml.Node)) {
+	if n = d.resolve(key, n); n == nil {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, key, "want a list, not %s", kindName(n))
+		return
+	}
+	for i, v := range n.Content {
+		each(key+"["+strconv.Itoa(i)+"]", i, v)
+	}
+}
+
+func (d *decoder) scalar(key string, n *yaml.Node, want string) (*yaml.Node, bool) {
+	if n = d.resolve(key, n); n == nil {
+		return nil, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n, key, "want %s, not %s", want, kindName(n))
+		return nil, false
+	}
+	return n, true
+}
+
+func (d *decoder) str(dst *string) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a string")
+		if !ok {
+			return
+		}
+		switch n.Tag {
+		case "!!str", "!!int", "!!float", "!!bool":
+			*dst = n.Value
+		default:
+			d.fail(n, key, "want a string, not %s", kindName(n))
+		}
+	}
+}
+
+func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a whole number")
+		if !ok {
+			return
+		}
+		if n.Tag != "!!int" {
+			d.fail(n, key, "want a whole number, not %s", kindName(n))
+			return
+		}
+		x, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil {
+			d.fail(n, key, "%q is not a whole number in range", n.Value)
+			return
+		}
+		*dst = x
+	}
+}
+
+func (d *decoder) int(dst *int) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		var x int64
+		before := len(d.errs)
+		d.int64(&x)(key, v)
+		if len(d.errs) > before {
+			return
+		}
+		if x < math.MinInt32 || x > math.MaxInt32 {
+			d.fail(v, key, "%d is out of range", x)
+			return
+		}
+		*dst = int(x)
+	}
+}
+
+func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "true or false")
+		if !ok {
+			return
+		}
+		if n.Tag != "!!bool" {
+			d.fail(n, key, "want true or false, not %s", kindName(n))
+			return
+		}
+		b, err := strconv.ParseBool(strings.ToLower(n.Value))
+		if err != nil {
+			d.fail(n, key, "want true or false, not %q", n.Value)
+			return
+		}
+		*dst = b
+	}
+}
+
+func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {
+	return func(key string, v *yaml.Node) {
+		n, ok := d.scalar(key, v, "a duration such as 50ms")
+		if !ok {
+			return
+		}
+		x, err := time.ParseDuration(n.Value)
+		if n.Tag != "!!str" || err != nil {
+			d.fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %q", n.Value)
+			return
+		}
+		*dst = x
+	}
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int":
+			return "the number " + n.Value
+		case "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		case "!!null":
+			return "null"
+		}
+		return fmt.Sprintf("the string %q", n.Value)
+	}
+	return "a YAML document"
+}
+
+func sortedKeys(fs fields) []string {
+	ks := make([]string, 0, len(fs))
+	for k := range fs {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+func yamlError(file string, err error) *rules.ParseError {
+	msg := err.Error()
+	line := 0
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
+}
