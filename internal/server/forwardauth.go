@@ -96,8 +96,9 @@ type ruleView struct {
 }
 
 type matchView struct {
-	Methods []string `json:"methods,omitempty"`
-	Path    string   `json:"path,omitempty"`
+	Methods         []string `json:"methods,omitempty"`
+	Path            string   `json:"path,omitempty"`
+	CaseInsensitive bool     `json:"case_insensitive,omitempty"`
 }
 
 // rules answers GET /v1/rules: {"rules":[…]} in config order, each with its
@@ -111,7 +112,7 @@ func (h *Handler) rules(w http.ResponseWriter, r *http.Request) {
 	for _, rl := range set.Rules {
 		v := ruleView{
 			Name:      rl.Name,
-			Match:     matchView{Methods: rl.Methods, Path: rl.Path},
+			Match:     matchView{Methods: rl.Methods, Path: rl.Path, CaseInsensitive: rl.Fold},
 			Key:       rl.Key,
 			Algorithm: rl.Algorithm.String(),
 			Rate:      rl.Limit.String(),

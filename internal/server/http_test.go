@@ -28,7 +28,7 @@ import (
 var testSpecs = []rules.Spec{
 	{Name: "api", Key: []string{"header:X-Api-Key"}, Rate: "3/m", Algorithm: "fixed_window"},
 	{Name: "login-per-ip", Match: rules.MatchSpec{Methods: []string{"POST"}, Path: "/login"}, Key: []string{"ip"}, Rate: "2/m", Algorithm: "sliding_window_log"},
-	{Name: "watch", Match: rules.MatchSpec{Path: "/watch/*"}, Rate: "1/h", Action: "shadow"},
+	{Name: "watch", Match: rules.MatchSpec{Path: "/watch/*", CaseInsensitive: true}, Rate: "1/h", Action: "shadow"},
 	{Name: "shaped", Match: rules.MatchSpec{Path: "/slow"}, Rate: "10/s", Burst: 5, Action: "delay", MaxDelay: time.Second},
 }
 
@@ -303,6 +303,12 @@ func TestRulesHealthReadyMetrics(t *testing.T) {
 	if login["name"] != "login-per-ip" || login["rate"] != "2/m" || login["algorithm"] != "sliding_window_log" ||
 		login["action"] != "reject" || login["burst"] != float64(2) || login["match"].(map[string]any)["path"] != "/login" {
 		t.Errorf("GET /v1/rules: login-per-ip = %v", login)
+	}
+	if m := got.Rules[2]["match"].(map[string]any); m["case_insensitive"] != true {
+		t.Errorf("GET /v1/rules: watch's match = %v, want case_insensitive true", m)
+	}
+	if _, ok := login["match"].(map[string]any)["case_insensitive"]; ok {
+		t.Errorf("GET /v1/rules: login-per-ip's match = %v, want no case_insensitive (false)", login["match"])
 	}
 	if shaped := got.Rules[3]; shaped["max_delay"] != "1s" || shaped["algorithm"] != "leaky_bucket" || shaped["action"] != "delay" {
 		t.Errorf("GET /v1/rules: shaped = %v", shaped)
