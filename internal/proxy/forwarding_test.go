@@ -448,3 +448,34 @@ func TestStreamingPost(t *testing.T) {
 		t.Errorf("rest of the stream: %q", rest)
 	}
 }
+
+// Timeouts and failures on both paths: an upstream silent past
+// ResponseHeaderTimeout answers 504, one that is down 502, each with the
+// rule's headers (the request was counted).
+func TestUpstreamFailures(t *testing.T) {
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			hung := make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-hung:
+				case <-r.Context().Done():
+				}
+			}))
+			t.Cleanup(up.Close)
+			t.Cleanup(func() { close(hung) })
+			p := proxyTo(t, up.URL, proxy.Options{ResponseHeaderTimeout: 50 * time.Millisecond})
+			resp, body := send(t, pa.method, p.URL+"/", pa.body, nil)
+			if resp.StatusCode != 504 || body != "{\"error\":\"gateway_timeout\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "999" {
+				t.Errorf("upstream silent: %d %q remaining %q, want 504 gateway_timeout with 999 left", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
+			}
+			down := httptest.NewServer(http.NotFoundHandler())
+			down.Close()
+			p = proxyTo(t, down.URL, proxy.Options{})
+			resp, body = send(t, pa.method, p.URL+"/", pa.body, nil)
+			if resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "999" {
+				t.Errorf("upstream down: %d %q remaining %q, want 502 bad_gateway with 999 left", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
+			}
+		})
+	}
+}
