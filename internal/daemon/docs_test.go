@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,12 @@ var docInstant = time.Unix(1767225610, 0) // 2026-01-01T00:00:10Z
 // docInstant, and returns the URLs of the decision API and the proxy.
 func docDaemon(t *testing.T, yaml string) (api, proxy string) {
 	t.Helper()
+	return docDaemonClock(t, yaml, func() time.Time { return docInstant })
+}
+
+// docDaemonClock is docDaemon with the clock now.
+func docDaemonClock(t *testing.T, yaml string, now func() time.Time) (api, proxy string) {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	t.Cleanup(up.Close)
 	yaml = regexp.MustCompile(`(listen: )127\.0\.0\.1:\d+`).ReplaceAllString(yaml, "${1}127.0.0.1:0")
@@ -34,7 +41,7 @@ func docDaemon(t *testing.T, yaml string) (api, proxy string) {
 	if err != nil {
 		t.Fatalf("the documented config does not parse: %v\n%s", err, yaml)
 	}
-	d, err := New(cfg, Options{Now: func() time.Time { return docInstant }})
+	d, err := New(cfg, Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +67,22 @@ func docDaemon(t *testing.T, yaml string) (api, proxy string) {
 // sorted order).
 func curlI(t *testing.T, url string) (status int, out string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	return curl(t, "GET", url)
+}
+
+// curlPost is curlI for `curl -si -X POST URL`.
+func curlPost(t *testing.T, url string) (status int, out string) {
+	t.Helper()
+	return curl(t, "POST", url)
+}
+
+func curl(t *testing.T, method, url string) (status int, out string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +137,29 @@ func TestDocSamples(t *testing.T) {
 		curlI(t, proxy+"/")
 		_, fourth := curlI(t, proxy+"/")
 		doctest.Check(t, "docs/daemon.md", "daemon-429", fourth)
+	})
+	t.Run("docs/http.md limited answer", func(t *testing.T) {
+		var now atomic.Int64
+		now.Store(docInstant.UnixNano())
+		_, proxy := docDaemonClock(t, `listen: 127.0.0.1:0
+proxy:
+  listen: 127.0.0.1:0
+  upstream: http://127.0.0.1:1
+rules:
+  - name: login-per-ip
+    match: {methods: [POST], path: /login}
+    key: [ip]
+    rate: 5/m
+    algorithm: token_bucket
+`, func() time.Time { return time.Unix(0, now.Load()) })
+		for i := range 5 {
+			if code, out := curlPost(t, proxy+"/login"); code == http.StatusTooManyRequests {
+				t.Fatalf("POST /login #%d limited: %s", i+1, out)
+			}
+		}
+		now.Store(docInstant.Add(10500 * time.Millisecond).UnixNano())
+		_, out := curlPost(t, proxy+"/login")
+		doctest.Check(t, "docs/http.md", "http-429", out)
 	})
 	t.Run("docs/daemon.md built-in example", func(t *testing.T) {
 		api, _ := docDaemon(t, string(config.Example()))
