@@ -7,6 +7,12 @@
 -- Returns 'ok', 'wait' (an older request of the key goes first), 'lost'
 -- (another consumer holds it) or 'final' (already settled; cleaned up).
 local state = redis.call('HGET', KEYS[2], 'state')
+if not state then
+  -- The record expired while the request waited (a settled request is
+  -- never left in the stream): it is still queued.
+  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0)
+  state = 'queued'
+end
 if state ~= 'queued' and state ~= 'failed' then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
   redis.call('XDEL', KEYS[1], ARGV[3])
