@@ -147,8 +147,8 @@ func (s *Store) shardKeys(k string, n int) []string {
 	usedNodes := map[uint16]bool{}
 	tag := 0
 	for len(keys) < n {
-		// At most 64 tries per shard: past that (a key whose own braces fix
-		// the hash tag) take whatever slot comes.
+		// At most 64 tries per shard (a bound only: a fresh tag lands on a
+		// free slot and node within a few), then take whatever slot comes.
 		for tries := 0; ; tries++ {
 			c := k + "#" + strconv.Itoa(tag)
 			tag++
