@@ -400,4 +400,3 @@ func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
 	}
 	return r
 }
-

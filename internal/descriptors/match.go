@@ -203,4 +203,3 @@ func writeLP(b *strings.Builder, s string) {
 	b.WriteByte(':')
 	b.WriteString(s)
 }
-
