@@ -19,7 +19,7 @@ import (
 // ordinary limiter of rate_i = ⌊rate/n⌋ (+1 for the first rate mod n
 // shards) and burst_i split the same way, so the shards' limits add up to
 // exactly the key's. Each decision goes to one shard (round-robin per
-// Store), as one script on one node in one round trip, like an unsharded
+// key on each Store), as one script on one node in one round trip, like an unsharded
 // decision; the load of the key is spread over n nodes.
 //
 // Accuracy, for every algorithm: the shards together never admit more than
@@ -55,10 +55,14 @@ const shardCacheSize = 1024
 type shardTags struct {
 	key  string
 	keys []string // the logical keys of the shards, in shard order
+	// rr spreads the key's requests over its shards, round-robin. It is
+	// per key: one counter shared by all keys would send, say, every
+	// request's second of three sharded rules to the same shard.
+	rr atomic.Uint64
 }
 
 // Shard rewrites r so that it goes to one of n shards of its key (the next
-// one in this Store's round-robin), with that shard's share of the limit.
+// one in the key's round-robin on this Store), with that shard's share of the limit.
 // It returns the number of shards actually used (n capped by the limit's
 // rate and burst), or 1 (r unchanged) when n < 2. Take, TakeAll and every
 // Store decorator then treat the shard like any key. Fix the Decision of a
@@ -68,16 +72,17 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 	if n < 2 {
 		return 1
 	}
-	i := int(s.rr.Add(1) % uint64(n))
+	t := s.shardTags(r.Key, n)
+	i := int(t.rr.Add(1) % uint64(n))
 	r.Limit = ShardLimit(r.Algorithm, r.Limit, n, i)
-	r.Key = s.shardKeys(r.Key, n)[i]
+	r.Key = t.keys[i]
 	return n
 }
 
 // ShardKeys returns the logical keys of the n shards of limiter key k
 // (pass each to Key for its Redis key), for inspection and tests.
 func (s *Store) ShardKeys(k string, n int) []string {
-	return append([]string(nil), s.shardKeys(k, n)...)
+	return append([]string(nil), s.shardTags(k, n).keys...)
 }
 
 // shardCount is n capped by the limit: every shard must admit at least one
@@ -135,11 +140,11 @@ func Unshard(d *sluice.Decision, l sluice.Limit, n int) {
 // a slot no earlier shard uses, and (knowing the Cluster's slot map) on a
 // node no earlier shard uses while unused nodes remain. The choice depends
 // only on k, n and the slot map, so every instance picks the same keys.
-func (s *Store) shardKeys(k string, n int) []string {
+func (s *Store) shardTags(k string, n int) *shardTags {
 	h := maphash.String(s.seed, k)
 	cell := &s.shards[h%shardCacheSize]
 	if t := cell.Load(); t != nil && len(t.keys) == n && t.key == k {
-		return t.keys
+		return t
 	}
 	nodes := s.slotNodes.Load()
 	keys := make([]string, 0, n)
@@ -171,8 +176,9 @@ func (s *Store) shardKeys(k string, n int) []string {
 			break
 		}
 	}
-	cell.Store(&shardTags{key: k, keys: keys})
-	return keys
+	t := &shardTags{key: k, keys: keys}
+	cell.Store(t)
+	return t
 }
 
 // slotMap is the Cluster's slot → master assignment, by master index.
@@ -231,7 +237,6 @@ func (s *Store) Masters() int {
 
 // shardState is the part of Store sharding uses.
 type shardState struct {
-	rr        atomic.Uint64
 	seed      maphash.Seed
 	shards    [shardCacheSize]atomic.Pointer[shardTags]
 	slotNodes atomic.Pointer[slotMap]

@@ -100,6 +100,34 @@ func TestShardLimit(t *testing.T) {
 	}
 }
 
+// Keys sharded in rotation (a request matching three sharded rules shards
+// three keys in turn) each spread over all their shards: every key admits
+// its whole limit in an overload, not a third of it.
+func TestShardPerKeyRotation(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	admitted := map[string]int{}
+	for range 300 {
+		for _, k := range []string{"rot/a", "rot/b", "rot/c"} {
+			r := sluice.Request{Key: k, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(90), Cost: 1, Now: sluicetest.T0}
+			s.Shard(&r, 3)
+			d, err := s.Take(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted[k]++
+			}
+		}
+	}
+	for k, n := range admitted {
+		if n != 90 {
+			t.Errorf("%s admitted %d of 300, want its whole limit of 90", k, n)
+		}
+	}
+}
+
 // Accuracy: two instances share one key sharded 3 ways on a Cluster, at
 // one instant (nothing refills). Far over the limit they admit exactly the
 // limit; just under it, at least min(sent, rate) − (n−1)·instances.
@@ -151,6 +179,7 @@ func TestShardAccuracy(t *testing.T) {
 			}
 			// 299 sent (150 + 149).
 			got := run(t, alg, base+"/under/"+alg.String(), 150)
+			t.Logf("%s: 299 sent just under the limit of 300 over 3 shards by 2 instances: %d admitted", alg, got)
 			if lo := int64(299 - (n-1)*len(stores)); got < lo || got > 299 {
 				t.Errorf("just under the limit: admitted %d of 299, want %d..299", got, lo)
 			}
