@@ -146,9 +146,9 @@ func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
 	bw.WriteByte(' ')
 	bw.WriteString(p.requestURI(r))
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	if p.o.PreserveHost {
+	if p.o.PreserveHost && r.Host != "" {
 		bw.WriteString(r.Host)
-	} else {
+	} else { // an HTTP/1.0 request may come without a Host
 		bw.WriteString(p.o.Upstream.Host)
 	}
 	bw.WriteString("\r\n")

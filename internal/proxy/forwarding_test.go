@@ -479,3 +479,21 @@ func TestUpstreamFailures(t *testing.T) {
 		})
 	}
 }
+
+// An HTTP/1.0 request without a Host reaches the upstream with the
+// upstream's host, even with PreserveHost (there is none to preserve).
+func TestHTTP10WithoutHost(t *testing.T) {
+	for _, preserve := range []bool{false, true} {
+		rec := newRecorder(t, nil)
+		p := proxyTo(t, rec.srv.URL, proxy.Options{PreserveHost: preserve})
+		conn := dialRaw(t, p.Addr)
+		io.WriteString(conn, "GET /old HTTP/1.0\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("PreserveHost %v: %v %v, want 200", preserve, resp, err)
+		}
+		if r, _ := rec.last(t); r.Host != strings.TrimPrefix(rec.srv.URL, "http://") {
+			t.Errorf("PreserveHost %v: upstream Host %q, want the upstream's", preserve, r.Host)
+		}
+	}
+}
