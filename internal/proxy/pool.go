@@ -75,10 +75,23 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 	return c, false, nil
 }
 
-// put gives c back, or closes it when the pool is full.
+// put gives c back, or closes it when the pool is full. Connections idle
+// for idleTimeout are closed on the way: get takes from the top, so the
+// bottom of the pool is where they age.
 func (p *pool) put(c *upConn) {
 	c.used = time.Now()
+	var stale []*upConn
 	p.mu.Lock()
+	n := 0
+	for n < len(p.idle) && c.used.Sub(p.idle[n].used) >= p.idleTimeout {
+		n++
+	}
+	if n > 0 {
+		stale = append(stale, p.idle[:n]...)
+		m := copy(p.idle, p.idle[n:])
+		clear(p.idle[m:])
+		p.idle = p.idle[:m]
+	}
 	if len(p.idle) < p.max {
 		p.idle = append(p.idle, c)
 		c = nil
@@ -86,5 +99,8 @@ func (p *pool) put(c *upConn) {
 	p.mu.Unlock()
 	if c != nil {
 		c.nc.Close()
+	}
+	for _, s := range stale {
+		s.nc.Close()
 	}
 }
