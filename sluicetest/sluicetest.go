@@ -409,11 +409,7 @@ func DifferentialLimits() []sluice.Limit {
 	}
 }
 
-func seed(t *testing.T) uint64 {
-	v := uint64(time.Now().UnixNano())
-	t.Logf("random seed %d", v)
-	return v
-}
+func seed(t *testing.T) uint64 { return Seed(t) }
 
 // testDifferential replays random traces through s and Reference and
 // requires identical decisions.
