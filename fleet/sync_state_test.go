@@ -24,9 +24,8 @@ func TestSyncScriptTwin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	seed := rand.Uint64()
+	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	t.Logf("random seed %d", seed)
 	limits := []sluice.Limit{sluice.PerSecond(7), sluice.PerMinute(100).WithBurst(30), sluice.PerDay(1_000_000), sluice.Every(3, 250*time.Millisecond)}
 	ctx := context.Background()
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow, sluice.SlidingWindowCounter} {
