@@ -562,8 +562,9 @@ func (s *Sync) Flush() error {
 }
 
 // Close sends the hits not yet sent and stops the batch loop; it returns
-// the error of that last batch. Decisions after Close go to the shared
-// store.
+// the error of that last batch. Call it after the last decision: decisions
+// after Close go to the shared store, and a decision racing with Close may
+// count only locally.
 func (s *Sync) Close() error {
 	if s.closed.Swap(true) {
 		<-s.done
