@@ -93,7 +93,8 @@ type Sync struct {
 
 	mu      sync.Mutex
 	keys    map[nsKey]*syncEntry
-	touched []*syncEntry // decided on since the last batch
+	touched []*syncEntry  // decided on since the last batch
+	batch   chan struct{} // closed when the batch in flight has settled
 
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
@@ -133,6 +134,7 @@ type syncEntry struct {
 	inflight bool             // hits of a batch are on their way
 	loading  chan struct{}    // closed when a load ends
 	synced   time.Time        // when the view was last read back
+	failed   bool             // the last read or batch of the key failed
 	last     int64            // µs: the latest request time decided
 }
 
@@ -258,6 +260,18 @@ func (e *syncEntry) record(h redisstore.Hit) {
 	e.hits = append(e.hits, h)
 }
 
+// inflight returns a channel closed when the batch in flight has settled.
+func (s *Sync) inflight() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.batch == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return s.batch
+}
+
 // touch puts e in the next batch.
 func (s *Sync) touch(e *syncEntry) {
 	if e.touched.Swap(true) {
@@ -273,6 +287,7 @@ func (s *Sync) touch(e *syncEntry) {
 // (one round trip, as the first read would be) and true is returned with
 // the decision in *d; its view is the state after.
 func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
+	waited := false
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
@@ -289,10 +304,25 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			continue
 		}
 		e.last = max(e.last, r.Now.UnixMicro())
-		if e.inflight || (!e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval) {
-			return e, false, nil // fresh, or a batch is about to refresh it
+		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
+			return e, false, nil // fresh
 		}
-		if ch := e.loading; ch != nil {
+		if waited {
+			if !e.failed {
+				return e, false, nil // refreshed just now
+			}
+			// The read or batch we waited for failed: the store does not
+			// answer.
+			e.mu.Unlock()
+			return nil, false, fmt.Errorf("fleet: sync: take %q: %w: the shared store did not answer for two intervals", r.Key, sluice.ErrStoreUnavailable)
+		}
+		// Too old: wait for the read or batch in flight, if any, else read.
+		ch := e.loading
+		if ch == nil && e.inflight {
+			ch = s.inflight()
+		}
+		if ch != nil {
+			waited = true
 			e.mu.Unlock()
 			select {
 			case <-ch:
@@ -301,7 +331,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
 			}
 		}
-		ch := make(chan struct{})
+		ch = make(chan struct{})
 		e.loading = ch
 		if d != nil && e.synced.IsZero() && len(e.hits) == 0 {
 			// First sight: decide in the store, and start from its state.
@@ -311,6 +341,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Lock()
 			e.loading = nil
 			close(ch)
+			e.failed = err != nil
 			if err != nil {
 				e.mu.Unlock()
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
@@ -354,6 +385,7 @@ func (e *syncEntry) snapshot() redisstore.SyncOp {
 // back, to be sent again. e.mu is held.
 func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 	e.inflight = false
+	e.failed = op.Err != nil
 	if op.Err != nil {
 		e.hits = append(op.Hits, e.hits...)
 		if len(e.hits) > 0 {
@@ -517,6 +549,13 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	// interval old (a key decided only by its first read is fresh).
 	ops := make([]redisstore.SyncOp, 0, len(batch))
 	var sent []*syncEntry
+	// Announce the batch before any key is marked in flight, so that a
+	// decision waiting for a key's batch waits for this one.
+	done := make(chan struct{})
+	defer close(done)
+	s.mu.Lock()
+	s.batch = done
+	s.mu.Unlock()
 	start := time.Now()
 	for _, e := range batch {
 		e.mu.Lock()

@@ -2,6 +2,8 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,4 +56,72 @@ func TestSyncConformanceCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	s := newSync(t, openShared(t, c.Addrs, true), fleet.SyncOptions{Interval: 20 * time.Millisecond})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
+}
+
+// TestSyncRedisOutage stops a real redis-server under a Sync: decisions go
+// on locally for two intervals, then wait for the batch in flight (at most
+// the store's timeout) and fail with sluice.ErrStoreUnavailable (so
+// store.on_error applies); once Redis is back (empty: no persistence) the
+// hits made meanwhile reach it.
+func TestSyncRedisOutage(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const iv = 500 * time.Millisecond // two intervals outlast stopping the server
+	s := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: iv})
+	ctx := context.Background()
+	r := sluice.Request{Key: fmt.Sprintf("outage/%d", time.Now().UnixNano()), Algorithm: sluice.GCRA, Limit: sluice.PerHour(1000), Cost: 1}
+	take := func() error {
+		r.Now = time.Now()
+		d, err := s.Take(ctx, r)
+		if err == nil && !d.Allowed {
+			t.Fatalf("denied: %+v", d)
+		}
+		return err
+	}
+	first := time.Now()
+	if err := take(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	stopped := time.Now()
+	local := 0
+	for {
+		err := take()
+		if err != nil {
+			if !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("after the stop: %v, want ErrStoreUnavailable", err)
+			}
+			break
+		}
+		local++
+		if time.Since(stopped) > time.Minute {
+			t.Fatal("decisions still local a minute after Redis stopped")
+		}
+		if local < 500 {
+			continue
+		}
+		time.Sleep(iv / 10) // the limit is 1000: pace the rest
+	}
+	if local == 0 {
+		t.Fatal("no local decision after the stop, want decisions for up to two intervals")
+	}
+	t.Logf("%d local decisions, then an error after %v", local, time.Since(stopped))
+	srv.Restart()
+	t.Logf("restarted after %v", time.Since(stopped))
+	// The hits made while Redis was down go out with the next batches.
+	q := r
+	q.Cost = 0
+	for deadline := time.Now().Add(time.Minute); ; {
+		rs := openShared(t, []string{srv.Addr}, false)
+		q.Now = time.Now()
+		d, err := rs.Take(ctx, q)
+		// The bucket refills 1000/h meanwhile: one token per 3.6s.
+		want := 1000 - int64(local) + int64(time.Since(first)/(3600*time.Millisecond)) + 1
+		if err == nil && d.Remaining <= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the restart: Remaining %d, %v; want at most %d (the %d local hits sent)", d.Remaining, err, want, local)
+		}
+		time.Sleep(iv) // waiting for the Sync's next batch
+	}
 }
