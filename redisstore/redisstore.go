@@ -166,6 +166,8 @@ func (o Options) Validate() error {
 // one with New: the zero Store has no connection, and using it panics.
 type Store struct {
 	c       rueidis.Client
+	solo    rueidis.Client // single node: for a call with nothing else in flight; nil otherwise
+	flying  atomic.Int64   // Take and TakeAll calls in flight
 	opts    Options
 	margin  string                        // ms
 	useTime string                        // "1" to use Redis TIME
@@ -197,9 +199,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		ForceSingleClient: !o.Cluster && o.Sentinel == "",
 		Dialer:            net.Dialer{Timeout: o.Timeout},
 		ConnWriteTimeout:  max(o.Timeout, time.Second),
-		// Pipeline even a lone call: with a per-call deadline, rueidis'
-		// synchronous path sets socket deadlines (syscalls) on every call;
-		// the pipelined path measured faster at every concurrency.
+		// Pipeline concurrent calls; a lone call goes through the solo
+		// client below.
 		AlwaysPipelining: true,
 		MaxFlushDelay:    o.MaxFlushDelay,
 	}
@@ -207,14 +208,28 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
 	}
 	type result struct {
-		c   rueidis.Client
-		err error
+		c, solo rueidis.Client
+		err     error
 	}
 	// NewClient dials; bound it by the caller's context and the timeout.
 	done := make(chan result, 1)
 	go func() {
 		c, err := rueidis.NewClient(co)
-		done <- result{c, err}
+		var solo rueidis.Client
+		if err == nil && co.ForceSingleClient {
+			// A lone call (nothing else in flight) goes through a client
+			// that writes and reads on the caller's goroutine: the
+			// pipelining client, once it has seen concurrency, hands
+			// every call to its writer and reader goroutines, which cost
+			// a lone caller ~10 µs of wake-ups here.
+			so := co
+			so.AlwaysPipelining, so.DisableAutoPipelining = false, true
+			if solo, err = rueidis.NewClient(so); err != nil {
+				c.Close()
+				c = nil
+			}
+		}
+		done <- result{c, solo, err}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
 	defer cancel()
@@ -225,6 +240,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		go func() {
 			if r := <-done; r.c != nil {
 				r.c.Close()
+				if r.solo != nil {
+					r.solo.Close()
+				}
 			}
 		}()
 		r.err = ctx.Err()
@@ -234,6 +252,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	s := &Store{
 		c:       r.c,
+		solo:    r.solo,
 		opts:    o,
 		margin:  strconv.FormatInt(o.ExpiryMargin.Milliseconds(), 10),
 		useTime: "0",
@@ -256,7 +275,28 @@ func New(ctx context.Context, o Options) (*Store, error) {
 }
 
 // Close closes the connections to Redis.
-func (s *Store) Close() { s.c.Close() }
+func (s *Store) Close() {
+	s.c.Close()
+	if s.solo != nil {
+		s.solo.Close()
+	}
+}
+
+// client returns the client for a decision and the function to call when
+// it is done: the synchronous one when nothing else is in flight (a lone
+// caller gets its answer without goroutine hand-offs), else the pipelining
+// one (concurrent callers share writes and reads).
+func (s *Store) client() (rueidis.Client, func()) {
+	if s.solo == nil {
+		return s.c, func() {}
+	}
+	if s.flying.Add(1) == 1 {
+		return s.solo, s.landed
+	}
+	return s.c, s.landed
+}
+
+func (s *Store) landed() { s.flying.Add(-1) }
 
 // Ping checks that Redis answers within the timeout (for readiness probes).
 func (s *Store) Ping(ctx context.Context) error {
@@ -455,7 +495,9 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 	key := s.KeyOf(r)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res := s.flat[r.Algorithm].Exec(ctx, s.c, []string{key}, args)
+	c, done := s.client()
+	res := s.flat[r.Algorithm].Exec(ctx, c, []string{key}, args)
+	done()
 	var raw string
 	var err error
 	if s.opts.RedisTime {
@@ -526,7 +568,9 @@ func floorDiv(a, b int64) int64 {
 }
 
 func (s *Store) exec(ctx context.Context, script *rueidis.Lua, keys, args []string, n int) ([]reply, error) {
-	vals, err := script.Exec(ctx, s.c, keys, args).AsIntSlice()
+	c, done := s.client()
+	vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
+	done()
 	if err != nil {
 		return nil, err
 	}
