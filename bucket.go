@@ -9,7 +9,7 @@ import "math/bits"
 
 // tokenBucket keeps (last refill, debt): the classic "tokens, last refill", with
 // the tokens stored as the debt so that the zero State is a full bucket.
-func tokenBucket(st *State, p *params, now, cost int64, o *outcome) {
+func tokenBucket(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	debt := st.N
 	if debt > 0 && now > st.T {
 		// Refill elapsed × Rate, up to full; the product may overflow when
@@ -21,32 +21,50 @@ func tokenBucket(st *State, p *params, now, cost int64, o *outcome) {
 			debt -= int64(refill)
 		}
 	}
-	takeDebt(p, now, &debt, cost, o)
+	takeDebt(p, now, &debt, cost, force, o)
 	st.T = max(st.T, now)
 	st.N = debt
 }
 
 // gcra keeps the theoretical arrival time: the instant the bucket is full
 // again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N).
-func gcra(st *State, p *params, now, cost int64, o *outcome) {
+func gcra(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	var debt int64
 	if st.T > now || (st.T == now && st.N > 0) {
 		debt = (st.T-now)*p.rate + st.N
 	}
-	takeDebt(p, now, &debt, cost, o)
+	takeDebt(p, now, &debt, cost, force, o)
 	st.T = now + debt/p.rate
 	st.N = debt % p.rate
 }
 
-// takeDebt admits cost tokens against *debt.
-func takeDebt(p *params, now int64, debt *int64, cost int64, o *outcome) {
+// debtCap is the most debt a forced charge leaves (see Algorithm.Charge),
+// in token-ticks or, for the leaky bucket, in parts: within 2^53 with now
+// added (GCRA's and the leaky bucket's T is now + debt/Rate).
+func debtCap(p *params) int64 { return max(1<<50, (p.burst+1)*p.period) }
+
+// addCapped adds cost × unit to *n, at most up to limit.
+func addCapped(n *int64, cost, unit, limit int64) {
+	if cost > (limit-*n)/unit {
+		*n = max(*n, limit)
+	} else {
+		*n += cost * unit
+	}
+}
+
+// takeDebt admits cost tokens against *debt; with force it charges them
+// even when they do not fit.
+func takeDebt(p *params, now int64, debt *int64, cost int64, force bool, o *outcome) {
 	capacity := p.burst * p.period
 	switch {
-	case cost > p.burst:
-		o.retry = -1
-	case *debt+cost*p.period <= capacity:
+	case cost <= p.burst && *debt+cost*p.period <= capacity:
 		o.allowed = true
 		*debt += cost * p.period
+	case force:
+		addCapped(debt, cost, p.period, debtCap(p))
+		o.retry = ceilDiv(*debt+p.period-capacity, p.rate) // for a cost of 1
+	case cost > p.burst:
+		o.retry = -1
 	default:
 		o.retry = ceilDiv(*debt+cost*p.period-capacity, p.rate)
 	}
@@ -59,7 +77,7 @@ func takeDebt(p *params, now int64, debt *int64, cost int64, o *outcome) {
 // max(now, previous leave + cost × Period/Rate) and waits that long; it is
 // admitted iff the wait is at most Burst × Period/Rate. Times relative to now
 // are in parts of 1/Rate of a tick, so Period/Rate is exactly Period parts.
-func leakyBucket(st *State, p *params, now, cost int64, o *outcome) {
+func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	maxWait := p.burst * p.period // parts
 	full := (p.burst + 1) * p.period
 	// rel is the last leave time relative to now, in parts. A leave so far
@@ -70,25 +88,39 @@ func leakyBucket(st *State, p *params, now, cost int64, o *outcome) {
 	if !stale {
 		rel = (st.T-now)*p.rate + st.N
 	}
-	if cost > p.burst+1 {
-		o.retry = -1
-	} else {
-		leave := int64(0) // relative to now
+	fits := cost <= p.burst+1
+	leave := int64(0) // relative to now
+	if fits && !stale {
+		leave = max(0, rel+cost*p.period)
+	}
+	switch {
+	case fits && leave <= maxWait:
+		o.allowed = true
+		o.delay = ceilDiv(leave, p.rate)
+		if cost > 0 { // a cost of 0 asks without queueing anything
+			rel, stale = leave, false
+			st.T = now + leave/p.rate
+			st.N = leave % p.rate
+			st.M = 1
+		}
+	case force:
+		// Charged past the queue: the cost joins the queue's end, cost
+		// spacings after max(now, the last leave), and nothing waits for
+		// it (the work is done already).
+		leave = 0
 		if !stale {
-			leave = max(0, rel+cost*p.period)
+			leave = max(0, rel)
 		}
-		if leave <= maxWait {
-			o.allowed = true
-			o.delay = ceilDiv(leave, p.rate)
-			if cost > 0 { // a cost of 0 asks without queueing anything
-				rel, stale = leave, false
-				st.T = now + leave/p.rate
-				st.N = leave % p.rate
-				st.M = 1
-			}
-		} else {
-			o.retry = ceilDiv(leave-maxWait, p.rate)
-		}
+		addCapped(&leave, cost, p.period, debtCap(p))
+		rel, stale = leave, false
+		st.T = now + leave/p.rate
+		st.N = leave % p.rate
+		st.M = 1
+		o.retry = ceilDiv(leave+p.period-maxWait, p.rate) // for a cost of 1
+	case !fits:
+		o.retry = -1
+	default:
+		o.retry = ceilDiv(leave-maxWait, p.rate)
 	}
 	if stale {
 		o.remaining = p.burst + 1

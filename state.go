@@ -58,6 +58,43 @@ func (a Algorithm) Take(st *State, l Limit, now time.Time, cost int64) (Decision
 // rest is returned. Everything goes by pointer, because copying these
 // structs by value costs more than the arithmetic.
 func (a Algorithm) TakeMicro(d *Decision, st *State, l *Limit, nowMicro, cost int64) (idle int64, err error) {
+	return a.step(d, st, l, nowMicro, cost, false)
+}
+
+// Charge, for store authors, is Take for a Request with Force: it counts
+// cost even past the limit. The overage is carried as debt, so that later
+// requests are refused until it has drained:
+//
+//	token_bucket, gcra      the tokens go below zero (the debt grows past Burst × Period;
+//	                        the theoretical arrival time moves further); it drains at Rate
+//	leaky_bucket            the queue grows past Burst: the last leave time moves further
+//	fixed_window            the window's count goes over Rate, until the window ends
+//	sliding_window_log      the log holds the charge's entries (at most Rate+1 of them, which
+//	                        decides exactly as more would), until they leave the window
+//	sliding_window_counter  the sub-window's count goes over Rate, weighed out as the window slides
+//
+// The debt is bounded so that the integers stay exact (below 2^53, as the
+// Redis store's Lua needs): a bucket's debt at most max(2^50, (Burst+1) ×
+// Period) token-ticks, a window's count at most max(2^50, Rate+1), a
+// counter's sub-window max(Rate+1, 2^49 / Period ticks); a larger charge
+// counts as that much.
+//
+// The Decision's Allowed reports whether the charge fitted under the limit
+// (what Take would have answered); the charge is counted either way. When
+// it did not fit, RetryAfter is how long until a request of cost 1 is
+// admitted again (never Never); Remaining and ResetAfter are after the charge.
+func (a Algorithm) Charge(st *State, l Limit, now time.Time, cost int64) (Decision, time.Time, error) {
+	var d Decision
+	idle, err := a.ChargeMicro(&d, st, &l, now.UnixMicro(), cost)
+	return d, time.UnixMicro(idle), err
+}
+
+// ChargeMicro is Charge as TakeMicro is Take.
+func (a Algorithm) ChargeMicro(d *Decision, st *State, l *Limit, nowMicro, cost int64) (idle int64, err error) {
+	return a.step(d, st, l, nowMicro, cost, true)
+}
+
+func (a Algorithm) step(d *Decision, st *State, l *Limit, nowMicro, cost int64, force bool) (idle int64, err error) {
 	var p params
 	if err := l.paramsTo(&p); err != nil {
 		return 0, err
@@ -69,17 +106,17 @@ func (a Algorithm) TakeMicro(d *Decision, st *State, l *Limit, nowMicro, cost in
 	var o outcome
 	switch a {
 	case TokenBucket:
-		tokenBucket(st, &p, now, cost, &o)
+		tokenBucket(st, &p, now, cost, force, &o)
 	case GCRA:
-		gcra(st, &p, now, cost, &o)
+		gcra(st, &p, now, cost, force, &o)
 	case LeakyBucket:
-		leakyBucket(st, &p, now, cost, &o)
+		leakyBucket(st, &p, now, cost, force, &o)
 	case FixedWindow:
-		fixedWindow(st, &p, now, cost, &o)
+		fixedWindow(st, &p, now, cost, force, &o)
 	case SlidingWindowLog:
-		slidingLog(st, &p, now, cost, &o)
+		slidingLog(st, &p, now, cost, force, &o)
 	case SlidingWindowCounter:
-		slidingCounter(st, &p, now, cost, &o)
+		slidingCounter(st, &p, now, cost, force, &o)
 	default:
 		return 0, fmt.Errorf("%w: %d", ErrUnknownAlgorithm, uint8(a))
 	}

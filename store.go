@@ -23,6 +23,15 @@ type Request struct {
 	Limit     Limit
 	Cost      int64
 	Now       time.Time
+	// Force charges Cost even past the limit: a report of work already
+	// done, such as the tokens of an LLM response known only after it.
+	// The overage is carried as debt, so later requests are refused until
+	// it has drained (what debt is per algorithm: Algorithm.Charge). The
+	// Decision's Allowed then tells whether the charge fitted under the
+	// limit; it is counted either way. In TakeAll a forced request never
+	// makes the others fail, but it is counted only with them: when
+	// another request is denied, nothing is counted.
+	Force bool
 }
 
 // Store keeps per-key state and runs the algorithms on it atomically.

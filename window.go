@@ -8,22 +8,25 @@ import "sort"
 // apart consistent instead of resetting counters.
 
 // fixedWindow counts in windows [w×Period, (w+1)×Period) since the epoch.
-func fixedWindow(st *State, p *params, now, cost int64, o *outcome) {
+func fixedWindow(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	w := max(floorDiv(now, p.period), st.T)
 	if w != st.T {
 		st.T, st.N = w, 0
 	}
 	end := (w + 1) * p.period
 	switch {
-	case cost > p.rate:
-		o.retry = -1
-	case st.N+cost <= p.rate:
+	case cost <= p.rate && st.N+cost <= p.rate:
 		o.allowed = true
 		st.N += cost
+	case force: // over the rate until the window ends
+		addCapped(&st.N, cost, 1, max(1<<50, p.rate+1))
+		o.retry = end - now
+	case cost > p.rate:
+		o.retry = -1
 	default:
 		o.retry = end - now
 	}
-	o.remaining = p.rate - st.N
+	o.remaining = max(0, p.rate-st.N)
 	if st.N > 0 {
 		o.reset = end - now
 	}
@@ -32,25 +35,35 @@ func fixedWindow(st *State, p *params, now, cost int64, o *outcome) {
 
 // slidingLog admits while the admissions in (now − Period, now] plus cost
 // stay within Rate. The log holds one time per unit of cost, so at most Rate.
-func slidingLog(st *State, p *params, now, cost int64, o *outcome) {
+//
+// A forced charge that does not fit appends min(cost, Rate+1) entries:
+// with Rate+1 entries at one instant nothing is admitted until they leave,
+// exactly as with more.
+func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	if n := len(st.Log); n > 0 && st.Log[n-1] > now {
 		now = st.Log[n-1]
 	}
 	cut := now - p.period
 	st.Log = st.Log[sort.Search(len(st.Log), func(i int) bool { return st.Log[i] > cut }):]
 	switch n := int64(len(st.Log)); {
-	case cost > p.rate:
-		o.retry = -1
-	case n+cost <= p.rate:
+	case cost <= p.rate && n+cost <= p.rate:
 		o.allowed = true
 		for range cost {
 			st.Log = append(st.Log, now)
 		}
+	case force:
+		for range min(cost, p.rate+1) {
+			st.Log = append(st.Log, now)
+		}
+		n = int64(len(st.Log))
+		o.retry = st.Log[n-p.rate] + p.period - now // for a cost of 1
+	case cost > p.rate:
+		o.retry = -1
 	default:
 		o.retry = st.Log[n+cost-p.rate-1] + p.period - now
 	}
 	n := len(st.Log)
-	o.remaining = p.rate - int64(n)
+	o.remaining = max(0, p.rate-int64(n))
 	o.idle = now
 	if n > 0 {
 		o.idle = st.Log[n-1] + p.period
@@ -107,7 +120,10 @@ func (c counts) advance(k int64) {
 // slidingCounter is the classic estimate: sub-windows of Period/Segments
 // ticks; at now in sub-window k it admits while
 // floor(oldest × overlap) + newer + cost ≤ Rate.
-func slidingCounter(st *State, p *params, now, cost int64, o *outcome) {
+//
+// A forced charge that does not fit adds its cost to the newest sub-window,
+// up to max(Rate+1, 2^49/Period) (exact integers for the estimate's product).
+func slidingCounter(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	s, l := p.segments, p.period/p.segments
 	c := counts{st: st, s: s}
 	k := floorDiv(now, l)
@@ -122,12 +138,18 @@ func slidingCounter(st *State, p *params, now, cost int64, o *outcome) {
 	}
 	est := c.get(k-s)*((k+1)*l-now)/l + newer
 	switch {
-	case cost > p.rate:
-		o.retry = -1
-	case est+cost <= p.rate:
+	case cost <= p.rate && est+cost <= p.rate:
 		o.allowed = true
 		*c.slot(k) += cost
 		est += cost
+	case force:
+		sl := c.slot(k)
+		before := *sl
+		addCapped(sl, cost, 1, max(p.rate+1, (1<<49)/p.period))
+		est += *sl - before
+		o.retry = counterWait(c, p, k, now, 1)
+	case cost > p.rate:
+		o.retry = -1
 	default:
 		o.retry = counterWait(c, p, k, now, cost)
 	}

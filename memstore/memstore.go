@@ -328,7 +328,7 @@ func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, now int64, d *
 	if le != nil && now < le.idle {
 		st = le.st
 	}
-	idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
+	idle, err := step(r, d, &st, now)
 	if err == nil {
 		s.putLog(sh, key, le, st, idle, now)
 	}
@@ -341,7 +341,7 @@ func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluic
 	if e != nil && now < e.idle {
 		st = sluice.State{T: e.t, N: e.n, M: e.m}
 	}
-	idle, err := r.Algorithm.TakeMicro(d, &st, &r.Limit, now, r.Cost)
+	idle, err := step(r, d, &st, now)
 	if err == nil {
 		s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
 	}
@@ -515,19 +515,30 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		if !found {
 			st = s.shards[idx[i]].load(hs[i], r, now)
 		}
-		idle, err := r.Algorithm.TakeMicro(&ds[i], &st, &r.Limit, now, r.Cost)
+		idle, err := step(r, &ds[i], &st, now)
 		if err != nil {
 			return fmt.Errorf("memstore: takeall %q: %w", r.Key, err)
 		}
 		states[i], idles[i] = st, idle
 	}
-	if !sluice.AllAllowed(ds) {
-		return nil
+	for i := range ds {
+		if !ds[i].Allowed && !rs[i].Force { // a forced charge never fails the others
+			return nil
+		}
 	}
 	for i := range rs {
 		s.store(&s.shards[idx[i]], hs[i], &rs[i], states[i], idles[i])
 	}
 	return nil
+}
+
+// step runs r's algorithm on st: Take's step, or Charge's for a forced
+// request.
+func step(r *sluice.Request, d *sluice.Decision, st *sluice.State, now int64) (int64, error) {
+	if r.Force {
+		return r.Algorithm.ChargeMicro(d, st, &r.Limit, now, r.Cost)
+	}
+	return r.Algorithm.TakeMicro(d, st, &r.Limit, now, r.Cost)
 }
 
 // load returns a copy of r's state, the zero State if absent or at rest.

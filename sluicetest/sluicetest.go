@@ -53,8 +53,16 @@ func (r *Reference) state(key string) *sluice.State {
 func (r *Reference) Take(_ context.Context, q sluice.Request) (sluice.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, _, err := q.Algorithm.Take(r.state(q.Namespace+q.Key), q.Limit, q.Now, q.Cost)
+	d, _, err := step(r.state(q.Namespace+q.Key), &q)
 	return d, err
+}
+
+// step is Take's state machine, or Charge's for a forced request.
+func step(st *sluice.State, q *sluice.Request) (sluice.Decision, time.Time, error) {
+	if q.Force {
+		return q.Algorithm.Charge(st, q.Limit, q.Now, q.Cost)
+	}
+	return q.Algorithm.Take(st, q.Limit, q.Now, q.Cost)
 }
 
 // Reset implements sluice.Resetter.
@@ -78,13 +86,17 @@ func (r *Reference) TakeAll(_ context.Context, qs []sluice.Request, ds []sluice.
 			st = &c
 			next[k] = st
 		}
-		d, _, err := q.Algorithm.Take(st, q.Limit, q.Now, q.Cost)
+		d, _, err := step(st, &q)
 		if err != nil {
 			return err
 		}
 		ds[i] = d
 	}
-	if sluice.AllAllowed(ds) {
+	ok := true
+	for i := range ds {
+		ok = ok && (ds[i].Allowed || qs[i].Force) // a forced charge never fails the others
+	}
+	if ok {
 		for k, st := range next {
 			r.m[k] = st
 		}
@@ -139,6 +151,8 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("RemainingMeansRemaining", func(t *testing.T) { testRemaining(t, open(t)) })
 	t.Run("TakeAllDeniedConsumesNothing", func(t *testing.T) { testTakeAll(t, open(t)) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, open(t)) })
+	t.Run("ReportCarriesDebt", func(t *testing.T) { testReport(t, open(t)) })
+	t.Run("TakeAllReport", func(t *testing.T) { testTakeAllReport(t, open(t)) })
 	t.Run("NamespacesApart", func(t *testing.T) { testNamespaces(t, open(t)) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, open(t)) })
 }
@@ -359,9 +373,10 @@ func Tables() []Table {
 
 // trace is one random request.
 type traceStep struct {
-	at   time.Duration
-	key  int
-	cost int64
+	at    time.Duration
+	key   int
+	cost  int64
+	force bool // a report (Request.Force)
 }
 
 // randomTrace returns n requests over keys keys with non-decreasing times:
@@ -388,7 +403,11 @@ func randomTrace(rng *rand.Rand, n, keys int, l sluice.Limit) []traceStep {
 		case r < 15:
 			cost = rng.Int64N(capacity + 3)
 		}
-		out[i] = traceStep{at: at, key: rng.IntN(keys), cost: cost}
+		force := rng.IntN(100) < 6
+		if force && rng.IntN(2) == 0 {
+			cost = rng.Int64N(4*capacity + 3)
+		}
+		out[i] = traceStep{at: at, key: rng.IntN(keys), cost: cost, force: force}
 	}
 	return out
 }
@@ -425,7 +444,7 @@ func testDifferential(t *testing.T, s sluice.Store) {
 			ref := NewReference()
 			prefix := uniq(t, fmt.Sprintf("%s/%d/", alg, li))
 			for i, st := range randomTrace(rng, 300, 3, l) {
-				r := sluice.Request{Key: fmt.Sprintf("%s%d", prefix, st.key), Algorithm: alg, Limit: l, Cost: st.cost, Now: T0.Add(st.at)}
+				r := sluice.Request{Key: fmt.Sprintf("%s%d", prefix, st.key), Algorithm: alg, Limit: l, Cost: st.cost, Now: T0.Add(st.at), Force: st.force}
 				want, err := ref.Take(ctx, r)
 				if err != nil {
 					t.Fatalf("reference: %v", err)
@@ -435,7 +454,7 @@ func testDifferential(t *testing.T, s sluice.Store) {
 					t.Fatalf("%s %v step %d: Take: %v", alg, l, i, err)
 				}
 				if got != want {
-					t.Fatalf("%s %v step %d (seed %d): Take(key %d, t0+%v, cost %d) = %+v, want %+v", alg, l, i, sd, st.key, st.at, st.cost, got, want)
+					t.Fatalf("%s %v step %d (seed %d): Take(key %d, t0+%v, cost %d, force %v) = %+v, want %+v", alg, l, i, sd, st.key, st.at, st.cost, st.force, got, want)
 				}
 			}
 		}
