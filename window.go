@@ -36,9 +36,10 @@ func fixedWindow(st *State, p *params, now, cost int64, force bool, o *outcome) 
 // slidingLog admits while the admissions in (now − Period, now] plus cost
 // stay within Rate. The log holds one time per unit of cost, so at most Rate.
 //
-// A forced charge that does not fit appends min(cost, Rate+1) entries:
-// with Rate+1 entries at one instant nothing is admitted until they leave,
-// exactly as with more.
+// A forced charge that does not fit appends min(cost, Rate+1) entries and
+// keeps the newest Rate+1: those alone decide every later request (with
+// Rate+1 entries in the window nothing is admitted, and with Rate or fewer
+// they are the newest), exactly as the whole log would.
 func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	if n := len(st.Log); n > 0 && st.Log[n-1] > now {
 		now = st.Log[n-1]
@@ -55,7 +56,11 @@ func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 		for range min(cost, p.rate+1) {
 			st.Log = append(st.Log, now)
 		}
-		n = int64(len(st.Log))
+		if n = int64(len(st.Log)); n > p.rate+1 {
+			// Only the newest Rate+1 entries decide anything from now on.
+			st.Log = st.Log[n-p.rate-1:]
+			n = p.rate + 1
+		}
 		o.retry = st.Log[n-p.rate] + p.period - now // for a cost of 1
 	case cost > p.rate:
 		o.retry = -1

@@ -44,6 +44,22 @@ func diffCost(rng *rand.Rand, l sluice.Limit) int64 {
 	return edges[rng.IntN(len(edges))]
 }
 
+// diffForce makes one request in 12 a report (Request.Force), with costs
+// past the capacity, and now and then one so large that the debt's cap
+// (sluice.Algorithm.Charge) decides.
+func diffForce(rng *rand.Rand, l sluice.Limit, r *sluice.Request) {
+	if rng.IntN(12) != 0 {
+		return
+	}
+	r.Force = true
+	switch rng.IntN(4) {
+	case 0:
+		r.Cost = rng.Int64N(5*max(l.Rate, l.BurstOrRate()) + 3)
+	case 1:
+		r.Cost = 1 << (40 + rng.IntN(23))
+	}
+}
+
 // diffStep advances the clock: often not at all or by a few µs, sometimes
 // by up to two periods, rarely backwards (the algorithms clamp that).
 func diffStep(rng *rand.Rand, l sluice.Limit) time.Duration {
@@ -75,13 +91,14 @@ func testDifferential(t *testing.T, s sluice.Store, steps int) {
 			for i := range steps {
 				now = now.Add(diffStep(rng, l))
 				r := sluice.Request{Key: keys[rng.IntN(len(keys))], Algorithm: alg, Limit: l, Cost: diffCost(rng, l), Now: now}
+				diffForce(rng, l, &r)
 				want, werr := ref.Take(ctx, r)
 				got, err := s.Take(ctx, r)
 				if err != nil || werr != nil {
 					t.Fatalf("%v %v step %d: Take(%+v): err %v, reference err %v", alg, l, i, r, err, werr)
 				}
 				if got != want {
-					t.Fatalf("%v %v (burst %d, segments %d) step %d: Take(cost %d at %d µs) = %+v, reference %+v", alg, l, l.Burst, l.Segments, i, r.Cost, r.Now.UnixMicro(), got, want)
+					t.Fatalf("%v %v (burst %d, segments %d) step %d: Take(cost %d at %d µs, force %v) = %+v, reference %+v", alg, l, l.Burst, l.Segments, i, r.Cost, r.Now.UnixMicro(), r.Force, got, want)
 				}
 			}
 		}
@@ -114,6 +131,7 @@ func testDifferentialTakeAll(t *testing.T, s sluice.Store, steps int) {
 		for j := range rs {
 			ru := rules[rng.IntN(len(rules))]
 			rs[j] = sluice.Request{Key: ru.key, Algorithm: ru.alg, Limit: ru.l, Cost: rng.Int64N(3), Now: now}
+			diffForce(rng, ru.l, &rs[j])
 		}
 		got, want := make([]sluice.Decision, n), make([]sluice.Decision, n)
 		if err := ref.TakeAll(ctx, rs, want); err != nil {

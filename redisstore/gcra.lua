@@ -9,8 +9,8 @@ local function gcraDebt(o, rate, now)
   return 0
 end
 
-STEP[6] = function(o, rate, burst, period, segments, now, cost)
-  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost)
+STEP[6] = function(o, rate, burst, period, segments, now, cost, force)
+  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost, force)
   o.T = now + tdiv(d, rate)
   o.N = d % rate
   return allowed, remaining, retry, reset, delay, idle, mark

@@ -6,7 +6,7 @@ local function leakyStale(o, rate, burst, period, now)
   return o.M == 0 or now - o.T > cdiv((burst + 1) * period, rate) + 1
 end
 
-STEP[2] = function(o, rate, burst, period, segments, now, cost)
+STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
   local maxWait = burst * period
   local full = (burst + 1) * period
   local allowed, retry, delay, mark = false, 0, 0, 0
@@ -20,23 +20,32 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost)
   elseif rel + cost * period < 0 then
     mark = rel + cost * period
   end
-  if cost > burst + 1 then
+  local fits = cost <= burst + 1
+  local leave = 0
+  if fits and not stale then leave = max(0, rel + cost * period) end
+  if fits and leave <= maxWait then
+    allowed = true
+    delay = cdiv(leave, rate)
+    if cost > 0 then
+      rel, stale = leave, false
+      o.T = now + tdiv(leave, rate)
+      o.N = leave % rate
+      o.M = 1
+    end
+  elseif force then
+    -- Charged past the queue: the cost joins the queue's end.
+    leave = 0
+    if not stale then leave = max(0, rel) end
+    leave = addCapped(leave, cost, period, debtCap(burst, period))
+    rel, stale = leave, false
+    o.T = now + tdiv(leave, rate)
+    o.N = leave % rate
+    o.M = 1
+    retry = cdiv(leave + period - maxWait, rate) -- for a cost of 1
+  elseif not fits then
     retry = -1
   else
-    local leave = 0
-    if not stale then leave = max(0, rel + cost * period) end
-    if leave <= maxWait then
-      allowed = true
-      delay = cdiv(leave, rate)
-      if cost > 0 then
-        rel, stale = leave, false
-        o.T = now + tdiv(leave, rate)
-        o.N = leave % rate
-        o.M = 1
-      end
-    else
-      retry = cdiv(leave - maxWait, rate)
-    end
+    retry = cdiv(leave - maxWait, rate)
   end
   if stale or rel + period <= 0 then
     return allowed, burst + 1, retry, 0, delay, now, mark

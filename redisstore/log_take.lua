@@ -130,4 +130,4 @@ elseif sets or dels then
   redis.call('HSET', key, unpack(sets))
   redis.call('PEXPIRE', key, ttl)
 end
-return {allowed, rate - n, retry, reset, 0, idle, now}
+return {allowed, math.max(0, rate - n), retry, reset, 0, idle, now}

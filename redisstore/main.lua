@@ -4,7 +4,8 @@
 -- nothing; 'refund': give back what a take counted), 1 to use Redis' clock
 -- (TIME) instead of each request's now, the expiry margin in ms; then per
 -- request 9 values: algorithm, rate, burst, period (ticks), segments, tick
--- (µs), cost, now (µs since the epoch), mark (refund only).
+-- (µs), cost, now (µs since the epoch), mark (refund; in the other modes
+-- 1 forces the charge, sluice's Request.Force).
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund.
 local mode = ARGV[1]
@@ -17,11 +18,13 @@ end
 
 -- decide runs request i (its arguments start after ARGV[a]) on o and
 -- appends its outcome to out; it returns whether it was allowed.
+-- A forced request never fails the others: decide returns true for it.
 local function decide(o, a, out)
+  local force = ARGV[a + 9] == '1'
   local alg, segments, tick = (ARGV[a + 1] + 0), (ARGV[a + 5] + 0), (ARGV[a + 6] + 0)
   local us = tnow or (ARGV[a + 8] + 0)
   local allowed, remaining, retry, reset, delay, idle, mark =
-    STEP[alg](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0), segments, fdiv(us, tick), (ARGV[a + 7] + 0))
+    STEP[alg](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0), segments, fdiv(us, tick), (ARGV[a + 7] + 0), force)
   o.ttl = max(0, cdiv(idle * tick - us, 1000)) + margin
   local n = #out
   out[n + 1] = allowed and 1 or 0
@@ -31,7 +34,7 @@ local function decide(o, a, out)
   out[n + 5] = delay
   out[n + 6] = idle
   out[n + 7] = mark
-  return allowed
+  return allowed or force
 end
 
 local function loadFor(key, a)

@@ -15,6 +15,6 @@ local alg = ARGV[4]
 local many = alg == '5' and segments ~= 1
 local o = load(KEYS[1], many or alg == '4', many)
 local allowed, remaining, retry, reset, delay, idle, mark =
-  STEP[alg + 0](o, (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0), segments, fdiv(us, tick), (ARGV[10] + 0))
+  STEP[alg + 0](o, (ARGV[5] + 0), (ARGV[6] + 0), (ARGV[7] + 0), segments, fdiv(us, tick), (ARGV[10] + 0), ARGV[12] == '1')
 save(o, max(0, cdiv(idle * tick - us, 1000)) + (ARGV[3] + 0))
 return {allowed and 1 or 0, remaining, retry, reset, delay, idle, mark}

@@ -37,6 +37,19 @@ local function cdiv(a, b)
   return (a + (-a) % b) / b
 end
 
+-- debtCap is sluice's debtCap: the most debt a forced charge leaves in a
+-- bucket (token-ticks, or the leaky bucket's parts); 2^50 as a literal.
+local function debtCap(burst, period)
+  return max(1125899906842624, (burst + 1) * period)
+end
+
+-- addCapped is sluice's addCapped: n + cost * unit, at most limit (n is
+-- never above limit, so the floor division is Go's truncated one).
+local function addCapped(n, cost, unit, limit)
+  if cost > fdiv(limit - n, unit) then return max(n, limit) end
+  return n + cost * unit
+end
+
 -- fmt formats an integer exactly (tostring would keep only 14 digits).
 local function fmt(x)
   return string.format('%d', x)
@@ -50,8 +63,8 @@ local function num(x)
   return string.format('%d', x)
 end
 
--- STEP[alg](o, rate, burst, period, segments, now, cost) runs one step of
--- the algorithm on the state o and returns the outcome in ticks, as Go's
+-- STEP[alg](o, rate, burst, period, segments, now, cost, force) runs one
+-- step of the algorithm (with force, sluice's Charge) on the state o and returns the outcome in ticks, as Go's
 -- outcome: allowed (boolean), remaining, retry (-1: never), reset, delay,
 -- idle, and a mark that lets REFUND[alg](o, rate, burst, period, segments,
 -- now, cost, mark) give back what the step counted.

@@ -58,6 +58,11 @@
 // window's count, log entries, a queue slot), exactly so when nothing else
 // touched the key in between. Between the take and the refund, other
 // clients may briefly see that quota as used.
+//
+// A report (sluice.Request.Force) runs the general script (the flat Take
+// scripts know only Take); in TakeAll it never makes the others fail. A
+// refund of a report past its limit gives back cost × spacing, which is
+// what it charged unless the debt's cap applied.
 package redisstore
 
 import (
@@ -401,7 +406,10 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 		strconv.FormatInt(t.Tick, 10),
 		strconv.FormatInt(r.Cost, 10),
 		strconv.FormatInt(r.Now.UnixMicro(), 10),
-		"0",
+		"0", // mark: 1 forces the charge (main.lua)
+	}
+	if r.Force {
+		q.args[8] = "1"
 	}
 	return nil
 }
@@ -435,7 +443,7 @@ func (q *request) decision(rp reply) sluice.Decision {
 
 // Take decides one request in one round trip and counts it if allowed.
 func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 {
+	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force {
 		if t, err := r.Limit.Ticks(); err == nil {
 			return s.takeFlat(ctx, &r, t)
 		}
@@ -446,10 +454,18 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	args := make([]string, 0, 12)
-	args = append(args, "one", s.useTime, s.margin)
-	args = append(args, q.args[:]...)
-	rps, err := s.exec(ctx, s.take[r.Algorithm], []string{q.key}, args, 1)
+	var rps []reply
+	var err error
+	if r.Force {
+		// A report is rare: the general script, whose take mode commits a
+		// forced charge (the flat and log scripts know only Take).
+		rps, err = s.run(ctx, "take", []request{q}, []int{0}, nil)
+	} else {
+		args := make([]string, 0, 12)
+		args = append(args, "one", s.useTime, s.margin)
+		args = append(args, q.args[:]...)
+		rps, err = s.exec(ctx, s.take[r.Algorithm], []string{q.key}, args, 1)
+	}
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
@@ -629,7 +645,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	for gi, g := range groups {
 		for j, i := range g {
 			ds[i] = qs[i].decision(rps[gi][j])
-			allowed = allowed && rps[gi][j].allowed
+			allowed = allowed && (rps[gi][j].allowed || rs[i].Force)
 		}
 	}
 	if !allowed {
@@ -646,7 +662,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		committed[gi] = true
 		for j, i := range g {
 			ds[i] = qs[i].decision(rps[gi][j])
-			if !rps[gi][j].allowed {
+			if !rps[gi][j].allowed && !rs[i].Force {
 				committed[gi] = false
 				denied = true
 			}

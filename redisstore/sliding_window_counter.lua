@@ -59,7 +59,7 @@ local function counterWait(o, rate, s, l, k, now, n)
   return -1
 end
 
-STEP[5] = function(o, rate, burst, period, s, now, cost)
+STEP[5] = function(o, rate, burst, period, s, now, cost, force)
   local l = tdiv(period, s)
   local k = fdiv(now, l)
   if k < o.T then
@@ -71,12 +71,18 @@ STEP[5] = function(o, rate, burst, period, s, now, cost)
   for j = k - s + 1, k do newer = newer + cget(o, s, j) end
   local est = tdiv(cget(o, s, k - s) * ((k + 1) * l - now), l) + newer
   local allowed, retry, reset = false, 0, 0
-  if cost > rate then
-    retry = -1
-  elseif est + cost <= rate then
+  if cost <= rate and est + cost <= rate then
     allowed = true
     cput(o, s, k, cget(o, s, k) + cost)
     est = est + cost
+  elseif force then
+    local before = cget(o, s, k)
+    local v = addCapped(before, cost, 1, max(rate + 1, fdiv(562949953421312, period)))
+    cput(o, s, k, v)
+    est = est + v - before
+    retry = counterWait(o, rate, s, l, k, now, 1) -- for a cost of 1
+  elseif cost > rate then
+    retry = -1
   else
     retry = counterWait(o, rate, s, l, k, now, cost)
   end

@@ -69,7 +69,18 @@ local function logDrop(o, k)
   if o.N == 0 then o.T, o.M = 0, 0 end
 end
 
-STEP[4] = function(o, rate, burst, period, segments, now, cost)
+-- logAppend logs c units at now (n in the log, the last run at lastT
+-- holding units up to lastE).
+local function logAppend(o, now, lastT, lastE, n, c)
+  if o.N > 0 and lastT == now then
+    runSet(o, o.N - 1, now, lastE + c)
+  else
+    runSet(o, o.N, now, o.M + n + c)
+    o.N = o.N + 1
+  end
+end
+
+STEP[4] = function(o, rate, burst, period, segments, now, cost, force)
   local lastT, lastE
   if o.N > 0 then
     lastT, lastE = runAt(o, o.N - 1)
@@ -89,19 +100,29 @@ STEP[4] = function(o, rate, burst, period, segments, now, cost)
   end
   local allowed, retry, reset = false, 0, 0
   local n = logUnits(o)
-  if cost > rate then
-    retry = -1
-  elseif n + cost <= rate then
+  if cost <= rate and n + cost <= rate then
     allowed = true
     if cost > 0 then
-      if o.N > 0 and lastT == now then
-        runSet(o, o.N - 1, now, lastE + cost)
-      else
-        runSet(o, o.N, now, o.M + n + cost)
-        o.N = o.N + 1
-      end
+      logAppend(o, now, lastT, lastE, n, cost)
       n = n + cost
     end
+  elseif force then
+    -- At most Rate+1 units, and only the newest Rate+1 kept: they decide
+    -- exactly as more would (sluice's slidingLog).
+    local c = min(cost, rate + 1)
+    if c > 0 then
+      logAppend(o, now, lastT, lastE, n, c)
+      n = n + c
+    end
+    if n > rate + 1 then
+      local target = o.M + n - (rate + 1)
+      logDrop(o, firstRun(o, runE, target))
+      o.M = target
+      n = rate + 1
+    end
+    retry = unitTime(o, n - rate) + period - now -- for a cost of 1
+  elseif cost > rate then
+    retry = -1
   else
     retry = unitTime(o, n + cost - rate - 1) + period - now
   end
@@ -110,5 +131,5 @@ STEP[4] = function(o, rate, burst, period, segments, now, cost)
     idle = runT(o, o.N - 1) + period
     reset = idle - now
   end
-  return allowed, rate - n, retry, reset, 0, idle, now
+  return allowed, max(0, rate - n), retry, reset, 0, idle, now
 end

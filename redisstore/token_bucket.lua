@@ -1,7 +1,7 @@
 -- token_bucket.lua: the twin of sluice's tokenBucket and takeDebt. T is the
 -- last refill, N the debt in token-ticks (Burst - tokens) * Period.
 
-STEP[1] = function(o, rate, burst, period, segments, now, cost)
+STEP[1] = function(o, rate, burst, period, segments, now, cost, force)
   local debt = o.N
   if debt > 0 and now > o.T then
     local elapsed = now - o.T
@@ -11,7 +11,7 @@ STEP[1] = function(o, rate, burst, period, segments, now, cost)
       debt = debt - elapsed * rate
     end
   end
-  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, debt, cost)
+  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, debt, cost, force)
   o.T = max(o.T, now)
   o.N = d
   return allowed, remaining, retry, reset, delay, idle, mark
