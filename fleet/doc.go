@@ -12,6 +12,18 @@
 //   - Fallback decides in memory, at a share of each limit, while the store
 //     is unreachable, and returns to the store when it answers again.
 //
+// Reports (sluice.Request.Force: a cost charged even past the limit, as
+// debt) pass through every decorator. Sync charges them on its view and
+// sends them with its next batch, like any hit (the other instances see the
+// debt after their next sync). Lease spends its units on a report that
+// they cover; otherwise it gives the key's units back and the shared store
+// charges the report (in TakeAll the store charges it as is; the other
+// instances spend the units they already hold before the store refuses
+// them). The OverLimitCache never answers a report from memory and stays
+// exact (a charge only makes a key refuse for longer), and the Fallback
+// charges reports in memory, at its share of the limit, while the store is
+// unreachable.
+//
 // Order matters when stacking: put the OverLimitCache next to the shared
 // store and the Fallback outside it, so that the cache only ever learns from
 // the shared store's refusals. Sync and Lease need the shared store itself

@@ -205,12 +205,44 @@ func (l *Lease) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	if err := l.ensure(ctx, e, &r, r.Cost, &d); err != nil {
 		return sluice.Decision{}, err
 	}
+	if r.Force && !d.Allowed {
+		return l.charge(ctx, e, r)
+	}
 	if d.Allowed {
 		e.units -= r.Cost
 		l.spent.Add(uint64(r.Cost))
 		e.info(r.Now.UnixMicro(), &d)
 	}
 	l.local.Add(1)
+	return d, nil
+}
+
+// charge is Take for a report (Request.Force) that the units held do not
+// cover: they go back to the store, which then charges the report, debt
+// and all; the instance holds nothing for the key until its next
+// reservation, which sees the debt. e.mu is held.
+func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sluice.Decision, error) {
+	var ops []redisstore.ReturnOp
+	if e.units > 0 {
+		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: r.Now})
+	}
+	if e.expired > 0 {
+		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: r.Now})
+	}
+	if len(ops) > 0 {
+		if err := l.inner.Return(ctx, ops); err != nil {
+			return sluice.Decision{}, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
+		}
+		for _, op := range ops {
+			l.returned.Add(uint64(op.Units))
+		}
+	}
+	e.units, e.expired, e.read, e.denyUntil, e.denyNeed = 0, 0, false, 0, 0
+	d, err := l.inner.Take(ctx, r)
+	if err != nil {
+		return d, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
+	}
+	l.calls.Add(1)
 	return d, nil
 }
 
@@ -240,7 +272,7 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 		d.RetryAfter = sluice.Never
 		return nil
 	case e.units >= need && (need > 0 || e.read):
-		d.Allowed = true
+		d.Allowed = e.fits(us, need, d)
 		return nil
 	case us < e.denyUntil && need >= e.denyNeed:
 		d.RetryAfter = e.retry(us, need, l.opts.Chunk)
@@ -299,7 +331,7 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 		d.RetryAfter = sluice.Never
 		return nil
 	case e.units >= need:
-		d.Allowed = true
+		d.Allowed = e.fits(us, need, d)
 		return nil
 	}
 	// Not enough: wait until the store, with the units held given back,
@@ -363,6 +395,25 @@ func (e *leaseEntry) info(us int64, d *sluice.Decision) {
 	}
 }
 
+// fits is whether a request of need units, held, is admitted: always,
+// except a query (need 0) while the store's state is in debt after a
+// report (Request.Force), which is refused as the store would refuse it,
+// with its RetryAfter. e.mu is held.
+func (e *leaseEntry) fits(us, need int64, d *sluice.Decision) bool {
+	if need > 0 || !e.read {
+		return true
+	}
+	st := e.st
+	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
+	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
+	var q sluice.Decision
+	if _, err := e.alg.TakeMicro(&q, &st, &e.limit, us-e.skew, 0); err != nil || q.Allowed {
+		return true
+	}
+	d.RetryAfter = q.RetryAfter
+	return false
+}
+
 // TakeAll decides rs as one: every request Lease handles must be covered
 // by units held (reserving more as needed), and the others allowed by the
 // shared store; units are spent only if all are allowed. Units reserved for
@@ -374,7 +425,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	var loc, rem []int
 	ticks := make([]sluice.Ticks, len(rs))
 	for i := range rs {
-		if !l.applies(&rs[i]) {
+		if !l.applies(&rs[i]) || rs[i].Force { // a report: charged by the store as is
 			rem = append(rem, i)
 			continue
 		}
@@ -429,7 +480,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		for j, i := range rem {
 			ds[i] = rds[j]
 		}
-		allowed = allowed && sluice.AllAllowed(rds)
+		allowed = allowed && passed(rrs, rds)
 	}
 	l.local.Add(uint64(len(loc)))
 	if !allowed {

@@ -87,6 +87,13 @@ type OverLimitOptions struct {
 // since they were not asked; a caller that needs each rule's own verdict
 // in a refused TakeAll must ask the store.
 //
+// A report (Request.Force) is never answered from the cache: it must be
+// charged. It keeps the cache exact, since a charge can only make a key
+// refuse for longer, so every remembered refusal still holds. A report
+// past the limit is remembered as a refusal of cost 1 (its RetryAfter is
+// when a request of cost 1 is admitted again); in TakeAll only when it was
+// counted, that is when every other request was admitted.
+//
 // Shadow rules (engine) ask through Take like any other: a remembered
 // refusal is still reported as a refusal, so it counts as shadow_denied.
 //
@@ -182,7 +189,7 @@ func (c *OverLimitCache) shard(k *olKey) *olShard {
 // caller whose clock steps back must not be refused from it once the
 // store's state has moved past its end.
 func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
-	if r.Now.IsZero() || r.Cost < 0 {
+	if r.Now.IsZero() || r.Cost < 0 || r.Force {
 		return false
 	}
 	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
@@ -234,6 +241,15 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 	if d.Allowed || d.RetryAfter <= 0 || r.Now.IsZero() || r.Cost < 0 {
 		return
 	}
+	cost := r.Cost
+	switch {
+	case r.Force:
+		cost = 1 // the report was counted; RetryAfter is for a cost of 1
+	case cost == 0:
+		// A query is refused only while a report's debt lasts; its
+		// shorter RetryAfter would stand in for the costlier requests'.
+		return
+	}
 	t, err := r.Limit.Ticks()
 	if err != nil {
 		return
@@ -243,7 +259,7 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 	// tick: the first instant it admits is no earlier than
 	// now − (tick − 1µs) + RetryAfter.
 	e := olEntry{
-		cost:      r.Cost,
+		cost:      cost,
 		until:     now - (t.Tick - 1) + d.RetryAfter.Microseconds(),
 		reset:     now + d.ResetAfter.Microseconds(),
 		remaining: d.Remaining,
@@ -261,8 +277,16 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 		// or for the same cost the later end (both are bounds; the later
 		// one is the tighter).
 		if old.cost < e.cost || old.cost == e.cost && old.until >= e.until {
+			// A report may have moved the key's end further without
+			// moving the refusal's (the log's oldest entry still leaves
+			// first): both ends are the store's, the later one holds.
+			if e.reset > old.reset {
+				old.reset = e.reset
+				sh.m[k] = old
+			}
 			return
 		}
+		e.reset = max(e.reset, old.reset)
 	} else if !ok && len(sh.m) >= c.per {
 		sh.evict(now, e.gen, c.per)
 	}
@@ -322,8 +346,11 @@ func (c *OverLimitCache) TakeAll(ctx context.Context, rs []sluice.Request, ds []
 		return err
 	}
 	if !sluice.AllAllowed(ds) {
+		counted := passed(rs, ds) // only reports refused: everything was counted
 		for i := range rs {
-			c.remember(&rs[i], &ds[i])
+			if !rs[i].Force || counted {
+				c.remember(&rs[i], &ds[i])
+			}
 		}
 	}
 	return nil
@@ -369,6 +396,18 @@ func (c *OverLimitCache) failed(ctx context.Context, err error) {
 	if ctx.Err() == nil && isUnavailable(err) {
 		c.Forget()
 	}
+}
+
+// passed reports whether the TakeAll of rs that decided ds counted them:
+// every request was admitted or is a report (Request.Force), which never
+// makes the others fail.
+func passed(rs []sluice.Request, ds []sluice.Decision) bool {
+	for i := range ds {
+		if !ds[i].Allowed && !rs[i].Force {
+			return false
+		}
+	}
+	return true
 }
 
 // isUnavailable reports whether err says the store could not decide.

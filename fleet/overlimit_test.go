@@ -109,7 +109,12 @@ func differential(t *testing.T, plain, cachedInner sluice.Store, steps int) (hit
 			for i, st := range overloadTrace(rng, steps, l, back) {
 				now := base.Add(st.at)
 				r := sluice.Request{Key: key(st.key), Algorithm: alg, Limit: l, Cost: st.cost, Now: now}
-				call := fmt.Sprintf("%v %v step %d (seed %d) at +%v cost %d", alg, l, i, sd, st.at, st.cost)
+				if i%13 == 5 {
+					// A report: never answered from the cache, and it
+					// must keep every remembered refusal exact.
+					r.Force, r.Cost = true, int64(i%7)*max(1, l.Rate/3)
+				}
+				call := fmt.Sprintf("%v %v step %d (seed %d) at +%v cost %d force %v", alg, l, i, sd, st.at, r.Cost, r.Force)
 				before := c.Hits()
 				if os.Getenv("SLUICE_TRACE") == fmt.Sprint(alg) {
 					t.Logf("%s pair=%v key=%d", call, st.pair, st.key)
@@ -152,6 +157,9 @@ func differential(t *testing.T, plain, cachedInner sluice.Store, steps int) (hit
 						t.Fatalf("%s: the cache passed the store's decision on changed: %+v, want %+v", call, got, want)
 					}
 					continue
+				}
+				if r.Force {
+					t.Fatalf("%s: a report was answered from the cache: %+v", call, got)
 				}
 				if !back {
 					checkHit(t, call, got, want, r.Cost, tick)

@@ -200,7 +200,11 @@ func (s *Sync) Take(ctx context.Context, r sluice.Request) (sluice.Decision, err
 		return sluice.Decision{}, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 	}
 	var d sluice.Decision
-	e, decided, err := s.acquire(ctx, &r, t, &d)
+	first := &d
+	if r.Force {
+		first = nil // the store's first-sight take knows only Take: read, then charge here
+	}
+	e, decided, err := s.acquire(ctx, &r, t, first)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -216,20 +220,35 @@ func (s *Sync) Take(ctx context.Context, r sluice.Request) (sluice.Decision, err
 	return d, nil
 }
 
+// step runs r's algorithm on st at r.Now: Take's step, or Charge's for a
+// report (Request.Force).
+func step(r *sluice.Request, d *sluice.Decision, st *sluice.State) (int64, error) {
+	if r.Force {
+		return r.Algorithm.ChargeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+	}
+	return r.Algorithm.TakeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+}
+
 // decide runs r on st (the view, or a copy of it) and records the hit.
 func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decision) error {
 	us := r.Now.UnixMicro()
-	if _, err := r.Algorithm.TakeMicro(d, st, &r.Limit, us, r.Cost); err != nil {
+	if _, err := step(r, d, st); err != nil {
 		return err
 	}
 	d.Remaining = max(0, d.Remaining)
-	if d.Allowed && r.Cost > 0 {
+	if (d.Allowed || r.Force) && r.Cost > 0 {
 		at := us
 		if r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter {
 			// Counted in the view's window, which may be ahead of now.
 			at = max(at, windowStart(&e.ticks, st))
 		}
-		e.record(redisstore.Hit{At: at, Cost: r.Cost})
+		c := r.Cost
+		if r.Force {
+			// A report past the debt's cap counts as the cap (see
+			// sluice.Algorithm.Charge), which keeps the batch exact.
+			c = min(c, 1<<50/e.ticks.Period+e.ticks.Burst+1)
+		}
+		e.record(redisstore.Hit{At: at, Cost: c})
 	}
 	return nil
 }
@@ -465,12 +484,12 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 			views[e] = &v
 		}
 		var d sluice.Decision
-		if _, err := r.Algorithm.TakeMicro(&d, views[e], &r.Limit, r.Now.UnixMicro(), r.Cost); err != nil {
+		if _, err := step(r, &d, views[e]); err != nil {
 			return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
 		}
 		d.Remaining = max(0, d.Remaining)
 		ds[i] = d
-		allowed = allowed && d.Allowed
+		allowed = allowed && (d.Allowed || r.Force)
 	}
 	if len(rem) > 0 {
 		rrs := make([]sluice.Request, len(rem))
@@ -487,7 +506,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		for j, i := range rem {
 			ds[i] = rds[j]
 		}
-		allowed = allowed && sluice.AllAllowed(rds)
+		allowed = allowed && passed(rrs, rds)
 	}
 	s.local.Add(uint64(len(loc)))
 	if !allowed {
