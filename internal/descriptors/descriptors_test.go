@@ -303,7 +303,6 @@ func TestParseErrors(t *testing.T) {
 		{"options without limit", "domain: d\ndescriptors:\n  - key: k\n    burst: 3\n", []string{"belong with a rate_limit"}},
 		{"bad lease", "domain: d\ndescriptors:\n  - key: k\n    lease: some\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`lease: want auto or a whole number`}},
 		{"sync and lease", "domain: d\ndescriptors:\n  - key: k\n    sync: 10ms\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].lease: sync (soft) and lease (hard) exclude each other`}},
-		{"report not built", "domain: d\ndescriptors:\n  - key: k\n    report: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].report: charging after the response (report: true) is not built yet"}},
 		{"no domain", "descriptors: []\n", []string{"domain: missing"}},
 		{"empty domain", "domain: ''\n", []string{"domain: must not be empty"}},
 		{"empty file", "", []string{"test.yaml:1: empty file"}},

@@ -315,9 +315,6 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
 				d.fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
 			}
-			if reportNode != nil && report {
-				d.fail(reportNode, key+".report", "charging after the response (report: true) is not built yet")
-			}
 			if r.RequestsPerUnit > 0 && !r.Unlimited {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Limit.Validate(); err != nil {

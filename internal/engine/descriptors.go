@@ -59,8 +59,9 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	now := e.now()
 	a := getAttempt()
 	defer putAttempt(a)
-	var idx [16]int
-	active := idx[:0] // indexes into ds of the descriptors going to the store
+	var idx, ridx [16]int
+	active := idx[:0]   // indexes into ds of the descriptors going to the store
+	reports := ridx[:0] // …of those with report: true, charged first
 	quotas, quotaOver := 0, 0
 	hard := false
 	for i := range ds {
@@ -82,9 +83,35 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		if r.Quota && !r.Shadow {
 			quotas++
 		}
-		active = append(active, i)
+		if r.Report {
+			reports = append(reports, i)
+		} else {
+			active = append(active, i)
+		}
 	}
 	res := DescriptorsResult{Now: now}
+	if len(reports) > 0 {
+		// Reports are charged whatever the other descriptors decide, even
+		// past their limit (the overage is debt); one that is over (in
+		// debt) denies the request as any other descriptor would.
+		if err := e.takeDescriptors(ctx, a, ds, reports, now, true); err != nil {
+			e.descriptorsFailed(err, &res)
+			e.countDescriptors(ds, st)
+			return res
+		}
+		for j, i := range reports {
+			d := a.ds[j]
+			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
+			r := ds[i].Rule
+			switch {
+			case d.Allowed || r.Shadow:
+			case r.Quota:
+				quotaOver++
+			default:
+				hard = true
+			}
+		}
+	}
 	if hard || (quotas > 0 && quotaOver == quotas) {
 		// Denied without asking: nothing may be counted anyway.
 		res.OverLimit = true
@@ -92,56 +119,12 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		return res
 	}
 	for len(active) > 0 {
-		a.rs, a.ds, a.shards = a.rs[:0], a.ds[:0], a.shards[:0]
-		for _, i := range active {
-			r := ds[i].Rule
-			req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now}
-			n := 1
-			if r.Shards >= 2 && e.shard != nil {
-				n = e.shard(&req, r.Shards)
-			}
-			a.rs = append(a.rs, req)
-			a.ds = append(a.ds, sluice.Decision{})
-			a.shards = append(a.shards, n)
-		}
-		t0 := now
-		if !e.realClock {
-			t0 = time.Now()
-		}
-		var err error
-		if len(a.rs) == 1 {
-			// One counter: Take is the same decision, and the stores'
-			// fastest path (the Redis store's flat script).
-			a.ds[0], err = e.store.Take(ctx, a.rs[0])
-		} else {
-			err = e.store.TakeAll(ctx, a.rs, a.ds)
-		}
-		e.metrics.ObserveDecision(time.Since(t0))
-		if err == nil {
-			for j, n := range a.shards {
-				if n > 1 {
-					unshard(&a.ds[j], ds[active[j]].Rule.Limit, n)
-				}
-			}
-		}
-		if err != nil {
-			e.storeFailed(err)
-			res.StoreErr = err
-			res.OverLimit = !e.failOpen
-			if e.failOpen {
-				e.metrics.Fallback(OnErrorAllow)
-			} else {
-				e.metrics.Fallback(OnErrorDeny)
-			}
+		if err := e.takeDescriptors(ctx, a, ds, active, now, false); err != nil {
+			e.descriptorsFailed(err, &res)
 			for _, i := range active {
 				st[i] = DescriptorStatus{}
 			}
 			return res
-		}
-		for j, n := range a.shards {
-			if n > 1 {
-				unshard(&a.ds[j], a.rs[j].Limit, n)
-			}
 		}
 		over := quotaOver
 		soft := 0
@@ -182,6 +165,58 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	e.countDescriptors(ds, st)
 	return res
+}
+
+// takeDescriptors asks the store for the descriptors ds[idx...] in one
+// Take or TakeAll (reports: with sluice.Request.Force), leaving their
+// decisions in a.ds, unsharded.
+func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descriptor, idx []int, now time.Time, report bool) error {
+	a.rs, a.ds, a.shards = a.rs[:0], a.ds[:0], a.shards[:0]
+	for _, i := range idx {
+		r := ds[i].Rule
+		req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
+		n := 1
+		if r.Shards >= 2 && e.shard != nil {
+			n = e.shard(&req, r.Shards)
+		}
+		a.rs = append(a.rs, req)
+		a.ds = append(a.ds, sluice.Decision{})
+		a.shards = append(a.shards, n)
+	}
+	t0 := now
+	if !e.realClock {
+		t0 = time.Now()
+	}
+	var err error
+	if len(a.rs) == 1 {
+		// One counter: Take is the same decision, and the stores'
+		// fastest path (the Redis store's flat script).
+		a.ds[0], err = e.store.Take(ctx, a.rs[0])
+	} else {
+		err = e.store.TakeAll(ctx, a.rs, a.ds)
+	}
+	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil {
+		return err
+	}
+	for j, n := range a.shards {
+		if n > 1 {
+			unshard(&a.ds[j], ds[idx[j]].Rule.Limit, n)
+		}
+	}
+	return nil
+}
+
+// descriptorsFailed answers a store failure as on_error says.
+func (e *Engine) descriptorsFailed(err error, res *DescriptorsResult) {
+	e.storeFailed(err)
+	res.StoreErr = err
+	res.OverLimit = !e.failOpen
+	if e.failOpen {
+		e.metrics.Fallback(OnErrorAllow)
+	} else {
+		e.metrics.Fallback(OnErrorDeny)
+	}
 }
 
 // countDescriptors records each descriptor's hits in the metrics.

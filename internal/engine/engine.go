@@ -550,6 +550,41 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	return Result{Allowed: true, Rule: r, Decision: d}
 }
 
+// Report charges cost to rule r for a store key chosen by the caller even
+// past the limit, as POST /v1/report does (sluice.Request.Force): for a
+// cost known only after the response, such as an LLM's tokens. The
+// overage is carried as debt, so the key's next requests are refused until
+// it has drained. Allowed reports whether the charge fitted under the
+// limit; when it did not, Decision.RetryAfter is how long until a request
+// of cost 1 is admitted again. A shadow rule is charged the same way and
+// always allows. A store failure answers as on_error says, charging
+// nothing.
+func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int64) Result {
+	t0 := time.Now()
+	req, n := e.request(r, key, cost, e.now())
+	req.Force = true
+	d, err := e.store.Take(ctx, req)
+	if n > 1 {
+		unshard(&d, r.Limit, n)
+	}
+	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil {
+		e.storeFailed(err)
+		return Result{Allowed: e.failOpen, StoreErr: err}
+	}
+	m := e.ruleMetrics(r)
+	switch {
+	case d.Allowed:
+		m.Allowed()
+	case r.Action == rules.Shadow:
+		m.ShadowDenied()
+		d.Allowed, d.RetryAfter = true, 0
+	default:
+		m.Denied()
+	}
+	return Result{Allowed: d.Allowed, Rule: r, Decision: d}
+}
+
 // request is the store request of rule r for key: observed by the rule's
 // hot-key summary, and sharded as the rule says. n is the number of shards
 // it went to (1: not sharded).

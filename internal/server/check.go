@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/rules"
 	"strings"
@@ -32,7 +33,12 @@ type checkRequest struct {
 // value. The decision never waits: a leaky bucket's shaping delay is
 // reported as "delay_ms" (present only when positive), for the caller to
 // wait out.
-func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
+//
+// With report (POST /v1/report, the same body and answer), the cost is
+// charged even past the limit (engine.Engine.Report): "allowed" says
+// whether it fitted, and when it did not, "retry_after_ms" is how long
+// until a request of cost 1 is admitted again.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
 	req := checkRequest{Cost: 1}
 	bp, err := readBody(w, r, h.o.MaxBodyBytes)
 	if err == nil {
@@ -63,7 +69,12 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, errBadRequest(unknownRule(req.Rule, e.Rules())))
 		return
 	}
-	res := e.Check(r.Context(), rule, rule.StoreKey(req.Key), req.Cost)
+	var res engine.Result
+	if report {
+		res = e.Report(r.Context(), rule, rule.StoreKey(req.Key), req.Cost)
+	} else {
+		res = e.Check(r.Context(), rule, rule.StoreKey(req.Key), req.Cost)
+	}
 	var d sluice.Decision
 	switch {
 	case res.StoreErr != nil && !res.Allowed:

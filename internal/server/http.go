@@ -2,6 +2,7 @@
 // decision API served on `listen`:
 //
 //	POST /v1/check          {"rule":NAME,"key":STRING,"cost":N} → {"allowed":…,"limit":…,"remaining":…,"retry_after_ms":…,"reset_after_ms":…}
+//	POST /v1/report         the same body and answer; charges cost even past the limit (debt)
 //	GET  /v1/rules          the rules in force
 //	*    /v1/forward-auth   for gateways: nginx auth_request, Caddy forward_auth, Traefik ForwardAuth
 //	GET  /healthz           200 while the process serves
@@ -128,7 +129,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, errMethod(http.MethodPost))
 			return
 		}
-		h.check(w, r)
+		h.check(w, r, false)
+	case "/v1/report":
+		if r.Method != http.MethodPost {
+			h.fail(w, errMethod(http.MethodPost))
+			return
+		}
+		h.check(w, r, true)
 	case "/v1/forward-auth":
 		h.forwardAuth(w, r)
 	case "/json":

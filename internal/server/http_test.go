@@ -371,3 +371,75 @@ func TestStoreDown(t *testing.T) {
 		t.Errorf("metrics after one failed decision under on_error allow lack the store error / fallback counts")
 	}
 }
+
+// TestReportHTTP: POST /v1/report charges the cost even past the limit and
+// answers like /v1/check; the overage is debt, so /v1/check refuses until
+// it drains (here: the window of 3/m ends).
+func TestReportHTTP(t *testing.T) {
+	for _, kind := range []string{"memory", "redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			var st sluice.Store
+			switch kind {
+			case "memory":
+				st = memstore.New(memstore.Options{})
+			case "redis":
+				srv := redistest.StartServer(t)
+				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
+				st = s
+			case "cluster":
+				c := redistest.StartCluster(t)
+				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
+				st = s
+			}
+			f := start(t, st, "", nil)
+			report := func(body string) (int, checkResponse) {
+				t.Helper()
+				resp, b := do(t, "POST", f.srv.URL+"/v1/report", body, map[string]string{"Content-Type": "application/json"})
+				var cr checkResponse
+				if resp.StatusCode == 200 {
+					dec := json.NewDecoder(strings.NewReader(b))
+					dec.DisallowUnknownFields()
+					if err := dec.Decode(&cr); err != nil {
+						t.Fatalf("POST /v1/report %s: answer %q does not decode: %v", body, b, err)
+					}
+				}
+				return resp.StatusCode, cr
+			}
+			// A report that fits: as a check of the same cost.
+			if status, cr := report(`{"rule":"api","key":"fit","cost":2}`); status != 200 || !cr.Allowed || cr.Remaining != 1 || cr.Limit != 3 {
+				t.Fatalf("report of 2 against 3/m = %d %+v, want 200 allowed, remaining 1", status, cr)
+			}
+			// A report of 5 against 3/m: charged, over.
+			status, cr := report(`{"rule":"api","key":"r1","cost":5}`)
+			if status != 200 || cr.Allowed || cr.Remaining != 0 || cr.RetryAfterMS <= 0 || cr.RetryAfterMS > 60000 {
+				t.Fatalf("report of 5 against 3/m = %d %+v, want 200, not allowed, remaining 0, retry within the minute", status, cr)
+			}
+			for _, body := range []string{`{"rule":"api","key":"r1"}`, `{"rule":"api","key":"r1","cost":0}`} {
+				if status, c := check(t, f, body); status != 200 || c.Allowed || c.RetryAfterMS != cr.RetryAfterMS && c.RetryAfterMS != cr.RetryAfterMS-1 {
+					t.Fatalf("check %s after the report = %d %+v, want refused until the window ends (%d ms)", body, status, c, cr.RetryAfterMS)
+				}
+			}
+			// A shadow rule is charged and never denies.
+			for range 2 {
+				if status, c := report(`{"rule":"watch","key":"s","cost":4}`); status != 200 || !c.Allowed {
+					t.Fatalf("report on a shadow rule = %d %+v, want allowed", status, c)
+				}
+			}
+			// Bad input is refused as by /v1/check.
+			if status, _ := report(`{"rule":"api","key":"r1","cost":-1}`); status != 400 {
+				t.Fatalf("report of cost -1 = %d, want 400", status)
+			}
+			if resp, _ := do(t, "GET", f.srv.URL+"/v1/report", "", nil); resp.StatusCode != 405 {
+				t.Fatalf("GET /v1/report = %d, want 405", resp.StatusCode)
+			}
+		})
+	}
+}

@@ -100,6 +100,7 @@ type envOpts struct {
 	onError     string
 	unavailable bool
 	headers     bool
+	now         func() time.Time // nil: always tMid
 }
 
 // startRLS serves the rate limit service over a real gRPC listener and
@@ -108,14 +109,17 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: func() time.Time { return tMid }})
+	if o.now == nil {
+		o.now = func() time.Time { return tMid }
+	}
+	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	box := &setBox{s: set}
 	rls, err := server.NewRLS(server.RLSOptions{
 		Engine: func() *engine.Engine { return eng }, Descriptors: box.get, Metrics: m,
-		Headers: o.headers, Unavailable: o.unavailable, Now: func() time.Time { return tMid },
+		Headers: o.headers, Unavailable: o.unavailable, Now: o.now,
 	})
 	if err != nil {
 		t.Fatal(err)
