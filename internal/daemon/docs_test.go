@@ -161,6 +161,25 @@ rules:
 		_, out := curlPost(t, proxy+"/login")
 		doctest.Check(t, "docs/http.md", "http-429", out)
 	})
+	t.Run("docs/http.md report", func(t *testing.T) {
+		api, _ := docDaemon(t, `listen: 127.0.0.1:0
+rules:
+  - name: llm-tokens
+    key: [header:X-Team]
+    rate: 600/m
+    algorithm: token_bucket
+`)
+		var out strings.Builder
+		for _, step := range []struct{ path, body string }{
+			{"/v1/check", `{"rule":"llm-tokens","key":"team-a","cost":0}`},
+			{"/v1/report", `{"rule":"llm-tokens","key":"team-a","cost":1500}`},
+			{"/v1/check", `{"rule":"llm-tokens","key":"team-a","cost":0}`},
+		} {
+			r := do(t, "POST", api+step.path, step.body)
+			out.WriteString("$ curl -s localhost:8080" + step.path + " -d '" + step.body + "'\n" + r.body)
+		}
+		doctest.Check(t, "docs/http.md", "report", out.String())
+	})
 	t.Run("docs/daemon.md built-in example", func(t *testing.T) {
 		api, _ := docDaemon(t, string(config.Example()))
 		const body = `{"rule":"demo-per-ip","key":"203.0.113.7"}`
