@@ -198,6 +198,26 @@ type params struct {
 // because it runs on every decision: copying these structs by value costs
 // more than the checks.
 func (l *Limit) paramsTo(p *params) error {
+	// The common case first, in one branch: a valid limit of one segment
+	// whose largest count × period stays under 2^53 ticks of 1µs. The
+	// checks below decide everything else and word the errors.
+	q := int64(l.Period / time.Microsecond)
+	if l.Rate >= 1 && l.Burst >= 0 && uint(l.Segments) <= 1 && q >= 1 && time.Duration(q)*time.Microsecond == l.Period {
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.Rate
+		}
+		big := max(l.Rate, burst) + 1
+		if hi, lo := bits.Mul64(uint64(big), uint64(q)); hi == 0 && lo <= maxExact {
+			p.rate, p.burst, p.period, p.segments, p.tick = l.Rate, burst, q, 1, 1
+			return nil
+		}
+	}
+	return l.paramsSlow(p)
+}
+
+// paramsSlow is paramsTo for every limit.
+func (l *Limit) paramsSlow(p *params) error {
 	if l.Rate < 1 {
 		return fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.Rate)
 	}

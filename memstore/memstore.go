@@ -62,6 +62,7 @@ type Options struct {
 // zero value is not usable, call New.
 type Store struct {
 	seed      maphash.Seed
+	nsCache   [16]atomic.Pointer[nsSeen]
 	shards    []shard
 	mask      uint64
 	evictions atomic.Uint64
@@ -250,9 +251,37 @@ func New(opts Options) *Store {
 func (s *Store) hash(ns, key string) uint64 {
 	h := maphash.String(s.seed, key)
 	if ns != "" {
-		h ^= nsMix(ns)
+		h ^= s.nsHash(ns)
 	}
 	return h
+}
+
+// nsSeen is a namespace whose nsMix is known. It holds the string, so the
+// memory it points to stays that namespace's for as long as it is cached.
+type nsSeen struct {
+	ns  string
+	mix uint64
+}
+
+// nsHash is nsMix(ns), from a small cache when ns is one of the strings the
+// store has seen: a Limiter sends the same namespace string with every
+// request, so comparing its address and length (the cache holds the
+// string, so that address cannot be reused for other bytes) replaces
+// hashing it on every decision. A cell is filled once, by the first
+// namespace to land in it; others are hashed each time (no allocation on
+// the hot path).
+func (s *Store) nsHash(ns string) uint64 {
+	p := unsafe.StringData(ns)
+	c := &s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))]
+	if e := c.Load(); e != nil {
+		if unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
+			return e.mix
+		}
+		return nsMix(ns)
+	}
+	m := nsMix(ns)
+	c.CompareAndSwap(nil, &nsSeen{ns: ns, mix: m})
+	return m
 }
 
 // nsMix hashes ns by its length and its first, middle and last 8 bytes,
@@ -343,6 +372,10 @@ func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluic
 	}
 	idle, err := step(r, d, &st, now)
 	if err == nil {
+		if e != nil { // putSmall's common case, without the call
+			*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
+			return nil
+		}
 		s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
 	}
 	return err
