@@ -115,6 +115,11 @@ type Options struct {
 	// decision in this process and in Redis under concurrent load, for at
 	// most this much added latency. 0 (the default) writes at once.
 	MaxFlushDelay time.Duration
+	// AlwaysPipeline sends every call of a single-node store through the
+	// pipelining client, even a call made while no other is in flight
+	// (which otherwise goes through the solo client, see New): the store
+	// as it was before, for benchmarks that compare the two.
+	AlwaysPipeline bool
 }
 
 // Defaults.
@@ -221,7 +226,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	go func() {
 		c, err := rueidis.NewClient(co)
 		var solo rueidis.Client
-		if err == nil && co.ForceSingleClient {
+		if err == nil && co.ForceSingleClient && !o.AlwaysPipeline {
 			// A lone call (nothing else in flight) goes through a client
 			// that writes and reads on the caller's goroutine: the
 			// pipelining client, once it has seen concurrency, hands

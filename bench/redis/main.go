@@ -43,6 +43,7 @@ var (
 	usecN    = flag.Int("n", 100_000, "decisions per cell of the time-inside-Redis table")
 	usecReps = flag.Int("reps", 3, "repetitions of each time-inside-Redis cell (the median is printed)")
 	usecOnly = flag.Bool("usec-only", false, "run only the time-inside-Redis table")
+	vsOnly   = flag.Bool("vs-only", false, "run only Sluice vs redis_rate and the latency at half of peak (steps 3 and 4)")
 	paceOnly = flag.Float64("pace", 0, "run only a paced Sluice cell at this many decisions/s (64 workers, wide key space), after filling the keys")
 )
 
@@ -55,6 +56,7 @@ type result struct {
 	secs      float64
 	p50, p99  time.Duration
 	redisCPU  float64 // fraction of one core
+	clientCPU float64 // this process's CPU seconds (all goroutines) per decision
 	allowedPc float64
 }
 
@@ -77,6 +79,11 @@ func main() {
 	store, err := redisstore.New(ctx, redisstore.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
 	must(err)
 	defer store.Close()
+	// The store as it was before calls alone got a connection of their
+	// own: every call pipelined.
+	storePiped, err := redisstore.New(ctx, redisstore.Options{Addrs: []string{addr}, Timeout: 5 * time.Second, AlwaysPipeline: true})
+	must(err)
+	defer storePiped.Close()
 	gr := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 2 * slices.Max(concs)})
 	defer gr.Close()
 	rl := redis_rate.NewLimiter(gr)
@@ -99,6 +106,10 @@ func main() {
 	now := time.Now()
 	sluiceTake := func(k string) (bool, error) {
 		d, err := store.Take(ctx, sluice.Request{Key: k, Algorithm: sluice.GCRA, Limit: limit, Cost: 1, Now: now.Add(time.Since(now))})
+		return d.Allowed, err
+	}
+	sluicePiped := func(k string) (bool, error) {
+		d, err := storePiped.Take(ctx, sluice.Request{Key: k, Algorithm: sluice.GCRA, Limit: limit, Cost: 1, Now: now.Add(time.Since(now))})
 		return d.Allowed, err
 	}
 	rrLimit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Second}
@@ -129,10 +140,76 @@ func main() {
 		return
 	}
 
+	var ceil1, ceil16 float64
+	if !*vsOnly {
+		ceil1, ceil16 = steps012(ctx, addr, port, pid, store, redisRate, keys, hot, now, limit, clients{ru, ruDelay, ruSync, gr})
+		if *usecOnly || *skip {
+			return
+		}
+	}
+
+	// 3. Sluice vs redis_rate.
+	fmt.Println("\n## Sluice redisstore (GCRA) vs redis_rate v10 (GCRA)")
+	header()
+	peak := map[string]result{}
+	for _, ks := range [][]string{hot, keys} {
+		for _, c := range concs {
+			for _, impl := range []struct {
+				name string
+				f    func(string) (bool, error)
+			}{{"sluice", sluiceTake}, {"sluice always pipelined", sluicePiped}, {"redis_rate", redisRate}} {
+				r := measure(impl.name, impl.f, ks, c, pid, 0)
+				printRow(r)
+				if c == 64 && len(ks) > 1 {
+					peak[impl.name] = r
+				}
+				if p, ok := peak[impl.name+"/max"]; !ok || r.rate() > p.rate() {
+					peak[impl.name+"/max"] = r
+				}
+				if p, ok := peak[impl.name+"/wide"]; len(ks) > 1 && (!ok || r.rate() > p.rate()) {
+					peak[impl.name+"/wide"] = r
+				}
+			}
+		}
+	}
+
+	// 4. Latency at half of peak throughput (open loop, 64 workers).
+	// Half of the peak of the same workload (the wide key space): the hot
+	// key runs faster, and half of its peak can be most of the wide peak.
+	fmt.Println("\n## Latency at half of Sluice's peak throughput on the wide key space (paced, 64 workers)")
+	header()
+	half := peak["sluice/wide"].rate() / 2
+	e0 := expiryStats(addr)
+	hr := measure("sluice @½peak", sluiceTake, keys, 64, pid, half)
+	printRow(hr)
+	e1 := expiryStats(addr)
+	fmt.Printf("(keys expired during the cell: %d; Redis expiry cycles that hit their time cap: %d)\n", e1[0]-e0[0], e1[1]-e0[1])
+	// The same pace for the others, in the same run.
+	printRow(measure("sluice always pipelined @½peak", sluicePiped, keys, 64, pid, half))
+	printRow(measure("redis_rate @½peak", redisRate, keys, 64, pid, half))
+
+	s64, r64 := peak["sluice"], peak["redis_rate"]
+	fmt.Println("\n## Targets")
+	fmt.Printf("sluice / redis_rate at c=64, 100k keys: %.2f× (target ≥ 1.5×)\n", s64.rate()/r64.rate())
+	fmt.Printf("sluice peak / redis-benchmark -P 1 ceiling: %.0f%% (target ≥ 70%%)\n", 100*peak["sluice/max"].rate()/ceil1)
+	fmt.Printf("sluice peak / redis-benchmark -P 16 ceiling: %.0f%%\n", 100*peak["sluice/max"].rate()/ceil16)
+	fmt.Printf("p99 at half of peak (%.0f/s): %v (target < 5ms)\n", half, hr.p99)
+}
+
+// clients are the bare clients of the client-choice table.
+type clients struct {
+	ru, ruDelay, ruSync rueidis.Client
+	gr                  *goredis.Client
+}
+
+// steps012 runs steps 0 (time inside Redis), 1 (client choice) and 2 (the
+// redis-benchmark ceiling, returned).
+func steps012(ctx context.Context, addr string, port, pid int, store *redisstore.Store, redisRate func(string) (bool, error), keys, hot []string, now time.Time, limit sluice.Limit, cl clients) (ceil1, ceil16 float64) {
+	ru, ruDelay, ruSync, gr := cl.ru, cl.ruDelay, cl.ruSync, cl.gr
 	// 0. Time inside Redis per decision, per algorithm and for redis_rate.
 	usecTable(addr, store, redisRate, keys, hot, now)
 	if *usecOnly {
-		return
+		return 0, 0
 	}
 
 	// 1. Client choice: the same EVALSHA of Sluice's GCRA script.
@@ -197,60 +274,18 @@ func main() {
 	}
 
 	if *skip {
-		return
+		return 0, 0
 	}
 
 	// 2. The ceiling: redis-benchmark on a trivial EVALSHA.
 	fmt.Println("\n## Ceiling: redis-benchmark, EVALSHA of `return 1`, 64 clients")
 	sha, err := redistest.Do(addr, "SCRIPT", "LOAD", "return 1")
 	must(err)
-	ceil1 := redisBenchmark(port, sha, 1)
-	ceil16 := redisBenchmark(port, sha, 16)
+	ceil1 = redisBenchmark(port, sha, 1)
+	ceil16 = redisBenchmark(port, sha, 16)
 	fmt.Printf("redis-benchmark -c 64 -P 1:  %.0f requests/s\nredis-benchmark -c 64 -P 16: %.0f requests/s\n", ceil1, ceil16)
 
-	// 3. Sluice vs redis_rate.
-	fmt.Println("\n## Sluice redisstore (GCRA) vs redis_rate v10 (GCRA)")
-	header()
-	peak := map[string]result{}
-	for _, ks := range [][]string{hot, keys} {
-		for _, c := range concs {
-			for _, impl := range []struct {
-				name string
-				f    func(string) (bool, error)
-			}{{"sluice", sluiceTake}, {"redis_rate", redisRate}} {
-				r := measure(impl.name, impl.f, ks, c, pid, 0)
-				printRow(r)
-				if c == 64 && len(ks) > 1 {
-					peak[impl.name] = r
-				}
-				if p, ok := peak[impl.name+"/max"]; !ok || r.rate() > p.rate() {
-					peak[impl.name+"/max"] = r
-				}
-				if p, ok := peak[impl.name+"/wide"]; len(ks) > 1 && (!ok || r.rate() > p.rate()) {
-					peak[impl.name+"/wide"] = r
-				}
-			}
-		}
-	}
-
-	// 4. Latency at half of peak throughput (open loop, 64 workers).
-	// Half of the peak of the same workload (the wide key space): the hot
-	// key runs faster, and half of its peak can be most of the wide peak.
-	fmt.Println("\n## Latency at half of Sluice's peak throughput on the wide key space (paced, 64 workers)")
-	header()
-	half := peak["sluice/wide"].rate() / 2
-	e0 := expiryStats(addr)
-	hr := measure("sluice @½peak", sluiceTake, keys, 64, pid, half)
-	printRow(hr)
-	e1 := expiryStats(addr)
-	fmt.Printf("(keys expired during the cell: %d; Redis expiry cycles that hit their time cap: %d)\n", e1[0]-e0[0], e1[1]-e0[1])
-
-	s64, r64 := peak["sluice"], peak["redis_rate"]
-	fmt.Println("\n## Targets")
-	fmt.Printf("sluice / redis_rate at c=64, 100k keys: %.2f× (target ≥ 1.5×)\n", s64.rate()/r64.rate())
-	fmt.Printf("sluice peak / redis-benchmark -P 1 ceiling: %.0f%% (target ≥ 70%%)\n", 100*peak["sluice/max"].rate()/ceil1)
-	fmt.Printf("sluice peak / redis-benchmark -P 16 ceiling: %.0f%%\n", 100*peak["sluice/max"].rate()/ceil16)
-	fmt.Printf("p99 at half of peak (%.0f/s): %v (target < 5ms)\n", half, hr.p99)
+	return ceil1, ceil16
 }
 
 // usecTable prints the time Redis spends per decision (INFO commandstats,
@@ -357,6 +392,7 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 	lats := make([][]time.Duration, conc)
 	allowed := make([]int, conc)
 	cpu0 := procCPU(pid)
+	self0 := procCPU(os.Getpid())
 	start := time.Now()
 	end := start.Add(*dur)
 	var failed sync.Once
@@ -406,6 +442,7 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 	wg.Wait()
 	secs := time.Since(start).Seconds()
 	cpu := (procCPU(pid) - cpu0) / secs
+	self := procCPU(os.Getpid()) - self0
 	var all []time.Duration
 	na := 0
 	for w := range lats {
@@ -415,6 +452,9 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 	slices.Sort(all)
 	r := result{name: name, conc: conc, keys: len(keys), ops: len(all), secs: secs, redisCPU: cpu}
 	if len(all) > 0 {
+		r.clientCPU = self / float64(len(all))
+	}
+	if len(all) > 0 {
 		r.p50 = all[len(all)/2]
 		r.p99 = all[len(all)*99/100]
 		r.allowedPc = 100 * float64(na) / float64(len(all))
@@ -423,12 +463,12 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 }
 
 func header() {
-	fmt.Println("| impl | conc | keys | decisions/s | p50 | p99 | Redis CPU |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| impl | conc | keys | decisions/s | p50 | p99 | Redis CPU | client CPU/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 }
 
 func printRow(r result) {
-	fmt.Printf("| %s | %d | %d | %.0f | %v | %v | %.0f%% |\n", r.name, r.conc, r.keys, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), 100*r.redisCPU)
+	fmt.Printf("| %s | %d | %d | %.0f | %v | %v | %.0f%% | %.1fµs |\n", r.name, r.conc, r.keys, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), 100*r.redisCPU, 1e6*r.clientCPU)
 }
 
 // startRedis starts a redis-server on a free loopback port, bounded: it is
