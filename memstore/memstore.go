@@ -62,6 +62,7 @@ type Options struct {
 // zero value is not usable, call New.
 type Store struct {
 	seed      maphash.Seed
+	secret    [3]uint64 // the short-key hash's key, random
 	nsCache   [16]atomic.Pointer[nsSeen]
 	shards    []shard
 	mask      uint64
@@ -230,6 +231,10 @@ func New(opts Options) *Store {
 		pow <<= 1
 	}
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, pow), mask: uint64(pow - 1)}
+	for i := range s.secret {
+		// Random odd words, from maphash's random seeds.
+		s.secret[i] = maphash.Comparable(maphash.MakeSeed(), i) | 1
+	}
 	// The caps add up to maxKeys exactly, each at least 1.
 	base, extra := maxKeys/pow, maxKeys%pow
 	for i := range s.shards {
@@ -244,16 +249,53 @@ func New(opts Options) *Store {
 
 // hash returns the hash of (ns, key): the low bits pick the shard, the
 // high 32 bits the cell in the shard's table. The key is hashed with the
-// store's seed; the namespace, which the store's callers choose (a
-// Limiter's name, algorithm and limit), is folded in by nsMix, a few loads
-// instead of hashing it again on every decision. Namespaces nsMix cannot
+// store's random secret or seed; the namespace, which the store's callers
+// choose (a Limiter's name, algorithm and limit), is folded in by nsMix, a
+// few loads instead of hashing it again on every decision, and cached by
+// string identity (nsHash). Namespaces nsMix cannot
 // tell apart only share probe runs: lookups compare the whole key.
 func (s *Store) hash(ns, key string) uint64 {
-	h := maphash.String(s.seed, key)
-	if ns != "" {
-		h ^= s.nsHash(ns)
+	// The key: up to 16 bytes as wyhash does (the way Go's runtime
+	// hashes strings on CPUs without AES), two multiplications keyed with
+	// the store's random secret; longer keys with maphash and the store's
+	// seed. maphash.String costs more in calls than in hashing on a short
+	// key, and a hot key's whole decision is a few hundred instructions.
+	var h uint64
+	if n := len(key); n <= 16 {
+		p := unsafe.Pointer(unsafe.StringData(key))
+		var a, b uint64
+		switch {
+		case n >= 8:
+			a, b = load64p(p, 0), load64p(p, n-8)
+		case n >= 4:
+			a, b = uint64(load32p(p, 0)), uint64(load32p(p, n-4))
+		case n > 0:
+			a = uint64(*(*byte)(p))<<16 | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))
+		}
+		hi, lo := bits.Mul64(a^s.secret[1], b^s.secret[2])
+		hi, lo = bits.Mul64(hi^lo, s.secret[0]^uint64(n))
+		h = hi ^ lo
+	} else {
+		h = maphash.String(s.seed, key)
 	}
-	return h
+	if ns == "" {
+		return h
+	}
+	p := unsafe.StringData(ns)
+	if e := s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))].Load(); e != nil && unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
+		return h ^ e.mix
+	}
+	return h ^ s.nsHash(ns)
+}
+
+// load64p and load32p read 8 and 4 bytes at p+i, little-endian (one load
+// where the CPU allows unaligned ones).
+func load64p(p unsafe.Pointer, i int) uint64 {
+	return binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, i)), 8))
+}
+
+func load32p(p unsafe.Pointer, i int) uint32 {
+	return binary.LittleEndian.Uint32(unsafe.Slice((*byte)(unsafe.Add(p, i)), 4))
 }
 
 // nsSeen is a namespace whose nsMix is known. It holds the string, so the
@@ -339,10 +381,24 @@ func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, er
 		err = s.takeLog(sh, key, &r, now, &d)
 		sh.mu.Unlock()
 	} else {
+		// The small-state path inline (a call here costs as much as the
+		// lookup); TakeMicro writes the decision straight into d: a
+		// Decision returned by value through each call costs a 48-byte
+		// copy apiece.
 		sh.mu.Lock()
-		// take writes the decision straight into d: a Decision returned
-		// by value through each call costs a 48-byte copy apiece.
-		err = s.take(sh, h, &r, now, &d)
+		e := sh.small.get(h, r.Namespace, r.Key)
+		var st sluice.State
+		if e != nil && now < e.idle {
+			st = sluice.State{T: e.t, N: e.n, M: e.m}
+		}
+		var idle int64
+		if idle, err = step(&r, &d, &st, now); err == nil {
+			if e != nil {
+				*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
+			} else {
+				s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
+			}
+		}
 		sh.mu.Unlock()
 	}
 	if err != nil {
@@ -360,23 +416,6 @@ func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, now int64, d *
 	idle, err := step(r, d, &st, now)
 	if err == nil {
 		s.putLog(sh, key, le, st, idle, now)
-	}
-	return err
-}
-
-func (s *Store) take(sh *shard, h uint64, r *sluice.Request, now int64, d *sluice.Decision) error {
-	e := sh.small.get(h, r.Namespace, r.Key)
-	var st sluice.State
-	if e != nil && now < e.idle {
-		st = sluice.State{T: e.t, N: e.n, M: e.m}
-	}
-	idle, err := step(r, d, &st, now)
-	if err == nil {
-		if e != nil { // putSmall's common case, without the call
-			*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
-			return nil
-		}
-		s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
 	}
 	return err
 }
