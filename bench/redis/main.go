@@ -131,7 +131,7 @@ func main() {
 		for _, impl := range []struct {
 			name string
 			f    func(string) (bool, error)
-		}{{"sluice paced", sluiceTake}, {"redis_rate paced", redisRate}} {
+		}{{"sluice paced", sluiceTake}, {"sluice always pipelined paced", sluicePiped}, {"redis_rate paced", redisRate}} {
 			e0 := expiryStats(addr)
 			printRow(measure(impl.name, impl.f, keys, 64, pid, *paceOnly))
 			e1 := expiryStats(addr)
