@@ -40,6 +40,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = config.Unsupported(cfg) // what serve would refuse to start with
 	}
+	if err == nil {
+		err = cfg.TLSProblems() // certificates, keys and CAs that do not load
+	}
 	var descs *descriptors.Set
 	if err == nil {
 		descs, err = daemon.LoadDescriptors(cfg) // the Envoy descriptor files, if any

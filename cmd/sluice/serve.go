@@ -103,9 +103,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *configPath == "" {
 		fmt.Fprintln(stdout, "sluice: no -config given: running the built-in example (memory store); `sluice serve -config FILE` to use your own")
 	}
-	fmt.Fprintf(stdout, "sluice: decision API on http://%s (POST /v1/check, GET /v1/rules, /metrics, /healthz, /readyz)\n", a.API)
+	scheme := func(t *config.TLSConfig) string {
+		if t != nil {
+			return "https"
+		}
+		return "http"
+	}
+	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, GET /v1/rules, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API)
 	if a.Proxy != "" {
-		fmt.Fprintf(stdout, "sluice: proxy on http://%s → %s\n", a.Proxy, cfg.Proxy.Upstream)
+		fmt.Fprintf(stdout, "sluice: proxy on %s://%s → %s\n", scheme(cfg.Proxy.TLS), a.Proxy, cfg.Proxy.Upstream)
 	}
 	if a.GRPC != "" {
 		fmt.Fprintf(stdout, "sluice: Envoy rate limit service (gRPC) on %s (POST /json on the decision API)\n", a.GRPC)

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"bytes"
+	"os"
+
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -8,10 +11,24 @@ import (
 // /healthz, /readyz).
 type APIConfig struct {
 	Listener `yaml:",inline"`
-	// TokenFile, if set, names a file holding a bearer token: /v1/* then
-	// requires Authorization: Bearer <token>. Resolved against the config
-	// file's directory.
+	// TokenFile, if set, names a file holding a bearer token: /v1/* and
+	// /json then require Authorization: Bearer <token>. Resolved against
+	// the config file's directory; read again on every reload.
 	TokenFile string `yaml:"token_file"`
+}
+
+// ReadToken reads a token file: its content without surrounding white
+// space, which must not be empty.
+func ReadToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, errEmptyToken
+	}
+	return b, nil
 }
 
 func (a *APIConfig) defaults(file string) {
@@ -22,9 +39,21 @@ func (a *APIConfig) defaults(file string) {
 func (a *APIConfig) check(ck *checker, block string) {
 	a.Listener.check(ck, block)
 	if a.TokenFile != "" {
+		n := len(ck.errs)
 		ck.regular(block+".token_file", a.TokenFile)
+		if len(ck.errs) == n {
+			if _, err := ReadToken(a.TokenFile); err != nil {
+				ck.fail(block+".token_file", "%s: %v", a.TokenFile, err)
+			}
+		}
 	}
 }
+
+var errEmptyToken = errorString("the token file is empty: put the bearer token in it")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
 
 // ForwardAuthConfig is the /v1/forward-auth endpoint.
 type ForwardAuthConfig struct {

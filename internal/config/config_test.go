@@ -148,7 +148,7 @@ func TestParseConfigFull(t *testing.T) {
 			Listener: Listener{ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 20 * time.Second, IdleTimeout: time.Minute, MaxConnections: 5000,
 				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem"}},
 		},
-		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml", "testdata/config/envoy"},
+		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml"},
 			TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem",
 				ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"envoy.example"}},
 			MaxConnections: 10000},

@@ -1,12 +1,15 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // Listener is the client side of an HTTP listener: the keys shared by the
@@ -96,6 +99,50 @@ func (t *TLSConfig) check(ck *checker, key string) {
 			ck.fail(key+".client_sans["+strconv.Itoa(i)+"]", "empty name")
 		}
 	}
+}
+
+// TLSProblems loads the certificates, keys and CAs of every tls: block of
+// c (tlsconf.Load), as serve does before it listens, and reports each file
+// that is not what its key says, naming file, line and key. Check only
+// sees that the paths exist.
+func (c *Config) TLSProblems() error {
+	var es Errors
+	each := func(key string, t *TLSConfig) {
+		if t == nil {
+			return
+		}
+		if _, err := tlsconf.Load(t.Options()); err != nil {
+			for _, e := range unjoin(err) {
+				k := key
+				var te *tlsconf.Error
+				if errors.As(e, &te) {
+					k = key + "." + te.Field
+				}
+				es = append(es, &rules.ParseError{File: c.File, Line: c.Line(k), Key: k, Msg: e.Error()})
+			}
+		}
+	}
+	each("api.tls", c.API.TLS)
+	if c.Proxy != nil {
+		each("proxy.tls", c.Proxy.TLS)
+	}
+	if c.GRPC != nil {
+		each("grpc.tls", c.GRPC.TLS)
+	}
+	return es.Err()
+}
+
+// Options returns t as tlsconf options.
+func (t *TLSConfig) Options() tlsconf.Options {
+	return tlsconf.Options{Cert: t.Cert, Key: t.Key, ClientCA: t.ClientCA, ClientSANs: t.ClientSANs}
+}
+
+// unjoin splits an errors.Join.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // resolvePath makes a relative path relative to the config file's

@@ -12,14 +12,9 @@ var unbuilt = []struct {
 	what string
 	used func(c *Config) []string // the key paths that use it
 }{
-	{"TLS on the gRPC listener", func(c *Config) []string { return keysIf(c.GRPC != nil && c.GRPC.TLS != nil, "grpc.tls") }},
 	{"a database number other than 0", func(c *Config) []string {
 		return keysIf(c.Store.Type == StoreRedis && c.Store.Redis.DB != 0, "store.redis.db")
 	}},
-	{"TLS on the HTTP listeners", func(c *Config) []string {
-		return listenerKeys(c, func(l *Listener) bool { return l.TLS != nil }, "tls")
-	}},
-	{"api.token_file", func(c *Config) []string { return keysIf(c.API.TokenFile != "", "api.token_file") }},
 }
 
 // Unsupported refuses the features of c that are parsed but not enforced

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // DefaultShutdownTimeout bounds a graceful shutdown when the config gives
@@ -91,6 +93,8 @@ type Daemon struct {
 	fleet      *fleetStore   // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
+	apiServe         net.Listener // apiLn, or TLS over it (api.tls)
+	proxyServe       net.Listener // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
 	grpcLn           net.Listener
 	grpcSrv          *server.GRPC
@@ -180,7 +184,15 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 
 // listen binds the listeners and makes the servers, whose handlers
 // delegate to the generation in force.
+//
+// With TLS, the connection cap and the slow-client accounting sit under
+// the TLS layer (they count and time raw connections), and net/http
+// bounds the handshake by read_header_timeout; gRPC bounds it by its
+// connection timeout.
 func (d *Daemon) listen(cfg *config.Config) error {
+	if err := cfg.TLSProblems(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("daemon: listen (decision API): %w", err)
@@ -189,6 +201,9 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
 	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
+	if d.apiServe, err = serveTLS(d.apiLn, cfg.API.TLS); err != nil {
+		return err
+	}
 	if cfg.Proxy != nil {
 		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
@@ -196,6 +211,9 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().proxy.ServeHTTP(w, r)
 		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
+		if d.proxyServe, err = serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
+			return err
+		}
 	}
 	if cfg.GRPC != nil {
 		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
@@ -205,9 +223,38 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		// itself bounds the handshake, streams per connection, message
 		// size and keepalive pings (server.GRPCOptions).
 		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, d.metrics.Listener("grpc"))
-		d.grpcSrv = server.NewGRPC(d.rls, server.GRPCOptions{})
+		var gopts server.GRPCOptions
+		if t := cfg.GRPC.TLS; t != nil {
+			tc, err := tlsconf.Load(t.Options())
+			if err != nil {
+				return fmt.Errorf("daemon: grpc.tls: %w", err)
+			}
+			gopts.TLS = tc
+		}
+		d.grpcSrv = server.NewGRPC(d.rls, gopts)
 	}
 	return nil
+}
+
+// scheme is the URL scheme of a listener with t.
+func scheme(t *config.TLSConfig) string {
+	if t != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// serveTLS returns ln, or with t a TLS listener over it.
+func serveTLS(ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
+	if t == nil {
+		return ln, nil
+	}
+	tc, err := tlsconf.Load(t.Options())
+	if err != nil {
+		return nil, fmt.Errorf("daemon: tls: %w", err)
+	}
+	tc.NextProtos = []string{"h2", "http/1.1"}
+	return tls.NewListener(ln, tc), nil
 }
 
 // listenerOptions are the client-side limits of the listener block l.
@@ -252,9 +299,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return errors.New("daemon: Run called twice")
 	}
 	cfg := d.Config()
-	d.log.Info("decision API listening", "addr", "http://"+d.Addrs().API)
+	d.log.Info("decision API listening", "addr", scheme(cfg.API.TLS)+d.Addrs().API)
 	if d.proxySrv != nil {
-		d.log.Info("proxy listening", "addr", "http://"+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
+		d.log.Info("proxy listening", "addr", scheme(cfg.Proxy.TLS)+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
 	}
 
 	errc := make(chan error, 3)
@@ -264,9 +311,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { serve("decision API", d.apiSrv, d.apiLn) })
+	wg.Go(func() { serve("decision API", d.apiSrv, d.apiServe) })
 	if d.proxySrv != nil {
-		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyLn) })
+		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyServe) })
 	}
 	if d.grpcSrv != nil {
 		d.log.Info("Envoy rate limit service listening", "addr", d.Addrs().GRPC, "domains", d.descriptorSet().Domains())

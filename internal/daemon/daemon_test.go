@@ -182,7 +182,7 @@ func TestUnsupportedRefused(t *testing.T) {
 	// Redis is never contacted: the check comes first.
 	const redis = "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1]}\n"
 	for _, c := range []struct{ name, yaml, key string }{
-		{"grpc.tls", "grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n  tls: {cert: c.pem, key: k.pem}\n", "grpc.tls"},
+		{"store.redis.db", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1], db: 1}\n", "store.redis.db"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
@@ -198,6 +198,36 @@ func TestUnsupportedRefused(t *testing.T) {
 				t.Errorf("New with %s: %v, want an error naming %s as not supported yet", c.name, err, c.key)
 			}
 		})
+	}
+}
+
+// TestBadCertificateRefused: a tls: block whose files are not a
+// certificate and key stops the daemon at startup, naming file, line and
+// key.
+func TestBadCertificateRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"ratelimit.yaml", "c.pem", "k.pem"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("domain: d\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(dir, "test.yaml")
+	for _, c := range []struct{ yaml, want string }{
+		{"grpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit.yaml]\n  tls: {cert: c.pem, key: k.pem}\n", file + ":5: grpc.tls.cert: " + filepath.Join(dir, "c.pem") + ": no PEM certificate in it"},
+		{"api:\n  tls: {cert: c.pem, key: k.pem}\n", file + ":3: api.tls.cert: " + filepath.Join(dir, "c.pem") + ": no PEM certificate in it"},
+	} {
+		cfg, err := config.Parse(file, []byte("listen: 127.0.0.1:0\n"+c.yaml))
+		if err != nil {
+			t.Fatalf("config.Parse: %v", err)
+		}
+		d, err := New(cfg, Options{})
+		if err == nil {
+			d.Close()
+			t.Fatalf("New with a junk certificate: nil error, want %q", c.want)
+		}
+		if err.Error() != c.want {
+			t.Errorf("New with a junk certificate: %v, want %q", err, c.want)
+		}
 	}
 }
 

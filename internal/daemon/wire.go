@@ -59,6 +59,12 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 	if d.deferq != nil {
 		so.Deferred = d.deferq
 	}
+	if cfg.API.TokenFile != "" {
+		// Read on every reload: a new token takes effect with it.
+		if so.Token, err = config.ReadToken(cfg.API.TokenFile); err != nil {
+			return nil, fmt.Errorf("daemon: api.token_file: %s: %w", cfg.API.TokenFile, err)
+		}
+	}
 	gen.api, err = server.New(so)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

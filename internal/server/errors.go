@@ -19,9 +19,10 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 var (
-	errNotFound    = &apiError{status: http.StatusNotFound, msg: "not found"}
-	errUnavailable = &apiError{status: http.StatusServiceUnavailable, msg: "store_unavailable"}
-	errBodyTimeout = &apiError{status: http.StatusRequestTimeout, msg: "request body stalled: no data within body_read_timeout"}
+	errNotFound     = &apiError{status: http.StatusNotFound, msg: "not found"}
+	errUnavailable  = &apiError{status: http.StatusServiceUnavailable, msg: "store_unavailable"}
+	errUnauthorized = &apiError{status: http.StatusUnauthorized, msg: "unauthorized: this endpoint needs Authorization: Bearer <the token of api.token_file>"}
+	errBodyTimeout  = &apiError{status: http.StatusRequestTimeout, msg: "request body stalled: no data within body_read_timeout"}
 )
 
 func errBadRequest(msg string) error { return &apiError{status: http.StatusBadRequest, msg: msg} }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"time"
@@ -46,6 +47,10 @@ type GRPCOptions struct {
 	// Creds secures the listener (TLS, mTLS); nil serves plaintext. It is
 	// the one place transport security plugs in.
 	Creds credentials.TransportCredentials
+	// TLS, when set and Creds is not, serves TLS with this configuration
+	// (grpc.tls: internal/tlsconf builds it, mTLS and client names
+	// included).
+	TLS *tls.Config
 	// MaxConnectionAge, MaxConnectionAgeGrace, KeepaliveTime,
 	// KeepaliveTimeout and StopGrace: 0 means the defaults above.
 	MaxConnectionAge      time.Duration
@@ -107,6 +112,9 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
+	}
+	if o.Creds == nil && o.TLS != nil {
+		o.Creds = credentials.NewTLS(o.TLS)
 	}
 	if o.Creds != nil {
 		opts = append(opts, grpc.Creds(o.Creds))

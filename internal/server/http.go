@@ -17,6 +17,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,6 +84,23 @@ type Options struct {
 	HotKeys http.Handler
 	// Deferred, when set, serves GET /v1/deferred/ID.
 	Deferred http.Handler
+	// Token, when set (api.token_file), is the bearer token every request
+	// to /v1/* and /json must carry (Authorization: Bearer TOKEN): those
+	// can spend anyone's quota. /healthz, /readyz and /metrics stay open,
+	// for probes and scrapers. Compared in constant time.
+	Token []byte
+}
+
+// authorized reports whether r carries the bearer token. Both sides are
+// hashed first, so the comparison takes the same time whatever the token
+// sent, its length included.
+func (h *Handler) authorized(r *http.Request) bool {
+	v := r.Header.Get("Authorization")
+	if len(v) < 7 || !strings.EqualFold(v[:7], "Bearer ") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(v[7:])))
+	return subtle.ConstantTimeCompare(got[:], h.token[:]) == 1
 }
 
 // Handler is the decision API. Build it with New; it is safe for concurrent
@@ -89,6 +108,7 @@ type Options struct {
 type Handler struct {
 	o       Options
 	metrics http.Handler
+	token   [sha256.Size]byte // sha256 of Options.Token, when set
 }
 
 // New returns the decision API handler for o.
@@ -115,6 +135,9 @@ func New(o Options) (*Handler, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{o: o}
+	if len(o.Token) > 0 {
+		h.token = sha256.Sum256(o.Token)
+	}
 	if o.Gatherer != nil {
 		h.metrics = promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}})
 	}
@@ -123,6 +146,11 @@ func New(o Options) (*Handler, error) {
 
 // ServeHTTP routes the request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(h.o.Token) > 0 && (strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/json") && !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		h.fail(w, errUnauthorized)
+		return
+	}
 	switch r.URL.Path {
 	case "/v1/check":
 		if r.Method != http.MethodPost {

@@ -1,0 +1,140 @@
+// Package tlsconf builds the TLS configuration of the daemon's listeners
+// (the decision API and proxy listeners' tls: blocks, and grpc.tls): a
+// certificate and key, and for mutual TLS a client CA and an optional
+// allow-list of client names. Standard library only; the gRPC listener
+// wraps the result in its transport credentials.
+package tlsconf
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// Options are one tls: block, with its paths resolved.
+type Options struct {
+	Cert, Key string // PEM certificate (chain) and private key
+	// ClientCA, if set, is a PEM bundle: clients must then present a
+	// certificate it signed (mutual TLS).
+	ClientCA string
+	// ClientSANs, if set, are the names of which a client certificate must
+	// carry one, among its DNS names, URIs, email addresses and IP
+	// addresses (as written: "10.0.0.7", "spiffe://mesh/ns/envoy").
+	ClientSANs []string
+}
+
+// Error is a problem with one file of a tls: block: Field names the key
+// (cert, key, client_ca), so that check-config can point at its line.
+type Error struct {
+	Field string
+	Path  string
+	Err   error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.Path, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrSANNotAllowed is the handshake error of a client certificate that
+// carries none of Options.ClientSANs.
+var ErrSANNotAllowed = errors.New("tls: client certificate carries no allowed name")
+
+// Load reads the files of o and returns a server configuration: TLS 1.2 or
+// later, the certificate, and with ClientCA, client certificates required
+// and verified against it (and their names against ClientSANs). Each
+// problem is an *Error naming its field and file.
+func Load(o Options) (*tls.Config, error) {
+	var errs []error
+	cert, err := tls.LoadX509KeyPair(o.Cert, o.Key)
+	if err != nil {
+		errs = append(errs, pairError(o, err))
+	}
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+	}
+	if o.ClientCA != "" {
+		pool, err := loadPool(o.ClientCA)
+		if err != nil {
+			errs = append(errs, &Error{Field: "client_ca", Path: o.ClientCA, Err: err})
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if len(o.ClientSANs) > 0 {
+			allowed := slices.Clone(o.ClientSANs)
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 || !Allowed(cs.PeerCertificates[0], allowed) {
+					return ErrSANNotAllowed
+				}
+				return nil
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// pairError says which of the certificate and the key is at fault.
+func pairError(o Options, err error) error {
+	if _, rerr := os.ReadFile(o.Cert); rerr != nil {
+		return &Error{Field: "cert", Path: o.Cert, Err: errors.Unwrap(rerr)}
+	}
+	if _, rerr := os.ReadFile(o.Key); rerr != nil {
+		return &Error{Field: "key", Path: o.Key, Err: errors.Unwrap(rerr)}
+	}
+	if b, _ := os.ReadFile(o.Cert); !hasCert(b) {
+		return &Error{Field: "cert", Path: o.Cert, Err: errors.New("no PEM certificate in it")}
+	}
+	return &Error{Field: "key", Path: o.Key, Err: fmt.Errorf("with the certificate %s: %w", o.Cert, err)}
+}
+
+// hasCert reports whether b holds a PEM certificate.
+func hasCert(b []byte) bool {
+	for {
+		var blk *pem.Block
+		if blk, b = pem.Decode(b); blk == nil {
+			return false
+		}
+		if blk.Type == "CERTIFICATE" {
+			return true
+		}
+	}
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errors.Unwrap(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, errors.New("no PEM certificate in it")
+	}
+	return pool, nil
+}
+
+// Allowed reports whether cert carries one of names among its DNS names,
+// URIs, email addresses and IP addresses.
+func Allowed(cert *x509.Certificate, names []string) bool {
+	for _, n := range names {
+		if slices.Contains(cert.DNSNames, n) || slices.Contains(cert.EmailAddresses, n) {
+			return true
+		}
+		for _, u := range cert.URIs {
+			if u.String() == n {
+				return true
+			}
+		}
+		for _, ip := range cert.IPAddresses {
+			if ip.String() == n {
+				return true
+			}
+		}
+	}
+	return false
+}
