@@ -215,6 +215,21 @@ func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time, n int6
 	return d, err
 }
 
+// Report charges n to key now even past the limit (Request.Force): for a
+// cost known only once the work is done, such as the tokens of an LLM
+// response. The overage is carried as debt, so Allow refuses key until it
+// has drained (Algorithm.Charge says what debt is per algorithm).
+// Decision.Allowed tells whether the charge fitted under the limit; it is
+// counted either way.
+func (l *Limiter) Report(ctx context.Context, key string, n int64) (Decision, error) {
+	r, err := l.Request(key, l.clock(), n)
+	if err != nil {
+		return Decision{}, err
+	}
+	r.Force = true
+	return l.store.Take(ctx, r)
+}
+
 // AllowLimit decides a request of cost n for key now under lim instead of
 // the limit in force: one Limiter for limits chosen per call, such as
 // per-plan quotas (free 100/h, pro 10000/h). Each limit counts apart (see

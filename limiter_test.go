@@ -145,3 +145,30 @@ func ExampleLimiter() {
 	// #2 allowed=true remaining=0 retry=0s
 	// #3 allowed=false remaining=0 retry=1m0.000001s
 }
+
+// TestLimiterReport: a report past the limit is counted as debt: the key
+// is refused until it has drained at the rate.
+func TestLimiterReport(t *testing.T) {
+	now := time.Unix(1_700_006_400, 0)
+	clock := func() time.Time { return now }
+	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.TokenBucket, sluice.PerSecond(10), sluice.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := lim.Report(ctx, "llm", 25)
+	if err != nil || d.Allowed || d.RetryAfter != 1600*time.Millisecond {
+		t.Fatalf("Report(25) against 10/s = %+v, %v; want counted, not allowed, RetryAfter 1.6s", d, err)
+	}
+	now = now.Add(1599 * time.Millisecond)
+	if d, _ := lim.Allow(ctx, "llm"); d.Allowed {
+		t.Fatalf("Allow 1.599s after a report of 25 against 10/s: admitted, want refused")
+	}
+	now = now.Add(time.Millisecond)
+	if d, _ := lim.Allow(ctx, "llm"); !d.Allowed {
+		t.Fatalf("Allow 1.6s after a report of 25 against 10/s: %+v, want admitted", d)
+	}
+	if _, err := lim.Report(ctx, "llm", -1); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Fatalf("Report(-1) = %v, want ErrInvalidCost", err)
+	}
+}
