@@ -93,8 +93,9 @@ type Daemon struct {
 	fleet      *fleetStore   // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
-	apiServe         net.Listener // apiLn, or TLS over it (api.tls)
-	proxyServe       net.Listener // proxyLn, or TLS over it (proxy.tls)
+	apiServe         net.Listener          // apiLn, or TLS over it (api.tls)
+	tls              []*tlsconf.Reloadable // the listeners' TLS, read again on reload
+	proxyServe       net.Listener          // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
 	grpcLn           net.Listener
 	grpcSrv          *server.GRPC
@@ -201,7 +202,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
 	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
-	if d.apiServe, err = serveTLS(d.apiLn, cfg.API.TLS); err != nil {
+	if d.apiServe, err = d.serveTLS(d.apiLn, cfg.API.TLS); err != nil {
 		return err
 	}
 	if cfg.Proxy != nil {
@@ -211,7 +212,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().proxy.ServeHTTP(w, r)
 		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
-		if d.proxyServe, err = serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
+		if d.proxyServe, err = d.serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
 			return err
 		}
 	}
@@ -225,11 +226,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, d.metrics.Listener("grpc"))
 		var gopts server.GRPCOptions
 		if t := cfg.GRPC.TLS; t != nil {
-			tc, err := tlsconf.Load(t.Options())
+			r, err := tlsconf.NewReloadable(t.Options(), "h2")
 			if err != nil {
 				return fmt.Errorf("daemon: grpc.tls: %w", err)
 			}
-			gopts.TLS = tc
+			d.tls = append(d.tls, r)
+			gopts.TLS = r.Config()
 		}
 		d.grpcSrv = server.NewGRPC(d.rls, gopts)
 	}
@@ -245,16 +247,16 @@ func scheme(t *config.TLSConfig) string {
 }
 
 // serveTLS returns ln, or with t a TLS listener over it.
-func serveTLS(ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
+func (d *Daemon) serveTLS(ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
 	if t == nil {
 		return ln, nil
 	}
-	tc, err := tlsconf.Load(t.Options())
+	r, err := tlsconf.NewReloadable(t.Options(), "h2", "http/1.1")
 	if err != nil {
 		return nil, fmt.Errorf("daemon: tls: %w", err)
 	}
-	tc.NextProtos = []string{"h2", "http/1.1"}
-	return tls.NewListener(ln, tc), nil
+	d.tls = append(d.tls, r)
+	return tls.NewListener(ln, r.Config()), nil
 }
 
 // listenerOptions are the client-side limits of the listener block l.
@@ -469,6 +471,18 @@ func (d *Daemon) apply(data []byte) error {
 	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
 		return restartError(d.opts.ConfigPath, keys)
 	}
+	// The listeners' certificates, keys and client CAs are read again (the
+	// tls: blocks themselves need a restart to change): a renewed
+	// certificate takes effect with the reload, a broken one refuses it.
+	if err := cfg.TLSProblems(); err != nil {
+		return err
+	}
+	certs := make([]*tls.Config, len(d.tls))
+	for i, r := range d.tls {
+		if certs[i], err = r.Load(); err != nil {
+			return fmt.Errorf("daemon: reload: %w", err)
+		}
+	}
 	gen, err := d.build(cfg, old)
 	if err != nil {
 		return err
@@ -479,6 +493,9 @@ func (d *Daemon) apply(data []byte) error {
 		}
 	}
 	d.cur.Store(gen)
+	for i, r := range d.tls {
+		r.Store(certs[i])
+	}
 	d.activate(gen)
 	return nil
 }

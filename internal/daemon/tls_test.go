@@ -175,6 +175,30 @@ func TestTLSAndToken(t *testing.T) {
 	if resp, _, err := td.post(c, "/v1/check", "rotated", body); err != nil || resp.StatusCode != 200 {
 		t.Errorf("the new token after a reload: %v %v, want 200", resp.StatusCode, err)
 	}
+	// A renewed server certificate (the same paths) takes effect on
+	// reload, on both listeners.
+	served := func(addr string, next ...string) string {
+		cfg := td.ca.ClientConfig(td.good.TLS)
+		cfg.NextProtos = next
+		c, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			t.Fatalf("TLS to %s: %v", addr, err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	apiBefore, grpcBefore := served(td.d.Addrs().API), served(td.d.Addrs().GRPC, "h2")
+	td.ca.Server(t) // rewrites server.pem and server-key.pem
+	if err := td.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if a, g := served(td.d.Addrs().API), served(td.d.Addrs().GRPC, "h2"); a == apiBefore || g == grpcBefore {
+		t.Errorf("after a reload with a renewed certificate the listeners serve serials %s / %s, before %s / %s: want the new one", a, g, apiBefore, grpcBefore)
+	}
+	if r, err := ask(td.good.TLS); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("gRPC after the certificate's renewal: %v %v, want OK", r, err)
+	}
+
 	// An emptied token file is refused on reload, naming it; the token in
 	// force stays.
 	os.WriteFile(td.tokenFile, nil, 0o600)
