@@ -145,9 +145,9 @@ func Allowed(cert *x509.Certificate, names []string) bool {
 // takes effect without a restart. Every handshake uses the configuration
 // loaded last (through tls.Config.GetConfigForClient).
 type Reloadable struct {
-	o     Options
-	next  []string // ALPN protocols offered
-	cur   atomic.Pointer[tls.Config]
+	o    Options
+	next []string // ALPN protocols offered
+	cur  atomic.Pointer[tls.Config]
 }
 
 // NewReloadable loads o for a listener offering the ALPN protocols next
