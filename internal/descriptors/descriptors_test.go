@@ -302,6 +302,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: k\n    algorithm: fastest\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].algorithm: unknown algorithm "fastest"`}},
 		{"options without limit", "domain: d\ndescriptors:\n  - key: k\n    burst: 3\n", []string{"belong with a rate_limit"}},
 		{"bad lease", "domain: d\ndescriptors:\n  - key: k\n    lease: some\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`lease: want auto or a whole number`}},
+		{"sync on the sliding log", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window_log\n    sync: 10ms\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].sync: sliding_window_log cannot be counted by a fleet`}},
+		{"lease on a 4-segment counter", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window_counter\n    segments: 4\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:6: descriptors[0].lease: sliding_window_counter cannot be counted by a fleet`}},
 		{"sync and lease", "domain: d\ndescriptors:\n  - key: k\n    sync: 10ms\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].lease: sync (soft) and lease (hard) exclude each other`}},
 		{"no domain", "descriptors: []\n", []string{"domain: missing"}},
 		{"empty domain", "domain: ''\n", []string{"domain: must not be empty"}},

@@ -312,6 +312,13 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if syncNode != nil && leaseNode != nil {
 				d.fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
 			}
+			if (syncNode != nil || leaseNode != nil) && !rules.FleetShareable(r.Algorithm, segments) {
+				n, k := syncNode, key+".sync"
+				if leaseNode != nil {
+					n, k = leaseNode, key+".lease"
+				}
+				d.fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
+			}
 			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
 				d.fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
 			}

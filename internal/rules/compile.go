@@ -231,7 +231,7 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	case !sp.Lease.Auto && limitOK && int64(n) > r.Limit.Burst && r.Limit.Burst > 0:
 		f("lease", "%d is more than the burst %d: one lease would hold the whole limit", n, r.Limit.Burst)
 	}
-	if (sp.Sync > 0 || !sp.Lease.IsZero()) && r.Algorithm.Valid() && !fleetShareable(r.Algorithm, sp.Segments) {
+	if (sp.Sync > 0 || !sp.Lease.IsZero()) && r.Algorithm.Valid() && !FleetShareable(r.Algorithm, sp.Segments) {
 		k := "sync"
 		if !sp.Lease.IsZero() {
 			k = "lease"
@@ -360,9 +360,9 @@ func (p Part) String() string {
 // MarshalText implements encoding.TextMarshaler (for GET /v1/rules).
 func (p Part) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// fleetShareable is redisstore.Shareable: the algorithms whose count a
+// FleetShareable is redisstore.Shareable: the algorithms whose count a
 // fleet can share (sync) or reserve (lease).
-func fleetShareable(a sluice.Algorithm, segments int) bool {
+func FleetShareable(a sluice.Algorithm, segments int) bool {
 	switch a {
 	case sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow:
 		return true
