@@ -48,6 +48,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/bench/internal/harness"
 )
 
 func main() {
@@ -150,40 +152,28 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
-	root, err := repoRoot()
+	sluice, err := harness.BuildSluice(ctx, dir)
 	if err != nil {
 		return err
-	}
-	sluice := filepath.Join(dir, "sluice")
-	build := exec.CommandContext(ctx, "go", "build", "-o", sluice, "./cmd/sluice")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice: %w", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(11)
+	ports, err := harness.FreePorts(11)
 	if err != nil {
 		return err
 	}
 	bareAddr, redisAddr, memAPI, memGRPC, redAPI, redGRPC := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 	fdAPI, fdGRPC := ports[6], ports[7]
 	refHTTP, refGRPC, refDebug := ports[8], ports[9], ports[10]
-	var procs procSet
-	defer procs.stopAll()
-	bareP, err := procs.start(ctx, "bare", self, "bare", bareAddr)
+	var procs harness.Procs
+	defer procs.StopAll()
+	bareP, err := procs.Start(ctx, "bare", self, "bare", bareAddr)
 	if err != nil {
 		return err
 	}
-	_, redisPort, _ := net.SplitHostPort(redisAddr)
-	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
-		return err
-	}
-	if err := waitTCP(ctx, redisAddr); err != nil {
+	if _, err := procs.StartRedis(ctx, redisAddr, dir); err != nil {
 		return err
 	}
 	desc := filepath.Join(dir, "ratelimit.yaml")
@@ -203,11 +193,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	memP, err := procs.start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
+	memP, err := procs.Start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
 	if err != nil {
 		return err
 	}
-	redP, err := procs.start(ctx, "sluice-redis", sluice, "serve", "-config", redCfg)
+	redP, err := procs.Start(ctx, "sluice-redis", sluice, "serve", "-config", redCfg)
 	if err != nil {
 		return err
 	}
@@ -215,14 +205,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fdP, err := procs.start(ctx, "sluice-redis-flush", sluice, "serve", "-config", fdCfg)
+	fdP, err := procs.Start(ctx, "sluice-redis-flush", sluice, "serve", "-config", fdCfg)
 	if err != nil {
 		return err
 	}
 	type target struct {
 		name  string
 		addr  string
-		p     *proc
+		p     *harness.Proc
 		redis string
 	}
 	targets := []target{
@@ -239,19 +229,19 @@ func run() error {
 		targets = append(targets, target{"reference (envoyproxy/ratelimit), Redis", refGRPC, p, redisAddr})
 	}
 	for _, tg := range targets {
-		if err := waitTCP(ctx, tg.addr); err != nil {
-			return fmt.Errorf("%s: %w\n%s", tg.name, err, tg.p.logs.String())
+		if err := harness.WaitTCP(ctx, tg.addr); err != nil {
+			return fmt.Errorf("%s: %w\n%s", tg.name, err, tg.p.Logs.String())
 		}
 	}
 	cells := len(targets) * len(o.conc) * len(o.keys)
-	fmt.Fprintf(os.Stderr, "grpcload: %d cells of %v, load average %s\n", cells, o.duration, loadAvg())
+	fmt.Fprintf(os.Stderr, "grpcload: %d cells of %v, load average %s\n", cells, o.duration, harness.LoadAvg())
 	var rows []row
 	for _, tg := range targets {
 		for _, c := range o.conc {
 			for _, k := range o.keys {
 				r, err := measure(ctx, o, tg.addr, tg.p, tg.redis, c, k)
 				if err != nil {
-					return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.logs.String())
+					return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.Logs.String())
 				}
 				r.target = tg.name
 				rows = append(rows, r)
@@ -282,7 +272,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 // measure runs one cell: c workers over o.conns connections for
 // o.duration, after a short warm-up.
-func measure(ctx context.Context, o options, addr string, p *proc, redisAddr string, c, keys int) (row, error) {
+func measure(ctx context.Context, o options, addr string, p *harness.Proc, redisAddr string, c, keys int) (row, error) {
 	conns := make([]*grpc.ClientConn, o.conns)
 	for i := range conns {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -364,13 +354,13 @@ func measure(ctx context.Context, o options, addr string, p *proc, redisAddr str
 	if _, err := phase(min(time.Second, o.duration/2), false); err != nil {
 		return row{}, err
 	}
-	cpu0, err := cpuTime(p.cmd.Process.Pid)
+	cpu0, err := harness.CPUTime(p.Cmd.Process.Pid)
 	if err != nil {
 		return row{}, err
 	}
 	var calls0, cmds0 int64
 	if redisAddr != "" {
-		if calls0, cmds0, err = redisCalls(redisAddr); err != nil {
+		if calls0, cmds0, err = harness.RedisCalls(redisAddr); err != nil {
 			return row{}, err
 		}
 	}
@@ -380,7 +370,7 @@ func measure(ctx context.Context, o options, addr string, p *proc, redisAddr str
 	if err != nil {
 		return r, err
 	}
-	cpu1, err := cpuTime(p.cmd.Process.Pid)
+	cpu1, err := harness.CPUTime(p.Cmd.Process.Pid)
 	if err != nil {
 		return row{}, err
 	}
@@ -389,7 +379,7 @@ func measure(ctx context.Context, o options, addr string, p *proc, redisAddr str
 	r.cpu = (cpu1 - cpu0) / time.Duration(r.n)
 	r.redisCmds, r.redisCalls = -1, -1
 	if redisAddr != "" {
-		calls1, cmds1, err := redisCalls(redisAddr)
+		calls1, cmds1, err := harness.RedisCalls(redisAddr)
 		if err != nil {
 			return row{}, err
 		}
@@ -405,7 +395,7 @@ func measure(ctx context.Context, o options, addr string, p *proc, redisAddr str
 // startReference runs Envoy's reference service on the descriptor file,
 // configured (by environment, as it is) for the local Redis over TCP,
 // without statsd, with its defaults otherwise.
-func startReference(ctx context.Context, procs *procSet, bin, dir, redisAddr, httpAddr, grpcAddr, debugAddr string) (*proc, error) {
+func startReference(ctx context.Context, procs *harness.Procs, bin, dir, redisAddr, httpAddr, grpcAddr, debugAddr string) (*harness.Proc, error) {
 	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		return nil, err
@@ -414,8 +404,8 @@ func startReference(ctx context.Context, procs *procSet, bin, dir, redisAddr, ht
 		return nil, err
 	}
 	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	p := &proc{name: "reference", logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin)}
-	p.cmd.Env = append(os.Environ(),
+	p := &harness.Proc{Name: "reference", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, bin)}
+	p.Cmd.Env = append(os.Environ(),
 		"HOST=127.0.0.1", "PORT="+port(httpAddr),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+port(grpcAddr),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(debugAddr),
@@ -423,17 +413,17 @@ func startReference(ctx context.Context, procs *procSet, bin, dir, redisAddr, ht
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
 		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 	)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+	if err := p.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the reference service: %w", err)
 	}
-	procs.ps = append(procs.ps, p)
+	procs.Add(p)
 	return p, nil
 }
 
 func report(o options, rows []row) {
 	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
-		len(rows), o.duration, o.conns, loadAvg(), numCPU())
+		len(rows), o.duration, o.conns, harness.LoadAvg(), harness.NumCPU())
 	floor := map[[2]int]row{}
 	ref := map[[2]int]row{}
 	for _, r := range rows {

@@ -1,4 +1,8 @@
-package main
+// Package harness holds what the bench/ load runs share: starting and
+// stopping child processes by PID, free loopback ports, waiting for a
+// listener, a process's CPU time from /proc/PID/stat, and Redis INFO
+// figures read over a plain TCP connection. Linux only (/proc).
+package harness
 
 import (
 	"bufio"
@@ -15,12 +19,12 @@ import (
 	"time"
 )
 
-// redisCalls returns how many script calls (EVAL, EVALSHA and their _RO
+// RedisCalls returns how many script calls (EVAL, EVALSHA and their _RO
 // forms: for Sluice, one per round trip) Redis has run, from INFO
 // commandstats, and every command it has run (total_commands_processed,
 // which counts the commands scripts run too).
-func redisCalls(addr string) (scripts, total int64, err error) {
-	body, err := info(addr, "commandstats")
+func RedisCalls(addr string) (scripts, total int64, err error) {
+	body, err := Info(addr, "commandstats")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -38,12 +42,12 @@ func redisCalls(addr string) (scripts, total int64, err error) {
 		}
 		scripts += n
 	}
-	total, err = redisCommands(addr)
+	total, err = RedisCommands(addr)
 	return scripts, total, err
 }
 
-// info returns the body of INFO section.
-func info(addr, section string) (string, error) {
+// Info returns the body of INFO section.
+func Info(addr, section string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -64,9 +68,9 @@ func info(addr, section string) (string, error) {
 	return string(body), nil
 }
 
-// redisCommands returns total_commands_processed from INFO stats.
-func redisCommands(addr string) (int64, error) {
-	body, err := info(addr, "stats")
+// RedisCommands returns total_commands_processed from INFO stats.
+func RedisCommands(addr string) (int64, error) {
+	body, err := Info(addr, "stats")
 	if err != nil {
 		return 0, err
 	}
@@ -90,8 +94,8 @@ func ioReadFull(br *bufio.Reader, b []byte) (int, error) {
 	return n, nil
 }
 
-// cpuTime returns utime+stime of the process from /proc/PID/stat.
-func cpuTime(pid int) (time.Duration, error) {
+// CPUTime returns utime+stime of the process from /proc/PID/stat.
+func CPUTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -107,7 +111,8 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }
 
-func loadAvg() string {
+// LoadAvg is /proc/loadavg's first three figures.
+func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
@@ -119,7 +124,8 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func numCPU() int {
+// NumCPU counts the processors in /proc/cpuinfo.
+func NumCPU() int {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
 		return 0
@@ -127,7 +133,8 @@ func numCPU() int {
 	return bytes.Count(b, []byte("\nprocessor")) + 1
 }
 
-func repoRoot() (string, error) {
+// RepoRoot is the directory of the sluice go.mod above the working one.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -142,43 +149,49 @@ func repoRoot() (string, error) {
 	}
 }
 
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *bytes.Buffer
+// Proc is a child process; Logs holds its output.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	Logs *bytes.Buffer
 }
 
-type procSet struct{ ps []*proc }
+// Procs are the children a run started; StopAll ends them by PID.
+type Procs struct{ ps []*Proc }
 
-// start runs a child process; its output is kept and shown if it dies.
-func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...)}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
+// Add takes a child started elsewhere.
+func (s *Procs) Add(p *Proc) { s.ps = append(s.ps, p) }
+
+// Start runs a child process; its output is kept and shown if it dies.
+func (s *Procs) Start(ctx context.Context, name, bin string, args ...string) (*Proc, error) {
+	p := &Proc{Name: name, Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, bin, args...)}
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+	if err := p.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	s.ps = append(s.ps, p)
 	return p, nil
 }
 
-// stopAll interrupts every child (by its PID) and waits for it.
-func (s *procSet) stopAll() {
+// StopAll interrupts every child (by its PID) and waits for it.
+func (s *Procs) StopAll() {
 	for _, p := range s.ps {
-		p.cmd.Process.Signal(os.Interrupt)
+		p.Cmd.Process.Signal(os.Interrupt)
 	}
 	for _, p := range s.ps {
 		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
+		go func() { p.Cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
+			p.Cmd.Process.Kill()
 			<-done
 		}
 	}
 }
 
-func freePorts(n int) ([]string, error) {
+// FreePorts returns n free 127.0.0.1 addresses.
+func FreePorts(n int) ([]string, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
@@ -197,8 +210,8 @@ func freePorts(n int) ([]string, error) {
 	return addrs, nil
 }
 
-// waitTCP waits until addr accepts connections, bounded by 15s.
-func waitTCP(ctx context.Context, addr string) error {
+// WaitTCP waits until addr accepts connections, bounded by 15s.
+func WaitTCP(ctx context.Context, addr string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -211,4 +224,36 @@ func waitTCP(ctx context.Context, addr string) error {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a child process's startup
 	}
+}
+
+// BuildSluice builds ./cmd/sluice from the repository into dir and returns
+// the binary's path.
+func BuildSluice(ctx context.Context, dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sluice")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/sluice: %w", err)
+	}
+	return bin, nil
+}
+
+// StartRedis runs a redis-server on addr (127.0.0.1), without persistence,
+// and waits until it listens.
+func (s *Procs) StartRedis(ctx context.Context, addr, dir string) (*Proc, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	p, err := s.Start(ctx, "redis", "redis-server", "--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitTCP(ctx, addr); err != nil {
+		return nil, fmt.Errorf("redis: %w\n%s", err, p.Logs.String())
+	}
+	return p, nil
 }
