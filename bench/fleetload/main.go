@@ -1,0 +1,372 @@
+// Command fleetload is the fleet's daemon-level load run: in one bounded
+// run on loopback it starts one redis-server and three `sluice serve`
+// instances on it (one config, free 127.0.0.1 ports), and drives POST
+// /v1/check with keep-alive HTTP clients spread evenly over the three, at a
+// fixed concurrency, for each fleet mode of a token bucket rule:
+//
+//   - plain: no fleet option (exact: one Redis script per decision),
+//   - sync: 100ms (soft limit: decide locally, one batch per interval),
+//   - lease: auto (hard limit: reserve quota in chunks),
+//
+// on one hot key and on 100,000 keys, with a generous limit (everything
+// admitted), and on one hot key at overload (a limit of 2,000/s, far under
+// what the clients ask). It prints a Markdown table: decisions/s, the ratio
+// to plain in the same run, the three daemons' CPU per decision (summed,
+// from /proc/PID/stat), Redis's CPU per decision and Redis commands per
+// decision (INFO stats total_commands_processed, which counts the commands
+// scripts run too).
+//
+//	cd bench && go run ./fleetload                  # 3s per cell, c=64
+//	cd bench && go run ./fleetload -d 5s -c 128 -runs 2
+//
+// With -runs N the cells run N times interleaved and each keeps its best
+// run. Needs redis-server on PATH; Linux only (/proc).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/harness"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetload:", err)
+		os.Exit(1)
+	}
+}
+
+// modes are the rule variants, by rule-name suffix and fleet option.
+var modes = []struct{ name, option string }{
+	{"plain", ""},
+	{"sync", "    sync: 100ms\n"},
+	{"lease", "    lease: auto\n"},
+}
+
+// overloadRate is the limit of the overload rules: far below what the
+// clients ask of one hot key, so most answers are refusals.
+const overloadRate = 2000
+
+// config is the one config of the three instances: per mode a generous
+// rule (<mode>) and an overload rule (<mode>-over).
+func config(listen, redis string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %s\nlog_level: warn\nstore:\n  type: redis\n  redis:\n    addrs: [%s]\n    timeout: 1s\nrules:\n", listen, redis)
+	for _, m := range modes {
+		fmt.Fprintf(&b, "  - name: %s\n    key: [ip]\n    rate: 100000000/s\n    algorithm: token_bucket\n%s", m.name, m.option)
+		fmt.Fprintf(&b, "  - name: %s-over\n    key: [ip]\n    rate: %d/s\n    algorithm: token_bucket\n%s", m.name, overloadRate, m.option)
+	}
+	return []byte(b.String())
+}
+
+type cell struct {
+	mode string // plain, sync, lease
+	keys int
+	over bool
+}
+
+func (c cell) rule() string {
+	if c.over {
+		return c.mode + "-over"
+	}
+	return c.mode
+}
+
+func (c cell) load() string {
+	if c.over {
+		return fmt.Sprintf("overload (%d/s)", overloadRate)
+	}
+	return "admitted"
+}
+
+type result struct {
+	n, allowed int64
+	rate       float64 // decisions/s
+	admitted   float64 // allowed/s
+	daemonCPU  time.Duration
+	redisCPU   time.Duration
+	redisCmds  float64
+}
+
+type options struct {
+	duration time.Duration
+	conc     int
+	keys     []int
+	runs     int
+	over     bool
+}
+
+func run() error {
+	var o options
+	var keys string
+	flag.DurationVar(&o.duration, "d", 3*time.Second, "duration of each measured cell (at most 20s)")
+	flag.IntVar(&o.conc, "c", 64, "requests in flight, spread over the 3 instances")
+	flag.StringVar(&keys, "keys", "1,100000", "key counts")
+	flag.IntVar(&o.runs, "runs", 1, "runs of every cell, interleaved; each cell keeps its best")
+	flag.BoolVar(&o.over, "overload", true, "add the overload cells (one hot key)")
+	flag.Parse()
+	for _, f := range strings.Split(keys, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 10_000_000 {
+			return fmt.Errorf("-keys %q: want whole numbers in [1, 10^7] separated by commas", keys)
+		}
+		o.keys = append(o.keys, n)
+	}
+	if o.duration <= 0 || o.duration > 20*time.Second {
+		return errors.New("-d must be in (0, 20s]")
+	}
+	if o.conc < 3 || o.conc > 1024 {
+		return errors.New("-c must be in [3, 1024]")
+	}
+	if o.runs < 1 || o.runs > 5 {
+		return errors.New("-runs must be in [1, 5]")
+	}
+	dir, err := os.MkdirTemp("", "sluice-fleetload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	sluice, err := harness.BuildSluice(ctx, dir)
+	if err != nil {
+		return err
+	}
+	ports, err := harness.FreePorts(4)
+	if err != nil {
+		return err
+	}
+	redisAddr, apis := ports[0], ports[1:]
+	var procs harness.Procs
+	defer procs.StopAll()
+	redisP, err := procs.StartRedis(ctx, redisAddr, dir)
+	if err != nil {
+		return err
+	}
+	var daemons []*harness.Proc
+	for i, api := range apis {
+		cfg := filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
+		if err := os.WriteFile(cfg, config(api, redisAddr), 0o644); err != nil {
+			return err
+		}
+		p, err := procs.Start(ctx, fmt.Sprintf("sluice-%d", i), sluice, "serve", "-config", cfg)
+		if err != nil {
+			return err
+		}
+		daemons = append(daemons, p)
+	}
+	for i, api := range apis {
+		if err := harness.WaitTCP(ctx, api); err != nil {
+			return fmt.Errorf("sluice-%d: %w\n%s", i, err, daemons[i].Logs.String())
+		}
+	}
+
+	var cells []cell
+	for _, k := range o.keys {
+		for _, m := range modes {
+			cells = append(cells, cell{mode: m.name, keys: k})
+		}
+	}
+	if o.over {
+		for _, m := range modes {
+			cells = append(cells, cell{mode: m.name, keys: 1, over: true})
+		}
+	}
+	loadBefore := harness.LoadAvg()
+	fmt.Fprintf(os.Stderr, "fleetload: %d cells × %d runs of %v, c=%d, load average %s\n", len(cells), o.runs, o.duration, o.conc, loadBefore)
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns: o.conc * 2, MaxIdleConnsPerHost: o.conc, MaxConnsPerHost: o.conc,
+		DisableCompression: true,
+	}, Timeout: 5 * time.Second}
+	best := make([]result, len(cells))
+	for r := range o.runs {
+		for i, c := range cells {
+			res, err := measure(ctx, o, client, apis, daemons, redisP, redisAddr, c)
+			if err != nil {
+				return fmt.Errorf("%s keys=%d %s: %w", c.mode, c.keys, c.load(), err)
+			}
+			fmt.Fprintf(os.Stderr, "  run %d %-6s keys=%-7d %-16s %9.0f/s admitted %9.0f/s daemons %5.1fµs redis %5.2fµs cmds %.3f\n",
+				r+1, c.mode, c.keys, c.load(), res.rate, res.admitted, us(res.daemonCPU), us(res.redisCPU), res.redisCmds)
+			if res.rate > best[i].rate {
+				best[i] = res
+			}
+		}
+	}
+	report(os.Stdout, o, cells, best, loadBefore)
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// measure runs one cell: o.conc workers, worker w on instance w%3, for
+// o.duration after a warm-up of a second (which also fills the sync
+// batches and the leases).
+func measure(ctx context.Context, o options, client *http.Client, apis []string, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
+	urls := make([]string, len(apis))
+	for i, a := range apis {
+		urls[i] = "http://" + a + "/v1/check"
+	}
+	prefix := `{"rule":"` + c.rule() + `","key":"k`
+	phase := func(d time.Duration) (result, error) {
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			r     result
+			first error
+		)
+		stop := time.Now().Add(d)
+		for w := range o.conc {
+			wg.Go(func() {
+				rnd := rand.New(rand.NewPCG(uint64(w), 7))
+				url := urls[w%len(urls)]
+				var n, ok int64
+				var err1 error
+				buf := make([]byte, 0, 128)
+				for time.Now().Before(stop) && ctx.Err() == nil {
+					buf = append(buf[:0], prefix...)
+					buf = strconv.AppendInt(buf, int64(rnd.IntN(c.keys)), 10)
+					buf = append(buf, `"}`...)
+					allowed, err := check(ctx, client, url, buf)
+					if err != nil {
+						err1 = err
+						break
+					}
+					n++
+					if allowed {
+						ok++
+					}
+				}
+				mu.Lock()
+				r.n += n
+				r.allowed += ok
+				if first == nil {
+					first = err1
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return r, first
+	}
+	if _, err := phase(time.Second); err != nil {
+		return result{}, err
+	}
+	cpu := func() (time.Duration, time.Duration, error) {
+		var sum time.Duration
+		for _, p := range daemons {
+			t, err := harness.CPUTime(p.Cmd.Process.Pid)
+			if err != nil {
+				return 0, 0, err
+			}
+			sum += t
+		}
+		rt, err := harness.CPUTime(redisP.Cmd.Process.Pid)
+		return sum, rt, err
+	}
+	d0, r0, err := cpu()
+	if err != nil {
+		return result{}, err
+	}
+	cmds0, err := harness.RedisCommands(redisAddr)
+	if err != nil {
+		return result{}, err
+	}
+	t0 := time.Now()
+	res, err := phase(o.duration)
+	elapsed := time.Since(t0)
+	if err != nil {
+		return result{}, err
+	}
+	cmds1, err := harness.RedisCommands(redisAddr)
+	if err != nil {
+		return result{}, err
+	}
+	d1, r1, err := cpu()
+	if err != nil {
+		return result{}, err
+	}
+	if res.n == 0 {
+		return result{}, errors.New("no decisions")
+	}
+	res.rate = float64(res.n) / elapsed.Seconds()
+	res.admitted = float64(res.allowed) / elapsed.Seconds()
+	res.daemonCPU = (d1 - d0) / time.Duration(res.n)
+	res.redisCPU = (r1 - r0) / time.Duration(res.n)
+	res.redisCmds = float64(cmds1-cmds0-1) / float64(res.n) // -1: our own INFO
+	if !c.over && res.allowed != res.n {
+		return res, fmt.Errorf("%d of %d answers refused: the generous limit should admit everything", res.n-res.allowed, res.n)
+	}
+	return res, nil
+}
+
+// check POSTs one /v1/check and reports whether it was allowed.
+func check(ctx context.Context, client *http.Client, url string, body []byte) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return bytes.Contains(b, []byte(`"allowed":true`)), nil
+}
+
+func report(w io.Writer, o options, cells []cell, rs []result, loadBefore string) {
+	fmt.Fprintf(w, "\n3 `sluice serve` on one redis-server, POST /v1/check at c=%d (keep-alive, spread evenly), %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
+		o.conc, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
+	fmt.Fprintln(w, "| mode | keys | load | decisions/s | ÷ plain | admitted/s | daemon CPU µs/decision (3 summed) | Redis CPU µs/decision | Redis commands/decision |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---:|---:|")
+	plain := map[[2]int]float64{}
+	for i, c := range cells {
+		if c.mode == "plain" {
+			plain[[2]int{c.keys, b2i(c.over)}] = rs[i].rate
+		}
+	}
+	for i, c := range cells {
+		r := rs[i]
+		ratio := "—"
+		if p := plain[[2]int{c.keys, b2i(c.over)}]; p > 0 {
+			ratio = fmt.Sprintf("%.2f×", r.rate/p)
+		}
+		opt := c.mode
+		switch c.mode {
+		case "sync":
+			opt = "`sync: 100ms`"
+		case "lease":
+			opt = "`lease: auto`"
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %.0f | %.1f | %.2f | %.3f |\n",
+			opt, c.keys, c.load(), r.rate, ratio, r.admitted, us(r.daemonCPU), us(r.redisCPU), r.redisCmds)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
