@@ -6,7 +6,7 @@ GO ?= go
 # runs under it anyway; listing nothing here keeps -race on everything).
 RACE ?= -race
 
-.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway bench-envoy build clean
+.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet build clean
 
 test: vet unit
 
@@ -59,7 +59,7 @@ fuzz:
 	sh scripts/ensure-redis.sh
 	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores|Conformance|ScriptTwin' . ./memstore ./redisstore ./fleet
 
-bench: bench-core bench-redis bench-load bench-gateway bench-envoy
+bench: bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet
 
 bench-redis:
 	sh scripts/ensure-redis.sh
@@ -91,6 +91,13 @@ bench-gateway:
 bench-envoy:
 	sh scripts/ensure-redis.sh
 	cd bench && $(GO) run ./grpcload -d 5s $(if $(REFERENCE),-reference $(REFERENCE))
+
+# The fleet through the daemon: 3 sluice serve on one Redis, /v1/check
+# plain vs sync: 100ms vs lease: auto, one hot key and 100,000 keys, and
+# overload; about 90 seconds.
+bench-fleet:
+	sh scripts/ensure-redis.sh
+	cd bench && $(GO) run ./fleetload -d 3s -runs 2
 
 clean:
 	rm -f sluice
