@@ -49,6 +49,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Config is the daemon's configuration, decoded strictly by Parse, with
@@ -148,7 +149,7 @@ func Load(path string) (*Config, error) {
 //
 // The error, if any, is Errors, listing every problem found.
 func Parse(file string, data []byte) (*Config, error) {
-	d := &decoder{file: file, lookup: os.LookupEnv, lines: map[string]int{}, budget: maxNodes}
+	d := &decoder{Walker: yamlnode.NewWalker(file, "config", maxNodes), lookup: os.LookupEnv, lines: map[string]int{}}
 	c := &Config{File: file}
 	if len(data) > MaxConfigBytes {
 		return nil, Errors{{File: file, Msg: fmt.Sprintf("config is larger than %d bytes", MaxConfigBytes)}}
@@ -164,22 +165,22 @@ func Parse(file string, data []byte) (*Config, error) {
 		c.applyDefaults()
 		var ves rules.ParseErrors
 		if err := c.validate(d.lines); errors.As(err, &ves) {
-			decodeErrs := d.errs
+			decodeErrs := d.Errs
 			for _, e := range ves {
 				if !related(decodeErrs, e.Key) {
-					d.errs = append(d.errs, e)
+					d.Errs = append(d.Errs, e)
 				}
 			}
 		}
 	}
 	c.lines = d.lines
-	if len(d.errs) > 0 {
-		d.errs.Sort()
-		if len(d.errs) > maxProblems {
-			n := len(d.errs) - maxProblems
-			d.errs = append(d.errs[:maxProblems], &rules.ParseError{File: file, Msg: fmt.Sprintf("%d more problems not shown", n)})
+	if len(d.Errs) > 0 {
+		d.Errs.Sort()
+		if len(d.Errs) > maxProblems {
+			n := len(d.Errs) - maxProblems
+			d.Errs = append(d.Errs[:maxProblems], &rules.ParseError{File: file, Msg: fmt.Sprintf("%d more problems not shown", n)})
 		}
-		return nil, d.errs
+		return nil, d.Errs
 	}
 	return c, nil
 }
@@ -187,17 +188,17 @@ func Parse(file string, data []byte) (*Config, error) {
 // config decodes the top level. It reports false when there is nothing
 // worth validating (the top is not a mapping, or the node budget ran out).
 func (d *decoder) config(root *yaml.Node, c *Config) bool {
-	r := d.resolve("", root)
+	r := d.Resolve("", root)
 	if r == nil {
-		d.fail(&yaml.Node{Line: 1}, "", "empty config: want a mapping such as listen: 127.0.0.1:8080")
+		d.Fail(&yaml.Node{Line: 1}, "", "empty config: want a mapping such as listen: 127.0.0.1:8080")
 		return false
 	}
 	if r.Kind != yaml.MappingNode {
-		d.fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
+		d.Fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
 		return false
 	}
 	d.structure("", root, reflect.ValueOf(c).Elem())
-	return d.budget > 0
+	return !d.Spent()
 }
 
 // related reports whether key is, contains or is contained in a key that
@@ -368,7 +369,7 @@ func setDefault[T comparable](x *T, v T) {
 func (d *decoder) explicitZeros(c *Config) {
 	zero := func(key string, v int64, what string) {
 		if l, ok := d.lines[key]; ok && v == 0 {
-			d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: l, Key: key,
+			d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
 				Msg: "0 is not allowed: " + what + " (leave the key out for the default)"})
 		}
 	}

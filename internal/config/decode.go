@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // The decoder walks the YAML nodes into the config structs, reading each
@@ -61,16 +62,9 @@ var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 // too large.
 var wellFormedDuration = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
-var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
 // yamlError turns a YAML syntax error into a ParseError with its line.
 func yamlError(file string, data []byte, err error) *rules.ParseError {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	}
+	line, msg := yamlnode.SyntaxError(err)
 	if parserError(msg) {
 		// yaml.v3 reports its parser's errors (unlike its scanner's) with
 		// the line counted from 0, and no line at all for the first.
@@ -115,49 +109,9 @@ func lineText(data []byte, n int) string {
 
 // decoder walks the YAML nodes into a Config, collecting every problem.
 type decoder struct {
-	file   string
+	yamlnode.Walker
 	lookup func(string) (string, bool)
-	errs   rules.ParseErrors
 	lines  map[string]int // key path → line of its key
-	budget int
-}
-
-func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
-}
-
-// resolve follows aliases and charges the node budget. It returns nil for
-// a null value (so that "key:" with nothing means "not given") and when
-// the budget is spent.
-func (d *decoder) resolve(key string, n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n == nil {
-		return nil
-	}
-	d.budget--
-	if d.budget == 0 {
-		d.fail(n, key, "config too large: more than %d values (aliases expanded)", maxNodes)
-	}
-	if d.budget <= 0 {
-		return nil
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
-	}
-	return n
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
 }
 
 // field is one key of a struct: its name and where it is in the struct.
@@ -241,7 +195,7 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		}
 		p, err := parsePrefix(s)
 		if err != nil {
-			d.fail(n, key, "%v", err)
+			d.Fail(n, key, "%v", err)
 			return false
 		}
 		v.Set(reflect.ValueOf(p))
@@ -271,11 +225,11 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 	case reflect.Int:
 		x, ok := d.int64(key, n)
 		if ok && x > math.MaxInt32 {
-			d.fail(n, key, "%d is too large (at most %d)", x, math.MaxInt32)
+			d.Fail(n, key, "%d is too large (at most %d)", x, math.MaxInt32)
 			return false
 		}
 		if ok && x < math.MinInt32 {
-			d.fail(n, key, "%d is too small (at least %d)", x, math.MinInt32)
+			d.Fail(n, key, "%d is too small (at least %d)", x, math.MinInt32)
 			return false
 		}
 		if ok {
@@ -290,7 +244,7 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		if t.Elem().Kind() != reflect.Struct {
 			break
 		}
-		if d.resolve(key, n) == nil {
+		if d.Resolve(key, n) == nil {
 			return false
 		}
 		p := reflect.New(t.Elem())
@@ -321,7 +275,7 @@ func (d *decoder) structure(key string, n *yaml.Node, v reflect.Value) bool {
 			d.lines = outer
 			v.FieldByIndex(si.lines).Set(reflect.ValueOf(rel))
 		}()
-		if r := d.resolve(key, n); r != nil && si.line != nil {
+		if r := d.Resolve(key, n); r != nil && si.line != nil {
 			v.FieldByIndex(si.line).SetInt(int64(r.Line))
 		}
 	}
@@ -329,11 +283,11 @@ func (d *decoder) structure(key string, n *yaml.Node, v reflect.Value) bool {
 }
 
 func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Value) bool {
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return false
 	}
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(si.names, ", "), kindName(n))
+		d.Fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(si.names, ", "), kindName(n))
 		return false
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
@@ -343,17 +297,17 @@ func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Va
 			k = k.Alias
 		}
 		if k.Kind != yaml.ScalarNode {
-			d.fail(k, key, "a key must be a plain name, not %s", kindName(k))
+			d.Fail(k, key, "a key must be a plain name, not %s", kindName(k))
 			continue
 		}
 		name := k.Value
-		path := join(key, name)
+		path := yamlnode.Join(key, name)
 		if name == "<<" {
-			d.fail(k, key, "merge keys (<<) are not supported; write the keys out")
+			d.Fail(k, key, "merge keys (<<) are not supported; write the keys out")
 			continue
 		}
 		if seen[name] {
-			d.fail(k, path, "key given twice")
+			d.Fail(k, path, "key given twice")
 			continue
 		}
 		seen[name] = true
@@ -365,7 +319,7 @@ func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Va
 			} else {
 				msg += fmt.Sprintf(" (want one of %s)", strings.Join(si.names, ", "))
 			}
-			d.fail(k, path, "%s", msg)
+			d.Fail(k, path, "%s", msg)
 			continue
 		}
 		d.lines[path] = k.Line
@@ -380,11 +334,11 @@ func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Va
 func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 	out := reflect.MakeSlice(v.Type(), 0, 0)
 	defer func() { v.Set(out) }()
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return false
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, key, "want a list such as [a, b], not %s", kindName(n))
+		d.Fail(n, key, "want a list such as [a, b], not %s", kindName(n))
 		return false
 	}
 	et := v.Type().Elem()
@@ -404,11 +358,11 @@ func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 // (after reporting) when it is not a scalar or expansion fails. want names
 // the expected type in messages.
 func (d *decoder) scalar(key string, n *yaml.Node, want string) (string, *yaml.Node, bool) {
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return "", nil, false
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.fail(n, key, "want %s, not %s", want, kindName(n))
+		d.Fail(n, key, "want %s, not %s", want, kindName(n))
 		return "", nil, false
 	}
 	s, ok := d.expand(key, n)
@@ -424,7 +378,7 @@ func (d *decoder) str(key string, v *yaml.Node) (string, bool) {
 	case "!!str", "!!int", "!!float":
 		return s, true
 	}
-	d.fail(n, key, "want a string, not %s", kindName(n))
+	d.Fail(n, key, "want a string, not %s", kindName(n))
 	return "", false
 }
 
@@ -435,7 +389,7 @@ func (d *decoder) text(key string, v *yaml.Node, dst encoding.TextUnmarshaler) b
 		return false
 	}
 	if err := dst.UnmarshalText([]byte(s)); err != nil {
-		d.fail(v, key, "%v", err)
+		d.Fail(v, key, "%v", err)
 		return false
 	}
 	return true
@@ -447,19 +401,19 @@ func (d *decoder) int64(key string, v *yaml.Node) (int64, bool) {
 		return 0, false
 	}
 	if n.Tag != "!!int" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) && !wholeNumber.MatchString(s) {
-		d.fail(n, key, "want a whole number, not %s", kindName(n))
+		d.Fail(n, key, "want a whole number, not %s", kindName(n))
 		return 0, false
 	}
 	x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
 	switch {
 	case err != nil && errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
-		d.fail(n, key, "%s is too small (at least %d)", s, int64(math.MinInt64))
+		d.Fail(n, key, "%s is too small (at least %d)", s, int64(math.MinInt64))
 		return 0, false
 	case err != nil && errors.Is(err, strconv.ErrRange):
-		d.fail(n, key, "%s is too large (at most %d)", s, int64(math.MaxInt64))
+		d.Fail(n, key, "%s is too large (at most %d)", s, int64(math.MaxInt64))
 		return 0, false
 	case err != nil:
-		d.fail(n, key, "%q is not a whole number", s)
+		d.Fail(n, key, "%q is not a whole number", s)
 		return 0, false
 	}
 	return x, true
@@ -471,12 +425,12 @@ func (d *decoder) bool(key string, v *yaml.Node) (bool, bool) {
 		return false, false
 	}
 	if n.Tag != "!!bool" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) {
-		d.fail(n, key, "want true or false, not %s", kindName(n))
+		d.Fail(n, key, "want true or false, not %s", kindName(n))
 		return false, false
 	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
-		d.fail(n, key, "want true or false, not %q", s)
+		d.Fail(n, key, "want true or false, not %q", s)
 		return false, false
 	}
 	return b, true
@@ -488,21 +442,21 @@ func (d *decoder) duration(key string, v *yaml.Node) (time.Duration, bool) {
 		return 0, false
 	}
 	if n.Tag != "!!str" {
-		d.fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %s", kindName(n))
+		d.Fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %s", kindName(n))
 		return 0, false
 	}
 	x, err := time.ParseDuration(s)
 	if err != nil && wellFormedDuration.MatchString(s) {
 		// Well formed, so it failed for being larger than a Duration holds.
-		d.fail(n, key, "%q is too large (at most %v)", s, time.Duration(math.MaxInt64))
+		d.Fail(n, key, "%q is too large (at most %v)", s, time.Duration(math.MaxInt64))
 		return 0, false
 	}
 	if err != nil {
-		d.fail(n, key, "%q is not a duration (want a number and a unit, such as 50ms, 2s or 1m30s)", s)
+		d.Fail(n, key, "%q is not a duration (want a number and a unit, such as 50ms, 2s or 1m30s)", s)
 		return 0, false
 	}
 	if x < 0 {
-		d.fail(n, key, "%v must not be negative", x)
+		d.Fail(n, key, "%v must not be negative", x)
 		return 0, false
 	}
 	return x, true
@@ -531,14 +485,14 @@ func (d *decoder) expand(key string, n *yaml.Node) (string, bool) {
 		b.WriteString(s[:i])
 		end := strings.IndexByte(s[i:], '}')
 		if end < 0 {
-			d.fail(n, key, "unterminated ${ in %q (write $${ for a literal ${)", n.Value)
+			d.Fail(n, key, "unterminated ${ in %q (write $${ for a literal ${)", n.Value)
 			return "", false
 		}
 		inner := s[i+2 : i+end]
 		s = s[i+end+1:]
 		name, def, hasDef := strings.Cut(inner, ":-")
 		if !validEnvName(name) {
-			d.fail(n, key, "${%s}: %q is not an environment variable name", inner, name)
+			d.Fail(n, key, "${%s}: %q is not an environment variable name", inner, name)
 			ok = false
 			continue
 		}
@@ -547,7 +501,7 @@ func (d *decoder) expand(key string, n *yaml.Node) (string, bool) {
 		case hasDef && val == "":
 			val = def
 		case !set:
-			d.fail(n, key, "environment variable %s is not set (use ${%s:-default} for a default)", name, name)
+			d.Fail(n, key, "environment variable %s is not set (use ${%s:-default} for a default)", name, name)
 			ok = false
 			continue
 		}

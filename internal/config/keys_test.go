@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // keyPaths returns the key paths the decoder accepts below a value of type
@@ -24,7 +26,7 @@ func keyPaths(t reflect.Type, prefix string) []string {
 	case reflect.Struct:
 		var out []string
 		for _, f := range infoOf(t).fields {
-			key := join(prefix, f.name)
+			key := yamlnode.Join(prefix, f.name)
 			out = append(out, key)
 			out = append(out, keyPaths(t.FieldByIndex(f.index).Type, key)...)
 		}

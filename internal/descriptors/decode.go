@@ -3,7 +3,6 @@ package descriptors
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,59 +11,22 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // decoder walks YAML nodes, collecting every problem with its line.
 type decoder struct {
-	file   string
-	errs   rules.ParseErrors
-	budget int
-}
-
-func (d *decoder) fail(n *yaml.Node, key, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	d.errs = append(d.errs, &rules.ParseError{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
-}
-
-// resolve follows aliases and charges the node budget; nil for a null.
-func (d *decoder) resolve(key string, n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n == nil {
-		return nil
-	}
-	d.budget--
-	if d.budget == 0 {
-		d.fail(n, key, "file too large: more than %d values (aliases expanded)", maxNodes)
-	}
-	if d.budget <= 0 {
-		return nil
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
-	}
-	return n
+	yamlnode.Walker
 }
 
 type fields map[string]func(key string, v *yaml.Node)
 
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
 func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(sortedKeys(fs), ", "), kindName(n))
+		d.Fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(sortedKeys(fs), ", "), kindName(n))
 		return
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
@@ -74,19 +36,19 @@ func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
 			k = k.Alias
 		}
 		if k.Kind != yaml.ScalarNode {
-			d.fail(k, key, "a key must be a plain name, not %s", kindName(k))
+			d.Fail(k, key, "a key must be a plain name, not %s", kindName(k))
 			continue
 		}
 		name := k.Value
-		path := join(key, name)
+		path := yamlnode.Join(key, name)
 		if seen[name] {
-			d.fail(k, path, "key given twice")
+			d.Fail(k, path, "key given twice")
 			continue
 		}
 		seen[name] = true
 		f := fs[name]
 		if f == nil {
-			d.fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
+			d.Fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
 			continue
 		}
 		f(path, v)
@@ -94,11 +56,11 @@ func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
 }
 
 func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int, v *yaml.Node)) {
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, key, "want a list, not %s", kindName(n))
+		d.Fail(n, key, "want a list, not %s", kindName(n))
 		return
 	}
 	for i, v := range n.Content {
@@ -107,11 +69,11 @@ func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int
 }
 
 func (d *decoder) scalar(key string, n *yaml.Node, want string) (*yaml.Node, bool) {
-	if n = d.resolve(key, n); n == nil {
+	if n = d.Resolve(key, n); n == nil {
 		return nil, false
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.fail(n, key, "want %s, not %s", want, kindName(n))
+		d.Fail(n, key, "want %s, not %s", want, kindName(n))
 		return nil, false
 	}
 	return n, true
@@ -127,7 +89,7 @@ func (d *decoder) str(dst *string) func(string, *yaml.Node) {
 		case "!!str", "!!int", "!!float", "!!bool":
 			*dst = n.Value
 		default:
-			d.fail(n, key, "want a string, not %s", kindName(n))
+			d.Fail(n, key, "want a string, not %s", kindName(n))
 		}
 	}
 }
@@ -139,12 +101,12 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 			return
 		}
 		if n.Tag != "!!int" {
-			d.fail(n, key, "want a whole number, not %s", kindName(n))
+			d.Fail(n, key, "want a whole number, not %s", kindName(n))
 			return
 		}
 		x, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
 		if err != nil {
-			d.fail(n, key, "%q is not a whole number in range", n.Value)
+			d.Fail(n, key, "%q is not a whole number in range", n.Value)
 			return
 		}
 		*dst = x
@@ -154,13 +116,13 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 func (d *decoder) int(dst *int) func(string, *yaml.Node) {
 	return func(key string, v *yaml.Node) {
 		var x int64
-		before := len(d.errs)
+		before := len(d.Errs)
 		d.int64(&x)(key, v)
-		if len(d.errs) > before {
+		if len(d.Errs) > before {
 			return
 		}
 		if x < math.MinInt32 || x > math.MaxInt32 {
-			d.fail(v, key, "%d is out of range", x)
+			d.Fail(v, key, "%d is out of range", x)
 			return
 		}
 		*dst = int(x)
@@ -174,12 +136,12 @@ func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
 			return
 		}
 		if n.Tag != "!!bool" {
-			d.fail(n, key, "want true or false, not %s", kindName(n))
+			d.Fail(n, key, "want true or false, not %s", kindName(n))
 			return
 		}
 		b, err := strconv.ParseBool(strings.ToLower(n.Value))
 		if err != nil {
-			d.fail(n, key, "want true or false, not %q", n.Value)
+			d.Fail(n, key, "want true or false, not %q", n.Value)
 			return
 		}
 		*dst = b
@@ -194,7 +156,7 @@ func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 		}
 		x, err := time.ParseDuration(n.Value)
 		if n.Tag != "!!str" || err != nil {
-			d.fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %q", n.Value)
+			d.Fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %q", n.Value)
 			return
 		}
 		*dst = x
@@ -232,14 +194,7 @@ func sortedKeys(fs fields) []string {
 	return ks
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
 func yamlError(file string, err error) *rules.ParseError {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	}
+	line, msg := yamlnode.SyntaxError(err)
 	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Limits on what one file may hold, so that a bad file cannot exhaust the
@@ -164,7 +165,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		top = doc.Content[0]
 	}
-	d := &decoder{file: file, budget: maxNodes}
+	d := &decoder{yamlnode.NewWalker(file, "file", maxNodes)}
 	p := &parsed{root: newNode("", "")}
 	var descs *yaml.Node
 	domainSeen := false
@@ -173,20 +174,20 @@ func parseFile(file string, data []byte) (*parsed, error) {
 			domainSeen = true
 			p.line = v.Line
 			d.str(&p.domain)(key, v)
-			if p.domain == "" && len(d.errs) == 0 {
-				d.fail(v, key, "must not be empty")
+			if p.domain == "" && len(d.Errs) == 0 {
+				d.Fail(v, key, "must not be empty")
 			}
 		},
 		"descriptors": func(_ string, v *yaml.Node) { descs = v },
 	})
-	if !domainSeen && len(d.errs) == 0 {
-		d.fail(top, "domain", "missing: every file names its domain, such as domain: edge_proxy")
+	if !domainSeen && len(d.Errs) == 0 {
+		d.Fail(top, "domain", "missing: every file names its domain, such as domain: edge_proxy")
 	}
 	if descs != nil {
 		d.descriptors("descriptors", descs, p.root, p, "", 1, false)
 	}
-	if len(d.errs) > 0 {
-		return nil, d.errs.Err()
+	if len(d.Errs) > 0 {
+		return nil, d.Errs.Err()
 	}
 	return p, nil
 }
@@ -199,7 +200,7 @@ func newNode(key, value string) *node {
 // v2m tells whether a descriptor above has value_to_metric.
 func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, v2m bool) {
 	if depth > maxDepth {
-		d.fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
+		d.Fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
 		return
 	}
 	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
@@ -225,8 +226,8 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		leaseNode, shardsNode, syncNode *yaml.Node
 		reportNode                      *yaml.Node
 	)
-	before := len(d.errs)
-	item := d.resolve(key, n)
+	before := len(d.Errs)
+	item := d.Resolve(key, n)
 	d.mapping(key, n, fields{
 		"key":             func(kk string, x *yaml.Node) { keySeen = true; d.str(&k)(kk, x) },
 		"value":           d.str(&v),
@@ -247,7 +248,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			var v string
 			d.str(&v)(kk, x)
 			if err := lease.UnmarshalText([]byte(v)); err != nil || (!lease.Auto && (lease.N < 1 || lease.N > rules.MaxLease)) {
-				d.fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
+				d.Fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
 			}
 		},
 		"shards": func(kk string, x *yaml.Node) { shardsNode = x; d.int(&shards)(kk, x) },
@@ -257,7 +258,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		return
 	}
 	if !keySeen || k == "" {
-		d.fail(item, key+".key", "missing: every descriptor needs a key")
+		d.Fail(item, key+".key", "missing: every descriptor needs a key")
 		return
 	}
 	nd := newNode(k, v)
@@ -271,61 +272,61 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		full = path + "." + full
 	}
 	if _, dup := parent.children[ck]; dup {
-		d.fail(item, key, "duplicate descriptor %q: the same key and value twice at one level", full)
+		d.Fail(item, key, "duplicate descriptor %q: the same key and value twice at one level", full)
 		return
 	}
 	if share && !strings.Contains(v, "*") {
-		d.fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", v)
+		d.Fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", v)
 	}
 	opts := (algNode != nil || burstNode != nil || segNode != nil || syncNode != nil || leaseNode != nil || shardsNode != nil || reportNode != nil)
 	if rl == nil && opts {
-		d.fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
+		d.Fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
 	}
 	if rl != nil {
 		r := d.rateLimit(key+".rate_limit", rl, p.domain)
 		if r != nil {
-			r.Path, r.File, r.Line = full, d.file, item.Line
+			r.Path, r.File, r.Line = full, d.File, item.Line
 			r.Shadow, r.Quota, r.DetailedMetric, r.ValueToMetric = shadow, quota, detailed, v2m
 			r.Report = report
 			r.fromReq = detailed || v2m || aboveV2M
 			r.Sync, r.Lease, r.Shards = sync, lease, shards
 			if r.Unlimited && opts {
-				d.fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
+				d.Fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
 			}
 			if algNode != nil {
 				a, err := sluice.ParseAlgorithm(algorithm)
 				if err != nil {
-					d.fail(algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", algorithm)
+					d.Fail(algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", algorithm)
 				} else {
 					r.Algorithm = a
 				}
 			}
 			if burstNode != nil && burst < 1 {
-				d.fail(burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", burst)
+				d.Fail(burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", burst)
 			}
 			if segNode != nil && (segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
-				d.fail(segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
+				d.Fail(segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
 			}
 			if syncNode != nil && (sync < time.Millisecond || sync > time.Minute) {
-				d.fail(syncNode, key+".sync", "%v must be between 1ms and 1m", sync)
+				d.Fail(syncNode, key+".sync", "%v must be between 1ms and 1m", sync)
 			}
 			if syncNode != nil && leaseNode != nil {
-				d.fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
+				d.Fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
 			}
 			if (syncNode != nil || leaseNode != nil) && !rules.FleetShareable(r.Algorithm, segments) {
 				n, k := syncNode, key+".sync"
 				if leaseNode != nil {
 					n, k = leaseNode, key+".lease"
 				}
-				d.fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
+				d.Fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
 			}
 			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
-				d.fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
+				d.Fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
 			}
 			if r.RequestsPerUnit > 0 && !r.Unlimited {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Limit.Validate(); err != nil {
-					d.fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+					d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 				}
 			}
 			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)
@@ -336,7 +337,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	if children != nil {
 		d.descriptors(key+".descriptors", children, nd, p, full, depth+1, aboveV2M || v2m)
 	}
-	if len(d.errs) > before {
+	if len(d.Errs) > before {
 		return
 	}
 	parent.children[ck] = nd
@@ -352,7 +353,7 @@ func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
 	var unit string
 	var unitNode, rpuNode *yaml.Node
 	var rpu int64
-	before := len(d.errs)
+	before := len(d.Errs)
 	d.mapping(key, n, fields{
 		"unit":              func(k string, x *yaml.Node) { unitNode = x; d.str(&unit)(k, x) },
 		"requests_per_unit": func(k string, x *yaml.Node) { rpuNode = x; d.int64(&rpu)(k, x) },
@@ -363,43 +364,43 @@ func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
 				var name string
 				d.mapping(ik, item, fields{"name": d.str(&name)})
 				if name == "" {
-					d.fail(item, ik+".name", "missing: replaces lists {name: NAME} of the limits this one replaces")
+					d.Fail(item, ik+".name", "missing: replaces lists {name: NAME} of the limits this one replaces")
 					return
 				}
 				r.Replaces = append(r.Replaces, name)
 			})
 		},
 	})
-	m := d.resolve(key, n)
+	m := d.Resolve(key, n)
 	if m == nil || m.Kind != yaml.MappingNode {
 		return nil
 	}
 	switch {
 	case r.Unlimited && unitNode != nil:
-		d.fail(unitNode, key+".unit", "an unlimited rate_limit takes no unit")
+		d.Fail(unitNode, key+".unit", "an unlimited rate_limit takes no unit")
 	case r.Unlimited:
 	case unitNode == nil:
-		d.fail(m, key+".unit", "missing: second, minute, hour, day, week, month or year")
+		d.Fail(m, key+".unit", "missing: second, minute, hour, day, week, month or year")
 	default:
 		u, ok := ParseUnit(unit)
 		if !ok {
-			d.fail(unitNode, key+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", unit)
+			d.Fail(unitNode, key+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", unit)
 		}
 		r.Unit = u
 	}
 	if !r.Unlimited && rpuNode == nil {
-		d.fail(m, key+".requests_per_unit", "missing: how many requests per unit (0 denies every request)")
+		d.Fail(m, key+".requests_per_unit", "missing: how many requests per unit (0 denies every request)")
 	}
 	if rpuNode != nil && (rpu < 0 || rpu > math.MaxUint32) {
-		d.fail(rpuNode, key+".requests_per_unit", "%d is out of range (0 to %d)", rpu, uint32(math.MaxUint32))
+		d.Fail(rpuNode, key+".requests_per_unit", "%d is out of range (0 to %d)", rpu, uint32(math.MaxUint32))
 	}
 	r.RequestsPerUnit = uint32(max(0, min(rpu, math.MaxUint32)))
 	for _, name := range r.Replaces {
 		if name == r.Name {
-			d.fail(m, key+".replaces", "a limit cannot replace itself (%q)", name)
+			d.Fail(m, key+".replaces", "a limit cannot replace itself (%q)", name)
 		}
 	}
-	if len(d.errs) > before {
+	if len(d.Errs) > before {
 		return nil
 	}
 	return r

@@ -1,0 +1,89 @@
+// Package yamlnode holds what the strict YAML decoders of the daemon's
+// config (internal/config) and of descriptor files (internal/descriptors)
+// share: every problem collected with its file, line and key path, aliases
+// followed, and a bound on the values visited so that an alias bomb stops.
+// What each decoder accepts, and how it words a wrong type, stays with it.
+package yamlnode
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// Walker collects the problems of one YAML file. Embed it in a decoder.
+type Walker struct {
+	File string
+	Errs rules.ParseErrors
+
+	what   string // names the input in the "too large" problem
+	max    int
+	budget int
+}
+
+// NewWalker returns a Walker for file that visits at most max values,
+// aliases expanded; what names the input ("config", "file") in the problem
+// reported when that budget is spent.
+func NewWalker(file, what string, max int) Walker {
+	return Walker{File: file, what: what, max: max, budget: max}
+}
+
+// Fail records a problem at n's line (0 when n is nil) under key.
+func (w *Walker) Fail(n *yaml.Node, key, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	w.Errs = append(w.Errs, &rules.ParseError{File: w.File, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Resolve follows aliases and charges the value budget. It returns nil for
+// a null value (so that "key:" with nothing means "not given") and when the
+// budget is spent.
+func (w *Walker) Resolve(key string, n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return nil
+	}
+	w.budget--
+	if w.budget == 0 {
+		w.Fail(n, key, "%s too large: more than %d values (aliases expanded)", w.what, w.max)
+	}
+	if w.budget <= 0 {
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	return n
+}
+
+// Spent reports whether the value budget ran out.
+func (w *Walker) Spent() bool { return w.budget <= 0 }
+
+// Join returns the key path of name below path.
+func Join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// SyntaxError splits a yaml.v3 error into the line it names (0 for none,
+// as yaml.v3 counts it) and its message without the "yaml: line N: " prefix.
+func SyntaxError(err error) (line int, msg string) {
+	msg = err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return line, msg
+}
