@@ -154,13 +154,19 @@ type Proc struct {
 	Name string
 	Cmd  *exec.Cmd
 	Logs *bytes.Buffer
+	done chan struct{} // closed once Cmd.Wait returns; set by Procs.Start and Add
 }
 
 // Procs are the children a run started; StopAll ends them by PID.
 type Procs struct{ ps []*Proc }
 
-// Add takes a child started elsewhere.
-func (s *Procs) Add(p *Proc) { s.ps = append(s.ps, p) }
+// Add takes a child started elsewhere (its Cmd already started); from
+// now on Procs waits for it, so the caller must not call Cmd.Wait.
+func (s *Procs) Add(p *Proc) {
+	p.done = make(chan struct{})
+	go func() { p.Cmd.Wait(); close(p.done) }()
+	s.ps = append(s.ps, p)
+}
 
 // Start runs a child process; its output is kept and shown if it dies.
 func (s *Procs) Start(ctx context.Context, name, bin string, args ...string) (*Proc, error) {
@@ -169,7 +175,7 @@ func (s *Procs) Start(ctx context.Context, name, bin string, args ...string) (*P
 	if err := p.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	s.ps = append(s.ps, p)
+	s.Add(p)
 	return p, nil
 }
 
@@ -179,13 +185,11 @@ func (s *Procs) StopAll() {
 		p.Cmd.Process.Signal(os.Interrupt)
 	}
 	for _, p := range s.ps {
-		done := make(chan struct{})
-		go func() { p.Cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-p.done:
 		case <-time.After(15 * time.Second):
 			p.Cmd.Process.Kill()
-			<-done
+			<-p.done
 		}
 	}
 }
@@ -212,8 +216,28 @@ func FreePorts(n int) ([]string, error) {
 
 // WaitTCP waits until addr accepts connections, bounded by 15s.
 func WaitTCP(ctx context.Context, addr string) error {
+	return waitTCP(ctx, addr, nil)
+}
+
+// WaitListen is WaitTCP for the listener of p (started by Procs): it fails
+// at once, with p's output, if p exits before addr accepts connections.
+func WaitListen(ctx context.Context, addr string, p *Proc) error {
+	if err := waitTCP(ctx, addr, p); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	return nil
+}
+
+func waitTCP(ctx context.Context, addr string, p *Proc) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
+		if p != nil {
+			select {
+			case <-p.done:
+				return fmt.Errorf("exited: %s", p.Logs)
+			default:
+			}
+		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
@@ -256,4 +280,37 @@ func (s *Procs) StartRedis(ctx context.Context, addr, dir string) (*Proc, error)
 		return nil, fmt.Errorf("redis: %w\n%s", err, p.Logs.String())
 	}
 	return p, nil
+}
+
+// StartNginx runs nginx in the foreground as one process (master_process
+// off: one worker, its CPU in one /proc/PID/stat), its pid, logs and temp
+// files under dir, on the http-block body httpConf (included from
+// dir/http.conf).
+func (s *Procs) StartNginx(ctx context.Context, dir, httpConf string) (*Proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	include := filepath.Join(dir, "http.conf")
+	if err := os.WriteFile(include, []byte(httpConf), 0o644); err != nil {
+		return nil, err
+	}
+	conf := `master_process off;
+pid ` + filepath.Join(dir, "nginx.pid") + `;
+error_log ` + filepath.Join(dir, "error.log") + ` error;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
+    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
+    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
+    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
+    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
+    include ` + include + `;
+}
+`
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	return s.Start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
 }
