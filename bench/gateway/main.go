@@ -34,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/harness"
 )
 
 type options struct {
@@ -65,7 +67,7 @@ func run() error {
 			return fmt.Errorf("%s not found on PATH", bin)
 		}
 	}
-	root, err := repoRoot()
+	root, err := harness.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -77,12 +79,12 @@ func run() error {
 	ctx := context.Background()
 
 	fmt.Fprintln(os.Stderr, "gateway: building sluice")
-	sluiceBin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-C", root, "-o", sluiceBin, "./cmd/sluice").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	sluiceBin, err := harness.BuildSluice(ctx, dir)
+	if err != nil {
+		return err
 	}
 
-	ports, err := freePorts(4)
+	ports, err := harness.FreePorts(4)
 	if err != nil {
 		return err
 	}
@@ -101,8 +103,8 @@ func run() error {
 	go up.Serve(upLn)
 	defer up.Close()
 
-	var procs procSet
-	defer procs.stopAll()
+	var procs harness.Procs
+	defer procs.StopAll()
 
 	// Sluice, on the example's config with limits nobody reaches.
 	yaml, err := os.ReadFile(filepath.Join(root, "examples", "gateways", "nginx", "sluice.yaml"))
@@ -119,11 +121,11 @@ func run() error {
 	if err := os.WriteFile(sluiceConf, []byte(y), 0o644); err != nil {
 		return err
 	}
-	sluice, err := procs.start(ctx, "sluice", sluiceBin, "serve", "-config", sluiceConf)
+	sluice, err := procs.Start(ctx, "sluice", sluiceBin, "serve", "-config", sluiceConf)
 	if err != nil {
 		return err
 	}
-	if err := waitTCP(sluiceAddr, sluice); err != nil {
+	if err := harness.WaitListen(ctx, sluiceAddr, sluice); err != nil {
 		return err
 	}
 
@@ -132,7 +134,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	start := func(name, listen string, auth bool) (*proc, error) {
+	start := func(name, listen string, auth bool) (*harness.Proc, error) {
 		conf, err := replaceAll(string(snippet),
 			"server 127.0.0.1:8080;", "server "+sluiceAddr+";",
 			"server 127.0.0.1:9000;", "server "+upstreamAddr+";",
@@ -145,11 +147,11 @@ func run() error {
 				return nil, err
 			}
 		}
-		p, err := startNginx(ctx, &procs, filepath.Join(dir, name), conf)
+		p, err := procs.StartNginx(ctx, filepath.Join(dir, name), conf)
 		if err != nil {
 			return nil, err
 		}
-		return p, waitTCP(listen, p)
+		return p, harness.WaitListen(ctx, listen, p)
 	}
 	without, err := start("without", withoutAddr, false)
 	if err != nil {
@@ -180,16 +182,16 @@ func run() error {
 		}
 	}
 
-	loadBefore := loadAvg()
+	loadBefore := harness.LoadAvg()
 	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop, %d paced and %d single-connection steps of %v (wrk -t%d -c%d)\n", 2*o.runs, 2*o.runs, 2*o.runs, o.duration, o.threads, o.conns)
 	var best [2]result
 	for range o.runs {
 		for i, s := range []struct {
 			url  string
-			ps   []*proc
+			ps   []*harness.Proc
 			name string
-		}{{"http://" + withoutAddr + "/", []*proc{without}, "nginx → upstream"},
-			{"http://" + withAddr + "/", []*proc{with, sluice}, "nginx + auth_request to Sluice → upstream"}} {
+		}{{"http://" + withoutAddr + "/", []*harness.Proc{without}, "nginx → upstream"},
+			{"http://" + withAddr + "/", []*harness.Proc{with, sluice}, "nginx + auth_request to Sluice → upstream"}} {
 			r, err := wrk(ctx, o, s.url, "", s.ps)
 			if err != nil {
 				return err
@@ -211,12 +213,12 @@ func run() error {
 		for i, s := range []struct {
 			single bool
 			url    string
-			ps     []*proc
+			ps     []*harness.Proc
 		}{
-			{false, "http://" + withoutAddr + "/", []*proc{without}},
-			{false, "http://" + withAddr + "/", []*proc{with, sluice}},
-			{true, "http://" + withoutAddr + "/", []*proc{without}},
-			{true, "http://" + withAddr + "/", []*proc{with, sluice}},
+			{false, "http://" + withoutAddr + "/", []*harness.Proc{without}},
+			{false, "http://" + withAddr + "/", []*harness.Proc{with, sluice}},
+			{true, "http://" + withoutAddr + "/", []*harness.Proc{without}},
+			{true, "http://" + withAddr + "/", []*harness.Proc{with, sluice}},
 		} {
 			var r result
 			var err error
@@ -233,38 +235,8 @@ func run() error {
 			}
 		}
 	}
-	report(os.Stdout, o, best, rate, lat, loadBefore, loadAvg())
+	report(os.Stdout, o, best, rate, lat, loadBefore, harness.LoadAvg())
 	return nil
-}
-
-// startNginx runs nginx in the foreground as one process on the http-block
-// snippet conf, with its files under dir.
-func startNginx(ctx context.Context, procs *procSet, dir, conf string) (*proc, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "sluice.conf"), []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	main := `master_process off;
-pid ` + filepath.Join(dir, "nginx.pid") + `;
-error_log ` + filepath.Join(dir, "error.log") + ` error;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
-    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
-    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
-    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
-    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
-    include ` + filepath.Join(dir, "sluice.conf") + `;
-}
-`
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(main), 0o644); err != nil {
-		return nil, err
-	}
-	return procs.start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
 }
 
 type result struct {
@@ -284,7 +256,7 @@ var (
 )
 
 // wrk runs one closed-loop step and reads the servers' CPU time around it.
-func wrk(ctx context.Context, o options, url, script string, servers []*proc) (result, error) {
+func wrk(ctx context.Context, o options, url, script string, servers []*harness.Proc) (result, error) {
 	args := []string{"-t" + strconv.Itoa(o.threads), "-c" + strconv.Itoa(o.conns),
 		"-d" + strconv.Itoa(int(o.duration.Seconds())) + "s", "--latency", "--timeout", "5s"}
 	if script != "" {
@@ -294,7 +266,7 @@ func wrk(ctx context.Context, o options, url, script string, servers []*proc) (r
 	before := make([]time.Duration, len(servers))
 	for i, p := range servers {
 		var err error
-		if before[i], err = cpuTime(p.cmd.Process.Pid); err != nil {
+		if before[i], err = harness.CPUTime(p.Cmd.Process.Pid); err != nil {
 			return result{}, err
 		}
 	}
@@ -304,7 +276,7 @@ func wrk(ctx context.Context, o options, url, script string, servers []*proc) (r
 	}
 	var r result
 	for i, p := range servers {
-		after, err := cpuTime(p.cmd.Process.Pid)
+		after, err := harness.CPUTime(p.Cmd.Process.Pid)
 		if err != nil {
 			return result{}, err
 		}
@@ -340,7 +312,7 @@ func wrk(ctx context.Context, o options, url, script string, servers []*proc) (r
 // pacingDelay before each request, so rate × pacingDelay connections give
 // the rate (a little less: each request's own latency adds to the cycle).
 // wrk times each request from when it is sent.
-func paced(ctx context.Context, o options, url string, rate float64, servers []*proc) (result, error) {
+func paced(ctx context.Context, o options, url string, rate float64, servers []*harness.Proc) (result, error) {
 	const pacingDelay = 10 * time.Millisecond
 	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
 	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-gateway-paced-%d.lua", os.Getpid()))
@@ -360,7 +332,7 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [4]result,
 	pw, pa, sw, sa := lat[0], lat[1], lat[2], lat[3]
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	fmt.Fprintf(w, "Gateway run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d interleaved run(s) (throughput: highest requests/s; latency: lowest p99), one nginx process, everything on one machine over loopback.\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), o.threads, o.conns, o.duration, o.runs)
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), harness.NumCPU(), o.threads, o.conns, o.duration, o.runs)
 	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
 	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | nginx CPU/request | Sluice CPU/request |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
@@ -395,128 +367,4 @@ func replaceAll(s string, oldnew ...string) (string, error) {
 		s = strings.ReplaceAll(s, oldnew[i], oldnew[i+1])
 	}
 	return s, nil
-}
-
-// repoRoot is the directory of the sluice module: the parent of bench/.
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m github.com/sluicehq/sluice: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-// cpuTime returns utime+stime of the process from /proc/PID/stat.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / clkTck, nil
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func numCPU() int {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(b, []byte("\nprocessor")) + 1
-}
-
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *bytes.Buffer
-	done chan struct{}
-}
-
-type procSet struct{ ps []*proc }
-
-// start runs a child process; its output is kept and shown if it dies.
-func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	s.ps = append(s.ps, p)
-	return p, nil
-}
-
-// stopAll interrupts every child by its PID (nginx and sluice both shut
-// down on SIGINT) and waits for it.
-func (s *procSet) stopAll() {
-	for _, p := range s.ps {
-		p.cmd.Process.Signal(os.Interrupt)
-	}
-	for _, p := range s.ps {
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
-}
-
-func freePorts(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
-
-// waitTCP waits until addr accepts connections, bounded by 15s, or fails
-// at once if p exits.
-func waitTCP(addr string, p *proc) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited: %s", p.name, p.logs)
-		default:
-		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: nothing listens on %s after 15s: %w", p.name, addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a child process's startup
-	}
 }

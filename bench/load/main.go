@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -45,6 +44,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/internal/harness"
 	"github.com/valyala/fasthttp"
 )
 
@@ -198,25 +198,18 @@ func run() error {
 	defer cancel()
 
 	// Build sluice once and run it as a process, as users do.
-	sluice := filepath.Join(dir, "sluice")
-	root, err := repoRoot()
+	sluice, err := harness.BuildSluice(ctx, dir)
 	if err != nil {
 		return err
-	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", sluice, "./cmd/sluice")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice in %s: %w", root, err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	var procs procSet
-	defer procs.stopAll()
+	var procs harness.Procs
+	defer procs.StopAll()
 
-	ports, err := freePorts(11)
+	ports, err := harness.FreePorts(11)
 	if err != nil {
 		return err
 	}
@@ -224,19 +217,19 @@ func run() error {
 	memAPI, memProxy, redisAPI, redisProxy := ports[3], ports[4], ports[5], ports[6]
 	rpAddr, nginxAddr, caddyAddr, fastAddr := ports[7], ports[8], ports[9], ports[10]
 
-	up, err := procs.start(ctx, "upstream", self, "upstream", upAddr)
+	up, err := procs.Start(ctx, "upstream", self, "upstream", upAddr)
 	if err != nil {
 		return err
 	}
-	bare, err := procs.start(ctx, "bare", self, "bare", bareAddr)
+	bare, err := procs.Start(ctx, "bare", self, "bare", bareAddr)
 	if err != nil {
 		return err
 	}
-	rp, err := procs.start(ctx, "rproxy", self, "rproxy", rpAddr, "http://"+upAddr)
+	rp, err := procs.Start(ctx, "rproxy", self, "rproxy", rpAddr, "http://"+upAddr)
 	if err != nil {
 		return err
 	}
-	fast, err := procs.start(ctx, "fastproxy", self, "fastproxy", fastAddr, "http://"+upAddr)
+	fast, err := procs.Start(ctx, "fastproxy", self, "fastproxy", fastAddr, "http://"+upAddr)
 	if err != nil {
 		return err
 	}
@@ -248,13 +241,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	_, redisPort, _ := net.SplitHostPort(redisAddr)
-	if _, err := procs.start(ctx, "redis", "redis-server", "--port", redisPort, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", dir); err != nil {
+	if _, err := procs.StartRedis(ctx, redisAddr, dir); err != nil {
 		return err
 	}
-	for _, a := range []string{upAddr, bareAddr, redisAddr, rpAddr, fastAddr, nginxAddr, caddyAddr} {
-		if err := waitTCP(ctx, a); err != nil {
+	for _, a := range []string{upAddr, bareAddr, rpAddr, fastAddr, nginxAddr, caddyAddr} {
+		if err := harness.WaitTCP(ctx, a); err != nil {
 			return err
 		}
 	}
@@ -266,16 +257,16 @@ func run() error {
 	if err := os.WriteFile(redisCfg, sluiceConfig(redisAPI, redisProxy, upAddr, redisAddr), 0o644); err != nil {
 		return err
 	}
-	mem, err := procs.start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
+	mem, err := procs.Start(ctx, "sluice-memory", sluice, "serve", "-config", memCfg)
 	if err != nil {
 		return err
 	}
-	red, err := procs.start(ctx, "sluice-redis", sluice, "serve", "-config", redisCfg)
+	red, err := procs.Start(ctx, "sluice-redis", sluice, "serve", "-config", redisCfg)
 	if err != nil {
 		return err
 	}
 	for _, a := range []string{memAPI, memProxy, redisAPI, redisProxy} {
-		if err := waitTCP(ctx, a); err != nil {
+		if err := harness.WaitTCP(ctx, a); err != nil {
 			return err
 		}
 	}
@@ -289,7 +280,7 @@ func run() error {
 		name   string
 		url    string
 		script string
-		server *proc
+		server *harness.Proc
 	}{
 		{"direct to upstream", "http://" + upAddr + "/", "", up},
 		{"nginx proxy_pass with limit_req", "http://" + nginxAddr + "/", "", ngx},
@@ -302,14 +293,14 @@ func run() error {
 		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem},
 		{"sluice /v1/check, redis store", "http://" + redisAPI + "/v1/check", luaCheck, red},
 	}
-	loadBefore := loadAvg()
+	loadBefore := harness.LoadAvg()
 	results := make([]result, len(steps))
 	for run := range o.runs {
 		for i, s := range steps {
 			fmt.Fprintf(os.Stderr, "load: %s (run %d of %d) …\n", s.name, run+1, o.runs)
 			r, err := wrk(ctx, o, s.url, s.script, s.server)
 			if err != nil {
-				return fmt.Errorf("%s: %w\n%s", s.name, err, s.server.logs)
+				return fmt.Errorf("%s: %w\n%s", s.name, err, s.server.Logs)
 			}
 			r.name = s.name
 			if r.rps > results[i].rps {
@@ -336,14 +327,14 @@ func run() error {
 	var single [3]result
 	for i, s := range []struct {
 		url    string
-		server *proc
+		server *harness.Proc
 	}{{"http://" + upAddr + "/", up}, {"http://" + memProxy + "/", mem}, {"http://" + rpAddr + "/", rp}} {
 		fmt.Fprintf(os.Stderr, "load: one connection to %s …\n", s.url)
 		if single[i], err = wrk(ctx, one, s.url, "", s.server); err != nil {
 			return err
 		}
 	}
-	report(os.Stdout, o, results, rate, directHalf, proxyHalf, loadBefore, loadAvg())
+	report(os.Stdout, o, results, rate, directHalf, proxyHalf, loadBefore, harness.LoadAvg())
 	fmt.Fprintf(os.Stdout, "- one connection, one request at a time (p50 / p99): direct %v / %v; sluice proxy %v / %v; bare httputil.ReverseProxy %v / %v\n",
 		single[0].p50, single[0].p99, single[1].p50, single[1].p99, single[2].p50, single[2].p99)
 	return nil
@@ -353,78 +344,39 @@ func run() error {
 // its CPU in one /proc/PID/stat) proxying addr to upstream over pooled
 // HTTP/1.1 connections, with a limit_req zone keyed by client address on
 // every request that never limits: nginx's equivalent of the Sluice rule.
-func startNginx(ctx context.Context, procs *procSet, dir, addr, upstream string) (*proc, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	conf := `master_process off;
-pid ` + filepath.Join(dir, "nginx.pid") + `;
-error_log ` + filepath.Join(dir, "error.log") + ` error;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path ` + filepath.Join(dir, "client_body") + `;
-    proxy_temp_path ` + filepath.Join(dir, "proxy") + `;
-    fastcgi_temp_path ` + filepath.Join(dir, "fastcgi") + `;
-    uwsgi_temp_path ` + filepath.Join(dir, "uwsgi") + `;
-    scgi_temp_path ` + filepath.Join(dir, "scgi") + `;
-    limit_req_zone $binary_remote_addr zone=bench:10m rate=1000000r/s;
-    upstream up { server ` + upstream + `; keepalive 256; }
-    server {
-        listen ` + addr + `;
-        location / {
-            limit_req zone=bench burst=1000000 nodelay;
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header X-Forwarded-For $remote_addr;
-        }
+func startNginx(ctx context.Context, procs *harness.Procs, dir, addr, upstream string) (*harness.Proc, error) {
+	return procs.StartNginx(ctx, dir, `limit_req_zone $binary_remote_addr zone=bench:10m rate=1000000r/s;
+upstream up { server `+upstream+`; keepalive 256; }
+server {
+    listen `+addr+`;
+    location / {
+        limit_req zone=bench burst=1000000 nodelay;
+        proxy_pass http://up;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header X-Forwarded-For $remote_addr;
     }
 }
-`
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	return procs.start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
+`)
 }
 
 // startCaddy runs Caddy's reverse_proxy from addr to upstream. Caddy has
 // no rate limiting of its own (it needs a third-party module), so its row
 // is proxying alone.
-func startCaddy(ctx context.Context, procs *procSet, dir, addr, upstream string) (*proc, error) {
+func startCaddy(ctx context.Context, procs *harness.Procs, dir, addr, upstream string) (*harness.Proc, error) {
 	conf := "{\n\tadmin off\n\tauto_https off\n}\nhttp://" + addr + " {\n\treverse_proxy " + upstream + "\n}\n"
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	p := &proc{name: "caddy", logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, "caddy", "run", "--config", path, "--adapter", "caddyfile")}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
-	if err := p.cmd.Start(); err != nil {
+	p := &harness.Proc{Name: "caddy", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, "caddy", "run", "--config", path, "--adapter", "caddyfile")}
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+	p.Cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
+	if err := p.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start caddy: %w", err)
 	}
-	procs.ps = append(procs.ps, p)
+	procs.Add(p)
 	return p, nil
-}
-
-// repoRoot finds the repository root (the directory holding
-// cmd/sluice/main.go) from the working directory upwards.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "cmd", "sluice", "main.go")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run from inside the sluice repository (cmd/sluice not found above the working directory)")
-		}
-		dir = parent
-	}
 }
 
 // sluiceConfig is a config with one rule that applies to every request but
@@ -485,14 +437,14 @@ var (
 )
 
 // wrk runs one closed-loop step and reads the server's CPU time around it.
-func wrk(ctx context.Context, o options, url, script string, server *proc) (result, error) {
+func wrk(ctx context.Context, o options, url, script string, server *harness.Proc) (result, error) {
 	args := []string{"-t" + strconv.Itoa(o.threads), "-c" + strconv.Itoa(o.conns),
 		"-d" + strconv.Itoa(int(o.duration.Seconds())) + "s", "--latency", "--timeout", "5s"}
 	if script != "" {
 		args = append(args, "-s", script)
 	}
 	args = append(args, url)
-	before, err := cpuTime(server.cmd.Process.Pid)
+	before, err := harness.CPUTime(server.Cmd.Process.Pid)
 	if err != nil {
 		return result{}, err
 	}
@@ -500,7 +452,7 @@ func wrk(ctx context.Context, o options, url, script string, server *proc) (resu
 	if err != nil {
 		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
 	}
-	after, err := cpuTime(server.cmd.Process.Pid)
+	after, err := harness.CPUTime(server.Cmd.Process.Pid)
 	if err != nil {
 		return result{}, err
 	}
@@ -529,30 +481,11 @@ func wrk(ctx context.Context, o options, url, script string, server *proc) (resu
 	return r, nil
 }
 
-// cpuTime returns utime+stime of the process from /proc/PID/stat.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 (1-based) of the whole line.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / clkTck, nil
-}
-
 // paced runs wrk at about rate requests/s: each of its connections waits
 // pacingDelay before each request, so c = rate × pacingDelay connections
 // give the rate (a little less, since each request's own latency adds to
 // the cycle). wrk times each request from when it is sent.
-func paced(ctx context.Context, o options, url string, rate float64, server *proc) (result, error) {
+func paced(ctx context.Context, o options, url string, rate float64, server *harness.Proc) (result, error) {
 	const pacingDelay = 10 * time.Millisecond
 	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
 	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-load-paced-%d.lua", os.Getpid()))
@@ -568,7 +501,7 @@ func paced(ctx context.Context, o options, url string, rate float64, server *pro
 
 func report(w io.Writer, o options, rs []result, rate float64, direct, proxy result, loadBefore, loadAfter string) {
 	fmt.Fprintf(w, "Load run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d run(s) per step, everything on one machine over loopback.\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), numCPU(), o.threads, o.conns, o.duration, o.runs)
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), harness.NumCPU(), o.threads, o.conns, o.duration, o.runs)
 	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
 	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
@@ -590,98 +523,4 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[stepCheck+2].rps/rs[stepCheck].rps)
 	fmt.Fprintf(w, "- paced at half the proxy's peak (%.0f req/s asked; got %.0f direct, %.0f through the proxy): direct p50 %v p99 %v; proxy p50 %v p99 %v (%d non-2xx); the proxy adds %v at p99 (target < 1ms)\n",
 		rate, direct.rps, proxy.rps, direct.p50, direct.p99, proxy.p50, proxy.p99, proxy.non2xx, proxy.p99-direct.p99)
-}
-
-// loadAvg is the first three fields of /proc/loadavg: how busy the machine
-// was apart from this run.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-func numCPU() int {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(b, []byte("\nprocessor")) + 1
-}
-
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *bytes.Buffer
-}
-
-type procSet struct{ ps []*proc }
-
-// start runs a child process; its output is kept and shown if it dies.
-func (s *procSet) start(ctx context.Context, name, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, logs: new(bytes.Buffer), cmd: exec.CommandContext(ctx, bin, args...)}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	s.ps = append(s.ps, p)
-	return p, nil
-}
-
-// stopAll interrupts every child (by its PID) and waits for it.
-func (s *procSet) stopAll() {
-	for _, p := range s.ps {
-		p.cmd.Process.Signal(os.Interrupt)
-	}
-	for _, p := range s.ps {
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
-			<-done
-		}
-	}
-}
-
-func freePorts(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
-}
-
-// waitTCP waits until addr accepts connections (the children need a moment
-// to start), bounded by 15s.
-func waitTCP(ctx context.Context, addr string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("nothing listens on %s after 15s: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a child process's startup
-	}
 }
