@@ -39,8 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -429,74 +427,24 @@ type result struct {
 	cpuPerRequest time.Duration // server CPU (utime+stime) per request
 }
 
-var (
-	reRPS      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	reRequests = regexp.MustCompile(`(\d+) requests in`)
-	reNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
-	rePct      = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([0-9.]+)(us|ms|s)`)
-)
-
 // wrk runs one closed-loop step and reads the server's CPU time around it.
 func wrk(ctx context.Context, o options, url, script string, server *harness.Proc) (result, error) {
-	args := []string{"-t" + strconv.Itoa(o.threads), "-c" + strconv.Itoa(o.conns),
-		"-d" + strconv.Itoa(int(o.duration.Seconds())) + "s", "--latency", "--timeout", "5s"}
-	if script != "" {
-		args = append(args, "-s", script)
-	}
-	args = append(args, url)
-	before, err := harness.CPUTime(server.Cmd.Process.Pid)
-	if err != nil {
-		return result{}, err
-	}
-	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
-	if err != nil {
-		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
-	}
-	after, err := harness.CPUTime(server.Cmd.Process.Pid)
-	if err != nil {
-		return result{}, err
-	}
-	var r result
-	if m := reRPS.FindSubmatch(out); m != nil {
-		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
-	}
-	if m := reRequests.FindSubmatch(out); m != nil {
-		r.requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
-	}
-	if m := reNon2xx.FindSubmatch(out); m != nil {
-		r.non2xx, _ = strconv.ParseInt(string(m[1]), 10, 64)
-	}
-	for _, m := range rePct.FindAllSubmatch(out, -1) {
-		d, _ := time.ParseDuration(string(m[2]) + string(m[3]))
-		if string(m[1]) == "50" {
-			r.p50 = d
-		} else {
-			r.p99 = d
-		}
-	}
-	if r.requests == 0 || r.rps == 0 {
-		return r, fmt.Errorf("cannot read wrk output:\n%s", out)
-	}
-	r.cpuPerRequest = (after - before) / time.Duration(r.requests)
-	return r, nil
+	w, err := harness.Wrk(ctx, o.threads, o.conns, o.duration, url, script, server)
+	return fromWrk(w), err
 }
 
-// paced runs wrk at about rate requests/s: each of its connections waits
-// pacingDelay before each request, so c = rate × pacingDelay connections
-// give the rate (a little less, since each request's own latency adds to
-// the cycle). wrk times each request from when it is sent.
+// paced runs wrk at about rate requests/s (harness.WrkPaced).
 func paced(ctx context.Context, o options, url string, rate float64, server *harness.Proc) (result, error) {
-	const pacingDelay = 10 * time.Millisecond
-	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
-	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-load-paced-%d.lua", os.Getpid()))
-	if err := os.WriteFile(script, fmt.Appendf(nil, "delay = function() return %d end\n", pacingDelay.Milliseconds()), 0o644); err != nil {
-		return result{}, err
+	w, err := harness.WrkPaced(ctx, o.duration, url, rate, server)
+	return fromWrk(w), err
+}
+
+func fromWrk(w harness.WrkResult) result {
+	r := result{rps: w.RPS, requests: w.Requests, p50: w.P50, p99: w.P99, non2xx: w.Non2xx}
+	if len(w.CPUPerRequest) > 0 {
+		r.cpuPerRequest = w.CPUPerRequest[0]
 	}
-	defer os.Remove(script)
-	po := o
-	po.conns = c
-	po.threads = 1
-	return wrk(ctx, po, url, script, server)
+	return r
 }
 
 func report(w io.Writer, o options, rs []result, rate float64, direct, proxy result, loadBefore, loadAfter string) {

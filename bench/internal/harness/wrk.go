@@ -1,0 +1,98 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// WrkResult is what one wrk step measured.
+type WrkResult struct {
+	RPS           float64
+	Requests      int64
+	Non2xx        int64
+	P50, P99      time.Duration
+	CPUPerRequest []time.Duration // per server process (utime+stime), in the order given
+}
+
+var (
+	reRPS      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reRequests = regexp.MustCompile(`(\d+) requests in`)
+	reNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	rePct      = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([0-9.]+)(us|ms|s)`)
+)
+
+// Wrk runs one closed-loop wrk step (wrk -tthreads -cconns for d, with
+// the Lua script if not empty) against url and reads the servers' CPU time
+// around it.
+func Wrk(ctx context.Context, threads, conns int, d time.Duration, url, script string, servers ...*Proc) (WrkResult, error) {
+	args := []string{"-t" + strconv.Itoa(threads), "-c" + strconv.Itoa(conns),
+		"-d" + strconv.Itoa(int(d.Seconds())) + "s", "--latency", "--timeout", "5s"}
+	if script != "" {
+		args = append(args, "-s", script)
+	}
+	args = append(args, url)
+	before := make([]time.Duration, len(servers))
+	for i, p := range servers {
+		var err error
+		if before[i], err = CPUTime(p.Cmd.Process.Pid); err != nil {
+			return WrkResult{}, err
+		}
+	}
+	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
+	if err != nil {
+		return WrkResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	var r WrkResult
+	for i, p := range servers {
+		after, err := CPUTime(p.Cmd.Process.Pid)
+		if err != nil {
+			return WrkResult{}, err
+		}
+		r.CPUPerRequest = append(r.CPUPerRequest, after-before[i])
+	}
+	if m := reRPS.FindSubmatch(out); m != nil {
+		r.RPS, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if m := reRequests.FindSubmatch(out); m != nil {
+		r.Requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	if m := reNon2xx.FindSubmatch(out); m != nil {
+		r.Non2xx, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
+	for _, m := range rePct.FindAllSubmatch(out, -1) {
+		d, _ := time.ParseDuration(string(m[2]) + string(m[3]))
+		if string(m[1]) == "50" {
+			r.P50 = d
+		} else {
+			r.P99 = d
+		}
+	}
+	if r.Requests == 0 || r.RPS == 0 {
+		return r, fmt.Errorf("cannot read wrk output:\n%s", out)
+	}
+	for i := range r.CPUPerRequest {
+		r.CPUPerRequest[i] /= time.Duration(r.Requests)
+	}
+	return r, nil
+}
+
+// WrkPaced runs wrk for d at about rate requests/s: each connection waits
+// pacingDelay before each request, so rate × pacingDelay connections (one
+// thread) give the rate (a little less: each request's own latency adds to
+// the cycle). wrk times each request from when it is sent.
+func WrkPaced(ctx context.Context, d time.Duration, url string, rate float64, servers ...*Proc) (WrkResult, error) {
+	const pacingDelay = 10 * time.Millisecond
+	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
+	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-bench-paced-%d.lua", os.Getpid()))
+	if err := os.WriteFile(script, fmt.Appendf(nil, "delay = function() return %d end\n", pacingDelay.Milliseconds()), 0o644); err != nil {
+		return WrkResult{}, err
+	}
+	defer os.Remove(script)
+	return Wrk(ctx, 1, c, d, url, script, servers...)
+}
