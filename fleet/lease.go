@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -419,27 +418,15 @@ func (e *leaseEntry) fits(us, need int64, d *sluice.Decision) bool {
 // shared store; units are spent only if all are allowed. Units reserved for
 // a request that ends up denied stay with the instance.
 func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	if len(ds) != len(rs) {
-		return fmt.Errorf("fleet: lease: take all: %d decisions for %d requests", len(ds), len(rs))
-	}
-	var loc, rem []int
-	ticks := make([]sluice.Ticks, len(rs))
-	for i := range rs {
-		if !l.applies(&rs[i]) || rs[i].Force { // a report: charged by the store as is
-			rem = append(rem, i)
-			continue
-		}
-		t, err := check(&rs[i])
-		if err != nil {
-			return fmt.Errorf("fleet: lease: take all %q: %w", rs[i].Key, err)
-		}
-		ticks[i] = t
-		loc = append(loc, i)
+	loc, rem, ticks, err := splitAll("lease", rs, ds, func(r *sluice.Request) bool {
+		return l.applies(r) && !r.Force // a report: charged by the store as is
+	})
+	if err != nil {
+		return err
 	}
 	if len(loc) == 0 {
 		return l.inner.TakeAll(ctx, rs, ds)
 	}
-	slices.SortStableFunc(loc, func(a, b int) int { return keyOf(&rs[a]).compare(keyOf(&rs[b])) })
 	entries := map[nsKey]*leaseEntry{}
 	need := map[*leaseEntry]int64{}
 	var held []*leaseEntry
@@ -465,22 +452,8 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		}
 		allowed = allowed && ds[i].Allowed
 	}
-	if len(rem) > 0 {
-		rrs := make([]sluice.Request, len(rem))
-		rds := make([]sluice.Decision, len(rem))
-		for j, i := range rem {
-			rrs[j] = rs[i]
-			if !allowed {
-				rrs[j].Cost = 0
-			}
-		}
-		if err := l.inner.TakeAll(ctx, rrs, rds); err != nil {
-			return err
-		}
-		for j, i := range rem {
-			ds[i] = rds[j]
-		}
-		allowed = allowed && passed(rrs, rds)
+	if allowed, err = takeRest(ctx, l.inner, rs, ds, rem, allowed); err != nil {
+		return err
 	}
 	l.local.Add(uint64(len(loc)))
 	if !allowed {

@@ -62,24 +62,9 @@ func leaseProcesses(t *testing.T, addrs []string, cluster bool) {
 			for _, a := range addrs {
 				scripts += evalCalls(t, a)
 			}
-			var decisions, admitted int64
-			var calls uint64
-			windows := map[int64]int64{}
-			first, last := rs[0].First, rs[0].Last
-			for _, r := range rs {
-				decisions += r.Decisions
-				admitted += r.Admitted
-				calls += r.Calls
-				for w, a := range r.ByWindow {
-					windows[w] += a
-				}
-				if r.First.Before(first) {
-					first = r.First
-				}
-				if r.Last.After(last) {
-					last = r.Last
-				}
-			}
+			tot := fleetTotal(rs)
+			decisions, admitted, calls := tot.Decisions, tot.Admitted, tot.Calls
+			windows, first, last := tot.ByWindow, tot.First, tot.Last
 			perDecision := float64(scripts) / float64(decisions)
 			R := c.limit.Rate
 			t.Logf("%s %v, lease auto, %d processes at %dx: %d decisions, %d admitted, %d reservations, %d scripts in Redis: %.3f per decision",

@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -435,28 +434,13 @@ func (s *Sync) observe(e *syncEntry, st *sluice.State, sent bool) {
 // is allowed. When a local request is denied, the others are asked without
 // counting (cost 0).
 func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	if len(ds) != len(rs) {
-		return fmt.Errorf("fleet: sync: take all: %d decisions for %d requests", len(ds), len(rs))
-	}
-	var loc, rem []int
-	ticks := make([]sluice.Ticks, len(rs))
-	for i := range rs {
-		if !s.applies(&rs[i]) {
-			rem = append(rem, i)
-			continue
-		}
-		t, err := check(&rs[i])
-		if err != nil {
-			return fmt.Errorf("fleet: sync: take all %q: %w", rs[i].Key, err)
-		}
-		ticks[i] = t
-		loc = append(loc, i)
+	loc, rem, ticks, err := splitAll("sync", rs, ds, s.applies)
+	if err != nil {
+		return err
 	}
 	if len(loc) == 0 {
 		return s.inner.TakeAll(ctx, rs, ds)
 	}
-	// Lock each key once, in key order.
-	slices.SortStableFunc(loc, func(a, b int) int { return keyOf(&rs[a]).compare(keyOf(&rs[b])) })
 	entries := map[nsKey]*syncEntry{}
 	views := map[*syncEntry]*sluice.State{}
 	var held []*syncEntry
@@ -491,22 +475,8 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		ds[i] = d
 		allowed = allowed && (d.Allowed || r.Force)
 	}
-	if len(rem) > 0 {
-		rrs := make([]sluice.Request, len(rem))
-		rds := make([]sluice.Decision, len(rem))
-		for j, i := range rem {
-			rrs[j] = rs[i]
-			if !allowed {
-				rrs[j].Cost = 0
-			}
-		}
-		if err := s.inner.TakeAll(ctx, rrs, rds); err != nil {
-			return err
-		}
-		for j, i := range rem {
-			ds[i] = rds[j]
-		}
-		allowed = allowed && passed(rrs, rds)
+	if allowed, err = takeRest(ctx, s.inner, rs, ds, rem, allowed); err != nil {
+		return err
 	}
 	s.local.Add(uint64(len(loc)))
 	if !allowed {

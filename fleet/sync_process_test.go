@@ -164,6 +164,31 @@ func runWorkers(t *testing.T, n int, sp workerSpec) []workerResult {
 	return results
 }
 
+// fleetTotal adds up the workers' results: counts summed, admissions per
+// window summed, the first and last admission of any, the worst gap,
+// batch and overshoot of any.
+func fleetTotal(rs []workerResult) workerResult {
+	tot := workerResult{ByWindow: map[int64]int64{}, First: rs[0].First, Last: rs[0].Last}
+	for _, r := range rs {
+		tot.Decisions += r.Decisions
+		tot.Admitted += r.Admitted
+		tot.Batches += r.Batches
+		tot.Calls += r.Calls
+		tot.MaxGap, tot.MaxRTT = max(tot.MaxGap, r.MaxGap), max(tot.MaxRTT, r.MaxRTT)
+		tot.Observed = max(tot.Observed, r.Observed)
+		for w, a := range r.ByWindow {
+			tot.ByWindow[w] += a
+		}
+		if r.First.Before(tot.First) {
+			tot.First = r.First
+		}
+		if r.Last.After(tot.Last) {
+			tot.Last = r.Last
+		}
+	}
+	return tot
+}
+
 type processCase struct {
 	limit    sluice.Limit
 	interval time.Duration
@@ -218,25 +243,9 @@ func syncProcesses(t *testing.T, addrs []string, cluster bool) {
 			sp := workerSpec{Addrs: addrs, Cluster: cluster, Mode: "sync", Algorithm: alg, Limit: c.limit, Interval: c.interval,
 				Key: fmt.Sprintf("procs/%d/%s", time.Now().UnixNano(), alg), Rate: lambda, Start: startAt(c, long), Duration: c.duration}
 			rs := runWorkers(t, n, sp)
-			var gap, rtt time.Duration
-			var decisions, admitted, observed int64
-			windows := map[int64]int64{}
-			first, last := rs[0].First, rs[0].Last
-			for _, r := range rs {
-				gap, rtt = max(gap, r.MaxGap), max(rtt, r.MaxRTT)
-				decisions += r.Decisions
-				admitted += r.Admitted
-				observed = max(observed, r.Observed)
-				for w, a := range r.ByWindow {
-					windows[w] += a
-				}
-				if r.First.Before(first) {
-					first = r.First
-				}
-				if r.Last.After(last) {
-					last = r.Last
-				}
-			}
+			tot := fleetTotal(rs)
+			gap, rtt, decisions, admitted, observed := tot.MaxGap, tot.MaxRTT, tot.Decisions, tot.Admitted, tot.Observed
+			windows, first, last := tot.ByWindow, tot.First, tot.Last
 			// The formula, with the measured rate and the worst gap: the
 			// interval as it really went.
 			sent := float64(decisions) / c.duration.Seconds()
