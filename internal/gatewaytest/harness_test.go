@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // startTimeout bounds how long a gateway or daemon may take to be ready;
@@ -106,7 +107,7 @@ type sluiced struct {
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
-	logs   *syncBuffer
+	logs   *redistest.SyncBuffer
 }
 
 // startSluice runs a daemon on yaml (an example's sluice.yaml, rewritten),
@@ -123,7 +124,7 @@ func startSluice(t *testing.T, yaml string) *sluiced {
 		t.Fatalf("config.Load: %v", err)
 	}
 	cfg.Listen = "127.0.0.1:0"
-	s := &sluiced{done: make(chan error, 1), logs: new(syncBuffer)}
+	s := &sluiced{done: make(chan error, 1), logs: new(redistest.SyncBuffer)}
 	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(s.logs, nil))})
 	if err != nil {
 		t.Fatalf("daemon.New: %v", err)
@@ -158,7 +159,7 @@ type gateway struct {
 	url  string // http://127.0.0.1:port
 	cmd  *exec.Cmd
 	done chan struct{}
-	logs *syncBuffer
+	logs *redistest.SyncBuffer
 	dir  string
 }
 
@@ -251,7 +252,7 @@ func startCaddy(t *testing.T, caddyfile string, port int) *gateway {
 // serving (its pid file written, its "serving" log line).
 func (g *gateway) start(t *testing.T, cmd *exec.Cmd, port int, started func() bool, errorLog func() string) bool {
 	t.Helper()
-	g.logs = new(syncBuffer)
+	g.logs = new(redistest.SyncBuffer)
 	cmd.Stdout, cmd.Stderr = g.logs, g.logs
 	cmd.Dir = g.dir
 	if err := cmd.Start(); err != nil {
@@ -378,21 +379,4 @@ func (r result) String() string {
 		}
 	}
 	return b.String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

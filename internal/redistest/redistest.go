@@ -48,7 +48,7 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
-	logs *syncBuffer
+	logs *SyncBuffer
 }
 
 // StartServer starts a redis-server on a free loopback port and waits until
@@ -169,7 +169,7 @@ func (s *Server) start() error {
 	if err != nil {
 		return err
 	}
-	logs := &syncBuffer{}
+	logs := &SyncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -491,18 +491,20 @@ func tail(s string) string {
 	return s
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: the output of a
+// process the test started, written while the test reads it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
