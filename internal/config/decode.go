@@ -65,11 +65,6 @@ var wellFormedDuration = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|
 // yamlError turns a YAML syntax error into a ParseError with its line.
 func yamlError(file string, data []byte, err error) *rules.ParseError {
 	line, msg := yamlnode.SyntaxError(err)
-	if parserError(msg) {
-		// yaml.v3 reports its parser's errors (unlike its scanner's) with
-		// the line counted from 0, and no line at all for the first.
-		line++
-	}
 	switch {
 	case strings.HasPrefix(msg, "did not find expected ',' or") && strings.Contains(lineText(data, line), "${"):
 		msg += `: a value holding ${…} inside [ ] or { } must be quoted, as in key: ["header:${VAR}"]`
@@ -78,21 +73,6 @@ func yamlError(file string, data []byte, err error) *rules.ParseError {
 		msg += " in the block that starts here: check the indentation of the lines below it"
 	}
 	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
-}
-
-// parserError reports whether msg is one of the errors of yaml.v3's
-// parser (parserc.go), as opposed to its scanner.
-func parserError(msg string) bool {
-	switch msg {
-	case "did not find expected ',' or ']'", "did not find expected ',' or '}'",
-		"did not find expected '-' indicator", "did not find expected <document start>",
-		"did not find expected <stream-start>", "did not find expected key",
-		"did not find expected node content", "found duplicate %TAG directive",
-		"found duplicate %YAML directive", "found incompatible YAML document",
-		"found undefined tag handle":
-		return true
-	}
-	return false
 }
 
 // lineText returns line n (from 1) of data, or "".

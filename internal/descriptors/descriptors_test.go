@@ -310,6 +310,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty file", "", []string{"test.yaml:1: empty file"}},
 		{"two documents", "domain: a\n---\ndomain: b\n", []string{"test.yaml:2: more than one YAML document"}},
 		{"syntax", "domain: [\n", []string{"YAML syntax"}},
+		{"parser error line", "domain: d\ndescriptors:\n  - key: k\n    value: [a, b\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: YAML syntax: did not find expected ',' or ']'"}},
 		{"not a mapping", "- a\n", []string{"want a mapping"}},
 		{"nested error", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second}\n", []string{"test.yaml:6: descriptors[0].descriptors[0].rate_limit.requests_per_unit: missing"}},
 		{"two errors", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes please\n  - key: b\n    quota_mode: 1\n", []string{"test.yaml:4: descriptors[0].shadow_mode: want true or false", "test.yaml:6: descriptors[1].quota_mode: want true or false"}},

@@ -77,13 +77,34 @@ func Join(path, name string) string {
 
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
-// SyntaxError splits a yaml.v3 error into the line it names (0 for none,
-// as yaml.v3 counts it) and its message without the "yaml: line N: " prefix.
+// SyntaxError splits a yaml.v3 error into the line it names (from 1; 0 for
+// none) and its message without the "yaml: line N: " prefix. yaml.v3 counts
+// its parser's lines from 0 and its scanner's from 1: both come back from 1.
 func SyntaxError(err error) (line int, msg string) {
 	msg = err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}
+	if parserError(msg) {
+		// yaml.v3 reports its parser's errors (unlike its scanner's) with
+		// the line counted from 0, and no line at all for the first.
+		line++
+	}
 	return line, msg
+}
+
+// parserError reports whether msg is one of the errors of yaml.v3's
+// parser (parserc.go), as opposed to its scanner.
+func parserError(msg string) bool {
+	switch msg {
+	case "did not find expected ',' or ']'", "did not find expected ',' or '}'",
+		"did not find expected '-' indicator", "did not find expected <document start>",
+		"did not find expected <stream-start>", "did not find expected key",
+		"did not find expected node content", "found duplicate %TAG directive",
+		"found duplicate %YAML directive", "found incompatible YAML document",
+		"found undefined tag handle":
+		return true
+	}
+	return false
 }
