@@ -49,8 +49,17 @@ func TestJoinAndSyntaxError(t *testing.T) {
 	if line != 12 || msg != "mapping values are not allowed in this context" {
 		t.Fatalf("SyntaxError = %d, %q", line, msg)
 	}
+	// A parser error counts lines from 0 and names none for the first.
 	line, msg = SyntaxError(errors.New("yaml: did not find expected key"))
-	if line != 0 || msg != "did not find expected key" {
-		t.Fatalf("SyntaxError(no line) = %d, %q", line, msg)
+	if line != 1 || msg != "did not find expected key" {
+		t.Fatalf("SyntaxError(parser, no line) = %d, %q", line, msg)
+	}
+	line, msg = SyntaxError(errors.New("yaml: line 3: did not find expected ',' or ']'"))
+	if line != 4 || msg != "did not find expected ',' or ']'" {
+		t.Fatalf("SyntaxError(parser, line 3) = %d, %q", line, msg)
+	}
+	line, msg = SyntaxError(errors.New("yaml: control characters are not allowed"))
+	if line != 0 || msg != "control characters are not allowed" {
+		t.Fatalf("SyntaxError(scanner, no line) = %d, %q", line, msg)
 	}
 }
