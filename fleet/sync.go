@@ -241,13 +241,9 @@ func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decisi
 			// Counted in the view's window, which may be ahead of now.
 			at = max(at, windowStart(&e.ticks, st))
 		}
-		c := r.Cost
-		if r.Force {
-			// A report past the debt's cap counts as the cap (see
-			// sluice.Algorithm.Charge), which keeps the batch exact.
-			c = min(c, 1<<50/e.ticks.Period+e.ticks.Burst+1)
-		}
-		e.record(redisstore.Hit{At: at, Cost: c})
+		// A report past the state's cap counts as reaching it (see
+		// sluice.Algorithm.Charge); adding the hit stops at the cap too.
+		e.record(redisstore.Hit{At: at, Cost: min(r.Cost, capCost(e.alg, &e.ticks))})
 	}
 	return nil
 }
@@ -264,13 +260,13 @@ func (e *syncEntry) record(h redisstore.Hit) {
 		case sluice.FixedWindow, sluice.SlidingWindowCounter:
 			p := e.ticks.Period * e.ticks.Tick
 			if floorDiv(last.At, p) == floorDiv(h.At, p) {
-				last.Cost += h.Cost
+				last.Cost = min(last.Cost+h.Cost, capCost(e.alg, &e.ticks))
 				return
 			}
 		default:
 			if last.At == h.At || n >= maxHits {
 				last.At = max(last.At, h.At)
-				last.Cost += h.Cost
+				last.Cost = min(last.Cost+h.Cost, capCost(e.alg, &e.ticks))
 				return
 			}
 		}

@@ -14,17 +14,54 @@ import (
 // Go twin of fleet.lua's sync mode, for one hit.
 func addHit(a sluice.Algorithm, t *sluice.Ticks, st *sluice.State, h redisstore.Hit) {
 	at := floorDiv(h.At, t.Tick)
+	limit, unit := chargeCap(a, t)
 	switch a {
 	case sluice.TokenBucket, sluice.GCRA:
-		setDebt(a, t, st, at, debtAt(a, t, st, at)+h.Cost*t.Period)
+		d := debtAt(a, t, st, at)
+		addCapped(&d, h.Cost, unit, limit)
+		setDebt(a, t, st, at, d)
 	case sluice.FixedWindow, sluice.SlidingWindowCounter:
 		w := floorDiv(at, t.Period)
 		advance(a, st, w)
 		if w == st.T {
-			st.N += h.Cost
+			addCapped(&st.N, h.Cost, unit, limit)
 		} else if a == sluice.SlidingWindowCounter && w == st.T-1 {
-			st.M += h.Cost
+			addCapped(&st.M, h.Cost, unit, limit)
 		}
+	}
+}
+
+// chargeCap is the most a forced charge (Request.Force) leaves in a state,
+// as sluice's Charge caps it: a bucket's debt in token-ticks (unit Period
+// per token), a window's count (unit 1). Adding a hit stops there too, as
+// the charge that made it did: a single instance then keeps exactly the
+// reference's state, however far past its limit reports push a key.
+func chargeCap(a sluice.Algorithm, t *sluice.Ticks) (limit, unit int64) {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA:
+		return max(1<<50, (t.Burst+1)*t.Period), t.Period
+	case sluice.FixedWindow:
+		return max(1<<50, t.Rate+1), 1
+	default: // the sliding window counter, one segment
+		return max(t.Rate+1, (1<<49)/t.Period), 1
+	}
+}
+
+// capCost is the cost past which a hit adds nothing more: any cost from
+// it up reaches chargeCap from an empty state. Hits are clamped to it, so
+// that summing them cannot overflow.
+func capCost(a sluice.Algorithm, t *sluice.Ticks) int64 {
+	limit, unit := chargeCap(a, t)
+	return limit/unit + 1
+}
+
+// addCapped is sluice's addCapped: *n + cost × unit, at most up to limit
+// (an *n already past it stays).
+func addCapped(n *int64, cost, unit, limit int64) {
+	if cost > (limit-*n)/unit {
+		*n = max(*n, limit)
+	} else {
+		*n += cost * unit
 	}
 }
 

@@ -68,6 +68,30 @@ local function advance(w)
   T, N = w, 0
 end
 
+-- capAt is the most a forced charge leaves in the state, as sluice's
+-- Charge caps it (a bucket's debt in token-ticks, a window's count);
+-- addCapped adds up to it, as Charge does, so that hits added here leave
+-- exactly what the charges that made them left (an n already past the cap,
+-- merged from several instances, stays).
+local capAt
+if alg == 1 or alg == 6 then
+  capAt = (burst + 1) * period
+  if capAt < 1125899906842624 then capAt = 1125899906842624 end
+elseif alg == 3 then
+  capAt = rate + 1
+  if capAt < 1125899906842624 then capAt = 1125899906842624 end
+else
+  capAt = fdiv(562949953421312, period)
+  if capAt < rate + 1 then capAt = rate + 1 end
+end
+local function addCapped(n, cost, unit, limit)
+  if cost > fdiv(limit - n, unit) then
+    if n > limit then return n end
+    return limit
+  end
+  return n + cost * unit
+end
+
 local now = fdiv(us, tick)
 local out = 0
 -- giveBack returns units not spent, granted in window w.
@@ -90,11 +114,11 @@ if mode == 'sync' then
   for i = 9, #ARGV, 2 do
     local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
     if alg == 1 or alg == 6 then
-      setDebt(at, debt(at) + cost * period)
+      setDebt(at, addCapped(debt(at), cost, period, capAt))
     else
       local w = fdiv(at, period)
       advance(w)
-      if w == T then N = N + cost elseif alg == 5 and w == T - 1 then M = M + cost end
+      if w == T then N = addCapped(N, cost, 1, capAt) elseif alg == 5 and w == T - 1 then M = addCapped(M, cost, 1, capAt) end
     end
   end
 elseif mode == 'grant' then
