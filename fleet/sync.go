@@ -301,7 +301,10 @@ func (s *Sync) touch(e *syncEntry) {
 // (one round trip, as the first read would be) and true is returned with
 // the decision in *d; its view is the state after.
 func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
-	waited := false
+	// waited is the entry whose read or batch this call waited for: only
+	// that entry's view is "refreshed just now". If it was evicted
+	// meanwhile, the entry found next is new and must be read.
+	var waited *syncEntry
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
@@ -321,7 +324,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
 			return e, false, nil // fresh
 		}
-		if waited {
+		if waited == e {
 			if !e.failed {
 				return e, false, nil // refreshed just now
 			}
@@ -336,7 +339,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			ch = s.inflight()
 		}
 		if ch != nil {
-			waited = true
+			waited = e
 			e.mu.Unlock()
 			select {
 			case <-ch:
