@@ -9,7 +9,7 @@
 // The structs are the one list of keys: the decoder reads their
 // `yaml:"name"` tags, so a field with a tag is a key, strictly typed, with
 // its line recorded and misspellings suggested. Each block has its own
-// file (api.go, proxy.go, grpc.go, store.go, clientip.go; rules are
+// file (api.go, proxy.go, grpc.go, store.go, clientip.go, defer.go; rules are
 // rules.Spec in internal/rules), holding the struct, its defaults and its
 // checks, so that people adding keys to different blocks touch different
 // files. To add a key:
@@ -76,6 +76,7 @@ type Config struct {
 	ClientIP    ClientIPConfig    `yaml:"client_ip"`
 	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
 	Limits      LimitsConfig      `yaml:"limits"`
+	Defer       DeferConfig       `yaml:"defer"` // the queue of action: defer
 	Rules       []rules.Spec      `yaml:"rules"`
 
 	lines map[string]int // key path → line, as read by Parse
@@ -233,6 +234,7 @@ func (c *Config) applyDefaults() {
 	c.ClientIP.defaults()
 	c.ForwardAuth.defaults()
 	c.Limits.defaults()
+	c.Defer.defaults()
 }
 
 // Validate checks c, which must have its defaults applied (Parse does
@@ -268,6 +270,7 @@ func (c *Config) validate(lines map[string]int) error {
 	c.ClientIP.check(ck)
 	c.ForwardAuth.check(ck)
 	c.Limits.check(ck)
+	c.Defer.check(ck)
 	c.checkRules(ck)
 	return ck.errs.Err()
 }
@@ -386,4 +389,11 @@ func (d *decoder) explicitZeros(c *Config) {
 	}
 	zero("client_ip.ipv6_prefix", int64(c.ClientIP.IPv6Prefix), "an ip key counts 1 to 128 bits of an IPv6 address (64: its /64)")
 	zero("client_ip.ipv4_prefix", int64(c.ClientIP.IPv4Prefix), "an ip key counts 1 to 32 bits of an IPv4 address (32: the address)")
+	zero("defer.claim_idle", int64(c.Defer.ClaimIdle), "a dead instance's requests must be taken over; give a wait such as 30s")
+	zero("defer.delivery_timeout", int64(c.Defer.DeliveryTimeout), "a replay must be bounded; give a timeout such as 10s")
+	zero("defer.max_attempts", int64(c.Defer.MaxAttempts), "a request is sent at least once; give a count such as 5")
+	zero("defer.backoff", int64(c.Defer.Backoff), "give the first wait after a failure, such as 1s")
+	zero("defer.max_backoff", int64(c.Defer.MaxBackoff), "give the longest wait between attempts, such as 1m")
+	zero("defer.concurrency", int64(c.Defer.Concurrency), "replays need at least one in flight; give a bound such as 16")
+	zero("defer.status_ttl", int64(c.Defer.StatusTTL), "an outcome must stay readable for a while; give a time such as 24h")
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
@@ -166,6 +167,8 @@ func TestParseConfigFull(t *testing.T) {
 		}, IPv6Prefix: 56, IPv4Prefix: 24},
 		ForwardAuth: ForwardAuthConfig{DenyStatus: 403},
 		Limits:      LimitsConfig{MaxBodyBytes: 4096},
+		Defer: DeferConfig{ClaimIdle: time.Minute, DeliveryTimeout: 15 * time.Second, MaxAttempts: 8,
+			Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Minute, Concurrency: 32, StatusTTL: 48 * time.Hour},
 	}
 	for key, line := range map[string]int{"store.redis.db": 28, "grpc": 22, "grpc.config[0]": 24, "rules[1].sync": 63, "rules[1]": 56, "store.redis.nope": 28, "nope": 0, "api.tls.client_sans[0]": 10} {
 		if got := cfg.Line(key); got != line {
@@ -242,6 +245,19 @@ func TestParseConfigDefaults(t *testing.T) {
 		cfg.Store.ExpectedInstances != 1 || cfg.ForwardAuth.DenyStatus != 429 || cfg.Limits.MaxBodyBytes != server.DefaultMaxBodyBytes ||
 		cfg.Proxy != nil || cfg.GRPC != nil || cfg.ShutdownTimeout != 0 {
 		t.Errorf("defaults: %+v", cfg)
+	}
+	if want := (DeferConfig{ClaimIdle: deferq.DefaultClaimIdle, DeliveryTimeout: deferq.DefaultDeliveryTimeout,
+		MaxAttempts: deferq.DefaultMaxAttempts, Backoff: deferq.DefaultBackoff, MaxBackoff: deferq.DefaultMaxBackoff,
+		Concurrency: deferq.DefaultConcurrency, StatusTTL: deferq.DefaultStatusTTL}); cfg.Defer != want {
+		t.Errorf("defer defaults: %+v, want %+v", cfg.Defer, want)
+	}
+	// A short claim_idle brings the delivery timeout's default under half of it.
+	cfg, err = Parse("short.yaml", []byte("defer: {claim_idle: 3s}\nrules: [{name: a, rate: 1/s}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Defer.DeliveryTimeout != time.Second {
+		t.Errorf("defer.delivery_timeout default with claim_idle 3s: %v, want 1s", cfg.Defer.DeliveryTimeout)
 	}
 	cfg, err = Parse("redis.yaml", []byte("store: {type: redis, redis: {addrs: [r:6379]}}\nproxy: {listen: \":8000\", upstream: https://api.example.com/v1}\n"))
 	if err != nil {

@@ -60,10 +60,6 @@ type Options struct {
 	// Now is the clock of the decisions; nil means time.Now. The tests of
 	// the documented samples fix it, so the figures they show are exact.
 	Now func() time.Time
-	// DeferClaimIdle is how long a deferred request held by a silent
-	// instance waits before another instance claims it; 0 means
-	// deferq.DefaultClaimIdle (30s). Tests shorten it.
-	DeferClaimIdle time.Duration
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

@@ -37,24 +37,17 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 	if prefix == "" {
 		prefix = redisstore.DefaultPrefix
 	}
-	q, err := deferq.New(deferq.Options{
-		Connect: func() rueidis.Client {
-			if s := d.lazy.s.Load(); s != nil {
-				return s.Client()
-			}
-			return nil
-		},
-		Prefix:    prefix + "defer:",
-		ClaimIdle: d.opts.DeferClaimIdle,
-		DeliveryTimeout: func() time.Duration {
-			if c := d.opts.DeferClaimIdle; c > 0 {
-				return min(deferq.DefaultDeliveryTimeout, c/3)
-			}
-			return 0
-		}(),
-		Registerer: d.reg,
-		Logger:     d.log,
-	})
+	o := cfg.Defer.Options()
+	o.Connect = func() rueidis.Client {
+		if s := d.lazy.s.Load(); s != nil {
+			return s.Client()
+		}
+		return nil
+	}
+	o.Prefix = prefix + "defer:"
+	o.Registerer = d.reg
+	o.Logger = d.log
+	q, err := deferq.New(o)
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,8 @@ func TestDeferSurvivesSIGKILL(t *testing.T) {
 store:
   type: redis
   redis: {addrs: [%s], timeout: 2s}
+defer:
+  claim_idle: 2s   # the survivor takes the victim's requests over 2s after its death
 rules:
   - name: jobs
     key: ["header:X-Tenant"]

@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
 
 // TestMain doubles as a daemon process for the tests that need a second
 // one to SIGKILL: with SLUICE_TEST_DAEMON=FILE, the test binary runs the
-// daemon on FILE (as sluice serve does, with a short DeferClaimIdle),
+// daemon on FILE (as sluice serve does),
 // prints its addresses as one JSON line, and serves until killed.
 func TestMain(m *testing.M) {
 	if path := os.Getenv("SLUICE_TEST_DAEMON"); path != "" {
@@ -23,16 +22,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// childClaimIdle is the claim idle time of child daemons.
-const childClaimIdle = 2 * time.Second
-
 func childDaemon(path string) int {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child daemon:", err)
 		return 2
 	}
-	d, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})), DeferClaimIdle: childClaimIdle})
+	d, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child daemon:", err)
 		return 2

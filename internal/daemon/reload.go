@@ -140,6 +140,9 @@ func restartOnly(old, new *config.Config) []string {
 	if !reflect.DeepEqual(old.Store, new.Store) {
 		keys = append(keys, "store")
 	}
+	if old.Defer != new.Defer { // the queue's workers start with the daemon
+		keys = append(keys, "defer")
+	}
 	if old.LogLevel != new.LogLevel {
 		keys = append(keys, "log_level")
 	}

@@ -226,3 +226,23 @@ func TestReloadKeepsOverrides(t *testing.T) {
 		t.Errorf("after reload, rate = %q, want 2/s", r)
 	}
 }
+
+// TestRestartOnlyDefer: the defer queue's settings are read once, when its
+// workers start, so a reload that changes them is refused by name.
+func TestRestartOnlyDefer(t *testing.T) {
+	parse := func(extra string) *config.Config {
+		t.Helper()
+		c, err := config.Parse("sluice.yaml", []byte("rules: [{name: a, rate: 1/s}]\n"+extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	old := parse("")
+	if got := restartOnly(old, parse("defer: {claim_idle: 30s}\n")); len(got) != 0 {
+		t.Errorf("defer.claim_idle written as its default: restartOnly = %v, want none", got)
+	}
+	if got := restartOnly(old, parse("defer: {max_attempts: 9}\n")); len(got) != 1 || got[0] != "defer" {
+		t.Errorf("defer.max_attempts changed: restartOnly = %v, want [defer]", got)
+	}
+}
