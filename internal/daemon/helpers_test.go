@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // testDaemon is a daemon started on :0 listeners from a real config file in
@@ -31,7 +31,7 @@ type testDaemon struct {
 	api     string // http://host:port of the decision API
 	proxy   string // http://host:port of the proxy, or ""
 	reloads chan ReloadResult
-	logs    *syncBuffer
+	logs    *redistest.SyncBuffer
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -53,7 +53,7 @@ func startDaemonFile(t *testing.T, path string) *testDaemon {
 	if err != nil {
 		t.Fatalf("config.Load(%s): %v", path, err)
 	}
-	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 64), logs: new(syncBuffer), done: make(chan error, 1)}
+	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 64), logs: new(redistest.SyncBuffer), done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(td.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	td.d, err = New(cfg, Options{
 		Logger:         logger,
@@ -254,22 +254,4 @@ func (u *upstream) count() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.hits
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use (logs).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -25,7 +25,7 @@ func startChildDaemon(t *testing.T, path string) (*exec.Cmd, Addrs) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SLUICE_TEST_DAEMON="+path)
-	logs := new(syncBuffer)
+	logs := new(redistest.SyncBuffer)
 	cmd.Stderr = logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
