@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -93,6 +94,7 @@ type Daemon struct {
 	tls              []*tlsconf.Reloadable // the listeners' TLS, read again on reload
 	proxyServe       net.Listener          // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
+	proxyFront       *h1.Server // the plaintext proxy's fast front over proxySrv; nil with proxy.tls
 	grpcLn           net.Listener
 	grpcSrv          *server.GRPC
 	stopGRPC         context.CancelFunc // ends grpcSrv.Serve: a graceful stop
@@ -211,6 +213,11 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		if d.proxyServe, err = d.serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
 			return err
 		}
+		if cfg.Proxy.TLS == nil {
+			// Plaintext: the fast HTTP/1.1 front serves the simple
+			// requests and hands the rest to proxySrv (package h1).
+			d.proxyFront = h1.New(d.proxySrv)
+		}
 	}
 	if cfg.GRPC != nil {
 		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
@@ -310,7 +317,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { serve("decision API", d.apiSrv, d.apiServe) })
-	if d.proxySrv != nil {
+	switch {
+	case d.proxyFront != nil:
+		wg.Go(func() {
+			if err := d.proxyFront.Serve(d.proxyServe); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("daemon: proxy: %w", err)
+			}
+		})
+	case d.proxySrv != nil:
 		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyServe) })
 	}
 	if d.grpcSrv != nil {
@@ -388,10 +402,18 @@ func (d *Daemon) shutdown() error {
 		d.stopGRPC()
 		wg.Go(func() { <-d.grpcDone })
 	}
-	for _, srv := range []*http.Server{d.apiSrv, d.proxySrv} {
-		if srv == nil {
-			continue
-		}
+	type server interface {
+		Shutdown(context.Context) error
+		Close() error
+	}
+	servers := []server{d.apiSrv}
+	switch {
+	case d.proxyFront != nil:
+		servers = append(servers, d.proxyFront) // and proxySrv under it
+	case d.proxySrv != nil:
+		servers = append(servers, d.proxySrv)
+	}
+	for _, srv := range servers {
 		wg.Go(func() {
 			if err := srv.Shutdown(ctx); err != nil {
 				d.log.Warn("requests still in flight at shutdown_timeout: closing their connections",

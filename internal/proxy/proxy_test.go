@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -107,8 +108,9 @@ func start(t *testing.T, s setup) *fixture {
 	return &fixture{proxy: serve(t, p, m), up: up, reg: reg}
 }
 
-// serve serves h as the daemon serves the proxy (listener.Server with the
-// default limits of a proxy: block), until the test ends.
+// serve serves h as the daemon serves the plaintext proxy (the fast front
+// of package h1 over listener.Server with the default limits of a proxy:
+// block), until the test ends.
 func serve(t *testing.T, h http.Handler, m *metrics.Metrics) *served {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -118,9 +120,12 @@ func serve(t *testing.T, h http.Handler, m *metrics.Metrics) *served {
 	srv, wl := listener.Server(ln, h, listener.Options{Name: "proxy", ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: listener.DefaultBodyReadTimeout, IdleTimeout: time.Minute,
 		MaxConnections: listener.DefaultMaxConnections, Metrics: m})
+	// The fast front over it, as the daemon serves a plaintext proxy:
+	// the simple requests take the front, the rest are handed to srv.
+	front := h1.New(srv)
 	done := make(chan struct{})
-	go func() { srv.Serve(wl); close(done) }()
-	t.Cleanup(func() { srv.Close(); <-done })
+	go func() { front.Serve(wl); close(done) }()
+	t.Cleanup(func() { front.Close(); <-done })
 	return &served{URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String()}
 }
 

@@ -1,0 +1,239 @@
+package h1
+
+import (
+	"bufio"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+)
+
+// The strict parser of the fast front. It accepts only the simple subset
+// of HTTP/1.x requests — GET or HEAD, HTTP/1.1 or HTTP/1.0, an
+// origin-form target, no body and nothing that could announce one
+// (Content-Length, Transfer-Encoding), no Upgrade or Expect, no Pragma
+// (net/http rewrites it), every line ending in CRLF, no folded lines,
+// header names of token characters and values of visible characters,
+// spaces and tabs, one well-formed Host (HTTP/1.1 requires it) — and
+// builds from it the http.Request net/http's server would build. Anything
+// else, or anything doubtful, is refused (ok false) and the connection is
+// handed to net/http with the bytes read so far, so that net/http's own
+// answer (400, 431, 505, a body, an upgrade) is given unchanged. Fuzzed
+// against http.ReadRequest (fuzz_test.go).
+
+// maxHead bounds a request head on the fast front: a longer one is handed
+// off, so net/http applies its own limit (MaxHeaderBytes) and answer.
+const maxHead = 8 << 10
+
+// readHead returns the next complete request head at the front of br
+// (ending in CRLFCRLF), without consuming it. handoff reports a head the
+// fast parser will not take (a bare LF, or longer than br's buffer); err a
+// read error, with partial telling whether some bytes of a request came
+// before it.
+func readHead(br *bufio.Reader) (head []byte, handoff, partial bool, err error) {
+	scanned := 0
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		for i := scanned; i < len(buf); i++ {
+			if buf[i] != '\n' {
+				continue
+			}
+			if i == 0 || buf[i-1] != '\r' {
+				return nil, true, true, nil
+			}
+			if i >= 3 && buf[i-2] == '\n' && buf[i-3] == '\r' {
+				return buf[:i+1], false, true, nil
+			}
+		}
+		scanned = len(buf)
+		if len(buf) >= br.Size() {
+			return nil, true, true, nil
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return nil, false, br.Buffered() > 0, err
+		}
+	}
+}
+
+// parsed is what parse makes of a head.
+type parsed struct {
+	method, target string
+	minor          int // HTTP/1.minor
+	url            *url.URL
+	header         http.Header
+	host           string
+	close          bool // the client asked for the connection to close after the answer
+}
+
+// parse parses a complete head (as readHead returns it); ok false: not in
+// the fast subset, hand the connection off.
+func parse(b []byte) (p parsed, ok bool) {
+	s := string(b) // one allocation: names and values are substrings of it
+	eol := strings.IndexByte(s, '\r')
+	line := s[:eol]
+	s = s[eol+2:]
+	switch {
+	case strings.HasPrefix(line, "GET "):
+		p.method, line = http.MethodGet, line[4:]
+	case strings.HasPrefix(line, "HEAD "):
+		p.method, line = http.MethodHead, line[5:]
+	default:
+		return p, false
+	}
+	sp := strings.IndexByte(line, ' ')
+	if sp <= 0 || line[0] != '/' {
+		return p, false
+	}
+	p.target = line[:sp]
+	for i := 0; i < len(p.target); i++ {
+		if c := p.target[i]; c <= ' ' || c >= 0x7f {
+			return p, false
+		}
+	}
+	switch line[sp+1:] {
+	case "HTTP/1.1":
+		p.minor = 1
+	case "HTTP/1.0":
+		p.minor = 0
+	default:
+		return p, false
+	}
+	var err error
+	if p.url, err = url.ParseRequestURI(p.target); err != nil {
+		return p, false
+	}
+
+	lines := strings.Count(s, "\r\n") - 1 // the last CRLF ends the head
+	p.header = make(http.Header, lines)
+	strs := make([]string, lines) // one backing array for single values, as textproto does
+	var conn []string
+	hosts := 0
+	for ; len(s) > 2; lines-- {
+		eol := strings.IndexByte(s, '\r')
+		line := s[:eol]
+		s = s[eol+2:]
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 {
+			return p, false // also a folded line (leading space or tab)
+		}
+		k, v := line[:colon], trim(line[colon+1:])
+		if !validName(k) || !validValue(v) {
+			return p, false
+		}
+		k = canonical(k)
+		switch k {
+		case "Content-Length", "Transfer-Encoding", "Upgrade", "Expect", "Pragma":
+			return p, false
+		case "Host":
+			if hosts++; hosts > 1 || !validHost(v) {
+				return p, false
+			}
+			p.host = v
+			continue // net/http's server drops Host from the header map
+		case "Connection":
+			conn = append(conn, v)
+		}
+		if vv, seen := p.header[k]; seen {
+			p.header[k] = append(vv, v)
+		} else {
+			strs[0] = v
+			p.header[k] = strs[:1:1]
+			strs = strs[1:]
+		}
+	}
+	if p.minor == 1 {
+		if hosts == 0 {
+			return p, false // net/http answers 400
+		}
+		p.close = hasToken(conn, "close")
+	} else {
+		if hasToken(conn, "keep-alive") {
+			return p, false // HTTP/1.0 keep-alive: net/http's rules
+		}
+		p.close = true
+	}
+	return p, true
+}
+
+func trim(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// tokenChar: RFC 9110's tchar.
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+func validName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if !tokenChar[k[i]] {
+			return false
+		}
+	}
+	return len(k) > 0
+}
+
+// validValue: visible ASCII, space, tab and bytes >= 0x80 (obs-text).
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validHost: a non-empty host[:port] of letters, digits and - . _ : [ ]
+// (a subset of what net/http accepts; anything else is handed off).
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == ':' || c == '[' || c == ']') {
+			return false
+		}
+	}
+	return len(h) > 0
+}
+
+// canonical returns k in canonical form, without allocating when it
+// already is.
+func canonical(k string) string {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return textproto.CanonicalMIMEHeaderKey(k)
+		}
+		upper = c == '-'
+	}
+	return k
+}
+
+// hasToken reports whether the comma-separated values vv hold tok (any
+// case).
+func hasToken(vv []string, tok string) bool {
+	for _, v := range vv {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(trim(f), tok) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,313 @@
+package h1
+
+import (
+	"bufio"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// response is the fast front's http.ResponseWriter (and http.Flusher). It
+// writes what net/http's server writes for the same handler calls: a
+// Content-Length when the handler set one or finished within the first
+// 2 KiB (else chunked on HTTP/1.1, or the body up to the close on
+// HTTP/1.0), a Date, a sniffed Content-Type when none was set, no body for
+// HEAD, 204, 304 and 1xx, 1xx answers written at once, trailers (declared
+// in Trailer, or with http.TrailerPrefix) after a chunked body, and
+// Connection: close when the connection closes after it.
+type response struct {
+	bw     *bufio.Writer
+	req    *http.Request
+	h      http.Header // the handler's map
+	snap   http.Header // h at WriteHeader, when the head is not written at once
+	status int
+	cl     int64 // the declared Content-Length, -1: none
+	n      int64 // body bytes the handler wrote
+	buf    []byte
+	err    error // the first write error: the client went away
+
+	wroteHeader, committed, chunked, done bool
+	closeAfter                             bool // close the connection after the answer
+	trailers                               []string
+}
+
+// bufferBeforeChunking is net/http's: a handler that ends within it gets a
+// Content-Length.
+const bufferBeforeChunking = 2048
+
+func (w *response) Header() http.Header { return w.h }
+
+func (w *response) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic("h1: invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// 1xx: written and flushed at once, as net/http does.
+		w.writeStatus(code)
+		writeHeaders(w.bw, w.h, nil)
+		w.bw.WriteString("\r\n")
+		w.flushConn()
+		return
+	}
+	w.wroteHeader, w.status = true, code
+	if cl := w.h["Content-Length"]; len(cl) > 0 && cl[0] != "" {
+		if v, err := strconv.ParseInt(cl[0], 10, 64); err == nil && v >= 0 {
+			w.cl = v
+		} else {
+			delete(w.h, "Content-Length")
+		}
+	}
+	_, typed := w.h["Content-Type"]
+	if w.cl >= 0 && (typed || w.cl == 0) || !bodyAllowed(code) {
+		w.commit(nil) // nothing left to decide (length, type): no snapshot needed
+		return
+	}
+	w.snap = w.h.Clone()
+}
+
+func (w *response) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, w.err
+	}
+	if !bodyAllowed(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.cl >= 0 && w.n+int64(len(p)) > w.cl {
+		return 0, http.ErrContentLength
+	}
+	w.n += int64(len(p))
+	if !w.committed {
+		if len(w.buf)+len(p) <= bufferBeforeChunking {
+			w.buf = append(w.buf, p...)
+			return len(p), nil
+		}
+		if len(w.buf) == 0 {
+			w.commit(p)
+		} else {
+			w.commit(w.buf)
+		}
+	}
+	w.writeBody(p)
+	return len(p), w.err
+}
+
+func (w *response) Flush() { w.FlushError() }
+
+// FlushError is what http.ResponseController.Flush calls.
+func (w *response) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(w.buf)
+	}
+	w.flushConn()
+	return w.err
+}
+
+func (w *response) flushConn() {
+	if err := w.bw.Flush(); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+// writeBody writes p after a committed head (dropping it for HEAD).
+func (w *response) writeBody(p []byte) {
+	if w.req.Method == http.MethodHead || len(p) == 0 {
+		return
+	}
+	if w.chunked {
+		w.bw.WriteString(strconv.FormatInt(int64(len(p)), 16))
+		w.bw.WriteString("\r\n")
+		w.bw.Write(p)
+		w.bw.WriteString("\r\n")
+	} else {
+		w.bw.Write(p)
+	}
+}
+
+// commit writes the status line and headers; p is the body so far (for
+// sniffing and, once the handler is done, its length), which it then
+// writes.
+func (w *response) commit(p []byte) {
+	w.committed = true
+	h := w.snap
+	if h == nil {
+		h = w.h
+	}
+	code, head := w.status, w.req.Method == http.MethodHead
+	var extra [4]string // Content-Length, Content-Type, Transfer-Encoding, Connection
+	_, trailerPrefixed := hasPrefixedKey(h)
+	declared := h["Trailer"]
+	for _, v := range declared {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				w.trailers = append(w.trailers, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	trailers := trailerPrefixed || len(declared) > 0
+	if w.done && !trailers && bodyAllowed(code) && w.cl < 0 && (!head || len(p) > 0) {
+		w.cl = int64(len(p))
+		extra[0] = strconv.Itoa(len(p))
+	}
+	if w.req.ProtoMajor == 1 && w.req.ProtoMinor == 0 || w.req.Close || hasToken(h["Connection"], "close") {
+		w.closeAfter = true
+	}
+	if bodyAllowed(code) {
+		_, typed := h["Content-Type"]
+		ce := h["Content-Encoding"]
+		if !typed && len(p) > 0 && (len(ce) == 0 || ce[0] == "") {
+			extra[1] = http.DetectContentType(p)
+		}
+	}
+	switch {
+	case head || !bodyAllowed(code) || code == http.StatusNoContent:
+	case w.cl >= 0:
+	case w.req.ProtoMinor >= 1:
+		w.chunked = true
+		extra[2] = "chunked"
+	default:
+		w.closeAfter = true
+	}
+	if w.closeAfter && w.req.ProtoMinor >= 1 && !hasToken(h["Connection"], "close") {
+		extra[3] = "close"
+	}
+	w.writeStatus(code)
+	writeHeaders(w.bw, h, func(k string) bool {
+		switch k {
+		case "Transfer-Encoding":
+			return true
+		case "Connection":
+			return extra[3] != ""
+		case "Content-Length":
+			return code == http.StatusNotModified || !bodyAllowed(code)
+		case "Content-Type":
+			return code == http.StatusNotModified
+		}
+		return strings.HasPrefix(k, http.TrailerPrefix)
+	})
+	for i, name := range [4]string{"Content-Length", "Content-Type", "Transfer-Encoding", "Connection"} {
+		if extra[i] != "" {
+			w.bw.WriteString(name)
+			w.bw.WriteString(": ")
+			w.bw.WriteString(extra[i])
+			w.bw.WriteString("\r\n")
+		}
+	}
+	if _, dated := h["Date"]; !dated {
+		w.bw.WriteString("Date: ")
+		w.bw.WriteString(httpDate())
+		w.bw.WriteString("\r\n")
+	}
+	w.bw.WriteString("\r\n")
+	w.writeBody(p)
+	w.buf = w.buf[:0]
+}
+
+// finish ends the answer after the handler returned: the head if not yet
+// written, the chunked body's end and trailers. It reports whether the
+// connection may carry another request.
+func (w *response) finish() bool {
+	w.done = true
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(w.buf)
+	}
+	if w.chunked {
+		w.bw.WriteString("0\r\n")
+		for _, k := range w.trailers {
+			for _, v := range w.h[k] {
+				writeField(w.bw, k, v)
+			}
+		}
+		for k, vv := range w.h {
+			if strings.HasPrefix(k, http.TrailerPrefix) {
+				for _, v := range vv {
+					writeField(w.bw, k[len(http.TrailerPrefix):], v)
+				}
+			}
+		}
+		w.bw.WriteString("\r\n")
+	}
+	if w.cl >= 0 && w.n != w.cl && bodyAllowed(w.status) && w.req.Method != http.MethodHead {
+		w.closeAfter = true // the body is short of its length: the client must see the end
+	}
+	return !w.closeAfter && w.err == nil
+}
+
+func (w *response) writeStatus(code int) {
+	w.bw.WriteString("HTTP/1.1 ")
+	w.bw.WriteString(strconv.Itoa(code))
+	w.bw.WriteByte(' ')
+	w.bw.WriteString(http.StatusText(code))
+	w.bw.WriteString("\r\n")
+}
+
+// writeHeaders writes h except the keys skip reports (nil: none) and
+// names net/http would not write; values as net/http writes them
+// (newlines become spaces, trimmed).
+func writeHeaders(bw *bufio.Writer, h http.Header, skip func(string) bool) {
+	for k, vv := range h {
+		if skip != nil && skip(k) || !validName(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeField(bw, k, v)
+		}
+	}
+}
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+func writeField(bw *bufio.Writer, k, v string) {
+	if strings.ContainsAny(v, "\r\n") {
+		v = newlineToSpace.Replace(v)
+	}
+	bw.WriteString(k)
+	bw.WriteString(": ")
+	bw.WriteString(textproto.TrimString(v))
+	bw.WriteString("\r\n")
+}
+
+func hasPrefixedKey(h http.Header) (string, bool) {
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func bodyAllowed(code int) bool {
+	return !(code >= 100 && code <= 199 || code == http.StatusNoContent || code == http.StatusNotModified)
+}
+
+// httpDate is time.Now in http.TimeFormat, formatted once a second.
+func httpDate() string {
+	now := time.Now()
+	if d := date.Load(); d != nil && d.sec == now.Unix() {
+		return d.s
+	}
+	d := &dateCache{sec: now.Unix(), s: now.UTC().Format(http.TimeFormat)}
+	date.Store(d)
+	return d.s
+}
+
+type dateCache struct {
+	sec int64
+	s   string
+}
+
+var date atomic.Pointer[dateCache]

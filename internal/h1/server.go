@@ -1,0 +1,338 @@
+// Package h1 is the reverse proxy's fast HTTP/1.1 front: an accept loop
+// and one goroutine per connection that reads requests with a strict
+// parser (parse.go) and serves those of the simple subset — GET or HEAD
+// without a body, HTTP/1.1 or 1.0 — straight through the handler, in a
+// keep-alive loop, pipelined requests in order. The first request outside
+// that subset, or anything doubtful, hands the connection (the bytes read
+// so far replayed first) to an unchanged net/http server, which serves it
+// from then on: bodies, streaming uploads, upgrades and WebSocket, h2c,
+// 100-continue, smuggling defences and every error answer stay net/http's.
+//
+// Why: under load the proxy spent most of its CPU in net/http's server
+// (a goroutine and a read syscall per request to watch the connection, a
+// context per request, the header map sorted and copied on write). On
+// loopback with wrk (BENCHMARKS.md) the front serves the same requests
+// with less CPU per request.
+//
+// What the front keeps of net/http's server: the http.Server's
+// ReadHeaderTimeout (from the connection's first byte, and from the first
+// byte of each next request), IdleTimeout between requests (0: none, as
+// net/http with no ReadTimeout), ConnState (New, Active, Idle: the
+// listener's slow-client accounting), ErrorLog for handler panics, the
+// answer's framing (response.go), and Shutdown and Close: the listener
+// closes, idle connections close, requests in flight finish.
+//
+// What differs: a client that goes away while its request is in the
+// handler is noticed when the answer is written (the write fails and the
+// connection closes) or when the connection ends, not at once: the
+// request context is the connection's, cancelled when it closes. net/http
+// watches the connection with a read per request for that; the fast
+// front does not pay it.
+package h1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is the fast front over a net/http server.
+type Server struct {
+	slow *http.Server
+	fall *chanListener
+
+	ctx    context.Context // the connections' contexts derive from it
+	cancel context.CancelFunc
+
+	closing atomic.Bool
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   map[*conn]struct{}
+	drained chan struct{} // closed when the last connection ends after closing
+}
+
+// New returns the front over slow, whose Handler, ReadHeaderTimeout,
+// IdleTimeout, ConnState and ErrorLog it uses; slow serves what the front
+// hands off. Its other settings apply to the handed-off connections only.
+func New(slow *http.Server) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{slow: slow, fall: newChanListener(), ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}
+}
+
+// Serve accepts connections on ln until Shutdown or Close, serving the
+// handed-off ones with the net/http server. It returns
+// http.ErrServerClosed after those, else the listener's error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.fall.addr = ln.Addr()
+	s.mu.Unlock()
+	go s.slow.Serve(s.fall)
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := &conn{s: s, nc: nc}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return http.ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.state(nc, http.StateNew)
+		go c.serve()
+	}
+}
+
+// errTemporary is err when it is one net/http retries Accept after
+// (EMFILE and the like), else nil.
+func errTemporary(err error) error {
+	if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting, closes idle connections and waits for the
+// requests in flight (on both paths) until ctx is done, as
+// http.Server.Shutdown does.
+func (s *Server) Shutdown(ctx context.Context) error {
+	slow := make(chan error, 1)
+	go func() { slow <- s.slow.Shutdown(ctx) }()
+	drained := s.stop()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		<-slow
+		return ctx.Err()
+	}
+	return <-slow
+}
+
+// Close closes the listener and every connection at once, cancelling the
+// requests in flight.
+func (s *Server) Close() error {
+	s.stop()
+	err := s.slow.Close()
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// stop marks the server closing, closes its listener and idle
+// connections, and returns the channel closed when no connection is left.
+func (s *Server) stop() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drained == nil {
+		s.drained = make(chan struct{})
+		s.closing.Store(true)
+		if s.ln != nil {
+			s.ln.Close()
+		}
+		if len(s.conns) == 0 {
+			close(s.drained)
+		}
+	}
+	for c := range s.conns {
+		if c.idle.Load() {
+			// Wakes its wait for a request; it sees closing and ends.
+			c.nc.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	return s.drained
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	if len(s.conns) == 0 && s.drained != nil {
+		select {
+		case <-s.drained:
+		default:
+			close(s.drained)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) state(nc net.Conn, st http.ConnState) {
+	if s.slow.ConnState != nil {
+		s.slow.ConnState(nc, st)
+	}
+}
+
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxHead) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+// conn is one connection on the fast front.
+type conn struct {
+	s    *Server
+	nc   net.Conn
+	idle atomic.Bool // waiting for the first byte of a request
+	res  response    // reused from request to request
+}
+
+func (c *conn) serve() {
+	s := c.s
+	ctx, cancel := context.WithCancel(s.ctx)
+	br, bw := readers.Get().(*bufio.Reader), writers.Get().(*bufio.Writer)
+	br.Reset(c.nc)
+	bw.Reset(c.nc)
+	handedOff := false
+	defer func() {
+		cancel()
+		s.forget(c)
+		if !handedOff {
+			c.nc.Close()
+			s.state(c.nc, http.StateClosed)
+		}
+		br.Reset(nil)
+		bw.Reset(nil)
+		readers.Put(br)
+		writers.Put(bw)
+	}()
+	tmpl := (&http.Request{RemoteAddr: c.nc.RemoteAddr().String()}).WithContext(ctx)
+	rht, idle := s.slow.ReadHeaderTimeout, s.slow.IdleTimeout
+	var hdrDeadline time.Time
+	if rht > 0 {
+		hdrDeadline = time.Now().Add(rht)
+		c.nc.SetReadDeadline(hdrDeadline)
+	}
+	for first := true; ; first = false {
+		if br.Buffered() == 0 {
+			c.idle.Store(true)
+			if s.closing.Load() {
+				return
+			}
+			_, err := br.Peek(1)
+			c.idle.Store(false)
+			if err != nil {
+				return
+			}
+		}
+		if !first && rht > 0 {
+			// From the first byte of this request, as net/http.
+			hdrDeadline = time.Now().Add(rht)
+			c.nc.SetReadDeadline(hdrDeadline)
+		}
+		head, handoff, partial, err := readHead(br)
+		if err != nil && (!partial || isTimeout(err)) {
+			return // as net/http: a read error or timeout closes without an answer
+		}
+		var p parsed
+		ok := false
+		if err == nil && !handoff {
+			p, ok = parse(head)
+		}
+		if !ok {
+			handedOff = c.handOff(br, hdrDeadline)
+			return
+		}
+		br.Discard(len(head))
+		s.state(c.nc, http.StateActive)
+		if s.closing.Load() {
+			return // as net/http: a request read during shutdown is not served
+		}
+		// The read deadline stays: nothing reads the connection while
+		// the handler runs.
+		r := new(http.Request)
+		*r = *tmpl
+		r.Method, r.URL, r.RequestURI = p.method, p.url, p.target
+		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, p.minor
+		if p.minor == 0 {
+			r.Proto = "HTTP/1.0"
+		}
+		r.Header, r.Host, r.Close, r.Body = p.header, p.host, p.close, http.NoBody
+		w := &c.res
+		*w = response{bw: bw, req: r, h: make(http.Header), cl: -1, buf: w.buf[:0]}
+		if !c.handle(w, r) {
+			bw.Flush() // what the handler wrote before it gave up, as net/http
+			return
+		}
+		keep := w.finish()
+		if bw.Flush() != nil || !keep {
+			return
+		}
+		s.state(c.nc, http.StateIdle)
+		if br.Buffered() == 0 {
+			if idle > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(idle))
+			} else if rht > 0 {
+				c.nc.SetReadDeadline(time.Time{})
+			}
+		}
+	}
+}
+
+// handle runs the handler; false: it panicked (http.ErrAbortHandler: on
+// purpose), the connection is to close.
+func (c *conn) handle(w *response, r *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			if v != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.logf("http: panic serving %v: %v\n%s", r.RemoteAddr, v, buf)
+			}
+		}
+	}()
+	c.s.slow.Handler.ServeHTTP(w, r)
+	return true
+}
+
+func (c *conn) logf(format string, args ...any) {
+	if l := c.s.slow.ErrorLog; l != nil {
+		l.Printf(format, args...)
+	} else {
+		fmt.Printf(format+"\n", args...)
+	}
+}
+
+// handOff gives the connection to net/http with the bytes buffered in br
+// read first; its header timeout keeps the deadline the front had set
+// (hdr, zero: none), so a slow client gets no second allowance. false:
+// net/http is shutting down and the connection was closed.
+func (c *conn) handOff(br *bufio.Reader, hdr time.Time) bool {
+	buffered, _ := br.Peek(br.Buffered())
+	rc := &replayConn{Conn: c.nc, buf: append([]byte(nil), buffered...), hdr: hdr}
+	c.nc.SetReadDeadline(time.Time{})
+	return c.s.fall.give(rc)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
