@@ -77,3 +77,12 @@ func (c *replayConn) SetReadDeadline(t time.Time) error {
 	}
 	return c.Conn.SetReadDeadline(t)
 }
+
+// CloseWrite half-closes the connection when the one under it can
+// (net/http does before its 431 and similar answers).
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

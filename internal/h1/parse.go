@@ -69,7 +69,7 @@ type parsed struct {
 // the fast subset, hand the connection off.
 func parse(b []byte) (p parsed, ok bool) {
 	s := string(b) // one allocation: names and values are substrings of it
-	eol := strings.IndexByte(s, '\r')
+	eol := strings.Index(s, "\r\n")
 	line := s[:eol]
 	s = s[eol+2:]
 	switch {
@@ -109,7 +109,7 @@ func parse(b []byte) (p parsed, ok bool) {
 	var conn []string
 	hosts := 0
 	for ; len(s) > 2; lines-- {
-		eol := strings.IndexByte(s, '\r')
+		eol := strings.Index(s, "\r\n")
 		line := s[:eol]
 		s = s[eol+2:]
 		colon := strings.IndexByte(line, ':')

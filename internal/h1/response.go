@@ -30,8 +30,8 @@ type response struct {
 	err    error // the first write error: the client went away
 
 	wroteHeader, committed, chunked, done bool
-	closeAfter                             bool // close the connection after the answer
-	trailers                               []string
+	closeAfter                            bool // close the connection after the answer
+	trailers                              []string
 }
 
 // bufferBeforeChunking is net/http's: a handler that ends within it gets a
@@ -91,10 +91,10 @@ func (w *response) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		if len(w.buf) == 0 {
-			w.commit(p)
-		} else {
-			w.commit(w.buf)
+			w.commit(p) // writes p
+			return len(p), w.err
 		}
+		w.commit(w.buf)
 	}
 	w.writeBody(p)
 	return len(p), w.err
@@ -125,13 +125,17 @@ func (w *response) writeBody(p []byte) {
 	if w.req.Method == http.MethodHead || len(p) == 0 {
 		return
 	}
+	var err error
 	if w.chunked {
 		w.bw.WriteString(strconv.FormatInt(int64(len(p)), 16))
 		w.bw.WriteString("\r\n")
 		w.bw.Write(p)
-		w.bw.WriteString("\r\n")
+		_, err = w.bw.WriteString("\r\n")
 	} else {
-		w.bw.Write(p)
+		_, err = w.bw.Write(p)
+	}
+	if err != nil && w.err == nil {
+		w.err = err // the client went away
 	}
 }
 
@@ -248,7 +252,11 @@ func (w *response) finish() bool {
 }
 
 func (w *response) writeStatus(code int) {
-	w.bw.WriteString("HTTP/1.1 ")
+	if w.req.ProtoMinor == 0 {
+		w.bw.WriteString("HTTP/1.0 ")
+	} else {
+		w.bw.WriteString("HTTP/1.1 ")
+	}
 	w.bw.WriteString(strconv.Itoa(code))
 	w.bw.WriteByte(' ')
 	w.bw.WriteString(http.StatusText(code))

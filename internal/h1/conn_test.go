@@ -1,0 +1,222 @@
+package h1_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/h1"
+)
+
+// echo answers with what it got, and whether it was served by the fast
+// front (no body reader of net/http's: http.NoBody).
+var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	via := "net/http"
+	if r.Body == http.NoBody && r.Method != "POST" {
+		via = "either"
+	}
+	io.WriteString(w, r.Method+" "+r.RequestURI+" "+string(body)+" "+via)
+})
+
+// Pipelined requests are answered in order, the simple ones on the front,
+// and the first other one (and all after it) by net/http with the bytes
+// already read: answers identical to net/http's alone.
+func TestPipelineAndHandOff(t *testing.T) {
+	plain, front := serveBoth(t, echo)
+	for _, tc := range []struct {
+		raw     string
+		methods []string
+	}{
+		{"GET /1 HTTP/1.1\r\nHost: x\r\n\r\nHEAD /2 HTTP/1.1\r\nHost: x\r\n\r\nGET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", []string{"GET", "HEAD", "GET"}},
+		{"GET /1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabcGET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", []string{"GET", "POST", "GET"}},
+		{"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", []string{"POST", "GET"}},
+		// Smuggling defence: net/http refuses both framings at once.
+		{"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", []string{"GET"}},
+		{"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", []string{"GET"}},
+		{"GET / HTTP/1.1\r\n\r\n", []string{"GET"}},                       // no Host: 400
+		{"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", []string{"GET"}}, // 400
+		{"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", []string{"GET"}},
+		{"GET / HTTP/1.1\nHost: x\nConnection: close\n\n", []string{"GET"}},
+		{"GET / HTTP/3.0\r\nHost: x\r\n\r\n", []string{"GET"}},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 1<<21) + "\r\n\r\n", []string{"GET"}}, // 431
+		{"GET / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n", []string{"GET"}},
+		{"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n", []string{"GET", "GET"}},
+		{"GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n", []string{"GET"}},
+	} {
+		a, b := exchange(t, plain, tc.raw, tc.methods...), exchange(t, front, tc.raw, tc.methods...)
+		if len(a) != len(b) {
+			t.Errorf("%q: %d answers from net/http, %d from the front", tc.raw, len(a), len(b))
+			continue
+		}
+		for i := range a {
+			same(t, short(tc.raw), a[i], b[i])
+		}
+	}
+}
+
+// Upgrades are net/http's: the handler can hijack the handed-off
+// connection.
+func TestUpgradeHandedOff(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo: " + line)
+		brw.Flush()
+	})
+	front := serveWith(t, &http.Server{Handler: h}, true)
+	c, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(c, "hello\n")
+	if got, _ := br.ReadString('\n'); got != "echo: hello\n" {
+		t.Errorf("after the upgrade: %q", got)
+	}
+}
+
+// states records the ConnState calls per connection.
+type states struct {
+	mu sync.Mutex
+	m  map[net.Conn][]http.ConnState
+}
+
+func (s *states) record(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[net.Conn][]http.ConnState{}
+	}
+	s.m[c] = append(s.m[c], st)
+}
+
+func (s *states) all() [][]http.ConnState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]http.ConnState
+	for _, v := range s.m {
+		out = append(out, append([]http.ConnState(nil), v...))
+	}
+	return out
+}
+
+// waitClosed waits until the server closes c (a read returns an error
+// other than a timeout).
+func waitClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a bound, not a threshold: the test fails if it hangs
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the server did not close the connection")
+		}
+	}
+}
+
+// ReadHeaderTimeout and IdleTimeout close the connection as net/http's
+// do, and ConnState sees new, active, idle, closed.
+func TestTimeoutsAndStates(t *testing.T) {
+	var st states
+	srv := &http.Server{Handler: echo, ReadHeaderTimeout: 50 * time.Millisecond, IdleTimeout: 50 * time.Millisecond, ConnState: st.record}
+	front := serveWith(t, srv, true)
+
+	c1, _ := net.Dial("tcp", front) // headers never end
+	defer c1.Close()
+	io.WriteString(c1, "GET / HTTP/1.1\r\nHost: x\r\n")
+	waitClosed(t, c1)
+
+	c2, _ := net.Dial("tcp", front) // one request, then idle
+	defer c2.Close()
+	io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	waitClosed(t, c2)
+
+	var sawIdle bool
+	for _, seq := range st.all() {
+		if seq[0] != http.StateNew || seq[len(seq)-1] != http.StateClosed {
+			t.Errorf("states %v: want new ... closed", seq)
+		}
+		if len(seq) == 4 && seq[1] == http.StateActive && seq[2] == http.StateIdle {
+			sawIdle = true
+		}
+	}
+	if !sawIdle {
+		t.Errorf("states %v: want one connection new, active, idle, closed", st.all())
+	}
+}
+
+// Shutdown closes idle connections at once, lets the request in flight
+// finish (its answer is whole), and refuses new connections.
+func TestShutdown(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "done")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := h1.New(&http.Server{Handler: h})
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ln) }()
+
+	idle, _ := net.Dial("tcp", ln.Addr().String())
+	defer idle.Close()
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(idle), nil); err != nil {
+		t.Fatal(err)
+	}
+	busy, _ := net.Dial("tcp", ln.Addr().String())
+	defer busy.Close()
+	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+
+	shut := make(chan error, 1)
+	go func() { shut <- f.Shutdown(context.Background()) }()
+	waitClosed(t, idle)
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve returned %v; want http.ErrServerClosed", err)
+	}
+	close(release)
+	resp, err := http.ReadResponse(bufio.NewReader(busy), nil)
+	if err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "done" {
+		t.Errorf("the request in flight got %q", b)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Error("a connection was accepted after Shutdown")
+	}
+}

@@ -1,0 +1,119 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// headOf runs readHead and parse over b as the front does.
+func headOf(b []byte) (p parsed, n int, ok bool) {
+	br := bufio.NewReaderSize(bytes.NewReader(b), maxHead)
+	head, handoff, _, err := readHead(br)
+	if err != nil || handoff {
+		return p, 0, false
+	}
+	p, ok = parse(head)
+	return p, len(head), ok
+}
+
+func TestParseSubset(t *testing.T) {
+	fast := []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"HEAD /a/b?c=d HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"GET /x HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4\r\nv:\r\n\r\n",
+	}
+	for _, s := range fast {
+		if _, _, ok := headOf([]byte(s)); !ok {
+			t.Errorf("%q: handed off; want the fast front", s)
+		}
+	}
+	handedOff := []string{
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nPragma: no-cache\r\n\r\n",
+		"GET / HTTP/1.1\r\n\r\n",                       // no Host
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", // two
+		"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+		"GET / HTTP/1.1\nHost: x\n\n",                     // bare LF
+		"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", // folded
+		"GET / HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n",
+		"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/2.0\r\nHost: x\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"get / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET  / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", maxHead) + "\r\n\r\n",
+	}
+	for _, s := range handedOff {
+		if _, _, ok := headOf([]byte(s)); ok {
+			t.Errorf("%q: taken by the fast front; want it handed off", s)
+		}
+	}
+}
+
+// FuzzParse: whatever the fast parser accepts, net/http's server accepts
+// too, as the same request: method, target, URL, protocol, Host, headers
+// and whether the connection closes after it. (What it refuses goes to
+// net/http itself, so refusing is always safe.)
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"HEAD /a/b?c=d%20e HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"GET /x HTTP/1.0\r\n\r\n",
+		"GET /;a=b//c/../d?%zz HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close, foo\r\nFoo: \t bar \t\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
+		"GET / HTTP/1.1\r\nhost: x\r\ncontent-type: a\xffb\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, n, ok := headOf(b)
+		if !ok {
+			return
+		}
+		r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b[:n])))
+		if err != nil {
+			t.Fatalf("fast front accepted %q; net/http refuses it: %v", b[:n], err)
+		}
+		// What net/http's server checks after ReadRequest.
+		// (ReadRequest refuses two Hosts and drops Host from the map.)
+		if r.ProtoAtLeast(1, 1) && r.Host == "" || r.Host != "" && !httpguts.ValidHostHeader(r.Host) {
+			t.Fatalf("fast front accepted %q; net/http's server refuses its Host %q", b[:n], r.Host)
+		}
+		for k, vv := range r.Header {
+			if !httpguts.ValidHeaderFieldName(k) {
+				t.Fatalf("fast front accepted %q; net/http's server refuses header name %q", b[:n], k)
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					t.Fatalf("fast front accepted %q; net/http's server refuses value %q", b[:n], v)
+				}
+			}
+		}
+		if r.ContentLength != 0 || r.Body != http.NoBody || len(r.TransferEncoding) > 0 {
+			t.Fatalf("fast front accepted %q; net/http sees a body (%d, %v)", b[:n], r.ContentLength, r.TransferEncoding)
+		}
+		if p.method != r.Method || p.target != r.RequestURI || p.minor != r.ProtoMinor || r.ProtoMajor != 1 ||
+			p.host != r.Host || p.close != r.Close || *p.url != *r.URL {
+			t.Fatalf("%q: fast front %q %q 1.%d host %q close %v url %#v; net/http %q %q %d.%d host %q close %v url %#v",
+				b[:n], p.method, p.target, p.minor, p.host, p.close, p.url, r.Method, r.RequestURI, r.ProtoMajor, r.ProtoMinor, r.Host, r.Close, r.URL)
+		}
+		if len(p.header) != len(r.Header) || len(r.Header) > 0 && !reflect.DeepEqual(p.header, r.Header) {
+			t.Fatalf("%q: fast front headers %q; net/http %q", b[:n], p.header, r.Header)
+		}
+	})
+}

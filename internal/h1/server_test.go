@@ -1,0 +1,209 @@
+package h1_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/h1"
+)
+
+// serveBoth serves h twice until the test ends: by a plain net/http
+// server, and by the fast front over one. It returns their addresses.
+func serveBoth(t *testing.T, h http.Handler) (plain, front string) {
+	t.Helper()
+	return serveWith(t, &http.Server{Handler: h}, false), serveWith(t, &http.Server{Handler: h}, true)
+}
+
+func serveWith(t *testing.T, srv *http.Server, fast bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	if fast {
+		f := h1.New(srv)
+		go func() { f.Serve(ln); close(done) }()
+		t.Cleanup(func() { f.Close(); <-done })
+	} else {
+		go func() { srv.Serve(ln); close(done) }()
+		t.Cleanup(func() { srv.Close(); <-done })
+	}
+	return ln.Addr().String()
+}
+
+// exchange sends raw on a new connection, half-closes it (unless keep) and
+// returns the responses read for each request in reqs.
+func exchange(t *testing.T, addr, raw string, methods ...string) []*resp {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out []*resp
+	for _, m := range methods {
+		r, err := http.ReadResponse(br, &http.Request{Method: m})
+		if err != nil {
+			return append(out, &resp{readErr: err})
+		}
+		body, err := io.ReadAll(r.Body)
+		out = append(out, &resp{r: r, body: string(body), bodyErr: err != nil})
+	}
+	return out
+}
+
+type resp struct {
+	readErr error // no answer could be read
+	r       *http.Response
+	body    string
+	bodyErr bool
+}
+
+// same fails unless a and b are the same answer (Date aside).
+func same(t *testing.T, what string, a, b *resp) {
+	t.Helper()
+	if a.readErr != nil || b.readErr != nil {
+		if (a.readErr == nil) != (b.readErr == nil) {
+			t.Errorf("%s: net/http's answer read with error %v; the front's with %v", what, a.readErr, b.readErr)
+		}
+		return
+	}
+	ha, hb := a.r.Header.Clone(), b.r.Header.Clone()
+	delete(ha, "Date")
+	delete(hb, "Date")
+	if a.r.StatusCode != b.r.StatusCode || !reflect.DeepEqual(ha, hb) || a.body != b.body || a.bodyErr != b.bodyErr ||
+		a.r.Close != b.r.Close || !reflect.DeepEqual(a.r.TransferEncoding, b.r.TransferEncoding) ||
+		a.r.ContentLength != b.r.ContentLength || !reflect.DeepEqual(a.r.Trailer, b.r.Trailer) ||
+		len(a.r.Header["Date"]) != len(b.r.Header["Date"]) {
+		t.Errorf("%s:\nnet/http: %d %v %q te=%v cl=%d close=%v trailer=%v bodyErr=%v\nfront:    %d %v %q te=%v cl=%d close=%v trailer=%v bodyErr=%v", what,
+			a.r.StatusCode, a.r.Header, short(a.body), a.r.TransferEncoding, a.r.ContentLength, a.r.Close, a.r.Trailer, a.bodyErr,
+			b.r.StatusCode, b.r.Header, short(b.body), b.r.TransferEncoding, b.r.ContentLength, b.r.Close, b.r.Trailer, b.bodyErr)
+	}
+}
+
+// The front answers as net/http's server does for what handlers do:
+// lengths, chunking, flushing, sniffing, HEAD, bodiless statuses, 1xx,
+// trailers, HTTP/1.0, Connection: close, an aborted handler.
+func TestAnswersAsNetHTTP(t *testing.T) {
+	big := strings.Repeat("0123456789", 500)
+	handlers := map[string]http.HandlerFunc{
+		"/small": func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") },
+		"/typed": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "{}")
+		},
+		"/html": func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html><body>x</body></html>") },
+		"/nosniff": func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil
+			io.WriteString(w, "<html>")
+		},
+		"/encoded": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			io.WriteString(w, "xx")
+		},
+		"/empty": func(w http.ResponseWriter, r *http.Request) {},
+		"/big":   func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) },
+		"/bigtwice": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, big[:1500])
+			io.WriteString(w, big[:1500])
+		},
+		"/length": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5000")
+			io.WriteString(w, big)
+		},
+		"/short": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, "abc")
+		},
+		"/flush": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "a")
+			http.NewResponseController(w).Flush()
+			io.WriteString(w, "b")
+		},
+		"/429": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "3")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(429)
+			io.WriteString(w, `{"error":"rate_limited"}`+"\n")
+		},
+		"/204": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "3")
+			w.WriteHeader(204)
+		},
+		"/304": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "a/b")
+			w.WriteHeader(304)
+		},
+		"/103": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</a>")
+			w.WriteHeader(103)
+			io.WriteString(w, "ok")
+		},
+		"/trailer": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum")
+			io.WriteString(w, "data")
+			w.Header().Set("X-Sum", "42")
+			w.Header().Set(http.TrailerPrefix+"X-Late", "7")
+		},
+		"/close": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			io.WriteString(w, "bye")
+		},
+		"/newline": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-A", " a\r\nb ")
+			io.WriteString(w, "x")
+		},
+		"/badname": func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Bad Name"] = []string{"x"}
+			io.WriteString(w, "x")
+		},
+		"/echo": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, r.Method+" "+r.RequestURI+" "+r.Host+" "+r.Proto+" "+r.Header.Get("X-A"))
+		},
+		"/abort": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			io.WriteString(w, "part")
+			panic(http.ErrAbortHandler)
+		},
+		"/abortchunked": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "part")
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		},
+		"/datefree": func(w http.ResponseWriter, r *http.Request) { w.Header()["Date"] = nil; io.WriteString(w, "x") },
+	}
+	mux := http.NewServeMux()
+	for p, h := range handlers {
+		mux.Handle(p, h)
+	}
+	plain, front := serveBoth(t, mux)
+	for p := range handlers {
+		for _, m := range []string{"GET", "HEAD"} {
+			for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+				raw := m + " " + p + " " + proto + "\r\nHost: example.com\r\nX-A: 1\r\n\r\n"
+				a, b := exchange(t, plain, raw, m)[0], exchange(t, front, raw, m)[0]
+				same(t, raw, a, b)
+			}
+		}
+		raw := "GET " + p + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+		same(t, raw, exchange(t, plain, raw, "GET")[0], exchange(t, front, raw, "GET")[0])
+	}
+}
+
+func short(s string) string {
+	if len(s) > 40 {
+		return s[:20] + "…" + s[len(s)-20:] + " (" + strconv.Itoa(len(s)) + " bytes)"
+	}
+	return s
+}
