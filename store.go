@@ -54,6 +54,21 @@ type Store interface {
 	TakeAll(ctx context.Context, rs []Request, ds []Decision) error
 }
 
+// KeyTaker is an optional fast path of a Store, for the in-process hot
+// path: a Limiter whose store implements it (memstore does) calls TakeKey
+// instead of Take for every decision under its limit in force.
+//
+// TakeKey decides exactly as Take(ctx, q) would, where q is *r with Key,
+// Cost and Now replaced by key, cost and now. *r is the Limiter's own
+// Request for its limit in force: the store must only read it, during the
+// call, and never keep the pointer. It exists because Take receives its
+// 104-byte Request by value: building and copying it costs a hot key's
+// decision a large share of its time, where a pointer to a Request the
+// Limiter built once and three values in registers cost nothing.
+type KeyTaker interface {
+	TakeKey(ctx context.Context, r *Request, key string, cost int64, now time.Time) (allowed bool, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
+}
+
 // Resetter is implemented by stores that can forget a key's state (both
 // stores in this module do). Reset makes r.Namespace+r.Key new again, as if
 // it had never been seen; r.Algorithm and r.Limit say where the state is

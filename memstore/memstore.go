@@ -72,6 +72,7 @@ type Store struct {
 var (
 	_ sluice.Store    = (*Store)(nil)
 	_ sluice.Resetter = (*Store)(nil)
+	_ sluice.KeyTaker = (*Store)(nil)
 )
 
 // entry is the state of a key whose algorithm keeps no log: 32 bytes,
@@ -371,14 +372,29 @@ const maxStackKey = 128
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
 func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, err error) {
-	now := r.Now.UnixMicro()
-	h := s.hash(r.Namespace, r.Key)
+	err = s.take(&r, r.Key, r.Cost, r.Now.UnixMicro(), &d)
+	return d, err
+}
+
+// TakeKey is Take for *r with key, cost and now in its Key, Cost and Now
+// (sluice.KeyTaker): a Limiter's hot path, which passes its Request by
+// pointer instead of copying it.
+func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost int64, now time.Time) (allowed bool, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+	var d sluice.Decision
+	err = s.take(r, key, cost, now.UnixMicro(), &d)
+	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+}
+
+// take decides *r for key at cost and now (µs), writing the decision to
+// *d; r's own Key, Cost and Now are ignored.
+func (s *Store) take(r *sluice.Request, key string, cost, now int64, d *sluice.Decision) (err error) {
+	h := s.hash(r.Namespace, key)
 	sh := &s.shards[h&s.mask]
 	if r.Algorithm.UsesLog(r.Limit) {
 		var buf [maxStackKey]byte
-		key := logKey(r.Namespace, r.Key, &buf)
+		lk := logKey(r.Namespace, key, &buf)
 		sh.mu.Lock()
-		err = s.takeLog(sh, key, &r, now, &d)
+		err = s.takeLog(sh, lk, r, cost, now, d)
 		sh.mu.Unlock()
 	} else {
 		// The small-state path inline (a call here costs as much as the
@@ -386,34 +402,34 @@ func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, er
 		// Decision returned by value through each call costs a 48-byte
 		// copy apiece.
 		sh.mu.Lock()
-		e := sh.small.get(h, r.Namespace, r.Key)
+		e := sh.small.get(h, r.Namespace, key)
 		var st sluice.State
 		if e != nil && now < e.idle {
 			st = sluice.State{T: e.t, N: e.n, M: e.m}
 		}
 		var idle int64
-		if idle, err = step(&r, &d, &st, now); err == nil {
+		if idle, err = step(r, cost, d, &st, now); err == nil {
 			if e != nil {
 				*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 			} else {
-				s.putSmall(sh, h, r.Namespace, r.Key, e, &st, idle, now)
+				s.putSmall(sh, h, r.Namespace, key, e, &st, idle, now)
 			}
 		}
 		sh.mu.Unlock()
 	}
 	if err != nil {
-		return d, fmt.Errorf("memstore: take %q: %w", r.Key, err)
+		return fmt.Errorf("memstore: take %q: %w", key, err)
 	}
-	return d, nil
+	return nil
 }
 
-func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, now int64, d *sluice.Decision) error {
+func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, cost, now int64, d *sluice.Decision) error {
 	le := sh.logs[key]
 	var st sluice.State
 	if le != nil && now < le.idle {
 		st = le.st
 	}
-	idle, err := step(r, d, &st, now)
+	idle, err := step(r, cost, d, &st, now)
 	if err == nil {
 		s.putLog(sh, key, le, st, idle, now)
 	}
@@ -587,7 +603,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		if !found {
 			st = s.shards[idx[i]].load(hs[i], r, now)
 		}
-		idle, err := step(r, &ds[i], &st, now)
+		idle, err := step(r, r.Cost, &ds[i], &st, now)
 		if err != nil {
 			return fmt.Errorf("memstore: takeall %q: %w", r.Key, err)
 		}
@@ -604,13 +620,13 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	return nil
 }
 
-// step runs r's algorithm on st: Take's step, or Charge's for a forced
-// request.
-func step(r *sluice.Request, d *sluice.Decision, st *sluice.State, now int64) (int64, error) {
+// step runs r's algorithm on st for cost: Take's step, or Charge's for a
+// forced request.
+func step(r *sluice.Request, cost int64, d *sluice.Decision, st *sluice.State, now int64) (int64, error) {
 	if r.Force {
-		return r.Algorithm.ChargeMicro(d, st, &r.Limit, now, r.Cost)
+		return r.Algorithm.ChargeMicro(d, st, &r.Limit, now, cost)
 	}
-	return r.Algorithm.TakeMicro(d, st, &r.Limit, now, r.Cost)
+	return r.Algorithm.TakeMicro(d, st, &r.Limit, now, cost)
 }
 
 // load returns a copy of r's state, the zero State if absent or at rest.

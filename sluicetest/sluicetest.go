@@ -137,7 +137,9 @@ type Table struct {
 	Steps     []Step
 }
 
-// Run runs the whole suite against the stores open returns.
+// Run runs the whole suite against the stores open returns; for a store
+// that implements sluice.KeyTaker, the decision tests run again with every
+// other request through TakeKey.
 func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("Tables", func(t *testing.T) {
 		for _, tb := range Tables() {
@@ -155,6 +157,7 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("TakeAllReport", func(t *testing.T) { testTakeAllReport(t, open(t)) })
 	t.Run("NamespacesApart", func(t *testing.T) { testNamespaces(t, open(t)) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, open(t)) })
+	t.Run("KeyTaker", func(t *testing.T) { testKeyTaker(t, open) })
 }
 
 // uniq makes keys of one subtest distinct from every other's, so a shared
