@@ -41,8 +41,10 @@
 // it atomically; Algorithm.UsesLog says which states carry a Log, and
 // Limit.Ticks gives the limit in the integer ticks the algorithms count,
 // for stores that run the algorithms elsewhere (the Redis store's Lua
-// scripts). Resetter is the optional interface behind Limiter.Reset. The
-// sluicetest package's Run is the conformance suite a Store must pass.
+// scripts). Resetter is the optional interface behind Limiter.Reset, and
+// KeyTaker the optional fast path a Limiter uses for its decisions when its
+// store has one (memstore does). The sluicetest package's Run is the
+// conformance suite a Store must pass.
 // Applications need none of these.
 //
 // # Semantics
