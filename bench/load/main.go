@@ -11,6 +11,7 @@
 //
 //	cd bench && go run ./load           # defaults: wrk -t1 -c64, 10s per step
 //	cd bench && go run ./load -d 5s -c 32 -runs 3
+//	cd bench && go run ./load -proxy-only   # the proxy rows only
 //
 // Needs wrk, redis-server, nginx and caddy on PATH (Linux only: /proc).
 // Peak throughput comes from wrk (closed loop, -c connections); the
@@ -148,11 +149,12 @@ func serveBare(addr string) {
 }
 
 type options struct {
-	duration time.Duration
-	threads  int
-	conns    int
-	runs     int
-	keep     bool
+	duration  time.Duration
+	threads   int
+	conns     int
+	runs      int
+	keep      bool
+	proxyOnly bool // -proxy-only: no /v1/check steps
 }
 
 // The steps' positions in the report.
@@ -173,6 +175,7 @@ func run() error {
 	flag.IntVar(&o.conns, "c", 64, "wrk connections")
 	flag.IntVar(&o.runs, "runs", 1, "wrk runs per step; the report keeps each step's best (on a shared machine, other load only ever slows a run down)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	flag.BoolVar(&o.proxyOnly, "proxy-only", false, "run the proxy steps only (no /v1/check steps)")
 	flag.Parse()
 	if o.duration <= 0 || o.duration > 2*time.Minute {
 		return errors.New("-d must be in (0, 2m]")
@@ -295,6 +298,9 @@ func run() error {
 	results := make([]result, len(steps))
 	for run := range o.runs {
 		for i, s := range steps {
+			if o.proxyOnly && i >= stepCheck {
+				break
+			}
 			fmt.Fprintf(os.Stderr, "load: %s (run %d of %d) …\n", s.name, run+1, o.runs)
 			r, err := wrk(ctx, o, s.url, s.script, s.server)
 			if err != nil {
@@ -453,7 +459,10 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
 	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-	for _, r := range rs {
+	for i, r := range rs {
+		if o.proxyOnly && i >= stepCheck {
+			break
+		}
 		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs |\n", r.name, r.rps, r.p50, r.p99, r.non2xx,
 			float64(r.cpuPerRequest)/float64(time.Microsecond))
 	}
@@ -466,9 +475,11 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 		sl.rps/rs[stepCaddy].rps, sl.rps/rs[stepBare].rps, us(sl.cpuPerRequest)/us(rs[stepBare].cpuPerRequest),
 		sl.rps/rs[stepFast].rps, us(sl.cpuPerRequest)/us(rs[stepFast].cpuPerRequest))
 	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput; redis store: %.0f%%\n", 100*sl.rps/rs[0].rps, 100*rs[stepSluice+1].rps/rs[0].rps)
-	fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs) vs %.1f µs for the bare handler\n",
-		100*rs[stepCheck+1].rps/rs[stepCheck].rps, us(rs[stepCheck+1].cpuPerRequest), us(rs[stepCheck].cpuPerRequest))
-	fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[stepCheck+2].rps/rs[stepCheck].rps)
+	if !o.proxyOnly {
+		fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs) vs %.1f µs for the bare handler\n",
+			100*rs[stepCheck+1].rps/rs[stepCheck].rps, us(rs[stepCheck+1].cpuPerRequest), us(rs[stepCheck].cpuPerRequest))
+		fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[stepCheck+2].rps/rs[stepCheck].rps)
+	}
 	fmt.Fprintf(w, "- paced at half the proxy's peak (%.0f req/s asked; got %.0f direct, %.0f through the proxy): direct p50 %v p99 %v; proxy p50 %v p99 %v (%d non-2xx); the proxy adds %v at p99 (target < 1ms)\n",
 		rate, direct.rps, proxy.rps, direct.p50, direct.p99, proxy.p50, proxy.p99, proxy.non2xx, proxy.p99-direct.p99)
 }

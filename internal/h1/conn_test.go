@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/h1"
+	"github.com/sluicehq/sluice/internal/listener"
 )
 
 // echo answers with what it got, and whether it was served by the fast
@@ -154,6 +156,14 @@ func TestTimeoutsAndStates(t *testing.T) {
 	}
 	waitClosed(t, c2)
 
+	for closed := 0; closed < 2; runtime.Gosched() { // until both are recorded closed
+		closed = 0
+		for _, seq := range st.all() {
+			if seq[len(seq)-1] == http.StateClosed {
+				closed++
+			}
+		}
+	}
 	var sawIdle bool
 	for _, seq := range st.all() {
 		if seq[0] != http.StateNew || seq[len(seq)-1] != http.StateClosed {
@@ -218,5 +228,56 @@ func TestShutdown(t *testing.T) {
 	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 		c.Close()
 		t.Error("a connection was accepted after Shutdown")
+	}
+}
+
+// max_connections is one count over both paths: the listener counts a
+// connection from accept to close, whichever engine serves it.
+func TestOneConnectionCapOverBothPaths(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, wl := listener.Server(ln, echo, listener.Options{Name: "proxy", MaxConnections: 2})
+	f := h1.New(srv)
+	done := make(chan struct{})
+	go func() { f.Serve(wl); close(done) }()
+	t.Cleanup(func() { f.Close(); <-done })
+	addr := ln.Addr().String()
+
+	ask := func(c net.Conn, br *bufio.Reader, raw string) string {
+		t.Helper()
+		io.WriteString(c, raw)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	fast, _ := net.Dial("tcp", addr)
+	defer fast.Close()
+	if got := ask(fast, bufio.NewReader(fast), "GET /f HTTP/1.1\r\nHost: x\r\n\r\n"); got != "GET /f  either" {
+		t.Fatalf("fast: %q", got)
+	}
+	slow, _ := net.Dial("tcp", addr)
+	defer slow.Close()
+	if got := ask(slow, bufio.NewReader(slow), "POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"); got != "POST /s ok net/http" {
+		t.Fatalf("handed off: %q", got)
+	}
+	if wl.Open() != 2 {
+		t.Fatalf("open connections: %d; want 2 (one per path)", wl.Open())
+	}
+	third, _ := net.Dial("tcp", addr)
+	defer third.Close()
+	waitClosed(t, third) // over the cap: closed at once
+	slow.Close()
+	for wl.Open() != 1 {
+		runtime.Gosched() // until the handed-off connection is counted out
+	}
+	fourth, _ := net.Dial("tcp", addr)
+	defer fourth.Close()
+	if got := ask(fourth, bufio.NewReader(fourth), "GET /4 HTTP/1.1\r\nHost: x\r\n\r\n"); got != "GET /4  either" {
+		t.Errorf("after one closed: %q", got)
 	}
 }
