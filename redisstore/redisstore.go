@@ -175,16 +175,17 @@ func (o Options) Validate() error {
 // Store is a sluice.Store in Redis. It is safe for concurrent use. Build
 // one with New: the zero Store has no connection, and using it panics.
 type Store struct {
-	c       rueidis.Client
-	solo    rueidis.Client // single node: for a call with nothing else in flight; nil otherwise
-	flying  atomic.Int64   // Take and TakeAll calls in flight
-	opts    Options
-	margin  string                        // ms
-	useTime string                        // "1" to use Redis TIME
-	take    [sluice.GCRA + 1]*rueidis.Lua // one.lua: every algorithm, any limit
-	flat    [sluice.GCRA + 1]*rueidis.Lua // take_*.lua: string state only; nil for the log
-	all     *rueidis.Lua
-	refunds atomic.Uint64
+	c         rueidis.Client
+	solo      rueidis.Client // single node: for a call with nothing else in flight; nil otherwise
+	flying    atomic.Int64   // Take and TakeAll calls in flight
+	opts      Options
+	margin    string                        // ms
+	useTime   string                        // "1" to use Redis TIME
+	take      [sluice.GCRA + 1]*rueidis.Lua // one.lua: every algorithm, any limit
+	flat      [sluice.GCRA + 1]*rueidis.Lua // take_*.lua: string state only; nil for the log
+	all       *rueidis.Lua
+	refunds   atomic.Uint64
+	deadlines *deadlines // bounds Take and TakeAll by opts.Timeout
 	shardState
 }
 
@@ -261,12 +262,13 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: connect %v: %w: %w", o.Addrs, sluice.ErrStoreUnavailable, r.err)
 	}
 	s := &Store{
-		c:       r.c,
-		solo:    r.solo,
-		opts:    o,
-		margin:  strconv.FormatInt(o.ExpiryMargin.Milliseconds(), 10),
-		useTime: "0",
-		all:     rueidis.NewLuaScript(scriptAll),
+		c:         r.c,
+		solo:      r.solo,
+		opts:      o,
+		margin:    strconv.FormatInt(o.ExpiryMargin.Milliseconds(), 10),
+		useTime:   "0",
+		all:       rueidis.NewLuaScript(scriptAll),
+		deadlines: newDeadlines(o.Timeout),
 	}
 	if o.RedisTime {
 		s.useTime = "1"
@@ -457,8 +459,7 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	if err := s.prepare(&r, &q); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	ctx = s.deadlines.bound(ctx)
 	var rps []reply
 	var err error
 	if r.Force {
@@ -514,8 +515,7 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
 	}
 	key := s.KeyOf(r)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	ctx = s.deadlines.bound(ctx)
 	c, done := s.client()
 	res := s.flat[r.Algorithm].Exec(ctx, c, []string{key}, args)
 	done()
@@ -622,8 +622,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			return fmt.Errorf("redisstore: take all %q: %w", rs[i].Key, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	ctx = s.deadlines.bound(ctx)
 	groups := [][]int{make([]int, len(rs))}
 	for i := range groups[0] {
 		groups[0][i] = i

@@ -4,7 +4,9 @@
 // does, against
 //
 //   - bare: a grpc-go server that answers OK at once (the floor: what gRPC
-//     itself costs),
+//     itself costs, with grpc-go's defaults), and the same with the server
+//     options Sluice sets for speed (its stream workers), so that both
+//     ratios can be read,
 //   - sluice serve with the memory store,
 //   - sluice serve with a local Redis, and the same with
 //     store.redis.max_flush_delay: 100us,
@@ -24,7 +26,8 @@
 // redis-server on PATH; Linux only (/proc).
 //
 // The same binary runs the bare server as a child process: `grpcload bare
-// ADDR`.
+// ADDR [workers]`. -only TEXT runs only the servers whose name contains
+// TEXT, beside the floors (while developing).
 package main
 
 import (
@@ -53,8 +56,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == "bare" {
-		serveBare(os.Args[2])
+	if len(os.Args) >= 3 && os.Args[1] == "bare" {
+		serveBare(os.Args[2], len(os.Args) == 4 && os.Args[3] == "workers")
 		return
 	}
 	if err := run(); err != nil {
@@ -76,13 +79,23 @@ func (bare) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rl
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: st}, nil
 }
 
-func serveBare(addr string) {
+// streamWorkers is internal/server.DefaultStreamWorkers.
+const streamWorkers = 256
+
+// serveBare runs the floor: grpc-go with its defaults, or with workers the
+// server options Sluice adds for speed (its stream workers), so that a
+// reader sees both ratios.
+func serveBare(addr string, workers bool) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	s := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if workers {
+		opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
+	}
+	s := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s, bare{})
 	if err := s.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -97,6 +110,7 @@ type options struct {
 	conns    int
 	keep     bool
 	ref      string
+	only     string
 }
 
 func ints(s string) ([]int, error) {
@@ -126,6 +140,7 @@ func run() error {
 	flag.IntVar(&o.conns, "conns", 4, "gRPC connections the requests are spread over (Envoy opens a few)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	flag.StringVar(&o.ref, "reference", "", "`binary` of Envoy's reference rate limit service (go build ./src/service_cmd in envoyproxy/ratelimit) to run beside Sluice")
+	flag.StringVar(&o.only, "only", "", "run only the servers whose name contains this `text` (and the floor), e.g. -only Redis")
 	flag.Parse()
 	var err error
 	if o.conc, err = ints(conc); err != nil {
@@ -160,7 +175,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ports, err := harness.FreePorts(11)
+	ports, err := harness.FreePorts(12)
 	if err != nil {
 		return err
 	}
@@ -170,6 +185,11 @@ func run() error {
 	var procs harness.Procs
 	defer procs.StopAll()
 	bareP, err := procs.Start(ctx, "bare", self, "bare", bareAddr)
+	if err != nil {
+		return err
+	}
+	bareWAddr := ports[11]
+	bareWP, err := procs.Start(ctx, "bare-workers", self, "bare", bareWAddr, "workers")
 	if err != nil {
 		return err
 	}
@@ -217,6 +237,7 @@ func run() error {
 	}
 	targets := []target{
 		{"bare grpc-go (floor)", bareAddr, bareP, ""},
+		{"bare grpc-go, Sluice's server options", bareWAddr, bareWP, ""},
 		{"sluice, memory", memGRPC, memP, ""},
 		{"sluice, Redis", redGRPC, redP, redisAddr},
 		{"sluice, Redis, flush 100µs", fdGRPC, fdP, redisAddr},
@@ -227,6 +248,15 @@ func run() error {
 			return err
 		}
 		targets = append(targets, target{"reference (envoyproxy/ratelimit), Redis", refGRPC, p, redisAddr})
+	}
+	if o.only != "" {
+		kept := targets[:0]
+		for _, tg := range targets {
+			if strings.HasPrefix(tg.name, "bare") || strings.Contains(tg.name, o.only) {
+				kept = append(kept, tg)
+			}
+		}
+		targets = kept
 	}
 	for _, tg := range targets {
 		if err := harness.WaitTCP(ctx, tg.addr); err != nil {
@@ -427,7 +457,7 @@ func report(o options, rows []row) {
 	floor := map[[2]int]row{}
 	ref := map[[2]int]row{}
 	for _, r := range rows {
-		if strings.HasPrefix(r.target, "bare") {
+		if r.target == "bare grpc-go (floor)" {
 			floor[[2]int{r.conc, r.keys}] = r
 		}
 		if strings.HasPrefix(r.target, "reference") {
