@@ -36,7 +36,7 @@ func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
 		}
 		refuse(r.Sync != 0, "sync")
 		refuse(!r.Lease.IsZero(), "lease")
-		refuse(r.Shards != 0, "shards")
+		refuse(!r.Shards.IsZero(), "shards")
 	})
 	if err := es.Err(); err != nil {
 		return nil, err
@@ -110,6 +110,7 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		gen := *old
 		gen.descs = set
 		d.cur.Store(&gen)
+		d.keepHot(&gen)
 		d.metrics.Reload(true)
 		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())
 	}

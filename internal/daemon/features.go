@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -79,15 +80,13 @@ func (d *Daemon) engineOptions(o engine.Options) engine.Options {
 // force: the summaries of rules gone are dropped, the deferral queue gets
 // the defer rules and the upstream.
 func (d *Daemon) activate(gen *generation) {
-	names := make([]string, 0, len(gen.rules.Rules))
 	var defers []deferq.Rule
 	for _, r := range gen.rules.Rules {
-		names = append(names, r.Name)
 		if r.Action == rules.Defer {
 			defers = append(defers, deferq.Rule{Name: r.Name, MaxQueue: r.Defer.MaxQueue, MaxBodyBytes: r.Defer.MaxBodyBytes, Take: d.replayTake(r.Name)})
 		}
 	}
-	d.hot.Keep(names)
+	d.keepHot(gen)
 	if d.deferq == nil {
 		return
 	}
@@ -97,6 +96,22 @@ func (d *Daemon) activate(gen *generation) {
 	}
 	d.deferq.SetUpstream(up)
 	d.deferq.SetRules(defers)
+}
+
+// keepHot drops the hot-key summaries of rules gone: those of gen's rules
+// and of its descriptors with shards: auto (named "envoy/DOMAIN/PATH")
+// stay.
+func (d *Daemon) keepHot(gen *generation) {
+	names := make([]string, 0, len(gen.rules.Rules))
+	for _, r := range gen.rules.Rules {
+		names = append(names, r.Name)
+	}
+	gen.descs.Each(func(r *descriptors.Rule) {
+		if r.Shards.Auto {
+			names = append(names, r.FullName())
+		}
+	})
+	d.hot.Keep(names)
 }
 
 // replayTake is the pace of replay for the defer rule named name: its own

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -302,7 +304,8 @@ func TestEnvoyShardsOnCluster(t *testing.T) {
 	if err := os.MkdirAll(descDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	desc := "domain: hot\ndescriptors:\n  - key: tenant\n    algorithm: fixed_window\n    shards: 3\n    rate_limit: {unit: hour, requests_per_unit: 90}\n"
+	desc := "domain: hot\ndescriptors:\n  - key: tenant\n    algorithm: fixed_window\n    shards: 3\n    rate_limit: {unit: hour, requests_per_unit: 90}\n" +
+		"  - key: user\n    shards: auto\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n"
 	if err := os.WriteFile(filepath.Join(descDir, "hot.yaml"), []byte(desc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -332,6 +335,49 @@ func TestEnvoyShardsOnCluster(t *testing.T) {
 	}
 	if s := busiestShare(before, evalshaCalls(t, c)); s > 0.5 {
 		t.Errorf("busiest node ran %.0f%% of the scripts, want ≤ 50%%", s*100)
+	}
+
+	// shards: auto: a descriptor's key decided fast enough becomes hot
+	// (its summary is named as the descriptor in metrics), then spreads.
+	var m descriptors.Match
+	entries := []descriptors.Entry{{Key: "user", Value: "busy"}}
+	td.d.descriptorSet().Lookup("hot", entries, &m)
+	if m.Rule == nil || !m.Rule.Shards.Auto {
+		t.Fatalf("descriptor user: %+v, want shards: auto", m.Rule)
+	}
+	storeKey := m.StoreKey(entries)
+	hot := td.d.hot.Rule("envoy/hot/user")
+	hotKey := strings.TrimPrefix(storeKey, m.Rule.Head())
+	decide := func() (engine.DescriptorStatus, engine.DescriptorsResult) {
+		ds := []engine.Descriptor{{Rule: m.Rule, Key: storeKey, Cost: 1}}
+		st := make([]engine.DescriptorStatus, 1)
+		res := td.d.engine().DecideDescriptors(context.Background(), ds, st)
+		return st[0], res
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !hot.Hot.Has(hotKey) {
+		if time.Now().After(deadline) {
+			top, _ := hot.Top(3, time.Now())
+			t.Fatalf("descriptor key never became hot; top %+v", top)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 100 {
+					decide()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	before = evalshaCalls(t, c)
+	for range 300 {
+		if st, res := decide(); res.OverLimit || res.StoreErr != nil || st.Decision.Limit != 1_000_000 {
+			t.Fatalf("hot descriptor key: %+v %+v", st, res)
+		}
+	}
+	if s := busiestShare(before, evalshaCalls(t, c)); s > 0.5 {
+		t.Errorf("shards: auto, hot descriptor key: busiest node ran %.0f%% of the scripts, want ≤ 50%%", s*100)
 	}
 
 	// On the memory store, shards is refused.

@@ -132,16 +132,19 @@ type Rule struct {
 	ValueToMetric  bool
 	// Fleet options (Redis store only), as the rule options of the main
 	// config: Sync is the hybrid interval, Lease "auto" or a chunk size,
-	// Shards the number of Redis keys each counter is split over.
+	// Shards the number of Redis keys each counter is split over (N ≥ 2),
+	// or auto: only the keys this instance finds hot, over as many shards
+	// as the Cluster has masters.
 	Sync   time.Duration
 	Lease  rules.AutoCount
-	Shards int
+	Shards rules.AutoCount
 
 	// File and Line locate the descriptor in its file.
 	File string
 	Line int
 
 	head    string // store-key prefix: what a counter means (domain, algorithm, limit)
+	full    string // FullName
 	fromReq bool   // the metric label carries request values (detailed_metric, value_to_metric on the path)
 	cached  atomic.Value
 }
@@ -153,7 +156,12 @@ type Rule struct {
 func (r *Rule) Head() string { return r.head }
 
 // FullName returns a name for r in metrics and logs: "envoy/DOMAIN/PATH".
-func (r *Rule) FullName() string { return "envoy/" + r.Domain + "/" + r.Path }
+func (r *Rule) FullName() string {
+	if r.full != "" {
+		return r.full
+	}
+	return "envoy/" + r.Domain + "/" + r.Path
+}
 
 // Cached returns what SetCached stored on r, or nil: a slot for a
 // transport's per-rule state (such as its metric handles), so that the hot

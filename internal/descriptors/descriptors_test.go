@@ -229,6 +229,9 @@ descriptors:
   - key: l
     lease: 10
     rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: h
+    shards: auto
+    rate_limit: {unit: second, requests_per_unit: 1000}
   - key: c
     rate_limit: {unlimited: true}
   - key: y
@@ -241,11 +244,14 @@ descriptors:
 	}
 	_, m = lookupPath(t, s, "d", es("b", "1"))
 	r = m.Rule
-	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Shards != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
+	if r.Algorithm != sluice.FixedWindow || r.Limit.Period != 30*24*time.Hour || !r.Quota || r.Sync != 50*time.Millisecond || r.Shards.N != 4 || len(r.Replaces) != 1 || r.Replaces[0] != "wk" {
 		t.Errorf("rule b = %+v, want fixed_window per 30 days, quota, sync 50ms, 4 shards, replaces wk", r)
 	}
 	if _, m := lookupPath(t, s, "d", es("l", "1")); m.Rule.Lease != (rules.AutoCount{N: 10}) {
 		t.Errorf("rule l lease = %v, want 10", m.Rule.Lease)
+	}
+	if _, m := lookupPath(t, s, "d", es("h", "1")); m.Rule.Shards != (rules.AutoCount{Auto: true}) || m.Rule.FullName() != "envoy/d/h" {
+		t.Errorf("rule h shards = %v, name %q; want auto, envoy/d/h", m.Rule.Shards, m.Rule.FullName())
 	}
 	_, m = lookupPath(t, s, "d", es("c", "1"))
 	if !m.Rule.Unlimited {
@@ -304,6 +310,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad lease", "domain: d\ndescriptors:\n  - key: k\n    lease: some\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`lease: want auto or a whole number`}},
 		{"sync on the sliding log", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window_log\n    sync: 10ms\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].sync: sliding_window_log cannot be counted by a fleet`}},
 		{"lease on a 4-segment counter", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window_counter\n    segments: 4\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:6: descriptors[0].lease: sliding_window_counter cannot be counted by a fleet`}},
+		{"one shard", "domain: d\ndescriptors:\n  - key: k\n    shards: 1\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].shards: want auto or a whole number between 2 and 1024, not "1"`}},
+		{"shards word", "domain: d\ndescriptors:\n  - key: k\n    shards: many\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].shards: want auto or a whole number between 2 and 1024, not "many"`}},
+		{"too many shards", "domain: d\ndescriptors:\n  - key: k\n    shards: 5000\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].shards: want auto or a whole number between 2 and 1024, not "5000"`}},
 		{"sync and lease", "domain: d\ndescriptors:\n  - key: k\n    sync: 10ms\n    lease: auto\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].lease: sync (soft) and lease (hard) exclude each other`}},
 		{"no domain", "descriptors: []\n", []string{"domain: missing"}},
 		{"empty domain", "domain: ''\n", []string{"domain: must not be empty"}},

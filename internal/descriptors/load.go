@@ -218,9 +218,9 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		shadow, quota, detailed, v2m    bool
 		share, report                   bool
 		algorithm                       string
-		lease                           rules.AutoCount
+		lease, shards                   rules.AutoCount
 		burst                           int64
-		segments, shards                int
+		segments                        int
 		sync                            time.Duration
 		algNode, burstNode, segNode     *yaml.Node
 		leaseNode, shardsNode, syncNode *yaml.Node
@@ -251,7 +251,14 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				d.Fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
 			}
 		},
-		"shards": func(kk string, x *yaml.Node) { shardsNode = x; d.int(&shards)(kk, x) },
+		"shards": func(kk string, x *yaml.Node) {
+			shardsNode = x
+			var v string
+			d.str(&v)(kk, x)
+			if err := shards.UnmarshalText([]byte(v)); err != nil || (!shards.Auto && (shards.N < 2 || shards.N > MaxShards)) {
+				d.Fail(x, kk, "want auto or a whole number between 2 and %d, not %q", MaxShards, v)
+			}
+		},
 		"report": func(kk string, x *yaml.Node) { reportNode = x; d.bool(&report)(kk, x) },
 	})
 	if item == nil || item.Kind != yaml.MappingNode {
@@ -320,9 +327,6 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				}
 				d.Fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
 			}
-			if shardsNode != nil && (shards < 2 || shards > MaxShards) {
-				d.Fail(shardsNode, key+".shards", "%d must be between 2 and %d (or absent)", shards, MaxShards)
-			}
 			if r.RequestsPerUnit > 0 && !r.Unlimited {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Limit.Validate(); err != nil {
@@ -330,6 +334,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				}
 			}
 			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)
+			r.full = "envoy/" + r.Domain + "/" + r.Path
 			nd.rule = r
 			p.rules++
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -175,10 +176,7 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 	for _, i := range idx {
 		r := ds[i].Rule
 		req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
-		n := 1
-		if r.Shards >= 2 && e.shard != nil {
-			n = e.shard(&req, r.Shards)
-		}
+		n := e.shardDescriptor(r, &req, now)
 		a.rs = append(a.rs, req)
 		a.ds = append(a.ds, sluice.Decision{})
 		a.shards = append(a.shards, n)
@@ -205,6 +203,31 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 		}
 	}
 	return nil
+}
+
+// shardDescriptor sends req to one of the shards of its key as the rule
+// says (shards: N, or shards: auto when this instance finds the key hot)
+// and returns the number of shards (1: none). Only rules with shards: auto
+// feed a hot-key summary, named as the rule in metrics
+// ("envoy/DOMAIN/PATH"), with the request's part of the key.
+func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now time.Time) int {
+	if e.shard == nil {
+		return 1
+	}
+	switch {
+	case r.Shards.N >= 2:
+		return e.shard(req, r.Shards.N)
+	case r.Shards.Auto && e.auto != nil && e.hotKeys != nil:
+		h := e.hotKeys.Rule(r.FullName())
+		key := strings.TrimPrefix(req.Key, r.Head())
+		h.Observe(key, req.Cost, now)
+		if h.Hot.Has(key) {
+			if n := e.auto(); n >= 2 {
+				return e.shard(req, n)
+			}
+		}
+	}
+	return 1
 }
 
 // descriptorsFailed answers a store failure as on_error says.

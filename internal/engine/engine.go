@@ -119,6 +119,7 @@ type Engine struct {
 	metrics  *metrics.Metrics
 	byRule   map[*rules.Rule]*metrics.Rule
 	hot      map[*rules.Rule]*hotkeys.Rule
+	hotKeys  *hotkeys.Set // for the summaries of descriptors with shards: auto
 	shard    func(r *sluice.Request, n int) int
 	auto     func() int
 	log      *slog.Logger
@@ -155,6 +156,7 @@ func New(o Options) (*Engine, error) {
 	for _, r := range e.rules.Rules {
 		e.byRule[r] = e.metrics.Rule(r.Name)
 	}
+	e.hotKeys = o.HotKeys
 	if o.HotKeys != nil {
 		e.hot = make(map[*rules.Rule]*hotkeys.Rule, len(e.rules.Rules))
 		for _, r := range e.rules.Rules {
