@@ -45,7 +45,7 @@ func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 		now = st.Log[n-1]
 	}
 	cut := now - p.period
-	st.Log = st.Log[sort.Search(len(st.Log), func(i int) bool { return st.Log[i] > cut }):]
+	st.Log = st.Log[expired(st.Log, cut):]
 	switch n := int64(len(st.Log)); {
 	case cost <= p.rate && n+cost <= p.rate:
 		o.allowed = true
@@ -76,6 +76,24 @@ func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	} else {
 		st.Log = nil
 	}
+}
+
+// expired returns how many times at the front of log (sorted, oldest
+// first) are at or before cut. A log under steady traffic loses one or
+// two per decision, so the first few are looked at one by one before a
+// binary search over the rest.
+func expired(log []int64, cut int64) int {
+	const scan = 4
+	for i := range min(len(log), scan) {
+		if log[i] > cut {
+			return i
+		}
+	}
+	if len(log) <= scan {
+		return len(log)
+	}
+	rest := log[scan:]
+	return scan + sort.Search(len(rest), func(i int) bool { return rest[i] > cut })
 }
 
 // counts reads and writes the sub-window counts of a sliding window counter
