@@ -221,7 +221,10 @@ func (l *Limiter) take(ctx context.Context, key string, now time.Time, n int64) 
 		// c.req is immutable once c is published, and on the heap: the
 		// store reads it through the pointer, nothing is copied.
 		ok, remaining, retry, reset, delay, err = l.fast.TakeKey(ctx, &c.req, key, n, now)
-		return ok, c.limit.Rate, remaining, retry, reset, delay, err
+		if err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
+		return ok, c.limit.Rate, remaining, retry, reset, delay, nil
 	}
 	r := c.req
 	r.Key, r.Cost, r.Now = key, n, now

@@ -371,36 +371,31 @@ const maxStackKey = 128
 
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
-func (s *Store) Take(_ context.Context, r sluice.Request) (d sluice.Decision, err error) {
-	err = s.take(&r, r.Key, r.Cost, r.Now.UnixMicro(), &d)
-	return d, err
+func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	ok, rem, retry, reset, delay, err := s.TakeKey(ctx, &r, r.Key, r.Cost, r.Now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	return sluice.Decision{Allowed: ok, Limit: r.Limit.Rate, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Delay: delay}, err
 }
 
 // TakeKey is Take for *r with key, cost and now in its Key, Cost and Now
 // (sluice.KeyTaker): a Limiter's hot path, which passes its Request by
-// pointer instead of copying it.
-func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost int64, now time.Time) (allowed bool, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
-	var d sluice.Decision
-	err = s.take(r, key, cost, now.UnixMicro(), &d)
-	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
-}
-
-// take decides *r for key at cost and now (µs), writing the decision to
-// *d; r's own Key, Cost and Now are ignored.
-func (s *Store) take(r *sluice.Request, key string, cost, now int64, d *sluice.Decision) (err error) {
+// pointer instead of copying it, and gets the decision back in registers.
+func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost int64, at time.Time) (allowed bool, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+	now := at.UnixMicro()
 	h := s.hash(r.Namespace, key)
 	sh := &s.shards[h&s.mask]
+	var d sluice.Decision
 	if r.Algorithm.UsesLog(r.Limit) {
 		var buf [maxStackKey]byte
 		lk := logKey(r.Namespace, key, &buf)
 		sh.mu.Lock()
-		err = s.takeLog(sh, lk, r, cost, now, d)
+		err = s.takeLog(sh, lk, r, cost, now, &d)
 		sh.mu.Unlock()
 	} else {
 		// The small-state path inline (a call here costs as much as the
-		// lookup); TakeMicro writes the decision straight into d: a
-		// Decision returned by value through each call costs a 48-byte
-		// copy apiece.
+		// lookup); TakeMicro writes the decision straight into d.
 		sh.mu.Lock()
 		e := sh.small.get(h, r.Namespace, key)
 		var st sluice.State
@@ -408,7 +403,7 @@ func (s *Store) take(r *sluice.Request, key string, cost, now int64, d *sluice.D
 			st = sluice.State{T: e.t, N: e.n, M: e.m}
 		}
 		var idle int64
-		if idle, err = step(r, cost, d, &st, now); err == nil {
+		if idle, err = step(r, cost, &d, &st, now); err == nil {
 			if e != nil {
 				*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 			} else {
@@ -418,9 +413,9 @@ func (s *Store) take(r *sluice.Request, key string, cost, now int64, d *sluice.D
 		sh.mu.Unlock()
 	}
 	if err != nil {
-		return fmt.Errorf("memstore: take %q: %w", key, err)
+		return false, 0, 0, 0, 0, fmt.Errorf("memstore: take %q: %w", key, err)
 	}
-	return nil
+	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 }
 
 func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, cost, now int64, d *sluice.Decision) error {

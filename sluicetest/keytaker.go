@@ -59,5 +59,8 @@ func (v *viaKeyTaker) Take(ctx context.Context, r sluice.Request) (sluice.Decisi
 	if q != before {
 		v.t.Errorf("TakeKey changed the Request it was given: %+v, was %+v", q, before)
 	}
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	return sluice.Decision{Allowed: ok, Limit: r.Limit.Rate, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Delay: delay}, err
 }
