@@ -52,6 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitReset$$' -fuzztime 100000x ./httplimit
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 200000x ./internal/h1
+	$(GO) test -run '^$$' -fuzz '^FuzzSimpleResponse$$' -fuzztime 100000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq

@@ -21,8 +21,9 @@ import (
 // The fast path forwards the common request — GET or HEAD with no body,
 // no Upgrade, to an http:// upstream — in the handler's own goroutine:
 // the request is written straight from the incoming one onto a pooled
-// HTTP/1.1 connection (one write), the response read with
-// http.ReadResponse and its headers put into the ResponseWriter's map.
+// HTTP/1.1 connection (one write), the response read (by
+// readSimpleResponse when it is of the common kind, else
+// http.ReadResponse) and its headers put into the ResponseWriter's map.
 // httputil.ReverseProxy with net/http's Transport spends most of its CPU
 // around that — an outgoing Request and Header copy per request, and the
 // Transport's two goroutines per connection with a hand-off through
@@ -294,7 +295,17 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 	c.lim = p.maxHeader
 	defer func() { c.lim = -1 }()
 	for {
-		resp, err := http.ReadResponse(c.br, r)
+		var resp *http.Response
+		simple := false
+		var err error
+		if r.Method == http.MethodGet {
+			resp, simple, err = readSimpleResponse(c.br)
+		}
+		if simple {
+			resp.Request, resp.Body = r, &lenBody{br: c.br, n: resp.ContentLength}
+		} else if err == nil {
+			resp, err = http.ReadResponse(c.br, r)
+		}
 		if errors.Is(err, errHeaderTooLarge) {
 			return nil, fmt.Errorf("proxy: upstream response headers over %d bytes", p.maxHeader)
 		}

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+)
+
+// readSimpleResponse reads the upstream's answer to a GET on the fast path
+// when it is of the simple kind most answers are — an HTTP/1.1 status line
+// with a final status other than 204 and 304, one Content-Length, no
+// Transfer-Encoding or Trailer, every line ending in CRLF, header names of
+// token characters and values of visible characters, spaces and tabs, the
+// whole head within the connection's read buffer — without the textproto
+// reader and transfer decoding of http.ReadResponse, which cost a tenth
+// of the proxy's CPU under load (BENCHMARKS.md). ok false: not of that
+// kind, nothing consumed; the caller reads it with http.ReadResponse. An
+// error is the connection's (a read error or timeout, or the header
+// budget). FuzzSimpleResponse checks it against http.ReadResponse.
+func readSimpleResponse(br *bufio.Reader) (resp *http.Response, ok bool, err error) {
+	scanned := 0
+	var head []byte
+	for head == nil {
+		if _, err := br.Peek(scanned + 1); err != nil {
+			return nil, false, err
+		}
+		buf, _ := br.Peek(br.Buffered())
+		i := scanned
+		if i >= 3 {
+			i -= 3
+		}
+		end := bytes.Index(buf[i:], []byte("\r\n\r\n"))
+		if end >= 0 {
+			head = buf[:i+end+4]
+			break
+		}
+		if len(buf) >= br.Size() {
+			return nil, false, nil
+		}
+		scanned = len(buf)
+	}
+	resp, ok = parseSimpleResponse(head)
+	if ok {
+		br.Discard(len(head))
+	}
+	return resp, ok, nil
+}
+
+// parseSimpleResponse parses a head ending in CRLFCRLF; see
+// readSimpleResponse.
+func parseSimpleResponse(head []byte) (*http.Response, bool) {
+	s := string(head)
+	eol := strings.Index(s, "\r\n")
+	line := s[:eol]
+	s = s[eol+2:]
+	if len(line) < 12 || line[:9] != "HTTP/1.1 " || len(line) > 12 && line[12] != ' ' {
+		return nil, false
+	}
+	code := 0
+	for _, c := range []byte(line[9:12]) {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil, false
+	}
+	for i := 12; i < len(line); i++ {
+		if c := line[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return nil, false
+		}
+	}
+	status := line[9:]
+	lines := strings.Count(s, "\r\n") - 1
+	h := make(http.Header, lines)
+	strs := make([]string, lines)
+	cl := int64(-1)
+	closes := false
+	for len(s) > 2 {
+		eol := strings.Index(s, "\r\n")
+		line := s[:eol]
+		s = s[eol+2:]
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 {
+			return nil, false
+		}
+		k, v := line[:colon], strings.Trim(line[colon+1:], " \t")
+		for i := 0; i < len(k); i++ {
+			if !tokenChar(k[i]) {
+				return nil, false
+			}
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+				return nil, false
+			}
+		}
+		k = textproto.CanonicalMIMEHeaderKey(k)
+		switch k {
+		case "Transfer-Encoding", "Trailer":
+			return nil, false
+		case "Content-Length":
+			if cl >= 0 || v == "" || len(v) > 18 {
+				return nil, false
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || v[0] < '0' || v[0] > '9' {
+				return nil, false
+			}
+			cl = n
+		case "Connection":
+			if tokenIn([]string{v}, "close") {
+				closes = true
+			}
+		}
+		if vv, seen := h[k]; seen {
+			h[k] = append(vv, v)
+		} else {
+			strs[0] = v
+			h[k] = strs[:1:1]
+			strs = strs[1:]
+		}
+	}
+	if cl < 0 {
+		return nil, false
+	}
+	if closes {
+		delete(h, "Connection") // as http.ReadResponse
+	}
+	return &http.Response{
+		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, ContentLength: cl, Close: closes,
+	}, true
+}
+
+func tokenChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// lenBody is a body of known length read from the connection's buffer:
+// io.EOF with its last bytes, io.ErrUnexpectedEOF if the connection ends
+// before.
+type lenBody struct {
+	br *bufio.Reader
+	n  int64
+}
+
+func (b *lenBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.br.Read(p)
+	b.n -= int64(n)
+	switch {
+	case b.n == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *lenBody) Close() error { return nil }

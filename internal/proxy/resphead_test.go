@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"reflect"
+	"testing"
+)
+
+// FuzzSimpleResponse: whatever readSimpleResponse takes, http.ReadResponse
+// reads as the same response: status, headers, length, close, body.
+func FuzzSimpleResponse(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nConnection: close\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"HTTP/1.1 200\r\nContent-Length: 3\r\n\r\nabcdef",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+	} {
+		f.Add([]byte(s))
+	}
+	get := &http.Request{Method: http.MethodGet}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(b), 4<<10)
+		resp, ok, err := readSimpleResponse(br)
+		if err != nil || !ok {
+			return
+		}
+		body, berr := io.ReadAll(&lenBody{br: br, n: resp.ContentLength})
+		want, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), get)
+		if err != nil {
+			t.Fatalf("%q taken; http.ReadResponse refuses it: %v", b, err)
+		}
+		wbody, werr := io.ReadAll(want.Body)
+		if resp.StatusCode != want.StatusCode || resp.ContentLength != want.ContentLength || resp.Close != want.Close ||
+			!reflect.DeepEqual(resp.Header, want.Header) || len(want.Trailer) > 0 || len(want.TransferEncoding) > 0 {
+			t.Fatalf("%q:\ntaken as %d %v cl=%d close=%v\nnet/http %d %v cl=%d close=%v trailer=%v te=%v", b,
+				resp.StatusCode, resp.Header, resp.ContentLength, resp.Close,
+				want.StatusCode, want.Header, want.ContentLength, want.Close, want.Trailer, want.TransferEncoding)
+		}
+		if !bytes.Equal(body, wbody) || (berr == nil) != (werr == nil) {
+			t.Fatalf("%q: body %q (%v); net/http %q (%v)", b, body, berr, wbody, werr)
+		}
+	})
+}
