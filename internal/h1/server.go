@@ -5,7 +5,7 @@
 // keep-alive loop, pipelined requests in order. The first request outside
 // that subset, or anything doubtful, hands the connection (the bytes read
 // so far replayed first) to an unchanged net/http server, which serves it
-// from then on: bodies, streaming uploads, upgrades and WebSocket, h2c,
+// from then on: bodies, streaming uploads, upgrades and WebSocket,
 // 100-continue, smuggling defences and every error answer stay net/http's.
 //
 // Why: under load the proxy spent most of its CPU in net/http's server
