@@ -94,7 +94,9 @@ type Daemon struct {
 	tls              []*tlsconf.Reloadable // the listeners' TLS, read again on reload
 	proxyServe       net.Listener          // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
-	proxyFront       *h1.Server // the plaintext proxy's fast front over proxySrv; nil with proxy.tls
+	// The plaintext listeners' fast HTTP/1.1 fronts over apiSrv and
+	// proxySrv (package h1); nil with api.tls / proxy.tls.
+	apiFront, proxyFront *h1.Server
 	grpcLn           net.Listener
 	grpcSrv          *server.GRPC
 	stopGRPC         context.CancelFunc // ends grpcSrv.Serve: a graceful stop
@@ -202,6 +204,11 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
 	if d.apiServe, err = d.serveTLS(d.apiLn, cfg.API.TLS); err != nil {
 		return err
+	}
+	if cfg.API.TLS == nil {
+		// /v1/forward-auth, the health checks and GETs take the front;
+		// POST /v1/check and the rest are handed to apiSrv.
+		d.apiFront = h1.New(d.apiSrv)
 	}
 	if cfg.Proxy != nil {
 		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
@@ -316,14 +323,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { serve("decision API", d.apiSrv, d.apiServe) })
+	serveFront := func(name string, f *h1.Server, ln net.Listener) {
+		if err := f.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("daemon: %s: %w", name, err)
+		}
+	}
+	if d.apiFront != nil {
+		wg.Go(func() { serveFront("decision API", d.apiFront, d.apiServe) })
+	} else {
+		wg.Go(func() { serve("decision API", d.apiSrv, d.apiServe) })
+	}
 	switch {
 	case d.proxyFront != nil:
-		wg.Go(func() {
-			if err := d.proxyFront.Serve(d.proxyServe); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("daemon: proxy: %w", err)
-			}
-		})
+		wg.Go(func() { serveFront("proxy", d.proxyFront, d.proxyServe) })
 	case d.proxySrv != nil:
 		wg.Go(func() { serve("proxy", d.proxySrv, d.proxyServe) })
 	}
@@ -406,7 +418,12 @@ func (d *Daemon) shutdown() error {
 		Shutdown(context.Context) error
 		Close() error
 	}
-	servers := []server{d.apiSrv}
+	var servers []server
+	if d.apiFront != nil {
+		servers = append(servers, d.apiFront) // and apiSrv under it
+	} else {
+		servers = append(servers, d.apiSrv)
+	}
 	switch {
 	case d.proxyFront != nil:
 		servers = append(servers, d.proxyFront) // and proxySrv under it
