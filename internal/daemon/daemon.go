@@ -97,11 +97,11 @@ type Daemon struct {
 	// The plaintext listeners' fast HTTP/1.1 fronts over apiSrv and
 	// proxySrv (package h1); nil with api.tls / proxy.tls.
 	apiFront, proxyFront *h1.Server
-	grpcLn           net.Listener
-	grpcSrv          *server.GRPC
-	stopGRPC         context.CancelFunc // ends grpcSrv.Serve: a graceful stop
-	grpcDone         chan error         // receives Serve's result
-	descWatcher      *configWatcher     // the descriptor files; nil without grpc
+	grpcLn               net.Listener
+	grpcSrv              *server.GRPC
+	stopGRPC             context.CancelFunc // ends grpcSrv.Serve: a graceful stop
+	grpcDone             chan error         // receives Serve's result
+	descWatcher          *configWatcher     // the descriptor files; nil without grpc
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath
