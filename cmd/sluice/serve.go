@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -92,6 +93,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+
+	floorCtx, stopFloor := context.WithCancel(ctx)
+	defer stopFloor()
+	go keepHeapFloor(floorCtx, time.Second)
 
 	// Ask for SIGHUP before telling anyone where we listen, so a SIGHUP
 	// sent once the address is printed reloads rather than kills.
