@@ -5,8 +5,8 @@
 //
 //   - bare: a grpc-go server that answers OK at once (the floor: what gRPC
 //     itself costs, with grpc-go's defaults), and the same with the server
-//     options Sluice sets for speed (its stream workers), so that both
-//     ratios can be read,
+//     options Sluice sets for speed (its stream workers and its codec for
+//     Envoy's two messages), so that both ratios can be read,
 //   - sluice serve with the memory store,
 //   - sluice serve with a local Redis, and the same with
 //     store.redis.max_flush_delay: 100us,
@@ -53,6 +53,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/bench/internal/harness"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 func main() {
@@ -79,12 +80,9 @@ func (bare) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rl
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: st}, nil
 }
 
-// streamWorkers is internal/server.DefaultStreamWorkers.
-const streamWorkers = 256
-
 // serveBare runs the floor: grpc-go with its defaults, or with workers the
-// server options Sluice adds for speed (its stream workers), so that a
-// reader sees both ratios.
+// server options Sluice adds for speed (its stream workers and its codec
+// for Envoy's messages), so that a reader sees both ratios.
 func serveBare(addr string, workers bool) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -93,7 +91,7 @@ func serveBare(addr string, workers bool) {
 	}
 	var opts []grpc.ServerOption
 	if workers {
-		opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
+		opts = server.FastServerOptions()
 	}
 	s := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s, bare{})

@@ -124,6 +124,8 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		grpc.NumStreamWorkers(o.StreamWorkers),
+		// Envoy's two messages by hand, others by grpc-go's proto codec.
+		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
 	if o.Creds == nil && o.TLS != nil {
 		o.Creds = credentials.NewTLS(o.TLS)
