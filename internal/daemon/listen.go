@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/h1"
+	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf"
+)
+
+// listen binds the listeners and makes the servers, whose handlers
+// delegate to the generation in force.
+//
+// With TLS, the connection cap and the slow-client accounting sit under
+// the TLS layer (they count and time raw connections), and net/http
+// bounds the handshake by read_header_timeout; gRPC bounds it by its
+// connection timeout.
+func (d *Daemon) listen(cfg *config.Config) error {
+	if err := cfg.TLSProblems(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("daemon: listen (decision API): %w", err)
+	}
+	errLog := slog.NewLogLogger(d.log.Handler(), slog.LevelDebug)
+	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.cur.Load().api.ServeHTTP(w, r)
+	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
+	if d.apiServe, err = d.serveTLS(d.apiLn, cfg.API.TLS); err != nil {
+		return err
+	}
+	if cfg.API.TLS == nil {
+		// /v1/forward-auth, the health checks and GETs take the front;
+		// POST /v1/check and the rest are handed to apiSrv.
+		d.apiFront = h1.New(d.apiSrv)
+	}
+	if cfg.Proxy != nil {
+		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
+			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
+		}
+		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d.cur.Load().proxy.ServeHTTP(w, r)
+		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
+		if d.proxyServe, err = d.serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
+			return err
+		}
+		if cfg.Proxy.TLS == nil {
+			// Plaintext: the fast HTTP/1.1 front serves the simple
+			// requests and hands the rest to proxySrv (package h1).
+			d.proxyFront = h1.New(d.proxySrv)
+		}
+	}
+	if cfg.GRPC != nil {
+		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+			return fmt.Errorf("daemon: listen (grpc.listen): %w", err)
+		}
+		// The connection cap and accounting of the HTTP listeners; gRPC
+		// itself bounds the handshake, streams per connection, message
+		// size and keepalive pings (server.GRPCOptions).
+		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, d.metrics.Listener("grpc"))
+		var gopts server.GRPCOptions
+		if t := cfg.GRPC.TLS; t != nil {
+			r, err := tlsconf.NewReloadable(t.Options(), "h2")
+			if err != nil {
+				return fmt.Errorf("daemon: grpc.tls: %w", err)
+			}
+			d.tls = append(d.tls, r)
+			gopts.TLS = r.Config()
+		}
+		d.grpcSrv = server.NewGRPC(d.rls, gopts)
+	}
+	return nil
+}
+
+// scheme is the URL scheme of a listener with t.
+func scheme(t *config.TLSConfig) string {
+	if t != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// serveTLS returns ln, or with t a TLS listener over it.
+func (d *Daemon) serveTLS(ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
+	if t == nil {
+		return ln, nil
+	}
+	r, err := tlsconf.NewReloadable(t.Options(), "h2", "http/1.1")
+	if err != nil {
+		return nil, fmt.Errorf("daemon: tls: %w", err)
+	}
+	d.tls = append(d.tls, r)
+	return tls.NewListener(ln, r.Config()), nil
+}
+
+// listenerOptions are the client-side limits of the listener block l.
+func listenerOptions(name string, l *config.Listener, m *metrics.Metrics, errLog *log.Logger) listener.Options {
+	return listener.Options{
+		Name:              name,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		BodyReadTimeout:   l.BodyReadTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxConnections:    l.MaxConnections,
+		Metrics:           m,
+		ErrorLog:          errLog,
+	}
+}
