@@ -246,6 +246,9 @@ func (f *fleetStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []slui
 	if len(ds) != len(rs) {
 		return errors.New("daemon: take all: decisions and requests differ in number")
 	}
+	if len(rs) == 1 {
+		return f.route(rs[0].Key).TakeAll(ctx, rs, ds)
+	}
 	var stores []sluice.Store
 	var groups [][]int
 	for i := range rs {

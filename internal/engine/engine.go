@@ -601,13 +601,22 @@ func (e *Engine) request(r *rules.Rule, key string, cost int64, now time.Time) (
 	}
 	switch {
 	case r.Shards.N >= 2:
-		return req, e.shard(&req, r.Shards.N)
+		return e.sharded(req, r.Shards.N)
 	case r.Shards.Auto && e.auto != nil && h != nil && h.Hot.Has(key):
 		if n := e.auto(); n >= 2 {
-			return req, e.shard(&req, n)
+			return e.sharded(req, n)
 		}
 	}
 	return req, 1
+}
+
+// sharded is req sent to one of n shards. Apart from request, so that only
+// a sharded request's copy goes to the heap (e.shard takes its address).
+//
+//go:noinline
+func (e *Engine) sharded(req sluice.Request, n int) (sluice.Request, int) {
+	n = e.shard(&req, n)
+	return req, n
 }
 
 // unshard turns the decision of one of n shards into the key's: the rule's
