@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -87,8 +88,8 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
 	default:
 		d = res.Decision
 	}
-	var buf [192]byte
-	b := append(buf[:0], `{"allowed":`...)
+	ap := answers.Get().(*[]byte)
+	b := append((*ap)[:0], `{"allowed":`...)
 	b = strconv.AppendBool(b, res.Allowed)
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, rule.Limit.Rate, 10)
@@ -105,11 +106,21 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
 		b = strconv.AppendInt(b, ceilMillis(d.Delay), 10)
 	}
 	b = append(b, "}\n"...)
-	hd := w.Header()
-	hd["Content-Type"] = []string{"application/json"}
-	hd["Content-Length"] = []string{strconv.Itoa(len(b))}
+	// The answer is small: net/http holds it until the handler returns and
+	// then sets its Content-Length itself, with no allocation.
+	w.Header()["Content-Type"] = jsonType
 	w.Write(b)
+	*ap = b
+	answers.Put(ap)
 }
+
+// jsonType is the Content-Type of the JSON answers, shared: net/http
+// copies the header map before writing it and never changes a value.
+var jsonType = []string{"application/json"}
+
+// answers recycles the buffers /v1/check answers are written into (the
+// ResponseWriter is an interface, so a buffer on the stack would escape).
+var answers = sync.Pool{New: func() any { b := make([]byte, 0, 192); return &b }}
 
 // retryMillis is retry_after_ms: 0 when allowed; for a request the limit
 // can never admit (sluice.Never), -1.

@@ -330,7 +330,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (*[]byte, err
 		*bp = b
 		return bp, &http.MaxBytesError{Limit: limit}
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
+	// A body with a Content-Length is already cut there by net/http (and
+	// that length is within the limit); only a chunked one needs the bound.
+	var body io.Reader = r.Body
+	if r.ContentLength < 0 {
+		body = http.MaxBytesReader(w, r.Body, limit)
+	}
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]

@@ -97,6 +97,9 @@ func check(t *testing.T, f *fixture, body string) (int, checkResponse) {
 	resp, b := do(t, "POST", f.srv.URL+"/v1/check", body, map[string]string{"Content-Type": "application/json"})
 	var cr checkResponse
 	if resp.StatusCode == 200 {
+		if resp.ContentLength != int64(len(b)) || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("POST /v1/check %s: Content-Length %d, Content-Type %q for a body of %d bytes, want its length and application/json", body, resp.ContentLength, resp.Header.Get("Content-Type"), len(b))
+		}
 		dec := json.NewDecoder(strings.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&cr); err != nil {
