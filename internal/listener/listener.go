@@ -89,6 +89,33 @@ type conn struct {
 	slow      atomic.Bool
 	abort     atomic.Bool // the read deadline in force is an abort (in the past)
 	closeOnce sync.Once
+
+	// The body read timeout (BodyTimeout, connBody): while a request
+	// body is being read, bodyWait is the timeout, and Read arms the read
+	// deadline before each read from the network. bodyMu orders the arming
+	// with its lifting: net/http starts its background read from inside
+	// the body's last read, in another goroutine.
+	bodyOn   atomic.Bool // bodyWait > 0: Read must look
+	bodyMu   sync.Mutex
+	bodyWait time.Duration
+	bodyArm  bool        // a deadline was armed since bodyRead(d)
+	bodyCut  atomic.Bool // a body read timed out: the connection is done
+}
+
+// bodyRead starts (d > 0) or ends (0) the reading of a request body; at
+// the end, a read deadline armed for it is lifted, unless the body was
+// cut.
+func (c *conn) bodyRead(d time.Duration) {
+	c.bodyMu.Lock()
+	defer c.bodyMu.Unlock()
+	c.bodyWait = d
+	c.bodyOn.Store(d > 0)
+	if d == 0 && c.bodyArm {
+		c.bodyArm = false
+		if !c.bodyCut.Load() {
+			c.SetReadDeadline(time.Time{})
+		}
+	}
 }
 
 // longAgo: net/http aborts a pending read by setting a deadline in the
@@ -106,8 +133,18 @@ func (c *conn) SetDeadline(t time.Time) error {
 }
 
 func (c *conn) Read(b []byte) (int, error) {
+	if c.bodyOn.Load() {
+		c.bodyMu.Lock()
+		if c.bodyWait > 0 {
+			c.SetReadDeadline(time.Now().Add(c.bodyWait))
+			c.bodyArm = true
+		}
+		c.bodyMu.Unlock()
+	}
 	n, err := c.Conn.Read(b)
-	if err != nil && isTimeout(err) && !c.abort.Load() && http.ConnState(c.state.Load()) != http.StateIdle {
+	// abort first: net/http ends every request's background read with an
+	// abort deadline, and isTimeout allocates.
+	if err != nil && !c.abort.Load() && isTimeout(err) && http.ConnState(c.state.Load()) != http.StateIdle {
 		c.slow.Store(true)
 	}
 	return n, err

@@ -283,3 +283,81 @@ func TestMaxConnections(t *testing.T) {
 		}
 	})
 }
+
+// TestLongHandlerAfterBody: a handler that has read its whole body and
+// then works for longer than body_read_timeout (a slow upstream) keeps
+// its request context: the body's deadline is lifted once the body is
+// read, so net/http's background read, which watches for the client going
+// away, is not cut by it.
+func TestLongHandlerAfterBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			select {
+			case <-time.After(time.Minute):
+				fmt.Fprint(w, "done")
+			case <-r.Context().Done():
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		})
+		f := serve(t, slow, listener.Options{BodyReadTimeout: 10 * time.Second})
+		c := f.ln.dial()
+		defer c.Close()
+		resp := readResponse(c)
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+		<-resp.done
+		if resp.status != 200 || resp.body != "done" {
+			t.Fatalf("handler working a minute after its body: %d %q %v; want 200 done", resp.status, resp.body, resp.err)
+		}
+		if got := metric(t, f, "sluice_body_timeouts_total"); got != 0 {
+			t.Errorf("sluice_body_timeouts_total = %v, want 0", got)
+		}
+	})
+}
+
+// TestPauseBetweenReads: the timeout bounds each wait for data, not the
+// handler's work between two reads: a handler that pauses longer than
+// body_read_timeout between reads of a body whose data then comes within
+// the timeout is not cut; the body's next stall is.
+func TestPauseBetweenReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pausing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			buf := make([]byte, 5)
+			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			time.Sleep(time.Minute) // work, not a wait for the client
+			_, err := io.ReadFull(r.Body, buf)
+			switch {
+			case errors.Is(err, listener.ErrBodyTimeout):
+				w.WriteHeader(http.StatusRequestTimeout)
+			case err != nil:
+				w.WriteHeader(http.StatusBadRequest)
+			default:
+				fmt.Fprintf(w, "%s", buf)
+			}
+		})
+		f := serve(t, pausing, listener.Options{BodyReadTimeout: 10 * time.Second})
+		c := f.ln.dial()
+		defer c.Close()
+		resp := readResponse(c)
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234")
+		time.Sleep(time.Minute + 9*time.Second) // 9 s into the second read
+		io.WriteString(c, "56789")
+		<-resp.done
+		if resp.status != 200 || resp.body != "56789" {
+			t.Fatalf("data 9 s into a read after a pause of a minute: %d %q %v; want 200 56789", resp.status, resp.body, resp.err)
+		}
+		// The same, but the data never comes: cut 10 s into the read.
+		c2 := f.ln.dial()
+		defer c2.Close()
+		resp = readResponse(c2)
+		start := time.Now()
+		io.WriteString(c2, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234")
+		<-resp.done
+		if resp.status != http.StatusRequestTimeout || time.Since(start) != time.Minute+10*time.Second {
+			t.Fatalf("stalled second read: %d after %v; want 408 after 1m10s", resp.status, time.Since(start))
+		}
+	})
+}

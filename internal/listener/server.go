@@ -50,6 +50,7 @@ func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnState:         wl.ConnState,
+		ConnContext:       connContext,
 		ErrorLog:          o.ErrorLog,
 	}
 	return srv, wl
