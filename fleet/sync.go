@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -36,12 +37,26 @@ type SyncOptions struct {
 	// OnBatch, if set, is called after every batch with its number of
 	// keys, how long the round trip took, and its error.
 	OnBatch func(keys int, took time.Duration, err error)
+	// MaxKeys bounds the keys Sync holds (a view and the hits not yet
+	// sent, a few hundred bytes each); 0 means DefaultSyncMaxKeys. While
+	// it holds that many, a key it does not hold is decided in the shared
+	// store, exactly (one round trip, as without Sync), and counted in
+	// SyncStats.Overflow, until idle keys age out (two intervals unused).
+	// Decisions under way at once may pass it by their number.
+	MaxKeys int
 }
+
+// DefaultSyncMaxKeys is SyncOptions.MaxKeys's default: about 30 MB of
+// views.
+const DefaultSyncMaxKeys = 100_000
 
 // Validate reports whether o can be used.
 func (o SyncOptions) Validate() error {
 	if o.Interval <= 0 {
 		return fmt.Errorf("fleet: sync: interval %v must be positive", o.Interval)
+	}
+	if o.MaxKeys < 0 {
+		return fmt.Errorf("fleet: sync: max keys %d must not be negative", o.MaxKeys)
 	}
 	return nil
 }
@@ -72,6 +87,9 @@ func (o SyncOptions) Validate() error {
 // store before its next decision (one round trip), so a view is never older
 // than that; a key decided on every interval costs no round trip of its own.
 //
+// Sync holds at most MaxKeys keys: beyond, a new key is decided in the
+// shared store, exactly, until idle keys age out.
+//
 // # Algorithms
 //
 // token_bucket, gcra, fixed_window and sliding_window_counter with one
@@ -100,8 +118,8 @@ type Sync struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	batches, batchKeys, batchErrs, loads, local atomic.Uint64
-	overshoot, maxOvershoot                     atomic.Int64
+	batches, batchKeys, batchErrs, loads, local, overflow atomic.Uint64
+	overshoot, maxOvershoot                               atomic.Int64
 }
 
 var _ sluice.Store = (*Sync)(nil)
@@ -142,6 +160,9 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = DefaultSyncMaxKeys
+	}
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s, nil
@@ -161,6 +182,7 @@ type SyncStats struct {
 	BatchErrors uint64 // batches that failed (their hits are sent again)
 	Loads       uint64 // keys read before a decision: new, or idle two intervals
 	Local       uint64 // decisions made locally
+	Overflow    uint64 // decisions made in the shared store: the key was new and MaxKeys were held
 	Keys        int    // keys held now
 	// Overshoot is how far over its limit the last batch found a key (in
 	// requests of cost 1), and MaxOvershoot the most seen: what this
@@ -175,10 +197,13 @@ func (s *Sync) Stats() SyncStats {
 	s.mu.Unlock()
 	return SyncStats{
 		Batches: s.batches.Load(), BatchKeys: s.batchKeys.Load(), BatchErrors: s.batchErrs.Load(),
-		Loads: s.loads.Load(), Local: s.local.Load(), Keys: n,
+		Loads: s.loads.Load(), Local: s.local.Load(), Overflow: s.overflow.Load(), Keys: n,
 		Overshoot: s.overshoot.Load(), MaxOvershoot: s.maxOvershoot.Load(),
 	}
 }
+
+// errFull is acquire's answer for a new key while MaxKeys keys are held.
+var errFull = errors.New("fleet: sync: full")
 
 // check validates what the local path needs.
 func check(r *sluice.Request) (sluice.Ticks, error) {
@@ -210,6 +235,10 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 		first = nil // the store's first-sight take knows only Take: read, then charge here
 	}
 	e, decided, err := s.acquire(ctx, r, t, first)
+	if err == errFull {
+		s.overflow.Add(1)
+		return s.inner.Take(ctx, *r)
+	}
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -314,6 +343,10 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
+		if e == nil && len(s.keys) >= s.opts.MaxKeys {
+			s.mu.Unlock()
+			return nil, false, errFull
+		}
 		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
 			// New, or its rule changed: start over from the store. The
 			// old entry's hits still go out with the next batch.
@@ -463,6 +496,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		}
 	}()
 	allowed := true
+	over := 0
 	for _, i := range loc {
 		r := &rs[i]
 		e := entries[keyOf(r)]
@@ -471,7 +505,12 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
 			}
 			var err error
-			if e, _, err = s.acquire(ctx, r, ticks[i], nil); err != nil {
+			if e, _, err = s.acquire(ctx, r, ticks[i], nil); err == errFull {
+				s.overflow.Add(1)
+				over++
+				rem = append(rem, i) // decided with the shared store's part, below
+				continue
+			} else if err != nil {
 				return err
 			}
 			held = append(held, e)
@@ -490,7 +529,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 	if allowed, err = takeRest(ctx, s.inner, rs, ds, rem, allowed); err != nil {
 		return err
 	}
-	s.local.Add(uint64(len(loc)))
+	s.local.Add(uint64(len(loc) - over))
 	if !allowed {
 		return nil
 	}
@@ -498,6 +537,9 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 	for _, i := range loc {
 		r := &rs[i]
 		e := entries[keyOf(r)]
+		if e == nil {
+			continue // over MaxKeys: decided in the shared store
+		}
 		var d sluice.Decision
 		if err := e.decide(r, &e.view, &d); err != nil {
 			return err

@@ -357,6 +357,7 @@ var (
 	descSyncErrors    = prometheus.NewDesc("sluice_fleet_sync_batch_errors_total", "Sync batches that failed (their hits go out with the next one), by interval.", []string{"interval"}, nil)
 	descSyncLoads     = prometheus.NewDesc("sluice_fleet_sync_loads_total", "Keys read from Redis before a decision (new, or idle for two intervals), by interval.", []string{"interval"}, nil)
 	descSyncLocal     = prometheus.NewDesc("sluice_fleet_sync_decisions_total", "Decisions made locally by sync rules, by interval.", []string{"interval"}, nil)
+	descSyncOverflow  = prometheus.NewDesc("sluice_fleet_sync_overflow_total", "Decisions of sync rules made exactly in Redis because the instance held its most keys (fleet.DefaultSyncMaxKeys) and the key was new, by interval.", []string{"interval"}, nil)
 	descSyncOvershoot = prometheus.NewDesc("sluice_fleet_sync_overshoot_max", "The most requests a sync batch found a key admitted beyond its limit, by interval: the fleet's error as this instance can see it.", []string{"interval"}, nil)
 	descLeaseCalls    = prometheus.NewDesc("sluice_fleet_lease_reservations_total", "Lease reservations asked of Redis, by chunk.", []string{"chunk"}, nil)
 	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
@@ -366,7 +367,7 @@ var (
 )
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOvershoot,
+	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOverflow, descSyncOvershoot,
 		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descRuleMode} {
 		ch <- d
 	}
@@ -386,6 +387,7 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSyncErrors, st.BatchErrors, l)
 		counter(descSyncLoads, st.Loads, l)
 		counter(descSyncLocal, st.Local, l)
+		counter(descSyncOverflow, st.Overflow, l)
 		ch <- prometheus.MustNewConstMetric(descSyncOvershoot, prometheus.GaugeValue, float64(st.MaxOvershoot), l)
 	}
 	for chunk, s := range f.leases {

@@ -1,0 +1,122 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// TestSyncMaxKeys: a Sync holding MaxKeys keys decides a new key in Redis,
+// exactly, one script per decision, and counts it in Overflow; a TakeAll
+// with such a key stays all-or-nothing; once idle keys age out, new keys
+// are held again.
+func TestSyncMaxKeys(t *testing.T) {
+	if _, err := fleet.NewSync(nil, fleet.SyncOptions{Interval: time.Second, MaxKeys: -1}); err == nil {
+		t.Error("NewSync with MaxKeys -1: no error")
+	}
+	srv := redistest.StartServer(t)
+	st := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	s, err := fleet.NewSync(st, fleet.SyncOptions{Interval: time.Hour, MaxKeys: 2}) // the loop never fires
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	ref := sluicetest.NewReference()
+	req := func(key string, cost int64, i int) sluice.Request {
+		return sluice.Request{Key: "maxkeys/" + key, Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: cost, Now: sluicetest.T0.Add(time.Duration(i) * time.Millisecond)}
+	}
+	same := func(r sluice.Request) {
+		t.Helper()
+		want, err := ref.Take(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Take(ctx, r)
+		if err != nil {
+			t.Fatalf("Take %s: %v", r.Key, err)
+		}
+		if got != want {
+			t.Fatalf("Take %s = %+v, want %+v", r.Key, got, want)
+		}
+	}
+	same(req("a", 1, 0))
+	same(req("b", 1, 1))
+	same(req("a", 1, 2))
+	if got := s.Stats(); got.Keys != 2 || got.Overflow != 0 {
+		t.Fatalf("after a and b: %d keys held, overflow %d; want 2 and 0", got.Keys, got.Overflow)
+	}
+	before := scriptCalls(t, srv.Addr)
+	for i := range 3 {
+		same(req("c", 1, 3+i))
+	}
+	if got := scriptCalls(t, srv.Addr) - before; got != 3 {
+		t.Errorf("3 decisions of c beyond MaxKeys ran %d scripts, want 3 (exact, one round trip each)", got)
+	}
+	if got := s.Stats(); got.Keys != 2 || got.Overflow != 3 {
+		t.Errorf("after c: %d keys held, overflow %d; want 2 and 3", got.Keys, got.Overflow)
+	}
+	// c's count is in Redis already: nothing of it waits for a batch.
+	if d, err := st.Take(ctx, req("c", 0, 6)); err != nil || d.Remaining != 7 {
+		t.Errorf("c in Redis: remaining %d (%v), want 7", d.Remaining, err)
+	}
+
+	// d, not held, is spent in Redis; a TakeAll of a (held) and d denies
+	// both and counts neither.
+	for i := range 10 {
+		r := req("d", 1, 10+i)
+		if _, err := st.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		ref.Take(ctx, r)
+	}
+	rs := []sluice.Request{req("a", 1, 30), req("d", 1, 30)}
+	got, want := make([]sluice.Decision, 2), make([]sluice.Decision, 2)
+	if err := s.TakeAll(ctx, rs, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.TakeAll(ctx, rs, want); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != want[0] || got[1] != want[1] || got[1].Allowed {
+		t.Fatalf("TakeAll(a, d) = %+v, want %+v (d denied)", got, want)
+	}
+	same(req("a", 0, 31)) // a was not charged
+	if got := s.Stats(); got.Overflow != 4 {
+		t.Errorf("overflow %d after the TakeAll, want 4", got.Overflow)
+	}
+
+	// Idle keys age out (two intervals unused); a new key is held again.
+	s2, err := fleet.NewSync(st, fleet.SyncOptions{Interval: 10 * time.Millisecond, MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	x, y := req("x", 1, 0), req("y", 1, 0)
+	for _, r := range []sluice.Request{x, y} {
+		if _, err := s2.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s2.Stats(); got.Keys != 1 || got.Overflow != 1 {
+		t.Fatalf("x then y with MaxKeys 1: %d keys, overflow %d; want 1 and 1", got.Keys, got.Overflow)
+	}
+	for deadline := time.Now().Add(10 * time.Second); s2.Stats().Keys != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("x never aged out of the Sync")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := s2.Take(ctx, y); err != nil {
+		t.Fatal(err)
+	}
+	if got := s2.Stats(); got.Keys != 1 || got.Overflow != 1 {
+		t.Errorf("y after x aged out: %d keys, overflow %d; want 1 and 1 (y held)", got.Keys, got.Overflow)
+	}
+}
