@@ -1,8 +1,8 @@
 // Command fleetload is the fleet's daemon-level load run: in one bounded
 // run on loopback it starts one redis-server and three `sluice serve`
 // instances on it (one config, free 127.0.0.1 ports), and drives POST
-// /v1/check with keep-alive HTTP clients spread evenly over the three, at a
-// fixed concurrency, for each fleet mode of a token bucket rule:
+// /v1/check over keep-alive connections spread evenly over the three, one
+// request in flight on each, at a fixed concurrency, for each fleet mode of a token bucket rule:
 //
 //   - plain: no fleet option (exact: one Redis script per decision),
 //   - sync: 100ms (soft limit: decide locally, one batch per interval),
@@ -20,23 +20,27 @@
 //	cd bench && go run ./fleetload -d 5s -c 128 -runs 2
 //
 // With -runs N the cells run N times interleaved and each keeps its best
-// run. Needs redis-server on PATH; Linux only (/proc).
+// run; -modes and -keys pick cells, -sluice runs a given binary (to profile
+// it). The client is a minimal HTTP/1.1 one (client.go): it shares the
+// machine's cores with the daemons, and net/http's client costs about as
+// much CPU per request as a daemon's whole decision. Its CPU per decision
+// is printed beside the daemons'. Needs redis-server on PATH; Linux only
+// (/proc).
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/harness"
@@ -98,6 +102,7 @@ type result struct {
 	admitted   float64 // allowed/s
 	daemonCPU  time.Duration
 	redisCPU   time.Duration
+	clientCPU  time.Duration
 	redisCmds  float64
 }
 
@@ -107,6 +112,7 @@ type options struct {
 	keys     []int
 	runs     int
 	over     bool
+	modes    map[string]bool
 }
 
 func run() error {
@@ -117,7 +123,13 @@ func run() error {
 	flag.StringVar(&keys, "keys", "1,100000", "key counts")
 	flag.IntVar(&o.runs, "runs", 1, "runs of every cell, interleaved; each cell keeps its best")
 	flag.BoolVar(&o.over, "overload", true, "add the overload cells (one hot key)")
+	prebuilt := flag.String("sluice", "", "a sluice binary to run instead of building ./cmd/sluice (for profiling)")
+	modeList := flag.String("modes", "plain,sync,lease", "the modes to run")
 	flag.Parse()
+	o.modes = map[string]bool{}
+	for _, m := range strings.Split(*modeList, ",") {
+		o.modes[strings.TrimSpace(m)] = true
+	}
 	for _, f := range strings.Split(keys, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 10_000_000 {
@@ -142,9 +154,11 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	sluice, err := harness.BuildSluice(ctx, dir)
-	if err != nil {
-		return err
+	sluice := *prebuilt
+	if sluice == "" {
+		if sluice, err = harness.BuildSluice(ctx, dir); err != nil {
+			return err
+		}
 	}
 	ports, err := harness.FreePorts(4)
 	if err != nil {
@@ -178,29 +192,38 @@ func run() error {
 	var cells []cell
 	for _, k := range o.keys {
 		for _, m := range modes {
-			cells = append(cells, cell{mode: m.name, keys: k})
+			if o.modes[m.name] {
+				cells = append(cells, cell{mode: m.name, keys: k})
+			}
 		}
 	}
 	if o.over {
 		for _, m := range modes {
-			cells = append(cells, cell{mode: m.name, keys: 1, over: true})
+			if o.modes[m.name] {
+				cells = append(cells, cell{mode: m.name, keys: 1, over: true})
+			}
 		}
 	}
 	loadBefore := harness.LoadAvg()
 	fmt.Fprintf(os.Stderr, "fleetload: %d cells × %d runs of %v, c=%d, load average %s\n", len(cells), o.runs, o.duration, o.conc, loadBefore)
-	client := &http.Client{Transport: &http.Transport{
-		MaxIdleConns: o.conc * 2, MaxIdleConnsPerHost: o.conc, MaxConnsPerHost: o.conc,
-		DisableCompression: true,
-	}, Timeout: 5 * time.Second}
+	conns := make([]*conn, o.conc)
+	for w := range conns {
+		c, err := dial(apis[w%len(apis)])
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conns[w] = c
+	}
 	best := make([]result, len(cells))
 	for r := range o.runs {
 		for i, c := range cells {
-			res, err := measure(ctx, o, client, apis, daemons, redisP, redisAddr, c)
+			res, err := measure(ctx, o, conns, daemons, redisP, redisAddr, c)
 			if err != nil {
 				return fmt.Errorf("%s keys=%d %s: %w", c.mode, c.keys, c.load(), err)
 			}
-			fmt.Fprintf(os.Stderr, "  run %d %-6s keys=%-7d %-16s %9.0f/s admitted %9.0f/s daemons %5.1fµs redis %5.2fµs cmds %.3f\n",
-				r+1, c.mode, c.keys, c.load(), res.rate, res.admitted, us(res.daemonCPU), us(res.redisCPU), res.redisCmds)
+			fmt.Fprintf(os.Stderr, "  run %d %-6s keys=%-7d %-16s %9.0f/s admitted %9.0f/s daemons %5.1fµs redis %5.2fµs client %5.1fµs cmds %.3f\n",
+				r+1, c.mode, c.keys, c.load(), res.rate, res.admitted, us(res.daemonCPU), us(res.redisCPU), us(res.clientCPU), res.redisCmds)
 			if res.rate > best[i].rate {
 				best[i] = res
 			}
@@ -210,16 +233,21 @@ func run() error {
 	return nil
 }
 
+// selfCPU is this process's user+system CPU time: the load generator's.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // measure runs one cell: o.conc workers, worker w on instance w%3, for
 // o.duration after a warm-up of a second (which also fills the sync
 // batches and the leases).
-func measure(ctx context.Context, o options, client *http.Client, apis []string, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
-	urls := make([]string, len(apis))
-	for i, a := range apis {
-		urls[i] = "http://" + a + "/v1/check"
-	}
+func measure(ctx context.Context, o options, conns []*conn, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
 	prefix := `{"rule":"` + c.rule() + `","key":"k`
 	phase := func(d time.Duration) (result, error) {
 		var (
@@ -229,10 +257,9 @@ func measure(ctx context.Context, o options, client *http.Client, apis []string,
 			first error
 		)
 		stop := time.Now().Add(d)
-		for w := range o.conc {
+		for w, cn := range conns {
 			wg.Go(func() {
 				rnd := rand.New(rand.NewPCG(uint64(w), 7))
-				url := urls[w%len(urls)]
 				var n, ok int64
 				var err1 error
 				buf := make([]byte, 0, 128)
@@ -240,7 +267,7 @@ func measure(ctx context.Context, o options, client *http.Client, apis []string,
 					buf = append(buf[:0], prefix...)
 					buf = strconv.AppendInt(buf, int64(rnd.IntN(c.keys)), 10)
 					buf = append(buf, `"}`...)
-					allowed, err := check(ctx, client, url, buf)
+					allowed, err := cn.check(buf)
 					if err != nil {
 						err1 = err
 						break
@@ -285,9 +312,11 @@ func measure(ctx context.Context, o options, client *http.Client, apis []string,
 	if err != nil {
 		return result{}, err
 	}
+	c0 := selfCPU()
 	t0 := time.Now()
 	res, err := phase(o.duration)
 	elapsed := time.Since(t0)
+	c1 := selfCPU()
 	if err != nil {
 		return result{}, err
 	}
@@ -306,33 +335,12 @@ func measure(ctx context.Context, o options, client *http.Client, apis []string,
 	res.admitted = float64(res.allowed) / elapsed.Seconds()
 	res.daemonCPU = (d1 - d0) / time.Duration(res.n)
 	res.redisCPU = (r1 - r0) / time.Duration(res.n)
+	res.clientCPU = (c1 - c0) / time.Duration(res.n)
 	res.redisCmds = float64(cmds1-cmds0-1) / float64(res.n) // -1: our own INFO
 	if !c.over && res.allowed != res.n {
 		return res, fmt.Errorf("%d of %d answers refused: the generous limit should admit everything", res.n-res.allowed, res.n)
 	}
 	return res, nil
-}
-
-// check POSTs one /v1/check and reports whether it was allowed.
-func check(ctx context.Context, client *http.Client, url string, body []byte) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return false, err
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return false, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
-	}
-	return bytes.Contains(b, []byte(`"allowed":true`)), nil
 }
 
 func report(w io.Writer, o options, cells []cell, rs []result, loadBefore string) {
