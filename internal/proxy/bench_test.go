@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -48,7 +50,15 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	norules := httptest.NewServer(p0)
 	defer norules.Close()
-	for _, tc := range []struct{ name, url string }{{"direct", up.URL}, {"proxy-no-rules", norules.URL}, {"proxy", through.URL}} {
+	// The same proxy behind the h1 front, as the daemon serves it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := h1.New(&http.Server{Handler: p})
+	go front.Serve(ln)
+	defer front.Close()
+	for _, tc := range []struct{ name, url string }{{"direct", up.URL}, {"proxy-no-rules", norules.URL}, {"proxy", through.URL}, {"proxy-h1-front", "http://" + ln.Addr().String()}} {
 		b.Run(tc.name, func(b *testing.B) {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			b.ReportAllocs()
