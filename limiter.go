@@ -205,10 +205,9 @@ func (l *Limiter) AllowAt(ctx context.Context, key string, now time.Time, n int6
 // take is AllowAt with the Decision returned field by field. A Decision
 // (six fields) returned from a call lands in memory and is copied 16 bytes
 // at a time out of a place just written 8 bytes at a time, which stalls
-// the CPU (no store forwarding) for as long as a hot key's whole decision
-// takes; single words come back in registers. So the hot path, from the
-// store's KeyTaker to the exported methods, passes words, and only the
-// exported methods build the Decision.
+// the CPU (no store forwarding); single words come back in registers. So
+// the hot path, from the store's KeyTaker to the exported methods, passes
+// words, and only the exported methods build the Decision.
 func (l *Limiter) take(ctx context.Context, key string, now time.Time, n int64) (ok bool, limit, remaining int64, retry, reset, delay time.Duration, err error) {
 	c := l.cur.Load()
 	if c == nil {
