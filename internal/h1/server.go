@@ -87,7 +87,7 @@ func (s *Server) Serve(ln net.Listener) error {
 				return http.ErrServerClosed
 			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
+			if errors.As(err, &ne) && ne.Timeout() || temporary(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
 				continue
@@ -109,13 +109,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// errTemporary is err when it is one net/http retries Accept after
-// (EMFILE and the like), else nil.
-func errTemporary(err error) error {
-	if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
-		return err
-	}
-	return nil
+// temporary reports an Accept error net/http retries after (EMFILE and
+// the like).
+func temporary(err error) bool {
+	te, ok := err.(interface{ Temporary() bool })
+	return ok && te.Temporary()
 }
 
 // Shutdown stops accepting, closes idle connections and waits for the
