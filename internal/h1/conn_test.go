@@ -281,3 +281,54 @@ func TestOneConnectionCapOverBothPaths(t *testing.T) {
 		t.Errorf("after one closed: %q", got)
 	}
 }
+
+// Watch: a client that closes cancels the watched context; one that sends
+// its next request meanwhile loses no byte of it.
+func TestWatch(t *testing.T) {
+	goneSeen := make(chan bool, 1)
+	entered := make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, stop := h1.Watch(r.Context())
+		defer stop()
+		switch r.URL.Path {
+		case "/gone":
+			entered <- struct{}{}
+			<-ctx.Done() // the test fails by its own timeout if this never comes
+			goneSeen <- true
+		case "/next":
+			entered <- struct{}{}
+			for c := 0; c < 2; c++ {
+				// The next request arrives while watched; the read
+				// of the watcher takes its first byte or not.
+				runtime.Gosched()
+			}
+			if ctx.Err() != nil {
+				t.Error("a client that sent its next request was taken for gone")
+			}
+		}
+		io.WriteString(w, r.URL.Path)
+	})
+	front := serveWith(t, &http.Server{Handler: h}, true)
+
+	c, _ := net.Dial("tcp", front)
+	io.WriteString(c, "GET /gone HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	c.Close()
+	<-goneSeen
+
+	c2, _ := net.Dial("tcp", front)
+	defer c2.Close()
+	br := bufio.NewReader(c2)
+	io.WriteString(c2, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	io.WriteString(c2, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+	for _, want := range []string{"/next", "/after"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", want, err)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != want {
+			t.Errorf("got %q; want %q", b, want)
+		}
+	}
+}

@@ -27,7 +27,7 @@
 // connection closes) or when the connection ends, not at once: the
 // request context is the connection's, cancelled when it closes. net/http
 // watches the connection with a read per request for that; the fast
-// front does not pay it.
+// front does not pay it, except where a handler asks (Watch, watch.go).
 package h1
 
 import (
@@ -196,17 +196,21 @@ var (
 
 // conn is one connection on the fast front.
 type conn struct {
-	s    *Server
-	nc   net.Conn
-	idle atomic.Bool // waiting for the first byte of a request
-	res  response    // reused from request to request
+	s        *Server
+	nc       net.Conn
+	in       connReader  // what br reads
+	buffered func() int  // br.Buffered
+	idle     atomic.Bool // waiting for the first byte of a request
+	res      response    // reused from request to request
 }
 
 func (c *conn) serve() {
 	s := c.s
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancel(context.WithValue(s.ctx, connKey{}, c))
 	br, bw := readers.Get().(*bufio.Reader), writers.Get().(*bufio.Writer)
-	br.Reset(c.nc)
+	c.in.nc = c.nc
+	br.Reset(&c.in)
+	c.buffered = br.Buffered
 	bw.Reset(c.nc)
 	handedOff := false
 	defer func() {
@@ -229,7 +233,7 @@ func (c *conn) serve() {
 		c.nc.SetReadDeadline(hdrDeadline)
 	}
 	for first := true; ; first = false {
-		if br.Buffered() == 0 {
+		if br.Buffered() == 0 && !c.in.has {
 			c.idle.Store(true)
 			if s.closing.Load() {
 				return
@@ -284,7 +288,7 @@ func (c *conn) serve() {
 			return
 		}
 		s.state(c.nc, http.StateIdle)
-		if br.Buffered() == 0 {
+		if br.Buffered() == 0 && !c.in.has {
 			if idle > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(idle))
 			} else if rht > 0 {

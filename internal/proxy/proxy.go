@@ -65,6 +65,7 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -215,11 +216,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r, ip, nil)
 		return
 	}
-	res := e.Admit(r.Context(), ms, 1)
+	var res engine.Result
+	gone := false
+	if delays(ms) {
+		// On the h1 front, have the connection watched while the
+		// request may be held, so that a client that leaves ends the
+		// wait and its request goes no further, as on net/http.
+		ctx, stop := h1.Watch(r.Context())
+		res = e.Admit(ctx, ms, 1)
+		gone = ctx.Err() != nil
+		stop()
+	} else {
+		res = e.Admit(r.Context(), ms, 1)
+		gone = res.Err != nil && r.Context().Err() != nil
+	}
+	if gone {
+		return // the client went away while waiting
+	}
 	if !res.Allowed {
-		if res.Err != nil && r.Context().Err() != nil {
-			return // the client went away while waiting
-		}
 		if res.Deferrable && p.o.Defer != nil && p.deferRequest(w, r, ip, &res, ms) {
 			return
 		}
@@ -231,6 +245,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forward(w, r, ip, &res) // headers set in modifyResponse
+}
+
+// delays reports whether a rule of ms may hold the request (action delay).
+func delays(ms []rules.Match) bool {
+	for i := range ms {
+		if ms[i].Rule.Action == rules.Delay {
+			return true
+		}
+	}
+	return false
 }
 
 // deferRequest queues r on the rule that denied it and answers 202; it

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -566,5 +567,46 @@ func TestIPv6Prefix(t *testing.T) {
 		if resp, _ := get(t, f.proxy.URL+"/x", map[string]string{"X-Forwarded-For": addr}); resp.StatusCode != want {
 			t.Fatalf("request %d from %s: %d, want %d", i, addr, resp.StatusCode, want)
 		}
+	}
+}
+
+// A client that goes away while its request is held by action delay ends
+// the wait: the request never reaches the upstream and the connection is
+// let go (on the h1 front, which watches the connection for that wait).
+func TestDelayClientGone(t *testing.T) {
+	f := start(t, setup{specs: []rules.Spec{
+		{Name: "slow", Rate: "1/m", Action: "delay", MaxDelay: 2 * time.Minute, Algorithm: "fixed_window"},
+	}})
+	if resp, _ := get(t, f.proxy.URL+"/first", nil); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	open := func() float64 {
+		mfs, _ := f.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_connections_open" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	before := open() // the first request's keep-alive connection
+	c, err := net.Dial("tcp", f.proxy.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET /held HTTP/1.1\r\nHost: x\r\n\r\n") // held up to a minute
+	for open() != before+1 {
+		runtime.Gosched() // until accepted
+	}
+	c.Close()
+	deadline := time.Now().Add(30 * time.Second) // a bound, not a threshold: the wait is a minute
+	for open() != before {
+		if time.Now().After(deadline) {
+			t.Fatal("the held request of a client that went away still holds its connection")
+		}
+		runtime.Gosched()
+	}
+	if n := f.up.hits.Load(); n != 1 {
+		t.Errorf("upstream got %d requests; want 1 (the held one abandoned)", n)
 	}
 }

@@ -1,0 +1,62 @@
+package h1
+
+import (
+	"context"
+	"net"
+	"time"
+)
+
+// The front does not watch a connection while its request is in the
+// handler (server.go: that read per request is part of what it saves).
+// A handler about to wait long for nothing but time — the proxy holding a
+// request under action: delay — asks for it with Watch, so that a client
+// that goes away meanwhile ends the wait as on net/http.
+
+type connKey struct{}
+
+// Watch returns a context derived from ctx that is cancelled if the
+// client of the request (served by the front) closes or resets its
+// connection, and the function that stops watching; call it before
+// answering. Outside the front, or with pipelined bytes already waiting,
+// it returns ctx (net/http watches on its own).
+func Watch(ctx context.Context) (context.Context, func()) {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	if c == nil || c.in.has || c.buffered() > 0 {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		n, err := c.nc.Read(b[:])
+		if n > 0 {
+			c.in.b, c.in.has = b[0], true // the next request's first byte
+		}
+		if n == 0 && err != nil && !isTimeout(err) {
+			cancel() // EOF or reset: the client is gone
+		}
+	}()
+	return wctx, func() {
+		c.nc.SetReadDeadline(time.Unix(1, 0)) // ends the read, if still waiting
+		<-done
+		c.nc.SetReadDeadline(time.Time{}) // the front sets the next one
+		cancel()
+	}
+}
+
+// connReader is what the front's bufio.Reader reads: the connection,
+// after a byte Watch read ahead.
+type connReader struct {
+	nc  net.Conn
+	b   byte
+	has bool
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		p[0], r.has = r.b, false
+		return 1, nil
+	}
+	return r.nc.Read(p)
+}
