@@ -147,6 +147,89 @@ func (c counts) advance(k int64) {
 // A forced charge that does not fit adds its cost to the newest sub-window,
 // up to max(Rate+1, 2^49/Period) (exact integers for the estimate's product).
 func slidingCounter(st *State, p *params, now, cost int64, force bool, o *outcome) {
+	if p.segments == 1 {
+		slidingCounter1(st, p, now, cost, force, o)
+		return
+	}
+	slidingCounterN(st, p, now, cost, force, o)
+}
+
+// slidingCounter1 is slidingCounterN for one segment (the common case),
+// written out: the state is (T, N, M) = (window, its count, the previous
+// window's count), and every loop over sub-windows has one or two turns.
+// It decides exactly as slidingCounterN (a test compares the two).
+func slidingCounter1(st *State, p *params, now, cost int64, force bool, o *outcome) {
+	l := p.period
+	k := floorDiv(now, l)
+	if k < st.T {
+		k = st.T
+		now = k * l
+	}
+	switch {
+	case k == st.T+1:
+		st.M, st.N = st.N, 0
+	case k > st.T+1:
+		st.M, st.N = 0, 0
+	}
+	st.T = k
+	est := st.M*((k+1)*l-now)/l + st.N
+	switch {
+	case cost <= p.rate && est+cost <= p.rate:
+		o.allowed = true
+		st.N += cost
+		est += cost
+	case force:
+		before := st.N
+		addCapped(&st.N, cost, 1, max(p.rate+1, (1<<49)/p.period))
+		est += st.N - before
+		o.retry = counterWait1(st, p, now, 1)
+	case cost > p.rate:
+		o.retry = -1
+	default:
+		o.retry = counterWait1(st, p, now, cost)
+	}
+	o.remaining = max(0, p.rate-est)
+	if est > 0 {
+		o.reset = counterWait1(st, p, now, p.rate)
+	}
+	o.idle = (st.T + 2) * l
+}
+
+// counterWait1 is counterWait for one segment, whose newest window st.T
+// holds st.N and the one before st.M: the walk over windows k, k+1, k+2
+// written out.
+func counterWait1(st *State, p *params, now, n int64) int64 {
+	k, l := st.T, p.period
+	if m := p.rate - n - st.N; m >= 0 {
+		start := max(now, k*l)
+		if st.M == 0 {
+			return start - now
+		}
+		if xmax := ceilDiv((m+1)*l, st.M) - 1; xmax >= 1 {
+			if t := max(start, (k+1)*l-xmax); t < (k+1)*l {
+				return t - now
+			}
+		}
+	}
+	// From window k+1 only st.N is left, then nothing.
+	m := p.rate - n
+	if m < 0 {
+		return -1
+	}
+	start := max(now, (k+1)*l)
+	if st.N == 0 {
+		return start - now
+	}
+	if xmax := ceilDiv((m+1)*l, st.N) - 1; xmax >= 1 {
+		if t := max(start, (k+2)*l-xmax); t < (k+2)*l {
+			return t - now
+		}
+	}
+	return max(now, (k+2)*l) - now
+}
+
+// slidingCounterN is slidingCounter for any number of segments.
+func slidingCounterN(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	s, l := p.segments, p.period/p.segments
 	c := counts{st: st, s: s}
 	k := floorDiv(now, l)
