@@ -9,7 +9,9 @@
 -- in ticks; ARGV[6] the tick (µs); ARGV[7] the expiry margin (ms); ARGV[8]
 -- now (µs since the epoch), or '' for Redis' clock; the rest per mode:
 --   sync:   pairs (at µs, cost): hits counted elsewhere, added without a
---           check, in order. Returns {state read-after ('' if none), now}.
+--           check, in order; now is the latest hit's time (the hits'
+--           clock), which the expiry is measured from. Returns {state
+--           read-after ('' if none), now}.
 --   grant:  ARGV[9] want: reserve up to want units at now; ARGV[10],
 --           ARGV[11]: units of an expired lease and their window, given
 --           back first (as return does). Returns {granted, state after, now}.

@@ -53,7 +53,8 @@ type SyncOp struct {
 	Hits []Hit
 	// State is the key's state after the hits: every instance's count.
 	State sluice.State
-	// Now is the time (µs) the script ran at.
+	// Now is the time (µs) the script measured the expiry from: the latest
+	// hit's, or this machine's clock for a read.
 	Now int64
 	// Err is this key's failure, if any.
 	Err error
@@ -67,13 +68,24 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	now := time.Now().UnixMicro()
+	wall := time.Now().UnixMicro()
 	execs := make([]rueidis.LuaExec, 0, len(ops))
 	idx := make([]int, 0, len(ops))
 	var errs []error
 	for i := range ops {
 		op := &ops[i]
 		op.Err = nil
+		// The key's expiry is measured from the latest hit, on the clock
+		// the hits carry (the caller's, as Take's is), not from this
+		// machine's: a state that the hits leave at rest an hour after the
+		// last of them expires an hour (and the margin) after it, whatever
+		// the two clocks' distance. A read (no hits) leaves the key as it is.
+		now := wall
+		for i, h := range op.Hits {
+			if i == 0 || h.At > now {
+				now = h.At
+			}
+		}
 		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), 2*len(op.Hits))
 		if err != nil {
 			op.Err = fmt.Errorf("redisstore: sync %q: %w", op.Key, err)
