@@ -150,7 +150,7 @@ func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
 			if s == nil {
 				hist := f.batch.WithLabelValues(sync.String())
 				var err error
-				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: f.applies,
+				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r *sluice.Request) bool { return f.owns(s, r) },
 					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
 				if err != nil {
 					return err
@@ -167,7 +167,7 @@ func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
 			if l == nil {
 				hist := f.grants.WithLabelValues(lease.String())
 				var err error
-				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: f.applies,
+				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: func(r *sluice.Request) bool { return f.owns(l, r) },
 					OnLease: func(_, _ int64, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
 				if err != nil {
 					return err
@@ -222,12 +222,14 @@ func (f *fleetStore) route(key string) sluice.Store {
 	return f.redis
 }
 
-// applies tells a decorator whether a request is its own: a request it
-// gets through route always is; this only guards against a rule that
-// changed mode between route and the decorator.
-func (f *fleetStore) applies(r *sluice.Request) bool {
-	_, ok := (*f.modes.Load())[head(r.Key)]
-	return ok
+// owns tells decorator d whether a request is its own: its rule's mode is
+// d's. A request d gets through route always is, unless its rule changed
+// mode since; in a TakeAll spanning modes, d gets them all and sends the
+// others (the exact ones) to Redis itself. d is set once NewSync or
+// NewLease returns, before any rule uses it.
+func (f *fleetStore) owns(d sluice.Store, r *sluice.Request) bool {
+	m, ok := (*f.modes.Load())[head(r.Key)]
+	return ok && d != nil && m.store == d
 }
 
 // Take implements sluice.Store.
@@ -236,12 +238,17 @@ func (f *fleetStore) Take(ctx context.Context, r sluice.Request) (sluice.Decisio
 }
 
 // TakeAll implements sluice.Store. Requests of one mode are decided by one
-// TakeAll of that mode's store. When they span modes, the local ones (sync,
-// lease) are first asked without counting (cost 0: their Remaining tells
-// whether the cost fits), then the exact ones are taken in Redis, then the
-// local ones: a request denied anywhere consumes nothing, except when
-// another decision of this instance takes the local quota between the
-// check and the take, which then denies after the exact rules counted.
+// TakeAll of that mode's store. Requests of one fleet decorator (sync or
+// lease) and exact ones go together to the decorator's TakeAll: it holds
+// its keys, decides its own requests, asks Redis about the exact ones in
+// the same call (without counting them when its own are denied), and
+// counts its own only when Redis admitted: all or nothing, exactly. When
+// they span two decorators (sync and lease, or two intervals), each is
+// first asked without counting (cost 0: its Remaining tells whether the
+// cost fits), then the exact ones are taken in Redis, then the local
+// ones: a request denied anywhere consumes nothing, except when another
+// decision of this instance takes the local quota between the check and
+// the take, which then denies after the others counted.
 func (f *fleetStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
 	if len(ds) != len(rs) {
 		return errors.New("daemon: take all: decisions and requests differ in number")
@@ -266,12 +273,23 @@ func (f *fleetStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []slui
 		}
 		groups[g] = append(groups[g], i)
 	}
-	if len(stores) <= 1 {
-		if len(stores) == 0 {
-			return nil
-		}
+	switch {
+	case len(stores) == 0:
+		return nil
+	case len(stores) == 1:
 		return stores[0].TakeAll(ctx, rs, ds)
+	case len(stores) == 2 && (stores[0] == sluice.Store(f.redis) || stores[1] == sluice.Store(f.redis)):
+		local := stores[0]
+		if local == sluice.Store(f.redis) {
+			local = stores[1]
+		}
+		return local.TakeAll(ctx, rs, ds)
 	}
+	return f.takeSpanning(ctx, rs, ds, stores, groups)
+}
+
+// takeSpanning is TakeAll for requests of two or more fleet decorators.
+func (f *fleetStore) takeSpanning(ctx context.Context, rs []sluice.Request, ds []sluice.Decision, stores []sluice.Store, groups [][]int) error {
 	run := func(g int, query bool) (bool, error) {
 		grs := make([]sluice.Request, len(groups[g]))
 		gds := make([]sluice.Decision, len(groups[g]))
