@@ -257,11 +257,25 @@ func (w *response) writeStatus(code int) {
 	} else {
 		w.bw.WriteString("HTTP/1.1 ")
 	}
+	if code < len(statusLines) && statusLines[code] != "" {
+		w.bw.WriteString(statusLines[code])
+		return
+	}
 	w.bw.WriteString(strconv.Itoa(code))
-	w.bw.WriteByte(' ')
-	w.bw.WriteString(http.StatusText(code))
+	w.bw.WriteString(" status code ") // as net/http words a code it does not name
+	w.bw.WriteString(strconv.Itoa(code))
 	w.bw.WriteString("\r\n")
 }
+
+// statusLines are "200 OK\r\n" and the like for the codes net/http names.
+var statusLines = func() (t [600]string) {
+	for code := 100; code < len(t); code++ {
+		if text := http.StatusText(code); text != "" {
+			t[code] = strconv.Itoa(code) + " " + text + "\r\n"
+		}
+	}
+	return t
+}()
 
 // writeHeaders writes h except the keys skip reports (nil: none) and
 // names net/http would not write; values as net/http writes them

@@ -82,7 +82,7 @@ func same(t *testing.T, what string, a, b *resp) {
 	ha, hb := a.r.Header.Clone(), b.r.Header.Clone()
 	delete(ha, "Date")
 	delete(hb, "Date")
-	if a.r.StatusCode != b.r.StatusCode || !reflect.DeepEqual(ha, hb) || a.body != b.body || a.bodyErr != b.bodyErr ||
+	if a.r.Status != b.r.Status || a.r.Proto != b.r.Proto || !reflect.DeepEqual(ha, hb) || a.body != b.body || a.bodyErr != b.bodyErr ||
 		a.r.Close != b.r.Close || !reflect.DeepEqual(a.r.TransferEncoding, b.r.TransferEncoding) ||
 		a.r.ContentLength != b.r.ContentLength || !reflect.DeepEqual(a.r.Trailer, b.r.Trailer) ||
 		len(a.r.Header["Date"]) != len(b.r.Header["Date"]) {
@@ -137,6 +137,7 @@ func TestAnswersAsNetHTTP(t *testing.T) {
 			w.WriteHeader(429)
 			io.WriteString(w, `{"error":"rate_limited"}`+"\n")
 		},
+		"/599": func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(599) },
 		"/204": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "3")
 			w.WriteHeader(204)

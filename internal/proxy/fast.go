@@ -171,9 +171,8 @@ func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
 		bw.WriteString("Te: trailers\r\n")
 	}
 	if ip.IsValid() {
-		var buf [64]byte
 		bw.WriteString("X-Forwarded-For: ")
-		bw.Write(ip.AppendTo(buf[:0]))
+		bw.Write(ip.AppendTo(bw.AvailableBuffer())) // no allocation
 		bw.WriteString("\r\n")
 	}
 	bw.WriteString("X-Forwarded-Host: ")
@@ -302,7 +301,10 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 			resp, simple, err = readSimpleResponse(c.br)
 		}
 		if simple {
-			resp.Request, resp.Body = r, &lenBody{br: c.br, n: resp.ContentLength}
+			// The body is read to its end before c goes back to the
+			// pool: c's own lenBody serves.
+			c.body = lenBody{br: c.br, n: resp.ContentLength}
+			resp.Request, resp.Body = r, &c.body
 		} else if err == nil {
 			resp, err = http.ReadResponse(c.br, r)
 		}

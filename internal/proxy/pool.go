@@ -30,6 +30,7 @@ type upConn struct {
 	bw   *bufio.Writer
 	lim  int64
 	used time.Time
+	body lenBody // the body of the answer being read (fast.go)
 }
 
 var errHeaderTooLarge = errors.New("proxy: the upstream's response headers exceed the limit")
