@@ -24,18 +24,14 @@ package memstore
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
-	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -75,133 +71,6 @@ var (
 	_ sluice.KeyTaker = (*Store)(nil)
 )
 
-// entry is the state of a key whose algorithm keeps no log: 32 bytes,
-// allocated in one block with a copy of its key right behind it (see
-// newEntry), so a lookup finds the key and the state in the same place.
-type entry struct {
-	t, n, m int64
-	idle    int64 // µs since the epoch from which the state is at rest
-}
-
-const entrySize = int(unsafe.Sizeof(entry{}))
-
-// newEntry allocates a zero entry followed by a copy of ns+key:
-// 32+len(ns)+len(key) bytes in one pointer-free block (48 bytes for a
-// 16-byte key), where a map would hold a pointer to a 32-byte entry and a
-// separately allocated key.
-func newEntry(ns, key string) *entry {
-	b := make([]byte, entrySize+len(ns)+len(key))
-	copy(b[entrySize+copy(b[entrySize:], ns):], key)
-	return (*entry)(unsafe.Pointer(unsafe.SliceData(b)))
-}
-
-// key returns the key stored behind e; n is its length, kept in the slot.
-func (e *entry) key(n uint32) string {
-	if n == 0 {
-		return ""
-	}
-	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(e), entrySize)), n)
-}
-
-// slot is one cell of a table: 16 bytes.
-type slot struct {
-	tag  uint32 // the high 32 bits of the key's hash; also its home cell
-	klen uint32 // the key's length
-	e    *entry // nil: empty
-}
-
-// table maps keys to entries with open addressing: linear probing from the
-// cell the hash's high bits choose, deletion by shifting the probe run back
-// (no tombstones), doubled when three quarters full. It holds 16 bytes per
-// cell and needs no rehashing to grow, where a Go map of string to pointer
-// holds 24 bytes per cell and hashes every key again.
-type table struct {
-	slots  []slot // len a power of two, or 0
-	count  int
-	cursor uint32 // where the incremental sweep and eviction look next
-}
-
-func (t *table) len() int { return t.count }
-
-// find returns the index of the cell of ns+key, or -1. The key is kept
-// as the concatenation but compared in two parts, so a namespaced lookup
-// builds nothing.
-func (t *table) find(h uint64, ns, key string) int {
-	if t.count == 0 {
-		return -1
-	}
-	tag := uint32(h >> 32)
-	mask := uint32(len(t.slots) - 1)
-	n := uint32(len(ns) + len(key))
-	for i := tag & mask; ; i = (i + 1) & mask {
-		sl := &t.slots[i]
-		if sl.e == nil {
-			return -1
-		}
-		if sl.tag == tag && sl.klen == n {
-			if k := sl.e.key(n); k[:len(ns)] == ns && k[len(ns):] == key {
-				return int(i)
-			}
-		}
-	}
-}
-
-func (t *table) get(h uint64, ns, key string) *entry {
-	if i := t.find(h, ns, key); i >= 0 {
-		return t.slots[i].e
-	}
-	return nil
-}
-
-// add inserts a key of klen bytes, known to be absent, with e.
-func (t *table) add(h uint64, klen int, e *entry) {
-	if (t.count+1)*4 > len(t.slots)*3 {
-		t.grow()
-	}
-	t.place(slot{tag: uint32(h >> 32), klen: uint32(klen), e: e})
-	t.count++
-}
-
-func (t *table) place(s slot) {
-	mask := uint32(len(t.slots) - 1)
-	i := s.tag & mask
-	for t.slots[i].e != nil {
-		i = (i + 1) & mask
-	}
-	t.slots[i] = s
-}
-
-func (t *table) grow() {
-	old := t.slots
-	t.slots = make([]slot, max(8, 2*len(old)))
-	for _, s := range old {
-		if s.e != nil {
-			t.place(s)
-		}
-	}
-}
-
-// deleteAt empties cell i and shifts later cells of its probe run back, so
-// that every key stays reachable from its home cell.
-func (t *table) deleteAt(i uint32) {
-	mask := uint32(len(t.slots) - 1)
-	for j := i; ; {
-		j = (j + 1) & mask
-		s := t.slots[j]
-		if s.e == nil {
-			break
-		}
-		// s may move to i unless its home lies cyclically in (i, j].
-		if home := s.tag & mask; (j-home)&mask < (j-i)&mask {
-			continue
-		}
-		t.slots[i] = s
-		i = j
-	}
-	t.slots[i] = slot{}
-	t.count--
-}
-
 type shard struct {
 	mu    sync.Mutex
 	small table
@@ -209,16 +78,6 @@ type shard struct {
 	adds  uint32
 	cap   uint32                        // keys this shard may hold
 	_     [64 - 8 - 40 - 8 - 4 - 4]byte // keep shards on separate cache lines
-}
-
-// logEntry is the state of a sliding window log or a multi-segment counter.
-type logEntry struct {
-	st   sluice.State
-	idle int64
-	// arr is the whole array st.Log lies at the end of (a sliding log's
-	// times leave from the front and arrive at the back), so that the log
-	// can move back to its start instead of growing into a new one.
-	arr []int64
 }
 
 // New returns an empty Store.
@@ -251,127 +110,6 @@ func New(opts Options) *Store {
 	}
 	return s
 }
-
-// hash returns the hash of (ns, key): the low bits pick the shard, the
-// high 32 bits the cell in the shard's table. The key is hashed with the
-// store's random secret or seed; the namespace, which the store's callers
-// choose (a Limiter's name, algorithm and limit), is folded in by nsMix, a
-// few loads instead of hashing it again on every decision, and cached by
-// string identity (nsHash). Namespaces nsMix cannot
-// tell apart only share probe runs: lookups compare the whole key.
-func (s *Store) hash(ns, key string) uint64 {
-	// The key: up to 16 bytes as wyhash does (the way Go's runtime
-	// hashes strings on CPUs without AES), two multiplications keyed with
-	// the store's random secret; longer keys with maphash and the store's
-	// seed. maphash.String costs more in calls than in hashing on a short
-	// key, and a hot key's whole decision is a few hundred instructions.
-	var h uint64
-	if n := len(key); n <= 16 {
-		p := unsafe.Pointer(unsafe.StringData(key))
-		var a, b uint64
-		switch {
-		case n >= 8:
-			a, b = load64p(p, 0), load64p(p, n-8)
-		case n >= 4:
-			a, b = uint64(load32p(p, 0)), uint64(load32p(p, n-4))
-		case n > 0:
-			a = uint64(*(*byte)(p))<<16 | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))
-		}
-		hi, lo := bits.Mul64(a^s.secret[1], b^s.secret[2])
-		hi, lo = bits.Mul64(hi^lo, s.secret[0]^uint64(n))
-		h = hi ^ lo
-	} else {
-		h = maphash.String(s.seed, key)
-	}
-	if ns == "" {
-		return h
-	}
-	p := unsafe.StringData(ns)
-	if e := s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))].Load(); e != nil && unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
-		return h ^ e.mix
-	}
-	return h ^ s.nsHash(ns)
-}
-
-// load64p and load32p read 8 and 4 bytes at p+i, little-endian (one load
-// where the CPU allows unaligned ones).
-func load64p(p unsafe.Pointer, i int) uint64 {
-	return binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, i)), 8))
-}
-
-func load32p(p unsafe.Pointer, i int) uint32 {
-	return binary.LittleEndian.Uint32(unsafe.Slice((*byte)(unsafe.Add(p, i)), 4))
-}
-
-// nsSeen is a namespace whose nsMix is known. It holds the string, so the
-// memory it points to stays that namespace's for as long as it is cached.
-type nsSeen struct {
-	ns  string
-	mix uint64
-}
-
-// nsHash is nsMix(ns), from a small cache when ns is one of the strings the
-// store has seen: a Limiter sends the same namespace string with every
-// request, so comparing its address and length (the cache holds the
-// string, so that address cannot be reused for other bytes) replaces
-// hashing it on every decision. A cell is filled once, by the first
-// namespace to land in it; others are hashed each time (no allocation on
-// the hot path).
-func (s *Store) nsHash(ns string) uint64 {
-	p := unsafe.StringData(ns)
-	c := &s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))]
-	if e := c.Load(); e != nil {
-		if unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
-			return e.mix
-		}
-		return nsMix(ns)
-	}
-	m := nsMix(ns)
-	c.CompareAndSwap(nil, &nsSeen{ns: ns, mix: m})
-	return m
-}
-
-// nsMix hashes ns by its length and its first, middle and last 8 bytes,
-// where the name and the limit of a Limiter's namespace sit.
-func nsMix(ns string) uint64 {
-	n := len(ns)
-	var a, b, c uint64
-	if n >= 8 {
-		a, b, c = load64(ns, 0), load64(ns, n/2-4), load64(ns, n-8)
-	} else {
-		for i := 0; i < n; i++ {
-			a = a<<8 | uint64(ns[i])
-		}
-	}
-	x := a*0x9e3779b97f4a7c15 ^ bits.RotateLeft64(b*0xc2b2ae3d27d4eb4f, 23) ^ bits.RotateLeft64(c*0x165667b19e3779f9, 47) ^ uint64(n)
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	return x | 1 // never 0, so a namespace always moves the hash
-}
-
-func load64(s string, i int) uint64 {
-	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
-}
-
-// logKey returns ns+key, the key of a log state. When it fits in buf it
-// writes it there and returns a string sharing buf's memory: valid only
-// while buf is, and only for lookups (a key kept is copied with
-// strings.Clone), so a log decision costs no allocation for its key.
-func logKey(ns, key string, buf *[maxStackKey]byte) string {
-	if ns == "" {
-		return key
-	}
-	n := len(ns) + len(key)
-	if n > maxStackKey {
-		return ns + key
-	}
-	b := append(append(buf[:0], ns...), key...)
-	return unsafe.String(unsafe.SliceData(b), n)
-}
-
-// maxStackKey bounds the log keys built without allocating.
-const maxStackKey = 128
 
 // Take decides r under its shard's lock. It never blocks on I/O and ignores
 // ctx.
@@ -420,58 +158,6 @@ func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost i
 		return false, 0, 0, 0, 0, fmt.Errorf("memstore: take %q: %w", key, err)
 	}
 	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
-}
-
-func (s *Store) takeLog(sh *shard, key string, r *sluice.Request, cost, now int64, d *sluice.Decision) error {
-	le := sh.logs[key]
-	var st sluice.State
-	if le != nil && now < le.idle {
-		st = le.st
-		if r.Algorithm == sluice.SlidingWindowLog {
-			st.Log = le.roomFor(st.Log, min(cost, r.Limit.Rate+1))
-		}
-	}
-	idle, err := step(r, cost, d, &st, now)
-	if err == nil {
-		s.putLog(sh, key, le, st, idle, now)
-	}
-	return err
-}
-
-// roomFor returns log, the entry's sliding log, where n more times can be
-// appended without a new array when its array has that room: a log that
-// has reached the end of its array moves back to the array's start, over
-// the times that have left it. A log at a steady size then never
-// allocates, where append would copy it into a new array (garbage, and a
-// GC that turns write barriers on) every few hundred decisions.
-func (le *logEntry) roomFor(log []int64, n int64) []int64 {
-	if n <= 0 || int64(cap(log)-len(log)) >= n || int64(cap(le.arr)) < int64(len(log))+n || !sameEnd(log, le.arr) {
-		return log
-	}
-	return append(le.arr[:0], log...) // copy: overlapping moves are safe
-}
-
-// sameEnd reports whether a and b end at the same place: b's array holds a.
-func sameEnd(a, b []int64) bool {
-	return cap(a) > 0 && cap(b) > 0 &&
-		uintptr(unsafe.Pointer(unsafe.SliceData(a)))+uintptr(cap(a))*8 == uintptr(unsafe.Pointer(unsafe.SliceData(b)))+uintptr(cap(b))*8
-}
-
-// putLog writes a log state for key, whose entry le (nil: absent) the
-// caller has already looked up. A new key at rest is not worth keeping.
-func (s *Store) putLog(sh *shard, key string, le *logEntry, st sluice.State, idle, now int64) {
-	if le == nil {
-		if idle <= now {
-			return
-		}
-		le = &logEntry{}
-		s.insert(sh, now)
-		sh.logs[strings.Clone(key)] = le
-	}
-	le.st, le.idle = st, idle
-	if cap(st.Log) > 0 && !sameEnd(st.Log, le.arr) {
-		le.arr = st.Log[:0:cap(st.Log)] // the log moved to a new array
-	}
 }
 
 // putSmall is putLog for the keys kept in the shard's table.
