@@ -251,7 +251,9 @@ func TestRunCancelled(t *testing.T) {
 // Run must stop on the first request and name its line.
 func TestRunStoreError(t *testing.T) {
 	srv := redistest.StartServer(t)
-	store, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}})
+	// The timeout is generous: connecting to the live server must not
+	// fail on a loaded machine (the 50ms default once did, in CI-like runs).
+	store, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
