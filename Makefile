@@ -97,10 +97,10 @@ bench-envoy:
 
 # The fleet through the daemon: 3 sluice serve on one Redis, /v1/check
 # plain vs sync: 100ms vs lease: auto, one hot key and 100,000 keys, and
-# overload; about 90 seconds.
+# overload; about 2 minutes.
 bench-fleet:
 	sh scripts/ensure-redis.sh
-	cd bench && $(GO) run ./fleetload -d 3s -runs 2
+	cd bench && $(GO) run ./fleetload -d 3s -runs 3
 
 clean:
 	rm -f sluice
