@@ -27,7 +27,8 @@ var ErrBodyTimeout = errors.New("request body stalled: no data within body_read_
 // reading the body at all, the server's discarding of it is bounded the
 // same way. d <= 0 returns h.
 //
-// On an HTTP/1 connection of a Listener served by Server, the wait is
+// On an HTTP/1 connection of a Listener served by Server (and without
+// Expect: 100-continue), the wait is
 // enforced where it happens: the connection sets its read deadline only
 // before a read from the network made for the body, so a body that came
 // in with its headers (a /v1/check) costs no deadline at all, and the
@@ -46,7 +47,9 @@ func BodyTimeout(h http.Handler, d time.Duration, m *metrics.Listener) http.Hand
 			h.ServeHTTP(w, r)
 			return
 		}
-		if c := connOf(r); c != nil && r.ProtoMajor == 1 {
+		// Expect: 100-continue keeps the path below: net/http treats a
+		// body it wrapped for that by its type, which r.Body must keep.
+		if c := connOf(r); c != nil && r.ProtoMajor == 1 && len(r.Header["Expect"]) == 0 {
 			cb := &connBody{c: c, body: r.Body, m: m}
 			orig := r.Body
 			r.Body = cb // as http.MaxBytesReader's callers do; put back below

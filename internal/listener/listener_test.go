@@ -361,3 +361,29 @@ func TestPauseBetweenReads(t *testing.T) {
 		}
 	})
 }
+
+// TestStalledBodyCutExpectContinue: a body announced with Expect:
+// 100-continue that stalls after the server's 100 Continue is cut too.
+func TestStalledBodyCutExpectContinue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := serve(t, echoLen, listener.Options{BodyReadTimeout: 10 * time.Second, ReadHeaderTimeout: time.Minute})
+		c := f.ln.dial()
+		defer c.Close()
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n')
+		if err != nil || !strings.Contains(line, " 100 ") {
+			t.Fatalf("first answer line %q (%v), want 100 Continue", line, err)
+		}
+		br.ReadString('\n') // the blank line ending the interim answer
+		io.WriteString(c, "01234")
+		start := time.Now()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusRequestTimeout || time.Since(start) != 10*time.Second {
+			t.Fatalf("stalled body after 100 Continue: %d after %v, want 408 after 10s", resp.StatusCode, time.Since(start))
+		}
+	})
+}
