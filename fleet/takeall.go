@@ -62,3 +62,148 @@ func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds [
 	}
 	return allowed && passed(rrs, rds), nil
 }
+
+// TakeAll decides rs as one: the requests Sync handles on copies of their
+// views, the others in the shared store; all are counted only if every one
+// is allowed. When a local request is denied, the others are asked without
+// counting (cost 0).
+func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(rs) == 1 && len(ds) == 1 {
+		// One request: Take, without TakeAll's bookkeeping (the daemon's
+		// /v1/check and most proxied requests match one rule).
+		d, err := s.take(ctx, &rs[0])
+		ds[0] = d
+		return err
+	}
+	loc, rem, ticks, err := splitAll("sync", rs, ds, s.applies)
+	if err != nil {
+		return err
+	}
+	if len(loc) == 0 {
+		return s.inner.TakeAll(ctx, rs, ds)
+	}
+	entries := map[nsKey]*syncEntry{}
+	views := map[*syncEntry]*sluice.State{}
+	var held []*syncEntry
+	defer func() {
+		for _, e := range held {
+			e.mu.Unlock()
+			s.touch(e)
+		}
+	}()
+	allowed := true
+	over := 0
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[keyOf(r)]
+		if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
+			if e != nil {
+				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
+			}
+			var err error
+			if e, _, err = s.acquire(ctx, r, ticks[i], nil); err == errFull {
+				s.overflow.Add(1)
+				over++
+				rem = append(rem, i) // decided with the shared store's part, below
+				continue
+			} else if err != nil {
+				return err
+			}
+			held = append(held, e)
+			entries[keyOf(r)] = e
+			v := e.view
+			views[e] = &v
+		}
+		var d sluice.Decision
+		if _, err := step(r, &d, views[e]); err != nil {
+			return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
+		}
+		d.Remaining = max(0, d.Remaining)
+		ds[i] = d
+		allowed = allowed && (d.Allowed || r.Force)
+	}
+	if allowed, err = takeRest(ctx, s.inner, rs, ds, rem, allowed); err != nil {
+		return err
+	}
+	s.local.Add(uint64(len(loc) - over))
+	if !allowed {
+		return nil
+	}
+	// Commit: replay the requests on the views themselves, recording hits.
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[keyOf(r)]
+		if e == nil {
+			continue // over MaxKeys: decided in the shared store
+		}
+		var d sluice.Decision
+		if err := e.decide(r, &e.view, &d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TakeAll decides rs as one: every request Lease handles must be covered
+// by units held (reserving more as needed), and the others allowed by the
+// shared store; units are spent only if all are allowed. Units reserved for
+// a request that ends up denied stay with the instance.
+func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if len(rs) == 1 && len(ds) == 1 {
+		// One request: Take, without TakeAll's bookkeeping (the daemon's
+		// /v1/check and most proxied requests match one rule).
+		d, err := l.take(ctx, &rs[0])
+		ds[0] = d
+		return err
+	}
+	loc, rem, ticks, err := splitAll("lease", rs, ds, func(r *sluice.Request) bool {
+		return l.applies(r) && !r.Force // a report: charged by the store as is
+	})
+	if err != nil {
+		return err
+	}
+	if len(loc) == 0 {
+		return l.inner.TakeAll(ctx, rs, ds)
+	}
+	entries := map[nsKey]*leaseEntry{}
+	need := map[*leaseEntry]int64{}
+	var held []*leaseEntry
+	defer func() {
+		for _, e := range held {
+			e.mu.Unlock()
+		}
+	}()
+	allowed := true
+	for _, i := range loc {
+		r := &rs[i]
+		e := entries[keyOf(r)]
+		if e == nil {
+			e = l.entry(r, ticks[i])
+			held = append(held, e)
+			entries[keyOf(r)] = e
+		} else if e.alg != r.Algorithm || e.limit != r.Limit {
+			return fmt.Errorf("fleet: lease: take all %q: one key with two algorithms or limits", r.Key)
+		}
+		need[e] += r.Cost
+		if err := l.ensure(ctx, e, r, need[e], &ds[i]); err != nil {
+			return err
+		}
+		allowed = allowed && ds[i].Allowed
+	}
+	if allowed, err = takeRest(ctx, l.inner, rs, ds, rem, allowed); err != nil {
+		return err
+	}
+	l.local.Add(uint64(len(loc)))
+	if !allowed {
+		return nil
+	}
+	for e, n := range need {
+		e.units -= n
+		l.spent.Add(uint64(n))
+	}
+	for _, i := range loc {
+		e := entries[keyOf(&rs[i])]
+		e.info(rs[i].Now.UnixMicro(), &ds[i])
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// The batch side of Sync: the loop that sends every interval's hits and
+// reads back the global states, Flush, and Close.
+
+// loop sends a batch every interval until Close.
+func (s *Sync) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	var prev []*syncEntry
+	for {
+		select {
+		case <-s.stop:
+			_, s.closeErr = s.flush(nil)
+			return
+		case <-t.C:
+			prev, _ = s.flush(prev)
+		}
+	}
+}
+
+// flush sends one batch with every key decided on since the last one, and
+// forgets the keys of the batch before (prev) that nobody decided on since:
+// their views are too old to use, and their next decision reads them again.
+// It returns this batch's keys and error.
+func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
+	s.mu.Lock()
+	batch := s.touched
+	s.touched = nil
+	s.mu.Unlock()
+	for _, e := range prev {
+		e.mu.Lock()
+		if !e.touched.Load() && len(e.hits) == 0 && !e.inflight && e.loading == nil {
+			e.dead.Store(true)
+		}
+		e.mu.Unlock()
+		if e.dead.Load() {
+			s.mu.Lock()
+			if s.keys[e.key] == e {
+				delete(s.keys, e.key)
+			}
+			s.mu.Unlock()
+		}
+	}
+	// The batch: keys with hits to send, and keys in use whose view is an
+	// interval old (a key decided only by its first read is fresh).
+	ops := make([]redisstore.SyncOp, 0, len(batch))
+	var sent []*syncEntry
+	// Announce the batch before any key is marked in flight, so that a
+	// decision waiting for a key's batch waits for this one.
+	done := make(chan struct{})
+	defer close(done)
+	s.mu.Lock()
+	s.batch = done
+	s.mu.Unlock()
+	start := time.Now()
+	for _, e := range batch {
+		e.mu.Lock()
+		e.touched.Store(false)
+		switch {
+		case e.inflight || e.loading != nil:
+			s.touch(e) // a load is reading it; next batch
+		case len(e.hits) > 0 || start.Sub(e.synced) >= s.opts.Interval:
+			ops = append(ops, e.snapshot())
+			sent = append(sent, e)
+		}
+		e.mu.Unlock()
+	}
+	if len(ops) == 0 {
+		return batch, nil
+	}
+	// The batch outlives no Close: bound it by the store's own timeout.
+	start = time.Now()
+	err := s.inner.Sync(context.Background(), ops)
+	took := time.Since(start)
+	now := time.Now()
+	for i, e := range sent {
+		e.mu.Lock()
+		s.settle(e, &ops[i], now)
+		e.mu.Unlock()
+	}
+	s.batches.Add(1)
+	s.batchKeys.Add(uint64(len(ops)))
+	if err != nil {
+		s.batchErrs.Add(1)
+	}
+	if s.opts.OnBatch != nil {
+		s.opts.OnBatch(len(ops), took, err)
+	}
+	return batch, err
+}
+
+// Flush sends a batch now, as the loop does every interval, and returns its
+// error.
+func (s *Sync) Flush() error {
+	_, err := s.flush(nil)
+	return err
+}
+
+// Close sends the hits not yet sent and stops the batch loop; it returns
+// the error of that last batch. Call it after the last decision: decisions
+// after Close go to the shared store, and a decision racing with Close may
+// count only locally.
+func (s *Sync) Close() error {
+	if s.closed.Swap(true) {
+		<-s.done
+		return nil
+	}
+	close(s.stop)
+	<-s.done
+	return s.closeErr
+}
