@@ -186,6 +186,10 @@ type Store struct {
 	all       *rueidis.Lua
 	refunds   atomic.Uint64
 	deadlines *deadlines // bounds Take and TakeAll by opts.Timeout
+	// flatBatch runs several concurrent flat Takes in one call (single
+	// node only; nil on a Cluster); batchers gather them (flatbatch.go).
+	flatBatch [sluice.GCRA + 1]*rueidis.Lua
+	batchers  [sluice.GCRA + 1]flatBatcher
 	shardState
 }
 
@@ -281,6 +285,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		s.take[a] = rueidis.NewLuaScript(scripts[a])
 		if flatScripts[a] != "" {
 			s.flat[a] = rueidis.NewLuaScript(flatScripts[a])
+			if !o.Cluster {
+				s.flatBatch[a] = rueidis.NewLuaScript(flatBatchScript(flatScripts[a]))
+			}
 		}
 	}
 	return s, nil
@@ -515,16 +522,12 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
 	}
 	key := s.KeyOf(r)
-	ctx = s.deadlines.bound(ctx)
-	c, done := s.client()
-	res := s.flat[r.Algorithm].Exec(ctx, c, []string{key}, args)
-	done()
 	var raw string
 	var err error
-	if s.opts.RedisTime {
-		raw, us, err = clockReply(res)
-	} else if raw, err = res.ToString(); rueidis.IsRedisNil(err) {
-		raw, err = "", nil
+	if s.flatBatch[r.Algorithm] != nil {
+		raw, us, err = s.takeBatched(ctx, r.Algorithm, key, args, us)
+	} else {
+		raw, us, err = s.flatOne(ctx, r.Algorithm, key, args, us)
 	}
 	var st sluice.State
 	if err == nil {

@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// TestFlatBatch holds one Take in flight (Redis paused for writes), queues
+// more behind it on two keys, then lets them go: they run as one batch
+// script call, and each key admits exactly what the reference admits for
+// the same requests, for every algorithm with a flat script, with the
+// request's clock and with Redis'.
+func TestFlatBatch(t *testing.T) {
+	srv := redistest.StartServer(t)
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	for _, redisTime := range []bool{false, true} {
+		s, err := New(ctx, Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second, RedisTime: redisTime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range sluice.Algorithms() {
+			if s.flatBatch[alg] == nil {
+				continue
+			}
+			name := fmt.Sprintf("%v/redisTime=%v", alg, redisTime)
+			l := sluice.PerHour(10).WithBurst(10)
+			if alg == sluice.LeakyBucket {
+				l = sluice.PerHour(10).WithBurst(6)
+			}
+			reqFor := func(i int) sluice.Request {
+				return sluice.Request{Key: fmt.Sprintf("batch/%s/%d", name, i%2), Algorithm: alg, Limit: l, Cost: 1, Now: sluicetest.T0}
+			}
+			if err := admin.Do(ctx, admin.B().ClientPause().Timeout(10000).Write().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			b := &s.batchers[alg]
+			before := b.batches.Load()
+			const n = 31
+			ds := make([]sluice.Decision, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			take := func(i int) { wg.Go(func() { ds[i], errs[i] = s.Take(ctx, reqFor(i)) }) }
+			take(0)
+			waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.busy })
+			for i := 1; i < n; i++ {
+				take(i)
+			}
+			waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == n-1 })
+			if err := admin.Do(ctx, admin.B().ClientUnpause().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if got := b.batches.Load() - before; got != 1 {
+				t.Errorf("%s: %d batch calls, want 1 (30 Takes queued behind the first)", name, got)
+			}
+			ref := sluicetest.NewReference()
+			want, got := map[string]int{}, map[string]int{}
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("%s: Take %d: %v", name, i, errs[i])
+				}
+				r := reqFor(i)
+				d, _ := ref.Take(ctx, r)
+				if d.Allowed {
+					want[r.Key]++
+				}
+				if ds[i].Allowed {
+					got[r.Key]++
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: admitted per key %v, want the reference's %v", name, got, want)
+			}
+			// The state the batch wrote is the one a lone Take reads.
+			for k := range 2 {
+				d, err := s.Take(ctx, reqFor(k))
+				dr, _ := ref.Take(ctx, reqFor(k))
+				if err != nil || d.Allowed != dr.Allowed || d.Remaining != dr.Remaining {
+					t.Errorf("%s: Take after the batch = %+v, %v; want the reference's %+v", name, d, err, dr)
+				}
+			}
+		}
+		s.Close()
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
