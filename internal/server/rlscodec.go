@@ -59,7 +59,12 @@ func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rlsv3.RateLimitRequest); ok {
 		// One copy of the message; its strings are substrings of it.
-		s := string(data.Materialize())
+		var s string
+		if len(data) == 1 {
+			s = string(data[0].ReadOnlyData())
+		} else {
+			s = string(data.Materialize())
+		}
 		return decodeRequest(unsafe.Slice(unsafe.StringData(s), len(s)), s, r)
 	}
 	return c.fallback.Unmarshal(data, v)

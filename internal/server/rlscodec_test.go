@@ -132,6 +132,13 @@ func TestRLSCodecRequestIsProtobufs(t *testing.T) {
 		all = append(all, b...)
 	}
 	checkDecode(t, all) // concatenated: scalars' last value wins, messages merge
+	// A message split over several buffers reads the same.
+	var got rlsv3.RateLimitRequest
+	split := mem.BufferSlice{mem.SliceBuffer(bytes.Clone(all[:7])), mem.SliceBuffer(bytes.Clone(all[7:]))}
+	var want rlsv3.RateLimitRequest
+	if err := newRLSCodec().Unmarshal(split, &got); err != nil || proto.Unmarshal(all, &want) != nil || !proto.Equal(&got, &want) {
+		t.Errorf("split message: %v, read %v, want %v", err, &got, &want)
+	}
 	for _, bad := range [][]byte{
 		{0x0a, 0x02, 0xff, 0xfe},             // domain not UTF-8
 		{0x0a, 0x05, 'a'},                    // truncated
