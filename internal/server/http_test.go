@@ -387,7 +387,7 @@ func TestReportHTTP(t *testing.T) {
 				st = memstore.New(memstore.Options{})
 			case "redis":
 				srv := redistest.StartServer(t)
-				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -395,7 +395,7 @@ func TestReportHTTP(t *testing.T) {
 				st = s
 			case "cluster":
 				c := redistest.StartCluster(t)
-				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: time.Second})
+				s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}

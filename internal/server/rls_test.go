@@ -58,7 +58,7 @@ func newStore(t testing.TB, kind string) sluice.Store {
 		return memstore.New(memstore.Options{})
 	case "redis":
 		srv := redistest.StartServer(t)
-		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("redisstore.New: %v", err)
 		}
@@ -66,7 +66,7 @@ func newStore(t testing.TB, kind string) sluice.Store {
 		return st
 	case "cluster":
 		c := redistest.StartCluster(t)
-		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: time.Second})
+		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("redisstore.New(cluster): %v", err)
 		}
