@@ -324,7 +324,7 @@ func TestOverLimitTables(t *testing.T) {
 // when Redis failed.
 func TestOverLimitForgetsAfterStoreFailure(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second}), fleet.OverLimitOptions{})
+	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second}), fleet.OverLimitOptions{})
 	ctx := context.Background()
 	r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerMinute(1), Cost: 1, Now: sluicetest.T0}
 	for i, want := range []bool{true, false, false} {

@@ -125,7 +125,7 @@ func TestStoreOnError(t *testing.T) {
 			td := startDaemon(t, proxyConfig(up.url, fmt.Sprintf(`
 store:
   type: redis
-  redis: {addrs: [%s], timeout: 500ms}
+  redis: {addrs: [%s], timeout: 2s}
   on_error: %s
 rules:
   - name: per-ip

@@ -107,10 +107,10 @@ func TestEnvoyServiceEndToEnd(t *testing.T) {
 			store := ""
 			switch kind {
 			case "redis":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 1s}\n"
+				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 5s}\n"
 			case "cluster":
 				c := redistest.StartCluster(t)
-				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(c.Addrs, ", ") + "], cluster: true, timeout: 1s}\n"
+				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(c.Addrs, ", ") + "], cluster: true, timeout: 5s}\n"
 			}
 			ed := startEnvoyDaemon(t, store)
 			user := func(tenant, u string) *commonv3.RateLimitDescriptor { return entries("tenant", tenant, "user", u) }

@@ -26,9 +26,9 @@ func TestReportEndToEnd(t *testing.T) {
 			store := ""
 			switch kind {
 			case "redis":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 1s}\n"
+				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 5s}\n"
 			case "cluster":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(redistest.StartCluster(t).Addrs, ", ") + "], cluster: true, timeout: 1s}\n"
+				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(redistest.StartCluster(t).Addrs, ", ") + "], cluster: true, timeout: 5s}\n"
 			}
 			dir := t.TempDir()
 			os.Mkdir(filepath.Join(dir, "ratelimit"), 0o755)
