@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// attempt holds the requests and decisions of one TakeAll, pooled.
+type attempt struct {
+	rs     []sluice.Request
+	ds     []sluice.Decision
+	rules  []*rules.Rule
+	shards []int // per request: the shards it was split over (1: none)
+}
+
+var attempts = sync.Pool{New: func() any {
+	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8), shards: make([]int, 0, 8)}
+}}
+
+func getAttempt() *attempt { return attempts.Get().(*attempt) }
+
+func putAttempt(a *attempt) {
+	if cap(a.rs) > 64 {
+		return
+	}
+	a.reset()
+	attempts.Put(a)
+}
+
+func (a *attempt) reset() {
+	clear(a.rs)
+	clear(a.rules)
+	a.rs, a.ds, a.rules, a.shards = a.rs[:0], a.ds[:0], a.rules[:0], a.shards[:0]
+}
+
+func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {
+	for i := range a.rules {
+		if a.rules[i] == r {
+			return a.ds[i]
+		}
+	}
+	return sluice.Decision{}
+}
+
+// sleep waits d or until ctx ends, returning ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// throttle lets one event through per second.
+type throttle struct{ last atomic.Int64 }
+
+func (t *throttle) ok(now time.Time) bool {
+	s := now.Unix()
+	old := t.last.Load()
+	return old != s && t.last.CompareAndSwap(old, s)
+}

@@ -1,0 +1,231 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// request is a sluice.Request checked and converted to script arguments.
+type request struct {
+	key   string // Redis key
+	ticks sluice.Ticks
+	args  [9]string
+}
+
+func (s *Store) prepare(r *sluice.Request, q *request) error {
+	if !r.Algorithm.Valid() {
+		return fmt.Errorf("%w: %d", sluice.ErrUnknownAlgorithm, uint8(r.Algorithm))
+	}
+	t, err := r.Limit.Ticks()
+	if err != nil {
+		return err
+	}
+	if r.Cost < 0 {
+		return fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
+	}
+	q.key = s.KeyOf(r)
+	q.ticks = t
+	q.args = [9]string{
+		strconv.Itoa(int(r.Algorithm)),
+		strconv.FormatInt(t.Rate, 10),
+		strconv.FormatInt(t.Burst, 10),
+		strconv.FormatInt(t.Period, 10),
+		strconv.FormatInt(t.Segments, 10),
+		strconv.FormatInt(t.Tick, 10),
+		strconv.FormatInt(r.Cost, 10),
+		strconv.FormatInt(r.Now.UnixMicro(), 10),
+		"0", // mark: 1 forces the charge (main.lua)
+	}
+	if r.Force {
+		q.args[8] = "1"
+	}
+	return nil
+}
+
+// reply is one request's answer from a script, in ticks.
+type reply struct {
+	allowed                                    bool
+	remaining, retry, reset, delay, idle, mark int64
+}
+
+func (q *request) decision(rp reply) sluice.Decision {
+	dur := func(ticks int64) time.Duration {
+		if ticks < 0 {
+			return sluice.Never
+		}
+		return time.Duration(ticks*q.ticks.Tick) * time.Microsecond
+	}
+	d := sluice.Decision{
+		Allowed:    rp.allowed,
+		Limit:      q.ticks.Rate,
+		Remaining:  rp.remaining,
+		RetryAfter: dur(rp.retry),
+		ResetAfter: dur(rp.reset),
+		Delay:      dur(rp.delay),
+	}
+	if rp.allowed {
+		d.RetryAfter = 0
+	}
+	return d
+}
+
+// Take decides one request in one round trip and counts it if allowed.
+func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force {
+		if t, err := r.Limit.Ticks(); err == nil {
+			return s.takeFlat(ctx, &r, t)
+		}
+	}
+	var q request
+	if err := s.prepare(&r, &q); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	ctx = s.deadlines.bound(ctx)
+	var rps []reply
+	var err error
+	if r.Force {
+		// A report is rare: the general script, whose take mode commits a
+		// forced charge (the flat and log scripts know only Take).
+		rps, err = s.run(ctx, "take", []request{q}, []int{0}, nil)
+	} else {
+		args := make([]string, 0, 12)
+		args = append(args, "one", s.useTime, s.margin)
+		args = append(args, q.args[:]...)
+		rps, err = s.exec(ctx, s.take[r.Algorithm], []string{q.key}, args, 1)
+	}
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return q.decision(rps[0]), nil
+}
+
+// takeFlat is Take for the algorithms whose state is the string "T N M":
+// the flat script (take_head.lua) moves the key's state and returns the
+// state it read; the Decision is TakeMicro's on that state, at the time the
+// script used, so it is exactly what the state machine decided inside Redis.
+func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks) (sluice.Decision, error) {
+	us := r.Now.UnixMicro()
+	args := make([]string, 3, 9)
+	if !s.opts.RedisTime {
+		args[0] = strconv.FormatInt(us, 10)
+	}
+	args[1] = strconv.FormatInt(t.Tick, 10)
+	args[2] = s.margin
+	cost := r.Cost
+	switch r.Algorithm {
+	case sluice.TokenBucket, sluice.GCRA:
+		room, cp := int64(-1), int64(0)
+		if cost <= t.Burst {
+			cp = cost * t.Period
+			room = t.Burst*t.Period - cp
+		}
+		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(room, 10), strconv.FormatInt(cp, 10))
+	case sluice.FixedWindow, sluice.SlidingWindowCounter:
+		room, c := int64(-1), int64(0)
+		if cost <= t.Rate {
+			room, c = t.Rate-cost, cost
+		}
+		args = append(args, strconv.FormatInt(t.Period, 10), strconv.FormatInt(room, 10), strconv.FormatInt(c, 10))
+	case sluice.LeakyBucket:
+		full := (t.Burst + 1) * t.Period
+		cp := int64(-1)
+		if cost > 0 && cost <= t.Burst+1 {
+			cp = cost * t.Period
+		}
+		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Burst*t.Period, 10),
+			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
+	}
+	key := s.KeyOf(r)
+	var raw string
+	var err error
+	if s.flatBatch[r.Algorithm] != nil {
+		raw, us, err = s.takeBatched(ctx, r.Algorithm, key, args, us)
+	} else {
+		raw, us, err = s.flatOne(ctx, r.Algorithm, key, args, us)
+	}
+	var st sluice.State
+	if err == nil {
+		st, err = parseState(raw)
+	}
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	var d sluice.Decision
+	if _, err := r.Algorithm.TakeMicro(&d, &st, &r.Limit, us, cost); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	return d, nil
+}
+
+// clockReply reads a flat script's reply with Redis' clock: the state read
+// ("" for none) and the time used (µs).
+func clockReply(res rueidis.RedisResult) (string, int64, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return "", 0, err
+	}
+	if len(arr) != 2 {
+		return "", 0, fmt.Errorf("script returned %d values, want 2", len(arr))
+	}
+	raw, err := arr[0].ToString()
+	if err != nil {
+		return "", 0, err
+	}
+	us, err := arr[1].AsInt64()
+	return raw, us, err
+}
+
+// parseState parses a key's string state "T N M"; "" is the zero State.
+func parseState(raw string) (sluice.State, error) {
+	var st sluice.State
+	if raw == "" {
+		return st, nil
+	}
+	t, rest, ok1 := strings.Cut(raw, " ")
+	n, m, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 {
+		return st, fmt.Errorf("state %q: want \"T N M\"", raw)
+	}
+	var err [3]error
+	st.T, err[0] = strconv.ParseInt(t, 10, 64)
+	st.N, err[1] = strconv.ParseInt(n, 10, 64)
+	st.M, err[2] = strconv.ParseInt(m, 10, 64)
+	if err[0] != nil || err[1] != nil || err[2] != nil {
+		return sluice.State{}, fmt.Errorf("state %q: %w", raw, errors.Join(err[:]...))
+	}
+	return st, nil
+}
+
+// floorDiv is floor division (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func (s *Store) exec(ctx context.Context, script *rueidis.Lua, keys, args []string, n int) ([]reply, error) {
+	c, done := s.client()
+	vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
+	done()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != 7*n {
+		return nil, fmt.Errorf("script returned %d values, want %d", len(vals), 7*n)
+	}
+	rps := make([]reply, n)
+	for i := range rps {
+		v := vals[7*i:]
+		rps[i] = reply{allowed: v[0] == 1, remaining: v[1], retry: v[2], reset: v[3], delay: v[4], idle: v[5], mark: v[6]}
+	}
+	return rps, nil
+}
