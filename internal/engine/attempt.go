@@ -47,6 +47,19 @@ func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {
 	return sluice.Decision{}
 }
 
+// take decides a's requests in the store, all or nothing. One request
+// (every /v1/check, most proxied requests, one Envoy counter) is a Take:
+// the same decision, and the stores' fastest path (the Redis store's flat
+// script).
+func (e *Engine) take(ctx context.Context, a *attempt) error {
+	if len(a.rs) == 1 {
+		var err error
+		a.ds[0], err = e.store.Take(ctx, a.rs[0])
+		return err
+	}
+	return e.store.TakeAll(ctx, a.rs, a.ds)
+}
+
 // sleep waits d or until ctx ends, returning ctx's error then.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

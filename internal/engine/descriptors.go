@@ -185,14 +185,7 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 	if !e.realClock {
 		t0 = time.Now()
 	}
-	var err error
-	if len(a.rs) == 1 {
-		// One counter: Take is the same decision, and the stores'
-		// fastest path (the Redis store's flat script).
-		a.ds[0], err = e.store.Take(ctx, a.rs[0])
-	} else {
-		err = e.store.TakeAll(ctx, a.rs, a.ds)
-	}
+	err := e.take(ctx, a)
 	e.metrics.ObserveDecision(time.Since(t0))
 	if err != nil {
 		return err

@@ -321,15 +321,7 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 	if !e.realClock {
 		t0 = time.Now()
 	}
-	var err error
-	if len(a.rs) == 1 {
-		// One rule (every /v1/check, most proxied requests): Take is the
-		// same decision, and the stores' fastest path (the Redis store's
-		// flat script), as for the Envoy descriptors.
-		a.ds[0], err = e.store.Take(ctx, a.rs[0])
-	} else {
-		err = e.store.TakeAll(ctx, a.rs, a.ds)
-	}
+	err := e.take(ctx, a)
 	e.metrics.ObserveDecision(time.Since(t0))
 	if err != nil {
 		res.StoreErr = err
