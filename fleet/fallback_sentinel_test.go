@@ -36,7 +36,7 @@ func failover(tb testing.TB, downAfter time.Duration) failoverResult {
 	master := redistest.StartServer(tb)
 	replica := redistest.StartReplica(tb, master)
 	sentinel := redistest.StartSentinelFor(tb, master, downAfter, []*redistest.Server{replica})
-	rs := openRedis(tb, redisstore.Options{Addrs: []string{sentinel}, Sentinel: "mymaster", Timeout: 100 * time.Millisecond, RedisTime: true})
+	rs := fleet.OpenRedis(tb, redisstore.Options{Addrs: []string{sentinel}, Sentinel: "mymaster", Timeout: 100 * time.Millisecond, RedisTime: true})
 	fb := fleet.NewFallback(fleet.NewOverLimitCache(rs, fleet.OverLimitOptions{}), fleet.FallbackOptions{
 		ExpectedInstances: 2, Probe: rs.Ping, ProbeInterval: 10 * time.Millisecond,
 	})

@@ -86,7 +86,7 @@ const upTimeout = 2 * time.Second
 // once it answers.
 func TestFallbackRedisOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
 	ch, onChange := modes()
 	f := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 3, ProbeInterval: 10 * time.Millisecond, OnModeChange: onChange})
 	t.Cleanup(f.Close)
@@ -122,7 +122,7 @@ func TestFallbackRedisOutage(t *testing.T) {
 // rest while Redis is down, and the cache learns nothing from local mode.
 func TestFallbackCacheOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: upTimeout, RedisTime: true})
 	c := fleet.NewOverLimitCache(rs, fleet.OverLimitOptions{})
 	ch, onChange := modes()
 	f := fleet.NewFallback(c, fleet.FallbackOptions{ExpectedInstances: 2, Probe: rs.Ping, ProbeInterval: 10 * time.Millisecond, OnModeChange: onChange})
@@ -150,7 +150,7 @@ func TestFallbackCacheOutage(t *testing.T) {
 // Fallback decides locally until the master is back.
 func TestFallbackCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	rs := openRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: upTimeout, RedisTime: true})
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: upTimeout, RedisTime: true})
 	ch, onChange := modes()
 	f := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 2, ProbeInterval: 20 * time.Millisecond, OnModeChange: onChange})
 	t.Cleanup(f.Close)
@@ -260,7 +260,7 @@ func TestFallbackProbeTimer(t *testing.T) {
 // are errors of their own, not a reason to leave the store.
 func TestFallbackKeepsOtherErrors(t *testing.T) {
 	srv := redistest.StartServer(t)
-	f := fleet.NewFallback(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.FallbackOptions{})
+	f := fleet.NewFallback(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.FallbackOptions{})
 	t.Cleanup(f.Close)
 	_, err := f.Take(context.Background(), sluice.Request{Key: "k", Algorithm: sluice.TokenBucket, Limit: sluice.PerSecond(1), Cost: -1, Now: time.Now()})
 	if !errors.Is(err, sluice.ErrInvalidCost) {

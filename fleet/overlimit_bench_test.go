@@ -21,7 +21,7 @@ import (
 //	go test -run '^$' -bench OverLimitRefused -benchmem -benchtime 2s ./fleet/
 func BenchmarkOverLimitRefused(b *testing.B) {
 	srv := redistest.StartServer(b)
-	rs := openRedis(b, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	rs := fleet.OpenRedis(b, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
 	for _, tc := range []struct {
 		name  string
 		store sluice.Store
@@ -59,7 +59,7 @@ func BenchmarkOverLimitRefused(b *testing.B) {
 //	go test -run '^$' -bench OverLimitOverload -benchtime 80000x ./fleet/
 func BenchmarkOverLimitOverload(b *testing.B) {
 	srv := redistest.StartServer(b)
-	rs := openRedis(b, redisstore.Options{Addrs: []string{srv.Addr}})
+	rs := fleet.OpenRedis(b, redisstore.Options{Addrs: []string{srv.Addr}})
 	const keys = 8
 	l := sluice.PerSecond(100)
 	step := time.Duration(int64(l.Period) / l.Rate / 10) // 10× the rate

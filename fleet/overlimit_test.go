@@ -266,8 +266,8 @@ func scriptCalls(t *testing.T, addr string) int64 {
 // cache did not answer (INFO commandstats).
 func TestOverLimitDifferentialRedis(t *testing.T) {
 	plainSrv, cachedSrv := redistest.StartServer(t), redistest.StartServer(t)
-	plain := openRedis(t, redisstore.Options{Addrs: []string{plainSrv.Addr}})
-	cached := openRedis(t, redisstore.Options{Addrs: []string{cachedSrv.Addr}})
+	plain := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{plainSrv.Addr}})
+	cached := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{cachedSrv.Addr}})
 	hits, calls := differential(t, plain, cached, 400)
 	plainCalls, cachedCalls := scriptCalls(t, plainSrv.Addr), scriptCalls(t, cachedSrv.Addr)
 	t.Logf("plain: %d scripts; through the cache: %d scripts, %d requests answered by the cache", plainCalls, cachedCalls, hits)
@@ -287,8 +287,8 @@ func TestOverLimitDifferentialRedis(t *testing.T) {
 // TakeAlls there span slots.
 func TestOverLimitDifferentialCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	plain := openRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "plain:"})
-	cached := openRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "cached:"})
+	plain := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "plain:"})
+	cached := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "cached:"})
 	hits, calls := differential(t, plain, cached, 200)
 	if hits == 0 {
 		t.Fatal("the cache answered nothing on the cluster")
@@ -296,24 +296,11 @@ func TestOverLimitDifferentialCluster(t *testing.T) {
 	t.Logf("%d requests answered by the cache, %d reached the cluster", hits, calls)
 }
 
-func openRedis(t testing.TB, o redisstore.Options) *redisstore.Store {
-	t.Helper()
-	if o.Timeout == 0 {
-		o.Timeout = 5 * time.Second
-	}
-	s, err := redisstore.New(context.Background(), o)
-	if err != nil {
-		t.Fatalf("redisstore.New(%v): %v", o.Addrs, err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
 // TestOverLimitTables runs the conformance step tables through the cache
 // over Redis: their figures come out as the store's.
 func TestOverLimitTables(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.OverLimitOptions{})
+	c := fleet.NewOverLimitCache(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.OverLimitOptions{})
 	for _, tb := range sluicetest.Tables() {
 		t.Run(tb.Name, func(t *testing.T) { sluicetest.RunTable(t, c, tb) })
 	}
@@ -324,7 +311,7 @@ func TestOverLimitTables(t *testing.T) {
 // when Redis failed.
 func TestOverLimitForgetsAfterStoreFailure(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second}), fleet.OverLimitOptions{})
+	c := fleet.NewOverLimitCache(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second}), fleet.OverLimitOptions{})
 	ctx := context.Background()
 	r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerMinute(1), Cost: 1, Now: sluicetest.T0}
 	for i, want := range []bool{true, false, false} {
@@ -386,7 +373,7 @@ func TestOverLimitBounded(t *testing.T) {
 // count never passes the limit, and most refusals are answered locally.
 func TestOverLimitConcurrent(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true}), fleet.OverLimitOptions{})
+	c := fleet.NewOverLimitCache(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true}), fleet.OverLimitOptions{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -425,7 +412,7 @@ func TestOverLimitConcurrent(t *testing.T) {
 // Reset forgets it along with the key's state.
 func TestOverLimitNamespacesAndReset(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := fleet.NewOverLimitCache(openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.OverLimitOptions{})
+	c := fleet.NewOverLimitCache(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.OverLimitOptions{})
 	ctx := context.Background()
 	r := sluice.Request{Namespace: "a/", Key: "k", Algorithm: sluice.GCRA, Limit: sluice.PerHour(1), Cost: 1, Now: sluicetest.T0}
 	for i, want := range []bool{true, false, false} {

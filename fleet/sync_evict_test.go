@@ -22,11 +22,7 @@ import (
 // decide on its empty view (a full bucket).
 func TestSyncEvictedWhileWaiting(t *testing.T) {
 	srv := redistest.StartServer(t)
-	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	// The loop never fires: the test runs each step itself.
 	s, err := NewSync(st, SyncOptions{Interval: time.Hour})
 	if err != nil {

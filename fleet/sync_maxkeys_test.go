@@ -21,7 +21,7 @@ func TestSyncMaxKeys(t *testing.T) {
 		t.Error("NewSync with MaxKeys -1: no error")
 	}
 	srv := redistest.StartServer(t)
-	st := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	s, err := fleet.NewSync(st, fleet.SyncOptions{Interval: time.Hour, MaxKeys: 2}) // the loop never fires
 	if err != nil {
 		t.Fatal(err)

@@ -19,11 +19,7 @@ import (
 // fleet shares.
 func TestSyncScriptTwin(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	limits := []sluice.Limit{sluice.PerSecond(7), sluice.PerMinute(100).WithBurst(30), sluice.PerDay(1_000_000), sluice.Every(3, 250*time.Millisecond)}

@@ -14,16 +14,11 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// openRedis returns a store on addrs, closed when the test ends; its
-// timeout is generous for a loaded machine under -race.
+// openShared returns a store on addrs (a Cluster's when cluster), closed
+// when the test ends.
 func openShared(t testing.TB, addrs []string, cluster bool) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: addrs, Cluster: cluster, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("redisstore.New(%v): %v", addrs, err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return fleet.OpenRedis(t, redisstore.Options{Addrs: addrs, Cluster: cluster})
 }
 
 func newSync(t testing.TB, inner fleet.SyncStore, o fleet.SyncOptions) *fleet.Sync {
