@@ -104,14 +104,7 @@ func (ed *envoyDaemon) left(kv ...string) uint32 {
 func TestEnvoyServiceEndToEnd(t *testing.T) {
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
-			store := ""
-			switch kind {
-			case "redis":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 5s}\n"
-			case "cluster":
-				c := redistest.StartCluster(t)
-				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(c.Addrs, ", ") + "], cluster: true, timeout: 5s}\n"
-			}
+			store := storeBlock(t, kind)
 			ed := startEnvoyDaemon(t, store)
 			user := func(tenant, u string) *commonv3.RateLimitDescriptor { return entries("tenant", tenant, "user", u) }
 			region := entries("region", "eu")

@@ -255,3 +255,18 @@ func (u *upstream) count() int {
 	defer u.mu.Unlock()
 	return u.hits
 }
+
+// storeBlock returns the store: block of a config for kind: "" for memory
+// (the default), a real redis-server for "redis", a real 3-node Cluster for
+// "cluster", each started for t. The timeout is generous: these tests check
+// decisions on a loaded machine, not the timeout.
+func storeBlock(t *testing.T, kind string) string {
+	t.Helper()
+	switch kind {
+	case "redis":
+		return "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 5s}\n"
+	case "cluster":
+		return "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(redistest.StartCluster(t).Addrs, ", ") + "], cluster: true, timeout: 5s}\n"
+	}
+	return ""
+}

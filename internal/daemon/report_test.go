@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestReportEndToEnd: the daemon, started from files, charges an Envoy
@@ -23,13 +21,7 @@ import (
 func TestReportEndToEnd(t *testing.T) {
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
-			store := ""
-			switch kind {
-			case "redis":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + redistest.StartServer(t).Addr + "], timeout: 5s}\n"
-			case "cluster":
-				store = "store:\n  type: redis\n  redis: {addrs: [" + strings.Join(redistest.StartCluster(t).Addrs, ", ") + "], cluster: true, timeout: 5s}\n"
-			}
+			store := storeBlock(t, kind)
 			dir := t.TempDir()
 			os.Mkdir(filepath.Join(dir, "ratelimit"), 0o755)
 			os.WriteFile(filepath.Join(dir, "ratelimit", "llm.yaml"), []byte(`domain: llm
