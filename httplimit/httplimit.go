@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxtime"
 )
 
 // ErrorPolicy says what the middleware does when the limiter's store cannot
@@ -292,7 +293,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for i := range ds {
 		delay = max(delay, ds[i].Delay)
 	}
-	if delay > 0 && !sleep(r.Context(), delay) {
+	if delay > 0 && ctxtime.Sleep(r.Context(), delay) != nil {
 		return
 	}
 	next.ServeHTTP(w, r)
@@ -375,16 +376,4 @@ func WriteUnavailable(w http.ResponseWriter) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	w.Write([]byte(body))
-}
-
-// sleep waits d, or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

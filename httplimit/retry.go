@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ctxtime"
 )
 
 // Defaults of the zero RetryTransport and RetryBudget.
@@ -147,7 +149,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		drain(resp)
-		if !sleep(ctx, wait) {
+		if ctxtime.Sleep(ctx, wait) != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/ctxtime"
 )
 
 //go:embed begin.lua
@@ -103,7 +105,7 @@ func (w *worker) run(parent context.Context) {
 	var c rueidis.Client
 	for {
 		if c = w.q.o.Connect(); c == nil {
-			if sleep(ctx, time.Second) != nil {
+			if ctxtime.Sleep(ctx, time.Second) != nil {
 				return
 			}
 			continue
@@ -113,7 +115,7 @@ func (w *worker) run(parent context.Context) {
 			break
 		}
 		w.q.o.Logger.Warn("defer: create consumer group", "rule", w.name, "err", err)
-		if sleep(ctx, time.Second) != nil {
+		if ctxtime.Sleep(ctx, time.Second) != nil {
 			return
 		}
 	}
@@ -178,7 +180,7 @@ func (w *worker) read(ctx context.Context) {
 				c.Do(ctx, c.B().XgroupCreate().Key(q).Group(group).Id("0").Mkstream().Build())
 			}
 			w.q.o.Logger.Warn("defer: xreadgroup", "rule", w.name, "err", err)
-			if sleep(ctx, time.Second) != nil {
+			if ctxtime.Sleep(ctx, time.Second) != nil {
 				return
 			}
 			continue
@@ -463,17 +465,6 @@ func joinPath(up, u *url.URL) (path, rawpath string) {
 		return up.Path + u.Path, ""
 	}
 	return p, a + b
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // insertOrdered inserts e into l, kept in stream order: entries claimed in

@@ -60,18 +60,6 @@ func (e *Engine) take(ctx context.Context, a *attempt) error {
 	return e.store.TakeAll(ctx, a.rs, a.ds)
 }
 
-// sleep waits d or until ctx ends, returning ctx's error then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // throttle lets one event through per second.
 type throttle struct{ last atomic.Int64 }
 

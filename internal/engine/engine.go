@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxtime"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -267,7 +268,7 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			res.Allowed = false
 			res.Err = err
 			res.Waited = max(e.now().Sub(start), slept)
