@@ -195,7 +195,7 @@ func (d *decoder) config(root *yaml.Node, c *Config) bool {
 		return false
 	}
 	if r.Kind != yaml.MappingNode {
-		d.Fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", kindName(r))
+		d.Fail(r, "", "want a mapping of keys (listen, proxy, store, rules, …) at the top, not %s", yamlnode.KindName(r))
 		return false
 	}
 	d.structure("", root, reflect.ValueOf(c).Elem())

@@ -263,34 +263,7 @@ func (d *decoder) structure(key string, n *yaml.Node, v reflect.Value) bool {
 }
 
 func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Value) bool {
-	if n = d.Resolve(key, n); n == nil {
-		return false
-	}
-	if n.Kind != yaml.MappingNode {
-		d.Fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(si.names, ", "), kindName(n))
-		return false
-	}
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.AliasNode && k.Alias != nil {
-			k = k.Alias
-		}
-		if k.Kind != yaml.ScalarNode {
-			d.Fail(k, key, "a key must be a plain name, not %s", kindName(k))
-			continue
-		}
-		name := k.Value
-		path := yamlnode.Join(key, name)
-		if name == "<<" {
-			d.Fail(k, key, "merge keys (<<) are not supported; write the keys out")
-			continue
-		}
-		if seen[name] {
-			d.Fail(k, path, "key given twice")
-			continue
-		}
-		seen[name] = true
+	return d.Mapping(key, n, si.names, func(name, path string, k, val *yaml.Node) {
 		f := si.byName[name]
 		if f == nil {
 			msg := "unknown key"
@@ -300,12 +273,11 @@ func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Va
 				msg += fmt.Sprintf(" (want one of %s)", strings.Join(si.names, ", "))
 			}
 			d.Fail(k, path, "%s", msg)
-			continue
+			return
 		}
 		d.lines[path] = k.Line
 		d.value(path, val, v.FieldByIndex(f.index))
-	}
-	return true
+	})
 }
 
 // slice decodes the list n into the slice v. A list given, even empty,
@@ -318,7 +290,7 @@ func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 		return false
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.Fail(n, key, "want a list such as [a, b], not %s", kindName(n))
+		d.Fail(n, key, "want a list such as [a, b], not %s", yamlnode.KindName(n))
 		return false
 	}
 	et := v.Type().Elem()
@@ -342,7 +314,7 @@ func (d *decoder) scalar(key string, n *yaml.Node, want string) (string, *yaml.N
 		return "", nil, false
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.Fail(n, key, "want %s, not %s", want, kindName(n))
+		d.Fail(n, key, "want %s, not %s", want, yamlnode.KindName(n))
 		return "", nil, false
 	}
 	s, ok := d.expand(key, n)
@@ -358,7 +330,7 @@ func (d *decoder) str(key string, v *yaml.Node) (string, bool) {
 	case "!!str", "!!int", "!!float":
 		return s, true
 	}
-	d.Fail(n, key, "want a string, not %s", kindName(n))
+	d.Fail(n, key, "want a string, not %s", yamlnode.KindName(n))
 	return "", false
 }
 
@@ -381,7 +353,7 @@ func (d *decoder) int64(key string, v *yaml.Node) (int64, bool) {
 		return 0, false
 	}
 	if n.Tag != "!!int" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) && !wholeNumber.MatchString(s) {
-		d.Fail(n, key, "want a whole number, not %s", kindName(n))
+		d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
 		return 0, false
 	}
 	x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
@@ -405,7 +377,7 @@ func (d *decoder) bool(key string, v *yaml.Node) (bool, bool) {
 		return false, false
 	}
 	if n.Tag != "!!bool" && !(n.Tag == "!!str" && strings.Contains(n.Value, "${")) {
-		d.Fail(n, key, "want true or false, not %s", kindName(n))
+		d.Fail(n, key, "want true or false, not %s", yamlnode.KindName(n))
 		return false, false
 	}
 	b, err := strconv.ParseBool(s)
@@ -422,7 +394,7 @@ func (d *decoder) duration(key string, v *yaml.Node) (time.Duration, bool) {
 		return 0, false
 	}
 	if n.Tag != "!!str" {
-		d.Fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %s", kindName(n))
+		d.Fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %s", yamlnode.KindName(n))
 		return 0, false
 	}
 	x, err := time.ParseDuration(s)
@@ -498,28 +470,6 @@ func validEnvName(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!str":
-			return fmt.Sprintf("the string %q", n.Value)
-		case "!!int":
-			return "the number " + n.Value
-		case "!!float":
-			return "the number " + n.Value
-		case "!!bool":
-			return "the boolean " + n.Value
-		}
-		return fmt.Sprintf("%s %q", n.Tag, n.Value)
-	}
-	return "an alias"
 }
 
 // suggest returns the known key closest to name, if it is close.

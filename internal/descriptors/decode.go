@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -22,37 +21,14 @@ type decoder struct {
 type fields map[string]func(key string, v *yaml.Node)
 
 func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
-	if n = d.Resolve(key, n); n == nil {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		d.Fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(sortedKeys(fs), ", "), kindName(n))
-		return
-	}
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.AliasNode && k.Alias != nil {
-			k = k.Alias
-		}
-		if k.Kind != yaml.ScalarNode {
-			d.Fail(k, key, "a key must be a plain name, not %s", kindName(k))
-			continue
-		}
-		name := k.Value
-		path := yamlnode.Join(key, name)
-		if seen[name] {
-			d.Fail(k, path, "key given twice")
-			continue
-		}
-		seen[name] = true
+	d.Mapping(key, n, sortedKeys(fs), func(name, path string, k, v *yaml.Node) {
 		f := fs[name]
 		if f == nil {
 			d.Fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
-			continue
+			return
 		}
 		f(path, v)
-	}
+	})
 }
 
 func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int, v *yaml.Node)) {
@@ -60,7 +36,7 @@ func (d *decoder) sequence(key string, n *yaml.Node, each func(key string, i int
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.Fail(n, key, "want a list, not %s", kindName(n))
+		d.Fail(n, key, "want a list, not %s", yamlnode.KindName(n))
 		return
 	}
 	for i, v := range n.Content {
@@ -73,7 +49,7 @@ func (d *decoder) scalar(key string, n *yaml.Node, want string) (*yaml.Node, boo
 		return nil, false
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.Fail(n, key, "want %s, not %s", want, kindName(n))
+		d.Fail(n, key, "want %s, not %s", want, yamlnode.KindName(n))
 		return nil, false
 	}
 	return n, true
@@ -89,7 +65,7 @@ func (d *decoder) str(dst *string) func(string, *yaml.Node) {
 		case "!!str", "!!int", "!!float", "!!bool":
 			*dst = n.Value
 		default:
-			d.Fail(n, key, "want a string, not %s", kindName(n))
+			d.Fail(n, key, "want a string, not %s", yamlnode.KindName(n))
 		}
 	}
 }
@@ -101,7 +77,7 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 			return
 		}
 		if n.Tag != "!!int" {
-			d.Fail(n, key, "want a whole number, not %s", kindName(n))
+			d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
 			return
 		}
 		x, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
@@ -136,7 +112,7 @@ func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
 			return
 		}
 		if n.Tag != "!!bool" {
-			d.Fail(n, key, "want true or false, not %s", kindName(n))
+			d.Fail(n, key, "want true or false, not %s", yamlnode.KindName(n))
 			return
 		}
 		b, err := strconv.ParseBool(strings.ToLower(n.Value))
@@ -161,28 +137,6 @@ func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 		}
 		*dst = x
 	}
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!int":
-			return "the number " + n.Value
-		case "!!float":
-			return "the number " + n.Value
-		case "!!bool":
-			return "the boolean " + n.Value
-		case "!!null":
-			return "null"
-		}
-		return fmt.Sprintf("the string %q", n.Value)
-	}
-	return "a YAML document"
 }
 
 func sortedKeys(fs fields) []string {

@@ -1,14 +1,17 @@
 // Package yamlnode holds what the strict YAML decoders of the daemon's
 // config (internal/config) and of descriptor files (internal/descriptors)
 // share: every problem collected with its file, line and key path, aliases
-// followed, and a bound on the values visited so that an alias bomb stops.
-// What each decoder accepts, and how it words a wrong type, stays with it.
+// followed, a bound on the values visited so that an alias bomb stops,
+// the checks every mapping gets (plain keys, no merge keys, no key given
+// twice) and the words for what was found instead of what was wanted.
+// What each decoder accepts stays with it.
 package yamlnode
 
 import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -66,6 +69,72 @@ func (w *Walker) Resolve(key string, n *yaml.Node) *yaml.Node {
 
 // Spent reports whether the value budget ran out.
 func (w *Walker) Spent() bool { return w.budget <= 0 }
+
+// Mapping walks the mapping n found at key, calling each for every key in
+// order with its name, its key path, the key's node and the value's node.
+// It reports, and skips, what no strict decoder accepts: a key that is not
+// a plain name, a merge key (<<) and a key given twice. names are the keys
+// allowed, quoted when n is not a mapping at all. Mapping returns false
+// when n is null, not a mapping, or over the value budget.
+func (w *Walker) Mapping(key string, n *yaml.Node, names []string, each func(name, path string, k, v *yaml.Node)) bool {
+	if n = w.Resolve(key, n); n == nil {
+		return false
+	}
+	if n.Kind != yaml.MappingNode {
+		w.Fail(n, key, "want a mapping of keys (%s), not %s", strings.Join(names, ", "), KindName(n))
+		return false
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			w.Fail(k, key, "a key must be a plain name, not %s", KindName(k))
+			continue
+		}
+		name := k.Value
+		path := Join(key, name)
+		if name == "<<" {
+			w.Fail(k, key, "merge keys (<<) are not supported; write the keys out")
+			continue
+		}
+		if seen[name] {
+			w.Fail(k, path, "key given twice")
+			continue
+		}
+		seen[name] = true
+		each(name, path, k, v)
+	}
+	return true
+}
+
+// KindName describes n for a problem's "not ..." part: "a list", "the
+// number 3", "the string \"x\"".
+func KindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.DocumentNode:
+		return "a YAML document"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str":
+			return fmt.Sprintf("the string %q", n.Value)
+		case "!!int", "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		case "!!null":
+			return "null"
+		}
+		return fmt.Sprintf("the value %q", n.Value)
+	}
+	return "an alias"
+}
 
 // Join returns the key path of name below path.
 func Join(path, name string) string {

@@ -2,6 +2,7 @@ package yamlnode
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -61,5 +62,66 @@ func TestJoinAndSyntaxError(t *testing.T) {
 	line, msg = SyntaxError(errors.New("yaml: control characters are not allowed"))
 	if line != 0 || msg != "control characters are not allowed" {
 		t.Fatalf("SyntaxError(scanner, no line) = %d, %q", line, msg)
+	}
+}
+
+func TestMapping(t *testing.T) {
+	var doc yaml.Node
+	src := "a: 1\nb: 2\na: 3\n<<: {c: 4}\n[x]: 5\nc: 6\n"
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWalker("m.yaml", "file", 100)
+	var got []string
+	ok := w.Mapping("top", doc.Content[0], []string{"a", "b", "c"}, func(name, path string, k, v *yaml.Node) {
+		got = append(got, path+"="+v.Value)
+	})
+	if !ok {
+		t.Fatal("Mapping of a mapping returned false")
+	}
+	if want := []string{"top.a=1", "top.b=2", "top.c=6"}; !slices.Equal(got, want) {
+		t.Fatalf("keys walked = %v, want %v (the repeated, merge and non-plain keys skipped)", got, want)
+	}
+	var msgs []string
+	for _, e := range w.Errs {
+		msgs = append(msgs, e.Error())
+	}
+	want := []string{
+		"m.yaml:3: top.a: key given twice",
+		"m.yaml:4: top: merge keys (<<) are not supported; write the keys out",
+		"m.yaml:5: top: a key must be a plain name, not a list",
+	}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("problems = %q, want %q", msgs, want)
+	}
+
+	w = NewWalker("m.yaml", "file", 100)
+	if w.Mapping("top", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "s", Line: 2}, []string{"a", "b"}, nil) {
+		t.Fatal("Mapping of a string returned true")
+	}
+	if got, want := w.Errs.Error(), `m.yaml:2: top: want a mapping of keys (a, b), not the string "s"`; got != want {
+		t.Fatalf("problem = %q, want %q", got, want)
+	}
+}
+
+func TestKindName(t *testing.T) {
+	for _, c := range []struct {
+		n    *yaml.Node
+		want string
+	}{
+		{&yaml.Node{Kind: yaml.MappingNode}, "a mapping"},
+		{&yaml.Node{Kind: yaml.SequenceNode}, "a list"},
+		{&yaml.Node{Kind: yaml.DocumentNode}, "a YAML document"},
+		{&yaml.Node{Kind: yaml.AliasNode}, "an alias"},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "x"}, `the string "x"`},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "3"}, "the number 3"},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: "0.5"}, "the number 0.5"},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"}, "the boolean true"},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "~"}, "null"},
+		{&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!timestamp", Value: "2026-11-23"}, `the value "2026-11-23"`},
+	} {
+		if got := KindName(c.n); got != c.want {
+			t.Errorf("KindName(%v %s %q) = %q, want %q", c.n.Kind, c.n.Tag, c.n.Value, got, c.want)
+		}
 	}
 }
