@@ -3,13 +3,12 @@ package daemon
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -25,7 +24,7 @@ func BenchmarkCheckFleetLoopback(b *testing.B) {
 	rs := redistest.StartServer(b)
 	for _, mode := range []struct{ name, opt string }{{"plain", ""}, {"sync", "    sync: 100ms\n"}, {"lease", "    lease: auto\n"}} {
 		b.Run(mode.name, func(b *testing.B) {
-			cfg, err := config.Parse("bench.yaml", []byte(fmt.Sprintf(`
+			td := startDaemon(b, fmt.Sprintf(`
 listen: 127.0.0.1:0
 store:
   type: redis
@@ -34,24 +33,8 @@ rules:
   - name: bench
     rate: 100000000/s
     algorithm: token_bucket
-%s`, rs.Addr, mode.opt)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			d, err := New(cfg, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					b.Error(err)
-				}
-			}()
-			addr := d.Addrs().API
+%s`, rs.Addr, mode.opt))
+			addr := strings.TrimPrefix(td.api, "http://")
 			body := `{"rule":"bench","key":"k"}`
 			req := []byte("POST /v1/check HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 			b.SetParallelism(32) // 64 connections at -cpu 2

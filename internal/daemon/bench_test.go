@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -16,30 +15,14 @@ import (
 // through a running daemon on the memory store (client included: the load
 // run in bench/load measures the server alone).
 func BenchmarkCheckLoopback(b *testing.B) {
-	cfg, err := config.Parse("bench.yaml", []byte(`
+	td := startDaemon(b, `
 listen: 127.0.0.1:0
 rules:
   - name: bench
     rate: 100000000/s
     algorithm: token_bucket
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := New(cfg, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
-		}
-	}()
-	url := "http://" + d.Addrs().API + "/v1/check"
+`)
+	url := td.api + "/v1/check"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -25,7 +25,7 @@ import (
 // a temporary directory, stopped (and checked for a clean exit) when the
 // test ends.
 type testDaemon struct {
-	t       *testing.T
+	t       testing.TB
 	d       *Daemon
 	path    string // config file
 	api     string // http://host:port of the decision API
@@ -37,7 +37,7 @@ type testDaemon struct {
 }
 
 // startDaemon writes yaml to a config file and runs a daemon on it.
-func startDaemon(t *testing.T, yaml string) *testDaemon {
+func startDaemon(t testing.TB, yaml string) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
@@ -47,7 +47,7 @@ func startDaemon(t *testing.T, yaml string) *testDaemon {
 }
 
 // startDaemonFile runs a daemon on the config file at path.
-func startDaemonFile(t *testing.T, path string) *testDaemon {
+func startDaemonFile(t testing.TB, path string) *testDaemon {
 	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -122,7 +122,7 @@ func (td *testDaemon) metric(name string, labels ...string) float64 {
 	return gather(td.t, td.d, name, labels...)
 }
 
-func gather(t *testing.T, d *Daemon, name string, labels ...string) float64 {
+func gather(t testing.TB, d *Daemon, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := d.Registry().Gather()
 	if err != nil {
