@@ -256,7 +256,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if d.sweep != nil {
-		wg.Go(func() { sweepEvery(watchCtx, SweepInterval, d.sweep) })
+		wg.Go(func() { onTick(watchCtx, SweepInterval, func(now time.Time) { d.sweep(now) }) })
 	}
 	if d.watcher != nil {
 		defer d.watcher.Close()

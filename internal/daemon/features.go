@@ -137,18 +137,7 @@ func (d *Daemon) replayTake(name string) func(context.Context, string) (sluice.D
 // their outcome before the store closes).
 func (d *Daemon) runFeatures(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(HotKeysRefresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				d.hot.Refresh(now)
-			}
-		}
-	})
+	wg.Go(func() { onTick(ctx, HotKeysRefresh, d.hot.Refresh) })
 	if d.deferq != nil {
 		wg.Go(func() { d.deferq.Run(ctx) })
 	}

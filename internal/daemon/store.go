@@ -40,9 +40,9 @@ func (d *Daemon) openStore(cfg *config.Config) error {
 // arrive (the store also sweeps a little as keys arrive).
 const SweepInterval = time.Minute
 
-// sweepEvery calls sweep(now) every interval until ctx is done. Tests drive
-// it with testing/synctest.
-func sweepEvery(ctx context.Context, interval time.Duration, sweep func(time.Time) int) {
+// onTick calls f(now) every interval until ctx is done: the memory store's
+// sweep and the hot-key refresh. Tests drive it with testing/synctest.
+func onTick(ctx context.Context, interval time.Duration, f func(now time.Time)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -50,7 +50,7 @@ func sweepEvery(ctx context.Context, interval time.Duration, sweep func(time.Tim
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			sweep(now)
+			f(now)
 		}
 	}
 }

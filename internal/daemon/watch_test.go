@@ -190,7 +190,7 @@ func TestSweepEvery(t *testing.T) {
 		var got []time.Duration
 		done := make(chan struct{})
 		go func() {
-			sweepEvery(ctx, time.Minute, func(now time.Time) int { got = append(got, now.Sub(t0)); return 0 })
+			onTick(ctx, time.Minute, func(now time.Time) { got = append(got, now.Sub(t0)) })
 			close(done)
 		}()
 		time.Sleep(3*time.Minute + 30*time.Second)
@@ -198,7 +198,7 @@ func TestSweepEvery(t *testing.T) {
 		<-done
 		want := []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute}
 		if len(got) != len(want) {
-			t.Fatalf("sweepEvery swept at %v, want %v", got, want)
+			t.Fatalf("onTick called at %v, want %v", got, want)
 		}
 		for i := range want {
 			if got[i] != want[i] {
