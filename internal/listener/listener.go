@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rawio"
 )
 
 // Listener is a net.Listener that holds at most Max connections at once
@@ -62,7 +63,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.metrics.Opened()
-		return &conn{Conn: c, l: l}, nil
+		return &conn{Conn: rawio.Wrap(c), l: l}, nil
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/rawio"
 )
 
 // pool keeps idle HTTP/1.1 connections to the upstream for the fast path
@@ -70,6 +72,7 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
+	nc = rawio.Wrap(nc)
 	c = &upConn{nc: nc, lim: -1}
 	c.br = bufio.NewReaderSize(c, 4<<10)
 	c.bw = bufio.NewWriterSize(nc, 4<<10)

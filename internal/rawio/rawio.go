@@ -1,0 +1,102 @@
+// Package rawio reads and writes a TCP connection with raw system calls
+// on its non-blocking socket, through the connection's syscall.RawConn, so
+// that the runtime's poller still parks the goroutine while the socket is
+// not ready and deadlines and Close still apply.
+//
+// Why: every read and write through net.Conn enters the runtime's syscall
+// state. On a loopback proxy under load a write does the receiver's TCP
+// work in the same call and often outlasts a tick of the runtime's
+// monitor thread (sysmon), which then takes the goroutine's P away and
+// hands it to another thread; and while that keeps happening sysmon never
+// slows down (it wakes every 20 µs). A read or write on a non-blocking
+// socket never waits: done raw, the goroutine keeps its P for the few
+// microseconds the kernel works, like any other code. Profiled on the
+// proxy under wrk (docs/bench-daemon.md): the monitor's wake-ups, the P
+// hand-offs and thread wake-ups they cause were about a tenth of its CPU.
+//
+// Conn's Read and Write behave as net.Conn's: io.EOF at the end, errors
+// that errors.Is matches against syscall errnos (ECONNRESET, EPIPE), and
+// net.Error timeouts when a deadline passes.
+package rawio
+
+import (
+	"net"
+	"sync"
+	"syscall"
+)
+
+// Conn is a net.Conn whose Read and Write are raw (see the package
+// comment); the other methods are the connection's.
+type Conn struct {
+	net.Conn
+	rc syscall.RawConn
+
+	rmu sync.Mutex // one Read at a time uses r
+	r   op
+	wmu sync.Mutex
+	w   op
+}
+
+// op is one Read or Write in progress: its buffer, the bytes done, the
+// error, and the function RawConn calls with the socket (bound once, so
+// that no closure is allocated per call).
+type op struct {
+	p   []byte
+	n   int
+	err error
+	f   func(fd uintptr) bool
+}
+
+// Wrap returns c with raw reads and writes when it is a *net.TCPConn on a
+// system rawio supports, else c itself.
+func Wrap(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok || !supported {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	rw := &Conn{Conn: c, rc: rc}
+	rw.r.f = rw.read
+	rw.w.f = rw.write
+	return rw
+}
+
+// NetConn returns the connection under c.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	c.r.p, c.r.n, c.r.err = p, 0, nil
+	err := c.rc.Read(c.r.f)
+	n := c.r.n
+	if err == nil {
+		err = c.r.err
+	}
+	c.r.p, c.r.err = nil, nil
+	c.rmu.Unlock()
+	return n, err
+}
+
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	c.w.p, c.w.n, c.w.err = p, 0, nil
+	var err error
+	if len(p) > 0 {
+		err = c.wrc()
+	}
+	n := c.w.n
+	if err == nil {
+		err = c.w.err
+	}
+	c.w.p, c.w.err = nil, nil
+	c.wmu.Unlock()
+	return n, err
+}
+
+func (c *Conn) wrc() error { return c.rc.Write(c.w.f) }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package rawio
+
+const supported = false
+
+func (c *Conn) read(fd uintptr) bool  { panic("rawio: unsupported") }
+func (c *Conn) write(fd uintptr) bool { panic("rawio: unsupported") }

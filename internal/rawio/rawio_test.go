@@ -1,0 +1,159 @@
+package rawio_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/rawio"
+)
+
+// pair returns a wrapped client connection and the server's end.
+func pair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	w := rawio.Wrap(c)
+	t.Cleanup(func() { w.Close(); s.Close() })
+	return w, s
+}
+
+func TestWrapsTCPOnly(t *testing.T) {
+	c, s := pair(t)
+	_ = s
+	if _, ok := c.(*rawio.Conn); !ok && runtime.GOOS == "linux" {
+		t.Fatalf("Wrap(*net.TCPConn) = %T, want *rawio.Conn on linux", c)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if got := rawio.Wrap(a); got != a {
+		t.Fatalf("Wrap(pipe) = %T, want the pipe itself", got)
+	}
+}
+
+// A large write goes out whole (the socket's buffer fills: the write
+// parks and resumes), reads see every byte in order, then io.EOF.
+func TestReadWriteEOF(t *testing.T) {
+	c, s := pair(t)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	done := make(chan error, 1)
+	go func() {
+		n, err := c.Write(want)
+		if err == nil && n != len(want) {
+			err = errors.New("short write")
+		}
+		done <- err
+	}()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes differ")
+	}
+	if _, err := s.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	b, err := io.ReadAll(c)
+	if err != nil || string(b) != "pong" {
+		t.Fatalf("ReadAll = %q, %v; want pong, nil", b, err)
+	}
+	if n, err := c.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after EOF = %d, %v", n, err)
+	}
+	if n, err := c.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read(nil) = %d, %v", n, err)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	c, _ := pair(t)
+	c.SetReadDeadline(time.Now().Add(-time.Second))
+	_, err := c.Read(make([]byte, 8))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the deadline = %v, want a timeout", err)
+	}
+	// A waiting read ends when the deadline is moved into the past.
+	res := make(chan error, 1)
+	c.SetReadDeadline(time.Time{})
+	go func() { _, err := c.Read(make([]byte, 8)); res <- err }()
+	c.SetReadDeadline(time.Unix(1, 0))
+	if err := <-res; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("parked Read = %v, want a timeout", err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	c, _ := pair(t)
+	res := make(chan error, 1)
+	go func() { _, err := c.Read(make([]byte, 8)); res <- err }()
+	c.Close()
+	if err := <-res; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read on a closed conn = %v, want net.ErrClosed", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write on a closed conn = %v, want net.ErrClosed", err)
+	}
+}
+
+// A reset by the peer is an error errors.Is matches to ECONNRESET, then
+// EPIPE on a write, as on net.Conn (the proxy retries on those).
+func TestReset(t *testing.T) {
+	c, s := pair(t)
+	s.(*net.TCPConn).SetLinger(0)
+	s.Close() // sends RST
+	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Read after reset = %v, want ECONNRESET", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("Write after reset = %v, want EPIPE", err)
+	}
+}
+
+// Reads and writes at once on one connection, as an HTTP server does.
+func TestConcurrentReadWrite(t *testing.T) {
+	c, s := pair(t)
+	go io.Copy(s, s) // echo
+	const n = 1000
+	go func() {
+		for i := 0; i < n; i++ {
+			c.Write([]byte("ping"))
+		}
+	}()
+	got, err := io.ReadAll(io.LimitReader(c, 4*n))
+	if err != nil || len(got) != 4*n {
+		t.Fatalf("echoed %d bytes, %v", len(got), err)
+	}
+}
