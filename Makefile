@@ -22,12 +22,14 @@ vet:
 # Unit, conformance, integration (real redis-server and a real 3-node Redis
 # Cluster, started on free loopback ports by internal/redistest) and
 # end-to-end tests, among them real nginx and Caddy in front of the daemon
-# (internal/gatewaytest). ensure-redis and ensure-gateways install Redis,
-# nginx and Caddy when they are missing.
+# (internal/gatewaytest), then the bench module's harness (the paced load
+# generator and its HTTP/1.1 client). ensure-redis and ensure-gateways
+# install Redis, nginx and Caddy when they are missing.
 unit:
 	sh scripts/ensure-redis.sh
 	sh scripts/ensure-gateways.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	cd bench && $(GO) test $(RACE) -count=1 ./internal/...
 
 # Exploratory runs of every native fuzz target: each searches for new
 # inputs, so it is a search, not a test, and is not part of `make test`
@@ -57,6 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzRLSCodecRequest$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
+	cd bench && $(GO) test -run '^$$' -fuzz '^FuzzReadResponse$$' -fuzztime 100000x ./internal/harness
 	# The randomized differential tests on new seeds (make test replays
 	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.
 	sh scripts/ensure-redis.sh

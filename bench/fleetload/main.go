@@ -41,7 +41,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/harness"
@@ -240,15 +239,6 @@ func run() error {
 	return nil
 }
 
-// selfCPU is this process's user+system CPU time: the load generator's.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // measure runs one cell: o.conc workers, worker w on instance w%3, for
@@ -319,11 +309,11 @@ func measure(ctx context.Context, o options, conns []*conn, daemons []*harness.P
 	if err != nil {
 		return result{}, err
 	}
-	c0 := selfCPU()
+	c0 := harness.SelfCPU()
 	t0 := time.Now()
 	res, err := phase(o.duration)
 	elapsed := time.Since(t0)
-	c1 := selfCPU()
+	c1 := harness.SelfCPU()
 	if err != nil {
 		return result{}, err
 	}

@@ -3,9 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
@@ -37,24 +35,21 @@ func Wrk(ctx context.Context, threads, conns int, d time.Duration, url, script s
 		args = append(args, "-s", script)
 	}
 	args = append(args, url)
-	before := make([]time.Duration, len(servers))
-	for i, p := range servers {
-		var err error
-		if before[i], err = CPUTime(p.Cmd.Process.Pid); err != nil {
-			return WrkResult{}, err
-		}
+	before, err := cpuTimes(servers)
+	if err != nil {
+		return WrkResult{}, err
 	}
 	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
 	if err != nil {
 		return WrkResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
 	}
+	after, err := cpuTimes(servers)
+	if err != nil {
+		return WrkResult{}, err
+	}
 	var r WrkResult
-	for i, p := range servers {
-		after, err := CPUTime(p.Cmd.Process.Pid)
-		if err != nil {
-			return WrkResult{}, err
-		}
-		r.CPUPerRequest = append(r.CPUPerRequest, after-before[i])
+	for i := range servers {
+		r.CPUPerRequest = append(r.CPUPerRequest, after[i]-before[i])
 	}
 	if m := reRPS.FindSubmatch(out); m != nil {
 		r.RPS, _ = strconv.ParseFloat(string(m[1]), 64)
@@ -80,19 +75,4 @@ func Wrk(ctx context.Context, threads, conns int, d time.Duration, url, script s
 		r.CPUPerRequest[i] /= time.Duration(r.Requests)
 	}
 	return r, nil
-}
-
-// WrkPaced runs wrk for d at about rate requests/s: each connection waits
-// pacingDelay before each request, so rate × pacingDelay connections (one
-// thread) give the rate (a little less: each request's own latency adds to
-// the cycle). wrk times each request from when it is sent.
-func WrkPaced(ctx context.Context, d time.Duration, url string, rate float64, servers ...*Proc) (WrkResult, error) {
-	const pacingDelay = 10 * time.Millisecond
-	c := max(1, int(rate*pacingDelay.Seconds()+0.5))
-	script := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-bench-paced-%d.lua", os.Getpid()))
-	if err := os.WriteFile(script, fmt.Appendf(nil, "delay = function() return %d end\n", pacingDelay.Milliseconds()), 0o644); err != nil {
-		return WrkResult{}, err
-	}
-	defer os.Remove(script)
-	return Wrk(ctx, 1, c, d, url, script, servers...)
 }
