@@ -15,9 +15,10 @@
 //
 // Needs wrk, redis-server, nginx and caddy on PATH (Linux only: /proc).
 // Peak throughput comes from wrk (closed loop, -c connections); the
-// latency "at half of peak" from wrk paced by a per-connection delay to
-// half the proxy's peak rate, once straight to the upstream and once
-// through the proxy. With -runs N the steps run N times interleaved and
+// latency "at half of peak" from harness.Paced, open loop at half the
+// proxy's peak rate (latency from each request's intended send time; the
+// run fails after its report if a paced step got less than 97 % of the
+// rate), once straight to the upstream and once through the proxy. With -runs N the steps run N times interleaved and
 // each keeps its best run.
 //
 // The same binary also runs the helper servers as child processes:
@@ -316,11 +317,18 @@ func run() error {
 	// Latency at half of the proxy's peak, paced, same rate for both.
 	rate := results[stepSluice].rps / 2
 	fmt.Fprintf(os.Stderr, "load: paced at %.0f req/s …\n", rate)
-	directHalf, err := paced(ctx, o, "http://"+upAddr+"/", rate, up)
+	var short error // a paced step short of its rate: reported, then the run fails
+	directHalf, err := paced(ctx, o, upAddr, rate, up)
+	if errors.Is(err, harness.ErrShortfall) {
+		short, err = err, nil
+	}
 	if err != nil {
 		return err
 	}
-	proxyHalf, err := paced(ctx, o, "http://"+memProxy+"/", rate, mem)
+	proxyHalf, err := paced(ctx, o, memProxy, rate, mem)
+	if errors.Is(err, harness.ErrShortfall) {
+		short, err = errors.Join(short, err), nil
+	}
 	if err != nil {
 		return err
 	}
@@ -339,6 +347,9 @@ func run() error {
 		}
 	}
 	report(os.Stdout, o, results, rate, directHalf, proxyHalf, loadBefore, harness.LoadAvg())
+	if short != nil {
+		return fmt.Errorf("a paced step fell short of its rate, its latencies are not at half of peak: %w", short)
+	}
 	fmt.Fprintf(os.Stdout, "- one connection, one request at a time (p50 / p99): direct %v / %v; sluice proxy %v / %v; bare httputil.ReverseProxy %v / %v\n",
 		single[0].p50, single[0].p99, single[1].p50, single[1].p99, single[2].p50, single[2].p99)
 	return nil
@@ -439,10 +450,16 @@ func wrk(ctx context.Context, o options, url, script string, server *harness.Pro
 	return fromWrk(w), err
 }
 
-// paced runs wrk at about rate requests/s (harness.WrkPaced).
-func paced(ctx context.Context, o options, url string, rate float64, server *harness.Proc) (result, error) {
-	w, err := harness.WrkPaced(ctx, o.duration, url, rate, server)
-	return fromWrk(w), err
+// paced sends GET / to addr open loop at rate requests/s (harness.Paced).
+func paced(ctx context.Context, o options, addr string, rate float64, server *harness.Proc) (result, error) {
+	p, err := harness.Paced(ctx, harness.PacedOptions{Addr: addr, Request: harness.GetRequest(addr, "/"), Rate: rate, Duration: o.duration}, server)
+	if err != nil && !errors.Is(err, harness.ErrShortfall) {
+		return result{}, err
+	}
+	if p.Errors > 0 {
+		return result{}, fmt.Errorf("%s: %d of %d paced requests failed: %v", addr, p.Errors, p.Sent, p.FirstErr)
+	}
+	return result{rps: p.Achieved, requests: p.Answered, p50: p.P50, p99: p.P99, non2xx: p.Non2xx, cpuPerRequest: p.ServerCPU[0]}, err
 }
 
 func fromWrk(w harness.WrkResult) result {
