@@ -278,7 +278,16 @@ func (c *conn) serve() {
 		}
 		r.Header, r.Host, r.Close, r.Body = p.header, p.host, p.close, http.NoBody
 		w := &c.res
-		*w = response{bw: bw, req: r, h: make(http.Header), cl: -1, buf: w.buf[:0]}
+		// The header map is the previous answer's, cleared: a
+		// ResponseWriter is not used after its handler returns. One
+		// grown unusually large is dropped (clear costs its size).
+		h := w.h
+		if h == nil || len(h) > 32 {
+			h = make(http.Header)
+		} else {
+			clear(h)
+		}
+		*w = response{bw: bw, req: r, h: h, cl: -1, buf: w.buf[:0]}
 		if !c.handle(w, r) {
 			bw.Flush() // what the handler wrote before it gave up, as net/http
 			return

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -96,4 +97,135 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The proxy behind the h1 front, as the daemon serves it, between a raw
+// client and a raw upstream that allocate nothing: allocs/op and the
+// profile (-cpuprofile) are the proxy's own.
+func BenchmarkFront(b *testing.B) {
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer upLn.Close()
+	go rawUpstream(upLn)
+	set, err := rules.Compile("bench.yaml", []rules.Spec{{Name: "bench", Key: []string{"ip"}, Rate: "1000000000/s", Algorithm: "token_bucket"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(prometheus.NewRegistry())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse("http://" + upLn.Addr().String())
+	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := h1.New(&http.Server{Handler: p})
+	go front.Serve(ln)
+	defer front.Close()
+	req := []byte("GET /bench HTTP/1.1\r\nHost: sluice.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			if !readAnswer(c, buf) {
+				b.Error("bad answer")
+				return
+			}
+		}
+	})
+}
+
+// readAnswer reads one HTTP/1.1 answer with a Content-Length from c,
+// without allocating; false: malformed or not 200.
+func readAnswer(c net.Conn, buf []byte) bool {
+	n := 0
+	for {
+		m, err := c.Read(buf[n:])
+		if err != nil {
+			return false
+		}
+		n += m
+		head := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+		if head < 0 {
+			if n == len(buf) {
+				return false
+			}
+			continue
+		}
+		if !bytes.HasPrefix(buf, []byte("HTTP/1.1 200 ")) {
+			return false
+		}
+		i := bytes.Index(buf[:head], []byte("\r\nContent-Length: "))
+		if i < 0 {
+			return false
+		}
+		cl := 0
+		for _, d := range buf[i+18 : head] {
+			if d < '0' || d > '9' {
+				break
+			}
+			cl = cl*10 + int(d-'0')
+		}
+		for n < head+4+cl {
+			m, err := c.Read(buf[n:])
+			if err != nil {
+				return false
+			}
+			n += m
+		}
+		return n == head+4+cl
+	}
+}
+
+// rawUpstream answers every request head on its connections with the
+// same small answer net/http would give, allocating nothing per request.
+func rawUpstream(ln net.Listener) {
+	answer := []byte("HTTP/1.1 200 OK\r\nContent-Length: 20\r\nContent-Type: text/plain\r\nDate: Mon, 23 Nov 2026 19:00:00 GMT\r\n\r\nhello from upstream\n")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 8192)
+			n := 0
+			for {
+				m, err := c.Read(buf[n:])
+				if err != nil {
+					return
+				}
+				n += m
+				for {
+					i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+					if i < 0 {
+						break
+					}
+					if _, err := c.Write(answer); err != nil {
+						return
+					}
+					n = copy(buf, buf[i+4:n])
+				}
+			}
+		}()
+	}
 }

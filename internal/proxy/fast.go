@@ -257,6 +257,8 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	if !eof || err != nil {
 		stop()
 	}
+	// resp may be c's own: nothing of it is read once c is pooled.
+	trailer := resp.Trailer
 	if reuse {
 		p.pool.put(c)
 	} else {
@@ -267,15 +269,15 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		// so the client sees it incomplete (as ReverseProxy does).
 		panic(http.ErrAbortHandler)
 	}
-	if len(resp.Trailer) > 0 {
+	if len(trailer) > 0 {
 		http.NewResponseController(w).Flush()
-		if len(resp.Trailer) == announced {
-			for k, vv := range resp.Trailer {
+		if len(trailer) == announced {
+			for k, vv := range trailer {
 				h[k] = vv
 			}
 			return
 		}
-		for k, vv := range resp.Trailer {
+		for k, vv := range trailer {
 			h[http.TrailerPrefix+k] = vv
 		}
 	}
@@ -298,9 +300,10 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		simple := false
 		var err error
 		if r.Method == http.MethodGet {
-			resp, simple, err = readSimpleResponse(c.br)
+			simple, err = readSimpleResponse(c.br, &c.resp, c.hdr)
 		}
 		if simple {
+			resp = &c.resp
 			// The body is read to its end before c goes back to the
 			// pool: c's own lenBody serves.
 			c.body = lenBody{br: c.br, n: resp.ContentLength}

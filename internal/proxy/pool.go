@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type upConn struct {
 	lim  int64
 	used time.Time
 	body lenBody // the body of the answer being read (fast.go)
+	// The answer being read, when readSimpleResponse takes it: reused
+	// from answer to answer.
+	resp http.Response
+	hdr  http.Header
 }
 
 var errHeaderTooLarge = errors.New("proxy: the upstream's response headers exceed the limit")
@@ -73,7 +78,7 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 		return nil, false, err
 	}
 	nc = rawio.Wrap(nc)
-	c = &upConn{nc: nc, lim: -1}
+	c = &upConn{nc: nc, lim: -1, hdr: make(http.Header)}
 	c.br = bufio.NewReaderSize(c, 4<<10)
 	c.bw = bufio.NewWriterSize(nc, 4<<10)
 	return c, false, nil

@@ -21,12 +21,15 @@ import (
 // kind, nothing consumed; the caller reads it with http.ReadResponse. An
 // error is the connection's (a read error or timeout, or the header
 // budget). FuzzSimpleResponse checks it against http.ReadResponse.
-func readSimpleResponse(br *bufio.Reader) (resp *http.Response, ok bool, err error) {
+//
+// The answer is built in resp, its header in h (cleared first): the fast
+// path passes its connection's own, reused from answer to answer.
+func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header) (ok bool, err error) {
 	scanned := 0
 	var head []byte
 	for head == nil {
 		if _, err := br.Peek(scanned + 1); err != nil {
-			return nil, false, err
+			return false, err
 		}
 		buf, _ := br.Peek(br.Buffered())
 		i := scanned
@@ -39,45 +42,48 @@ func readSimpleResponse(br *bufio.Reader) (resp *http.Response, ok bool, err err
 			break
 		}
 		if len(buf) >= br.Size() {
-			return nil, false, nil
+			return false, nil
 		}
 		scanned = len(buf)
 	}
-	resp, ok = parseSimpleResponse(head)
+	ok = parseSimpleResponse(head, resp, h)
 	if ok {
 		br.Discard(len(head))
 	}
-	return resp, ok, nil
+	return ok, nil
 }
 
-// parseSimpleResponse parses a head ending in CRLFCRLF; see
-// readSimpleResponse.
-func parseSimpleResponse(head []byte) (*http.Response, bool) {
+// parseSimpleResponse parses a head ending in CRLFCRLF into resp and h;
+// see readSimpleResponse.
+func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
+	clear(h)
+	if len(head) < 12 || string(head[:9]) != "HTTP/1.1 " {
+		return false
+	}
 	s := string(head)
 	eol := strings.Index(s, "\r\n")
 	line := s[:eol]
 	s = s[eol+2:]
-	if len(line) < 12 || line[:9] != "HTTP/1.1 " || len(line) > 12 && line[12] != ' ' {
-		return nil, false
+	if len(line) < 12 || len(line) > 12 && line[12] != ' ' {
+		return false
 	}
 	code := 0
 	for _, c := range []byte(line[9:12]) {
 		if c < '0' || c > '9' {
-			return nil, false
+			return false
 		}
 		code = code*10 + int(c-'0')
 	}
 	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
-		return nil, false
+		return false
 	}
 	for i := 12; i < len(line); i++ {
 		if c := line[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return nil, false
+			return false
 		}
 	}
 	status := line[9:]
 	lines := strings.Count(s, "\r\n") - 1
-	h := make(http.Header, lines)
 	strs := make([]string, lines)
 	cl := int64(-1)
 	closes := false
@@ -87,30 +93,30 @@ func parseSimpleResponse(head []byte) (*http.Response, bool) {
 		s = s[eol+2:]
 		colon := strings.IndexByte(line, ':')
 		if colon <= 0 {
-			return nil, false
+			return false
 		}
 		k, v := line[:colon], strings.Trim(line[colon+1:], " \t")
 		for i := 0; i < len(k); i++ {
 			if !tokenChar(k[i]) {
-				return nil, false
+				return false
 			}
 		}
 		for i := 0; i < len(v); i++ {
 			if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-				return nil, false
+				return false
 			}
 		}
 		k = textproto.CanonicalMIMEHeaderKey(k)
 		switch k {
 		case "Transfer-Encoding", "Trailer":
-			return nil, false
+			return false
 		case "Content-Length":
 			if cl >= 0 || v == "" || len(v) > 18 {
-				return nil, false
+				return false
 			}
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || v[0] < '0' || v[0] > '9' {
-				return nil, false
+				return false
 			}
 			cl = n
 		case "Connection":
@@ -127,15 +133,16 @@ func parseSimpleResponse(head []byte) (*http.Response, bool) {
 		}
 	}
 	if cl < 0 {
-		return nil, false
+		return false
 	}
 	if closes {
 		delete(h, "Connection") // as http.ReadResponse
 	}
-	return &http.Response{
+	*resp = http.Response{
 		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, ContentLength: cl, Close: closes,
-	}, true
+	}
+	return true
 }
 
 func tokenChar(c byte) bool {
