@@ -65,9 +65,18 @@ type parsed struct {
 	close          bool // the client asked for the connection to close after the answer
 }
 
-// parse parses a complete head (as readHead returns it); ok false: not in
-// the fast subset, hand the connection off.
-func parse(b []byte) (p parsed, ok bool) {
+// request is the storage of one request on the front, one allocation:
+// the http.Request, its URL and the backing array of the header's values
+// (up to 8 lines; more get their own).
+type request struct {
+	r    http.Request
+	u    url.URL
+	strs [8]string
+}
+
+// parse parses a complete head (as readHead returns it), its URL into
+// rq.u; ok false: not in the fast subset, hand the connection off.
+func parse(b []byte, rq *request) (p parsed, ok bool) {
 	s := string(b) // one allocation: names and values are substrings of it
 	eol := strings.Index(s, "\r\n")
 	line := s[:eol]
@@ -98,14 +107,21 @@ func parse(b []byte) (p parsed, ok bool) {
 	default:
 		return p, false
 	}
-	var err error
-	if p.url, err = url.ParseRequestURI(p.target); err != nil {
-		return p, false
+	if !parseTarget(p.target, &rq.u) {
+		u, err := url.ParseRequestURI(p.target)
+		if err != nil {
+			return p, false
+		}
+		rq.u = *u
 	}
+	p.url = &rq.u
 
 	lines := strings.Count(s, "\r\n") - 1 // the last CRLF ends the head
 	p.header = make(http.Header, lines)
-	strs := make([]string, lines) // one backing array for single values, as textproto does
+	strs := rq.strs[:] // one backing array for single values, as textproto does
+	if lines > len(strs) {
+		strs = make([]string, lines)
+	}
 	var conn []string
 	hosts := 0
 	for ; len(s) > 2; lines-- {
@@ -154,6 +170,43 @@ func parse(b []byte) (p parsed, ok bool) {
 	}
 	return p, true
 }
+
+// parseTarget sets u to what url.ParseRequestURI makes of an origin-form
+// target whose path needs no escaping and has no escapes (letters, digits
+// and -._~$&+,/:;=@), the common kind, without allocating; false: another
+// kind, for url.ParseRequestURI. (FuzzParse compares the two.)
+func parseTarget(t string, u *url.URL) bool {
+	path, query, hasQuery := strings.Cut(t, "?")
+	for i := 0; i < len(path); i++ {
+		if !pathChar[path[i]] {
+			return false
+		}
+	}
+	*u = url.URL{Path: path}
+	if hasQuery {
+		if query == "" {
+			u.ForceQuery = true // "/a?", as url.Parse
+		} else {
+			u.RawQuery = query
+		}
+	}
+	return true
+}
+
+// pathChar: the bytes url.URL keeps as they are in a path (no escaping,
+// so RawPath stays empty).
+var pathChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~$&+,/:;=@" {
+		t[c] = true
+	}
+	return t
+}()
 
 func trim(s string) string {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {

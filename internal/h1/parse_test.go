@@ -18,7 +18,7 @@ func headOf(b []byte) (p parsed, n int, ok bool) {
 	if err != nil || handoff {
 		return p, 0, false
 	}
-	p, ok = parse(head)
+	p, ok = parse(head, new(request))
 	return p, len(head), ok
 }
 
@@ -77,6 +77,10 @@ func FuzzParse(f *testing.F) {
 		"GET /;a=b//c/../d?%zz HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close, foo\r\nFoo: \t bar \t\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
 		"GET / HTTP/1.1\r\nhost: x\r\ncontent-type: a\xffb\r\n\r\n",
+		"GET /a? HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /a??b=c#d HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /a!b'(c)*d~e@f:g=h HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET //x/y HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\nG: 7\r\nH: 8\r\nI: 9\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}

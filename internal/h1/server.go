@@ -255,8 +255,9 @@ func (c *conn) serve() {
 		}
 		var p parsed
 		ok := false
+		rq := new(request)
 		if err == nil && !handoff {
-			p, ok = parse(head)
+			p, ok = parse(head, rq)
 		}
 		if !ok {
 			handedOff = c.handOff(br, hdrDeadline)
@@ -269,7 +270,7 @@ func (c *conn) serve() {
 		}
 		// The read deadline stays: nothing reads the connection while
 		// the handler runs.
-		r := new(http.Request)
+		r := &rq.r
 		*r = *tmpl
 		r.Method, r.URL, r.RequestURI = p.method, p.url, p.target
 		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, p.minor
