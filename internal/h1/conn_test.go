@@ -332,3 +332,77 @@ func TestWatch(t *testing.T) {
 		}
 	}
 }
+
+// AfterFunc on the front's request context: stop before Close keeps f
+// from running; Close runs the one set by a request in its handler; a
+// context derived from the request's gets context.AfterFunc.
+func TestAfterFunc(t *testing.T) {
+	ran := make(chan string, 4)
+	entered := make(chan struct{})
+	stopped := make(chan bool, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stop":
+			stop := h1.AfterFunc(r.Context(), func() { ran <- "/stop" })
+			stopped <- stop()
+			if stop() {
+				t.Error("stop returned true twice")
+			}
+		case "/derived":
+			ctx, cancel := context.WithCancel(r.Context())
+			stop := h1.AfterFunc(ctx, func() { ran <- "/derived" })
+			cancel() // not the server closing: context.AfterFunc's doing
+			if got := <-ran; got != "/derived" {
+				t.Errorf("ran %q", got)
+			}
+			if stop() {
+				t.Error("stop after f ran returned true")
+			}
+		case "/close":
+			stop := h1.AfterFunc(r.Context(), func() { ran <- "/close" })
+			entered <- struct{}{}
+			<-r.Context().Done() // the server closes
+			if got := <-ran; got != "/close" {
+				t.Errorf("ran %q", got)
+			}
+			stopped <- stop()
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := h1.New(&http.Server{Handler: h})
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	defer func() { srv.Close(); <-done }()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/stop", "/derived"} {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if path == "/stop" && !<-stopped {
+			t.Error("stop before Close returned false")
+		}
+	}
+	io.WriteString(c, "GET /close HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	srv.Close()
+	if <-stopped {
+		t.Error("stop after Close ran f returned true")
+	}
+	select {
+	case got := <-ran:
+		t.Errorf("%q ran too", got)
+	default:
+	}
+}

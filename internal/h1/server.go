@@ -141,6 +141,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	for c := range s.conns {
 		c.nc.Close()
+		c.fire()
 	}
 	s.mu.Unlock()
 	return err
@@ -202,11 +203,17 @@ type conn struct {
 	buffered func() int  // br.Buffered
 	idle     atomic.Bool // waiting for the first byte of a request
 	res      response    // reused from request to request
+
+	ctx      context.Context // the requests' context
+	hookMu   sync.Mutex
+	hook     func()      // set by AfterFunc (watch.go), run by Close
+	stopHook func() bool // c.stop, bound once
 }
 
 func (c *conn) serve() {
 	s := c.s
 	ctx, cancel := context.WithCancel(context.WithValue(s.ctx, connKey{}, c))
+	c.ctx, c.stopHook = ctx, c.stop
 	br, bw := readers.Get().(*bufio.Reader), writers.Get().(*bufio.Writer)
 	c.in.nc = c.nc
 	br.Reset(&c.in)

@@ -60,3 +60,46 @@ func (r *connReader) Read(p []byte) (int, error) {
 	}
 	return r.nc.Read(p)
 }
+
+// AfterFunc is context.AfterFunc without its allocations and locks for
+// the context of a request the front serves (r.Context() as the front
+// made it): that context ends only when the server is closed (Close)
+// while the request is in its handler, so f is kept on the connection
+// and run then, in its own goroutine; stop returns true if it stopped f
+// from running. One function per connection at a time: call stop before
+// the next AfterFunc. Any other context gets context.AfterFunc.
+func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	if c == nil || ctx != c.ctx {
+		return context.AfterFunc(ctx, f)
+	}
+	c.hookMu.Lock()
+	c.hook = f
+	c.hookMu.Unlock()
+	if ctx.Err() != nil {
+		c.fire() // closed meanwhile: Close may have looked before f was set
+	}
+	return c.stopHook
+}
+
+// fire runs the function AfterFunc set, if any, once.
+func (c *conn) fire() {
+	c.hookMu.Lock()
+	f := c.hook
+	c.hook = nil
+	c.hookMu.Unlock()
+	if f != nil {
+		go f()
+	}
+}
+
+// stop is what AfterFunc returns: true if the function was still to run.
+func (c *conn) stop() bool {
+	c.hookMu.Lock()
+	defer c.hookMu.Unlock()
+	if c.hook == nil {
+		return false
+	}
+	c.hook = nil
+	return true
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 )
 
 // The fast path forwards the common request — GET or HEAD with no body,
@@ -214,10 +214,10 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		if err != nil {
 			break
 		}
-		// The client going away unblocks the connection's reads and
-		// writes; the connection is then closed, not pooled.
-		nc := c.nc
-		stop = context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+		// The client going away (on the h1 front: the server closing)
+		// unblocks the connection's reads and writes; the connection is
+		// then closed, not pooled.
+		stop = h1.AfterFunc(ctx, c.abort)
 		resp, err = p.roundTrip(w, c, r, ip)
 		if err == nil {
 			break

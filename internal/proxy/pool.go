@@ -38,6 +38,9 @@ type upConn struct {
 	// from answer to answer.
 	resp http.Response
 	hdr  http.Header
+	// abort ends the connection's reads and writes at once (the client
+	// went away); made once, so that watching costs no allocation.
+	abort func()
 }
 
 var errHeaderTooLarge = errors.New("proxy: the upstream's response headers exceed the limit")
@@ -79,6 +82,7 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 	}
 	nc = rawio.Wrap(nc)
 	c = &upConn{nc: nc, lim: -1, hdr: make(http.Header)}
+	c.abort = func() { nc.SetDeadline(time.Unix(1, 0)) }
 	c.br = bufio.NewReaderSize(c, 4<<10)
 	c.bw = bufio.NewWriterSize(nc, 4<<10)
 	return c, false, nil
