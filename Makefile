@@ -59,7 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzRLSCodecRequest$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
-	cd bench && $(GO) test -run '^$$' -fuzz '^FuzzReadResponse$$' -fuzztime 100000x ./internal/harness
+	cd bench && $(GO) test -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime 100000x ./internal/harness
 	# The randomized differential tests on new seeds (make test replays
 	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.
 	sh scripts/ensure-redis.sh

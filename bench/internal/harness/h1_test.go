@@ -2,7 +2,6 @@ package harness
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -66,23 +65,28 @@ func TestConnFraming(t *testing.T) {
 	}
 }
 
-// Whatever a server answers, Conn returns an answer or an error, never
-// panics, and never returns a body longer than what it read.
-func FuzzReadResponse(f *testing.F) {
+// Whatever a server answers, parseAnswer returns an answer, an error or
+// "not all of it yet", never panics, never returns a body longer than
+// its input; and on every prefix of an answer it parses, it says "not
+// all of it yet" (a slow server's answer is not an error).
+func FuzzParseAnswer(f *testing.F) {
 	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"))
 	f.Add([]byte("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 99999\r\n\r\nshort"))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7fffffff\r\nabc"))
-	f.Fuzz(func(t *testing.T, answer []byte) {
-		c := &Conn{r: bufio.NewReaderSize(bytes.NewReader(answer), 4096)}
-		for range 8 {
-			_, body, err := c.readResponse()
-			if err != nil {
-				return
-			}
-			if len(body) > len(answer) {
-				t.Fatalf("body of %d bytes from %d read", len(body), len(answer))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var body []byte
+		a, err := parseAnswer(b, &body)
+		if err != nil || a.n == 0 {
+			return
+		}
+		if a.n > len(b) || len(a.body) > a.n {
+			t.Fatalf("answer of %d bytes, body of %d, from %d", a.n, len(a.body), len(b))
+		}
+		for k := range a.n {
+			if p, err := parseAnswer(b[:k], nil); err != nil || p.n != 0 {
+				t.Fatalf("prefix of %d of %d bytes: n %d, err %v; want not all of it yet", k, a.n, p.n, err)
 			}
 		}
 	})

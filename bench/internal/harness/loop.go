@@ -1,0 +1,303 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pacedLoop is Paced's engine: one OS thread, one epoll set holding a
+// periodic timerfd and the pool's sockets, raw system calls, as wrk runs.
+// Per request it makes a write, a read and its share of epoll_wait and
+// timerfd reads; Go's netpoller (a parked goroutine per connection, a
+// read that fails with EAGAIN before each wait, the scheduler's wake-ups)
+// cost three to four times as much CPU per request as wrk on this
+// machine, CPU taken from the servers being measured.
+type pacedLoop struct {
+	ctx      context.Context
+	req      []byte
+	timeout  time.Duration
+	sa       unix.Sockaddr
+	family   int
+	epfd     int
+	tfd      int
+	conns    []rawConn
+	free     []int // indexes of idle connections
+	start    time.Time
+	interval time.Duration // between two requests
+	period   time.Duration // between two timer ticks
+	n        int64         // requests in the schedule
+
+	lat, lag  []int64 // per request, ns; lat -1 if it failed
+	ticks     int64   // timer ticks so far
+	due, next int64   // requests due so far; the next one to send
+	busy      int     // connections with a request in flight
+	errors    int64
+	non2xx    int64
+	firstErr  error
+	last      time.Duration // the latest answer, since start
+	checked   time.Duration // the last timeout and ctx check, since start
+}
+
+// rawConn is one keep-alive connection of the pool.
+type rawConn struct {
+	fd   int // -1 once it cannot be reopened
+	buf  []byte
+	got  int           // bytes received in buf
+	slot int64         // the request in flight, -1 if idle
+	sent time.Duration // when it was sent, since start
+}
+
+func newPacedLoop(ctx context.Context, o PacedOptions, interval, period time.Duration, n int64) (*pacedLoop, error) {
+	ta, err := net.ResolveTCPAddr("tcp", o.Addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &pacedLoop{ctx: ctx, req: o.Request, timeout: o.Timeout, epfd: -1, tfd: -1,
+		interval: interval, period: period, n: n, lat: make([]int64, n), lag: make([]int64, n)}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		l.sa, l.family = &unix.SockaddrInet4{Port: ta.Port, Addr: [4]byte(ip4)}, unix.AF_INET
+	} else {
+		l.sa, l.family = &unix.SockaddrInet6{Port: ta.Port, Addr: [16]byte(ta.IP.To16())}, unix.AF_INET6
+	}
+	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	l.conns = make([]rawConn, o.Conns)
+	for i := range l.conns {
+		l.conns[i] = rawConn{fd: -1, buf: make([]byte, 4096), slot: -1}
+		if err := l.open(i); err != nil {
+			l.close()
+			return nil, fmt.Errorf("paced: connect to %s: %w", o.Addr, err)
+		}
+	}
+	return l, nil
+}
+
+// open connects connection i (blocking: loopback) and adds it to the
+// epoll set and the idle ones.
+func (l *pacedLoop) open(i int) error {
+	c := &l.conns[i]
+	fd, err := unix.Socket(l.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	err = unix.Connect(fd, l.sa)
+	if err == nil {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err == nil {
+		err = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)})
+	}
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	c.fd, c.got, c.slot = fd, 0, -1
+	l.free = append(l.free, i)
+	return nil
+}
+
+// reopen closes connection i and opens it again; a connection that cannot
+// be reopened stays out of the pool.
+func (l *pacedLoop) reopen(i int) {
+	c := &l.conns[i]
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+	if err := l.open(i); err != nil {
+		l.fail(fmt.Errorf("reconnect: %w", err))
+	}
+}
+
+func (l *pacedLoop) close() {
+	for _, c := range l.conns {
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+		}
+	}
+	for _, fd := range []int{l.tfd, l.epfd} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+func (l *pacedLoop) fail(err error) {
+	l.errors++
+	if l.firstErr == nil {
+		l.firstErr = err
+	}
+}
+
+// finish records the end of connection i's request at now: answered with
+// status, or failed with err (then the connection is reopened).
+func (l *pacedLoop) finish(i int, now time.Duration, status int, err error) {
+	c := &l.conns[i]
+	s := c.slot
+	c.slot = -1
+	l.busy--
+	l.last = max(l.last, now)
+	if err != nil {
+		l.lat[s] = -1
+		l.fail(err)
+		l.reopen(i)
+		return
+	}
+	l.lat[s] = int64(now - l.dueAt(s))
+	if status/100 != 2 && status/100 != 3 {
+		l.non2xx++
+	}
+}
+
+// dueAt is when request s is due: (s+1) intervals after the start.
+func (l *pacedLoop) dueAt(s int64) time.Duration { return time.Duration(s+1) * l.interval }
+
+// run is the event loop, on its own OS thread, until every request of the
+// schedule has been sent and has ended.
+func (l *pacedLoop) run() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var err error
+	if l.tfd, err = newTimerfd(l.period); err != nil {
+		return err
+	}
+	l.start = time.Now()
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.tfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
+		return fmt.Errorf("epoll_ctl: %w", err)
+	}
+	events := make([]unix.EpollEvent, len(l.conns)+1)
+	for l.next < l.n || l.busy > 0 {
+		if l.busy == 0 && len(l.free) == 0 {
+			return fmt.Errorf("paced: no connection left: %w", l.firstErr)
+		}
+		k, errno := epollWait(l.epfd, events)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return fmt.Errorf("epoll_pwait: %w", errno)
+		}
+		now := time.Since(l.start)
+		for _, ev := range events[:k] {
+			if ev.Fd < 0 {
+				if err := l.tick(now); err != nil {
+					return err
+				}
+			} else {
+				l.readable(int(ev.Fd), now)
+			}
+		}
+		l.dispatch()
+	}
+	return nil
+}
+
+// tick reads the timer: the requests due by now; every 10 ms it also
+// looks for requests past their timeout and for the context's end.
+func (l *pacedLoop) tick(now time.Duration) error {
+	var b [8]byte
+	if m, errno := rawRead(l.tfd, b[:]); errno == 0 && m == 8 {
+		l.ticks += int64(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+		l.due = min(l.n, int64(time.Duration(l.ticks)*l.period/l.interval))
+	}
+	if now-l.checked < 10*time.Millisecond {
+		return nil
+	}
+	l.checked = now
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	for i := range l.conns {
+		if c := &l.conns[i]; c.slot >= 0 && now-c.sent > l.timeout {
+			l.finish(i, now, 0, fmt.Errorf("no answer within %v", l.timeout))
+		}
+	}
+	return nil
+}
+
+// readable reads what connection i received, and ends its request if
+// that completes the answer.
+func (l *pacedLoop) readable(i int, now time.Duration) {
+	c := &l.conns[i]
+	if c.fd < 0 {
+		return
+	}
+	if c.got == len(c.buf) {
+		if len(c.buf) > maxBody {
+			l.finish(i, now, 0, ErrFraming)
+			return
+		}
+		c.buf = append(c.buf, make([]byte, len(c.buf))...)
+	}
+	m, errno := rawRead(c.fd, c.buf[c.got:])
+	if errno == unix.EAGAIN || errno == unix.EINTR {
+		return
+	}
+	var err error
+	switch {
+	case errno != 0:
+		err = errno
+	case m == 0:
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		if c.slot >= 0 {
+			l.finish(i, now, 0, err)
+		} else { // an idle connection the server closed
+			l.reopen(i)
+		}
+		return
+	}
+	c.got += m
+	if c.slot < 0 {
+		l.fail(fmt.Errorf("%w: %d bytes with no request in flight", ErrFraming, c.got))
+		l.reopen(i)
+		return
+	}
+	a, err := parseAnswer(c.buf[:c.got], nil)
+	if err != nil || a.n == 0 {
+		if err != nil {
+			l.finish(i, now, 0, err)
+		}
+		return
+	}
+	l.finish(i, now, a.status, nil)
+	if a.n < c.got || a.closed { // more than one answer, or the server closes
+		l.reopen(i)
+		return
+	}
+	c.got = 0
+	l.free = append(l.free, i)
+}
+
+// dispatch sends the requests due, each on an idle connection, in order.
+func (l *pacedLoop) dispatch() {
+	for l.next < l.due && len(l.free) > 0 {
+		i := l.free[len(l.free)-1]
+		l.free = l.free[:len(l.free)-1]
+		c := &l.conns[i]
+		s := l.next
+		l.next++
+		c.slot, c.sent = s, time.Since(l.start)
+		l.lag[s] = int64(c.sent - l.dueAt(s))
+		l.busy++
+		m, errno := rawWrite(c.fd, l.req)
+		if errno != 0 {
+			l.finish(i, c.sent, 0, errno)
+		} else if m < len(l.req) {
+			l.finish(i, c.sent, 0, errors.New("short write"))
+		}
+	}
+}
