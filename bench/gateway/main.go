@@ -4,10 +4,11 @@
 // nginx configs are the example's, the second with its auth_request line
 // turned off, so the difference is the question to Sluice and nothing
 // else. It prints a Markdown report: requests/s (closed loop, wrk), the
-// latency paced at half of the with-Sluice peak (open loop, the same rate
-// for both configs, harness.Paced) and on a single connection (wrk, no
-// queueing), and the CPU per request of nginx and of Sluice, read from
-// /proc/PID/stat. About 2 minutes with the defaults.
+// latency paced at half of the with-Sluice peak and at a quarter of it
+// (open loop, the same rate for both configs, harness.Paced) and on a
+// single connection (wrk, no queueing), and the CPU per request of nginx
+// and of Sluice, read from /proc/PID/stat. About 3 minutes with the
+// defaults.
 //
 //	cd bench && go run ./gateway                 # wrk -t1 -c64, 10s per step, best of 2
 //	cd bench && go run ./gateway -d 5s -runs 1
@@ -132,12 +133,28 @@ func run() error {
 	if err := os.WriteFile(sluiceConf, []byte(y), 0o644); err != nil {
 		return err
 	}
-	sluice, err := procs.Start(ctx, "sluice", sluiceBin, "serve", "-config", sluiceConf)
+	// Its output goes to a file, with the Go runtime's line per garbage
+	// collection (GODEBUG=gctrace=1): the report counts them per step.
+	sluiceLog := filepath.Join(dir, "sluice.log")
+	logFile, err := os.Create(sluiceLog)
 	if err != nil {
 		return err
 	}
+	defer logFile.Close()
+	sluice := &harness.Proc{Name: "sluice", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluiceBin, "serve", "-config", sluiceConf)}
+	sluice.Cmd.Stdout, sluice.Cmd.Stderr = logFile, logFile
+	sluice.Cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	if err := sluice.Cmd.Start(); err != nil {
+		return fmt.Errorf("start sluice: %w", err)
+	}
+	procs.Add(sluice)
 	if err := harness.WaitListen(ctx, sluiceAddr, sluice); err != nil {
-		return err
+		b, _ := os.ReadFile(sluiceLog)
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	gcs := func() int { // Sluice's garbage collections so far
+		b, _ := os.ReadFile(sluiceLog)
+		return bytes.Count(b, []byte("\ngc ")) + bytes.Count(b[:min(len(b), 3)], []byte("gc "))
 	}
 
 	// nginx, with and without the auth_request.
@@ -194,7 +211,7 @@ func run() error {
 	}
 
 	loadBefore := harness.LoadAvg()
-	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop, %d paced and %d single-connection steps of %v (wrk -t%d -c%d), load average %s\n", 2*o.runs, 2*o.runs, 2*o.runs, o.duration, o.threads, o.conns, loadBefore)
+	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop, %d paced and %d single-connection steps of %v (wrk -t%d -c%d), load average %s\n", 2*o.runs, 4*o.runs, 2*o.runs, o.duration, o.threads, o.conns, loadBefore)
 	var best [2]result
 	for range o.runs {
 		for i, s := range []struct {
@@ -214,30 +231,39 @@ func run() error {
 		}
 	}
 	rate := best[1].rps / 2
-	// Latency: paced at half of the with-Sluice peak, then on one
-	// connection (closed loop, no queueing), each config in turn, best
-	// (lowest p99) of the runs, as for throughput.
+	// Latency: paced at half of the with-Sluice peak (the target's load)
+	// and at a quarter of it (how the added latency depends on the load),
+	// the same rate for both configs, then on one connection (closed
+	// loop, no queueing), each config in turn, best (lowest p99) of the
+	// runs, as for throughput.
 	one := o
 	one.conns, one.threads = 1, 1
-	var lat [4]result  // paced without, with; one connection without, with
-	var short [2]error // the last shortfall of each paced config
+	withoutURL, withURL := "http://"+withoutAddr+"/", "http://"+withAddr+"/"
+	withoutPs, withPs := []*harness.Proc{without}, []*harness.Proc{with, sluice}
+	steps := []struct {
+		rate float64 // 0: one connection, closed loop
+		url  string
+		ps   []*harness.Proc
+	}{
+		{rate, withoutURL, withoutPs}, {rate, withURL, withPs},
+		{rate / 2, withoutURL, withoutPs}, {rate / 2, withURL, withPs},
+		{0, withoutURL, withoutPs}, {0, withURL, withPs},
+	}
+	var lat [6]result  // in the order of steps
+	var short [6]error // the last shortfall of each paced step
 	for range o.runs {
-		for i, s := range []struct {
-			single bool
-			url    string
-			ps     []*harness.Proc
-		}{
-			{false, "http://" + withoutAddr + "/", []*harness.Proc{without}},
-			{false, "http://" + withAddr + "/", []*harness.Proc{with, sluice}},
-			{true, "http://" + withoutAddr + "/", []*harness.Proc{without}},
-			{true, "http://" + withAddr + "/", []*harness.Proc{with, sluice}},
-		} {
+		for i, s := range steps {
 			var r result
 			var err error
-			if s.single {
+			if s.rate == 0 {
 				r, err = wrk(ctx, one, s.url, "", s.ps)
 			} else {
-				r, err = paced(ctx, o, s.url, rate, s.ps)
+				gc0, pre0 := gcs(), preemptions(s.ps)
+				r, err = paced(ctx, o, s.url, s.rate, s.ps)
+				r.gcs = gcs() - gc0
+				for i, p := range preemptions(s.ps) {
+					r.preemptions = append(r.preemptions, p-pre0[i])
+				}
 				if errors.Is(err, harness.ErrShortfall) {
 					fmt.Fprintf(os.Stderr, "gateway: SHORTFALL, %s: %v\n", s.url, err)
 					short[i], err = err, nil
@@ -255,9 +281,9 @@ func run() error {
 		}
 	}
 	report(os.Stdout, o, best, rate, lat, loadBefore, harness.LoadAvg())
-	for i := range 2 {
+	for i := range lat {
 		if lat[i].short {
-			return fmt.Errorf("the paced step fell short of its rate in every run, its latencies are not at half of peak: %w", short[i])
+			return fmt.Errorf("a paced step fell short of its rate in every run, its latencies are not at the load asked: %w", short[i])
 		}
 	}
 	return nil
@@ -283,7 +309,18 @@ type result struct {
 	p50, p99      time.Duration
 	cpuPerRequest []time.Duration // per server process, in the order given
 	paced         *harness.PacedResult
-	short         bool // paced, and short of the asked rate by more than 3 %
+	short         bool    // paced, and short of the asked rate by more than 3 %
+	gcs           int     // paced: Sluice's garbage collections during the step
+	preemptions   []int64 // paced: involuntary context switches per server process
+}
+
+// preemptions reads harness.Preemptions of each process (0 if unreadable).
+func preemptions(ps []*harness.Proc) []int64 {
+	n := make([]int64, len(ps))
+	for i, p := range ps {
+		n[i], _ = harness.Preemptions(p.Cmd.Process.Pid)
+	}
+	return n
 }
 
 // wrk runs one closed-loop step and reads the servers' CPU time around it.
@@ -310,10 +347,11 @@ func fromWrk(w harness.WrkResult) result {
 	return result{rps: w.RPS, requests: w.Requests, non2xx: w.Non2xx, p50: w.P50, p99: w.P99, cpuPerRequest: w.CPUPerRequest}
 }
 
-// report prints the table; lat holds the paced runs without and with
-// Sluice, then the single-connection runs without and with.
-func report(w io.Writer, o options, best [2]result, rate float64, lat [4]result, loadBefore, loadAfter string) {
-	pw, pa, sw, sa := lat[0], lat[1], lat[2], lat[3]
+// report prints the tables; lat holds the paced runs at half of the
+// with-Sluice peak without and with Sluice, the same at a quarter, then
+// the single-connection runs without and with.
+func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result, loadBefore, loadAfter string) {
+	pw, pa, qw, qa, sw, sa := lat[0], lat[1], lat[2], lat[3], lat[4], lat[5]
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	fmt.Fprintf(w, "Gateway run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d interleaved run(s) (throughput: highest requests/s; latency: lowest p99), one nginx process, everything on one machine over loopback.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), harness.NumCPU(), o.threads, o.conns, o.duration, o.runs)
@@ -331,32 +369,58 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [4]result,
 	row(best[1].name, best[1])
 	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate), pw)
 	row(fmt.Sprintf("nginx + Sluice → upstream, paced at %.0f/s", rate), pa)
+	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate/2), qw)
+	row(fmt.Sprintf("nginx + Sluice → upstream, paced at %.0f/s", rate/2), qa)
 	row("nginx → upstream, one connection", sw)
 	row("nginx + Sluice → upstream, one connection", sa)
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Paced at %.0f req/s, open loop (uniform schedule, latency from each request's intended send time):\n\n", rate)
-	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | generator CPU/request |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "Paced, open loop (uniform schedule, latency from each request's intended send time; send lag: how late the generator sent; CPU pressure: share of the step during which some task of the machine waited for a core; preemptions: involuntary context switches per 1,000 requests; GCs: Sluice's garbage collections in the step):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | CPU pressure | preemptions nginx / Sluice | Sluice GCs | generator CPU/request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range []struct {
 		name string
 		r    result
-	}{{"nginx → upstream", pw}, {"nginx + Sluice → upstream", pa}} {
+	}{{"nginx → upstream", pw}, {"nginx + Sluice → upstream", pa}, {"nginx → upstream", qw}, {"nginx + Sluice → upstream", qa}} {
 		p := c.r.paced
 		short := ""
 		if c.r.short {
 			short = " **SHORT**"
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f%s | %d | %v | %v | %v | %v | %v | %v | %.1f µs |\n", c.name, p.Asked, p.Achieved, short, p.Conns,
-			p.P50, p.P90, p.P99, p.P999, p.Max, p.LagP99, us(p.CPUPerRequest))
+		pre := "–"
+		if pr := c.r.preemptions; len(pr) > 0 {
+			per := func(n int64) float64 { return 1000 * float64(n) / float64(p.Sent) }
+			pre = fmt.Sprintf("%.1f", per(pr[0]))
+			if len(pr) > 1 {
+				pre += fmt.Sprintf(" / %.1f", per(pr[1]))
+			} else {
+				pre += " / –"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f%s | %d | %v | %v | %v | %v | %v | %v | %.0f%% | %s | %d | %.1f µs |\n", c.name, p.Asked, p.Achieved, short, p.Conns,
+			round(p.P50), round(p.P90), round(p.P99), round(p.P999), round(p.Max), round(p.LagP99), 100*p.CPUPressure, pre, c.r.gcs, us(p.CPUPerRequest))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- with the auth_request to Sluice: %.0f%% of nginx's own throughput (target ≥ 50%%)\n", 100*best[1].rps/best[0].rps)
 	fmt.Fprintf(w, "- closed loop: Sluice adds %v at p50, %v at p99\n", best[1].p50-best[0].p50, best[1].p99-best[0].p99)
-	fmt.Fprintf(w, "- paced at half of the with-Sluice peak (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50, %v at p90, %v at p99 (target < 1ms) and %v at p99.9\n",
-		rate, pw.rps, pa.rps, pa.p50-pw.p50, pa.paced.P90-pw.paced.P90, pa.p99-pw.p99, pa.paced.P999-pw.paced.P999)
+	added := func(name string, r float64, a, b result) {
+		fmt.Fprintf(w, "- paced at %s (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50, %v at p90, %v at p99 and %v at p99.9; CPU pressure %.0f%% → %.0f%%\n",
+			name, r, a.rps, b.rps, round(b.p50-a.p50), round(b.paced.P90-a.paced.P90), round(b.p99-a.p99), round(b.paced.P999-a.paced.P999),
+			100*a.paced.CPUPressure, 100*b.paced.CPUPressure)
+	}
+	added("half of the with-Sluice peak (target < 1ms at p99)", rate, pw, pa)
+	added("a quarter of it", rate/2, qw, qa)
 	fmt.Fprintf(w, "- one connection (no queueing): Sluice adds %v at p50 and %v at p99\n", sa.p50-sw.p50, sa.p99-sw.p99)
 	fmt.Fprintf(w, "- CPU per request: nginx %.1f µs alone, %.1f µs with the subrequest, plus Sluice %.1f µs\n",
 		us(best[0].cpuPerRequest[0]), us(best[1].cpuPerRequest[0]), us(best[1].cpuPerRequest[1]))
+}
+
+// round keeps 3 significant digits or so: µs under 1 ms, 10 µs above.
+func round(d time.Duration) time.Duration {
+	if d < time.Millisecond && d > -time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(10 * time.Microsecond)
 }
 
 func replaceAll(s string, oldnew ...string) (string, error) {

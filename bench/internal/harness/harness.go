@@ -314,3 +314,32 @@ http {
 	}
 	return s.Start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
 }
+
+// Preemptions is how many times the threads of the process were switched
+// off a CPU involuntarily (their time slice ended, another task was
+// preferred), summed over /proc/PID/task/*/status: on a busy machine, each
+// is a wait for a core in the middle of the process's work.
+func Preemptions(pid int) (int64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("no tasks for pid %d: %v", pid, err)
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that ended meanwhile
+		}
+		_, rest, ok := bytes.Cut(b, []byte("nonvoluntary_ctxt_switches:"))
+		if !ok {
+			return 0, fmt.Errorf("%s: no nonvoluntary_ctxt_switches", t)
+		}
+		line, _, _ := bytes.Cut(rest, []byte("\n"))
+		v, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		n += v
+	}
+	return n, nil
+}

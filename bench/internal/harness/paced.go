@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,6 +53,11 @@ type PacedResult struct {
 	LagP50, LagP99, LagMax time.Duration
 	CPUPerRequest          time.Duration   // this process's CPU (rusage) per request: the generator's if the process does nothing else
 	ServerCPU              []time.Duration // per server process (utime+stime) per request, in the order given
+	// CPUPressure is the share of the step's time during which some task
+	// of the machine was ready to run and waited for a CPU (Linux PSI,
+	// /proc/pressure/cpu "some"; -1 where the kernel has none): queueing
+	// for the cores, which is latency no server can help.
+	CPUPressure float64
 }
 
 // ErrShortfall is a Paced step whose achieved rate fell more than 3 %
@@ -98,18 +106,21 @@ func Paced(ctx context.Context, o PacedOptions, servers ...*Proc) (PacedResult, 
 	if err != nil {
 		return PacedResult{}, err
 	}
-	selfBefore := SelfCPU()
+	selfBefore, psiBefore, t0 := SelfCPU(), CPUPressure(), time.Now()
 	if err := l.run(); err != nil {
 		return PacedResult{}, err
 	}
-	selfCPU := SelfCPU() - selfBefore
+	selfCPU, psi, wall := SelfCPU()-selfBefore, CPUPressure()-psiBefore, time.Since(t0)
 	after, err := cpuTimes(servers)
 	if err != nil {
 		return PacedResult{}, err
 	}
 
 	r := PacedResult{Asked: o.Rate, Conns: o.Conns, Sent: n, Errors: l.errors, Non2xx: l.non2xx,
-		FirstErr: l.firstErr, Elapsed: l.last}
+		FirstErr: l.firstErr, Elapsed: l.last, CPUPressure: -1}
+	if psiBefore >= 0 && psi >= 0 {
+		r.CPUPressure = float64(psi) / float64(wall)
+	}
 	ok := slices.DeleteFunc(l.lat, func(v int64) bool { return v < 0 })
 	r.Answered = int64(len(ok))
 	r.Achieved = float64(r.Answered) / max(o.Duration, r.Elapsed).Seconds()
@@ -157,4 +168,28 @@ func SelfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// CPUPressure is the time some task has waited for a CPU since boot
+// (/proc/pressure/cpu, the "some" line's total), -1 if unknown.
+func CPUPressure() time.Duration {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return -1
+	}
+	_, rest, ok := strings.Cut(string(b), "some ")
+	if !ok {
+		return -1
+	}
+	line, _, _ := strings.Cut(rest, "\n")
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "total="); ok {
+			us, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	return -1
 }

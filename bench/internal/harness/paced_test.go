@@ -61,6 +61,9 @@ func TestPacedSendsTheSchedule(t *testing.T) {
 	if r.Conns != 4 || r.Asked != 1000 {
 		t.Fatalf("conns %d, asked %v; want 4, 1000", r.Conns, r.Asked)
 	}
+	if r.CPUPressure != -1 && (r.CPUPressure < 0 || r.CPUPressure > 1.1) {
+		t.Fatalf("CPU pressure %v, want a share of the step's time (or -1)", r.CPUPressure)
+	}
 }
 
 // A stall counts from each request's intended send time, including the
