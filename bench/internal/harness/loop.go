@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"time"
@@ -34,7 +35,7 @@ type pacedLoop struct {
 	period   time.Duration // between two timer ticks
 	n        int64         // requests in the schedule
 
-	lat, lag  []int64 // per request, ns; lat -1 if it failed
+	lat, lag  []int64 // per request, ns (never negative: see newTimerfd); lat failed if it failed
 	ticks     int64   // timer ticks so far
 	due, next int64   // requests due so far; the next one to send
 	busy      int     // connections with a request in flight
@@ -44,6 +45,9 @@ type pacedLoop struct {
 	last      time.Duration // the latest answer, since start
 	checked   time.Duration // the last timeout and ctx check, since start
 }
+
+// failed marks a request that failed in pacedLoop.lat.
+const failed = math.MinInt64
 
 // rawConn is one keep-alive connection of the pool.
 type rawConn struct {
@@ -149,7 +153,7 @@ func (l *pacedLoop) finish(i int, now time.Duration, status int, err error) {
 	l.busy--
 	l.last = max(l.last, now)
 	if err != nil {
-		l.lat[s] = -1
+		l.lat[s] = failed
 		l.fail(err)
 		l.reopen(i)
 		return
@@ -169,10 +173,9 @@ func (l *pacedLoop) run() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var err error
-	if l.tfd, err = newTimerfd(l.period); err != nil {
+	if l.tfd, l.start, err = newTimerfd(l.period); err != nil {
 		return err
 	}
-	l.start = time.Now()
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.tfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
 		return fmt.Errorf("epoll_ctl: %w", err)
 	}

@@ -121,7 +121,7 @@ func Paced(ctx context.Context, o PacedOptions, servers ...*Proc) (PacedResult, 
 	if psiBefore >= 0 && psi >= 0 {
 		r.CPUPressure = float64(psi) / float64(wall)
 	}
-	ok := slices.DeleteFunc(l.lat, func(v int64) bool { return v < 0 })
+	ok := slices.DeleteFunc(l.lat, func(v int64) bool { return v == failed })
 	r.Answered = int64(len(ok))
 	r.Achieved = float64(r.Answered) / max(o.Duration, r.Elapsed).Seconds()
 	slices.Sort(ok)

@@ -32,6 +32,9 @@ func paced(t *testing.T, o PacedOptions) PacedResult {
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	if r.Answered+r.Errors != r.Sent {
+		t.Fatalf("answered %d + errors %d != sent %d: a request lost", r.Answered, r.Errors, r.Sent)
+	}
 	if r.P50 > r.P90 || r.P90 > r.P99 || r.P99 > r.P999 || r.P999 > r.Max || r.LagP50 > r.LagP99 || r.LagP99 > r.LagMax {
 		t.Fatalf("quantiles out of order: %+v", r)
 	}

@@ -7,19 +7,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newTimerfd is a nonblocking Linux timerfd ticking every period from
-// now, on the kernel's high-resolution timer: Go's own timers sleep at
-// least a millisecond when the process has nothing else to do, which
-// would bunch the requests of a paced schedule.
-func newTimerfd(period time.Duration) (int, error) {
+// newTimerfd is a nonblocking Linux timerfd ticking every period, on the
+// kernel's high-resolution timer (Go's own timers sleep at least a
+// millisecond when the process has nothing else to do, which would bunch
+// the requests of a paced schedule), and the time its ticks count from.
+// Its ticks are never early on that start: tick k comes at start + k ×
+// period or later, so no request is sent before it is due, whatever
+// delays the calling thread.
+func newTimerfd(period time.Duration) (int, time.Time, error) {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return -1, fmt.Errorf("timerfd_create: %w", err)
+		return -1, time.Time{}, fmt.Errorf("timerfd_create: %w", err)
 	}
-	ts := unix.NsecToTimespec(int64(period))
-	if err := unix.TimerfdSettime(fd, 0, &unix.ItimerSpec{Interval: ts, Value: ts}, nil); err != nil {
+	// Go's monotonic clock is CLOCK_MONOTONIC: read after start, mono is
+	// start or later, and so is every tick counted from it.
+	start := time.Now()
+	var mono unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("timerfd_settime: %w", err)
+		return -1, time.Time{}, fmt.Errorf("clock_gettime: %w", err)
 	}
-	return fd, nil
+	first := unix.NsecToTimespec(mono.Nano() + int64(period))
+	if err := unix.TimerfdSettime(fd, unix.TFD_TIMER_ABSTIME, &unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(period)), Value: first}, nil); err != nil {
+		unix.Close(fd)
+		return -1, time.Time{}, fmt.Errorf("timerfd_settime: %w", err)
+	}
+	return fd, start, nil
 }
