@@ -39,9 +39,13 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		return err
 	}
 	if cfg.API.TLS == nil {
-		// /v1/forward-auth, the health checks and GETs take the front;
-		// POST /v1/check and the rest are handed to apiSrv.
+		// The health checks, GETs, and POSTs whose Content-Length body
+		// came whole with the head (a /v1/check) take the front; the rest
+		// is handed to apiSrv. The handler enforces limits.max_body_bytes
+		// either way (413); the front's bound only decides which path
+		// serves a body.
 		d.apiFront = h1.New(d.apiSrv)
+		d.apiFront.MaxBody = cfg.Limits.MaxBodyBytes
 	}
 	if cfg.Proxy != nil {
 		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {

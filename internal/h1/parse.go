@@ -11,7 +11,9 @@ import (
 // The strict parser of the fast front. It accepts only the simple subset
 // of HTTP/1.x requests — GET or HEAD, HTTP/1.1 or HTTP/1.0, an
 // origin-form target, no body and nothing that could announce one
-// (Content-Length, Transfer-Encoding), no Upgrade or Expect, no Pragma
+// (Content-Length, Transfer-Encoding) — or, where the server takes bodies
+// (Server.MaxBody), POST with at most one Content-Length of plain digits
+// within that bound and no Transfer-Encoding — no Upgrade or Expect, no Pragma
 // (net/http rewrites it), every line ending in CRLF, no folded lines,
 // header names of token characters and values of visible characters,
 // spaces and tabs, one well-formed Host (HTTP/1.1 requires it) — and
@@ -62,21 +64,25 @@ type parsed struct {
 	url            *url.URL
 	header         http.Header
 	host           string
-	close          bool // the client asked for the connection to close after the answer
+	close          bool  // the client asked for the connection to close after the answer
+	length         int64 // the body's Content-Length (POST only; 0: no body)
 }
 
 // request is the storage of one request on the front, one allocation:
 // the http.Request, its URL and the backing array of the header's values
-// (up to 8 lines; more get their own).
+// (up to 8 lines; more get their own), and the body of a POST taken.
 type request struct {
 	r    http.Request
 	u    url.URL
 	strs [8]string
+	body readBody
 }
 
 // parse parses a complete head (as readHead returns it), its URL into
 // rq.u; ok false: not in the fast subset, hand the connection off.
-func parse(b []byte, rq *request) (p parsed, ok bool) {
+// maxBody is the largest Content-Length taken (a POST's); 0: no POST, no
+// body.
+func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	s := string(b) // one allocation: names and values are substrings of it
 	eol := strings.Index(s, "\r\n")
 	line := s[:eol]
@@ -86,6 +92,8 @@ func parse(b []byte, rq *request) (p parsed, ok bool) {
 		p.method, line = http.MethodGet, line[4:]
 	case strings.HasPrefix(line, "HEAD "):
 		p.method, line = http.MethodHead, line[5:]
+	case maxBody > 0 && strings.HasPrefix(line, "POST "):
+		p.method, line = http.MethodPost, line[5:]
 	default:
 		return p, false
 	}
@@ -123,7 +131,7 @@ func parse(b []byte, rq *request) (p parsed, ok bool) {
 		strs = make([]string, lines)
 	}
 	var conn []string
-	hosts := 0
+	hosts, lengths := 0, 0
 	for ; len(s) > 2; lines-- {
 		eol := strings.Index(s, "\r\n")
 		line := s[:eol]
@@ -138,7 +146,16 @@ func parse(b []byte, rq *request) (p parsed, ok bool) {
 		}
 		k = canonical(k)
 		switch k {
-		case "Content-Length", "Transfer-Encoding", "Upgrade", "Expect", "Pragma":
+		case "Content-Length":
+			// One, of digits only, for a POST, within maxBody: anything
+			// else (two, a list, a sign, too long) is net/http's to judge.
+			if lengths++; lengths > 1 || p.method != http.MethodPost {
+				return p, false
+			}
+			if p.length, ok = parseLength(v, maxBody); !ok {
+				return p, false
+			}
+		case "Transfer-Encoding", "Upgrade", "Expect", "Pragma":
 			return p, false
 		case "Host":
 			if hosts++; hosts > 1 || !validHost(v) {
@@ -207,6 +224,21 @@ var pathChar = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// parseLength parses a Content-Length value of 1 to 18 digits, at most max.
+func parseLength(v string, max int64) (n int64, ok bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n <= max
+}
 
 func trim(s string) string {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {

@@ -45,6 +45,16 @@ import (
 
 // Server is the fast front over a net/http server.
 type Server struct {
+	// MaxBody, if positive, lets the front serve POST requests with a
+	// Content-Length body of at most MaxBody bytes itself, when the whole
+	// body came in with its head (in the front's read buffer: at most
+	// 8 KiB with the head). Any other body — chunked, announced by
+	// Expect: 100-continue, two or a malformed Content-Length, larger,
+	// or still on its way — is handed off to net/http as before. 0 (the
+	// default): every request with a body is handed off. Set it before
+	// Serve.
+	MaxBody int64
+
 	slow *http.Server
 	fall *chanListener
 
@@ -264,13 +274,22 @@ func (c *conn) serve() {
 		ok := false
 		rq := new(request)
 		if err == nil && !handoff {
-			p, ok = parse(head, rq)
+			p, ok = parse(head, rq, s.MaxBody)
+			// A body must be here whole: the front never waits for one.
+			ok = ok && int64(br.Buffered()-len(head)) >= p.length
 		}
 		if !ok {
 			handedOff = c.handOff(br, hdrDeadline)
 			return
 		}
-		br.Discard(len(head))
+		var body []byte
+		if p.length > 0 {
+			// Still in br's buffer after the Discard: nothing reads br
+			// until the handler has returned.
+			buf, _ := br.Peek(len(head) + int(p.length))
+			body = buf[len(head):]
+		}
+		br.Discard(len(head) + int(p.length))
 		s.state(c.nc, http.StateActive)
 		if s.closing.Load() {
 			return // as net/http: a request read during shutdown is not served
@@ -285,6 +304,12 @@ func (c *conn) serve() {
 			r.Proto = "HTTP/1.0"
 		}
 		r.Header, r.Host, r.Close, r.Body = p.header, p.host, p.close, http.NoBody
+		var rb *readBody
+		if body != nil {
+			rb = &rq.body
+			rb.b = body
+			r.Body, r.ContentLength = rb, p.length
+		}
 		w := &c.res
 		// The header map is the previous answer's, cleared: a
 		// ResponseWriter is not used after its handler returns. One
@@ -296,7 +321,11 @@ func (c *conn) serve() {
 			clear(h)
 		}
 		*w = response{bw: bw, req: r, h: h, cl: -1, buf: w.buf[:0]}
-		if !c.handle(w, r) {
+		handled := c.handle(w, r)
+		if rb != nil {
+			rb.Close() // its bytes are br's, which reads on
+		}
+		if !handled {
 			bw.Flush() // what the handler wrote before it gave up, as net/http
 			return
 		}

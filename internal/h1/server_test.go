@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/h1"
 )
@@ -47,6 +48,7 @@ func exchange(t *testing.T, addr, raw string, methods ...string) []*resp {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // a bound, not a threshold: a hang fails
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}

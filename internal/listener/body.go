@@ -43,7 +43,7 @@ func BodyTimeout(h http.Handler, d time.Duration, m *metrics.Listener) http.Hand
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || inMemory(r.Body) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -73,6 +73,13 @@ func BodyTimeout(h http.Handler, d time.Duration, m *metrics.Listener) http.Hand
 		r2.Body = tb
 		h.ServeHTTP(w, r2)
 	})
+}
+
+// inMemory reports a body read whole before the handler (the fast
+// HTTP/1.1 front's, package h1): no read of it can wait on the client.
+func inMemory(b io.ReadCloser) bool {
+	m, ok := b.(interface{ InMemory() bool })
+	return ok && m.InMemory()
 }
 
 // connKey holds a request's *conn in its context (Server's ConnContext).
