@@ -286,8 +286,11 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 // roundTrip sends r on c and reads the response's head: 1xx answers
 // (103 Early Hints) are relayed to w as ReverseProxy does.
 func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip netip.Addr) (*http.Response, error) {
+	c.hold = c.raw != nil && c.warm // sent by the first read (pool.go)
 	p.writeRequest(c, r, ip)
-	if err := c.bw.Flush(); err != nil {
+	err := c.bw.Flush()
+	c.hold = false
+	if err != nil {
 		return nil, err
 	}
 	if p.rht > 0 {

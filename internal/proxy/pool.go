@@ -41,6 +41,25 @@ type upConn struct {
 	// abort ends the connection's reads and writes at once (the client
 	// went away); made once, so that watching costs no allocation.
 	abort func()
+
+	// With raw I/O (rawio), the request is held in out while hold is
+	// set, and sent by the next Read with rawio.Conn.WriteRead: the
+	// answer is then awaited without first reading an empty socket.
+	// Only on a connection used within the last second (warm): one the
+	// upstream may have half-closed while idle is read at once, so its
+	// EOF is seen and the request retried.
+	raw  *rawio.Conn
+	warm bool
+	hold bool
+	out  []byte
+}
+
+func (c *upConn) Write(p []byte) (int, error) {
+	if c.hold {
+		c.out = append(c.out, p...)
+		return len(p), nil
+	}
+	return c.nc.Write(p)
 }
 
 var errHeaderTooLarge = errors.New("proxy: the upstream's response headers exceed the limit")
@@ -54,7 +73,14 @@ func (c *upConn) Read(p []byte) (int, error) {
 			p = p[:c.lim]
 		}
 	}
-	n, err := c.nc.Read(p)
+	var n int
+	var err error
+	if len(c.out) > 0 {
+		n, err = c.raw.WriteRead(c.out, p)
+		c.out = c.out[:0]
+	} else {
+		n, err = c.nc.Read(p)
+	}
 	if c.lim >= 0 {
 		c.lim -= int64(n)
 	}
@@ -69,8 +95,9 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		if now.Sub(c.used) < p.idleTimeout {
+		if idle := now.Sub(c.used); idle < p.idleTimeout {
 			p.mu.Unlock()
+			c.warm = idle < time.Second
 			return c, true, nil
 		}
 		c.nc.Close()
@@ -81,10 +108,11 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 		return nil, false, err
 	}
 	nc = rawio.Wrap(nc)
-	c = &upConn{nc: nc, lim: -1, hdr: make(http.Header)}
+	c = &upConn{nc: nc, lim: -1, hdr: make(http.Header), warm: true}
+	c.raw, _ = nc.(*rawio.Conn)
 	c.abort = func() { nc.SetDeadline(time.Unix(1, 0)) }
 	c.br = bufio.NewReaderSize(c, 4<<10)
-	c.bw = bufio.NewWriterSize(nc, 4<<10)
+	c.bw = bufio.NewWriterSize(c, 4<<10)
 	return c, false, nil
 }
 

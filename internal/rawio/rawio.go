@@ -45,6 +45,10 @@ type op struct {
 	n   int
 	err error
 	f   func(fd uintptr) bool
+	// first, on a read: bytes to write before waiting for the socket to
+	// be readable (WriteRead); what is left of them if the write could
+	// not finish at once.
+	first []byte
 }
 
 // Wrap returns c with raw reads and writes when it is a *net.TCPConn on a
@@ -100,3 +104,38 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 func (c *Conn) wrc() error { return c.rc.Write(c.w.f) }
+
+// WriteRead writes w whole, then waits until the socket is readable and
+// reads into p: for a request whose answer cannot come before it is
+// sent, it saves the read that Read would try first and find empty (one
+// system call per exchange). The poller's readiness is reset before w
+// goes out, so an answer arriving at any time after it wakes the wait;
+// bytes that came before w (none, in a request-answer protocol) are read
+// with the answer once it arrives. No Write may run meanwhile.
+func (c *Conn) WriteRead(w, p []byte) (int, error) {
+	if len(p) == 0 {
+		if _, err := c.Write(w); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	c.rmu.Lock()
+	c.wmu.Lock()
+	c.r.p, c.r.n, c.r.err, c.r.first = p, 0, nil, w
+	err := c.rc.Read(c.r.f)
+	n, rest := c.r.n, c.r.first
+	if err == nil {
+		err = c.r.err
+	}
+	c.r.p, c.r.err, c.r.first = nil, nil, nil
+	c.wmu.Unlock()
+	c.rmu.Unlock()
+	if err != nil || len(rest) == 0 {
+		return n, err
+	}
+	// The socket's buffer was full: the rest the ordinary way.
+	if _, err := c.Write(rest); err != nil {
+		return 0, err
+	}
+	return c.Read(p)
+}

@@ -15,6 +15,32 @@ const maxRW = 1 << 30
 // read is called by RawConn.Read with the socket; false: nothing to read
 // yet, park until it is readable.
 func (c *Conn) read(fd uintptr) bool {
+	if len(c.r.first) > 0 {
+		// WriteRead: write first, then wait for readability (the
+		// poller's readiness was reset before this call) instead of
+		// reading now.
+		for len(c.r.first) > 0 {
+			w := c.r.first
+			if len(w) > maxRW {
+				w = w[:maxRW]
+			}
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[0])), uintptr(len(w)))
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return true // WriteRead writes the rest, then reads
+			case e != 0:
+				c.r.err = os.NewSyscallError("write", e)
+				return true
+			case n == 0:
+				c.r.err = io.ErrUnexpectedEOF
+				return true
+			}
+			c.r.first = c.r.first[n:]
+		}
+		return false
+	}
 	p := c.r.p
 	if len(p) > maxRW {
 		p = p[:maxRW]

@@ -157,3 +157,54 @@ func TestConcurrentReadWrite(t *testing.T) {
 		t.Fatalf("echoed %d bytes, %v", len(got), err)
 	}
 }
+
+// WriteRead: the request goes out, the answer comes back; bytes the peer
+// sent before the request are read with it; a request too big for the
+// socket's buffer is finished the ordinary way.
+func TestWriteRead(t *testing.T) {
+	c, s := pair(t)
+	rc, ok := c.(*rawio.Conn)
+	if !ok {
+		t.Skip("no raw connections on " + runtime.GOOS)
+	}
+	sent := make(chan struct{})
+	go func() {
+		s.Write([]byte("early,"))
+		close(sent)
+		buf := make([]byte, 64)
+		n, _ := io.ReadAtLeast(s, buf, len("request"))
+		s.Write(append([]byte("answer to "), buf[:n]...))
+	}()
+	<-sent
+	buf := make([]byte, 64)
+	n, err := rc.WriteRead([]byte("request"), buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(buf[:n])
+	for len(got) < len("early,answer to request") {
+		m, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got += string(buf[:m])
+	}
+	if got != "early,answer to request" {
+		t.Fatalf("read %q", got)
+	}
+
+	big := bytes.Repeat([]byte("x"), 8<<20)
+	go func() {
+		io.ReadFull(s, make([]byte, len(big)))
+		s.Write([]byte("ok"))
+	}()
+	n, err = rc.WriteRead(big, buf)
+	if err != nil || string(buf[:n]) != "ok" {
+		t.Fatalf("big: %q, %v", buf[:n], err)
+	}
+
+	s.Close()
+	if _, err := rc.WriteRead([]byte("x"), buf); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after the peer closed: %v, want EOF or ECONNRESET", err)
+	}
+}
