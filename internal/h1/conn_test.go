@@ -178,6 +178,41 @@ func TestTimeoutsAndStates(t *testing.T) {
 	}
 }
 
+// The header timeout applies to each request's head that is not whole at
+// once, from its first byte, also after requests whose heads were (and
+// with no idle timeout to close the connection instead); the idle timeout
+// after several requests in a row.
+func TestTimeoutsAfterRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		rht, idle time.Duration
+		then      string
+	}{
+		{"header", 50 * time.Millisecond, 0, "GET / HTTP/1.1\r\nHost: x\r\n"},
+		{"idle", time.Hour, 50 * time.Millisecond, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := serveWith(t, &http.Server{Handler: echo, ReadHeaderTimeout: tc.rht, IdleTimeout: tc.idle}, true)
+			c, err := net.Dial("tcp", front)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for i := range 3 {
+				io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+				if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+					t.Fatalf("request %d: %v %v", i, resp, err)
+				} else {
+					io.Copy(io.Discard, resp.Body)
+				}
+			}
+			io.WriteString(c, tc.then)
+			waitClosed(t, c)
+		})
+	}
+}
+
 // Shutdown closes idle connections at once, lets the request in flight
 // finish (its answer is whole), and refuses new connections.
 func TestShutdown(t *testing.T) {

@@ -32,6 +32,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -218,6 +219,9 @@ type conn struct {
 	hookMu   sync.Mutex
 	hook     func()      // set by AfterFunc (watch.go), run by Close
 	stopHook func() bool // c.stop, bound once
+
+	rdl     time.Time // the read deadline as setReadDeadline set it last
+	rdlIdle bool      // rdl is an idle timeout's
 }
 
 func (c *conn) serve() {
@@ -247,7 +251,7 @@ func (c *conn) serve() {
 	var hdrDeadline time.Time
 	if rht > 0 {
 		hdrDeadline = time.Now().Add(rht)
-		c.nc.SetReadDeadline(hdrDeadline)
+		c.setReadDeadline(hdrDeadline, false)
 	}
 	for first := true; ; first = false {
 		if br.Buffered() == 0 && !c.in.has {
@@ -262,9 +266,15 @@ func (c *conn) serve() {
 			}
 		}
 		if !first && rht > 0 {
-			// From the first byte of this request, as net/http.
-			hdrDeadline = time.Now().Add(rht)
-			c.nc.SetReadDeadline(hdrDeadline)
+			// From the first byte of this request, as net/http; but a
+			// head already whole in the buffer needs no more reads,
+			// so no deadline (one timer update saved per request
+			// under keep-alive load).
+			hdrDeadline = time.Time{}
+			if buf, _ := br.Peek(br.Buffered()); !bytes.Contains(buf, crlf2) {
+				hdrDeadline = time.Now().Add(rht)
+				c.setReadDeadline(hdrDeadline, false)
+			}
 		}
 		head, handoff, partial, err := readHead(br)
 		if err != nil && (!partial || isTimeout(err)) {
@@ -336,13 +346,32 @@ func (c *conn) serve() {
 		s.state(c.nc, http.StateIdle)
 		if br.Buffered() == 0 && !c.in.has {
 			if idle > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(idle))
-			} else if rht > 0 {
-				c.nc.SetReadDeadline(time.Time{})
+				// Coarse: an idle deadline set less than idle/64 ago
+				// stays, so under keep-alive load the timer is
+				// updated about once per idle/64, not per request
+				// (the connection may close up to that much early).
+				if now := time.Now(); !c.rdlIdle || now.Add(idle).Sub(c.rdl) >= idle/64 {
+					c.setReadDeadline(now.Add(idle), true)
+				}
+			} else if rht > 0 && !c.rdl.IsZero() {
+				c.setReadDeadline(time.Time{}, false)
 			}
 		}
 	}
 }
+
+var crlf2 = []byte("\r\n\r\n")
+
+// setReadDeadline sets the connection's read deadline to t, remembering
+// it (idle: as the idle timeout's). Code that sets it otherwise (Watch)
+// calls forgetReadDeadline.
+func (c *conn) setReadDeadline(t time.Time, idle bool) {
+	c.rdl, c.rdlIdle = t, idle
+	c.nc.SetReadDeadline(t)
+}
+
+// forgetReadDeadline: the deadline was set behind setReadDeadline's back.
+func (c *conn) forgetReadDeadline() { c.rdl, c.rdlIdle = time.Unix(1, 0), false }
 
 // handle runs the handler; false: it panicked (http.ErrAbortHandler: on
 // purpose), the connection is to close.

@@ -24,6 +24,7 @@ func Watch(ctx context.Context) (context.Context, func()) {
 	if c == nil || c.in.has || c.buffered() > 0 {
 		return ctx, func() {}
 	}
+	c.forgetReadDeadline() // stop clears it
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -294,7 +294,14 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		return nil, err
 	}
 	if p.rht > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(p.rht))
+		// Coarse: a deadline set less than rht/64 ago for the previous
+		// answer stays (the timer is updated about once per rht/64
+		// under load, not per request; the timeout may come up to that
+		// much early).
+		if want := time.Now().Add(p.rht); c.rdl.IsZero() || want.Sub(c.rdl) >= p.rht/64 {
+			c.rdl = want
+			c.nc.SetReadDeadline(want)
+		}
 	}
 	c.lim = p.maxHeader
 	defer func() { c.lim = -1 }()
@@ -337,6 +344,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 			// The body is still to come: it streams without a
 			// deadline. (A body already in the buffer needs no
 			// read; the next request on c sets its own deadline.)
+			c.rdl = time.Time{}
 			c.nc.SetReadDeadline(time.Time{})
 		}
 		return resp, nil

@@ -50,6 +50,7 @@ type upConn struct {
 	// EOF is seen and the request retried.
 	raw  *rawio.Conn
 	warm bool
+	rdl  time.Time // the read deadline set last (fast.go); zero: none
 	hold bool
 	out  []byte
 }
