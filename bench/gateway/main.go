@@ -258,11 +258,14 @@ func run() error {
 			if s.rate == 0 {
 				r, err = wrk(ctx, one, s.url, "", s.ps)
 			} else {
-				gc0, pre0 := gcs(), preemptions(s.ps)
+				// Run-queue waits of the generator (this process), nginx,
+				// Sluice (in both configs: idle without) and the upstream.
+				waited := []int{os.Getpid(), s.ps[0].Cmd.Process.Pid, sluice.Cmd.Process.Pid, up.Cmd.Process.Pid}
+				gc0, wait0 := gcs(), runqueueWaits(waited)
 				r, err = paced(ctx, o, s.url, s.rate, s.ps)
 				r.gcs = gcs() - gc0
-				for i, p := range preemptions(s.ps) {
-					r.preemptions = append(r.preemptions, p-pre0[i])
+				for i, w := range runqueueWaits(waited) {
+					r.waits = append(r.waits, w-wait0[i])
 				}
 				if errors.Is(err, harness.ErrShortfall) {
 					fmt.Fprintf(os.Stderr, "gateway: SHORTFALL, %s: %v\n", s.url, err)
@@ -309,18 +312,19 @@ type result struct {
 	p50, p99      time.Duration
 	cpuPerRequest []time.Duration // per server process, in the order given
 	paced         *harness.PacedResult
-	short         bool    // paced, and short of the asked rate by more than 3 %
-	gcs           int     // paced: Sluice's garbage collections during the step
-	preemptions   []int64 // paced: involuntary context switches per server process
+	short         bool            // paced, and short of the asked rate by more than 3 %
+	gcs           int             // paced: Sluice's garbage collections during the step
+	waits         []time.Duration // paced: run-queue waits of the generator, nginx, Sluice, the upstream
 }
 
-// preemptions reads harness.Preemptions of each process (0 if unreadable).
-func preemptions(ps []*harness.Proc) []int64 {
-	n := make([]int64, len(ps))
-	for i, p := range ps {
-		n[i], _ = harness.Preemptions(p.Cmd.Process.Pid)
+// runqueueWaits reads harness.RunqueueWait of each process (0 if
+// unreadable).
+func runqueueWaits(pids []int) []time.Duration {
+	w := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		w[i], _ = harness.RunqueueWait(pid)
 	}
-	return n
+	return w
 }
 
 // wrk runs one closed-loop step and reads the servers' CPU time around it.
@@ -374,9 +378,9 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	row("nginx → upstream, one connection", sw)
 	row("nginx + Sluice → upstream, one connection", sa)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Paced, open loop (uniform schedule, latency from each request's intended send time; send lag: how late the generator sent; CPU pressure: share of the step during which some task of the machine waited for a core; preemptions: involuntary context switches per 1,000 requests; GCs: Sluice's garbage collections in the step):")
+	fmt.Fprintln(w, "Paced, open loop (uniform schedule, latency from each request's intended send time; send lag: how late the generator sent; CPU pressure: share of the step during which some task of the machine waited for a core; run-queue wait: time each process spent ready to run but waiting for a core, per request (/proc/PID/task/*/schedstat); GCs: Sluice's garbage collections in the step):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | CPU pressure | preemptions nginx / Sluice | Sluice GCs | generator CPU/request |")
+	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | CPU pressure | run-queue wait/request: generator / nginx / Sluice / upstream | Sluice GCs | generator CPU/request |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range []struct {
 		name string
@@ -387,16 +391,11 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 		if c.r.short {
 			short = " **SHORT**"
 		}
-		pre := "–"
-		if pr := c.r.preemptions; len(pr) > 0 {
-			per := func(n int64) float64 { return 1000 * float64(n) / float64(p.Sent) }
-			pre = fmt.Sprintf("%.1f", per(pr[0]))
-			if len(pr) > 1 {
-				pre += fmt.Sprintf(" / %.1f", per(pr[1]))
-			} else {
-				pre += " / –"
-			}
+		var waits []string
+		for _, d := range c.r.waits {
+			waits = append(waits, fmt.Sprintf("%.1f", us(d)/float64(p.Sent)))
 		}
+		pre := strings.Join(waits, " / ") + " µs"
 		fmt.Fprintf(w, "| %s | %.0f | %.0f%s | %d | %v | %v | %v | %v | %v | %v | %.0f%% | %s | %d | %.1f µs |\n", c.name, p.Asked, p.Achieved, short, p.Conns,
 			round(p.P50), round(p.P90), round(p.P99), round(p.P999), round(p.Max), round(p.LagP99), 100*p.CPUPressure, pre, c.r.gcs, us(p.CPUPerRequest))
 	}

@@ -315,12 +315,12 @@ http {
 	return s.Start(ctx, "nginx", "nginx", "-p", dir, "-c", path, "-g", "daemon off;")
 }
 
-// Preemptions is how many times the threads of the process were switched
-// off a CPU involuntarily (their time slice ended, another task was
-// preferred), summed over /proc/PID/task/*/status: on a busy machine, each
-// is a wait for a core in the middle of the process's work.
-func Preemptions(pid int) (int64, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+// RunqueueWait is how long the threads of the process have waited, ready
+// to run, for a CPU (the second field of /proc/PID/task/*/schedstat,
+// summed): on a busy machine, latency added in the middle of the
+// process's work that no code of its own can help.
+func RunqueueWait(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
 		return 0, fmt.Errorf("no tasks for pid %d: %v", pid, err)
 	}
@@ -330,16 +330,15 @@ func Preemptions(pid int) (int64, error) {
 		if err != nil {
 			continue // a thread that ended meanwhile
 		}
-		_, rest, ok := bytes.Cut(b, []byte("nonvoluntary_ctxt_switches:"))
-		if !ok {
-			return 0, fmt.Errorf("%s: no nonvoluntary_ctxt_switches", t)
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, fmt.Errorf("%s: %q", t, b)
 		}
-		line, _, _ := bytes.Cut(rest, []byte("\n"))
-		v, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 10, 64)
+		v, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", t, err)
 		}
 		n += v
 	}
-	return n, nil
+	return time.Duration(n), nil
 }
