@@ -19,7 +19,10 @@
 // latency; the run fails, after printing its report, if a paced step got
 // less than 97 % of the rate asked. wrk's own pacing (a per-connection
 // delay) cannot do this: it fell 18 % short and fired its connections in
-// bursts (BENCHMARKS.md).
+// bursts (BENCHMARKS.md). Per paced step the report also says where a
+// tail can come from on 2 shared cores: the machine's CPU pressure (PSI),
+// each process's run-queue wait per request (schedstat) and Sluice's
+// garbage collections (GODEBUG=gctrace=1 in its log).
 //
 // Needs nginx, wrk and go on PATH (Linux only: /proc, timerfd). nginx
 // runs as one process (master_process off) so that its CPU time is one
@@ -52,6 +55,7 @@ type options struct {
 	threads  int
 	conns    int
 	runs     int
+	procs    int // Sluice's GOMAXPROCS, 0 for Go's default
 }
 
 func main() {
@@ -71,6 +75,7 @@ func run() error {
 	flag.IntVar(&o.threads, "t", 1, "wrk threads")
 	flag.IntVar(&o.conns, "c", 64, "wrk connections")
 	flag.IntVar(&o.runs, "runs", 2, "closed-loop runs per config, interleaved; the report keeps each config's best (other load on a shared machine only ever slows a run down)")
+	flag.IntVar(&o.procs, "sluice-gomaxprocs", 0, "run Sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
 	flag.Parse()
 	if o.duration <= 0 || o.duration > 20*time.Second || o.runs < 1 || o.runs > 5 {
 		return errors.New("-d must be in (0, 20s] and -runs in 1..5")
@@ -144,6 +149,9 @@ func run() error {
 	sluice := &harness.Proc{Name: "sluice", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluiceBin, "serve", "-config", sluiceConf)}
 	sluice.Cmd.Stdout, sluice.Cmd.Stderr = logFile, logFile
 	sluice.Cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	if o.procs > 0 {
+		sluice.Cmd.Env = append(sluice.Cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", o.procs))
+	}
 	if err := sluice.Cmd.Start(); err != nil {
 		return fmt.Errorf("start sluice: %w", err)
 	}
