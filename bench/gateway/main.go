@@ -386,10 +386,10 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	row("nginx → upstream, one connection", sw)
 	row("nginx + Sluice → upstream, one connection", sa)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Paced, open loop (uniform schedule, latency from each request's intended send time; send lag: how late the generator sent; CPU pressure: share of the step during which some task of the machine waited for a core; run-queue wait: time each process spent ready to run but waiting for a core, per request (/proc/PID/task/*/schedstat); GCs: Sluice's garbage collections in the step):")
+	fmt.Fprintln(w, "Paced, open loop (uniform schedule, latency from each request's intended send time; send lag: how late the generator sent; from the send: latency as a closed-loop tool would time it, without the send lag (it hides queueing: shown to tell the servers' share of a tail from the generator's); CPU pressure: share of the step during which some task of the machine waited for a core; run-queue wait: time each process spent ready to run but waiting for a core, per request (/proc/PID/task/*/schedstat); GCs: Sluice's garbage collections in the step):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | CPU pressure | run-queue wait/request: generator / nginx / Sluice / upstream | Sluice GCs | generator CPU/request |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| config | asked/s | achieved/s | conns | p50 | p90 | p99 | p99.9 | max | send lag p99 | p50 / p99 from the send | CPU pressure | run-queue wait/request: generator / nginx / Sluice / upstream | Sluice GCs | generator CPU/request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range []struct {
 		name string
 		r    result
@@ -404,16 +404,17 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 			waits = append(waits, fmt.Sprintf("%.1f", us(d)/float64(p.Sent)))
 		}
 		pre := strings.Join(waits, " / ") + " µs"
-		fmt.Fprintf(w, "| %s | %.0f | %.0f%s | %d | %v | %v | %v | %v | %v | %v | %.0f%% | %s | %d | %.1f µs |\n", c.name, p.Asked, p.Achieved, short, p.Conns,
-			round(p.P50), round(p.P90), round(p.P99), round(p.P999), round(p.Max), round(p.LagP99), 100*p.CPUPressure, pre, c.r.gcs, us(p.CPUPerRequest))
+		fmt.Fprintf(w, "| %s | %.0f | %.0f%s | %d | %v | %v | %v | %v | %v | %v | %v / %v | %.0f%% | %s | %d | %.1f µs |\n", c.name, p.Asked, p.Achieved, short, p.Conns,
+			round(p.P50), round(p.P90), round(p.P99), round(p.P999), round(p.Max), round(p.LagP99), round(p.SentP50), round(p.SentP99),
+			100*p.CPUPressure, pre, c.r.gcs, us(p.CPUPerRequest))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- with the auth_request to Sluice: %.0f%% of nginx's own throughput (target ≥ 50%%)\n", 100*best[1].rps/best[0].rps)
 	fmt.Fprintf(w, "- closed loop: Sluice adds %v at p50, %v at p99\n", best[1].p50-best[0].p50, best[1].p99-best[0].p99)
 	added := func(name string, r float64, a, b result) {
-		fmt.Fprintf(w, "- paced at %s (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50, %v at p90, %v at p99 and %v at p99.9; CPU pressure %.0f%% → %.0f%%\n",
+		fmt.Fprintf(w, "- paced at %s (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50, %v at p90, %v at p99 and %v at p99.9 (from the send: %v at p50, %v at p99); CPU pressure %.0f%% → %.0f%%\n",
 			name, r, a.rps, b.rps, round(b.p50-a.p50), round(b.paced.P90-a.paced.P90), round(b.p99-a.p99), round(b.paced.P999-a.paced.P999),
-			100*a.paced.CPUPressure, 100*b.paced.CPUPressure)
+			round(b.paced.SentP50-a.paced.SentP50), round(b.paced.SentP99-a.paced.SentP99), 100*a.paced.CPUPressure, 100*b.paced.CPUPressure)
 	}
 	added("half of the with-Sluice peak (target < 1ms at p99)", rate, pw, pa)
 	added("a quarter of it", rate/2, qw, qa)

@@ -51,8 +51,13 @@ type PacedResult struct {
 	// already inside the latencies, shown apart to tell the generator's
 	// share.
 	LagP50, LagP99, LagMax time.Duration
-	CPUPerRequest          time.Duration   // this process's CPU (rusage) per request: the generator's if the process does nothing else
-	ServerCPU              []time.Duration // per server process (utime+stime) per request, in the order given
+	// SentP50 and SentP99: latency from the actual send, as a closed-loop
+	// tool times it: without the generator's lateness nor any wait for a
+	// connection. Not the measure (it hides queueing); shown to tell the
+	// servers' share of a tail from the generator's.
+	SentP50, SentP99 time.Duration
+	CPUPerRequest    time.Duration   // this process's CPU (rusage) per request: the generator's if the process does nothing else
+	ServerCPU        []time.Duration // per server process (utime+stime) per request, in the order given
 	// CPUPressure is the share of the step's time during which some task
 	// of the machine was ready to run and waited for a CPU (Linux PSI,
 	// /proc/pressure/cpu "some"; -1 where the kernel has none): queueing
@@ -121,6 +126,14 @@ func Paced(ctx context.Context, o PacedOptions, servers ...*Proc) (PacedResult, 
 	if psiBefore >= 0 && psi >= 0 {
 		r.CPUPressure = float64(psi) / float64(wall)
 	}
+	sent := make([]int64, 0, len(l.lat))
+	for i, v := range l.lat {
+		if v != failed {
+			sent = append(sent, v-l.lag[i])
+		}
+	}
+	slices.Sort(sent)
+	r.SentP50, r.SentP99 = rank(sent, 0.50), rank(sent, 0.99)
 	ok := slices.DeleteFunc(l.lat, func(v int64) bool { return v == failed })
 	r.Answered = int64(len(ok))
 	r.Achieved = float64(r.Answered) / max(o.Duration, r.Elapsed).Seconds()

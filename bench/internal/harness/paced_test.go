@@ -94,6 +94,9 @@ func TestPacedLatencyFromIntendedTime(t *testing.T) {
 	if r.P90 < 50*time.Millisecond || r.LagMax < 50*time.Millisecond {
 		t.Fatalf("p90 %v, max lag %v; want both at least 50ms (the stall)", r.P90, r.LagMax)
 	}
+	if r.SentP50 > r.P50 || r.SentP99 > r.P99 {
+		t.Fatalf("from the send p50 %v p99 %v, above the latencies from the intended time %v %v", r.SentP50, r.SentP99, r.P50, r.P99)
+	}
 }
 
 // A server too slow for the rate (one connection, at least 2 ms per
