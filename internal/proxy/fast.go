@@ -199,6 +199,7 @@ func tokenIn(vv []string, tok string) bool {
 // the decision whose headers the response carries.
 func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
 	ctx := r.Context()
+	now := time.Now() // the one clock reading of the request: pool, deadline
 	var (
 		c    *upConn
 		resp *http.Response
@@ -210,7 +211,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	// answer is sent again once, on a new connection.
 	for attempt := 0; ; attempt++ {
 		var reused bool
-		c, reused, err = p.pool.get(ctx)
+		c, reused, err = p.pool.get(ctx, now)
 		if err != nil {
 			break
 		}
@@ -218,7 +219,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		// unblocks the connection's reads and writes; the connection is
 		// then closed, not pooled.
 		stop = h1.AfterFunc(ctx, c.abort)
-		resp, err = p.roundTrip(w, c, r, ip)
+		resp, err = p.roundTrip(w, c, r, ip, now)
 		if err == nil {
 			break
 		}
@@ -260,7 +261,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	// resp may be c's own: nothing of it is read once c is pooled.
 	trailer := resp.Trailer
 	if reuse {
-		p.pool.put(c)
+		p.pool.put(c, now)
 	} else {
 		c.nc.Close()
 	}
@@ -285,7 +286,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 
 // roundTrip sends r on c and reads the response's head: 1xx answers
 // (103 Early Hints) are relayed to w as ReverseProxy does.
-func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip netip.Addr) (*http.Response, error) {
+func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip netip.Addr, now time.Time) (*http.Response, error) {
 	c.hold = c.raw != nil && c.warm // sent by the first read (pool.go)
 	p.writeRequest(c, r, ip)
 	err := c.bw.Flush()
@@ -298,7 +299,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		// answer stays (the timer is updated about once per rht/64
 		// under load, not per request; the timeout may come up to that
 		// much early).
-		if want := time.Now().Add(p.rht); c.rdl.IsZero() || want.Sub(c.rdl) >= p.rht/64 {
+		if want := now.Add(p.rht); c.rdl.IsZero() || want.Sub(c.rdl) >= p.rht/64 {
 			c.rdl = want
 			c.nc.SetReadDeadline(want)
 		}

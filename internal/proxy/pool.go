@@ -88,9 +88,9 @@ func (c *upConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// get returns an idle connection (reused: true) or a new one.
-func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
-	now := time.Now()
+// get returns an idle connection (reused: true) or a new one; now is the
+// time (the caller's reading, one per request).
+func (p *pool) get(ctx context.Context, now time.Time) (c *upConn, reused bool, err error) {
 	p.mu.Lock()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		c := p.idle[n-1]
@@ -117,11 +117,13 @@ func (p *pool) get(ctx context.Context) (c *upConn, reused bool, err error) {
 	return c, false, nil
 }
 
-// put gives c back, or closes it when the pool is full. Connections idle
-// for idleTimeout are closed on the way: get takes from the top, so the
-// bottom of the pool is where they age.
-func (p *pool) put(c *upConn) {
-	c.used = time.Now()
+// put gives c back, or closes it when the pool is full; now is the time
+// its request started (one clock reading per request: after a long
+// answer, the connection counts as idle for longer than it was).
+// Connections idle for idleTimeout are closed on the way: get takes from
+// the top, so the bottom of the pool is where they age.
+func (p *pool) put(c *upConn, now time.Time) {
+	c.used = now
 	var stale []*upConn
 	p.mu.Lock()
 	n := 0
