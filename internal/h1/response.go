@@ -294,13 +294,37 @@ func writeHeaders(bw *bufio.Writer, h http.Header, skip func(string) bool) {
 var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 func writeField(bw *bufio.Writer, k, v string) {
-	if strings.ContainsAny(v, "\r\n") {
-		v = newlineToSpace.Replace(v)
+	if !plainValue(v) {
+		if strings.ContainsAny(v, "\r\n") {
+			v = newlineToSpace.Replace(v)
+		}
+		v = textproto.TrimString(v)
 	}
 	bw.WriteString(k)
 	bw.WriteString(": ")
-	bw.WriteString(textproto.TrimString(v))
+	bw.WriteString(v)
 	bw.WriteString("\r\n")
+}
+
+// plainValue reports whether v is written as it is: no CR or LF, and no
+// space or tab to trim at either end (the common case, checked in one
+// pass).
+func plainValue(v string) bool {
+	if v == "" {
+		return true
+	}
+	if c := v[0]; c == ' ' || c == '\t' {
+		return false
+	}
+	if c := v[len(v)-1]; c == ' ' || c == '\t' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '\r' || c == '\n' {
+			return false
+		}
+	}
+	return true
 }
 
 func hasPrefixedKey(h http.Header) (string, bool) {

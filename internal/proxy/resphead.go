@@ -95,7 +95,7 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
 		if colon <= 0 {
 			return false
 		}
-		k, v := line[:colon], strings.Trim(line[colon+1:], " \t")
+		k, v := line[:colon], trimOWS(line[colon+1:])
 		for i := 0; i < len(k); i++ {
 			if !tokenChar(k[i]) {
 				return false
@@ -106,7 +106,9 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
 				return false
 			}
 		}
-		k = textproto.CanonicalMIMEHeaderKey(k)
+		if !canonicalKey(k) {
+			k = textproto.CanonicalMIMEHeaderKey(k)
+		}
 		switch k {
 		case "Transfer-Encoding", "Trailer":
 			return false
@@ -141,6 +143,32 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
 	*resp = http.Response{
 		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, ContentLength: cl, Close: closes,
+	}
+	return true
+}
+
+// trimOWS trims spaces and tabs at both ends, as strings.Trim(s, " \t").
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// canonicalKey reports whether k, of token characters, is already in
+// canonical form (upper case after '-' and at the start, lower case
+// elsewhere), so textproto.CanonicalMIMEHeaderKey would return it as it is.
+func canonicalKey(k string) bool {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return false
+		}
+		upper = c == '-'
 	}
 	return true
 }
