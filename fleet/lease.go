@@ -36,6 +36,14 @@ type LeaseOptions struct {
 	// OnLease, if set, is called after every reservation with the units
 	// asked and granted, how long the round trip took, and its error.
 	OnLease func(asked, granted int64, took time.Duration, err error)
+	// MaxKeys bounds the keys Lease holds (a lease and the store's state
+	// at its grant, about two hundred bytes each); 0 means
+	// DefaultLeaseMaxKeys. While it holds that many, and none can be let
+	// go (idle a period, with no unit reserved and no refusal pending), a
+	// key it does not hold is decided in the shared store, exactly (one
+	// round trip, as without Lease: still never over the limit), and
+	// counted in LeaseStats.Overflow.
+	MaxKeys int
 }
 
 // Validate reports whether o can be used.
@@ -43,7 +51,7 @@ func (o LeaseOptions) Validate() error {
 	if o.Chunk < 0 {
 		return fmt.Errorf("fleet: lease: chunk %d must not be negative (0 is auto)", o.Chunk)
 	}
-	return nil
+	return checkMaxKeys("lease", o.MaxKeys)
 }
 
 // autoShare is the part of what is left that an auto lease reserves.
@@ -77,9 +85,10 @@ type Lease struct {
 	mu     sync.Mutex
 	keys   map[nsKey]*leaseEntry
 	sweep  int // sweep the keys when there are more than this
+	skip   int // new keys refused at MaxKeys before the next sweep for room
 	closed atomic.Bool
 
-	calls, granted, returned, spent, local atomic.Uint64
+	calls, granted, returned, spent, local, overflow atomic.Uint64
 }
 
 var _ sluice.Store = (*Lease)(nil)
@@ -111,6 +120,7 @@ func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry), sweep: minSweep}, nil
 }
 
@@ -128,6 +138,7 @@ type LeaseStats struct {
 	Returned uint64 // units given back: expired, and by Close
 	Spent    uint64 // units spent on admitted requests
 	Local    uint64 // decisions made locally
+	Overflow uint64 // decisions made in the shared store: the key was new and MaxKeys were held
 	Keys     int    // keys held now
 }
 
@@ -136,15 +147,20 @@ func (l *Lease) Stats() LeaseStats {
 	l.mu.Lock()
 	n := len(l.keys)
 	l.mu.Unlock()
-	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Keys: n}
+	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Overflow: l.overflow.Load(), Keys: n}
 }
 
-// entry returns r's entry, locked.
-func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) *leaseEntry {
+// entry returns r's entry, locked; errFull if r's key is new and MaxKeys
+// keys are held.
+func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) (*leaseEntry, error) {
 	us := r.Now.UnixMicro()
 	for {
 		l.mu.Lock()
 		e := l.keys[keyOf(r)]
+		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(us) {
+			l.mu.Unlock()
+			return nil, errFull
+		}
 		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
 			// New, or its rule changed: units reserved under the old
 			// limit expire with their window.
@@ -158,10 +174,27 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) *leaseEntry {
 		e.mu.Lock()
 		if !e.dead.Load() {
 			e.used = max(e.used, us)
-			return e
+			return e, nil
 		}
 		e.mu.Unlock()
 	}
+}
+
+// roomLocked sweeps the keys for room for a new one at MaxKeys, and reports
+// whether there is. A sweep that frees nothing is not tried again for the
+// next MaxKeys/16 new keys (decided in the store meanwhile), so that its
+// cost, a pass over the keys, stays a few steps per decision. l.mu is held.
+func (l *Lease) roomLocked(us int64) bool {
+	if l.skip > 0 {
+		l.skip--
+		return false
+	}
+	l.sweepLocked(us)
+	if full(len(l.keys), l.opts.MaxKeys) {
+		l.skip = l.opts.MaxKeys / 16
+		return false
+	}
+	return true
 }
 
 // minSweep is the fewest keys a Lease keeps before it sweeps.
@@ -204,7 +237,11 @@ func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, e
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("fleet: lease: take %q: %w", r.Key, err)
 	}
-	e := l.entry(r, t)
+	e, err := l.entry(r, t)
+	if err == errFull {
+		l.overflow.Add(1)
+		return l.inner.Take(ctx, *r)
+	}
 	defer e.mu.Unlock()
 	var d sluice.Decision
 	if err := l.ensure(ctx, e, r, r.Cost, &d); err != nil {

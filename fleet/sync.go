@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -46,19 +45,12 @@ type SyncOptions struct {
 	MaxKeys int
 }
 
-// DefaultSyncMaxKeys is SyncOptions.MaxKeys's default: about 30 MB of
-// views.
-const DefaultSyncMaxKeys = 100_000
-
 // Validate reports whether o can be used.
 func (o SyncOptions) Validate() error {
 	if o.Interval <= 0 {
 		return fmt.Errorf("fleet: sync: interval %v must be positive", o.Interval)
 	}
-	if o.MaxKeys < 0 {
-		return fmt.Errorf("fleet: sync: max keys %d must not be negative", o.MaxKeys)
-	}
-	return nil
+	return checkMaxKeys("sync", o.MaxKeys)
 }
 
 // Sync is a soft limit: a sluice.Store that decides locally, from its last
@@ -160,9 +152,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if o.MaxKeys == 0 {
-		o.MaxKeys = DefaultSyncMaxKeys
-	}
+	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s, nil
@@ -201,9 +191,6 @@ func (s *Sync) Stats() SyncStats {
 		Overshoot: s.overshoot.Load(), MaxOvershoot: s.maxOvershoot.Load(),
 	}
 }
-
-// errFull is acquire's answer for a new key while MaxKeys keys are held.
-var errFull = errors.New("fleet: sync: full")
 
 // check validates what the local path needs.
 func check(r *sluice.Request) (sluice.Ticks, error) {
@@ -343,7 +330,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
-		if e == nil && len(s.keys) >= s.opts.MaxKeys {
+		if e == nil && full(len(s.keys), s.opts.MaxKeys) {
 			s.mu.Unlock()
 			return nil, false, errFull
 		}

@@ -93,6 +93,7 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 	}()
 	allowed := true
 	over := 0
+	overflowed := map[nsKey]bool{}
 	for _, i := range loc {
 		r := &rs[i]
 		e := entries[keyOf(r)]
@@ -101,9 +102,15 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
 			}
 			var err error
-			if e, _, err = s.acquire(ctx, r, ticks[i], nil); err == errFull {
+			if overflowed[keyOf(r)] {
+				err = errFull // the same key again: the store's too
+			} else {
+				e, _, err = s.acquire(ctx, r, ticks[i], nil)
+			}
+			if err == errFull {
 				s.overflow.Add(1)
 				over++
+				overflowed[keyOf(r)] = true
 				rem = append(rem, i) // decided with the shared store's part, below
 				continue
 			} else if err != nil {
@@ -174,11 +181,24 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		}
 	}()
 	allowed := true
+	over := 0
+	overflowed := map[nsKey]bool{}
 	for _, i := range loc {
 		r := &rs[i]
 		e := entries[keyOf(r)]
 		if e == nil {
-			e = l.entry(r, ticks[i])
+			if overflowed[keyOf(r)] {
+				e, err = nil, errFull // the same key again: the store's too
+			} else {
+				e, err = l.entry(r, ticks[i])
+			}
+			if err == errFull {
+				l.overflow.Add(1)
+				over++
+				overflowed[keyOf(r)] = true
+				rem = append(rem, i) // decided with the shared store's part, below
+				continue
+			}
 			held = append(held, e)
 			entries[keyOf(r)] = e
 		} else if e.alg != r.Algorithm || e.limit != r.Limit {
@@ -193,7 +213,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	if allowed, err = takeRest(ctx, l.inner, rs, ds, rem, allowed); err != nil {
 		return err
 	}
-	l.local.Add(uint64(len(loc)))
+	l.local.Add(uint64(len(loc) - over))
 	if !allowed {
 		return nil
 	}
@@ -202,8 +222,9 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		l.spent.Add(uint64(n))
 	}
 	for _, i := range loc {
-		e := entries[keyOf(&rs[i])]
-		e.info(rs[i].Now.UnixMicro(), &ds[i])
+		if e := entries[keyOf(&rs[i])]; e != nil { // nil: over MaxKeys, the store's
+			e.info(rs[i].Now.UnixMicro(), &ds[i])
+		}
 	}
 	return nil
 }

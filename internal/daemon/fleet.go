@@ -381,12 +381,13 @@ var (
 	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
 	descLeaseReturned = prometheus.NewDesc("sluice_fleet_lease_units_returned_total", "Units of quota given back (expired, or at shutdown), by chunk.", []string{"chunk"}, nil)
 	descLeaseSpent    = prometheus.NewDesc("sluice_fleet_lease_units_spent_total", "Units of quota spent on admitted requests, by chunk.", []string{"chunk"}, nil)
+	descLeaseOverflow = prometheus.NewDesc("sluice_fleet_lease_overflow_total", "Decisions of lease rules made exactly in Redis because the instance held its most keys (fleet.DefaultLeaseMaxKeys), none could be let go, and the key was new, by chunk.", []string{"chunk"}, nil)
 	descRuleMode      = prometheus.NewDesc("sluice_rule_fleet_mode", "How each rule counts across the fleet: 1 for its mode (exact, sync or lease).", []string{"rule", "mode"}, nil)
 )
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOverflow, descSyncOvershoot,
-		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descRuleMode} {
+		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descLeaseOverflow, descRuleMode} {
 		ch <- d
 	}
 }
@@ -417,6 +418,7 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLeaseGranted, st.Granted, l)
 		counter(descLeaseReturned, st.Returned, l)
 		counter(descLeaseSpent, st.Spent, l)
+		counter(descLeaseOverflow, st.Overflow, l)
 	}
 	seen := map[string]bool{}
 	for _, m := range *f.modes.Load() {
