@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +50,7 @@ func TestFlatBatch(t *testing.T) {
 			}
 			b := &s.batchers[alg]
 			before := b.batches.Load()
+			times := timeCalls(t, admin)
 			const n = 31
 			ds := make([]sluice.Decision, n)
 			errs := make([]error, n)
@@ -65,6 +68,11 @@ func TestFlatBatch(t *testing.T) {
 			wg.Wait()
 			if got := b.batches.Load() - before; got != 1 {
 				t.Errorf("%s: %d batch calls, want 1 (30 Takes queued behind the first)", name, got)
+			}
+			// With Redis' clock, the lone first Take reads TIME, and the
+			// batch once for its 30 requests.
+			if got, want := timeCalls(t, admin)-times, map[bool]int64{false: 0, true: 2}[redisTime]; got != want {
+				t.Errorf("%s: Redis ran TIME %d times for the lone Take and the batch of 30, want %d", name, got, want)
 			}
 			ref := sluicetest.NewReference()
 			want, got := map[string]int{}, map[string]int{}
@@ -95,6 +103,26 @@ func TestFlatBatch(t *testing.T) {
 		}
 		s.Close()
 	}
+}
+
+// timeCalls is how many TIME commands Redis has run (INFO commandstats).
+func timeCalls(t *testing.T, c rueidis.Client) int64 {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO commandstats: %q", line)
+			}
+			return v
+		}
+	}
+	return 0 // never run yet
 }
 
 func waitFor(t *testing.T, cond func() bool) {
