@@ -41,13 +41,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -109,6 +109,7 @@ type options struct {
 	keep     bool
 	ref      string
 	only     string
+	client   string
 }
 
 func ints(s string) ([]int, error) {
@@ -139,7 +140,14 @@ func run() error {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	flag.StringVar(&o.ref, "reference", "", "`binary` of Envoy's reference rate limit service (go build ./src/service_cmd in envoyproxy/ratelimit) to run beside Sluice")
 	flag.StringVar(&o.only, "only", "", "run only the servers whose name contains this `text` (and the floor), e.g. -only Redis")
+	flag.StringVar(&o.client, "client", "lean", "the load generator's client: lean (requests encoded once, one context per worker; see client.go) or proto (grpc-go's generated client, a message and a timeout per call)")
 	flag.Parse()
+	if o.client != "lean" && o.client != "proto" {
+		return errors.New("-client: lean or proto")
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(400) // the generator's own collector: see client.go
+	}
 	var err error
 	if o.conc, err = ints(conc); err != nil {
 		return err
@@ -191,7 +199,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := procs.StartRedis(ctx, redisAddr, dir); err != nil {
+	redisP, err := procs.StartRedis(ctx, redisAddr, dir)
+	if err != nil {
 		return err
 	}
 	desc := filepath.Join(dir, "ratelimit.yaml")
@@ -231,7 +240,7 @@ func run() error {
 		name  string
 		addr  string
 		p     *harness.Proc
-		redis string
+		redis string // Redis' address, "" when the server does not use it
 	}
 	targets := []target{
 		{"bare grpc-go (floor)", bareAddr, bareP, ""},
@@ -267,14 +276,18 @@ func run() error {
 	for _, tg := range targets {
 		for _, c := range o.conc {
 			for _, k := range o.keys {
-				r, err := measure(ctx, o, tg.addr, tg.p, tg.redis, c, k)
+				rp := redisP
+				if tg.redis == "" {
+					rp = nil
+				}
+				r, err := measure(ctx, o, tg.addr, tg.p, tg.redis, rp, c, k)
 				if err != nil {
 					return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.Logs.String())
 				}
 				r.target = tg.name
 				rows = append(rows, r)
-				fmt.Fprintf(os.Stderr, "  %-22s c=%-4d keys=%-6d %9.0f/s p50 %6.2fms p99 %6.2fms cpu %5.1fµs redis calls %.2f cmds %.2f\n",
-					r.target, c, k, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), r.redisCalls, r.redisCmds)
+				fmt.Fprintf(os.Stderr, "  %-22s c=%-4d keys=%-6d %9.0f/s p50 %6.2fms p99 %6.2fms cpu %5.1fµs client %5.1fµs redis %5.1fµs calls %.2f cmds %.2f\n",
+					r.target, c, k, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), us(r.clientCPU), us(r.redisCPU), r.redisCalls, r.redisCmds)
 			}
 		}
 	}
@@ -289,6 +302,8 @@ type row struct {
 	rate          float64
 	p50, p99      time.Duration
 	cpu           time.Duration // server CPU per decision
+	clientCPU     time.Duration // the load generator's CPU per call
+	redisCPU      time.Duration // Redis' CPU per decision; -1 when no Redis
 	redisCmds     float64       // Redis commands per decision, those run by scripts included; -1 when no Redis
 	redisCalls    float64       // script calls (round trips) per decision; -1 when no Redis
 	overallOK     int64
@@ -300,10 +315,14 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 // measure runs one cell: c workers over o.conns connections for
 // o.duration, after a short warm-up.
-func measure(ctx context.Context, o options, addr string, p *harness.Proc, redisAddr string, c, keys int) (row, error) {
+func measure(ctx context.Context, o options, addr string, p *harness.Proc, redisAddr string, redisP *harness.Proc, c, keys int) (row, error) {
 	conns := make([]*grpc.ClientConn, o.conns)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if o.client == "lean" {
+		dial = append(dial, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+	}
 	for i := range conns {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, dial...)
 		if err != nil {
 			return row{}, err
 		}
@@ -314,13 +333,24 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 	for i := range names {
 		names[i] = "k" + strconv.Itoa(i)
 	}
-	call := func(cl rlsv3.RateLimitServiceClient, rnd *rand.Rand) (bool, error) {
-		req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
-			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "key", Value: names[rnd.IntN(keys)]}},
-		}}}
+	raws, err := encodeRequests(names)
+	if err != nil {
+		return row{}, err
+	}
+	// call makes one call; wctx is the worker's context, whose deadline
+	// is the end of the phase plus 10 s.
+	call := func(wctx context.Context, cc *grpc.ClientConn, cl rlsv3.RateLimitServiceClient, rnd *rand.Rand) (bool, error) {
+		i := rnd.IntN(keys)
+		if o.client == "lean" {
+			var rep codeReply
+			if err := cc.Invoke(wctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &raws[i], &rep); err != nil {
+				return false, err
+			}
+			return rep.code == rlsv3.RateLimitResponse_OK, nil
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		resp, err := cl.ShouldRateLimit(cctx, req)
+		resp, err := cl.ShouldRateLimit(cctx, request(names[i]))
 		if err != nil {
 			return false, err
 		}
@@ -337,14 +367,17 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 		stop := time.Now().Add(d)
 		for w := range c {
 			wg.Go(func() {
-				cl := rlsv3.NewRateLimitServiceClient(conns[w%len(conns)])
+				cc := conns[w%len(conns)]
+				cl := rlsv3.NewRateLimitServiceClient(cc)
+				wctx, cancel := context.WithDeadline(ctx, stop.Add(10*time.Second))
+				defer cancel()
 				rnd := rand.New(rand.NewPCG(uint64(w), 42))
 				local := make([]time.Duration, 0, 4096)
 				var n, errs, ok int64
 				var err1 error
 				for time.Now().Before(stop) {
 					t0 := time.Now()
-					good, err := call(cl, rnd)
+					good, err := call(wctx, cc, cl, rnd)
 					local = append(local, time.Since(t0))
 					n++
 					if err != nil {
@@ -386,6 +419,13 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 	if err != nil {
 		return row{}, err
 	}
+	var rcpu0 time.Duration
+	if redisP != nil {
+		if rcpu0, err = harness.CPUTime(redisP.Cmd.Process.Pid); err != nil {
+			return row{}, err
+		}
+	}
+	self0 := selfCPU()
 	var calls0, cmds0 int64
 	if redisAddr != "" {
 		if calls0, cmds0, err = harness.RedisCalls(redisAddr); err != nil {
@@ -395,6 +435,7 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 	t0 := time.Now()
 	r, err := phase(o.duration, true)
 	elapsed := time.Since(t0)
+	self1 := selfCPU()
 	if err != nil {
 		return r, err
 	}
@@ -405,7 +446,15 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 	r.conc, r.keys = c, keys
 	r.rate = float64(r.n) / elapsed.Seconds()
 	r.cpu = (cpu1 - cpu0) / time.Duration(r.n)
-	r.redisCmds, r.redisCalls = -1, -1
+	r.clientCPU = (self1 - self0) / time.Duration(r.n)
+	r.redisCmds, r.redisCalls, r.redisCPU = -1, -1, -1
+	if redisP != nil {
+		rcpu1, err := harness.CPUTime(redisP.Cmd.Process.Pid)
+		if err != nil {
+			return row{}, err
+		}
+		r.redisCPU = (rcpu1 - rcpu0) / time.Duration(r.n)
+	}
 	if redisAddr != "" {
 		calls1, cmds1, err := harness.RedisCalls(redisAddr)
 		if err != nil {
@@ -450,8 +499,8 @@ func startReference(ctx context.Context, procs *harness.Procs, bin, dir, redisAd
 }
 
 func report(o options, rows []row) {
-	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
-		len(rows), o.duration, o.conns, harness.LoadAvg(), harness.NumCPU())
+	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, the %s client, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
+		len(rows), o.duration, o.conns, o.client, harness.LoadAvg(), harness.NumCPU())
 	floor := map[[2]int]row{}
 	ref := map[[2]int]row{}
 	for _, r := range rows {
@@ -462,8 +511,8 @@ func report(o options, rows []row) {
 			ref[[2]int{r.conc, r.keys}] = r
 		}
 	}
-	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis script calls/decision | Redis commands/decision |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis CPU µs/decision | client CPU µs/call | Redis script calls/decision | Redis commands/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		ratio := "—"
 		if f, ok := floor[[2]int{r.conc, r.keys}]; ok && f.cpu > 0 {
@@ -473,11 +522,14 @@ func report(o options, rows []row) {
 		if f, ok := ref[[2]int{r.conc, r.keys}]; ok && f.rate > 0 {
 			vsRef = fmt.Sprintf("%.2f×", r.rate/f.rate)
 		}
-		calls, cmds := "—", "—"
+		calls, cmds, rcpu := "—", "—", "—"
 		if r.redisCmds >= 0 {
 			calls, cmds = fmt.Sprintf("%.2f", r.redisCalls), fmt.Sprintf("%.2f", r.redisCmds)
 		}
-		fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f | %.2f | %.1f | %s | %s | %s |\n",
-			r.target, r.conc, r.keys, r.rate, vsRef, ms(r.p50), ms(r.p99), us(r.cpu), ratio, calls, cmds)
+		if r.redisCPU >= 0 {
+			rcpu = fmt.Sprintf("%.1f", us(r.redisCPU))
+		}
+		fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f | %.2f | %.1f | %s | %s | %.1f | %s | %s |\n",
+			r.target, r.conc, r.keys, r.rate, vsRef, ms(r.p50), ms(r.p99), us(r.cpu), ratio, rcpu, us(r.clientCPU), calls, cmds)
 	}
 }
