@@ -21,14 +21,16 @@
 //
 // With -runs N the cells run N times interleaved and each keeps its best
 // run; -modes and -keys pick cells, -sluice runs a given binary (to profile
-// it). The client is a minimal HTTP/1.1 one (client.go): it shares the
-// machine's cores with the daemons, and net/http's client costs about as
-// much CPU per request as a daemon's whole decision. Its CPU per decision
-// is printed beside the daemons'. Needs redis-server on PATH; Linux only
-// (/proc).
+// it). The client is an event loop of raw system calls (harness.Closed,
+// as wrk): it shares the machine's cores with the daemons, and net/http's
+// client costs about as much CPU per request as a daemon's whole decision,
+// a goroutine per connection on Go's netpoller about twice the loop's. Its
+// CPU per decision is printed beside the daemons'. Needs redis-server on
+// PATH; Linux only (/proc, epoll).
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -113,6 +115,7 @@ type options struct {
 	runs     int
 	over     bool
 	modes    map[string]bool
+	loops    int
 }
 
 func run() error {
@@ -125,7 +128,8 @@ func run() error {
 	flag.BoolVar(&o.over, "overload", true, "add the overload cells (one hot key)")
 	prebuilt := flag.String("sluice", "", "a sluice binary to run instead of building ./cmd/sluice (for profiling)")
 	modeList := flag.String("modes", "plain,sync,lease", "the modes to run")
-	genProcs := flag.Int("procs", 0, "GOMAXPROCS of the load generator itself (not of the daemons); 0: Go's default. One thread costs a little less CPU per request but adds wake-up latency on an idle machine")
+	genProcs := flag.Int("procs", 0, "GOMAXPROCS of the load generator itself (not of the daemons); 0: Go's default")
+	flag.IntVar(&o.loops, "loops", 1, "event loops (OS threads) of the load generator, the connections split over them")
 	flag.Parse()
 	if *genProcs > 0 {
 		runtime.GOMAXPROCS(*genProcs)
@@ -149,6 +153,9 @@ func run() error {
 	}
 	if o.runs < 1 || o.runs > 5 {
 		return errors.New("-runs must be in [1, 5]")
+	}
+	if o.loops < 1 || o.loops > o.conc {
+		return errors.New("-loops must be in [1, -c]")
 	}
 	dir, err := os.MkdirTemp("", "sluice-fleetload-")
 	if err != nil {
@@ -210,20 +217,26 @@ func run() error {
 	}
 	loadBefore := harness.LoadAvg()
 	fmt.Fprintf(os.Stderr, "fleetload: %d cells × %d runs of %v, c=%d, load average %s\n", len(cells), o.runs, o.duration, o.conc, loadBefore)
-	conns := make([]*conn, o.conc)
-	for w := range conns {
-		c, err := dial(apis[w%len(apis)])
+	// Loop j holds connections j, j+loops, …: each spread evenly over
+	// the three instances.
+	var loops []*harness.Closed
+	for j := range o.loops {
+		var addrs []string
+		for w := j; w < o.conc; w += o.loops {
+			addrs = append(addrs, apis[w%len(apis)])
+		}
+		l, err := harness.NewClosed(addrs, len(addrs), 5*time.Second)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		conns[w] = c
+		defer l.Close()
+		loops = append(loops, l)
 	}
 	best := make([]result, len(cells))
 	all := make([][]result, o.runs) // per run, per cell: for the ratios within each run
 	for r := range o.runs {
 		for i, c := range cells {
-			res, err := measure(ctx, o, conns, daemons, redisP, redisAddr, c)
+			res, err := measure(ctx, o, loops, apis, daemons, redisP, redisAddr, c)
 			if err != nil {
 				return fmt.Errorf("%s keys=%d %s: %w", c.mode, c.keys, c.load(), err)
 			}
@@ -241,10 +254,10 @@ func run() error {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// measure runs one cell: o.conc workers, worker w on instance w%3, for
-// o.duration after a warm-up of a second (which also fills the sync
-// batches and the leases).
-func measure(ctx context.Context, o options, conns []*conn, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
+// measure runs one cell: o.conc connections, connection w on instance
+// w%3, for o.duration after a warm-up of a second (which also fills the
+// sync batches and the leases).
+func measure(ctx context.Context, o options, loops []*harness.Closed, apis []string, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
 	prefix := `{"rule":"` + c.rule() + `","key":"k`
 	phase := func(d time.Duration) (result, error) {
 		var (
@@ -253,32 +266,48 @@ func measure(ctx context.Context, o options, conns []*conn, daemons []*harness.P
 			r     result
 			first error
 		)
-		stop := time.Now().Add(d)
-		for w, cn := range conns {
+		for j, l := range loops {
 			wg.Go(func() {
-				rnd := rand.New(rand.NewPCG(uint64(w), 7))
-				var n, ok int64
-				var err1 error
-				buf := make([]byte, 0, 128)
-				for time.Now().Before(stop) && ctx.Err() == nil {
-					buf = append(buf[:0], prefix...)
-					buf = strconv.AppendInt(buf, int64(rnd.IntN(c.keys)), 10)
-					buf = append(buf, `"}`...)
-					allowed, err := cn.check(buf)
-					if err != nil {
-						err1 = err
-						break
+				// Per connection: its key stream, and its request
+				// buffer (head, then body).
+				var rnds []*rand.Rand
+				var reqs [][]byte
+				var hosts []string
+				for w := j; w < o.conc; w += len(loops) {
+					rnds = append(rnds, rand.New(rand.NewPCG(uint64(w), 7)))
+					reqs = append(reqs, make([]byte, 0, 256))
+					hosts = append(hosts, apis[w%len(apis)])
+				}
+				var body []byte
+				next := func(i int) []byte {
+					body = append(body[:0], prefix...)
+					body = strconv.AppendInt(body, int64(rnds[i].IntN(c.keys)), 10)
+					body = append(body, `"}`...)
+					b := append(reqs[i][:0], "POST /v1/check HTTP/1.1\r\nHost: "...)
+					b = append(b, hosts[i]...)
+					b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+					b = strconv.AppendInt(b, int64(len(body)), 10)
+					b = append(b, "\r\n\r\n"...)
+					b = append(b, body...)
+					reqs[i] = b
+					return b
+				}
+				var ok int64
+				done := func(i, status int, answer []byte) error {
+					if status != 200 {
+						return fmt.Errorf("%s: %d %s", hosts[i], status, answer)
 					}
-					n++
-					if allowed {
+					if bytes.Contains(answer, []byte(`"allowed":true`)) {
 						ok++
 					}
+					return nil
 				}
+				n, err := l.Run(ctx, d, next, done)
 				mu.Lock()
 				r.n += n
 				r.allowed += ok
 				if first == nil {
-					first = err1
+					first = err
 				}
 				mu.Unlock()
 			})
