@@ -150,7 +150,10 @@ func (w *response) commit(p []byte) {
 	}
 	code, head := w.status, w.req.Method == http.MethodHead
 	var extra [4]string // Content-Length, Content-Type, Transfer-Encoding, Connection
-	_, trailerPrefixed := hasPrefixedKey(h)
+	trailerPrefixed := false
+	if w.cl < 0 { // with a length there is no chunked body to carry trailers
+		_, trailerPrefixed = hasPrefixedKey(h)
+	}
 	declared := h["Trailer"]
 	for _, v := range declared {
 		for f := range strings.SplitSeq(v, ",") {
