@@ -10,7 +10,10 @@
 //
 // on one hot key and on 100,000 keys, with a generous limit (everything
 // admitted), and on one hot key at overload (a limit of 2,000/s, far under
-// what the clients ask). It prints a Markdown table: decisions/s, the ratio
+// what the clients ask). With -bound (the default) it then measures the
+// soft bound through the daemons, once per run: a per-minute fixed window
+// with sync: 100ms asked 10× its limit, paced evenly over the three, and
+// how far over the limit the fleet admits beside the formula. It prints a Markdown table: decisions/s, the ratio
 // to plain in the same run, the three daemons' CPU per decision (summed,
 // from /proc/PID/stat), Redis's CPU per decision and Redis commands per
 // decision (INFO stats total_commands_processed, which counts the commands
@@ -71,11 +74,63 @@ const overloadRate = 2000
 func config(listen, redis string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %s\nlog_level: warn\nstore:\n  type: redis\n  redis:\n    addrs: [%s]\n    timeout: 1s\nrules:\n", listen, redis)
+	// The throughput rules name themselves in /v1/check; their match
+	// keeps them off the forward-auth requests of the bound run.
 	for _, m := range modes {
-		fmt.Fprintf(&b, "  - name: %s\n    key: [ip]\n    rate: 100000000/s\n    algorithm: token_bucket\n%s", m.name, m.option)
-		fmt.Fprintf(&b, "  - name: %s-over\n    key: [ip]\n    rate: %d/s\n    algorithm: token_bucket\n%s", m.name, overloadRate, m.option)
+		fmt.Fprintf(&b, "  - name: %s\n    match: {path: /cells}\n    key: [ip]\n    rate: 100000000/s\n    algorithm: token_bucket\n%s", m.name, m.option)
+		fmt.Fprintf(&b, "  - name: %s-over\n    match: {path: /cells}\n    key: [ip]\n    rate: %d/s\n    algorithm: token_bucket\n%s", m.name, overloadRate, m.option)
 	}
+	fmt.Fprintf(&b, "  - name: bound\n    match: {path: /bound}\n    key: [\"header:X-Run\"]\n    rate: %d/m\n    algorithm: fixed_window\n    sync: %v\n", boundLimit, boundSync)
 	return []byte(b.String())
+}
+
+// The soft bound through the daemons: a per-minute fixed window under 10×
+// overload, sync: 100ms, asked of the three daemons at an even pace
+// through /v1/forward-auth (429 when refused), for boundRun from a fresh
+// key inside one window.
+const (
+	boundLimit    = 1000
+	boundSync     = 100 * time.Millisecond
+	boundOverload = 10
+	boundRun      = 10 * time.Second
+)
+
+// measureBound runs the bound measurement (key run) and returns the
+// requests admitted, asked, and the largest p99 latency of the three.
+func measureBound(ctx context.Context, apis []string, run int) (admitted, asked int64, p99 time.Duration, err error) {
+	// Stay inside one minute's window: start at most 45 s into it.
+	if now := time.Now(); now.Second() > 45 {
+		wait := now.Truncate(time.Minute).Add(time.Minute + 500*time.Millisecond).Sub(now)
+		fmt.Fprintf(os.Stderr, "  bound run %d: waiting %v for the next minute's window\n", run, wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		}
+	}
+	rate := float64(boundLimit*boundOverload) / 60 / float64(len(apis))
+	var wg sync.WaitGroup
+	results := make([]harness.PacedResult, len(apis))
+	errs := make([]error, len(apis))
+	for i, api := range apis {
+		req := []byte(fmt.Sprintf("GET /v1/forward-auth HTTP/1.1\r\nHost: %s\r\nX-Forwarded-Method: GET\r\nX-Forwarded-Uri: /bound\r\nX-Run: fleetload-%d-%d\r\n\r\n", api, os.Getpid(), run))
+		wg.Go(func() {
+			results[i], errs[i] = harness.Paced(ctx, harness.PacedOptions{Addr: api, Request: req, Rate: rate, Duration: boundRun, Conns: 4})
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if errs[i] != nil && !errors.Is(errs[i], harness.ErrShortfall) {
+			return 0, 0, 0, fmt.Errorf("bound, %s: %w", apis[i], errs[i])
+		}
+		if r.Errors > 0 {
+			return 0, 0, 0, fmt.Errorf("bound, %s: %d requests failed: %v", apis[i], r.Errors, r.FirstErr)
+		}
+		admitted += r.Answered - r.Non2xx
+		asked += r.Answered
+		p99 = max(p99, r.P99)
+	}
+	return admitted, asked, p99, nil
 }
 
 type cell struct {
@@ -117,6 +172,7 @@ type options struct {
 	over     bool
 	modes    map[string]bool
 	loops    int
+	bound    bool
 }
 
 func run() error {
@@ -130,6 +186,7 @@ func run() error {
 	prebuilt := flag.String("sluice", "", "a sluice binary to run instead of building ./cmd/sluice (for profiling)")
 	modeList := flag.String("modes", "plain,sync,lease", "the modes to run")
 	genProcs := flag.Int("procs", 0, "GOMAXPROCS of the load generator itself (not of the daemons); 0: Go's default")
+	flag.BoolVar(&o.bound, "bound", true, "also measure the soft bound through the daemons (sync at 10× overload of a per-minute rule, once per run)")
 	flag.IntVar(&o.loops, "loops", 1, "event loops (OS threads) of the load generator, the connections split over them")
 	flag.Parse()
 	if *genProcs > 0 {
@@ -250,6 +307,24 @@ func run() error {
 		}
 	}
 	report(os.Stdout, o, cells, best, all, loadBefore)
+	if o.bound {
+		// The bound: (n−1)/n · λ · (2·interval + RTT), RTT taken as 0.
+		n := float64(len(apis))
+		lambda := float64(boundLimit*boundOverload) / 60
+		formula := (n - 1) / n * lambda * 2 * boundSync.Seconds()
+		fmt.Printf("\nThe soft bound through the daemons: 3 daemons, rule %d/minute fixed_window with sync: %v, asked %d× (%.1f/s spread evenly) through /v1/forward-auth for %v from a fresh key in one window; nominal bound (n−1)/n·λ·2·interval = %.1f (%.2f %%).\n\n",
+			boundLimit, boundSync, boundOverload, lambda, boundRun, formula, 100*formula/boundLimit)
+		fmt.Println("| run | asked | admitted | over the limit | of the limit | p99 |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|")
+		for run := 1; run <= o.runs; run++ {
+			admitted, asked, p99, err := measureBound(ctx, apis, run)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "  bound run %d: %d of %d admitted\n", run, admitted, asked)
+			fmt.Printf("| %d | %d | %d | %d | %.2f %% | %v |\n", run, asked, admitted, admitted-boundLimit, 100*float64(admitted-boundLimit)/boundLimit, p99.Round(time.Microsecond))
+		}
+	}
 	return nil
 }
 
