@@ -272,7 +272,7 @@ func (c *conn) serve() {
 			// under keep-alive load).
 			hdrDeadline = time.Time{}
 			if buf, _ := br.Peek(br.Buffered()); !bytes.Contains(buf, crlf2) {
-				hdrDeadline = time.Now().Add(rht)
+				hdrDeadline = monoNow().Add(rht)
 				c.setReadDeadline(hdrDeadline, false)
 			}
 		}
@@ -350,7 +350,7 @@ func (c *conn) serve() {
 				// stays, so under keep-alive load the timer is
 				// updated about once per idle/64, not per request
 				// (the connection may close up to that much early).
-				if now := time.Now(); !c.rdlIdle || now.Add(idle).Sub(c.rdl) >= idle/64 {
+				if now := monoNow(); !c.rdlIdle || now.Add(idle).Sub(c.rdl) >= idle/64 {
 					c.setReadDeadline(now.Add(idle), true)
 				}
 			} else if rht > 0 && !c.rdl.IsZero() {
@@ -361,6 +361,15 @@ func (c *conn) serve() {
 }
 
 var crlf2 = []byte("\r\n\r\n")
+
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is time.Now from one reading of the monotonic clock instead of
+// two (wall and monotonic): its wall time drifts from the system's if
+// that is adjusted, which deadlines and durations, its only uses, do not
+// see: they compare monotonic readings.
+func monoNow() time.Time { return monoStart.Add(time.Since(monoStart)) }
 
 // setReadDeadline sets the connection's read deadline to t, remembering
 // it (idle: as the idle timeout's). Code that sets it otherwise (Watch)

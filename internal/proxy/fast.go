@@ -199,7 +199,7 @@ func tokenIn(vv []string, tok string) bool {
 // the decision whose headers the response carries.
 func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
 	ctx := r.Context()
-	now := time.Now() // the one clock reading of the request: pool, deadline
+	now := monoNow() // the one clock reading of the request: pool, deadline
 	var (
 		c    *upConn
 		resp *http.Response
@@ -389,6 +389,15 @@ func copyBody(w http.ResponseWriter, resp *http.Response) (eof bool, err error) 
 		}
 	}
 }
+
+// monoStart anchors monoNow.
+var monoStart = time.Now()
+
+// monoNow is time.Now from one reading of the monotonic clock instead of
+// two (wall and monotonic): its wall time drifts from the system's if
+// that is adjusted, which deadlines and durations, its only uses, do not
+// see: they compare monotonic readings.
+func monoNow() time.Time { return monoStart.Add(time.Since(monoStart)) }
 
 // retryable: errors of a connection the upstream closed while it was idle
 // in the pool, seen before any byte of a response.
