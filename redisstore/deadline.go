@@ -37,16 +37,52 @@ func newDeadlines(timeout time.Duration) *deadlines {
 // bound returns ctx bounded by the timeout (ctx itself when its own
 // deadline comes first). Nothing needs cancelling.
 func (d *deadlines) bound(ctx context.Context) context.Context {
-	now := time.Now()
-	end := now.Add(d.timeout)
-	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
+	w := d.waitBound(ctx)
+	if w.b == nil {
 		return ctx
+	}
+	return &boundCtx{Context: ctx, b: w.b}
+}
+
+// waitBound is bound's deadline, channel and error without a context
+// (nothing allocated), for a caller that only waits.
+type waitBound struct {
+	ctx context.Context
+	b   *deadlineBucket // nil: ctx's own deadline comes first
+}
+
+func (d *deadlines) waitBound(ctx context.Context) waitBound {
+	end := time.Now().Add(d.timeout)
+	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
+		return waitBound{ctx: ctx}
 	}
 	b := d.cur.Load()
 	if b == nil || b.at.Before(end.Add(-d.width)) {
 		b = d.renew(end)
 	}
-	return &boundCtx{Context: ctx, b: b}
+	return waitBound{ctx: ctx, b: b}
+}
+
+func (w waitBound) deadline() time.Time {
+	if w.b == nil {
+		dl, _ := w.ctx.Deadline()
+		return dl
+	}
+	return w.b.at
+}
+
+func (w waitBound) done() <-chan struct{} {
+	if w.b == nil {
+		return w.ctx.Done()
+	}
+	return w.b.done
+}
+
+func (w waitBound) err() error {
+	if w.b == nil {
+		return w.ctx.Err()
+	}
+	return (&boundCtx{Context: w.ctx, b: w.b}).Err()
 }
 
 func (d *deadlines) renew(end time.Time) *deadlineBucket {

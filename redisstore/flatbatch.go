@@ -32,16 +32,30 @@ import (
 // bounded by the deadline of its oldest Take, so no Take in it waits past
 // its own.
 
-// flatCall is one Take waiting for its batch.
+// flatCall is one flat Take, alone or waiting for its batch. They are
+// pooled: done is a semaphore (one signal per wait), not closed, so that
+// it serves again.
 type flatCall struct {
 	key      string
-	args     []string
+	args     []string // argv[:n]
+	argv     [9]string
 	deadline time.Time // the Take's own bound
 	raw      string    // the state read
 	us       int64     // the time used (µs), with Redis' clock
 	err      error
-	lead     []*flatCall // set on a waiting call: run this batch, then hand over
-	done     chan struct{}
+	lead     []*flatCall   // set on a waiting call: run this batch, then hand over
+	done     chan struct{} // capacity 1: the batch is done, or lead is set
+}
+
+var flatCalls = sync.Pool{New: func() any { return &flatCall{done: make(chan struct{}, 1)} }}
+
+func getFlatCall() *flatCall { return flatCalls.Get().(*flatCall) }
+
+// putFlatCall returns c to the pool once no batch refers to it.
+func putFlatCall(c *flatCall) {
+	done := c.done
+	*c = flatCall{done: done}
+	flatCalls.Put(c)
 }
 
 type flatBatcher struct {
@@ -51,31 +65,32 @@ type flatBatcher struct {
 	batches atomic.Uint64 // batch script calls of more than one Take (tests)
 }
 
-// takeBatched decides a flat Take, alone or with others waiting.
-func (s *Store) takeBatched(ctx context.Context, alg sluice.Algorithm, key string, args []string, us int64) (string, int64, error) {
+// takeBatched decides the flat Take c (key, args and us set), alone or
+// with others waiting, and sets its raw, us and err.
+func (s *Store) takeBatched(ctx context.Context, alg sluice.Algorithm, c *flatCall) {
 	b := &s.batchers[alg]
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		c := &flatCall{key: key, args: args, us: us}
-		s.runFlatBatch(ctx, alg, []*flatCall{c}, c)
-		return c.raw, c.us, c.err
+		one := [1]*flatCall{c}
+		s.runFlatBatch(ctx, alg, one[:], c)
+		return
 	}
-	bctx := s.deadlines.bound(ctx)
-	dl, _ := bctx.Deadline()
-	c := &flatCall{key: key, args: args, us: us, deadline: dl, done: make(chan struct{})}
+	w := s.deadlines.waitBound(ctx)
+	c.deadline = w.deadline()
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-	case <-bctx.Done():
+	case <-w.done():
 		b.mu.Lock()
 		for i, q := range b.queue {
 			if q == c { // not taken yet: leave
 				b.queue = append(b.queue[:i], b.queue[i+1:]...)
 				b.mu.Unlock()
-				return "", 0, bctx.Err()
+				c.raw, c.us, c.err = "", 0, w.err()
+				return
 			}
 		}
 		b.mu.Unlock()
@@ -84,7 +99,6 @@ func (s *Store) takeBatched(ctx context.Context, alg sluice.Algorithm, key strin
 	if c.lead != nil {
 		s.runFlatBatch(ctx, alg, c.lead, c)
 	}
-	return c.raw, c.us, c.err
 }
 
 // runFlatBatch runs calls (self, the caller's own, among them) as one
@@ -106,13 +120,13 @@ func (s *Store) runFlatBatch(ctx context.Context, alg sluice.Algorithm, calls []
 	}
 	b.mu.Unlock()
 	for _, c := range calls {
-		if c != self { // self's is nil, or was closed to make it lead
-			close(c.done)
+		if c != self { // self was signalled already to make it lead, or never waited
+			c.done <- struct{}{}
 		}
 	}
 	if len(next) > 0 {
 		next[0].lead = next
-		close(next[0].done)
+		next[0].done <- struct{}{}
 	}
 }
 

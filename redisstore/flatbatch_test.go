@@ -2,10 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +104,90 @@ func TestFlatBatch(t *testing.T) {
 			}
 		}
 		s.Close()
+	}
+}
+
+// TestFlatBatchWaiterLeaves queues Takes behind a batch Redis does not
+// answer, then ends their contexts: each leaves the queue with its error
+// (wrapping sluice.ErrStoreUnavailable), the batch in flight is not
+// disturbed, and afterwards the store decides as the reference does,
+// through the same pooled calls.
+func TestFlatBatchWaiterLeaves(t *testing.T) {
+	srv := redistest.StartServer(t)
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	s, err := New(ctx, Options{Addrs: []string{srv.Addr}, Timeout: time.Minute, RedisTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	alg := sluice.FixedWindow
+	reqFor := func(key string) sluice.Request {
+		return sluice.Request{Key: key, Algorithm: alg, Limit: sluice.PerHour(5), Cost: 1, Now: sluicetest.T0}
+	}
+	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(30000).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	b := &s.batchers[alg]
+	var lead sync.WaitGroup
+	var leadErr error
+	lead.Go(func() { _, leadErr = s.Take(ctx, reqFor("leader")) })
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.busy })
+	// A caller's deadline sooner than the store's timeout is the bound of
+	// its wait; cancelling that context ends the wait.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	const n = 10
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = s.Take(wctx, reqFor(fmt.Sprint("waiter", i))) })
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == n })
+	cancel()
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("waiter %d: err = %v, want ErrStoreUnavailable and context.Canceled", i, err)
+		}
+	}
+	b.mu.Lock()
+	left := len(b.queue)
+	b.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d waiters still queued after they left", left)
+	}
+	if err := admin.Do(ctx, admin.B().ClientUnpause().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	lead.Wait()
+	if leadErr != nil {
+		t.Fatalf("the Take in flight: %v, want its decision once Redis answers", leadErr)
+	}
+	// The pooled calls serve again: 3 rounds of 12 concurrent Takes on
+	// one key admit the reference's count.
+	for round := range 3 {
+		key := fmt.Sprint("after", round)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 12 {
+			wg.Go(func() {
+				d, err := s.Take(ctx, reqFor(key))
+				if err != nil {
+					t.Errorf("Take after: %v", err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != 5 {
+			t.Errorf("round %d: %d of 12 admitted, want 5 (5 an hour)", round, got)
+		}
 	}
 }
 

@@ -112,12 +112,18 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 // script used, so it is exactly what the state machine decided inside Redis.
 func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks) (sluice.Decision, error) {
 	us := r.Now.UnixMicro()
-	args := make([]string, 3, 9)
+	c := getFlatCall()
+	defer putFlatCall(c)
+	// The numbers are written into one string, each argument a substring
+	// of it: one allocation for all of them.
+	var nb numArgs
 	if !s.opts.RedisTime {
-		args[0] = strconv.FormatInt(us, 10)
+		nb.add(us)
+	} else {
+		nb.skip()
 	}
-	args[1] = strconv.FormatInt(t.Tick, 10)
-	args[2] = s.margin
+	nb.add(t.Tick)
+	nb.skip() // the margin: s.margin
 	cost := r.Cost
 	switch r.Algorithm {
 	case sluice.TokenBucket, sluice.GCRA:
@@ -126,30 +132,31 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 			cp = cost * t.Period
 			room = t.Burst*t.Period - cp
 		}
-		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(room, 10), strconv.FormatInt(cp, 10))
+		nb.add(t.Rate, room, cp)
 	case sluice.FixedWindow, sluice.SlidingWindowCounter:
-		room, c := int64(-1), int64(0)
+		room, n := int64(-1), int64(0)
 		if cost <= t.Rate {
-			room, c = t.Rate-cost, cost
+			room, n = t.Rate-cost, cost
 		}
-		args = append(args, strconv.FormatInt(t.Period, 10), strconv.FormatInt(room, 10), strconv.FormatInt(c, 10))
+		nb.add(t.Period, room, n)
 	case sluice.LeakyBucket:
 		full := (t.Burst + 1) * t.Period
 		cp := int64(-1)
 		if cost > 0 && cost <= t.Burst+1 {
 			cp = cost * t.Period
 		}
-		args = append(args, strconv.FormatInt(t.Rate, 10), strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Burst*t.Period, 10),
-			strconv.FormatInt(full, 10), strconv.FormatInt(-floorDiv(-full, t.Rate)+1, 10), strconv.FormatInt(cp, 10))
+		nb.add(t.Rate, t.Period, t.Burst*t.Period, full, -floorDiv(-full, t.Rate)+1, cp)
 	}
-	key := s.KeyOf(r)
-	var raw string
-	var err error
+	c.args = nb.strings(c.argv[:0])
+	c.args[2] = s.margin
+	c.key = s.KeyOf(r)
+	c.us = us
 	if s.flatBatch[r.Algorithm] != nil {
-		raw, us, err = s.takeBatched(ctx, r.Algorithm, key, args, us)
+		s.takeBatched(ctx, r.Algorithm, c)
 	} else {
-		raw, us, err = s.flatOne(ctx, r.Algorithm, key, args, us)
+		c.raw, c.us, c.err = s.flatOne(ctx, r.Algorithm, c.key, c.args, us)
 	}
+	raw, us, err := c.raw, c.us, c.err
 	var st sluice.State
 	if err == nil {
 		st, err = parseState(raw)
@@ -201,6 +208,42 @@ func parseState(raw string) (sluice.State, error) {
 		return sluice.State{}, fmt.Errorf("state %q: %w", raw, errors.Join(err[:]...))
 	}
 	return st, nil
+}
+
+// numArgs writes up to 9 script arguments, numbers, into one buffer.
+type numArgs struct {
+	b    []byte
+	buf  [160]byte
+	ends [9]int // ends[i]: the end of argument i in b; skipped ones are empty
+	n    int
+}
+
+func (a *numArgs) add(vs ...int64) {
+	if a.b == nil {
+		a.b = a.buf[:0]
+	}
+	for _, v := range vs {
+		a.b = strconv.AppendInt(a.b, v, 10)
+		a.ends[a.n] = len(a.b)
+		a.n++
+	}
+}
+
+// skip leaves argument n empty (the caller sets it).
+func (a *numArgs) skip() {
+	a.ends[a.n] = len(a.b)
+	a.n++
+}
+
+// strings appends the arguments to dst: substrings of one string.
+func (a *numArgs) strings(dst []string) []string {
+	all := string(a.b)
+	start := 0
+	for _, end := range a.ends[:a.n] {
+		dst = append(dst, all[start:end])
+		start = end
+	}
+	return dst
 }
 
 // floorDiv is floor division (b > 0).
