@@ -109,7 +109,7 @@ type options struct {
 	keep     bool
 	ref      string
 	only     string
-	client   string
+	clients  []string
 }
 
 func ints(s string) ([]int, error) {
@@ -140,10 +140,14 @@ func run() error {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	flag.StringVar(&o.ref, "reference", "", "`binary` of Envoy's reference rate limit service (go build ./src/service_cmd in envoyproxy/ratelimit) to run beside Sluice")
 	flag.StringVar(&o.only, "only", "", "run only the servers whose name contains this `text` (and the floor), e.g. -only Redis")
-	flag.StringVar(&o.client, "client", "lean", "the load generator's client: lean (requests encoded once, one context per worker; see client.go) or proto (grpc-go's generated client, a message and a timeout per call)")
+	var clients string
+	flag.StringVar(&clients, "client", "lean", "the load generator's client: lean (requests encoded once, one context per worker; see client.go) or proto (grpc-go's generated client, a message and a timeout per call); lean,proto runs every cell with each, for A/B in one run")
 	flag.Parse()
-	if o.client != "lean" && o.client != "proto" {
-		return errors.New("-client: lean or proto")
+	for _, c := range strings.Split(clients, ",") {
+		if c != "lean" && c != "proto" {
+			return errors.New("-client: lean, proto or both separated by a comma")
+		}
+		o.clients = append(o.clients, c)
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(400) // the generator's own collector: see client.go
@@ -276,18 +280,23 @@ func run() error {
 	for _, tg := range targets {
 		for _, c := range o.conc {
 			for _, k := range o.keys {
-				rp := redisP
-				if tg.redis == "" {
-					rp = nil
+				for _, cl := range o.clients { // innermost: an A/B of clients alternates
+					rp := redisP
+					if tg.redis == "" {
+						rp = nil
+					}
+					r, err := measure(ctx, o, cl, tg.addr, tg.p, tg.redis, rp, c, k)
+					if err != nil {
+						return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.Logs.String())
+					}
+					r.target, r.client = tg.name, cl
+					if len(o.clients) > 1 {
+						r.target += " (" + cl + " client)"
+					}
+					rows = append(rows, r)
+					fmt.Fprintf(os.Stderr, "  %-22s c=%-4d keys=%-6d %9.0f/s p50 %6.2fms p99 %6.2fms cpu %5.1fµs client %5.1fµs redis %5.1fµs calls %.2f cmds %.2f\n",
+						r.target, c, k, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), us(r.clientCPU), us(r.redisCPU), r.redisCalls, r.redisCmds)
 				}
-				r, err := measure(ctx, o, tg.addr, tg.p, tg.redis, rp, c, k)
-				if err != nil {
-					return fmt.Errorf("%s c=%d keys=%d: %w\n%s", tg.name, c, k, err, tg.p.Logs.String())
-				}
-				r.target = tg.name
-				rows = append(rows, r)
-				fmt.Fprintf(os.Stderr, "  %-22s c=%-4d keys=%-6d %9.0f/s p50 %6.2fms p99 %6.2fms cpu %5.1fµs client %5.1fµs redis %5.1fµs calls %.2f cmds %.2f\n",
-					r.target, c, k, r.rate, ms(r.p50), ms(r.p99), us(r.cpu), us(r.clientCPU), us(r.redisCPU), r.redisCalls, r.redisCmds)
 			}
 		}
 	}
@@ -297,6 +306,7 @@ func run() error {
 
 type row struct {
 	target        string
+	client        string // the load generator's client: lean or proto
 	conc, keys    int
 	n, errs       int64
 	rate          float64
@@ -315,10 +325,10 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 // measure runs one cell: c workers over o.conns connections for
 // o.duration, after a short warm-up.
-func measure(ctx context.Context, o options, addr string, p *harness.Proc, redisAddr string, redisP *harness.Proc, c, keys int) (row, error) {
+func measure(ctx context.Context, o options, client, addr string, p *harness.Proc, redisAddr string, redisP *harness.Proc, c, keys int) (row, error) {
 	conns := make([]*grpc.ClientConn, o.conns)
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if o.client == "lean" {
+	if client == "lean" {
 		dial = append(dial, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	}
 	for i := range conns {
@@ -341,7 +351,7 @@ func measure(ctx context.Context, o options, addr string, p *harness.Proc, redis
 	// is the end of the phase plus 10 s.
 	call := func(wctx context.Context, cc *grpc.ClientConn, cl rlsv3.RateLimitServiceClient, rnd *rand.Rand) (bool, error) {
 		i := rnd.IntN(keys)
-		if o.client == "lean" {
+		if client == "lean" {
 			var rep codeReply
 			if err := cc.Invoke(wctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &raws[i], &rep); err != nil {
 				return false, err
@@ -500,26 +510,31 @@ func startReference(ctx context.Context, procs *harness.Procs, bin, dir, redisAd
 
 func report(o options, rows []row) {
 	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, the %s client, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
-		len(rows), o.duration, o.conns, o.client, harness.LoadAvg(), harness.NumCPU())
-	floor := map[[2]int]row{}
-	ref := map[[2]int]row{}
+		len(rows), o.duration, o.conns, strings.Join(o.clients, " and the "), harness.LoadAvg(), harness.NumCPU())
+	// Ratios are taken within one client.
+	type cell struct {
+		conc, keys int
+		client     string
+	}
+	floor := map[cell]row{}
+	ref := map[cell]row{}
 	for _, r := range rows {
-		if r.target == "bare grpc-go (floor)" {
-			floor[[2]int{r.conc, r.keys}] = r
+		if strings.HasPrefix(r.target, "bare grpc-go (floor)") {
+			floor[cell{r.conc, r.keys, r.client}] = r
 		}
 		if strings.HasPrefix(r.target, "reference") {
-			ref[[2]int{r.conc, r.keys}] = r
+			ref[cell{r.conc, r.keys, r.client}] = r
 		}
 	}
 	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis CPU µs/decision | client CPU µs/call | Redis script calls/decision | Redis commands/decision |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		ratio := "—"
-		if f, ok := floor[[2]int{r.conc, r.keys}]; ok && f.cpu > 0 {
+		if f, ok := floor[cell{r.conc, r.keys, r.client}]; ok && f.cpu > 0 {
 			ratio = fmt.Sprintf("%.2f×", float64(r.cpu)/float64(f.cpu))
 		}
 		vsRef := "—"
-		if f, ok := ref[[2]int{r.conc, r.keys}]; ok && f.rate > 0 {
+		if f, ok := ref[cell{r.conc, r.keys, r.client}]; ok && f.rate > 0 {
 			vsRef = fmt.Sprintf("%.2f×", r.rate/f.rate)
 		}
 		calls, cmds, rcpu := "—", "—", "—"
