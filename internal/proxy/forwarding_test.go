@@ -469,9 +469,9 @@ func TestUpstreamFailures(t *testing.T) {
 			if resp.StatusCode != 504 || body != "{\"error\":\"gateway_timeout\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "999" {
 				t.Errorf("upstream silent: %d %q remaining %q, want 504 gateway_timeout with 999 left", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
 			}
-			down := httptest.NewServer(http.NotFoundHandler())
-			down.Close()
-			p = proxyTo(t, down.URL, proxy.Options{})
+			// Down: a port held refusing, not a closed server's,
+			// which another listener (the proxy's own) could take.
+			p = proxyTo(t, "http://"+refusedAddr(t), proxy.Options{})
 			resp, body = send(t, pa.method, p.URL+"/", pa.body, nil)
 			if resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "999" {
 				t.Errorf("upstream down: %d %q remaining %q, want 502 bad_gateway with 999 left", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))

@@ -470,6 +470,7 @@ func TestStoreDown(t *testing.T) {
 func TestUpstreamDown(t *testing.T) {
 	up := newUpstream(t)
 	up.srv.Close()
+	up.srv.URL = "http://" + refusedAddr(t) // not the closed port: the proxy's own listener could take it
 	f := start(t, setup{specs: []rules.Spec{{Name: "r", Rate: "10/s"}}, up: up})
 	resp, body := get(t, f.proxy.URL+"/", nil)
 	if resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" || resp.Header.Get("X-RateLimit-Remaining") != "9" {
