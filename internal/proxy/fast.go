@@ -364,6 +364,17 @@ func copyBody(w http.ResponseWriter, resp *http.Response) (eof bool, err error) 
 			}
 		}
 	}
+	if lb, ok := resp.Body.(*lenBody); ok && !flush && lb.n <= int64(lb.br.Buffered()) {
+		// The whole body came with the head (the common small answer):
+		// written from the connection's buffer, without a copy buffer.
+		b, _ := lb.br.Peek(int(lb.n))
+		lb.br.Discard(len(b))
+		lb.n = 0
+		if _, werr := w.Write(b); werr != nil {
+			return false, nil // the client went away: nothing to cut
+		}
+		return true, nil
+	}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
