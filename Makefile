@@ -100,7 +100,8 @@ bench-envoy:
 
 # The fleet through the daemon: 3 sluice serve on one Redis, /v1/check
 # plain vs sync: 100ms vs lease: auto, one hot key and 100,000 keys, and
-# overload; about 2 minutes.
+# overload; then the soft bound through the daemons (sync at 10x overload
+# of a per-minute rule, 10 s per run); about 3 minutes.
 bench-fleet:
 	sh scripts/ensure-redis.sh
 	cd bench && $(GO) run ./fleetload -d 3s -runs 3
