@@ -1,7 +1,9 @@
-// Package h1 is the reverse proxy's fast HTTP/1.1 front: an accept loop
-// and one goroutine per connection that reads requests with a strict
-// parser (parse.go) and serves those of the simple subset — GET or HEAD
-// without a body, HTTP/1.1 or 1.0 — straight through the handler, in a
+// Package h1 is the fast HTTP/1.1 front of the reverse proxy and the
+// decision API: an accept loop and one goroutine per connection that reads
+// requests with a strict parser (parse.go) and serves those of the simple
+// subset — GET or HEAD without a body, HTTP/1.1 or 1.0, and where
+// Server.MaxBody allows, a POST whose small Content-Length body came whole
+// with its head (body.go) — straight through the handler, in a
 // keep-alive loop, pipelined requests in order. The first request outside
 // that subset, or anything doubtful, hands the connection (the bytes read
 // so far replayed first) to an unchanged net/http server, which serves it
