@@ -159,6 +159,7 @@ func TestBodyPath(t *testing.T) {
 		w.Write(b)
 	})
 	_, front := serveBodies(t, h, 16)
+	_, wide := serveBodies(t, h, 1<<20)
 	off := serveWith(t, &http.Server{Handler: h}, true)
 	for _, tc := range []struct {
 		addr, body string
@@ -167,15 +168,17 @@ func TestBodyPath(t *testing.T) {
 		{front, "0123456789abcdef", true},
 		{front, "0123456789abcdefg", false}, // over the bound
 		{off, "abc", false},
+		{wide, strings.Repeat("b", 7<<10), true},
+		{wide, strings.Repeat("b", 9<<10), false}, // within the bound, past the front's 8 KiB buffer
 	} {
 		raw := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(tc.body)) + "\r\nConnection: close\r\n\r\n" + tc.body
 		r := exchange(t, tc.addr, raw, "POST")[0]
 		if r.readErr != nil || r.body != tc.body {
-			t.Fatalf("%q: %+v", raw, r)
+			t.Fatalf("%s: %v, %s", short(raw), r.readErr, short(r.body))
 		}
 		s := <-got
 		if s.fast != tc.fast {
-			t.Errorf("%q on %s: served by the front %v; want %v", tc.body, tc.addr, s.fast, tc.fast)
+			t.Errorf("%s on %s: served by the front %v; want %v", short(tc.body), tc.addr, s.fast, tc.fast)
 		}
 		if _, err := s.body.Read(make([]byte, 1)); s.fast && !errors.Is(err, http.ErrBodyReadAfterClose) {
 			t.Errorf("a body read after the handler returned: %v; want http.ErrBodyReadAfterClose", err)
