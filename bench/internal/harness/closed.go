@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"time"
 	"unsafe"
@@ -61,33 +60,12 @@ func NewClosed(addrs []string, conns int, timeout time.Duration) (*Closed, error
 }
 
 func (l *Closed) open(i int, addr string) error {
-	ta, err := net.ResolveTCPAddr("tcp", addr)
+	sa, family, err := sockaddr(addr)
 	if err != nil {
 		return err
 	}
-	var sa unix.Sockaddr
-	family := unix.AF_INET
-	if ip4 := ta.IP.To4(); ip4 != nil {
-		sa = &unix.SockaddrInet4{Port: ta.Port, Addr: [4]byte(ip4)}
-	} else {
-		sa, family = &unix.SockaddrInet6{Port: ta.Port, Addr: [16]byte(ta.IP.To16())}, unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := connectEpoll(family, sa, l.epfd, i)
 	if err != nil {
-		return err
-	}
-	err = unix.Connect(fd, sa)
-	if err == nil {
-		err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	}
-	if err == nil {
-		err = unix.SetNonblock(fd, true)
-	}
-	if err == nil {
-		err = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)})
-	}
-	if err != nil {
-		unix.Close(fd)
 		return err
 	}
 	l.conns[i] = closedConn{fd: fd, buf: make([]byte, 4096)}

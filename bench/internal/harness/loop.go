@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"runtime"
 	"time"
 
@@ -59,17 +58,12 @@ type rawConn struct {
 }
 
 func newPacedLoop(ctx context.Context, o PacedOptions, interval, period time.Duration, n int64) (*pacedLoop, error) {
-	ta, err := net.ResolveTCPAddr("tcp", o.Addr)
+	sa, family, err := sockaddr(o.Addr)
 	if err != nil {
 		return nil, err
 	}
-	l := &pacedLoop{ctx: ctx, req: o.Request, timeout: o.Timeout, epfd: -1, tfd: -1,
+	l := &pacedLoop{ctx: ctx, req: o.Request, timeout: o.Timeout, epfd: -1, tfd: -1, sa: sa, family: family,
 		interval: interval, period: period, n: n, lat: make([]int64, n), lag: make([]int64, n)}
-	if ip4 := ta.IP.To4(); ip4 != nil {
-		l.sa, l.family = &unix.SockaddrInet4{Port: ta.Port, Addr: [4]byte(ip4)}, unix.AF_INET
-	} else {
-		l.sa, l.family = &unix.SockaddrInet6{Port: ta.Port, Addr: [16]byte(ta.IP.To16())}, unix.AF_INET6
-	}
 	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
@@ -88,22 +82,8 @@ func newPacedLoop(ctx context.Context, o PacedOptions, interval, period time.Dur
 // epoll set and the idle ones.
 func (l *pacedLoop) open(i int) error {
 	c := &l.conns[i]
-	fd, err := unix.Socket(l.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := connectEpoll(l.family, l.sa, l.epfd, i)
 	if err != nil {
-		return err
-	}
-	err = unix.Connect(fd, l.sa)
-	if err == nil {
-		err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	}
-	if err == nil {
-		err = unix.SetNonblock(fd, true)
-	}
-	if err == nil {
-		err = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)})
-	}
-	if err != nil {
-		unix.Close(fd)
 		return err
 	}
 	c.fd, c.got, c.slot = fd, 0, -1

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"net"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,4 +30,41 @@ func rawRead(fd int, b []byte) (int, unix.Errno) {
 func rawWrite(fd int, b []byte) (int, unix.Errno) {
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	return int(n), e
+}
+
+// sockaddr resolves addr (host:port) for a raw socket.
+func sockaddr(addr string) (sa unix.Sockaddr, family int, err error) {
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return &unix.SockaddrInet4{Port: ta.Port, Addr: [4]byte(ip4)}, unix.AF_INET, nil
+	}
+	return &unix.SockaddrInet6{Port: ta.Port, Addr: [16]byte(ta.IP.To16())}, unix.AF_INET6, nil
+}
+
+// connectEpoll connects a TCP socket to sa (blocking: loopback), makes it
+// non-blocking without Nagle's delay, and adds it to the epoll set epfd
+// for reading under the tag i. It returns the socket.
+func connectEpoll(family int, sa unix.Sockaddr, epfd, i int) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	err = unix.Connect(fd, sa)
+	if err == nil {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err == nil {
+		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)})
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
