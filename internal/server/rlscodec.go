@@ -90,7 +90,7 @@ type field struct {
 // next reads the field at b[0:] (b is the message from base on).
 func next(b []byte, base int) (field, error) {
 	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
+	if n < 0 || num > protowire.MaxValidNumber { // ConsumeTag checks only the low end, protobuf both
 		return field{}, errWire
 	}
 	f := field{num: num, typ: typ, rest: n}
