@@ -24,11 +24,7 @@ import (
 // request's clock and with Redis'.
 func TestFlatBatch(t *testing.T) {
 	srv := redistest.StartServer(t)
-	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminClient(t, srv.Addr)
 	ctx := context.Background()
 	for _, redisTime := range []bool{false, true} {
 		s, err := New(ctx, Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second, RedisTime: redisTime})
@@ -114,11 +110,7 @@ func TestFlatBatch(t *testing.T) {
 // through the same pooled calls.
 func TestFlatBatchWaiterLeaves(t *testing.T) {
 	srv := redistest.StartServer(t)
-	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminClient(t, srv.Addr)
 	ctx := context.Background()
 	s, err := New(ctx, Options{Addrs: []string{srv.Addr}, Timeout: time.Minute, RedisTime: true})
 	if err != nil {
@@ -220,4 +212,16 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// adminClient is a plain client of the server at addr, for pausing it and
+// reading its stats, closed when the test ends.
+func adminClient(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
