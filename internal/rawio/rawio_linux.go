@@ -18,28 +18,11 @@ func (c *Conn) read(fd uintptr) bool {
 	if len(c.r.first) > 0 {
 		// WriteRead: write first, then wait for readability (the
 		// poller's readiness was reset before this call) instead of
-		// reading now.
-		for len(c.r.first) > 0 {
-			w := c.r.first
-			if len(w) > maxRW {
-				w = w[:maxRW]
-			}
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[0])), uintptr(len(w)))
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				return true // WriteRead writes the rest, then reads
-			case e != 0:
-				c.r.err = os.NewSyscallError("write", e)
-				return true
-			case n == 0:
-				c.r.err = io.ErrUnexpectedEOF
-				return true
-			}
-			c.r.first = c.r.first[n:]
-		}
-		return false
+		// reading now. A full buffer: WriteRead writes the rest, then
+		// reads.
+		rest, full, err := writeRaw(fd, c.r.first)
+		c.r.first, c.r.err = rest, err
+		return err != nil || full
 	}
 	p := c.r.p
 	if len(p) > maxRW {
@@ -66,25 +49,32 @@ func (c *Conn) read(fd uintptr) bool {
 // write is called by RawConn.Write with the socket; false: the socket's
 // buffer is full, park until it is writable.
 func (c *Conn) write(fd uintptr) bool {
-	for c.w.n < len(c.w.p) {
-		p := c.w.p[c.w.n:]
-		if len(p) > maxRW {
-			p = p[:maxRW]
+	rest, full, err := writeRaw(fd, c.w.p[c.w.n:])
+	c.w.n, c.w.err = len(c.w.p)-len(rest), err
+	return err != nil || !full
+}
+
+// writeRaw writes p to the socket fd until it is all written (rest
+// empty), the socket's buffer is full (full: rest is what is left), or an
+// error.
+func writeRaw(fd uintptr, p []byte) (rest []byte, full bool, err error) {
+	for len(p) > 0 {
+		w := p
+		if len(w) > maxRW {
+			w = w[:maxRW]
 		}
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[0])), uintptr(len(w)))
 		switch {
 		case e == syscall.EINTR:
 			continue
 		case e == syscall.EAGAIN:
-			return false
+			return p, true, nil
 		case e != 0:
-			c.w.err = os.NewSyscallError("write", e)
-			return true
+			return p, false, os.NewSyscallError("write", e)
 		case n == 0:
-			c.w.err = io.ErrUnexpectedEOF // as internal/poll
-			return true
+			return p, false, io.ErrUnexpectedEOF // as internal/poll
 		}
-		c.w.n += int(n)
+		p = p[n:]
 	}
-	return true
+	return p, false, nil
 }
