@@ -253,28 +253,37 @@ func step(r *sluice.Request, d *sluice.Decision, st *sluice.State) (int64, error
 // decide runs r on st (the view, or a copy of it) and records the hit.
 func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decision) error {
 	us := r.Now.UnixMicro()
+	bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
+	var before int64
+	if bucket {
+		before = debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick))
+	}
 	if _, err := step(r, d, st); err != nil {
 		return err
 	}
 	d.Remaining = max(0, d.Remaining)
 	if (d.Allowed || r.Force) && r.Cost > 0 {
-		at := us
-		if r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter {
-			// Counted in the view's window, which may be ahead of now.
-			at = max(at, windowStart(&e.ticks, st))
+		if bucket {
+			// The debt the request added to the view: a report past the
+			// state's cap counts as reaching it (see
+			// sluice.Algorithm.Charge), and so adds less.
+			e.record(redisstore.Hit{At: us, Cost: debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick)) - before})
+			return nil
 		}
-		// A report past the state's cap counts as reaching it (see
-		// sluice.Algorithm.Charge); adding the hit stops at the cap too.
+		// Counted in the view's window, which may be ahead of now; adding
+		// the hit stops at the cap, as the charge that made it did.
+		at := max(us, windowStart(&e.ticks, st))
 		e.record(redisstore.Hit{At: at, Cost: min(r.Cost, capCost(e.alg, &e.ticks))})
 	}
 	return nil
 }
 
 // maxHits bounds the hits a bucket keeps per key between batches; past it
-// a hit merges into the last one, at the later time (stricter: the merged
-// cost misses the refill in between). Window hits merge per window, exactly.
+// the last two fold into one, exactly (see fold). Window hits merge per
+// window, exactly.
 const maxHits = 64
 
+// record adds h to the hits the next batch sends.
 func (e *syncEntry) record(h redisstore.Hit) {
 	if n := len(e.hits); n > 0 {
 		last := &e.hits[n-1]
@@ -286,14 +295,13 @@ func (e *syncEntry) record(h redisstore.Hit) {
 				return
 			}
 		default:
-			if last.At == h.At || n >= maxHits {
-				last.At = max(last.At, h.At)
-				last.Cost = min(last.Cost+h.Cost, capCost(e.alg, &e.ticks))
-				return
-			}
+			// A bucket's clock only moves forward: a hit stamped before
+			// the last one acts at the last one's time (see fold).
+			h.At = max(h.At, last.At)
 		}
 	}
 	e.hits = append(e.hits, h)
+	e.hits = fold(e.alg, &e.ticks, e.hits, maxHits)
 }
 
 // inflight returns a channel closed when the batch in flight has settled.
@@ -430,7 +438,7 @@ func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 	e.inflight = false
 	e.failed = op.Err != nil
 	if op.Err != nil {
-		e.hits = append(op.Hits, e.hits...)
+		e.hits = fold(e.alg, &e.ticks, append(op.Hits, e.hits...), maxHits)
 		if len(e.hits) > 0 {
 			s.touch(e) // send them with the next batch
 		}

@@ -11,15 +11,23 @@ import (
 // elsewhere does to a key's state, and how far over its limit a state is.
 
 // addHit adds a hit that was already admitted to st, without a check: the
-// Go twin of fleet.lua's sync mode, for one hit.
+// Go twin of fleet.lua's sync mode, for one hit (redisstore.Hit says what
+// a bucket's hit means).
 func addHit(a sluice.Algorithm, t *sluice.Ticks, st *sluice.State, h redisstore.Hit) {
 	at := floorDiv(h.At, t.Tick)
 	limit, unit := chargeCap(a, t)
 	switch a {
 	case sluice.TokenBucket, sluice.GCRA:
-		d := debtAt(a, t, st, at)
-		addCapped(&d, h.Cost, unit, limit)
-		setDebt(a, t, st, at, d)
+		from := at
+		if h.From != 0 {
+			from = floorDiv(h.From, t.Tick)
+		}
+		d := debtAt(a, t, st, from)
+		v := max(d+h.Cost, h.Floor)
+		if v > limit {
+			v = max(d, limit)
+		}
+		setDebt(a, t, st, at, v)
 	case sluice.FixedWindow, sluice.SlidingWindowCounter:
 		w := floorDiv(at, t.Period)
 		advance(a, st, w)
@@ -53,6 +61,73 @@ func chargeCap(a sluice.Algorithm, t *sluice.Ticks) (limit, unit int64) {
 func capCost(a sluice.Algorithm, t *sluice.Ticks) int64 {
 	limit, unit := chargeCap(a, t)
 	return limit/unit + 1
+}
+
+// Hits fold exactly. A bucket's hit h leaves debt max(h.Floor, d + h.Cost)
+// at h.At for debt d at h.From: the refill in between is in h.Cost, the
+// refill's stop at an empty bucket in h.Floor. Two such hits in a row are
+// one: from debt d, the first leaves max(L1, d + A1); the refill r up to
+// the second's From leaves max(0, L1 − r, d + A1 − r); the second then
+// leaves max(L2, A2 + max(0, L1 − r), d + A1 − r + A2). So they fold into
+// one hit from the first's From to the second's At, with Cost A1 − r + A2
+// and Floor max(L2, A2 + max(0, L1 − r)). A plain hit spans one instant,
+// with Floor 0.
+//
+// Nothing is capped on the way: a hit's cost is the debt its request added
+// to the instance's view, capped there, so a single instance's hits never
+// take the state past the cap (chargeCap), and the debt at a hit's From is
+// within it too. That bounds the numbers: a Cost below −cap leaves only the
+// Floor from any debt, so fold clamps it there; a Floor past the cap is one
+// the instance never saw. fleet.lua's arithmetic then stays exact (integers
+// below 2^53).
+
+// fold shortens a bucket's hits to at most keep (at least 1), exactly,
+// folding the last two into one (see above) while there are more. Hits
+// stamped before an earlier one act at its time, as a bucket's clock only
+// moves forward: fold first stamps them so, which the fold needs. It is
+// exact from any state whose clock is not past the first hit's (the fleet
+// is not exact anyway when another instance's clock runs ahead). Window
+// hits it leaves as they are.
+func fold(a sluice.Algorithm, t *sluice.Ticks, hits []redisstore.Hit, keep int) []redisstore.Hit {
+	if a != sluice.TokenBucket && a != sluice.GCRA {
+		return hits
+	}
+	for i := 1; i < len(hits); i++ {
+		prev := hits[i-1].At
+		hits[i].At = max(hits[i].At, prev)
+		if hits[i].From != 0 {
+			hits[i].From = max(hits[i].From, prev)
+		}
+	}
+	limit, _ := chargeCap(a, t)
+	for n := len(hits); n > max(1, keep); n-- {
+		x, y := &hits[n-2], hits[n-1]
+		from := y.At
+		if y.From != 0 {
+			from = y.From
+		}
+		r := refill(t, floorDiv(from, t.Tick)-floorDiv(x.At, t.Tick), limit)
+		if x.From == 0 {
+			x.From = x.At
+		}
+		x.Floor = min(limit, max(y.Floor, y.Cost+max(0, x.Floor-r)))
+		x.Cost = max(-limit, x.Cost-r+y.Cost)
+		x.At = y.At
+		hits = hits[:n-1]
+	}
+	return hits
+}
+
+// refill is the debt a bucket pays back in dt ticks, at most 4 × limit
+// (past 2 × limit the fold's clamp decides the same).
+func refill(t *sluice.Ticks, dt, limit int64) int64 {
+	if dt <= 0 {
+		return 0
+	}
+	if dt >= 4*limit/t.Rate {
+		return 4 * limit
+	}
+	return dt * t.Rate
 }
 
 // addCapped is sluice's addCapped: *n + cost × unit, at most up to limit

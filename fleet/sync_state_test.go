@@ -30,6 +30,7 @@ func TestSyncScriptTwin(t *testing.T) {
 			tk, _ := l.Ticks()
 			var want sluice.State
 			now := sluicetest.T0.UnixMicro()
+			clock := now // the latest hit's time
 			for step := range 60 {
 				now += rng.Int64N(int64(l.Period/time.Microsecond)) / 4
 				if rng.IntN(5) == 0 { // give back
@@ -42,7 +43,16 @@ func TestSyncScriptTwin(t *testing.T) {
 				}
 				var hits []redisstore.Hit
 				for range rng.IntN(4) {
-					hits = append(hits, redisstore.Hit{At: now - rng.Int64N(int64(l.Period/time.Microsecond)), Cost: 1 + rng.Int64N(3)})
+					h := redisstore.Hit{At: now - rng.Int64N(int64(l.Period/time.Microsecond)), Cost: randomCost(rng, a, &tk)}
+					if (a == sluice.TokenBucket || a == sluice.GCRA) && h.At > clock && rng.IntN(3) == 0 {
+						// A folded hit: a span from after the state's
+						// last hit, a net cost, a floor.
+						h.From = clock + 1 + rng.Int64N(h.At-clock)
+						h.Cost = rng.Int64N(8*tk.Period) - 5*tk.Period
+						h.Floor = rng.Int64N(3 * tk.Period)
+					}
+					hits = append(hits, h)
+					clock = max(clock, h.At)
 				}
 				for _, h := range hits {
 					addHit(a, &tk, &want, h)
@@ -53,6 +63,92 @@ func TestSyncScriptTwin(t *testing.T) {
 				}
 				if got := ops[0].State; got.T != want.T || got.N != want.N || got.M != want.M {
 					t.Fatalf("%s %v step %d (seed %d): hits %v: Redis state %+v, Go %+v", a, l, step, seed, hits, ops[0].State, want)
+				}
+			}
+		}
+	}
+}
+
+// randomCost is a hit's cost of 1 to 3 requests; for a bucket, any debt
+// up to that, whole requests or not (folded hits carry parts).
+func randomCost(rng *rand.Rand, a sluice.Algorithm, tk *sluice.Ticks) int64 {
+	if a == sluice.TokenBucket || a == sluice.GCRA {
+		return 1 + rng.Int64N(3*tk.Period)
+	}
+	return 1 + rng.Int64N(3)
+}
+
+// TestFoldExact: a bucket's hits folded down to a few leave exactly the
+// state the whole list leaves, from random states, for hits close together
+// and hours apart, in order or not.
+func TestFoldExact(t *testing.T) {
+	seed := sluicetest.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	limits := []sluice.Limit{sluice.PerSecond(7), sluice.PerMinute(100).WithBurst(30), sluice.PerDay(1_000_000), sluice.Every(3, 250*time.Millisecond), sluice.PerHour(1)}
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
+		for li, l := range limits {
+			tk, err := l.Ticks()
+			if err != nil {
+				t.Fatal(err)
+			}
+			period := int64(l.Period / time.Microsecond)
+			for trial := range 300 {
+				now := sluicetest.T0.UnixMicro()
+				var start sluice.State
+				for range rng.IntN(4) {
+					now += rng.Int64N(period)
+					addHit(a, &tk, &start, redisstore.Hit{At: now, Cost: rng.Int64N(2*l.Rate+1) * tk.Period})
+				}
+				// The state's clock is not past the first hit (see fold).
+				base := now
+				var hits []redisstore.Hit
+				for range 1 + rng.IntN(200) {
+					switch rng.IntN(4) {
+					case 0: // same instant
+					case 1:
+						now += rng.Int64N(period / max(1, l.Rate))
+					case 2:
+						now += rng.Int64N(3 * period)
+					default:
+						now -= rng.Int64N(period / 2) // another request's clock, behind
+					}
+					cost := randomCost(rng, a, &tk)
+					if rng.IntN(10) == 0 { // a report of up to twice the burst
+						cost = rng.Int64N(2*tk.Burst+1) * tk.Period
+					}
+					hits = append(hits, redisstore.Hit{At: max(now, base), Cost: cost})
+				}
+				// A hit adds what its request added to the instance's
+				// view, which stops at the cap (see decide).
+				limit, _ := chargeCap(a, &tk)
+				want := start
+				for i := range hits {
+					d := debtAt(a, &tk, &want, floorDiv(hits[i].At, tk.Tick))
+					hits[i].Cost = max(0, min(hits[i].Cost, limit-d))
+					addHit(a, &tk, &want, hits[i])
+				}
+				keep := 1 + rng.IntN(8)
+				folded := fold(a, &tk, append([]redisstore.Hit(nil), hits...), keep)
+				if len(folded) > keep {
+					t.Fatalf("%d hits folded to %d, want at most %d", len(hits), len(folded), keep)
+				}
+				got := start
+				for _, h := range folded {
+					addHit(a, &tk, &got, h)
+				}
+				if got.T != want.T || got.N != want.N || got.M != want.M {
+					for k := len(hits) - 1; k >= 2; k-- {
+						f := fold(a, &tk, append([]redisstore.Hit(nil), hits...), k)
+						g := start
+						for _, h := range f {
+							addHit(a, &tk, &g, h)
+						}
+						if g.N != want.N {
+							t.Logf("keep %d fails: hits %v folded %v; limit %d", k, hits[k-2:], f[k-3:], tk.Burst)
+							break
+						}
+					}
+					t.Fatalf("%s %v (limit %d) trial %d (seed %d): %d hits from %+v leave %+v, folded to %d they leave %+v", a, l, li, trial, seed, len(hits), start, want, len(folded), got)
 				}
 			}
 		}

@@ -8,8 +8,12 @@
 -- ARGV[2] the algorithm; ARGV[3] Rate, ARGV[4] Burst, ARGV[5] Period, all
 -- in ticks; ARGV[6] the tick (µs); ARGV[7] the expiry margin (ms); ARGV[8]
 -- now (µs since the epoch), or '' for Redis' clock; the rest per mode:
---   sync:   pairs (at µs, cost): hits counted elsewhere, added without a
---           check, in order; now is the latest hit's time (the hits'
+--   sync:   hits counted elsewhere, added without a check, in order: for a
+--           window pairs (at µs, cost in requests); for a bucket quads
+--           (at µs, cost, from µs, floor), the debt at at becoming the debt
+--           at from plus cost (token-ticks, net of the refill over the
+--           span; a plain hit has from = at), at least floor (redisstore.Hit
+--           says more); now is the latest hit's time (the hits'
 --           clock), which the expiry is measured from. Returns {state
 --           read-after ('' if none), now}.
 --   grant:  ARGV[9] want: reserve up to want units at now; ARGV[10],
@@ -113,10 +117,18 @@ local function giveBack(units, w)
 end
 if mode == 'sync' then
   if #ARGV == 8 then return {v or '', us} end
-  for i = 9, #ARGV, 2 do
+  local step = 2
+  if alg == 1 or alg == 6 then step = 4 end
+  for i = 9, #ARGV, step do
     local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
     if alg == 1 or alg == 6 then
-      setDebt(at, addCapped(debt(at), cost, period, capAt))
+      local d = debt(fdiv(ARGV[i + 2] + 0, tick))
+      local v, floor = d + cost, ARGV[i + 3] + 0
+      if v < floor then v = floor end
+      if v > capAt then
+        if d > capAt then v = d else v = capAt end
+      end
+      setDebt(at, v)
     else
       local w = fdiv(at, period)
       advance(w)

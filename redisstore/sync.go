@@ -36,9 +36,16 @@ func Shareable(a sluice.Algorithm, l sluice.Limit) bool {
 }
 
 // Hit is a request an instance admitted on its own: At in microseconds since
-// the Unix epoch, on the clock the instance decided with, and its cost.
+// the Unix epoch, on the clock the instance decided with, and its cost. For
+// the windows, Cost is in requests. For token_bucket and GCRA it is the
+// debt the request added, in token-ticks (requests × the Limit's Period in
+// ticks, see sluice.Limit.Ticks), and a hit may stand for several folded
+// into one: it then spans From..At, Cost is the net debt it adds from
+// From's debt (its requests' debt less the refill over the span; it may be
+// negative), and the debt it leaves at At is at least Floor. From 0 is At.
 type Hit struct {
-	At, Cost int64
+	At, Cost    int64
+	From, Floor int64 // token_bucket and GCRA only
 }
 
 // SyncOp is one key's part of a Sync batch. Key, Algorithm, Limit and Hits
@@ -86,7 +93,12 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 				now = h.At
 			}
 		}
-		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), 2*len(op.Hits))
+		bucket := op.Algorithm == sluice.TokenBucket || op.Algorithm == sluice.GCRA
+		per := 2
+		if bucket {
+			per = 4
+		}
+		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), per*len(op.Hits))
 		if err != nil {
 			op.Err = fmt.Errorf("redisstore: sync %q: %w", op.Key, err)
 			errs = append(errs, op.Err)
@@ -94,6 +106,13 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 		}
 		for _, h := range op.Hits {
 			args = append(args, strconv.FormatInt(h.At, 10), strconv.FormatInt(h.Cost, 10))
+			if bucket {
+				from := h.From
+				if from == 0 {
+					from = h.At
+				}
+				args = append(args, strconv.FormatInt(from, 10), strconv.FormatInt(h.Floor, 10))
+			}
 		}
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})}, Args: args})
 		idx = append(idx, i)

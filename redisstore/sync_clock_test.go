@@ -35,8 +35,12 @@ func TestSyncExpiryOnHitClock(t *testing.T) {
 		key := "sync-expiry/" + tc.name
 		at := tc.at.UnixMicro()
 		// Two hits, the later one last: the expiry counts from it.
+		tk, err := sluice.PerHour(10).Ticks()
+		if err != nil {
+			t.Fatal(err)
+		}
 		ops := []redisstore.SyncOp{{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10),
-			Hits: []redisstore.Hit{{At: at - int64(time.Minute/time.Microsecond), Cost: 0}, {At: at, Cost: 1}}}}
+			Hits: []redisstore.Hit{{At: at - int64(time.Minute/time.Microsecond), Cost: 0}, {At: at, Cost: tk.Period}}}} // one request
 		if err := st.Sync(context.Background(), ops); err != nil {
 			t.Fatalf("%s: Sync: %v", tc.name, err)
 		}
