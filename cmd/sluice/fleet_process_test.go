@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The fleet through real processes: three `sluice serve` on one real
+// redis-server, each its own process (this test binary re-executed as the
+// sluice command: TestMain runs main() when SLUICE_TEST_MAIN=1, so each
+// child is `sluice serve -config FILE` with its flags, signals and exit
+// codes), driven over HTTP.
+
+// TestMain doubles as the sluice command for the process tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("SLUICE_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// sluiceProc is one `sluice serve` child process.
+type sluiceProc struct {
+	cmd  *exec.Cmd
+	api  string // http://127.0.0.1:PORT
+	logs *redistest.SyncBuffer
+	done chan struct{} // closed when it has exited
+	err  error         // its exit, once done
+}
+
+// startSluiceProc runs `sluice serve -config path` as a child process and
+// waits for it to print its decision API's address (port 0: a free one).
+// The test's cleanup stops it (SIGTERM) and fails if it does not exit 0.
+func startSluiceProc(t *testing.T, path string) *sluiceProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "serve", "-config", path)
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_MAIN=1")
+	p := &sluiceProc{cmd: cmd, logs: new(redistest.SyncBuffer), done: make(chan struct{})}
+	cmd.Stderr = p.logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			if m := reAPI.FindStringSubmatch(sc.Text()); m != nil && !found {
+				found = true
+				addr <- m[1]
+			}
+		}
+		if !found {
+			close(addr)
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second): // a hang guard, not a measurement
+				cmd.Process.Kill()
+				<-p.done
+				t.Errorf("sluice %d: no exit within 30s of SIGTERM", cmd.Process.Pid)
+			}
+			if p.err != nil {
+				t.Errorf("sluice %d: exit after SIGTERM: %v (want 0)", cmd.Process.Pid, p.err)
+			}
+		}
+		if strings.Contains(p.logs.String(), "DATA RACE") || t.Failed() {
+			t.Errorf("sluice %d logs:\n%s", cmd.Process.Pid, p.logs.String())
+		}
+	})
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			<-p.done
+			t.Fatalf("sluice serve printed no address (exit %v):\n%s", p.err, p.logs.String())
+		}
+		p.api = a
+	case <-time.After(60 * time.Second): // a hang guard
+		t.Fatalf("sluice serve: no address within 60s:\n%s", p.logs.String())
+	}
+	return p
+}
+
+// kill SIGKILLs the process and waits for its end.
+func (p *sluiceProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+// metrics reads the process's /metrics: each sample line's series (name
+// and labels as printed) to its value.
+func (p *sluiceProc) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := fleetClient.Get(p.api + "/metrics")
+	if err != nil {
+		t.Fatalf("GET %s/metrics: %v", p.api, err)
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("GET %s/metrics: bad line %q", p.api, line)
+		}
+		m[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var fleetClient = &http.Client{
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64},
+	Timeout:   20 * time.Second,
+}
+
+// fleetAnswer is a /v1/check answer, with when the client got it.
+type fleetAnswer struct {
+	Allowed      bool  `json:"allowed"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	got          time.Time
+}
+
+// fleetCheck asks api about one request of rule and key. An error is a
+// transport error (the process is gone); any answer but 200 fails the test.
+func fleetCheck(t *testing.T, api, rule, key string) (fleetAnswer, error) {
+	resp, err := fleetClient.Post(api+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key)))
+	if err != nil {
+		return fleetAnswer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fleetAnswer{}, err
+	}
+	var a fleetAnswer
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &a) != nil {
+		t.Errorf("POST %s/v1/check %s: %d %s", api, rule, resp.StatusCode, body)
+	}
+	a.got = time.Now()
+	return a, nil
+}
+
+// drive sends n requests of rule and key, conc at a time, request i to
+// apis[i%len(apis)], and returns how many were admitted.
+func drive(t *testing.T, apis []string, rule, key string, n, conc int) int {
+	t.Helper()
+	var next, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				a, err := fleetCheck(t, apis[i%int64(len(apis))], rule, key)
+				if err != nil {
+					t.Errorf("%s: %v", rule, err)
+					return
+				}
+				if a.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// The limits of the test's rules. The exact, soft and hard rules are
+// buckets refilling a day's rate: over the seconds the test runs they
+// refill less than one unit, so their limit is the burst; the windowed
+// hard rule expires its units every few seconds.
+const (
+	dayLimit     = 300
+	syncInterval = 10 * time.Millisecond
+	windowLimit  = 100
+	windowPeriod = 3 * time.Second
+)
+
+const fleetProcConfig = `listen: 127.0.0.1:0
+log_level: warn
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: exact
+    rate: %[2]d/d
+    algorithm: gcra
+  - name: soft
+    rate: %[2]d/d
+    algorithm: gcra
+    sync: %[3]v
+  - name: hard
+    rate: %[2]d/d
+    algorithm: gcra
+    lease: auto
+  - name: hard-window
+    rate: %[4]d/%[5]v
+    algorithm: fixed_window
+    lease: auto
+`
+
+// TestFleetProcesses runs three `sluice serve` processes on one real
+// redis-server with an exact rule, a soft one (sync) and two hard ones
+// (lease), drives them over HTTP, and checks each mode's bound, that every
+// daemon's /metrics shows each rule's mode and its fleet counters moving,
+// and that a SIGKILLed instance never lets the fleet pass a hard limit
+// (its leases expire with the window).
+func TestFleetProcesses(t *testing.T) {
+	rs := redistest.StartServer(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	cfg := fmt.Sprintf(fleetProcConfig, rs.Addr, dayLimit, syncInterval, windowLimit, windowPeriod)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	var procs []*sluiceProc
+	var apis []string
+	for range n {
+		p := startSluiceProc(t, path)
+		procs = append(procs, p)
+		apis = append(apis, p.api)
+	}
+	start := time.Now()
+	// allowance is a day bucket's limit over the time the test has run:
+	// the burst plus what it refilled (less than one unit).
+	allowance := func() int {
+		return dayLimit + int(math.Ceil(dayLimit*time.Since(start).Seconds()/(24*time.Hour).Seconds()))
+	}
+
+	t.Run("exact", func(t *testing.T) {
+		got := drive(t, apis, "exact", "k", 2*dayLimit, 12)
+		if got < dayLimit || got > allowance() {
+			t.Errorf("exact: the fleet admitted %d of %d, want exactly %d", got, 2*dayLimit, dayLimit)
+		}
+	})
+
+	t.Run("lease", func(t *testing.T) {
+		got := drive(t, apis, "hard", "k", 3*dayLimit, 12)
+		t.Logf("lease auto: the fleet admitted %d of %d asked, limit %d", got, 3*dayLimit, dayLimit)
+		if a := allowance(); got > a {
+			t.Errorf("lease: the fleet admitted %d, over the limit %d", got, a)
+		}
+		if got < dayLimit*9/10 {
+			t.Errorf("lease: the fleet admitted %d of %d at 3× overload, under 90%%", got, dayLimit)
+		}
+	})
+
+	t.Run("sync", func(t *testing.T) { syncRounds(t, procs) })
+
+	// Every daemon shows every rule's mode, and each mode's counters moved
+	// on each (each got a third of every run above).
+	for i, p := range procs {
+		m := p.metrics(t)
+		for rule, mode := range map[string]string{"exact": "exact", "soft": "sync", "hard": "lease", "hard-window": "lease"} {
+			if s := fmt.Sprintf(`sluice_rule_fleet_mode{mode=%q,rule=%q}`, mode, rule); m[s] != 1 {
+				t.Errorf("daemon %d: %s = %v, want 1", i, s, m[s])
+			}
+		}
+		iv := fmt.Sprintf(`{interval=%q}`, syncInterval)
+		for _, s := range []string{"sluice_fleet_sync_batches_total", "sluice_fleet_sync_batch_keys_total", "sluice_fleet_sync_decisions_total", "sluice_fleet_sync_loads_total", "sluice_fleet_sync_batch_seconds_count"} {
+			if m[s+iv] < 1 {
+				t.Errorf("daemon %d: %s%s = %v, want it moving", i, s, iv, m[s+iv])
+			}
+		}
+		for _, s := range []string{"sluice_fleet_lease_reservations_total", "sluice_fleet_lease_units_granted_total", "sluice_fleet_lease_units_spent_total", "sluice_fleet_lease_reserve_seconds_count"} {
+			if m[s+`{chunk="auto"}`] < 1 {
+				t.Errorf(`daemon %d: %s{chunk="auto"} = %v, want it moving`, i, s, m[s+`{chunk="auto"}`])
+			}
+		}
+		if m["sluice_overlimit_cache_hits_total"] < 1 {
+			t.Errorf("daemon %d: sluice_overlimit_cache_hits_total = %v, want some (every rule ran over)", i, m["sluice_overlimit_cache_hits_total"])
+		}
+	}
+
+	t.Run("lease-sigkill", func(t *testing.T) { leaseKill(t, procs) })
+}
+
+// syncRounds measures the soft bound deterministically. The documented
+// bound is (n−1)/n · λ · (2·interval + RTT): what the other instances send
+// while an instance's view lacks their hits. Here that time is made a
+// count: in each round every daemon gets k requests at once, then the test
+// waits until every daemon has sent its hits to Redis and dropped its view
+// of the key (three batches of its own after the round, kept coming by a
+// request on another key), so that every round starts from a view holding
+// every earlier hit. The requests the fleet sends while a view is stale are
+// then one round's, n·k, and the fleet passes the limit by at most
+// (n−1)/n · n·k = (n−1)·k; and, every view being at most the true count,
+// it admits at least the limit.
+func syncRounds(t *testing.T, procs []*sluiceProc) {
+	// 7 a round on each of 3: the limit of 300 falls inside the 15th
+	// round (after 294), so that round passes it, by up to (n−1)·k.
+	const k, rounds = 7, 16
+	n := len(procs)
+	batches := func(p *sluiceProc) float64 {
+		return p.metrics(t)[fmt.Sprintf(`sluice_fleet_sync_batches_total{interval=%q}`, syncInterval)]
+	}
+	admitted := 0
+	for r := range rounds {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			for range k {
+				wg.Go(func() {
+					a, err := fleetCheck(t, p.api, "soft", "k")
+					if err != nil {
+						t.Errorf("soft: %v", err)
+					}
+					if a.Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		// Three batches of each daemon: one maybe under way at the end of
+		// the round, the one that sends the rest of its hits, and the one
+		// after, which drops the key's view (untouched for a batch), so
+		// that its next decision reads the key again from Redis.
+		for i, p := range procs {
+			wg.Go(func() {
+				base := batches(p)
+				deadline := time.Now().Add(30 * time.Second) // a hang guard
+				for batches(p) < base+3 {
+					// Twice: the first may read the key afresh (idle
+					// for two intervals), the second is then a hit for
+					// the next batch.
+					for range 2 {
+						if _, err := fleetCheck(t, p.api, "soft", fmt.Sprintf("tick-%d", r)); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("daemon %d: fewer than 3 sync batches in 30s", i)
+						return
+					}
+					time.Sleep(syncInterval) // polling for the batches
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+	bound := (n - 1) * k
+	t.Logf("sync %v, %d daemons, rounds of %d requests each: admitted %d of %d asked, limit %d: overshoot %d (%.1f%%), bound (n−1)·k = %d",
+		syncInterval, n, k, admitted, rounds*n*k, dayLimit, admitted-dayLimit, 100*float64(admitted-dayLimit)/dayLimit, bound)
+	if admitted > dayLimit+bound+1 { // +1: a unit refilled while the test ran
+		t.Errorf("sync: the fleet admitted %d, over the limit %d by more than the bound %d", admitted, dayLimit, bound)
+	}
+	if admitted < dayLimit {
+		t.Errorf("sync: the fleet admitted %d, under the limit %d", admitted, dayLimit)
+	}
+}
+
+// leaseKill drives the windowed hard rule on the three daemons at about 4×
+// its rate, SIGKILLs one once the fleet has admitted a third of a window's
+// limit (it dies holding reserved units), and keeps going on the other two
+// until a window begun after the kill has admitted 90 % of the limit and
+// ended: the dead instance's units expired with their window. No window
+// may pass the limit. Each admission is counted in the window its answer's reset_after
+// ends (to the nearest window end: answers take far less than half a
+// window).
+func leaseKill(t *testing.T, procs []*sluiceProc) {
+	period := windowPeriod.Milliseconds()
+	windowOf := func(a fleetAnswer) int64 {
+		end := a.got.UnixMilli() + a.ResetAfterMS
+		return (end+period/2)/period - 1
+	}
+	var (
+		mu        sync.Mutex
+		byWindow  = map[int64]int{}
+		killed    atomic.Bool
+		killedIn  int64 = math.MaxInt64
+		recovered       = make(chan int64, 1)
+		total     int
+	)
+	victim := procs[len(procs)-1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a hang guard
+	defer cancel()
+	tick := time.NewTicker(windowPeriod / (4 * windowLimit))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			t.Fatalf("no window after the kill (in window %d) admitted 90%% of %d within 60s: %v", killedIn, windowLimit, byWindow)
+		case w := <-recovered:
+			wg.Wait()
+			t.Logf("lease auto, fixed window %d/%v: killed daemon %d in window %d; window %d admitted %d; per window: %v",
+				windowLimit, windowPeriod, victim.cmd.Process.Pid, killedIn, w, byWindow[w], byWindow)
+			for w, a := range byWindow {
+				if a > windowLimit {
+					t.Errorf("window %d: the fleet admitted %d, over the limit %d", w, a, windowLimit)
+				}
+			}
+			return
+		case <-tick.C:
+		}
+		p := procs[i%len(procs)]
+		if killed.Load() && p == victim {
+			continue
+		}
+		wg.Go(func() {
+			a, err := fleetCheck(t, p.api, "hard-window", "k")
+			if err != nil {
+				if p == victim && killed.Load() {
+					return // in flight when it died
+				}
+				t.Errorf("hard-window: %v", err)
+				return
+			}
+			if !a.Allowed {
+				return
+			}
+			w := windowOf(a)
+			mu.Lock()
+			defer mu.Unlock()
+			byWindow[w]++
+			total++
+			if total == windowLimit/3 && !killed.Load() {
+				killed.Store(true)
+				killedIn = w
+				victim.kill(t)
+			}
+			// Done once a window after the kill's has admitted 90 %
+			// and a later one has begun (its answers still in flight
+			// are counted before the check).
+			for v, a := range byWindow {
+				if v > killedIn && v < w && a >= windowLimit*9/10 {
+					select {
+					case recovered <- v:
+					default:
+					}
+				}
+			}
+		})
+	}
+}
