@@ -21,6 +21,7 @@
 //
 //	cd bench && go run ./fleetload                  # 3s per cell, c=64
 //	cd bench && go run ./fleetload -d 5s -c 128 -runs 2
+//	cd bench && go run ./fleetload -cluster -bound=false   # on a 3-node Redis Cluster
 //
 // With -runs N the cells run N times interleaved and each keeps its best
 // run; -modes and -keys pick cells, -sluice runs a given binary (to profile
@@ -71,9 +72,9 @@ const overloadRate = 2000
 
 // config is the one config of the three instances: per mode a generous
 // rule (<mode>) and an overload rule (<mode>-over).
-func config(listen, redis string) []byte {
+func config(listen string, redis []string, cluster bool) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: %s\nlog_level: warn\nstore:\n  type: redis\n  redis:\n    addrs: [%s]\n    timeout: 1s\nrules:\n", listen, redis)
+	fmt.Fprintf(&b, "listen: %s\nlog_level: warn\nstore:\n  type: redis\n  redis:\n    addrs: [%s]\n    cluster: %v\n    timeout: 1s\nrules:\n", listen, strings.Join(redis, ", "), cluster)
 	// The throughput rules name themselves in /v1/check; their match
 	// keeps them off the forward-auth requests of the bound run.
 	for _, m := range modes {
@@ -173,6 +174,7 @@ type options struct {
 	modes    map[string]bool
 	loops    int
 	bound    bool
+	cluster  bool
 }
 
 func run() error {
@@ -187,6 +189,7 @@ func run() error {
 	modeList := flag.String("modes", "plain,sync,lease", "the modes to run")
 	genProcs := flag.Int("procs", 0, "GOMAXPROCS of the load generator itself (not of the daemons); 0: Go's default")
 	flag.BoolVar(&o.bound, "bound", true, "also measure the soft bound through the daemons (sync at 10× overload of a per-minute rule, once per run)")
+	flag.BoolVar(&o.cluster, "cluster", false, "run the daemons on a 3-node Redis Cluster (3 masters, no replicas) instead of one redis-server")
 	flag.IntVar(&o.loops, "loops", 1, "event loops (OS threads) of the load generator, the connections split over them")
 	flag.Parse()
 	if *genProcs > 0 {
@@ -229,21 +232,32 @@ func run() error {
 			return err
 		}
 	}
-	ports, err := harness.FreePorts(4)
+	nodes := 1
+	if o.cluster {
+		nodes = 3
+	}
+	ports, err := harness.FreePorts(nodes + 3)
 	if err != nil {
 		return err
 	}
-	redisAddr, apis := ports[0], ports[1:]
+	redisAddrs, apis := ports[:nodes], ports[nodes:]
 	var procs harness.Procs
 	defer procs.StopAll()
-	redisP, err := procs.StartRedis(ctx, redisAddr, dir)
+	var redisPs []*harness.Proc
+	if o.cluster {
+		redisPs, err = procs.StartRedisCluster(ctx, redisAddrs, dir)
+	} else {
+		var p *harness.Proc
+		p, err = procs.StartRedis(ctx, redisAddrs[0], dir)
+		redisPs = []*harness.Proc{p}
+	}
 	if err != nil {
 		return err
 	}
 	var daemons []*harness.Proc
 	for i, api := range apis {
 		cfg := filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", i))
-		if err := os.WriteFile(cfg, config(api, redisAddr), 0o644); err != nil {
+		if err := os.WriteFile(cfg, config(api, redisAddrs, o.cluster), 0o644); err != nil {
 			return err
 		}
 		p, err := procs.Start(ctx, fmt.Sprintf("sluice-%d", i), sluice, "serve", "-config", cfg)
@@ -294,7 +308,7 @@ func run() error {
 	all := make([][]result, o.runs) // per run, per cell: for the ratios within each run
 	for r := range o.runs {
 		for i, c := range cells {
-			res, err := measure(ctx, o, loops, apis, daemons, redisP, redisAddr, c)
+			res, err := measure(ctx, o, loops, apis, daemons, redisPs, redisAddrs, c)
 			if err != nil {
 				return fmt.Errorf("%s keys=%d %s: %w", c.mode, c.keys, c.load(), err)
 			}
@@ -348,7 +362,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // measure runs one cell: o.conc connections, connection w on instance
 // w%3, for o.duration after a warm-up of a second (which also fills the
 // sync batches and the leases).
-func measure(ctx context.Context, o options, loops []*harness.Closed, apis []string, daemons []*harness.Proc, redisP *harness.Proc, redisAddr string, c cell) (result, error) {
+func measure(ctx context.Context, o options, loops []*harness.Closed, apis []string, daemons []*harness.Proc, redisPs []*harness.Proc, redisAddrs []string, c cell) (result, error) {
 	prefix := `{"rule":"` + c.rule() + `","key":"k`
 	phase := func(d time.Duration) (result, error) {
 		var (
@@ -421,14 +435,33 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 			sum += t
 			*sys += sysTime(p.Cmd.Process.Pid)
 		}
-		rt, err := harness.CPUTime(redisP.Cmd.Process.Pid)
-		return sum, rt, err
+		var rt time.Duration
+		for _, p := range redisPs {
+			t, err := harness.CPUTime(p.Cmd.Process.Pid)
+			if err != nil {
+				return 0, 0, err
+			}
+			rt += t
+		}
+		return sum, rt, nil
+	}
+	// Every node's commands (one node but for -cluster).
+	redisCommands := func() (int64, error) {
+		var n int64
+		for _, a := range redisAddrs {
+			c, err := harness.RedisCommands(a)
+			if err != nil {
+				return 0, err
+			}
+			n += c
+		}
+		return n, nil
 	}
 	d0, r0, err := cpu(&sys0)
 	if err != nil {
 		return result{}, err
 	}
-	cmds0, err := harness.RedisCommands(redisAddr)
+	cmds0, err := redisCommands()
 	if err != nil {
 		return result{}, err
 	}
@@ -440,7 +473,7 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 	if err != nil {
 		return result{}, err
 	}
-	cmds1, err := harness.RedisCommands(redisAddr)
+	cmds1, err := redisCommands()
 	if err != nil {
 		return result{}, err
 	}
@@ -457,7 +490,7 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 	res.daemonSys = (sys1 - sys0) / time.Duration(res.n)
 	res.redisCPU = (r1 - r0) / time.Duration(res.n)
 	res.clientCPU = (c1 - c0) / time.Duration(res.n)
-	res.redisCmds = float64(cmds1-cmds0-1) / float64(res.n) // -1: our own INFO
+	res.redisCmds = float64(cmds1-cmds0-int64(len(redisAddrs))) / float64(res.n) // minus our own INFOs
 	if !c.over && res.allowed != res.n {
 		return res, fmt.Errorf("%d of %d answers refused: the generous limit should admit everything", res.n-res.allowed, res.n)
 	}
@@ -465,8 +498,12 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 }
 
 func report(w io.Writer, o options, cells []cell, rs []result, all [][]result, loadBefore string) {
-	fmt.Fprintf(w, "\n3 `sluice serve` on one redis-server, POST /v1/check at c=%d (keep-alive, spread evenly), %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
-		o.conc, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
+	redis := "one redis-server"
+	if o.cluster {
+		redis = "a 3-node Redis Cluster (3 masters; one hot key lives on one of them; Redis figures summed over the three)"
+	}
+	fmt.Fprintf(w, "\n3 `sluice serve` on %s, POST /v1/check at c=%d (keep-alive, spread evenly), %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
+		redis, o.conc, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
 	fmt.Fprintln(w, "| mode | keys | load | decisions/s | ÷ plain (best) | ÷ plain in each run | admitted/s | daemon CPU µs/decision (3 summed) | Redis CPU µs/decision | client CPU µs/decision | Redis commands/decision |")
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
 	plainOf := func(rs []result) map[[2]int]float64 {

@@ -282,6 +282,73 @@ func (s *Procs) StartRedis(ctx context.Context, addr, dir string) (*Proc, error)
 	return p, nil
 }
 
+// StartRedisCluster runs a Redis Cluster of one master per address (no
+// replicas), each node without persistence in its own directory under dir,
+// joins them with redis-cli --cluster create (the 16384 slots split
+// evenly) and waits until every node reports cluster_state:ok.
+func (s *Procs) StartRedisCluster(ctx context.Context, addrs []string, dir string) ([]*Proc, error) {
+	var ps []*Proc
+	for i, addr := range addrs {
+		_, port, _ := net.SplitHostPort(addr)
+		ndir := filepath.Join(dir, "redis-node-"+port)
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return nil, err
+		}
+		p, err := s.Start(ctx, fmt.Sprintf("redis-%d", i), "redis-server", "--port", port, "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", ndir,
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			return nil, err
+		}
+		if err := WaitListen(ctx, addr, p); err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	create := exec.CommandContext(ctx, "redis-cli", args...)
+	if out, err := create.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, addr := range addrs {
+		for {
+			if ok, err := clusterOK(addr); err == nil && ok {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return nil, fmt.Errorf("cluster node %s not ok after 15s", addr)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the cluster's startup
+		}
+	}
+	return ps, nil
+}
+
+// clusterOK reports whether CLUSTER INFO of the node at addr says
+// cluster_state:ok.
+func clusterOK(addr string) (bool, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprint(c, "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
+	br := bufio.NewReader(c)
+	hdr, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(hdr, "$") {
+		return false, fmt.Errorf("CLUSTER INFO: %q %v", hdr, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(hdr[1:]))
+	body := make([]byte, n+2)
+	if _, err := ioReadFull(br, body); err != nil {
+		return false, err
+	}
+	return strings.Contains(string(body), "cluster_state:ok"), nil
+}
+
 // StartNginx runs nginx in the foreground as one process (master_process
 // off: one worker, its CPU in one /proc/PID/stat), its pid, logs and temp
 // files under dir, on the http-block body httpConf (included from
