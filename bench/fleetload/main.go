@@ -2,7 +2,8 @@
 // run on loopback it starts one redis-server and three `sluice serve`
 // instances on it (one config, free 127.0.0.1 ports), and drives POST
 // /v1/check over keep-alive connections spread evenly over the three, one
-// request in flight on each, at a fixed concurrency, for each fleet mode of a token bucket rule:
+// request in flight on each (-pipeline N: N, HTTP/1.1 pipelining), at a
+// fixed concurrency, for each fleet mode of a token bucket rule:
 //
 //   - plain: no fleet option (exact: one Redis script per decision),
 //   - sync: 100ms (soft limit: decide locally, one batch per interval),
@@ -175,13 +176,14 @@ type options struct {
 	loops    int
 	bound    bool
 	cluster  bool
+	depth    int
 }
 
 func run() error {
 	var o options
 	var keys string
 	flag.DurationVar(&o.duration, "d", 3*time.Second, "duration of each measured cell (at most 20s)")
-	flag.IntVar(&o.conc, "c", 64, "requests in flight, spread over the 3 instances")
+	flag.IntVar(&o.conc, "c", 64, "connections, spread over the 3 instances (one request in flight on each, or -pipeline)")
 	flag.StringVar(&keys, "keys", "1,100000", "key counts")
 	flag.IntVar(&o.runs, "runs", 1, "runs of every cell, interleaved; each cell keeps its best")
 	flag.BoolVar(&o.over, "overload", true, "add the overload cells (one hot key)")
@@ -189,6 +191,7 @@ func run() error {
 	modeList := flag.String("modes", "plain,sync,lease", "the modes to run")
 	genProcs := flag.Int("procs", 0, "GOMAXPROCS of the load generator itself (not of the daemons); 0: Go's default")
 	flag.BoolVar(&o.bound, "bound", true, "also measure the soft bound through the daemons (sync at 10× overload of a per-minute rule, once per run)")
+	flag.IntVar(&o.depth, "pipeline", 1, "requests in flight per connection (HTTP/1.1 pipelining); 1: one request per round trip, the default measurement")
 	flag.BoolVar(&o.cluster, "cluster", false, "run the daemons on a 3-node Redis Cluster (3 masters, no replicas) instead of one redis-server")
 	flag.IntVar(&o.loops, "loops", 1, "event loops (OS threads) of the load generator, the connections split over them")
 	flag.Parse()
@@ -214,6 +217,9 @@ func run() error {
 	}
 	if o.runs < 1 || o.runs > 5 {
 		return errors.New("-runs must be in [1, 5]")
+	}
+	if o.depth < 1 || o.depth > 64 {
+		return errors.New("-pipeline must be in [1, 64]")
 	}
 	if o.loops < 1 || o.loops > o.conc {
 		return errors.New("-loops must be in [1, -c]")
@@ -302,6 +308,7 @@ func run() error {
 			return err
 		}
 		defer l.Close()
+		l.Depth = o.depth
 		loops = append(loops, l)
 	}
 	best := make([]result, len(cells))
@@ -502,8 +509,12 @@ func report(w io.Writer, o options, cells []cell, rs []result, all [][]result, l
 	if o.cluster {
 		redis = "a 3-node Redis Cluster (3 masters; one hot key lives on one of them; Redis figures summed over the three)"
 	}
-	fmt.Fprintf(w, "\n3 `sluice serve` on %s, POST /v1/check at c=%d (keep-alive, spread evenly), %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
-		redis, o.conc, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
+	inflight := "one request in flight per connection"
+	if o.depth > 1 {
+		inflight = fmt.Sprintf("**pipelined: %d requests in flight per connection** (HTTP/1.1 pipelining; not comparable with one request per round trip)", o.depth)
+	}
+	fmt.Fprintf(w, "\n3 `sluice serve` on %s, POST /v1/check on %d keep-alive connections (spread evenly), %s, %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
+		redis, o.conc, inflight, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
 	fmt.Fprintln(w, "| mode | keys | load | decisions/s | ÷ plain (best) | ÷ plain in each run | admitted/s | daemon CPU µs/decision (3 summed) | Redis CPU µs/decision | client CPU µs/decision | Redis commands/decision |")
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
 	plainOf := func(rs []result) map[[2]int]float64 {

@@ -21,7 +21,17 @@ import (
 // about twice the CPU per request on this machine, CPU taken from the
 // servers being measured. Build it with NewClosed; Run drives it for a
 // while, and may be called again; Close closes the connections.
+//
+// With Depth > 1 it pipelines (HTTP/1.1): Depth requests in flight per
+// connection, answered in order; the answers one read brings in are
+// replaced by as many requests in one write, so a read and a write serve
+// several requests. That is a different measurement from one request per
+// round trip: label its figures so.
 type Closed struct {
+	// Depth is the requests in flight per connection; 0 or 1: one.
+	// Set it before Run.
+	Depth int
+
 	conns   []closedConn
 	epfd    int
 	timeout time.Duration
@@ -32,8 +42,9 @@ type closedConn struct {
 	fd   int
 	buf  []byte
 	got  int
-	req  []byte    // the request in flight (the caller's buffer)
-	sent time.Time // when it was sent; zero: idle
+	out  []byte      // the requests of the next write, copied
+	sent []time.Time // when each request in flight was sent, oldest first: sent[head:]
+	head int
 }
 
 // NewClosed connects conns connections, connection i to addrs[i%len(addrs)];
@@ -86,35 +97,45 @@ func (l *Closed) Close() {
 	}
 }
 
-// Run keeps a request in flight on every connection for d: next(i)
-// returns connection i's next request (a buffer the caller may reuse once
-// its answer is given to done), done(i, status, body) receives its answer
-// (body aliases the connection's buffer: valid during the call) and may
-// fail the run. After d no new request is sent; Run returns once the ones
-// in flight are answered, with the count of answers. An answer must carry
-// a Content-Length and keep the connection open.
+// Run keeps Depth requests (at least one) in flight on every connection
+// for d: next(i) returns connection i's next request (a buffer the caller
+// may reuse once next is called again: Run copies it at once), done(i,
+// status, body) receives its answers in order (body aliases the
+// connection's buffer: valid during the call) and may fail the run. After
+// d no new request is sent; Run returns once the ones in flight are
+// answered, with the count of answers. An answer must carry a
+// Content-Length and keep the connection open.
 func (l *Closed) Run(ctx context.Context, d time.Duration, next func(i int) []byte, done func(i, status int, body []byte) error) (int64, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	depth := max(l.Depth, 1)
 	stop := time.Now().Add(d)
 	busy := 0
 	var n int64
-	send := func(i int, now time.Time) error {
+	// send writes k more requests on connection i, in one write.
+	send := func(i, k int, now time.Time) error {
 		c := &l.conns[i]
-		c.req, c.sent, c.got = next(i), now, 0
-		busy++
-		m, errno := rawWrite(c.fd, c.req)
+		c.out = c.out[:0]
+		c.sent = c.sent[:copy(c.sent, c.sent[c.head:])]
+		c.head = 0
+		for range k {
+			c.out = append(c.out, next(i)...)
+			c.sent = append(c.sent, now)
+		}
+		busy += k
+		m, errno := rawWrite(c.fd, c.out)
 		switch {
 		case errno != 0:
 			return fmt.Errorf("write: %w", errno)
-		case m < len(c.req):
-			return errors.New("closed: short write") // a small request on an idle socket: not expected
+		case m < len(c.out):
+			return errors.New("closed: short write") // small requests on a socket the server drains: not expected
 		}
 		return nil
 	}
 	now := time.Now()
 	for i := range l.conns {
-		if err := send(i, now); err != nil {
+		l.conns[i].sent, l.conns[i].head = l.conns[i].sent[:0], 0
+		if err := send(i, depth, now); err != nil {
 			return n, err
 		}
 	}
@@ -147,27 +168,34 @@ func (l *Closed) Run(ctx context.Context, d time.Duration, next func(i int) []by
 				return n, io.ErrUnexpectedEOF
 			}
 			c.got += m
-			if c.sent.IsZero() {
-				return n, fmt.Errorf("%w: %d bytes with no request in flight", ErrFraming, c.got)
+			// Every whole answer in the buffer, in order.
+			at, answered := 0, 0
+			for at < c.got {
+				if c.head == len(c.sent) {
+					return n, fmt.Errorf("%w: %d bytes with no request in flight", ErrFraming, c.got-at)
+				}
+				a, err := parseAnswer(c.buf[at:c.got], nil)
+				if err != nil {
+					return n, err
+				}
+				if a.n == 0 {
+					break // not all of it yet
+				}
+				if a.closed {
+					return n, fmt.Errorf("%w: the server closes", ErrFraming)
+				}
+				at += a.n
+				n++
+				busy--
+				answered++
+				c.head++
+				if err := done(i, a.status, a.body); err != nil {
+					return n, err
+				}
 			}
-			a, err := parseAnswer(c.buf[:c.got], nil)
-			if err != nil {
-				return n, err
-			}
-			if a.n == 0 {
-				continue // not all of it yet
-			}
-			if a.n < c.got || a.closed {
-				return n, fmt.Errorf("%w: more than one answer, or the server closes", ErrFraming)
-			}
-			n++
-			busy--
-			c.sent = time.Time{}
-			if err := done(i, a.status, a.body); err != nil {
-				return n, err
-			}
-			if now.Before(stop) {
-				if err := send(i, now); err != nil {
+			c.got = copy(c.buf, c.buf[at:c.got])
+			if answered > 0 && now.Before(stop) {
+				if err := send(i, answered, now); err != nil {
 					return n, err
 				}
 			}
@@ -178,7 +206,7 @@ func (l *Closed) Run(ctx context.Context, d time.Duration, next func(i int) []by
 				return n, err
 			}
 			for i := range l.conns {
-				if c := &l.conns[i]; !c.sent.IsZero() && now.Sub(c.sent) > l.timeout {
+				if c := &l.conns[i]; c.head < len(c.sent) && now.Sub(c.sent[c.head]) > l.timeout {
 					return n, fmt.Errorf("closed: no answer within %v", l.timeout)
 				}
 			}
