@@ -46,6 +46,9 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		// serves a body.
 		d.apiFront = h1.New(d.apiSrv)
 		d.apiFront.MaxBody = cfg.Limits.MaxBodyBytes
+		// Its handlers answer within the store's timeout, never waiting
+		// on their own: answers to pipelined requests may go out together.
+		d.apiFront.BatchAnswers = apiBatchAnswers
 	}
 	if cfg.Proxy != nil {
 		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
@@ -118,3 +121,7 @@ func listenerOptions(name string, l *config.Listener, m *metrics.Metrics, errLog
 		ErrorLog:          errLog,
 	}
 }
+
+// apiBatchAnswers is how many answers to pipelined requests the decision
+// API writes at once at most (h1.Server.BatchAnswers).
+const apiBatchAnswers = 16
