@@ -102,11 +102,14 @@ bench-envoy:
 # plain vs sync: 100ms vs lease: auto, one hot key and 100,000 keys, and
 # overload; then the soft bound through the daemons (sync at 10x overload
 # of a per-minute rule, 10 s per run); then the same three modes on a real
-# 3-node Redis Cluster (one hot key and 100,000 keys); about 4 minutes.
+# 3-node Redis Cluster (one hot key and 100,000 keys); then one hot key with
+# HTTP/1.1 pipelining (16 requests in flight per connection: a different
+# measurement, labelled so); about 5 minutes.
 bench-fleet:
 	sh scripts/ensure-redis.sh
 	cd bench && $(GO) run ./fleetload -d 3s -runs 3
 	cd bench && $(GO) run ./fleetload -cluster -d 3s -runs 2 -overload=false -bound=false
+	cd bench && $(GO) run ./fleetload -pipeline 16 -keys 1 -d 3s -runs 2 -overload=false -bound=false
 
 clean:
 	rm -f sluice
