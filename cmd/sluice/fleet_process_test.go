@@ -225,21 +225,21 @@ const fleetProcConfig = `listen: 127.0.0.1:0
 log_level: warn
 store:
   type: redis
-  redis: {addrs: [%s], timeout: 2s}
+  redis: {addrs: [%s], cluster: %v, timeout: 2s}
 rules:
   - name: exact
-    rate: %[2]d/d
+    rate: %[3]d/d
     algorithm: gcra
   - name: soft
-    rate: %[2]d/d
+    rate: %[3]d/d
     algorithm: gcra
-    sync: %[3]v
+    sync: %[4]v
   - name: hard
-    rate: %[2]d/d
+    rate: %[3]d/d
     algorithm: gcra
     lease: auto
   - name: hard-window
-    rate: %[4]d/%[5]v
+    rate: %[5]d/%[6]v
     algorithm: fixed_window
     lease: auto
 `
@@ -251,9 +251,17 @@ rules:
 // and that a SIGKILLed instance never lets the fleet pass a hard limit
 // (its leases expire with the window).
 func TestFleetProcesses(t *testing.T) {
-	rs := redistest.StartServer(t)
+	fleetProcesses(t, []string{redistest.StartServer(t).Addr}, false)
+}
+
+// TestFleetProcessesCluster is the same on a real 3-node Redis Cluster.
+func TestFleetProcessesCluster(t *testing.T) {
+	fleetProcesses(t, redistest.StartCluster(t).Addrs, true)
+}
+
+func fleetProcesses(t *testing.T, addrs []string, cluster bool) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	cfg := fmt.Sprintf(fleetProcConfig, rs.Addr, dayLimit, syncInterval, windowLimit, windowPeriod)
+	cfg := fmt.Sprintf(fleetProcConfig, strings.Join(addrs, ", "), cluster, dayLimit, syncInterval, windowLimit, windowPeriod)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
