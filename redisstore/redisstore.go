@@ -216,6 +216,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		// client below.
 		AlwaysPipelining: true,
 		MaxFlushDelay:    o.MaxFlushDelay,
+		DialCtxFn:        dial,
 	}
 	if o.Sentinel != "" {
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
