@@ -296,7 +296,7 @@ func (e *syncEntry) record(h redisstore.Hit) {
 			}
 		default:
 			// A bucket's clock only moves forward: a hit stamped before
-			// the last one acts at the last one's time (see fold).
+			// the last one acts at the last one's time (see inOrder).
 			h.At = max(h.At, last.At)
 		}
 	}
@@ -438,7 +438,11 @@ func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
 	e.inflight = false
 	e.failed = op.Err != nil
 	if op.Err != nil {
-		e.hits = fold(e.alg, &e.ticks, append(op.Hits, e.hits...), maxHits)
+		e.hits = append(op.Hits, e.hits...)
+		if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
+			inOrder(e.hits)
+			e.hits = fold(e.alg, &e.ticks, e.hits, maxHits)
+		}
 		if len(e.hits) > 0 {
 			s.touch(e) // send them with the next batch
 		}

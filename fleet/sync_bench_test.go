@@ -137,3 +137,34 @@ func BenchmarkFleet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSyncHotBucket: local decisions of one Sync on one hot GCRA key,
+// thousands per batch, so that nearly every hit is folded (see fold): what
+// keeping a bucket's hits exact costs on the hot path.
+//
+//	go test ./fleet -run '^$' -bench BenchmarkSyncHotBucket -benchmem
+func BenchmarkSyncHotBucket(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	s, err := fleet.NewSync(rs, fleet.SyncOptions{Interval: 100 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r := sluice.Request{Key: fmt.Sprintf("bench/%d/hot", time.Now().UnixNano()), Algorithm: sluice.GCRA, Limit: sluice.PerMinute(1_000_000_000), Cost: 1}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := r
+		for pb.Next() {
+			r.Now = time.Now()
+			if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+				b.Fatalf("Take: %+v, %v", d, err)
+			}
+		}
+	})
+}

@@ -82,22 +82,13 @@ func capCost(a sluice.Algorithm, t *sluice.Ticks) int64 {
 // below 2^53).
 
 // fold shortens a bucket's hits to at most keep (at least 1), exactly,
-// folding the last two into one (see above) while there are more. Hits
-// stamped before an earlier one act at its time, as a bucket's clock only
-// moves forward: fold first stamps them so, which the fold needs. It is
-// exact from any state whose clock is not past the first hit's (the fleet
-// is not exact anyway when another instance's clock runs ahead). Window
-// hits it leaves as they are.
+// folding the last two into one (see above) while there are more. The hits
+// must be in order (see inOrder). It is exact from any state whose clock is
+// not past the first hit's (the fleet is not exact anyway when another
+// instance's clock runs ahead). Window hits it leaves as they are.
 func fold(a sluice.Algorithm, t *sluice.Ticks, hits []redisstore.Hit, keep int) []redisstore.Hit {
-	if a != sluice.TokenBucket && a != sluice.GCRA {
+	if a != sluice.TokenBucket && a != sluice.GCRA || len(hits) <= max(1, keep) {
 		return hits
-	}
-	for i := 1; i < len(hits); i++ {
-		prev := hits[i-1].At
-		hits[i].At = max(hits[i].At, prev)
-		if hits[i].From != 0 {
-			hits[i].From = max(hits[i].From, prev)
-		}
 	}
 	limit, _ := chargeCap(a, t)
 	for n := len(hits); n > max(1, keep); n-- {
@@ -116,6 +107,19 @@ func fold(a sluice.Algorithm, t *sluice.Ticks, hits []redisstore.Hit, keep int) 
 		hits = hits[:n-1]
 	}
 	return hits
+}
+
+// inOrder stamps a bucket's hits that are stamped before an earlier one
+// with that one's time, where they act anyway: a bucket's clock only moves
+// forward. fold needs them so.
+func inOrder(hits []redisstore.Hit) {
+	for i := 1; i < len(hits); i++ {
+		prev := hits[i-1].At
+		hits[i].At = max(hits[i].At, prev)
+		if hits[i].From != 0 {
+			hits[i].From = max(hits[i].From, prev)
+		}
+	}
 }
 
 // refill is the debt a bucket pays back in dt ticks, at most 4 × limit
