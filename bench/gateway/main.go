@@ -28,9 +28,13 @@
 // runs as one process (master_process off) so that its CPU time is one
 // PID's; Sluice is the sluice binary built from this repository, with the
 // memory store and limits high enough that every request is allowed (the
-// cost measured is the decision, not a refusal). The upstream is this
-// program again (`gateway upstream ADDR`), in its own process, so that
-// this one's CPU is the paced generator's alone.
+// cost measured is the decision, not a refusal). The upstream is a second
+// nginx process answering a fixed body (-upstream nginx, the default), or
+// this program again as a net/http server (-upstream go, `gateway
+// upstream ADDR`), in its own process either way, so that this one's CPU
+// is the paced generator's alone. nginx by default because on 2 shared
+// cores the upstream's CPU is taken from the processes measured, and the
+// Go one cost two to three times nginx's per request (startUpstream).
 package main
 
 import (
