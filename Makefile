@@ -63,7 +63,7 @@ fuzz:
 	# The randomized differential tests on new seeds (make test replays
 	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.
 	sh scripts/ensure-redis.sh
-	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores|Conformance|ScriptTwin' . ./memstore ./redisstore ./fleet
+	SLUICE_SEED=random $(GO) test -count=1 -run 'Differential|RedisEqualsMemory|RefundRestores|Conformance|ScriptTwin|FoldExact' . ./memstore ./redisstore ./fleet
 
 bench: bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet
 
