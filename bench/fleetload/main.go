@@ -515,8 +515,16 @@ func report(w io.Writer, o options, cells []cell, rs []result, all [][]result, l
 	}
 	fmt.Fprintf(w, "\n3 `sluice serve` on %s, POST /v1/check on %d keep-alive connections (spread evenly), %s, %v per cell after a 1s warm-up, best of %d; token_bucket; load average before %s, after %s; %d CPUs shared by the clients, the daemons and Redis.\n\n",
 		redis, o.conc, inflight, o.duration, o.runs, loadBefore, harness.LoadAvg(), harness.NumCPU())
-	fmt.Fprintln(w, "| mode | keys | load | decisions/s | ÷ plain (best) | ÷ plain in each run | admitted/s | daemon CPU µs/decision (3 summed) | Redis CPU µs/decision | client CPU µs/decision | Redis commands/decision |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| mode | keys | load | decisions/s | ÷ plain (best) | ÷ plain in each run | admitted/s | daemon CPU µs/decision (3 summed) | Redis CPU µs/decision | client CPU µs/decision | all CPU µs/decision | plain's ÷ this (CPU) | Redis commands/decision |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	// CPU per decision of every process: what two busy cores divide.
+	allCPU := func(r result) time.Duration { return r.daemonCPU + r.redisCPU + r.clientCPU }
+	plainCPU := map[[2]int]time.Duration{}
+	for i, c := range cells {
+		if c.mode == "plain" {
+			plainCPU[[2]int{c.keys, b2i(c.over)}] = allCPU(rs[i])
+		}
+	}
 	plainOf := func(rs []result) map[[2]int]float64 {
 		m := map[[2]int]float64{}
 		for i, c := range cells {
@@ -550,8 +558,12 @@ func report(w io.Writer, o options, cells []cell, rs []result, all [][]result, l
 				each = append(each, fmt.Sprintf("%.2f×", all[run][i].rate/p))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %s | %.0f | %.1f | %.2f | %.1f | %.3f |\n",
-			opt, c.keys, c.load(), r.rate, ratio, strings.Join(each, ", "), r.admitted, us(r.daemonCPU), us(r.redisCPU), us(r.clientCPU), r.redisCmds)
+		cpuRatio := "—"
+		if p := plainCPU[[2]int{c.keys, b2i(c.over)}]; p > 0 && allCPU(r) > 0 {
+			cpuRatio = fmt.Sprintf("%.2f×", float64(p)/float64(allCPU(r)))
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %s | %.0f | %.1f | %.2f | %.1f | %.1f | %s | %.3f |\n",
+			opt, c.keys, c.load(), r.rate, ratio, strings.Join(each, ", "), r.admitted, us(r.daemonCPU), us(r.redisCPU), us(r.clientCPU), us(allCPU(r)), cpuRatio, r.redisCmds)
 	}
 }
 
