@@ -26,7 +26,10 @@
 //
 // The same binary runs the bare server as a child process: `grpcload bare
 // ADDR [workers]`. -only TEXT runs only the servers whose name contains
-// TEXT, beside the floors (while developing).
+// TEXT, beside the floors (while developing); -variants 'A=1|B=2 C=3' adds
+// a row of sluice on Redis per variant, each with that environment (A/B of
+// runtime settings, or of a setting read from the environment while
+// developing, in one run).
 package main
 
 import (
@@ -109,6 +112,7 @@ type options struct {
 	ref      string
 	only     string
 	clients  []string
+	variants []string
 }
 
 func ints(s string) ([]int, error) {
@@ -139,7 +143,8 @@ func run() error {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	flag.StringVar(&o.ref, "reference", "", "`binary` of Envoy's reference rate limit service (go build ./src/service_cmd in envoyproxy/ratelimit) to run beside Sluice")
 	flag.StringVar(&o.only, "only", "", "run only the servers whose name contains this `text` (and the floor), e.g. -only Redis")
-	var clients string
+	var clients, variants string
+	flag.StringVar(&variants, "variants", "", "more rows of sluice on Redis, each with its own `environment` (space-separated NAME=VALUE, variants separated by |, e.g. 'GOGC=200|GOMAXPROCS=1 GOGC=200'): for A/B of runtime settings in one run")
 	flag.StringVar(&clients, "client", "lean", "the load generator's client: lean (requests encoded once, one context per worker; see client.go) or proto (grpc-go's generated client, a message and a timeout per call); lean,proto runs every cell with each, for A/B in one run")
 	flag.Parse()
 	for _, c := range strings.Split(clients, ",") {
@@ -147,6 +152,17 @@ func run() error {
 			return errors.New("-client: lean, proto or both separated by a comma")
 		}
 		o.clients = append(o.clients, c)
+	}
+	for _, v := range strings.Split(variants, "|") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		for _, kv := range strings.Fields(v) {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("-variants: %q is not NAME=VALUE", kv)
+			}
+		}
+		o.variants = append(o.variants, v)
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(400) // the generator's own collector: see client.go
@@ -184,7 +200,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ports, err := harness.FreePorts(12)
+	ports, err := harness.FreePorts(12 + 2*len(o.variants))
 	if err != nil {
 		return err
 	}
@@ -238,13 +254,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	oneP := &harness.Proc{Name: "sluice-redis-one", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluice, "serve", "-config", oneCfg)}
-	oneP.Cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	oneP.Cmd.Stdout, oneP.Cmd.Stderr = oneP.Logs, oneP.Logs
-	if err := oneP.Cmd.Start(); err != nil {
-		return fmt.Errorf("start sluice-redis-one: %w", err)
+	startEnv := func(name, cfg string, env ...string) (*harness.Proc, error) {
+		p := &harness.Proc{Name: name, Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluice, "serve", "-config", cfg)}
+		p.Cmd.Env = append(os.Environ(), env...)
+		p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+		if err := p.Cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start %s: %w", name, err)
+		}
+		procs.Add(p)
+		return p, nil
 	}
-	procs.Add(oneP)
+	oneP, err := startEnv("sluice-redis-one", oneCfg, "GOMAXPROCS=1")
+	if err != nil {
+		return err
+	}
 	type target struct {
 		name  string
 		addr  string
@@ -257,6 +280,19 @@ func run() error {
 		{"sluice, memory", memGRPC, memP, ""},
 		{"sluice, Redis", redGRPC, redP, redisAddr},
 		{"sluice, Redis, GOMAXPROCS=1", oneGRPC, oneP, redisAddr},
+	}
+	for i, v := range o.variants {
+		api, grpcAddr := ports[12+2*i], ports[13+2*i]
+		name := fmt.Sprintf("redis-variant-%d", i)
+		c, err := cfg(name, api, grpcAddr, "store:\n  type: redis\n  redis: {addrs: ["+redisAddr+"], timeout: 1s}\n")
+		if err != nil {
+			return err
+		}
+		p, err := startEnv("sluice-"+name, c, strings.Fields(v)...)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, target{"sluice, Redis, " + v, grpcAddr, p, redisAddr})
 	}
 	if o.ref != "" {
 		p, err := startReference(ctx, &procs, o.ref, dir, redisAddr, refHTTP, refGRPC, refDebug)
