@@ -5,8 +5,9 @@
 //
 //   - bare: a grpc-go server that answers OK at once (the floor: what gRPC
 //     itself costs, with grpc-go's defaults), and the same with the server
-//     options Sluice sets for speed (its stream workers and its codec for
-//     Envoy's two messages), so that both ratios can be read,
+//     options Sluice sets for speed (its stream workers, its codec for
+//     Envoy's two messages and fixed flow-control windows), so that both
+//     ratios can be read,
 //   - sluice serve with the memory store,
 //   - sluice serve with a local Redis, and the same with GOMAXPROCS=1,
 //   - with -reference BIN, Envoy's reference rate limit service
@@ -83,8 +84,9 @@ func (bare) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rl
 }
 
 // serveBare runs the floor: grpc-go with its defaults, or with workers the
-// server options Sluice adds for speed (its stream workers and its codec
-// for Envoy's messages), so that a reader sees both ratios.
+// server options Sluice adds for speed (its stream workers, its codec for
+// Envoy's messages and fixed flow-control windows), so that a reader sees
+// both ratios.
 func serveBare(addr string, workers bool) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

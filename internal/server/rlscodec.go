@@ -39,10 +39,10 @@ type rlsCodec struct{ fallback encoding.CodecV2 }
 func newRLSCodec() rlsCodec { return rlsCodec{fallback: encoding.GetCodecV2("proto")} }
 
 // FastServerOptions are the gRPC server options Sluice sets for speed:
-// the stream workers and this codec. Exported for the load generator's
-// "bare grpc-go with the same options" floor.
+// the stream workers, this codec and fixed flow-control windows. Exported
+// for the load generator's "bare grpc-go with the same options" floor.
 func FastServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.NumStreamWorkers(DefaultStreamWorkers), grpc.ForceServerCodecV2(newRLSCodec())}
+	return append([]grpc.ServerOption{grpc.NumStreamWorkers(DefaultStreamWorkers), grpc.ForceServerCodecV2(newRLSCodec())}, windowOptions()...)
 }
 
 func (rlsCodec) Name() string { return "proto" }
