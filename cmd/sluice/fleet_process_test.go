@@ -377,12 +377,12 @@ func syncRounds(t *testing.T, procs []*sluiceProc) {
 			wg.Go(func() {
 				base := batches(p)
 				deadline := time.Now().Add(30 * time.Second) // a hang guard
-				for batches(p) < base+3 {
-					// Twice: the first may read the key afresh (idle
-					// for two intervals), the second is then a hit for
-					// the next batch.
+				for poll := 0; batches(p) < base+3; poll++ {
+					// Twice on a key of its own (never near its limit,
+					// however long the wait): the first reads the key,
+					// the second is a hit for the next batch.
 					for range 2 {
-						if _, err := fleetCheck(t, p.api, "soft", fmt.Sprintf("tick-%d", r)); err != nil {
+						if _, err := fleetCheck(t, p.api, "soft", fmt.Sprintf("tick-%d-%d-%d", r, i, poll)); err != nil {
 							t.Error(err)
 							return
 						}
