@@ -83,8 +83,9 @@ bench-load:
 	command -v wrk >/dev/null || apt-get install -y -qq wrk
 	cd bench && $(GO) run ./load -d 10s -runs 2
 
-# nginx in front of a trivial upstream, with and without the auth_request
-# to Sluice of examples/gateways/nginx, side by side; about a minute.
+# nginx in front of a trivial upstream (a second nginx process), with and
+# without the auth_request to Sluice of examples/gateways/nginx, side by
+# side; about 3 minutes.
 bench-gateway:
 	sh scripts/ensure-gateways.sh
 	command -v wrk >/dev/null || apt-get install -y -qq wrk
