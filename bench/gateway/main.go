@@ -466,6 +466,32 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	}
 	added("half of the with-Sluice peak (target < 1ms at p99)", rate, pw, pa)
 	added("a quarter of it", rate/2, qw, qa)
+	// The whole machine's CPU per paced request: how busy the 2 cores
+	// were, which is what the tail queues for.
+	total := func(r result) (time.Duration, string) {
+		p := r.paced
+		parts := []time.Duration{p.CPUPerRequest, r.cpuPerRequest[0]}
+		if len(r.cpuPerRequest) > 1 {
+			parts = append(parts, r.cpuPerRequest[1])
+		}
+		parts = append(parts, r.upCPU)
+		var sum time.Duration
+		var strs []string
+		for _, d := range parts {
+			sum += d
+			strs = append(strs, fmt.Sprintf("%.1f", us(d)))
+		}
+		return sum, strings.Join(strs, " + ")
+	}
+	for _, c := range []struct {
+		name string
+		a, b result
+	}{{"half of peak", pw, pa}, {"a quarter of peak", qw, qa}} {
+		ta, partsA := total(c.a)
+		tb, partsB := total(c.b)
+		fmt.Fprintf(w, "- paced at %s, CPU per request of the generator + nginx (+ Sluice) + the upstream: %s = %.1f µs without (%.2f of the %d cores), %s = %.1f µs with (%.2f)\n",
+			c.name, partsA, us(ta), ta.Seconds()*c.a.paced.Asked, harness.NumCPU(), partsB, us(tb), tb.Seconds()*c.b.paced.Asked)
+	}
 	fmt.Fprintf(w, "- one connection (no queueing): Sluice adds %v at p50 and %v at p99\n", sa.p50-sw.p50, sa.p99-sw.p99)
 	fmt.Fprintf(w, "- CPU per request: nginx %.1f µs alone, %.1f µs with the subrequest, plus Sluice %.1f µs\n",
 		us(best[0].cpuPerRequest[0]), us(best[1].cpuPerRequest[0]), us(best[1].cpuPerRequest[1]))
