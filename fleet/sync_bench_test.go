@@ -168,3 +168,34 @@ func BenchmarkSyncHotBucket(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLeaseHot: local decisions of one Lease on one hot GCRA key, the
+// units held covering thousands of them per reservation: the cost of
+// spending a held unit.
+//
+//	go test ./fleet -run '^$' -bench BenchmarkLeaseHot -benchmem
+func BenchmarkLeaseHot(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	l, err := fleet.NewLease(rs, fleet.LeaseOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	r := sluice.Request{Key: fmt.Sprintf("bench/%d/hot", time.Now().UnixNano()), Algorithm: sluice.GCRA, Limit: sluice.PerMinute(1_000_000_000), Cost: 1}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := r
+		for pb.Next() {
+			r.Now = time.Now()
+			if d, err := l.Take(ctx, r); err != nil || !d.Allowed {
+				b.Fatalf("Take: %+v, %v", d, err)
+			}
+		}
+	})
+}
