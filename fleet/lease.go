@@ -31,8 +31,9 @@ type LeaseOptions struct {
 	Chunk int64
 	// Applies selects the requests Lease decides; the others go to the
 	// shared store unchanged. Nil selects every request whose algorithm
-	// can be shared (redisstore.Shareable).
-	Applies func(*sluice.Request) bool
+	// can be shared (redisstore.Shareable). It is called on every request
+	// of such an algorithm, with a copy of it (see SyncOptions.Applies).
+	Applies func(sluice.Request) bool
 	// OnLease, if set, is called after every reservation with the units
 	// asked and granted, how long the round trip took, and its error.
 	OnLease func(asked, granted int64, took time.Duration, err error)
@@ -128,7 +129,7 @@ func (l *Lease) applies(r *sluice.Request) bool {
 	if l.closed.Load() || !redisstore.Shareable(r.Algorithm, r.Limit) {
 		return false
 	}
-	return l.opts.Applies == nil || l.opts.Applies(r)
+	return l.opts.Applies == nil || l.opts.Applies(*r)
 }
 
 // LeaseStats are a Lease's counters since it started.
@@ -228,7 +229,7 @@ func (l *Lease) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 }
 
 // take is Take on a request the caller holds (TakeAll of one request
-// passes its own, which saves a copy on the heap: Applies takes a pointer).
+// passes its own).
 func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, error) {
 	if !l.applies(r) {
 		return l.inner.Take(ctx, *r)

@@ -39,7 +39,7 @@ func newLease(t testing.TB, inner fleet.LeaseStore, o fleet.LeaseOptions) *fleet
 func TestLeaseConformance(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rs := openShared(t, []string{srv.Addr}, false)
-	windows := newLease(t, rs, fleet.LeaseOptions{Applies: func(r *sluice.Request) bool {
+	windows := newLease(t, rs, fleet.LeaseOptions{Applies: func(r sluice.Request) bool {
 		return r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter
 	}})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return windows })

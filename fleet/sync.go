@@ -31,8 +31,11 @@ type SyncOptions struct {
 	Interval time.Duration
 	// Applies selects the requests Sync decides; the others go to the
 	// shared store unchanged. Nil selects every request whose algorithm
-	// can be shared (redisstore.Shareable).
-	Applies func(*sluice.Request) bool
+	// can be shared (redisstore.Shareable). It is called on every request
+	// of such an algorithm, with a copy of it: a pointer would make every
+	// request escape to the heap, as the compiler cannot see where a func
+	// value keeps it.
+	Applies func(sluice.Request) bool
 	// OnBatch, if set, is called after every batch with its number of
 	// keys, how long the round trip took, and its error.
 	OnBatch func(keys int, took time.Duration, err error)
@@ -162,7 +165,7 @@ func (s *Sync) applies(r *sluice.Request) bool {
 	if s.closed.Load() || !redisstore.Shareable(r.Algorithm, r.Limit) {
 		return false
 	}
-	return s.opts.Applies == nil || s.opts.Applies(r)
+	return s.opts.Applies == nil || s.opts.Applies(*r)
 }
 
 // SyncStats are a Sync's counters since it started.
@@ -207,7 +210,7 @@ func (s *Sync) Take(ctx context.Context, r sluice.Request) (sluice.Decision, err
 }
 
 // take is Take on a request the caller holds (TakeAll of one request
-// passes its own, which saves a copy on the heap: Applies takes a pointer).
+// passes its own).
 func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, error) {
 	if !s.applies(r) {
 		return s.inner.Take(ctx, *r)

@@ -150,7 +150,7 @@ func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
 			if s == nil {
 				hist := f.batch.WithLabelValues(sync.String())
 				var err error
-				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r *sluice.Request) bool { return f.owns(s, r) },
+				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r sluice.Request) bool { return f.owns(s, r.Key) },
 					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
 				if err != nil {
 					return err
@@ -167,7 +167,7 @@ func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
 			if l == nil {
 				hist := f.grants.WithLabelValues(lease.String())
 				var err error
-				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: func(r *sluice.Request) bool { return f.owns(l, r) },
+				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: func(r sluice.Request) bool { return f.owns(l, r.Key) },
 					OnLease: func(_, _ int64, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
 				if err != nil {
 					return err
@@ -227,8 +227,8 @@ func (f *fleetStore) route(key string) sluice.Store {
 // mode since; in a TakeAll spanning modes, d gets them all and sends the
 // others (the exact ones) to Redis itself. d is set once NewSync or
 // NewLease returns, before any rule uses it.
-func (f *fleetStore) owns(d sluice.Store, r *sluice.Request) bool {
-	m, ok := (*f.modes.Load())[head(r.Key)]
+func (f *fleetStore) owns(d sluice.Store, key string) bool {
+	m, ok := (*f.modes.Load())[head(key)]
 	return ok && d != nil && m.store == d
 }
 
