@@ -2,10 +2,11 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"strings"
+	"unsafe"
 )
 
 // The strict parser of the fast front. It accepts only the simple subset
@@ -66,24 +67,49 @@ type parsed struct {
 	host           string
 	close          bool  // the client asked for the connection to close after the answer
 	length         int64 // the body's Content-Length (POST only; 0: no body)
+	lines          int   // the header lines (request.release)
 }
 
-// request is the storage of one request on the front, one allocation:
-// the http.Request, its URL and the backing array of the header's values
-// (up to 8 lines; more get their own), and the body of a POST taken.
+// request is the storage of the request a connection serves: the
+// http.Request, its URL, its header map and the backing array of the
+// header's values (up to 16 lines; more share one slice kept up to
+// maxStrs), made once per connection and reused from request to request
+// (a handler does not keep them after it returns: see the package
+// documentation). A POST's body gets its own readBody each time: a
+// transport may still hold the last one, closed.
 type request struct {
 	r    http.Request
 	u    url.URL
-	strs [8]string
-	body readBody
+	h    http.Header
+	strs [16]string
+	more []string
 }
 
-// parse parses a complete head (as readHead returns it), its URL into
-// rq.u; ok false: not in the fast subset, hand the connection off.
-// maxBody is the largest Content-Length taken (a POST's); 0: no POST, no
-// body.
+// maxStrs bounds the header values' backing array a connection keeps.
+const maxStrs = 128
+
+// release drops what the request refers to, so that an idle connection
+// pins neither the last head nor its values.
+func (rq *request) release(lines int) {
+	rq.r, rq.u = http.Request{}, url.URL{}
+	if len(rq.h) > 32 {
+		rq.h = nil // clear costs a map's size: one grown unusually large goes
+	} else {
+		clear(rq.h)
+	}
+	if lines > len(rq.strs) {
+		clear(rq.more[:min(lines, len(rq.more))])
+		lines = len(rq.strs)
+	}
+	clear(rq.strs[:lines])
+}
+
+// parse parses a complete head (as readHead returns it) into rq (its URL,
+// header map and values); ok false: not in the fast subset, hand the
+// connection off. maxBody is the largest Content-Length taken (a POST's);
+// 0: no POST, no body. p.lines is how many values rq holds (for release).
 func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
-	s := string(b) // one allocation: names and values are substrings of it
+	s := headString(b) // one allocation: names and values are substrings of it
 	eol := strings.Index(s, "\r\n")
 	line := s[:eol]
 	s = s[eol+2:]
@@ -125,11 +151,24 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	p.url = &rq.u
 
 	lines := strings.Count(s, "\r\n") - 1 // the last CRLF ends the head
-	p.header = make(http.Header, lines)
+	if rq.h == nil {
+		rq.h = make(http.Header, lines)
+	}
+	p.header = rq.h
 	strs := rq.strs[:] // one backing array for single values, as textproto does
 	if lines > len(strs) {
-		strs = make([]string, lines)
+		if cap(rq.more) < lines {
+			if lines > maxStrs {
+				strs = make([]string, lines)
+			} else {
+				rq.more = make([]string, max(lines, 2*len(rq.strs)))
+			}
+		}
+		if lines <= cap(rq.more) {
+			strs = rq.more[:lines]
+		}
 	}
+	p.lines = lines
 	var conn []string
 	hosts, lengths := 0, 0
 	for ; len(s) > 2; lines-- {
@@ -144,8 +183,7 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 		if !validName(k) || !validValue(v) {
 			return p, false
 		}
-		k = canonical(k)
-		switch k {
+		switch k { // canonical already (headString)
 		case "Content-Length":
 			// One, of digits only, for a POST, within maxBody: anything
 			// else (two, a list, a sign, too long) is net/http's to judge.
@@ -296,18 +334,39 @@ func validHost(h string) bool {
 	return len(h) > 0
 }
 
-// canonical returns k in canonical form, without allocating when it
-// already is.
-func canonical(k string) string {
-	upper := true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return textproto.CanonicalMIMEHeaderKey(k)
+// headString returns the head b as a string, with every header name in
+// canonical form (textproto.CanonicalMIMEHeaderKey's: the first letter
+// and each letter after a hyphen upper case, the others lower case), in
+// one allocation: the names need none of their own, whatever case the
+// client sends them in. The request line is kept as it is; so is a name
+// with a byte that is not a token character, which parse refuses (the
+// connection is then handed off with br's bytes, not these).
+func headString(b []byte) string {
+	buf := make([]byte, len(b))
+	copy(buf, b)
+	h := buf[bytes.IndexByte(buf, '\n')+1:]
+	for len(h) > 0 {
+		i, upper := 0, true
+		for ; i < len(h); i++ {
+			c := h[i]
+			if c == ':' || !tokenChar[c] {
+				break
+			}
+			if upper && 'a' <= c && c <= 'z' {
+				h[i] = c - ('a' - 'A')
+			} else if !upper && 'A' <= c && c <= 'Z' {
+				h[i] = c + ('a' - 'A')
+			}
+			upper = c == '-'
 		}
-		upper = c == '-'
+		nl := bytes.IndexByte(h[i:], '\n')
+		if nl < 0 {
+			break
+		}
+		h = h[i+nl+1:]
 	}
-	return k
+	// buf is not written again: the string is immutable, as string(b)'s.
+	return unsafe.String(unsafe.SliceData(buf), len(buf))
 }
 
 // hasToken reports whether the comma-separated values vv hold tok (any

@@ -12,6 +12,14 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
+// reused is the request headOf parses into, released before each parse
+// as a connection releases it between requests: what one head leaves in
+// it must not show in the next (FuzzParse compares each with net/http).
+var (
+	reused    request
+	reusedLen int
+)
+
 // headOf runs readHead and parse over b as the front does, with bodies
 // up to maxBody.
 func headOf(b []byte, maxBody int64) (p parsed, n int, ok bool) {
@@ -20,7 +28,9 @@ func headOf(b []byte, maxBody int64) (p parsed, n int, ok bool) {
 	if err != nil || handoff {
 		return p, 0, false
 	}
-	p, ok = parse(head, new(request), maxBody)
+	reused.release(reusedLen)
+	p, ok = parse(head, &reused, maxBody)
+	reusedLen = p.lines
 	return p, len(head), ok
 }
 

@@ -22,7 +22,7 @@ type response struct {
 	bw     *bufio.Writer
 	req    *http.Request
 	h      http.Header // the handler's map
-	snap   http.Header // h at WriteHeader, when the head is not written at once
+	snap   http.Header // h at WriteHeader, when the head is not written at once: snapH
 	status int
 	cl     int64 // the declared Content-Length, -1: none
 	n      int64 // body bytes the handler wrote
@@ -32,6 +32,68 @@ type response struct {
 	wroteHeader, committed, chunked, done bool
 	closeAfter                            bool // close the connection after the answer
 	trailers                              []string
+
+	// Kept from answer to answer on a connection (reset, release): the
+	// handler's map, and the snapshot's map and values.
+	keepH, snapH http.Header
+	snapVals     []string
+}
+
+// reset readies w for the answer to r: the maps of the previous answer
+// are reused, cleared (release). A ResponseWriter is not used after its
+// handler returns.
+func (w *response) reset(bw *bufio.Writer, r *http.Request) {
+	h, snapH, snapVals := w.keepH, w.snapH, w.snapVals
+	if h == nil {
+		h = make(http.Header)
+	}
+	*w = response{bw: bw, req: r, h: h, cl: -1, buf: w.buf[:0], keepH: h, snapH: snapH, snapVals: snapVals}
+}
+
+// release clears what the answer refers to once it is written, so that
+// an idle connection pins none of it; a map grown unusually large is
+// dropped (clear costs its size).
+func (w *response) release() {
+	for _, m := range [...]*http.Header{&w.keepH, &w.snapH} {
+		if len(*m) > 32 {
+			*m = nil
+		} else {
+			clear(*m)
+		}
+	}
+	if n := cap(w.snapVals); n > maxStrs {
+		w.snapVals = nil
+	} else {
+		clear(w.snapVals[:n])
+	}
+	w.req, w.h, w.snap, w.trailers = nil, nil, nil, nil
+}
+
+// snapshot sets w.snap to a copy of w.h, as w.h.Clone() would make it,
+// in the maps and values kept from answer to answer.
+func (w *response) snapshot() {
+	nv := 0
+	for _, vv := range w.h {
+		nv += len(vv)
+	}
+	if cap(w.snapVals) < nv {
+		w.snapVals = make([]string, nv)
+	}
+	sv := w.snapVals[:nv]
+	if w.snapH == nil {
+		w.snapH = make(http.Header, len(w.h))
+	}
+	h2 := w.snapH
+	for k, vv := range w.h {
+		if vv == nil {
+			h2[k] = nil // Clone keeps a nil value nil
+			continue
+		}
+		n := copy(sv, vv)
+		h2[k] = sv[:n:n]
+		sv = sv[n:]
+	}
+	w.snap = h2
 }
 
 // bufferBeforeChunking is net/http's: a handler that ends within it gets a
@@ -68,7 +130,7 @@ func (w *response) WriteHeader(code int) {
 		w.commit(nil) // nothing left to decide (length, type): no snapshot needed
 		return
 	}
-	w.snap = w.h.Clone()
+	w.snapshot()
 }
 
 func (w *response) Write(p []byte) (int, error) {
@@ -149,7 +211,8 @@ func (w *response) commit(p []byte) {
 		h = w.h
 	}
 	code, head := w.status, w.req.Method == http.MethodHead
-	var extra [4]string // Content-Length, Content-Type, Transfer-Encoding, Connection
+	var extra [4]string // [1:]: Content-Type, Transfer-Encoding, Connection ([0]: setLength)
+	setLength := false  // Content-Length: w.cl, found here
 	trailerPrefixed := false
 	if w.cl < 0 { // with a length there is no chunked body to carry trailers
 		_, trailerPrefixed = hasPrefixedKey(h)
@@ -164,8 +227,7 @@ func (w *response) commit(p []byte) {
 	}
 	trailers := trailerPrefixed || len(declared) > 0
 	if w.done && !trailers && bodyAllowed(code) && w.cl < 0 && (!head || len(p) > 0) {
-		w.cl = int64(len(p))
-		extra[0] = strconv.Itoa(len(p))
+		w.cl, setLength = int64(len(p)), true
 	}
 	if w.req.ProtoMajor == 1 && w.req.ProtoMinor == 0 || w.req.Close || hasToken(h["Connection"], "close") {
 		w.closeAfter = true
@@ -203,7 +265,12 @@ func (w *response) commit(p []byte) {
 		}
 		return strings.HasPrefix(k, http.TrailerPrefix)
 	})
-	for i, name := range [4]string{"Content-Length", "Content-Type", "Transfer-Encoding", "Connection"} {
+	if setLength {
+		w.bw.WriteString("Content-Length: ")
+		w.bw.Write(strconv.AppendInt(w.bw.AvailableBuffer(), w.cl, 10)) // strconv.Itoa would allocate from 100 on
+		w.bw.WriteString("\r\n")
+	}
+	for i, name := range [4]string{"", "Content-Type", "Transfer-Encoding", "Connection"} {
 		if extra[i] != "" {
 			w.bw.WriteString(name)
 			w.bw.WriteString(": ")

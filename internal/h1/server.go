@@ -30,6 +30,16 @@
 // request context is the connection's, cancelled when it closes. net/http
 // watches the connection with a read per request for that; the fast
 // front does not pay it, except where a handler asks (Watch, watch.go).
+//
+// What handlers must not do, which net/http tolerates: keep the
+// *http.Request, its URL or its Header map, or the ResponseWriter's
+// Header map, after ServeHTTP returns (from a goroutine, say). The front
+// reuses them for the connection's next request, as it reuses its
+// buffers; the strings in them (header values, the path) are the
+// request's own and may be kept, and a body kept stays closed. The
+// daemon's handlers (the decision API, the proxy on both its paths,
+// Watch, AfterFunc) use them within ServeHTTP only: httputil.ReverseProxy
+// gives its Transport a Request.Clone, with its own URL and Header.
 package h1
 
 import (
@@ -226,6 +236,7 @@ type conn struct {
 	in       connReader  // what br reads
 	buffered func() int  // br.Buffered
 	idle     atomic.Bool // waiting for the first byte of a request
+	rq       request     // reused from request to request
 	res      response    // reused from request to request
 
 	ctx      context.Context // the requests' context
@@ -299,7 +310,7 @@ func (c *conn) serve() {
 		}
 		var p parsed
 		ok := false
-		rq := new(request)
+		rq := &c.rq
 		if err == nil && !handoff {
 			p, ok = parse(head, rq, s.MaxBody)
 			// A body must be here whole: the front never waits for one.
@@ -337,21 +348,11 @@ func (c *conn) serve() {
 		r.Header, r.Host, r.Close, r.Body = p.header, p.host, p.close, http.NoBody
 		var rb *readBody
 		if body != nil {
-			rb = &rq.body
-			rb.b = body
+			rb = &readBody{b: body}
 			r.Body, r.ContentLength = rb, p.length
 		}
 		w := &c.res
-		// The header map is the previous answer's, cleared: a
-		// ResponseWriter is not used after its handler returns. One
-		// grown unusually large is dropped (clear costs its size).
-		h := w.h
-		if h == nil || len(h) > 32 {
-			h = make(http.Header)
-		} else {
-			clear(h)
-		}
-		*w = response{bw: bw, req: r, h: h, cl: -1, buf: w.buf[:0]}
+		w.reset(bw, r)
 		handled := c.handle(w, r)
 		if rb != nil {
 			rb.Close() // its bytes are br's, which reads on
@@ -361,6 +362,10 @@ func (c *conn) serve() {
 			return
 		}
 		keep := w.finish()
+		// The request and the answer's header maps are the next
+		// request's: a handler keeps none of them after it returns.
+		w.release()
+		rq.release(p.lines)
 		held++
 		// Hold the answer if the next pipelined request is here whole
 		// (BatchAnswers): it goes out with that one's.
