@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -28,8 +29,10 @@ import (
 // with status forward_auth.deny_status, or 503 when the store cannot
 // decide under on_error deny.
 func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
-	orig, err := originalRequest(r)
+	o := origRequests.Get().(*origRequest)
+	orig, err := originalRequest(r, o)
 	if err != nil {
+		origRequests.Put(o)
 		h.fail(w, err)
 		return
 	}
@@ -37,6 +40,8 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	ip := h.o.ClientIP.ClientIP(orig)
 	var buf [8]rules.Match
 	ms := e.Match(orig, ip, buf[:0])
+	*o = origRequest{} // nothing of the request is pooled with it
+	origRequests.Put(o)
 	res := e.Admit(r.Context(), ms, 1)
 	if !res.Allowed {
 		engine.WriteDenied(w, &res, h.o.DenyStatus)
@@ -46,17 +51,43 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// originalRequest rebuilds the request a gateway is asking about.
-func originalRequest(r *http.Request) (*http.Request, error) {
-	uri := r.Header.Get("X-Forwarded-Uri")
+// origRequest is the storage of the request a gateway asks about, pooled:
+// it lives from originalRequest to the rules' match only.
+type origRequest struct {
+	r http.Request
+	u url.URL
+}
+
+var origRequests = sync.Pool{New: func() any { return new(origRequest) }}
+
+// The headers forward-auth reads, in canonical form: indexing the map
+// with them skips canonicalizing per request (Header.Get's).
+const (
+	keyForwardedURI    = "X-Forwarded-Uri"
+	keyOriginalURI     = "X-Original-Uri" // X-Original-URI, as nginx examples write it
+	keyForwardedMethod = "X-Forwarded-Method"
+	keyOriginalMethod  = "X-Original-Method"
+	keyForwardedHost   = "X-Forwarded-Host"
+)
+
+// first is Header.Get for a key in canonical form.
+func first(h http.Header, key string) string {
+	if vv := h[key]; len(vv) > 0 {
+		return vv[0]
+	}
+	return ""
+}
+
+// originalRequest rebuilds the request a gateway is asking about, in o.
+func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
+	uri := first(r.Header, keyForwardedURI)
 	if uri == "" {
-		uri = r.Header.Get("X-Original-Uri")
+		uri = first(r.Header, keyOriginalURI)
 	}
 	if uri == "" {
 		return nil, errBadRequest("missing X-Forwarded-Uri or X-Original-URI: configure the gateway to send the original request's URI")
 	}
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
+	if err := parseURI(uri, &o.u); err != nil {
 		reason := err.Error()
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -64,23 +95,70 @@ func originalRequest(r *http.Request) (*http.Request, error) {
 		}
 		return nil, errBadRequest("bad original URI " + quoteCut(uri) + ": " + reason)
 	}
-	method := r.Header.Get("X-Forwarded-Method")
+	method := first(r.Header, keyForwardedMethod)
 	if method == "" {
-		method = r.Header.Get("X-Original-Method")
+		method = first(r.Header, keyOriginalMethod)
 	}
 	if method == "" {
 		method = r.Method
 	}
-	orig := new(http.Request)
+	orig := &o.r
 	*orig = *r
 	orig.Method = strings.ToUpper(method)
-	orig.URL = u
+	orig.URL = &o.u
 	orig.RequestURI = uri
-	if host := r.Header.Get("X-Forwarded-Host"); host != "" {
+	if host := first(r.Header, keyForwardedHost); host != "" {
 		orig.Host = host
 	}
 	return orig, nil
 }
+
+// parseURI sets *u to url.ParseRequestURI(uri), without allocating for
+// the common kind: a path of letters, digits and -._~$&+,/:;=@ (nothing
+// to unescape or escape) and a query of visible ASCII. Any other goes
+// through url.ParseRequestURI (FuzzParseURI compares the two).
+func parseURI(uri string, u *url.URL) error {
+	path, query, hasQuery := strings.Cut(uri, "?")
+	fast := len(path) > 0 && path[0] == '/'
+	for i := 0; fast && i < len(path); i++ {
+		fast = pathChar[path[i]]
+	}
+	for i := 0; fast && i < len(query); i++ {
+		fast = ' ' < query[i] && query[i] < 0x7f
+	}
+	if !fast {
+		pu, err := url.ParseRequestURI(uri)
+		if err != nil {
+			return err
+		}
+		*u = *pu
+		return nil
+	}
+	*u = url.URL{Path: path}
+	if hasQuery {
+		if query == "" {
+			u.ForceQuery = true // "/a?", as url.Parse
+		} else {
+			u.RawQuery = query
+		}
+	}
+	return nil
+}
+
+// pathChar: the bytes url.URL keeps as they are in a path (no escaping,
+// so RawPath stays empty).
+var pathChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~$&+,/:;=@" {
+		t[c] = true
+	}
+	return t
+}()
 
 // ruleView is one rule in GET /v1/rules.
 type ruleView struct {
