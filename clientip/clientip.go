@@ -54,10 +54,12 @@ func (r Resolver) ClientIP(req *http.Request) netip.Addr {
 	if !peer.IsValid() || !r.trusted(peer) {
 		return peer
 	}
-	if xff := req.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+	// The keys in canonical form: indexing skips Header.Values'
+	// canonicalizing per request.
+	if xff := req.Header["X-Forwarded-For"]; len(xff) > 0 {
 		return r.walkXFF(xff, peer)
 	}
-	if fwd := req.Header.Values("Forwarded"); len(fwd) > 0 {
+	if fwd := req.Header["Forwarded"]; len(fwd) > 0 {
 		return r.walkForwarded(fwd, peer)
 	}
 	return peer
