@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/jsonstr"
@@ -65,10 +66,11 @@ const (
 // The policy name is sent as an sf-string: characters outside printable
 // ASCII are replaced by '_', and '"' and '\' are escaped.
 func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Limit) {
-	// The five values are built in one buffer and become one string and
-	// one slice of values: two allocations per response, not ten (the
-	// proxy sets these on every response a rule applied to).
-	var buf [160]byte
+	// The five values are built in the text of one headerValues and
+	// become substrings of it: one allocation per response, not ten (the
+	// proxy and forward-auth set these on every response a rule applied
+	// to).
+	hv := new(headerValues)
 	remaining := min(max(d.Remaining, 0), limit.Rate)
 	reset := ceilSeconds(d.ResetAfter)
 	t := reset
@@ -76,7 +78,7 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 		t = ceilSeconds(d.RetryAfter)
 	}
 	var end [5]int
-	b := strconv.AppendInt(buf[:0], limit.Rate, 10)
+	b := strconv.AppendInt(hv.text[:0], limit.Rate, 10)
 	end[0] = len(b)
 	b = strconv.AppendInt(b, remaining, 10)
 	end[1] = len(b)
@@ -94,8 +96,10 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, t, 10)
 	end[4] = len(b)
-	all := string(b)
-	vals := make([]string, 5)
+	// b (hv.text, or where a long policy name moved it) is not written
+	// again: a string of it is immutable, as string(b) would be.
+	all := unsafe.String(unsafe.SliceData(b), len(b))
+	vals := hv.vals[:]
 	from := 0
 	for i, e := range end {
 		vals[i] = all[from:e]
@@ -106,6 +110,15 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	h[keyReset] = vals[2:3:3]
 	h[keyPolicy] = vals[3:4:4]
 	h[keyRateLimit] = vals[4:5:5]
+}
+
+// headerValues is the one allocation of SetHeaders: the five values and
+// the text they are cut from (96 bytes hold them for rule names of up
+// to about 20 bytes and limits of up to a billion; a longer text moves
+// to its own array).
+type headerValues struct {
+	vals [5]string
+	text [96]byte
 }
 
 // RetryAfterSeconds is d's Retry-After in whole seconds, rounded up: at
