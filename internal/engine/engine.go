@@ -206,6 +206,7 @@ type Result struct {
 	// action is defer: the edge may queue it (under DeniedBy) instead.
 	Deferrable bool
 
+	at      time.Time     // the instant decide decided at
 	shape   time.Duration // the longest Delay among admitted delay-action rules
 	retry   time.Duration // when denied only by delay rules: the longest RetryAfter; else -1
 	need    time.Duration // the wait retry implies: RetryAfter, plus a leaky bucket's queue
@@ -230,10 +231,13 @@ func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Resul
 func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result {
 	a := getAttempt()
 	defer putAttempt(a)
-	start := e.now()
+	var start time.Time     // the first decision's instant: no clock reading of its own
 	var slept time.Duration // what the timers waited: the floor of elapsed, even on a stopped clock
-	for {
+	for first := true; ; first = false {
 		res := e.decide(ctx, a, ms, cost)
+		if first {
+			start = res.at
+		}
 		if res.StoreErr != nil || res.budget < 0 {
 			e.finish(ctx, a, &res, ms, cost)
 			return res
@@ -291,8 +295,8 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 
 // decide runs the enforcing rules of ms through one TakeAll and fills a.
 func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost int64) Result {
-	res := Result{retry: -1, budget: -1}
 	now := e.now()
+	res := Result{retry: -1, budget: -1, at: now}
 	a.reset()
 	for i := range ms {
 		r := ms[i].Rule
