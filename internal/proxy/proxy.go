@@ -316,7 +316,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		p.fastForward(w, r, ip, res)
 		return
 	}
-	ctx := context.WithValue(r.Context(), ctxKey{}, forwardInfo{ip: ip, res: res})
+	info := forwardInfo{ip: ip}
+	if res != nil {
+		// The context carries a copy, so that the caller's Result stays
+		// on its stack on the fast path (one allocation per request).
+		rc := *res
+		info.res = &rc
+	}
+	ctx := context.WithValue(r.Context(), ctxKey{}, info)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
