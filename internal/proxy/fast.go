@@ -311,7 +311,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		simple := false
 		var err error
 		if r.Method == http.MethodGet {
-			simple, err = readSimpleResponse(c.br, &c.resp, c.hdr)
+			simple, err = readSimpleResponse(c.br, &c.resp, c.hdr, &c.strs)
 		}
 		if simple {
 			resp = &c.resp

@@ -38,6 +38,7 @@ type upConn struct {
 	// from answer to answer.
 	resp http.Response
 	hdr  http.Header
+	strs []string // hdr's values
 	// abort ends the connection's reads and writes at once (the client
 	// went away); made once, so that watching costs no allocation.
 	abort func()

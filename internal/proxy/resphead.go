@@ -22,9 +22,13 @@ import (
 // error is the connection's (a read error or timeout, or the header
 // budget). FuzzSimpleResponse checks it against http.ReadResponse.
 //
-// The answer is built in resp, its header in h (cleared first): the fast
-// path passes its connection's own, reused from answer to answer.
-func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header) (ok bool, err error) {
+// The answer is built in resp, its header in h (cleared first), the
+// header's values in *strs (grown as needed, up to maxStrs kept): the fast
+// path passes its connection's own, reused from answer to answer. The
+// values are needed until the handler has called WriteHeader, when the
+// server copies the header (net/http, its HTTP/2 server and the h1 front
+// all do); the connection goes back to the pool only after that.
+func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header, strs *[]string) (ok bool, err error) {
 	scanned := 0
 	var head []byte
 	for head == nil {
@@ -46,7 +50,7 @@ func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header) (o
 		}
 		scanned = len(buf)
 	}
-	ok = parseSimpleResponse(head, resp, h)
+	ok = parseSimpleResponse(head, resp, h, strs)
 	if ok {
 		br.Discard(len(head))
 	}
@@ -55,7 +59,7 @@ func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header) (o
 
 // parseSimpleResponse parses a head ending in CRLFCRLF into resp and h;
 // see readSimpleResponse.
-func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
+func parseSimpleResponse(head []byte, resp *http.Response, h http.Header, kept *[]string) bool {
 	clear(h)
 	if len(head) < 12 || string(head[:9]) != "HTTP/1.1 " {
 		return false
@@ -84,7 +88,13 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
 	}
 	status := line[9:]
 	lines := strings.Count(s, "\r\n") - 1
-	strs := make([]string, lines)
+	if cap(*kept) < lines {
+		*kept = make([]string, lines)
+	}
+	strs := (*kept)[:lines]
+	if lines > maxStrs {
+		*kept = nil // not kept: an unusually long head
+	}
 	cl := int64(-1)
 	closes := false
 	for len(s) > 2 {
@@ -146,6 +156,9 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header) bool {
 	}
 	return true
 }
+
+// maxStrs bounds the values' backing array a connection keeps.
+const maxStrs = 128
 
 // trimOWS trims spaces and tabs at both ends, as strings.Trim(s, " \t").
 func trimOWS(s string) string {

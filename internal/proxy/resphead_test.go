@@ -30,7 +30,8 @@ func FuzzSimpleResponse(f *testing.F) {
 		// connection: none of it may show.
 		resp := &http.Response{StatusCode: 599, ContentLength: 7, Close: true, Trailer: http.Header{"X-T": {"t"}}}
 		h := http.Header{"X-Earlier": {"1"}, "Content-Length": {"7"}}
-		ok, err := readSimpleResponse(br, resp, h)
+		strs := []string{"earlier", "values"}
+		ok, err := readSimpleResponse(br, resp, h, &strs)
 		if err != nil || !ok {
 			return
 		}
