@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -78,9 +79,14 @@ func (o SyncOptions) Validate() error {
 // token bucket and GCRA pay an overshoot back: their debt may pass the
 // burst, and the fleet then waits for it to refill.
 //
-// A key the instance has not decided for two intervals is read from the
-// store before its next decision (one round trip), so a view is never older
-// than that; a key decided on every interval costs no round trip of its own.
+// A key's first request in two intervals is decided in the shared store,
+// exactly, as plain mode would (one round trip): a key asked for once
+// gains nothing from a view. Its next request within two intervals is
+// decided in the store too and makes the key an entry, whose view is the
+// state after; from then on its requests are decided locally. A key the
+// instance has not decided for two intervals is read again before its next
+// decision (one round trip), so a view is never older than that; a key
+// decided on every interval costs no round trip of its own.
 //
 // Sync holds at most MaxKeys keys: beyond, a new key is decided in the
 // shared store, exactly, until idle keys age out.
@@ -107,14 +113,17 @@ type Sync struct {
 	keys    map[nsKey]*syncEntry
 	touched []*syncEntry  // decided on since the last batch
 	batch   chan struct{} // closed when the batch in flight has settled
+	// seen and seenBefore are the keys without an entry asked for since
+	// the last batch and in the interval before it (see warm).
+	seen, seenBefore map[nsKey]struct{}
 
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
 	stop     chan struct{}
 	done     chan struct{}
 
-	batches, batchKeys, batchErrs, loads, local, overflow atomic.Uint64
-	overshoot, maxOvershoot                               atomic.Int64
+	batches, batchKeys, batchErrs, loads, local, overflow, cold atomic.Uint64
+	overshoot, maxOvershoot                                     atomic.Int64
 }
 
 var _ sluice.Store = (*Sync)(nil)
@@ -156,7 +165,8 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 		return nil, err
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
-	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}),
+		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{})}
 	go s.loop()
 	return s, nil
 }
@@ -176,6 +186,7 @@ type SyncStats struct {
 	Loads       uint64 // keys read before a decision: new, or idle two intervals
 	Local       uint64 // decisions made locally
 	Overflow    uint64 // decisions made in the shared store: the key was new and MaxKeys were held
+	Cold        uint64 // decisions made in the shared store: the key's first in two intervals
 	Keys        int    // keys held now
 	// Overshoot is how far over its limit the last batch found a key (in
 	// requests of cost 1), and MaxOvershoot the most seen: what this
@@ -190,7 +201,7 @@ func (s *Sync) Stats() SyncStats {
 	s.mu.Unlock()
 	return SyncStats{
 		Batches: s.batches.Load(), BatchKeys: s.batchKeys.Load(), BatchErrors: s.batchErrs.Load(),
-		Loads: s.loads.Load(), Local: s.local.Load(), Overflow: s.overflow.Load(), Keys: n,
+		Loads: s.loads.Load(), Local: s.local.Load(), Overflow: s.overflow.Load(), Cold: s.cold.Load(), Keys: n,
 		Overshoot: s.overshoot.Load(), MaxOvershoot: s.maxOvershoot.Load(),
 	}
 }
@@ -225,6 +236,10 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 		first = nil // the store's first-sight take knows only Take: read, then charge here
 	}
 	e, decided, err := s.acquire(ctx, r, t, first)
+	if err == errCold {
+		s.cold.Add(1)
+		return s.inner.Take(ctx, *r)
+	}
 	if err == errFull {
 		s.overflow.Add(1)
 		return s.inner.Take(ctx, *r)
@@ -329,8 +344,34 @@ func (s *Sync) touch(e *syncEntry) {
 	s.mu.Unlock()
 }
 
+// errCold is acquire's answer for a key asked for the first time in two
+// intervals (see warm).
+var errCold = errors.New("fleet: sync: cold key")
+
+// warm reports whether k, a key without an entry, was asked for since the
+// batch before last, and notes that it was asked for now. A key asked for
+// once gains nothing from a view: reading its state and sending its hit
+// later costs two round trips where deciding it in the store, exactly,
+// costs one. So its first request in two intervals is decided in the store
+// (Take), and the next makes it an entry. At most MaxKeys keys without an
+// entry are noted per interval; past them a key stays cold, decided
+// exactly. s.mu is held.
+func (s *Sync) warm(k nsKey) bool {
+	if _, ok := s.seen[k]; ok {
+		return true
+	}
+	if _, ok := s.seenBefore[k]; ok {
+		return true
+	}
+	if len(s.seen) < s.opts.MaxKeys {
+		s.seen[k] = struct{}{}
+	}
+	return false
+}
+
 // acquire returns r's entry, locked, with a view at most two intervals old.
-// With d non-nil, a key this instance has not seen is decided in the store
+// With d non-nil, a cold key (see warm) is errCold; a key this instance
+// has no view of is decided in the store
 // (one round trip, as the first read would be) and true is returned with
 // the decision in *d; its view is the state after.
 func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
@@ -341,6 +382,10 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
+		if e == nil && d != nil && !s.warm(keyOf(r)) {
+			s.mu.Unlock()
+			return nil, false, errCold
+		}
 		if e == nil && full(len(s.keys), s.opts.MaxKeys) {
 			s.mu.Unlock()
 			return nil, false, errFull
@@ -350,6 +395,8 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			// old entry's hits still go out with the next batch.
 			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
 			s.keys[e.key] = e
+			delete(s.seen, e.key) // noted only while it has no entry
+			delete(s.seenBefore, e.key)
 		}
 		s.mu.Unlock()
 		e.mu.Lock()

@@ -35,6 +35,8 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	s.mu.Lock()
 	batch := s.touched
 	s.touched = nil
+	s.seen, s.seenBefore = s.seenBefore, s.seen
+	clear(s.seen)
 	s.mu.Unlock()
 	for _, e := range prev {
 		e.mu.Lock()

@@ -18,10 +18,11 @@ import (
 // live in one). It applies hits with the same steps as fleet.lua, whose
 // equivalence TestSyncScriptTwin checks against a real Redis.
 type memShared struct {
-	sluice.Store // not used: every request in these tests is handled by Sync
+	sluice.Store // only Take is used, below
 	mu           sync.Mutex
 	st           map[string]sluice.State
-	calls        []int // keys per Sync call
+	calls        []int // keys per Sync call (1 for a SyncTake)
+	takes        int   // Take calls: cold keys
 	hits         map[string]int64
 	down         bool
 }
@@ -64,10 +65,25 @@ func (m *memShared) Sync(_ context.Context, ops []redisstore.SyncOp) error {
 	return nil
 }
 
+// Take is the exact decision a Sync asks of its store for a cold key.
+func (m *memShared) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	m.mu.Lock()
+	m.takes++
+	m.mu.Unlock()
+	d, _, err := m.take(r)
+	return d, err
+}
+
 func (m *memShared) SyncTake(_ context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.calls = append(m.calls, 1)
+	m.mu.Unlock()
+	return m.take(r)
+}
+
+func (m *memShared) take(r sluice.Request) (sluice.Decision, sluice.State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.down {
 		return sluice.Decision{}, sluice.State{}, fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
 	}
@@ -93,10 +109,11 @@ func (m *memShared) snapshot() ([]int, map[string]int64) {
 	return append([]int(nil), m.calls...), hits
 }
 
-// TestSyncLoop checks the batch loop on a fake clock: new keys are read
-// once, every key decided during an interval goes out in one batch at its
-// end, an idle interval sends nothing, keys idle for two intervals are
-// forgotten (and read again when used), and Close sends what is left.
+// TestSyncLoop checks the batch loop on a fake clock: a key asked for once
+// is decided in the store (cold), a key asked for again is read once, every
+// key with hits during an interval goes out in one batch at its end, an
+// idle interval sends nothing, keys idle for two intervals are forgotten
+// (and cold again), and Close sends what is left.
 func TestSyncLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const iv = 100 * time.Millisecond
@@ -114,51 +131,55 @@ func TestSyncLoop(t *testing.T) {
 			}
 			return d
 		}
-		for _, k := range []string{"a", "b", "c", "a", "a"} {
+		for _, k := range []string{"a", "b", "c", "a", "a", "c"} {
 			take(k)
 		}
+		// a, b and c are cold (asked for once): one exact Take each. a and
+		// c, asked for again, become entries with one exact SyncTake each;
+		// a's third request is local.
 		calls, _ := m.snapshot()
-		if len(calls) != 3 { // a, b, c read once each
-			t.Fatalf("after first decisions: Sync calls %v, want 3 loads of one key", calls)
+		if len(calls) != 2 || m.takes != 3 {
+			t.Fatalf("after first decisions: Sync calls %v and %d Takes, want 2 loads of one key (a, c) and 3 Takes (a, b, c)", calls, m.takes)
 		}
 		time.Sleep(iv)
 		synctest.Wait()
 		calls, hits := m.snapshot()
-		if len(calls) != 4 || calls[3] != 3 {
-			t.Fatalf("after one interval: Sync calls %v, want one batch of 3 keys", calls)
+		if len(calls) != 3 || calls[2] != 2 {
+			t.Fatalf("after one interval: Sync calls %v, want one batch of 2 keys (a, c: b is no entry)", calls)
 		}
-		if hits["a"] != 3 || hits["b"] != 1 || hits["c"] != 1 {
-			t.Errorf("hits sent = %v, want a:3 b:1 c:1", hits)
+		if hits["a"] != 3 || hits["b"] != 1 || hits["c"] != 2 {
+			t.Errorf("hits counted = %v, want a:3 b:1 c:2", hits)
 		}
 		take("a")
 		time.Sleep(iv)
 		synctest.Wait()
-		if calls, _ = m.snapshot(); len(calls) != 5 || calls[4] != 1 {
+		if calls, _ = m.snapshot(); len(calls) != 4 || calls[3] != 1 {
 			t.Fatalf("after a second interval: Sync calls %v, want a batch of 1 key (a)", calls)
 		}
 		if st := s.Stats(); st.Keys != 1 {
-			t.Errorf("after b and c idle for an interval: Stats.Keys = %d, want 1 (b and c forgotten)", st.Keys)
+			t.Errorf("after c idle for an interval: Stats.Keys = %d, want 1 (c forgotten)", st.Keys)
 		}
 		time.Sleep(3 * iv) // idle: nothing to send
 		synctest.Wait()
-		if calls, _ = m.snapshot(); len(calls) != 5 {
+		if calls, _ = m.snapshot(); len(calls) != 4 {
 			t.Fatalf("idle intervals: Sync calls %v, want none more", calls)
 		}
-		if st := s.Stats(); st.Keys != 0 || st.Loads != 3 || st.Batches != 2 || st.BatchKeys != 4 {
-			t.Errorf("Stats = %+v, want Keys 0, Loads 3, Batches 2, BatchKeys 4", st)
+		if st := s.Stats(); st.Keys != 0 || st.Loads != 2 || st.Batches != 2 || st.BatchKeys != 3 || st.Cold != 3 {
+			t.Errorf("Stats = %+v, want Keys 0, Loads 2, Batches 2, BatchKeys 3, Cold 3", st)
 		}
-		if d := take("b"); d.Remaining != 98 { // read again: b's count is 2 now
+		if d := take("b"); d.Remaining != 98 { // cold again: b's count is 2 now
 			t.Errorf("Take(b) after idle: Remaining = %d, want 98", d.Remaining)
 		}
-		take("b")
+		take("b") // warm: read (decided in the store)
+		take("b") // local
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, hits = m.snapshot(); hits["b"] != 3 {
-			t.Errorf("after Close: b's hits sent = %d, want 3", hits["b"])
+		if _, hits = m.snapshot(); hits["b"] != 4 {
+			t.Errorf("after Close: b's hits counted = %d, want 4", hits["b"])
 		}
-		if st := s.Stats(); st.Loads != 4 {
-			t.Errorf("Stats.Loads = %d, want 4", st.Loads)
+		if st := s.Stats(); st.Loads != 3 || st.Cold != 4 {
+			t.Errorf("Stats = %+v, want Loads 3, Cold 4", st)
 		}
 	})
 }
@@ -182,8 +203,10 @@ func TestSyncStaleView(t *testing.T) {
 			_, err := s.Take(context.Background(), r)
 			return err
 		}
-		if err := take(); err != nil {
-			t.Fatal(err)
+		for range 2 { // the first is cold, decided in the store; the second reads the key
+			if err := take(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		m.setDown(true)
 		for i := range 19 { // up to two intervals after the last good batch
@@ -199,8 +222,8 @@ func TestSyncStaleView(t *testing.T) {
 		m.setDown(false)
 		time.Sleep(iv)
 		synctest.Wait()
-		if _, hits := m.snapshot(); hits["k"] != 20 {
-			t.Errorf("hits sent once the store is back: %d, want 20", hits["k"])
+		if _, hits := m.snapshot(); hits["k"] != 21 {
+			t.Errorf("hits counted once the store is back: %d, want 21", hits["k"])
 		}
 		if st := s.Stats(); st.BatchErrors == 0 {
 			t.Errorf("Stats = %+v: want batch errors", st)

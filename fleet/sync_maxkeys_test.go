@@ -46,11 +46,14 @@ func TestSyncMaxKeys(t *testing.T) {
 			t.Fatalf("Take %s = %+v, want %+v", r.Key, got, want)
 		}
 	}
+	// Each key's first request is cold (decided in Redis), the second
+	// makes it an entry.
 	same(req("a", 1, 0))
 	same(req("b", 1, 1))
 	same(req("a", 1, 2))
-	if got := s.Stats(); got.Keys != 2 || got.Overflow != 0 {
-		t.Fatalf("after a and b: %d keys held, overflow %d; want 2 and 0", got.Keys, got.Overflow)
+	same(req("b", 1, 2))
+	if got := s.Stats(); got.Keys != 2 || got.Overflow != 0 || got.Cold != 2 {
+		t.Fatalf("after a and b: %d keys held, overflow %d, cold %d; want 2, 0 and 2", got.Keys, got.Overflow, got.Cold)
 	}
 	before := scriptCalls(t, srv.Addr)
 	for i := range 3 {
@@ -59,8 +62,8 @@ func TestSyncMaxKeys(t *testing.T) {
 	if got := scriptCalls(t, srv.Addr) - before; got != 3 {
 		t.Errorf("3 decisions of c beyond MaxKeys ran %d scripts, want 3 (exact, one round trip each)", got)
 	}
-	if got := s.Stats(); got.Keys != 2 || got.Overflow != 3 {
-		t.Errorf("after c: %d keys held, overflow %d; want 2 and 3", got.Keys, got.Overflow)
+	if got := s.Stats(); got.Keys != 2 || got.Overflow != 2 || got.Cold != 3 {
+		t.Errorf("after c: %d keys held, overflow %d, cold %d; want 2, 2 (c's first is cold) and 3", got.Keys, got.Overflow, got.Cold)
 	}
 	// c's count is in Redis already: nothing of it waits for a batch.
 	if d, err := st.Take(ctx, req("c", 0, 6)); err != nil || d.Remaining != 7 {
@@ -88,35 +91,41 @@ func TestSyncMaxKeys(t *testing.T) {
 		t.Fatalf("TakeAll(a, d) = %+v, want %+v (d denied)", got, want)
 	}
 	same(req("a", 0, 31)) // a was not charged
-	if got := s.Stats(); got.Overflow != 4 {
-		t.Errorf("overflow %d after the TakeAll, want 4", got.Overflow)
+	if got := s.Stats(); got.Overflow != 3 {
+		t.Errorf("overflow %d after the TakeAll, want 3", got.Overflow)
 	}
 
 	// Idle keys age out (two intervals unused); a new key is held again.
+	// A key becomes an entry on its second request within two intervals
+	// (10 ms here): each step is asked again until it shows, so that a
+	// slow machine only makes it take longer.
 	s2, err := fleet.NewSync(st, fleet.SyncOptions{Interval: 10 * time.Millisecond, MaxKeys: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s2.Close() })
 	x, y := req("x", 1, 0), req("y", 1, 0)
-	for _, r := range []sluice.Request{x, y} {
-		if _, err := s2.Take(ctx, r); err != nil {
-			t.Fatal(err)
+	until := func(what string, r sluice.Request, done func(fleet.SyncStats) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !done(s2.Stats()); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never; Stats %+v", what, s2.Stats())
+			}
+			if r.Key == "" {
+				time.Sleep(5 * time.Millisecond)
+			} else if _, err := s2.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	if got := s2.Stats(); got.Keys != 1 || got.Overflow != 1 {
-		t.Fatalf("x then y with MaxKeys 1: %d keys, overflow %d; want 1 and 1", got.Keys, got.Overflow)
+	until("x held", x, func(st fleet.SyncStats) bool { return st.Keys == 1 })
+	until("y beyond MaxKeys 1", y, func(st fleet.SyncStats) bool { return st.Overflow == 1 })
+	if got := s2.Stats(); got.Keys != 1 || got.Cold < 2 {
+		t.Fatalf("x then y with MaxKeys 1: %d keys, cold %d; want 1 and at least 2", got.Keys, got.Cold)
 	}
-	for deadline := time.Now().Add(10 * time.Second); s2.Stats().Keys != 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("x never aged out of the Sync")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if _, err := s2.Take(ctx, y); err != nil {
-		t.Fatal(err)
-	}
-	if got := s2.Stats(); got.Keys != 1 || got.Overflow != 1 {
-		t.Errorf("y after x aged out: %d keys, overflow %d; want 1 and 1 (y held)", got.Keys, got.Overflow)
+	until("x aged out", sluice.Request{}, func(st fleet.SyncStats) bool { return st.Keys == 0 })
+	until("y held", y, func(st fleet.SyncStats) bool { return st.Keys == 1 })
+	if got := s2.Stats(); got.Overflow != 1 {
+		t.Errorf("y after x aged out: overflow %d, want 1 (y held)", got.Overflow)
 	}
 }

@@ -73,8 +73,10 @@ func TestSyncRedisOutage(t *testing.T) {
 		return err
 	}
 	first := time.Now()
-	if err := take(); err != nil {
-		t.Fatal(err)
+	for range 2 { // the first is cold, decided in Redis; the second reads the key
+		if err := take(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv.Stop()
 	stopped := time.Now()
