@@ -83,13 +83,18 @@ type Lease struct {
 	inner LeaseStore
 	opts  LeaseOptions
 
-	mu     sync.Mutex
-	keys   map[nsKey]*leaseEntry
-	sweep  int // sweep the keys when there are more than this
-	skip   int // new keys refused at MaxKeys before the next sweep for room
-	closed atomic.Bool
+	mu    sync.Mutex
+	keys  map[nsKey]*leaseEntry
+	sweep int // sweep the keys when there are more than this
+	skip  int // new keys refused at MaxKeys before the next sweep for room
+	// seen and seenBefore are the keys without an entry asked for in the
+	// current second of request time (seenAt) and the one before (see
+	// warm).
+	seen, seenBefore map[nsKey]struct{}
+	seenAt           int64
+	closed           atomic.Bool
 
-	calls, granted, returned, spent, local, overflow atomic.Uint64
+	calls, granted, returned, spent, local, overflow, cold atomic.Uint64
 }
 
 var _ sluice.Store = (*Lease)(nil)
@@ -122,7 +127,8 @@ func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 		return nil, err
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
-	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry), sweep: minSweep}, nil
+	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry), sweep: minSweep,
+		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{})}, nil
 }
 
 func (l *Lease) applies(r *sluice.Request) bool {
@@ -140,6 +146,7 @@ type LeaseStats struct {
 	Spent    uint64 // units spent on admitted requests
 	Local    uint64 // decisions made locally
 	Overflow uint64 // decisions made in the shared store: the key was new and MaxKeys were held
+	Cold     uint64 // decisions made in the shared store: the key's first in a second or two
 	Keys     int    // keys held now
 }
 
@@ -148,16 +155,20 @@ func (l *Lease) Stats() LeaseStats {
 	l.mu.Lock()
 	n := len(l.keys)
 	l.mu.Unlock()
-	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Overflow: l.overflow.Load(), Keys: n}
+	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Overflow: l.overflow.Load(), Cold: l.cold.Load(), Keys: n}
 }
 
 // entry returns r's entry, locked; errFull if r's key is new and MaxKeys
-// keys are held.
-func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) (*leaseEntry, error) {
+// keys are held; with cold, errCold if r's key is cold (see warm).
+func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry, error) {
 	us := r.Now.UnixMicro()
 	for {
 		l.mu.Lock()
 		e := l.keys[keyOf(r)]
+		if e == nil && cold && !l.warm(keyOf(r), us) {
+			l.mu.Unlock()
+			return nil, errCold
+		}
 		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(us) {
 			l.mu.Unlock()
 			return nil, errFull
@@ -167,6 +178,8 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) (*leaseEntry, error) {
 			// limit expire with their window.
 			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
 			l.keys[e.key] = e
+			delete(l.seen, e.key) // noted only while it has no entry
+			delete(l.seenBefore, e.key)
 			if len(l.keys) > l.sweep {
 				l.sweepLocked(us)
 			}
@@ -179,6 +192,38 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks) (*leaseEntry, error) {
 		}
 		e.mu.Unlock()
 	}
+}
+
+// warm reports whether k, a key without an entry, was asked for in the
+// current or the previous second of request time (us), and notes that it
+// was asked for now. A key asked for once gains nothing from a lease: its
+// reservation would cost a round trip, and hold the units it does not
+// spend away from the other instances until they expire. So its first
+// request in a second or two is decided in the store (Take, exactly), and
+// the next makes it an entry. At most MaxKeys keys without an entry are
+// noted per second; past them a key stays cold. l.mu is held.
+func (l *Lease) warm(k nsKey, us int64) bool {
+	if sec := floorDiv(us, 1e6); sec != l.seenAt {
+		if sec == l.seenAt+1 {
+			l.seen, l.seenBefore = l.seenBefore, l.seen
+		} else if sec > l.seenAt {
+			clear(l.seenBefore)
+		}
+		if sec > l.seenAt {
+			clear(l.seen)
+			l.seenAt = sec
+		}
+	}
+	if _, ok := l.seen[k]; ok {
+		return true
+	}
+	if _, ok := l.seenBefore[k]; ok {
+		return true
+	}
+	if len(l.seen) < l.opts.MaxKeys {
+		l.seen[k] = struct{}{}
+	}
+	return false
 }
 
 // roomLocked sweeps the keys for room for a new one at MaxKeys, and reports
@@ -238,7 +283,11 @@ func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, e
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("fleet: lease: take %q: %w", r.Key, err)
 	}
-	e, err := l.entry(r, t)
+	e, err := l.entry(r, t, true)
+	if err == errCold {
+		l.cold.Add(1)
+		return l.inner.Take(ctx, *r)
+	}
 	if err == errFull {
 		l.overflow.Add(1)
 		return l.inner.Take(ctx, *r)

@@ -153,11 +153,13 @@ func TestLeaseClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := sluice.Request{Key: fmt.Sprintf("close/%d/%s", time.Now().UnixNano(), alg), Algorithm: alg, Limit: sluice.PerHour(320), Cost: 1, Now: time.Now()}
-		if _, err := l.Take(ctx, r); err != nil {
-			t.Fatal(err)
-		}
 		q := r
 		q.Cost = 0
+		for _, r := range []sluice.Request{q, r} { // cold (counting nothing), then a lease
+			if _, err := l.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if d, err := rs.Take(ctx, q); err != nil || d.Remaining != 300 {
 			t.Errorf("%s: store's Remaining with a lease held = %d, %v; want 300 (an auto lease of 320/16 = 20)", alg, d.Remaining, err)
 		}
@@ -181,8 +183,12 @@ func TestLeaseSweep(t *testing.T) {
 	base := fmt.Sprintf("sweep/%d/", time.Now().UnixNano())
 	held := sluice.Request{Key: base + "held", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
 	l2 := newLease(t, openShared(t, []string{srv.Addr}, false), fleet.LeaseOptions{Chunk: 5})
-	if _, err := l2.Take(ctx, held); err != nil { // 4 units held
-		t.Fatal(err)
+	warm := held
+	warm.Cost = 0
+	for _, r := range []sluice.Request{warm, held} { // cold (counting nothing), then 4 units held
+		if _, err := l2.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	later := time.Now().Add(2 * time.Second) // past each key's period of 1s
 	for i := range 5000 {
@@ -190,8 +196,10 @@ func TestLeaseSweep(t *testing.T) {
 		if i >= 4000 {
 			r.Now = later
 		}
-		if _, err := l2.Take(ctx, r); err != nil {
-			t.Fatal(err)
+		for range 2 { // cold, then held
+			if _, err := l2.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if n := l2.Stats().Keys; n > 1001 { // the held key and the 1000 used later

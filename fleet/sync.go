@@ -114,8 +114,10 @@ type Sync struct {
 	touched []*syncEntry  // decided on since the last batch
 	batch   chan struct{} // closed when the batch in flight has settled
 	// seen and seenBefore are the keys without an entry asked for since
-	// the last batch and in the interval before it (see warm).
+	// the last batch and in the interval before it (see warm); colds are
+	// the cold decisions in flight, per key.
 	seen, seenBefore map[nsKey]struct{}
+	colds            map[nsKey]*coldFlight
 
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
@@ -157,6 +159,7 @@ type syncEntry struct {
 	synced   time.Time        // when the view was last read back
 	failed   bool             // the last read or batch of the key failed
 	last     int64            // µs: the latest request time decided
+	colds    chan struct{}    // closed when the key's cold decisions in flight at its creation end
 }
 
 // NewSync returns a Sync over inner and starts its batch loop; Close stops it.
@@ -166,7 +169,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}),
-		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{})}
+		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{}), colds: make(map[nsKey]*coldFlight)}
 	go s.loop()
 	return s, nil
 }
@@ -238,7 +241,9 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 	e, decided, err := s.acquire(ctx, r, t, first)
 	if err == errCold {
 		s.cold.Add(1)
-		return s.inner.Take(ctx, *r)
+		d, err := s.inner.Take(ctx, *r)
+		s.coldDone(keyOf(r))
+		return d, err
 	}
 	if err == errFull {
 		s.overflow.Add(1)
@@ -346,7 +351,7 @@ func (s *Sync) touch(e *syncEntry) {
 
 // errCold is acquire's answer for a key asked for the first time in two
 // intervals (see warm).
-var errCold = errors.New("fleet: sync: cold key")
+var errCold = errors.New("fleet: cold key")
 
 // warm reports whether k, a key without an entry, was asked for since the
 // batch before last, and notes that it was asked for now. A key asked for
@@ -369,9 +374,30 @@ func (s *Sync) warm(k nsKey) bool {
 	return false
 }
 
+// coldFlight is the cold decisions of a key in flight: done is closed when
+// the last ends.
+type coldFlight struct {
+	n    int
+	done chan struct{}
+}
+
+// coldDone ends a cold decision of k (acquire's errCold), made in the store.
+func (s *Sync) coldDone(k nsKey) {
+	s.mu.Lock()
+	if c := s.colds[k]; c != nil {
+		if c.n--; c.n == 0 {
+			close(c.done)
+			delete(s.colds, k)
+		}
+	}
+	s.mu.Unlock()
+}
+
 // acquire returns r's entry, locked, with a view at most two intervals old.
-// With d non-nil, a cold key (see warm) is errCold; a key this instance
-// has no view of is decided in the store
+// With d non-nil, a cold key (see warm) is errCold: the caller decides it
+// in the store, then calls coldDone. A key this instance has no view of is
+// read only once the cold decisions of it in flight have ended, so that
+// the view has their hits; with d non-nil, it is decided in the store
 // (one round trip, as the first read would be) and true is returned with
 // the decision in *d; its view is the state after.
 func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
@@ -383,6 +409,12 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
 		if e == nil && d != nil && !s.warm(keyOf(r)) {
+			c := s.colds[keyOf(r)]
+			if c == nil {
+				c = &coldFlight{done: make(chan struct{})}
+				s.colds[keyOf(r)] = c
+			}
+			c.n++
 			s.mu.Unlock()
 			return nil, false, errCold
 		}
@@ -395,6 +427,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			// old entry's hits still go out with the next batch.
 			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
 			s.keys[e.key] = e
+			if c := s.colds[e.key]; c != nil {
+				e.colds = c.done // no cold decision of the key starts from now on
+			}
 			delete(s.seen, e.key) // noted only while it has no entry
 			delete(s.seenBefore, e.key)
 		}
@@ -434,8 +469,27 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		}
 		ch = make(chan struct{})
 		e.loading = ch
+		if w := e.colds; w != nil {
+			// Read after the cold decisions made before the key had an
+			// entry, so that the view has their hits.
+			e.mu.Unlock()
+			var err error
+			select {
+			case <-w:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			e.mu.Lock()
+			if err != nil {
+				e.loading = nil
+				close(ch)
+				e.mu.Unlock()
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+			}
+			e.colds = nil
+		}
 		if d != nil && e.synced.IsZero() && len(e.hits) == 0 {
-			// First sight: decide in the store, and start from its state.
+			// A new entry: decide in the store, and start from its state.
 			e.mu.Unlock()
 			s.loads.Add(1)
 			dd, st, err := s.inner.SyncTake(ctx, *r)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +122,40 @@ func TestSyncRedisOutage(t *testing.T) {
 			t.Fatalf("a minute after the restart: Remaining %d, %v; want at most %d (the %d local hits sent)", d.Remaining, err, want, local)
 		}
 		time.Sleep(iv) // waiting for the Sync's next batch
+	}
+}
+
+// TestSyncColdConcurrent asks one instance for a fresh key from many
+// goroutines at once: the first requests are cold (decided in Redis) and
+// one makes the key an entry while they are still on their way. The view
+// must be read after them, or it would miss their hits and a single
+// instance would pass the limit: it must admit exactly the limit.
+func TestSyncColdConcurrent(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: time.Hour})
+	ctx := context.Background()
+	const limit, n = 10, 40
+	for round := range 25 {
+		r := sluice.Request{Key: fmt.Sprintf("cold/%d/%d", time.Now().UnixNano(), round), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(limit), Cost: 1, Now: sluicetest.T0}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				d, err := s.Take(ctx, r)
+				if err != nil {
+					t.Error(err)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != limit {
+			t.Fatalf("round %d: %d concurrent requests of a fresh key admitted %d, want exactly the limit %d", round, n, got, limit)
+		}
+	}
+	if st := s.Stats(); st.Cold == 0 || st.Local == 0 {
+		t.Errorf("Stats = %+v: want cold and local decisions", st)
 	}
 }

@@ -190,7 +190,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			if overflowed[keyOf(r)] {
 				e, err = nil, errFull // the same key again: the store's too
 			} else {
-				e, err = l.entry(r, ticks[i])
+				e, err = l.entry(r, ticks[i], false)
 			}
 			if err == errFull {
 				l.overflow.Add(1)

@@ -86,8 +86,8 @@ func TestFleetModes(t *testing.T) {
 		}
 		// Each daemon's 20 requests: decided by its Sync, or refused by the
 		// over-limit cache in front of it.
-		if m, c := d.metric("sluice_fleet_sync_decisions_total", "interval", "50ms"), d.metric("sluice_overlimit_cache_hits_total"); m < 5 || m+c < 20 {
-			t.Errorf("sluice_fleet_sync_decisions_total = %v and over-limit cache hits %v, want at least 5, and 20 together", m, c)
+		if m, cold, c := d.metric("sluice_fleet_sync_decisions_total", "interval", "50ms"), d.metric("sluice_fleet_sync_cold_total", "interval", "50ms"), d.metric("sluice_overlimit_cache_hits_total"); m < 5 || m+cold+c < 20 {
+			t.Errorf("sluice_fleet_sync_decisions_total = %v, cold %v and over-limit cache hits %v, want at least 5 local, and 20 together", m, cold, c)
 		}
 	}
 	// Reload both with a new limit: a fresh count (new fingerprint) that
