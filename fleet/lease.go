@@ -87,12 +87,11 @@ type Lease struct {
 	keys  map[nsKey]*leaseEntry
 	sweep int // sweep the keys when there are more than this
 	skip  int // new keys refused at MaxKeys before the next sweep for room
-	// seen and seenBefore are the keys without an entry asked for in the
-	// current second of request time (seenAt) and the one before (see
-	// warm).
-	seen, seenBefore map[nsKey]struct{}
-	seenAt           int64
-	closed           atomic.Bool
+	// recent is the keys without an entry asked for in the current
+	// second of request time (recentAt) and the one before (see warm).
+	recent   recent
+	recentAt int64
+	closed   atomic.Bool
 
 	calls, granted, returned, spent, local, overflow, cold atomic.Uint64
 }
@@ -128,7 +127,7 @@ func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	return &Lease{inner: inner, opts: o, keys: make(map[nsKey]*leaseEntry), sweep: minSweep,
-		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{})}, nil
+		recent: newRecent()}, nil
 }
 
 func (l *Lease) applies(r *sluice.Request) bool {
@@ -178,8 +177,7 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 			// limit expire with their window.
 			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
 			l.keys[e.key] = e
-			delete(l.seen, e.key) // noted only while it has no entry
-			delete(l.seenBefore, e.key)
+			l.recent.forget(e.key)
 			if len(l.keys) > l.sweep {
 				l.sweepLocked(us)
 			}
@@ -203,27 +201,11 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 // the next makes it an entry. At most MaxKeys keys without an entry are
 // noted per second; past them a key stays cold. l.mu is held.
 func (l *Lease) warm(k nsKey, us int64) bool {
-	if sec := floorDiv(us, 1e6); sec != l.seenAt {
-		if sec == l.seenAt+1 {
-			l.seen, l.seenBefore = l.seenBefore, l.seen
-		} else if sec > l.seenAt {
-			clear(l.seenBefore)
-		}
-		if sec > l.seenAt {
-			clear(l.seen)
-			l.seenAt = sec
-		}
+	if sec := floorDiv(us, 1e6); sec > l.recentAt {
+		l.recent.shift(sec - l.recentAt)
+		l.recentAt = sec
 	}
-	if _, ok := l.seen[k]; ok {
-		return true
-	}
-	if _, ok := l.seenBefore[k]; ok {
-		return true
-	}
-	if len(l.seen) < l.opts.MaxKeys {
-		l.seen[k] = struct{}{}
-	}
-	return false
+	return l.recent.seen(k, l.opts.MaxKeys)
 }
 
 // roomLocked sweeps the keys for room for a new one at MaxKeys, and reports

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -113,11 +112,11 @@ type Sync struct {
 	keys    map[nsKey]*syncEntry
 	touched []*syncEntry  // decided on since the last batch
 	batch   chan struct{} // closed when the batch in flight has settled
-	// seen and seenBefore are the keys without an entry asked for since
-	// the last batch and in the interval before it (see warm); colds are
-	// the cold decisions in flight, per key.
-	seen, seenBefore map[nsKey]struct{}
-	colds            map[nsKey]*coldFlight
+	// recent is the keys without an entry asked for since the last batch
+	// and in the interval before it (see warm); colds are the cold
+	// decisions in flight, per key.
+	recent recent
+	colds  map[nsKey]*coldFlight
 
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
@@ -169,7 +168,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}),
-		seen: make(map[nsKey]struct{}), seenBefore: make(map[nsKey]struct{}), colds: make(map[nsKey]*coldFlight)}
+		recent: newRecent(), colds: make(map[nsKey]*coldFlight)}
 	go s.loop()
 	return s, nil
 }
@@ -349,10 +348,6 @@ func (s *Sync) touch(e *syncEntry) {
 	s.mu.Unlock()
 }
 
-// errCold is acquire's answer for a key asked for the first time in two
-// intervals (see warm).
-var errCold = errors.New("fleet: cold key")
-
 // warm reports whether k, a key without an entry, was asked for since the
 // batch before last, and notes that it was asked for now. A key asked for
 // once gains nothing from a view: reading its state and sending its hit
@@ -361,18 +356,7 @@ var errCold = errors.New("fleet: cold key")
 // (Take), and the next makes it an entry. At most MaxKeys keys without an
 // entry are noted per interval; past them a key stays cold, decided
 // exactly. s.mu is held.
-func (s *Sync) warm(k nsKey) bool {
-	if _, ok := s.seen[k]; ok {
-		return true
-	}
-	if _, ok := s.seenBefore[k]; ok {
-		return true
-	}
-	if len(s.seen) < s.opts.MaxKeys {
-		s.seen[k] = struct{}{}
-	}
-	return false
-}
+func (s *Sync) warm(k nsKey) bool { return s.recent.seen(k, s.opts.MaxKeys) }
 
 // coldFlight is the cold decisions of a key in flight: done is closed when
 // the last ends.
@@ -430,8 +414,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			if c := s.colds[e.key]; c != nil {
 				e.colds = c.done // no cold decision of the key starts from now on
 			}
-			delete(s.seen, e.key) // noted only while it has no entry
-			delete(s.seenBefore, e.key)
+			s.recent.forget(e.key)
 		}
 		s.mu.Unlock()
 		e.mu.Lock()

@@ -35,8 +35,7 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	s.mu.Lock()
 	batch := s.touched
 	s.touched = nil
-	s.seen, s.seenBefore = s.seenBefore, s.seen
-	clear(s.seen)
+	s.recent.shift(1)
 	s.mu.Unlock()
 	for _, e := range prev {
 		e.mu.Lock()

@@ -141,7 +141,7 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	default:
 		return p, false
 	}
-	if !parseTarget(p.target, &rq.u) {
+	if !ParseTarget(p.target, &rq.u) {
 		u, err := url.ParseRequestURI(p.target)
 		if err != nil {
 			return p, false
@@ -226,11 +226,11 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	return p, true
 }
 
-// parseTarget sets u to what url.ParseRequestURI makes of an origin-form
+// ParseTarget sets u to what url.ParseRequestURI makes of an origin-form
 // target whose path needs no escaping and has no escapes (letters, digits
 // and -._~$&+,/:;=@), the common kind, without allocating; false: another
 // kind, for url.ParseRequestURI. (FuzzParse compares the two.)
-func parseTarget(t string, u *url.URL) bool {
+func ParseTarget(t string, u *url.URL) bool {
 	path, query, hasQuery := strings.Cut(t, "?")
 	for i := 0; i < len(path); i++ {
 		if !pathChar[path[i]] {

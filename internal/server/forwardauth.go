@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -118,47 +119,21 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 // to unescape or escape) and a query of visible ASCII. Any other goes
 // through url.ParseRequestURI (FuzzParseURI compares the two).
 func parseURI(uri string, u *url.URL) error {
-	path, query, hasQuery := strings.Cut(uri, "?")
-	fast := len(path) > 0 && path[0] == '/'
-	for i := 0; fast && i < len(path); i++ {
-		fast = pathChar[path[i]]
-	}
+	_, query, _ := strings.Cut(uri, "?")
+	fast := len(uri) > 0 && uri[0] == '/'
 	for i := 0; fast && i < len(query); i++ {
 		fast = ' ' < query[i] && query[i] < 0x7f
 	}
-	if !fast {
-		pu, err := url.ParseRequestURI(uri)
-		if err != nil {
-			return err
-		}
-		*u = *pu
+	if fast && h1.ParseTarget(uri, u) {
 		return nil
 	}
-	*u = url.URL{Path: path}
-	if hasQuery {
-		if query == "" {
-			u.ForceQuery = true // "/a?", as url.Parse
-		} else {
-			u.RawQuery = query
-		}
+	pu, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return err
 	}
+	*u = *pu
 	return nil
 }
-
-// pathChar: the bytes url.URL keeps as they are in a path (no escaping,
-// so RawPath stays empty).
-var pathChar = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "-._~$&+,/:;=@" {
-		t[c] = true
-	}
-	return t
-}()
 
 // ruleView is one rule in GET /v1/rules.
 type ruleView struct {
