@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSimpleResponse$$' -fuzztime 100000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzParseURI$$' -fuzztime 200000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzRLSCodecRequest$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
 	cd bench && $(GO) test -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime 100000x ./internal/harness
