@@ -181,7 +181,11 @@ func TestLeaseSweep(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	base := fmt.Sprintf("sweep/%d/", time.Now().UnixNano())
-	held := sluice.Request{Key: base + "held", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
+	// The requests carry fixed instants, not the clock: on a slow machine
+	// the loop below may take seconds, and the keys it asked for last
+	// would then not be idle a period at the end.
+	t0 := time.Now()
+	held := sluice.Request{Key: base + "held", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: t0}
 	l2 := newLease(t, openShared(t, []string{srv.Addr}, false), fleet.LeaseOptions{Chunk: 5})
 	warm := held
 	warm.Cost = 0
@@ -190,9 +194,9 @@ func TestLeaseSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	later := time.Now().Add(2 * time.Second) // past each key's period of 1s
+	later := t0.Add(2 * time.Second) // past each key's period of 1s
 	for i := range 5000 {
-		r := sluice.Request{Key: base + strconv.Itoa(i), Algorithm: sluice.GCRA, Limit: sluice.PerSecond(10), Cost: 1, Now: time.Now()}
+		r := sluice.Request{Key: base + strconv.Itoa(i), Algorithm: sluice.GCRA, Limit: sluice.PerSecond(10), Cost: 1, Now: t0}
 		if i >= 4000 {
 			r.Now = later
 		}
