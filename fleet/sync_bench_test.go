@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -31,13 +31,6 @@ func commandsProcessed(b *testing.B, addr string) int64 {
 	}
 	b.Fatal("no total_commands_processed in INFO stats")
 	return 0
-}
-
-// cpuTime is this process' CPU time (user + system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU is Redis' CPU time (INFO cpu: used_cpu_user + used_cpu_sys).
@@ -109,7 +102,7 @@ func BenchmarkFleet(b *testing.B) {
 				var worker atomic.Int64
 				before := commandsProcessed(b, srv.Addr)
 				beforeScripts := evalCalls(b, srv.Addr)
-				beforeCPU, beforeRedis := cpuTime(), redisCPU(b, srv.Addr)
+				beforeCPU, beforeRedis := benchutil.CPUTime(), redisCPU(b, srv.Addr)
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					w := worker.Add(1)
@@ -126,7 +119,7 @@ func BenchmarkFleet(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				cpu, rcpu := cpuTime()-beforeCPU, redisCPU(b, srv.Addr)-beforeRedis
+				cpu, rcpu := benchutil.CPUTime()-beforeCPU, redisCPU(b, srv.Addr)-beforeRedis
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(rcpu.Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
 				scripts := evalCalls(b, srv.Addr) - beforeScripts

@@ -6,11 +6,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -74,21 +74,14 @@ func newLimiter(b *testing.B, s sluice.Store, alg sluice.Algorithm, l sluice.Lim
 	return lim
 }
 
-// cpuTime is the CPU time this process has used. On a shared machine the
-// wall time of a benchmark includes the time other processes held the CPU;
-// cpu-ns/op (CPU time ÷ operations, all goroutines included) does not, so
-// it is the steadier figure when the machine is busy.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
+// reportCPU reports the CPU time since since per operation of n as
+// cpu-ns/op. On a shared machine the wall time of a benchmark includes the
+// time other processes held the CPU; cpu-ns/op (CPU time ÷ operations,
+// all goroutines included) does not, so it is the steadier figure when the
+// machine is busy.
 func reportCPU(b *testing.B, since time.Duration, n int64) {
 	if n > 0 {
-		b.ReportMetric(float64(cpuTime()-since)/float64(n), "cpu-ns/op")
+		b.ReportMetric(float64(benchutil.CPUTime()-since)/float64(n), "cpu-ns/op")
 	}
 }
 
@@ -100,7 +93,7 @@ func BenchmarkHotKey(b *testing.B) {
 			lim := newLimiter(b, memstore.New(memstore.Options{}), alg, hotLimit)
 			b.ReportAllocs()
 			i := 0
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
 				d, err := lim.AllowAt(ctx, "hot", at(i), 1)
 				if err != nil || !d.Allowed {
@@ -123,7 +116,7 @@ func BenchmarkHotKeyParallel(b *testing.B) {
 			b.ReportAllocs()
 			// One clock for all goroutines, as on a real hot key.
 			var clock atomic.Int64
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := lim.AllowAt(ctx, "hot", at(int(clock.Add(1))), 1); err != nil {
@@ -150,7 +143,7 @@ func BenchmarkHotKeyDeny(b *testing.B) {
 			}
 			b.ReportAllocs()
 			i := 1
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
 				d, err := lim.AllowAt(ctx, "hot", at(i), 1)
 				if err != nil || d.Allowed {
@@ -191,7 +184,7 @@ func BenchmarkKeys1M(b *testing.B) {
 			s, lim := filled(b, alg)
 			b.ReportAllocs()
 			i := numKeys
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
 				d, err := lim.AllowAt(ctx, keys[i%numKeys], at(i), 1)
 				if err != nil || !d.Allowed {
@@ -225,7 +218,7 @@ func BenchmarkKeys1MParallel(b *testing.B) {
 			var g, ops atomic.Int64
 			b.ReportAllocs()
 			b.ResetTimer()
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				i := numKeys + int(g.Add(1))*(numKeys/16+7)
 				n := int64(0)
@@ -364,7 +357,7 @@ func BenchmarkNamespace(b *testing.B) {
 				s := memstore.New(memstore.Options{})
 				b.ReportAllocs()
 				i := 0
-				c0 := cpuTime()
+				c0 := benchutil.CPUTime()
 				for b.Loop() {
 					d, err := s.Take(ctx, sluice.Request{Namespace: ns.ns, Key: "hot", Algorithm: alg, Limit: hotLimit, Cost: 1, Now: at(i)})
 					if err != nil || !d.Allowed {

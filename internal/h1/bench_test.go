@@ -1,13 +1,11 @@
 package h1_test
 
 import (
-	"bytes"
 	"net"
 	"net/http"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/h1"
 )
 
@@ -59,65 +57,8 @@ func BenchmarkServe(b *testing.B) {
 			defer front.Close()
 			req := []byte(tc.req)
 			b.ReportAllocs()
-			defer reportCPU(b)()
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				c, err := net.Dial("tcp", ln.Addr().String())
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer c.Close()
-				buf := make([]byte, 4096)
-				for pb.Next() {
-					if _, err := c.Write(req); err != nil {
-						b.Error(err)
-						return
-					}
-					if !readHead200(c, buf) {
-						b.Error("bad answer")
-						return
-					}
-				}
-			})
+			defer benchutil.ReportCPU(b)()
+			benchutil.Clients(b, ln.Addr().String(), 4, func() []byte { return req }, nil)
 		})
 	}
-}
-
-// readHead200 reads one answer without a body from c without
-// allocating; false: not a 200 or malformed.
-func readHead200(c net.Conn, buf []byte) bool {
-	n := 0
-	for {
-		m, err := c.Read(buf[n:])
-		if err != nil {
-			return false
-		}
-		n += m
-		head := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-		if head < 0 {
-			if n == len(buf) {
-				return false
-			}
-			continue
-		}
-		return n == head+4 && bytes.HasPrefix(buf, []byte("HTTP/1.1 200 "))
-	}
-}
-
-// reportCPU reports the process CPU time (user + system) per operation
-// as cpu-ns/op; client and server both run in this process.
-func reportCPU(b *testing.B) func() {
-	before := cpuTime()
-	b.ResetTimer()
-	return func() {
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
-	}
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -7,12 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -63,7 +62,7 @@ func BenchmarkProxy(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			b.ReportAllocs()
-			defer reportCPU(b)()
+			defer benchutil.ReportCPU(b)()
 			b.SetParallelism(4)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -80,23 +79,6 @@ func BenchmarkProxy(b *testing.B) {
 			})
 		})
 	}
-}
-
-// reportCPU reports the process CPU time (user + system) per operation as
-// cpu-ns/op; client, proxy and upstream all run in this process.
-func reportCPU(b *testing.B) func() {
-	before := cpuTime()
-	b.ResetTimer()
-	return func() {
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
-	}
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // The proxy behind the h1 front, as the daemon serves it, between a raw
@@ -131,69 +113,10 @@ func BenchmarkFront(b *testing.B) {
 	defer front.Close()
 	req := []byte("GET /bench HTTP/1.1\r\nHost: sluice.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
-	defer reportCPU(b)()
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 4096)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if !readAnswer(c, buf) {
-				b.Error("bad answer")
-				return
-			}
-		}
+	defer benchutil.ReportCPU(b)()
+	benchutil.Clients(b, ln.Addr().String(), 8, func() []byte { return req }, func(head []byte) bool {
+		return bytes.Contains(head, []byte("\r\nContent-Length: ")) // the upstream's body, whole
 	})
-}
-
-// readAnswer reads one HTTP/1.1 answer with a Content-Length from c,
-// without allocating; false: malformed or not 200.
-func readAnswer(c net.Conn, buf []byte) bool {
-	n := 0
-	for {
-		m, err := c.Read(buf[n:])
-		if err != nil {
-			return false
-		}
-		n += m
-		head := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-		if head < 0 {
-			if n == len(buf) {
-				return false
-			}
-			continue
-		}
-		if !bytes.HasPrefix(buf, []byte("HTTP/1.1 200 ")) {
-			return false
-		}
-		i := bytes.Index(buf[:head], []byte("\r\nContent-Length: "))
-		if i < 0 {
-			return false
-		}
-		cl := 0
-		for _, d := range buf[i+18 : head] {
-			if d < '0' || d > '9' {
-				break
-			}
-			cl = cl*10 + int(d-'0')
-		}
-		for n < head+4+cl {
-			m, err := c.Read(buf[n:])
-			if err != nil {
-				return false
-			}
-			n += m
-		}
-		return n == head+4+cl
-	}
 }
 
 // rawUpstream answers every request head on its connections with the

@@ -8,12 +8,11 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -74,7 +73,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 			h := tc.h(b)
 			var n atomic.Int64
 			b.ReportAllocs()
-			defer reportCPU(b)()
+			defer benchutil.ReportCPU(b)()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					body := []byte(`{"rule":"api","key":"user-` + strconv.FormatInt(n.Add(1)%1000, 10) + `","cost":1}`)
@@ -105,7 +104,7 @@ func BenchmarkCheckLoopback(b *testing.B) {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			var n atomic.Int64
 			b.ReportAllocs()
-			defer reportCPU(b)()
+			defer benchutil.ReportCPU(b)()
 			b.SetParallelism(8)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -123,23 +122,4 @@ func BenchmarkCheckLoopback(b *testing.B) {
 			})
 		})
 	}
-}
-
-// reportCPU reports the process CPU time (user + system, all threads) per
-// operation as cpu-ns/op: unlike ns/op, it does not grow when other
-// processes compete for the machine's cores. Call it after setup and defer
-// the function it returns.
-func reportCPU(b *testing.B) func() {
-	before := cpuTime()
-	b.ResetTimer()
-	return func() {
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
-	}
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

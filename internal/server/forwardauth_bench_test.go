@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -40,7 +41,7 @@ func BenchmarkForwardAuthHandler(b *testing.B) {
 	}
 	var n atomic.Int64
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchutil.ReportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req := httptest.NewRequest("GET", "/v1/forward-auth", nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -50,7 +51,7 @@ func BenchmarkForwardAuthHandlerAlone(b *testing.B) {
 	h := forwardAuthHandler(b)
 	var n atomic.Int64
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchutil.ReportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		req, _ := http.NewRequest("GET", "http://sluice/v1/forward-auth", nil)
 		req.RequestURI = "/v1/forward-auth"
@@ -123,47 +124,8 @@ func BenchmarkForwardAuthFront(b *testing.B) {
 	}
 	var n atomic.Int64
 	b.ReportAllocs()
-	defer reportCPU(b)()
-	b.SetParallelism(4)
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 4096)
-		for pb.Next() {
-			if _, err := c.Write(reqs[n.Add(1)%250]); err != nil {
-				b.Error(err)
-				return
-			}
-			if !readHead200(c, buf) {
-				b.Error("bad answer")
-				return
-			}
-		}
+	defer benchutil.ReportCPU(b)()
+	benchutil.Clients(b, ln.Addr().String(), 4, func() []byte { return reqs[n.Add(1)%250] }, func(head []byte) bool {
+		return bytes.Contains(head, []byte("\r\nContent-Length: 0")) // allowed: no body
 	})
-}
-
-// readHead200 reads one answer without a body (Content-Length: 0) from c
-// without allocating; false: not a 200 or malformed.
-func readHead200(c net.Conn, buf []byte) bool {
-	n := 0
-	for {
-		m, err := c.Read(buf[n:])
-		if err != nil {
-			return false
-		}
-		n += m
-		head := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-		if head < 0 {
-			if n == len(buf) {
-				return false
-			}
-			continue
-		}
-		return n == head+4 && bytes.HasPrefix(buf, []byte("HTTP/1.1 200 ")) &&
-			bytes.Contains(buf[:head], []byte("\r\nContent-Length: 0\r\n"))
-	}
 }
