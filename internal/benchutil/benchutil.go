@@ -37,9 +37,9 @@ func ReportCPU(b *testing.B) func() {
 
 // ReadAnswer reads one HTTP/1.1 answer to a single request in flight from
 // c into buf, without allocating: the head, then the body its
-// Content-Length announces (none without one). It returns the head
-// without its final empty line, and false if c fails, the answer is not a
-// 200, is larger than buf, or more bytes than the answer arrived.
+// Content-Length announces (none without one). It returns the answer
+// (head and body), and false if c fails, the answer is not a 200, is
+// larger than buf, or more bytes than the answer arrived.
 func ReadAnswer(c net.Conn, buf []byte) ([]byte, bool) {
 	n := 0
 	for {
@@ -79,14 +79,14 @@ func ReadAnswer(c net.Conn, buf []byte) ([]byte, bool) {
 			}
 			n += m
 		}
-		return head, n == total
+		return buf[:total], n == total
 	}
 }
 
 // Clients runs b.RunParallel with the given parallelism: each goroutine
 // dials addr once, then per operation writes next() and reads the answer
-// (ReadAnswer), which check, if not nil, must accept by its head.
-func Clients(b *testing.B, addr string, parallelism int, next func() []byte, check func(head []byte) bool) {
+// (ReadAnswer), which check, if not nil, must accept.
+func Clients(b *testing.B, addr string, parallelism int, next func() []byte, check func(answer []byte) bool) {
 	b.SetParallelism(parallelism)
 	b.RunParallel(func(pb *testing.PB) {
 		c, err := net.Dial("tcp", addr)
@@ -101,9 +101,9 @@ func Clients(b *testing.B, addr string, parallelism int, next func() []byte, che
 				b.Error(err)
 				return
 			}
-			head, ok := ReadAnswer(c, buf)
-			if !ok || check != nil && !check(head) {
-				b.Errorf("bad answer: %q", head)
+			answer, ok := ReadAnswer(c, buf)
+			if !ok || check != nil && !check(answer) {
+				b.Errorf("bad answer: %q", answer)
 				return
 			}
 		}

@@ -23,10 +23,10 @@ func TestReadAnswer(t *testing.T) {
 			s.Write([]byte(tc.answer))
 			s.Close()
 		}()
-		head, ok := ReadAnswer(c, make([]byte, 4096))
+		answer, ok := ReadAnswer(c, make([]byte, 4096))
 		c.Close()
-		if ok != tc.ok {
-			t.Errorf("ReadAnswer(%q) = %q, %v; want ok %v", tc.answer, head, ok, tc.ok)
+		if ok != tc.ok || ok && string(answer) != tc.answer {
+			t.Errorf("ReadAnswer(%q) = %q, %v; want ok %v", tc.answer, answer, ok, tc.ok)
 		}
 	}
 	if cpu := CPUTime(); cpu <= 0 {

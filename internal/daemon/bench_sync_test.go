@@ -1,14 +1,13 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/benchutil"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -37,54 +36,11 @@ rules:
 			addr := strings.TrimPrefix(td.api, "http://")
 			body := `{"rule":"bench","key":"k"}`
 			req := []byte("POST /v1/check HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
-			b.SetParallelism(32) // 64 connections at -cpu 2
 			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for pb.Next() {
-					if _, err := c.Write(req); err != nil {
-						b.Error(err)
-						return
-					}
-					if err := readAllowed(br); err != nil {
-						b.Error(err)
-						return
-					}
-				}
+			// 64 connections at -cpu 2.
+			benchutil.Clients(b, addr, 32, func() []byte { return req }, func(answer []byte) bool {
+				return bytes.Contains(answer, []byte(`"allowed":true`))
 			})
 		})
 	}
-}
-
-// readAllowed reads one HTTP/1.1 answer with a Content-Length and checks
-// that it allowed.
-func readAllowed(br *bufio.Reader) error {
-	n := -1
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if len(line) <= 2 {
-			break
-		}
-		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
-			n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
-		}
-	}
-	body, err := br.Peek(n)
-	if err != nil {
-		return err
-	}
-	if !bytes.Contains(body, []byte(`"allowed":true`)) {
-		return fmt.Errorf("answer %q", body)
-	}
-	_, err = br.Discard(n)
-	return err
 }

@@ -114,8 +114,8 @@ func BenchmarkFront(b *testing.B) {
 	req := []byte("GET /bench HTTP/1.1\r\nHost: sluice.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	defer benchutil.ReportCPU(b)()
-	benchutil.Clients(b, ln.Addr().String(), 8, func() []byte { return req }, func(head []byte) bool {
-		return bytes.Contains(head, []byte("\r\nContent-Length: ")) // the upstream's body, whole
+	benchutil.Clients(b, ln.Addr().String(), 8, func() []byte { return req }, func(answer []byte) bool {
+		return bytes.Contains(answer, []byte("\r\nContent-Length: ")) // the upstream's body, whole
 	})
 }
 
