@@ -137,28 +137,12 @@ func BenchmarkFleet(b *testing.B) {
 //
 //	go test ./fleet -run '^$' -bench BenchmarkSyncHotBucket -benchmem
 func BenchmarkSyncHotBucket(b *testing.B) {
-	srv := redistest.StartServer(b)
-	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rs.Close()
-	s, err := fleet.NewSync(rs, fleet.SyncOptions{Interval: 100 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	r := sluice.Request{Key: fmt.Sprintf("bench/%d/hot", time.Now().UnixNano()), Algorithm: sluice.GCRA, Limit: sluice.PerMinute(1_000_000_000), Cost: 1}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		r := r
-		for pb.Next() {
-			r.Now = time.Now()
-			if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
-				b.Fatalf("Take: %+v, %v", d, err)
-			}
+	hotGCRA(b, func(rs *redisstore.Store) (sluice.Store, func() error, error) {
+		s, err := fleet.NewSync(rs, fleet.SyncOptions{Interval: 100 * time.Millisecond})
+		if err != nil {
+			return nil, nil, err
 		}
+		return s, s.Close, nil
 	})
 }
 
@@ -168,17 +152,29 @@ func BenchmarkSyncHotBucket(b *testing.B) {
 //
 //	go test ./fleet -run '^$' -bench BenchmarkLeaseHot -benchmem
 func BenchmarkLeaseHot(b *testing.B) {
+	hotGCRA(b, func(rs *redisstore.Store) (sluice.Store, func() error, error) {
+		l, err := fleet.NewLease(rs, fleet.LeaseOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Close, nil
+	})
+}
+
+// hotGCRA decides one hot GCRA key (10⁹ a minute: every request admitted)
+// on the store newStore makes over a real Redis, from parallel goroutines.
+func hotGCRA(b *testing.B, newStore func(*redisstore.Store) (sluice.Store, func() error, error)) {
 	srv := redistest.StartServer(b)
 	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rs.Close()
-	l, err := fleet.NewLease(rs, fleet.LeaseOptions{})
+	s, closeStore, err := newStore(rs)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer closeStore()
 	r := sluice.Request{Key: fmt.Sprintf("bench/%d/hot", time.Now().UnixNano()), Algorithm: sluice.GCRA, Limit: sluice.PerMinute(1_000_000_000), Cost: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -186,7 +182,7 @@ func BenchmarkLeaseHot(b *testing.B) {
 		r := r
 		for pb.Next() {
 			r.Now = time.Now()
-			if d, err := l.Take(ctx, r); err != nil || !d.Allowed {
+			if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
 				b.Fatalf("Take: %+v, %v", d, err)
 			}
 		}
