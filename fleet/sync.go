@@ -116,7 +116,7 @@ type Sync struct {
 	// and in the interval before it (see warm); colds are the cold
 	// decisions in flight, per key.
 	recent recent
-	colds  map[nsKey]*coldFlight
+	colds  map[nsKey]coldFlight
 
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
@@ -168,7 +168,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}),
-		recent: newRecent(), colds: make(map[nsKey]*coldFlight)}
+		recent: newRecent(), colds: make(map[nsKey]coldFlight)}
 	go s.loop()
 	return s, nil
 }
@@ -185,7 +185,7 @@ type SyncStats struct {
 	Batches     uint64 // batches sent
 	BatchKeys   uint64 // keys in them, summed
 	BatchErrors uint64 // batches that failed (their hits are sent again)
-	Loads       uint64 // keys read before a decision: new, or idle two intervals
+	Loads       uint64 // keys read before a decision: asked for again after a cold decision, or idle two intervals
 	Local       uint64 // decisions made locally
 	Overflow    uint64 // decisions made in the shared store: the key was new and MaxKeys were held
 	Cold        uint64 // decisions made in the shared store: the key's first in two intervals
@@ -358,8 +358,9 @@ func (s *Sync) touch(e *syncEntry) {
 // exactly. s.mu is held.
 func (s *Sync) warm(k nsKey) bool { return s.recent.seen(k, s.opts.MaxKeys) }
 
-// coldFlight is the cold decisions of a key in flight: done is closed when
-// the last ends.
+// coldFlight is the cold decisions of a key in flight: n of them, and done,
+// made only when an entry of the key waits for them, closed when the last
+// ends. A map value, so that a cold decision allocates nothing of its own.
 type coldFlight struct {
 	n    int
 	done chan struct{}
@@ -368,9 +369,13 @@ type coldFlight struct {
 // coldDone ends a cold decision of k (acquire's errCold), made in the store.
 func (s *Sync) coldDone(k nsKey) {
 	s.mu.Lock()
-	if c := s.colds[k]; c != nil {
-		if c.n--; c.n == 0 {
-			close(c.done)
+	if c, ok := s.colds[k]; ok {
+		if c.n--; c.n > 0 {
+			s.colds[k] = c
+		} else {
+			if c.done != nil {
+				close(c.done)
+			}
 			delete(s.colds, k)
 		}
 	}
@@ -394,11 +399,8 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		e := s.keys[keyOf(r)]
 		if e == nil && d != nil && !s.warm(keyOf(r)) {
 			c := s.colds[keyOf(r)]
-			if c == nil {
-				c = &coldFlight{done: make(chan struct{})}
-				s.colds[keyOf(r)] = c
-			}
 			c.n++
+			s.colds[keyOf(r)] = c
 			s.mu.Unlock()
 			return nil, false, errCold
 		}
@@ -411,8 +413,14 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			// old entry's hits still go out with the next batch.
 			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
 			s.keys[e.key] = e
-			if c := s.colds[e.key]; c != nil {
-				e.colds = c.done // no cold decision of the key starts from now on
+			if c, ok := s.colds[e.key]; ok {
+				// No cold decision of the key starts from now on: the
+				// entry's first read waits for those in flight.
+				if c.done == nil {
+					c.done = make(chan struct{})
+					s.colds[e.key] = c
+				}
+				e.colds = c.done
 			}
 			s.recent.forget(e.key)
 		}
