@@ -7,91 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
 )
-
-// answer is one scripted reply of a scripted server.
-type answer struct {
-	status int
-	header map[string]string
-}
-
-// scripted is a real HTTP server that answers its requests from a script,
-// the last answer repeating, and records what it received.
-type scripted struct {
-	*httptest.Server
-	mu     sync.Mutex
-	script []answer
-	bodies []string
-	hits   atomic.Int64
-}
-
-func newScripted(t *testing.T, script ...answer) *scripted {
-	t.Helper()
-	s := &scripted{script: script}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		n := s.hits.Add(1)
-		s.mu.Lock()
-		s.bodies = append(s.bodies, string(body))
-		a := s.script[min(int(n), len(s.script))-1]
-		s.mu.Unlock()
-		for k, v := range a.header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(a.status)
-		io.WriteString(w, http.StatusText(a.status))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-// inBubble runs f in a synctest bubble, where the waits take no real time.
-// Its transports must not keep idle connections: a goroutine blocked
-// reading a network connection is not durably blocked, so the bubble's
-// clock would never advance.
-func inBubble(t *testing.T, f func(t *testing.T)) {
-	t.Helper()
-	synctest.Test(t, f)
-}
-
-func noKeepAlive() *http.Transport { return &http.Transport{DisableKeepAlives: true} }
-
-// do sends a GET (or the method and body given) through rt and returns
-// the status, the body and the time it took on the bubble's clock.
-func do(t *testing.T, rt http.RoundTripper, method, url, body string, hdr map[string]string) (int, string, time.Duration) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	start := time.Now()
-	resp, err := (&http.Client{Transport: rt}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b), time.Since(start)
-}
 
 func TestRetryTransportWaitsWhatTheServerAsks(t *testing.T) {
 	tests := []struct {
@@ -326,83 +249,6 @@ func TestRetryTransportDoesNotModifyTheRequest(t *testing.T) {
 	})
 }
 
-// The budget is shared by every request of the client: under a lasting
-// overload the retries stop, whatever the attempts per request allow.
-func TestRetryBudgetStopsARetryStorm(t *testing.T) {
-	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
-	budget, err := httplimit.NewRetryBudget(0.1, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inBubble(t, func(t *testing.T) {
-		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
-		for range 100 {
-			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
-				t.Fatalf("got %d, want 429", code)
-			}
-		}
-	})
-	// Tokens 10 → 9, 8, 7, 6 on the first request's four attempts (three
-	// retries, each allowed while more than 5 were left); the second
-	// request's answer leaves 5, and no retry is allowed after that.
-	if got := srv.hits.Load(); got != 103 {
-		t.Errorf("100 requests under a lasting 429 made %d attempts, want 103 (without a budget: 400)", got)
-	}
-	if got := budget.Tokens(); got != 0 {
-		t.Errorf("tokens left: got %v, want 0", got)
-	}
-}
-
-func TestRetryBudgetRefillsWithSuccesses(t *testing.T) {
-	script := make([]answer, 0, 100)
-	for range 10 {
-		script = append(script, answer{http.StatusTooManyRequests, nil})
-	}
-	for range 70 {
-		script = append(script, answer{http.StatusOK, nil})
-	}
-	script = append(script, answer{http.StatusTooManyRequests, nil}, answer{http.StatusTooManyRequests, nil}, answer{http.StatusOK, nil})
-	srv := newScripted(t, script...)
-	budget, _ := httplimit.NewRetryBudget(0.1, 10)
-	inBubble(t, func(t *testing.T) {
-		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
-		// Spend it all: the first request's four attempts leave 6 tokens,
-		// six more requests answered 429 (not retried) leave 0.
-		for range 7 {
-			do(t, rt, "GET", srv.URL, "", nil)
-		}
-		if got, hits := budget.Tokens(), srv.hits.Load(); got != 0 || hits != 10 {
-			t.Fatalf("after 7 requests under 429: %v tokens, %d attempts; want 0, 10", got, hits)
-		}
-		for range 70 {
-			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusOK {
-				t.Fatalf("got %d, want 200", code)
-			}
-		}
-		if got := budget.Tokens(); got != 7 {
-			t.Errorf("tokens after 70 successes: got %v, want 7 (0.1 each)", got)
-		}
-		// A 429 now leaves 6: one retry; its 429 leaves 5: no more.
-		if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
-			t.Errorf("got %d, want the second 429", code)
-		}
-		if got, hits := budget.Tokens(), srv.hits.Load(); got != 5 || hits != 82 {
-			t.Errorf("after one retry: %v tokens, %d attempts; want 5, 82", got, hits)
-		}
-	})
-}
-
-func TestNewRetryBudgetRefusesBadFigures(t *testing.T) {
-	for _, tc := range []struct {
-		ratio  float64
-		tokens int
-	}{{0, 10}, {-1, 10}, {1.5, 10}, {0.1, 0}, {0.1, 1001}} {
-		if _, err := httplimit.NewRetryBudget(tc.ratio, tc.tokens); err == nil {
-			t.Errorf("NewRetryBudget(%v, %d): no error", tc.ratio, tc.tokens)
-		}
-	}
-}
-
 // End to end with the library's own middleware: the client waits exactly
 // what the limiter says and then gets through. The server's limiter reads
 // the client's (bubble) clock, set before each attempt.
@@ -449,82 +295,6 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func TestServerWait(t *testing.T) {
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		header map[string]string
-		want   time.Duration
-		ok     bool
-	}{
-		{map[string]string{"Retry-After": "120"}, 2 * time.Minute, true},
-		{map[string]string{"Retry-After": "0"}, 0, true},
-		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
-		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 11:00:00 GMT"}, 0, true},
-		{map[string]string{"Retry-After": "-5"}, 0, false},
-		{map[string]string{"Retry-After": "soon"}, 0, false},
-		{map[string]string{"Retry-After": "99999999999999999999"}, 1<<63 - 1, true},
-		{map[string]string{"Retry-After": "junk", "RateLimit": `"x";r=0;t=4`}, 4 * time.Second, true},
-		{map[string]string{"RateLimit": `"x";r=1;t=4`}, 0, false},
-		{map[string]string{"RateLimit": `"x";t=4`}, 0, false},
-		{map[string]string{"RateLimit": `"x";r=0;t=-4`}, 0, false},
-		{map[string]string{"RateLimit": `"x" ; r=0 ; t=4`}, 4 * time.Second, true},
-		{map[string]string{"RateLimit": `garbage;;=,,;r=0;t=3`}, 3 * time.Second, true},
-		{map[string]string{"X-RateLimit-Reset": "30"}, 0, false},
-		{nil, 0, false},
-	}
-	for _, tc := range tests {
-		h := http.Header{}
-		for k, v := range tc.header {
-			h.Set(k, v)
-		}
-		got, ok := httplimit.ServerWait(h, now)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("ServerWait(%v) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
-		}
-	}
-	// Several field lines are one list.
-	h := http.Header{"Ratelimit": {`"a";r=0;t=2`, `"b";r=0;t=6`}}
-	if got, ok := httplimit.ServerWait(h, now); got != 6*time.Second || !ok {
-		t.Errorf("two RateLimit lines: got %v, %v; want 6s, true", got, ok)
-	}
-}
-
-// The RateLimit field SetHeaders writes reads back: for a denied decision
-// (r=0) its t is the rounded-up RetryAfter, whatever the policy's name.
-func FuzzRateLimitReset(f *testing.F) {
-	f.Add("api", int64(0), int64(1500))
-	f.Add(`a"b\c,d;e=f`, int64(0), int64(37000))
-	f.Add("per-ip", int64(3), int64(0))
-	f.Fuzz(func(t *testing.T, policy string, remaining, retryMs int64) {
-		if remaining < 0 || retryMs < 0 || retryMs > 1<<40 {
-			return
-		}
-		d := sluice.Decision{Allowed: remaining > 0, Remaining: remaining,
-			RetryAfter: time.Duration(retryMs) * time.Millisecond, ResetAfter: time.Minute}
-		if d.Allowed {
-			d.RetryAfter = 0
-		}
-		h := http.Header{}
-		httplimit.SetHeaders(h, d, policy, sluice.PerMinute(10))
-		got, ok := httplimit.RateLimitReset(h.Values("RateLimit")...)
-		if !d.Allowed {
-			want := time.Duration(httplimit.RetryAfterSeconds(d)) * time.Second
-			if retryMs == 0 {
-				want = 0
-			}
-			if !ok || got != want {
-				t.Errorf("RateLimit %q: got %v, %v; want %v, true", h.Get("RateLimit"), got, ok, want)
-			}
-		} else if ok {
-			t.Errorf("RateLimit %q (r=%d): got a wait %v", h.Get("RateLimit"), remaining, got)
-		}
-		// Arbitrary input never panics and never gives a negative wait.
-		if w, _ := httplimit.RateLimitReset(policy); w < 0 {
-			t.Errorf("RateLimitReset(%q) = %v", policy, w)
-		}
-	})
-}
-
 func equal[T comparable](a, b []T) bool {
 	if len(a) != len(b) {
 		return false
@@ -535,33 +305,4 @@ func equal[T comparable](a, b []T) bool {
 		}
 	}
 	return true
-}
-
-// A fleet: two transports (two processes' clients, say) share one budget,
-// with requests in flight at once; however they interleave, the retries
-// stop at the same bound.
-func TestRetryBudgetSharedAcrossTransports(t *testing.T) {
-	srv := newScripted(t, answer{http.StatusServiceUnavailable, nil})
-	budget, _ := httplimit.NewRetryBudget(0.1, 10)
-	inBubble(t, func(t *testing.T) {
-		var wg sync.WaitGroup
-		for range 2 {
-			rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 10}
-			for range 4 {
-				wg.Go(func() {
-					for range 10 {
-						if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusServiceUnavailable {
-							t.Errorf("got %d, want 503", code)
-						}
-					}
-				})
-			}
-		}
-		wg.Wait()
-	})
-	// A retry follows only a failure that left more than 5 of the 10
-	// tokens: at most 4 retries in all (without a budget: 720).
-	if got := srv.hits.Load(); got < 80 || got > 84 {
-		t.Errorf("80 requests under a lasting 503 made %d attempts, want 80 to 84", got)
-	}
 }

@@ -1,0 +1,115 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// The budget is shared by every request of the client: under a lasting
+// overload the retries stop, whatever the attempts per request allow.
+func TestRetryBudgetStopsARetryStorm(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
+	budget, err := httplimit.NewRetryBudget(0.1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		for range 100 {
+			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+				t.Fatalf("got %d, want 429", code)
+			}
+		}
+	})
+	// Tokens 10 → 9, 8, 7, 6 on the first request's four attempts (three
+	// retries, each allowed while more than 5 were left); the second
+	// request's answer leaves 5, and no retry is allowed after that.
+	if got := srv.hits.Load(); got != 103 {
+		t.Errorf("100 requests under a lasting 429 made %d attempts, want 103 (without a budget: 400)", got)
+	}
+	if got := budget.Tokens(); got != 0 {
+		t.Errorf("tokens left: got %v, want 0", got)
+	}
+}
+
+func TestRetryBudgetRefillsWithSuccesses(t *testing.T) {
+	script := make([]answer, 0, 100)
+	for range 10 {
+		script = append(script, answer{http.StatusTooManyRequests, nil})
+	}
+	for range 70 {
+		script = append(script, answer{http.StatusOK, nil})
+	}
+	script = append(script, answer{http.StatusTooManyRequests, nil}, answer{http.StatusTooManyRequests, nil}, answer{http.StatusOK, nil})
+	srv := newScripted(t, script...)
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		// Spend it all: the first request's four attempts leave 6 tokens,
+		// six more requests answered 429 (not retried) leave 0.
+		for range 7 {
+			do(t, rt, "GET", srv.URL, "", nil)
+		}
+		if got, hits := budget.Tokens(), srv.hits.Load(); got != 0 || hits != 10 {
+			t.Fatalf("after 7 requests under 429: %v tokens, %d attempts; want 0, 10", got, hits)
+		}
+		for range 70 {
+			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusOK {
+				t.Fatalf("got %d, want 200", code)
+			}
+		}
+		if got := budget.Tokens(); got != 7 {
+			t.Errorf("tokens after 70 successes: got %v, want 7 (0.1 each)", got)
+		}
+		// A 429 now leaves 6: one retry; its 429 leaves 5: no more.
+		if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+			t.Errorf("got %d, want the second 429", code)
+		}
+		if got, hits := budget.Tokens(), srv.hits.Load(); got != 5 || hits != 82 {
+			t.Errorf("after one retry: %v tokens, %d attempts; want 5, 82", got, hits)
+		}
+	})
+}
+
+func TestNewRetryBudgetRefusesBadFigures(t *testing.T) {
+	for _, tc := range []struct {
+		ratio  float64
+		tokens int
+	}{{0, 10}, {-1, 10}, {1.5, 10}, {0.1, 0}, {0.1, 1001}} {
+		if _, err := httplimit.NewRetryBudget(tc.ratio, tc.tokens); err == nil {
+			t.Errorf("NewRetryBudget(%v, %d): no error", tc.ratio, tc.tokens)
+		}
+	}
+}
+
+// A fleet: two transports (two processes' clients, say) share one budget,
+// with requests in flight at once; however they interleave, the retries
+// stop at the same bound.
+func TestRetryBudgetSharedAcrossTransports(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusServiceUnavailable, nil})
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		for range 2 {
+			rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 10}
+			for range 4 {
+				wg.Go(func() {
+					for range 10 {
+						if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusServiceUnavailable {
+							t.Errorf("got %d, want 503", code)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+	})
+	// A retry follows only a failure that left more than 5 of the 10
+	// tokens: at most 4 retries in all (without a budget: 720).
+	if got := srv.hits.Load(); got < 80 || got > 84 {
+		t.Errorf("80 requests under a lasting 503 made %d attempts, want 80 to 84", got)
+	}
+}
