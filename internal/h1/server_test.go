@@ -94,6 +94,17 @@ func same(t *testing.T, what string, a, b *resp) {
 	}
 }
 
+// echo answers with what it got, and whether it was served by the fast
+// front (no body reader of net/http's: http.NoBody).
+var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	via := "net/http"
+	if r.Body == http.NoBody && r.Method != "POST" {
+		via = "either"
+	}
+	io.WriteString(w, r.Method+" "+r.RequestURI+" "+string(body)+" "+via)
+})
+
 // The front answers as net/http's server does for what handlers do:
 // lengths, chunking, flushing, sniffing, HEAD, bodiless statuses, 1xx,
 // trailers, HTTP/1.0, Connection: close, an aborted handler.
