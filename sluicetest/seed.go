@@ -34,3 +34,5 @@ func Seed(t testing.TB) uint64 {
 	t.Logf("random seed %d (replay with SLUICE_SEED=%d)", seed, seed)
 	return seed
 }
+
+func seed(t *testing.T) uint64 { return Seed(t) }
