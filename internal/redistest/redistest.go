@@ -10,15 +10,12 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -260,85 +257,6 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
-// StartSentinel starts one Redis Sentinel on a free loopback port that
-// monitors master under the name "mymaster" (quorum 1, master down after
-// 5s), and waits until it knows the master. It returns the sentinel's
-// address; the sentinel is stopped when the test ends.
-func StartSentinel(tb testing.TB, master *Server) string {
-	tb.Helper()
-	return StartSentinelFor(tb, master, 5*time.Second, nil)
-}
-
-// StartSentinelFor is StartSentinel with the time after which the sentinel
-// considers an unanswering master down (and fails over to a replica), and
-// the replicas it must know before it returns (it learns them from the
-// master's INFO).
-func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
-	tb.Helper()
-	host, port, _ := net.SplitHostPort(master.Addr)
-	var lastErr error
-	for range 20 {
-		p, err := freePort(false)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		dir := tb.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n"+
-			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster %d\n",
-			p, dir, host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
-		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-			tb.Fatalf("redistest: %v", err)
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), tb: tb, port: p, dir: dir, sentinelConf: conf}
-		if lastErr = s.start(); lastErr != nil {
-			continue
-		}
-		tb.Cleanup(s.Stop)
-		deadline := time.Now().Add(startTimeout)
-		for {
-			got, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
-			ok := err == nil && got == host+"\n"+port
-			if ok && len(replicas) > 0 {
-				known, err := Do(s.Addr, "SENTINEL", "REPLICAS", "mymaster")
-				for _, r := range replicas {
-					ok = ok && err == nil && strings.Contains(known, r.Addr)
-				}
-			}
-			if ok {
-				return s.Addr
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: sentinel %s does not know its master %s and replicas: %q %v", s.Addr, master.Addr, got, err)
-			}
-			pollPause()
-		}
-	}
-	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
-	return ""
-}
-
-// StartReplica starts a redis-server replicating master and waits until
-// its link to the master is up. It is stopped when the test ends.
-func StartReplica(tb testing.TB, master *Server) *Server {
-	tb.Helper()
-	host, port, _ := net.SplitHostPort(master.Addr)
-	s := newServerWith(tb, []string{"--replicaof", host, port})
-	tb.Cleanup(s.Stop)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		info, err := Do(s.Addr, "INFO", "replication")
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return s
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: replica %s of %s not linked: %q %v", s.Addr, master.Addr, info, err)
-		}
-		pollPause()
-	}
-}
-
 // Kill ends the server with SIGKILL (a crash: no shutdown, no goodbye to
 // replicas or sentinels) and waits for it to exit.
 func (s *Server) Kill() {
@@ -351,161 +269,13 @@ func (s *Server) Kill() {
 	s.Stop()
 }
 
-// Cluster is a Redis Cluster of three masters and no replicas, each node on
-// its own loopback port; Addrs are the nodes' addresses.
-type Cluster struct {
-	Addrs []string
-
-	Nodes []*Server
-}
-
-// StartCluster starts three cluster-enabled redis-server nodes, joins them
-// with `redis-cli --cluster create`, and waits until every node reports
-// cluster_state:ok. The nodes are stopped when the test ends.
-func StartCluster(tb testing.TB) *Cluster {
-	tb.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		tb.Fatalf("redistest: redis-cli not found on PATH: %v; %s", err, installHint)
-	}
-	c := &Cluster{}
-	for range 3 {
-		s := newServer(tb, true)
-		tb.Cleanup(s.Stop)
-		c.Nodes = append(c.Nodes, s)
-		c.Addrs = append(c.Addrs, s.Addr)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	cmd := exec.Command("redis-cli", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := runBounded(cmd, startTimeout); err != nil {
-		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out.String())
-	}
-	deadline := time.Now().Add(startTimeout)
-	for _, addr := range c.Addrs {
-		for {
-			info, err := Do(addr, "CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: cluster node %s not ok after %v: %v %q", addr, startTimeout, err, info)
-			}
-			pollPause()
-		}
-	}
-	return c
-}
-
 // pollPause is the pause between two readiness polls of a node that gives
 // no other signal; it is not a timing assumption of any test.
 func pollPause() { time.Sleep(20 * time.Millisecond) }
-
-func runBounded(cmd *exec.Cmd, d time.Duration) error {
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Wait() }()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case err := <-errc:
-		return err
-	case <-timer.C:
-		cmd.Process.Kill()
-		<-errc
-		return fmt.Errorf("timed out after %v", d)
-	}
-}
-
-// Do sends one command to the Redis at addr over a fresh connection and
-// returns the reply as text (bulk and simple strings, integers; arrays are
-// joined with newlines). A Redis error reply is returned as an error. It is
-// meant for test setup and inspection, not for load.
-func Do(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
-	}
-	return readReply(bufio.NewReader(conn))
-}
-
-func readReply(r *bufio.Reader) (string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", errors.New("redistest: empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", errors.New(line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", err
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return "", err
-		}
-		parts := make([]string, 0, max(n, 0))
-		for range n {
-			p, err := readReply(r)
-			if err != nil {
-				return "", err
-			}
-			parts = append(parts, p)
-		}
-		return strings.Join(parts, "\n"), nil
-	}
-	return "", fmt.Errorf("redistest: unexpected reply %q", line)
-}
 
 func tail(s string) string {
 	if len(s) > 2000 {
 		s = "…" + s[len(s)-2000:]
 	}
 	return s
-}
-
-// SyncBuffer is a bytes.Buffer safe for concurrent use: the output of a
-// process the test started, written while the test reads it.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

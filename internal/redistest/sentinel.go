@@ -1,0 +1,91 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// StartSentinel starts one Redis Sentinel on a free loopback port that
+// monitors master under the name "mymaster" (quorum 1, master down after
+// 5s), and waits until it knows the master. It returns the sentinel's
+// address; the sentinel is stopped when the test ends.
+func StartSentinel(tb testing.TB, master *Server) string {
+	tb.Helper()
+	return StartSentinelFor(tb, master, 5*time.Second, nil)
+}
+
+// StartSentinelFor is StartSentinel with the time after which the sentinel
+// considers an unanswering master down (and fails over to a replica), and
+// the replicas it must know before it returns (it learns them from the
+// master's INFO).
+func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	var lastErr error
+	for range 20 {
+		p, err := freePort(false)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		dir := tb.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n"+
+			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster %d\n",
+			p, dir, host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), tb: tb, port: p, dir: dir, sentinelConf: conf}
+		if lastErr = s.start(); lastErr != nil {
+			continue
+		}
+		tb.Cleanup(s.Stop)
+		deadline := time.Now().Add(startTimeout)
+		for {
+			got, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+			ok := err == nil && got == host+"\n"+port
+			if ok && len(replicas) > 0 {
+				known, err := Do(s.Addr, "SENTINEL", "REPLICAS", "mymaster")
+				for _, r := range replicas {
+					ok = ok && err == nil && strings.Contains(known, r.Addr)
+				}
+			}
+			if ok {
+				return s.Addr
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: sentinel %s does not know its master %s and replicas: %q %v", s.Addr, master.Addr, got, err)
+			}
+			pollPause()
+		}
+	}
+	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
+	return ""
+}
+
+// StartReplica starts a redis-server replicating master and waits until
+// its link to the master is up. It is stopped when the test ends.
+func StartReplica(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	s := newServerWith(tb, []string{"--replicaof", host, port})
+	tb.Cleanup(s.Stop)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := Do(s.Addr, "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: replica %s of %s not linked: %q %v", s.Addr, master.Addr, info, err)
+		}
+		pollPause()
+	}
+}
