@@ -27,25 +27,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/harness"
-	"github.com/valyala/fasthttp"
 )
 
 func main() {
@@ -73,80 +64,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
-}
-
-// serveUpstream is the trivial upstream: a fixed small body.
-func serveUpstream(addr string) {
-	body := []byte("hello from upstream\n")
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		w.Write(body)
-	})
-	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, h))
-	os.Exit(1)
-}
-
-// serveReverseProxy is the baseline for the proxy: net/http's own
-// httputil.ReverseProxy with pooled upstream connections, no limiting, so
-// the report can tell the cost of proxying from the cost of limiting.
-func serveReverseProxy(addr, upstream string) {
-	u, err := url.Parse(upstream)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
-		ErrorLog:  log.New(io.Discard, "", 0),
-	}
-	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, rp))
-	os.Exit(1)
-}
-
-// serveFastProxy is a minimal proxy on github.com/valyala/fasthttp (no
-// limiting, no header rewriting): what a Go proxy on another HTTP engine
-// than net/http costs, for comparison.
-func serveFastProxy(addr, upstream string) {
-	c := &fasthttp.HostClient{Addr: strings.TrimPrefix(upstream, "http://"), MaxConns: 1024}
-	h := func(ctx *fasthttp.RequestCtx) {
-		if err := c.Do(&ctx.Request, &ctx.Response); err != nil {
-			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
-		}
-	}
-	fmt.Fprintln(os.Stderr, fasthttp.ListenAndServe(addr, h))
-	os.Exit(1)
-}
-
-type checkRequest struct {
-	Rule string `json:"rule"`
-	Key  string `json:"key"`
-	Cost int64  `json:"cost"`
-}
-
-type checkResponse struct {
-	Allowed      bool  `json:"allowed"`
-	Limit        int64 `json:"limit"`
-	Remaining    int64 `json:"remaining"`
-	RetryAfterMS int64 `json:"retry_after_ms"`
-	ResetAfterMS int64 `json:"reset_after_ms"`
-}
-
-// serveBare is the baseline for /v1/check: the same JSON in and out, no
-// decision.
-func serveBare(addr string) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
-		var req checkRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
-			http.Error(w, `{"error":"bad json"}`, http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(checkResponse{Allowed: true, Limit: 100, Remaining: 99})
-	})
-	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
-	os.Exit(1)
 }
 
 type options struct {
@@ -353,150 +270,4 @@ func run() error {
 	fmt.Fprintf(os.Stdout, "- one connection, one request at a time (p50 / p99): direct %v / %v; sluice proxy %v / %v; bare httputil.ReverseProxy %v / %v\n",
 		single[0].p50, single[0].p99, single[1].p50, single[1].p99, single[2].p50, single[2].p99)
 	return nil
-}
-
-// startNginx runs nginx as one process (master_process off: one worker,
-// its CPU in one /proc/PID/stat) proxying addr to upstream over pooled
-// HTTP/1.1 connections, with a limit_req zone keyed by client address on
-// every request that never limits: nginx's equivalent of the Sluice rule.
-func startNginx(ctx context.Context, procs *harness.Procs, dir, addr, upstream string) (*harness.Proc, error) {
-	return procs.StartNginx(ctx, dir, `limit_req_zone $binary_remote_addr zone=bench:10m rate=1000000r/s;
-upstream up { server `+upstream+`; keepalive 256; }
-server {
-    listen `+addr+`;
-    location / {
-        limit_req zone=bench burst=1000000 nodelay;
-        proxy_pass http://up;
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_set_header X-Forwarded-For $remote_addr;
-    }
-}
-`)
-}
-
-// startCaddy runs Caddy's reverse_proxy from addr to upstream. Caddy has
-// no rate limiting of its own (it needs a third-party module), so its row
-// is proxying alone.
-func startCaddy(ctx context.Context, procs *harness.Procs, dir, addr, upstream string) (*harness.Proc, error) {
-	conf := "{\n\tadmin off\n\tauto_https off\n}\nhttp://" + addr + " {\n\treverse_proxy " + upstream + "\n}\n"
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	p := &harness.Proc{Name: "caddy", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, "caddy", "run", "--config", path, "--adapter", "caddyfile")}
-	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
-	p.Cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
-	if err := p.Cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start caddy: %w", err)
-	}
-	procs.Add(p)
-	return p, nil
-}
-
-// sluiceConfig is a config with one rule that applies to every request but
-// never limits (so every request does a full decision and is forwarded),
-// and a named rule for /v1/check.
-func sluiceConfig(api, proxy, upstream, redis string) []byte {
-	store := "  type: memory\n"
-	if redis != "" {
-		// A generous timeout: this measures throughput, not the fallback.
-		store = fmt.Sprintf("  type: redis\n  redis:\n    addrs: [%s]\n    timeout: 1s\n", redis)
-	}
-	return fmt.Appendf(nil, `listen: %s
-proxy:
-  listen: %s
-  upstream: http://%s
-store:
-%s  on_error: deny
-rules:
-  - name: bench
-    key: [ip]
-    rate: 100000000/s
-    algorithm: token_bucket
-    action: reject
-`, api, proxy, upstream, store)
-}
-
-// checkLua makes wrk POST /v1/check over 1,000 keys, preformatted in init
-// so the generator spends no time building requests.
-const checkLua = `
-local reqs = {}
-local n = 0
-init = function(args)
-  for i = 1, 1000 do
-    local body = '{"rule":"bench","key":"user-' .. i .. '","cost":1}'
-    reqs[i] = wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
-  end
-end
-request = function()
-  n = n % 1000 + 1
-  return reqs[n]
-end
-`
-
-type result struct {
-	name          string
-	rps           float64
-	requests      int64
-	p50, p99      time.Duration
-	non2xx        int64
-	cpuPerRequest time.Duration // server CPU (utime+stime) per request
-}
-
-// wrk runs one closed-loop step and reads the server's CPU time around it.
-func wrk(ctx context.Context, o options, url, script string, server *harness.Proc) (result, error) {
-	w, err := harness.Wrk(ctx, o.threads, o.conns, o.duration, url, script, server)
-	return fromWrk(w), err
-}
-
-// paced sends GET / to addr open loop at rate requests/s (harness.Paced).
-func paced(ctx context.Context, o options, addr string, rate float64, server *harness.Proc) (result, error) {
-	p, err := harness.Paced(ctx, harness.PacedOptions{Addr: addr, Request: harness.GetRequest(addr, "/"), Rate: rate, Duration: o.duration}, server)
-	if err != nil && !errors.Is(err, harness.ErrShortfall) {
-		return result{}, err
-	}
-	if p.Errors > 0 {
-		return result{}, fmt.Errorf("%s: %d of %d paced requests failed: %v", addr, p.Errors, p.Sent, p.FirstErr)
-	}
-	return result{rps: p.Achieved, requests: p.Answered, p50: p.P50, p99: p.P99, non2xx: p.Non2xx, cpuPerRequest: p.ServerCPU[0]}, err
-}
-
-func fromWrk(w harness.WrkResult) result {
-	r := result{rps: w.RPS, requests: w.Requests, p50: w.P50, p99: w.P99, non2xx: w.Non2xx}
-	if len(w.CPUPerRequest) > 0 {
-		r.cpuPerRequest = w.CPUPerRequest[0]
-	}
-	return r
-}
-
-func report(w io.Writer, o options, rs []result, rate float64, direct, proxy result, loadBefore, loadAfter string) {
-	fmt.Fprintf(w, "Load run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d run(s) per step, everything on one machine over loopback.\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), harness.NumCPU(), o.threads, o.conns, o.duration, o.runs)
-	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
-	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-	for i, r := range rs {
-		if o.proxyOnly && i >= stepCheck {
-			break
-		}
-		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs |\n", r.name, r.rps, r.p50, r.p99, r.non2xx,
-			float64(r.cpuPerRequest)/float64(time.Microsecond))
-	}
-	fmt.Fprintln(w)
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	sl, ngx := rs[stepSluice], rs[stepNginx]
-	fmt.Fprintf(w, "- sluice proxy (memory store, one rule on every request) against nginx proxy_pass with limit_req: %.2f× its requests/s (target ≥ 0.9×), %.2f× its CPU per request (target ≤ 2×)\n",
-		sl.rps/ngx.rps, us(sl.cpuPerRequest)/us(ngx.cpuPerRequest))
-	fmt.Fprintf(w, "- sluice proxy against Caddy: %.2f× its requests/s; against a bare httputil.ReverseProxy: %.2f×, at %.2f× its CPU per request; against a minimal fasthttp proxy: %.2f×, at %.2f× its CPU per request\n",
-		sl.rps/rs[stepCaddy].rps, sl.rps/rs[stepBare].rps, us(sl.cpuPerRequest)/us(rs[stepBare].cpuPerRequest),
-		sl.rps/rs[stepFast].rps, us(sl.cpuPerRequest)/us(rs[stepFast].cpuPerRequest))
-	fmt.Fprintf(w, "- proxy, memory store: %.0f%% of direct throughput; redis store: %.0f%%\n", 100*sl.rps/rs[0].rps, 100*rs[stepSluice+1].rps/rs[0].rps)
-	if !o.proxyOnly {
-		fmt.Fprintf(w, "- /v1/check, memory store: %.0f%% of the bare handler (target ≥ 70%%), %.1f µs server CPU per decision (target ≤ 25 µs) vs %.1f µs for the bare handler\n",
-			100*rs[stepCheck+1].rps/rs[stepCheck].rps, us(rs[stepCheck+1].cpuPerRequest), us(rs[stepCheck].cpuPerRequest))
-		fmt.Fprintf(w, "- /v1/check, redis store: %.0f%% of the bare handler\n", 100*rs[stepCheck+2].rps/rs[stepCheck].rps)
-	}
-	fmt.Fprintf(w, "- paced at half the proxy's peak (%.0f req/s asked; got %.0f direct, %.0f through the proxy): direct p50 %v p99 %v; proxy p50 %v p99 %v (%d non-2xx); the proxy adds %v at p99 (target < 1ms)\n",
-		rate, direct.rps, proxy.rps, direct.p50, direct.p99, proxy.p50, proxy.p99, proxy.non2xx, proxy.p99-direct.p99)
 }
