@@ -39,24 +39,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/sluicehq/sluice/bench/internal/harness"
-	"github.com/sluicehq/sluice/internal/server"
 )
 
 func main() {
@@ -66,41 +57,6 @@ func main() {
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "grpcload:", err)
-		os.Exit(1)
-	}
-}
-
-// bare answers every request OK at once.
-type bare struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-}
-
-func (bare) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	st := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
-	for i := range st {
-		st[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	}
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: st}, nil
-}
-
-// serveBare runs the floor: grpc-go with its defaults, or with workers the
-// server options Sluice adds for speed (its stream workers, its codec for
-// Envoy's messages and fixed flow-control windows), so that a reader sees
-// both ratios.
-func serveBare(addr string, workers bool) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	var opts []grpc.ServerOption
-	if workers {
-		opts = server.FastServerOptions()
-	}
-	s := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(s, bare{})
-	if err := s.Serve(ln); err != nil {
-		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
@@ -128,12 +84,6 @@ func ints(s string) ([]int, error) {
 	}
 	return out, nil
 }
-
-const descriptors = `domain: bench
-descriptors:
-  - key: key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-`
 
 func run() error {
 	var o options
@@ -345,249 +295,4 @@ func run() error {
 	}
 	report(o, rows)
 	return nil
-}
-
-type row struct {
-	target        string
-	client        string // the load generator's client: lean or proto
-	conc, keys    int
-	n, errs       int64
-	rate          float64
-	p50, p99      time.Duration
-	cpu           time.Duration // server CPU per decision
-	clientCPU     time.Duration // the load generator's CPU per call
-	redisCPU      time.Duration // Redis' CPU per decision; -1 when no Redis
-	redisCmds     float64       // Redis commands per decision, those run by scripts included; -1 when no Redis
-	redisCalls    float64       // script calls (round trips) per decision; -1 when no Redis
-	overallOK     int64
-	floorCPURatio float64
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// measure runs one cell: c workers over o.conns connections for
-// o.duration, after a short warm-up.
-func measure(ctx context.Context, o options, client, addr string, p *harness.Proc, redisAddr string, redisP *harness.Proc, c, keys int) (row, error) {
-	conns := make([]*grpc.ClientConn, o.conns)
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if client == "lean" {
-		dial = append(dial, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	}
-	for i := range conns {
-		cc, err := grpc.NewClient(addr, dial...)
-		if err != nil {
-			return row{}, err
-		}
-		defer cc.Close()
-		conns[i] = cc
-	}
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = "k" + strconv.Itoa(i)
-	}
-	raws, err := encodeRequests(names)
-	if err != nil {
-		return row{}, err
-	}
-	// call makes one call; wctx is the worker's context, whose deadline
-	// is the end of the phase plus 10 s.
-	call := func(wctx context.Context, cc *grpc.ClientConn, cl rlsv3.RateLimitServiceClient, rnd *rand.Rand) (bool, error) {
-		i := rnd.IntN(keys)
-		if client == "lean" {
-			var rep codeReply
-			if err := cc.Invoke(wctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &raws[i], &rep); err != nil {
-				return false, err
-			}
-			return rep.code == rlsv3.RateLimitResponse_OK, nil
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		resp, err := cl.ShouldRateLimit(cctx, request(names[i]))
-		if err != nil {
-			return false, err
-		}
-		return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
-	}
-	phase := func(d time.Duration, record bool) (row, error) {
-		var (
-			wg    sync.WaitGroup
-			mu    sync.Mutex
-			lats  []time.Duration
-			r     row
-			first error
-		)
-		stop := time.Now().Add(d)
-		for w := range c {
-			wg.Go(func() {
-				cc := conns[w%len(conns)]
-				cl := rlsv3.NewRateLimitServiceClient(cc)
-				wctx, cancel := context.WithDeadline(ctx, stop.Add(10*time.Second))
-				defer cancel()
-				rnd := rand.New(rand.NewPCG(uint64(w), 42))
-				local := make([]time.Duration, 0, 4096)
-				var n, errs, ok int64
-				var err1 error
-				for time.Now().Before(stop) {
-					t0 := time.Now()
-					good, err := call(wctx, cc, cl, rnd)
-					local = append(local, time.Since(t0))
-					n++
-					if err != nil {
-						errs++
-						if err1 == nil {
-							err1 = err
-						}
-					} else if good {
-						ok++
-					}
-				}
-				mu.Lock()
-				lats = append(lats, local...)
-				r.n += n
-				r.errs += errs
-				r.overallOK += ok
-				if first == nil {
-					first = err1
-				}
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		if !record {
-			return r, nil
-		}
-		if r.errs > 0 {
-			return r, fmt.Errorf("%d of %d calls failed, first: %w", r.errs, r.n, first)
-		}
-		slices.Sort(lats)
-		r.p50 = lats[len(lats)/2]
-		r.p99 = lats[len(lats)*99/100]
-		return r, nil
-	}
-	if _, err := phase(min(time.Second, o.duration/2), false); err != nil {
-		return row{}, err
-	}
-	cpu0, err := harness.CPUTime(p.Cmd.Process.Pid)
-	if err != nil {
-		return row{}, err
-	}
-	var rcpu0 time.Duration
-	if redisP != nil {
-		if rcpu0, err = harness.CPUTime(redisP.Cmd.Process.Pid); err != nil {
-			return row{}, err
-		}
-	}
-	self0 := selfCPU()
-	var calls0, cmds0 int64
-	if redisAddr != "" {
-		if calls0, cmds0, err = harness.RedisCalls(redisAddr); err != nil {
-			return row{}, err
-		}
-	}
-	t0 := time.Now()
-	r, err := phase(o.duration, true)
-	elapsed := time.Since(t0)
-	self1 := selfCPU()
-	if err != nil {
-		return r, err
-	}
-	cpu1, err := harness.CPUTime(p.Cmd.Process.Pid)
-	if err != nil {
-		return row{}, err
-	}
-	r.conc, r.keys = c, keys
-	r.rate = float64(r.n) / elapsed.Seconds()
-	r.cpu = (cpu1 - cpu0) / time.Duration(r.n)
-	r.clientCPU = (self1 - self0) / time.Duration(r.n)
-	r.redisCmds, r.redisCalls, r.redisCPU = -1, -1, -1
-	if redisP != nil {
-		rcpu1, err := harness.CPUTime(redisP.Cmd.Process.Pid)
-		if err != nil {
-			return row{}, err
-		}
-		r.redisCPU = (rcpu1 - rcpu0) / time.Duration(r.n)
-	}
-	if redisAddr != "" {
-		calls1, cmds1, err := harness.RedisCalls(redisAddr)
-		if err != nil {
-			return row{}, err
-		}
-		r.redisCalls = float64(calls1-calls0) / float64(r.n)
-		r.redisCmds = float64(cmds1-cmds0-2) / float64(r.n) // -2: our own INFO calls
-	}
-	if r.overallOK != r.n {
-		return r, fmt.Errorf("%d of %d answers were not OK: the limit should admit everything", r.n-r.overallOK, r.n)
-	}
-	return r, nil
-}
-
-// startReference runs Envoy's reference service on the descriptor file,
-// configured (by environment, as it is) for the local Redis over TCP,
-// without statsd, with its defaults otherwise.
-func startReference(ctx context.Context, procs *harness.Procs, bin, dir, redisAddr, httpAddr, grpcAddr, debugAddr string) (*harness.Proc, error) {
-	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(descriptors), 0o644); err != nil {
-		return nil, err
-	}
-	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	p := &harness.Proc{Name: "reference", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, bin)}
-	p.Cmd.Env = append(os.Environ(),
-		"HOST=127.0.0.1", "PORT="+port(httpAddr),
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+port(grpcAddr),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(debugAddr),
-		"USE_STATSD=false", "LOG_LEVEL=warn",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
-		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-	)
-	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
-	if err := p.Cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the reference service: %w", err)
-	}
-	procs.Add(p)
-	return p, nil
-}
-
-func report(o options, rows []row) {
-	fmt.Printf("\n%d cells of %v each (after a warm-up), %d gRPC connections, the %s client, load average after: %s, %d CPUs shared by client, servers and Redis.\n\n",
-		len(rows), o.duration, o.conns, strings.Join(o.clients, " and the "), harness.LoadAvg(), harness.NumCPU())
-	// Ratios are taken within one client.
-	type cell struct {
-		conc, keys int
-		client     string
-	}
-	floor := map[cell]row{}
-	ref := map[cell]row{}
-	for _, r := range rows {
-		if strings.HasPrefix(r.target, "bare grpc-go (floor)") {
-			floor[cell{r.conc, r.keys, r.client}] = r
-		}
-		if strings.HasPrefix(r.target, "reference") {
-			ref[cell{r.conc, r.keys, r.client}] = r
-		}
-	}
-	fmt.Println("| server | concurrency | keys | decisions/s | ÷ reference | p50 ms | p99 ms | server CPU µs/decision | CPU ÷ floor | Redis CPU µs/decision | client CPU µs/call | Redis script calls/decision | Redis commands/decision |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, r := range rows {
-		ratio := "—"
-		if f, ok := floor[cell{r.conc, r.keys, r.client}]; ok && f.cpu > 0 {
-			ratio = fmt.Sprintf("%.2f×", float64(r.cpu)/float64(f.cpu))
-		}
-		vsRef := "—"
-		if f, ok := ref[cell{r.conc, r.keys, r.client}]; ok && f.rate > 0 {
-			vsRef = fmt.Sprintf("%.2f×", r.rate/f.rate)
-		}
-		calls, cmds, rcpu := "—", "—", "—"
-		if r.redisCmds >= 0 {
-			calls, cmds = fmt.Sprintf("%.2f", r.redisCalls), fmt.Sprintf("%.2f", r.redisCmds)
-		}
-		if r.redisCPU >= 0 {
-			rcpu = fmt.Sprintf("%.1f", us(r.redisCPU))
-		}
-		fmt.Printf("| %s | %d | %d | %.0f | %s | %.2f | %.2f | %.1f | %s | %s | %.1f | %s | %s |\n",
-			r.target, r.conc, r.keys, r.rate, vsRef, ms(r.p50), ms(r.p99), us(r.cpu), ratio, rcpu, us(r.clientCPU), calls, cmds)
-	}
 }
