@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"syscall"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -106,14 +104,4 @@ func encodeRequests(names []string) ([]rawRequest, error) {
 		out[i] = rawRequest{b}
 	}
 	return out, nil
-}
-
-// selfCPU is this process's user+system CPU time (getrusage): the load
-// generator's own cost, its children (the bare servers) not included.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -144,7 +144,7 @@ func measure(ctx context.Context, o options, client, addr string, p *harness.Pro
 			return row{}, err
 		}
 	}
-	self0 := selfCPU()
+	self0 := harness.SelfCPU()
 	var calls0, cmds0 int64
 	if redisAddr != "" {
 		if calls0, cmds0, err = harness.RedisCalls(redisAddr); err != nil {
@@ -154,7 +154,7 @@ func measure(ctx context.Context, o options, client, addr string, p *harness.Pro
 	t0 := time.Now()
 	r, err := phase(o.duration, true)
 	elapsed := time.Since(t0)
-	self1 := selfCPU()
+	self1 := harness.SelfCPU()
 	if err != nil {
 		return r, err
 	}

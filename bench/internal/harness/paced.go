@@ -174,7 +174,8 @@ func cpuTimes(ps []*Proc) ([]time.Duration, error) {
 	return ts, nil
 }
 
-// SelfCPU is this process's user+system CPU time (getrusage).
+// SelfCPU is this process's user+system CPU time (getrusage): a load
+// generator's own cost, the child processes it started not included.
 func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
