@@ -22,42 +22,6 @@ type LeaseStore interface {
 	Return(ctx context.Context, ops []redisstore.ReturnOp) error
 }
 
-// LeaseOptions configure a Lease.
-type LeaseOptions struct {
-	// Chunk is how many units the instance reserves at a time; it gets
-	// fewer when fewer are left. 0 is auto: a sixteenth of what the
-	// instance last saw left (at least one), so the chunks shrink as the
-	// limit nears and the last units go one by one.
-	Chunk int64
-	// Applies selects the requests Lease decides; the others go to the
-	// shared store unchanged. Nil selects every request whose algorithm
-	// can be shared (redisstore.Shareable). It is called on every request
-	// of such an algorithm, with a copy of it (see SyncOptions.Applies).
-	Applies func(sluice.Request) bool
-	// OnLease, if set, is called after every reservation with the units
-	// asked and granted, how long the round trip took, and its error.
-	OnLease func(asked, granted int64, took time.Duration, err error)
-	// MaxKeys bounds the keys Lease holds (a lease and the store's state
-	// at its grant, about two hundred bytes each); 0 means
-	// DefaultLeaseMaxKeys. While it holds that many, and none can be let
-	// go (idle a period, with no unit reserved and no refusal pending), a
-	// key it does not hold is decided in the shared store, exactly (one
-	// round trip, as without Lease: still never over the limit), and
-	// counted in LeaseStats.Overflow.
-	MaxKeys int
-}
-
-// Validate reports whether o can be used.
-func (o LeaseOptions) Validate() error {
-	if o.Chunk < 0 {
-		return fmt.Errorf("fleet: lease: chunk %d must not be negative (0 is auto)", o.Chunk)
-	}
-	return checkMaxKeys("lease", o.MaxKeys)
-}
-
-// autoShare is the part of what is left that an auto lease reserves.
-const autoShare = 16
-
 // Lease is a hard limit: a sluice.Store that reserves quota from the shared
 // store atomically, in chunks, and spends it locally. The fleet never admits
 // more than the limit: every admission spends a unit the store counted
@@ -98,28 +62,6 @@ type Lease struct {
 
 var _ sluice.Store = (*Lease)(nil)
 
-type leaseEntry struct {
-	key   nsKey
-	alg   sluice.Algorithm
-	limit sluice.Limit
-	ticks sluice.Ticks
-
-	mu        sync.Mutex
-	dead      atomic.Bool  // swept: look the key up again
-	used      int64        // µs: the latest request time decided
-	units     int64        // reserved, not spent
-	window    int64        // the State.T of the grant, to give units back
-	until     int64        // µs: the units expire then
-	expired   int64        // units of an expired lease, given back with the next grant
-	expWindow int64        // their window
-	read      bool         // st holds the store's state at a grant
-	st        sluice.State // the store's state after the last grant
-	gnow      int64        // µs: the store's time at it
-	skew      int64        // µs: the instance's clock minus the store's, at it
-	denyUntil int64        // µs: the store has nothing for us until then…
-	denyNeed  int64        // …for requests needing this many units or more
-}
-
 // NewLease returns a Lease over inner.
 func NewLease(inner LeaseStore, o LeaseOptions) (*Lease, error) {
 	if err := o.Validate(); err != nil {
@@ -155,98 +97,6 @@ func (l *Lease) Stats() LeaseStats {
 	n := len(l.keys)
 	l.mu.Unlock()
 	return LeaseStats{Calls: l.calls.Load(), Granted: l.granted.Load(), Returned: l.returned.Load(), Spent: l.spent.Load(), Local: l.local.Load(), Overflow: l.overflow.Load(), Cold: l.cold.Load(), Keys: n}
-}
-
-// entry returns r's entry, locked; errFull if r's key is new and MaxKeys
-// keys are held; with cold, errCold if r's key is cold (see warm).
-func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry, error) {
-	us := r.Now.UnixMicro()
-	for {
-		l.mu.Lock()
-		e := l.keys[keyOf(r)]
-		if e == nil && cold && !l.warm(keyOf(r), us) {
-			l.mu.Unlock()
-			return nil, errCold
-		}
-		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(us) {
-			l.mu.Unlock()
-			return nil, errFull
-		}
-		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
-			// New, or its rule changed: units reserved under the old
-			// limit expire with their window.
-			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
-			l.keys[e.key] = e
-			l.recent.forget(e.key)
-			if len(l.keys) > l.sweep {
-				l.sweepLocked(us)
-			}
-		}
-		l.mu.Unlock()
-		e.mu.Lock()
-		if !e.dead.Load() {
-			e.used = max(e.used, us)
-			return e, nil
-		}
-		e.mu.Unlock()
-	}
-}
-
-// warm reports whether k, a key without an entry, was asked for in the
-// current or the previous second of request time (us), and notes that it
-// was asked for now. A key asked for once gains nothing from a lease: its
-// reservation would cost a round trip, and hold the units it does not
-// spend away from the other instances until they expire. So its first
-// request in a second or two is decided in the store (Take, exactly), and
-// the next makes it an entry. At most MaxKeys keys without an entry are
-// noted per second; past them a key stays cold. l.mu is held.
-func (l *Lease) warm(k nsKey, us int64) bool {
-	if sec := floorDiv(us, 1e6); sec > l.recentAt {
-		l.recent.shift(sec - l.recentAt)
-		l.recentAt = sec
-	}
-	return l.recent.seen(k, l.opts.MaxKeys)
-}
-
-// roomLocked sweeps the keys for room for a new one at MaxKeys, and reports
-// whether there is. A sweep that frees nothing is not tried again for the
-// next MaxKeys/16 new keys (decided in the store meanwhile), so that its
-// cost, a pass over the keys, stays a few steps per decision. l.mu is held.
-func (l *Lease) roomLocked(us int64) bool {
-	if l.skip > 0 {
-		l.skip--
-		return false
-	}
-	l.sweepLocked(us)
-	if full(len(l.keys), l.opts.MaxKeys) {
-		l.skip = l.opts.MaxKeys / 16
-		return false
-	}
-	return true
-}
-
-// minSweep is the fewest keys a Lease keeps before it sweeps.
-const minSweep = 4096
-
-// sweepLocked forgets the keys that hold nothing: no units (or only
-// expired ones), no refusal pending, and no decision in the last period.
-// Forgetting one only costs a reservation when it comes back. It runs when
-// the keys have doubled since the last sweep, so its cost is spread over
-// the keys added. l.mu is held.
-func (l *Lease) sweepLocked(us int64) {
-	for k, e := range l.keys {
-		if !e.mu.TryLock() {
-			continue
-		}
-		idle := us-e.used >= e.ticks.Period*e.ticks.Tick && us >= e.denyUntil
-		bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
-		if idle && e.expired == 0 && (e.units == 0 || us >= e.until || bucket && e.valid(us) == 0) {
-			e.dead.Store(true)
-			delete(l.keys, k)
-		}
-		e.mu.Unlock()
-	}
-	l.sweep = max(minSweep, 2*len(l.keys))
 }
 
 // Take decides r on the units the instance holds, reserving more when they
@@ -414,78 +264,6 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 	e.denyUntil, e.denyNeed = us+retry.Microseconds(), need
 	d.RetryAfter = max(retry, time.Microsecond)
 	return nil
-}
-
-// retry is how long from us until the store's state at the last grant, with
-// the units held given back, can give need units (for a bucket, at least a
-// chunk's worth, so that a drained bucket is not asked once per refilled
-// token by every instance). e.mu is held.
-func (e *leaseEntry) retry(us, need, chunk int64) time.Duration {
-	ask := need
-	if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
-		ask = min(e.ticks.Burst, max(need, (e.ticks.Burst+autoShare*4-1)/(autoShare*4), chunk))
-	}
-	st := e.st
-	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
-	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
-	var w sluice.Decision
-	if _, err := e.alg.TakeMicro(&w, &st, &e.limit, us-e.skew, ask); err != nil || w.Allowed {
-		return 0
-	}
-	return w.RetryAfter
-}
-
-// valid is how many units a bucket's lease may still spend at us. The
-// store's debt refills from the oldest tokens up, and the units held are
-// the newest: they are good while the debt the store had at the last grant,
-// refilled until us, still covers them. Past that, spending one would let
-// the fleet pass the burst (the store would count it as refilled).
-func (e *leaseEntry) valid(us int64) int64 {
-	if !e.read {
-		return 0
-	}
-	t := &e.ticks
-	st := e.st
-	d := debtAt(e.alg, t, &st, floorDiv(us-e.skew, t.Tick))
-	return d / t.Period
-}
-
-// info sets d's Remaining and ResetAfter at us: what the store's state at
-// the last grant, with the units this instance holds given back, has left
-// at us (refilled, or in a new window), as if no other instance had taken
-// any since. e.mu is held.
-func (e *leaseEntry) info(us int64, d *sluice.Decision) {
-	d.Remaining, d.ResetAfter = e.units, 0
-	if !e.read {
-		return
-	}
-	st := e.st
-	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
-	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
-	var q sluice.Decision
-	if _, err := e.alg.TakeMicro(&q, &st, &e.limit, us-e.skew, 0); err == nil {
-		d.Remaining = max(0, q.Remaining)
-		d.ResetAfter = q.ResetAfter
-	}
-}
-
-// fits is whether a request of need units, held, is admitted: always,
-// except a query (need 0) while the store's state is in debt after a
-// report (Request.Force), which is refused as the store would refuse it,
-// with its RetryAfter. e.mu is held.
-func (e *leaseEntry) fits(us, need int64, d *sluice.Decision) bool {
-	if need > 0 || !e.read {
-		return true
-	}
-	st := e.st
-	giveBack(e.alg, &e.ticks, &st, e.units, e.window, e.gnow)
-	giveBack(e.alg, &e.ticks, &st, e.expired, e.expWindow, e.gnow)
-	var q sluice.Decision
-	if _, err := e.alg.TakeMicro(&q, &st, &e.limit, us-e.skew, 0); err != nil || q.Allowed {
-		return true
-	}
-	d.RetryAfter = q.RetryAfter
-	return false
 }
 
 // Close gives back every unit held and not expired, in one round trip, and

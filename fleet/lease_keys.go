@@ -1,0 +1,98 @@
+package fleet
+
+import "github.com/sluicehq/sluice"
+
+// The keys a Lease holds: finding or making a key's entry, the cold keys
+// (decided in the shared store), and the sweep that lets idle keys go.
+
+// entry returns r's entry, locked; errFull if r's key is new and MaxKeys
+// keys are held; with cold, errCold if r's key is cold (see warm).
+func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry, error) {
+	us := r.Now.UnixMicro()
+	for {
+		l.mu.Lock()
+		e := l.keys[keyOf(r)]
+		if e == nil && cold && !l.warm(keyOf(r), us) {
+			l.mu.Unlock()
+			return nil, errCold
+		}
+		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(us) {
+			l.mu.Unlock()
+			return nil, errFull
+		}
+		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
+			// New, or its rule changed: units reserved under the old
+			// limit expire with their window.
+			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			l.keys[e.key] = e
+			l.recent.forget(e.key)
+			if len(l.keys) > l.sweep {
+				l.sweepLocked(us)
+			}
+		}
+		l.mu.Unlock()
+		e.mu.Lock()
+		if !e.dead.Load() {
+			e.used = max(e.used, us)
+			return e, nil
+		}
+		e.mu.Unlock()
+	}
+}
+
+// warm reports whether k, a key without an entry, was asked for in the
+// current or the previous second of request time (us), and notes that it
+// was asked for now. A key asked for once gains nothing from a lease: its
+// reservation would cost a round trip, and hold the units it does not
+// spend away from the other instances until they expire. So its first
+// request in a second or two is decided in the store (Take, exactly), and
+// the next makes it an entry. At most MaxKeys keys without an entry are
+// noted per second; past them a key stays cold. l.mu is held.
+func (l *Lease) warm(k nsKey, us int64) bool {
+	if sec := floorDiv(us, 1e6); sec > l.recentAt {
+		l.recent.shift(sec - l.recentAt)
+		l.recentAt = sec
+	}
+	return l.recent.seen(k, l.opts.MaxKeys)
+}
+
+// roomLocked sweeps the keys for room for a new one at MaxKeys, and reports
+// whether there is. A sweep that frees nothing is not tried again for the
+// next MaxKeys/16 new keys (decided in the store meanwhile), so that its
+// cost, a pass over the keys, stays a few steps per decision. l.mu is held.
+func (l *Lease) roomLocked(us int64) bool {
+	if l.skip > 0 {
+		l.skip--
+		return false
+	}
+	l.sweepLocked(us)
+	if full(len(l.keys), l.opts.MaxKeys) {
+		l.skip = l.opts.MaxKeys / 16
+		return false
+	}
+	return true
+}
+
+// minSweep is the fewest keys a Lease keeps before it sweeps.
+const minSweep = 4096
+
+// sweepLocked forgets the keys that hold nothing: no units (or only
+// expired ones), no refusal pending, and no decision in the last period.
+// Forgetting one only costs a reservation when it comes back. It runs when
+// the keys have doubled since the last sweep, so its cost is spread over
+// the keys added. l.mu is held.
+func (l *Lease) sweepLocked(us int64) {
+	for k, e := range l.keys {
+		if !e.mu.TryLock() {
+			continue
+		}
+		idle := us-e.used >= e.ticks.Period*e.ticks.Tick && us >= e.denyUntil
+		bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
+		if idle && e.expired == 0 && (e.units == 0 || us >= e.until || bucket && e.valid(us) == 0) {
+			e.dead.Store(true)
+			delete(l.keys, k)
+		}
+		e.mu.Unlock()
+	}
+	l.sweep = max(minSweep, 2*len(l.keys))
+}

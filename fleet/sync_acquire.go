@@ -1,0 +1,232 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// How Sync finds a key's entry and keeps its view fresh: acquire, the cold
+// decisions of keys without an entry (decided in the shared store) and
+// the wait for those in flight, and settle, which takes a read's or a
+// batch's reply into the view.
+
+// inflight returns a channel closed when the batch in flight has settled.
+func (s *Sync) inflight() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.batch == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return s.batch
+}
+
+// warm reports whether k, a key without an entry, was asked for since the
+// batch before last, and notes that it was asked for now. A key asked for
+// once gains nothing from a view: reading its state and sending its hit
+// later costs two round trips where deciding it in the store, exactly,
+// costs one. So its first request in two intervals is decided in the store
+// (Take), and the next makes it an entry. At most MaxKeys keys without an
+// entry are noted per interval; past them a key stays cold, decided
+// exactly. s.mu is held.
+func (s *Sync) warm(k nsKey) bool { return s.recent.seen(k, s.opts.MaxKeys) }
+
+// coldFlight is the cold decisions of a key in flight: n of them, and done,
+// made only when an entry of the key waits for them, closed when the last
+// ends. A map value, so that a cold decision allocates nothing of its own.
+type coldFlight struct {
+	n    int
+	done chan struct{}
+}
+
+// coldDone ends a cold decision of k (acquire's errCold), made in the store.
+func (s *Sync) coldDone(k nsKey) {
+	s.mu.Lock()
+	if c, ok := s.colds[k]; ok {
+		if c.n--; c.n > 0 {
+			s.colds[k] = c
+		} else {
+			if c.done != nil {
+				close(c.done)
+			}
+			delete(s.colds, k)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// acquire returns r's entry, locked, with a view at most two intervals old.
+// With d non-nil, a cold key (see warm) is errCold: the caller decides it
+// in the store, then calls coldDone. A key this instance has no view of is
+// read only once the cold decisions of it in flight have ended, so that
+// the view has their hits; with d non-nil, it is decided in the store
+// (one round trip, as the first read would be) and true is returned with
+// the decision in *d; its view is the state after.
+func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
+	// waited is the entry whose read or batch this call waited for: only
+	// that entry's view is "refreshed just now". If it was evicted
+	// meanwhile, the entry found next is new and must be read.
+	var waited *syncEntry
+	for {
+		s.mu.Lock()
+		e := s.keys[keyOf(r)]
+		if e == nil && d != nil && !s.warm(keyOf(r)) {
+			c := s.colds[keyOf(r)]
+			c.n++
+			s.colds[keyOf(r)] = c
+			s.mu.Unlock()
+			return nil, false, errCold
+		}
+		if e == nil && full(len(s.keys), s.opts.MaxKeys) {
+			s.mu.Unlock()
+			return nil, false, errFull
+		}
+		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
+			// New, or its rule changed: start over from the store. The
+			// old entry's hits still go out with the next batch.
+			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			s.keys[e.key] = e
+			if c, ok := s.colds[e.key]; ok {
+				// No cold decision of the key starts from now on: the
+				// entry's first read waits for those in flight.
+				if c.done == nil {
+					c.done = make(chan struct{})
+					s.colds[e.key] = c
+				}
+				e.colds = c.done
+			}
+			s.recent.forget(e.key)
+		}
+		s.mu.Unlock()
+		e.mu.Lock()
+		if e.dead.Load() {
+			e.mu.Unlock()
+			continue
+		}
+		e.last = max(e.last, r.Now.UnixMicro())
+		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
+			return e, false, nil // fresh
+		}
+		if waited == e {
+			if !e.failed {
+				return e, false, nil // refreshed just now
+			}
+			// The read or batch we waited for failed: the store does not
+			// answer.
+			e.mu.Unlock()
+			return nil, false, fmt.Errorf("fleet: sync: take %q: %w: the shared store did not answer for two intervals", r.Key, sluice.ErrStoreUnavailable)
+		}
+		// Too old: wait for the read or batch in flight, if any, else read.
+		ch := e.loading
+		if ch == nil && e.inflight {
+			ch = s.inflight()
+		}
+		if ch != nil {
+			waited = e
+			e.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
+			}
+		}
+		ch = make(chan struct{})
+		e.loading = ch
+		if w := e.colds; w != nil {
+			// Read after the cold decisions made before the key had an
+			// entry, so that the view has their hits.
+			e.mu.Unlock()
+			var err error
+			select {
+			case <-w:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			e.mu.Lock()
+			if err != nil {
+				e.loading = nil
+				close(ch)
+				e.mu.Unlock()
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+			}
+			e.colds = nil
+		}
+		if d != nil && e.synced.IsZero() && len(e.hits) == 0 {
+			// A new entry: decide in the store, and start from its state.
+			e.mu.Unlock()
+			s.loads.Add(1)
+			dd, st, err := s.inner.SyncTake(ctx, *r)
+			e.mu.Lock()
+			e.loading = nil
+			close(ch)
+			e.failed = err != nil
+			if err != nil {
+				e.mu.Unlock()
+				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+			}
+			e.view = st
+			s.observe(e, &st, false)
+			for _, h := range e.hits {
+				addHit(e.alg, &e.ticks, &e.view, h)
+			}
+			e.synced = time.Now()
+			dd.Remaining = max(0, dd.Remaining)
+			*d = dd
+			return e, true, nil
+		}
+		ops := []redisstore.SyncOp{e.snapshot()}
+		e.mu.Unlock()
+		s.loads.Add(1)
+		err := s.inner.Sync(ctx, ops)
+		e.mu.Lock()
+		e.loading = nil
+		close(ch)
+		s.settle(e, &ops[0], time.Now())
+		if err != nil {
+			e.mu.Unlock()
+			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+		}
+		return e, false, nil
+	}
+}
+
+// settle takes a batch op's reply into e: the view becomes the shared
+// state plus the hits admitted since the snapshot. On failure the hits go
+// back, to be sent again. e.mu is held.
+func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
+	e.inflight = false
+	e.failed = op.Err != nil
+	if op.Err != nil {
+		e.hits = append(op.Hits, e.hits...)
+		if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
+			inOrder(e.hits)
+			e.hits = fold(e.alg, &e.ticks, e.hits, maxHits)
+		}
+		if len(e.hits) > 0 {
+			s.touch(e) // send them with the next batch
+		}
+		return
+	}
+	e.view = op.State
+	for _, h := range e.hits {
+		addHit(e.alg, &e.ticks, &e.view, h)
+	}
+	e.synced = now
+	s.observe(e, &op.State, len(op.Hits) > 0)
+}
+
+// observe records how far over its limit the store's state st of e is, at
+// the time of e's latest decision (the clock its windows are counted on).
+func (s *Sync) observe(e *syncEntry, st *sluice.State, sent bool) {
+	if o := overshoot(e.alg, &e.ticks, st, e.last); o > 0 || sent {
+		s.overshoot.Store(o)
+		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package fleet
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// A Sync's entry for a key, and what a local decision does to it: decide
+// runs the request on the view and records the hit, which touch puts in
+// the next batch and snapshot hands to it.
+
+type syncEntry struct {
+	key   nsKey
+	alg   sluice.Algorithm
+	limit sluice.Limit
+	ticks sluice.Ticks
+
+	touched atomic.Bool // in Sync.touched, or about to be
+	dead    atomic.Bool // evicted: look the key up again
+
+	mu       sync.Mutex
+	view     sluice.State
+	hits     []redisstore.Hit // admitted since the last snapshot
+	inflight bool             // hits of a batch are on their way
+	loading  chan struct{}    // closed when a load ends
+	synced   time.Time        // when the view was last read back
+	failed   bool             // the last read or batch of the key failed
+	last     int64            // µs: the latest request time decided
+	colds    chan struct{}    // closed when the key's cold decisions in flight at its creation end
+}
+
+// step runs r's algorithm on st at r.Now: Take's step, or Charge's for a
+// report (Request.Force).
+func step(r *sluice.Request, d *sluice.Decision, st *sluice.State) (int64, error) {
+	if r.Force {
+		return r.Algorithm.ChargeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+	}
+	return r.Algorithm.TakeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+}
+
+// decide runs r on st (the view, or a copy of it) and records the hit.
+func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decision) error {
+	us := r.Now.UnixMicro()
+	bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
+	var before int64
+	if bucket {
+		before = debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick))
+	}
+	if _, err := step(r, d, st); err != nil {
+		return err
+	}
+	d.Remaining = max(0, d.Remaining)
+	if (d.Allowed || r.Force) && r.Cost > 0 {
+		if bucket {
+			// The debt the request added to the view: a report past the
+			// state's cap counts as reaching it (see
+			// sluice.Algorithm.Charge), and so adds less.
+			e.record(redisstore.Hit{At: us, Cost: debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick)) - before})
+			return nil
+		}
+		// Counted in the view's window, which may be ahead of now; adding
+		// the hit stops at the cap, as the charge that made it did.
+		at := max(us, windowStart(&e.ticks, st))
+		e.record(redisstore.Hit{At: at, Cost: min(r.Cost, capCost(e.alg, &e.ticks))})
+	}
+	return nil
+}
+
+// maxHits bounds the hits a bucket keeps per key between batches; past it
+// the last two fold into one, exactly (see fold). Window hits merge per
+// window, exactly.
+const maxHits = 64
+
+// record adds h to the hits the next batch sends.
+func (e *syncEntry) record(h redisstore.Hit) {
+	if n := len(e.hits); n > 0 {
+		last := &e.hits[n-1]
+		switch e.alg {
+		case sluice.FixedWindow, sluice.SlidingWindowCounter:
+			p := e.ticks.Period * e.ticks.Tick
+			if floorDiv(last.At, p) == floorDiv(h.At, p) {
+				last.Cost = min(last.Cost+h.Cost, capCost(e.alg, &e.ticks))
+				return
+			}
+		default:
+			// A bucket's clock only moves forward: a hit stamped before
+			// the last one acts at the last one's time (see inOrder).
+			h.At = max(h.At, last.At)
+		}
+	}
+	e.hits = append(e.hits, h)
+	e.hits = fold(e.alg, &e.ticks, e.hits, maxHits)
+}
+
+// touch puts e in the next batch.
+func (s *Sync) touch(e *syncEntry) {
+	if e.touched.Swap(true) {
+		return
+	}
+	s.mu.Lock()
+	s.touched = append(s.touched, e)
+	s.mu.Unlock()
+}
+
+// snapshot moves e's hits into a batch op. e.mu is held.
+func (e *syncEntry) snapshot() redisstore.SyncOp {
+	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
+	e.hits = nil
+	e.inflight = true
+	return op
+}
