@@ -3,6 +3,8 @@ package bench
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/benchutil"
 )
 
 // BenchmarkHotKey: one key, every request admitted.
@@ -14,7 +16,7 @@ func BenchmarkHotKey(b *testing.B) {
 			b.ReportAllocs()
 			var admitted, n int64
 			i := 0
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
 				if tk("hot", at(i)) {
 					admitted++
@@ -23,7 +25,7 @@ func BenchmarkHotKey(b *testing.B) {
 				n++
 			}
 			report(b, admitted, n)
-			reportCPU(b, c0, n)
+			benchutil.ReportCPUSince(b, c0, n)
 		})
 	}
 }
@@ -39,7 +41,7 @@ func BenchmarkHotKeyParallel(b *testing.B) {
 			// clock each, one goroutine's requests would arrive in the
 			// others' past and be denied.
 			var clock, admitted, n atomic.Int64
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				var a, k int64
 				for pb.Next() {
@@ -52,7 +54,7 @@ func BenchmarkHotKeyParallel(b *testing.B) {
 				n.Add(k)
 			})
 			report(b, admitted.Load(), n.Load())
-			reportCPU(b, c0, n.Load())
+			benchutil.ReportCPUSince(b, c0, n.Load())
 		})
 	}
 }
@@ -69,7 +71,7 @@ func BenchmarkHotKeyDeny(b *testing.B) {
 			b.ReportAllocs()
 			var admitted, n int64
 			i := 1
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
 				if tk("hot", at(i)) {
 					admitted++
@@ -78,7 +80,7 @@ func BenchmarkHotKeyDeny(b *testing.B) {
 				n++
 			}
 			report(b, admitted, n)
-			reportCPU(b, c0, n)
+			benchutil.ReportCPUSince(b, c0, n)
 		})
 	}
 }

@@ -2,46 +2,18 @@ package bench
 
 import (
 	"runtime"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/benchutil"
 )
-
-const numKeys = 1_000_000
-
-var (
-	keysOnce sync.Once
-	keys1M   []string
-)
-
-// benchKeys returns 1,000,000 distinct 12-byte keys, "user:0000000" …
-func benchKeys() []string {
-	keysOnce.Do(func() {
-		keys1M = make([]string, numKeys)
-		for i := range keys1M {
-			keys1M[i] = keyOf(i)
-		}
-	})
-	return keys1M
-}
-
-func keyOf(i int) string {
-	var b [16]byte
-	buf := append(b[:0], "user:"...)
-	s := strconv.AppendInt(nil, int64(i), 10)
-	for range 7 - len(s) {
-		buf = append(buf, '0')
-	}
-	return string(append(buf, s...))
-}
 
 // fill makes a limiter for keysSpec and takes one request for every key.
 func fill(b *testing.B, c contender) (take, func()) {
 	b.Helper()
 	tk, done := c.make(b, keysSpec)
-	for i, k := range benchKeys() {
+	for i, k := range benchutil.Keys() {
 		if !tk(k, at(i)) {
 			b.Fatalf("%s: fill: %s denied", c.name, k)
 		}
@@ -52,7 +24,7 @@ func fill(b *testing.B, c contender) (take, func()) {
 // BenchmarkKeys1M: 1,000,000 keys held by the limiter (filled before the
 // timer starts); each operation takes from the next key in turn.
 func BenchmarkKeys1M(b *testing.B) {
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, c := range contenders() {
 		if !c.keyed {
 			continue
@@ -62,17 +34,17 @@ func BenchmarkKeys1M(b *testing.B) {
 			defer done()
 			b.ReportAllocs()
 			var admitted, n int64
-			i := numKeys
-			c0 := cpuTime()
+			i := benchutil.NumKeys
+			c0 := benchutil.CPUTime()
 			for b.Loop() {
-				if tk(keys[i%numKeys], at(i)) {
+				if tk(keys[i%benchutil.NumKeys], at(i)) {
 					admitted++
 				}
 				i++
 				n++
 			}
 			report(b, admitted, n)
-			reportCPU(b, c0, n)
+			benchutil.ReportCPUSince(b, c0, n)
 		})
 	}
 }
@@ -80,7 +52,7 @@ func BenchmarkKeys1M(b *testing.B) {
 // BenchmarkKeys1MParallel is BenchmarkKeys1M from every goroutine at once;
 // each walks the key space from its own starting point with its own clock.
 func BenchmarkKeys1MParallel(b *testing.B) {
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, c := range contenders() {
 		if !c.keyed {
 			continue
@@ -95,12 +67,12 @@ func BenchmarkKeys1MParallel(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			var g, admitted, n atomic.Int64
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
-				i := numKeys + int(g.Add(1))*(numKeys/16+7)
+				i := benchutil.NumKeys + int(g.Add(1))*(benchutil.NumKeys/16+7)
 				var a, k int64
 				for pb.Next() {
-					if tk(keys[i%numKeys], at(i)) {
+					if tk(keys[i%benchutil.NumKeys], at(i)) {
 						a++
 					}
 					i++
@@ -110,18 +82,10 @@ func BenchmarkKeys1MParallel(b *testing.B) {
 				n.Add(k)
 			})
 			report(b, admitted.Load(), n.Load())
-			reportCPU(b, c0, n.Load())
+			benchutil.ReportCPUSince(b, c0, n.Load())
 		})
 		done()
 	}
-}
-
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // BenchmarkMemory1M fills a limiter with 1,000,000 keys, one request each,
@@ -135,7 +99,7 @@ func heapAlloc() uint64 {
 //	           the fill as a server would: all the memory the keys cost
 //	ns/key     fill time per key (first request of a new key)
 func BenchmarkMemory1M(b *testing.B) {
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, c := range contenders() {
 		if !c.keyed {
 			continue
@@ -143,23 +107,23 @@ func BenchmarkMemory1M(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			var perKey, perKeyStr, nsKey float64
 			for range b.N {
-				before := heapAlloc()
+				before := benchutil.HeapAlloc()
 				start := time.Now()
 				tk, done := fill(b, c)
-				nsKey = float64(time.Since(start).Nanoseconds()) / numKeys
-				perKey = float64(int64(heapAlloc())-int64(before)) / numKeys
+				nsKey = float64(time.Since(start).Nanoseconds()) / benchutil.NumKeys
+				perKey = float64(int64(benchutil.HeapAlloc())-int64(before)) / benchutil.NumKeys
 				runtime.KeepAlive(tk)
 				done()
 				tk = nil
 
-				before = heapAlloc()
+				before = benchutil.HeapAlloc()
 				tk, done = c.make(b, keysSpec)
-				for i := range numKeys {
-					if !tk(keyOf(i), at(i)) {
+				for i := range benchutil.NumKeys {
+					if !tk(benchutil.Key(i), at(i)) {
 						b.Fatalf("%s: fill: key %d denied", c.name, i)
 					}
 				}
-				perKeyStr = float64(int64(heapAlloc())-int64(before)) / numKeys
+				perKeyStr = float64(int64(benchutil.HeapAlloc())-int64(before)) / benchutil.NumKeys
 				runtime.KeepAlive(tk)
 				done()
 			}

@@ -3,6 +3,8 @@ package bench
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/benchutil"
 )
 
 // spin is pure CPU work with no memory traffic and nothing shared.
@@ -22,13 +24,13 @@ var spinSink atomic.Int64
 func BenchmarkCalibrate(b *testing.B) {
 	b.Run("spin", func(b *testing.B) {
 		x := int64(1)
-		c0 := cpuTime()
+		c0 := benchutil.CPUTime()
 		n := int64(0)
 		for b.Loop() {
 			x = spin(x)
 			n++
 		}
-		reportCPU(b, c0, n)
+		benchutil.ReportCPUSince(b, c0, n)
 		spinSink.Add(x)
 	})
 }
@@ -37,7 +39,7 @@ func BenchmarkCalibrate(b *testing.B) {
 func BenchmarkCalibrateParallel(b *testing.B) {
 	b.Run("spin", func(b *testing.B) {
 		var ops atomic.Int64
-		c0 := cpuTime()
+		c0 := benchutil.CPUTime()
 		b.RunParallel(func(pb *testing.PB) {
 			x, n := int64(1), int64(0)
 			for pb.Next() {
@@ -47,6 +49,6 @@ func BenchmarkCalibrateParallel(b *testing.B) {
 			spinSink.Add(x)
 			ops.Add(n)
 		})
-		reportCPU(b, c0, ops.Load())
+		benchutil.ReportCPUSince(b, c0, ops.Load())
 	})
 }

@@ -3,8 +3,6 @@ package memstore_test
 import (
 	"context"
 	"runtime"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,34 +34,6 @@ var keysLimit = sluice.PerHour(1000)
 // denyLimit is exhausted on the first request or two and stays so.
 var denyLimit = sluice.PerHour(1)
 
-const numKeys = 1_000_000
-
-var (
-	keysOnce sync.Once
-	keys1M   []string
-)
-
-// benchKeys returns 1,000,000 distinct keys, "user:0000000" …, made once.
-func benchKeys() []string {
-	keysOnce.Do(func() {
-		keys1M = make([]string, numKeys)
-		for i := range keys1M {
-			keys1M[i] = keyOf(i)
-		}
-	})
-	return keys1M
-}
-
-func keyOf(i int) string {
-	var b [16]byte
-	buf := append(b[:0], "user:"...)
-	s := strconv.AppendInt(nil, int64(i), 10)
-	for range 7 - len(s) {
-		buf = append(buf, '0')
-	}
-	return string(append(buf, s...))
-}
-
 func at(i int) time.Time { return benchBase.Add(time.Duration(i) * time.Microsecond) }
 
 func newLimiter(b *testing.B, s sluice.Store, alg sluice.Algorithm, l sluice.Limit) *sluice.Limiter {
@@ -72,17 +42,6 @@ func newLimiter(b *testing.B, s sluice.Store, alg sluice.Algorithm, l sluice.Lim
 		b.Fatal(err)
 	}
 	return lim
-}
-
-// reportCPU reports the CPU time since since per operation of n as
-// cpu-ns/op. On a shared machine the wall time of a benchmark includes the
-// time other processes held the CPU; cpu-ns/op (CPU time ÷ operations,
-// all goroutines included) does not, so it is the steadier figure when the
-// machine is busy.
-func reportCPU(b *testing.B, since time.Duration, n int64) {
-	if n > 0 {
-		b.ReportMetric(float64(benchutil.CPUTime()-since)/float64(n), "cpu-ns/op")
-	}
 }
 
 // BenchmarkHotKey is one key taking one request per µs, all admitted.
@@ -101,7 +60,7 @@ func BenchmarkHotKey(b *testing.B) {
 				}
 				i++
 			}
-			reportCPU(b, c0, int64(i))
+			benchutil.ReportCPUSince(b, c0, int64(i))
 		})
 	}
 }
@@ -125,7 +84,7 @@ func BenchmarkHotKeyParallel(b *testing.B) {
 					}
 				}
 			})
-			reportCPU(b, c0, clock.Load())
+			benchutil.ReportCPUSince(b, c0, clock.Load())
 		})
 	}
 }
@@ -151,7 +110,7 @@ func BenchmarkHotKeyDeny(b *testing.B) {
 				}
 				i++
 			}
-			reportCPU(b, c0, int64(i-1))
+			benchutil.ReportCPUSince(b, c0, int64(i-1))
 		})
 	}
 }
@@ -163,13 +122,13 @@ func filled(b *testing.B, alg sluice.Algorithm) (*memstore.Store, *sluice.Limite
 	ctx := context.Background()
 	s := memstore.New(memstore.Options{})
 	lim := newLimiter(b, s, alg, keysLimit)
-	for i, k := range benchKeys() {
+	for i, k := range benchutil.Keys() {
 		if _, err := lim.AllowAt(ctx, k, at(i), 1); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if n := s.Len(); n != numKeys {
-		b.Fatalf("after filling, Len() = %d, want %d", n, numKeys)
+	if n := s.Len(); n != benchutil.NumKeys {
+		b.Fatalf("after filling, Len() = %d, want %d", n, benchutil.NumKeys)
 	}
 	return s, lim
 }
@@ -178,24 +137,24 @@ func filled(b *testing.B, alg sluice.Algorithm) (*memstore.Store, *sluice.Limite
 // turn, all held by the store (filled before the timer starts).
 func BenchmarkKeys1M(b *testing.B) {
 	ctx := context.Background()
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, alg := range sluice.Algorithms() {
 		b.Run(alg.String(), func(b *testing.B) {
 			s, lim := filled(b, alg)
 			b.ReportAllocs()
-			i := numKeys
+			i := benchutil.NumKeys
 			c0 := benchutil.CPUTime()
 			for b.Loop() {
-				d, err := lim.AllowAt(ctx, keys[i%numKeys], at(i), 1)
+				d, err := lim.AllowAt(ctx, keys[i%benchutil.NumKeys], at(i), 1)
 				if err != nil || !d.Allowed {
-					b.Fatalf("AllowAt(%s, +%dµs) = %+v, %v; want allowed", keys[i%numKeys], i, d, err)
+					b.Fatalf("AllowAt(%s, +%dµs) = %+v, %v; want allowed", keys[i%benchutil.NumKeys], i, d, err)
 				}
 				i++
 			}
 			b.StopTimer()
-			reportCPU(b, c0, int64(i-numKeys))
-			if n := s.Len(); n < numKeys {
-				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, numKeys)
+			benchutil.ReportCPUSince(b, c0, int64(i-benchutil.NumKeys))
+			if n := s.Len(); n < benchutil.NumKeys {
+				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, benchutil.NumKeys)
 			}
 		})
 	}
@@ -206,7 +165,7 @@ func BenchmarkKeys1M(b *testing.B) {
 // own clock.
 func BenchmarkKeys1MParallel(b *testing.B) {
 	ctx := context.Background()
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, alg := range sluice.Algorithms() {
 		// RunParallel calls the function again as b.N grows: fill once.
 		var s *memstore.Store
@@ -220,10 +179,10 @@ func BenchmarkKeys1MParallel(b *testing.B) {
 			b.ResetTimer()
 			c0 := benchutil.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
-				i := numKeys + int(g.Add(1))*(numKeys/16+7)
+				i := benchutil.NumKeys + int(g.Add(1))*(benchutil.NumKeys/16+7)
 				n := int64(0)
 				for pb.Next() {
-					if _, err := lim.AllowAt(ctx, keys[i%numKeys], at(i), 1); err != nil {
+					if _, err := lim.AllowAt(ctx, keys[i%benchutil.NumKeys], at(i), 1); err != nil {
 						b.Error(err)
 						return
 					}
@@ -233,9 +192,9 @@ func BenchmarkKeys1MParallel(b *testing.B) {
 				ops.Add(n)
 			})
 			b.StopTimer()
-			reportCPU(b, c0, ops.Load())
-			if n := s.Len(); n < numKeys {
-				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, numKeys)
+			benchutil.ReportCPUSince(b, c0, ops.Load())
+			if n := s.Len(); n < benchutil.NumKeys {
+				b.Fatalf("after the run, Len() = %d, want ≥ %d", n, benchutil.NumKeys)
 			}
 		})
 		s, lim = nil, nil
@@ -258,7 +217,7 @@ func TestManyKeysSurviveSweeps(t *testing.T) {
 		return long
 	}
 	for i := range n {
-		r := sluice.Request{Key: keyOf(i), Algorithm: sluice.FixedWindow, Limit: limitOf(i), Cost: int64(1 + i%3), Now: benchBase}
+		r := sluice.Request{Key: benchutil.Key(i), Algorithm: sluice.FixedWindow, Limit: limitOf(i), Cost: int64(1 + i%3), Now: benchBase}
 		if _, err := s.Take(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -275,24 +234,15 @@ func TestManyKeysSurviveSweeps(t *testing.T) {
 	}
 	for i := 1; i < n; i += 2 {
 		// A query (cost 0) reads the count without changing it.
-		r := sluice.Request{Key: keyOf(i), Algorithm: sluice.FixedWindow, Limit: long, Cost: 0, Now: later}
+		r := sluice.Request{Key: benchutil.Key(i), Algorithm: sluice.FixedWindow, Limit: long, Cost: 0, Now: later}
 		d, err := s.Take(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := int64(10 - (1 + i%3)); d.Remaining != want {
-			t.Fatalf("Take(%s, cost 0, +2s).Remaining = %d, want %d (its count was lost)", keyOf(i), d.Remaining, want)
+			t.Fatalf("Take(%s, cost 0, +2s).Remaining = %d, want %d (its count was lost)", benchutil.Key(i), d.Remaining, want)
 		}
 	}
-}
-
-// heapAlloc returns the live heap after a full collection.
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // BenchmarkMemory1M fills a store with 1,000,000 keys, one request each,
@@ -308,34 +258,34 @@ func heapAlloc() uint64 {
 //	ns/key       fill time per key
 func BenchmarkMemory1M(b *testing.B) {
 	ctx := context.Background()
-	keys := benchKeys()
+	keys := benchutil.Keys()
 	for _, alg := range sluice.Algorithms() {
 		b.Run(alg.String(), func(b *testing.B) {
 			var perKey, perKeyStr, nsKey float64
 			for range b.N {
-				before := heapAlloc()
+				before := benchutil.HeapAlloc()
 				start := time.Now()
 				s, _ := filled(b, alg)
-				nsKey = float64(time.Since(start).Nanoseconds()) / numKeys
-				after := heapAlloc()
+				nsKey = float64(time.Since(start).Nanoseconds()) / benchutil.NumKeys
+				after := benchutil.HeapAlloc()
 				runtime.KeepAlive(s)
-				perKey = float64(int64(after)-int64(before)) / numKeys
+				perKey = float64(int64(after)-int64(before)) / benchutil.NumKeys
 				s = nil
 
-				before = heapAlloc()
+				before = benchutil.HeapAlloc()
 				s = memstore.New(memstore.Options{})
 				lim := newLimiter(b, s, alg, keysLimit)
-				for i := range numKeys {
-					if _, err := lim.AllowAt(ctx, keyOf(i), at(i), 1); err != nil {
+				for i := range benchutil.NumKeys {
+					if _, err := lim.AllowAt(ctx, benchutil.Key(i), at(i), 1); err != nil {
 						b.Fatal(err)
 					}
 				}
-				after = heapAlloc()
-				if n := s.Len(); n != numKeys {
-					b.Fatalf("Len() = %d, want %d", n, numKeys)
+				after = benchutil.HeapAlloc()
+				if n := s.Len(); n != benchutil.NumKeys {
+					b.Fatalf("Len() = %d, want %d", n, benchutil.NumKeys)
 				}
 				runtime.KeepAlive(s)
-				perKeyStr = float64(int64(after)-int64(before)) / numKeys
+				perKeyStr = float64(int64(after)-int64(before)) / benchutil.NumKeys
 			}
 			runtime.KeepAlive(keys)
 			b.ReportMetric(perKey, "B/key")
@@ -365,7 +315,7 @@ func BenchmarkNamespace(b *testing.B) {
 					}
 					i++
 				}
-				reportCPU(b, c0, int64(i))
+				benchutil.ReportCPUSince(b, c0, int64(i))
 			})
 		}
 	}
