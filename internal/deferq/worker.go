@@ -349,6 +349,9 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 				return result{e: e, after: max(after, time.Millisecond)}
 			}
 		}
+		if ctx.Err() != nil {
+			return result{e: e, after: time.Second} // stopping: start no send
+		}
 		e.unrecorded = w.deliver(ctx, e)
 	}
 	out := e.unrecorded
@@ -388,10 +391,13 @@ func (w *worker) backoff(e *entry, out *outcome) time.Duration {
 	return max(b, min(out.retry, o.MaxBackoff))
 }
 
-// deliver sends e to the upstream once.
+// deliver sends e to the upstream once. A send begun runs to its end,
+// bounded by DeliveryTimeout, even when the worker stops: cut off, the
+// upstream may have it while the attempt is recorded as failed (and on the
+// last attempt dead-lettered).
 func (w *worker) deliver(ctx context.Context, e *entry) *outcome {
 	o := &w.q.o
-	ctx, cancel := context.WithTimeout(ctx, o.DeliveryTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.DeliveryTimeout)
 	defer cancel()
 	req, err := w.request(ctx, e)
 	if err != nil {
