@@ -24,7 +24,8 @@
 // (XREADGROUP), claims entries left pending by a dead instance once they
 // have been idle for ClaimIdle (XAUTOCLAIM), and keeps the entries it holds
 // alive by claiming them again for itself every ClaimIdle/3 (so a live but
-// patient instance is never robbed). A held entry is sent when it is the
+// patient instance is never robbed), those still pending with it only (one
+// another instance claimed while this one was silent stays with that one). A held entry is sent when it is the
 // oldest of its key (the key's list: order per key holds across the
 // fleet), its owner is still this instance, and the rule's limit on its key
 // admits it (the same counter live traffic uses, so the upstream never sees

@@ -25,9 +25,13 @@ var beginLua string
 //go:embed finish.lua
 var finishLua string
 
+//go:embed keep.lua
+var keepLua string
+
 var (
 	beginScript  = rueidis.NewLuaScript(beginLua)
 	finishScript = rueidis.NewLuaScript(finishLua)
+	keepScript   = rueidis.NewLuaScript(keepLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule (approximately).
@@ -290,7 +294,8 @@ func (w *worker) dispatch(ctx context.Context) {
 
 // keepClaimed claims the held entries again for this instance, restarting
 // their idle time, so that no other instance takes them while they wait
-// for the rate or a retry.
+// for the rate or a retry. Only those still pending with this instance:
+// one another instance claimed while this one was silent is its now.
 func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
 	if len(bySID) == 0 {
 		return
@@ -303,7 +308,7 @@ func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
 	for len(ids) > 0 {
 		n := min(len(ids), 100)
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.Do(ctx, c.B().Xclaim().Key(w.base+"q").Group(group).Consumer(w.q.o.Consumer).MinIdleTime("0").Id(ids[:n]...).Justid().Build()).Error()
+		err := keepScript.Exec(ctx, c, []string{w.base + "q"}, append([]string{group, w.q.o.Consumer}, ids[:n]...)).Error()
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.q.o.Logger.Warn("defer: keep entries claimed", "rule", w.name, "err", err)
