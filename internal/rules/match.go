@@ -216,11 +216,18 @@ func (r *Rule) head(v []byte) string {
 }
 
 // queryValue returns the first value of parameter name in a raw query, or
-// "" — without building the whole url.Values map.
+// "" — without building the whole url.Values map. It reads the query as
+// url.ParseQuery does (so as URL.Query().Get, httplimit and a Go upstream
+// read it): a pair with a ';' or a bad escape is skipped, not taken for
+// the value, since httputil.ReverseProxy drops such pairs on the way
+// upstream and the upstream would read the next one.
 func queryValue(raw, name string) string {
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
+		if strings.IndexByte(kv, ';') >= 0 {
+			continue
+		}
 		k, v, _ := strings.Cut(kv, "=")
 		if strings.ContainsAny(k, "%+") {
 			var err error
@@ -234,7 +241,7 @@ func queryValue(raw, name string) string {
 		if strings.ContainsAny(v, "%+") {
 			u, err := url.QueryUnescape(v)
 			if err != nil {
-				return ""
+				continue
 			}
 			v = u
 		}

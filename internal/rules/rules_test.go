@@ -114,6 +114,8 @@ func TestKeyFor(t *testing.T) {
 		{[]string{"query:user"}, request("GET", "/?username=bob"), ip1, "", false, "prefix is not the name"},
 		{[]string{"query:user"}, request("GET", "/?user="), ip1, "", false, "empty value"},
 		{[]string{"query:user"}, request("GET", "/?user=%zz"), ip1, "", false, "bad escape"},
+		{[]string{"query:user"}, request("GET", "/?user=%zz&user=eve"), ip1, "eve", true, "a pair with a bad escape skipped, as url.ParseQuery does"},
+		{[]string{"query:user"}, request("GET", "/?user=x;y&user=eve"), ip1, "eve", true, "a pair with a ';' skipped, as url.ParseQuery does"},
 		{[]string{"cookie:session"}, request("GET", "/", "Cookie: a=1; session=s3"), ip1, "s3", true, ""},
 		{[]string{"cookie:session"}, request("GET", "/", "Cookie: a=1"), ip1, "", false, "missing cookie"},
 		{[]string{"method"}, request("post", "/"), ip1, "POST", true, "method upper-cased"},

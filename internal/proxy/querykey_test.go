@@ -1,0 +1,41 @@
+package proxy_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// A rule keyed by a query parameter counts the value the upstream reads:
+// a pair that url.ParseQuery drops (a bad escape, a ';') and that the
+// proxy therefore does not forward (httputil.ReverseProxy re-encodes such
+// a query without it) must not be the one counted, or a client puts a
+// fresh value there on each request and the limit of the value the
+// upstream sees never applies.
+func TestQueryKeyIsTheUpstreamsValue(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(r.URL.Query().Get("api_key")))
+	})
+	f := start(t, setup{specs: []rules.Spec{
+		{Name: "per-key", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
+	}, up: &upstream{srv: rec.srv}})
+	for i, q := range []string{
+		"api_key=victim",
+		"api_key=%zz&api_key=victim",
+		"api_key=a1;&api_key=victim",
+		"api_key=a2%3&api_key=victim",
+	} {
+		resp, body := get(t, f.proxy.URL+"/?"+q, nil)
+		want := http.StatusOK
+		if i > 0 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want {
+			t.Errorf("GET /?%s: %d %q, want %d (the upstream would read api_key=victim, over its limit)", q, resp.StatusCode, body, want)
+		}
+	}
+	if n := rec.count(); n != 1 {
+		t.Errorf("upstream saw %d requests with api_key=victim, want 1 (rate 1/m)", n)
+	}
+}
