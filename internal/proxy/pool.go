@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/rawio"
@@ -42,6 +43,11 @@ type upConn struct {
 	// abort ends the connection's reads and writes at once (the client
 	// went away); made once, so that watching costs no allocation.
 	abort func()
+	// sc and peek tell whether the socket holds bytes (or an EOF) while
+	// the connection is idle (pending); peek is bound once, as abort.
+	sc     syscall.RawConn
+	peek   func(fd uintptr)
+	peeked bool
 
 	// With raw I/O (rawio), the request is held in out while hold is
 	// set, and sent by the next Read with rawio.Conn.WriteRead: the
@@ -99,6 +105,16 @@ func (p *pool) get(ctx context.Context, now time.Time) (c *upConn, reused bool, 
 		p.idle = p.idle[:n-1]
 		if idle := now.Sub(c.used); idle < p.idleTimeout {
 			p.mu.Unlock()
+			if c.pending() {
+				// Bytes the upstream sent after its last answer was
+				// read whole (or its close): read now, they would be
+				// taken for the answer to another client's request.
+				// net/http's Transport closes such a connection too
+				// ("Unsolicited response received on idle HTTP channel").
+				c.nc.Close()
+				p.mu.Lock()
+				continue
+			}
 			c.warm = idle < time.Second
 			return c, true, nil
 		}
@@ -109,8 +125,13 @@ func (p *pool) get(ctx context.Context, now time.Time) (c *upConn, reused bool, 
 	if err != nil {
 		return nil, false, err
 	}
+	c = &upConn{lim: -1, hdr: make(http.Header), warm: true}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.sc, _ = sc.SyscallConn()
+		c.peek = c.peekFd
+	}
 	nc = rawio.Wrap(nc)
-	c = &upConn{nc: nc, lim: -1, hdr: make(http.Header), warm: true}
+	c.nc = nc
 	c.raw, _ = nc.(*rawio.Conn)
 	c.abort = func() { nc.SetDeadline(time.Unix(1, 0)) }
 	c.br = bufio.NewReaderSize(c, 4<<10)

@@ -1,0 +1,24 @@
+//go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd
+
+package proxy
+
+import "syscall"
+
+// pending reports whether c's socket holds bytes or an EOF that nobody
+// asked for: c is idle, so anything there is not an answer to the request
+// about to be sent. One non-blocking peek, no allocation.
+func (c *upConn) pending() bool {
+	if c.sc == nil {
+		return false
+	}
+	c.peeked = false
+	c.sc.Control(c.peek)
+	return c.peeked
+}
+
+// peekFd is c.peek: a byte or an EOF (n 0 with no error) is there.
+func (c *upConn) peekFd(fd uintptr) {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	c.peeked = n > 0 || n == 0 && err == nil
+}

@@ -1,0 +1,62 @@
+package proxy_test
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/proxy"
+)
+
+// Bytes an upstream sends after an answer was read whole (past its
+// Content-Length, or a body to a HEAD, written late) are no answer to the
+// next request: the fast path must not reuse that connection and hand them
+// to another client, as net/http's Transport does not ("Unsolicited
+// response received on idle HTTP channel").
+func TestUnsolicitedUpstreamBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	goAhead, written := make(chan struct{}), make(chan struct{})
+	go func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn, first bool) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if first && i == 0 {
+						c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+						<-goAhead
+						// Nobody asked for this: the upstream is wrong, and
+						// no client may get it.
+						c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nSECRET"))
+						close(written)
+						continue
+					}
+					c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(req.URL.Path)) + "\r\n\r\n" + req.URL.Path))
+				}
+			}(c, first)
+		}
+	}()
+	p := proxyTo(t, "http://"+ln.Addr().String(), proxy.Options{})
+	if _, body := get(t, p.URL+"/a", nil); body != "ok" {
+		t.Fatalf("first answer %q, want ok", body)
+	}
+	close(goAhead)
+	<-written // in the proxy's socket: loopback delivers within the write
+	if _, body := get(t, p.URL+"/bb", nil); body != "/bb" {
+		t.Errorf("second answer %q, want /bb (the upstream's answer to it, not bytes it sent unasked before)", body)
+	}
+}
