@@ -24,7 +24,13 @@ func Watch(ctx context.Context) (context.Context, func()) {
 	if c == nil || c.in.has || c.buffered() > 0 {
 		return ctx, func() {}
 	}
-	c.forgetReadDeadline() // stop clears it
+	// The header deadline the front leaves while the handler runs would
+	// end the watch of a request held past it (a delay longer than
+	// read_header_timeout) and count the client slow: lifted, as net/http
+	// lifts it once the head is read. stop ends the read; the front sets
+	// the next deadline.
+	c.forgetReadDeadline()
+	c.nc.SetReadDeadline(time.Time{})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
