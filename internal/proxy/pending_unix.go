@@ -16,9 +16,10 @@ func (c *upConn) pending() bool {
 	return c.peeked
 }
 
-// peekFd is c.peek: a byte or an EOF (n 0 with no error) is there.
+// peekFd is c.peek: anything but "nothing to read yet" — a byte, an EOF
+// (n 0 with no error), a reset — makes the connection unfit.
 func (c *upConn) peekFd(fd uintptr) {
 	var b [1]byte
-	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	c.peeked = n > 0 || n == 0 && err == nil
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	c.peeked = err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -22,12 +23,14 @@ func TestUnsolicitedUpstreamBytes(t *testing.T) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	goAhead, written := make(chan struct{}), make(chan struct{})
+	var conns atomic.Int64
 	go func() {
 		for first := true; ; first = false {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			conns.Add(1)
 			go func(c net.Conn, first bool) {
 				defer c.Close()
 				br := bufio.NewReader(c)
@@ -58,5 +61,9 @@ func TestUnsolicitedUpstreamBytes(t *testing.T) {
 	<-written // in the proxy's socket: loopback delivers within the write
 	if _, body := get(t, p.URL+"/bb", nil); body != "/bb" {
 		t.Errorf("second answer %q, want /bb (the upstream's answer to it, not bytes it sent unasked before)", body)
+	}
+	// A connection with nothing unasked on it is reused.
+	if _, body := get(t, p.URL+"/ccc", nil); body != "/ccc" || conns.Load() != 2 {
+		t.Errorf("third answer %q on %d upstream connections; want /ccc on the second one, reused", body, conns.Load())
 	}
 }
