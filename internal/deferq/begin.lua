@@ -3,9 +3,11 @@
 -- its key, and that the entry is still pending with this consumer; then
 -- claims it again, so its idle time restarts.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
--- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID)
--- Returns 'ok', 'wait' (an older request of the key goes first), 'lost'
--- (another consumer holds it) or 'final' (already settled; cleaned up).
+-- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID), 5 now (ms)
+-- Returns 'ok', 'wait' (an older request of the key goes first), 'later:N'
+-- (a failed request whose next attempt is N ms away: its back-off holds
+-- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
+-- (already settled; cleaned up).
 local state = redis.call('HGET', KEYS[2], 'state')
 if not state then
   -- The record expired while the request waited (a settled request is
@@ -25,6 +27,12 @@ if #p == 0 or p[1][2] ~= ARGV[2] then
 end
 if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[4] then
   return 'wait'
+end
+if state == 'failed' then
+  local nx = tonumber(redis.call('HGET', KEYS[2], 'next'))
+  if nx and nx > tonumber(ARGV[5]) then
+    return 'later:' .. string.format('%d', nx - tonumber(ARGV[5]))
+  end
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 return 'ok'

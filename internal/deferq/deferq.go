@@ -25,13 +25,15 @@
 // have been idle for ClaimIdle (XAUTOCLAIM), and keeps the entries it holds
 // alive by claiming them again for itself every ClaimIdle/3 (so a live but
 // patient instance is never robbed), those still pending with it only (one
-// another instance claimed while this one was silent stays with that one). A held entry is sent when it is the
-// oldest of its key (the key's list: order per key holds across the
-// fleet), its owner is still this instance, and the rule's limit on its key
-// admits it (the same counter live traffic uses, so the upstream never sees
-// more than the rate). The outcome is recorded in one script: the state
-// (delivered with the upstream's status, failed and waiting to be retried,
-// or dead-lettered), XACK and XDEL, all at once.
+// another instance claimed while this one was silent stays with that one).
+// A held entry is sent when it is the oldest of its key (the key's list:
+// order per key holds across the fleet), its owner is still this instance,
+// its next attempt is due if one failed (whichever instance recorded it),
+// and the rule's limit on its key admits it (the same counter live traffic
+// uses, so the upstream never sees more than the rate). The outcome is
+// recorded in one script: the state (delivered with the upstream's status,
+// failed and waiting to be retried, or dead-lettered), XACK and XDEL, all
+// at once.
 //
 // An upstream answer below 500 other than 429 is final (delivered, with
 // that status); 429, 5xx and transport errors are retried with exponential

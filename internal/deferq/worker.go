@@ -328,7 +328,8 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	}
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id}).ToString()
+		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id,
+			strconv.FormatInt(time.Now().UnixMilli(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
 		switch {
@@ -338,6 +339,9 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 			return result{e: e, drop: true}
 		case verdict == "wait":
 			return result{e: e, after: 250 * time.Millisecond}
+		case strings.HasPrefix(verdict, "later:"):
+			ms, _ := strconv.ParseInt(strings.TrimPrefix(verdict, "later:"), 10, 64)
+			return result{e: e, after: max(time.Duration(ms)*time.Millisecond, time.Millisecond)}
 		}
 		r := w.rule.Load()
 		if r.Take != nil {
