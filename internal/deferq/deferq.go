@@ -21,7 +21,8 @@
 // # Delivery
 //
 // Each instance is one consumer of the rule's group. It reads new entries
-// (XREADGROUP), claims entries left pending by a dead instance once they
+// (XREADGROUP) while it holds fewer than MaxHeld and their bytes fit in
+// Options.MaxHeldBytes, claims entries left pending by a dead instance once they
 // have been idle for ClaimIdle (XAUTOCLAIM), and keeps the entries it holds
 // alive by claiming them again for itself every ClaimIdle/3 (so a live but
 // patient instance is never robbed), those still pending with it only (one
@@ -91,6 +92,8 @@ const (
 	DefaultMaxBodyBytes    = 1 << 20
 	// MaxHeld bounds the entries one instance holds per rule at once.
 	MaxHeld = 1000
+	// DefaultMaxHeldBytes bounds the memory those entries take, per rule.
+	DefaultMaxHeldBytes = 64 << 20
 
 	group = "sluice"
 )
@@ -141,6 +144,14 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Concurrency bounds the deliveries in flight per rule; default 16.
 	Concurrency int
+	// MaxHeldBytes bounds the bytes of the new requests (bodies, headers,
+	// targets) one instance reads into memory per rule while it holds
+	// others; default DefaultMaxHeldBytes. An entry not yet read counts as
+	// the rule's MaxBodyBytes, so at most MaxHeldBytes/MaxBodyBytes are
+	// read at once (at least one while none is held); the rest wait in
+	// Redis. Requests claimed from a silent instance come on top: at most
+	// what that instance held.
+	MaxHeldBytes int64
 	// StatusTTL is how long an outcome can be read after it is recorded;
 	// default 24h.
 	StatusTTL time.Duration
@@ -192,6 +203,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
+	}
+	if o.MaxHeldBytes <= 0 {
+		o.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -47,10 +47,12 @@ type worker struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 
-	in   chan []rueidis.XRangeEntry
+	in   chan []*entry
 	done chan result
 	room chan struct{}
-	held atomic.Int64
+	held atomic.Int64 // entries held (read, not yet settled or lost)
+	// heldBytes is their size (entry.size), bounded by MaxHeldBytes.
+	heldBytes atomic.Int64
 }
 
 // entry is one queued request this instance holds.
@@ -64,6 +66,11 @@ type entry struct {
 	// unrecorded is an outcome the upstream produced but Redis did not
 	// take yet: recorded on the next turn instead of sending again.
 	unrecorded *outcome
+}
+
+// size is what e holds in memory, near enough: its strings.
+func (e *entry) size() int64 {
+	return int64(len(e.sid) + len(e.id) + len(e.key) + len(e.method) + len(e.uri) + len(e.header) + len(e.body))
 }
 
 type outcome struct {
@@ -86,7 +93,7 @@ func newWorker(q *Queue, r *Rule) *worker {
 		name: r.Name,
 		base: q.base(Tag(r.Name)),
 		quit: make(chan struct{}),
-		in:   make(chan []rueidis.XRangeEntry),
+		in:   make(chan []*entry),
 		done: make(chan result),
 		room: make(chan struct{}, 1),
 	}
@@ -130,7 +137,7 @@ func (w *worker) run(parent context.Context) {
 }
 
 // read feeds the dispatcher: stale entries claimed from dead instances,
-// then new entries, while fewer than MaxHeld are held.
+// then new entries, while there is room for them (capacity).
 func (w *worker) read(ctx context.Context) {
 	c := w.q.o.Connect() // run waited for it
 	q := w.base + "q"
@@ -142,6 +149,10 @@ func (w *worker) read(ctx context.Context) {
 		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
 			lastClaim = time.Now()
 			cursor := "0-0"
+			// Not bounded by capacity: a held entry may wait for an
+			// older one of its key that only a claim brings back, and
+			// what a silent instance left pending is at most what it
+			// held, within its own bound.
 			for range 10 { // at most 1000 entries per round
 				arr, err := c.Do(ctx, c.B().Xautoclaim().Key(q).Group(group).Consumer(me).MinIdleTime(idle).Start(cursor).Count(100).Build()).ToArray()
 				if err != nil || len(arr) < 2 {
@@ -163,7 +174,8 @@ func (w *worker) read(ctx context.Context) {
 				}
 			}
 		}
-		if w.held.Load() >= MaxHeld {
+		n := w.capacity()
+		if n < 1 {
 			select {
 			case <-w.room:
 			case <-time.After(time.Second):
@@ -172,7 +184,7 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		res, err := c.Do(ctx, c.B().Xreadgroup().Group(group, me).Count(100).Block(block).Streams().Key(q).Id(">").Build()).AsXRead()
+		res, err := c.Do(ctx, c.B().Xreadgroup().Group(group, me).Count(n).Block(block).Streams().Key(q).Id(">").Build()).AsXRead()
 		if err != nil {
 			if rueidis.IsRedisNil(err) {
 				continue
@@ -195,12 +207,52 @@ func (w *worker) read(ctx context.Context) {
 	}
 }
 
+// capacity is how many more new entries this instance may read for the
+// rule now, at most 100: fewer than MaxHeld held in all, and their bytes under
+// MaxHeldBytes, each entry not yet read counted at the rule's largest
+// body (its size is not known before it is read). At least one while
+// none is held, so that a rule whose bodies may be larger than
+// MaxHeldBytes still moves, one at a time.
+func (w *worker) capacity() int64 {
+	held := w.held.Load()
+	n := min(100, MaxHeld-held, (w.q.o.MaxHeldBytes-w.heldBytes.Load())/max(1, w.rule.Load().MaxBody()))
+	if held == 0 {
+		n = max(n, 1)
+	}
+	return n
+}
+
+// send hands the entries read to the dispatcher, counted as held from
+// now, so that the next capacity sees them.
 func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
+	batch := make([]*entry, 0, len(es))
+	for _, x := range es {
+		f := x.FieldValues
+		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
+		w.hold(e, 1)
+		batch = append(batch, e)
+	}
 	select {
-	case w.in <- es:
+	case w.in <- batch:
 		return true
 	case <-ctx.Done():
+		for _, e := range batch {
+			w.hold(e, -1)
+		}
 		return false
+	}
+}
+
+// hold counts e as held (d = 1) or no longer (d = -1); then there is room
+// for the reader.
+func (w *worker) hold(e *entry, d int64) {
+	w.held.Add(d)
+	w.heldBytes.Add(d * e.size())
+	if d < 0 {
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -229,11 +281,7 @@ func (w *worker) dispatch(ctx context.Context) {
 		} else {
 			byKey[e.key] = l
 		}
-		w.held.Add(-1)
-		select {
-		case w.room <- struct{}{}:
-		default:
-		}
+		w.hold(e, -1)
 	}
 	for {
 		// Start what is due; arm the timer for the next due head.
@@ -261,15 +309,13 @@ func (w *worker) dispatch(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case es := <-w.in:
-			for _, x := range es {
-				if _, ok := bySID[x.ID]; ok {
+			for _, e := range es {
+				if _, ok := bySID[e.sid]; ok {
+					w.hold(e, -1) // held already
 					continue
 				}
-				f := x.FieldValues
-				e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
 				bySID[e.sid] = e
 				byKey[e.key] = insertOrdered(byKey[e.key], e)
-				w.held.Add(1)
 			}
 		case r := <-w.done:
 			inflight--
