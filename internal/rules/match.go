@@ -24,9 +24,15 @@ const MaxKeyLen = 256
 // a rule for "/login"; with match.case_insensitive, case is folded too
 // (FoldedPath). An exact path matches only itself; a prefix "/api/*"
 // matches "/api" and everything under "/api/", but not "/apix". No path
-// matches every path.
+// matches every path. A path also matches as servers that route on the
+// path as sent see it (segmentView): "/api/%2E%2E/x" and "/api/../x" are
+// under "/api/*" for them, though their canonical form is "/x".
 func (r *Rule) Matches(method, path string) bool {
-	return r.matches(method, r.canonical(path))
+	if r.matches(method, r.canonical(path)) {
+		return true
+	}
+	v, ok := segmentView(path, r.Fold)
+	return ok && r.matches(method, v)
 }
 
 // canonical returns the form of path r compares.
@@ -60,9 +66,13 @@ func (r *Rule) matches(method, p string) bool {
 }
 
 // reqPath holds a request's canonical path, and its folded form once a
-// case-insensitive rule asks for it.
+// case-insensitive rule asks for it; and its segment view (segmentView,
+// folded or not) once a rule the canonical form does not match asks.
 type reqPath struct {
 	raw, canon, folded string
+	url                *url.URL
+	seg                [2]string // [fold]; "": none (nothing to add)
+	segMade            [2]bool
 }
 
 func newReqPath(req *http.Request) reqPath {
@@ -70,7 +80,23 @@ func newReqPath(req *http.Request) reqPath {
 	if req.URL != nil {
 		raw = req.URL.Path
 	}
-	return reqPath{raw: raw, canon: CanonicalPath(raw)}
+	return reqPath{raw: raw, canon: CanonicalPath(raw), url: req.URL}
+}
+
+// segmentOf returns the segment view rule r compares, or "" when it
+// tells nothing the canonical form does not.
+func (p *reqPath) segmentOf(r *Rule) string {
+	i := 0
+	if r.Fold {
+		i = 1
+	}
+	// An escape that changes the segments sets RawPath (url.URL); a dot
+	// segment is in Path as it came.
+	if !p.segMade[i] && p.url != nil && (p.url.RawPath != "" || dotSegment(p.url.Path)) {
+		p.seg[i], _ = segmentView(p.url.EscapedPath(), r.Fold)
+	}
+	p.segMade[i] = true
+	return p.seg[i]
 }
 
 // of returns the form of the path rule r compares.
@@ -96,7 +122,9 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 	for _, r := range s.Rules {
 		rp := p.of(r)
 		if !r.matches(req.Method, rp) {
-			continue
+			if v := p.segmentOf(r); v == "" || !r.matches(req.Method, v) {
+				continue
+			}
 		}
 		if k, ok := r.keyFor(req, clientIP, rp); ok {
 			dst = append(dst, Match{Rule: r, Key: k})

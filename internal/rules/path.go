@@ -210,3 +210,65 @@ func hasDotSegment(p string) bool {
 	}
 	return false
 }
+
+// segmentView returns the escaped URL path p as servers that route on the
+// path as sent see it, segment by segment (Go's ServeMux, Node's http and
+// Express, Envoy by default): split at '/' only, empty segments dropped,
+// "." and ".." kept as segments, each segment percent-decoded once, with a
+// decoded '/' written "%2F" so that it stays within its segment; case
+// folded with fold. Such a server routes /api/%2E%2E/x, /api/..%2Fx and
+// /api/../x under /api/, where CanonicalPath sees /x: a rule matches if
+// either view does. ok false: p has no escape and no dot segment, so this
+// view tells nothing CanonicalPath's does not.
+func segmentView(p string, fold bool) (v string, ok bool) {
+	if strings.IndexByte(p, '%') < 0 && !dotSegment(p) {
+		return "", false
+	}
+	out := make([]byte, 0, len(p)+1)
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" {
+			continue
+		}
+		out = append(out, '/')
+		var dec []byte
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if c == '%' && i+2 < len(seg) && ishex(seg[i+1]) && ishex(seg[i+2]) {
+				c = unhex(seg[i+1])<<4 | unhex(seg[i+2])
+				i += 2
+				if c == '/' {
+					dec = append(dec, "%2F"...)
+					continue
+				}
+			}
+			dec = append(dec, c)
+		}
+		if fold {
+			out = appendFolded(out, dec)
+		} else {
+			out = append(out, dec...)
+		}
+	}
+	if len(out) == 0 {
+		return "/", true
+	}
+	return string(out), true
+}
+
+// dotSegment reports whether p has a "." or ".." segment, without
+// allocating.
+func dotSegment(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '.' || i > 0 && p[i-1] != '/' {
+			continue
+		}
+		j := i + 1
+		if j < len(p) && p[j] == '.' {
+			j++
+		}
+		if j == len(p) || p[j] == '/' {
+			return true
+		}
+	}
+	return false
+}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bufio"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -272,4 +273,40 @@ func BenchmarkCanonicalPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzPrefixAsServeMux: a request that Go's ServeMux serves from its
+// "/api/" handler (its routing reads the path as sent, segment by segment)
+// is matched by a rule for "/api/*", whatever its spelling; and one it
+// serves from its "/login" handler by a rule for "/login".
+func FuzzPrefixAsServeMux(f *testing.F) {
+	for _, s := range []string{"/api/x", "/api/%2E%2E/x", "/api/..%2Fx", "/x/../api/y", "/%61pi/x", "/api", "/login", "/%6Cogin", "/api%2Fx"} {
+		f.Add(s)
+	}
+	set := mustCompile(f,
+		Spec{Name: "api", Rate: "1/s", Match: MatchSpec{Path: "/api/*"}},
+		Spec{Name: "login", Rate: "1/s", Match: MatchSpec{Path: "/login"}},
+	)
+	var served string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/", func(http.ResponseWriter, *http.Request) { served = "api" })
+	mux.HandleFunc("/login", func(http.ResponseWriter, *http.Request) { served = "login" })
+	mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) { served = "" })
+	f.Fuzz(func(t *testing.T, target string) {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n")))
+		if err != nil || req.URL.Path == "" || req.URL.Path[0] != '/' {
+			return // net/http's server refuses it, or no path to route
+		}
+		served = "-"
+		mux.ServeHTTP(httptest.NewRecorder(), req)
+		if served == "-" || served == "" {
+			return // redirected (a path ServeMux cleans first), or not served by either
+		}
+		for _, m := range set.Match(req, ip1, nil) {
+			if m.Rule.Name == served {
+				return
+			}
+		}
+		t.Fatalf("ServeMux serves %q from its %q handler; the rule for it does not match", target, served)
+	})
 }

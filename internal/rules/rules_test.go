@@ -51,7 +51,16 @@ func TestMatches(t *testing.T) {
 		{MatchSpec{Path: "/api/*"}, "GET", "/apix", false},
 		{MatchSpec{Path: "/api/*"}, "GET", "/ap", false},
 		{MatchSpec{Path: "/api/*"}, "GET", "/x/../api/v1", true},
-		{MatchSpec{Path: "/api/*"}, "GET", "/api/../admin", false},
+		// Under /api/ for servers that route on the path as sent (Node,
+		// Express; Go's ServeMux for escaped dots and slashes), /admin
+		// for those that resolve dot segments first: both count.
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/../admin", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/%2E%2E/admin", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api/..%2fadmin", true},
+		{MatchSpec{Path: "/api/*", CaseInsensitive: true}, "GET", "/API/%2e%2E/admin", true},
+		{MatchSpec{Path: "/api/*"}, "GET", "/api%2F..%2Fadmin", false}, // one segment "api/../admin": / for both
+		{MatchSpec{Path: "/admin"}, "GET", "/api/../admin", true},
+		{MatchSpec{Path: "/admin"}, "GET", "/api/..%2Fadmin", true},
 		{MatchSpec{Path: "/*"}, "GET", "/", true},
 		{MatchSpec{Path: "/*"}, "GET", "/a/b", true},
 		{MatchSpec{Path: "/"}, "GET", "/", true},
