@@ -43,13 +43,31 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	ms := e.Match(orig, ip, buf[:0])
 	*o = origRequest{} // nothing of the request is pooled with it
 	origRequests.Put(o)
-	res := e.Admit(r.Context(), ms, 1)
+	ctx, stop := r.Context(), func() {}
+	if delays(ms) {
+		// On the h1 front, have the connection watched while the answer
+		// may be held, so that a gateway that leaves ends the wait, as
+		// on net/http (the proxy does the same).
+		ctx, stop = h1.Watch(ctx)
+	}
+	res := e.Admit(ctx, ms, 1)
+	stop()
 	if !res.Allowed {
 		engine.WriteDenied(w, &res, h.o.DenyStatus)
 		return
 	}
 	res.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
+}
+
+// delays reports whether a rule of ms may hold the answer (action delay).
+func delays(ms []rules.Match) bool {
+	for i := range ms {
+		if ms[i].Rule.Action == rules.Delay {
+			return true
+		}
+	}
+	return false
 }
 
 // origRequest is the storage of the request a gateway asks about, pooled:
