@@ -46,8 +46,9 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		// serves a body.
 		d.apiFront = h1.New(d.apiSrv)
 		d.apiFront.MaxBody = cfg.Limits.MaxBodyBytes
-		// Its handlers answer within the store's timeout, never waiting
-		// on their own: answers to pipelined requests may go out together.
+		// Its handlers answer within the store's timeout (forward auth
+		// held by action delay asks for h1.Watch, which writes the held
+		// answers first): answers to pipelined requests may go out together.
 		d.apiFront.BatchAnswers = apiBatchAnswers
 	}
 	if cfg.Proxy != nil {

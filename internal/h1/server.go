@@ -74,7 +74,8 @@ type Server struct {
 	// 4 KiB), so that requests a client pipelines are answered with one
 	// write instead of one each. An answer held waits for the next
 	// request's handler: set it only where handlers answer quickly (the
-	// decision API, not a proxy whose upstream may take its time). 0
+	// decision API, not a proxy whose upstream may take its time), or
+	// call Watch before a wait (it writes the held answers first). 0
 	// (the default): every answer is written at once, as net/http does.
 	// Set it before Serve.
 	BatchAnswers int
@@ -238,6 +239,8 @@ type conn struct {
 	idle     atomic.Bool // waiting for the first byte of a request
 	rq       request     // reused from request to request
 	res      response    // reused from request to request
+	bw       *bufio.Writer
+	held     int // answers in bw not yet written (BatchAnswers)
 
 	ctx      context.Context // the requests' context
 	hookMu   sync.Mutex
@@ -258,12 +261,12 @@ func (c *conn) serve() {
 	c.buffered = br.Buffered
 	bw.Reset(c.nc)
 	handedOff := false
-	held := 0 // answers in bw not yet written (BatchAnswers)
+	c.bw = bw
 	defer func() {
 		cancel()
 		s.forget(c)
 		if !handedOff {
-			if held > 0 {
+			if c.held > 0 {
 				bw.Flush()
 			}
 			c.nc.Close()
@@ -317,9 +320,9 @@ func (c *conn) serve() {
 			ok = ok && int64(br.Buffered()-len(head)) >= p.length
 		}
 		if !ok {
-			if held > 0 {
+			if c.held > 0 {
 				bw.Flush() // the answers before this request go first
-				held = 0
+				c.held = 0
 			}
 			handedOff = c.handOff(br, hdrDeadline)
 			return
@@ -366,11 +369,11 @@ func (c *conn) serve() {
 		// request's: a handler keeps none of them after it returns.
 		w.release()
 		rq.release(p.lines)
-		held++
+		c.held++
 		// Hold the answer if the next pipelined request is here whole
 		// (BatchAnswers): it goes out with that one's.
-		if !keep || held >= s.BatchAnswers || !headBuffered(br) {
-			held = 0
+		if !keep || c.held >= s.BatchAnswers || !headBuffered(br) {
+			c.held = 0
 			if bw.Flush() != nil || !keep {
 				return
 			}

@@ -18,10 +18,21 @@ type connKey struct{}
 // client of the request (served by the front) closes or resets its
 // connection, and the function that stops watching; call it before
 // answering. Outside the front, or with pipelined bytes already waiting,
-// it returns ctx (net/http watches on its own).
+// it returns ctx (net/http watches on its own). On the front it first
+// writes the answers held for this request (Server.BatchAnswers), so that
+// they do not wait out its wait.
 func Watch(ctx context.Context) (context.Context, func()) {
 	c, _ := ctx.Value(connKey{}).(*conn)
-	if c == nil || c.in.has || c.buffered() > 0 {
+	if c == nil {
+		return ctx, func() {}
+	}
+	if c.held > 0 {
+		// Answers held for this request (BatchAnswers) go now: they
+		// must not wait out its wait.
+		c.bw.Flush()
+		c.held = 0
+	}
+	if c.in.has || c.buffered() > 0 {
 		return ctx, func() {}
 	}
 	// The header deadline the front leaves while the handler runs would
