@@ -95,10 +95,40 @@ func connectionNamed(cv []string, k string) bool {
 // dropRequestHeader reports whether the incoming header k is not
 // forwarded on the fast path.
 func dropRequestHeader(k string, conn []string) bool {
-	if hopHeaders[k] || k == "Content-Length" || k == "Host" || k == "Forwarded" || strings.HasPrefix(k, "X-Forwarded-") {
+	if hopHeaders[k] || k == "Content-Length" || k == "Host" || forwardingHeader(k) {
 		return true
 	}
 	return len(conn) > 0 && connectionNamed(conn, k)
+}
+
+// forwardingHeader reports whether the request header k is a forwarding
+// header (Forwarded, X-Forwarded-*) as CGI and WSGI servers read header
+// names (RFC 3875 §4.1.18: any case, '_' for '-'), so that a client's
+// X_Forwarded_For is dropped with its X-Forwarded-For: those servers would
+// read it as the proxy's.
+func forwardingHeader(k string) bool {
+	const xf, f = "x-forwarded-", "forwarded"
+	if len(k) < len(f) || k[0] != 'X' && k[0] != 'x' && k[0] != 'F' && k[0] != 'f' {
+		return false
+	}
+	return len(k) >= len(xf) && sameName(k[:len(xf)], xf) || len(k) == len(f) && sameName(k, f)
+}
+
+// sameName reports whether k (as long as lower) is lower in any case, '_'
+// read as '-'.
+func sameName(k, lower string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c == '_' {
+			c = '-'
+		} else if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // requestURI is the request line's target for r at the upstream: its path

@@ -40,7 +40,8 @@
 //     Options.ClientIP (one address, never an untrusted client's own
 //     header), X-Forwarded-Proto to http or https, X-Forwarded-Host to the
 //     incoming Host. Incoming Forwarded / X-Forwarded-* headers are
-//     dropped.
+//     dropped, also spelled with '_' (X_Forwarded_For), which CGI and
+//     WSGI servers read alike.
 //   - The upstream's unreachability answers 502, a response header timeout
 //     504, both with a JSON error body. A request body that stalls for the
 //     listener's body_read_timeout (package listener) abandons the upstream
@@ -58,7 +59,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -286,7 +286,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	}
 	h := r.Header.Clone()
 	for k := range h {
-		if k == "Forwarded" || strings.HasPrefix(k, "X-Forwarded-") {
+		if forwardingHeader(k) {
 			delete(h, k)
 		}
 	}
@@ -340,8 +340,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	info, _ := pr.In.Context().Value(ctxKey{}).(forwardInfo)
 	h := pr.Out.Header
 	for k := range h {
-		if strings.HasPrefix(k, "X-Forwarded-") {
-			delete(h, k) // ReverseProxy drops Forwarded and three of these
+		if forwardingHeader(k) {
+			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so
 		}
 	}
 	if info.ip.IsValid() {
