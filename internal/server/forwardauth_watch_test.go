@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -83,5 +84,48 @@ func TestForwardAuthDelayGatewayGone(t *testing.T) {
 				t.Fatal("the held forward-auth of a gateway that went away is still waited out")
 			}
 		})
+	}
+}
+
+// A URI the app behind the gateway routes under a prefix rule's path,
+// reading it segment by segment as sent (Go's ServeMux with %2E%2E and
+// ..%2F, Express with ..), counts under that rule here too.
+func TestForwardAuthSegmentView(t *testing.T) {
+	set, err := rules.Compile("test.yaml", []rules.Spec{
+		{Name: "api", Match: rules.MatchSpec{Path: "/api/*"}, Rate: "1/m", Algorithm: "fixed_window"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ask := func(uri string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
+		req.Header.Set("X-Forwarded-Uri", uri)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := ask("/api/x"); got != 200 {
+		t.Fatalf("forward-auth /api/x: %d, want 200", got)
+	}
+	for _, uri := range []string{"/api/%2E%2E/x", "/api/..%2Fx", "/api/../x", "/api/.%2e/x?q=1"} {
+		if got := ask(uri); got != http.StatusTooManyRequests {
+			t.Errorf("forward-auth %s after /api/x spent the limit: %d, want 429 (the app routes it under /api/)", uri, got)
+		}
+	}
+	if got := ask("/x"); got != 200 {
+		t.Errorf("forward-auth /x: %d, want 200 (no rule)", got)
 	}
 }
