@@ -50,6 +50,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 200000x ./clientip
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyFor$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime 200000x ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzPrefixAsServeMux$$' -fuzztime 200000x ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzQueryValue$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAppend$$' -fuzztime 50000x ./internal/jsonstr
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitReset$$' -fuzztime 100000x ./httplimit
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
