@@ -348,12 +348,24 @@ func (c *OverLimitCache) TakeAll(ctx context.Context, rs []sluice.Request, ds []
 	if !sluice.AllAllowed(ds) {
 		counted := passed(rs, ds) // only reports refused: everything was counted
 		for i := range rs {
-			if !rs[i].Force || counted {
+			// Uncounted, a request after another of its key was refused on
+			// the state that one would have left, not on the key's own.
+			if counted || !rs[i].Force && !keyBefore(rs, i) {
 				c.remember(&rs[i], &ds[i])
 			}
 		}
 	}
 	return nil
+}
+
+// keyBefore reports whether a request before rs[i] has its namespace and key.
+func keyBefore(rs []sluice.Request, i int) bool {
+	for j := range i {
+		if rs[j].Key == rs[i].Key && rs[j].Namespace == rs[i].Namespace {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision) bool {
