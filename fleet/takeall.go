@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/sluicehq/sluice"
@@ -204,7 +205,9 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		} else if e.alg != r.Algorithm || e.limit != r.Limit {
 			return fmt.Errorf("fleet: lease: take all %q: one key with two algorithms or limits", r.Key)
 		}
-		need[e] += r.Cost
+		// A sum past the int64 range is past any capacity: keep it there
+		// rather than let it wrap negative (which would fit anything).
+		need[e] = min(need[e], math.MaxInt64-r.Cost) + r.Cost
 		if err := l.ensure(ctx, e, r, need[e], &ds[i]); err != nil {
 			return err
 		}
