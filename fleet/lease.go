@@ -278,6 +278,11 @@ func (l *Lease) Close() error {
 	l.mu.Lock()
 	for _, e := range l.keys {
 		e.mu.Lock()
+		if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
+			// Lapsed units are no longer in the store's debt: giving
+			// them back would erase debt others left (see valid).
+			e.units = min(e.units, e.valid(us))
+		}
 		if e.units > 0 && us < e.until {
 			ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: now})
 			e.units = 0
