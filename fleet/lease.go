@@ -275,8 +275,15 @@ func (l *Lease) Close() error {
 	now := time.Now()
 	us := now.UnixMicro()
 	var ops []redisstore.ReturnOp
+	// Lock the entries without holding l.mu: a TakeAll holds one entry
+	// while it looks up the next under l.mu.
 	l.mu.Lock()
+	entries := make([]*leaseEntry, 0, len(l.keys))
 	for _, e := range l.keys {
+		entries = append(entries, e)
+	}
+	l.mu.Unlock()
+	for _, e := range entries {
 		e.mu.Lock()
 		if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
 			// Lapsed units are no longer in the store's debt: giving
@@ -293,7 +300,6 @@ func (l *Lease) Close() error {
 		}
 		e.mu.Unlock()
 	}
-	l.mu.Unlock()
 	if len(ops) == 0 {
 		return nil
 	}
