@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -60,14 +61,21 @@ func (s *Sync) coldDone(k nsKey) {
 	s.mu.Unlock()
 }
 
+// errRetry is acquire's answer when it let the caller's entries go (see
+// acquire): the caller starts over.
+var errRetry = errors.New("fleet: sync: retry")
+
 // acquire returns r's entry, locked, with a view at most two intervals old.
 // With d non-nil, a cold key (see warm) is errCold: the caller decides it
 // in the store, then calls coldDone. A key this instance has no view of is
 // read only once the cold decisions of it in flight have ended, so that
 // the view has their hits; with d non-nil, it is decided in the store
 // (one round trip, as the first read would be) and true is returned with
-// the decision in *d; its view is the state after.
-func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, bool, error) {
+// the decision in *d; its view is the state after. A caller holding other
+// entries passes release, which unlocks them: if the view must wait for
+// the batch in flight, which settles them too, acquire calls it before
+// waiting and then returns errRetry.
+func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision, release func()) (*syncEntry, bool, error) {
 	// waited is the entry whose read or batch this call waited for: only
 	// that entry's view is "refreshed just now". If it was evicted
 	// meanwhile, the entry found next is new and must be read.
@@ -123,14 +131,22 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		}
 		// Too old: wait for the read or batch in flight, if any, else read.
 		ch := e.loading
-		if ch == nil && e.inflight {
+		batch := ch == nil && e.inflight
+		if batch {
 			ch = s.inflight()
 		}
 		if ch != nil {
 			waited = e
 			e.mu.Unlock()
+			retry := batch && release != nil
+			if retry {
+				release()
+			}
 			select {
 			case <-ch:
+				if retry {
+					return nil, false, errRetry
+				}
 				continue
 			case <-ctx.Done():
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())

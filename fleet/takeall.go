@@ -92,44 +92,68 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 			s.touch(e)
 		}
 	}()
-	allowed := true
-	over := 0
-	overflowed := map[nsKey]bool{}
-	for _, i := range loc {
-		r := &rs[i]
-		e := entries[keyOf(r)]
-		if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
-			if e != nil {
-				return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
-			}
-			var err error
-			if overflowed[keyOf(r)] {
-				err = errFull // the same key again: the store's too
-			} else {
-				e, _, err = s.acquire(ctx, r, ticks[i], nil)
-			}
-			if err == errFull {
-				s.overflow.Add(1)
-				over++
-				overflowed[keyOf(r)] = true
-				rem = append(rem, i) // decided with the shared store's part, below
-				continue
-			} else if err != nil {
-				return err
-			}
-			held = append(held, e)
-			entries[keyOf(r)] = e
-			v := e.view
-			views[e] = &v
+	// release lets the entries held go, for acquire to wait for the batch
+	// in flight, which settles them too; the decisions then start over.
+	release := func() {
+		for _, e := range held {
+			e.mu.Unlock()
 		}
-		var d sluice.Decision
-		if _, err := step(r, &d, views[e]); err != nil {
-			return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
-		}
-		d.Remaining = max(0, d.Remaining)
-		ds[i] = d
-		allowed = allowed && (d.Allowed || r.Force)
+		held = nil
 	}
+	nrem := len(rem)
+	var allowed bool
+	var over int
+	var overflowed map[nsKey]bool
+start:
+	for {
+		clear(entries)
+		clear(views)
+		rem = rem[:nrem]
+		allowed, over, overflowed = true, 0, map[nsKey]bool{}
+		for _, i := range loc {
+			r := &rs[i]
+			e := entries[keyOf(r)]
+			if e == nil || e.alg != r.Algorithm || e.limit != r.Limit {
+				if e != nil {
+					return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
+				}
+				var err error
+				if overflowed[keyOf(r)] {
+					err = errFull // the same key again: the store's too
+				} else {
+					var wait func()
+					if len(held) > 0 {
+						wait = release
+					}
+					e, _, err = s.acquire(ctx, r, ticks[i], nil, wait)
+				}
+				if err == errRetry {
+					continue start
+				}
+				if err == errFull {
+					over++
+					overflowed[keyOf(r)] = true
+					rem = append(rem, i) // decided with the shared store's part, below
+					continue
+				} else if err != nil {
+					return err
+				}
+				held = append(held, e)
+				entries[keyOf(r)] = e
+				v := e.view
+				views[e] = &v
+			}
+			var d sluice.Decision
+			if _, err := step(r, &d, views[e]); err != nil {
+				return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
+			}
+			d.Remaining = max(0, d.Remaining)
+			ds[i] = d
+			allowed = allowed && (d.Allowed || r.Force)
+		}
+		break
+	}
+	s.overflow.Add(uint64(over))
 	if allowed, err = takeRest(ctx, s.inner, rs, ds, rem, allowed); err != nil {
 		return err
 	}
