@@ -104,6 +104,7 @@ type OverLimitCache struct {
 	shards [overLimitShards]olShard
 	per    int           // entries per shard
 	gen    atomic.Uint64 // bumped by Forget: entries of older generations are gone
+	resets atomic.Uint64 // bumped by Reset, under the key's shard lock
 	hits   atomic.Uint64
 	stored atomic.Uint64
 }
@@ -236,8 +237,17 @@ func capacity(a sluice.Algorithm, l *sluice.Limit) int64 {
 	return l.Rate
 }
 
-// remember records the store's refusal d of r, decided at r.Now.
-func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
+// olEpoch is what a refusal is remembered against: the generation and the
+// resets before the store was asked. A refusal decided before a Forget or
+// a Reset may come back after it, and then says nothing of the store's
+// state: remember drops it.
+type olEpoch struct{ gen, resets uint64 }
+
+func (c *OverLimitCache) epoch() olEpoch { return olEpoch{c.gen.Load(), c.resets.Load()} }
+
+// remember records the store's refusal d of r, decided at r.Now, asked
+// at at.
+func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision, at olEpoch) {
 	if d.Allowed || d.RetryAfter <= 0 || r.Now.IsZero() || r.Cost < 0 {
 		return
 	}
@@ -263,7 +273,7 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 		until:     now - (t.Tick - 1) + d.RetryAfter.Microseconds(),
 		reset:     now + d.ResetAfter.Microseconds(),
 		remaining: d.Remaining,
-		gen:       c.gen.Load(),
+		gen:       at.gen,
 	}
 	if e.until <= now {
 		return
@@ -272,6 +282,9 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision) {
 	sh := c.shard(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if c.resets.Load() != at.resets || c.gen.Load() != at.gen {
+		return // a Reset (maybe of this key) or a Forget since the store was asked
+	}
 	if old, ok := sh.m[k]; ok && old.gen == e.gen && now < old.until {
 		// Keep the refusal that covers more requests: the smaller cost,
 		// or for the same cost the later end (both are bounds; the later
@@ -323,12 +336,13 @@ func (c *OverLimitCache) Take(ctx context.Context, r sluice.Request) (sluice.Dec
 		c.hits.Add(1)
 		return d, nil
 	}
+	at := c.epoch()
 	d, err := c.inner.Take(ctx, r)
 	if err != nil {
 		c.failed(ctx, err)
 		return d, err
 	}
-	c.remember(&r, &d)
+	c.remember(&r, &d, at)
 	return d, nil
 }
 
@@ -341,6 +355,7 @@ func (c *OverLimitCache) TakeAll(ctx context.Context, rs []sluice.Request, ds []
 		c.hits.Add(1)
 		return nil
 	}
+	at := c.epoch()
 	if err := c.inner.TakeAll(ctx, rs, ds); err != nil {
 		c.failed(ctx, err)
 		return err
@@ -351,7 +366,7 @@ func (c *OverLimitCache) TakeAll(ctx context.Context, rs []sluice.Request, ds []
 			// Uncounted, a request after another of its key was refused on
 			// the state that one would have left, not on the key's own.
 			if counted || !rs[i].Force && !keyBefore(rs, i) {
-				c.remember(&rs[i], &ds[i])
+				c.remember(&rs[i], &ds[i], at)
 			}
 		}
 	}
@@ -389,16 +404,19 @@ func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision
 // Reset forgets r's remembered refusal and resets r's key in the store
 // (sluice.Resetter); it fails if the store cannot reset keys.
 func (c *OverLimitCache) Reset(ctx context.Context, r sluice.Request) error {
+	err := errors.New("fleet: the store behind the over-limit cache cannot reset keys")
+	if rs, ok := c.inner.(sluice.Resetter); ok {
+		err = rs.Reset(ctx, r)
+	}
+	// Forget after the store's reset, and void the refusals asked for
+	// before it and still on their way (see remember).
 	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
 	sh := c.shard(&k)
 	sh.mu.Lock()
+	c.resets.Add(1)
 	delete(sh.m, k)
 	sh.mu.Unlock()
-	rs, ok := c.inner.(sluice.Resetter)
-	if !ok {
-		return errors.New("fleet: the store behind the over-limit cache cannot reset keys")
-	}
-	return rs.Reset(ctx, r)
+	return err
 }
 
 // failed forgets every refusal after a store failure: the store may come
