@@ -78,6 +78,10 @@ type Sync struct {
 	keys    map[nsKey]*syncEntry
 	touched []*syncEntry  // decided on since the last batch
 	batch   chan struct{} // closed when the batch in flight has settled
+	// flushing holds a token while a batch is in flight: one at a time
+	// (the loop's and Flush's), so that batch is always the one whose
+	// keys are in flight. A channel, which a synctest bubble sees block.
+	flushing chan struct{}
 	// recent is the keys without an entry asked for since the last batch
 	// and in the interval before it (see warm); colds are the cold
 	// decisions in flight, per key.
@@ -113,7 +117,7 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 		return nil, err
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
-	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}),
+	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}), flushing: make(chan struct{}, 1),
 		recent: newRecent(), colds: make(map[nsKey]coldFlight)}
 	go s.loop()
 	return s, nil

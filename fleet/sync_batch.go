@@ -32,6 +32,8 @@ func (s *Sync) loop() {
 // their views are too old to use, and their next decision reads them again.
 // It returns this batch's keys and error.
 func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
+	s.flushing <- struct{}{}
+	defer func() { <-s.flushing }()
 	s.mu.Lock()
 	batch := s.touched
 	s.touched = nil
@@ -99,8 +101,8 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	return batch, err
 }
 
-// Flush sends a batch now, as the loop does every interval, and returns its
-// error.
+// Flush sends a batch now, as the loop does every interval (after the
+// loop's batch in flight, if any), and returns its error.
 func (s *Sync) Flush() error {
 	_, err := s.flush(nil)
 	return err

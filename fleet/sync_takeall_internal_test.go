@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,6 +74,75 @@ func TestSyncTakeAllWaitsForBatch(t *testing.T) {
 		}
 		if _, hits := m.snapshot(); hits["a"] != 4 || hits["b"] != 4 {
 			t.Errorf("hits counted = %v, want a:4 b:4", hits)
+		}
+	})
+}
+
+// armedShared is memShared whose next Sync call, once armed, waits for
+// gate.
+type armedShared struct {
+	*memShared
+	armed atomic.Bool
+	gate  chan struct{}
+}
+
+func (g *armedShared) Sync(ctx context.Context, ops []redisstore.SyncOp) error {
+	if g.armed.CompareAndSwap(true, false) {
+		<-g.gate
+	}
+	return g.memShared.Sync(ctx, ops)
+}
+
+// TestSyncFlushDuringBatch: a Flush while the loop's batch is in flight
+// must not end the wait of a decision whose view that batch refreshes: it
+// would be decided on a view more than two intervals old.
+func TestSyncFlushDuringBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const iv = 100 * time.Millisecond
+		m := &armedShared{memShared: newMemShared(), gate: make(chan struct{})}
+		s, err := NewSync(m, SyncOptions{Interval: iv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1}
+		for range 3 { // cold, read, local: an entry with a hit
+			r.Now = time.Now()
+			if _, err := s.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.armed.Store(true)
+		time.Sleep(2*iv + iv/2) // the batch at iv is held: the view ages past two intervals
+		synctest.Wait()
+		flushed := make(chan error)
+		go func() { flushed <- s.Flush() }()
+		synctest.Wait()
+		took := make(chan error)
+		go func() {
+			r.Now = time.Now()
+			_, err := s.Take(ctx, r)
+			took <- err
+		}()
+		synctest.Wait()
+		early := false
+		select {
+		case err := <-took:
+			early = true
+			t.Errorf("Take returned (%v) before the batch refreshing its view settled: decided on a view %v old", err, 2*iv+iv/2)
+		default:
+		}
+		close(m.gate)
+		if !early {
+			if err := <-took; err != nil {
+				t.Errorf("Take: %v", err)
+			}
+		}
+		if err := <-flushed; err != nil {
+			t.Errorf("Flush: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Error(err)
 		}
 	})
 }
