@@ -1,0 +1,181 @@
+package deferq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// One turn of a held entry: the checks in Redis (begin.lua), the rule's
+// limit, the send to the upstream, and the outcome recorded (finish.lua).
+
+// turn is one attempt at entry e: check it may go, ask the rule's limit,
+// send it, record the outcome.
+func (w *worker) turn(ctx context.Context, e *entry) result {
+	o := &w.q.o
+	c := o.Connect()
+	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
+	if e.unrecorded == nil && w.q.upstream.Load() == nil {
+		return result{e: e, after: time.Second} // no proxy (yet): hold it
+	}
+	if e.unrecorded == nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id,
+			strconv.FormatInt(time.Now().UnixMilli(), 10)}).ToString()
+		cancel()
+		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
+		switch {
+		case err != nil:
+			return result{e: e, after: time.Second}
+		case verdict == "final" || verdict == "lost":
+			return result{e: e, drop: true}
+		case verdict == "wait":
+			return result{e: e, after: 250 * time.Millisecond}
+		case strings.HasPrefix(verdict, "later:"):
+			ms, _ := strconv.ParseInt(strings.TrimPrefix(verdict, "later:"), 10, 64)
+			return result{e: e, after: max(time.Duration(ms)*time.Millisecond, time.Millisecond)}
+		}
+		r := w.rule.Load()
+		if r.Take != nil {
+			d, err := r.Take(ctx, e.key)
+			o.Logger.Debug("defer: rate", "rule", w.name, "id", e.id, "allowed", d.Allowed, "retry_after", d.RetryAfter, "err", err)
+			if err != nil {
+				return result{e: e, after: time.Second}
+			}
+			if !d.Allowed {
+				after := d.RetryAfter
+				if after < 0 || after > time.Minute {
+					after = time.Minute
+				}
+				return result{e: e, after: max(after, time.Millisecond)}
+			}
+		}
+		if ctx.Err() != nil {
+			return result{e: e, after: time.Second} // stopping: start no send
+		}
+		e.unrecorded = w.deliver(ctx, e)
+	}
+	out := e.unrecorded
+	attempts := strconv.Itoa(o.MaxAttempts)
+	now := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
+		attempts, strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(o.StatusTTL.Milliseconds(), 10),
+		strconv.FormatInt(now.Add(w.backoff(e, out)).UnixMilli(), 10), strconv.Itoa(maxDeadLetters)}).ToString()
+	if err != nil {
+		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
+		return result{e: e, after: time.Second} // record it next turn; never send again
+	}
+	e.unrecorded = nil
+	switch state {
+	case "delivered":
+		w.q.m.delivered(w.name, out.status)
+		return result{e: e, drop: true}
+	case "dead_lettered":
+		w.q.m.deadLettered(w.name)
+		o.Logger.Warn("defer: dead-lettered", "rule", w.name, "id", e.id, "status", out.status, "err", out.err)
+		return result{e: e, drop: true}
+	case "failed":
+		w.q.m.retried(w.name)
+		e.attempts++
+		return result{e: e, after: w.backoff(e, out)}
+	}
+	return result{e: e, drop: true}
+}
+
+// backoff is the wait after the failed attempt of e that produced out.
+func (w *worker) backoff(e *entry, out *outcome) time.Duration {
+	o := &w.q.o
+	b := o.Backoff << min(e.attempts, 20)
+	b = min(b, o.MaxBackoff)
+	return max(b, min(out.retry, o.MaxBackoff))
+}
+
+// deliver sends e to the upstream once. A send begun runs to its end,
+// bounded by DeliveryTimeout, even when the worker stops: cut off, the
+// upstream may have it while the attempt is recorded as failed (and on the
+// last attempt dead-lettered).
+func (w *worker) deliver(ctx context.Context, e *entry) *outcome {
+	o := &w.q.o
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.DeliveryTimeout)
+	defer cancel()
+	req, err := w.request(ctx, e)
+	if err != nil {
+		// It will not build next time either: the retries run out and it is
+		// dead-lettered with this error.
+		return &outcome{state: "failed", err: err.Error()}
+	}
+	resp, err := o.Transport.RoundTrip(req)
+	if err != nil {
+		return &outcome{state: "failed", err: err.Error()}
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		out := &outcome{state: "failed", status: resp.StatusCode, err: resp.Status}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			out.retry = time.Duration(s) * time.Second
+		}
+		return out
+	}
+	return &outcome{state: "delivered", status: resp.StatusCode}
+}
+
+func (w *worker) request(ctx context.Context, e *entry) (*http.Request, error) {
+	u, err := url.ParseRequestURI(e.uri)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: uri %q: %w", e.id, e.uri, err)
+	}
+	up := w.q.upstream.Load()
+	if up == nil {
+		return nil, fmt.Errorf("replay %s: no upstream", e.id)
+	}
+	target := *up
+	target.Path, target.RawPath = joinPath(up, u)
+	target.RawQuery = u.RawQuery
+	var h http.Header
+	if err := json.Unmarshal([]byte(e.header), &h); err != nil {
+		return nil, fmt.Errorf("replay %s: headers: %w", e.id, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, e.method, target.String(), strings.NewReader(e.body))
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", e.id, err)
+	}
+	if h == nil {
+		h = http.Header{}
+	}
+	if h.Get("Idempotency-Key") == "" {
+		h.Set("Idempotency-Key", e.id)
+	}
+	h.Set("Sluice-Deferred-Id", e.id)
+	req.Header = h
+	req.ContentLength = int64(len(e.body))
+	if len(e.body) == 0 {
+		req.Body = http.NoBody
+	}
+	return req, nil
+}
+
+// joinPath joins the upstream's base path and the request's path as the
+// proxy does.
+func joinPath(up, u *url.URL) (path, rawpath string) {
+	if up.Path == "" || up.Path == "/" {
+		return u.Path, u.RawPath
+	}
+	a, b := strings.TrimSuffix(up.EscapedPath(), "/"), u.EscapedPath()
+	if !strings.HasPrefix(b, "/") {
+		b = "/" + b
+	}
+	p, err := url.PathUnescape(a + b)
+	if err != nil {
+		return up.Path + u.Path, ""
+	}
+	return p, a + b
+}
