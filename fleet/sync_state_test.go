@@ -145,3 +145,39 @@ func TestFoldExact(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncScriptTwinFarBack: a GCRA hit far older than the state's last
+// (an instance's batch late by hours, or a clock behind) meets a debt at
+// its time beyond 2^53 token-ticks, which Lua's doubles do not hold
+// exactly: the script must still leave the state Go leaves (found by a
+// random seed of TestSyncScriptTwin: N off by one).
+func TestSyncScriptTwinFarBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	l := sluice.PerDay(1_000_000)
+	tk, _ := l.Ticks()
+	limit, _ := chargeCap(sluice.GCRA, &tk)
+	t1 := sluicetest.T0.UnixMicro()
+	for _, back := range []time.Duration{13 * time.Hour, 23*time.Hour + 59*time.Minute, time.Hour} {
+		key := fmt.Sprintf("twin-far/%d/%d", time.Now().UnixNano(), back)
+		var want sluice.State
+		steps := [][]redisstore.Hit{
+			{{At: t1, Cost: limit - 1}}, // the debt just under its cap, an odd remainder
+			{{At: t1 - back.Microseconds(), Cost: 7305221545}},
+			{{At: t1 + 1, Cost: 3}, {At: t1 - back.Microseconds() - 7, Cost: 22433542156}},
+		}
+		for i, hits := range steps {
+			for _, h := range hits {
+				addHit(sluice.GCRA, &tk, &want, h)
+			}
+			ops := []redisstore.SyncOp{{Key: key, Algorithm: sluice.GCRA, Limit: l, Hits: hits}}
+			if err := rs.Sync(ctx, ops); err != nil {
+				t.Fatal(err)
+			}
+			if got := ops[0].State; got.T != want.T || got.N != want.N || got.M != want.M {
+				t.Fatalf("%v back, step %d: hits %v: Redis state %+v, Go %+v", back, i, hits, got, want)
+			}
+		}
+	}
+}

@@ -121,7 +121,26 @@ if mode == 'sync' then
   if alg == 1 or alg == 6 then step = 4 end
   for i = 9, #ARGV, step do
     local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
-    if alg == 1 or alg == 6 then
+    if alg == 6 then
+      -- GCRA's debt in two parts, q * rate + r (0 <= r < rate): at the
+      -- from of a hit long before T (a batch late by hours) it can pass
+      -- 2^53, past which a double is not exact; each part stays small.
+      -- The same steps as for the token bucket, below, compared part by
+      -- part.
+      local from = fdiv(ARGV[i + 2] + 0, tick)
+      local q, r = 0, 0
+      if T > from or (T == from and N > 0) then q, r = T - from + fdiv(N, rate), N % rate end
+      local s = r + cost
+      local vq, vr = q + fdiv(s, rate), s % rate
+      local floor = ARGV[i + 3] + 0
+      local fq, fr = fdiv(floor, rate), floor % rate
+      if vq < fq or (vq == fq and vr < fr) then vq, vr = fq, fr end
+      local cq, cr = fdiv(capAt, rate), capAt % rate
+      if vq > cq or (vq == cq and vr > cr) then
+        if q > cq or (q == cq and r > cr) then vq, vr = q, r else vq, vr = cq, cr end
+      end
+      N, T = vr, at + vq
+    elseif alg == 1 then
       local d = debt(fdiv(ARGV[i + 2] + 0, tick))
       local v, floor = d + cost, ARGV[i + 3] + 0
       if v < floor then v = floor end
