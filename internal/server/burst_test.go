@@ -5,28 +5,14 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // TestRemainingAtMostLimitWithBurst: a rule whose burst exceeds its rate
 // answers remaining ≤ limit, in /v1/check's JSON and in the headers of
 // /v1/forward-auth, as the library's middleware does.
 func TestRemainingAtMostLimitWithBurst(t *testing.T) {
-	set, err := rules.Compile("burst.yaml", []rules.Spec{{Name: "bursty", Key: []string{"header:X-Api-Key"}, Rate: "10/m", Burst: 20, Algorithm: "token_bucket"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := memHandler(t, "burst.yaml", rules.Spec{Name: "bursty", Key: []string{"header:X-Api-Key"}, Rate: "10/m", Burst: 20, Algorithm: "token_bucket"})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	f := &fixture{srv: srv}

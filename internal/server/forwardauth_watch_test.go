@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // A gateway that goes away while its forward-auth question is held by
@@ -27,20 +24,8 @@ func TestForwardAuthDelayGatewayGone(t *testing.T) {
 			name = "front"
 		}
 		t.Run(name, func(t *testing.T) {
-			set, err := rules.Compile("test.yaml", []rules.Spec{
-				{Name: "held", Rate: "1/4m", Burst: 1, Action: "delay", MaxDelay: 5 * time.Minute, Algorithm: "leaky_bucket"},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := memHandler(t, "test.yaml",
+				rules.Spec{Name: "held", Rate: "1/4m", Burst: 1, Action: "delay", MaxDelay: 5 * time.Minute, Algorithm: "leaky_bucket"})
 			returned := make(chan string, 2)
 			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				h.ServeHTTP(w, r)
@@ -91,20 +76,7 @@ func TestForwardAuthDelayGatewayGone(t *testing.T) {
 // reading it segment by segment as sent (Go's ServeMux with %2E%2E and
 // ..%2F, Express with ..), counts under that rule here too.
 func TestForwardAuthSegmentView(t *testing.T) {
-	set, err := rules.Compile("test.yaml", []rules.Spec{
-		{Name: "api", Match: rules.MatchSpec{Path: "/api/*"}, Rate: "1/m", Algorithm: "fixed_window"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := memHandler(t, "test.yaml", rules.Spec{Name: "api", Match: rules.MatchSpec{Path: "/api/*"}, Rate: "1/m", Algorithm: "fixed_window"})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	ask := func(uri string) int {

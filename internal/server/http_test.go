@@ -452,3 +452,22 @@ func TestReportHTTP(t *testing.T) {
 		})
 	}
 }
+
+// memHandler is the decision handler over rules specs on a fresh memory
+// store.
+func memHandler(t *testing.T, file string, specs ...rules.Spec) *server.Handler {
+	t.Helper()
+	set, err := rules.Compile(file, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
