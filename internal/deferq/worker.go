@@ -23,10 +23,14 @@ var finishLua string
 //go:embed keep.lua
 var keepLua string
 
+//go:embed prune.lua
+var pruneLua string
+
 var (
 	beginScript  = rueidis.NewLuaScript(beginLua)
 	finishScript = rueidis.NewLuaScript(finishLua)
 	keepScript   = rueidis.NewLuaScript(keepLua)
+	pruneScript  = rueidis.NewLuaScript(pruneLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule (approximately).
@@ -139,8 +143,12 @@ func (w *worker) read(ctx context.Context) {
 	me := w.q.o.Consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
 	block := min(time.Second, w.q.o.ClaimIdle/4).Milliseconds()
-	var lastClaim time.Time
+	var lastClaim, lastPrune time.Time
 	for ctx.Err() == nil {
+		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
+			lastPrune = time.Now()
+			w.prune(ctx, c)
+		}
 		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
 			lastClaim = time.Now()
 			cursor := "0-0"
@@ -199,6 +207,18 @@ func (w *worker) read(ctx context.Context) {
 		if es := res[q]; len(es) > 0 && !w.send(ctx, es) {
 			return
 		}
+	}
+}
+
+// prune deletes the rule's consumers left by instances gone (prune.lua):
+// those holding nothing, idle for two ClaimIdle (a live instance reads
+// at least every ClaimIdle/4).
+func (w *worker) prune(ctx context.Context, c rueidis.Client) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	bound := strconv.FormatInt(2*w.q.o.ClaimIdle.Milliseconds(), 10)
+	if err := pruneScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.q.o.Consumer, bound}).Error(); err != nil && ctx.Err() == nil {
+		w.q.o.Logger.Warn("defer: prune consumers", "rule", w.name, "err", err)
 	}
 }
 
