@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,5 +69,56 @@ func TestTakenOverRetryWaitsForNextAttempt(t *testing.T) {
 	defer mu.Unlock()
 	if len(sends) != 2 || sends[1].Before(next) {
 		t.Errorf("sends at %v; want 2, the second not before next_attempt_at %v (Retry-After: 3)", sends, next)
+	}
+}
+
+// The upstream's wait is read in each form a server sends it: Retry-After
+// as seconds or as an HTTP date, or the RateLimit field's reset; the date
+// form used to be ignored (a retry after the 1 s back-off).
+func TestRetryAfterForms(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	for _, tc := range []struct {
+		name   string
+		header func(now time.Time) (string, string)
+	}{
+		{"seconds", func(time.Time) (string, string) { return "Retry-After", "40" }},
+		{"date", func(now time.Time) (string, string) {
+			return "Retry-After", now.Add(41 * time.Second).UTC().Format(http.TimeFormat)
+		}},
+		{"ratelimit", func(time.Time) (string, string) { return "RateLimit", `"default";r=0;t=40` }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sentNs atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				now := time.Now()
+				sentNs.Store(now.UnixNano())
+				k, v := tc.header(now)
+				w.Header().Set(k, v)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(up.Close)
+			q, err := deferq.New(deferq.Options{Client: c, Consumer: tc.name, Upstream: mustURL(t, up.URL), Prefix: "retry-" + tc.name + ":"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.SetRules([]deferq.Rule{{Name: "jobs"}})
+			id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))
+			start(t, q)
+			var st deferq.Status
+			waitFor(t, "the first send failed", 30*time.Second, func() bool {
+				st, err = q.Status(context.Background(), id)
+				return err == nil && st.State == "failed"
+			})
+			next, err := time.Parse(time.RFC3339Nano, st.NextAttempt)
+			if err != nil {
+				t.Fatalf("next_attempt_at %q: %v", st.NextAttempt, err)
+			}
+			// The back-off alone would be 1 s; the server asked for 40.
+			sent := time.Unix(0, sentNs.Load())
+			if next.Before(sent.Add(39 * time.Second)) {
+				t.Errorf("next_attempt_at %v, %v after the send; want at least 39 s (the server's wait)", next, next.Sub(sent))
+			}
+		})
 	}
 }

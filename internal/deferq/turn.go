@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // One turn of a held entry: the checks in Redis (begin.lua), the rule's
@@ -120,8 +122,10 @@ func (w *worker) deliver(ctx context.Context, e *entry) *outcome {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 		out := &outcome{state: "failed", status: resp.StatusCode, err: resp.Status}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			out.retry = time.Duration(s) * time.Second
+		// Retry-After as seconds or an HTTP date, else the RateLimit
+		// field's reset, as the library's retrying client reads them.
+		if wait, ok := httplimit.ServerWait(resp.Header, time.Now()); ok && wait > 0 {
+			out.retry = wait
 		}
 		return out
 	}
