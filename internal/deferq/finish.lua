@@ -4,11 +4,17 @@
 -- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
 --       ('delivered' or 'failed'), 5 upstream status (0: none), 6 error,
 --       7 max attempts, 8 now (ms), 9 TTL of a settled record (ms),
---       10 next attempt (ms, for a retry), 11 max dead letters
+--       10 next attempt (ms, for a retry), 11 max dead letters, 12 the
+--       send's token (unique per send)
 -- Returns the state recorded: 'delivered', 'failed' (retry later),
--- 'dead_lettered', or the state already there if it was settled.
+-- 'dead_lettered', or the state already there if it was settled or this
+-- send's outcome was recorded already (a reply lost on its way back, the
+-- worker records it again: the attempt counts once).
 local state = redis.call('HGET', KEYS[2], 'state')
 if state == 'delivered' or state == 'dead_lettered' then
+  return state
+end
+if ARGV[12] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[12] then
   return state
 end
 local attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
@@ -25,7 +31,7 @@ if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', unpack(f))
   end
 end
-redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8])
+redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8], 'send', ARGV[12])
 if outcome == 'failed' then
   redis.call('HSET', KEYS[2], 'next', ARGV[10])
   return outcome

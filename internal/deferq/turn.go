@@ -62,6 +62,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 			return result{e: e, after: time.Second} // stopping: start no send
 		}
 		e.unrecorded = w.deliver(ctx, e)
+		e.unrecorded.send = randHex(8)
 	}
 	out := e.unrecorded
 	attempts := strconv.Itoa(o.MaxAttempts)
@@ -70,7 +71,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	defer cancel()
 	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
 		attempts, strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(o.StatusTTL.Milliseconds(), 10),
-		strconv.FormatInt(now.Add(w.backoff(e, out)).UnixMilli(), 10), strconv.Itoa(maxDeadLetters)}).ToString()
+		strconv.FormatInt(now.Add(w.backoff(e, out)).UnixMilli(), 10), strconv.Itoa(maxDeadLetters), out.send}).ToString()
 	if err != nil {
 		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
 		return result{e: e, after: time.Second} // record it next turn; never send again

@@ -73,6 +73,7 @@ func (e *entry) size() int64 {
 }
 
 type outcome struct {
+	send   string // the send's token: finish.lua records its outcome once
 	state  string // delivered or failed
 	status int
 	err    string

@@ -1,0 +1,67 @@
+package deferq
+
+import (
+	"context"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The outcome of one send is recorded once even if finish.lua runs twice:
+// when its reply is lost (a timeout, a dropped connection) after Redis ran
+// it, the worker records the same outcome again on its next turn, and the
+// attempt used to be counted twice (a request dead-lettered one send
+// early). A second send, another instance's say, still counts.
+func TestFinishOncePerSend(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := New(Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]Rule{{Name: "jobs"}})
+	r := httptest.NewRequest("POST", "/job", nil)
+	ctx := context.Background()
+	id, err := q.Enqueue(ctx, "jobs", "k", r, r.Header, []byte("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := q.base(Tag("jobs"))
+	es, err := c.Do(ctx, c.B().Xrange().Key(base+"q").Start("-").End("+").Build()).AsXRange()
+	if err != nil || len(es) != 1 {
+		t.Fatalf("XRANGE: %v, %d entries", err, len(es))
+	}
+	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead"}
+	finish := func(send string) string {
+		now := time.Now().UnixMilli()
+		state, err := finishScript.Exec(ctx, c, keys, []string{group, es[0].ID, id, "failed", "503", "503 Service Unavailable",
+			"3", strconv.FormatInt(now, 10), "60000", strconv.FormatInt(now+1000, 10), "100", send}).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+	attempts := func() string {
+		v, _ := c.Do(ctx, c.B().Hget().Key(keys[1]).Field("attempts").Build()).ToString()
+		return v
+	}
+	for i := range 2 { // one send, recorded twice
+		if st := finish("send-1"); st != "failed" {
+			t.Fatalf("record %d of send 1: %q, want failed", i, st)
+		}
+	}
+	if a := attempts(); a != "1" {
+		t.Fatalf("attempts after one send recorded twice: %s, want 1", a)
+	}
+	if st := finish("send-2"); st != "failed" || attempts() != "2" {
+		t.Fatalf("a second send: %q, attempts %s; want failed, 2", st, attempts())
+	}
+}
