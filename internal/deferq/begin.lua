@@ -9,21 +9,24 @@
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
 -- (already settled; cleaned up).
 local state = redis.call('HGET', KEYS[2], 'state')
-if not state then
-  -- The record expired while the request waited (a settled request is
-  -- never left in the stream): it is still queued.
-  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0)
-  state = 'queued'
-end
-if state ~= 'queued' and state ~= 'failed' then
+if state and state ~= 'queued' and state ~= 'failed' then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
   redis.call('XDEL', KEYS[1], ARGV[3])
   redis.call('LREM', KEYS[3], 1, ARGV[4])
   return 'final'
 end
+-- Nothing is written before this check (an error here, NOGROUP when Redis
+-- lost its data, ends the script with nothing written): a record made for
+-- a request that is gone would read "queued" for ever.
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then
   return 'lost'
+end
+if not state then
+  -- The record expired while the request waited (a settled request is
+  -- never left in the stream): it is still queued.
+  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0)
+  state = 'queued'
 end
 if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[4] then
   return 'wait'
