@@ -58,8 +58,9 @@ type options struct {
 	threads  int
 	conns    int
 	runs     int
-	procs    int    // Sluice's GOMAXPROCS, 0 for Go's default
-	upstream string // "nginx" or "go"
+	procs    int     // Sluice's GOMAXPROCS, 0 for Go's default
+	rate     float64 // the paced steps' rate, 0 for half of the with-Sluice peak
+	upstream string  // "nginx" or "go"
 }
 
 func main() {
@@ -80,6 +81,7 @@ func run() error {
 	flag.IntVar(&o.conns, "c", 64, "wrk connections")
 	flag.IntVar(&o.runs, "runs", 2, "closed-loop runs per config, interleaved; the report keeps each config's best (other load on a shared machine only ever slows a run down)")
 	flag.IntVar(&o.procs, "sluice-gomaxprocs", 0, "run Sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
+	flag.Float64Var(&o.rate, "paced-rate", 0, "pace the latency steps at this rate (requests/s) and at half of it, instead of at half and a quarter of the with-Sluice peak: A/B runs at one load")
 	flag.StringVar(&o.upstream, "upstream", "nginx", "the trivial upstream: nginx (a second nginx process answering a fixed body) or go (a net/http server, this program run again)")
 	flag.Parse()
 	if o.duration <= 0 || o.duration > 20*time.Second || o.runs < 1 || o.runs > 5 {
@@ -240,6 +242,9 @@ func run() error {
 		}
 	}
 	rate := best[1].rps / 2
+	if o.rate > 0 {
+		rate = o.rate
+	}
 	// Latency: paced at half of the with-Sluice peak (the target's load)
 	// and at a quarter of it (how the added latency depends on the load),
 	// the same rate for both configs, then on one connection (closed

@@ -66,8 +66,13 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 			name, r, a.rps, b.rps, round(b.p50-a.p50), round(b.paced.P90-a.paced.P90), round(b.p99-a.p99), round(b.paced.P999-a.paced.P999),
 			round(b.paced.SentP50-a.paced.SentP50), round(b.paced.SentP99-a.paced.SentP99), 100*a.paced.CPUPressure, 100*b.paced.CPUPressure)
 	}
-	added("half of the with-Sluice peak (target < 1ms at p99)", rate, pw, pa)
-	added("a quarter of it", rate/2, qw, qa)
+	if o.rate > 0 {
+		added(fmt.Sprintf("%.0f/s (-paced-rate; half of this run's with-Sluice peak would be %.0f/s)", rate, best[1].rps/2), rate, pw, pa)
+		added("half of it", rate/2, qw, qa)
+	} else {
+		added("half of the with-Sluice peak (target < 1ms at p99)", rate, pw, pa)
+		added("a quarter of it", rate/2, qw, qa)
+	}
 	// The whole machine's CPU per paced request: how busy the 2 cores
 	// were, which is what the tail queues for.
 	total := func(r result) (time.Duration, string) {
@@ -88,7 +93,7 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	for _, c := range []struct {
 		name string
 		a, b result
-	}{{"half of peak", pw, pa}, {"a quarter of peak", qw, qa}} {
+	}{{fmt.Sprintf("%.0f/s", rate), pw, pa}, {fmt.Sprintf("%.0f/s", rate/2), qw, qa}} {
 		ta, partsA := total(c.a)
 		tb, partsB := total(c.b)
 		fmt.Fprintf(w, "- paced at %s, CPU per request of the generator + nginx (+ Sluice) + the upstream: %s = %.1f µs without (%.2f of the %d cores), %s = %.1f µs with (%.2f)\n",

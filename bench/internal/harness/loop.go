@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,13 +13,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pacedLoop is Paced's engine: one OS thread, one epoll set holding a
-// periodic timerfd and the pool's sockets, raw system calls, as wrk runs.
-// Per request it makes a write, a read and its share of epoll_wait and
-// timerfd reads; Go's netpoller (a parked goroutine per connection, a
-// read that fails with EAGAIN before each wait, the scheduler's wake-ups)
-// cost three to four times as much CPU per request as wrk on this
-// machine, CPU taken from the servers being measured.
+// pacedLoop is Paced's engine: one OS thread, raw system calls, as wrk
+// runs, woken by a periodic timerfd and by nothing else. At each tick it
+// collects the answers that arrived since the last one (epoll_wait with
+// no timeout over the pool's sockets), each timed by the kernel's receive
+// timestamp (SO_TIMESTAMPNS: when its last segment reached the socket,
+// not when this loop read it), and sends the requests due. An answer
+// therefore costs no wake-up of its own: on these shared cores the
+// generator's wake-ups were its largest cost (two per request, 25–30 µs
+// of CPU per request against wrk's 13), CPU taken from the servers being
+// measured. Go's netpoller (a parked goroutine per connection, a read
+// that fails with EAGAIN before each wait, the scheduler's wake-ups)
+// cost more still.
 type pacedLoop struct {
 	ctx      context.Context
 	req      []byte
@@ -30,12 +36,15 @@ type pacedLoop struct {
 	conns    []rawConn
 	free     []int // indexes of idle connections
 	start    time.Time
+	wallOff  int64 // wall clock minus monotonic since start, ns, at the last tick (rxTime)
+	oob      []byte
 	interval time.Duration // between two requests
 	period   time.Duration // between two timer ticks
 	n        int64         // requests in the schedule
 
 	lat, lag  []int64 // per request, ns (never negative: see newTimerfd); lat failed if it failed
 	ticks     int64   // timer ticks so far
+	wakeups   int64   // timer reads so far
 	due, next int64   // requests due so far; the next one to send
 	busy      int     // connections with a request in flight
 	errors    int64
@@ -63,7 +72,8 @@ func newPacedLoop(ctx context.Context, o PacedOptions, interval, period time.Dur
 		return nil, err
 	}
 	l := &pacedLoop{ctx: ctx, req: o.Request, timeout: o.Timeout, epfd: -1, tfd: -1, sa: sa, family: family,
-		interval: interval, period: period, n: n, lat: make([]int64, n), lag: make([]int64, n)}
+		interval: interval, period: period, n: n, lat: make([]int64, n), lag: make([]int64, n),
+		oob: make([]byte, unix.CmsgSpace(16))}
 	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
@@ -85,6 +95,10 @@ func (l *pacedLoop) open(i int) error {
 	fd, err := connectEpoll(l.family, l.sa, l.epfd, i)
 	if err != nil {
 		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("SO_TIMESTAMPNS: %w", err)
 	}
 	c.fd, c.got, c.slot = fd, 0, -1
 	l.free = append(l.free, i)
@@ -148,7 +162,8 @@ func (l *pacedLoop) finish(i int, now time.Duration, status int, err error) {
 func (l *pacedLoop) dueAt(s int64) time.Duration { return time.Duration(s+1) * l.interval }
 
 // run is the event loop, on its own OS thread, until every request of the
-// schedule has been sent and has ended.
+// schedule has been sent and has ended. It sleeps only in the timer's
+// read: a tick every period, whatever the answers do.
 func (l *pacedLoop) run() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -156,45 +171,44 @@ func (l *pacedLoop) run() error {
 	if l.tfd, l.start, err = newTimerfd(l.period); err != nil {
 		return err
 	}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.tfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
-		return fmt.Errorf("epoll_ctl: %w", err)
-	}
-	events := make([]unix.EpollEvent, len(l.conns)+1)
+	events := make([]unix.EpollEvent, len(l.conns))
 	for l.next < l.n || l.busy > 0 {
 		if l.busy == 0 && len(l.free) == 0 {
 			return fmt.Errorf("paced: no connection left: %w", l.firstErr)
 		}
-		k, errno := epollWait(l.epfd, events)
+		var b [8]byte
+		m, errno := rawRead(l.tfd, b[:]) // blocks until the next tick
 		if errno == unix.EINTR {
 			continue
 		}
-		if errno != 0 {
+		if errno != 0 || m != 8 {
+			return fmt.Errorf("timerfd read: %d bytes, %w", m, errno)
+		}
+		l.wakeups++
+		t := time.Now()
+		now := t.Sub(l.start)
+		l.wallOff = t.UnixNano() - l.start.UnixNano() - int64(now)
+		if err := l.tick(now, binary.LittleEndian.Uint64(b[:])); err != nil {
+			return err
+		}
+		k, errno := epollWaitMs(l.epfd, events, 0)
+		if errno != 0 && errno != unix.EINTR {
 			return fmt.Errorf("epoll_pwait: %w", errno)
 		}
-		now := time.Since(l.start)
-		for _, ev := range events[:k] {
-			if ev.Fd < 0 {
-				if err := l.tick(now); err != nil {
-					return err
-				}
-			} else {
-				l.readable(int(ev.Fd), now)
-			}
+		for _, ev := range events[:max(k, 0)] {
+			l.readable(int(ev.Fd), now)
 		}
 		l.dispatch()
 	}
 	return nil
 }
 
-// tick reads the timer: the requests due by now; every 10 ms it also
-// looks for requests past their timeout and for the context's end.
-func (l *pacedLoop) tick(now time.Duration) error {
-	var b [8]byte
-	if m, errno := rawRead(l.tfd, b[:]); errno == 0 && m == 8 {
-		l.ticks += int64(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
-		l.due = min(l.n, int64(time.Duration(l.ticks)*l.period/l.interval))
-	}
+// tick counts n more timer ticks: the requests due by now; every 10 ms
+// it also looks for requests past their timeout and for the context's
+// end.
+func (l *pacedLoop) tick(now time.Duration, n uint64) error {
+	l.ticks += int64(n)
+	l.due = min(l.n, int64(time.Duration(l.ticks)*l.period/l.interval))
 	if now-l.checked < 10*time.Millisecond {
 		return nil
 	}
@@ -211,7 +225,8 @@ func (l *pacedLoop) tick(now time.Duration) error {
 }
 
 // readable reads what connection i received, and ends its request if
-// that completes the answer.
+// that completes the answer, at the time the kernel received the bytes
+// (rxTime), read at the tick of now.
 func (l *pacedLoop) readable(i int, now time.Duration) {
 	c := &l.conns[i]
 	if c.fd < 0 {
@@ -224,10 +239,11 @@ func (l *pacedLoop) readable(i int, now time.Duration) {
 		}
 		c.buf = append(c.buf, make([]byte, len(c.buf))...)
 	}
-	m, errno := rawRead(c.fd, c.buf[c.got:])
+	m, stamp, errno := recvStamped(c.fd, c.buf[c.got:], l.oob)
 	if errno == unix.EAGAIN || errno == unix.EINTR {
 		return
 	}
+	at := l.rxTime(stamp, c.sent, now)
 	var err error
 	switch {
 	case errno != 0:
@@ -237,7 +253,7 @@ func (l *pacedLoop) readable(i int, now time.Duration) {
 	}
 	if err != nil {
 		if c.slot >= 0 {
-			l.finish(i, now, 0, err)
+			l.finish(i, at, 0, err)
 		} else { // an idle connection the server closed
 			l.reopen(i)
 		}
@@ -252,17 +268,31 @@ func (l *pacedLoop) readable(i int, now time.Duration) {
 	a, err := parseAnswer(c.buf[:c.got], nil)
 	if err != nil || a.n == 0 {
 		if err != nil {
-			l.finish(i, now, 0, err)
+			l.finish(i, at, 0, err)
 		}
 		return
 	}
-	l.finish(i, now, a.status, nil)
+	l.finish(i, at, a.status, nil)
 	if a.n < c.got || a.closed { // more than one answer, or the server closes
 		l.reopen(i)
 		return
 	}
 	c.got = 0
 	l.free = append(l.free, i)
+}
+
+// rxTime is a receive timestamp (wall clock, ns; 0 if none came) as time
+// since the start on the monotonic clock, by the two clocks' offset at
+// the current tick; it is kept between the request's send and now, so a
+// missing stamp or a step of the wall clock cannot make a latency
+// negative or later than its reading. With no stamp it is the reading
+// (the kernel turns stamping on a moment after the first socket asks, so
+// the first answers of a run may come unstamped: later by up to a tick).
+func (l *pacedLoop) rxTime(stamp int64, sent, now time.Duration) time.Duration {
+	if stamp == 0 {
+		return now
+	}
+	return min(max(time.Duration(stamp-l.start.UnixNano()-l.wallOff), sent), now)
 }
 
 // dispatch sends the requests due, each on an idle connection, in order.

@@ -145,3 +145,17 @@ func TestPacedConnectRefused(t *testing.T) {
 		t.Fatalf("err = %v, want a connect error naming %s", err, addrs[0])
 	}
 }
+
+// The generator wakes only on its timer, at most once per tick however
+// many requests and answers a tick holds: 2,000/s for 200 ms on a 5 ms
+// tick is 10 requests per tick, 40 ticks, whatever the answers do.
+func TestPacedWakesPerTick(t *testing.T) {
+	addr := pacedServer(t, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	r := paced(t, PacedOptions{Addr: addr, Rate: 2000, Duration: 200 * time.Millisecond, Conns: 32, Tick: 5 * time.Millisecond})
+	if r.Sent != 400 || r.Answered != 400 {
+		t.Fatalf("sent %d, answered %d; want 400, 400", r.Sent, r.Answered)
+	}
+	if most := int64(r.Elapsed/(5*time.Millisecond)) + 1; r.Wakeups < 1 || r.Wakeups > most {
+		t.Fatalf("%d wake-ups in %v, want 1 to %d (one per 5ms tick at most)", r.Wakeups, r.Elapsed, most)
+	}
+}

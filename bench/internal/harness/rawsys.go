@@ -32,6 +32,29 @@ func rawWrite(fd int, b []byte) (int, unix.Errno) {
 	return int(n), e
 }
 
+// recvStamped is a non-blocking recvmsg into b that also returns the
+// kernel's receive timestamp of the data (SO_TIMESTAMPNS, wall clock, ns;
+// 0 if none came), using oob (CmsgSpace(16) bytes) for the control data.
+func recvStamped(fd int, b, oob []byte) (int, int64, unix.Errno) {
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(len(b))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	n, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_DONTWAIT)
+	if e != 0 {
+		return 0, 0, e
+	}
+	var stamp int64
+	if int(msg.Controllen) >= unix.CmsgSpace(16) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS {
+			ts := (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)]))
+			stamp = ts.Nano()
+		}
+	}
+	return int(n), stamp, 0
+}
+
 // sockaddr resolves addr (host:port) for a raw socket.
 func sockaddr(addr string) (sa unix.Sockaddr, family int, err error) {
 	ta, err := net.ResolveTCPAddr("tcp", addr)

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newTimerfd is a nonblocking Linux timerfd ticking every period, on the
+// newTimerfd is a blocking Linux timerfd ticking every period, on the
 // kernel's high-resolution timer (Go's own timers sleep at least a
 // millisecond when the process has nothing else to do, which would bunch
 // the requests of a paced schedule), and the time its ticks count from.
@@ -15,7 +15,7 @@ import (
 // period or later, so no request is sent before it is due, whatever
 // delays the calling thread.
 func newTimerfd(period time.Duration) (int, time.Time, error) {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
 	if err != nil {
 		return -1, time.Time{}, fmt.Errorf("timerfd_create: %w", err)
 	}
