@@ -73,6 +73,9 @@ type setup struct {
 	up       *upstream
 	timeout  time.Duration
 	base     string // the upstream URL's path
+	// transport, if set, is Options.Transport: every request then goes
+	// through ReverseProxy (no fast path).
+	transport http.RoundTripper
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -96,7 +99,8 @@ func start(t *testing.T, s setup) *fixture {
 	}
 	u, _ := url.Parse(up.srv.URL + s.base)
 	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e },
-		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout})
+		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout,
+		Transport: s.transport})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}
