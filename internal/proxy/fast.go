@@ -78,6 +78,7 @@ var hopHeaders = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Http2-Settings": true, // h2c.go
 }
 
 // connectionNamed reports whether the Connection header values cv name k.

@@ -100,8 +100,15 @@ func TestStreaming(t *testing.T) {
 	}
 }
 
-// An Upgrade request (as WebSocket uses) passes through both ways.
+// An Upgrade request (as WebSocket uses) passes through both ways, also
+// when h2c is named beside it (dropped: h2c_test.go).
 func TestUpgrade(t *testing.T) {
+	for _, upgrade := range []string{"echo", "echo, h2c"} {
+		t.Run(upgrade, func(t *testing.T) { testUpgrade(t, upgrade) })
+	}
+}
+
+func testUpgrade(t *testing.T, upgrade string) {
 	up := &upstream{}
 	up.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "echo" {
@@ -131,7 +138,7 @@ func TestUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", upgrade)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 101 {

@@ -24,7 +24,9 @@
 //   - Streaming: a response of unknown length (chunked) or of type
 //     text/event-stream is flushed as it arrives, so server-sent events
 //     and long polls work; one of known length goes out in one write.
-//     WebSocket and other Upgrade requests are passed through.
+//     WebSocket and other Upgrade requests are passed through, but never
+//     an upgrade to HTTP/2: Upgrade: h2c and HTTP2-Settings are dropped
+//     and the request forwarded as plain HTTP/1.1 (h2c.go).
 //   - Two engines, one behaviour: a GET or HEAD without a body and without
 //     Upgrade, to an http:// upstream, is forwarded by the fast path
 //     (fast.go: the request written straight onto a pooled HTTP/1.1
@@ -312,7 +314,12 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
-	if p.fastPath(r) {
+	fast := p.fastPath(r)
+	if !fast && r.Header["Upgrade"] != nil {
+		dropHTTP2Upgrade(r.Header) // h2c.go
+		fast = p.fastPath(r)
+	}
+	if fast {
 		p.fastForward(w, r, ip, res)
 		return
 	}
@@ -344,6 +351,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so
 		}
 	}
+	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if info.ip.IsValid() {
 		h["X-Forwarded-For"] = []string{info.ip.String()}
 	}
