@@ -43,6 +43,12 @@
 //
 // # Exactly once
 //
+// Enqueueing is idempotent by id: when the reply to the enqueue is lost,
+// Enqueue runs it again under the same id and answers from that reply, so
+// a request is never answered refused (and sent again by its client) while
+// it sits queued; if Redis does not answer that either, Enqueue returns an
+// *OutcomeUnknownError naming the id it is queued under, if it is.
+//
 // Every replayed request carries Idempotency-Key: ID (unless the client
 // sent its own) and Sluice-Deferred-Id: ID. Once an outcome is recorded no
 // instance sends the request again. The one window left is an instance
@@ -57,12 +63,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -360,80 +363,11 @@ func isHex(s string) bool {
 	return true
 }
 
-// hopHeaders are not replayed (connection-level, or set again on replay).
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
-
-// ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge
-// past it. The body is consumed either way.
-func ReadBody(r *http.Request, rule *Rule) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	limit := rule.MaxBody()
-	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: %d bytes, over the cap of %d bytes", ErrBodyTooLarge, r.ContentLength, limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("deferq: read body: %w", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: over the cap of %d bytes", ErrBodyTooLarge, limit)
-	}
-	return b, nil
-}
-
 // Rule returns the defer rule named name, or nil.
 func (q *Queue) Rule(name string) *Rule {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.rules[name]
-}
-
-//go:embed enqueue.lua
-var enqueueLua string
-
-var enqueueScript = rueidis.NewLuaScript(enqueueLua)
-
-// Enqueue queues r (whose body, already read within the cap, is body) for
-// rule under limiter key key, with header as it should reach the upstream
-// (the caller adds X-Forwarded-*). It returns the deferred id, or
-// ErrQueueFull.
-func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, header http.Header, body []byte) (string, error) {
-	ru := q.Rule(rule)
-	if ru == nil {
-		return "", fmt.Errorf("%w: %q", ErrUnknownRule, rule)
-	}
-	h := header.Clone()
-	for _, k := range hopHeaders {
-		delete(h, k)
-	}
-	hj, err := json.Marshal(h)
-	if err != nil {
-		return "", fmt.Errorf("deferq: headers: %w", err)
-	}
-	tag := Tag(rule)
-	id := tag + "-" + randHex(10)
-	b := q.base(tag)
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	c := q.o.Connect()
-	if c == nil {
-		return "", errNotConnected
-	}
-	res := enqueueScript.Exec(ctx, c,
-		[]string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)},
-		[]string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
-			strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)})
-	if err := res.Error(); err != nil {
-		if rueidis.IsRedisNil(err) {
-			q.m.enqueued(rule, "full")
-			return "", fmt.Errorf("%w: rule %q holds %d requests", ErrQueueFull, rule, ru.maxQueue())
-		}
-		return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
-	}
-	q.m.enqueued(rule, "queued")
-	return id, nil
 }
 
 var errNotConnected = fmt.Errorf("deferq: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)

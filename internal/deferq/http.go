@@ -20,6 +20,22 @@ func WriteAccepted(w http.ResponseWriter, id string) {
 	w.Write([]byte(`{"deferred_id":"` + id + `"}` + "\n"))
 }
 
+// WriteOutcomeUnknown answers a request whose enqueue has an unknown
+// outcome (an *OutcomeUnknownError): 503, Location: /v1/deferred/ID,
+// {"error":"defer_outcome_unknown","rule":R,"deferred_id":ID,"message":…}.
+// The request may be queued under ID: the client should look there (404
+// once Redis answers: it was not queued, send it again) rather than send
+// it again at once, which may have it done twice.
+func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
+	w.Header().Set("Location", StatusPath+id)
+	b, _ := json.Marshal(map[string]string{"error": "defer_outcome_unknown", "rule": rule, "deferred_id": id,
+		"message": "over the rate limit; the request may or may not have been queued for later (Redis did not confirm): " +
+			"GET " + StatusPath + id + " tells (404: it was not)"})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(append(b, '\n'))
+}
+
 // ServeHTTP serves GET /v1/deferred/ID: 200 with the Status, 404 for an
 // unknown id, 400 for a malformed one, 503 when Redis cannot answer.
 func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {

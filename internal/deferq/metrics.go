@@ -11,7 +11,7 @@ import (
 
 // metrics are the deferral queue's collectors:
 //
-//	sluice_deferred_enqueued_total{rule,result}     result: queued, full
+//	sluice_deferred_enqueued_total{rule,result}     result: queued, full, unknown
 //	sluice_deferred_deliveries_total{rule,status}   requests delivered, by the upstream's status class (2xx, 3xx, 4xx)
 //	sluice_deferred_retries_total{rule}             failed sends that will be tried again
 //	sluice_deferred_dead_letters_total{rule}        requests moved to the dead-letter stream

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
@@ -76,6 +77,7 @@ type setup struct {
 	// transport, if set, is Options.Transport: every request then goes
 	// through ReverseProxy (no fast path).
 	transport http.RoundTripper
+	deferq    *deferq.Queue // Options.Defer
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -100,7 +102,7 @@ func start(t *testing.T, s setup) *fixture {
 	u, _ := url.Parse(up.srv.URL + s.base)
 	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e },
 		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout,
-		Transport: s.transport})
+		Transport: s.transport, Defer: s.deferq})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}

@@ -259,8 +259,9 @@ func delays(ms []rules.Match) bool {
 	return false
 }
 
-// deferRequest queues r on the rule that denied it and answers 202; it
-// returns false (nothing written) when r must be refused as without defer.
+// deferRequest queues r on the rule that denied it and answers 202 (503
+// when it cannot tell whether r was queued); it returns false (nothing
+// written) when r must be refused as without defer.
 func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result, ms []rules.Match) bool {
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)
 	if rule == nil {
@@ -302,6 +303,14 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		h["X-Forwarded-Proto"] = []string{"http"}
 	}
 	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, key, r, h, body)
+	var unknown *deferq.OutcomeUnknownError
+	if errors.As(err, &unknown) {
+		// Maybe queued: a 429 would have the client send it again.
+		p.o.Logger.Warn("defer: enqueue", "rule", rule.Name, "err", err)
+		res.SetHeaders(w.Header())
+		deferq.WriteOutcomeUnknown(w, rule.Name, unknown.ID)
+		return true
+	}
 	if err != nil {
 		if !errors.Is(err, deferq.ErrQueueFull) {
 			p.o.Logger.Warn("defer: enqueue", "rule", rule.Name, "err", err)

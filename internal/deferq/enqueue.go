@@ -1,0 +1,125 @@
+package deferq
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// hopHeaders are not replayed (connection-level, or set again on replay).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
+
+// ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge
+// past it. The body is consumed either way.
+func ReadBody(r *http.Request, rule *Rule) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	limit := rule.MaxBody()
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: %d bytes, over the cap of %d bytes", ErrBodyTooLarge, r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("deferq: read body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: over the cap of %d bytes", ErrBodyTooLarge, limit)
+	}
+	return b, nil
+}
+
+//go:embed enqueue.lua
+var enqueueLua string
+
+var enqueueScript = rueidis.NewLuaScript(enqueueLua)
+
+// Enqueue queues r (whose body, already read within the cap, is body) for
+// rule under limiter key key, with header as it should reach the upstream
+// (the caller adds X-Forwarded-*). It returns the deferred id, or
+// ErrQueueFull, or an *OutcomeUnknownError.
+//
+// A reply lost after the script was sent (a timeout, a reset) leaves the
+// request queued or not: Enqueue then runs the script again with the same
+// id, which queues it at most once (enqueue.lua is idempotent by id), and
+// answers from that second reply. Only when Redis does not answer that
+// either does the outcome stay unknown.
+func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, header http.Header, body []byte) (string, error) {
+	ru := q.Rule(rule)
+	if ru == nil {
+		return "", fmt.Errorf("%w: %q", ErrUnknownRule, rule)
+	}
+	h := header.Clone()
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	hj, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("deferq: headers: %w", err)
+	}
+	tag := Tag(rule)
+	id := tag + "-" + randHex(10)
+	b := q.base(tag)
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	c := q.o.Connect()
+	if c == nil {
+		return "", errNotConnected
+	}
+	keys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
+	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
+		strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)}
+	err = enqueueScript.Exec(ctx, c, keys, args).Error()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		if notSent(err) {
+			return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
+		}
+		// Sent, maybe run: ask again, under the same id.
+		q.o.Logger.Warn("defer: enqueue: reply lost, asking again", "rule", rule, "id", id, "err", err)
+		if err2 := enqueueScript.Exec(ctx, c, keys, args).Error(); err2 == nil || rueidis.IsRedisNil(err2) {
+			err = err2
+		} else {
+			q.m.enqueued(rule, "unknown")
+			return "", &OutcomeUnknownError{Rule: rule, ID: id, Err: errors.Join(err, err2)}
+		}
+	}
+	if err != nil {
+		q.m.enqueued(rule, "full")
+		return "", fmt.Errorf("%w: rule %q holds %d requests", ErrQueueFull, rule, ru.maxQueue())
+	}
+	q.m.enqueued(rule, "queued")
+	return id, nil
+}
+
+// notSent reports that err means the script never left: the connection to
+// Redis could not even be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// OutcomeUnknownError is Enqueue's answer when it cannot tell whether the
+// request was queued: Redis's reply to the enqueue was lost, and asking
+// again failed too. If it was queued, it is under ID and will be replayed;
+// once Redis answers, Status(ID) tells (ErrUnknownID: it was not). It
+// matches sluice.ErrStoreUnavailable.
+type OutcomeUnknownError struct {
+	Rule, ID string
+	Err      error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("deferq: enqueue on rule %q: outcome unknown, queued as %s or not at all: %v", e.Rule, e.ID, e.Err)
+}
+
+func (e *OutcomeUnknownError) Unwrap() []error { return []error{sluice.ErrStoreUnavailable, e.Err} }

@@ -1,0 +1,120 @@
+package deferq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// An enqueue whose script ran in Redis but whose reply was lost queued the
+// request: it will be replayed. Enqueue used to answer it as a failure (the
+// proxy then refused it 429, and the client, told to retry, sent it again:
+// done twice). It finds out instead, and answers with the id it queued.
+func TestEnqueueReplyLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	x := redistest.NewCutter(t, srv.Addr, "reply-lost-key", false)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := deferq.New(deferq.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
+	x.Arm()
+	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+	id, err := q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
+	direct := client(t, srv.Addr)
+	n, lerr := direct.Do(context.Background(), direct.B().Xlen().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:q").Build()).AsInt64()
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if !x.Cut() {
+		t.Fatal("the cutter never saw the enqueue: the test proves nothing")
+	}
+	if n != 2 {
+		t.Fatalf("%d requests queued, want 2 (the warm-up and the one whose reply was lost, once)", n)
+	}
+	if err != nil {
+		t.Fatalf("Enqueue whose reply was lost = %v; want its id: the request is queued and will be replayed", err)
+	}
+	st, err := deferq.New(deferq.Options{Client: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := st.Status(context.Background(), id); err != nil || s.State != "queued" {
+		t.Errorf("Status(%s) = %+v, %v; want queued", id, s, err)
+	}
+}
+
+// When Redis cannot be asked again either, the outcome stays unknown:
+// Enqueue says so, with the id the request is queued under if it is, so
+// that the answer can tell the client where to look rather than to send it
+// again.
+func TestEnqueueOutcomeUnknown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	x := redistest.NewCutter(t, srv.Addr, "reply-lost-key", true)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := deferq.New(deferq.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm"))
+	x.Arm()
+	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+	_, err = q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
+	var unknown *deferq.OutcomeUnknownError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("Enqueue with its reply lost and Redis gone = %v; want an *OutcomeUnknownError", err)
+	}
+	direct := client(t, srv.Addr)
+	st, err := deferq.New(deferq.Options{Client: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := st.Status(context.Background(), unknown.ID); err != nil || s.State != "queued" {
+		t.Errorf("Status(%s) = %+v, %v; want queued (the script ran): the id must name the request", unknown.ID, s, err)
+	}
+}
+
+// Redis refusing the connection is no doubt: nothing was sent, nothing
+// queued. Enqueue says the store is unavailable (the proxy refuses the
+// request as without defer), not that the outcome is unknown.
+func TestEnqueueRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	x := redistest.NewCutter(t, srv.Addr, "never", false)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := deferq.New(deferq.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	x.Down()
+	c.Do(context.Background(), c.B().Ping().Build()) // the client sees its connection gone
+	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+	_, err = q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+	var unknown *deferq.OutcomeUnknownError
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.As(err, &unknown) {
+		t.Fatalf("Enqueue with Redis refusing connections = %v; want ErrStoreUnavailable, not an *OutcomeUnknownError", err)
+	}
+}
