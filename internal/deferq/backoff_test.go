@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -120,5 +121,77 @@ func TestRetryAfterForms(t *testing.T) {
 				t.Errorf("next_attempt_at %v, %v after the send; want at least 39 s (the server's wait)", next, next.Sub(sent))
 			}
 		})
+	}
+}
+
+// A request taken over from a dead instance goes on with the back-off of
+// its attempts so far (counted in Redis), not from the first step again:
+// the taker used to count only the failures it had seen itself, so after
+// three failed sends at the dead instance the fourth, the taker's, waited
+// Backoff (10 ms here) instead of Backoff·2³ (80 ms).
+func TestTakenOverBackoffContinues(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newUpstream(t, func(delivery, int) int { return http.StatusServiceUnavailable })
+	c := client(t, srv.Addr)
+	const backoff = 10 * time.Millisecond
+	// run runs an instance that sends at most sends times, until it has.
+	run := func(consumer string, sends int64) {
+		t.Helper()
+		var taken atomic.Int64
+		q, err := deferq.New(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL),
+			MaxAttempts: 10, Backoff: backoff, MaxBackoff: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+			if taken.Add(1) > sends {
+				return sluice.Decision{RetryAfter: time.Minute}, nil
+			}
+			return sluice.Decision{Allowed: true}, nil
+		}}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { q.Run(ctx); close(done) }()
+		for range sends {
+			select {
+			case <-up.arrivals:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: no send within a minute", consumer)
+			}
+		}
+		cancel()
+		<-done // the outcome of the last send is recorded
+	}
+	a, err := deferq.New(deferq.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetRules([]deferq.Rule{{Name: "jobs"}})
+	id := enqueue(t, a, "jobs", "k", http.MethodPost, "/job", []byte("job"))
+	run("a", 3)
+	if st, err := a.Status(context.Background(), id); err != nil || st.Attempts != 3 {
+		t.Fatalf("after a's sends: %+v, %v; want 3 attempts", st, err)
+	}
+	// a is dead: its entry has been idle for an hour, b claims it at once.
+	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
+	es, err := c.Do(context.Background(), c.B().Xrange().Key(stream).Start("-").End("+").Build()).AsXRange()
+	if err != nil || len(es) != 1 {
+		t.Fatalf("XRANGE = %v, %v; want the one entry", es, err)
+	}
+	if err := c.Do(context.Background(), c.B().Arbitrary("XCLAIM").Keys(stream).Args("sluice", "a", "0", es[0].ID, "IDLE", "3600000", "JUSTID").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	run("b", 1)
+	st, err := a.Status(context.Background(), id)
+	if err != nil || st.State != "failed" || st.Attempts != 4 {
+		t.Fatalf("after b's send: %+v, %v; want failed, 4 attempts", st, err)
+	}
+	updated, err1 := time.Parse(time.RFC3339Nano, st.Updated)
+	next, err2 := time.Parse(time.RFC3339Nano, st.NextAttempt)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("updated_at %q, next_attempt_at %q: %v, %v", st.Updated, st.NextAttempt, err1, err2)
+	}
+	if got, want := next.Sub(updated), backoff<<3; got != want {
+		t.Errorf("back-off after the 4th failed send (b's, taken over from a): %v, want %v (Backoff·2³)", got, want)
 	}
 }

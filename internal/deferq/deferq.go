@@ -39,7 +39,8 @@
 // An upstream answer below 500 other than 429 is final (delivered, with
 // that status); 429, 5xx and transport errors are retried with exponential
 // back-off (honouring Retry-After) up to MaxAttempts, then the request goes
-// to the dead-letter stream.
+// to the dead-letter stream. The attempts are counted in Redis and the
+// back-off follows that count, whichever instances made them.
 //
 // # Exactly once
 //

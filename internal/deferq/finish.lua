@@ -4,17 +4,28 @@
 -- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
 --       ('delivered' or 'failed'), 5 upstream status (0: none), 6 error,
 --       7 max attempts, 8 now (ms), 9 TTL of a settled record (ms),
---       10 next attempt (ms, for a retry), 11 max dead letters, 12 the
---       send's token (unique per send)
--- Returns the state recorded: 'delivered', 'failed' (retry later),
+--       10 back-off after a first failed attempt (ms), 11 max dead letters,
+--       12 the send's token (unique per send), 13 max back-off (ms),
+--       14 the upstream's wait (ms, 0: none)
+-- Returns the state recorded: 'delivered', 'failed:N' (retry in N ms),
 -- 'dead_lettered', or the state already there if it was settled or this
 -- send's outcome was recorded already (a reply lost on its way back, the
 -- worker records it again: the attempt counts once).
+--
+-- The back-off follows the attempts counted here, whichever instances made
+-- them (one that takes a request over goes on where the sequence was): it
+-- doubles from ARGV[10] with each failed attempt, up to ARGV[13], and is
+-- at least the upstream's wait (itself at most ARGV[13]).
+local now = tonumber(ARGV[8])
 local state = redis.call('HGET', KEYS[2], 'state')
 if state == 'delivered' or state == 'dead_lettered' then
   return state
 end
 if ARGV[12] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[12] then
+  if state == 'failed' then
+    local nx = tonumber(redis.call('HGET', KEYS[2], 'next')) or now
+    return 'failed:' .. string.format('%d', math.max(nx - now, 0))
+  end
   return state
 end
 local attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
@@ -33,8 +44,11 @@ if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
 end
 redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8], 'send', ARGV[12])
 if outcome == 'failed' then
-  redis.call('HSET', KEYS[2], 'next', ARGV[10])
-  return outcome
+  local most = tonumber(ARGV[13])
+  local wait = math.min(tonumber(ARGV[10]) * 2 ^ math.min(attempts - 1, 40), most)
+  wait = math.max(wait, math.min(tonumber(ARGV[14]), most))
+  redis.call('HSET', KEYS[2], 'next', string.format('%d', now + wait))
+  return 'failed:' .. string.format('%d', wait)
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])

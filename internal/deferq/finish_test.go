@@ -40,10 +40,10 @@ func TestFinishOncePerSend(t *testing.T) {
 		t.Fatalf("XRANGE: %v, %d entries", err, len(es))
 	}
 	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead"}
-	finish := func(send string) string {
-		now := time.Now().UnixMilli()
+	now := time.Now().UnixMilli()
+	finish := func(send string) string { // back-off 1 s doubling up to 60 s; no wait from the upstream
 		state, err := finishScript.Exec(ctx, c, keys, []string{group, es[0].ID, id, "failed", "503", "503 Service Unavailable",
-			"3", strconv.FormatInt(now, 10), "60000", strconv.FormatInt(now+1000, 10), "100", send}).ToString()
+			"3", strconv.FormatInt(now, 10), "60000", "1000", "100", send, "60000", "0"}).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,14 +54,14 @@ func TestFinishOncePerSend(t *testing.T) {
 		return v
 	}
 	for i := range 2 { // one send, recorded twice
-		if st := finish("send-1"); st != "failed" {
-			t.Fatalf("record %d of send 1: %q, want failed", i, st)
+		if st := finish("send-1"); st != "failed:1000" {
+			t.Fatalf("record %d of send 1: %q, want failed:1000 (retry in 1 s)", i, st)
 		}
 	}
 	if a := attempts(); a != "1" {
 		t.Fatalf("attempts after one send recorded twice: %s, want 1", a)
 	}
-	if st := finish("send-2"); st != "failed" || attempts() != "2" {
-		t.Fatalf("a second send: %q, attempts %s; want failed, 2", st, attempts())
+	if st := finish("send-2"); st != "failed:2000" || attempts() != "2" {
+		t.Fatalf("a second send: %q, attempts %s; want failed:2000 (the back-off of a second attempt), 2", st, attempts())
 	}
 }

@@ -69,14 +69,21 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	now := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
-		attempts, strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(o.StatusTTL.Milliseconds(), 10),
-		strconv.FormatInt(now.Add(w.backoff(e, out)).UnixMilli(), 10), strconv.Itoa(maxDeadLetters), out.send}).ToString()
+		attempts, strconv.FormatInt(now.UnixMilli(), 10), ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
+		strconv.Itoa(maxDeadLetters), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
 	if err != nil {
 		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
 		return result{e: e, after: time.Second} // record it next turn; never send again
 	}
 	e.unrecorded = nil
+	if wait, ok := strings.CutPrefix(state, "failed:"); ok {
+		// The back-off of the attempts counted in Redis (finish.lua).
+		w.q.m.retried(w.name)
+		n, _ := strconv.ParseInt(wait, 10, 64)
+		return result{e: e, after: max(time.Duration(n)*time.Millisecond, time.Millisecond)}
+	}
 	switch state {
 	case "delivered":
 		w.q.m.delivered(w.name, out.status)
@@ -85,20 +92,8 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		w.q.m.deadLettered(w.name)
 		o.Logger.Warn("defer: dead-lettered", "rule", w.name, "id", e.id, "status", out.status, "err", out.err)
 		return result{e: e, drop: true}
-	case "failed":
-		w.q.m.retried(w.name)
-		e.attempts++
-		return result{e: e, after: w.backoff(e, out)}
 	}
 	return result{e: e, drop: true}
-}
-
-// backoff is the wait after the failed attempt of e that produced out.
-func (w *worker) backoff(e *entry, out *outcome) time.Duration {
-	o := &w.q.o
-	b := o.Backoff << min(e.attempts, 20)
-	b = min(b, o.MaxBackoff)
-	return max(b, min(out.retry, o.MaxBackoff))
 }
 
 // deliver sends e to the upstream once. A send begun runs to its end,

@@ -61,7 +61,6 @@ type entry struct {
 	body                string
 	notBefore           time.Time
 	busy                bool
-	attempts            int // failed sends seen by this instance (for the back-off)
 	// unrecorded is an outcome the upstream produced but Redis did not
 	// take yet: recorded on the next turn instead of sending again.
 	unrecorded *outcome
