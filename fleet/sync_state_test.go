@@ -181,3 +181,79 @@ func TestSyncScriptTwinFarBack(t *testing.T) {
 		}
 	}
 }
+
+// grantStep is the Go twin of fleet.lua's grant of a bucket (after the
+// units given back): up to want units at us (µs), what the debt leaves
+// under the burst. It returns the units granted.
+func grantStep(a sluice.Algorithm, t *sluice.Ticks, st *sluice.State, us, want int64) int64 {
+	now := floorDiv(us, t.Tick)
+	d := debtAt(a, t, st, now)
+	avail := min(want, max(0, floorDiv(t.Burst*t.Period-d, t.Period)))
+	setDebt(a, t, st, now, d+avail*t.Period)
+	return avail
+}
+
+// TestLeaseScriptTwinFarBack: a grant (with units given back first or
+// not), a give-back or an exact take at a time far behind the state's T
+// (an instance whose clock is behind by an hour or more) meets a GCRA debt
+// at its time beyond 2^53 token-ticks, which Lua's doubles do not hold
+// exactly: the script must leave the state Go leaves (the far-back hit of
+// TestSyncScriptTwinFarBack, in the other modes).
+func TestLeaseScriptTwinFarBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rs := openRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	l := sluice.PerDay(1_000_000)
+	tk, _ := l.Ticks()
+	limit, _ := chargeCap(sluice.GCRA, &tk)
+	t1 := sluicetest.T0.UnixMicro()
+	for _, back := range []time.Duration{13 * time.Hour, 23*time.Hour + 59*time.Minute, time.Hour + 7*time.Minute} {
+		at := t1 - back.Microseconds()
+		for _, mode := range []string{"grant", "grant after a give-back", "return", "take"} {
+			key := fmt.Sprintf("twin-far-lease/%d/%d", time.Now().UnixNano(), back)
+			// The debt just under its cap at t1, an odd remainder.
+			var want sluice.State
+			hit := redisstore.Hit{At: t1, Cost: limit - 1}
+			addHit(sluice.GCRA, &tk, &want, hit)
+			if err := rs.Sync(ctx, []redisstore.SyncOp{{Key: key, Algorithm: sluice.GCRA, Limit: l, Hits: []redisstore.Hit{hit}}}); err != nil {
+				t.Fatal(err)
+			}
+			r := sluice.Request{Key: key, Algorithm: sluice.GCRA, Limit: l, Cost: 5, Now: time.UnixMicro(at)}
+			var got sluice.State
+			var err error
+			switch mode {
+			case "grant", "grant after a give-back":
+				var units int64
+				if mode != "grant" {
+					units = 3
+				}
+				giveBack(sluice.GCRA, &tk, &want, units, 0, at)
+				n := grantStep(sluice.GCRA, &tk, &want, at, r.Cost)
+				var g redisstore.Grant
+				if g, err = rs.Lease(ctx, r, redisstore.ReturnOp{Units: units}); err == nil && g.Units != n {
+					t.Errorf("%v back, %s: %d units granted, Go %d", back, mode, g.Units, n)
+				}
+				got = g.State
+			case "return":
+				giveBack(sluice.GCRA, &tk, &want, 2, 0, at)
+				if err = rs.Return(ctx, []redisstore.ReturnOp{{Key: key, Algorithm: sluice.GCRA, Limit: l, Units: 2, Now: r.Now}}); err == nil {
+					// Read the state back: a take of cost 0 at t1.
+					_, got, err = rs.SyncTake(ctx, sluice.Request{Key: key, Algorithm: sluice.GCRA, Limit: l, Now: time.UnixMicro(t1)})
+				}
+			case "take": // sluice's GCRA step
+				r.Cost = 1
+				var d sluice.Decision
+				if _, err := sluice.GCRA.TakeMicro(&d, &want, &l, at, r.Cost); err != nil {
+					t.Fatal(err)
+				}
+				_, got, err = rs.SyncTake(ctx, r)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.T != want.T || got.N != want.N || got.M != want.M {
+				t.Errorf("%v back, %s: Redis state %+v, Go %+v", back, mode, got, want)
+			}
+		}
+	}
+}

@@ -44,28 +44,35 @@ if v then
   T, N, M = T + 0, N + 0, M + 0
 end
 
--- debt is the bucket's debt (token-ticks) at now, for the token bucket and
--- GCRA; setDebt stores it back.
+-- debt is the token bucket's debt (token-ticks) at now; setDebt stores it
+-- back.
 local function debt(now)
-  if alg == 1 then
-    if N > 0 and now > T then
-      local r = (now - T) * rate
-      if r >= N then return 0 end
-      return N - r
-    end
-    return N
+  if N > 0 and now > T then
+    local r = (now - T) * rate
+    if r >= N then return 0 end
+    return N - r
   end
-  if T > now or (T == now and N > 0) then return (T - now) * rate + N end
-  return 0
+  return N
 end
 local function setDebt(now, d)
-  if alg == 1 then
-    N = d
-    if now > T then T = now end
-  else
-    N = d % rate
-    T = now + (d - N) / rate
-  end
+  N = d
+  if now > T then T = now end
+end
+-- GCRA's debt at now is q * rate + r (0 <= r < rate), kept in its two
+-- parts: at a now long before T (a batch late by hours, a clock behind)
+-- it can pass 2^53, past which a double is not exact; each part stays
+-- small. debt2 returns them; addDebt2 adds d (token-ticks, exact, of
+-- either sign) to them, and lessDebt2 compares two debts part by part.
+local function debt2(now)
+  if T > now or (T == now and N > 0) then return T - now + fdiv(N, rate), N % rate end
+  return 0, 0
+end
+local function addDebt2(q, r, d)
+  local s = r + d
+  return q + fdiv(s, rate), s % rate
+end
+local function lessDebt2(aq, ar, bq, br)
+  return aq < bq or (aq == bq and ar < br)
 end
 -- advance moves a window algorithm to window (sub-window) w at least.
 local function advance(w)
@@ -103,7 +110,13 @@ local out = 0
 -- giveBack returns units not spent, granted in window w.
 local function giveBack(units, w)
   if units <= 0 then return end
-  if alg == 1 or alg == 6 then
+  if alg == 6 then
+    local q, r = debt2(now)
+    local uq, ur = fdiv(units * period, rate), (units * period) % rate
+    q, r = addDebt2(q - uq, r, -ur)
+    if q < 0 then q, r = 0, 0 end
+    N, T = r, now + q
+  elseif alg == 1 then
     local d = debt(now) - units * period
     if d < 0 then d = 0 end
     setDebt(now, d)
@@ -122,22 +135,16 @@ if mode == 'sync' then
   for i = 9, #ARGV, step do
     local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
     if alg == 6 then
-      -- GCRA's debt in two parts, q * rate + r (0 <= r < rate): at the
-      -- from of a hit long before T (a batch late by hours) it can pass
-      -- 2^53, past which a double is not exact; each part stays small.
-      -- The same steps as for the token bucket, below, compared part by
-      -- part.
-      local from = fdiv(ARGV[i + 2] + 0, tick)
-      local q, r = 0, 0
-      if T > from or (T == from and N > 0) then q, r = T - from + fdiv(N, rate), N % rate end
-      local s = r + cost
-      local vq, vr = q + fdiv(s, rate), s % rate
+      -- The same steps as for the token bucket, below, on the debt's
+      -- two parts (see debt2): the from of a hit can be long before T.
+      local q, r = debt2(fdiv(ARGV[i + 2] + 0, tick))
+      local vq, vr = addDebt2(q, r, cost)
       local floor = ARGV[i + 3] + 0
       local fq, fr = fdiv(floor, rate), floor % rate
-      if vq < fq or (vq == fq and vr < fr) then vq, vr = fq, fr end
+      if lessDebt2(vq, vr, fq, fr) then vq, vr = fq, fr end
       local cq, cr = fdiv(capAt, rate), capAt % rate
-      if vq > cq or (vq == cq and vr > cr) then
-        if q > cq or (q == cq and r > cr) then vq, vr = q, r else vq, vr = cq, cr end
+      if lessDebt2(cq, cr, vq, vr) then
+        if lessDebt2(cq, cr, q, r) then vq, vr = q, r else vq, vr = cq, cr end
       end
       N, T = vr, at + vq
     elseif alg == 1 then
@@ -158,7 +165,18 @@ elseif mode == 'grant' then
   local want = ARGV[9] + 0
   giveBack(ARGV[10] + 0, ARGV[11] + 0)
   local avail
-  if alg == 1 or alg == 6 then
+  if alg == 6 then
+    -- What the burst leaves free of the debt, when the debt is under it
+    -- (then both are exact); none past it.
+    local q, r = debt2(now)
+    local bq, br = fdiv(burst * period, rate), (burst * period) % rate
+    avail = 0
+    if q <= bq then avail = fdiv((bq - q) * rate + br - r, period) end
+    if avail < 0 then avail = 0 end
+    if avail > want then avail = want end
+    q, r = addDebt2(q, r, avail * period)
+    N, T = r, now + q
+  elseif alg == 1 then
     local d = debt(now)
     avail = fdiv(burst * period - d, period)
     if avail < 0 then avail = 0 end
@@ -181,7 +199,14 @@ elseif mode == 'grant' then
   out = avail
 elseif mode == 'take' then
   local cost = ARGV[9] + 0
-  if alg == 1 or alg == 6 then
+  if alg == 6 then
+    local q, r = debt2(now)
+    local bq, br = fdiv(burst * period, rate), (burst * period) % rate
+    if cost <= burst and q <= bq and (bq - q) * rate + br - r >= cost * period then
+      q, r = addDebt2(q, r, cost * period)
+    end
+    N, T = r, now + q
+  elseif alg == 1 then
     local d = debt(now)
     if cost <= burst and d + cost * period <= burst * period then d = d + cost * period end
     setDebt(now, d)
