@@ -187,7 +187,7 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 	if r.Force {
 		first = nil // the store's first-sight take knows only Take: read, then charge here
 	}
-	e, decided, err := s.acquire(ctx, r, t, first, nil)
+	e, decided, err := s.acquire(ctx, r, t, first, nil, nil)
 	if err == errCold {
 		s.cold.Add(1)
 		d, err := s.inner.Take(ctx, *r)

@@ -74,8 +74,11 @@ var errRetry = errors.New("fleet: sync: retry")
 // the decision in *d; its view is the state after. A caller holding other
 // entries passes release, which unlocks them: if the view must wait for
 // the batch in flight, which settles them too, acquire calls it before
-// waiting and then returns errRetry.
-func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision, release func()) (*syncEntry, bool, error) {
+// waiting and then returns errRetry with the entry it waited for
+// (unlocked); the caller passes it back as retried when it starts over, so
+// that if that batch failed, acquire fails as it does when it waited
+// itself, without one more round trip to a store that just did not answer.
+func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d *sluice.Decision, release func(), retried *syncEntry) (*syncEntry, bool, error) {
 	// waited is the entry whose read or batch this call waited for: only
 	// that entry's view is "refreshed just now". If it was evicted
 	// meanwhile, the entry found next is new and must be read.
@@ -120,7 +123,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
 			return e, false, nil // fresh
 		}
-		if waited == e {
+		if waited == e || retried == e && e.failed {
 			if !e.failed {
 				return e, false, nil // refreshed just now
 			}
@@ -145,7 +148,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			select {
 			case <-ch:
 				if retry {
-					return nil, false, errRetry
+					return e, false, errRetry
 				}
 				continue
 			case <-ctx.Done():

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -143,6 +144,59 @@ func TestSyncFlushDuringBatch(t *testing.T) {
 		}
 		if err := s.Close(); err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// TestSyncTakeAllFailedBatch: a TakeAll that waited for the batch of a key
+// whose view is too old, and saw that batch fail, fails as Take does:
+// without one more round trip to read the key from a store that just did
+// not answer.
+func TestSyncTakeAllFailedBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const iv = 100 * time.Millisecond
+		m := &gatedShared{memShared: newMemShared(), gate: make(chan struct{})}
+		s, err := NewSync(m, SyncOptions{Interval: iv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx := context.Background()
+		req := func(key string) sluice.Request {
+			return sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
+		}
+		take := func(key string) {
+			t.Helper()
+			if d, err := s.Take(ctx, req(key)); err != nil || !d.Allowed {
+				t.Fatalf("Take(%s) = %+v, %v; want allowed", key, d, err)
+			}
+		}
+		for range 3 { // cold, read, local: b has an entry and a hit
+			take("b")
+		}
+		m.setDown(true)
+		time.Sleep(3*iv + iv/2) // three batches fail: b's view is too old
+		synctest.Wait()
+		m.setDown(false)
+		for range 3 { // a: a fresh view and a hit
+			take("a")
+		}
+		time.Sleep(iv) // the batch of a and b is on its way…
+		synctest.Wait()
+		done := make(chan error)
+		ds := make([]sluice.Decision, 2)
+		go func() { done <- s.TakeAll(ctx, []sluice.Request{req("a"), req("b")}, ds) }()
+		synctest.Wait() // …the TakeAll waits for it…
+		m.setDown(true) // …and it fails
+		before, _ := m.snapshot()
+		close(m.gate)
+		err = <-done
+		after, _ := m.snapshot()
+		if !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Errorf("TakeAll(a, b) after b's batch failed = %v; want ErrStoreUnavailable", err)
+		}
+		if calls := after[len(before):]; len(calls) != 1 {
+			t.Errorf("store calls from the batch's end to TakeAll's = %v (keys per call); want only the batch's", calls)
 		}
 	})
 }

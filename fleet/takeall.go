@@ -101,6 +101,9 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 		held = nil
 	}
 	nrem := len(rem)
+	// retried is the entry of each key whose batch a pass waited for
+	// before starting over (see acquire).
+	var retried map[nsKey]*syncEntry
 	var allowed bool
 	var over int
 	var overflowed map[nsKey]bool
@@ -125,9 +128,13 @@ start:
 					if len(held) > 0 {
 						wait = release
 					}
-					e, _, err = s.acquire(ctx, r, ticks[i], nil, wait)
+					e, _, err = s.acquire(ctx, r, ticks[i], nil, wait, retried[keyOf(r)])
 				}
 				if err == errRetry {
+					if retried == nil {
+						retried = map[nsKey]*syncEntry{}
+					}
+					retried[keyOf(r)] = e
 					continue start
 				}
 				if err == errFull {
