@@ -266,13 +266,18 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 	return nil
 }
 
-// Close gives back every unit held and not expired, in one round trip, and
-// sends later requests to the shared store.
-func (l *Lease) Close() error {
+// Close is CloseAt(time.Now()), for requests on the wall clock.
+func (l *Lease) Close() error { return l.CloseAt(time.Now()) }
+
+// CloseAt gives back every unit held and not expired at now, in one round
+// trip, and sends later requests to the shared store. now is on the clock
+// of the requests' Now, as a unit's expiry is: a window's units expire
+// with the window, a bucket's as it refills past them. Only the first call
+// of CloseAt or Close does anything.
+func (l *Lease) CloseAt(now time.Time) error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	now := time.Now()
 	us := now.UnixMicro()
 	var ops []redisstore.ReturnOp
 	// Lock the entries without holding l.mu: a TakeAll holds one entry
