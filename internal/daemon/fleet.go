@@ -30,6 +30,7 @@ import (
 // hits not yet sent; lease: units held).
 type fleetStore struct {
 	redis fleetShared
+	now   func() time.Time // the decisions' clock, for Close
 
 	modes atomic.Pointer[map[string]ruleMode] // by key head
 
@@ -110,8 +111,13 @@ func (m ruleMode) name() string {
 
 var _ sluice.Store = (*fleetStore)(nil)
 
-func newFleetStore(r fleetShared, reg prometheus.Registerer) *fleetStore {
-	f := &fleetStore{redis: r, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{}}
+// newFleetStore returns the fleet store over r; now is the clock of the
+// requests' Now (nil means time.Now), which Close gives leases back at.
+func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Time) *fleetStore {
+	if now == nil {
+		now = time.Now
+	}
+	f := &fleetStore{redis: r, now: now, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{}}
 	f.modes.Store(&map[string]ruleMode{})
 	f.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_fleet_sync_batch_seconds",
@@ -352,15 +358,17 @@ func (f *fleetStore) takeSpanning(ctx context.Context, rs []sluice.Request, ds [
 }
 
 // Close hands back the local state (sync: hits not sent; lease: units
-// held); the shared store stays open.
+// held and still good on the decisions' clock); the shared store stays
+// open.
 func (f *fleetStore) Close() error {
 	f.mu.Lock()
 	var errs []error
 	for _, s := range f.syncs {
 		errs = append(errs, s.Close())
 	}
+	now := f.now()
 	for _, l := range f.leases {
-		errs = append(errs, l.Close())
+		errs = append(errs, l.CloseAt(now))
 	}
 	f.mu.Unlock()
 	return errors.Join(errs...)

@@ -26,7 +26,7 @@ func TestFleetMixedAllOrNothing(t *testing.T) {
 	t.Cleanup(st.Close)
 	lazy := &lazyRedis{}
 	lazy.s.Store(st)
-	f := newFleetStore(lazy, nil)
+	f := newFleetStore(lazy, nil, nil)
 	t.Cleanup(func() { f.Close() })
 	set, err := rules.Compile("mixed.yaml", []rules.Spec{
 		{Name: "exact", Rate: "1000/h", Algorithm: "fixed_window"},

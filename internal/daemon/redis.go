@@ -58,7 +58,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	}
 	lazy := newLazyRedis(opts, d.log)
 	d.lazy = lazy
-	fs := newFleetStore(lazy, d.reg)
+	fs := newFleetStore(lazy, d.reg, d.opts.Now)
 	d.fleet = fs
 	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
