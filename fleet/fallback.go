@@ -104,6 +104,11 @@ type Fallback struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// mu orders a probe's start (wg.Add) before Close's wait, or after
+	// closed is set, when none starts: an Add from zero must not race a
+	// Wait (sync.WaitGroup).
+	mu     sync.Mutex
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -164,9 +169,13 @@ func (f *Fallback) Local() *memstore.Store { return f.local }
 // Unwrap returns the shared store.
 func (f *Fallback) Unwrap() sluice.Store { return f.primary }
 
-// Close stops the probe and waits for it to end. The stores are not
-// closed.
+// Close stops the probe and waits for it to end; no probe starts after
+// it, so a Fallback that moves to local mode after Close stays there. The
+// stores are not closed.
 func (f *Fallback) Close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
 	f.cancel()
 	f.wg.Wait()
 }
@@ -248,13 +257,21 @@ func (f *Fallback) failed(ctx context.Context, err error) bool {
 	return true
 }
 
-// startProbe runs one probe loop unless one is running: every interval it
-// probes the store, and on the first success switches back and ends.
+// startProbe runs one probe loop unless one is running or the Fallback is
+// closed: every interval it probes the store, and on the first success
+// switches back and ends.
 func (f *Fallback) startProbe() {
 	if !f.probing.CompareAndSwap(false, true) {
 		return
 	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		f.probing.Store(false)
+		return
+	}
 	f.wg.Add(1)
+	f.mu.Unlock()
 	go func() {
 		defer f.wg.Done()
 		t := time.NewTicker(f.interval)
