@@ -24,6 +24,11 @@ func tokenBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 	takeDebt(p, now, &debt, cost, force, o)
 	st.T = max(st.T, now)
 	st.N = debt
+	// At rest once the debt has refilled from the last refill, which a
+	// request from before it (a clock behind the others') does not move
+	// back: counted from its own now, a store keeping state by the
+	// requests' time would drop the key early and forget its debt.
+	o.idle = st.T + o.reset
 }
 
 // gcra keeps the theoretical arrival time: the instant the bucket is full

@@ -10,4 +10,4 @@ if N > 0 and now > T then
 end
 if N <= room then N = N + cp end
 if now > T then T = now end
-idle = now + (N + (-N) % rate) / rate
+idle = T + (N + (-N) % rate) / rate -- from the last refill, not from a request before it

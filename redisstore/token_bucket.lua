@@ -14,5 +14,7 @@ STEP[1] = function(o, rate, burst, period, segments, now, cost, force)
   local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, debt, cost, force)
   o.T = max(o.T, now)
   o.N = d
+  -- At rest once refilled from the last refill, not from a request before it.
+  idle = o.T + reset
   return allowed, remaining, retry, reset, delay, idle, mark
 end
