@@ -34,6 +34,9 @@ func TestFarBackRedisEqualsMemory(t *testing.T) {
 					{Cost: 1, Now: t1.Add(-back - 3)},
 					{Cost: 1, Now: t1.Add(time.Microsecond)},
 					{Cost: 2, Now: t1.Add(time.Second)},
+					{Cost: 7305221545, Now: t1.Add(-back), Force: true}, // the debt to its cap
+					{Cost: 1, Now: t1.Add(-back - 7)},
+					{Cost: 3, Now: t1.Add(2 * time.Second)},
 				}
 				for i, r := range steps {
 					r.Key, r.Algorithm, r.Limit = "k", alg, l
