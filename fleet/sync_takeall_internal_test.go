@@ -39,15 +39,7 @@ func TestSyncTakeAllWaitsForBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		req := func(key string) sluice.Request {
-			return sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
-		}
-		take := func(key string) {
-			t.Helper()
-			if d, err := s.Take(ctx, req(key)); err != nil || !d.Allowed {
-				t.Fatalf("Take(%s) = %+v, %v; want allowed", key, d, err)
-			}
-		}
+		take := allowedTaker(t, s)
 		for range 3 { // cold, read, local: b has an entry and a hit
 			take("b")
 		}
@@ -64,7 +56,7 @@ func TestSyncTakeAllWaitsForBatch(t *testing.T) {
 		synctest.Wait()
 		done := make(chan error)
 		ds := make([]sluice.Decision, 2)
-		go func() { done <- s.TakeAll(ctx, []sluice.Request{req("a"), req("b")}, ds) }()
+		go func() { done <- s.TakeAll(ctx, []sluice.Request{hourly("a"), hourly("b")}, ds) }()
 		synctest.Wait() // the TakeAll waits for b's batch
 		close(m.gate)
 		if err := <-done; err != nil || !sluice.AllAllowed(ds) {
@@ -162,15 +154,7 @@ func TestSyncTakeAllFailedBatch(t *testing.T) {
 		}
 		defer s.Close()
 		ctx := context.Background()
-		req := func(key string) sluice.Request {
-			return sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
-		}
-		take := func(key string) {
-			t.Helper()
-			if d, err := s.Take(ctx, req(key)); err != nil || !d.Allowed {
-				t.Fatalf("Take(%s) = %+v, %v; want allowed", key, d, err)
-			}
-		}
+		take := allowedTaker(t, s)
 		for range 3 { // cold, read, local: b has an entry and a hit
 			take("b")
 		}
@@ -185,7 +169,7 @@ func TestSyncTakeAllFailedBatch(t *testing.T) {
 		synctest.Wait()
 		done := make(chan error)
 		ds := make([]sluice.Decision, 2)
-		go func() { done <- s.TakeAll(ctx, []sluice.Request{req("a"), req("b")}, ds) }()
+		go func() { done <- s.TakeAll(ctx, []sluice.Request{hourly("a"), hourly("b")}, ds) }()
 		synctest.Wait() // …the TakeAll waits for it…
 		m.setDown(true) // …and it fails
 		before, _ := m.snapshot()
@@ -199,4 +183,19 @@ func TestSyncTakeAllFailedBatch(t *testing.T) {
 			t.Errorf("store calls from the batch's end to TakeAll's = %v (keys per call); want only the batch's", calls)
 		}
 	})
+}
+
+// hourly is one unit of key's 100/h fixed window, at the bubble's time.
+func hourly(key string) sluice.Request {
+	return sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: time.Now()}
+}
+
+// allowedTaker takes hourly(key) from s, failing t unless it is admitted.
+func allowedTaker(t *testing.T, s *Sync) func(key string) {
+	return func(key string) {
+		t.Helper()
+		if d, err := s.Take(context.Background(), hourly(key)); err != nil || !d.Allowed {
+			t.Fatalf("Take(%s) = %+v, %v; want allowed", key, d, err)
+		}
+	}
 }

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -16,14 +14,7 @@ import (
 // units back as good or expired on the decisions' clock (Options.Now), not
 // the wall clock: here the 8 units held, a minute into their window.
 func TestFleetCloseOnDecisionClock(t *testing.T) {
-	srv := redistest.StartServer(t)
-	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	lazy := &lazyRedis{}
-	lazy.s.Store(st)
+	st, lazy := connectedRedis(t)
 	t0 := sluicetest.T0.Add(10 * time.Minute)
 	f := newFleetStore(lazy, nil, func() time.Time { return t0.Add(time.Minute) })
 	set, err := rules.Compile("close.yaml", []rules.Spec{

@@ -18,14 +18,7 @@ import (
 // requests admitted, never one the fleet rule denied, and the fleet rule
 // admits exactly its limit (one instance decides exactly in both modes).
 func TestFleetMixedAllOrNothing(t *testing.T) {
-	srv := redistest.StartServer(t)
-	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	lazy := &lazyRedis{}
-	lazy.s.Store(st)
+	st, lazy := connectedRedis(t)
 	f := newFleetStore(lazy, nil, nil)
 	t.Cleanup(func() { f.Close() })
 	set, err := rules.Compile("mixed.yaml", []rules.Spec{
@@ -79,4 +72,19 @@ func TestFleetMixedAllOrNothing(t *testing.T) {
 			t.Errorf("%s: the exact rule counted %d requests in Redis, want the %d admitted (a request denied by the %s rule consumed from it)", fleetRule, counted, admitted, fleetRule)
 		}
 	}
+}
+
+// connectedRedis is a store on a fresh Redis and a lazyRedis already
+// holding it.
+func connectedRedis(t *testing.T) (*redisstore.Store, *lazyRedis) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lazy := &lazyRedis{}
+	lazy.s.Store(st)
+	return st, lazy
 }

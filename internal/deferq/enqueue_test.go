@@ -19,18 +19,7 @@ import (
 // proxy then refused it 429, and the client, told to retry, sent it again:
 // done twice). It finds out instead, and answers with the id it queued.
 func TestEnqueueReplyLost(t *testing.T) {
-	srv := redistest.StartServer(t)
-	x := redistest.NewCutter(t, srv.Addr, "reply-lost-key", false)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := deferq.New(deferq.Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	srv, x, _, q := cutQueue(t, "reply-lost-key", false)
 	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
 	x.Arm()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
@@ -63,22 +52,11 @@ func TestEnqueueReplyLost(t *testing.T) {
 // that the answer can tell the client where to look rather than to send it
 // again.
 func TestEnqueueOutcomeUnknown(t *testing.T) {
-	srv := redistest.StartServer(t)
-	x := redistest.NewCutter(t, srv.Addr, "reply-lost-key", true)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := deferq.New(deferq.Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	srv, x, _, q := cutQueue(t, "reply-lost-key", true)
 	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm"))
 	x.Arm()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	_, err = q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
+	_, err := q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
 	var unknown *deferq.OutcomeUnknownError
 	if !errors.As(err, &unknown) {
 		t.Fatalf("Enqueue with its reply lost and Redis gone = %v; want an *OutcomeUnknownError", err)
@@ -97,24 +75,29 @@ func TestEnqueueOutcomeUnknown(t *testing.T) {
 // queued. Enqueue says the store is unavailable (the proxy refuses the
 // request as without defer), not that the outcome is unknown.
 func TestEnqueueRedisDown(t *testing.T) {
-	srv := redistest.StartServer(t)
-	x := redistest.NewCutter(t, srv.Addr, "never", false)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
+	_, x, c, q := cutQueue(t, "never", false)
+	x.Down()
+	c.Do(context.Background(), c.B().Ping().Build()) // the client sees its connection gone
+	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+	_, err := q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+	var unknown *deferq.OutcomeUnknownError
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.As(err, &unknown) {
+		t.Fatalf("Enqueue with Redis refusing connections = %v; want ErrStoreUnavailable, not an *OutcomeUnknownError", err)
 	}
-	t.Cleanup(c.Close)
+}
+
+// cutQueue is a queue with the rule "jobs" on a fresh Redis, reached
+// through a Cutter with marker and gone (redistest.NewCutter); c is its
+// client, through the relay.
+func cutQueue(t *testing.T, marker string, gone bool) (*redistest.Server, *redistest.Cutter, rueidis.Client, *deferq.Queue) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	x := redistest.NewCutter(t, srv.Addr, marker, gone)
+	c := x.Client(t)
 	q, err := deferq.New(deferq.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.SetRules([]deferq.Rule{{Name: "jobs"}})
-	x.Down()
-	c.Do(context.Background(), c.B().Ping().Build()) // the client sees its connection gone
-	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	_, err = q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
-	var unknown *deferq.OutcomeUnknownError
-	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.As(err, &unknown) {
-		t.Fatalf("Enqueue with Redis refusing connections = %v; want ErrStoreUnavailable, not an *OutcomeUnknownError", err)
-	}
+	return srv, x, c, q
 }

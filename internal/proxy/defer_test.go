@@ -22,12 +22,7 @@ import (
 func TestDeferOutcomeUnknown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	x := redistest.NewCutter(t, srv.Addr, "marked-body", true)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := deferq.New(deferq.Options{Client: c})
+	q, err := deferq.New(deferq.Options{Client: x.Client(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

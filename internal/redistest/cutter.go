@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/redis/rueidis"
 )
 
 // Cutter is a TCP relay between a client and Redis that loses one reply.
@@ -140,4 +142,17 @@ func (x *Cutter) back(c, s net.Conn, lose chan struct{}) {
 			return
 		}
 	}
+}
+
+// Client is a Redis client through x (one connection, no client-side
+// cache, so that each command crosses the relay), closed when the test
+// ends.
+func (x *Cutter) Client(tb testing.TB) rueidis.Client {
+	tb.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{x.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
 }
