@@ -246,3 +246,40 @@ func TestRestartOnlyDefer(t *testing.T) {
 		t.Errorf("defer.max_attempts changed: restartOnly = %v, want [defer]", got)
 	}
 }
+
+// TestHotReloadDirectorySymlinkSwap: the config's directory is a symlink
+// swapped at each release (Capistrano's current -> releases/N, or /etc/sluice
+// -> a versioned directory). The swap happens in the directory holding the
+// link, neither the config's directory (the link itself) nor its target's:
+// the watcher must watch where every link on the path lives, and follow the
+// new target afterwards.
+func TestHotReloadDirectorySymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mustMkdir(t, filepath.Join(dir, "releases"))
+	mustMkdir(t, filepath.Join(dir, "releases", "1"))
+	mustWrite(t, filepath.Join(dir, "releases", "1", "sluice.yaml"), reloadBase)
+	mustSymlink(t, filepath.Join("releases", "1"), filepath.Join(dir, "current"))
+	path := filepath.Join(dir, "current", "sluice.yaml")
+	td := startDaemonFile(t, path)
+
+	mustMkdir(t, filepath.Join(dir, "releases", "2"))
+	mustWrite(t, filepath.Join(dir, "releases", "2", "sluice.yaml"), strings.Replace(reloadBase, "name: keep", "name: release2", 1))
+	mustSymlink(t, filepath.Join("releases", "2"), filepath.Join(dir, "current.tmp"))
+	mustRename(t, filepath.Join(dir, "current.tmp"), filepath.Join(dir, "current"))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("directory symlink swap: reload error %v", r.Err)
+	}
+	if body := rulesInForce(t, td); !strings.Contains(body, `"release2"`) || strings.Contains(body, `"keep"`) {
+		t.Fatalf("GET /v1/rules after the swap: %s, want rule release2 only", body)
+	}
+
+	// The new release's directory is watched now, the old one no more.
+	mustWrite(t, filepath.Join(dir, "releases", "1", "sluice.yaml"), strings.Replace(reloadBase, "name: keep", "name: stale", 1))
+	mustWrite(t, filepath.Join(dir, "releases", "2", "sluice.yaml"), strings.Replace(reloadBase, "name: keep", "name: edited", 1))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("edit after the swap: reload error %v", r.Err)
+	}
+	if body := rulesInForce(t, td); !strings.Contains(body, `"edited"`) {
+		t.Errorf("GET /v1/rules after editing the new release: %s, want rule edited", body)
+	}
+}

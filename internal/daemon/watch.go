@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -104,21 +105,14 @@ func newConfigWatcher(paths ...string) (*configWatcher, error) {
 	return cw, nil
 }
 
-// sync makes the watched set the directory of the path and that of its
-// resolved target.
+// sync makes the watched set the directories that hold the paths, their
+// resolved targets, and every symlink met on the way to them (see
+// watchDirs).
 func (cw *configWatcher) sync() error {
 	want := map[string]bool{}
 	for _, p := range cw.paths {
-		want[filepath.Dir(p)] = true
-		real, err := filepath.EvalSymlinks(p)
-		if err == nil {
-			want[filepath.Dir(real)] = true
-		}
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			want[p] = true
-			if real != "" {
-				want[real] = true
-			}
+		for _, dir := range watchDirs(p) {
+			want[dir] = true
 		}
 	}
 	for dir := range want {
@@ -137,6 +131,79 @@ func (cw *configWatcher) sync() error {
 		}
 	}
 	return nil
+}
+
+// maxLinks bounds the symlinks followed when resolving a path, as the
+// kernel does (ELOOP).
+const maxLinks = 255
+
+// watchDirs returns the real directories (no symlink in them) where a
+// change can change what the absolute path p reads: the directory of each
+// symlink met while resolving p component by component, wherever it is on
+// the path (a Kubernetes ConfigMap swaps ..data in the file's own
+// directory; a release layout swaps a link to the whole directory, as
+// current -> releases/N, in the directory above), and the directory
+// holding the resolved target, or the target itself when it is a
+// directory. The directories are returned resolved, so that after a swap
+// the new target's directory is a new name to watch: inotify follows a
+// link once, when the watch is added, and would keep watching the old
+// target under the link's name. When a component does not exist (the file
+// mid-replace), the deepest existing directory is watched, so that its
+// creation is seen.
+func watchDirs(p string) []string {
+	var dirs []string
+	cur := string(filepath.Separator) // resolved so far: a real directory
+	rest := splitPath(p)
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return append(dirs, cur) // missing: watch where it would appear
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			dirs = append(dirs, cur)
+			links++
+			target, err := os.Readlink(next)
+			if err != nil || links > maxLinks {
+				return dirs
+			}
+			if filepath.IsAbs(target) {
+				cur = string(filepath.Separator)
+			}
+			rest = append(splitPath(target), rest...)
+			continue
+		}
+		if len(rest) == 0 {
+			// The resolved target: watch its directory, and the target
+			// itself when it is a directory of descriptor files.
+			dirs = append(dirs, cur)
+			if fi.IsDir() {
+				dirs = append(dirs, next)
+			}
+			return dirs
+		}
+		if !fi.IsDir() {
+			return append(dirs, cur) // a file in the middle: nothing below it
+		}
+		cur = next
+	}
+	// p resolved to a directory through a trailing "..", "." or the root.
+	return append(dirs, cur)
+}
+
+// splitPath returns the components of p, separated by the separator.
+func splitPath(p string) []string {
+	return strings.Split(p, string(filepath.Separator))
 }
 
 // Close stops watching.
