@@ -35,6 +35,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -79,7 +80,9 @@ type Config struct {
 	Defer       DeferConfig       `yaml:"defer"` // the queue of action: defer
 	Rules       []rules.Spec      `yaml:"rules"`
 
-	lines map[string]int // key path → line, as read by Parse
+	lines  map[string]int    // key path → line, as read by Parse
+	digest [sha256.Size]byte // SHA-256 of the bytes Parse read
+	parsed bool              // digest is set: c came from Parse
 }
 
 // Errors is every problem Parse found, in line order; each prints as
@@ -123,6 +126,11 @@ func (c *Config) Has(key string) bool {
 	_, ok := c.lines[key]
 	return ok
 }
+
+// Digest returns the SHA-256 of the content c was parsed from, and false
+// for a Config built in Go. The daemon compares it with the file's content
+// to tell whether the file changed since it was read.
+func (c *Config) Digest() ([sha256.Size]byte, bool) { return c.digest, c.parsed }
 
 // Load reads and parses the config file at path (see Parse).
 func Load(path string) (*Config, error) {
@@ -175,6 +183,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		}
 	}
 	c.lines = d.lines
+	c.digest, c.parsed = sha256.Sum256(data), true
 	if len(d.Errs) > 0 {
 		d.Errs.Sort()
 		if len(d.Errs) > maxProblems {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -175,9 +176,17 @@ func TestParseConfigFull(t *testing.T) {
 			t.Errorf("Line(%q) = %d, want %d", key, got, line)
 		}
 	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum, ok := cfg.Digest(); !ok || sum != sha256.Sum256(data) {
+		t.Errorf("Digest() = %x, %v; want the SHA-256 of the file, true", sum, ok)
+	}
 	got := *cfg
 	got.Rules = nil
 	got.lines = nil
+	got.digest, got.parsed = [sha256.Size]byte{}, false
 	if !reflect.DeepEqual(&got, want) {
 		t.Errorf("Load(%s) =\n%+v\nwant\n%+v", file, &got, want)
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -105,8 +106,11 @@ type Daemon struct {
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath
 	watcher  *configWatcher             // nil without ConfigPath, or if it failed
-	reloadMu sync.Mutex                 // serialises apply
-	ran      atomic.Bool
+	// staleAtStart: the config file changed between the read of the
+	// config New was given and the start of the watch.
+	staleAtStart bool
+	reloadMu     sync.Mutex // serialises apply
+	ran          atomic.Bool
 }
 
 // generation is one applied config: everything a reload replaces.
@@ -157,16 +161,22 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 	d.cur.Store(gen)
 	d.activate(gen)
 	if opts.ConfigPath != "" {
-		// The content the running config came from (read again: cfg
-		// does not carry it), so an event that changes nothing reloads
-		// nothing.
-		initial, _ := os.ReadFile(opts.ConfigPath)
-		d.reloader = newReloader(opts.ConfigPath, initial, d.apply, d.log, d.metrics.Reload, opts.OnReload)
 		// Watch from now on, so no change after New is missed. Not fatal:
 		// SIGHUP still reloads.
 		if d.watcher, err = newConfigWatcher(opts.ConfigPath); err != nil {
 			d.log.Error("config file not watched; reload with SIGHUP", "err", err)
 		}
+		// The content the running config came from, so an event that
+		// changes nothing reloads nothing. The file is read after the
+		// watch starts: a change made since cfg was read (while the store
+		// opened and the rules compiled) sent no event, and is applied as
+		// soon as Run starts.
+		initial, _ := os.ReadFile(opts.ConfigPath)
+		sum := sha256.Sum256(initial)
+		if parsed, ok := cfg.Digest(); ok && parsed != sum {
+			sum, d.staleAtStart = parsed, true
+		}
+		d.reloader = newReloader(opts.ConfigPath, sum, d.apply, d.log, d.metrics.Reload, opts.OnReload)
 	}
 	if cfg.GRPC != nil {
 		// The descriptor files are watched whether or not the main config
@@ -261,6 +271,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.watcher != nil {
 		defer d.watcher.Close()
 		changed := make(chan struct{}, 1)
+		if d.staleAtStart {
+			changed <- struct{}{}
+		}
 		wg.Go(func() { d.watcher.run(watchCtx, d.log, changed) })
 		wg.Go(func() {
 			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloader.reload(false) })

@@ -40,11 +40,11 @@ type reloader struct {
 	lastHash [sha256.Size]byte // content last tried, applied or refused
 }
 
-// newReloader returns a reloader whose last-tried content is initial (the
-// content the daemon started with), so the first event that changes
-// nothing reloads nothing.
-func newReloader(path string, initial []byte, apply func([]byte) error, log *slog.Logger, count func(bool), notify func(ReloadResult)) *reloader {
-	return &reloader{path: path, apply: apply, log: log, count: count, notify: notify, lastHash: sha256.Sum256(initial)}
+// newReloader returns a reloader whose last-tried content is the one whose
+// SHA-256 is initial (the content the daemon started with), so the first
+// event that changes nothing reloads nothing.
+func newReloader(path string, initial [sha256.Size]byte, apply func([]byte) error, log *slog.Logger, count func(bool), notify func(ReloadResult)) *reloader {
+	return &reloader{path: path, apply: apply, log: log, count: count, notify: notify, lastHash: initial}
 }
 
 // reload rereads the file and applies it if its content changed since the

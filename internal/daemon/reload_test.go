@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -281,5 +282,54 @@ func TestHotReloadDirectorySymlinkSwap(t *testing.T) {
 	}
 	if body := rulesInForce(t, td); !strings.Contains(body, `"edited"`) {
 		t.Errorf("GET /v1/rules after editing the new release: %s, want rule edited", body)
+	}
+}
+
+// TestReloadChangeBeforeWatch: the file changes after serve read it and
+// before the daemon starts watching it (New opens the store and builds the
+// rules in between). The daemon must not take the new content for the one
+// it runs: it applies it once it runs, rather than running the old rules
+// while the file says otherwise, until the next edit.
+func TestReloadChangeBeforeWatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	mustWrite(t, path, reloadBase)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, path, strings.Replace(reloadBase, "name: keep", "name: newer", 1))
+
+	reloads := make(chan ReloadResult, 16)
+	d, err := New(cfg, Options{ConfigPath: path, ReloadDebounce: 20 * time.Millisecond,
+		OnReload: func(r ReloadResult) { reloads <- r }})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-reloads:
+			if r.Err != nil {
+				t.Fatalf("reload: %v", r.Err)
+			}
+			if r.Unchanged {
+				continue
+			}
+			if got := d.Config().Rules[0].Name; got != "newer" {
+				t.Fatalf("after the reload, rule %q in force, want newer", got)
+			}
+			return
+		case <-deadline:
+			t.Fatalf("no reload within 10s: rule %q in force while the file names newer", d.Config().Rules[0].Name)
+		}
 	}
 }
