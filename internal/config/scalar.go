@@ -21,8 +21,9 @@ import (
 var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 
 // wellFormedDuration matches what time.ParseDuration reads, when it is not
-// too large.
-var wellFormedDuration = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+// too large: each unit after a number, with a digit on at least one side
+// of its point ("ms" and ".s" are not durations, whatever their size).
+var wellFormedDuration = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // scalar returns the text of a scalar value with ${VAR} expanded, or false
 // (after reporting) when it is not a scalar or expansion fails. want names
