@@ -134,6 +134,18 @@ func (c *Config) Digest() ([sha256.Size]byte, bool) { return c.digest, c.parsed 
 
 // Load reads and parses the config file at path (see Parse).
 func Load(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// ReadFile reads the config file at path, at most MaxConfigBytes and one
+// byte more (so that Parse reports a larger file as such), so that a huge
+// file or a device never fills memory. Load and every reload use it. The
+// error, if any, is Errors.
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", errors.Unwrap(err))}}
@@ -143,7 +155,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", err)}}
 	}
-	return Parse(path, data)
+	return data, nil
 }
 
 // Parse parses data, the contents of the config file named file,

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +170,7 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		// watch starts: a change made since cfg was read (while the store
 		// opened and the rules compiled) sent no event, and is applied as
 		// soon as Run starts.
-		initial, _ := os.ReadFile(opts.ConfigPath)
+		initial, _ := config.ReadFile(opts.ConfigPath)
 		sum := sha256.Sum256(initial)
 		if parsed, ok := cfg.Digest(); ok && parsed != sum {
 			sum, d.staleAtStart = parsed, true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -60,7 +59,7 @@ func (r *reloader) reload(force bool) ReloadResult {
 }
 
 func (r *reloader) try(force bool) ReloadResult {
-	data, err := os.ReadFile(r.path)
+	data, err := config.ReadFile(r.path)
 	if err != nil {
 		// Mid-replace the file may be missing for a moment: refuse, keep
 		// the old config, and let the next event retry.

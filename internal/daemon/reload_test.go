@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +333,41 @@ func TestReloadChangeBeforeWatch(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("no reload within 10s: rule %q in force while the file names newer", d.Config().Rules[0].Name)
 		}
+	}
+}
+
+// TestReloadHugeFileBounded: a reload reads at most config.MaxConfigBytes
+// (and one byte more, to tell), as Load does: a file swapped for a huge
+// one (a log copied over it, a link to a disk image) is refused with the
+// size named, without reading it all into memory first.
+func TestReloadHugeFileBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 256 << 20 // sparse: no disk used
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	applied := 0
+	r := newReloader(path, [32]byte{}, func(data []byte) error {
+		applied++
+		_, err := config.Parse(path, data)
+		return err
+	}, slog.New(slog.DiscardHandler), func(bool) {}, nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res := r.reload(true)
+	runtime.ReadMemStats(&after)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "larger than") {
+		t.Errorf("reload of a %d-byte file: %v, want a refusal naming its size", size, res.Err)
+	}
+	// Reading up to the limit allocates a few times MaxConfigBytes (4 MiB);
+	// reading the file whole, its size at least. Other tests running in
+	// parallel allocate too: the bound leaves them room.
+	if got := after.TotalAlloc - before.TotalAlloc; got > size/4 {
+		t.Errorf("reload of a %d-byte file allocated %d bytes, want at most %d (the file read up to the limit only)", size, got, size/4)
 	}
 }
