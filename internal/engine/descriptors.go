@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"strings"
 	"time"
 
@@ -26,7 +27,9 @@ type DescriptorStatus struct {
 	// descriptor may be over and still let the request through).
 	Over bool
 	// Decision holds the store's figures; zero when the store was not
-	// asked (no rule, unlimited, requests_per_unit 0, store failure).
+	// asked (no rule, unlimited, requests_per_unit 0, store failure). When
+	// another descriptor denied the request, an allowed one's Remaining is
+	// what is left, since nothing was counted.
 	Decision sluice.Decision
 	// Asked reports whether Decision came from the store.
 	Asked bool
@@ -148,6 +151,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 		if hard || (quotas > 0 && over == quotas) {
 			res.OverLimit = true // nothing was counted
+			uncounted(a, ds, active, st)
 			break
 		}
 		if soft == 0 {
@@ -166,6 +170,50 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	e.countDescriptors(ds, st)
 	return res
+}
+
+// uncounted corrects the statuses of the descriptors active after a
+// TakeAll that counted nothing (another descriptor was over): the store
+// answers what each request alone would leave, net of its own cost and of
+// the costs of the same key's allowed requests before it, and none of
+// them was charged. An allowed descriptor's Remaining becomes what is
+// really left, as a check that counts nothing would read it.
+func uncounted(a *attempt, ds []Descriptor, active []int, st []DescriptorStatus) {
+	for j, i := range active {
+		d := &st[i].Decision
+		if !d.Allowed {
+			continue
+		}
+		var back int64
+		for k := 0; k <= j; k++ {
+			if a.ds[k].Allowed && a.rs[k].Key == a.rs[j].Key && a.rs[k].Namespace == a.rs[j].Namespace {
+				back = satAdd(back, max(a.rs[k].Cost, 0))
+			}
+		}
+		full := ds[i].Rule.Limit.BurstOrRate()
+		if n := int64(a.shards[j]); n > 1 {
+			// unshard scaled the shard's figure by n, capped at the
+			// whole limit; the shard's own figure goes back up by back.
+			if d.Remaining >= full {
+				continue
+			}
+			if x := satAdd(d.Remaining/n, back); x <= full/n {
+				d.Remaining = x * n
+			} else {
+				d.Remaining = full
+			}
+		} else {
+			d.Remaining = satAdd(d.Remaining, back)
+		}
+		d.Remaining = min(d.Remaining, full)
+	}
+}
+
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
 }
 
 // takeDescriptors asks the store for the descriptors ds[idx...] in one

@@ -101,6 +101,7 @@ type envOpts struct {
 	unavailable bool
 	headers     bool
 	now         func() time.Time // nil: always tMid
+	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
 }
 
 // startRLS serves the rate limit service over a real gRPC listener and
@@ -112,7 +113,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if o.now == nil {
 		o.now = func() time.Time { return tMid }
 	}
-	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now})
+	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now, Shard: o.shard})
 	if err != nil {
 		t.Fatal(err)
 	}
