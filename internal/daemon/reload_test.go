@@ -371,3 +371,48 @@ func TestReloadHugeFileBounded(t *testing.T) {
 		t.Errorf("reload of a %d-byte file allocated %d bytes, want at most %d (the file read up to the limit only)", size, got, size/4)
 	}
 }
+
+// TestHotReloadDirectoryReplaced: the config's directory itself is
+// replaced (moved away and another renamed in its place, as a deploy that
+// stages a whole directory does), or deleted and made again. inotify drops
+// a watch whose directory moves or goes: the watcher must notice, and
+// watch the new directory, not keep believing it watches the old one.
+func TestHotReloadDirectoryReplaced(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "conf")
+	mustMkdir(t, conf)
+	path := filepath.Join(conf, "sluice.yaml")
+	mustWrite(t, path, reloadBase)
+	td := startDaemonFile(t, path)
+	named := func(name string) string { return strings.Replace(reloadBase, "name: keep", "name: "+name, 1) }
+	// waitRule waits for a reload that puts rule name in force; a reload
+	// refused while the file was missing for a moment is skipped.
+	waitRule := func(step, name string) {
+		t.Helper()
+		for {
+			if r := td.waitReload(); r.Err != nil {
+				continue
+			}
+			if body := rulesInForce(t, td); strings.Contains(body, `"`+name+`"`) {
+				return
+			}
+		}
+	}
+
+	mustMkdir(t, filepath.Join(dir, "conf.new"))
+	mustWrite(t, filepath.Join(dir, "conf.new", "sluice.yaml"), named("second"))
+	mustRename(t, conf, filepath.Join(dir, "conf.old"))
+	mustRename(t, filepath.Join(dir, "conf.new"), conf)
+	waitRule("directory replaced", "second")
+	mustWrite(t, path, named("third"))
+	waitRule("edit in the new directory", "third")
+
+	if err := os.RemoveAll(conf); err != nil {
+		t.Fatal(err)
+	}
+	mustMkdir(t, conf)
+	mustWrite(t, path, named("fourth"))
+	waitRule("directory deleted and made again", "fourth")
+	mustWrite(t, path, named("fifth"))
+	waitRule("edit in the remade directory", "fifth")
+}

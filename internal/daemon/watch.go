@@ -230,6 +230,13 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
+			if cw.watched[ev.Name] && (ev.Op.Has(fsnotify.Remove) || ev.Op.Has(fsnotify.Rename)) {
+				// A watched directory moved or went: inotify (and
+				// fsnotify with it) dropped its watch. Forget it, so
+				// that sync watches what is at its path now, or the
+				// directory above until it is back.
+				delete(cw.watched, ev.Name)
+			}
 			if err := cw.sync(); err != nil {
 				log.Warn("config watch: cannot follow the config file's directory", "err", err)
 			}
