@@ -350,3 +350,57 @@ descriptors:
 		t.Errorf("LoadDescriptors on memory: %v, want lease refused with its file and line", err)
 	}
 }
+
+// TestEnvoyDeniedByFleetDescriptor: a request denied by a lease or sync
+// descriptor counts nothing on the others, which the fleet decorator asks
+// Redis about without counting; their limit_remaining is what is left.
+func TestEnvoyDeniedByFleetDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(`domain: fleet
+descriptors:
+  - key: leased
+    lease: 2
+    rate_limit: {unit: year, requests_per_unit: 1}
+  - key: synced
+    sync: 1m
+    rate_limit: {unit: year, requests_per_unit: 1}
+  - key: plain
+    rate_limit: {unit: year, requests_per_unit: 10}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	redis := redistest.StartServer(t)
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ed := &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}
+	left := func(kv ...string) uint32 {
+		d := entries(kv...)
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return ed.ask("fleet", d).Statuses[0].LimitRemaining
+	}
+	for _, fleetKey := range []string{"leased", "synced"} {
+		user := "u-" + fleetKey
+		if r := ed.ask("fleet", entries(fleetKey, user), entries("plain", user)); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: first request %v, want OK", fleetKey, r)
+		}
+		r := ed.ask("fleet", entries(fleetKey, user), entries("plain", user))
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: second request %v, want over by %s only", fleetKey, r, fleetKey)
+		}
+		want := left("plain", user)
+		if want != 9 {
+			t.Fatalf("%s: plain has %d left, want 9 (the denied request counted nothing)", fleetKey, want)
+		}
+		if got := r.Statuses[1].LimitRemaining; got != want {
+			t.Errorf("%s: the denied request's plain limit_remaining = %d, want %d", fleetKey, got, want)
+		}
+	}
+}

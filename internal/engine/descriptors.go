@@ -178,10 +178,23 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 // the costs of the same key's allowed requests before it, and none of
 // them was charged. An allowed descriptor's Remaining becomes what is
 // really left, as a check that counts nothing would read it.
+//
+// Two answers are left as they are. A decision the store did not ask for
+// (the over-limit cache refuses the request from memory and reports the
+// others allowed with nothing known: no remaining, no reset; a request
+// that was really asked and would have been charged always has a reset
+// time). And every decision of a request with a sync or lease descriptor:
+// the fleet decorators ask the others without counting (cost 0) when
+// their own are denied, so those already say what is left.
 func uncounted(a *attempt, ds []Descriptor, active []int, st []DescriptorStatus) {
+	for _, i := range active {
+		if r := ds[i].Rule; r.Sync != 0 || !r.Lease.IsZero() {
+			return
+		}
+	}
 	for j, i := range active {
 		d := &st[i].Decision
-		if !d.Allowed {
+		if !d.Allowed || d.Remaining == 0 && d.ResetAfter == 0 && d.RetryAfter == 0 {
 			continue
 		}
 		var back int64

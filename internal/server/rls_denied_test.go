@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -89,6 +90,46 @@ descriptors:
 			}
 			if got := e.remaining(t, "d", "sharded", "s"); got != 30 {
 				t.Errorf("check on the third shard: %d left, want 30", got)
+			}
+		})
+	}
+}
+
+// TestDeniedRequestFromOverLimitCache: the daemon's Redis store sits behind
+// the over-limit cache, which refuses a request whose key is known to be
+// over without asking Redis and reports the other descriptors allowed with
+// nothing known of them. Their limit_remaining must then not be made up:
+// what is left when Redis was asked, else nothing (0), never a figure of
+// neither.
+func TestDeniedRequestFromOverLimitCache(t *testing.T) {
+	const conf = `domain: d
+descriptors:
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, fleet.NewOverLimitCache(newStore(t, kind), fleet.OverLimitOptions{}), writeConf(t, conf), envOpts{})
+			if r := e.call(t, "d", 0, withHits(desc("ten", "u"), 3), desc("one", "u")); codesOf(r) != "O:OO" {
+				t.Fatalf("first request %s, want O:OO", codesOf(r))
+			}
+			// Asked: the store refuses one, and is remembered.
+			r := e.call(t, "d", 0, withHits(desc("ten", "u"), 2), desc("one", "u"))
+			if codesOf(r) != "X:OX" || r.Statuses[0].LimitRemaining != 7 {
+				t.Fatalf("second request (the store asked): %s %v, want X:OX with 7 left", codesOf(r), r.Statuses)
+			}
+			// From the cache: ten was not asked.
+			r = e.call(t, "d", 0, withHits(desc("ten", "u"), 2), desc("one", "u"))
+			if codesOf(r) != "X:OX" {
+				t.Fatalf("third request (from the cache): %s, want X:OX", codesOf(r))
+			}
+			if got := r.Statuses[0].LimitRemaining; got != 7 && got != 0 {
+				t.Errorf("third request: ten's limit_remaining = %d, want 7 or 0 (not asked), not a figure of neither", got)
+			}
+			if got := e.remaining(t, "d", "ten", "u"); got != 7 {
+				t.Errorf("ten remaining = %d, want 7: denied requests count nothing", got)
 			}
 		})
 	}
