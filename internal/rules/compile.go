@@ -122,6 +122,11 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	}
 
 	keys := sp.Key
+	if keys != nil && len(keys) == 0 {
+		// Written as key: [], perhaps meant as one counter for every
+		// client: taking it for the default would count per address.
+		f("key", "empty: a rule needs at least one key part; leave key out for the default, [ip] (one counter per client address)")
+	}
 	if len(keys) == 0 {
 		keys = []string{"ip"}
 	}
