@@ -431,13 +431,15 @@ func (d *Daemon) apply(data []byte) error {
 		}
 	}
 	gen, err := d.build(cfg, old)
-	if err != nil {
-		return err
+	if err == nil && d.fleet != nil {
+		err = d.fleet.configure(gen.rules, gen.descs)
 	}
-	if d.fleet != nil {
-		if err := d.fleet.configure(gen.rules, gen.descs); err != nil {
-			return err
-		}
+	if err != nil {
+		// The new engine made hot-key summaries for its rules: drop
+		// those of rules that are not in force, or GET /v1/hotkeys
+		// would list rules of the refused config.
+		d.keepHot(old)
+		return err
 	}
 	d.cur.Store(gen)
 	for i, r := range d.tls {

@@ -416,3 +416,29 @@ func TestHotReloadDirectoryReplaced(t *testing.T) {
 	mustWrite(t, path, named("fifth"))
 	waitRule("edit in the remade directory", "fifth")
 }
+
+// TestRefusedReloadLeavesNoTrace: a reload refused late (here the Envoy
+// descriptor files it reads again are broken, found after the new rules
+// were built) leaves nothing of the refused config in force: not its
+// rules, and not the hot-key summaries of its new rules in
+// GET /v1/hotkeys.
+func TestRefusedReloadLeavesNoTrace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	const base = "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [rl.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n"
+	mustWrite(t, filepath.Join(dir, "rl.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	mustWrite(t, path, base)
+	td := startDaemonFile(t, path)
+
+	mustWrite(t, filepath.Join(dir, "rl.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 10}\n")
+	mustWrite(t, path, base+"  - {name: added, rate: 1/s}\n")
+	if err := td.d.Reload(); err == nil {
+		t.Fatal("Reload with a broken descriptor file: nil error, want a refusal")
+	}
+	if body := rulesInForce(t, td); strings.Contains(body, `"added"`) {
+		t.Errorf("GET /v1/rules after the refused reload: %s, want rule keep only", body)
+	}
+	if r := get(t, td.api+"/v1/hotkeys"); r.status != http.StatusOK || strings.Contains(r.body, `"added"`) || !strings.Contains(r.body, `"keep"`) {
+		t.Errorf("GET /v1/hotkeys after the refused reload: %d %s, want rule keep and no trace of added", r.status, r.body)
+	}
+}
