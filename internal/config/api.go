@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/sluicehq/sluice/internal/server"
@@ -17,12 +19,24 @@ type APIConfig struct {
 	TokenFile string `yaml:"token_file"`
 }
 
+// MaxTokenBytes bounds a token file: it holds one bearer token.
+const MaxTokenBytes = 64 << 10
+
 // ReadToken reads a token file: its content without surrounding white
-// space, which must not be empty.
+// space, which must not be empty. It reads at most MaxTokenBytes (and one
+// more byte, to tell): a larger file is an error.
 func ReadToken(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxTokenBytes {
+		return nil, fmt.Errorf("larger than %d bytes: a token file holds one bearer token", MaxTokenBytes)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {

@@ -364,6 +364,32 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	}
 }
 
+// TestTokenFileBounded: api.token_file holds one bearer token. A file
+// far larger (a log, a key bundle named by mistake) is refused by name,
+// without being read whole, at startup and on every reload.
+func TestTokenFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil { // sparse
+		t.Fatal(err)
+	}
+	f.Close()
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("api:\n  token_file: token\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if err == nil || !strings.Contains(err.Error(), "api.token_file") || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("Load with a 64 MiB token file = %v, want a problem at api.token_file naming its size", err)
+	}
+	if _, err := ReadToken(filepath.Join(dir, "token")); err == nil {
+		t.Error("ReadToken of a 64 MiB file: nil error, want too large")
+	}
+}
+
 func TestConfigAliasBomb(t *testing.T) {
 	// 500 aliases of a rule whose key is an alias of a 500-item list: a
 	// small file that expands to 250,000 values. The node budget stops it.
