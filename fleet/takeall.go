@@ -41,8 +41,9 @@ func splitAll(name string, rs []sluice.Request, ds []sluice.Decision, local func
 }
 
 // takeRest asks inner about the requests rem of rs as one, into ds: without
-// counting them (cost 0) when allowed, the local part's outcome, is false.
-// It reports whether all of rs are allowed.
+// counting them (cost 0) when allowed, the local part's outcome, is false,
+// each then allowed iff its cost fits what is left (what it alone would
+// decide). It reports whether all of rs are allowed.
 func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds []sluice.Decision, rem []int, allowed bool) (bool, error) {
 	if len(rem) == 0 {
 		return allowed, nil
@@ -60,6 +61,11 @@ func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds [
 	}
 	for j, i := range rem {
 		ds[i] = rds[j]
+		if !allowed {
+			// Asked without counting: the request fits iff its cost
+			// does (as the daemon's fleetStore reads a query too).
+			ds[i].Allowed = rds[j].Remaining >= rs[i].Cost
+		}
 	}
 	return allowed && passed(rrs, rds), nil
 }

@@ -353,7 +353,8 @@ descriptors:
 
 // TestEnvoyDeniedByFleetDescriptor: a request denied by a lease or sync
 // descriptor counts nothing on the others, which the fleet decorator asks
-// Redis about without counting; their limit_remaining is what is left.
+// Redis about without counting; their limit_remaining is what is left, and
+// their code what each alone would get: over when its hits do not fit.
 func TestEnvoyDeniedByFleetDescriptor(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(`domain: fleet
@@ -401,6 +402,24 @@ descriptors:
 		}
 		if got := r.Statuses[1].LimitRemaining; got != want {
 			t.Errorf("%s: the denied request's plain limit_remaining = %d, want %d", fleetKey, got, want)
+		}
+		// 10 hits on plain's 9 left: over on plain too, as plain alone
+		// (or on the memory store) says. Another user: the first refusal
+		// of its fleet key, asked of the stores (later ones come from the
+		// over-limit cache, which asks nothing of the others).
+		user += "-2"
+		if r := ed.ask("fleet", entries(fleetKey, user), entries("plain", user)); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: first request of the second user %v, want OK", fleetKey, r)
+		}
+		big := entries("plain", user)
+		big.HitsAddend = wrapperspb.UInt64(10)
+		r = ed.ask("fleet", entries(fleetKey, user), big)
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%s: 10 hits on plain's 9 left with %s over: %v, want both over", fleetKey, fleetKey, r)
+		}
+		big.HitsAddend = wrapperspb.UInt64(10)
+		if r := ed.ask("fleet", big); r.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%s: 10 hits on plain's 9 left alone: %v, want over", fleetKey, r)
 		}
 	}
 }
