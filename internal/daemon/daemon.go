@@ -283,7 +283,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		changed := make(chan struct{}, 1)
 		wg.Go(func() { d.descWatcher.run(watchCtx, d.log, changed) })
 		wg.Go(func() {
-			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloadDescriptors() })
+			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() {
+				// A config change refused over a broken descriptor file
+				// is tried again first, once the descriptors load and
+				// differ: applied, it brings them with it, rather than
+				// the fix landing alone over the old config.
+				if d.reloader != nil && d.descriptorsChanged() {
+					d.reloader.retryFailed()
+				}
+				d.reloadDescriptors()
+			})
 		})
 	}
 

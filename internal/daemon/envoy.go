@@ -71,6 +71,17 @@ func (d *Daemon) newRLS(cfg *config.Config) (*server.RLS, error) {
 	return rls, nil
 }
 
+// descriptorsChanged reports whether the descriptor files of the config in
+// force, read again, load and differ from the descriptors in force.
+func (d *Daemon) descriptorsChanged() bool {
+	cur := d.cur.Load()
+	if cur.cfg.GRPC == nil {
+		return false
+	}
+	set, err := LoadDescriptors(cur.cfg)
+	return err == nil && set.Digest() != cur.descs.Digest()
+}
+
 // reloadDescriptors rereads the descriptor files of the config in force
 // and swaps them in when they changed and are valid; an invalid change is
 // refused (logged and counted) and the old descriptors stay, as for the

@@ -37,6 +37,7 @@ type reloader struct {
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
+	failed   bool              // the last attempt was refused
 }
 
 // newReloader returns a reloader whose last-tried content is the one whose
@@ -58,7 +59,32 @@ func (r *reloader) reload(force bool) ReloadResult {
 	return res
 }
 
+// retryFailed tries the file again, unchanged or not, if the last attempt
+// was refused: the files it reads besides the config (the Envoy
+// descriptor files) may have been fixed since. It reports whether it
+// tried.
+func (r *reloader) retryFailed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.failed {
+		return false
+	}
+	res := r.try(true)
+	if r.notify != nil {
+		r.notify(res)
+	}
+	return true
+}
+
 func (r *reloader) try(force bool) ReloadResult {
+	res := r.attempt(force)
+	if !res.Unchanged {
+		r.failed = res.Err != nil
+	}
+	return res
+}
+
+func (r *reloader) attempt(force bool) ReloadResult {
 	data, err := config.ReadFile(r.path)
 	if err != nil {
 		// Mid-replace the file may be missing for a moment: refuse, keep

@@ -442,3 +442,34 @@ func TestRefusedReloadLeavesNoTrace(t *testing.T) {
 		t.Errorf("GET /v1/hotkeys after the refused reload: %d %s, want rule keep and no trace of added", r.status, r.body)
 	}
 }
+
+// TestReloadRetriedWhenDescriptorsFixed: a config change refused because a
+// descriptor file it reads was broken is applied once that file is fixed:
+// the fix must not be applied alone over the old config, leaving the
+// config file's change refused until the next edit of it.
+func TestReloadRetriedWhenDescriptorsFixed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	rl := filepath.Join(dir, "rl.yaml")
+	const base = "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [rl.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n"
+	mustWrite(t, rl, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	mustWrite(t, path, base)
+	td := startDaemonFile(t, path)
+
+	// A deploy writes both files; the descriptor file is broken.
+	mustWrite(t, rl, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 20}\n")
+	replaceFile(t, path, base+"  - {name: added, rate: 1/s}\n")
+	if err := td.d.Reload(); err == nil {
+		t.Fatal("Reload with a broken descriptor file: nil error, want a refusal")
+	}
+	// The descriptor file is fixed; the config file is left as it is.
+	replaceFile(t, rl, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 20}\n")
+	for {
+		if r := td.waitReload(); r.Err != nil {
+			continue // an attempt still seeing the broken file
+		}
+		if strings.Contains(rulesInForce(t, td), `"added"`) {
+			return
+		}
+	}
+}
