@@ -389,10 +389,13 @@ func setDefault[T comparable](x *T, v T) {
 
 // explicitZeros refuses a 0 written for a key whose default is not 0 and
 // for which 0 does not mean "none": left as it is, applyDefaults would
-// quietly turn max_connections: 0 ("no cap"?) into 10000.
+// quietly turn max_connections: 0 ("no cap"?) into 10000, or
+// response_header_timeout: 0s ("no timeout", as in net/http) into 60s.
+// Every such key is listed here.
 func (d *decoder) explicitZeros(c *Config) {
 	zero := func(key string, v int64, what string) {
-		if l, ok := d.lines[key]; ok && v == 0 {
+		// A value that did not decode stays 0: its problem is told.
+		if l, ok := d.lines[key]; ok && v == 0 && !related(d.Errs, key) {
 			d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
 				Msg: "0 is not allowed: " + what + " (leave the key out for the default)"})
 		}
@@ -400,11 +403,19 @@ func (d *decoder) explicitZeros(c *Config) {
 	listener := func(block string, l *Listener) {
 		zero(block+".body_read_timeout", int64(l.BodyReadTimeout), "a request body must be bounded; give the longest wait between two reads, such as 30s")
 		zero(block+".max_connections", int64(l.MaxConnections), "the connections held must be bounded; give a cap such as 10000")
+		zero(block+".read_header_timeout", int64(l.ReadHeaderTimeout), "reading a request's headers must be bounded; give a time such as 10s")
+		zero(block+".idle_timeout", int64(l.IdleTimeout), "idle connections must be closed; give a time such as 120s")
 	}
 	listener("api", &c.API.Listener)
 	if c.Proxy != nil {
 		listener("proxy", &c.Proxy.Listener)
+		zero("proxy.dial_timeout", int64(c.Proxy.DialTimeout), "connecting to the upstream must be bounded; give a time such as 5s")
+		zero("proxy.response_header_timeout", int64(c.Proxy.ResponseHeaderTimeout), "the wait for the upstream's answer must be bounded; give a time such as 60s")
 	}
+	zero("store.expected_instances", int64(c.Store.ExpectedInstances), "give the number of instances sharing the store, such as 1")
+	zero("store.redis.timeout", int64(c.Store.Redis.Timeout), "a Redis call must be bounded; give a time such as 50ms")
+	zero("forward_auth.deny_status", int64(c.ForwardAuth.DenyStatus), "give the status of a limited answer, such as 429 (403 for nginx)")
+	zero("limits.max_body_bytes", c.Limits.MaxBodyBytes, "a request body must be bounded; give a size such as 65536")
 	if c.GRPC != nil {
 		zero("grpc.max_connections", int64(c.GRPC.MaxConnections), "the connections held must be bounded; give a cap such as 10000")
 	}
