@@ -92,6 +92,7 @@ const (
 	DefaultMaxBackoff      = time.Minute
 	DefaultConcurrency     = 16
 	DefaultStatusTTL       = 24 * time.Hour
+	DefaultEnqueueTimeout  = 2 * time.Second
 	DefaultMaxQueue        = 10_000
 	DefaultMaxBodyBytes    = 1 << 20
 	// MaxHeld bounds the entries one instance holds per rule at once.
@@ -159,6 +160,11 @@ type Options struct {
 	// StatusTTL is how long an outcome can be read after it is recorded;
 	// default 24h.
 	StatusTTL time.Duration
+	// EnqueueTimeout bounds each of Enqueue's asks to Redis (at most two:
+	// the second when the first's reply is lost); default 2s. A Redis
+	// that takes the request and does not answer then costs the client
+	// at most twice this, and an answer saying the outcome is unknown.
+	EnqueueTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives delivery failures; nil discards.
@@ -199,6 +205,7 @@ func (o *Options) defaults() error {
 	def(&o.Backoff, DefaultBackoff)
 	def(&o.MaxBackoff, DefaultMaxBackoff)
 	def(&o.StatusTTL, DefaultStatusTTL)
+	def(&o.EnqueueTimeout, DefaultEnqueueTimeout)
 	if o.DeliveryTimeout >= o.ClaimIdle/2 {
 		return fmt.Errorf("deferq: delivery timeout %v must be under half the claim idle time %v", o.DeliveryTimeout, o.ClaimIdle)
 	}

@@ -79,14 +79,19 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	keys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
 	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
 		strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)}
-	err = enqueueScript.Exec(ctx, c, keys, args).Error()
+	ask := func() error { // one ask, bounded: a Redis that never answers costs EnqueueTimeout
+		actx, cancel := context.WithTimeout(ctx, q.o.EnqueueTimeout)
+		defer cancel()
+		return enqueueScript.Exec(actx, c, keys, args).Error()
+	}
+	err = ask()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		if notSent(err) {
 			return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
 		}
 		// Sent, maybe run: ask again, under the same id.
 		q.o.Logger.Warn("defer: enqueue: reply lost, asking again", "rule", rule, "id", id, "err", err)
-		if err2 := enqueueScript.Exec(ctx, c, keys, args).Error(); err2 == nil || rueidis.IsRedisNil(err2) {
+		if err2 := ask(); err2 == nil || rueidis.IsRedisNil(err2) {
 			err = err2
 		} else {
 			q.m.enqueued(rule, "unknown")

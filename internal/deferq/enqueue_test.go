@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -100,4 +102,63 @@ func cutQueue(t *testing.T, marker string, gone bool) (*redistest.Server, *redis
 	}
 	q.SetRules([]deferq.Rule{{Name: "jobs"}})
 	return srv, x, c, q
+}
+
+// A Redis that takes the enqueue and never answers (stopped, not gone)
+// must not hold the client for as long as it stays stopped: each of
+// Enqueue's asks is bounded by EnqueueTimeout, and with both unanswered
+// the outcome is unknown. Once Redis runs again, the two asks (same id)
+// have queued the request once.
+func TestEnqueueRedisStuck(t *testing.T) {
+	srv := redistest.StartServer(t)
+	// The client itself would wait for a stopped Redis far longer than
+	// this test (its own connection timeout, 10s by default, is out of the
+	// picture): what bounds Enqueue here is EnqueueTimeout alone.
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true,
+		ForceSingleClient: true, ConnWriteTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
+	if err := syscall.Kill(srv.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(srv.PID(), syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	done := make(chan error, 1)
+	go func() {
+		r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+		_, err := q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute): // a hang detector, far above the 2 × 200ms asked
+		resume()
+		t.Fatalf("Enqueue still waiting a minute into a stopped Redis (EnqueueTimeout 200ms)")
+	}
+	var unknown *deferq.OutcomeUnknownError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("Enqueue into a stopped Redis = %v; want an *OutcomeUnknownError", err)
+	}
+	resume()
+	if err := c.Do(context.Background(), c.B().Ping().Build()).Error(); err != nil { // after the asks, on their connection
+		t.Fatal(err)
+	}
+	n, err := c.Do(context.Background(), c.B().Xlen().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:q").Build()).AsInt64()
+	if err != nil || n != 2 {
+		t.Fatalf("XLEN = %d, %v; want 2 (the warm-up and the stuck request, once)", n, err)
+	}
 }
