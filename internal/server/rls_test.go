@@ -100,7 +100,7 @@ type envOpts struct {
 	onError     string
 	unavailable bool
 	headers     bool
-	now         func() time.Time // nil: always tMid
+	now         func() time.Time                   // nil: always tMid
 	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
 }
 
