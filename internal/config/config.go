@@ -391,7 +391,8 @@ func setDefault[T comparable](x *T, v T) {
 // for which 0 does not mean "none": left as it is, applyDefaults would
 // quietly turn max_connections: 0 ("no cap"?) into 10000, or
 // response_header_timeout: 0s ("no timeout", as in net/http) into 60s.
-// Every such key is listed here.
+// Every such key is listed here, and the strings whose default is not
+// empty: store.on_error: "" would quietly fail open.
 func (d *decoder) explicitZeros(c *Config) {
 	zero := func(key string, v int64, what string) {
 		// A value that did not decode stays 0: its problem is told.
@@ -421,6 +422,18 @@ func (d *decoder) explicitZeros(c *Config) {
 	}
 	zero("client_ip.ipv6_prefix", int64(c.ClientIP.IPv6Prefix), "an ip key counts 1 to 128 bits of an IPv6 address (64: its /64)")
 	zero("client_ip.ipv4_prefix", int64(c.ClientIP.IPv4Prefix), "an ip key counts 1 to 32 bits of an IPv4 address (32: the address)")
+	empty := func(key, v, what string) {
+		if l, ok := d.lines[key]; ok && v == "" && !related(d.Errs, key) {
+			d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
+				Msg: "empty is not allowed: " + what + " (leave the key out for the default)"})
+		}
+	}
+	// As ${VAR} gives for a variable set but empty: on_error would
+	// quietly fail open.
+	empty("listen", c.Listen, "give an address such as 127.0.0.1:8080")
+	empty("log_level", c.LogLevel, "give debug, info, warn or error")
+	empty("store.on_error", c.Store.OnError, "give allow, deny or local")
+	empty("store.redis.key_prefix", c.Store.Redis.KeyPrefix, `give a prefix such as "sluice:" that keeps sluice's keys apart from others in the same Redis`)
 	zero("defer.claim_idle", int64(c.Defer.ClaimIdle), "a dead instance's requests must be taken over; give a wait such as 30s")
 	zero("defer.delivery_timeout", int64(c.Defer.DeliveryTimeout), "a replay must be bounded; give a timeout such as 10s")
 	zero("defer.max_attempts", int64(c.Defer.MaxAttempts), "a request is sent at least once; give a count such as 5")
