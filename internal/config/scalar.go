@@ -75,6 +75,16 @@ func (d *decoder) int64(key string, v *yaml.Node) (int64, bool) {
 		d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
 		return 0, false
 	}
+	digits := strings.TrimLeft(strings.ReplaceAll(s, "_", ""), "+-")
+	if len(digits) > 1 && digits[0] == '0' && digits[1] >= '0' && digits[1] <= '9' {
+		// yaml.v3 (YAML 1.1) and strconv read 010 as 8; YAML 1.2 as 10.
+		dec := strings.TrimLeft(digits, "0")
+		if dec == "" {
+			dec = "0"
+		}
+		d.Fail(n, key, "%q: a leading 0 is ambiguous (octal in YAML 1.1, decimal in YAML 1.2): write %s, or 0o%s for octal", s, dec, dec)
+		return 0, false
+	}
 	x, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
 	switch {
 	case err != nil && errors.Is(err, strconv.ErrRange) && strings.HasPrefix(s, "-"):
