@@ -238,10 +238,25 @@ func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 		k := key + "[" + strconv.Itoa(i) + "]"
 		d.lines[k] = item.Line
 		e := reflect.New(et).Elem()
-		if !d.value(k, item, e) && et == prefixType {
+		if isNull(item) {
+			// Kept as a zero value (a prefix left out), as items that
+			// fail are: the problems that would follow are not told.
+			d.Fail(item, k, "empty item (a lone - or ~): give a value or remove it")
+			if et == prefixType {
+				continue
+			}
+		} else if !d.value(k, item, e) && et == prefixType {
 			continue
 		}
 		out = reflect.Append(out, e)
 	}
 	return true
+}
+
+// isNull reports whether n, aliases followed, is a null value.
+func isNull(n *yaml.Node) bool {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n != nil && n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
