@@ -439,15 +439,24 @@ func (d *Daemon) apply(data []byte) error {
 			return fmt.Errorf("daemon: reload: %w", err)
 		}
 	}
+	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
 	if err == nil && d.fleet != nil {
 		err = d.fleet.configure(gen.rules, gen.descs)
 	}
 	if err != nil {
-		// The new engine made hot-key summaries for its rules: drop
-		// those of rules that are not in force, or GET /v1/hotkeys
-		// would list rules of the refused config.
+		// The new engine made hot-key summaries and decision counters
+		// for its rules: drop those of rules never in force, or
+		// GET /v1/hotkeys and /metrics would list rules of the refused
+		// config.
 		d.keepHot(old)
+		var made []string
+		for _, sp := range cfg.Rules {
+			if !counted[sp.Name] {
+				made = append(made, sp.Name)
+			}
+		}
+		d.metrics.ForgetRules(made)
 		return err
 	}
 	d.cur.Store(gen)

@@ -441,6 +441,20 @@ func TestRefusedReloadLeavesNoTrace(t *testing.T) {
 	if r := get(t, td.api+"/v1/hotkeys"); r.status != http.StatusOK || strings.Contains(r.body, `"added"`) || !strings.Contains(r.body, `"keep"`) {
 		t.Errorf("GET /v1/hotkeys after the refused reload: %d %s, want rule keep and no trace of added", r.status, r.body)
 	}
+	if r := get(t, td.api+"/metrics"); strings.Contains(r.body, `rule="added"`) || !strings.Contains(r.body, `rule="keep"`) {
+		t.Errorf("GET /metrics after the refused reload: series of rule added (or none of keep):\n%s", grepLines(r.body, "sluice_decisions_total"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // TestReloadRetriedWhenDescriptorsFixed: a config change refused because a

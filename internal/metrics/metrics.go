@@ -127,6 +127,37 @@ func (m *Metrics) Rule(name string) *Rule {
 	return r
 }
 
+// RuleNames returns the names of the rules whose counters exist.
+func (m *Metrics) RuleNames() map[string]bool {
+	if m == nil {
+		return nil
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	names := make(map[string]bool, len(m.rules))
+	for n := range m.rules {
+		names[n] = true
+	}
+	return names
+}
+
+// ForgetRules drops the counters of the rules named, which must have
+// decided nothing: those of a config refused after its engine was built.
+// The counters of rules once in force are kept, as counters are.
+func (m *Metrics) ForgetRules(names []string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range names {
+		delete(m.rules, n)
+		for _, res := range []string{Allowed, Denied, ShadowDenied} {
+			m.decisions.DeleteLabelValues(n, res)
+		}
+	}
+}
+
 // Allowed counts one allowed decision.
 func (r *Rule) Allowed() {
 	if r != nil {
