@@ -306,6 +306,10 @@ func TestConfigEnvExpansion(t *testing.T) {
 		{`${SLUICE_T_UNSET}`, "", "p.yaml:3: store.redis.password: environment variable SLUICE_T_UNSET is not set"},
 		{`${SLUICE_T_SET`, "", "p.yaml:3: store.redis.password: unterminated ${"},
 		{`${1BAD}`, "", `p.yaml:3: store.redis.password: ${1BAD}: "1BAD" is not an environment variable name`},
+		// A nested default is not supported: refused, not half-expanded
+		// into "${SLUICE_T_SET" or "v1}".
+		{`${SLUICE_T_UNSET:-${SLUICE_T_SET}}`, "", "p.yaml:3: store.redis.password: ${SLUICE_T_UNSET:-…}: a ${ inside a default is not supported"},
+		{`${SLUICE_T_SET:-${SLUICE_T_UNSET}}`, "", "p.yaml:3: store.redis.password: ${SLUICE_T_SET:-…}: a ${ inside a default is not supported"},
 	}
 	for _, tt := range tests {
 		data := "store:\n  redis:\n    password: '" + tt.value + "'\n    addrs: [h:1]\n  type: redis\n"

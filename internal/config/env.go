@@ -35,6 +35,12 @@ func (d *decoder) expand(key string, n *yaml.Node) (string, bool) {
 		inner := s[i+2 : i+end]
 		s = s[i+end+1:]
 		name, def, hasDef := strings.Cut(inner, ":-")
+		if hasDef && strings.Contains(def, "${") {
+			// The first } closed the inner ${: expanding on would give
+			// "${VAR" or "value}".
+			d.Fail(n, key, "${%s:-…}: a ${ inside a default is not supported: write the default out", name)
+			return "", false
+		}
 		if !validEnvName(name) {
 			d.Fail(n, key, "${%s}: %q is not an environment variable name", inner, name)
 			ok = false
