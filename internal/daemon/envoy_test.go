@@ -75,6 +75,28 @@ func startEnvoyDaemon(t *testing.T, store string) *envoyDaemon {
 	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn), dir: descDir, conf: conf}
 }
 
+// startEnvoyRedis starts the daemon on a fresh Redis, with the Envoy
+// service on :0 and the descriptor file fleet.yaml, holding descriptors,
+// in dir.
+func startEnvoyRedis(t *testing.T, dir, descriptors string) (*envoyDaemon, *redistest.Server) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(descriptors), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	redis := redistest.StartServer(t)
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}, redis
+}
+
 func entries(kv ...string) *commonv3.RateLimitDescriptor {
 	d := &commonv3.RateLimitDescriptor{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -277,8 +299,7 @@ func TestEnvoyExample(t *testing.T) {
 // memory store they are refused.
 func TestEnvoyFleetOptions(t *testing.T) {
 	dir := t.TempDir()
-	desc := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(desc, []byte(`domain: fleet
+	ed, redis := startEnvoyRedis(t, dir, `domain: fleet
 descriptors:
   - key: leased
     lease: 2
@@ -289,21 +310,8 @@ descriptors:
   - key: sharded
     shards: 4
     rate_limit: {unit: year, requests_per_unit: 8}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "sluice.yaml")
-	redis := redistest.StartServer(t)
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	td := startDaemonFile(t, path)
-	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ed := &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}
+`)
+	td := ed.testDaemon
 
 	admitted := func(n int, kv ...string) int {
 		ok := 0
@@ -356,8 +364,7 @@ descriptors:
 // Redis about without counting; their limit_remaining is what is left, and
 // their code what each alone would get: over when its hits do not fit.
 func TestEnvoyDeniedByFleetDescriptor(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(`domain: fleet
+	ed, _ := startEnvoyRedis(t, t.TempDir(), `domain: fleet
 descriptors:
   - key: leased
     lease: 2
@@ -367,21 +374,7 @@ descriptors:
     rate_limit: {unit: year, requests_per_unit: 1}
   - key: plain
     rate_limit: {unit: year, requests_per_unit: 10}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "sluice.yaml")
-	redis := redistest.StartServer(t)
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	td := startDaemonFile(t, path)
-	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ed := &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}
+`)
 	left := func(kv ...string) uint32 {
 		d := entries(kv...)
 		d.HitsAddend = wrapperspb.UInt64(0)
