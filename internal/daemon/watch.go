@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -20,6 +21,13 @@ const (
 	// maxDebounceFactor bounds how long a never-ending burst can postpone a
 	// reload: at most this many debounce periods after its first event.
 	maxDebounceFactor = 10
+	// watchPoll is how often the watcher also looks at the watched paths
+	// itself (inode, size, modification time, and a directory's entries),
+	// and reports a change it sees: inotify can lose a watch (a directory
+	// deleted and made again in a race with its events, a queue
+	// overflow), and some filesystems (NFS, many FUSE mounts) send no
+	// events at all.
+	watchPoll = 2 * time.Second
 )
 
 // debounce calls fire once in quiet periods: after an event arrives on in,
@@ -80,12 +88,14 @@ type configWatcher struct {
 	paths   []string // absolute
 	w       *fsnotify.Watcher
 	watched map[string]bool
+	poll    time.Duration // watchPoll; tests shorten it
+	seen    string        // the paths' signature when last reported
 }
 
 // newConfigWatcher starts watching the files or directories at paths:
 // events from now on are reported by run.
 func newConfigWatcher(paths ...string) (*configWatcher, error) {
-	cw := &configWatcher{watched: map[string]bool{}}
+	cw := &configWatcher{watched: map[string]bool{}, poll: watchPoll}
 	for _, path := range paths {
 		abs, err := filepath.Abs(path)
 		if err != nil {
@@ -102,7 +112,45 @@ func newConfigWatcher(paths ...string) (*configWatcher, error) {
 		w.Close()
 		return nil, err
 	}
+	cw.seen = cw.signature()
 	return cw, nil
+}
+
+// signature describes what the paths hold now, as far as a stat tells:
+// each path's inode, size and modification time after symlinks, or that
+// it is missing, and for a directory the same of each entry. A change of
+// content shows as a change here but for a write that keeps the size
+// within one tick of the file system's clock, which the events report.
+func (cw *configWatcher) signature() string {
+	var b strings.Builder
+	stat := func(name, p string) (os.FileInfo, bool) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s missing\n", name)
+			return nil, false
+		}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(&b, "%s %d %d %d %v\n", name, ino, fi.Size(), fi.ModTime().UnixNano(), fi.IsDir())
+		return fi, true
+	}
+	for _, p := range cw.paths {
+		fi, ok := stat(p, p)
+		if !ok || !fi.IsDir() {
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s unreadable\n", p)
+			continue
+		}
+		for _, e := range entries {
+			stat(e.Name(), filepath.Join(p, e.Name()))
+		}
+	}
+	return b.String()
 }
 
 // sync makes the watched set the directories that hold the paths, their
@@ -219,10 +267,21 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 		default:
 		}
 	}
+	tick := time.NewTicker(cw.poll)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			// The fallback: a change no event reported (see watchPoll).
+			if sig := cw.signature(); sig != cw.seen {
+				cw.seen = sig
+				if err := cw.sync(); err != nil {
+					log.Warn("config watch: cannot follow the config file's directory", "err", err)
+				}
+				notify()
+			}
 		case ev, ok := <-cw.w.Events:
 			if !ok {
 				return
@@ -240,6 +299,7 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 			if err := cw.sync(); err != nil {
 				log.Warn("config watch: cannot follow the config file's directory", "err", err)
 			}
+			cw.seen = cw.signature()
 			notify()
 		case err, ok := <-cw.w.Errors:
 			if !ok {

@@ -207,3 +207,44 @@ func TestSweepEvery(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchPollFallback: with the inotify watch lost behind the watcher's
+// back (as a directory deleted and made again can make it happen, or a
+// filesystem that sends no events), a change of the file is still
+// reported, by the watcher's own look at the file (watchPoll); a file of
+// descriptors in a watched directory too.
+func TestWatchPollFallback(t *testing.T) {
+	for _, dirMode := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "sluice.yaml")
+		mustWrite(t, path, "v1")
+		watched := path
+		if dirMode {
+			watched = dir
+		}
+		cw, err := newConfigWatcher(watched)
+		if err != nil {
+			t.Fatalf("newConfigWatcher: %v", err)
+		}
+		cw.poll = 20 * time.Millisecond
+		for d := range cw.watched {
+			if err := cw.w.Remove(d); err != nil { // lost, as far as inotify goes
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		changed := make(chan struct{}, 1)
+		done := make(chan struct{})
+		go func() { cw.run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), changed); close(done) }()
+
+		mustWrite(t, path, "version two")
+		select {
+		case <-changed:
+		case <-time.After(time.Minute): // a hang detector, far above the 20ms poll
+			t.Fatalf("dir mode %v: a change with the watch lost was not reported within a minute", dirMode)
+		}
+		cancel()
+		<-done
+		cw.Close()
+	}
+}
