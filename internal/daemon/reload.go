@@ -52,11 +52,7 @@ func newReloader(path string, initial [sha256.Size]byte, apply func([]byte) erro
 func (r *reloader) reload(force bool) ReloadResult {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := r.try(force)
-	if r.notify != nil {
-		r.notify(res)
-	}
-	return res
+	return r.try(force)
 }
 
 // retryFailed tries the file again, unchanged or not, if the last attempt
@@ -69,17 +65,18 @@ func (r *reloader) retryFailed() bool {
 	if !r.failed {
 		return false
 	}
-	res := r.try(true)
-	if r.notify != nil {
-		r.notify(res)
-	}
+	r.try(true)
 	return true
 }
 
+// try makes an attempt, remembers whether it was refused, and reports it.
 func (r *reloader) try(force bool) ReloadResult {
 	res := r.attempt(force)
 	if !res.Unchanged {
 		r.failed = res.Err != nil
+	}
+	if r.notify != nil {
+		r.notify(res)
 	}
 	return res
 }
