@@ -66,13 +66,21 @@ func startEnvoyDaemon(t *testing.T, store string) *envoyDaemon {
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	td := startDaemonFile(t, path)
+	ed := dialEnvoy(t, startDaemonFile(t, path))
+	ed.dir, ed.conf = descDir, conf
+	return ed
+}
+
+// dialEnvoy is td with a client of its Envoy service (plain gRPC), closed
+// when the test ends.
+func dialEnvoy(t *testing.T, td *testDaemon) *envoyDaemon {
+	t.Helper()
 	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn), dir: descDir, conf: conf}
+	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}
 }
 
 // startEnvoyRedis starts the daemon on a fresh Redis, with the Envoy
@@ -88,13 +96,7 @@ func startEnvoyRedis(t *testing.T, dir, descriptors string) (*envoyDaemon, *redi
 	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	td := startDaemonFile(t, path)
-	conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &envoyDaemon{testDaemon: td, rls: rlsv3.NewRateLimitServiceClient(conn)}, redis
+	return dialEnvoy(t, startDaemonFile(t, path)), redis
 }
 
 func entries(kv ...string) *commonv3.RateLimitDescriptor {

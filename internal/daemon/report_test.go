@@ -9,8 +9,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -35,13 +33,8 @@ descriptors:
 `), 0o644)
 			path := filepath.Join(dir, "sluice.yaml")
 			os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\nrules:\n  - name: tokens\n    rate: 1000/h\n    algorithm: gcra\n"+store), 0o644)
-			td := startDaemonFile(t, path)
-			conn, err := grpc.NewClient(td.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			rls := rlsv3.NewRateLimitServiceClient(conn)
+			ed := dialEnvoy(t, startDaemonFile(t, path))
+			td, rls := ed.testDaemon, ed.rls
 			ask := func(tokens uint64, withRoute bool) *rlsv3.RateLimitResponse {
 				t.Helper()
 				d := entries("team", "a")
