@@ -267,6 +267,15 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 		default:
 		}
 	}
+	// followed follows whatever changed: the directories to watch, the
+	// paths' signature, and a notice.
+	followed := func(sig string) {
+		if err := cw.sync(); err != nil {
+			log.Warn("config watch: cannot follow the config file's directory", "err", err)
+		}
+		cw.seen = sig
+		notify()
+	}
 	tick := time.NewTicker(cw.poll)
 	defer tick.Stop()
 	for {
@@ -276,11 +285,7 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 		case <-tick.C:
 			// The fallback: a change no event reported (see watchPoll).
 			if sig := cw.signature(); sig != cw.seen {
-				cw.seen = sig
-				if err := cw.sync(); err != nil {
-					log.Warn("config watch: cannot follow the config file's directory", "err", err)
-				}
-				notify()
+				followed(sig)
 			}
 		case ev, ok := <-cw.w.Events:
 			if !ok {
@@ -296,11 +301,7 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 				// directory above until it is back.
 				delete(cw.watched, ev.Name)
 			}
-			if err := cw.sync(); err != nil {
-				log.Warn("config watch: cannot follow the config file's directory", "err", err)
-			}
-			cw.seen = cw.signature()
-			notify()
+			followed(cw.signature())
 		case err, ok := <-cw.w.Errors:
 			if !ok {
 				return
