@@ -41,7 +41,7 @@ const maxDrain = 64 << 10
 //
 // It gives up, returning the last 429/503 response as it came, when
 // MaxAttempts attempts have been made, when the wait would end after
-// MaxElapsed from the first attempt or after the request context's
+// MaxElapsed from the first attempt or at or after the request context's
 // deadline, or when the shared Budget has no retry left. If the request
 // context ends during a wait, RoundTrip returns its error.
 //
@@ -139,7 +139,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if end.Sub(start) > maxElapsed {
 			return resp, nil
 		}
-		if dl, ok := ctx.Deadline(); ok && end.After(dl) {
+		// An attempt that would start at the deadline is cut off before
+		// it is answered: the 429 in hand is better than that error.
+		if dl, ok := ctx.Deadline(); ok && !end.Before(dl) {
 			return resp, nil
 		}
 		next, err := again(req)

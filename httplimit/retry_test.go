@@ -153,6 +153,28 @@ func TestRetryTransportGivesUp(t *testing.T) {
 			t.Errorf("server saw %d requests, want 1", got)
 		}
 	})
+	// An attempt that would start at the deadline cannot be answered: the
+	// wait that ends there is not taken either.
+	t.Run("context deadline when the wait ends", func(t *testing.T) {
+		srv := newScripted(t, tooLong, answer{http.StatusOK, nil})
+		inBubble(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			start := time.Now()
+			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			if err != nil {
+				t.Fatalf("got %v, want the 429 at once", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) != 0 {
+				t.Errorf("got %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
+			}
+		})
+		if got := srv.hits.Load(); got != 1 {
+			t.Errorf("server saw %d requests, want 1", got)
+		}
+	})
 	t.Run("context cancelled during the wait", func(t *testing.T) {
 		srv := newScripted(t, tooLong)
 		inBubble(t, func(t *testing.T) {
