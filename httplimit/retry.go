@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -25,9 +26,15 @@ const (
 	DefaultRetryTokens = 10
 )
 
-// maxDrain bounds how much of a 429/503 body is read before it is closed,
-// so that its connection can be reused for the retry.
+// maxDrain bounds how much of a 429/503 body is read, during the wait,
+// before it is closed, so that its connection can be reused.
 const maxDrain = 64 << 10
+
+// drainGrace is how long a retry after a shorter wait (Retry-After: 0)
+// still waits for the body of the answer it drops, which has usually
+// arrived with its header: long enough to keep the connection, short
+// enough that a stalled body barely delays the retry.
+const drainGrace = 50 * time.Millisecond
 
 // RetryTransport is an http.RoundTripper for clients of rate-limited APIs:
 // it retries a request answered 429 Too Many Requests or 503 Service
@@ -150,12 +157,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// hand is the best there is.
 			return resp, nil
 		}
-		drain(resp)
-		if ctxtime.Sleep(ctx, wait) != nil {
+		if err := pause(ctx, resp, wait); err != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}
-			return nil, ctx.Err()
+			return nil, err
 		}
 		attempt = next
 	}
@@ -235,14 +241,37 @@ func again(req *http.Request) (*http.Request, error) {
 	return next, nil
 }
 
-// drain reads what is left of a response about to be dropped, up to
-// maxDrain bytes, and closes it.
-func drain(resp *http.Response) {
+// pause waits d, or until ctx ends (returning its error), and meanwhile
+// reads what arrives of resp's body, up to maxDrain bytes, so that its
+// connection can be reused; then it closes the body. The reading is cut
+// off when the wait ends, or drainGrace after it began if the wait is
+// shorter: a slow or stalled body never holds up the retry longer, and
+// only costs its connection.
+func pause(ctx context.Context, resp *http.Response, d time.Duration) error {
 	if resp.Body == nil {
-		return
+		return ctxtime.Sleep(ctx, d)
 	}
-	io.CopyN(io.Discard, resp.Body, maxDrain)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		io.CopyN(io.Discard, resp.Body, maxDrain)
+	}()
+	err := ctxtime.Sleep(ctx, d)
+	if err == nil && d < drainGrace {
+		grace := time.NewTimer(drainGrace - d)
+		select {
+		case <-drained:
+		case <-grace.C:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		grace.Stop()
+	}
+	// Closing ends a read in progress (net/http's bodies allow it), so
+	// the drain is over when Close returns or soon after.
 	resp.Body.Close()
+	<-drained
+	return err
 }
 
 // ServerWait is how long a 429 or 503 answer with header h, received at
