@@ -36,6 +36,8 @@ const maxDrain = 64 << 10
 // enough that a stalled body barely delays the retry.
 const drainGrace = 50 * time.Millisecond
 
+var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither a response nor an error")
+
 // RetryTransport is an http.RoundTripper for clients of rate-limited APIs:
 // it retries a request answered 429 Too Many Requests or 503 Service
 // Unavailable, waiting first
@@ -125,6 +127,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := base.RoundTrip(attempt)
 		if err != nil {
 			return nil, err
+		}
+		if resp == nil {
+			return nil, errNoResponse
 		}
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 			budget.succeeded()

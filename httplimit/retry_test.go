@@ -328,3 +328,34 @@ func equal[T comparable](a, b []T) bool {
 	}
 	return true
 }
+
+// A Base that breaks the RoundTripper contract gets an error, as
+// http.Client gives one, never a panic or a nil response with a nil error.
+func TestRetryTransportBaseWithoutResponse(t *testing.T) {
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil })
+	req, _ := http.NewRequest("GET", "http://example.invalid/", nil)
+	resp, err := (&httplimit.RetryTransport{Base: base}).RoundTrip(req)
+	if resp != nil || err == nil {
+		t.Errorf("RoundTrip over a Base answering nil, nil: got %v, %v; want nil and an error", resp, err)
+	}
+}
+
+// A 429 without a body (a Base that is not net/http's) is waited out and
+// retried like any other.
+func TestRetryTransportResponseWithoutBody(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "2"}}, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := noKeepAlive().RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+				resp.Body.Close()
+				resp.Body = nil
+			}
+			return resp, err
+		})
+		code, body, took := do(t, &httplimit.RetryTransport{Base: base}, "GET", srv.URL, "", nil)
+		if code != http.StatusOK || body != "OK" || took != 2*time.Second {
+			t.Errorf("got %d %q after %v, want 200 \"OK\" after 2s", code, body, took)
+		}
+	})
+}
