@@ -52,7 +52,8 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 // MaxAttempts attempts have been made, when the wait would end after
 // MaxElapsed from the first attempt or at or after the request context's
 // deadline, or when the shared Budget has no retry left. If the request
-// context ends during a wait, RoundTrip returns its error.
+// context ends during a wait, RoundTrip returns its error (its cause, if
+// it has one, as net/http's Transport does).
 //
 // Only requests that are safe to send twice are retried: idempotent methods
 // (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and requests carrying an
@@ -162,11 +163,12 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// hand is the best there is.
 			return resp, nil
 		}
-		if err := pause(ctx, resp, wait); err != nil {
+		if pause(ctx, resp, wait) != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}
-			return nil, err
+			// As net/http's Transport answers a cancelled attempt.
+			return nil, context.Cause(ctx)
 		}
 		attempt = next
 	}

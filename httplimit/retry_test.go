@@ -193,6 +193,22 @@ func TestRetryTransportGivesUp(t *testing.T) {
 	})
 }
 
+// Cancelled with a cause during a wait, RoundTrip returns the cause, as
+// net/http's Transport does when the cancel comes during an attempt.
+func TestRetryTransportCancelCause(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "10"}})
+	inBubble(t, func(t *testing.T) {
+		shutdown := errors.New("shutting down")
+		ctx, cancel := context.WithCancelCause(t.Context())
+		time.AfterFunc(3*time.Second, func() { cancel(shutdown) })
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if !errors.Is(err, shutdown) || resp != nil {
+			t.Errorf("got %v, %v; want nil, the cause %q", resp, err, shutdown)
+		}
+	})
+}
+
 func TestRetryTransportRetriesOnlyWhatIsSafe(t *testing.T) {
 	limited := answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}
 	ok := answer{http.StatusOK, nil}
