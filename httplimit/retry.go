@@ -418,9 +418,10 @@ func trimSpace(s string) string {
 // succeed, and not at all while nothing succeeds, instead of multiplying
 // its load by its attempts.
 //
-// A RetryBudget is safe for concurrent use. Share one among the transports
-// (or processes' transports, each with its own) that should be bounded
-// together.
+// The zero value is the default budget, DefaultRetryTokens tokens earning
+// DefaultRetryRatio; NewRetryBudget makes others. A RetryBudget is safe
+// for concurrent use and must not be copied after first use. Share one
+// among the transports that should be bounded together.
 type RetryBudget struct {
 	mu sync.Mutex
 	// In thousandths of a token, as gRPC counts them, so that ratio
@@ -447,17 +448,20 @@ func NewRetryBudget(ratio float64, maxTokens int) (*RetryBudget, error) {
 func (b *RetryBudget) Tokens() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.init()
 	return float64(b.milli) / 1000
 }
 
 func (b *RetryBudget) failed() {
 	b.mu.Lock()
+	b.init()
 	b.milli = max(b.milli-1000, 0)
 	b.mu.Unlock()
 }
 
 func (b *RetryBudget) succeeded() {
 	b.mu.Lock()
+	b.init()
 	b.milli = min(b.milli+b.gain, b.maxMilli)
 	b.mu.Unlock()
 }
@@ -465,5 +469,15 @@ func (b *RetryBudget) succeeded() {
 func (b *RetryBudget) allow() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.init()
 	return b.milli > b.maxMilli/2
+}
+
+// init makes a zero RetryBudget the default one, full; b.mu is held.
+func (b *RetryBudget) init() {
+	if b.maxMilli == 0 {
+		b.maxMilli = DefaultRetryTokens * 1000
+		b.milli = b.maxMilli
+		b.gain = int64(DefaultRetryRatio * 1000)
+	}
 }

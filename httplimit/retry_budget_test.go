@@ -113,3 +113,25 @@ func TestRetryBudgetSharedAcrossTransports(t *testing.T) {
 		t.Errorf("80 requests under a lasting 503 made %d attempts, want 80 to 84", got)
 	}
 }
+
+// A RetryBudget made without NewRetryBudget (a zero value, shared by
+// pointer) is the default budget: 10 tokens, 0.1 back per success.
+func TestRetryBudgetZeroValue(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
+	budget := &httplimit.RetryBudget{}
+	inBubble(t, func(t *testing.T) {
+		for range 2 {
+			rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+				t.Fatalf("got %d, want 429", code)
+			}
+		}
+	})
+	// As with NewRetryBudget(0.1, 10): 4 attempts, then 1.
+	if got := srv.hits.Load(); got != 5 {
+		t.Errorf("2 requests under a lasting 429 with a zero RetryBudget made %d attempts, want 5", got)
+	}
+	if got := budget.Tokens(); got != 5 {
+		t.Errorf("tokens left: got %v, want 5", got)
+	}
+}
