@@ -104,3 +104,97 @@ func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
 		t.Errorf("server saw %d requests, want 2", got)
 	}
 }
+
+// Each retry sends the request as the caller made it (its headers, its
+// body read afresh) and leaves the caller's request as it was.
+func TestRetryTransportResendsTheRequestAsMade(t *testing.T) {
+	limited := answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}
+	srv := newScripted(t, limited, limited, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		req, _ := http.NewRequest("PUT", srv.URL+"/things/1?x=1", strings.NewReader("abc"))
+		req.Header.Set("Authorization", "Bearer secret")
+		body, url, length := req.Body, *req.URL, req.ContentLength
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("got %d, want 200", resp.StatusCode)
+		}
+		if req.Body != body || req.GetBody == nil || *req.URL != url || req.ContentLength != length ||
+			len(req.Header) != 1 || req.Header.Get("Authorization") != "Bearer secret" {
+			t.Errorf("the caller's request changed: %+v", req)
+		}
+	})
+	if !equal(srv.bodies, []string{"abc", "abc", "abc"}) || !equal(srv.auths, []string{"Bearer secret", "Bearer secret", "Bearer secret"}) {
+		t.Errorf("server received bodies %q, Authorization %q; want the request's each time", srv.bodies, srv.auths)
+	}
+}
+
+// A request with http.NoBody needs no GetBody to be sent again.
+func TestRetryTransportNoBody(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		req, _ := http.NewRequest("DELETE", srv.URL, http.NoBody)
+		req.GetBody = nil
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("got %d, want 200 after one retry", resp.StatusCode)
+		}
+	})
+	if got := srv.hits.Load(); got != 2 {
+		t.Errorf("server saw %d requests, want 2", got)
+	}
+}
+
+// closeCount is a request body that counts its Close calls.
+type closeCount struct {
+	io.Reader
+	n *atomic.Int64
+}
+
+func (c closeCount) Close() error { c.n.Add(1); return nil }
+
+// Every request body RoundTrip is given or makes is closed exactly once,
+// also the one made for a retry that a cancel stops during its wait.
+func TestRetryTransportClosesEachRequestBodyOnce(t *testing.T) {
+	for _, cancelled := range []bool{false, true} {
+		srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "2"}}, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "2"}}, answer{http.StatusOK, nil})
+		inBubble(t, func(t *testing.T) {
+			var closes []*atomic.Int64
+			body := func() io.ReadCloser {
+				n := new(atomic.Int64)
+				closes = append(closes, n)
+				return closeCount{strings.NewReader("abc"), n}
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if cancelled {
+				time.AfterFunc(3*time.Second, cancel) // during the second wait
+			}
+			req, _ := http.NewRequestWithContext(ctx, "PUT", srv.URL, nil)
+			req.Body, req.ContentLength = body(), 3
+			req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
+			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if cancelled != (err != nil) {
+				t.Errorf("cancelled %v: got %v", cancelled, err)
+			}
+			if len(closes) != 3 {
+				t.Errorf("cancelled %v: %d bodies, want 3 (the request's and two for retries)", cancelled, len(closes))
+			}
+			for i, n := range closes {
+				if n.Load() != 1 {
+					t.Errorf("cancelled %v: body %d closed %d times, want 1", cancelled, i, n.Load())
+				}
+			}
+		})
+	}
+}

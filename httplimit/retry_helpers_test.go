@@ -25,6 +25,7 @@ type scripted struct {
 	mu     sync.Mutex
 	script []answer
 	bodies []string
+	auths  []string // the Authorization header of each request
 	hits   atomic.Int64
 }
 
@@ -36,6 +37,7 @@ func newScripted(t *testing.T, script ...answer) *scripted {
 		n := s.hits.Add(1)
 		s.mu.Lock()
 		s.bodies = append(s.bodies, string(body))
+		s.auths = append(s.auths, r.Header.Get("Authorization"))
 		a := s.script[min(int(n), len(s.script))-1]
 		s.mu.Unlock()
 		for k, v := range a.header {
