@@ -108,10 +108,7 @@ type RetryTransport struct {
 // RoundTrip sends req, and sends it again as the RetryTransport's doc says
 // while the answer is 429 or 503.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
+	base := t.base()
 	budget := t.retryBudget()
 	maxAttempts := t.MaxAttempts
 	if maxAttempts <= 0 {
@@ -172,6 +169,22 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		attempt = next
 	}
+}
+
+// CloseIdleConnections closes the idle connections of the Base (of
+// http.DefaultTransport when Base is nil), if it has that method, so that
+// http.Client.CloseIdleConnections reaches through the RetryTransport.
+func (t *RetryTransport) CloseIdleConnections() {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *RetryTransport) base() http.RoundTripper {
+	if t.Base == nil {
+		return http.DefaultTransport
+	}
+	return t.Base
 }
 
 // retryBudget is t.Budget, or the transport's own.

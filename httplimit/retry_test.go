@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -374,4 +375,31 @@ func TestRetryTransportResponseWithoutBody(t *testing.T) {
 			t.Errorf("got %d %q after %v, want 200 \"OK\" after 2s", code, body, took)
 		}
 	})
+}
+
+// http.Client.CloseIdleConnections reaches the Base through the
+// RetryTransport: the server sees its idle connection closed.
+func TestRetryTransportCloseIdleConnections(t *testing.T) {
+	closed := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			close(closed)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	client := &http.Client{Transport: &httplimit.RetryTransport{Base: &http.Transport{}}}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	client.CloseIdleConnections()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // only so that a failure does not hang
+		t.Fatal("client.CloseIdleConnections: the server's connection is still open")
+	}
 }
