@@ -63,6 +63,33 @@ func TestRetryTransportStalledBodyDoesNotHoldTheRetry(t *testing.T) {
 	}
 }
 
+// A 429 whose body never ends is read only up to a bound, then closed:
+// the retry goes when the wait ends.
+func TestRetryTransportEndlessBody(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) > 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		chunk := strings.Repeat("x", 4096)
+		for { // until the client hangs up
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	inBubble(t, func(t *testing.T) {
+		code, body, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
+		if code != http.StatusOK || body != "ok" || took != time.Second {
+			t.Errorf("got %d %q after %v, want 200 \"ok\" after 1s", code, body, took)
+		}
+	})
+}
+
 // The same over a real connection: the server sends the 429's header and
 // part of its body, then holds the connection open.
 func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
