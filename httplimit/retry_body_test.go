@@ -225,3 +225,24 @@ func TestRetryTransportClosesEachRequestBodyOnce(t *testing.T) {
 		})
 	}
 }
+
+// A GetBody that fails leaves the 429 in hand as the answer, whole.
+func TestRetryTransportGetBodyFails(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		req, _ := http.NewRequest("PUT", srv.URL, strings.NewReader("abc"))
+		req.GetBody = func() (io.ReadCloser, error) { return nil, io.ErrUnexpectedEOF }
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusTooManyRequests || string(b) != "Too Many Requests" || err != nil {
+			t.Errorf("got %d %q (%v), want the 429 as it came", resp.StatusCode, b, err)
+		}
+	})
+	if got := srv.hits.Load(); got != 1 {
+		t.Errorf("server saw %d requests, want 1", got)
+	}
+}
