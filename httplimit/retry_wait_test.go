@@ -20,6 +20,11 @@ func TestServerWait(t *testing.T) {
 		{map[string]string{"Retry-After": "0"}, 0, true},
 		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
 		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 11:00:00 GMT"}, 0, true},
+		// The obsolete date forms RFC 9110 still asks recipients to read.
+		{map[string]string{"Retry-After": "Monday, 23-Nov-26 12:00:30 GMT"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon Nov 23 12:00:30 2026"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "1.5"}, 0, false},
+		{map[string]string{"Retry-After": "+5"}, 0, false},
 		{map[string]string{"Retry-After": "-5"}, 0, false},
 		{map[string]string{"Retry-After": "soon"}, 0, false},
 		{map[string]string{"Retry-After": "99999999999999999999"}, 1<<63 - 1, true},
