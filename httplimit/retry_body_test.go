@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -214,6 +215,9 @@ func TestRetryTransportClosesEachRequestBodyOnce(t *testing.T) {
 			if cancelled != (err != nil) {
 				t.Errorf("cancelled %v: got %v", cancelled, err)
 			}
+			// The transport may close a body it sent after RoundTrip has
+			// returned: wait for its goroutines to be done.
+			synctest.Wait()
 			if len(closes) != 3 {
 				t.Errorf("cancelled %v: %d bodies, want 3 (the request's and two for retries)", cancelled, len(closes))
 			}
