@@ -20,8 +20,8 @@ const (
 	DefaultBaseDelay   = 100 * time.Millisecond
 	DefaultMaxDelay    = 10 * time.Second
 	// DefaultRetryRatio and DefaultRetryTokens are the budget a
-	// RetryTransport without a Budget makes for itself: gRPC's usual
-	// retry throttling figures.
+	// RetryTransport without a Budget makes for itself, and a zero
+	// RetryBudget's: gRPC's usual retry throttling figures.
 	DefaultRetryRatio  = 0.1
 	DefaultRetryTokens = 10
 )
@@ -53,7 +53,10 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 // MaxElapsed from the first attempt or at or after the request context's
 // deadline, or when the shared Budget has no retry left. If the request
 // context ends during a wait, RoundTrip returns its error (its cause, if
-// it has one, as net/http's Transport does).
+// it has one, as net/http's Transport does). The body of a 429/503 it
+// retries is read during the wait, up to 64 KiB, and closed when the wait
+// ends even if more is to come: a Base's response bodies must allow Close
+// during a Read, as net/http's do.
 //
 // Only requests that are safe to send twice are retried: idempotent methods
 // (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and requests carrying an
