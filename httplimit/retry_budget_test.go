@@ -135,3 +135,19 @@ func TestRetryBudgetZeroValue(t *testing.T) {
 		t.Errorf("tokens left: got %v, want 5", got)
 	}
 }
+
+// Tokens never go above the maximum, however many successes.
+func TestRetryBudgetCapped(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil}, answer{http.StatusOK, nil})
+	budget, _ := httplimit.NewRetryBudget(0.5, 3)
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 1}
+		for range 10 {
+			do(t, rt, "GET", srv.URL, "", nil)
+		}
+	})
+	// 3 - 1 + 9 × 0.5, capped.
+	if got := budget.Tokens(); got != 3 {
+		t.Errorf("tokens after a 429 and 9 successes: got %v, want the maximum, 3", got)
+	}
+}
