@@ -393,3 +393,25 @@ func TestEnvoyShardsOnCluster(t *testing.T) {
 		t.Errorf("LoadDescriptors on memory: %v, want shards refused with file and line", err)
 	}
 }
+
+// A client's header value may hold bytes that are not UTF-8 (net/http
+// passes 0x80–0xff through): the key it makes is still reported, and
+// /metrics still answers (an invalid label value used to fail every scrape).
+func TestHotKeysBinaryHeader(t *testing.T) {
+	td := startDaemon(t, `
+listen: 127.0.0.1:0
+rules:
+  - name: tenant
+    key: [header:X-Tenant]
+    rate: 1000/s
+`)
+	for range 8 {
+		if r := do(t, http.MethodGet, td.api+"/v1/forward-auth", "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/", "X-Tenant", "acme\xff\xfe"); r.status != http.StatusOK {
+			t.Fatalf("forward-auth: %d %q", r.status, r.body)
+		}
+	}
+	m := get(t, td.api+"/metrics")
+	if m.status != http.StatusOK || !strings.Contains(m.body, `sluice_hot_key_rate{key="tenant|`) {
+		t.Fatalf("GET /metrics after a binary key: %d, want 200 with the key's series; body %.300q", m.status, m.body)
+	}
+}

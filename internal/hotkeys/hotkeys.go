@@ -36,6 +36,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Options configure a Summary; the zero value of each field is a default.
@@ -261,11 +262,25 @@ func (st *stripe) remove(h uint64) {
 	}
 }
 
+// appendKey appends the text key is kept and reported as: the key itself
+// when it is valid UTF-8 of at most maxKey bytes; else as much of it as
+// fits in maxKey bytes, cut between characters, each byte that is not
+// UTF-8 written as U+FFFD, then "…". The text is always a valid
+// Prometheus label value.
 func appendKey(dst []byte, key string, maxKey int) []byte {
-	if len(key) > maxKey {
-		return append(append(dst, key[:maxKey]...), "…"...)
+	if len(key) <= maxKey && utf8.ValidString(key) {
+		return append(dst, key...)
 	}
-	return append(dst, key...)
+	kept := 0
+	for _, r := range key { // r is utf8.RuneError for a byte that is not UTF-8
+		w := utf8.RuneLen(r)
+		if kept+w > maxKey {
+			break
+		}
+		dst = utf8.AppendRune(dst, r)
+		kept += w
+	}
+	return append(dst, "…"...)
 }
 
 // rescale moves t0 to now, dividing every count by the weight of now.

@@ -1,0 +1,57 @@
+package hotkeys
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// hotKeySeries gathers s from a registry and returns the key label of
+// every sluice_hot_key_rate series, failing on a Gather error.
+func hotKeySeries(t *testing.T, s *Set) []string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var keys []string
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_hot_key_rate" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "key" {
+					keys = append(keys, l.GetValue())
+				}
+			}
+		}
+	}
+	return keys
+}
+
+// A key part sent by a client may hold any byte (a header value may carry
+// bytes 0x80–0xff), and a cut at MaxKeyBytes may split a character: the
+// metrics still carry each key as a valid UTF-8 label value. (An invalid
+// one made Collect panic, and with it the daemon, on the next scrape.)
+func TestCollectKeyText(t *testing.T) {
+	s := NewSet(Options{Sample: 1}, 0, 0)
+	r := s.Rule("api")
+	now := time.Now()
+	r.Observe("api|3f2a91c0|\xff\xfe", 1, now)
+	r.Observe("api|3f2a91c0|a"+strings.Repeat("é", 200), 1, now) // cut at 256 bytes falls inside an é
+	keys := hotKeySeries(t, s)
+	if len(keys) != 2 {
+		t.Fatalf("sluice_hot_key_rate series keys %q, want 2", keys)
+	}
+	for _, k := range keys {
+		if !utf8.ValidString(k) || !strings.HasPrefix(k, "api|3f2a91c0|") {
+			t.Errorf("key label %q: want valid UTF-8 starting with the key's head", k)
+		}
+	}
+}
