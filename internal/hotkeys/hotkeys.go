@@ -28,6 +28,7 @@
 package hotkeys
 
 import (
+	"fmt"
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
@@ -265,8 +266,10 @@ func (st *stripe) remove(h uint64) {
 // appendKey appends the text key is kept and reported as: the key itself
 // when it is valid UTF-8 of at most maxKey bytes; else as much of it as
 // fits in maxKey bytes, cut between characters, each byte that is not
-// UTF-8 written as U+FFFD, then "…". The text is always a valid
-// Prometheus label value.
+// UTF-8 written as U+FFFD, then "…" and 16 hex digits of a digest of the
+// whole key (FNV-1a, 64 bits: the same on every instance), so that two
+// keys alike in their first maxKey bytes are two texts. The text is
+// always a valid Prometheus label value.
 func appendKey(dst []byte, key string, maxKey int) []byte {
 	if len(key) <= maxKey && utf8.ValidString(key) {
 		return append(dst, key...)
@@ -280,7 +283,13 @@ func appendKey(dst []byte, key string, maxKey int) []byte {
 		dst = utf8.AppendRune(dst, r)
 		kept += w
 	}
-	return append(dst, "…"...)
+	dst = append(dst, "…"...)
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return fmt.Appendf(dst, "%016x", h)
 }
 
 // rescale moves t0 to now, dividing every count by the weight of now.
@@ -354,7 +363,10 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 		key        string
 		count, err float64
 	}
-	keys := map[uint64]*agg{}
+	// By text, not by hash: two keys reported alike (a crafted key equal
+	// to another's truncated text) are one line, never two series with
+	// the same labels.
+	keys := map[string]*agg{}
 	var total float64
 	t := now.UnixNano()
 	for i := range s.stripes {
@@ -367,10 +379,10 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 		}
 		total += st.total * f
 		for _, e := range st.entries {
-			a := keys[e.hash]
+			a := keys[string(e.key)]
 			if a == nil {
 				a = &agg{key: string(e.key)}
-				keys[e.hash] = a
+				keys[a.key] = a
 			}
 			a.count += e.count * f
 			a.err += e.err * f

@@ -2,6 +2,7 @@ package hotkeys
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"runtime"
 	"strconv"
@@ -125,13 +126,17 @@ func TestBounded(t *testing.T) {
 	}
 }
 
-// Long keys are kept truncated.
+// Long keys are kept truncated, marked with "…" and the FNV-1a digest of
+// the whole key.
 func TestLongKey(t *testing.T) {
 	s := New(Options{MaxKeyBytes: 4, Sample: 1})
 	s.Observe("abcdefgh", 3, t0)
 	top, _ := s.Top(1, t0)
-	if len(top) != 1 || top[0].Key != "abcd…" {
-		t.Fatalf("Top(1) = %+v, want abcd…", top)
+	h := fnv.New64a()
+	h.Write([]byte("abcdefgh"))
+	want := fmt.Sprintf("abcd…%016x", h.Sum64())
+	if len(top) != 1 || top[0].Key != want {
+		t.Fatalf("Top(1) = %+v, want %s", top, want)
 	}
 }
 

@@ -55,3 +55,36 @@ func TestCollectKeyText(t *testing.T) {
 		}
 	}
 }
+
+// Two long keys alike in their first MaxKeyBytes are two series with two
+// key labels, and two entries of GET /v1/hotkeys: the same text twice made
+// Gather fail ("collected before with the same name and label values"),
+// every scrape of /metrics with it.
+func TestLongKeysDistinct(t *testing.T) {
+	s := NewSet(Options{Sample: 1}, 0, 0)
+	r := s.Rule("api")
+	now := time.Now()
+	head := "api|3f2a91c0|" + strings.Repeat("x", 300)
+	r.Observe(head+"1", 2, now)
+	r.Observe(head+"2", 1, now)
+	keys := hotKeySeries(t, s)
+	if len(keys) != 2 || keys[0] == keys[1] {
+		t.Fatalf("sluice_hot_key_rate key labels %q, want 2 distinct", keys)
+	}
+	top := s.Top(10, now)
+	if len(top) != 1 || len(top[0].Keys) != 2 || top[0].Keys[0].Key == top[0].Keys[1].Key {
+		t.Fatalf("Top = %+v, want rule api with 2 distinct keys", top)
+	}
+	for _, k := range top[0].Keys {
+		if !strings.HasPrefix(k.Key, head[:DefaultMaxKeyBytes]) || len(k.Key) > DefaultMaxKeyBytes+32 {
+			t.Errorf("key %q (%d bytes): want the first %d bytes, then a short mark", k.Key, len(k.Key), DefaultMaxKeyBytes)
+		}
+	}
+	// The same key is reported the same way every time (and by every
+	// instance, for comparing their reports).
+	other := NewSet(Options{Sample: 1}, 0, 0)
+	other.Rule("api").Observe(head+"1", 1, now)
+	if a, b := top[0].Keys[0].Key, other.Top(1, now)[0].Keys[0].Key; a != b {
+		t.Errorf("the same long key reported as %q and %q", a, b)
+	}
+}
