@@ -89,7 +89,7 @@ func (e *Engine) request(r *rules.Rule, key string, cost int64, now time.Time) (
 	switch {
 	case r.Shards.N >= 2:
 		return e.sharded(req, r.Shards.N)
-	case r.Shards.Auto && e.auto != nil && h != nil && h.Hot.Has(key):
+	case r.Shards.Auto && e.auto != nil && h != nil && h.IsHot(key):
 		if n := e.auto(); n >= 2 {
 			return e.sharded(req, n)
 		}

@@ -275,7 +275,7 @@ func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now t
 		h := e.hotKeys.Rule(r.FullName())
 		key := strings.TrimPrefix(req.Key, r.Head())
 		h.Observe(key, req.Cost, now)
-		if h.Hot.Has(key) {
+		if h.IsHot(key) {
 			if n := e.auto(); n >= 2 {
 				return e.shard(req, n)
 			}

@@ -28,7 +28,6 @@
 package hotkeys
 
 import (
-	"fmt"
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
@@ -289,8 +288,15 @@ func appendKey(dst []byte, key string, maxKey int) []byte {
 		h ^= uint64(key[i])
 		h *= 1099511628211
 	}
-	return fmt.Appendf(dst, "%016x", h)
+	for sh := 60; sh >= 0; sh -= 4 {
+		dst = append(dst, "0123456789abcdef"[h>>sh&15])
+	}
+	return dst
 }
+
+// keyText is the most bytes appendKey appends beyond maxKey: "…" (3) and
+// 16 hex digits.
+const keyText = 3 + 16
 
 // rescale moves t0 to now, dividing every count by the weight of now.
 func (st *stripe) rescale(now int64, tau float64) {
@@ -420,7 +426,8 @@ type Hot struct {
 	set     atomic.Pointer[map[string]struct{}]
 }
 
-// Has reports whether key is hot.
+// Has reports whether key is hot, key written as Top reports it (see
+// Options.MaxKeyBytes); Rule.IsHot takes a key as it is.
 func (h *Hot) Has(key string) bool {
 	m := h.set.Load()
 	if m == nil || len(*m) == 0 {

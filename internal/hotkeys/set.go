@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,6 +43,23 @@ type Set struct {
 type Rule struct {
 	*Summary
 	Hot Hot
+}
+
+// IsHot reports whether key is in the rule's hot set. A key longer than
+// MaxKeyBytes, or not UTF-8, is hot under the text the summary keeps and
+// reports it as, which IsHot computes (Hot.Has would not find it).
+func (r *Rule) IsHot(key string) bool {
+	m := r.Hot.set.Load()
+	if m == nil || len(*m) == 0 {
+		return false
+	}
+	if len(key) <= r.maxKey && utf8.ValidString(key) {
+		_, ok := (*m)[key]
+		return ok
+	}
+	var buf [DefaultMaxKeyBytes + keyText]byte
+	_, ok := (*m)[string(appendKey(buf[:0], key, r.maxKey))]
+	return ok
 }
 
 // NewSet returns an empty Set whose summaries use o; top is the number of
