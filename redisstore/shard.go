@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 
@@ -19,8 +20,10 @@ import (
 // ordinary limiter of rate_i = ⌊rate/n⌋ (+1 for the first rate mod n
 // shards) and burst_i split the same way, so the shards' limits add up to
 // exactly the key's. Each decision goes to one shard (round-robin per
-// key on each Store), as one script on one node in one round trip, like an unsharded
-// decision; the load of the key is spread over n nodes.
+// key on each Store while the key stays in its cache of recently sharded
+// keys; a key that comes back to it starts on a random shard), as one
+// script on one node in one round trip, like an unsharded decision; the
+// load of the key is spread over n nodes.
 //
 // Accuracy, for every algorithm: the shards together never admit more than
 // the unsharded limit would (their rates and bursts add up to it). They
@@ -57,7 +60,10 @@ type shardTags struct {
 	keys []string // the logical keys of the shards, in shard order
 	// rr spreads the key's requests over its shards, round-robin. It is
 	// per key: one counter shared by all keys would send, say, every
-	// request's second of three sharded rules to the same shard.
+	// request's second of three sharded rules to the same shard. It
+	// starts at random, so that a key that falls out of the cache and
+	// comes back (more keys than cells) starts on a random shard, not
+	// always on the same one.
 	rr atomic.Uint64
 }
 
@@ -177,6 +183,7 @@ func (s *Store) shardTags(k string, n int) *shardTags {
 		}
 	}
 	t := &shardTags{key: k, keys: keys}
+	t.rr.Store(rand.Uint64())
 	cell.Store(t)
 	return t
 }

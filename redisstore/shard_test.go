@@ -291,3 +291,44 @@ func BenchmarkShardHotKey(b *testing.B) {
 		})
 	}
 }
+
+// Keys beyond the Store's cache of shard keys (1,024 cells) still spread
+// over all their shards. A rule with shards: 3 on per-client keys with
+// thousands of clients sent every request of a key that had fallen out of
+// the cache to its shard 1: each key admitted a third of its limit.
+func TestShardManyKeys(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	const keys, rounds, n = 4096, 60, 3
+	perIndex := make([]int, n)
+	used := make([]map[string]bool, keys)
+	for i := range used {
+		used[i] = map[string]bool{}
+	}
+	for range rounds {
+		for i := range keys {
+			r := sluice.Request{Key: "many/" + strconv.Itoa(i), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(30), Cost: 1}
+			if m := s.Shard(&r, n); m != n {
+				t.Fatalf("Shard = %d, want %d", m, n)
+			}
+			_, tag, _ := strings.Cut(r.Key, "#")
+			idx, err := strconv.Atoi(tag)
+			if err != nil || idx >= n {
+				t.Fatalf("shard key %q: want many/I#0..%d", r.Key, n-1)
+			}
+			perIndex[idx]++
+			used[i][r.Key] = true
+		}
+	}
+	for i, u := range used {
+		if len(u) != n {
+			t.Fatalf("key many/%d: %d requests went to %d shards %v, want all %d", i, rounds, len(u), u, n)
+		}
+	}
+	total := keys * rounds
+	for idx, c := range perIndex {
+		if share := float64(c) / float64(total); share < 0.3 || share > 0.367 {
+			t.Errorf("shard %d got %.1f%% of the requests, want about a third", idx, share*100)
+		}
+	}
+}
