@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/descriptors"
@@ -83,7 +84,8 @@ type Daemon struct {
 	sweep      func(time.Time) int         // the memory store's Sweep; nil for Redis
 	ping       func(context.Context) error // store reachability, for /readyz
 	closeStore func() error
-	lazy       *lazyRedis // the Redis store, nil on memory: shards, deferral
+	lazy       *lazyRedis      // the Redis store, nil on memory: shards, deferral
+	fallback   *fleet.Fallback // on_error: local only: while it decides in memory, nothing is sharded
 	hot        *hotkeys.Set
 	deferq     *deferq.Queue // nil unless the store is Redis
 	fleet      *fleetStore   // the Redis store's router to sync and lease; nil on memory

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/descriptors"
@@ -56,11 +57,17 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 	return nil
 }
 
-// engineOptions adds the hot-key summaries and sharding to o.
+// engineOptions adds the hot-key summaries and sharding to o. Nothing is
+// sharded while the daemon decides in memory (on_error: local): shards
+// spread Redis's load, and in memory each shard's share of the local
+// share, rounded up to 1, would admit more than the rule's local share.
 func (d *Daemon) engineOptions(o engine.Options) engine.Options {
 	o.HotKeys = d.hot
 	if d.lazy != nil {
 		o.Shard = func(r *sluice.Request, n int) int {
+			if d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
+				return 1
+			}
 			if s := d.lazy.s.Load(); s != nil {
 				return s.Shard(r, n)
 			}

@@ -155,3 +155,38 @@ rules:
 		t.Fatalf("DBSIZE on the master = %q, %v: the decisions did not reach it", keys, err)
 	}
 }
+
+// While Redis is down (on_error: local) a sharded rule counts on one local
+// counter at its share rate/expected_instances: shards spread Redis's load
+// and have nothing to spread in memory. Each shard's local share rounded
+// up to 1 let one instance admit one request per shard, 16 where the
+// share is 10 (a fleet of 10 admitting 160 of a limit of 100).
+func TestShardsLocalFallback(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: local
+  expected_instances: 10
+rules:
+  - name: split
+    rate: 100/h
+    algorithm: fixed_window
+    shards: 16
+  - name: other
+    rate: 100/h
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "split", "k", 3); n != 3 {
+		t.Fatalf("Redis up: %d of 3 allowed, want 3", n)
+	}
+	rs.Stop()
+	allowedOf(t, td.api, "other", "k", 1) // fails on Redis: the daemon decides locally from now on
+	if v := td.metric("sluice_store_local"); v != 1 {
+		t.Fatalf("sluice_store_local = %v after a failed call, want 1", v)
+	}
+	if n := allowedOf(t, td.api, "split", "k", 30); n != 10 {
+		t.Errorf("Redis down: sharded rule admitted %d of 30, want its local share 100/10 = 10", n)
+	}
+}

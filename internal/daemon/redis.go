@@ -85,6 +85,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 			},
 		})
 		d.store = fb
+		d.fallback = fb
 		n := cfg.Store.ExpectedInstances
 		d.ping = func(ctx context.Context) error {
 			// /readyz says which mode the daemon decides in.
