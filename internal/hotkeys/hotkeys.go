@@ -9,12 +9,15 @@
 // already present adds its weight; a new key replaces the entry with the
 // smallest count and inherits that count as its error bound. Any key whose
 // share of a stripe's traffic exceeds 1/Capacity is guaranteed to be in
-// it, and no count is ever under-estimated.
+// it, and no count in a stripe is ever under-estimated.
 //
 // Each observation goes to a stripe chosen at random (skipping a busy one),
 // never by key, so one hot key observed from every core does not serialise
 // on one lock: every stripe then sees a random share of the same stream,
-// and Top adds a key's counts over the stripes.
+// and Top adds a key's counts over the stripes. A stripe that lost a key
+// to a newer one had counted at most its smallest count of it, which the
+// sum lacks: Key.Error counts that too, so the true rate is within Error
+// of Rate, either way.
 //
 // Counts decay exponentially with time constant Tau = HalfLife/ln 2: an
 // observation at t weighs exp((t-t0)/Tau) (the stripe rescales before that
@@ -354,9 +357,12 @@ type Key struct {
 	// Key is the key (truncated with "…" past MaxKeyBytes).
 	Key string `json:"key"`
 	// Rate is the key's decayed rate, in decisions (cost units) per
-	// second; never under-estimated, over-estimated by at most Error.
+	// second, within Error of the true rate.
 	Rate float64 `json:"rate"`
-	// Error bounds the over-estimate of Rate.
+	// Error bounds how far Rate may be from the true rate, either way: a
+	// stripe over-counts a key by at most the count it inherited, and a
+	// stripe that gave the key's place to another had counted at most its
+	// smallest count of it, which Rate lacks.
 	Error float64 `json:"error"`
 	// Share is Rate over the rate of all keys of the summary.
 	Share float64 `json:"share"`
@@ -368,12 +374,13 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 	type agg struct {
 		key        string
 		count, err float64
+		lows       float64 // the smallest counts of the stripes that hold the key
 	}
 	// By text, not by hash: two keys reported alike (a crafted key equal
 	// to another's truncated text) are one line, never two series with
 	// the same labels.
 	keys := map[string]*agg{}
-	var total float64
+	var total, lows float64
 	t := now.UnixNano()
 	for i := range s.stripes {
 		st := &s.stripes[i]
@@ -384,6 +391,14 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 			f = 0
 		}
 		total += st.total * f
+		// A key a full stripe does not hold had there at most its
+		// smallest count (Space-Saving); a stripe not yet full has
+		// evicted nothing, so a key it lacks never came to it.
+		var low float64
+		if len(st.entries) == cap(st.entries) && len(st.heap) > 0 {
+			low = st.entries[st.heap[0]].count * f
+		}
+		lows += low
 		for _, e := range st.entries {
 			a := keys[string(e.key)]
 			if a == nil {
@@ -392,12 +407,15 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 			}
 			a.count += e.count * f
 			a.err += e.err * f
+			a.lows += low
 		}
 		st.mu.Unlock()
 	}
 	out := make([]Key, 0, len(keys))
 	for _, a := range keys {
-		out = append(out, Key{Key: a.key, Rate: a.count / s.tau, Error: a.err / s.tau})
+		// Error: what the stripes holding the key may over-count, plus
+		// what those that lost it may have counted of it.
+		out = append(out, Key{Key: a.key, Rate: a.count / s.tau, Error: (a.err + max(0, lows-a.lows)) / s.tau})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Rate != out[j].Rate {

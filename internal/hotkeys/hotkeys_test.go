@@ -277,3 +277,47 @@ func BenchmarkMemory(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// Every key Top reports is within Error of its true rate, whether its
+// stripes over-count it (Space-Saving's inherited count) or some stripe
+// lost it to newer keys (that stripe's share of it is missing from Rate).
+func TestErrorBound(t *testing.T) {
+	check := func(t *testing.T, s *Summary, exact map[string]float64) {
+		t.Helper()
+		top, _ := s.Top(-1, t0)
+		for _, k := range top {
+			got, want, e := k.Rate*s.tau, exact[k.Key], k.Error*s.tau
+			if math.Abs(got-want) > e+1e-6 {
+				t.Errorf("%s: count %.2f, error %.2f; true count %.0f is outside", k.Key, got, e, want)
+			}
+		}
+	}
+	t.Run("evicted from one stripe", func(t *testing.T) {
+		// With 100 observations, "a" is in both stripes (but for odds of
+		// 2^-99); "b" then replaces it in one of them.
+		s := New(Options{Capacity: 1, Stripes: 2, Sample: 1})
+		for range 100 {
+			s.Observe("a", 1, t0)
+		}
+		s.Observe("b", 1, t0)
+		check(t, s, map[string]float64{"a": 100, "b": 1})
+	})
+	t.Run("skewed stream", func(t *testing.T) {
+		s := New(Options{Capacity: 8, Stripes: 4, Sample: 1})
+		exact := map[string]float64{}
+		for i := range 20_000 {
+			// Key j about 1/j of the time, over 300 keys.
+			j := 1 + (i*7919)%300
+			j = 1 + j*j/300
+			k := "k" + strconv.Itoa(j)
+			exact[k]++
+			s.Observe(k, 1, t0)
+		}
+		for i := range 2000 { // then a flood of distinct keys
+			k := "flood" + strconv.Itoa(i)
+			exact[k]++
+			s.Observe(k, 1, t0)
+		}
+		check(t, s, exact)
+	})
+}
