@@ -51,6 +51,15 @@ func TestShardPlacement(t *testing.T) {
 			t.Fatalf("ShardKeys(%q, 3) = %q on %d nodes, want 3", k, keys, len(nodes))
 		}
 	}
+	// A shard's key depends only on the key and its place: the shards of
+	// a smaller count are the first of a larger one (a reload changing
+	// the count keeps the shards both have).
+	for n := 2; n <= 8; n++ {
+		small, large := s1.ShardKeys("grow", n-1), s1.ShardKeys("grow", n)
+		if strings.Join(small, ",") != strings.Join(large[:n-1], ",") {
+			t.Fatalf("ShardKeys(grow, %d) = %q does not start with ShardKeys(grow, %d) = %q", n, large, n-1, small)
+		}
+	}
 	// More shards than nodes: distinct slots, every node used.
 	keys := s1.ShardKeys("many", 7)
 	slots, nodes := map[string]bool{}, map[int]bool{}
