@@ -45,8 +45,10 @@ import (
 //     n×period/rate apart and the shards' outputs are not phase-aligned, so
 //     the output is even on average but not request by request.
 //   - A request whose cost exceeds its shard's burst (or rate for the
-//     windows) is refused although the unsharded key might admit it: shard
-//     only keys whose requests cost much less than burst/n.
+//     windows) goes to shard 0, whose share is the largest (the remainders
+//     go to the first shards); one that exceeds shard 0's too is refused
+//     with Never although the unsharded key might admit it: shard only
+//     keys whose requests cost much less than burst/n.
 //
 // The number of shards is capped by the limit: never more than rate or
 // burst, so that every shard admits at least one request.
@@ -80,9 +82,29 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 	}
 	t := s.shardTags(r.Key, n)
 	i := int(t.rr.Add(1) % uint64(n))
-	r.Limit = ShardLimit(r.Algorithm, r.Limit, n, i)
+	l := ShardLimit(r.Algorithm, r.Limit, n, i)
+	if r.Cost > capacity(r.Algorithm, l) && i > 0 {
+		// Too large for this shard, which would answer Never: the
+		// first shard's share is the largest, and may hold it.
+		if l0 := ShardLimit(r.Algorithm, r.Limit, n, 0); r.Cost <= capacity(r.Algorithm, l0) {
+			i, l = 0, l0
+		}
+	}
+	r.Limit = l
 	r.Key = t.keys[i]
 	return n
+}
+
+// capacity is the largest cost l ever admits under algorithm a: past it a
+// request is refused with sluice.Never.
+func capacity(a sluice.Algorithm, l sluice.Limit) int64 {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA:
+		return l.BurstOrRate()
+	case sluice.LeakyBucket:
+		return l.BurstOrRate() + 1
+	}
+	return l.Rate
 }
 
 // ShardKeys returns the logical keys of the n shards of limiter key k

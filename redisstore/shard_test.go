@@ -341,3 +341,39 @@ func TestShardManyKeys(t *testing.T) {
 		}
 	}
 }
+
+// A cost that fits the larger shares of a limit not divisible by the
+// shard count (10 over 3 shards: 4, 3, 3) goes to a shard that can hold
+// it: it is refused as "wait", never as Never (sluice.ErrNeverAllowed
+// tells a client to give up) on the shards of 3 while shard 0 admits it.
+func TestShardCostAboveShare(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	for _, alg := range sluice.Algorithms() {
+		l := sluice.PerMinute(10)
+		if alg == sluice.LeakyBucket {
+			l = l.WithBurst(10) // a queue of 11: shards of 4, 4 and 3
+		}
+		cost := int64(4)
+		allowed := 0
+		for i := range 6 {
+			r := sluice.Request{Key: "cost/" + alg.String(), Algorithm: alg, Limit: l, Cost: cost, Now: sluicetest.T0}
+			n := s.Shard(&r, 3)
+			d, err := s.Take(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			redisstore.Unshard(&d, l, n)
+			if d.RetryAfter == sluice.Never {
+				t.Errorf("%s: request %d of cost %d on %s (limit %+v): Never, want admitted or a wait", alg, i, cost, r.Key, r.Limit)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		if allowed == 0 {
+			t.Errorf("%s: no request of cost %d admitted, want at least one", alg, cost)
+		}
+	}
+}
