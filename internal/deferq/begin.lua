@@ -9,6 +9,11 @@
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
 -- (already settled; cleaned up).
 local state = redis.call('HGET', KEYS[2], 'state')
+if state == 'not_found' then
+  -- status.lua's mark: a 404 was answered for a record that had expired
+  -- (the request was queued before, or its entry would not be here).
+  state = false
+end
 if state and state ~= 'queued' and state ~= 'failed' then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
   redis.call('XDEL', KEYS[1], ARGV[3])
@@ -25,6 +30,7 @@ end
 if not state then
   -- The record expired while the request waited (a settled request is
   -- never left in the stream): it is still queued.
+  redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0)
   state = 'queued'
 end

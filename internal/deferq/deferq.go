@@ -48,7 +48,9 @@
 // Enqueue runs it again under the same id and answers from that reply, so
 // a request is never answered refused (and sent again by its client) while
 // it sits queued; if Redis does not answer that either, Enqueue returns an
-// *OutcomeUnknownError naming the id it is queued under, if it is.
+// *OutcomeUnknownError naming the id it is queued under, if it is. Status
+// answering ErrUnknownID for that id settles it: it leaves a mark that an
+// enqueue still on its way finds when it lands, and then queues nothing.
 //
 // Every replayed request carries Idempotency-Key: ID (unless the client
 // sent its own) and Sluice-Deferred-Id: ID. Once an outcome is recorded no
@@ -71,7 +73,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,53 +380,3 @@ func (q *Queue) Rule(name string) *Rule {
 }
 
 var errNotConnected = fmt.Errorf("deferq: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
-
-// Status is where a deferred request stands.
-type Status struct {
-	ID    string `json:"deferred_id"`
-	Rule  string `json:"rule"`
-	State string `json:"state"` // queued, failed (will be retried), delivered, dead_lettered
-	// Status is the upstream's HTTP status: of the delivery, or of the last
-	// failed attempt (0 when it failed without an answer).
-	Status   int    `json:"status,omitempty"`
-	Attempts int    `json:"attempts"`
-	Error    string `json:"error,omitempty"`
-	QueuedAt string `json:"queued_at"`
-	Updated  string `json:"updated_at"`
-	// NextAttempt is when a failed request will be tried again (RFC 3339).
-	NextAttempt string `json:"next_attempt_at,omitempty"`
-}
-
-// Status reads where id stands: ErrBadID for a string that is no id,
-// ErrUnknownID for an id never issued or whose record has expired.
-func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
-	tag, err := parseID(id)
-	if err != nil {
-		return Status{}, err
-	}
-	c := q.o.Connect()
-	if c == nil {
-		return Status{}, errNotConnected
-	}
-	m, err := c.Do(ctx, c.B().Hgetall().Key(q.base(tag)+"s:"+id).Build()).AsStrMap()
-	if err != nil {
-		return Status{}, fmt.Errorf("deferq: status: %w: %w", sluice.ErrStoreUnavailable, err)
-	}
-	if len(m) == 0 {
-		return Status{}, fmt.Errorf("%w: %s", ErrUnknownID, id)
-	}
-	ms := func(f string) string {
-		v, err := strconv.ParseInt(m[f], 10, 64)
-		if err != nil || v == 0 {
-			return ""
-		}
-		return time.UnixMilli(v).UTC().Format(time.RFC3339Nano)
-	}
-	st := Status{ID: id, Rule: m["rule"], State: m["state"], Error: m["error"], QueuedAt: ms("at"), Updated: ms("updated")}
-	st.Status, _ = strconv.Atoi(m["status"])
-	st.Attempts, _ = strconv.Atoi(m["attempts"])
-	if st.State == "failed" {
-		st.NextAttempt = ms("next")
-	}
-	return st, nil
-}

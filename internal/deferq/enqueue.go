@@ -82,21 +82,30 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	ask := func() error { // one ask, bounded: a Redis that never answers costs EnqueueTimeout
 		actx, cancel := context.WithTimeout(ctx, q.o.EnqueueTimeout)
 		defer cancel()
-		return enqueueScript.Exec(actx, c, keys, args).Error()
+		res := enqueueScript.Exec(actx, c, keys, args)
+		if _, err := res.AsInt64(); err == nil {
+			return errFound404
+		}
+		return res.Error()
 	}
 	err = ask()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	if err != nil && !rueidis.IsRedisNil(err) && err != errFound404 {
 		if notSent(err) {
 			return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
 		}
 		// Sent, maybe run: ask again, under the same id.
 		q.o.Logger.Warn("defer: enqueue: reply lost, asking again", "rule", rule, "id", id, "err", err)
-		if err2 := ask(); err2 == nil || rueidis.IsRedisNil(err2) {
+		if err2 := ask(); err2 == nil || rueidis.IsRedisNil(err2) || err2 == errFound404 {
 			err = err2
 		} else {
 			q.m.enqueued(rule, "unknown")
 			return "", &OutcomeUnknownError{Rule: rule, ID: id, Err: errors.Join(err, err2)}
 		}
+	}
+	if err == errFound404 {
+		// Someone read the id's status before the request was queued: it
+		// was answered 404, and so the request is not queued.
+		return "", fmt.Errorf("deferq: enqueue on rule %q: %s was answered unknown before it was queued: not queued", rule, id)
 	}
 	if err != nil {
 		q.m.enqueued(rule, "full")
@@ -105,6 +114,10 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	q.m.enqueued(rule, "queued")
 	return id, nil
 }
+
+// errFound404 is enqueue.lua's answer when a 404 was served for the id
+// before the script ran (status.lua's mark): it queued nothing.
+var errFound404 = errors.New("deferq: id answered 404 before it was queued")
 
 // notSent reports that err means the script never left: the connection to
 // Redis could not even be made.
@@ -116,8 +129,8 @@ func notSent(err error) bool {
 // OutcomeUnknownError is Enqueue's answer when it cannot tell whether the
 // request was queued: Redis's reply to the enqueue was lost, and asking
 // again failed too. If it was queued, it is under ID and will be replayed;
-// once Redis answers, Status(ID) tells (ErrUnknownID: it was not). It
-// matches sluice.ErrStoreUnavailable.
+// once Redis answers, Status(ID) tells (ErrUnknownID: it was not, and never
+// will be). It matches sluice.ErrStoreUnavailable.
 type OutcomeUnknownError struct {
 	Rule, ID string
 	Err      error

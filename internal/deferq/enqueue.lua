@@ -5,15 +5,20 @@
 -- ARGV: 1 max queue, 2 id, 3 limiter key, 4 method, 5 uri, 6 headers (JSON),
 --       7 body, 8 now (ms), 9 rule name, 10 status TTL while queued (ms)
 -- Returns the stream entry id (the first run's, when ID is queued already),
--- or nil when the queue is full.
-local sid = redis.call('HGET', KEYS[2], 'sid')
-if sid then
-  return sid
+-- nil when the queue is full, or 0 when a 404 was answered for ID before
+-- this ran (status.lua's mark): the client was told it is not queued, and
+-- it is not.
+local rec = redis.call('HMGET', KEYS[2], 'sid', 'state')
+if rec[1] then
+  return rec[1]
+end
+if rec[2] == 'not_found' then
+  return 0
 end
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then
   return false
 end
-sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'key', ARGV[3], 'method', ARGV[4],
+local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'key', ARGV[3], 'method', ARGV[4],
   'uri', ARGV[5], 'header', ARGV[6], 'body', ARGV[7], 'at', ARGV[8])
 redis.call('HSET', KEYS[2], 'state', 'queued', 'rule', ARGV[9], 'sid', sid, 'at', ARGV[8],
   'updated', ARGV[8], 'attempts', 0)

@@ -165,3 +165,57 @@ func TestEnqueueRedisStuck(t *testing.T) {
 		t.Fatalf("XLEN = %d, %v; want 1 or 2 (the warm-up, and the stuck request at most once)", n, err)
 	}
 }
+
+// A 404 from GET /v1/deferred/ID is final. The client answered 503
+// defer_outcome_unknown is told to look at its id, and that a 404 means
+// the request was not queued, so that it sends it again; an enqueue of
+// that id still on its way to Redis (both asks held up on a stuck path)
+// must then not queue it when it lands, or the request is done twice. It
+// used to: the status read missed the record, answered 404, and the late
+// ask queued the request after it.
+func TestEnqueueLateAfterNotFound(t *testing.T) {
+	srv := redistest.StartServer(t)
+	x := redistest.NewHolder(t, srv.Addr, "late-key")
+	q, err := deferq.New(deferq.Options{Client: x.Client(t), EnqueueTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
+	x.Hold()
+	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
+	_, err = q.Enqueue(context.Background(), "jobs", "late-key", r, r.Header, []byte("job"))
+	var unknown *deferq.OutcomeUnknownError
+	if !errors.As(err, &unknown) {
+		x.Release()
+		t.Fatalf("Enqueue with both asks held = %v; want an *OutcomeUnknownError", err)
+	}
+	// The client looks where the 503 pointed, through another connection
+	// (or another instance) that Redis answers at once.
+	direct := client(t, srv.Addr)
+	st, err := deferq.New(deferq.Options{Client: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func() int {
+		w := httptest.NewRecorder()
+		st.ServeHTTP(w, httptest.NewRequest(http.MethodGet, deferq.StatusPath+unknown.ID, nil))
+		return w.Code
+	}
+	if code := poll(); code != http.StatusNotFound {
+		x.Release()
+		t.Fatalf("GET %s%s with the enqueue held = %d; want 404 (nothing has reached Redis)", deferq.StatusPath, unknown.ID, code)
+	}
+	if n := x.Release(); n == 0 {
+		t.Fatal("the holder held no enqueue: the test proves nothing")
+	}
+	n, err := direct.Do(context.Background(), direct.B().Xlen().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:q").Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := poll()
+	if n != 1 || code != http.StatusNotFound {
+		t.Errorf("after a 404 for %s and its held enqueue landing: XLEN = %d, GET = %d; want 1 (the warm-up only) and 404 still: "+
+			"the client told 404 sends it again", unknown.ID, n, code)
+	}
+}

@@ -24,8 +24,8 @@ func WriteAccepted(w http.ResponseWriter, id string) {
 // outcome (an *OutcomeUnknownError): 503, Location: /v1/deferred/ID,
 // {"error":"defer_outcome_unknown","rule":R,"deferred_id":ID,"message":…}.
 // The request may be queued under ID: the client should look there (404
-// once Redis answers: it was not queued, send it again) rather than send
-// it again at once, which may have it done twice.
+// once Redis answers: it was not queued, and never will be, send it again)
+// rather than send it again at once, which may have it done twice.
 func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
 	w.Header().Set("Location", StatusPath+id)
 	b, _ := json.Marshal(map[string]string{"error": "defer_outcome_unknown", "rule": rule, "deferred_id": id,
