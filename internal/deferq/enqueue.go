@@ -9,16 +9,49 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 )
 
-// hopHeaders are not replayed (connection-level, or set again on replay).
+// hopHeaders are neither queued nor replayed: they are the client's
+// connection's, as the proxy drops them (HTTP2-Settings with them, so that
+// no upgrade to HTTP/2 is passed on), or set again on replay
+// (Content-Length). Upgrade goes whole: a replay has no client connection
+// to hand over.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings", "Content-Length"}
+
+// dropHop removes h's hop-by-hop headers: those its Connection names (in
+// any case), then hopHeaders.
+func dropHop(h http.Header) {
+	if conn := h["Connection"]; len(conn) > 0 {
+		for k := range h {
+			if connectionNamed(conn, k) {
+				delete(h, k)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+// connectionNamed reports whether the Connection header values cv name k.
+func connectionNamed(cv []string, k string) bool {
+	for _, v := range cv {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" && strings.EqualFold(f, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge
 // past it. The body is consumed either way.
@@ -61,9 +94,7 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 		return "", fmt.Errorf("%w: %q", ErrUnknownRule, rule)
 	}
 	h := header.Clone()
-	for _, k := range hopHeaders {
-		delete(h, k)
-	}
+	dropHop(h)
 	hj, err := json.Marshal(h)
 	if err != nil {
 		return "", fmt.Errorf("deferq: headers: %w", err)

@@ -151,6 +151,7 @@ func (w *worker) request(ctx context.Context, e *entry) (*http.Request, error) {
 	if h == nil {
 		h = http.Header{}
 	}
+	dropHop(h) // Enqueue dropped them; a request queued by an older version may hold some
 	if h.Get("Idempotency-Key") == "" {
 		h.Set("Idempotency-Key", e.id)
 	}
