@@ -52,9 +52,13 @@ func KeyByClientIP(res clientip.Resolver, p clientip.Prefixes) KeyFunc {
 // KeyByHeader keys a request by the first value of header name (an API
 // key, a tenant id); a request without it, or with an empty value, is not
 // counted by the rule. Give unauthenticated requests a rule of their own
-// (by IP), or they pass this one unlimited.
+// (by IP), or they pass this one unlimited. KeyByHeader("Host") reads
+// r.Host, where net/http puts the Host header (as sent, port included).
 func KeyByHeader(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
+	if name == "Host" {
+		return func(r *http.Request) (string, bool) { return r.Host, r.Host != "" }
+	}
 	return func(r *http.Request) (string, bool) {
 		vs := r.Header[name]
 		if len(vs) == 0 || vs[0] == "" {
