@@ -74,7 +74,8 @@ type Rule struct {
 	// Limiter decides the rule's requests. Required.
 	Limiter *sluice.Limiter
 	// KeyFunc returns the key a request is counted under; ok false means
-	// the rule does not apply to it. nil means KeyByRemoteIP.
+	// the rule does not apply to it. nil means KeyByRemoteIP. A key
+	// longer than MaxKeyLen is counted under its digest.
 	KeyFunc KeyFunc
 	// LimitFunc, if set, chooses the limit per request (per-plan quotas:
 	// free 100/h, pro 10000/h on one Limiter); ok false means the
@@ -222,6 +223,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if !ok {
 			continue
 		}
+		key = boundKey(key)
 		var q sluice.Request
 		now := ru.Limiter.Now()
 		if lim, ok := m.limitOf(ru, r); ok {

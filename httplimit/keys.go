@@ -1,6 +1,8 @@
 package httplimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
@@ -112,4 +114,27 @@ func Keys(fns ...KeyFunc) KeyFunc {
 		}
 		return b.String(), true
 	}
+}
+
+// MaxKeyLen bounds the key a KeyFunc returns as the store keeps it: a
+// longer key (a header can hold up to net/http's 1 MB) is kept as "#" and
+// its SHA-256 in hex, so that no request can pin more than a few hundred
+// bytes of store memory; a shorter key that itself starts with "#" gets a
+// second "#", so it never meets a digest. This is what the sluice daemon
+// does with its keys.
+const MaxKeyLen = 256
+
+// boundKey is key as the store keeps it (see MaxKeyLen).
+func boundKey(key string) string {
+	switch {
+	case len(key) > MaxKeyLen:
+		sum := sha256.Sum256([]byte(key))
+		var b [1 + 2*sha256.Size]byte
+		b[0] = '#'
+		hex.Encode(b[1:], sum[:])
+		return string(b[:])
+	case len(key) > 0 && key[0] == '#':
+		return "#" + key
+	}
+	return key
 }

@@ -1,7 +1,13 @@
 package httplimit_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -35,5 +41,64 @@ func TestKeyByHeaderHost(t *testing.T) {
 	}
 	if hits.Load() != 2 {
 		t.Errorf("next handler reached %d times, want 2 (one per host)", hits.Load())
+	}
+}
+
+// keyStore records the keys a store is asked about.
+type keyStore struct {
+	sluice.Store
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *keyStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	s.mu.Lock()
+	s.keys = append(s.keys, r.Key)
+	s.mu.Unlock()
+	return s.Store.Take(ctx, r)
+}
+
+func (s *keyStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	s.mu.Lock()
+	for _, r := range rs {
+		s.keys = append(s.keys, r.Key)
+	}
+	s.mu.Unlock()
+	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TestLongKeysAreBounded: a key taken from the request (a header of up to
+// net/http's 1 MB) is not kept raw, or every request could pin a megabyte
+// in the store until its state is at rest. A long key is kept as its
+// digest, and still counts apart from every other key.
+func TestLongKeysAreBounded(t *testing.T) {
+	st := &keyStore{Store: memstore.New(memstore.Options{})}
+	lim := mustLimiter(t, st, sluice.FixedWindow, sluice.PerMinute(1))
+	h := httplimit.Middleware(httplimit.Options{Limiter: lim, Name: "k", KeyFunc: httplimit.KeyByHeader("X-Key")})(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	long := strings.Repeat("a", 100_000)
+	sum := sha256.Sum256([]byte(long))
+	for i, c := range []struct {
+		key    string
+		status int
+	}{
+		{long, 200}, {long, 429},
+		{long[:len(long)-1] + "b", 200},         // another long key: its own count
+		{"#" + hex.EncodeToString(sum[:]), 200}, // a short key spelled like a digest
+		{"#" + hex.EncodeToString(sum[:]), 429},
+		{"short", 200}, {"short", 429},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Key", c.key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.status {
+			t.Errorf("request %d (key of %d bytes): status %d, want %d", i, len(c.key), w.Code, c.status)
+		}
+	}
+	for _, k := range st.keys {
+		if len(k) > len("k:#")+httplimit.MaxKeyLen {
+			t.Errorf("store asked about a key of %d bytes, want at most %d", len(k), len("k:#")+httplimit.MaxKeyLen)
+		}
 	}
 }
