@@ -188,11 +188,17 @@ func ceilSeconds(d time.Duration) int64 {
 	return ceilDiv(d, time.Second)
 }
 
+// ceilDiv is d/unit rounded up; 0 for d ≤ 0. It does not overflow: the
+// longest Duration rounds up as any other.
 func ceilDiv(d, unit time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + unit - 1) / unit)
+	q := int64(d / unit)
+	if d%unit != 0 {
+		q++
+	}
+	return q
 }
 
 // appendSFString appends s as an RFC 9651 sf-string: "…" with '"' and '\'

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,6 +58,12 @@ func TestSetHeaders(t *testing.T) {
 			want: map[string]string{"RateLimit-Policy": `"fast";q=3;w=1`, "X-RateLimit-Reset": "0", "RateLimit": `"fast";r=2;t=0`},
 		},
 		{
+			name:   "the longest Duration rounds up, never to a negative",
+			d:      sluice.Decision{Allowed: false, RetryAfter: math.MaxInt64, ResetAfter: math.MaxInt64},
+			policy: "p", limit: sluice.PerDay(1),
+			want: map[string]string{"X-RateLimit-Reset": "9223372037", "RateLimit": `"p";r=0;t=9223372037`},
+		},
+		{
 			name:   "policy name escaped as an sf-string",
 			d:      sluice.Decision{Allowed: true, Remaining: 1},
 			policy: "a\"b\\c\né", limit: sluice.PerHour(7),
@@ -87,6 +94,8 @@ func TestWriteLimited(t *testing.T) {
 		{sluice.Decision{RetryAfter: 3 * time.Second}, "3", 3000},
 		{sluice.Decision{RetryAfter: 0}, "1", 0},
 		{sluice.Decision{RetryAfter: sluice.Never, ResetAfter: 10 * time.Second}, "10", 10000},
+		// The longest wait a Duration holds rounds up, not over into a negative.
+		{sluice.Decision{RetryAfter: math.MaxInt64}, "9223372037", 9223372036855},
 	} {
 		rec := httptest.NewRecorder()
 		httplimit.WriteLimited(rec, "r<1>", tc.d)
