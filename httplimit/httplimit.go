@@ -38,6 +38,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,8 +69,8 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 type Rule struct {
 	// Name names the limit in RateLimit-Policy, RateLimit and the 429
 	// body's "rule"; "" means "default". It also prefixes the rule's store
-	// keys (Name + ":" + key), so rules with different names count apart
-	// even on one Limiter.
+	// keys (Name + ":" + key, with a ':' or '%' in Name written %3A or
+	// %25), so rules with different names count apart even on one Limiter.
 	Name string
 	// Limiter decides the rule's requests. Required.
 	Limiter *sluice.Limiter
@@ -176,7 +177,30 @@ func newRule(r Rule) rule {
 	if r.KeyFunc == nil {
 		r.KeyFunc = KeyByRemoteIP
 	}
-	return rule{Rule: r, prefix: r.Name + ":"}
+	return rule{Rule: r, prefix: keyPrefix(r.Name)}
+}
+
+// keyPrefix is the prefix of the store keys of the rule named name: name
+// and ":", with the ':' and '%' of name escaped so that the first ':' of
+// a store key always ends the name. Otherwise rule "api" counting key
+// "v2:x" would count rule "api:v2"'s key "x".
+func keyPrefix(name string) string {
+	if !strings.ContainsAny(name, ":%") {
+		return name + ":"
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case ':':
+			b.WriteString("%3A")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte(':')
+	return b.String()
 }
 
 // sameStore compares stores, treating incomparable ones as different.

@@ -102,3 +102,30 @@ func TestLongKeysAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleNamesCannotMeet: rules on one Limiter count apart by name, even
+// when a name holds the ":" that ends it in the store key. Rule "api" keyed
+// by a header a client writes must not reach rule "api:v2"'s counts.
+func TestRuleNamesCannotMeet(t *testing.T) {
+	lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	h := httplimit.Middleware(httplimit.Options{Rules: []httplimit.Rule{
+		{Name: "api", Limiter: lim, KeyFunc: httplimit.KeyByHeader("X-Key")},
+		{Name: "api:v2", Limiter: lim, KeyFunc: httplimit.KeyByHeader("X-User")},
+	}})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	do := func(header, value string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set(header, value)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := do("X-Key", "v2:victim"); got != 200 {
+		t.Fatalf("rule api, key v2:victim: status %d, want 200", got)
+	}
+	if got := do("X-User", "victim"); got != 200 {
+		t.Errorf("rule api:v2, key victim, after rule api counted key v2:victim: status %d, want 200 (the rules count apart)", got)
+	}
+	if got := do("X-User", "victim"); got != 429 {
+		t.Errorf("rule api:v2, key victim, a second time: status %d, want 429", got)
+	}
+}
