@@ -106,7 +106,9 @@ type Options struct {
 	// OnError chooses between FailOpen (the zero value) and FailClosed.
 	OnError ErrorPolicy
 	// OnStoreError, if set, is called with each store error before OnError
-	// applies: count it there.
+	// applies: count it there. A request whose context ended before the
+	// store answered (its client went away) is not a store error: it is
+	// dropped, neither reported nor passed to the next handler.
 	OnStoreError func(r *http.Request, err error)
 	// DenyHandler, if set, writes the answer for a denied request in place
 	// of WriteLimited; d is the decision of the rule that denied it (the
@@ -286,6 +288,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if errors.Is(err, sluice.ErrInvalidCost) || errors.Is(err, sluice.ErrInvalidLimit) {
 			m.logf(slog.LevelError, "httplimit: invalid request to the limiter: the request was refused", err)
 			writeInvalid(w, err)
+			return
+		}
+		if r.Context().Err() != nil {
+			// The request ended (its client went away, its deadline
+			// passed) before the store answered: the store did not fail,
+			// and the request must not run uncounted.
 			return
 		}
 		if m.opts.OnStoreError != nil {

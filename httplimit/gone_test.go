@@ -1,0 +1,67 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// ctxStore refuses a caller whose context has ended, as the Redis store
+// does (its error wraps sluice.ErrStoreUnavailable and the context's).
+type ctxStore struct{ sluice.Store }
+
+func (s ctxStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, fmt.Errorf("test store: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return s.Store.Take(ctx, r)
+}
+
+func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("test store: take all: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TestClientGoneIsNotAStoreFailure: a request whose client has gone (its
+// context ended before the store answered) is not a store outage. Under
+// FailOpen it must not run the next handler uncounted: a client could
+// otherwise pass any limit on a handler with side effects (send a mail, an
+// SMS) by closing the connection right after its request. Nor is it
+// reported or logged as the store failing.
+func TestClientGoneIsNotAStoreFailure(t *testing.T) {
+	for _, policy := range []httplimit.ErrorPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+		lim := mustLimiter(t, ctxStore{memstore.New(memstore.Options{})}, sluice.FixedWindow, sluice.PerMinute(1))
+		var hits, storeErrs atomic.Int64
+		var logs logBuffer
+		h := httplimit.Middleware(httplimit.Options{Limiter: lim, OnError: policy,
+			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+			OnStoreError: func(*http.Request, error) { storeErrs.Add(1) },
+		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+		for range 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the client has gone
+			r := httptest.NewRequest("POST", "/send-sms", nil).WithContext(ctx)
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}
+		if hits.Load() != 0 || storeErrs.Load() != 0 || logs.String() != "" {
+			t.Errorf("policy %d: 3 requests of gone clients: next handler ran %d times, OnStoreError %d times, log %q; want 0, 0, nothing",
+				policy, hits.Load(), storeErrs.Load(), logs.String())
+		}
+		// A live client is still limited as before.
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/send-sms", nil))
+		if w.Code != 200 || hits.Load() != 1 {
+			t.Errorf("policy %d: a live client's request: status %d, handler ran %d times; want 200, 1", policy, w.Code, hits.Load())
+		}
+	}
+}
