@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // KeyByRemoteIP keys a request by the IP address of the connection
@@ -92,8 +93,13 @@ func KeyByCookie(name string) KeyFunc {
 }
 
 // KeyByPath keys a request by its URL path (a per-route limit; combine it
-// with a client key with Keys).
-func KeyByPath(r *http.Request) (string, bool) { return r.URL.Path, true }
+// with a client key with Keys), in the canonical form the daemon's path
+// key part counts, so that a client cannot pass a route's limit by
+// spelling the path another way its router may serve alike: escapes
+// decoded, "." and ".." resolved, repeated slashes merged, ";parameters"
+// and a trailing slash removed ("/login/", "//login", "/login;x" and
+// "/a/../login" all count as "/login"). Case is kept.
+func KeyByPath(r *http.Request) (string, bool) { return rules.CanonicalPath(r.URL.Path), true }
 
 // Keys combines key functions: the request is counted under all their
 // values together (per API key and route, per IP and user), and not

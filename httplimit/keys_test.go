@@ -129,3 +129,15 @@ func TestRuleNamesCannotMeet(t *testing.T) {
 		t.Errorf("rule api:v2, key victim, a second time: status %d, want 429", got)
 	}
 }
+
+// TestKeyByPathIsCanonical: a per-route limit keyed by KeyByPath is not
+// sidestepped by spelling the path another way that a router serves
+// alike, as the daemon's path key part is not: one key for all of these.
+func TestKeyByPathIsCanonical(t *testing.T) {
+	for _, target := range []string{"/login", "/login/", "//login", "/a/../login", "/./login", "/login;jsessionid=1", "/%6Cogin", "/login%2F"} {
+		r := httptest.NewRequest("POST", target, nil)
+		if key, ok := httplimit.KeyByPath(r); key != "/login" || !ok {
+			t.Errorf("KeyByPath(%s) = %q, %v; want \"/login\", true", target, key, ok)
+		}
+	}
+}
