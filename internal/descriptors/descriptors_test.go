@@ -156,6 +156,13 @@ descriptors:
 	if a, b := key(es("files", "files/a.pdf")), key(es("files", "files/b.csv")); a != b {
 		t.Errorf("share_threshold: files/a.pdf counts under %q, files/b.csv under %q; want one counter", a, b)
 	}
+	// A value too long to keep raw still counts in the shared counter:
+	// whether a key is hashed depends on what it holds (the pattern), not
+	// on the value it stands for, or long values would have a counter of
+	// their own beside the short ones'.
+	if a, b := key(es("files", "files/a.pdf")), key(es("files", "files/"+strings.Repeat("x", 2*MaxKeyLen))); a != b {
+		t.Errorf("share_threshold: files/a.pdf counts under %q, a %d-byte value under %q; want one counter", a, 2*MaxKeyLen, b)
+	}
 	if a, b := key(es("files_no_share", "files_no_share/a.pdf")), key(es("files_no_share", "files_no_share/b.csv")); a == b {
 		t.Errorf("without share_threshold both values count under %q; want one counter each", a)
 	}

@@ -165,9 +165,16 @@ func (m *Match) StoreKey(entries []Entry) string {
 }
 
 func storeKey(head string, entries []Entry, shared []string) string {
+	// n is the length of what is counted: a share_threshold entry's
+	// pattern, not its value, so that every value it matches, long or
+	// short, lands in the one counter.
 	n := 0
-	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 8
+	for i, e := range entries {
+		v := e.Value
+		if shared != nil && shared[i] != "" {
+			v = shared[i]
+		}
+		n += len(e.Key) + len(v) + 8
 	}
 	var b strings.Builder
 	b.Grow(len(head) + min(n, MaxKeyLen+70))
