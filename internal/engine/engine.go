@@ -28,10 +28,12 @@
 //     queue is full, the wait for a queue slot plus the queue's length).
 //     Otherwise it is denied
 //     (429). Waiting ends early, denied, when the request's context ends. A
-//     leaky bucket slot whose Delay exceeds MaxDelay is taken but the
-//     request is denied; configure max_delay ≥ burst × period / rate to
-//     avoid that. Under action reject, a leaky bucket admits immediately
-//     (it polices rather than shapes).
+//     request whose leaky bucket slot would leave later than MaxDelay is
+//     denied having taken nothing (when the queue, burst × period / rate,
+//     is longer than MaxDelay, the bucket is first asked at cost 0 when its
+//     queue's last request leaves: see overQueue; its other rules are then
+//     neither asked nor counted in the metrics). Under action reject, a
+//     leaky bucket admits immediately (it polices rather than shapes).
 //   - Action defer is decided as reject; when every rule that denied is a
 //     defer rule, Result.Deferrable is set and the reverse proxy queues the
 //     request (internal/deferq) instead of refusing it.
@@ -234,11 +236,18 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 	var start time.Time     // the first decision's instant: no clock reading of its own
 	var slept time.Duration // what the timers waited: the floor of elapsed, even on a stopped clock
 	for first := true; ; first = false {
-		res := e.decide(ctx, a, ms, cost)
+		var waited time.Duration
+		if !first {
+			waited = max(e.now().Sub(start), slept)
+		}
+		res, refused := e.overQueue(ctx, a, ms, cost, waited)
+		if !refused {
+			res = e.decide(ctx, a, ms, cost)
+		}
 		if first {
 			start = res.at
 		}
-		if res.StoreErr != nil || res.budget < 0 {
+		if refused || res.StoreErr != nil || res.budget < 0 {
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		}
@@ -247,7 +256,10 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		switch {
 		case res.Allowed && res.shape > 0:
 			if elapsed+res.shape > res.budget {
-				// The slot is taken but lies beyond max_delay.
+				// The slot is taken but lies beyond max_delay: a
+				// request of the same key took its place between
+				// overQueue's question and this take (or the queue is
+				// sharded, which overQueue does not ask).
 				res.Allowed = false
 				res.Rule, res.DeniedBy = res.delayer, res.delayer
 				res.Decision = a.decisionOf(res.delayer)

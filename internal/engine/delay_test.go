@@ -1,0 +1,60 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// TestDelayQueueLongerThanMaxDelay: a delay rule of 5/m (a leaky bucket
+// whose queue of 5 lasts 60s) with the default max_delay of 1s. A request
+// whose slot would leave later than max_delay is refused, and must take
+// nothing: neither a queue slot, which would push every later request's
+// slot further out (a client that keeps to the rate after a burst would
+// then be refused for ever), nor anything of the request's other rules.
+func TestDelayQueueLongerThanMaxDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, rules.DefaultMaxDelay)
+		hourly := rule("hourly", sluice.FixedWindow, sluice.PerHour(100), rules.Reject, 0)
+		e, reg := newEngine(t, "", nil, shaped, hourly)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}, {Rule: hourly, Key: "h"}}
+		// A burst of 3: the first passes at once, the others would wait
+		// 12s and 24s, past max_delay.
+		for i, want := range []bool{true, false, false} {
+			res := e.Admit(context.Background(), ms, 1)
+			if res.Allowed != want || res.Waited != 0 {
+				t.Errorf("burst request %d: allowed %v after %v, want %v at once", i, res.Allowed, res.Waited, want)
+			}
+			if !want && (res.DeniedBy != shaped || res.Decision.RetryAfter != 11*time.Second) {
+				t.Errorf("burst request %d: denied by %s, retry after %v; want shaped, 11s (12s to its slot, less the 1s it may wait)", i, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+			}
+		}
+		// Then one request per 12s, the rate: each has its slot at once.
+		for i := range 6 {
+			time.Sleep(12 * time.Second)
+			if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
+				t.Errorf("request %d at the rate, 12s after the last: allowed %v after %v, want allowed at once", i, res.Allowed, res.Waited)
+			}
+		}
+		// 7 admitted: the hourly rule counted 7, not the refused ones too.
+		if res := e.Decide(context.Background(), ms[1:], 0); res.Decision.Remaining != 93 {
+			t.Errorf("hourly rule after 7 admitted requests and 2 refused: %d remaining, want 93", res.Decision.Remaining)
+		}
+		got := metricstest.Gather(t, reg)
+		if got[`sluice_decisions_total{result="allowed",rule="shaped"}`] != 7 || got[`sluice_decisions_total{result="denied",rule="shaped"}`] != 2 {
+			t.Errorf("shaped decisions: %v allowed, %v denied; want 7, 2", got[`sluice_decisions_total{result="allowed",rule="shaped"}`], got[`sluice_decisions_total{result="denied",rule="shaped"}`])
+		}
+	})
+}
+
+func nameOf(r *rules.Rule) string {
+	if r == nil {
+		return "no rule"
+	}
+	return r.Name
+}
