@@ -48,7 +48,9 @@
 //   - When the store cannot decide, on_error "allow" lets the request pass
 //     (counted in sluice_store_errors_total and
 //     sluice_store_fallback_total{policy="allow"}); "deny" denies it, and the
-//     edges answer 503.
+//     edges answer 503. A store call refused because the request's context
+//     had ended (the client went away) is no store failure: Admit ends the
+//     request with Result.Err, as when the client leaves a wait.
 package engine
 
 import (
@@ -202,7 +204,9 @@ type Result struct {
 	// StoreErr is the store's error when it could not decide; then Allowed
 	// is the on_error policy's answer.
 	StoreErr error
-	// Err is the request context's error when it ended during a wait.
+	// Err is the request context's error when it ended during a wait, or
+	// (Admit) before the store answered: the client went away, and the
+	// request is not allowed whatever on_error says.
 	Err error
 	// Deferrable reports that the request was denied only by rules whose
 	// action is defer: the edge may queue it (under DeniedBy) instead.
@@ -214,6 +218,8 @@ type Result struct {
 	need    time.Duration // the wait retry implies: RetryAfter, plus a leaky bucket's queue
 	budget  time.Duration // the least MaxDelay among the delay rules that applied
 	delayer *rules.Rule   // the delay rule that set shape
+
+	undecided bool // the client went away before the store decided: no rule has a verdict
 }
 
 // Decide decides the request once, at the Engine's clock, without waiting:
@@ -246,6 +252,16 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		}
 		if first {
 			start = res.at
+		}
+		if res.StoreErr != nil && ctx.Err() != nil {
+			// The client went away before the store answered (the Redis
+			// store refuses a call whose context has ended): the store
+			// did not fail, and on_error allow must not send the request
+			// on uncounted. It ends as when the client leaves a wait.
+			res.Allowed, res.Err, res.StoreErr, res.undecided = false, ctx.Err(), nil, true
+			res.Waited = max(e.now().Sub(start), slept)
+			e.finish(ctx, a, &res, ms, cost)
+			return res
 		}
 		if refused || res.StoreErr != nil || res.budget < 0 {
 			e.finish(ctx, a, &res, ms, cost)
@@ -425,7 +441,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		} else {
 			e.metrics.Fallback(OnErrorDeny)
 		}
-	} else {
+	} else if !res.undecided {
 		for i, r := range a.rules {
 			m := e.ruleMetrics(r)
 			// A rule counts its own verdict; in a request denied by another
@@ -452,7 +468,9 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			unshard(&d, r.Limit, n)
 		}
 		if err != nil {
-			e.storeFailed(err)
+			if ctx.Err() == nil { // else the client went away: not the store's failure
+				e.storeFailed(err)
+			}
 			continue
 		}
 		m := e.ruleMetrics(r)

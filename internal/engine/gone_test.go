@@ -1,0 +1,67 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// ctxStore refuses a caller whose context has ended, as the Redis store
+// does (its error wraps sluice.ErrStoreUnavailable and the context's).
+type ctxStore struct{ sluice.Store }
+
+func (s ctxStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, fmt.Errorf("test store: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return s.Store.Take(ctx, r)
+}
+
+func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("test store: take all: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TestAdmitClientGone: a request whose client has gone before the store
+// answered is not a store failure. Under on_error allow it must not come
+// back allowed (the proxy would forward it upstream uncounted: a client
+// could pass any limit by closing its connection right after a request),
+// but ended, with the context's error, as when the client leaves during a
+// wait; and neither it nor its shadow rules count as store errors.
+func TestAdmitClientGone(t *testing.T) {
+	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
+	shadow := rule("would-be", sluice.FixedWindow, sluice.PerMinute(1), rules.Shadow, 0)
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
+		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ms := []rules.Match{{Rule: enforce, Key: "e"}, {Rule: shadow, Key: "s"}}
+	res := e.Admit(ctx, ms, 1)
+	if res.Allowed || !errors.Is(res.Err, context.Canceled) || res.StoreErr != nil {
+		t.Errorf("Admit for a gone client: allowed %v, Err %v, StoreErr %v; want denied, context.Canceled, no store error", res.Allowed, res.Err, res.StoreErr)
+	}
+	got := metricstest.Gather(t, reg)
+	if got["sluice_store_errors_total"] != 0 || got[`sluice_store_fallback_total{policy="allow"}`] != 0 {
+		t.Errorf("metrics after a gone client: %v; want no store error, no fallback", got)
+	}
+	// A live client is decided as before, and its request counted.
+	if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Decision.Remaining != 0 {
+		t.Errorf("Admit for a live client: allowed %v remaining %d, want allowed, 0 left", res.Allowed, res.Decision.Remaining)
+	}
+}
