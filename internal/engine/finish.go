@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// finish counts the final outcome of the enforcing rules, decides the
+// shadow rules, and logs.
+func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules.Match, cost int64) {
+	if res.StoreErr != nil {
+		e.storeFailed(res.StoreErr)
+		if e.failOpen {
+			e.metrics.Fallback(OnErrorAllow)
+		} else {
+			e.metrics.Fallback(OnErrorDeny)
+		}
+	} else if !res.undecided {
+		for i, r := range a.rules {
+			m := e.ruleMetrics(r)
+			// A rule counts its own verdict; in a request denied by another
+			// rule it counts allowed although nothing was consumed.
+			if a.ds[i].Allowed && (res.Allowed || res.DeniedBy != r) {
+				m.Allowed()
+			} else {
+				m.Denied()
+			}
+		}
+	}
+	var now time.Time
+	for i := range ms {
+		r := ms[i].Rule
+		if r.Action != rules.Shadow {
+			continue
+		}
+		if now.IsZero() {
+			now = e.now()
+		}
+		req, n := e.request(r, ms[i].Key, cost, now)
+		d, err := e.store.Take(ctx, req)
+		if n > 1 {
+			unshard(&d, r.Limit, n)
+		}
+		if err != nil {
+			if ctx.Err() == nil { // else the client went away: not the store's failure
+				e.storeFailed(err)
+			}
+			continue
+		}
+		m := e.ruleMetrics(r)
+		if d.Allowed {
+			m.Allowed()
+			continue
+		}
+		m.ShadowDenied()
+		if e.shadowLog.ok(now) {
+			e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
+		}
+	}
+}
+
+func (e *Engine) ruleMetrics(r *rules.Rule) *metrics.Rule {
+	if m, ok := e.byRule[r]; ok {
+		return m
+	}
+	return e.metrics.Rule(r.Name)
+}
+
+func (e *Engine) storeFailed(err error) {
+	e.metrics.StoreError()
+	if e.storeLog.ok(e.now()) {
+		e.log.Warn("store could not decide", "err", err, "on_error_allow", e.failOpen)
+	}
+}
