@@ -58,3 +58,17 @@ func nameOf(r *rules.Rule) string {
 	}
 	return r.Name
 }
+
+// TestDelayQueueIdleCostTwo: on an idle queue a request of cost 2 leaves at
+// once, so the question before the take must not refuse it for the two
+// spacings it would need behind a busy queue.
+func TestDelayQueueIdleCostTwo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, rules.DefaultMaxDelay)
+		e, _ := newEngine(t, "", nil, shaped)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}}
+		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 0 {
+			t.Errorf("cost 2 on an idle queue: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
+		}
+	})
+}

@@ -80,15 +80,15 @@ func (e *Engine) overQueue(ctx context.Context, a *attempt, ms []rules.Match, co
 		if !d.Allowed {
 			continue // in debt: the store refuses the request itself
 		}
-		spacing := time.Duration(int64(r.Limit.Period) / r.Limit.Rate)
-		// ResetAfter is the queue's last leave plus one spacing (0 once
-		// it left a spacing ago or more): cost c leaves c-1 spacings later.
-		wait := time.Duration(0)
-		if d.ResetAfter > 0 {
-			wait = d.ResetAfter + time.Duration(cost-1)*spacing
-		} else if cost > 1 {
-			wait = time.Duration(cost-1) * spacing
+		// ResetAfter is the queue's last leave plus one spacing: a request
+		// of cost c leaves c-1 spacings after that. A ResetAfter of 0 (the
+		// last leave a spacing ago or more) does not tell how long ago:
+		// the take decides then (at cost 1 the request leaves at once).
+		if d.ResetAfter <= 0 {
+			continue
 		}
+		spacing := time.Duration(int64(r.Limit.Period) / r.Limit.Rate)
+		wait := d.ResetAfter + time.Duration(cost-1)*spacing
 		if wait > left && wait-left > over {
 			best, over = i, wait-left
 		}
