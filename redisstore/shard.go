@@ -107,6 +107,36 @@ func capacity(a sluice.Algorithm, l sluice.Limit) int64 {
 	return l.Rate
 }
 
+// Spread returns r split over every shard of its key, for a charge that
+// must weigh on the key as a whole: a report past the limit
+// (sluice.Request.Force) is debt, which only holds the key back if every
+// shard carries its part of it. Shard i's request has shard i's share of
+// the limit and of the cost (split as ShardLimit splits the rate: the
+// parts add up to r.Cost), so each shard's debt is in proportion to its
+// share; shards whose part is 0 are left out. n is capped as Shard caps
+// it; below 2, Spread returns r alone. Decide the requests with TakeAll.
+func (s *Store) Spread(r sluice.Request, n int) []sluice.Request {
+	n = shardCount(r.Algorithm, r.Limit, n)
+	if n < 2 {
+		return []sluice.Request{r}
+	}
+	t := s.shardTags(r.Key, n)
+	out := make([]sluice.Request, 0, n)
+	for i := range n {
+		c := r.Cost / int64(n)
+		if int64(i) < r.Cost%int64(n) {
+			c++
+		}
+		if c == 0 && i > 0 {
+			break // the parts only get smaller
+		}
+		q := r
+		q.Key, q.Limit, q.Cost = t.keys[i], ShardLimit(r.Algorithm, r.Limit, n, i), c
+		out = append(out, q)
+	}
+	return out
+}
+
 // ShardKeys returns the logical keys of the n shards of limiter key k
 // (pass each to Key for its Redis key), for inspection and tests.
 func (s *Store) ShardKeys(k string, n int) []string {

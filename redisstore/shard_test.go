@@ -377,3 +377,31 @@ func TestShardCostAboveShare(t *testing.T) {
 		}
 	}
 }
+
+// Spread splits a charge over every shard: the parts add up to the cost,
+// each on its shard's key with its shard's share of the limit; parts of 0
+// are left out.
+func TestSpread(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	l := sluice.PerHour(10)
+	for _, tc := range []struct {
+		cost  int64
+		parts []int64
+	}{{10, []int64{4, 3, 3}}, {2, []int64{1, 1}}, {180, []int64{60, 60, 60}}} {
+		r := sluice.Request{Key: "spread", Algorithm: sluice.TokenBucket, Limit: l, Cost: tc.cost, Force: true}
+		ps := s.Spread(r, 3)
+		keys := s.ShardKeys("spread", 3)
+		if len(ps) != len(tc.parts) {
+			t.Fatalf("Spread(cost %d) = %d parts, want %d", tc.cost, len(ps), len(tc.parts))
+		}
+		for i, p := range ps {
+			if p.Cost != tc.parts[i] || p.Key != keys[i] || p.Limit != redisstore.ShardLimit(r.Algorithm, l, 3, i) || !p.Force {
+				t.Errorf("Spread(cost %d) part %d = %+v, want cost %d on %s with limit %+v", tc.cost, i, p, tc.parts[i], keys[i], redisstore.ShardLimit(r.Algorithm, l, 3, i))
+			}
+		}
+	}
+	if ps := s.Spread(sluice.Request{Key: "k", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(1), Cost: 5}, 3); len(ps) != 1 || ps[0].Key != "k" {
+		t.Errorf("Spread of a limit of 1 (no shards) = %+v, want the request alone", ps)
+	}
+}

@@ -73,6 +73,12 @@ func (d *Daemon) engineOptions(o engine.Options) engine.Options {
 			}
 			return 1 // not connected: the request fails anyway
 		}
+		o.Spread = func(r sluice.Request, n int) []sluice.Request {
+			if s := d.lazy.s.Load(); s != nil && (d.fallback == nil || d.fallback.Mode() != fleet.ModeLocal) {
+				return s.Spread(r, n)
+			}
+			return []sluice.Request{r}
+		}
 		o.AutoShards = func() int {
 			if s := d.lazy.s.Load(); s != nil {
 				return s.Masters()

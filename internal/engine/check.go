@@ -52,7 +52,13 @@ func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int
 	t0 := time.Now()
 	req, n := e.request(r, key, cost, e.now())
 	req.Force = true
-	d, err := e.store.Take(ctx, req)
+	var d sluice.Decision
+	var err error
+	if parts := e.spread(sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: cost, Now: req.Now, Force: true}, n); parts != nil {
+		d, err = e.takeParts(ctx, parts)
+	} else {
+		d, err = e.store.Take(ctx, req)
+	}
 	if n > 1 {
 		unshard(&d, r.Limit, n)
 	}

@@ -231,16 +231,32 @@ func satAdd(a, b int64) int64 {
 
 // takeDescriptors asks the store for the descriptors ds[idx...] in one
 // Take or TakeAll (reports: with sluice.Request.Force), leaving their
-// decisions in a.ds, unsharded.
+// decisions in a.ds, unsharded. A sharded report is charged over every
+// shard (see spread), its other parts in the same TakeAll.
 func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descriptor, idx []int, now time.Time, report bool) error {
 	a.rs, a.ds, a.shards = a.rs[:0], a.ds[:0], a.shards[:0]
-	for _, i := range idx {
+	var rest []sluice.Request // the other parts of spread reports, after a.rs's own
+	var owner []int           // for each of rest, its request's index in a.rs
+	for j, i := range idx {
 		r := ds[i].Rule
 		req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
+		whole := req
 		n := e.shardDescriptor(r, &req, now)
+		if parts := e.spread(whole, n); parts != nil {
+			req = parts[0]
+			rest = append(rest, parts[1:]...)
+			for range parts[1:] {
+				owner = append(owner, j)
+			}
+		}
 		a.rs = append(a.rs, req)
 		a.ds = append(a.ds, sluice.Decision{})
 		a.shards = append(a.shards, n)
+	}
+	own := len(a.rs)
+	for _, q := range rest {
+		a.rs = append(a.rs, q)
+		a.ds = append(a.ds, sluice.Decision{})
 	}
 	t0 := now
 	if !e.realClock {
@@ -251,6 +267,10 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 	if err != nil {
 		return err
 	}
+	for k, j := range owner {
+		fold(&a.ds[j], a.ds[own+k])
+	}
+	a.rs, a.ds = a.rs[:own], a.ds[:own]
 	for j, n := range a.shards {
 		if n > 1 {
 			unshard(&a.ds[j], ds[idx[j]].Rule.Limit, n)

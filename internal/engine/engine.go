@@ -42,7 +42,8 @@
 //     (Options.Shard); with shards: auto, only keys the rule's hot-key
 //     summary finds hot are sharded, over Options.AutoShards shards. The
 //     Decision is the shard's, with Limit the rule's rate and Remaining the
-//     shard's times N (an estimate).
+//     shard's times N (an estimate). A report of cost 2 or more is charged
+//     over every shard (Options.Spread), so its debt holds the whole key.
 //   - Hot keys: every decision of a rule is observed by the rule's summary
 //     in Options.HotKeys (GET /v1/hotkeys).
 //   - When the store cannot decide, on_error "allow" lets the request pass
@@ -105,6 +106,11 @@ type Options struct {
 	// returns the number of shards used (redisstore.Store.Shard); rules
 	// with shards are not sharded without it.
 	Shard func(r *sluice.Request, n int) int
+	// Spread, if set, splits a request over all n shards of its key, each
+	// with its share of the limit and of the cost
+	// (redisstore.Store.Spread): a sharded report is charged so, as debt
+	// on the whole key. Without it a report goes to one shard.
+	Spread func(r sluice.Request, n int) []sluice.Request
 	// AutoShards returns the number of shards of a hot key under
 	// shards: auto (the Cluster's masters); nil or below 2, shards: auto
 	// shards nothing.
@@ -124,6 +130,7 @@ type Engine struct {
 	hot      map[*rules.Rule]*hotkeys.Rule
 	hotKeys  *hotkeys.Set // for the summaries of descriptors with shards: auto
 	shard    func(r *sluice.Request, n int) int
+	spreadf  func(r sluice.Request, n int) []sluice.Request
 	auto     func() int
 	log      *slog.Logger
 	now      func() time.Time
@@ -137,7 +144,7 @@ func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, fmt.Errorf("engine: nil store")
 	}
-	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, auto: o.AutoShards}
+	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, spreadf: o.Spread, auto: o.AutoShards}
 	switch o.OnError {
 	case "", OnErrorAllow, OnErrorLocal:
 		e.failOpen = true
