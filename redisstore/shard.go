@@ -184,7 +184,8 @@ func ShardLimit(a sluice.Algorithm, l sluice.Limit, n, i int) sluice.Limit {
 
 // Unshard turns the decision of one shard of a key limited by l, over n
 // shards, into the key's: Limit is l's rate and Remaining the shard's
-// scaled by n (an estimate: the other shards are not read), at most rate.
+// scaled by n (an estimate: the other shards are not read), at most the
+// limit's burst (its rate when it has none).
 func Unshard(d *sluice.Decision, l sluice.Limit, n int) {
 	if n < 2 {
 		return
