@@ -39,6 +39,7 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 	if prefix == "" {
 		prefix = redisstore.DefaultPrefix
 	}
+	d.hotPrefix = prefix + "hot:"
 	o := cfg.Defer.Options()
 	o.Connect = func() rueidis.Client {
 		if s := d.lazy.s.Load(); s != nil {
@@ -116,15 +117,21 @@ func (d *Daemon) activate(gen *generation) {
 // stay.
 func (d *Daemon) keepHot(gen *generation) {
 	names := make([]string, 0, len(gen.rules.Rules))
+	auto := map[string]bool{}
 	for _, r := range gen.rules.Rules {
 		names = append(names, r.Name)
+		if r.Shards.Auto {
+			auto[r.Name] = true
+		}
 	}
 	gen.descs.Each(func(r *descriptors.Rule) {
 		if r.Shards.Auto {
 			names = append(names, r.FullName())
+			auto[r.FullName()] = true
 		}
 	})
 	d.hot.Keep(names)
+	d.hotAuto.Store(&auto)
 }
 
 // replayTake is the pace of replay for the defer rule named name: its own
@@ -150,7 +157,7 @@ func (d *Daemon) replayTake(name string) func(context.Context, string) (sluice.D
 // their outcome before the store closes).
 func (d *Daemon) runFeatures(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
-	wg.Go(func() { onTick(ctx, HotKeysRefresh, d.hot.Refresh) })
+	wg.Go(func() { onTick(ctx, HotKeysRefresh, d.refreshHot) })
 	if d.deferq != nil {
 		wg.Go(func() { d.deferq.Run(ctx) })
 	}

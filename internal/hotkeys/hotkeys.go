@@ -37,7 +37,6 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -433,55 +432,4 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 		}
 	}
 	return out, rate
-}
-
-// Hot is a set of keys judged hot, with hysteresis: a key becomes hot when
-// its rate reaches On and stays hot until its rate falls below Off. Refresh
-// it from a Summary now and then (Update); Has is a lock-free lookup for
-// the decision path.
-type Hot struct {
-	On, Off float64 // decisions per second; Off ≤ On
-	set     atomic.Pointer[map[string]struct{}]
-}
-
-// Has reports whether key is hot, key written as Top reports it (see
-// Options.MaxKeyBytes); Rule.IsHot takes a key as it is.
-func (h *Hot) Has(key string) bool {
-	m := h.set.Load()
-	if m == nil || len(*m) == 0 {
-		return false
-	}
-	_, ok := (*m)[key]
-	return ok
-}
-
-// Update recomputes the set from top (Top's keys, any order), returning it.
-func (h *Hot) Update(top []Key) []string {
-	old := h.set.Load()
-	m := make(map[string]struct{})
-	for _, k := range top {
-		was := false
-		if old != nil {
-			_, was = (*old)[k.Key]
-		}
-		if k.Rate >= h.On || was && k.Rate >= h.Off {
-			m[k.Key] = struct{}{}
-		}
-	}
-	h.set.Store(&m)
-	return h.Keys()
-}
-
-// Keys returns the hot keys, sorted.
-func (h *Hot) Keys() []string {
-	m := h.set.Load()
-	if m == nil {
-		return nil
-	}
-	out := make([]string, 0, len(*m))
-	for k := range *m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -43,23 +42,6 @@ type Set struct {
 type Rule struct {
 	*Summary
 	Hot Hot
-}
-
-// IsHot reports whether key is in the rule's hot set. A key longer than
-// MaxKeyBytes, or not UTF-8, is hot under the text the summary keeps and
-// reports it as, which IsHot computes (Hot.Has would not find it).
-func (r *Rule) IsHot(key string) bool {
-	m := r.Hot.set.Load()
-	if m == nil || len(*m) == 0 {
-		return false
-	}
-	if len(key) <= r.maxKey && utf8.ValidString(key) {
-		_, ok := (*m)[key]
-		return ok
-	}
-	var buf [DefaultMaxKeyBytes + keyText]byte
-	_, ok := (*m)[string(appendKey(buf[:0], key, r.maxKey))]
-	return ok
 }
 
 // NewSet returns an empty Set whose summaries use o; top is the number of
@@ -129,6 +111,19 @@ func (s *Set) Refresh(now time.Time) {
 	for _, r := range rs {
 		top, _ := r.Top(s.top, now)
 		r.Hot.Update(top)
+	}
+}
+
+// Share hands each rule's hot keys (this instance's, as Top reports them)
+// to share, which returns the fleet's (every key some instance of the
+// fleet finds hot, this one's included): they become hot here too. When
+// share's ok is false the rule's fleet set stays as it was.
+func (s *Set) Share(share func(rule string, local []string) (fleet []string, ok bool)) {
+	names, rs := s.snapshot()
+	for i, r := range rs {
+		if fleet, ok := share(names[i], r.Hot.Local()); ok {
+			r.Hot.SetFleet(fleet)
+		}
 	}
 }
 

@@ -88,3 +88,42 @@ func TestLongKeysDistinct(t *testing.T) {
 		t.Errorf("the same long key reported as %q and %q", a, b)
 	}
 }
+
+// A key the fleet finds hot is hot here too (IsHot, Keys), long or not,
+// while this instance's own set keeps its hysteresis; Share hands over
+// this instance's keys and keeps the fleet's set when the exchange fails.
+func TestFleetHot(t *testing.T) {
+	s := NewSet(Options{Sample: 1}, 0, 100)
+	r := s.Rule("api")
+	long := "api|3f2a91c0|" + strings.Repeat("é", 200)
+	r.Hot.Update([]Key{{Key: "mine", Rate: 150}})
+	var buf []byte
+	text := string(appendKey(buf, long, DefaultMaxKeyBytes))
+	var handed []string
+	s.Share(func(rule string, local []string) ([]string, bool) {
+		handed = local
+		return []string{"theirs", text}, true
+	})
+	if strings.Join(handed, ",") != "mine" {
+		t.Errorf("Share handed %q, want this instance's [mine]", handed)
+	}
+	for _, k := range []string{"mine", "theirs", long} {
+		if !r.IsHot(k) {
+			t.Errorf("IsHot(%.20q…) = false, want true", k)
+		}
+	}
+	if r.IsHot("other") {
+		t.Error("IsHot(other) = true")
+	}
+	if got := r.Hot.Keys(); len(got) != 3 {
+		t.Errorf("Keys() = %q, want mine, theirs and the long key", got)
+	}
+	s.Share(func(string, []string) ([]string, bool) { return nil, false })
+	if !r.IsHot("theirs") {
+		t.Error("after a failed exchange: theirs no longer hot, want the fleet's set kept")
+	}
+	s.Share(func(string, []string) ([]string, bool) { return nil, true })
+	if r.IsHot("theirs") || !r.IsHot("mine") {
+		t.Error("after the fleet's set emptied: want only mine hot")
+	}
+}

@@ -1,0 +1,126 @@
+package hotkeys
+
+import (
+	"sort"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// Hot is a set of keys judged hot, with hysteresis: a key becomes hot when
+// its rate reaches On and stays hot until its rate falls below Off. Refresh
+// it from a Summary now and then (Update); Has is a lock-free lookup for
+// the decision path.
+//
+// A key is also hot while it is in the fleet's set (SetFleet): the keys
+// other instances find hot, so that every instance of a fleet shards the
+// same keys.
+type Hot struct {
+	On, Off float64                             // decisions per second; Off ≤ On
+	set     atomic.Pointer[map[string]struct{}] // this instance's
+	fleet   atomic.Pointer[map[string]struct{}] // the fleet's, from SetFleet
+}
+
+// Has reports whether key is hot, key written as Top reports it (see
+// Options.MaxKeyBytes); Rule.IsHot takes a key as it is.
+func (h *Hot) Has(key string) bool {
+	for _, p := range [2]*atomic.Pointer[map[string]struct{}]{&h.set, &h.fleet} {
+		if m := p.Load(); m != nil {
+			if _, ok := (*m)[key]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasBytes is Has for a key in a byte slice, without converting it.
+func (h *Hot) hasBytes(key []byte) bool {
+	for _, p := range [2]*atomic.Pointer[map[string]struct{}]{&h.set, &h.fleet} {
+		if m := p.Load(); m != nil {
+			if _, ok := (*m)[string(key)]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// empty reports whether no key is hot.
+func (h *Hot) empty() bool {
+	m, f := h.set.Load(), h.fleet.Load()
+	return (m == nil || len(*m) == 0) && (f == nil || len(*f) == 0)
+}
+
+// Update recomputes this instance's set from top (Top's keys, any order),
+// returning it, sorted.
+func (h *Hot) Update(top []Key) []string {
+	old := h.set.Load()
+	m := make(map[string]struct{})
+	for _, k := range top {
+		was := false
+		if old != nil {
+			_, was = (*old)[k.Key]
+		}
+		if k.Rate >= h.On || was && k.Rate >= h.Off {
+			m[k.Key] = struct{}{}
+		}
+	}
+	h.set.Store(&m)
+	return sorted(&m)
+}
+
+// Local returns the keys this instance finds hot, sorted.
+func (h *Hot) Local() []string { return sorted(h.set.Load()) }
+
+// SetFleet replaces the fleet's set: keys as Top reports them.
+func (h *Hot) SetFleet(keys []string) {
+	m := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	h.fleet.Store(&m)
+}
+
+// Keys returns the hot keys, this instance's and the fleet's, sorted.
+func (h *Hot) Keys() []string {
+	m, f := h.set.Load(), h.fleet.Load()
+	if f == nil || len(*f) == 0 {
+		return sorted(m)
+	}
+	u := make(map[string]struct{}, len(*f))
+	for k := range *f {
+		u[k] = struct{}{}
+	}
+	if m != nil {
+		for k := range *m {
+			u[k] = struct{}{}
+		}
+	}
+	return sorted(&u)
+}
+
+func sorted(m *map[string]struct{}) []string {
+	if m == nil {
+		return nil
+	}
+	out := make([]string, 0, len(*m))
+	for k := range *m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsHot reports whether key is in the rule's hot set. A key longer than
+// MaxKeyBytes, or not UTF-8, is hot under the text the summary keeps and
+// reports it as, which IsHot computes (Hot.Has would not find it).
+func (r *Rule) IsHot(key string) bool {
+	if r.Hot.empty() {
+		return false
+	}
+	if len(key) <= r.maxKey && utf8.ValidString(key) {
+		return r.Hot.Has(key)
+	}
+	var buf [DefaultMaxKeyBytes + keyText]byte
+	return r.Hot.hasBytes(appendKey(buf[:0], key, r.maxKey))
+}
