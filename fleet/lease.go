@@ -278,8 +278,6 @@ func (l *Lease) CloseAt(now time.Time) error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	us := now.UnixMicro()
-	var ops []redisstore.ReturnOp
 	// Lock the entries without holding l.mu: a TakeAll holds one entry
 	// while it looks up the next under l.mu.
 	l.mu.Lock()
@@ -288,6 +286,40 @@ func (l *Lease) CloseAt(now time.Time) error {
 		entries = append(entries, e)
 	}
 	l.mu.Unlock()
+	return l.giveBack(entries, now, false)
+}
+
+// ForgetAt gives back the units held for the keys match selects and not
+// expired at now (on the requests' clock, as for CloseAt), in one round
+// trip, and lets those keys go: a later decision of one starts over, as
+// for a key never seen. The other keys keep their units. match gets each
+// key's Namespace and Key. Use it when the keys are done with (their
+// limit changed, or is no longer enforced here) and no decision of them
+// is under way: a decision racing with ForgetAt makes the key anew, and
+// may reserve units for it again. After CloseAt it does nothing.
+func (l *Lease) ForgetAt(now time.Time, match func(namespace, key string) bool) error {
+	if l.closed.Load() {
+		return nil
+	}
+	l.mu.Lock()
+	var entries []*leaseEntry
+	for k, e := range l.keys {
+		if match(k.ns, k.key) {
+			entries = append(entries, e)
+			delete(l.keys, k)
+		}
+	}
+	l.mu.Unlock()
+	return l.giveBack(entries, now, true)
+}
+
+// giveBack returns the units of entries held and not expired at now, and
+// their expired units not yet returned, in one round trip; with forget it
+// marks the entries dead (they are out of l.keys). l.mu is not held: a
+// TakeAll holds one entry while it looks up the next under l.mu.
+func (l *Lease) giveBack(entries []*leaseEntry, now time.Time, forget bool) error {
+	us := now.UnixMicro()
+	var ops []redisstore.ReturnOp
 	for _, e := range entries {
 		e.mu.Lock()
 		if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
@@ -302,6 +334,9 @@ func (l *Lease) CloseAt(now time.Time) error {
 		if e.expired > 0 {
 			ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: now})
 			e.expired = 0
+		}
+		if forget {
+			e.dead.Store(true)
 		}
 		e.mu.Unlock()
 	}

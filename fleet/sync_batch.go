@@ -80,8 +80,14 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	if len(ops) == 0 {
 		return batch, nil
 	}
+	return batch, s.send(ops, sent)
+}
+
+// send sends a batch, ops, made of the entries sent, settles them with
+// its reply, counts it and returns its error.
+func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 	// The batch outlives no Close: bound it by the store's own timeout.
-	start = time.Now()
+	start := time.Now()
 	err := s.inner.Sync(context.Background(), ops)
 	took := time.Since(start)
 	now := time.Now()
@@ -98,7 +104,7 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	if s.opts.OnBatch != nil {
 		s.opts.OnBatch(len(ops), took, err)
 	}
-	return batch, err
+	return err
 }
 
 // Flush sends a batch now, as the loop does every interval (after the
@@ -106,6 +112,50 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 func (s *Sync) Flush() error {
 	_, err := s.flush(nil)
 	return err
+}
+
+// Forget sends the hits not yet sent of the keys match selects, in one
+// batch, and lets those keys go: a later decision of one starts over from
+// the shared store, as for a key never seen. The other keys keep their
+// views and their hits pending. match gets each key's Namespace and Key.
+// Use it when the keys are done with (their limit changed, or is no
+// longer enforced here) and no decision of them is under way: a decision
+// racing with Forget makes the key anew. If the batch fails, its hits are
+// sent with the next one, as a batch's are; Forget returns its error.
+// After Close it does nothing.
+func (s *Sync) Forget(match func(namespace, key string) bool) error {
+	if s.closed.Load() {
+		return nil
+	}
+	// One batch at a time, so that no entry is in a batch in flight.
+	s.flushing <- struct{}{}
+	defer func() { <-s.flushing }()
+	s.mu.Lock()
+	var gone []*syncEntry
+	for k, e := range s.keys {
+		if match(k.ns, k.key) {
+			gone = append(gone, e)
+			delete(s.keys, k)
+		}
+	}
+	s.mu.Unlock()
+	var ops []redisstore.SyncOp
+	var sent []*syncEntry
+	for _, e := range gone {
+		e.mu.Lock()
+		e.dead.Store(true)
+		// A key being read has its hits in that read; if it fails they
+		// come back and go with the next batch.
+		if len(e.hits) > 0 && !e.inflight && e.loading == nil {
+			ops = append(ops, e.snapshot())
+			sent = append(sent, e)
+		}
+		e.mu.Unlock()
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return s.send(ops, sent)
 }
 
 // Close sends the hits not yet sent and stops the batch loop; it returns
