@@ -154,14 +154,16 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	gen, err := d.build(cfg, nil)
+	var rt *routes
 	if err == nil && d.fleet != nil {
-		err = d.fleet.configure(gen.rules, gen.descs)
+		rt, err = d.fleet.prepare(gen.rules, gen.descs)
 	}
 	if err != nil {
 		d.closeStore()
 		return nil, err
 	}
 	d.cur.Store(gen)
+	d.useRoutes(rt)
 	d.activate(gen)
 	if opts.ConfigPath != "" {
 		// Watch from now on, so no change after New is missed. Not fatal:
@@ -413,7 +415,9 @@ func (d *Daemon) Reload() error {
 
 // apply parses data as the new config and, if it is valid and changes
 // nothing that needs a restart, swaps it in. The store is kept, so
-// counters of rules whose fingerprint is unchanged carry on.
+// counters of rules whose fingerprint is unchanged carry on. On Redis it
+// returns once what the old fleet rules held locally has been handed
+// back, after the decisions still running on them have ended.
 func (d *Daemon) apply(data []byte) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
@@ -445,8 +449,9 @@ func (d *Daemon) apply(data []byte) error {
 	}
 	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
+	var rt *routes
 	if err == nil && d.fleet != nil {
-		err = d.fleet.configure(gen.rules, gen.descs)
+		rt, err = d.fleet.prepare(gen.rules, gen.descs)
 	}
 	if err != nil {
 		// The new engine made hot-key summaries and decision counters
@@ -464,9 +469,23 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	d.useRoutes(rt)
 	for i, r := range d.tls {
 		r.Store(certs[i])
 	}
 	d.activate(gen)
 	return nil
+}
+
+// useRoutes puts the fleet routes of the generation just stored in force
+// (nil: no fleet store), once the decisions still routed by the old ones
+// have ended (see fleetStore.use). What the old rules held locally that
+// cannot be handed back is logged: the generation is in force anyway.
+func (d *Daemon) useRoutes(rt *routes) {
+	if rt == nil {
+		return
+	}
+	if err := d.fleet.use(rt); err != nil {
+		d.log.Warn("fleet: handing back the sync hits or leases of rules changed or removed", "err", err)
+	}
 }

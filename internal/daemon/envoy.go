@@ -110,8 +110,9 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	case set.Digest() == old.descs.Digest():
 		res.Unchanged = true
 	default:
+		var rt *routes
 		if d.fleet != nil {
-			if err := d.fleet.configure(old.rules, set); err != nil {
+			if rt, err = d.fleet.prepare(old.rules, set); err != nil {
 				d.metrics.Reload(false)
 				d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
 				res.Err = err
@@ -121,6 +122,7 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		gen := *old
 		gen.descs = set
 		d.cur.Store(&gen)
+		d.useRoutes(rt)
 		d.keepHot(&gen)
 		d.metrics.Reload(true)
 		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())

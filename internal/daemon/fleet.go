@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
-	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -23,23 +21,24 @@ import (
 // rule with `lease` to the fleet.Lease of that chunk, and the others to
 // Redis, exact. Rules find their mode by the head of their store keys
 // ("NAME|FINGERPRINT|"); the fingerprint changes with the limit, so a rule
-// whose limit changes on reload starts on fresh keys and fresh local state,
-// and the old keys' state simply ages out (a lease of a window expires with
-// it, a bucket's lapses as it refills). The decorators live as long as the
-// daemon: a reload keeps their local state, and Close hands it back (sync:
-// hits not yet sent; lease: units held).
+// whose limit changes on reload starts on fresh keys and fresh local state.
+// A reload keeps the decorators of the intervals and chunks still in use,
+// with their local state; once the decisions still routed by the old
+// config have ended, it closes the others and makes those it keeps let go
+// of the keys of rules changed or removed, handing back what they held
+// (sync: hits not yet sent; lease: units held). See routes. Close hands
+// back the rest at shutdown.
 type fleetStore struct {
 	redis fleetShared
-	now   func() time.Time // the decisions' clock, for Close
+	now   func() time.Time // the decisions' clock, for handing leases back
 
-	modes atomic.Pointer[map[string]ruleMode] // by key head
+	routes atomic.Pointer[routes] // in force
 
-	mu      sync.Mutex
-	syncs   map[time.Duration]*fleet.Sync
-	leases  map[int]*fleet.Lease // by chunk; 0 is auto
-	current map[string]string    // rule name → its key head in the last config
-	batch   *prometheus.HistogramVec
-	grants  *prometheus.HistogramVec
+	mu     sync.Mutex // the decorators, their metrics and their retirement
+	syncs  map[time.Duration]*fleet.Sync
+	leases map[int]*fleet.Lease // by chunk; 0 is auto
+	batch  *prometheus.HistogramVec
+	grants *prometheus.HistogramVec
 }
 
 // fleetShared is the shared store the decorators reserve from and sync
@@ -93,7 +92,6 @@ func (l *lazyRedis) Return(ctx context.Context, ops []redisstore.ReturnOp) error
 // ruleMode is how one rule counts.
 type ruleMode struct {
 	rule  string
-	head  string
 	sync  time.Duration
 	lease rules.AutoCount
 	store sluice.Store
@@ -112,13 +110,13 @@ func (m ruleMode) name() string {
 var _ sluice.Store = (*fleetStore)(nil)
 
 // newFleetStore returns the fleet store over r; now is the clock of the
-// requests' Now (nil means time.Now), which Close gives leases back at.
+// requests' Now (nil means time.Now), which leases are given back at.
 func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Time) *fleetStore {
 	if now == nil {
 		now = time.Now
 	}
 	f := &fleetStore{redis: r, now: now, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{}}
-	f.modes.Store(&map[string]ruleMode{})
+	f.routes.Store(newRoutes(nil))
 	f.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_fleet_sync_batch_seconds",
 		Help:    "Round trip of one sync batch (every key an instance decided during an interval), by interval.",
@@ -135,78 +133,6 @@ func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Tim
 	return f
 }
 
-// configure sets the modes of set's rules, creating the decorators they
-// need. The rules of earlier configs keep theirs (their keys differ, or
-// their mode is replaced), so the generation in force until the new one is
-// swapped in decides as before. It fails only if a decorator cannot be
-// built.
-func (f *fleetStore) configure(set *rules.Set, descs *descriptors.Set) error {
-	modes := map[string]ruleMode{}
-	for k, m := range *f.modes.Load() {
-		modes[k] = m
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	current := map[string]string{}
-	add := func(name, head string, sync time.Duration, lease rules.AutoCount) error {
-		m := ruleMode{rule: name, sync: sync, lease: lease, store: f.redis}
-		switch {
-		case sync > 0:
-			s := f.syncs[sync]
-			if s == nil {
-				hist := f.batch.WithLabelValues(sync.String())
-				var err error
-				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r sluice.Request) bool { return f.owns(s, r.Key) },
-					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
-				if err != nil {
-					return err
-				}
-				f.syncs[sync] = s
-			}
-			m.store = s
-		case !lease.IsZero():
-			chunk := lease.N
-			if lease.Auto {
-				chunk = 0
-			}
-			l := f.leases[chunk]
-			if l == nil {
-				hist := f.grants.WithLabelValues(lease.String())
-				var err error
-				l, err = fleet.NewLease(f.redis, fleet.LeaseOptions{Chunk: int64(chunk), Applies: func(r sluice.Request) bool { return f.owns(l, r.Key) },
-					OnLease: func(_, _ int64, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
-				if err != nil {
-					return err
-				}
-				f.leases[chunk] = l
-			}
-			m.store = l
-		}
-		m.head = head
-		modes[m.head] = m
-		current[name] = m.head
-		return nil
-	}
-	for _, r := range set.Rules {
-		if err := add(r.Name, r.StoreKey(""), r.Sync, r.Lease); err != nil {
-			return err
-		}
-	}
-	// The Envoy descriptors' keys have the same shape ("envoy:ID|FP|").
-	var err error
-	descs.Each(func(r *descriptors.Rule) {
-		if err == nil && !r.Unlimited && r.RequestsPerUnit > 0 {
-			err = add(r.FullName(), r.Head(), r.Sync, r.Lease)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	f.modes.Store(&modes)
-	f.current = current
-	return nil
-}
-
 // head returns the "NAME|FINGERPRINT|" of a store key, or "".
 func head(key string) string {
 	i := strings.IndexByte(key, '|')
@@ -220,27 +146,11 @@ func head(key string) string {
 	return key[:i+1+j+1]
 }
 
-// route returns the store deciding key's requests.
-func (f *fleetStore) route(key string) sluice.Store {
-	if m, ok := (*f.modes.Load())[head(key)]; ok {
-		return m.store
-	}
-	return f.redis
-}
-
-// owns tells decorator d whether a request is its own: its rule's mode is
-// d's. A request d gets through route always is, unless its rule changed
-// mode since; in a TakeAll spanning modes, d gets them all and sends the
-// others (the exact ones) to Redis itself. d is set once NewSync or
-// NewLease returns, before any rule uses it.
-func (f *fleetStore) owns(d sluice.Store, key string) bool {
-	m, ok := (*f.modes.Load())[head(key)]
-	return ok && d != nil && m.store == d
-}
-
 // Take implements sluice.Store.
 func (f *fleetStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	return f.route(r.Key).Take(ctx, r)
+	rt, sh := f.enter()
+	defer rt.leave(sh)
+	return rt.route(r.Key, f.redis).Take(ctx, r)
 }
 
 // TakeAll implements sluice.Store. Requests of one mode are decided by one
@@ -259,13 +169,15 @@ func (f *fleetStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []slui
 	if len(ds) != len(rs) {
 		return errors.New("daemon: take all: decisions and requests differ in number")
 	}
+	rt, sh := f.enter()
+	defer rt.leave(sh)
 	if len(rs) == 1 {
-		return f.route(rs[0].Key).TakeAll(ctx, rs, ds)
+		return rt.route(rs[0].Key, f.redis).TakeAll(ctx, rs, ds)
 	}
 	var stores []sluice.Store
 	var groups [][]int
 	for i := range rs {
-		s := f.route(rs[i].Key)
+		s := rt.route(rs[i].Key, f.redis)
 		g := -1
 		for k, t := range stores {
 			if t == s {
@@ -359,7 +271,7 @@ func (f *fleetStore) takeSpanning(ctx context.Context, rs []sluice.Request, ds [
 
 // Close hands back the local state (sync: hits not sent; lease: units
 // held and still good on the decisions' clock); the shared store stays
-// open.
+// open. Call it after the last decision.
 func (f *fleetStore) Close() error {
 	f.mu.Lock()
 	var errs []error
@@ -421,10 +333,7 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSyncOvershoot, prometheus.GaugeValue, float64(st.MaxOvershoot), l)
 	}
 	for chunk, s := range f.leases {
-		st, l := s.Stats(), "auto"
-		if chunk > 0 {
-			l = strconv.Itoa(chunk)
-		}
+		st, l := s.Stats(), chunkLabel(chunk)
 		counter(descLeaseCalls, st.Calls, l)
 		counter(descLeaseGranted, st.Granted, l)
 		counter(descLeaseReturned, st.Returned, l)
@@ -433,8 +342,8 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLeaseCold, st.Cold, l)
 	}
 	seen := map[string]bool{}
-	for _, m := range *f.modes.Load() {
-		if !seen[m.rule] && f.current[m.rule] == m.head {
+	for _, m := range f.routes.Load().modes {
+		if !seen[m.rule] {
 			seen[m.rule] = true
 			ch <- prometheus.MustNewConstMetric(descRuleMode, prometheus.GaugeValue, 1, m.rule, m.name())
 		}

@@ -23,9 +23,7 @@ func TestFleetCloseOnDecisionClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.configure(set, nil); err != nil {
-		t.Fatal(err)
-	}
+	configureFleet(t, f, set)
 	rule := set.Rule("hard")
 	r := sluice.Request{Key: rule.StoreKey("k"), Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: 1, Now: t0}
 	// The first request is decided in Redis, the second reserves the

@@ -29,9 +29,7 @@ func TestFleetMixedAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.configure(set, nil); err != nil {
-		t.Fatal(err)
-	}
+	configureFleet(t, f, set)
 	req := func(rule, key string) sluice.Request {
 		r := set.Rule(rule)
 		return sluice.Request{Key: r.StoreKey(key), Algorithm: r.Algorithm, Limit: r.Limit, Cost: 1, Now: time.Now()}
@@ -71,6 +69,18 @@ func TestFleetMixedAllOrNothing(t *testing.T) {
 		if counted := 1000 - d.Remaining; counted != int64(admitted) {
 			t.Errorf("%s: the exact rule counted %d requests in Redis, want the %d admitted (a request denied by the %s rule consumed from it)", fleetRule, counted, admitted, fleetRule)
 		}
+	}
+}
+
+// configureFleet puts set's rules in force in f, as a reload does.
+func configureFleet(t *testing.T, f *fleetStore, set *rules.Set) {
+	t.Helper()
+	rt, err := f.prepare(set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.use(rt); err != nil {
+		t.Fatal(err)
 	}
 }
 
