@@ -361,6 +361,41 @@ descriptors:
 	}
 }
 
+// TestEnvoyFleetDescriptorReload: a reload of the descriptor files that
+// removes a lease descriptor gives the units it held back to Redis and
+// retires its Lease, as a config reload does for rules.
+func TestEnvoyFleetDescriptorReload(t *testing.T) {
+	dir := t.TempDir()
+	const plain = "domain: fleet\ndescriptors:\n  - key: plain\n    rate_limit: {unit: year, requests_per_unit: 5}\n"
+	ed, redis := startEnvoyRedis(t, dir, plain+"  - key: leased\n    lease: 10\n    rate_limit: {unit: year, requests_per_unit: 100}\n")
+	leased := []descriptors.Entry{{Key: "leased", Value: "a"}}
+	var m descriptors.Match
+	if !ed.d.descriptorSet().Lookup("fleet", leased, &m) {
+		t.Fatal("no descriptor for leased")
+	}
+	key, alg, limit := m.StoreKey(leased), m.Rule.Algorithm, m.Rule.Limit
+	// The first decided in Redis, the second reserves 10 and spends one.
+	for i := range 2 {
+		if r := ed.ask("fleet", entries("leased", "a")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, want OK", i, r.OverallCode)
+		}
+	}
+	probe := probeRedis(t, redis.Addr)
+	if got := countedKey(t, probe, key, alg, limit); got != 11 {
+		t.Fatalf("Redis counts %d, want 11 (one decided there, 10 reserved)", got)
+	}
+	replaceFile(t, filepath.Join(dir, "fleet.yaml"), plain)
+	if r := ed.waitReload(); r.Err != nil {
+		t.Fatalf("descriptor reload: %v", r.Err)
+	}
+	if got := countedKey(t, probe, key, alg, limit); got != 2 {
+		t.Errorf("Redis counts %d after the descriptor left, want the 2 admitted (9 units given back)", got)
+	}
+	if heads, _, leases := fleetSizes(ed.d.fleet); heads != 1 || leases != 0 {
+		t.Errorf("after the reload: %d routing entries and %d Leases, want 1 (plain) and 0", heads, leases)
+	}
+}
+
 // TestEnvoyDeniedByFleetDescriptor: a request denied by a lease or sync
 // descriptor counts nothing on the others, which the fleet decorator asks
 // Redis about without counting; their limit_remaining is what is left, and

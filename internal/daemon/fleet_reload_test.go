@@ -78,11 +78,17 @@ func probeRedis(t *testing.T, addr string) *redisstore.Store {
 // fixed window): its rate minus what a cost-0 Take says is left.
 func counted(t *testing.T, st *redisstore.Store, rule *rules.Rule, k string) int64 {
 	t.Helper()
-	d, err := st.Take(context.Background(), sluice.Request{Key: rule.StoreKey(k), Algorithm: rule.Algorithm, Limit: rule.Limit, Now: time.Now()})
+	return countedKey(t, st, rule.StoreKey(k), rule.Algorithm, rule.Limit)
+}
+
+// countedKey is counted for a store key and its algorithm and limit.
+func countedKey(t *testing.T, st *redisstore.Store, key string, alg sluice.Algorithm, limit sluice.Limit) int64 {
+	t.Helper()
+	d, err := st.Take(context.Background(), sluice.Request{Key: key, Algorithm: alg, Limit: limit, Now: time.Now()})
 	if err != nil {
-		t.Fatalf("probe %s in Redis: %v", rule.Name, err)
+		t.Fatalf("probe %s in Redis: %v", key, err)
 	}
-	return rule.Limit.Rate - d.Remaining
+	return limit.Rate - d.Remaining
 }
 
 // fleetSizes is what the fleet store keeps: routing entries, Syncs (one
