@@ -9,48 +9,22 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/textproto"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/hop"
 )
 
-// hopHeaders are neither queued nor replayed: they are the client's
-// connection's, as the proxy drops them (HTTP2-Settings with them, so that
-// no upgrade to HTTP/2 is passed on), or set again on replay
-// (Content-Length). Upgrade goes whole: a replay has no client connection
-// to hand over.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings", "Content-Length"}
-
-// dropHop removes h's hop-by-hop headers: those its Connection names (in
-// any case), then hopHeaders.
+// dropHop removes what neither is queued nor replayed: the hop-by-hop
+// headers, which are the client's connection's, as the proxy drops them
+// (hop.Drop: HTTP2-Settings with them, so that no upgrade to HTTP/2 is
+// passed on; Upgrade goes whole, since a replay has no client connection to
+// hand over), and Content-Length, set again on replay.
 func dropHop(h http.Header) {
-	if conn := h["Connection"]; len(conn) > 0 {
-		for k := range h {
-			if connectionNamed(conn, k) {
-				delete(h, k)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		delete(h, k)
-	}
-}
-
-// connectionNamed reports whether the Connection header values cv name k.
-func connectionNamed(cv []string, k string) bool {
-	for _, v := range cv {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" && strings.EqualFold(f, k) {
-				return true
-			}
-		}
-	}
-	return false
+	hop.Drop(h)
+	delete(h, "Content-Length")
 }
 
 // ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
+	"github.com/sluicehq/sluice/internal/hop"
 )
 
 // The fast path forwards the common request — GET or HEAD with no body,
@@ -71,35 +72,13 @@ func ishex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// hopHeaders are dropped in both directions (as ReverseProxy does), with
-// the headers the Connection header names. Content-Length and Host are
-// written by the fast path itself; forwarding headers are replaced.
-var hopHeaders = map[string]bool{
-	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
-	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
-	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Http2-Settings": true, // h2c.go
-}
-
-// connectionNamed reports whether the Connection header values cv name k.
-func connectionNamed(cv []string, k string) bool {
-	for _, v := range cv {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" && strings.EqualFold(f, k) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // dropRequestHeader reports whether the incoming header k is not
 // forwarded on the fast path.
 func dropRequestHeader(k string, conn []string) bool {
-	if hopHeaders[k] || k == "Content-Length" || k == "Host" || forwardingHeader(k) {
+	if hop.Is(k) || k == "Content-Length" || k == "Host" || forwardingHeader(k) {
 		return true
 	}
-	return len(conn) > 0 && connectionNamed(conn, k)
+	return len(conn) > 0 && hop.Named(conn, k)
 }
 
 // forwardingHeader reports whether the request header k is a forwarding
@@ -267,7 +246,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	h := w.Header()
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Header {
-		if hopHeaders[k] || len(conn) > 0 && connectionNamed(conn, k) {
+		if hop.Is(k) || len(conn) > 0 && hop.Named(conn, k) {
 			continue
 		}
 		h[k] = vv

@@ -20,7 +20,7 @@ import (
 // dropHTTP2Upgrade removes from h's Upgrade the protocols that name HTTP/2
 // (h2c, h2, HTTP/2, in any case), and the header if nothing else is left;
 // h is unchanged when Upgrade names none. HTTP2-Settings is dropped
-// elsewhere, with the hop-by-hop headers (hopHeaders, rewrite).
+// elsewhere, with the hop-by-hop headers (internal/hop, rewrite).
 func dropHTTP2Upgrade(h http.Header) {
 	vv := h["Upgrade"]
 	found := false
