@@ -301,16 +301,7 @@ func (l *Lease) ForgetAt(now time.Time, match func(namespace, key string) bool) 
 	if l.closed.Load() {
 		return nil
 	}
-	l.mu.Lock()
-	var entries []*leaseEntry
-	for k, e := range l.keys {
-		if match(k.ns, k.key) {
-			entries = append(entries, e)
-			delete(l.keys, k)
-		}
-	}
-	l.mu.Unlock()
-	return l.giveBack(entries, now, true)
+	return l.giveBack(removeMatching(&l.mu, l.keys, match), now, true)
 }
 
 // giveBack returns the units of entries held and not expired at now, and

@@ -104,6 +104,22 @@ type nsKey struct{ ns, key string }
 
 func keyOf(r *sluice.Request) nsKey { return nsKey{r.Namespace, r.Key} }
 
+// removeMatching deletes from m, under mu, the keys match selects (it gets
+// each key's Namespace and Key), returning their values: what Sync.Forget
+// and Lease.ForgetAt let go.
+func removeMatching[V any](mu *sync.Mutex, m map[nsKey]V, match func(namespace, key string) bool) []V {
+	mu.Lock()
+	defer mu.Unlock()
+	var gone []V
+	for k, v := range m {
+		if match(k.ns, k.key) {
+			gone = append(gone, v)
+			delete(m, k)
+		}
+	}
+	return gone
+}
+
 func (k nsKey) compare(o nsKey) int {
 	if c := strings.Compare(k.ns, o.ns); c != 0 {
 		return c

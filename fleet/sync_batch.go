@@ -130,15 +130,7 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 	// One batch at a time, so that no entry is in a batch in flight.
 	s.flushing <- struct{}{}
 	defer func() { <-s.flushing }()
-	s.mu.Lock()
-	var gone []*syncEntry
-	for k, e := range s.keys {
-		if match(k.ns, k.key) {
-			gone = append(gone, e)
-			delete(s.keys, k)
-		}
-	}
-	s.mu.Unlock()
+	gone := removeMatching(&s.mu, s.keys, match)
 	var ops []redisstore.SyncOp
 	var sent []*syncEntry
 	for _, e := range gone {

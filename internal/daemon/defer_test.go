@@ -22,24 +22,7 @@ import (
 func TestDeferOutcomeUnknownThroughDaemon(t *testing.T) {
 	rs := redistest.StartServer(t)
 	x := redistest.NewCutter(t, rs.Addr, "marked-body", true)
-	up := startUpstream(t)
-	td := startDaemon(t, proxyConfig(up.url, fmt.Sprintf(`
-store:
-  type: redis
-  redis: {addrs: [%s], timeout: 2s}
-rules:
-  - name: jobs
-    match: {path: /jobs}
-    rate: 1/m
-    algorithm: token_bucket
-    action: defer
-`, x.Addr)))
-	if r := do(t, http.MethodPost, td.proxy+"/jobs", "first"); r.status != http.StatusOK {
-		t.Fatalf("first request: %d %s, want 200 (under the limit)", r.status, r.body)
-	}
-	if r := do(t, http.MethodPost, td.proxy+"/jobs", "warm"); r.status != http.StatusAccepted { // loads the script
-		t.Fatalf("second request: %d %s, want 202 (deferred)", r.status, r.body)
-	}
+	td := startDeferDaemon(t, x.Addr)
 	x.Arm()
 	r := do(t, http.MethodPost, td.proxy+"/jobs", "marked-body")
 	if !x.Cut() {
@@ -58,11 +41,7 @@ rules:
 			"want 503 defer_outcome_unknown naming the rule and the id, its Location, no Retry-After nor X-RateLimit-Retry-After",
 			r.status, r.body, r.header)
 	}
-	direct, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
+	direct := directRedis(t, rs.Addr)
 	q, err := deferq.New(deferq.Options{Client: direct})
 	if err != nil {
 		t.Fatal(err)
@@ -80,24 +59,7 @@ rules:
 func TestDeferLocationAfterLateEnqueue(t *testing.T) {
 	rs := redistest.StartServer(t)
 	x := redistest.NewHolder(t, rs.Addr, "held-body")
-	up := startUpstream(t)
-	td := startDaemon(t, proxyConfig(up.url, fmt.Sprintf(`
-store:
-  type: redis
-  redis: {addrs: [%s], timeout: 2s}
-rules:
-  - name: jobs
-    match: {path: /jobs}
-    rate: 1/m
-    algorithm: token_bucket
-    action: defer
-`, x.Addr)))
-	if r := do(t, http.MethodPost, td.proxy+"/jobs", "first"); r.status != http.StatusOK {
-		t.Fatalf("first request: %d %s, want 200 (under the limit)", r.status, r.body)
-	}
-	if r := do(t, http.MethodPost, td.proxy+"/jobs", "warm"); r.status != http.StatusAccepted { // loads the script
-		t.Fatalf("second request: %d %s, want 202 (deferred)", r.status, r.body)
-	}
+	td := startDeferDaemon(t, x.Addr)
 	x.Hold()
 	r := do(t, http.MethodPost, td.proxy+"/jobs", "held-body")
 	var a struct {
@@ -128,12 +90,47 @@ rules:
 	if r := get(t, td.api+loc); r.status != http.StatusNotFound {
 		t.Errorf("GET %s after the held enqueue landed: %d %s; want 404 still (the client was told it was not queued)", loc, r.status, r.body)
 	}
-	direct, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
+	direct := directRedis(t, rs.Addr)
 	if n, err := direct.Do(context.Background(), direct.B().Xlen().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:q").Build()).AsInt64(); err != nil || n != 1 {
 		t.Errorf("XLEN = %d, %v; want 1 (the warm-up only: the late enqueue queued nothing)", n, err)
 	}
+}
+
+// startDeferDaemon starts a daemon proxying to an upstream with one rule,
+// jobs (POST /jobs, 1/m, action defer), on the Redis at addr, and sends it
+// two requests: the first passes, the second is deferred (loading the
+// queue's scripts), so that the next one is deferred too.
+func startDeferDaemon(t *testing.T, addr string) *testDaemon {
+	t.Helper()
+	up := startUpstream(t)
+	td := startDaemon(t, proxyConfig(up.url, fmt.Sprintf(`
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: jobs
+    match: {path: /jobs}
+    rate: 1/m
+    algorithm: token_bucket
+    action: defer
+`, addr)))
+	if r := do(t, http.MethodPost, td.proxy+"/jobs", "first"); r.status != http.StatusOK {
+		t.Fatalf("first request: %d %s, want 200 (under the limit)", r.status, r.body)
+	}
+	if r := do(t, http.MethodPost, td.proxy+"/jobs", "warm"); r.status != http.StatusAccepted { // loads the script
+		t.Fatalf("second request: %d %s, want 202 (deferred)", r.status, r.body)
+	}
+	return td
+}
+
+// directRedis is a client of the Redis at addr of its own, beside the
+// daemon's.
+func directRedis(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
