@@ -180,6 +180,27 @@ rules:
 		}
 		doctest.Check(t, "docs/http.md", "report", out.String())
 	})
+	t.Run("docs/http.md check and rules", func(t *testing.T) {
+		// 48 s into the minute, as the page says.
+		api, _ := docDaemonClock(t, `listen: 127.0.0.1:0
+rules:
+  - name: login-per-ip
+    match: {methods: [POST], path: /login}
+    key: [ip]
+    rate: 5/m
+`, func() time.Time { return docInstant.Add(38 * time.Second) })
+		var out strings.Builder
+		for _, body := range []string{
+			`{"rule":"login-per-ip","key":"203.0.113.7"}`,
+			`{"rule":"login-per-ip","key":"203.0.113.7","cost":5}`,
+		} {
+			r := do(t, "POST", api+"/v1/check", body)
+			out.WriteString("$ curl -s localhost:8080/v1/check -d '" + body + "'\n" + r.body)
+		}
+		doctest.Check(t, "docs/http.md", "check", out.String())
+		r := get(t, api+"/v1/rules")
+		doctest.Check(t, "docs/http.md", "rules", "$ curl -s localhost:8080/v1/rules\n"+r.body)
+	})
 	t.Run("docs/daemon.md built-in example", func(t *testing.T) {
 		api, _ := docDaemon(t, string(config.Example()))
 		const body = `{"rule":"demo-per-ip","key":"203.0.113.7"}`
