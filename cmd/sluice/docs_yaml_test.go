@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/doctest"
@@ -26,6 +28,9 @@ func TestDocYAMLBlocks(t *testing.T) {
 	for _, b := range blocks {
 		dir := t.TempDir()
 		var path string
+		if b.Sample == "broken-config" {
+			continue // wrong on purpose: TestDocCheckConfigSample
+		}
 		switch b.FirstKey() {
 		case "http_filters", "rate_limits": // Envoy's config, not Sluice's
 			continue
@@ -41,7 +46,7 @@ func TestDocYAMLBlocks(t *testing.T) {
 		}
 		var stdout, stderr bytes.Buffer
 		if code := run(t.Context(), []string{"check-config", path}, nil, &stdout, &stderr); code != 0 {
-			t.Errorf("%s: sluice check-config refuses the block (exit %d):\n%s\nthe block:\n%s", b, code, stderr.String(), b.Text)
+			t.Errorf("%s: sluice check-config refuses the block (exit %d; line N of the config is line %d+N of the page):\n%s\nthe block:\n%s", b, code, b.Line, stderr.String(), b.Text)
 		}
 	}
 	if configs < 8 || descriptorFiles < 2 {
@@ -57,4 +62,34 @@ func TestDocAnnotatedConfigsAgree(t *testing.T) {
 	if readme != page {
 		t.Errorf("README.md's annotated config differs from docs/config.md's; make them the same (docs/config.md's is the reference, internal/config/docs_test.go checks its defaults)")
 	}
+}
+
+// TestDocCheckConfigSample: what docs/config.md shows check-config saying
+// of the quick start's config and of its broken.yaml is what it says.
+func TestDocCheckConfigSample(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for name, sample := range map[string]string{"sluice.yaml": "daemon-config", "broken.yaml": "broken-config"} {
+		page := "docs/config.md"
+		if sample == "daemon-config" {
+			page = "docs/daemon.md"
+		}
+		if err := os.WriteFile(name, []byte(doctest.Block(t, page, sample)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("REDIS_PASSWORD", "")
+	os.Unsetenv("REDIS_PASSWORD")
+	var out strings.Builder
+	for _, file := range []string{"sluice.yaml", "broken.yaml"} {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), []string{"check-config", file}, nil, &stdout, &stderr)
+		out.WriteString("$ sluice check-config " + file + "\n" + stdout.String() + stderr.String())
+		if file == "broken.yaml" {
+			out.WriteString("$ echo $?\n" + strconv.Itoa(code) + "\n")
+		} else if code != 0 {
+			t.Errorf("check-config %s: exit %d, want 0", file, code)
+		}
+	}
+	doctest.Check(t, "docs/config.md", "check-config", out.String())
 }

@@ -24,6 +24,9 @@ type YAMLBlock struct {
 	File string // relative to the repository's root: README.md, docs/config.md
 	Line int    // of the opening fence
 	Text string // the lines between the fences, without the fence's indentation
+	// Sample is the name of the "<!-- sample: NAME" marker on the line
+	// before the fence, if any.
+	Sample string
 }
 
 // FirstKey returns the first top-level key of the block ("" if none):
@@ -41,7 +44,10 @@ func (b YAMLBlock) FirstKey() string {
 
 func (b YAMLBlock) String() string { return fmt.Sprintf("%s:%d", b.File, b.Line) }
 
-var fence = regexp.MustCompile("^( *)```(yaml|yml)\\s*$")
+var (
+	fence  = regexp.MustCompile("^( *)```(yaml|yml)\\s*$")
+	marker = regexp.MustCompile(`^\s*<!-- sample: (\S+)`)
+)
 
 // YAMLBlocks returns the YAML blocks of README.md and docs/*.md, in file
 // order.
@@ -73,7 +79,13 @@ func YAMLBlocks(t testing.TB) []YAMLBlock {
 			if i == len(lines) {
 				t.Fatalf("%s:%d: a ```yaml block without its closing fence", rel, start+1)
 			}
-			out = append(out, YAMLBlock{File: rel, Line: start + 1, Text: strings.Join(text, "\n") + "\n"})
+			var sample string
+			if start > 0 {
+				if m := marker.FindStringSubmatch(lines[start-1]); m != nil {
+					sample = m[1]
+				}
+			}
+			out = append(out, YAMLBlock{File: rel, Line: start + 1, Text: strings.Join(text, "\n") + "\n", Sample: sample})
 		}
 	}
 	return out
