@@ -58,9 +58,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	sum := summary(cfg)
+	sum := summary(cfg) // ends in "; grpc ADDR" with a grpc block
 	if descs != nil {
-		sum += fmt.Sprintf("; grpc %s (%d descriptor files, %d domains, %d limits)", cfg.GRPC.Listen, len(descs.Files()), descs.Domains(), descs.Rules())
+		sum += fmt.Sprintf(" (%d descriptor files, %d domains, %d limits)", len(descs.Files()), descs.Domains(), descs.Rules())
 	}
 	fmt.Fprintf(stdout, "%s: ok: %s\n", file, sum)
 	return 0

@@ -93,3 +93,45 @@ func TestDocCheckConfigSample(t *testing.T) {
 	}
 	doctest.Check(t, "docs/config.md", "check-config", out.String())
 }
+
+// TestDocCheckConfigEnvoy: docs/envoy.md's check-config sample is what
+// check-config says of the page's config with the page's two descriptor
+// files in its grpc.config directory.
+func TestDocCheckConfigEnvoy(t *testing.T) {
+	var conf string
+	var descs []string
+	for _, b := range doctest.YAMLBlocks(t) {
+		if b.File != "docs/envoy.md" {
+			continue
+		}
+		switch {
+		case b.FirstKey() == "domain":
+			descs = append(descs, b.Text)
+		case conf == "" && b.FirstKey() == "listen":
+			conf = b.Text
+		}
+	}
+	if conf == "" || len(descs) != 2 {
+		t.Fatalf("docs/envoy.md: want its first config and two descriptor files, found %d", len(descs))
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	doctest.WriteConfig(t, dir, conf) // its /etc/ratelimit/config moves under dir
+	rl := filepath.Join(dir, "etc", "ratelimit", "config")
+	if err := os.RemoveAll(rl); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range descs {
+		if err := os.MkdirAll(rl, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rl, strconv.Itoa(i)+".yaml"), []byte(d), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"check-config", "sluice.yaml"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("check-config: exit %d: %s", code, stderr.String())
+	}
+	doctest.Check(t, "docs/envoy.md", "envoy-check-config", "$ sluice check-config sluice.yaml\n"+stdout.String())
+}
