@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -190,4 +192,42 @@ func meaning(t *testing.T, c *Config) [2]any {
 		compiled = append(compiled, rr)
 	}
 	return [2]any{cc, compiled}
+}
+
+// reKeyRef finds a config key path written in the docs' prose, such as
+// `store.redis.timeout` or `client_ip.trusted_proxies`.
+var reKeyRef = regexp.MustCompile("`((?:listen|log_level|shutdown_timeout|api|proxy|grpc|store|client_ip|forward_auth|limits|defer|rules)(?:\\[\\d*\\])?(?:\\.[a-z0-9_]+(?:\\[\\d*\\])?)+)`")
+
+var anyIndex = regexp.MustCompile(`\[\d*\]`)
+
+// TestDocKeyNames: every key path README.md and docs/*.md write in
+// backquotes (`store.redis.timeout`) is a key of the config.
+func TestDocKeyNames(t *testing.T) {
+	keys := map[string]bool{}
+	for _, k := range keyPaths(reflect.TypeFor[Config](), "") {
+		keys[strings.ReplaceAll(k, "[]", "")] = true
+	}
+	pages, err := filepath.Glob(filepath.Join(doctest.Root(), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join(doctest.Root(), "README.md"))
+	var bad []string
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(doctest.Root(), p)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range reKeyRef.FindAllStringSubmatch(line, -1) {
+				if !keys[anyIndex.ReplaceAllString(m[1], "")] {
+					bad = append(bad, fmt.Sprintf("%s:%d: %s", rel, i+1, m[1]))
+				}
+			}
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("key paths in the docs that are no config keys:\n%s", strings.Join(bad, "\n"))
+	}
 }
