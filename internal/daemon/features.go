@@ -145,6 +145,9 @@ func (d *Daemon) replayTake(name string) func(context.Context, string) (sluice.D
 			return sluice.Decision{RetryAfter: time.Minute}, nil // the rule is gone: hold on
 		}
 		res := e.Check(ctx, r, key, 1)
+		if res.Err != nil { // ctx ended before the store answered
+			return sluice.Decision{}, res.Err
+		}
 		if res.StoreErr != nil {
 			return sluice.Decision{}, res.StoreErr
 		}

@@ -12,7 +12,9 @@ import (
 // POST /v1/check does: no matching, no waiting. For an enforcing rule it is
 // Decide with that one match. A shadow rule counts the request and reports
 // its figures but always allows: Decision then has Allowed true and
-// RetryAfter 0 whatever the rule would have said.
+// RetryAfter 0 whatever the rule would have said. A request whose context
+// ended before the store answered (the client went away) comes back not
+// allowed with Result.Err, whatever on_error says, and is no store error.
 func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int64) Result {
 	if r.Action != rules.Shadow {
 		m := [1]rules.Match{{Rule: r, Key: key}}
@@ -26,6 +28,9 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 		unshard(&d, r.Limit, n)
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil && ctx.Err() != nil {
+		return Result{Err: ctx.Err()} // the client went away: see Decide
+	}
 	if err != nil {
 		e.storeFailed(err)
 		return Result{Allowed: true, StoreErr: err}
@@ -47,7 +52,7 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 // limit; when it did not, Decision.RetryAfter is how long until a request
 // of cost 1 is admitted again. A shadow rule is charged the same way and
 // always allows. A store failure answers as on_error says, charging
-// nothing.
+// nothing; a client gone before the store answered ends as in Check.
 func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int64) Result {
 	t0 := time.Now()
 	req, n := e.request(r, key, cost, e.now())
@@ -63,6 +68,9 @@ func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int
 		unshard(&d, r.Limit, n)
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
+	if err != nil && ctx.Err() != nil {
+		return Result{Err: ctx.Err()} // the client went away: see Decide
+	}
 	if err != nil {
 		e.storeFailed(err)
 		return Result{Allowed: e.failOpen, StoreErr: err}

@@ -44,6 +44,10 @@ type DescriptorsResult struct {
 	// StoreErr is the store's error when it could not decide; OverLimit is
 	// then the on_error policy's answer (deny: true).
 	StoreErr error
+	// Err is the request context's error when it ended before the store
+	// answered: the client went away. OverLimit is then true whatever
+	// on_error says, and nothing counts as a store error.
+	Err error
 	// Now is the instant the descriptors were decided at.
 	Now time.Time
 }
@@ -99,7 +103,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		// past their limit (the overage is debt); one that is over (in
 		// debt) denies the request as any other descriptor would.
 		if err := e.takeDescriptors(ctx, a, ds, reports, now, true); err != nil {
-			e.descriptorsFailed(err, &res)
+			e.descriptorsFailed(ctx, err, &res)
 			e.countDescriptors(ds, st)
 			return res
 		}
@@ -124,7 +128,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	for len(active) > 0 {
 		if err := e.takeDescriptors(ctx, a, ds, active, now, false); err != nil {
-			e.descriptorsFailed(err, &res)
+			e.descriptorsFailed(ctx, err, &res)
 			for _, i := range active {
 				st[i] = DescriptorStatus{}
 			}
@@ -304,8 +308,14 @@ func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now t
 	return 1
 }
 
-// descriptorsFailed answers a store failure as on_error says.
-func (e *Engine) descriptorsFailed(err error, res *DescriptorsResult) {
+// descriptorsFailed answers a store failure as on_error says; a call
+// refused because ctx ended (the client went away) is no store failure,
+// and ends the request over the limit with res.Err.
+func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *DescriptorsResult) {
+	if ctx.Err() != nil {
+		res.Err, res.OverLimit = ctx.Err(), true
+		return
+	}
 	e.storeFailed(err)
 	res.StoreErr = err
 	res.OverLimit = !e.failOpen

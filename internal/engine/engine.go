@@ -212,7 +212,8 @@ type Result struct {
 	// is the on_error policy's answer.
 	StoreErr error
 	// Err is the request context's error when it ended during a wait, or
-	// (Admit) before the store answered: the client went away, and the
+	// (Admit, Decide, Check, Report) before the store answered: the client
+	// went away, and the
 	// request is not allowed whatever on_error says.
 	Err error
 	// Deferrable reports that the request was denied only by rules whose
@@ -236,8 +237,19 @@ func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Resul
 	a := getAttempt()
 	defer putAttempt(a)
 	res := e.decide(ctx, a, ms, cost)
+	if res.StoreErr != nil && ctx.Err() != nil {
+		gone(ctx, &res) // as in Admit
+	}
 	e.finish(ctx, a, &res, ms, cost)
 	return res
+}
+
+// gone makes res the result of a request whose client went away before
+// the store answered (the Redis store refuses a call whose context has
+// ended): the store did not fail, and on_error allow must not send the
+// request on uncounted. It ends as when the client leaves a wait.
+func gone(ctx context.Context, res *Result) {
+	res.Allowed, res.Err, res.StoreErr, res.undecided = false, ctx.Err(), nil, true
 }
 
 // Admit decides the request and applies action delay: it returns when the
@@ -261,11 +273,7 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 			start = res.at
 		}
 		if res.StoreErr != nil && ctx.Err() != nil {
-			// The client went away before the store answered (the Redis
-			// store refuses a call whose context has ended): the store
-			// did not fail, and on_error allow must not send the request
-			// on uncounted. It ends as when the client leaves a wait.
-			res.Allowed, res.Err, res.StoreErr, res.undecided = false, ctx.Err(), nil, true
+			gone(ctx, &res)
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)
 			return res

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
@@ -63,5 +64,62 @@ func TestAdmitClientGone(t *testing.T) {
 	// A live client is decided as before, and its request counted.
 	if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Decision.Remaining != 0 {
 		t.Errorf("Admit for a live client: allowed %v remaining %d, want allowed, 0 left", res.Allowed, res.Decision.Remaining)
+	}
+}
+
+// TestCheckReportDescriptorsClientGone: the decision API's and the Envoy
+// service's paths treat a client that went away before the store answered
+// as Admit does: the result carries the context's error, is not allowed
+// (on_error allow must not answer a gone client "allowed", nor Envoy's
+// proxy forward its request uncounted), and nothing counts as a store
+// error or a fallback.
+func TestCheckReportDescriptorsClientGone(t *testing.T) {
+	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
+	shadow := rule("would-be", sluice.FixedWindow, sluice.PerMinute(1), rules.Shadow, 0)
+	set, err := descriptors.Parse("d.yaml", []byte(envoyConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
+		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		call func(ctx context.Context) engine.Result
+	}{
+		{"Check enforce", func(ctx context.Context) engine.Result { return e.Check(ctx, enforce, "k", 1) }},
+		{"Check shadow", func(ctx context.Context) engine.Result { return e.Check(ctx, shadow, "k", 1) }},
+		{"Report enforce", func(ctx context.Context) engine.Result { return e.Report(ctx, enforce, "r", 1) }},
+		{"Report shadow", func(ctx context.Context) engine.Result { return e.Report(ctx, shadow, "r", 1) }},
+	} {
+		res := c.call(gone)
+		if res.Allowed || !errors.Is(res.Err, context.Canceled) || res.StoreErr != nil {
+			t.Errorf("%s for a gone client: allowed %v, Err %v, StoreErr %v; want not allowed, context.Canceled, no store error", c.name, res.Allowed, res.Err, res.StoreErr)
+		}
+		if res := c.call(context.Background()); !res.Allowed || res.Err != nil || res.StoreErr != nil {
+			t.Errorf("%s for a live client: allowed %v, Err %v, StoreErr %v; want allowed (the gone client counted nothing)", c.name, res.Allowed, res.Err, res.StoreErr)
+		}
+	}
+	ds := match(t, set, 1, [2]string{"user", "alice"})
+	st := make([]engine.DescriptorStatus, len(ds))
+	if res := e.DecideDescriptors(gone, ds, st); !errors.Is(res.Err, context.Canceled) || res.StoreErr != nil || !res.OverLimit {
+		t.Errorf("DecideDescriptors for a gone client: Err %v, StoreErr %v, over %v; want context.Canceled, no store error, over", res.Err, res.StoreErr, res.OverLimit)
+	}
+	rep, err := descriptors.Parse("r.yaml", []byte("domain: d\ndescriptors:\n  - key: tokens\n    report: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = match(t, rep, 3, [2]string{"tokens", "t"})
+	if res := e.DecideDescriptors(gone, ds, st[:1]); !errors.Is(res.Err, context.Canceled) || res.StoreErr != nil {
+		t.Errorf("DecideDescriptors (report: true) for a gone client: Err %v, StoreErr %v; want context.Canceled, no store error", res.Err, res.StoreErr)
+	}
+	got := metricstest.Gather(t, reg)
+	if got["sluice_store_errors_total"] != 0 || got[`sluice_store_fallback_total{policy="allow"}`] != 0 {
+		t.Errorf("metrics after gone clients: store errors %v, fallbacks %v; want none", got["sluice_store_errors_total"], got[`sluice_store_fallback_total{policy="allow"}`])
 	}
 }
