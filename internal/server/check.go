@@ -25,7 +25,8 @@ type checkRequest struct {
 
 // check answers POST /v1/check: 200 with the decision (over the limit is
 // "allowed":false, not an error status), 400 for bad input, 413 for a body
-// over MaxBodyBytes, 503 when the store cannot decide under on_error deny.
+// over MaxBodyBytes, 503 when the store cannot decide under on_error deny,
+// 499 when the client went away before the store answered.
 //
 // The key is the caller's: it is counted under the rule's namespace
 // (rules.Rule.StoreKey: the rule's name and fingerprint, hashed when long),
@@ -78,6 +79,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
 	}
 	var d sluice.Decision
 	switch {
+	case res.Err != nil: // the client went away before the store answered
+		h.fail(w, errGone)
+		return
 	case res.StoreErr != nil && !res.Allowed:
 		h.fail(w, errUnavailable)
 		return

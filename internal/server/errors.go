@@ -23,7 +23,14 @@ var (
 	errUnavailable  = &apiError{status: http.StatusServiceUnavailable, msg: "store_unavailable"}
 	errUnauthorized = &apiError{status: http.StatusUnauthorized, msg: "unauthorized: this endpoint needs Authorization: Bearer <the token of api.token_file>"}
 	errBodyTimeout  = &apiError{status: http.StatusRequestTimeout, msg: "request body stalled: no data within body_read_timeout"}
+	// errGone answers a request whose client went away before it was
+	// decided (nginx's 499): for the access log, nobody reads it.
+	errGone = &apiError{status: StatusClientClosedRequest, msg: "client_closed_request"}
 )
+
+// StatusClientClosedRequest is the status of a request whose client went
+// away before it was decided: nginx's 499, "client closed request".
+const StatusClientClosedRequest = 499
 
 func errBadRequest(msg string) error { return &apiError{status: http.StatusBadRequest, msg: msg} }
 

@@ -52,6 +52,10 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	res := e.Admit(ctx, ms, 1)
 	stop()
+	if res.Err != nil { // the gateway went away while held or before the store answered
+		h.fail(w, errGone)
+		return
+	}
 	if !res.Allowed {
 		engine.WriteDenied(w, &res, h.o.DenyStatus)
 		return

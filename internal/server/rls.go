@@ -115,13 +115,15 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return resp, nil
 	case errors.Is(err, errStore):
 		return nil, status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, status.FromContextError(err).Err()
 	default:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 }
 
-// decide answers one request; its errors are bad requests, or wrap
-// errStore.
+// decide answers one request; its errors are bad requests, wrap errStore,
+// or are the context's (the client went away before the store answered).
 func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		if s.badLog.ok(s.o.Now()) {
@@ -178,6 +180,9 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		s.envoy.UnknownDomain()
 	}
 	res := s.o.Engine().DecideDescriptors(ctx, ds, st)
+	if res.Err != nil { // the client went away before the store answered
+		return nil, res.Err
+	}
 	if res.StoreErr != nil && s.o.Unavailable {
 		return nil, fmt.Errorf("%w: %v", errStore, res.StoreErr)
 	}
@@ -377,7 +382,8 @@ var (
 
 // ServeJSON serves POST /json: the request as proto-JSON, answered 200
 // (OK) or 429 (OVER_LIMIT) with the response as proto-JSON; 400 for a bad
-// request, 503 when the store cannot decide under Unavailable.
+// request, 503 when the store cannot decide under Unavailable, 499 when the
+// client went away before the store answered.
 func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -401,11 +407,14 @@ func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.decide(r.Context(), &req)
 	if err != nil {
-		code := http.StatusBadRequest
-		if errors.Is(err, errStore) {
+		code, msg := http.StatusBadRequest, err.Error()
+		switch {
+		case errors.Is(err, errStore):
 			code = http.StatusServiceUnavailable
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			code, msg = StatusClientClosedRequest, errGone.msg
 		}
-		jsonError(w, code, err.Error())
+		jsonError(w, code, msg)
 		return
 	}
 	out, err := jsonOut.Marshal(resp)

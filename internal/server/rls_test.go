@@ -38,6 +38,7 @@ type rlsEnv struct {
 	http   *httptest.Server
 	reg    *prometheus.Registry
 	set    *setBox
+	rls    *server.RLS // the service itself, for calls a real client cannot make
 }
 
 type setBox struct {
@@ -150,7 +151,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box}
+	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box, rls: rls}
 }
 
 // desc builds a request descriptor from key, value pairs.
