@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -195,5 +197,26 @@ api:
 	resp, err := http.ReadResponse(bufio.NewReader(held[0]), nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("held connection: %v %v, want 200", resp, err)
+	}
+}
+
+// TestStalledJSONBodyIs408: POST /json (the Envoy service's HTTP form)
+// answers a stalled body as /v1/check does, 408 naming body_read_timeout,
+// not 400 as if the client had sent a bad request.
+func TestStalledJSONBodyIs408(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte(envoyDescriptors), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	yaml := "listen: 127.0.0.1:0\napi:\n  body_read_timeout: 100ms\ngrpc:\n  listen: 127.0.0.1:0\n  config: [shop.yaml]\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	c := rawSend(t, strings.TrimPrefix(td.api, "http://"), "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\":")
+	status, body := readAnswer(t, c)
+	if status != "HTTP/1.1 408 Request Timeout" || !strings.Contains(body, "body_read_timeout") {
+		t.Errorf("POST /json, stalled body: %q %q; want 408 naming body_read_timeout", status, body)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/jsonstr"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -382,7 +383,8 @@ var (
 
 // ServeJSON serves POST /json: the request as proto-JSON, answered 200
 // (OK) or 429 (OVER_LIMIT) with the response as proto-JSON; 400 for a bad
-// request, 503 when the store cannot decide under Unavailable, 499 when the
+// request, 408 for a body stalled past body_read_timeout, 413 for one over
+// MaxBodyBytes, 503 when the store cannot decide under Unavailable, 499 when the
 // client went away before the store answered.
 func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -395,6 +397,10 @@ func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			jsonError(w, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
+			return
+		}
+		if errors.Is(err, listener.ErrBodyTimeout) {
+			jsonError(w, errBodyTimeout.status, errBodyTimeout.msg) // as /v1/check
 			return
 		}
 		jsonError(w, http.StatusBadRequest, "reading the body: "+err.Error())
