@@ -196,6 +196,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, errNotFound)
 			return
 		}
+		if !getOrHead(r) {
+			h.fail(w, errMethod("GET, HEAD"))
+			return
+		}
 		h.metrics.ServeHTTP(w, r)
 	case "/v1/hotkeys":
 		if h.o.HotKeys == nil {
