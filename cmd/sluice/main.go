@@ -23,6 +23,7 @@ commands:
   check-config FILE        validate a config file; exit 1 with one line per problem
   simulate [flags]         replay a trace of requests through an algorithm (see: sluice simulate -h)
   version                  print the version
+  help [COMMAND]           this text, or a command's flags
 `
 
 func main() {
@@ -45,9 +46,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "simulate":
 		return simulate(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "sluice version: unexpected argument %q\n", args[1])
+			return 2
+		}
 		fmt.Fprintln(stdout, "sluice", version)
 		return 0
 	case "help", "-h", "-help", "--help":
+		switch {
+		case len(args) > 2:
+			fmt.Fprintf(stderr, "sluice help: unexpected argument %q\n", args[2])
+			return 2
+		case len(args) == 2 && args[1] != "version" && args[1] != "help":
+			return run(ctx, []string{args[1], "-h"}, stdin, stdout, stderr) // sluice help serve: sluice serve -h
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
