@@ -28,8 +28,8 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 		unshard(&d, r.Limit, n)
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
-	if err != nil && ctx.Err() != nil {
-		return Result{Err: ctx.Err()} // the client went away: see Decide
+	if err != nil && clientGone(ctx) {
+		return Result{Err: ctx.Err()} // the client went away: see clientGone
 	}
 	if err != nil {
 		e.storeFailed(err)
@@ -68,8 +68,8 @@ func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int
 		unshard(&d, r.Limit, n)
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
-	if err != nil && ctx.Err() != nil {
-		return Result{Err: ctx.Err()} // the client went away: see Decide
+	if err != nil && clientGone(ctx) {
+		return Result{Err: ctx.Err()} // the client went away: see clientGone
 	}
 	if err != nil {
 		e.storeFailed(err)

@@ -44,8 +44,8 @@ type DescriptorsResult struct {
 	// StoreErr is the store's error when it could not decide; OverLimit is
 	// then the on_error policy's answer (deny: true).
 	StoreErr error
-	// Err is the request context's error when it ended before the store
-	// answered: the client went away. OverLimit is then true whatever
+	// Err is the request context's error when it was cancelled before the
+	// store answered: the client went away. OverLimit is then true whatever
 	// on_error says, and nothing counts as a store error.
 	Err error
 	// Now is the instant the descriptors were decided at.
@@ -309,10 +309,10 @@ func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now t
 }
 
 // descriptorsFailed answers a store failure as on_error says; a call
-// refused because ctx ended (the client went away) is no store failure,
+// refused because the client went away (clientGone) is no store failure,
 // and ends the request over the limit with res.Err.
 func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *DescriptorsResult) {
-	if ctx.Err() != nil {
+	if clientGone(ctx) {
 		res.Err, res.OverLimit = ctx.Err(), true
 		return
 	}

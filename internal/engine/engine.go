@@ -50,12 +50,15 @@
 //     (counted in sluice_store_errors_total and
 //     sluice_store_fallback_total{policy="allow"}); "deny" denies it, and the
 //     edges answer 503. A store call refused because the request's context
-//     had ended (the client went away) is no store failure: Admit ends the
-//     request with Result.Err, as when the client leaves a wait.
+//     was cancelled (the client went away) is no store failure: Admit,
+//     Decide, Check, Report and DecideDescriptors end the request with
+//     Err, as when the client leaves a wait. A deadline that passed first
+//     is a store failure (the store was slower than its client allows).
 package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -212,9 +215,9 @@ type Result struct {
 	// is the on_error policy's answer.
 	StoreErr error
 	// Err is the request context's error when it ended during a wait, or
-	// (Admit, Decide, Check, Report) before the store answered: the client
-	// went away, and the
-	// request is not allowed whatever on_error says.
+	// (Admit, Decide, Check, Report) when it was cancelled before the
+	// store answered: the client went away, and the request is not
+	// allowed whatever on_error says.
 	Err error
 	// Deferrable reports that the request was denied only by rules whose
 	// action is defer: the edge may queue it (under DeniedBy) instead.
@@ -237,17 +240,26 @@ func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Resul
 	a := getAttempt()
 	defer putAttempt(a)
 	res := e.decide(ctx, a, ms, cost)
-	if res.StoreErr != nil && ctx.Err() != nil {
+	if res.StoreErr != nil && clientGone(ctx) {
 		gone(ctx, &res) // as in Admit
 	}
 	e.finish(ctx, a, &res, ms, cost)
 	return res
 }
 
+// clientGone reports whether ctx was cancelled: the client went away (the
+// Redis store refuses a call whose context has ended). A deadline that
+// passed (a gRPC client's timeout, shorter than store.redis.timeout) is
+// not that: the store was slower than its client allows, a store failure
+// the metrics must show.
+func clientGone(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
+}
+
 // gone makes res the result of a request whose client went away before
-// the store answered (the Redis store refuses a call whose context has
-// ended): the store did not fail, and on_error allow must not send the
-// request on uncounted. It ends as when the client leaves a wait.
+// the store answered (clientGone): the store did not fail, and on_error
+// allow must not send the request on uncounted. It ends as when the
+// client leaves a wait.
 func gone(ctx context.Context, res *Result) {
 	res.Allowed, res.Err, res.StoreErr, res.undecided = false, ctx.Err(), nil, true
 }
@@ -272,7 +284,7 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		if first {
 			start = res.at
 		}
-		if res.StoreErr != nil && ctx.Err() != nil {
+		if res.StoreErr != nil && clientGone(ctx) {
 			gone(ctx, &res)
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)

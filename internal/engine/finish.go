@@ -45,7 +45,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			unshard(&d, r.Limit, n)
 		}
 		if err != nil {
-			if ctx.Err() == nil { // else the client went away: not the store's failure
+			if !clientGone(ctx) { // else not the store's failure
 				e.storeFailed(err)
 			}
 			continue

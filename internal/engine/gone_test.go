@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -121,5 +122,37 @@ func TestCheckReportDescriptorsClientGone(t *testing.T) {
 	got := metricstest.Gather(t, reg)
 	if got["sluice_store_errors_total"] != 0 || got[`sluice_store_fallback_total{policy="allow"}`] != 0 {
 		t.Errorf("metrics after gone clients: store errors %v, fallbacks %v; want none", got["sluice_store_errors_total"], got[`sluice_store_fallback_total{policy="allow"}`])
+	}
+}
+
+// TestDeadlineIsAStoreFailure: a call whose deadline passed before the
+// store answered (Envoy's gRPC timeout, shorter than store.redis.timeout)
+// is the store being too slow for its client, not a client that hung up:
+// it stays a store error, answered as on_error says, so that the metrics
+// show the store is slower than the clients allow.
+func TestDeadlineIsAStoreFailure(t *testing.T) {
+	set, err := descriptors.Parse("d.yaml", []byte(envoyConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce}},
+		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	ds := match(t, set, 1, [2]string{"user", "alice"})
+	st := make([]engine.DescriptorStatus, len(ds))
+	if res := e.DecideDescriptors(late, ds, st); res.Err != nil || res.StoreErr == nil || res.OverLimit {
+		t.Errorf("DecideDescriptors past its deadline: Err %v, StoreErr %v, over %v; want a store error answered allowed (on_error allow)", res.Err, res.StoreErr, res.OverLimit)
+	}
+	if res := e.Check(late, enforce, "k", 1); res.Err != nil || res.StoreErr == nil || !res.Allowed {
+		t.Errorf("Check past its deadline: Err %v, StoreErr %v, allowed %v; want a store error answered allowed", res.Err, res.StoreErr, res.Allowed)
+	}
+	if got := metricstest.Gather(t, reg)["sluice_store_errors_total"]; got != 2 {
+		t.Errorf("sluice_store_errors_total after two calls past their deadline = %v, want 2", got)
 	}
 }

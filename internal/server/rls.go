@@ -116,7 +116,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return resp, nil
 	case errors.Is(err, errStore):
 		return nil, status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return nil, status.FromContextError(err).Err()
 	default:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -124,7 +124,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 }
 
 // decide answers one request; its errors are bad requests, wrap errStore,
-// or are the context's (the client went away before the store answered).
+// or are context.Canceled (the client went away before the store answered).
 func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		if s.badLog.ok(s.o.Now()) {
@@ -417,7 +417,7 @@ func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, errStore):
 			code = http.StatusServiceUnavailable
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.Canceled):
 			code, msg = StatusClientClosedRequest, errGone.msg
 		}
 		jsonError(w, code, msg)
