@@ -106,9 +106,11 @@ type Options struct {
 	// OnError chooses between FailOpen (the zero value) and FailClosed.
 	OnError ErrorPolicy
 	// OnStoreError, if set, is called with each store error before OnError
-	// applies: count it there. A request whose context ended before the
-	// store answered (its client went away) is not a store error: it is
-	// dropped, neither reported nor passed to the next handler.
+	// applies: count it there. A request whose context was cancelled
+	// before the store answered (its client went away) is not a store
+	// error: it is dropped, neither reported nor passed to the next
+	// handler. One whose deadline passed first is: the store was slower
+	// than the request allows.
 	OnStoreError func(r *http.Request, err error)
 	// DenyHandler, if set, writes the answer for a denied request in place
 	// of WriteLimited; d is the decision of the rule that denied it (the
@@ -290,10 +292,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeInvalid(w, err)
 			return
 		}
-		if r.Context().Err() != nil {
-			// The request ended (its client went away, its deadline
-			// passed) before the store answered: the store did not fail,
-			// and the request must not run uncounted.
+		if errors.Is(r.Context().Err(), context.Canceled) {
+			// The client went away before the store answered: the
+			// store did not fail, and the request must not run
+			// uncounted. A deadline that passed (http.TimeoutHandler, a
+			// timeout shorter than the store's) is a store slower than
+			// the request allows: a store failure, below.
 			return
 		}
 		if m.opts.OnStoreError != nil {
