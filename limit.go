@@ -22,6 +22,13 @@ import (
 // which a double, and so a Lua number in Redis, is no longer exact — the tick
 // grows by powers of ten (10 µs, 100 µs, …) until it fits, which a limit such
 // as 1,000,000/d needs. Validate reports limits that cannot fit at all.
+//
+// No decision may reach more than MaxHorizon (2^52 µs, about 142 years)
+// ahead: twice the Period, and twice (Burst+1) × Period / Rate (a bucket's
+// debt after a forced charge, drained at the rate), must stay within it.
+// So a Period is at most about 71 years (35 for a rate and burst of 1),
+// and a Burst far above the Rate refills within that time. Validate
+// refuses the rest: their waits would not fit a time.Duration.
 type Limit struct {
 	Rate     int64         // requests admitted per Period; at least 1
 	Period   time.Duration // length of the window or refill period
@@ -202,13 +209,14 @@ func (l *Limit) paramsTo(p *params) error {
 	// whose largest count × period stays under 2^53 ticks of 1µs. The
 	// checks below decide everything else and word the errors.
 	q := int64(l.Period / time.Microsecond)
+	// Under 2^50, the horizon (see horizon) is at most 2^51 µs.
 	if l.Rate >= 1 && l.Burst >= 0 && uint(l.Segments) <= 1 && q >= 1 && time.Duration(q)*time.Microsecond == l.Period {
 		burst := l.Burst
 		if burst == 0 {
 			burst = l.Rate
 		}
 		big := max(l.Rate, burst) + 1
-		if hi, lo := bits.Mul64(uint64(big), uint64(q)); hi == 0 && lo <= maxExact {
+		if hi, lo := bits.Mul64(uint64(big), uint64(q)); hi == 0 && lo <= 1<<50 {
 			p.rate, p.burst, p.period, p.segments, p.tick = l.Rate, burst, q, 1, 1
 			return nil
 		}
@@ -235,8 +243,8 @@ func (l *Limit) paramsSlow(p *params) error {
 		p.segments = int64(l.Segments)
 	}
 	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
-	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= maxExact && p.segments == 1 {
-		return nil // the common case, without a division
+	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= 1<<50 && p.segments == 1 {
+		return nil // the common case, without a division (its horizon is at most 2^51 µs)
 	}
 	if m := MaxRate(l.Period); max(p.rate, p.burst) > m {
 		if l.Burst > l.Rate {
@@ -257,7 +265,34 @@ func (l *Limit) paramsSlow(p *params) error {
 	if p.period%p.segments != 0 {
 		return fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
 	}
+	if h := p.horizon(); h > MaxHorizon/p.tick {
+		const bound = "more than the 2^52 µs (about 142 years) every time Sluice keeps must stay within"
+		days := func(ticks int64) int64 { return ceilDiv(ticks, int64(24*time.Hour/time.Microsecond)/p.tick) }
+		if l.Burst > l.Rate && 2*p.period <= MaxHorizon/p.tick {
+			return fmt.Errorf("%w: burst %d is too large for %s: a decision could reach %d days ahead (twice (burst+1) × period / rate), %s", ErrInvalidLimit, l.Burst, l.String(), days(h), bound)
+		}
+		return fmt.Errorf("%w: %s is too long: a decision could reach %d days ahead (twice the period, and twice (burst+1) × period / rate), %s", ErrInvalidLimit, l.String(), days(h), bound)
+	}
 	return nil
+}
+
+// MaxHorizon bounds, in microseconds, how far ahead of now any decision
+// of a valid Limit reaches: 2^52 µs, about 142.7 years (see Limit). With
+// now within MinTime and MaxTime, every instant an algorithm keeps stays
+// within 2^53 µs of the epoch (exact in a double, as Lua needs), and every
+// RetryAfter, ResetAfter and Delay fits a time.Duration.
+const MaxHorizon = 1 << 52
+
+// horizon returns, in ticks, how far past now a decision under p can
+// reach, forced charges included: twice the period (a sliding window
+// counter's state lasts up to Segments+1 sub-windows past now; its waits
+// are shorter), and for the buckets the debt's cap plus a full queue
+// drained at the rate (the leaky bucket's rest after a forced charge; the
+// other buckets' waits are shorter). (burst+1) × period ≤ 2^53 here, so
+// the sum cannot overflow.
+func (p *params) horizon() int64 {
+	full := (p.burst + 1) * p.period
+	return max(2*p.period, ceilDiv(max(1<<50, full)+full, p.rate))
 }
 
 // ticks converts a time in Unix microseconds to ticks, rounding down.

@@ -122,8 +122,11 @@ func TestTooLargeSaysTheMaximum(t *testing.T) {
 		if err := (sluice.Limit{Rate: m, Period: p}).Validate(); err != nil {
 			t.Errorf("Limit{Rate: MaxRate(%v) = %d}.Validate() = %v, want nil", p, m, err)
 		}
-		if err := (sluice.Limit{Rate: 1, Burst: m, Period: p}).Validate(); err != nil {
-			t.Errorf("Limit{Burst: MaxRate(%v) = %d}.Validate() = %v, want nil", p, m, err)
+		// A burst of MaxRate with a rate that refills it within the
+		// horizon (MaxHorizon: here in about two periods); with a rate
+		// of 1 it would take ages, refused by TestHorizonBound's rule.
+		if err := (sluice.Limit{Rate: m/2 + 1, Burst: m, Period: p}).Validate(); err != nil {
+			t.Errorf("Limit{Rate: %d, Burst: MaxRate(%v) = %d}.Validate() = %v, want nil", m/2+1, p, m, err)
 		}
 		want := fmt.Sprintf("too large (at most %d", m)
 		for _, l := range []sluice.Limit{{Rate: m + 1, Period: p}, {Rate: 1, Burst: m + 1, Period: p}, {Rate: math.MaxInt64, Period: p}, {Rate: 1, Burst: math.MaxInt64, Period: p}} {

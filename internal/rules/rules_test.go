@@ -471,3 +471,24 @@ func FuzzQueryValue(f *testing.F) {
 		}
 	})
 }
+
+// TestCompileHorizon: a limit whose decisions would reach past 2^52 µs
+// (see sluice.MaxHorizon) is refused at the key at fault, naming the bound:
+// the rate for a period too long, the burst for one too large to refill.
+func TestCompileHorizon(t *testing.T) {
+	for _, tc := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Name: "a", Rate: "1/36500d", Line: 3, Lines: map[string]int{"rate": 4}}, `f.yaml:4: rules[0].rate: 1/36500d is too long: a decision could reach 146000 days ahead`},
+		{Spec{Name: "a", Rate: "5/s", Burst: 1 << 40, Line: 3, Lines: map[string]int{"rate": 4, "burst": 5}}, `f.yaml:5: rules[0].burst: burst 1099511627776 is too large for 5/s: a decision could reach 5151416 days ahead`},
+	} {
+		_, err := Compile("f.yaml", []Spec{tc.spec})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "2^52 µs") {
+			t.Errorf("Compile(rate %s, burst %d) = %v, want %q and the bound 2^52 µs", tc.spec.Rate, tc.spec.Burst, err, tc.want)
+		}
+	}
+	if _, err := Compile("f.yaml", []Spec{{Name: "a", Rate: "1000/25000d", Line: 3}}); err != nil {
+		t.Errorf("Compile(1000/25000d) = %v, want nil (about 137 years ahead at most)", err)
+	}
+}
