@@ -14,6 +14,10 @@ var (
 	ErrUnknownAlgorithm = errors.New("sluice: unknown algorithm")
 	// ErrInvalidCost is returned for a negative cost.
 	ErrInvalidCost = errors.New("sluice: invalid cost")
+	// ErrInvalidTime is returned for a decision's time (Request.Now, the
+	// now of Algorithm.Take) outside MinTime … MaxTime, such as the zero
+	// time.Time of a Request built without Now.
+	ErrInvalidTime = errors.New("sluice: time out of range")
 	// ErrNeverAllowed is returned by Wait when the request's cost exceeds
 	// what the limit can ever admit at once.
 	ErrNeverAllowed = errors.New("sluice: cost exceeds the limit's capacity")

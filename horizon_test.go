@@ -120,3 +120,37 @@ func TestHorizonBound(t *testing.T) {
 		t.Errorf(`ParseLimit("1/36500d") = %v, want too long`, err)
 	}
 }
+
+// TestTimeRange: the algorithms decide at MinTime and MaxTime and refuse
+// times outside, the zero time.Time among them. Before 1970 a new key was
+// not new: GCRA refused the first request of a fresh key at 1969-12-31.
+func TestTimeRange(t *testing.T) {
+	l := sluice.PerSecond(5)
+	for _, a := range sluice.Algorithms() {
+		for _, ok := range []time.Time{sluice.MinTime, sluice.MaxTime, time.Unix(1_700_000_000, 0)} {
+			var st sluice.State
+			if d, _, err := a.Take(&st, l, ok, 5); err != nil || !d.Allowed {
+				t.Errorf("%v: Take(fresh, cost 5) at %v = %+v, %v; want allowed", a, ok, d, err)
+			}
+		}
+		for _, bad := range []time.Time{{}, sluice.MinTime.Add(-time.Microsecond), time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), sluice.MaxTime.Add(time.Microsecond)} {
+			var st sluice.State
+			if _, _, err := a.Take(&st, l, bad, 1); !errors.Is(err, sluice.ErrInvalidTime) {
+				t.Errorf("%v: Take at %v: error %v, want ErrInvalidTime", a, bad, err)
+			}
+			if _, _, err := a.Charge(&st, l, bad, 1); !errors.Is(err, sluice.ErrInvalidTime) {
+				t.Errorf("%v: Charge at %v: error %v, want ErrInvalidTime", a, bad, err)
+			}
+			var d sluice.Decision
+			if _, err := a.TakeMicro(&d, &st, &l, bad.UnixMicro(), 1); !errors.Is(err, sluice.ErrInvalidTime) {
+				t.Errorf("%v: TakeMicro at %v: error %v, want ErrInvalidTime", a, bad, err)
+			}
+			if st.T != 0 || st.N != 0 || st.M != 0 || st.Log != nil {
+				t.Errorf("%v: refused at %v, the state moved to %+v", a, bad, st)
+			}
+		}
+	}
+	if err := sluice.CheckTime(time.Time{}); err == nil || !strings.Contains(err.Error(), "was Now set?") {
+		t.Errorf("CheckTime(zero) = %v, want a hint about Now", err)
+	}
+}

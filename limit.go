@@ -276,6 +276,41 @@ func (l *Limit) paramsSlow(p *params) error {
 	return nil
 }
 
+// MinTime and MaxTime bound the instants a decision may be taken at
+// (Request.Now, the now of Algorithm.Take): from the Unix epoch to 2^52 µs
+// after it, 2112-09-17. Before the epoch the zero State is not at rest
+// (GCRA's arrival time and the windows' numbers start at 0), and past
+// MaxTime an instant an algorithm computes (now plus at most MaxHorizon)
+// would leave the 2^53 µs that a double, and so the Redis store's Lua,
+// holds exactly. Stores refuse other times, such as the zero time.Time,
+// with ErrInvalidTime.
+var (
+	MinTime = time.Unix(0, 0).UTC()
+	MaxTime = time.UnixMicro(maxNow).UTC()
+)
+
+// maxNow is MaxTime in microseconds since the epoch.
+const maxNow = 1 << 52
+
+// CheckTime, for store authors, returns an error wrapping ErrInvalidTime
+// when t is outside MinTime … MaxTime: a store that runs the algorithms
+// elsewhere (the Redis store's Lua) checks Request.Now with it before
+// counting anything, as Take and TakeMicro do.
+func CheckTime(t time.Time) error {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return timeError(t)
+	}
+	return nil
+}
+
+func timeError(t time.Time) error {
+	hint := ""
+	if t.IsZero() {
+		hint = " (the zero time.Time: was Now set?)"
+	}
+	return fmt.Errorf("%w: %v%s is outside %v … %v", ErrInvalidTime, t, hint, MinTime.Format(time.DateOnly), MaxTime.Format(time.DateOnly))
+}
+
 // MaxHorizon bounds, in microseconds, how far ahead of now any decision
 // of a valid Limit reaches: 2^52 µs, about 142.7 years (see Limit). With
 // now within MinTime and MaxTime, every instant an algorithm keeps stays

@@ -43,12 +43,16 @@ func (a Algorithm) UsesLog(l Limit) bool {
 // Take, for store authors, runs one step of algorithm a for a request of the given cost at now,
 // updating *st in place. It returns the decision and the instant from which
 // *st is at rest: from then on a store may forget the key, because a zero
-// State decides exactly the same. A cost of 0 asks without counting.
+// State decides exactly the same. A cost of 0 asks without counting. A
+// now outside MinTime … MaxTime is an error wrapping ErrInvalidTime.
 //
 // Take is pure: no clock, no I/O. It is not safe for concurrent use on the
 // same State; stores serialize calls per key.
 func (a Algorithm) Take(st *State, l Limit, now time.Time, cost int64) (Decision, time.Time, error) {
 	var d Decision
+	if err := CheckTime(now); err != nil {
+		return d, time.Time{}, err
+	}
 	idle, err := a.TakeMicro(&d, st, &l, now.UnixMicro(), cost)
 	return d, time.UnixMicro(idle), err
 }
@@ -85,6 +89,9 @@ func (a Algorithm) TakeMicro(d *Decision, st *State, l *Limit, nowMicro, cost in
 // admitted again (never Never); Remaining and ResetAfter are after the charge.
 func (a Algorithm) Charge(st *State, l Limit, now time.Time, cost int64) (Decision, time.Time, error) {
 	var d Decision
+	if err := CheckTime(now); err != nil {
+		return d, time.Time{}, err
+	}
 	idle, err := a.ChargeMicro(&d, st, &l, now.UnixMicro(), cost)
 	return d, time.UnixMicro(idle), err
 }
@@ -101,6 +108,9 @@ func (a Algorithm) step(d *Decision, st *State, l *Limit, nowMicro, cost int64, 
 	}
 	if cost < 0 {
 		return 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	}
+	if uint64(nowMicro) > maxNow {
+		return 0, timeError(time.UnixMicro(nowMicro).UTC())
 	}
 	now := p.ticks(nowMicro)
 	var o outcome

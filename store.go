@@ -22,7 +22,10 @@ type Request struct {
 	Algorithm Algorithm
 	Limit     Limit
 	Cost      int64
-	Now       time.Time
+	// Now is the instant of the decision, within MinTime … MaxTime
+	// (1970 to 2112); stores refuse others with ErrInvalidTime. The
+	// Redis store with Options.RedisTime does not read it.
+	Now time.Time
 	// Force charges Cost even past the limit: a report of work already
 	// done, such as the tokens of an LLM response known only after it.
 	// The overage is carried as debt, so later requests are refused until

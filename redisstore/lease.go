@@ -28,9 +28,9 @@ type Grant struct {
 // when that is less than asked, down to 0. Before, it gives back the
 // expired units of back, if any (back.Key, Algorithm and Limit are r's).
 func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Grant, error) {
-	now := ""
-	if !s.opts.RedisTime {
-		now = strconv.FormatInt(r.Now.UnixMicro(), 10)
+	now, err := s.nowArg(r.Now)
+	if err != nil {
+		return Grant{}, fmt.Errorf("redisstore: lease %q: %w", r.Key, err)
 	}
 	if r.Cost < 0 {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
@@ -90,11 +90,11 @@ func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
 	execs := make([]rueidis.LuaExec, 0, len(ops))
 	var errs []error
 	for _, op := range ops {
-		now := ""
-		if !s.opts.RedisTime {
-			now = strconv.FormatInt(op.Now.UnixMicro(), 10)
+		now, err := s.nowArg(op.Now)
+		var args []string
+		if err == nil {
+			args, err = s.fleetArgs("return", op.Algorithm, op.Limit, now, 2)
 		}
-		args, err := s.fleetArgs("return", op.Algorithm, op.Limit, now, 2)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("redisstore: return %q: %w", op.Key, err))
 			continue

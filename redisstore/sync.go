@@ -148,9 +148,9 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 // returns the key's state after it: what a fleet instance that has not seen
 // the key yet needs to decide its next requests locally.
 func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
-	now := ""
-	if !s.opts.RedisTime {
-		now = strconv.FormatInt(r.Now.UnixMicro(), 10)
+	now, err := s.nowArg(r.Now)
+	if err != nil {
+		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
 	if r.Cost < 0 {
 		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)

@@ -30,6 +30,12 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 	if r.Cost < 0 {
 		return fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
 	}
+	if !s.opts.RedisTime {
+		// Past MinTime … MaxTime the scripts' doubles are not exact.
+		if err := sluice.CheckTime(r.Now); err != nil {
+			return err
+		}
+	}
 	q.key = s.KeyOf(r)
 	q.ticks = t
 	q.args = [9]string{
@@ -47,6 +53,19 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 		q.args[8] = "1"
 	}
 	return nil
+}
+
+// nowArg is the script argument of a decision's time t: "" with Redis'
+// clock (t is not read), else t in µs, which must lie within MinTime …
+// MaxTime (past them the scripts' doubles are not exact).
+func (s *Store) nowArg(t time.Time) (string, error) {
+	if s.opts.RedisTime {
+		return "", nil
+	}
+	if err := sluice.CheckTime(t); err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10), nil
 }
 
 // reply is one request's answer from a script, in ticks.
@@ -78,7 +97,7 @@ func (q *request) decision(rp reply) sluice.Decision {
 
 // Take decides one request in one round trip and counts it if allowed.
 func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force {
+	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force && (s.opts.RedisTime || sluice.CheckTime(r.Now) == nil) {
 		if t, err := r.Limit.Ticks(); err == nil {
 			return s.takeFlat(ctx, &r, t)
 		}
