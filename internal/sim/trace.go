@@ -22,9 +22,9 @@ const (
 	// MaxCost bounds a request's cost: 2^53, the largest integer every
 	// store (Redis's Lua numbers are doubles) counts exactly.
 	MaxCost = 1 << 53
-	// MaxSeconds is the latest time a trace may name: the last second of
-	// the year 9999.
-	MaxSeconds = 253402300799
+	// MaxMicros is the latest time a trace may name, in µs since the
+	// epoch: sluice.MaxTime (2112-09-17), the latest a store decides at.
+	MaxMicros = 1 << 52
 )
 
 // Request is one line of a trace: at Micros (microseconds since the Unix
@@ -198,12 +198,12 @@ func ParseTime(s string) (int64, error) {
 		return 0, fmt.Errorf("time %q is not seconds as a decimal such as 12.000250", clip(s))
 	}
 	whole = strings.TrimLeft(whole, "0")
-	if len(whole) > len(strconv.Itoa(MaxSeconds)) {
-		return 0, fmt.Errorf("time %q is after the year 9999", clip(s))
+	if len(whole) > len(strconv.Itoa(MaxMicros/1_000_000)) {
+		return 0, tooLate(s)
 	}
 	sec, _ := strconv.ParseInt("0"+whole, 10, 64)
-	if sec > MaxSeconds {
-		return 0, fmt.Errorf("time %q is after the year 9999", clip(s))
+	if sec > MaxMicros/1_000_000 {
+		return 0, tooLate(s)
 	}
 	if len(frac) > 6 {
 		if strings.Trim(frac[6:], "0") != "" {
@@ -213,7 +213,14 @@ func ParseTime(s string) (int64, error) {
 	}
 	frac += "000000"[len(frac):]
 	us, _ := strconv.ParseInt(frac, 10, 64)
+	if sec*1e6+us > MaxMicros {
+		return 0, tooLate(s)
+	}
 	return sec*1e6 + us, nil
+}
+
+func tooLate(s string) error {
+	return fmt.Errorf("time %q is after 2112-09-17 (%s, the latest time a store decides at)", clip(s), FormatTime(MaxMicros))
 }
 
 // FormatTime writes microseconds since the epoch as seconds with six
