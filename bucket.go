@@ -34,6 +34,16 @@ func tokenBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 // gcra keeps the theoretical arrival time: the instant the bucket is full
 // again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N).
 func gcra(st *State, p *params, now, cost int64, force bool, o *outcome) {
+	if ahead := st.T - now; ahead > 0 && ahead > floorDiv(debtCap(p)-st.N, p.rate) {
+		// A request so far behind T (its clock behind the one that set
+		// the state) that its debt, ahead × Rate + N, is past the cap:
+		// refused, and nothing counted (a charge adds nothing past the
+		// cap). The product may pass 2^63, so the figures are split.
+		farBehind(p, ahead, st.N, p.burst*p.period, cost, cost <= p.burst, force, o)
+		o.reset = ahead + ceilDiv(st.N, p.rate)
+		o.idle = now + o.reset
+		return
+	}
 	var debt int64
 	if st.T > now || (st.T == now && st.N > 0) {
 		debt = (st.T-now)*p.rate + st.N
@@ -41,6 +51,22 @@ func gcra(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	takeDebt(p, now, &debt, cost, force, o)
 	st.T = now + debt/p.rate
 	st.N = debt % p.rate
+}
+
+// farBehind writes the refusal of a request whose debt (a bucket's, or the
+// leaky bucket's last leave in parts), ahead × Rate + n, is past debtCap:
+// its retry, split as ahead whole ticks plus the rest, from room, the most
+// debt at which it would be admitted. Remaining is 0; the caller sets reset
+// and idle.
+func farBehind(p *params, ahead, n, room, cost int64, fits, force bool, o *outcome) {
+	switch {
+	case force:
+		o.retry = ahead + ceilDiv(n+p.period-room, p.rate) // for a cost of 1
+	case !fits:
+		o.retry = -1
+	default:
+		o.retry = ahead + ceilDiv(n+cost*p.period-room, p.rate)
+	}
 }
 
 // debtCap is the most debt a forced charge leaves (see Algorithm.Charge),
@@ -89,6 +115,14 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 	// back that even a request of cost Burst+1 would leave now counts as
 	// none (the zero State), which keeps the product below from overflowing.
 	stale := st.M == 0 || now-st.T > ceilDiv(full, p.rate)+1
+	if ahead := st.T - now; !stale && ahead > 0 && ahead > floorDiv(debtCap(p)-st.N, p.rate) {
+		// As in gcra: a request so far behind that its queue is past
+		// the cap is refused, nothing counted, the figures split.
+		farBehind(p, ahead, st.N, maxWait, cost, cost <= p.burst+1, force, o)
+		o.reset = ahead + ceilDiv(st.N+p.period, p.rate)
+		o.idle = now + ahead + ceilDiv(st.N+full, p.rate)
+		return
+	}
 	var rel int64
 	if !stale {
 		rel = (st.T-now)*p.rate + st.N

@@ -154,3 +154,39 @@ func TestTimeRange(t *testing.T) {
 		t.Errorf("CheckTime(zero) = %v, want a hint about Now", err)
 	}
 }
+
+// TestFarBehindNoOverflow: a request whose clock is a day behind a GCRA or
+// leaky bucket state at a rate of 9×10^12/s meets a debt of a day × rate,
+// past 2^63: it used to overflow, and GCRA admitted it with a Remaining
+// above the burst and a negative ResetAfter. It is refused, counts
+// nothing, and its waits run from its own clock.
+func TestFarBehindNoOverflow(t *testing.T) {
+	l := sluice.PerSecond(sluice.MaxRate(time.Second))
+	t1 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	back := 25 * time.Hour
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+		var st sluice.State
+		if _, _, err := a.Take(&st, l, t1, l.Rate); err != nil {
+			t.Fatal(err)
+		}
+		if a == sluice.LeakyBucket { // fill the queue: the first request leaves at once
+			if _, _, err := a.Take(&st, l, t1, l.Rate); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := st
+		for _, force := range []bool{false, true} {
+			take := a.Take
+			if force {
+				take = a.Charge
+			}
+			d, _, err := take(&st, l, t1.Add(-back), 1)
+			if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter < back || d.ResetAfter < back || d.Delay != 0 {
+				t.Errorf("%v: request %v behind (force %v) = %+v, %v; want refused, Remaining 0, waits over %v", a, back, force, d, err, back)
+			}
+			if st.T != before.T || st.N != before.N || st.M != before.M {
+				t.Errorf("%v: request %v behind (force %v) moved the state from %+v to %+v", a, back, force, before, st)
+			}
+		}
+	}
+}

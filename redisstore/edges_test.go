@@ -157,3 +157,71 @@ func TestTimeOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestFarBehindRedisEqualsMemory: a request whose clock is far behind the
+// key's state (minutes to a century) at the largest rates, where the debt
+// at its time, behind × Rate, passes 2^63: memory used to overflow (a GCRA
+// or leaky bucket debt gone negative admits), and Redis to round. Both must
+// refuse it, count nothing, and agree on every figure, for Take, reports
+// and TakeAll.
+func TestFarBehindRedisEqualsMemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	rs := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Prefix: fmt.Sprintf("behind:%d:", time.Now().UnixNano())})
+	mem := memstore.New(memstore.Options{})
+	t1 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	limits := []sluice.Limit{
+		sluice.PerSecond(sluice.MaxRate(time.Second)),
+		sluice.Every(sluice.MaxRate(time.Microsecond), time.Microsecond),
+		sluice.PerSecond(1_000_000_000).WithBurst(3),
+		sluice.PerDay(1_000_000),
+		sluice.Every(1000, 70*365*24*time.Hour),
+	}
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket, sluice.TokenBucket} {
+		for li, l := range limits {
+			for _, back := range []time.Duration{17 * time.Minute, 25 * time.Hour, 400 * 24 * time.Hour, 100 * 365 * 24 * time.Hour} {
+				key := fmt.Sprintf("%v/%d/%v", alg, li, back)
+				b := l.BurstOrRate()
+				steps := []sluice.Request{
+					{Cost: b, Now: t1},
+					{Cost: 1, Now: t1.Add(-back)},
+					{Cost: 0, Now: t1.Add(-back - time.Second)},
+					{Cost: b, Now: t1.Add(-back)},
+					{Cost: b + 2, Now: t1.Add(-back)},
+					{Cost: 3, Now: t1.Add(-back), Force: true},
+					{Cost: math.MaxInt64, Now: t1.Add(-back / 2), Force: true},
+					{Cost: 1, Now: t1.Add(time.Microsecond)},
+					{Cost: 1, Now: t1.Add(-back)},
+					{Cost: 1, Now: t1.Add(min(l.Period, 24*time.Hour))},
+				}
+				for i, r := range steps {
+					r.Key, r.Algorithm, r.Limit = key, alg, l
+					name := fmt.Sprintf("%v %v (burst %d), %v back, step %d (cost %d, force %v)", alg, l, l.Burst, back, i, r.Cost, r.Force)
+					md, merr := mem.Take(ctx, r)
+					rd, rerr := rs.Take(ctx, r)
+					if merr != nil || rerr != nil {
+						t.Fatalf("%s: memory %v, redis %v", name, merr, rerr)
+					}
+					if md != rd {
+						t.Fatalf("%s: memory %+v, redis %+v", name, md, rd)
+					}
+					if md.Remaining < 0 || md.ResetAfter < 0 || md.Delay < 0 || md.RetryAfter < 0 && md.RetryAfter != sluice.Never {
+						t.Fatalf("%s: %+v, want no negative figure", name, md)
+					}
+					if alg != sluice.LeakyBucket && r.Now.Before(t1) && md.Allowed && r.Cost > 0 && i > 0 && i < 7 {
+						t.Fatalf("%s: %+v, want refused: the bucket is empty at t1 and the clock behind", name, md)
+					}
+				}
+				two := []sluice.Request{
+					{Key: key, Algorithm: alg, Limit: l, Cost: 1, Now: t1.Add(-back)},
+					{Key: key, Algorithm: alg, Limit: l, Cost: 5, Now: t1.Add(-back), Force: true},
+				}
+				md, rd := make([]sluice.Decision, 2), make([]sluice.Decision, 2)
+				merr, rerr := mem.TakeAll(ctx, two, md), rs.TakeAll(ctx, two, rd)
+				if merr != nil || rerr != nil || md[0] != rd[0] || md[1] != rd[1] {
+					t.Fatalf("%v %v, %v back: TakeAll: memory %+v %v, redis %+v %v", alg, l, back, md, merr, rd, rerr)
+				}
+			}
+		}
+	}
+}

@@ -10,6 +10,13 @@ local function gcraDebt(o, rate, now)
 end
 
 STEP[6] = function(o, rate, burst, period, segments, now, cost, force)
+  local ahead = o.T - now
+  if ahead > 0 and ahead > fdiv(debtCap(burst, period) - o.N, rate) then
+    -- So far behind T that the debt is past the cap: refused, nothing
+    -- counted (sluice's gcra).
+    local reset = ahead + cdiv(o.N, rate)
+    return false, 0, farBehind(rate, period, ahead, o.N, burst * period, cost, cost <= burst, force), reset, 0, now + reset, 0
+  end
   local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost, force)
   o.T = now + tdiv(d, rate)
   o.N = d % rate

@@ -11,6 +11,13 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
   local full = (burst + 1) * period
   local allowed, retry, delay, mark = false, 0, 0, 0
   local stale = leakyStale(o, rate, burst, period, now)
+  local ahead = o.T - now
+  if not stale and ahead > 0 and ahead > fdiv(debtCap(burst, period) - o.N, rate) then
+    -- So far behind that the queue is past the cap: refused, nothing
+    -- counted (sluice's leakyBucket).
+    return false, 0, farBehind(rate, period, ahead, o.N, maxWait, cost, cost <= burst + 1, force),
+      ahead + cdiv(o.N + period, rate), 0, now + ahead + cdiv(o.N + full, rate), 0
+  end
   local rel = 0
   if not stale then rel = (o.T - now) * rate + o.N end
   -- mark tells a refund what the queue's tail was: 1 none (stale), < 0 that

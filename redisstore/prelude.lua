@@ -50,6 +50,16 @@ local function addCapped(n, cost, unit, limit)
   return n + cost * unit
 end
 
+-- farBehind is sluice's farBehind: the retry of a request whose debt (or
+-- the leaky bucket's queue in parts), ahead * rate + n, is past debtCap, a
+-- refusal that counts nothing; split as ahead whole ticks plus the rest,
+-- because the product may pass 2^53.
+local function farBehind(rate, period, ahead, n, room, cost, fits, force)
+  if force then return ahead + cdiv(n + period - room, rate) end -- for a cost of 1
+  if not fits then return -1 end
+  return ahead + cdiv(n + cost * period - room, rate)
+end
+
 -- fmt formats an integer exactly (tostring would keep only 14 digits).
 local function fmt(x)
   return string.format('%d', x)

@@ -5,8 +5,14 @@
 local rate, room, cp = ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0
 local d = 0
 if T > now or (T == now and N > 0) then d = (T - now) * rate + N end
-if d <= room then d = d + cp end
-N = d % rate
-T = now + (d - N) / rate
+if d <= room then
+  d = d + cp
+  N = d % rate
+  T = now + (d - N) / rate
+elseif d == 0 then
+  T, N = now, 0
+end
+-- Refused with a debt, the state stays as it was: (T - now) * Rate + N
+-- may pass 2^53 (a clock far behind), where d is no longer exact.
 idle = T
 if N > 0 then idle = T + 1 end
