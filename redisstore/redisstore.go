@@ -278,7 +278,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	s.seed = maphash.MakeSeed()
 	if o.Cluster {
-		_ = s.loadSlots(ctx) // best effort: see shard.go
+		s.slotsRead.Store(time.Now().UnixNano())
+		_ = s.loadSlots(ctx) // best effort: retried later if it fails (see Masters)
 	}
 	for _, a := range sluice.Algorithms() {
 		s.take[a] = rueidis.NewLuaScript(scripts[a])

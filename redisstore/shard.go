@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -60,6 +61,9 @@ const shardCacheSize = 1024
 type shardTags struct {
 	key  string
 	keys []string // the logical keys of the shards, in shard order
+	// nodes is the slot map they were placed with (nil: none known);
+	// once a map is read, the keys are placed again with it.
+	nodes *slotMap
 	// rr spreads the key's requests over its shards, round-robin. It is
 	// per key: one counter shared by all keys would send, say, every
 	// request's second of three sharded rules to the same shard. It
@@ -202,10 +206,13 @@ func Unshard(d *sluice.Decision, l sluice.Limit, n int) {
 func (s *Store) shardTags(k string, n int) *shardTags {
 	h := maphash.String(s.seed, k)
 	cell := &s.shards[h%shardCacheSize]
-	if t := cell.Load(); t != nil && len(t.keys) == n && t.key == k {
+	nodes := s.slotNodes.Load()
+	if t := cell.Load(); t != nil && len(t.keys) == n && t.key == k && t.nodes == nodes {
 		return t
 	}
-	nodes := s.slotNodes.Load()
+	if nodes == nil {
+		s.retrySlots()
+	}
 	keys := make([]string, 0, n)
 	usedSlots := make(map[uint16]bool, n)
 	usedNodes := map[uint16]bool{}
@@ -235,7 +242,7 @@ func (s *Store) shardTags(k string, n int) *shardTags {
 			break
 		}
 	}
-	t := &shardTags{key: k, keys: keys}
+	t := &shardTags{key: k, keys: keys, nodes: nodes}
 	t.rr.Store(rand.Uint64())
 	cell.Store(t)
 	return t
@@ -252,6 +259,11 @@ type slotMap struct {
 func (s *Store) loadSlots(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, 1e9))
 	defer cancel()
+	if f := slotsFault; f != nil {
+		if err := f(); err != nil {
+			return fmt.Errorf("redisstore: cluster slots: %w", err)
+		}
+	}
 	ranges, err := s.c.Do(ctx, s.c.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return fmt.Errorf("redisstore: cluster slots: %w", err)
@@ -286,13 +298,38 @@ func (s *Store) loadSlots(ctx context.Context) error {
 	return nil
 }
 
-// Masters returns the number of Cluster masters seen when the Store
-// connected (1 without Cluster): the natural number of shards.
+// slotsFault, set by tests, makes loadSlots fail when it returns an error.
+var slotsFault func() error
+
+// Masters returns the number of Cluster masters in the slot map (1
+// without Cluster): the natural number of shards. The map is read when the
+// Store connects; if that failed, Masters is 1 until a later read, which a
+// call of Masters (or a sharded decision) starts in the background at most
+// once per slotRetry.
 func (s *Store) Masters() int {
 	if m := s.slotNodes.Load(); m != nil {
 		return m.count
 	}
+	s.retrySlots()
 	return 1
+}
+
+// slotRetry is the least time between two reads of the slot map while it
+// is unknown.
+const slotRetry = time.Second
+
+// retrySlots reads the slot map again, in the background, if it is unknown
+// and the last read began slotRetry ago or more.
+func (s *Store) retrySlots() {
+	if !s.opts.Cluster || s.slotNodes.Load() != nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := s.slotsRead.Load()
+	if now-last < int64(slotRetry) || !s.slotsRead.CompareAndSwap(last, now) {
+		return
+	}
+	go s.loadSlots(context.Background()) // a failure leaves it unknown: retried later
 }
 
 // shardState is the part of Store sharding uses.
@@ -300,4 +337,5 @@ type shardState struct {
 	seed      maphash.Seed
 	shards    [shardCacheSize]atomic.Pointer[shardTags]
 	slotNodes atomic.Pointer[slotMap]
+	slotsRead atomic.Int64 // unix ns: when the last read of the slot map began
 }
