@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"sync"
@@ -88,6 +90,11 @@ type Sync struct {
 	recent recent
 	colds  map[nsKey]coldFlight
 
+	// writer and seq number the batches' ops, so that Redis counts an op
+	// sent again after a lost reply once (redisstore.SyncOp).
+	writer string
+	seq    atomic.Uint64
+
 	closed   atomic.Bool
 	closeErr error // the last batch's, set before done is closed
 	stop     chan struct{}
@@ -134,9 +141,16 @@ func NewSync(inner SyncStore, o SyncOptions) (*Sync, error) {
 	}
 	o.MaxKeys = maxKeysOr(o.MaxKeys)
 	s := &Sync{inner: inner, opts: o, keys: make(map[nsKey]*syncEntry), stop: make(chan struct{}), done: make(chan struct{}), flushing: make(chan struct{}, 1),
-		recent: newRecent(), colds: make(map[nsKey]coldFlight)}
+		recent: newRecent(), colds: make(map[nsKey]coldFlight), writer: newWriter()}
 	go s.loop()
 	return s, nil
+}
+
+// newWriter returns a name for a Sync's ops that no other Sync takes.
+func newWriter() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func (s *Sync) applies(r *sluice.Request) bool {

@@ -176,7 +176,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			}
 			e.colds = nil
 		}
-		if d != nil && e.synced.IsZero() && len(e.hits) == 0 {
+		if d != nil && e.synced.IsZero() && !e.unsent() {
 			// A new entry: decide in the store, and start from its state.
 			e.mu.Unlock()
 			s.loads.Add(1)
@@ -199,14 +199,14 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			*d = dd
 			return e, true, nil
 		}
-		ops := []redisstore.SyncOp{e.snapshot()}
+		ops := s.snapshot(e, nil)
 		e.mu.Unlock()
 		s.loads.Add(1)
 		err := s.inner.Sync(ctx, ops)
 		e.mu.Lock()
 		e.loading = nil
 		close(ch)
-		s.settle(e, &ops[0], time.Now())
+		s.settle(e, ops, time.Now())
 		if err != nil {
 			e.mu.Unlock()
 			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
@@ -215,23 +215,35 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	}
 }
 
-// settle takes a batch op's reply into e: the view becomes the shared
-// state plus the hits admitted since the snapshot. On failure the hits go
-// back, to be sent again. e.mu is held.
-func (s *Sync) settle(e *syncEntry, op *redisstore.SyncOp, now time.Time) {
+// settle takes the replies to e's ops of a batch into e: the view becomes
+// the shared state after them plus the hits admitted since the snapshot.
+// If one failed, each op may have counted its hits or not (a reply lost
+// after Redis ran it): those with hits are kept, to be sent again as they
+// are, numbered, so that Redis counts each once. e.mu is held.
+func (s *Sync) settle(e *syncEntry, ops []redisstore.SyncOp, now time.Time) {
 	e.inflight = false
-	e.failed = op.Err != nil
-	if op.Err != nil {
-		e.hits = append(op.Hits, e.hits...)
-		if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
-			inOrder(e.hits)
-			e.hits = fold(e.alg, &e.ticks, e.hits, maxHits)
+	e.failed = false
+	for i := range ops {
+		e.failed = e.failed || ops[i].Err != nil
+	}
+	if e.failed {
+		e.doubts = e.doubts[:0]
+		for _, op := range ops {
+			if len(op.Hits) > 0 {
+				op.Err = nil
+				e.doubts = append(e.doubts, op)
+			}
 		}
-		if len(e.hits) > 0 {
+		if e.unsent() {
 			s.touch(e) // send them with the next batch
 		}
 		return
 	}
+	e.doubts = nil
+	if len(e.hits) > 0 {
+		s.touch(e) // hits that waited for the ops in doubt
+	}
+	op := &ops[len(ops)-1]
 	e.view = op.State
 	for _, h := range e.hits {
 		addHit(e.alg, &e.ticks, &e.view, h)

@@ -20,6 +20,11 @@ func (s *Sync) loop() {
 		select {
 		case <-s.stop:
 			_, s.closeErr = s.flush(nil)
+			if s.closeErr == nil && s.waiting() {
+				// Hits that waited for ops in doubt (maxDoubts), sent
+				// again in the batch above.
+				_, s.closeErr = s.flush(nil)
+			}
 			return
 		case <-t.C:
 			prev, _ = s.flush(prev)
@@ -41,7 +46,7 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	s.mu.Unlock()
 	for _, e := range prev {
 		e.mu.Lock()
-		if !e.touched.Load() && len(e.hits) == 0 && !e.inflight && e.loading == nil {
+		if !e.touched.Load() && !e.unsent() && !e.inflight && e.loading == nil {
 			e.dead.Store(true)
 		}
 		e.mu.Unlock()
@@ -71,9 +76,12 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 		switch {
 		case e.inflight || e.loading != nil:
 			s.touch(e) // a load is reading it; next batch
-		case len(e.hits) > 0 || start.Sub(e.synced) >= s.opts.Interval:
-			ops = append(ops, e.snapshot())
-			sent = append(sent, e)
+		case e.unsent() || start.Sub(e.synced) >= s.opts.Interval:
+			n := len(ops)
+			ops = s.snapshot(e, ops)
+			for range len(ops) - n {
+				sent = append(sent, e)
+			}
 		}
 		e.mu.Unlock()
 	}
@@ -91,10 +99,15 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 	err := s.inner.Sync(context.Background(), ops)
 	took := time.Since(start)
 	now := time.Now()
-	for i, e := range sent {
+	for i := 0; i < len(ops); { // an entry's ops are together, in order
+		e, j := sent[i], i+1
+		for j < len(ops) && sent[j] == e {
+			j++
+		}
 		e.mu.Lock()
-		s.settle(e, &ops[i], now)
+		s.settle(e, ops[i:j], now)
 		e.mu.Unlock()
+		i = j
 	}
 	s.batches.Add(1)
 	s.batchKeys.Add(uint64(len(ops)))
@@ -105,6 +118,13 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 		s.opts.OnBatch(len(ops), took, err)
 	}
 	return err
+}
+
+// waiting reports whether keys wait for a batch.
+func (s *Sync) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.touched) > 0
 }
 
 // Flush sends a batch now, as the loop does every interval (after the
@@ -138,9 +158,12 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 		e.dead.Store(true)
 		// A key being read has its hits in that read; if it fails they
 		// come back and go with the next batch.
-		if len(e.hits) > 0 && !e.inflight && e.loading == nil {
-			ops = append(ops, e.snapshot())
-			sent = append(sent, e)
+		if e.unsent() && !e.inflight && e.loading == nil {
+			n := len(ops)
+			ops = s.snapshot(e, ops)
+			for range len(ops) - n {
+				sent = append(sent, e)
+			}
 		}
 		e.mu.Unlock()
 	}

@@ -22,15 +22,20 @@ type syncEntry struct {
 	touched atomic.Bool // in Sync.touched, or about to be
 	dead    atomic.Bool // evicted: look the key up again
 
-	mu       sync.Mutex
-	view     sluice.State
-	hits     []redisstore.Hit // admitted since the last snapshot
-	inflight bool             // hits of a batch are on their way
-	loading  chan struct{}    // closed when a load ends
-	synced   time.Time        // when the view was last read back
-	failed   bool             // the last read or batch of the key failed
-	last     int64            // µs: the latest request time decided
-	colds    chan struct{}    // closed when the key's cold decisions in flight at its creation end
+	mu   sync.Mutex
+	view sluice.State
+	hits []redisstore.Hit // admitted since the last snapshot
+	// doubts are the ops of batches that failed with hits: each may have
+	// counted its hits or not. They are sent again, as they are (same
+	// Seq), before the key's newer hits, until a reply says they counted
+	// once; at most maxDoubts, past which new hits wait in hits.
+	doubts   []redisstore.SyncOp
+	inflight bool          // hits of a batch are on their way
+	loading  chan struct{} // closed when a load ends
+	synced   time.Time     // when the view was last read back
+	failed   bool          // the last read or batch of the key failed
+	last     int64         // µs: the latest request time decided
+	colds    chan struct{} // closed when the key's cold decisions in flight at its creation end
 }
 
 // step runs r's algorithm on st at r.Now: Take's step, or Charge's for a
@@ -106,10 +111,27 @@ func (s *Sync) touch(e *syncEntry) {
 	s.mu.Unlock()
 }
 
-// snapshot moves e's hits into a batch op. e.mu is held.
-func (e *syncEntry) snapshot() redisstore.SyncOp {
-	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
-	e.hits = nil
+// maxDoubts bounds the ops in doubt a key keeps while batches fail.
+const maxDoubts = 4
+
+// snapshot appends e's ops for a batch to ops: its ops in doubt, then its
+// hits (if any, and fewer than maxDoubts are in doubt) moved into an op
+// numbered for Redis to count them once (see redisstore.SyncOp); or, with
+// neither, a read. e.mu is held.
+func (s *Sync) snapshot(e *syncEntry, ops []redisstore.SyncOp) []redisstore.SyncOp {
 	e.inflight = true
-	return op
+	ops = append(ops, e.doubts...)
+	if len(e.doubts) > 0 && (len(e.hits) == 0 || len(e.doubts) >= maxDoubts) {
+		return ops
+	}
+	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
+	if len(e.hits) > 0 {
+		op.Writer, op.Seq = s.writer, s.seq.Add(1)
+	}
+	e.hits = nil
+	return append(ops, op)
 }
+
+// unsent reports whether e has hits Redis may not have counted. e.mu is
+// held.
+func (e *syncEntry) unsent() bool { return len(e.hits) > 0 || len(e.doubts) > 0 }

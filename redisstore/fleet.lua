@@ -8,14 +8,19 @@
 -- ARGV[2] the algorithm; ARGV[3] Rate, ARGV[4] Burst, ARGV[5] Period, all
 -- in ticks; ARGV[6] the tick (µs); ARGV[7] the expiry margin (ms); ARGV[8]
 -- now (µs since the epoch), or '' for Redis' clock; the rest per mode:
---   sync:   hits counted elsewhere, added without a check, in order: for a
+--   sync:   ARGV[9] the writer ('' for none), ARGV[10] the op's number;
+--           then hits counted elsewhere, added without a check, in order: for a
 --           window pairs (at µs, cost in requests); for a bucket quads
 --           (at µs, cost, from µs, floor), the debt at at becoming the debt
 --           at from plus cost (token-ticks, net of the refill over the
 --           span; a plain hit has from = at), at least floor (redisstore.Hit
 --           says more); now is the latest hit's time (the hits'
---           clock), which the expiry is measured from. Returns {state
---           read-after ('' if none), now}.
+--           clock), which the expiry is measured from. With a writer, the
+--           hits are added only if the op's number is greater than the
+--           last one added for that writer on this key (KEYS[2], a hash
+--           writer -> number, in the key's slot, expiring with it): an op
+--           whose reply was lost is sent again as it was and counts once.
+--           Returns {state read-after ('' if none), now}.
 --   grant:  ARGV[9] want: reserve up to want units at now; ARGV[10],
 --           ARGV[11]: units of an expired lease and their window, given
 --           back first (as return does). Returns {granted, state after, now}.
@@ -128,11 +133,17 @@ local function giveBack(units, w)
     if M < 0 then M = 0 end
   end
 end
+local seen -- the op's number, to record for its writer
 if mode == 'sync' then
-  if #ARGV == 8 then return {v or '', us} end
+  if #ARGV == 10 then return {v or '', us} end
+  if ARGV[9] ~= '' then
+    local last = redis.call('HGET', KEYS[2], ARGV[9])
+    if last and tonumber(last) >= tonumber(ARGV[10]) then return {v or '', us} end
+    seen = ARGV[10]
+  end
   local step = 2
   if alg == 1 or alg == 6 then step = 4 end
-  for i = 9, #ARGV, step do
+  for i = 11, #ARGV, step do
     local at, cost = fdiv(ARGV[i] + 0, tick), ARGV[i + 1] + 0
     if alg == 6 then
       -- The same steps as for the token bucket, below, on the debt's
@@ -237,15 +248,21 @@ else
   idle = (T + 2) * period
 end
 local s = string.format('%d %d %d', T, N, M)
+local x = idle * tick - us
+local ms = margin
+if x > 0 then ms = ms + cdiv(x, 1000) end
+if ms < 1 then ms = 1 end
 if T == 0 and N == 0 and M == 0 then
   redis.call('DEL', key)
   s = ''
 else
-  local x = idle * tick - us
-  local ms = margin
-  if x > 0 then ms = ms + cdiv(x, 1000) end
-  if ms < 1 then ms = 1 end
   redis.call('SET', key, s, 'PX', ms)
+end
+if seen then
+  -- Past the key's expiry its state is at rest: hits sent again then
+  -- would leave it at rest too.
+  redis.call('HSET', KEYS[2], ARGV[9], seen)
+  redis.call('PEXPIRE', KEYS[2], ms)
 end
 if mode == 'sync' then return {s, us} end
 if mode == 'take' then return {v or '', s, us} end

@@ -65,6 +65,16 @@ type SyncOp struct {
 	Now int64
 	// Err is this key's failure, if any.
 	Err error
+	// Writer and Seq make an op's hits count once. With Writer set, Redis
+	// adds the hits only if Seq is greater than the last Seq it added for
+	// Writer on this key; so an op that failed without a reply (it may
+	// have run) can be sent again, with the same Hits and Seq, and its
+	// hits count once whether or not the first one ran. A writer (one per
+	// process, say) numbers its ops increasing, and sends a key's ops in
+	// that order, one at a time. Without Writer the hits are added as
+	// they are.
+	Writer string
+	Seq    uint64
 }
 
 // Sync applies each op's hits to its key and reads back the key's state, in
@@ -98,11 +108,20 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 		if bucket {
 			per = 4
 		}
-		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), per*len(op.Hits))
+		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), 2+per*len(op.Hits))
 		if err != nil {
 			op.Err = fmt.Errorf("redisstore: sync %q: %w", op.Key, err)
 			errs = append(errs, op.Err)
 			continue
+		}
+		key := s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})
+		keys := []string{key}
+		if op.Writer != "" && len(op.Hits) > 0 {
+			// The writers' last ops, in the key's slot (its hash tag).
+			keys = append(keys, key+"|writers")
+			args = append(args, op.Writer, strconv.FormatUint(op.Seq, 10))
+		} else {
+			args = append(args, "", "0")
 		}
 		for _, h := range op.Hits {
 			args = append(args, strconv.FormatInt(h.At, 10), strconv.FormatInt(h.Cost, 10))
@@ -114,7 +133,7 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 				args = append(args, strconv.FormatInt(from, 10), strconv.FormatInt(h.Floor, 10))
 			}
 		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: args})
 		idx = append(idx, i)
 	}
 	// A batch may be large: allow the timeout per thousand keys.
