@@ -153,6 +153,11 @@ func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sl
 	if e.expired > 0 {
 		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: r.Now})
 	}
+	// Given back at most once: a give-back that fails may have run (its
+	// reply lost), so the units are not held any more either way. Kept,
+	// a later give-back (Close) would return them twice, and the store
+	// would count less than the fleet admitted.
+	e.units, e.expired, e.read, e.denyUntil, e.denyNeed = 0, 0, false, 0, 0
 	if len(ops) > 0 {
 		if err := l.inner.Return(ctx, ops); err != nil {
 			return sluice.Decision{}, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
@@ -161,7 +166,6 @@ func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sl
 			l.returned.Add(uint64(op.Units))
 		}
 	}
-	e.units, e.expired, e.read, e.denyUntil, e.denyNeed = 0, 0, false, 0, 0
 	d, err := l.inner.Take(ctx, r)
 	if err != nil {
 		return d, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
@@ -221,6 +225,9 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 	q.Cost = want
 	start := time.Now()
 	back := redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow}
+	// The expired units go back at most once: with a grant that fails
+	// they may have (its reply lost), and must not be given back again.
+	e.expired = 0
 	g, err := l.inner.Lease(ctx, q, back)
 	if l.opts.OnLease != nil {
 		l.opts.OnLease(want, g.Units, time.Since(start), err)
@@ -230,8 +237,7 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 	}
 	l.calls.Add(1)
 	l.granted.Add(uint64(g.Units))
-	l.returned.Add(uint64(e.expired))
-	e.expired = 0
+	l.returned.Add(uint64(back.Units))
 	if g.Units > 0 {
 		if e.units == 0 || g.State.T != e.window && e.alg != sluice.TokenBucket && e.alg != sluice.GCRA {
 			e.units = 0 // units of an older window are worth nothing now
