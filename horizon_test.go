@@ -3,11 +3,13 @@ package sluice_test
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // maxHorizonUS is 2^52 µs (about 142.7 years): how far ahead of now a
@@ -187,6 +189,41 @@ func TestFarBehindNoOverflow(t *testing.T) {
 			if st.T != before.T || st.N != before.N || st.M != before.M {
 				t.Errorf("%v: request %v behind (force %v) moved the state from %+v to %+v", a, back, force, before, st)
 			}
+		}
+	}
+}
+
+// TestSlidingLogRateBound: the sliding log keeps one time per unit
+// admitted, in memory, so a request of cost n appends n times: at a rate of
+// 10^8, one request of cost 10^8 allocated 800 MB. Its rate is bounded by
+// MaxLogRate (8 MB a key), refused naming the bound, by every entry point:
+// Take, NewLimiter, and Algorithm.ValidateLimit (which the config uses).
+func TestSlidingLogRateBound(t *testing.T) {
+	big := sluice.Every(sluice.MaxLogRate+1, time.Hour)
+	var st sluice.State
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	_, _, err := sluice.SlidingWindowLog.Take(&st, big, time.Unix(1_700_000_000, 0), big.Rate)
+	runtime.ReadMemStats(&ms1)
+	if !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), "at most 1000000") {
+		t.Errorf("SlidingWindowLog.Take(%v, cost %d) error = %v, want ErrInvalidLimit naming the bound 1000000", big, big.Rate, err)
+	}
+	if grew := ms1.TotalAlloc - ms0.TotalAlloc; grew > 1<<20 {
+		t.Errorf("SlidingWindowLog.Take(%v, cost %d) allocated %d bytes", big, big.Rate, grew)
+	}
+	if err := sluice.SlidingWindowLog.ValidateLimit(big); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("SlidingWindowLog.ValidateLimit(%v) = %v, want ErrInvalidLimit", big, err)
+	}
+	if _, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.SlidingWindowLog, big); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("NewLimiter(sliding_window_log, %v) error = %v, want ErrInvalidLimit", big, err)
+	}
+	ok := sluice.Every(sluice.MaxLogRate, time.Hour)
+	for _, a := range sluice.Algorithms() {
+		if err := a.ValidateLimit(ok); err != nil {
+			t.Errorf("%v.ValidateLimit(%v) = %v, want nil", a, ok, err)
+		}
+		if err := a.ValidateLimit(big); (err != nil) != (a == sluice.SlidingWindowLog) {
+			t.Errorf("%v.ValidateLimit(%v) = %v", a, big, err)
 		}
 	}
 }

@@ -85,7 +85,7 @@ func NewLimiter(store Store, alg Algorithm, limit Limit, opts ...Option) (*Limit
 	if !alg.Valid() {
 		return nil, fmt.Errorf("sluice: NewLimiter: %w: %d", ErrUnknownAlgorithm, uint8(alg))
 	}
-	if err := limit.Validate(); err != nil {
+	if err := alg.ValidateLimit(limit); err != nil {
 		return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
 	}
 	l := &Limiter{store: store, alg: alg}
@@ -141,7 +141,7 @@ func (l *Limiter) SetLimit(limit Limit) error {
 	if l.store == nil {
 		return errZero
 	}
-	if err := limit.Validate(); err != nil {
+	if err := l.alg.ValidateLimit(limit); err != nil {
 		return fmt.Errorf("sluice: SetLimit: %w", err)
 	}
 	l.cur.Store(newCurrent(l.name, l.alg, limit))
@@ -301,7 +301,7 @@ func (l *Limiter) namespaceOf(lim Limit) (string, error) {
 	if ns, ok := l.spaces.Load(lim); ok {
 		return ns.(string), nil
 	}
-	if err := lim.Validate(); err != nil {
+	if err := l.alg.ValidateLimit(lim); err != nil {
 		return "", fmt.Errorf("sluice: %w", err)
 	}
 	ns := namespace(l.name, l.alg, lim)

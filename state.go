@@ -34,6 +34,29 @@ func (s State) Clone() State {
 	return s
 }
 
+// MaxLogRate bounds the Rate of a SlidingWindowLog: its state keeps one
+// time per unit admitted in the last Period, so up to Rate × 8 bytes a key
+// in memory (8 MB at the bound), and a request of cost n appends n times.
+// Use SlidingWindowCounter for larger rates.
+const MaxLogRate = 1_000_000
+
+func logRateError(rate int64) error {
+	return fmt.Errorf("%w: rate %d is too large for sliding_window_log (at most %d: it keeps one time per request counted, 8 bytes each; use sliding_window_counter)", ErrInvalidLimit, rate, MaxLogRate)
+}
+
+// ValidateLimit reports whether a can enforce l: Validate, and for the
+// SlidingWindowLog a Rate of at most MaxLogRate. NewLimiter, SetLimit,
+// and every Take check it.
+func (a Algorithm) ValidateLimit(l Limit) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if a == SlidingWindowLog && l.Rate > MaxLogRate {
+		return logRateError(l.Rate)
+	}
+	return nil
+}
+
 // UsesLog, for store authors, reports whether a keeps its state in State.Log under l, which
 // tells a store it may want to keep such keys apart.
 func (a Algorithm) UsesLog(l Limit) bool {
@@ -105,6 +128,9 @@ func (a Algorithm) step(d *Decision, st *State, l *Limit, nowMicro, cost int64, 
 	var p params
 	if err := l.paramsTo(&p); err != nil {
 		return 0, err
+	}
+	if a == SlidingWindowLog && p.rate > MaxLogRate {
+		return 0, logRateError(l.Rate)
 	}
 	if cost < 0 {
 		return 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)

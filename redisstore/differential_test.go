@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -85,6 +86,15 @@ func testDifferential(t *testing.T, s sluice.Store, steps int) {
 	rng := rand.New(rand.NewPCG(sluicetest.Seed(t), 1))
 	for _, alg := range sluice.Algorithms() {
 		for li, l := range diffLimits {
+			if alg.ValidateLimit(l) != nil {
+				// Over sluice.MaxLogRate: both refuse it, counting nothing.
+				r := sluice.Request{Key: "diff/over", Algorithm: alg, Limit: l, Cost: 1, Now: sluicetest.T0}
+				_, werr := sluicetest.NewReference().Take(ctx, r)
+				if _, err := s.Take(ctx, r); !errors.Is(err, sluice.ErrInvalidLimit) || !errors.Is(werr, sluice.ErrInvalidLimit) {
+					t.Fatalf("%v %v: Take error %v, reference %v; want ErrInvalidLimit", alg, l, err, werr)
+				}
+				continue
+			}
 			ref := sluicetest.NewReference()
 			keys := []string{fmt.Sprintf("diff/%d/%v/%d/a", time.Now().UnixNano(), alg, li), fmt.Sprintf("diff/%d/%v/%d/b{x}", time.Now().UnixNano(), alg, li)}
 			now := sluicetest.T0.Add(time.Duration(rng.Int64N(int64(time.Hour))) / time.Microsecond * time.Microsecond)

@@ -27,6 +27,9 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 	if err != nil {
 		return err
 	}
+	if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
+		return err // the log's bound, as memory refuses it
+	}
 	if r.Cost < 0 {
 		return fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
 	}

@@ -86,7 +86,7 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail("-segments %d: must not be negative", *segments)
 	}
 	limit = limit.WithBurst(*burst).WithSegments(*segments)
-	if err := limit.Validate(); err != nil {
+	if err := alg.ValidateLimit(limit); err != nil {
 		return fail("-rate %s -burst %d -segments %d: %v", *rate, *burst, *segments, err)
 	}
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {

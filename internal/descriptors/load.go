@@ -329,7 +329,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			}
 			if r.RequestsPerUnit > 0 && !r.Unlimited {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
-				if err := r.Limit.Validate(); err != nil {
+				if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
 					d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 				}
 			}

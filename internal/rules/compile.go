@@ -205,6 +205,8 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 				key = "burst"
 			}
 			f(key, "%s", msg)
+		} else if err := r.Algorithm.ValidateLimit(r.Limit); r.Algorithm.Valid() && err != nil {
+			f("rate", "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 		}
 		r.Limit.Burst = r.Limit.BurstOrRate()
 		if r.Limit.Segments == 0 {

@@ -492,3 +492,17 @@ func TestCompileHorizon(t *testing.T) {
 		t.Errorf("Compile(1000/25000d) = %v, want nil (about 137 years ahead at most)", err)
 	}
 }
+
+// TestCompileLogRate: a sliding_window_log over sluice.MaxLogRate (one
+// time kept per request counted) is refused at its rate, naming the bound.
+func TestCompileLogRate(t *testing.T) {
+	_, err := Compile("f.yaml", []Spec{{Name: "a", Rate: "2000000/h", Algorithm: "sliding_window_log", Line: 3, Lines: map[string]int{"rate": 4}}})
+	if want := "f.yaml:4: rules[0].rate: rate 2000000 is too large for sliding_window_log (at most 1000000"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Compile(sliding_window_log 2000000/h) = %v, want %q", err, want)
+	}
+	for _, sp := range []Spec{{Name: "a", Rate: "1000000/h", Algorithm: "sliding_window_log"}, {Name: "b", Rate: "2000000/h", Algorithm: "sliding_window_counter"}} {
+		if _, err := Compile("f.yaml", []Spec{sp}); err != nil {
+			t.Errorf("Compile(%s %s) = %v, want nil", sp.Algorithm, sp.Rate, err)
+		}
+	}
+}

@@ -86,7 +86,7 @@ func Run(ctx context.Context, opt Options, trace io.Reader, traceName string, ou
 	if !opt.Algorithm.Valid() {
 		return nil, fmt.Errorf("sim: %w: %d", sluice.ErrUnknownAlgorithm, uint8(opt.Algorithm))
 	}
-	if err := opt.Limit.Validate(); err != nil {
+	if err := opt.Algorithm.ValidateLimit(opt.Limit); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	sum := &Summary{Trace: traceName, Algorithm: opt.Algorithm, Limit: opt.Limit}
