@@ -2,7 +2,6 @@ package httplimit_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,25 +12,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
-
-// ctxStore refuses a caller whose context has ended, as the Redis store
-// does (its error wraps sluice.ErrStoreUnavailable and the context's).
-type ctxStore struct{ sluice.Store }
-
-func (s ctxStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return sluice.Decision{}, fmt.Errorf("test store: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
-	}
-	return s.Store.Take(ctx, r)
-}
-
-func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("test store: take all: %w: %w", sluice.ErrStoreUnavailable, err)
-	}
-	return s.Store.TakeAll(ctx, rs, ds)
-}
 
 // TestClientGoneIsNotAStoreFailure: a request whose client has gone (its
 // context ended before the store answered) is not a store outage. Under
@@ -41,7 +23,7 @@ func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.
 // reported or logged as the store failing.
 func TestClientGoneIsNotAStoreFailure(t *testing.T) {
 	for _, policy := range []httplimit.ErrorPolicy{httplimit.FailOpen, httplimit.FailClosed} {
-		lim := mustLimiter(t, ctxStore{memstore.New(memstore.Options{})}, sluice.FixedWindow, sluice.PerMinute(1))
+		lim := mustLimiter(t, sluicetest.ContextStore(memstore.New(memstore.Options{})), sluice.FixedWindow, sluice.PerMinute(1))
 		var hits, storeErrs atomic.Int64
 		var logs logBuffer
 		h := httplimit.Middleware(httplimit.Options{Limiter: lim, OnError: policy,
@@ -78,7 +60,7 @@ func TestDeadlineIsAStoreFailure(t *testing.T) {
 		wantHits int64
 		wantCode int
 	}{{httplimit.FailOpen, 1, 200}, {httplimit.FailClosed, 0, 503}} {
-		lim := mustLimiter(t, ctxStore{memstore.New(memstore.Options{})}, sluice.FixedWindow, sluice.PerMinute(1))
+		lim := mustLimiter(t, sluicetest.ContextStore(memstore.New(memstore.Options{})), sluice.FixedWindow, sluice.PerMinute(1))
 		var hits, storeErrs atomic.Int64
 		var logs logBuffer
 		h := httplimit.Middleware(httplimit.Options{Limiter: lim, OnError: tc.policy,

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,25 +15,8 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
-
-// ctxStore refuses a caller whose context has ended, as the Redis store
-// does (its error wraps sluice.ErrStoreUnavailable and the context's).
-type ctxStore struct{ sluice.Store }
-
-func (s ctxStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return sluice.Decision{}, fmt.Errorf("test store: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
-	}
-	return s.Store.Take(ctx, r)
-}
-
-func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("test store: take all: %w: %w", sluice.ErrStoreUnavailable, err)
-	}
-	return s.Store.TakeAll(ctx, rs, ds)
-}
 
 // TestAdmitClientGone: a request whose client has gone before the store
 // answered is not a store failure. Under on_error allow it must not come
@@ -46,7 +28,7 @@ func TestAdmitClientGone(t *testing.T) {
 	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
 	shadow := rule("would-be", sluice.FixedWindow, sluice.PerMinute(1), rules.Shadow, 0)
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
+	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
 		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +64,7 @@ func TestCheckReportDescriptorsClientGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
+	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
 		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +119,7 @@ func TestDeadlineIsAStoreFailure(t *testing.T) {
 	}
 	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: ctxStore{memstore.New(memstore.Options{})}, Rules: &rules.Set{Rules: []*rules.Rule{enforce}},
+	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce}},
 		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
 	if err != nil {
 		t.Fatal(err)
