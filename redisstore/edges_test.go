@@ -225,3 +225,37 @@ func TestFarBehindRedisEqualsMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestCostPast2To53: a cost above 2^53 is not a Lua number exactly: 2^53+1
+// was read as 2^53, which a leaky bucket of burst 2^53-1 admits (Burst+1),
+// so Redis' general script answered a retry of 1µs where memory answers
+// Never. Every store must see the cost it was given.
+func TestCostPast2To53(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	rs := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Prefix: fmt.Sprintf("cost:%d:", time.Now().UnixNano())})
+	mem := memstore.New(memstore.Options{})
+	l := sluice.Every(sluice.MaxRate(time.Microsecond), time.Microsecond) // burst 2^53-1
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, alg := range sluice.Algorithms() {
+		if alg.ValidateLimit(l) != nil {
+			continue
+		}
+		for _, cost := range []int64{1<<53 - 1, 1 << 53, 1<<53 + 1, 1<<53 + 2, 1<<53 + 3, math.MaxInt64} {
+			for _, force := range []bool{false, true} {
+				key := fmt.Sprintf("%v/%d/%v", alg, cost, force)
+				two := []sluice.Request{
+					{Key: key, Algorithm: alg, Limit: l, Cost: cost, Now: now, Force: force},
+					{Key: key + "/b", Algorithm: alg, Limit: l, Cost: 0, Now: now},
+				}
+				for i := range 2 {
+					md, rd := make([]sluice.Decision, 2), make([]sluice.Decision, 2)
+					merr, rerr := mem.TakeAll(ctx, two, md), rs.TakeAll(ctx, two, rd)
+					if merr != nil || rerr != nil || md[0] != rd[0] {
+						t.Errorf("%v cost %d force %v, call %d: memory %+v %v, redis %+v %v", alg, cost, force, i, md[0], merr, rd[0], rerr)
+					}
+				}
+			}
+		}
+	}
+}

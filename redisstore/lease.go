@@ -39,7 +39,7 @@ func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Gra
 	if err != nil {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w", r.Key, err)
 	}
-	args = append(args, strconv.FormatInt(r.Cost, 10), strconv.FormatInt(max(0, back.Units), 10), strconv.FormatInt(back.Window, 10))
+	args = append(args, luaCost(r.Cost), strconv.FormatInt(max(0, back.Units), 10), strconv.FormatInt(back.Window, 10))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args))

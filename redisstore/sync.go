@@ -178,7 +178,7 @@ func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision
 	if err != nil {
 		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
-	args = append(args, strconv.FormatInt(r.Cost, 10))
+	args = append(args, luaCost(r.Cost))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	arr, err := fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args).ToArray()

@@ -48,7 +48,7 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 		strconv.FormatInt(t.Period, 10),
 		strconv.FormatInt(t.Segments, 10),
 		strconv.FormatInt(t.Tick, 10),
-		strconv.FormatInt(r.Cost, 10),
+		luaCost(r.Cost),
 		strconv.FormatInt(r.Now.UnixMicro(), 10),
 		"0", // mark: 1 forces the charge (main.lua)
 	}
@@ -56,6 +56,18 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 		q.args[8] = "1"
 	}
 	return nil
+}
+
+// luaCost is the script argument of cost c ≥ 0. A cost above 2^53 is not a
+// double exactly: 2^53 + 1 would be read as 2^53, which a leaky bucket of
+// Burst 2^53 - 1 admits. Every such cost is above every capacity (Limit.Ticks
+// keeps Burst+1 and Rate+1 within 2^53) and decides the same, so it is sent
+// as 2^53 + 2, a double exactly.
+func luaCost(c int64) string {
+	if c > 1<<53 {
+		return "9007199254740994"
+	}
+	return strconv.FormatInt(c, 10)
 }
 
 // nowArg is the script argument of a decision's time t: "" with Redis'
