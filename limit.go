@@ -209,14 +209,16 @@ func (l *Limit) paramsTo(p *params) error {
 	// whose largest count × period stays under 2^53 ticks of 1µs. The
 	// checks below decide everything else and word the errors.
 	q := int64(l.Period / time.Microsecond)
-	// Under 2^50, the horizon (see horizon) is at most 2^51 µs.
+	// The horizon (see horizon) is then at most 2^52 µs: under 2^50 it is
+	// at most 2^51 µs; with a rate of 4 or more, (max(2^50, full) + full)
+	// / rate ≤ 2^54 / 4, and 2 × period ≤ 2 × 2^53 / 5.
 	if l.Rate >= 1 && l.Burst >= 0 && uint(l.Segments) <= 1 && q >= 1 && time.Duration(q)*time.Microsecond == l.Period {
 		burst := l.Burst
 		if burst == 0 {
 			burst = l.Rate
 		}
 		big := max(l.Rate, burst) + 1
-		if hi, lo := bits.Mul64(uint64(big), uint64(q)); hi == 0 && lo <= 1<<50 {
+		if hi, lo := bits.Mul64(uint64(big), uint64(q)); hi == 0 && (lo <= 1<<50 || lo <= maxExact && l.Rate >= 4) {
 			p.rate, p.burst, p.period, p.segments, p.tick = l.Rate, burst, q, 1, 1
 			return nil
 		}
@@ -243,8 +245,8 @@ func (l *Limit) paramsSlow(p *params) error {
 		p.segments = int64(l.Segments)
 	}
 	big := max(p.rate, p.burst) + 1 // +1: the leaky bucket admits burst+1 at an instant
-	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && lo <= 1<<50 && p.segments == 1 {
-		return nil // the common case, without a division (its horizon is at most 2^51 µs)
+	if hi, lo := bits.Mul64(uint64(big), uint64(p.period)); hi == 0 && (lo <= 1<<50 || lo <= maxExact && p.rate >= 4) && p.segments == 1 {
+		return nil // the common case, without a division (its horizon as in paramsTo)
 	}
 	if m := MaxRate(l.Period); max(p.rate, p.burst) > m {
 		if l.Burst > l.Rate {
@@ -265,7 +267,8 @@ func (l *Limit) paramsSlow(p *params) error {
 	if p.period%p.segments != 0 {
 		return fmt.Errorf("%w: period %v does not split into %d equal sub-windows of whole microseconds", ErrInvalidLimit, l.Period, p.segments)
 	}
-	if h := p.horizon(); h > MaxHorizon/p.tick {
+	if !p.withinHorizon(2 * int64(l.Period/time.Microsecond)) {
+		h := p.horizon()
 		const bound = "more than the 2^52 µs (about 142 years) every time Sluice keeps must stay within"
 		days := func(ticks int64) int64 { return ceilDiv(ticks, int64(24*time.Hour/time.Microsecond)/p.tick) }
 		if l.Burst > l.Rate && 2*p.period <= MaxHorizon/p.tick {
@@ -317,6 +320,22 @@ func timeError(t time.Time) error {
 // within 2^53 µs of the epoch (exact in a double, as Lua needs), and every
 // RetryAfter, ResetAfter and Delay fits a time.Duration.
 const MaxHorizon = 1 << 52
+
+// withinHorizon reports whether p's horizon is at most MaxHorizon µs;
+// twoPeriods is twice the period in µs. A multiplication decides most
+// limits: ceil(x / rate) × tick ≤ 2^52 when (x + rate) × tick ≤ 2^52 ×
+// rate; the division is left for the few near the bound.
+func (p *params) withinHorizon(twoPeriods int64) bool {
+	if twoPeriods > MaxHorizon {
+		return false
+	}
+	full := (p.burst + 1) * p.period
+	hi, lo := bits.Mul64(uint64(max(1<<50, full)+full+p.rate), uint64(p.tick))
+	if rhi, rlo := uint64(p.rate)>>12, uint64(p.rate)<<52; hi < rhi || hi == rhi && lo <= rlo {
+		return true
+	}
+	return p.horizon() <= MaxHorizon/p.tick
+}
 
 // horizon returns, in ticks, how far past now a decision under p can
 // reach, forced charges included: twice the period (a sliding window
