@@ -11,8 +11,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -23,8 +25,9 @@ type Options struct {
 	// certificate it signed (mutual TLS).
 	ClientCA string
 	// ClientSANs, if set, are the names of which a client certificate must
-	// carry one, among its DNS names, URIs, email addresses and IP
-	// addresses (as written: "10.0.0.7", "spiffe://mesh/ns/envoy").
+	// carry one, among its DNS names (in any case), URIs and email
+	// addresses (exactly) and IP addresses (in any spelling): "10.0.0.7",
+	// "spiffe://mesh/ns/envoy". See Allowed.
 	ClientSANs []string
 }
 
@@ -119,11 +122,14 @@ func loadPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Allowed reports whether cert carries one of names among its DNS names,
-// URIs, email addresses and IP addresses.
+// Allowed reports whether cert carries one of names among its DNS names
+// (compared without regard to case, as DNS names are), URIs and email
+// addresses (exactly), and IP addresses (as addresses: "2001:DB8::1"
+// matches 2001:db8::1, "::ffff:10.0.0.7" matches 10.0.0.7).
 func Allowed(cert *x509.Certificate, names []string) bool {
 	for _, n := range names {
-		if slices.Contains(cert.DNSNames, n) || slices.Contains(cert.EmailAddresses, n) {
+		if slices.ContainsFunc(cert.DNSNames, func(d string) bool { return strings.EqualFold(d, n) }) ||
+			slices.Contains(cert.EmailAddresses, n) {
 			return true
 		}
 		for _, u := range cert.URIs {
@@ -131,9 +137,11 @@ func Allowed(cert *x509.Certificate, names []string) bool {
 				return true
 			}
 		}
-		for _, ip := range cert.IPAddresses {
-			if ip.String() == n {
-				return true
+		if a, err := netip.ParseAddr(n); err == nil && a.Zone() == "" {
+			for _, ip := range cert.IPAddresses {
+				if b, ok := netip.AddrFromSlice(ip); ok && b.Unmap() == a.Unmap() {
+					return true
+				}
 			}
 		}
 	}

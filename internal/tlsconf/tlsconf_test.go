@@ -2,12 +2,15 @@ package tlsconf_test
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/tlsconf"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -126,5 +129,73 @@ func TestLoadErrors(t *testing.T) {
 		if !errors.As(err, &te) || te.Field != c.field || (c.path != "" && te.Path != c.path) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: Load = %v, want an error on %s (%s) saying %q", c.name, err, c.field, c.path, c.msg)
 		}
+	}
+}
+
+// TestAllowedNames: client_sans matches a DNS name whatever its case (DNS
+// names are case-insensitive, RFC 4343: a CA may issue GW.Example for
+// gw.example), an IP address in any of its spellings, and a URI or email
+// exactly; a name of one kind never matches a SAN of another.
+func TestAllowedNames(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	cert := ca.ClientWith(t, "c", func(c *x509.Certificate) {
+		c.DNSNames = []string{"GW.Example"}
+		c.IPAddresses = []net.IP{net.ParseIP("10.0.0.7"), net.ParseIP("2001:db8::1")}
+		c.URIs = []*url.URL{{Scheme: "spiffe", Host: "mesh", Path: "/ns/Edge/sa/envoy"}}
+		c.EmailAddresses = []string{"ops@example.com"}
+	}).TLS.Leaf
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"gw.example", true},
+		{"GW.EXAMPLE", true},
+		{"gw.example.", false},
+		{"10.0.0.7", true},
+		{"::ffff:10.0.0.7", true},
+		{"2001:DB8::1", true},
+		{"2001:db8:0:0::1", true},
+		{"2001:db8::2", false},
+		{"spiffe://mesh/ns/Edge/sa/envoy", true},
+		{"spiffe://mesh/ns/edge/sa/envoy", false},
+		{"ops@example.com", true},
+		{"mesh", false},
+	} {
+		if got := tlsconf.Allowed(cert, []string{c.name}); got != c.ok {
+			t.Errorf("Allowed(cert with GW.Example, 10.0.0.7, 2001:db8::1, spiffe://mesh/ns/Edge/sa/envoy, ops@example.com, %q) = %v, want %v", c.name, got, c.ok)
+		}
+	}
+}
+
+// TestClientCertRefused: a client certificate that expired, or is not yet
+// valid, or is a server certificate, is refused even with an allowed name.
+func TestClientCertRefused(t *testing.T) {
+	ca := tlstest.NewCA(t, "clients")
+	srv := ca.Server(t)
+	cfg, err := tlsconf.Load(tlsconf.Options{Cert: srv.CertFile, Key: srv.KeyFile, ClientCA: ca.File, ClientSANs: []string{"gw.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := func(from, to time.Duration) func(*x509.Certificate) {
+		return func(c *x509.Certificate) {
+			c.DNSNames = []string{"gw.test"}
+			c.NotBefore, c.NotAfter = time.Now().Add(from), time.Now().Add(to)
+		}
+	}
+	for name, p := range map[string]tlstest.Pair{
+		"expired":       ca.ClientWith(t, "expired", valid(-48*time.Hour, -time.Hour)),
+		"not yet valid": ca.ClientWith(t, "early", valid(time.Hour, 48*time.Hour)),
+		"server-auth only": ca.ClientWith(t, "server-only", func(c *x509.Certificate) {
+			valid(-time.Hour, time.Hour)(c)
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}),
+	} {
+		if serr, cerr := handshake(t, cfg, ca.ClientConfig(p.TLS)); serr == nil || cerr == nil {
+			t.Errorf("a client certificate %s: accepted (server %v, client %v), want refused", name, serr, cerr)
+		}
+	}
+	ok := ca.ClientWith(t, "ok", valid(-time.Hour, time.Hour))
+	if serr, cerr := handshake(t, cfg, ca.ClientConfig(ok.TLS)); serr != nil || cerr != nil {
+		t.Errorf("a valid client certificate: refused (server %v, client %v)", serr, cerr)
 	}
 }

@@ -87,11 +87,21 @@ func (ca *CA) Client(t testing.TB, name string, dns []string, uris ...string) Pa
 	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, dns, nil, us)
 }
 
-func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, dns []string, ips []net.IP, uris []*url.URL) Pair {
+// ClientWith makes a client certificate named name, as edit leaves the
+// template (SANs, validity): an IP SAN, an expired certificate.
+func (ca *CA) ClientWith(t testing.TB, name string, edit func(*x509.Certificate)) Pair {
+	t.Helper()
+	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil, nil, nil, edit)
+}
+
+func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, dns []string, ips []net.IP, uris []*url.URL, edits ...func(*x509.Certificate)) Pair {
 	key, tmpl := newKey(t, name)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
 	tmpl.DNSNames, tmpl.IPAddresses, tmpl.URIs = dns, ips, uris
+	for _, edit := range edits {
+		edit(tmpl)
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
