@@ -28,7 +28,6 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // DefaultShutdownTimeout bounds a graceful shutdown when the config gives
@@ -93,9 +92,10 @@ type Daemon struct {
 	fleet      *fleetStore                     // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
-	apiServe         net.Listener          // apiLn, or TLS over it (api.tls)
-	tls              []*tlsconf.Reloadable // the listeners' TLS, read again on reload
-	proxyServe       net.Listener          // proxyLn, or TLS over it (proxy.tls)
+	apiServe         net.Listener   // apiLn, or TLS over it (api.tls)
+	tls              []listenerTLS  // the listeners' TLS, read again on reload
+	certWatcher      *configWatcher // the TLS files; nil without TLS, or if it failed
+	proxyServe       net.Listener   // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
 	// The plaintext listeners' fast HTTP/1.1 fronts over apiSrv and
 	// proxySrv (package h1); nil with api.tls / proxy.tls.
@@ -194,6 +194,7 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		d.Close()
 		return nil, err
 	}
+	d.watchCerts()
 	return d, nil
 }
 
@@ -302,6 +303,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 
+	if d.certWatcher != nil {
+		defer d.certWatcher.Close()
+		changed := make(chan struct{}, 1)
+		wg.Go(func() { d.certWatcher.run(watchCtx, d.log, changed) })
+		wg.Go(func() { debounce(watchCtx, changed, d.opts.ReloadDebounce, d.reloadCerts) })
+	}
+	for _, l := range d.tls {
+		d.logCert(l, "tls: serving certificate")
+	}
+
 	featCtx, stopFeatures := context.WithCancel(ctx)
 	defer stopFeatures()
 	waitFeatures := d.runFeatures(featCtx)
@@ -399,6 +410,9 @@ func (d *Daemon) Close() error {
 	if d.descWatcher != nil {
 		d.descWatcher.Close()
 	}
+	if d.certWatcher != nil {
+		d.certWatcher.Close()
+	}
 	return d.closeStore()
 }
 
@@ -470,8 +484,8 @@ func (d *Daemon) apply(data []byte) error {
 	}
 	d.cur.Store(gen)
 	d.useRoutes(rt)
-	for i, r := range d.tls {
-		r.Store(certs[i])
+	for i, l := range d.tls {
+		d.certsInForce(l, l.Store(certs[i]), nil)
 	}
 	d.activate(gen)
 	return nil

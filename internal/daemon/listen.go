@@ -35,7 +35,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
 	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
-	if d.apiServe, err = d.serveTLS(d.apiLn, cfg.API.TLS); err != nil {
+	if d.apiServe, err = d.serveTLS("api", d.apiLn, cfg.API.TLS); err != nil {
 		return err
 	}
 	if cfg.API.TLS == nil {
@@ -58,7 +58,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().proxy.ServeHTTP(w, r)
 		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
-		if d.proxyServe, err = d.serveTLS(d.proxyLn, cfg.Proxy.TLS); err != nil {
+		if d.proxyServe, err = d.serveTLS("proxy", d.proxyLn, cfg.Proxy.TLS); err != nil {
 			return err
 		}
 		if cfg.Proxy.TLS == nil {
@@ -81,7 +81,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			if err != nil {
 				return fmt.Errorf("daemon: grpc.tls: %w", err)
 			}
-			d.tls = append(d.tls, r)
+			d.tls = append(d.tls, listenerTLS{"grpc", r})
 			gopts.TLS = r.Config()
 		}
 		d.grpcSrv = server.NewGRPC(d.rls, gopts)
@@ -97,16 +97,17 @@ func scheme(t *config.TLSConfig) string {
 	return "http://"
 }
 
-// serveTLS returns ln, or with t a TLS listener over it.
-func (d *Daemon) serveTLS(ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
+// serveTLS returns ln, or with t a TLS listener over it, for the listener
+// named name.
+func (d *Daemon) serveTLS(name string, ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
 	if t == nil {
 		return ln, nil
 	}
 	r, err := tlsconf.NewReloadable(t.Options(), "h2", "http/1.1")
 	if err != nil {
-		return nil, fmt.Errorf("daemon: tls: %w", err)
+		return nil, fmt.Errorf("daemon: %s.tls: %w", name, err)
 	}
-	d.tls = append(d.tls, r)
+	d.tls = append(d.tls, listenerTLS{name, r})
 	return tls.NewListener(ln, r.Config()), nil
 }
 

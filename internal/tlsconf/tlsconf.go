@@ -6,6 +6,7 @@
 package tlsconf
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -181,8 +182,32 @@ func (r *Reloadable) Load() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Store puts cfg (from Load) in force for the next handshakes.
-func (r *Reloadable) Store(cfg *tls.Config) { r.cur.Store(cfg) }
+// Store puts cfg (from Load) in force for the next handshakes. It reports
+// whether cfg differs from the configuration it replaces: another
+// certificate chain or client CA bundle.
+func (r *Reloadable) Store(cfg *tls.Config) (changed bool) {
+	old := r.cur.Swap(cfg)
+	return old == nil || !slices.EqualFunc(old.Certificates[0].Certificate, cfg.Certificates[0].Certificate, bytes.Equal) ||
+		(old.ClientCAs == nil) != (cfg.ClientCAs == nil) || (old.ClientCAs != nil && !old.ClientCAs.Equal(cfg.ClientCAs))
+}
+
+// Reload reads the files again and puts what they make in force,
+// reporting whether that changed anything (see Store). Files that do not
+// load (a certificate whose key has not been written yet) change nothing
+// and are the error. Calls to Reload and Store must not overlap.
+func (r *Reloadable) Reload() (changed bool, err error) {
+	cfg, err := r.Load()
+	if err != nil {
+		return false, err
+	}
+	return r.Store(cfg), nil
+}
+
+// Options returns the options r was made with (its files).
+func (r *Reloadable) Options() Options { return r.o }
+
+// Leaf returns the certificate in force.
+func (r *Reloadable) Leaf() *x509.Certificate { return r.cur.Load().Certificates[0].Leaf }
 
 // Config is the configuration to serve with: each handshake gets the one
 // in force.

@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/tlsconf"
+)
+
+// listenerTLS is the TLS of the listener named name (api, proxy, grpc).
+type listenerTLS struct {
+	name string
+	*tlsconf.Reloadable
+}
+
+// watchCerts starts watching the certificate, key and client CA files of
+// every listener with TLS, so that a certificate renewed in place
+// (cert-manager, Vault agent, a Kubernetes Secret volume's ..data swap) is
+// served without a reload. Not fatal: a reload still reads them.
+func (d *Daemon) watchCerts() {
+	var paths []string
+	seen := map[string]bool{}
+	for _, l := range d.tls {
+		o := l.Options()
+		for _, p := range []string{o.Cert, o.Key, o.ClientCA} {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				paths = append(paths, p)
+			}
+		}
+	}
+	if len(paths) == 0 {
+		return
+	}
+	var err error
+	if d.certWatcher, err = newConfigWatcher(paths...); err != nil {
+		d.log.Error("tls: certificate files not watched; reload with SIGHUP to serve a renewed certificate", "err", err)
+	}
+}
+
+// reloadCerts reads the listeners' TLS files again after a change to them.
+// Each listener is on its own: one whose files now make another
+// certificate or client CA serves it from its next handshake; one whose
+// files do not load (a certificate whose key is not written yet, a file
+// gone) keeps what it serves, and the error, naming the file, is logged.
+// The next change to the files tries again.
+func (d *Daemon) reloadCerts() {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	for _, l := range d.tls {
+		changed, err := l.Reload()
+		d.certsInForce(l, changed, err)
+	}
+}
+
+// certsInForce logs what l serves after a reading of its files: the error
+// of files that did not load, or the certificate now served when it
+// changed.
+func (d *Daemon) certsInForce(l listenerTLS, changed bool, err error) {
+	switch {
+	case err != nil:
+		d.log.Error("tls: certificate files not reloaded; the certificate in force stays", "listener", l.name, "err", err)
+	case changed:
+		d.logCert(l, "tls: certificate reloaded")
+	}
+}
+
+// logCert logs msg with the certificate l serves, and a warning while that
+// certificate is expired.
+func (d *Daemon) logCert(l listenerTLS, msg string) {
+	leaf := l.Leaf()
+	if leaf == nil {
+		return
+	}
+	notAfter := leaf.NotAfter.UTC().Format(time.RFC3339)
+	d.log.Info(msg, "listener", l.name, "cert", l.Options().Cert, "serial", leaf.SerialNumber.String(), "not_after", notAfter)
+	if time.Now().After(leaf.NotAfter) {
+		d.log.Warn("tls: the certificate served has expired; clients will refuse it", "listener", l.name, "cert", l.Options().Cert, "not_after", notAfter)
+	}
+}
