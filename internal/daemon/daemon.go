@@ -93,7 +93,7 @@ type Daemon struct {
 
 	apiLn, proxyLn   *listener.Listener
 	apiServe         net.Listener   // apiLn, or TLS over it (api.tls)
-	tls              []listenerTLS  // the listeners' TLS, read again on reload
+	tls              []listenerTLS  // the listeners' TLS, read again on reload and when its files change
 	certWatcher      *configWatcher // the TLS files; nil without TLS, or if it failed
 	proxyServe       net.Listener   // proxyLn, or TLS over it (proxy.tls)
 	apiSrv, proxySrv *http.Server
