@@ -47,8 +47,21 @@ func (e *Error) Unwrap() error { return e.Err }
 // carries none of Options.ClientSANs.
 var ErrSANNotAllowed = errors.New("tls: client certificate carries no allowed name")
 
+// CipherSuites are the TLS 1.2 cipher suites served: the forward-secret
+// AEAD ones (Mozilla's "intermediate" profile), which are also all that
+// HTTP/2 allows over TLS 1.2 (RFC 9113 section 9.2.2). Go's defaults add
+// the ECDHE CBC-SHA1 suites. TLS 1.3 has only AEAD suites.
+var CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // Load reads the files of o and returns a server configuration: TLS 1.2 or
-// later, the certificate, and with ClientCA, client certificates required
+// later (over TLS 1.2, the CipherSuites), the certificate, and with ClientCA, client certificates required
 // and verified against it (and their names against ClientSANs). Each
 // problem is an *Error naming its field and file.
 func Load(o Options) (*tls.Config, error) {
@@ -59,6 +72,7 @@ func Load(o Options) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
+		CipherSuites: slices.Clone(CipherSuites),
 		Certificates: []tls.Certificate{cert},
 	}
 	if o.ClientCA != "" {

@@ -199,3 +199,40 @@ func TestClientCertRefused(t *testing.T) {
 		t.Errorf("a valid client certificate: refused (server %v, client %v)", serr, cerr)
 	}
 }
+
+// TestVersionsAndCiphers: TLS 1.2 and 1.3 only, and over TLS 1.2 only the
+// forward-secret AEAD suites (ECDHE with AES-GCM or ChaCha20-Poly1305), as
+// HTTP/2 requires (RFC 9113 9.2.2): a client offering only CBC suites, or
+// at most TLS 1.1, is refused.
+func TestVersionsAndCiphers(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	srv := ca.Server(t)
+	cfg, err := tlsconf.Load(tlsconf.Options{Cert: srv.CertFile, Key: srv.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(maxVersion uint16, suites ...uint16) *tls.Config {
+		c := ca.ClientConfig()
+		c.MinVersion, c.MaxVersion, c.CipherSuites = tls.VersionTLS10, maxVersion, suites
+		return c
+	}
+	for _, c := range []struct {
+		name string
+		ccfg *tls.Config
+		ok   bool
+	}{
+		{"TLS 1.3", client(tls.VersionTLS13), true},
+		{"TLS 1.2, Go's default suites", client(tls.VersionTLS12), true},
+		{"TLS 1.2, ECDHE-ECDSA-AES128-GCM-SHA256", client(tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256), true},
+		{"TLS 1.2, ECDHE-ECDSA-CHACHA20-POLY1305", client(tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256), true},
+		{"TLS 1.2, ECDHE-ECDSA-AES256-GCM-SHA384", client(tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384), true},
+		{"TLS 1.2, ECDHE-ECDSA-AES128-SHA (CBC)", client(tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA), false},
+		{"TLS 1.2, ECDHE-ECDSA-AES256-SHA (CBC)", client(tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA), false},
+		{"TLS 1.1", client(tls.VersionTLS11), false},
+	} {
+		serr, cerr := handshake(t, cfg, c.ccfg)
+		if got := serr == nil && cerr == nil; got != c.ok {
+			t.Errorf("%s: accepted %v (server %v, client %v), want %v", c.name, got, serr, cerr, c.ok)
+		}
+	}
+}
