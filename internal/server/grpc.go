@@ -72,7 +72,8 @@ type GRPCOptions struct {
 	Creds credentials.TransportCredentials
 	// TLS, when set and Creds is not, serves TLS with this configuration
 	// (grpc.tls: internal/tlsconf builds it, mTLS and client names
-	// included).
+	// included), used as it is but for h2 added to its protocols; a
+	// client offering no ALPN (Envoy without alpn_protocols) is served.
 	TLS *tls.Config
 	// MaxConnectionAge, MaxConnectionAgeGrace, KeepaliveTime,
 	// KeepaliveTimeout and StopGrace: 0 means the defaults above.
@@ -146,7 +147,7 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	}
 	opts = append(opts, windowOptions()...)
 	if o.Creds == nil && o.TLS != nil {
-		o.Creds = credentials.NewTLS(o.TLS)
+		o.Creds = newServerTLS(o.TLS)
 	}
 	if o.Creds != nil {
 		opts = append(opts, grpc.Creds(o.Creds))
