@@ -132,6 +132,13 @@ func TestCertRotatedByRename(t *testing.T) {
 	if got, want := rd.served(t), second.TLS.Leaf.SerialNumber.String(); got != [3]string{want, want, want} {
 		t.Errorf("with a certificate and a key that do not match, the listeners serve %v, want the pair in force (%s)", got, want)
 	}
+	// A reload (SIGHUP) meanwhile is refused, naming the key file.
+	if err := rd.d.Reload(); err == nil || !strings.Contains(err.Error(), keyFile) {
+		t.Errorf("Reload with a certificate and a key that do not match: %v, want an error naming %s", err, keyFile)
+	}
+	if got, want := rd.served(t), second.TLS.Leaf.SerialNumber.String(); got != [3]string{want, want, want} {
+		t.Errorf("after a refused reload the listeners serve %v, want the pair in force (%s)", got, want)
+	}
 	replace(t, keyFile, read(t, third.KeyFile))
 	rd.waitServed(t, "the pair served once the key came", third)
 	if !strings.Contains(rd.logs.String(), "certificate reloaded") {
