@@ -37,6 +37,17 @@ func (d *Daemon) watchCerts() {
 	}
 }
 
+// certsChanged follows a change to the listeners' TLS files: a config
+// change refused since (over these very files, maybe: a deploy that
+// updates the config and the certificate together) is tried again first,
+// and applied brings the files with it; then the files are read again.
+func (d *Daemon) certsChanged() {
+	if d.reloader != nil {
+		d.reloader.retryFailed()
+	}
+	d.reloadCerts()
+}
+
 // reloadCerts reads the listeners' TLS files again after a change to them.
 // Each listener is on its own: one whose files now make another
 // certificate or client CA serves it from its next handshake; one whose

@@ -307,7 +307,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer d.certWatcher.Close()
 		changed := make(chan struct{}, 1)
 		wg.Go(func() { d.certWatcher.run(watchCtx, d.log, changed) })
-		wg.Go(func() { debounce(watchCtx, changed, d.opts.ReloadDebounce, d.reloadCerts) })
+		wg.Go(func() { debounce(watchCtx, changed, d.opts.ReloadDebounce, d.certsChanged) })
 	}
 	for _, l := range d.tls {
 		d.logCert(l, "tls: serving certificate")

@@ -176,3 +176,34 @@ func TestCertRotatedBySymlinkSwap(t *testing.T) {
 	os.RemoveAll(filepath.Join(dir, "..2026_11_27_08_00_00.1"))
 	rd.waitServed(t, "a certificate renewed by a ..data swap served without a reload", second)
 }
+
+// TestConfigRefusedOverCertsRetried: a config change that came while the
+// certificate and key did not match (a deploy that updates the config and
+// the certificate together) is refused, and applied once the pair is whole
+// again, without another change to the config file.
+func TestConfigRefusedOverCertsRetried(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca := tlstest.NewCA(t, "server")
+	first := ca.Server(t)
+	os.WriteFile(certFile, read(t, first.CertFile), 0o600)
+	os.WriteFile(keyFile, read(t, first.KeyFile), 0o600)
+	rd := startRotateDaemon(t, certFile, keyFile)
+	rd.ca = ca
+
+	second := ca.Server(t)
+	replace(t, certFile, read(t, second.CertFile)) // its key comes later
+	conf := string(read(t, rd.path))
+	replace(t, rd.path, []byte(strings.Replace(conf, "rate: 5/m", "rate: 7/m", 1)))
+	if r := rd.waitReload(); r.Err == nil || !strings.Contains(r.Err.Error(), keyFile) {
+		t.Fatalf("a config change while the key does not match the certificate: %v, want refused naming %s", r.Err, keyFile)
+	}
+	replace(t, keyFile, read(t, second.KeyFile))
+	rd.waitServed(t, "the new pair served", second)
+	if r := rd.waitReload(); r.Err != nil {
+		t.Fatalf("the refused config tried again once the pair is whole: %v, want applied", r.Err)
+	}
+	if got := rd.d.Config().Rules[0].Rate; got != "7/m" {
+		t.Errorf("rule rate in force %v, want the changed 7/m", got)
+	}
+}
