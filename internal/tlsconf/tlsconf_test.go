@@ -20,6 +20,14 @@ import (
 // a server with cfg and a client with ccfg; it returns the server's error.
 func handshake(t *testing.T, cfg, ccfg *tls.Config) (server, client error) {
 	t.Helper()
+	server, client, _ = resume(t, cfg, ccfg)
+	return server, client
+}
+
+// resume is handshake, also reporting whether the client resumed a
+// session.
+func resume(t *testing.T, cfg, ccfg *tls.Config) (server, client error, resumed bool) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +58,10 @@ func handshake(t *testing.T, cfg, ccfg *tls.Config) (server, client error) {
 		// first read.
 		c.Write([]byte("x"))
 		_, err = c.Read(make([]byte, 1))
+		resumed = c.ConnectionState().DidResume
 		c.Close()
 	}
-	return <-done, err
+	return <-done, err, resumed
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -233,6 +242,59 @@ func TestVersionsAndCiphers(t *testing.T) {
 		serr, cerr := handshake(t, cfg, c.ccfg)
 		if got := serr == nil && cerr == nil; got != c.ok {
 			t.Errorf("%s: accepted %v (server %v, client %v), want %v", c.name, got, serr, cerr, c.ok)
+		}
+	}
+}
+
+// TestReloadableResumption: after a Reloadable's client CA changes, a
+// client of the old CA is refused, also when it resumes a session made
+// before (TLS 1.2 and 1.3), and a client of the new CA is accepted.
+func TestReloadableResumption(t *testing.T) {
+	srv := tlstest.NewCA(t, "server").Server(t)
+	oldCA, newCA := tlstest.NewCA(t, "old"), tlstest.NewCA(t, "new")
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	copyFile := func(from string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(caFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		copyFile(oldCA.File)
+		r, err := tlsconf.NewReloadable(tlsconf.Options{Cert: srv.CertFile, Key: srv.KeyFile, ClientCA: caFile, ClientSANs: []string{"gw"}}, "http/1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := r.Config()
+		ccfg := oldCA.ClientConfig(oldCA.Client(t, "gw", []string{"gw"}).TLS)
+		ccfg.RootCAs = nil
+		ccfg.InsecureSkipVerify = true // the server's CA is not the point here
+		ccfg.MaxVersion = v
+		ccfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		for i := range 2 {
+			serr, cerr, resumed := resume(t, cfg, ccfg)
+			if serr != nil || cerr != nil {
+				t.Fatalf("TLS %x, old CA, before the change, handshake %d: %v / %v", v, i, serr, cerr)
+			}
+			if i == 1 && !resumed {
+				t.Fatalf("TLS %x: the second handshake did not resume: the test would not test resumption", v)
+			}
+		}
+		copyFile(newCA.File)
+		if changed, err := r.Reload(); !changed || err != nil {
+			t.Fatalf("TLS %x: Reload after the CA file changed = %v, %v; want changed", v, changed, err)
+		}
+		if serr, cerr := handshake(t, cfg, ccfg); serr == nil && cerr == nil {
+			t.Errorf("TLS %x: the old CA's client resuming after the CA changed: accepted, want refused", v)
+		}
+		nc := newCA.ClientConfig(newCA.Client(t, "gw", []string{"gw"}).TLS)
+		nc.RootCAs, nc.InsecureSkipVerify, nc.MaxVersion = nil, true, v
+		if serr, cerr := handshake(t, cfg, nc); serr != nil || cerr != nil {
+			t.Errorf("TLS %x: the new CA's client: %v / %v, want accepted", v, serr, cerr)
 		}
 	}
 }
