@@ -130,8 +130,27 @@ func loadPool(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, errors.Unwrap(err)
 	}
+	// Every certificate must parse (x509.CertPool.AppendCertsFromPEM
+	// skips those that do not): a CA lost from the bundle would refuse
+	// all its clients without a word.
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
+	n := 0
+	for {
+		var blk *pem.Block
+		if blk, b = pem.Decode(b); blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		n++
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d in it: %w", n, err)
+		}
+		pool.AddCert(c)
+	}
+	if n == 0 {
 		return nil, errors.New("no PEM certificate in it")
 	}
 	return pool, nil

@@ -3,6 +3,7 @@ package tlsconf_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/url"
@@ -296,5 +297,28 @@ func TestReloadableResumption(t *testing.T) {
 		if serr, cerr := handshake(t, cfg, nc); serr != nil || cerr != nil {
 			t.Errorf("TLS %x: the new CA's client: %v / %v, want accepted", v, serr, cerr)
 		}
+	}
+}
+
+// TestClientCABundleDamaged: a client CA bundle of which one certificate
+// does not parse (the new CA of a rotation, cut short) is an error naming
+// the file, not a pool of the others that would refuse every client of
+// the lost CA.
+func TestClientCABundleDamaged(t *testing.T) {
+	srv := tlstest.NewCA(t, "server").Server(t)
+	a, b := tlstest.NewCA(t, "a"), tlstest.NewCA(t, "b")
+	ab, err := os.ReadFile(a.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, _ := os.ReadFile(b.File)
+	blk, _ := pem.Decode(bb)
+	blk.Bytes = blk.Bytes[:len(blk.Bytes)/2]
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(bundle, append(ab, pem.EncodeToMemory(blk)...), 0o600)
+	_, err = tlsconf.Load(tlsconf.Options{Cert: srv.CertFile, Key: srv.KeyFile, ClientCA: bundle})
+	var te *tlsconf.Error
+	if !errors.As(err, &te) || te.Field != "client_ca" || te.Path != bundle || !strings.Contains(err.Error(), "certificate 2") {
+		t.Errorf("Load with a client CA bundle whose 2nd certificate is cut: %v, want an error on client_ca naming %s and its certificate 2", err, bundle)
 	}
 }
