@@ -109,7 +109,30 @@ func pairError(o Options, err error) error {
 	if b, _ := os.ReadFile(o.Cert); !hasCert(b) {
 		return &Error{Field: "cert", Path: o.Cert, Err: errors.New("no PEM certificate in it")}
 	}
+	if n := keyCertIndex(o); n > 1 {
+		return &Error{Field: "cert", Path: o.Cert, Err: fmt.Errorf("the certificate of the key %s is certificate %d in it: it must come first, then its chain", o.Key, n)}
+	}
 	return &Error{Field: "key", Path: o.Key, Err: fmt.Errorf("with the certificate %s: %w", o.Cert, err)}
+}
+
+// keyCertIndex returns which certificate of o.Cert (from 1) the key o.Key
+// belongs to, or 0.
+func keyCertIndex(o Options) int {
+	b, _ := os.ReadFile(o.Cert)
+	key, _ := os.ReadFile(o.Key)
+	for n := 1; ; {
+		var blk *pem.Block
+		if blk, b = pem.Decode(b); blk == nil {
+			return 0
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		if _, err := tls.X509KeyPair(pem.EncodeToMemory(blk), key); err == nil {
+			return n
+		}
+		n++
+	}
 }
 
 // hasCert reports whether b holds a PEM certificate.

@@ -322,3 +322,20 @@ func TestClientCABundleDamaged(t *testing.T) {
 		t.Errorf("Load with a client CA bundle whose 2nd certificate is cut: %v, want an error on client_ca naming %s and its certificate 2", err, bundle)
 	}
 }
+
+// TestChainOutOfOrder: a certificate file whose chain puts the CA before
+// the server's own certificate is an error on cert saying so, not one on
+// the key (which does match a certificate of the file).
+func TestChainOutOfOrder(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	srv := ca.Server(t)
+	leaf, _ := os.ReadFile(srv.CertFile)
+	root, _ := os.ReadFile(ca.File)
+	chain := filepath.Join(t.TempDir(), "chain.pem")
+	os.WriteFile(chain, append(root, leaf...), 0o600)
+	_, err := tlsconf.Load(tlsconf.Options{Cert: chain, Key: srv.KeyFile})
+	var te *tlsconf.Error
+	if !errors.As(err, &te) || te.Field != "cert" || te.Path != chain || !strings.Contains(err.Error(), "first") {
+		t.Errorf("Load with the chain's CA first: %v, want an error on cert naming %s and saying its certificate must come first", err, chain)
+	}
+}
