@@ -39,6 +39,16 @@ type fleetStore struct {
 	leases map[int]*fleet.Lease // by chunk; 0 is auto
 	batch  *prometheus.HistogramVec
 	grants *prometheus.HistogramVec
+	// The counters of the decorators a reload retired: those being closed
+	// (their last batch, their give-back), then those closed, summed by
+	// interval and chunk. A retired decorator's counts stay in its
+	// series, last batch and units given back included, and an interval
+	// or chunk that comes back goes on from them: a series that vanished
+	// or fell would read as a reset.
+	closingSyncs  map[*fleet.Sync]time.Duration
+	closingLeases map[*fleet.Lease]int
+	doneSyncs     map[time.Duration]fleet.SyncStats
+	doneLeases    map[int]fleet.LeaseStats
 }
 
 // fleetShared is the shared store the decorators reserve from and sync
@@ -115,7 +125,9 @@ func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Tim
 	if now == nil {
 		now = time.Now
 	}
-	f := &fleetStore{redis: r, now: now, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{}}
+	f := &fleetStore{redis: r, now: now, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{},
+		closingSyncs: map[*fleet.Sync]time.Duration{}, closingLeases: map[*fleet.Lease]int{},
+		doneSyncs: map[time.Duration]fleet.SyncStats{}, doneLeases: map[int]fleet.LeaseStats{}}
 	f.routes.Store(newRoutes(nil))
 	f.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_fleet_sync_batch_seconds",
@@ -284,68 +296,4 @@ func (f *fleetStore) Close() error {
 	}
 	f.mu.Unlock()
 	return errors.Join(errs...)
-}
-
-// fleetCollector exports the decorators' counters and each rule's mode.
-type fleetCollector struct{ f *fleetStore }
-
-var (
-	descSyncBatches   = prometheus.NewDesc("sluice_fleet_sync_batches_total", "Sync batches sent to Redis, by interval.", []string{"interval"}, nil)
-	descSyncKeys      = prometheus.NewDesc("sluice_fleet_sync_batch_keys_total", "Keys in the sync batches, summed, by interval (divide by the batches for the mean batch size).", []string{"interval"}, nil)
-	descSyncErrors    = prometheus.NewDesc("sluice_fleet_sync_batch_errors_total", "Sync batches that failed (their hits go out with the next one), by interval.", []string{"interval"}, nil)
-	descSyncLoads     = prometheus.NewDesc("sluice_fleet_sync_loads_total", "Keys read from Redis before a decision (asked for again after a cold decision, or idle for two intervals), by interval.", []string{"interval"}, nil)
-	descSyncLocal     = prometheus.NewDesc("sluice_fleet_sync_decisions_total", "Decisions made locally by sync rules, by interval.", []string{"interval"}, nil)
-	descSyncOverflow  = prometheus.NewDesc("sluice_fleet_sync_overflow_total", "Decisions of sync rules made exactly in Redis because the instance held its most keys (fleet.DefaultSyncMaxKeys) and the key was new, by interval.", []string{"interval"}, nil)
-	descSyncCold      = prometheus.NewDesc("sluice_fleet_sync_cold_total", "Decisions of sync rules made exactly in Redis because the key was asked for the first time in two intervals (a key asked for once gains nothing from a local view), by interval.", []string{"interval"}, nil)
-	descSyncOvershoot = prometheus.NewDesc("sluice_fleet_sync_overshoot_max", "The most requests a sync batch found a key admitted beyond its limit, by interval: the fleet's error as this instance can see it.", []string{"interval"}, nil)
-	descLeaseCalls    = prometheus.NewDesc("sluice_fleet_lease_reservations_total", "Lease reservations asked of Redis, by chunk.", []string{"chunk"}, nil)
-	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
-	descLeaseReturned = prometheus.NewDesc("sluice_fleet_lease_units_returned_total", "Units of quota given back (expired, or at shutdown), by chunk.", []string{"chunk"}, nil)
-	descLeaseSpent    = prometheus.NewDesc("sluice_fleet_lease_units_spent_total", "Units of quota spent on admitted requests, by chunk.", []string{"chunk"}, nil)
-	descLeaseOverflow = prometheus.NewDesc("sluice_fleet_lease_overflow_total", "Decisions of lease rules made exactly in Redis because the instance held its most keys (fleet.DefaultLeaseMaxKeys), none could be let go, and the key was new, by chunk.", []string{"chunk"}, nil)
-	descLeaseCold     = prometheus.NewDesc("sluice_fleet_lease_cold_total", "Decisions of lease rules made exactly in Redis because the key was asked for the first time in a second or two (a lease for a key asked for once would hold quota it does not spend), by chunk.", []string{"chunk"}, nil)
-	descRuleMode      = prometheus.NewDesc("sluice_rule_fleet_mode", "How each rule counts across the fleet: 1 for its mode (exact, sync or lease).", []string{"rule", "mode"}, nil)
-)
-
-func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOverflow, descSyncCold, descSyncOvershoot,
-		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descLeaseOverflow, descLeaseCold, descRuleMode} {
-		ch <- d
-	}
-}
-
-func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	f := c.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	counter := func(d *prometheus.Desc, v uint64, label string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
-	}
-	for iv, s := range f.syncs {
-		st, l := s.Stats(), iv.String()
-		counter(descSyncBatches, st.Batches, l)
-		counter(descSyncKeys, st.BatchKeys, l)
-		counter(descSyncErrors, st.BatchErrors, l)
-		counter(descSyncLoads, st.Loads, l)
-		counter(descSyncLocal, st.Local, l)
-		counter(descSyncOverflow, st.Overflow, l)
-		counter(descSyncCold, st.Cold, l)
-		ch <- prometheus.MustNewConstMetric(descSyncOvershoot, prometheus.GaugeValue, float64(st.MaxOvershoot), l)
-	}
-	for chunk, s := range f.leases {
-		st, l := s.Stats(), chunkLabel(chunk)
-		counter(descLeaseCalls, st.Calls, l)
-		counter(descLeaseGranted, st.Granted, l)
-		counter(descLeaseReturned, st.Returned, l)
-		counter(descLeaseSpent, st.Spent, l)
-		counter(descLeaseOverflow, st.Overflow, l)
-		counter(descLeaseCold, st.Cold, l)
-	}
-	seen := map[string]bool{}
-	for _, m := range f.routes.Load().modes {
-		if !seen[m.rule] {
-			seen[m.rule] = true
-			ch <- prometheus.MustNewConstMetric(descRuleMode, prometheus.GaugeValue, 1, m.rule, m.name())
-		}
-	}
 }

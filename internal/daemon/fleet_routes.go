@@ -189,10 +189,10 @@ func (f *fleetStore) prepare(set *rules.Set, descs *descriptors.Set) (*routes, e
 	if err != nil {
 		closeSyncs, closeLeases := f.unusedLocked(f.routes.Load())
 		now := f.now()
-		for _, s := range closeSyncs {
-			s.Close() // new: nothing to hand back
+		for s := range closeSyncs {
+			s.Close() // new: nothing to hand back, nothing counted
 		}
-		for _, l := range closeLeases {
+		for l := range closeLeases {
 			l.CloseAt(now)
 		}
 		return nil, err
@@ -217,6 +217,14 @@ func (f *fleetStore) use(next *routes) error {
 func (f *fleetStore) retire(old, next *routes) error {
 	f.mu.Lock()
 	closeSyncs, closeLeases := f.unusedLocked(next)
+	// Scraped while they close, then summed into their interval's and
+	// chunk's counters, last batch and give-back included.
+	for s, iv := range closeSyncs {
+		f.closingSyncs[s] = iv
+	}
+	for l, chunk := range closeLeases {
+		f.closingLeases[l] = chunk
+	}
 	// The keys of the decorators kept that old sent them and next does
 	// not, by decorator: the heads of their rules.
 	forget := map[sluice.Store]map[string]bool{}
@@ -235,12 +243,22 @@ func (f *fleetStore) retire(old, next *routes) error {
 	f.mu.Unlock()
 	now := f.now()
 	var errs []error
-	for _, s := range closeSyncs {
+	for s := range closeSyncs {
 		errs = append(errs, s.Close())
 	}
-	for _, l := range closeLeases {
+	for l := range closeLeases {
 		errs = append(errs, l.CloseAt(now))
 	}
+	f.mu.Lock()
+	for s, iv := range closeSyncs {
+		f.doneSyncs[iv] = addSyncStats(f.doneSyncs[iv], s.Stats())
+		delete(f.closingSyncs, s)
+	}
+	for l, chunk := range closeLeases {
+		f.doneLeases[chunk] = addLeaseStats(f.doneLeases[chunk], l.Stats())
+		delete(f.closingLeases, l)
+	}
+	f.mu.Unlock()
 	for d, heads := range forget {
 		match := func(_, key string) bool { return heads[head(key)] }
 		switch d := d.(type) {
@@ -254,22 +272,21 @@ func (f *fleetStore) retire(old, next *routes) error {
 }
 
 // unusedLocked takes the decorators rt does not use out of the fleet
-// store, with their metrics, and returns them. f.mu is held.
-func (f *fleetStore) unusedLocked(rt *routes) ([]*fleet.Sync, []*fleet.Lease) {
-	var syncs []*fleet.Sync
-	var leases []*fleet.Lease
+// store and returns them, with their interval or chunk. Their metrics
+// stay (see fleetStore.doneSyncs). f.mu is held.
+func (f *fleetStore) unusedLocked(rt *routes) (map[*fleet.Sync]time.Duration, map[*fleet.Lease]int) {
+	syncs := map[*fleet.Sync]time.Duration{}
+	leases := map[*fleet.Lease]int{}
 	for iv, s := range f.syncs {
 		if !rt.uses(s) {
-			syncs = append(syncs, s)
+			syncs[s] = iv
 			delete(f.syncs, iv)
-			f.batch.DeleteLabelValues(iv.String())
 		}
 	}
 	for chunk, l := range f.leases {
 		if !rt.uses(l) {
-			leases = append(leases, l)
+			leases[l] = chunk
 			delete(f.leases, chunk)
-			f.grants.DeleteLabelValues(chunkLabel(chunk))
 		}
 	}
 	return syncs, leases
