@@ -166,7 +166,7 @@ type SyncStats struct {
 	BatchKeys   uint64 // keys in them, summed
 	BatchErrors uint64 // batches that failed (their hits are sent again)
 	Loads       uint64 // keys read before a decision: asked for again after a cold decision, or idle two intervals
-	Local       uint64 // decisions made locally
+	Local       uint64 // decisions made locally (not those of a load, decided in the shared store)
 	Overflow    uint64 // decisions made in the shared store: the key was new and MaxKeys were held
 	Cold        uint64 // decisions made in the shared store: the key's first in two intervals
 	Keys        int    // keys held now
@@ -239,6 +239,8 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 	}
-	s.local.Add(1)
+	if !decided { // else the store decided, on the entry's first read (a load)
+		s.local.Add(1)
+	}
 	return d, nil
 }
