@@ -172,7 +172,8 @@ type SyncStats struct {
 	Keys        int    // keys held now
 	// Overshoot is how far over its limit the last batch found a key (in
 	// requests of cost 1), and MaxOvershoot the most seen: what this
-	// instance can observe of the fleet's error.
+	// instance can observe of the fleet's error. Reports (Request.Force)
+	// charged past the limit count in it too.
 	Overshoot, MaxOvershoot int64
 }
 

@@ -35,3 +35,86 @@ func TestSyncStatsDecisions(t *testing.T) {
 		t.Errorf("Stats.Local = %d after 5 decisions, %d of them made in the store; want %d", st.Local, inStore, 5-inStore)
 	}
 }
+
+// TestSyncOvershootMeasured: two instances that each decide from a stale
+// view admit past the limit; the batch that brings the fleet's count to
+// Redis finds the key over its limit by exactly what the fleet admitted
+// beyond it, and MaxOvershoot keeps the most seen.
+func TestSyncOvershootMeasured(t *testing.T) {
+	srv := redistest.StartServer(t)
+	store := openShared(t, []string{srv.Addr}, false)
+	// An hour: batches only when the test flushes.
+	a := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: time.Hour})
+	b := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: time.Hour})
+	ctx := context.Background()
+	r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(10), Cost: 1, Now: sluicetest.T0.Add(10 * time.Minute)}
+	admitted := 0
+	take := func(s *fleet.Sync, n int) {
+		for range n {
+			d, err := s.Take(ctx, r)
+			if err != nil {
+				t.Fatalf("Take: %v", err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	// Each: a cold decision and the entry's first read, in Redis (4
+	// counted), then local decisions on views of 3 and 4 that stop at 10:
+	// 7 and 6 more.
+	take(a, 1)
+	take(b, 1)
+	take(a, 1)
+	take(b, 1)
+	take(a, 10)
+	take(b, 10)
+	if admitted != 17 {
+		t.Fatalf("admitted %d, want 17 (4 in Redis, 7 and 6 on views of 3 and 4)", admitted)
+	}
+	if st := a.Stats(); st.MaxOvershoot != 0 {
+		t.Fatalf("a before any batch: MaxOvershoot %d, want 0", st.MaxOvershoot)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := countedIn(t, store, r); got != 10 {
+		t.Fatalf("Redis counts %d (at most the limit shows), want 10", got)
+	}
+	// a's batch found 4 + 7 = 11 (1 over), b's 17 (7 over).
+	if st := a.Stats(); st.Overshoot != 1 || st.MaxOvershoot != 1 {
+		t.Errorf("a: Overshoot %d, MaxOvershoot %d; want 1 and 1 (its batch found 11 of 10)", st.Overshoot, st.MaxOvershoot)
+	}
+	if st := b.Stats(); st.Overshoot != 7 || st.MaxOvershoot != int64(admitted-10) {
+		t.Errorf("b: Overshoot %d, MaxOvershoot %d; want 7 and %d, what the fleet admitted past the limit", st.Overshoot, st.MaxOvershoot, admitted-10)
+	}
+}
+
+// TestSyncOvershootReports: a report (Request.Force) charged past the
+// limit shows in the overshoot too, as documented: the store's count
+// cannot tell it from the fleet's error.
+func TestSyncOvershootReports(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newSync(t, openShared(t, []string{srv.Addr}, false), fleet.SyncOptions{Interval: time.Hour})
+	ctx := context.Background()
+	r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(10), Cost: 1, Now: sluicetest.T0.Add(10 * time.Minute)}
+	for i := range 10 {
+		if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+			t.Fatalf("Take #%d = %+v, %v; want allowed", i, d, err)
+		}
+	}
+	rep := r
+	rep.Cost, rep.Force = 5, true
+	if _, err := s.Take(ctx, rep); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.MaxOvershoot != 5 {
+		t.Errorf("one instance, a report of 5 past the limit: MaxOvershoot %d, want 5", st.MaxOvershoot)
+	}
+}
