@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -101,5 +104,151 @@ func TestFleetMetricsRetired(t *testing.T) {
 	}
 	if h := td.metric("sluice_fleet_sync_batch_seconds", "interval", "1m0s"); h != 1 {
 		t.Errorf("sluice_fleet_sync_batch_seconds{interval=1m0s} count = %v once the interval is back, want still 1", h)
+	}
+}
+
+// commandsRun is how many commands Redis at addr has run (INFO stats),
+// not counting the INFO that asks.
+func commandsRun(t *testing.T, addr string) int64 {
+	t.Helper()
+	info, err := redistest.Do(addr, "INFO", "stats")
+	if err != nil {
+		t.Fatalf("INFO stats: %v", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO stats: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO stats: no total_commands_processed in %q", info)
+	return 0
+}
+
+// TestFleetMetricsMove: on a real daemon and Redis, each fleet metric
+// moves with what it counts. A sync batch counts one batch, its keys and
+// its round trip; a lease reservation its units and round trip, and the
+// shutdown's give-back the units held; an over-limit cache hit is counted
+// and costs no Redis command; the mode gauge follows a reload that
+// changes a rule's mode and drops a rule the reload removes.
+func TestFleetMetricsMove(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, metricsConfig(rs.Addr, softRule+hardRule))
+	for rule, mode := range map[string]string{"other": "exact", "soft": "sync", "hard": "lease"} {
+		if m := td.metric("sluice_rule_fleet_mode", "rule", rule, "mode", mode); m != 1 {
+			t.Errorf("sluice_rule_fleet_mode{rule=%s,mode=%s} = %v, want 1", rule, mode, m)
+		}
+		if m := td.metric("sluice_rule_fleet_mode", "rule", rule); m != 1 {
+			t.Errorf("sluice_rule_fleet_mode{rule=%s} sums to %v, want 1 (one mode)", rule, m)
+		}
+	}
+
+	// Sync: two keys with hits pending, one batch.
+	for _, k := range []string{"a", "b"} {
+		if n := allowedOf(t, td.api, "soft", k, 3); n != 3 {
+			t.Fatalf("soft/%s: %d of 3 allowed", k, n)
+		}
+	}
+	if err := td.d.fleet.syncs[time.Minute].Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"sluice_fleet_sync_batches_total", 1},
+		{"sluice_fleet_sync_batch_keys_total", 2},
+		{"sluice_fleet_sync_batch_seconds", 1},
+		{"sluice_fleet_sync_batch_errors_total", 0},
+		{"sluice_fleet_sync_cold_total", 2},
+		{"sluice_fleet_sync_loads_total", 2},
+		{"sluice_fleet_sync_decisions_total", 2},
+	} {
+		if got := td.metric(c.name, "interval", "1m0s"); got != c.want {
+			t.Errorf("after one batch of 2 keys: %s{interval=1m0s} = %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// Lease: cold, then one reservation of 10, 2 spent.
+	if n := allowedOf(t, td.api, "hard", "k", 3); n != 3 {
+		t.Fatalf("hard: %d of 3 allowed", n)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"sluice_fleet_lease_reservations_total", 1},
+		{"sluice_fleet_lease_reserve_seconds", 1},
+		{"sluice_fleet_lease_units_granted_total", 10},
+		{"sluice_fleet_lease_units_spent_total", 2},
+		{"sluice_fleet_lease_units_returned_total", 0},
+		{"sluice_fleet_lease_cold_total", 1},
+	} {
+		if got := td.metric(c.name, "chunk", "10"); got != c.want {
+			t.Errorf("after one reservation: %s{chunk=10} = %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// The over-limit cache: "other" at its limit is refused by Redis once,
+	// then from the cache, with no command to Redis.
+	replaceFile(t, td.path, strings.Replace(metricsConfig(rs.Addr, softRule+hardRule), "rate: 1000/d", "rate: 2/h", 1))
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if n := allowedOf(t, td.api, "other", "x", 3); n != 2 {
+		t.Fatalf("other at 2/h: %d of 3 allowed, want 2", n)
+	}
+	hits, before := td.metric("sluice_overlimit_cache_hits_total"), commandsRun(t, rs.Addr)
+	if n := allowedOf(t, td.api, "other", "x", 4); n != 0 {
+		t.Fatalf("other over its limit: %d of 4 allowed, want 0", n)
+	}
+	if after := commandsRun(t, rs.Addr); after != before+1 { // +1: the first INFO
+		t.Errorf("Redis ran %d commands for 4 refusals the over-limit cache answers, want 0", after-before-1)
+	}
+	if got := td.metric("sluice_overlimit_cache_hits_total"); got != hits+4 {
+		t.Errorf("sluice_overlimit_cache_hits_total = %v after 4 cached refusals, want %v", got, hits+4)
+	}
+
+	// A reload that makes soft exact and removes hard.
+	exact := metricsConfig(rs.Addr, strings.Replace(softRule, "    sync: 1m\n", "", 1))
+	replaceFile(t, td.path, exact)
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if m := td.metric("sluice_rule_fleet_mode", "rule", "soft", "mode", "exact"); m != 1 {
+		t.Errorf("after the reload: sluice_rule_fleet_mode{rule=soft,mode=exact} = %v, want 1", m)
+	}
+	for _, labels := range [][]string{{"rule", "soft", "mode", "sync"}, {"rule", "hard"}} {
+		if m := td.metric("sluice_rule_fleet_mode", labels...); m != 0 {
+			t.Errorf("after the reload: sluice_rule_fleet_mode%v = %v, want no series", labels, m)
+		}
+	}
+	// The reload gave hard's 8 units back.
+	if got := td.metric("sluice_fleet_lease_units_returned_total", "chunk", "10"); got != 8 {
+		t.Errorf("after the reload removed hard: sluice_fleet_lease_units_returned_total{chunk=10} = %v, want the 8 held", got)
+	}
+}
+
+// TestFleetMetricsShutdown: the units a lease holds at shutdown go back
+// to Redis and are counted.
+func TestFleetMetricsShutdown(t *testing.T) {
+	rs := redistest.StartServer(t)
+	probe := probeRedis(t, rs.Addr)
+	td := startDaemon(t, metricsConfig(rs.Addr, hardRule))
+	hard := td.d.cur.Load().rules.Rule("hard")
+	if n := allowedOf(t, td.api, "hard", "k", 3); n != 3 {
+		t.Fatalf("hard: %d of 3 allowed", n)
+	}
+	if err := td.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := counted(t, probe, hard, "k"); got != 3 {
+		t.Errorf("Redis counts %d after shutdown, want the 3 admitted", got)
+	}
+	if got := td.metric("sluice_fleet_lease_units_returned_total", "chunk", "10"); got != 8 {
+		t.Errorf("after shutdown: sluice_fleet_lease_units_returned_total{chunk=10} = %v, want the 8 held", got)
 	}
 }
