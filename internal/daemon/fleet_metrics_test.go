@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,5 +251,59 @@ func TestFleetMetricsShutdown(t *testing.T) {
 	}
 	if got := td.metric("sluice_fleet_lease_units_returned_total", "chunk", "10"); got != 8 {
 		t.Errorf("after shutdown: sluice_fleet_lease_units_returned_total{chunk=10} = %v, want the 8 held", got)
+	}
+}
+
+// TestLocalModeShows: with on_error: local, a Redis that stops under a
+// running daemon moves it to local mode, which the metric and /readyz
+// show; once Redis answers again both show the daemon back on Redis, and
+// the switch is counted once.
+func TestLocalModeShows(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: local
+  expected_instances: 2
+rules:
+  - name: r
+    rate: 10/h
+    algorithm: fixed_window
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "r", "k", 2); n != 2 {
+		t.Fatalf("Redis up: %d of 2 allowed", n)
+	}
+	if v, got := td.metric("sluice_store_local"), get(t, td.api+"/readyz"); v != 0 || got.status != http.StatusOK {
+		t.Fatalf("Redis up: sluice_store_local = %v, /readyz %d %q; want 0 and 200", v, got.status, got.body)
+	}
+	rs.Stop()
+	first := allowedOf(t, td.api, "r", "k", 1) // fails on Redis, decided locally: local mode from now on
+	if v := td.metric("sluice_store_local"); v != 1 {
+		t.Fatalf("sluice_store_local = %v after a failed call, want 1", v)
+	}
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusServiceUnavailable || !strings.Contains(got.body, "deciding locally at rate/2") {
+		t.Errorf("GET /readyz in local mode: %d %q, want 503 naming local mode", got.status, got.body)
+	}
+	local := td.metric("sluice_store_local_decisions_total")
+	if n := first + allowedOf(t, td.api, "r", "k", 7); n != 5 {
+		t.Errorf("local mode: %d of 8 allowed, want the share 10/2 = 5", n)
+	}
+	if got := td.metric("sluice_store_local_decisions_total"); got != local+7 {
+		t.Errorf("sluice_store_local_decisions_total = %v after 7 local decisions, want %v", got, local+7)
+	}
+	rs.Restart()
+	waitFor(t, "decisions back on Redis", func() bool { return td.metric("sluice_store_local") == 0 })
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusOK {
+		t.Errorf("GET /readyz back on Redis: %d %q, want 200", got.status, got.body)
+	}
+	if v := td.metric("sluice_store_local_switches_total"); v != 1 {
+		t.Errorf("sluice_store_local_switches_total = %v, want 1", v)
+	}
+	local = td.metric("sluice_store_local_decisions_total")
+	allowedOf(t, td.api, "r", "k", 1)
+	if got := td.metric("sluice_store_local_decisions_total"); got != local {
+		t.Errorf("back on Redis: sluice_store_local_decisions_total moved %v → %v, want no local decision", local, got)
 	}
 }
