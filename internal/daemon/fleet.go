@@ -36,8 +36,9 @@ type fleetStore struct {
 
 	mu     sync.Mutex // the decorators, their metrics and their retirement
 	syncs  map[time.Duration]*fleet.Sync
-	leases map[int]*fleet.Lease // by chunk; 0 is auto
-	batch  *prometheus.HistogramVec
+	leases map[int]*fleet.Lease     // by chunk; 0 is auto
+	batch  *prometheus.HistogramVec // round trip
+	size   *prometheus.HistogramVec // keys
 	grants *prometheus.HistogramVec
 	// The counters of the decorators a reload retired: those being closed
 	// (their last batch, their give-back), then those closed, summed by
@@ -134,13 +135,18 @@ func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Tim
 		Help:    "Round trip of one sync batch (every key an instance decided during an interval), by interval.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"interval"})
+	f.size = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_fleet_sync_batch_size",
+		Help:    "Keys in one sync batch (every key an instance decided during an interval), by interval.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 … 262,144 (fleet.DefaultSyncMaxKeys is 100,000)
+	}, []string{"interval"})
 	f.grants = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_fleet_lease_reserve_seconds",
 		Help:    "Round trip of one lease reservation, by chunk (auto or N).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"chunk"})
 	if reg != nil {
-		reg.MustRegister(f.batch, f.grants, fleetCollector{f})
+		reg.MustRegister(f.batch, f.size, f.grants, fleetCollector{f})
 	}
 	return f
 }

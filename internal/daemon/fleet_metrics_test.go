@@ -172,6 +172,10 @@ func TestFleetMetricsMove(t *testing.T) {
 			t.Errorf("after one batch of 2 keys: %s{interval=1m0s} = %v, want %v", c.name, got, c.want)
 		}
 	}
+	// The batch's size, observed: one batch of 2 keys.
+	if n, sum := histogram(t, td, "sluice_fleet_sync_batch_size", "interval", "1m0s"); n != 1 || sum != 2 {
+		t.Errorf("sluice_fleet_sync_batch_size{interval=1m0s}: %d observations summing to %v, want 1 of 2", n, sum)
+	}
 
 	// Lease: cold, then one reservation of 10, 2 spent.
 	if n := allowedOf(t, td.api, "hard", "k", 3); n != 3 {
@@ -306,4 +310,25 @@ rules:
 	if got := td.metric("sluice_store_local_decisions_total"); got != local {
 		t.Errorf("back on Redis: sluice_store_local_decisions_total moved %v → %v, want no local decision", local, got)
 	}
+}
+
+// histogram returns the count and sum of the histogram name whose labels
+// include labels, or zeros.
+func histogram(t *testing.T, td *testDaemon, name string, labels ...string) (uint64, float64) {
+	t.Helper()
+	mfs, err := td.d.Registry().Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil && hasLabels(m, labels) {
+				return h.GetSampleCount(), h.GetSampleSum()
+			}
+		}
+	}
+	return 0, 0
 }

@@ -143,10 +143,13 @@ func (f *fleetStore) prepare(set *rules.Set, descs *descriptors.Set) (*routes, e
 		case sync > 0:
 			s := f.syncs[sync]
 			if s == nil {
-				hist := f.batch.WithLabelValues(sync.String())
+				took, size := f.batch.WithLabelValues(sync.String()), f.size.WithLabelValues(sync.String())
 				var err error
 				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r sluice.Request) bool { return f.owns(s, r.Key) },
-					OnBatch: func(_ int, took time.Duration, _ error) { hist.Observe(took.Seconds()) }})
+					OnBatch: func(keys int, d time.Duration, _ error) {
+						took.Observe(d.Seconds())
+						size.Observe(float64(keys))
+					}})
 				if err != nil {
 					return err
 				}
