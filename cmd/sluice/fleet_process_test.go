@@ -115,7 +115,7 @@ func fleetProcesses(t *testing.T, addrs []string, cluster bool) {
 			}
 		}
 		iv := fmt.Sprintf(`{interval=%q}`, syncInterval)
-		for _, s := range []string{"sluice_fleet_sync_batches_total", "sluice_fleet_sync_batch_keys_total", "sluice_fleet_sync_decisions_total", "sluice_fleet_sync_loads_total", "sluice_fleet_sync_batch_seconds_count"} {
+		for _, s := range []string{"sluice_fleet_sync_batches_total", "sluice_fleet_sync_batch_keys_total", "sluice_fleet_sync_decisions_total", "sluice_fleet_sync_loads_total", "sluice_fleet_sync_batch_seconds_count", "sluice_fleet_sync_batch_size_count"} {
 			if m[s+iv] < 1 {
 				t.Errorf("daemon %d: %s%s = %v, want it moving", i, s, iv, m[s+iv])
 			}
