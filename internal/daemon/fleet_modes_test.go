@@ -84,10 +84,13 @@ func TestFleetModes(t *testing.T) {
 		if m := d.metric("sluice_fleet_lease_reservations_total", "chunk", "auto"); m < 1 {
 			t.Errorf("sluice_fleet_lease_reservations_total = %v, want some", m)
 		}
-		// Each daemon's 20 requests: decided by its Sync, or refused by the
-		// over-limit cache in front of it.
-		if m, cold, c := d.metric("sluice_fleet_sync_decisions_total", "interval", "50ms"), d.metric("sluice_fleet_sync_cold_total", "interval", "50ms"), d.metric("sluice_overlimit_cache_hits_total"); m < 5 || m+cold+c < 20 {
-			t.Errorf("sluice_fleet_sync_decisions_total = %v, cold %v and over-limit cache hits %v, want at least 5 local, and 20 together", m, cold, c)
+		// Each daemon's 20 requests: decided by its Sync (locally, cold,
+		// or by a key's first read, a load), or refused by the over-limit
+		// cache in front of it.
+		m, cold, loads, c := d.metric("sluice_fleet_sync_decisions_total", "interval", "50ms"), d.metric("sluice_fleet_sync_cold_total", "interval", "50ms"),
+			d.metric("sluice_fleet_sync_loads_total", "interval", "50ms"), d.metric("sluice_overlimit_cache_hits_total")
+		if m < 5 || m+cold+loads+c < 20 {
+			t.Errorf("sluice_fleet_sync_decisions_total = %v, cold %v, loads %v and over-limit cache hits %v, want at least 5 local, and 20 together", m, cold, loads, c)
 		}
 	}
 	// Reload both with a new limit: a fresh count (new fingerprint) that
