@@ -99,6 +99,9 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 	err := s.inner.Sync(context.Background(), ops)
 	took := time.Since(start)
 	now := time.Now()
+	// An entry may send several ops (those of a batch in doubt, and its
+	// new hits): the batch counts its entries.
+	keys := 0
 	for i := 0; i < len(ops); { // an entry's ops are together, in order
 		e, j := sent[i], i+1
 		for j < len(ops) && sent[j] == e {
@@ -108,14 +111,15 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 		s.settle(e, ops[i:j], now)
 		e.mu.Unlock()
 		i = j
+		keys++
 	}
 	s.batches.Add(1)
-	s.batchKeys.Add(uint64(len(ops)))
+	s.batchKeys.Add(uint64(keys))
 	if err != nil {
 		s.batchErrs.Add(1)
 	}
 	if s.opts.OnBatch != nil {
-		s.opts.OnBatch(len(ops), took, err)
+		s.opts.OnBatch(keys, took, err)
 	}
 	return err
 }

@@ -2,12 +2,15 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -116,5 +119,54 @@ func TestSyncOvershootReports(t *testing.T) {
 	}
 	if st := s.Stats(); st.MaxOvershoot != 5 {
 		t.Errorf("one instance, a report of 5 past the limit: MaxOvershoot %d, want 5", st.MaxOvershoot)
+	}
+}
+
+// TestSyncBatchKeysAfterLostReply: a batch counts its keys, once each,
+// also when a key sends the ops of a batch whose reply was lost again
+// beside its new hits (two ops, one key).
+func TestSyncBatchKeysAfterLostReply(t *testing.T) {
+	srv := redistest.StartServer(t)
+	key := fmt.Sprintf("batchkeys-%d", time.Now().UnixNano())
+	cut := redistest.NewCutter(t, srv.Addr, key, false)
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{cut.Addr}})
+	var mu sync.Mutex
+	var sizes []int // of the batches that succeeded
+	s := newSync(t, rs, fleet.SyncOptions{Interval: time.Hour, OnBatch: func(keys int, _ time.Duration, err error) {
+		if err == nil {
+			mu.Lock()
+			sizes = append(sizes, keys)
+			mu.Unlock()
+		}
+	}})
+	ctx := context.Background()
+	r := sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1}
+	take := func(n int) {
+		for i := range n {
+			r.Now = time.Now()
+			if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+				t.Fatalf("Take %d = %+v, %v; want allowed", i, d, err)
+			}
+		}
+	}
+	take(5) // cold, first read, 3 local hits
+	cut.Arm()
+	if err := s.Flush(); err == nil {
+		t.Fatal("Flush whose reply was lost succeeded")
+	}
+	if !cut.Cut() {
+		t.Fatal("the batch's reply was not lost: the test did not cut")
+	}
+	take(2) // new hits beside the ops in doubt
+	before := s.Stats()
+	untilFlushed(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || sizes[0] != 1 {
+		t.Errorf("OnBatch of the batches that succeeded got keys %v, want [1]: one key, its ops in doubt and its new hits", sizes)
+	}
+	after := s.Stats()
+	if keys, batches := after.BatchKeys-before.BatchKeys, after.Batches-before.Batches; keys != batches {
+		t.Errorf("BatchKeys grew by %d over %d batches of one key each, want %d", keys, batches, batches)
 	}
 }
