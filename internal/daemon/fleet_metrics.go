@@ -24,6 +24,8 @@ var (
 	descSyncOverflow  = prometheus.NewDesc("sluice_fleet_sync_overflow_total", "Decisions of sync rules made exactly in Redis because the instance held its most keys (fleet.DefaultSyncMaxKeys) and the key was new, by interval.", []string{"interval"}, nil)
 	descSyncCold      = prometheus.NewDesc("sluice_fleet_sync_cold_total", "Decisions of sync rules made exactly in Redis because the key was asked for the first time in two intervals (a key asked for once gains nothing from a local view), by interval.", []string{"interval"}, nil)
 	descSyncOvershoot = prometheus.NewDesc("sluice_fleet_sync_overshoot_max", "The most requests a sync batch found a key admitted beyond its limit, by interval: the fleet's error as this instance can see it.", []string{"interval"}, nil)
+	descSyncHeld      = prometheus.NewDesc("sluice_fleet_sync_keys", "Keys a sync interval holds now (a view and the hits not yet sent each; at most fleet.DefaultSyncMaxKeys), by interval.", []string{"interval"}, nil)
+	descLeaseHeld     = prometheus.NewDesc("sluice_fleet_lease_keys", "Keys a lease chunk holds now (at most fleet.DefaultLeaseMaxKeys), by chunk.", []string{"chunk"}, nil)
 	descLeaseCalls    = prometheus.NewDesc("sluice_fleet_lease_reservations_total", "Lease reservations asked of Redis, by chunk.", []string{"chunk"}, nil)
 	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
 	descLeaseReturned = prometheus.NewDesc("sluice_fleet_lease_units_returned_total", "Units of quota given back (expired, charged by a report, or let go by a reload or shutdown), by chunk.", []string{"chunk"}, nil)
@@ -34,8 +36,8 @@ var (
 )
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOverflow, descSyncCold, descSyncOvershoot,
-		descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descLeaseOverflow, descLeaseCold, descRuleMode} {
+	for _, d := range []*prometheus.Desc{descSyncBatches, descSyncKeys, descSyncErrors, descSyncLoads, descSyncLocal, descSyncOverflow, descSyncCold, descSyncOvershoot, descSyncHeld,
+		descLeaseHeld, descLeaseCalls, descLeaseGranted, descLeaseReturned, descLeaseSpent, descLeaseOverflow, descLeaseCold, descRuleMode} {
 		ch <- d
 	}
 }
@@ -59,8 +61,9 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for iv, s := range f.syncs {
 		st := s.Stats()
 		syncs[iv] = addSyncStats(syncs[iv], st)
-		// The overshoot is a gauge of the interval in force.
+		// The gauges are those of the interval in force.
 		ch <- prometheus.MustNewConstMetric(descSyncOvershoot, prometheus.GaugeValue, float64(st.MaxOvershoot), iv.String())
+		ch <- prometheus.MustNewConstMetric(descSyncHeld, prometheus.GaugeValue, float64(st.Keys), iv.String())
 	}
 	for iv, st := range syncs {
 		l := iv.String()
@@ -80,7 +83,9 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		leases[chunk] = addLeaseStats(leases[chunk], l.Stats())
 	}
 	for chunk, l := range f.leases {
-		leases[chunk] = addLeaseStats(leases[chunk], l.Stats())
+		st := l.Stats()
+		leases[chunk] = addLeaseStats(leases[chunk], st)
+		ch <- prometheus.MustNewConstMetric(descLeaseHeld, prometheus.GaugeValue, float64(st.Keys), chunkLabel(chunk))
 	}
 	for chunk, st := range leases {
 		l := chunkLabel(chunk)

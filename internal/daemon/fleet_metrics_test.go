@@ -172,6 +172,9 @@ func TestFleetMetricsMove(t *testing.T) {
 			t.Errorf("after one batch of 2 keys: %s{interval=1m0s} = %v, want %v", c.name, got, c.want)
 		}
 	}
+	if k := td.metric("sluice_fleet_sync_keys", "interval", "1m0s"); k != 2 {
+		t.Errorf("sluice_fleet_sync_keys{interval=1m0s} = %v, want the 2 keys held", k)
+	}
 	// The batch's size, observed: one batch of 2 keys.
 	if n, sum := histogram(t, td, "sluice_fleet_sync_batch_size", "interval", "1m0s"); n != 1 || sum != 2 {
 		t.Errorf("sluice_fleet_sync_batch_size{interval=1m0s}: %d observations summing to %v, want 1 of 2", n, sum)
@@ -195,6 +198,9 @@ func TestFleetMetricsMove(t *testing.T) {
 		if got := td.metric(c.name, "chunk", "10"); got != c.want {
 			t.Errorf("after one reservation: %s{chunk=10} = %v, want %v", c.name, got, c.want)
 		}
+	}
+	if k := td.metric("sluice_fleet_lease_keys", "chunk", "10"); k != 1 {
+		t.Errorf("sluice_fleet_lease_keys{chunk=10} = %v, want the 1 key held", k)
 	}
 
 	// The over-limit cache: "other" at its limit is refused by Redis once,
