@@ -170,8 +170,7 @@ func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sl
 	if err != nil {
 		return d, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
 	}
-	l.calls.Add(1)
-	return d, nil
+	return d, nil // decided in the store, exactly: no reservation (Calls)
 }
 
 // ensure makes e hold at least need units at r.Now if the store can give
