@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return "http"
 	}
-	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, GET /v1/rules, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API)
+	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, /v1/forward-auth, GET /v1/rules, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API)
 	if a.Proxy != "" {
 		fmt.Fprintf(stdout, "sluice: proxy on %s://%s → %s\n", scheme(cfg.Proxy.TLS), a.Proxy, cfg.Proxy.Upstream)
 	}
