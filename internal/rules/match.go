@@ -91,8 +91,9 @@ func (p *reqPath) segmentOf(r *Rule) string {
 		i = 1
 	}
 	// An escape that changes the segments sets RawPath (url.URL); a dot
-	// segment is in Path as it came.
-	if !p.segMade[i] && p.url != nil && (p.url.RawPath != "" || dotSegment(p.url.Path)) {
+	// segment is in Path as it came, and so are ';' and '\', which
+	// CanonicalPath reads and these servers do not.
+	if !p.segMade[i] && p.url != nil && (p.url.RawPath != "" || dotSegment(p.url.Path) || strings.ContainsAny(p.url.Path, ";\\")) {
 		p.seg[i], _ = segmentView(p.url.EscapedPath(), r.Fold)
 	}
 	p.segMade[i] = true

@@ -219,9 +219,11 @@ func hasDotSegment(p string) bool {
 // folded with fold. Such a server routes /api/%2E%2E/x, /api/..%2Fx and
 // /api/../x under /api/, where CanonicalPath sees /x: a rule matches if
 // either view does. ok false: p has no escape and no dot segment, so this
-// view tells nothing CanonicalPath's does not.
+// view tells nothing CanonicalPath's does not (';' and '\' are what else
+// CanonicalPath reads: /api/..; is /api/.. to it, so /, and a segment
+// "..;" to these servers).
 func segmentView(p string, fold bool) (v string, ok bool) {
-	if strings.IndexByte(p, '%') < 0 && !dotSegment(p) {
+	if strings.IndexAny(p, "%;\\") < 0 && !dotSegment(p) {
 		return "", false
 	}
 	out := make([]byte, 0, len(p)+1)
