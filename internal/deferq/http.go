@@ -41,7 +41,7 @@ func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
 func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed: use GET")
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed (want GET, HEAD)")
 		return
 	}
 	id := strings.TrimPrefix(r.URL.Path, StatusPath)
@@ -61,6 +61,7 @@ func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	b, _ := json.Marshal(map[string]string{"error": msg})
 	w.Write(append(b, '\n'))

@@ -150,13 +150,14 @@ func (s *Set) Top(k int, now time.Time) []RuleTop {
 func (s *Set) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(status)
 		b, _ := json.Marshal(map[string]string{"error": msg})
 		w.Write(append(b, '\n'))
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		fail(http.StatusMethodNotAllowed, "method "+r.Method+" not allowed: use GET")
+		fail(http.StatusMethodNotAllowed, "method not allowed (want GET, HEAD)")
 		return
 	}
 	k := s.top
