@@ -104,14 +104,7 @@ func read(t *testing.T, path string) []byte {
 // key) is logged naming the file, and the certificate in force stays until
 // the pair is whole again.
 func TestCertRotatedByRename(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := tlstest.NewCA(t, "server")
-	first := ca.Server(t)
-	os.WriteFile(certFile, read(t, first.CertFile), 0o600)
-	os.WriteFile(keyFile, read(t, first.KeyFile), 0o600)
-	rd := startRotateDaemon(t, certFile, keyFile)
-	rd.ca = ca
+	rd, ca, certFile, keyFile, first := startRotatedFiles(t)
 	rd.waitServed(t, "the first certificate served", first)
 
 	second := ca.Server(t)
@@ -187,14 +180,7 @@ func TestCertRotatedBySymlinkSwap(t *testing.T) {
 // the certificate together) is refused, and applied once the pair is whole
 // again, without another change to the config file.
 func TestConfigRefusedOverCertsRetried(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca := tlstest.NewCA(t, "server")
-	first := ca.Server(t)
-	os.WriteFile(certFile, read(t, first.CertFile), 0o600)
-	os.WriteFile(keyFile, read(t, first.KeyFile), 0o600)
-	rd := startRotateDaemon(t, certFile, keyFile)
-	rd.ca = ca
+	rd, ca, certFile, keyFile, _ := startRotatedFiles(t)
 
 	second := ca.Server(t)
 	replace(t, certFile, read(t, second.CertFile)) // its key comes later
@@ -216,4 +202,23 @@ func TestConfigRefusedOverCertsRetried(t *testing.T) {
 	if got := rd.d.Config().Rules[0].Rate; got != "7/m" {
 		t.Errorf("rule rate in force %v, want the changed 7/m", got)
 	}
+}
+
+// startRotatedFiles writes a first certificate of a new server CA, ca, and
+// its key to tls.crt and tls.key in a directory of the test's, and starts
+// the rotating daemon on them, its clients trusting ca.
+func startRotatedFiles(t *testing.T) (rd *rotateDaemon, ca *tlstest.CA, certFile, keyFile string, first tlstest.Pair) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca = tlstest.NewCA(t, "server")
+	first = ca.Server(t)
+	for _, f := range [][2]string{{certFile, first.CertFile}, {keyFile, first.KeyFile}} {
+		if err := os.WriteFile(f[0], read(t, f[1]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd = startRotateDaemon(t, certFile, keyFile)
+	rd.ca = ca
+	return rd, ca, certFile, keyFile, first
 }
