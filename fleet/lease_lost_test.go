@@ -19,14 +19,7 @@ import (
 // twice, the count fell below it and the fleet could admit that much more
 // than the limit.
 func TestLeaseReturnReplyLost(t *testing.T) {
-	srv := redistest.StartServer(t)
-	key := fmt.Sprintf("lostreturn-%d", time.Now().UnixNano())
-	cut := redistest.NewCutter(t, srv.Addr, key, false)
-	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{cut.Addr}})
-	l, err := fleet.NewLease(rs, fleet.LeaseOptions{Chunk: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cut, rs, l, key := cutLease(t, "lostreturn")
 	ctx := context.Background()
 	now := time.Now()
 	r := sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1, Now: now}
@@ -63,14 +56,7 @@ func TestLeaseReturnReplyLost(t *testing.T) {
 // previous window's count fell below what was admitted in it (3), and
 // the counter's estimate let the fleet admit more than the limit.
 func TestLeaseExpiredBackReplyLost(t *testing.T) {
-	srv := redistest.StartServer(t)
-	key := fmt.Sprintf("lostback-%d", time.Now().UnixNano())
-	cut := redistest.NewCutter(t, srv.Addr, key, false)
-	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{cut.Addr}})
-	l, err := fleet.NewLease(rs, fleet.LeaseOptions{Chunk: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cut, rs, l, key := cutLease(t, "lostback")
 	ctx := context.Background()
 	t0 := time.Now().Truncate(time.Hour)
 	r := sluice.Request{Key: key, Algorithm: sluice.SlidingWindowCounter, Limit: sluice.PerHour(1000), Cost: 1, Now: t0}
@@ -108,4 +94,19 @@ func TestLeaseExpiredBackReplyLost(t *testing.T) {
 	if m != 3 {
 		t.Fatalf("the previous window counts %d in Redis (state %q), want 3 (admitted in it)", m, v)
 	}
+}
+
+// cutLease starts a Redis and a Lease (chunks of 10) on it through a
+// Cutter whose marker is the key it returns, unique to the test.
+func cutLease(t *testing.T, name string) (*redistest.Server, *redistest.Cutter, *redisstore.Store, *fleet.Lease, string) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	key := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	cut := redistest.NewCutter(t, srv.Addr, key, false)
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{cut.Addr}})
+	l, err := fleet.NewLease(rs, fleet.LeaseOptions{Chunk: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, cut, rs, l, key
 }
