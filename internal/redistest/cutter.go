@@ -17,57 +17,29 @@ import (
 // set, the cut also closes every other connection through it and refuses
 // new ones: Redis unreachable from then on.
 type Cutter struct {
-	Addr string // where clients connect: 127.0.0.1:PORT
+	relay // Addr: where clients connect, 127.0.0.1:PORT
 
 	marker []byte
 	gone   bool
 
-	ln    net.Listener
 	mu    sync.Mutex
 	armed bool
 	cut   bool
-	conns []net.Conn
 }
 
 // NewCutter relays to the Redis at addr until the test ends.
 func NewCutter(tb testing.TB, addr, marker string, gone bool) *Cutter {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	x := &Cutter{marker: []byte(marker), gone: gone}
+	refuse := func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.cut && x.gone
 	}
-	x := &Cutter{Addr: ln.Addr().String(), marker: []byte(marker), gone: gone, ln: ln}
-	var wg sync.WaitGroup
-	tb.Cleanup(func() {
-		ln.Close()
-		x.closeAll()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			x.mu.Lock()
-			refuse := x.cut && x.gone
-			x.mu.Unlock()
-			if refuse {
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			x.mu.Lock()
-			x.conns = append(x.conns, c, s)
-			x.mu.Unlock()
-			lose := make(chan struct{})
-			wg.Go(func() { x.back(c, s, lose) })
-			wg.Go(func() { x.forward(c, s, lose) })
-		}
+	x.start(tb, addr, refuse, func(c, s net.Conn) {
+		lose := make(chan struct{})
+		x.wg.Go(func() { x.back(c, s, lose) })
+		x.wg.Go(func() { x.forward(c, s, lose) })
 	})
 	return x
 }
@@ -83,14 +55,6 @@ func (x *Cutter) Cut() bool { x.mu.Lock(); defer x.mu.Unlock(); return x.cut }
 func (x *Cutter) Down() {
 	x.ln.Close()
 	x.closeAll()
-}
-
-func (x *Cutter) closeAll() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, c := range x.conns {
-		c.Close()
-	}
 }
 
 // forward passes the client's writes on; after the one with the marker,

@@ -20,10 +20,9 @@ import (
 // held command must be the only one in flight on its connection, so that
 // the next reply is its own.
 type Holder struct {
-	Addr string // where clients connect: 127.0.0.1:PORT
+	relay // Addr: where clients connect, 127.0.0.1:PORT
 
 	marker []byte
-	ln     net.Listener
 	stop   chan struct{} // closed when the test ends
 
 	mu      sync.Mutex
@@ -31,50 +30,22 @@ type Holder struct {
 	release chan struct{} // closed by Release
 	held    int
 	landed  sync.WaitGroup // held writes not yet answered by Redis
-	conns   []net.Conn
 }
 
 // NewHolder relays to the Redis at addr until the test ends; it holds
 // nothing until Hold.
 func NewHolder(tb testing.TB, addr, marker string) *Holder {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	x := &Holder{Addr: ln.Addr().String(), marker: []byte(marker), ln: ln, stop: make(chan struct{})}
-	var wg sync.WaitGroup
-	tb.Cleanup(func() {
-		close(x.stop)
-		ln.Close()
-		x.mu.Lock()
-		for _, c := range x.conns {
-			c.Close()
-		}
-		x.mu.Unlock()
-		wg.Wait()
+	x := &Holder{marker: []byte(marker), stop: make(chan struct{})}
+	x.start(tb, addr, nil, func(c, s net.Conn) {
+		var awaiting atomic.Bool // forward passed on a held write: back signals its reply
+		answered := make(chan struct{}, 1)
+		backDone := make(chan struct{})
+		x.wg.Go(func() { x.back(c, s, &awaiting, answered, backDone) })
+		x.wg.Go(func() { x.forward(c, s, &awaiting, answered, backDone) })
 	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			x.mu.Lock()
-			x.conns = append(x.conns, c, s)
-			x.mu.Unlock()
-			var awaiting atomic.Bool // forward passed on a held write: back signals its reply
-			answered := make(chan struct{}, 1)
-			backDone := make(chan struct{})
-			wg.Go(func() { x.back(c, s, &awaiting, answered, backDone) })
-			wg.Go(func() { x.forward(c, s, &awaiting, answered, backDone) })
-		}
-	})
+	// Cleanups run last first: stop is closed before the relay ends.
+	tb.Cleanup(func() { close(x.stop) })
 	return x
 }
 
