@@ -19,6 +19,9 @@ const MaxKeyLen = 256
 // and URL path (encoded or decoded, without the query).
 //
 // Methods compare case-insensitively; an empty list matches any method.
+// GET also matches HEAD, as in Go's ServeMux and nginx's limit_except:
+// servers answer HEAD with GET's handler, so a GET rule that let HEAD by
+// would leave the same work unlimited.
 // The path is compared in its canonical form (see CanonicalPath), so
 // "/login/", "/login;x", "/%6Cogin", "//login" and "/a/../login" all match
 // a rule for "/login"; with match.case_insensitive, case is folded too
@@ -47,7 +50,7 @@ func (r *Rule) matches(method, p string) bool {
 	if len(r.Methods) > 0 {
 		found := false
 		for _, m := range r.Methods {
-			if strings.EqualFold(m, method) {
+			if strings.EqualFold(m, method) || m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
 				found = true
 				break
 			}

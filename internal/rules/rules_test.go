@@ -71,7 +71,11 @@ func TestMatches(t *testing.T) {
 		{MatchSpec{Methods: []string{"POST"}}, "post", "/x", true}, // methods compare case-insensitively
 		{MatchSpec{Methods: []string{"post", "PUT"}}, "PUT", "/x", true},
 		{MatchSpec{Methods: []string{"POST"}}, "GET", "/x", false},
-		{MatchSpec{Methods: []string{"GET"}}, "HEAD", "/x", false},
+		{MatchSpec{Methods: []string{"GET"}}, "HEAD", "/x", true}, // HEAD runs GET's handler: no way around a GET rule
+		{MatchSpec{Methods: []string{"get"}}, "head", "/x", true},
+		{MatchSpec{Methods: []string{"HEAD"}}, "GET", "/x", false},
+		{MatchSpec{Methods: []string{"GET"}}, "OPTIONS", "/x", false},
+		{MatchSpec{Methods: []string{"GET"}, Path: "/login"}, "HEAD", "/logout", false},
 		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "POST", "/login", true},
 		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "GET", "/login", false},
 		{MatchSpec{Methods: []string{"POST"}, Path: "/login"}, "POST", "/logout", false},
