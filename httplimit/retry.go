@@ -41,9 +41,11 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 // it retries a request answered 429 Too Many Requests or 503 Service
 // Unavailable, waiting first
 //
-//   - what the server asked for: Retry-After (seconds or an HTTP date), else
-//     the largest t of the RateLimit field's exhausted (r=0) limits (the IETF
-//     httpapi draft's field, as SetHeaders writes it); else
+//   - what the server asked for: Retry-After (seconds or an HTTP date, read
+//     against the answer's Date), else the largest t of the RateLimit
+//     field's exhausted (r=0) limits (the IETF httpapi draft's field, as
+//     SetHeaders writes it), else RateLimit-Reset or X-RateLimit-Reset (see
+//     ServerWait); else
 //   - an exponential back-off with full jitter: a random wait in
 //     [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)) before retry n.
 //

@@ -54,22 +54,38 @@ func TestRetryTransportWaitsWhatTheServerAsks(t *testing.T) {
 }
 
 func TestRetryTransportRetryAfterDate(t *testing.T) {
-	// The server, outside the bubble, is told the date to send.
-	var at atomic.Value
+	// The server, outside the bubble, is told the Retry-After and Date
+	// to send ("" for no Date field).
+	type fields struct{ retryAfter, date string }
+	var at atomic.Pointer[fields]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := at.Swap(""); v != "" {
-			w.Header().Set("Retry-After", v.(string))
+		if f := at.Swap(nil); f != nil {
+			w.Header().Set("Retry-After", f.retryAfter)
+			w.Header()["Date"] = nil // net/http adds its own otherwise
+			if f.date != "" {
+				w.Header().Set("Date", f.date)
+			}
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	}))
 	defer srv.Close()
 	inBubble(t, func(t *testing.T) {
-		// The bubble's clock starts on a whole second.
+		// The bubble's clock starts on a whole second. Without a Date,
+		// the date is read against the client's clock.
 		date := time.Now().Add(7 * time.Second).UTC().Format(http.TimeFormat)
-		at.Store(date)
+		at.Store(&fields{date, ""})
 		code, _, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
 		if code != http.StatusOK || took != 7*time.Second {
 			t.Errorf("Retry-After: %s: got %d after %v, want 200 after 7s", date, code, took)
+		}
+		// With one, against the server's: here an hour behind ours, so
+		// that the date is in our past, but 7s after the server's now.
+		server := time.Now().Add(-time.Hour)
+		f := fields{server.Add(7 * time.Second).UTC().Format(http.TimeFormat), server.UTC().Format(http.TimeFormat)}
+		at.Store(&f)
+		code, _, took = do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
+		if code != http.StatusOK || took != 7*time.Second {
+			t.Errorf("Retry-After: %s with Date: %s: got %d after %v, want 200 after 7s", f.retryAfter, f.date, code, took)
 		}
 	})
 }

@@ -4,27 +4,185 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // ServerWait is how long a 429 or 503 answer with header h, received at
-// now, asks the client to wait: Retry-After (delay-seconds, or an HTTP date
-// after now), else the largest t of the items of the RateLimit field whose
-// r is 0. ok is false when h names no wait.
+// now, asks the client to wait, from the first of these it carries:
+//
+//   - Retry-After: delay-seconds, or an HTTP date, read against the
+//     answer's Date field when it has a valid one (the server's clock, as
+//     the date was written by it), else against now;
+//   - the RateLimit field (the IETF httpapi draft's): the largest t of its
+//     items whose r is 0;
+//   - RateLimit-Reset, the draft's earlier field: seconds;
+//   - X-RateLimit-Reset: below 10⁹, seconds; from 10⁹ on (2001 and later),
+//     a Unix time in seconds, read against Date as a date is. A fraction
+//     (".250") is allowed.
+//
+// The two reset fields are read only when their remaining field
+// (RateLimit-Remaining, X-RateLimit-Remaining) is absent or 0: a 429 that
+// leaves quota on that limit is about another one. A field given more than
+// once (several field lines, or their values joined with commas by a
+// proxy) counts only when all its values agree; values that differ, or one
+// that does not parse, make it absent. A wait is never negative; ok is
+// false when h names no wait.
 func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
-	if v := h.Get(HeaderRetryAfter); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err == nil || errors.Is(err, strconv.ErrRange) {
-			return seconds(s), true // ErrRange: s is the largest uint64
+	// The server's clock, for the absolute forms.
+	base := now
+	if d, ok := agreed(h, "Date", parseDate); ok {
+		base = time.Unix(0, d.unixNano)
+	}
+	if v, ok := agreed(h, HeaderRetryAfter, parseRetryAfter); ok {
+		if v.date {
+			return max(time.Unix(0, v.unixNano).Sub(base), 0), true
 		}
-		if at, err := http.ParseTime(v); err == nil {
-			return max(at.Sub(now), 0), true
-		}
+		return v.delta, true
 	}
 	if vs := h.Values(HeaderRateLimit); len(vs) > 0 {
-		return RateLimitReset(vs...)
+		if wait, ok := RateLimitReset(vs...); ok {
+			return wait, true
+		}
+	}
+	if exhausted(h, "RateLimit-Remaining") {
+		if v, ok := agreed(h, "RateLimit-Reset", parseDelta); ok {
+			return v.delta, true
+		}
+	}
+	if exhausted(h, "X-RateLimit-Remaining") {
+		if v, ok := agreed(h, "X-RateLimit-Reset", parseReset); ok {
+			if v.date {
+				return max(time.Unix(0, v.unixNano).Sub(base), 0), true
+			}
+			return v.delta, true
+		}
 	}
 	return 0, false
+}
+
+// epochFrom is the least X-RateLimit-Reset read as a Unix time: 10⁹
+// seconds is 31 years, too long for a wait; 10⁹ since the epoch is 2001.
+const epochFrom = 1_000_000_000
+
+// when is a wait as a field gives it: a delay, or an instant.
+type when struct {
+	delta    time.Duration
+	unixNano int64 // the instant, if date
+	date     bool
+}
+
+func parseDate(s string) (when, bool) {
+	at, err := http.ParseTime(s)
+	if err != nil {
+		return when{}, false
+	}
+	return when{unixNano: at.UnixNano(), date: true}, true
+}
+
+// parseDelta reads delta-seconds: digits only, saturating.
+func parseDelta(s string) (when, bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return when{}, false
+	}
+	return when{delta: seconds(n)}, true // ErrRange: n is the largest uint64
+}
+
+func parseRetryAfter(s string) (when, bool) {
+	if w, ok := parseDelta(s); ok {
+		return w, true
+	}
+	return parseDate(s)
+}
+
+// parseReset reads an X-RateLimit-Reset: digits, maybe a fraction, as
+// seconds below epochFrom and as a Unix time from it on.
+func parseReset(s string) (when, bool) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || !digits(whole) || !digits(frac) || strings.HasSuffix(s, ".") {
+		return when{}, false
+	}
+	n, err := strconv.ParseUint(whole, 10, 64)
+	if err != nil {
+		n = 1<<64 - 1 // only ErrRange is left
+	}
+	var nanos int64
+	for i, scale := 0, int64(time.Second/10); i < len(frac) && scale > 0; i, scale = i+1, scale/10 {
+		nanos += int64(frac[i]-'0') * scale
+	}
+	if n < epochFrom {
+		return when{delta: seconds(n) + time.Duration(nanos)}, true
+	}
+	if n > 1<<62/uint64(time.Second) { // beyond time.Unix(0, ns)
+		return when{delta: 1<<63 - 1}, true
+	}
+	return when{unixNano: int64(n)*int64(time.Second) + nanos, date: true}, true
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// exhausted reports whether h's remaining field name leaves the limit at
+// no quota: absent, or 0 (a value that is not a count says nothing).
+func exhausted(h http.Header, name string) bool {
+	vs := h.Values(name)
+	if len(vs) == 0 {
+		return true
+	}
+	n, ok := agreed(h, name, parseDelta)
+	return !ok || n.delta == 0
+}
+
+// agreed returns the one value of the field name in h: every field line,
+// and every comma-separated part of each (a proxy may join repeated lines
+// into one, RFC 9110 section 5.3), must parse and give the same value.
+// The comma after an HTTP date's day name ("Mon, 23 Nov…") does not
+// separate parts.
+func agreed(h http.Header, name string, parse func(string) (when, bool)) (v when, ok bool) {
+	n := 0
+	for _, line := range h.Values(name) {
+		if w, good := parse(trimSpace(line)); good {
+			if n > 0 && w != v {
+				return when{}, false
+			}
+			v, n = w, n+1
+			continue
+		}
+		parts := strings.Split(line, ",")
+		for i := 0; i < len(parts); i++ {
+			p := trimSpace(parts[i])
+			if dayName(p) && i+1 < len(parts) {
+				i++
+				p += "," + parts[i]
+				p = trimSpace(p)
+			}
+			w, good := parse(p)
+			if !good || (n > 0 && w != v) {
+				return when{}, false
+			}
+			v, n = w, n+1
+		}
+	}
+	return v, n > 0
+}
+
+// dayName reports whether s is a day name of an HTTP date (IMF-fixdate's
+// "Mon" or the obsolete RFC 850 form's "Monday"), in any case, as
+// http.ParseTime reads them.
+func dayName(s string) bool {
+	for d := time.Sunday; d <= time.Saturday; d++ {
+		if strings.EqualFold(s, d.String()) || strings.EqualFold(s, d.String()[:3]) {
+			return true
+		}
+	}
+	return false
 }
 
 // seconds converts s seconds to a Duration, saturating.

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -34,7 +35,52 @@ func TestServerWait(t *testing.T) {
 		{map[string]string{"RateLimit": `"x";r=0;t=-4`}, 0, false},
 		{map[string]string{"RateLimit": `"x" ; r=0 ; t=4`}, 4 * time.Second, true},
 		{map[string]string{"RateLimit": `garbage;;=,,;r=0;t=3`}, 3 * time.Second, true},
-		{map[string]string{"X-RateLimit-Reset": "30"}, 0, false},
+		// An HTTP date is read against the answer's Date (the server's
+		// clock, here a minute behind ours), not against now.
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Mon, 23 Nov 2026 11:59:00 GMT"}, 90 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Mon, 23 Nov 2026 12:01:00 GMT"}, 0, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "yesterday"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Mon, 23 Nov 2026 11:59:00 GMT, Mon, 23 Nov 2026 11:59:00 GMT"}, 90 * time.Second, true},
+		{map[string]string{"Retry-After": "30", "Date": "Mon, 23 Nov 2026 11:00:00 GMT"}, 30 * time.Second, true},
+		// Two equal field lines joined into one (by a proxy) are that
+		// value; parts that differ, or garbage among them, are no value.
+		{map[string]string{"Retry-After": "120, 120"}, 2 * time.Minute, true},
+		{map[string]string{"Retry-After": "120,120,120"}, 2 * time.Minute, true},
+		{map[string]string{"Retry-After": "120, 60"}, 0, false},
+		{map[string]string{"Retry-After": "120, soon"}, 0, false},
+		{map[string]string{"Retry-After": "120, 60", "RateLimit": `"x";r=0;t=4`}, 4 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT, Mon, 23 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "Monday, 23-Nov-26 12:00:30 GMT, Mon, 23 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT, Mon, 23 Nov 2026 12:00:40 GMT"}, 0, false},
+		{map[string]string{"Retry-After": "30, Mon, 23 Nov 2026 12:00:30 GMT"}, 0, false},
+		// The draft's earlier RateLimit-Reset (seconds), when its
+		// RateLimit-Remaining is absent or 0.
+		{map[string]string{"RateLimit-Reset": "30"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": "30", "RateLimit-Remaining": "0"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": "30", "RateLimit-Remaining": "2"}, 0, false},
+		{map[string]string{"RateLimit-Reset": "30, 30"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": "30, 31"}, 0, false},
+		{map[string]string{"RateLimit-Reset": "1.5"}, 0, false},
+		{map[string]string{"RateLimit-Reset": "30", "RateLimit": `"x";r=0;t=4`}, 4 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": "30", "Retry-After": "5"}, 5 * time.Second, true},
+		// X-RateLimit-Reset: seconds below 10^9, a Unix time from 10^9
+		// (read against Date when there is one), with a fraction or not.
+		{map[string]string{"X-RateLimit-Reset": "30"}, 30 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30", "X-RateLimit-Remaining": "0"}, 30 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30", "X-RateLimit-Remaining": "1"}, 0, false},
+		{map[string]string{"X-RateLimit-Reset": "2.25"}, 2250 * time.Millisecond, true},
+		{map[string]string{"X-RateLimit-Reset": "999999999"}, 999999999 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10)}, 45 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10) + ".5"}, 45500 * time.Millisecond, true},
+		{map[string]string{"X-RateLimit-Reset": strconv.FormatInt(now.Unix()-45, 10)}, 0, true},
+		{map[string]string{"X-RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10), "Date": "Mon, 23 Nov 2026 11:59:00 GMT"}, 105 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30, 30"}, 30 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30, 40"}, 0, false},
+		{map[string]string{"X-RateLimit-Reset": "-30"}, 0, false},
+		{map[string]string{"X-RateLimit-Reset": "1e3"}, 0, false},
+		{map[string]string{"X-RateLimit-Reset": "30.", "RateLimit-Reset": "7"}, 7 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30", "RateLimit-Reset": "7"}, 7 * time.Second, true},
+		{map[string]string{"X-RateLimit-Reset": "30", "RateLimit-Reset": "7", "RateLimit-Remaining": "3"}, 30 * time.Second, true},
 		{nil, 0, false},
 	}
 	for _, tc := range tests {
@@ -51,6 +97,16 @@ func TestServerWait(t *testing.T) {
 	h := http.Header{"Ratelimit": {`"a";r=0;t=2`, `"b";r=0;t=6`}}
 	if got, ok := httplimit.ServerWait(h, now); got != 6*time.Second || !ok {
 		t.Errorf("two RateLimit lines: got %v, %v; want 6s, true", got, ok)
+	}
+	// Two Retry-After lines count as one value when they agree, and as
+	// none when they do not.
+	h = http.Header{"Retry-After": {"120", "120"}}
+	if got, ok := httplimit.ServerWait(h, now); got != 2*time.Minute || !ok {
+		t.Errorf("two Retry-After lines 120: got %v, %v; want 2m, true", got, ok)
+	}
+	h = http.Header{"Retry-After": {"120", "60"}, "Ratelimit": {`"a";r=0;t=2`}}
+	if got, ok := httplimit.ServerWait(h, now); got != 2*time.Second || !ok {
+		t.Errorf("Retry-After lines 120 and 60: got %v, %v; want the RateLimit field's 2s, true", got, ok)
 	}
 }
 
@@ -86,6 +142,36 @@ func FuzzRateLimitReset(f *testing.F) {
 		// Arbitrary input never panics and never gives a negative wait.
 		if w, _ := httplimit.RateLimitReset(policy); w < 0 {
 			t.Errorf("RateLimitReset(%q) = %v", policy, w)
+		}
+	})
+}
+
+// Whatever the fields hold, ServerWait never panics and never gives a
+// negative wait, or a wait with ok false; a value given twice (joined as a
+// proxy joins field lines) reads as the value given once.
+func FuzzServerWait(f *testing.F) {
+	f.Add("120", "", "", "")
+	f.Add("Mon, 23 Nov 2026 12:00:30 GMT", "Mon, 23 Nov 2026 11:59:00 GMT", "", "")
+	f.Add("", "", "30", "1795435245.5")
+	f.Add("Mon,", "Sun, ,", "1,", "1.")
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, retryAfter, date, reset, xReset string) {
+		h := http.Header{}
+		for k, v := range map[string]string{"Retry-After": retryAfter, "Date": date, "RateLimit-Reset": reset, "X-RateLimit-Reset": xReset} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		wait, ok := httplimit.ServerWait(h, now)
+		if wait < 0 || (!ok && wait != 0) {
+			t.Fatalf("ServerWait(%v) = %v, %v", h, wait, ok)
+		}
+		twice := http.Header{}
+		for k, vs := range h {
+			twice.Set(k, vs[0]+", "+vs[0])
+		}
+		if w2, ok2 := httplimit.ServerWait(twice, now); ok && (w2 != wait || !ok2) {
+			t.Errorf("ServerWait(%v) = %v, %v; once: %v, true", twice, w2, ok2, wait)
 		}
 	})
 }
