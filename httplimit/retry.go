@@ -134,7 +134,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, errNoResponse
 		}
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-			budget.succeeded()
+			// As gRPC's throttling: only a success gives back; an error
+			// that is not retried neither gives back nor takes.
+			if resp.StatusCode < 400 {
+				budget.succeeded()
+			}
 			return resp, nil
 		}
 		budget.failed()

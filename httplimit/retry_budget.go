@@ -9,8 +9,11 @@ import (
 // RetryBudget bounds the retries of every request that shares it to a
 // fraction of the requests recently answered, as gRPC's retry throttling
 // does. It holds tokens, at most maxTokens and that many at the start: each
-// 429/503 answer takes one, each other answer gives back ratio, and a retry
-// is allowed only while more than half of maxTokens remain. Under a lasting
+// 429/503 answer takes one, each success (an answer below 400) gives back
+// ratio, and a retry is allowed only while more than half of maxTokens
+// remain. Other error answers (404, 500…), which are not retried, neither
+// take nor give back, as gRPC counts only retryable failures and OK
+// answers. Under a lasting
 // overload a client therefore retries about once per 1/ratio answers that
 // succeed, and not at all while nothing succeeds, instead of multiplying
 // its load by its attempts.
@@ -27,7 +30,7 @@ type RetryBudget struct {
 }
 
 // NewRetryBudget returns a full budget of maxTokens tokens (1 to 1000)
-// where each answer that is not a 429/503 earns ratio of a token (above 0,
+// where each success (an answer below 400) earns ratio of a token (above 0,
 // at most 1, counted in thousandths).
 func NewRetryBudget(ratio float64, maxTokens int) (*RetryBudget, error) {
 	if !(ratio >= 0.001 && ratio <= 1) {

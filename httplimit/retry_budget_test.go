@@ -151,3 +151,43 @@ func TestRetryBudgetCapped(t *testing.T) {
 		t.Errorf("tokens after a 429 and 9 successes: got %v, want the maximum, 3", got)
 	}
 }
+
+// As gRPC's retry throttling counts a failure only when its status is
+// retryable and a success only for OK: an error answer the transport does
+// not retry (a 404, a 500) neither takes a token nor gives one back; 2xx
+// and 3xx answers give one back.
+func TestRetryBudgetOtherErrorsAreNeutral(t *testing.T) {
+	script := []answer{{http.StatusTooManyRequests, nil}, {http.StatusTooManyRequests, nil}, {http.StatusTooManyRequests, nil}, {http.StatusTooManyRequests, nil}}
+	for _, code := range []int{http.StatusNotFound, http.StatusInternalServerError, http.StatusBadGateway, http.StatusBadRequest, http.StatusGatewayTimeout} {
+		for range 10 {
+			script = append(script, answer{code, nil})
+		}
+	}
+	for _, code := range []int{http.StatusOK, http.StatusNoContent, http.StatusNotModified, http.StatusFound} {
+		script = append(script, answer{code, nil})
+	}
+	srv := newScripted(t, script...)
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		do(t, rt, "GET", srv.URL, "", nil) // four 429s: 6 tokens left
+		for range 50 {
+			do(t, rt, "GET", srv.URL, "", nil)
+		}
+		if got := budget.Tokens(); got != 6 {
+			t.Errorf("tokens after four 429s and 50 answers 4xx/5xx: got %v, want 6 (neither taken nor given back)", got)
+		}
+		// 200, 204, 304, 302 (not followed).
+		client := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for range 4 {
+			resp, err := client.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if got := budget.Tokens(); got != 6.4 {
+			t.Errorf("tokens after 2xx and 3xx answers: got %v, want 6.4 (0.1 each)", got)
+		}
+	})
+}
