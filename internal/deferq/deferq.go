@@ -168,7 +168,8 @@ type Options struct {
 	EnqueueTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
-	// Logger receives delivery failures; nil discards.
+	// Logger receives delivery failures and the Redis errors of
+	// GET /v1/deferred/ID; nil discards.
 	Logger *slog.Logger
 }
 

@@ -37,7 +37,9 @@ func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
 }
 
 // ServeHTTP serves GET /v1/deferred/ID: 200 with the Status, 404 for an
-// unknown id, 400 for a malformed one, 503 when Redis cannot answer.
+// unknown id, 400 for a malformed one, 503 when Redis cannot answer, with
+// {"error":"store_unavailable","message":…} and Redis's error logged, not
+// shown.
 func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -52,7 +54,15 @@ func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrUnknownID):
 		writeError(w, http.StatusNotFound, err.Error())
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		// Redis's error names keys, addresses and the server's state: it
+		// is for the operator's log, and the client gets a stable answer.
+		if r.Context().Err() == nil {
+			q.o.Logger.Error("defer: status not read", "id", id, "err", err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":"store_unavailable","message":"Redis could not be read; try again later"}` + "\n"))
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(st)

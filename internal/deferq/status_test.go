@@ -1,11 +1,18 @@
 package deferq_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deferq"
@@ -48,4 +55,51 @@ func TestExpiredRecordReadStillDelivered(t *testing.T) {
 		st, err := q.Status(context.Background(), id)
 		return err == nil && st.State == "delivered"
 	})
+}
+
+// When Redis cannot answer GET /v1/deferred/ID, the client gets a stable
+// code and message, never Redis's error (which names keys, addresses, the
+// server's state); the error goes to the log, with the id.
+func TestStatusRedisErrorNotShown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	var logged bytes.Buffer
+	var connected atomic.Bool
+	connected.Store(true)
+	q, err := deferq.New(deferq.Options{Connect: func() rueidis.Client {
+		if connected.Load() {
+			return c
+		}
+		return nil
+	}, Upstream: mustURL(t, "http://127.0.0.1:1"), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	id := deferq.Tag("jobs") + "-00000000000000000000"
+	// A record Redis cannot read as one: HGETALL answers WRONGTYPE.
+	rec := "sluice:defer:{" + deferq.Tag("jobs") + "}:s:" + id
+	if err := c.Do(context.Background(), c.B().Set().Key(rec).Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		connected bool
+		inLog     string
+	}{{"WRONGTYPE", true, "WRONGTYPE"}, {"not connected", false, "not connected"}} {
+		connected.Store(tc.connected)
+		logged.Reset()
+		w := httptest.NewRecorder()
+		q.ServeHTTP(w, httptest.NewRequest("GET", deferq.StatusPath+id, nil))
+		const want = `{"error":"store_unavailable","message":"Redis could not be read; try again later"}` + "\n"
+		if w.Code != http.StatusServiceUnavailable || w.Body.String() != want {
+			t.Errorf("%s: GET %s: %d %q; want 503 %q", tc.name, id, w.Code, w.Body, want)
+		}
+		if got := w.Header().Get("Content-Type"); got != "application/json" {
+			t.Errorf("%s: Content-Type %q", tc.name, got)
+		}
+		if !strings.Contains(logged.String(), tc.inLog) || !strings.Contains(logged.String(), id) {
+			t.Errorf("%s: log %q; want the error (%s) and the id", tc.name, logged.String(), tc.inLog)
+		}
+	}
 }
