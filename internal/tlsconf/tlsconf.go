@@ -26,8 +26,9 @@ type Options struct {
 	// certificate it signed (mutual TLS).
 	ClientCA string
 	// ClientSANs, if set, are the names of which a client certificate must
-	// carry one, among its DNS names (in any case), URIs and email
-	// addresses (exactly) and IP addresses (in any spelling): "10.0.0.7",
+	// carry one, among its DNS names (in any case), URIs (exactly), email
+	// addresses (the domain in any case, the local part exactly) and IP
+	// addresses (in any spelling): "10.0.0.7",
 	// "spiffe://mesh/ns/envoy". See Allowed.
 	ClientSANs []string
 }
@@ -180,13 +181,15 @@ func loadPool(path string) (*x509.CertPool, error) {
 }
 
 // Allowed reports whether cert carries one of names among its DNS names
-// (compared without regard to case, as DNS names are), URIs and email
-// addresses (exactly), and IP addresses (as addresses: "2001:DB8::1"
-// matches 2001:db8::1, "::ffff:10.0.0.7" matches 10.0.0.7).
+// (compared without regard to case, as DNS names are), URIs (exactly),
+// email addresses (the domain without regard to case, the local part
+// exactly: RFC 5321 lets a mail host tell Ops@ from ops@, RFC 5280 section
+// 7.5 compares rfc822Names so), and IP addresses (as addresses:
+// "2001:DB8::1" matches 2001:db8::1, "::ffff:10.0.0.7" matches 10.0.0.7).
 func Allowed(cert *x509.Certificate, names []string) bool {
 	for _, n := range names {
 		if slices.ContainsFunc(cert.DNSNames, func(d string) bool { return strings.EqualFold(d, n) }) ||
-			slices.Contains(cert.EmailAddresses, n) {
+			slices.ContainsFunc(cert.EmailAddresses, func(e string) bool { return sameEmail(e, n) }) {
 			return true
 		}
 		for _, u := range cert.URIs {
@@ -203,6 +206,13 @@ func Allowed(cert *x509.Certificate, names []string) bool {
 		}
 	}
 	return false
+}
+
+// sameEmail reports whether the email addresses a and b are the same
+// mailbox: the same local part, and the same domain in any case.
+func sameEmail(a, b string) bool {
+	i, j := strings.LastIndexByte(a, '@'), strings.LastIndexByte(b, '@')
+	return i > 0 && j > 0 && a[:i] == b[:j] && strings.EqualFold(a[i+1:], b[j+1:])
 }
 
 // Reloadable is a listener's TLS whose files can be read again (the

@@ -144,8 +144,9 @@ func TestLoadErrors(t *testing.T) {
 
 // TestAllowedNames: client_sans matches a DNS name whatever its case (DNS
 // names are case-insensitive, RFC 4343: a CA may issue GW.Example for
-// gw.example), an IP address in any of its spellings, and a URI or email
-// exactly; a name of one kind never matches a SAN of another.
+// gw.example), an IP address in any of its spellings, a URI exactly, and
+// an email's domain in any case but its local part exactly; a name of one
+// kind never matches a SAN of another.
 func TestAllowedNames(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
 	cert := ca.ClientWith(t, "c", func(c *x509.Certificate) {
@@ -169,6 +170,15 @@ func TestAllowedNames(t *testing.T) {
 		{"spiffe://mesh/ns/Edge/sa/envoy", true},
 		{"spiffe://mesh/ns/edge/sa/envoy", false},
 		{"ops@example.com", true},
+		// An email's domain in any case (RFC 5321 section 2.4, RFC 5280
+		// section 7.5), its local part exactly (case may matter there).
+		{"ops@EXAMPLE.com", true},
+		{"ops@Example.Com", true},
+		{"Ops@example.com", false},
+		{"OPS@EXAMPLE.COM", false},
+		{"ops@example.org", false},
+		{"ops@", false},
+		{"ops", false},
 		{"mesh", false},
 	} {
 		if got := tlsconf.Allowed(cert, []string{c.name}); got != c.ok {
