@@ -103,7 +103,9 @@ type Options struct {
 	// use real timers, so tests of waiting run in a testing/synctest bubble
 	// with the default clock.
 	Now func() time.Time
-	// HotKeys, if set, observes every decision of every rule (by name).
+	// HotKeys, if set, observes every decision of every rule (by name),
+	// whatever its outcome: one whose client went away before the store
+	// answered counts too (it asked for the key's counter).
 	HotKeys *hotkeys.Set
 	// Shard, if set, rewrites a request to one of n shards of its key and
 	// returns the number of shards used (redisstore.Store.Shard); rules

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -136,5 +138,42 @@ func TestDeadlineIsAStoreFailure(t *testing.T) {
 	}
 	if got := metricstest.Gather(t, reg)["sluice_store_errors_total"]; got != 2 {
 		t.Errorf("sluice_store_errors_total after two calls past their deadline = %v, want 2", got)
+	}
+}
+
+// TestClientGoneCountsAsHot: a request whose client went away before the
+// store answered still counts in its rule's hot-key summary, as a denied
+// one does. The summary measures the decisions asked of a key (the load
+// on its counter, what shards: auto spreads, and what an operator looks
+// for in GET /v1/hotkeys), not what came of them: the request was decided
+// up to the store, whose call was usually made, and a client that
+// floods a key and hangs up each time is just the key to show.
+func TestClientGoneCountsAsHot(t *testing.T) {
+	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(100), rules.Reject, 0)
+	hot := hotkeys.NewSet(hotkeys.Options{Sample: 1, Stripes: 2}, 0, 0)
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce}},
+		OnError: engine.OnErrorAllow, Metrics: metrics.New(prometheus.NewRegistry()), HotKeys: hot, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		if res := e.Check(gone, enforce, "left", 1); !errors.Is(res.Err, context.Canceled) {
+			t.Fatalf("Check for a gone client: Err %v, want context.Canceled", res.Err)
+		}
+		if res := e.Admit(gone, []rules.Match{{Rule: enforce, Key: "left"}}, 1); !errors.Is(res.Err, context.Canceled) {
+			t.Fatalf("Admit for a gone client: Err %v, want context.Canceled", res.Err)
+		}
+	}
+	e.Check(context.Background(), enforce, "stayed", 2)
+	top := hot.Top(10, c.Now())
+	if len(top) != 1 || len(top[0].Keys) != 2 {
+		t.Fatalf("hot keys after 6 gone and 1 live decision: %+v; want rule enforce with keys left and stayed", top)
+	}
+	k := top[0].Keys
+	if k[0].Key != "left" || k[1].Key != "stayed" || math.Abs(k[0].Rate/k[1].Rate-3) > 1e-9 {
+		t.Errorf("hot keys: %s %v, %s %v; want left at 3× stayed (6 gone decisions of cost 1, 1 live of cost 2)", k[0].Key, k[0].Rate, k[1].Key, k[1].Rate)
 	}
 }
