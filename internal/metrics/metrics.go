@@ -23,6 +23,7 @@ package metrics
 import (
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -245,6 +246,41 @@ func (m *Metrics) CounterFunc(name, help string, f func() float64) error {
 // overrides): past it, such hits are counted under the label "_other".
 const MaxDetailedDescriptors = 1000
 
+// MaxDescriptorLabelBytes bounds the length of a descriptor label that
+// carries request values: a longer one keeps its first bytes, cut between
+// characters, then "…" and 16 hex digits of a digest of the whole label
+// (FNV-1a, 64 bits: the same on every instance), so that labels alike in
+// their first bytes stay apart. A gRPC request may carry 1 MiB of values.
+const MaxDescriptorLabelBytes = 256
+
+// labelDigest is what shortLabel appends after the kept bytes: "…" (3
+// bytes) and 16 hex digits.
+const labelDigest = 3 + 16
+
+// shortLabel returns label, cut to MaxDescriptorLabelBytes as that
+// constant says when longer. label is UTF-8 (protobuf strings are).
+func shortLabel(label string) string {
+	if len(label) <= MaxDescriptorLabelBytes {
+		return label
+	}
+	n := MaxDescriptorLabelBytes - labelDigest
+	for n > 0 && !utf8.RuneStart(label[n]) {
+		n--
+	}
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(label); i++ {
+		h ^= uint64(label[i])
+		h *= 1099511628211
+	}
+	b := make([]byte, 0, n+labelDigest)
+	b = append(b, label[:n]...)
+	b = append(b, "…"...)
+	for sh := 60; sh >= 0; sh -= 4 {
+		b = append(b, "0123456789abcdef"[h>>sh&15])
+	}
+	return string(b)
+}
+
 // Envoy holds the per-domain, per-descriptor counters of the Envoy rate
 // limit service:
 //
@@ -295,10 +331,14 @@ func (m *Metrics) Envoy() *Envoy {
 
 // Descriptor returns the counters of domain and descriptor. detailed marks
 // a label built from request values: at most MaxDetailedDescriptors of
-// those are kept, the rest share the label "_other".
+// those are kept, the rest share the label "_other", and each is cut to
+// MaxDescriptorLabelBytes.
 func (e *Envoy) Descriptor(domain, descriptor string, detailed bool) *EnvoyDescriptor {
 	if e == nil {
 		return nil
+	}
+	if detailed {
+		descriptor = shortLabel(descriptor)
 	}
 	k := [2]string{domain, descriptor}
 	e.mu.RLock()

@@ -1,0 +1,69 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// TestEnvoyLabelsBoundedInBytes: a descriptor label carrying request
+// values (detailed_metric, a limit override) is cut to a bounded length,
+// whatever the client sends: a gRPC message may be 1 MiB, and 1,000 such
+// labels in four counters each once held 4 GB and answered every scrape
+// with as much. Labels alike in their first bytes stay apart.
+func TestEnvoyLabelsBoundedInBytes(t *testing.T) {
+	set := writeConf(t, `domain: big
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	e := startRLS(t, newStore(t, "memory"), set, envOpts{})
+	const n, size = 8, 256 << 10 // 8 distinct values of 256 KiB each
+	long := strings.Repeat("é", size/2)
+	for i := range n {
+		v := fmt.Sprintf("%s%d", long, i) // alike but for the last byte
+		e.call(t, "big", 1, desc("user", v))
+		e.call(t, "big", 1, withLimit(desc("other", v), 5, typev3.RateLimitUnit_MINUTE))
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, total := map[string]bool{}, 0
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_envoy_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "descriptor" {
+					continue
+				}
+				v := l.GetValue()
+				total += len(v)
+				labels[v] = true
+				if len(v) > metrics.MaxDescriptorLabelBytes {
+					t.Errorf("descriptor label of %d bytes (%.40q…); want at most %d", len(v), v, metrics.MaxDescriptorLabelBytes)
+				}
+				if !utf8.ValidString(v) {
+					t.Errorf("descriptor label %.40q… is not UTF-8", v)
+				}
+			}
+			if got := m.GetCounter().GetValue(); got != 1 {
+				t.Errorf("a label counted %v hits, want 1 (each value its own label)", got)
+			}
+		}
+	}
+	if len(labels) != 2*n {
+		t.Errorf("%d distinct descriptor labels, want %d (values alike in their first bytes kept apart)", len(labels), 2*n)
+	}
+	if max := 2 * n * metrics.MaxDescriptorLabelBytes; total > max {
+		t.Errorf("descriptor labels hold %d bytes, want at most %d", total, max)
+	}
+}
