@@ -81,6 +81,7 @@ func (s *Store) putLog(sh *shard, key string, le *logEntry, st sluice.State, idl
 		le = &logEntry{}
 		s.insert(sh, now)
 		sh.logs[strings.Clone(key)] = le
+		sh.logsPeak = max(sh.logsPeak, uint32(len(sh.logs)))
 	}
 	le.st, le.idle = st, idle
 	if cap(st.Log) > 0 && !sameEnd(st.Log, le.arr) {

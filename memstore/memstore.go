@@ -6,8 +6,9 @@
 //   - A key whose state has returned to rest (a full bucket, an ended
 //     window, an empty log) is as good as absent: Take treats it as new, and
 //     it is deleted by the incremental sweep that runs as new keys arrive,
-//     or by Sweep. Rest is derived from the algorithm and the limit; it is
-//     exact, so forgetting a key never changes a decision.
+//     or by Sweep, which also shrinks the sets a flood of keys grew. Rest
+//     is derived from the algorithm and the limit; it is exact, so
+//     forgetting a key never changes a decision.
 //   - Options.MaxKeys caps the keys held, exactly (each shard holds its
 //     share of the cap, and there are never more shards than keys allowed).
 //     When a shard is full and sweeping
@@ -27,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -72,12 +74,15 @@ var (
 )
 
 type shard struct {
-	mu    sync.Mutex
-	small table
-	logs  map[string]*logEntry
-	adds  uint32
-	cap   uint32                        // keys this shard may hold
-	_     [64 - 8 - 40 - 8 - 4 - 4]byte // keep shards on separate cache lines
+	mu       sync.Mutex
+	small    table
+	logs     map[string]*logEntry
+	adds     uint32
+	cap      uint32 // keys this shard may hold
+	logsPeak uint32 // the most keys logs has held since it was made (Go maps never shrink)
+	// Keep shards on separate cache lines: the fields above take 68
+	// bytes, the hot ones the first 64.
+	_ [128 - 68]byte
 }
 
 // New returns an empty Store.
@@ -225,6 +230,19 @@ func (sh *shard) sweep(now int64, budget int) int {
 		}
 	}
 	return deleted
+}
+
+// compact hands back the room of deleted keys once their sets are at
+// least 8 times larger than the keys they hold: the table's cells and the
+// log map's buckets only grow as keys arrive, so after a flood of keys
+// that came to rest they would keep half the flood's memory.
+func (sh *shard) compact() {
+	sh.small.shrink()
+	if n := len(sh.logs); sh.logsPeak >= 64 && n <= int(sh.logsPeak)/8 {
+		m := make(map[string]*logEntry, n)
+		maps.Copy(m, sh.logs)
+		sh.logs, sh.logsPeak = m, uint32(n)
+	}
 }
 
 // evictOne deletes, among a sample of up to 8 keys, the one that reaches
@@ -378,9 +396,10 @@ func (s *Store) Reset(_ context.Context, r sluice.Request) error {
 	return nil
 }
 
-// Sweep deletes every key at rest at now and returns how many it deleted.
-// The store sweeps a little on its own as keys arrive; a daemon may also
-// call Sweep on a timer to hand memory back sooner.
+// Sweep deletes every key at rest at now and returns how many it deleted,
+// and hands back the room a flood of keys left behind (see compact). The
+// store sweeps a little on its own as keys arrive; a daemon may also call
+// Sweep on a timer to hand memory back sooner.
 func (s *Store) Sweep(now time.Time) int {
 	t := now.UnixMicro()
 	deleted := 0
@@ -388,6 +407,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		deleted += sh.sweep(t, int(^uint(0)>>1))
+		sh.compact()
 		sh.mu.Unlock()
 	}
 	return deleted

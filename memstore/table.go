@@ -108,6 +108,30 @@ func (t *table) grow() {
 	}
 }
 
+// shrink makes the table the smallest that holds its keys at most 3/8
+// full, when that is a quarter of its size or less: from there it must
+// take twice its keys to grow again.
+func (t *table) shrink() {
+	if t.count == 0 {
+		t.slots, t.cursor = nil, 0
+		return
+	}
+	size := 8
+	for size*3 < t.count*8 {
+		size <<= 1
+	}
+	if size*4 > len(t.slots) {
+		return
+	}
+	old := t.slots
+	t.slots, t.cursor = make([]slot, size), 0
+	for _, s := range old {
+		if s.e != nil {
+			t.place(s)
+		}
+	}
+}
+
 // deleteAt empties cell i and shifts later cells of its probe run back, so
 // that every key stays reachable from its home cell.
 func (t *table) deleteAt(i uint32) {
