@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -77,7 +78,9 @@ type setup struct {
 	// transport, if set, is Options.Transport: every request then goes
 	// through ReverseProxy (no fast path).
 	transport http.RoundTripper
-	deferq    *deferq.Queue // Options.Defer
+	deferq    *deferq.Queue    // Options.Defer
+	log       *slog.Logger     // Options.Logger
+	now       func() time.Time // Options.Now
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -102,7 +105,7 @@ func start(t *testing.T, s setup) *fixture {
 	u, _ := url.Parse(up.srv.URL + s.base)
 	p, err := proxy.New(proxy.Options{Upstream: u, Engine: func() *engine.Engine { return e },
 		ClientIP: clientip.Resolver{Trusted: s.trusted}, PreserveHost: s.preserve, ResponseHeaderTimeout: s.timeout,
-		Transport: s.transport, Defer: s.deferq})
+		Transport: s.transport, Defer: s.deferq, Logger: s.log, Now: s.now})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}

@@ -109,6 +109,8 @@ type Options struct {
 	Transport http.RoundTripper
 	// Logger receives upstream errors; nil discards.
 	Logger *slog.Logger
+	// Now is the clock of the log's throttle; nil means time.Now.
+	Now func() time.Time
 	// Defer, if set, queues requests denied only by defer rules.
 	Defer *deferq.Queue
 }
@@ -124,6 +126,7 @@ type Proxy struct {
 	pool      *pool
 	rht       time.Duration
 	maxHeader int64
+	upLog     throttle // upstream failures: logged once a second
 }
 
 type ctxKey struct{}
@@ -141,6 +144,9 @@ func New(o Options) (*Proxy, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	p := &Proxy{o: o, maxHeader: DefaultMaxResponseHeaderBytes}
 	if o.Transport == nil {
@@ -408,12 +414,12 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 		// fault, not the upstream.
 		status, msg = http.StatusRequestTimeout, "request_timeout"
 		w.Header()["Connection"] = []string{"close"}
-		p.o.Logger.Debug("client body stalled", "method", r.Method, "path", r.URL.Path)
+		p.o.Logger.Debug("client body stalled", "method", cut(r.Method), "path", cut(r.URL.Path))
 	case errors.As(err, &ne) && ne.Timeout():
 		status, msg = http.StatusGatewayTimeout, "gateway_timeout"
 		fallthrough
 	default:
-		p.o.Logger.Warn("upstream", "method", r.Method, "path", r.URL.Path, "err", err)
+		p.logUpstream(r, err)
 	}
 	h := w.Header()
 	if res != nil {

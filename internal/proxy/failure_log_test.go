@@ -1,0 +1,68 @@
+package proxy_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// lockedBuffer is a log's destination shared by the proxy's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
+}
+
+// TestUpstreamErrorsLogOnceASecond: a failing upstream is logged at most
+// once a second, with how many failures went unlogged, and a line carries
+// a bounded piece of the path: a client's requests while the upstream is
+// down once each wrote a line with their whole path (up to 1 MiB, twice:
+// the path, and the URL in the error).
+func TestUpstreamErrorsLogOnceASecond(t *testing.T) {
+	up := newUpstream(t)
+	up.srv.Close()
+	up.srv.URL = "http://" + refusedAddr(t)
+	var clock atomic.Int64
+	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	var out lockedBuffer
+	f := start(t, setup{specs: []rules.Spec{{Name: "r", Rate: "1000/s"}}, up: up,
+		log: slog.New(slog.NewTextHandler(&out, nil)), now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	path := "/" + strings.Repeat("p", 4<<10)
+	for range 20 {
+		if resp, _ := get(t, f.proxy.URL+path, nil); resp.StatusCode != 502 {
+			t.Fatalf("upstream down: %d, want 502", resp.StatusCode)
+		}
+	}
+	if lines := out.lines(); len(lines) != 1 || !strings.Contains(lines[0], "msg=upstream") {
+		t.Fatalf("20 failures in one second logged %d lines, want 1 upstream line: %.300q", len(lines), lines)
+	}
+	clock.Add(int64(time.Second))
+	get(t, f.proxy.URL+path, nil)
+	lines := out.lines()
+	if len(lines) != 2 || !strings.Contains(lines[1], "suppressed=19") {
+		t.Fatalf("a failure a second later: %d lines, want 2, the second with suppressed=19: %.300q", len(lines), lines)
+	}
+	for _, l := range lines {
+		if len(l) > 1<<10 {
+			t.Errorf("a line of %d bytes for a path of %d; want at most 1 KiB: %.200q…", len(l), len(path), l)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// throttle lets one event through per second of Options.Now and counts
+// the others.
+type throttle struct{ last, dropped atomic.Int64 }
+
+// ok reports whether an event at second sec is let through; if not, it
+// is counted among the dropped.
+func (t *throttle) ok(sec int64) bool {
+	old := t.last.Load()
+	if old != sec && t.last.CompareAndSwap(old, sec) {
+		return true
+	}
+	t.dropped.Add(1)
+	return false
+}
+
+// logUpstream logs the upstream's failure to answer r, at most once a
+// second with the number of failures unlogged since: while the upstream
+// fails, every request fails, and a client choosing its requests must not
+// be able to flood the log. The path is cut, and left out of the error.
+func (p *Proxy) logUpstream(r *http.Request, err error) {
+	if !p.upLog.ok(p.o.Now().Unix()) {
+		return
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // without the URL, which holds the path
+	}
+	p.o.Logger.Warn("upstream", "method", cut(r.Method), "path", cut(r.URL.Path), "err", err,
+		"suppressed", p.upLog.dropped.Swap(0))
+}
+
+// maxLogValue bounds how much of a client's input a log line quotes.
+const maxLogValue = 256
+
+// cut returns s, cut to maxLogValue bytes (between characters) and marked
+// with its length when longer.
+func cut(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	n := maxLogValue
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
