@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"crypto/x509"
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -64,15 +66,32 @@ func (d *Daemon) reloadCerts() {
 }
 
 // certsInForce logs what l serves after a reading of its files: the error
-// of files that did not load, or the certificate now served when it
+// of files that did not load, or of a certificate held until it is valid
+// (its client CA is in force), or the certificate now served when it
 // changed.
 func (d *Daemon) certsInForce(l listenerTLS, changed bool, err error) {
+	var early *tlsconf.NotYetValidError
 	switch {
+	case errors.As(err, &early):
+		d.log.Error("tls: the new certificate is not valid yet; the certificate in force is served until it is",
+			"listener", l.name, "cert", l.Options().Cert, "not_before", early.NotBefore.UTC().Format(time.RFC3339), "err", err)
+		if changed {
+			d.log.Info("tls: client CA reloaded", "listener", l.name, "client_ca", l.Options().ClientCA)
+		}
 	case err != nil:
 		d.log.Error("tls: certificate files not reloaded; the certificate in force stays", "listener", l.name, "err", err)
 	case changed:
 		d.logCert(l, "tls: certificate reloaded")
 	}
+}
+
+// addTLS adds the TLS r of the listener named name to those the daemon
+// reloads, and has a certificate held until it is valid logged when it
+// goes in force.
+func (d *Daemon) addTLS(name string, r *tlsconf.Reloadable) {
+	l := listenerTLS{name, r}
+	r.WhenInForce(func(*x509.Certificate) { d.logCert(l, "tls: certificate reloaded, valid from now") })
+	d.tls = append(d.tls, l)
 }
 
 // logCert logs msg with the certificate l serves, and a warning while that
@@ -84,7 +103,10 @@ func (d *Daemon) logCert(l listenerTLS, msg string) {
 	}
 	notAfter := leaf.NotAfter.UTC().Format(time.RFC3339)
 	d.log.Info(msg, "listener", l.name, "cert", l.Options().Cert, "serial", leaf.SerialNumber.String(), "not_after", notAfter)
-	if time.Now().After(leaf.NotAfter) {
+	if now := time.Now(); now.After(leaf.NotAfter) {
 		d.log.Warn("tls: the certificate served has expired; clients will refuse it", "listener", l.name, "cert", l.Options().Cert, "not_after", notAfter)
+	} else if now.Before(leaf.NotBefore) {
+		d.log.Warn("tls: the certificate served is not valid yet; clients will refuse it until it is", "listener", l.name, "cert", l.Options().Cert,
+			"not_before", leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 }

@@ -485,7 +485,8 @@ func (d *Daemon) apply(data []byte) error {
 	d.cur.Store(gen)
 	d.useRoutes(rt)
 	for i, l := range d.tls {
-		d.certsInForce(l, l.Store(certs[i]), nil)
+		changed, err := l.Store(certs[i])
+		d.certsInForce(l, changed, err)
 	}
 	d.activate(gen)
 	return nil

@@ -81,7 +81,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			if err != nil {
 				return fmt.Errorf("daemon: grpc.tls: %w", err)
 			}
-			d.tls = append(d.tls, listenerTLS{"grpc", r})
+			d.addTLS("grpc", r)
 			gopts.TLS = r.Config()
 		}
 		d.grpcSrv = server.NewGRPC(d.rls, gopts)
@@ -107,7 +107,7 @@ func (d *Daemon) serveTLS(name string, ln *listener.Listener, t *config.TLSConfi
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %s.tls: %w", name, err)
 	}
-	d.tls = append(d.tls, listenerTLS{name, r})
+	d.addTLS(name, r)
 	return tls.NewListener(ln, r.Config()), nil
 }
 

@@ -6,7 +6,6 @@
 package tlsconf
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -16,7 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"time"
 )
 
 // Options are one tls: block, with its paths resolved.
@@ -31,6 +30,9 @@ type Options struct {
 	// addresses (in any spelling): "10.0.0.7",
 	// "spiffe://mesh/ns/envoy". See Allowed.
 	ClientSANs []string
+	// Now is the clock a certificate's validity is judged by; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Error is a problem with one file of a tls: block: Field names the key
@@ -213,76 +215,4 @@ func Allowed(cert *x509.Certificate, names []string) bool {
 func sameEmail(a, b string) bool {
 	i, j := strings.LastIndexByte(a, '@'), strings.LastIndexByte(b, '@')
 	return i > 0 && j > 0 && a[:i] == b[:j] && strings.EqualFold(a[i+1:], b[j+1:])
-}
-
-// Reloadable is a listener's TLS whose files can be read again (the
-// daemon's reload, SIGHUP), so that a renewed certificate, key or client CA
-// takes effect without a restart. Every handshake uses the configuration
-// loaded last (through tls.Config.GetConfigForClient).
-type Reloadable struct {
-	o    Options
-	next []string // ALPN protocols offered
-	cur  atomic.Pointer[tls.Config]
-}
-
-// NewReloadable loads o for a listener offering the ALPN protocols next
-// ("h2" for gRPC; "h2", "http/1.1" for HTTPS).
-func NewReloadable(o Options, next ...string) (*Reloadable, error) {
-	r := &Reloadable{o: o, next: next}
-	cfg, err := r.Load()
-	if err != nil {
-		return nil, err
-	}
-	r.Store(cfg)
-	return r, nil
-}
-
-// Load reads the files again and returns the configuration they make,
-// without putting it in force (Store does).
-func (r *Reloadable) Load() (*tls.Config, error) {
-	cfg, err := Load(r.o)
-	if err != nil {
-		return nil, err
-	}
-	cfg.NextProtos = r.next
-	return cfg, nil
-}
-
-// Store puts cfg (from Load) in force for the next handshakes. It reports
-// whether cfg differs from the configuration it replaces: another
-// certificate chain or client CA bundle.
-func (r *Reloadable) Store(cfg *tls.Config) (changed bool) {
-	old := r.cur.Swap(cfg)
-	return old == nil || !slices.EqualFunc(old.Certificates[0].Certificate, cfg.Certificates[0].Certificate, bytes.Equal) ||
-		(old.ClientCAs == nil) != (cfg.ClientCAs == nil) || (old.ClientCAs != nil && !old.ClientCAs.Equal(cfg.ClientCAs))
-}
-
-// Reload reads the files again and puts what they make in force,
-// reporting whether that changed anything (see Store). Files that do not
-// load (a certificate whose key has not been written yet) change nothing
-// and are the error. Calls to Reload and Store must not overlap.
-func (r *Reloadable) Reload() (changed bool, err error) {
-	cfg, err := r.Load()
-	if err != nil {
-		return false, err
-	}
-	return r.Store(cfg), nil
-}
-
-// Options returns the options r was made with (its files).
-func (r *Reloadable) Options() Options { return r.o }
-
-// Leaf returns the certificate in force.
-func (r *Reloadable) Leaf() *x509.Certificate { return r.cur.Load().Certificates[0].Leaf }
-
-// Config is the configuration to serve with: each handshake gets the one
-// in force.
-func (r *Reloadable) Config() *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: r.next,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return r.cur.Load(), nil
-		},
-	}
 }

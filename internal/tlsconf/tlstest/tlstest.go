@@ -72,6 +72,13 @@ func (ca *CA) Server(t testing.TB) Pair {
 	return ca.issue(t, "server", x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil)
 }
 
+// ServerWith makes a server certificate as Server does, named name, as
+// edit leaves the template (its validity, say).
+func (ca *CA) ServerWith(t testing.TB, name string, edit func(*x509.Certificate)) Pair {
+	t.Helper()
+	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil, edit)
+}
+
 // Client makes a client certificate whose SANs are the DNS names dns and
 // the URIs uris.
 func (ca *CA) Client(t testing.TB, name string, dns []string, uris ...string) Pair {
