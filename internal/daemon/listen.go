@@ -84,7 +84,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			d.addTLS("grpc", r)
 			gopts.TLS = r.Config()
 		}
-		d.grpcSrv = server.NewGRPC(d.rls, gopts)
+		g := server.NewGRPC(d.rls, gopts)
+		d.grpcSrv = g
+		_ = d.metrics.GaugeFunc("sluice_grpc_calls_waiting", "gRPC calls on the grpc listener whose request has not come yet, over all its connections.",
+			func() float64 { return float64(g.Calls()) })
+		_ = d.metrics.CounterFunc("sluice_grpc_calls_refused_total", "gRPC calls refused (RESOURCE_EXHAUSTED) because the grpc listener held its most calls waiting for their request.",
+			func() float64 { return float64(g.CallsRefused()) })
 	}
 	return nil
 }

@@ -88,6 +88,10 @@ type GRPCOptions struct {
 	ConnectionTimeout    time.Duration
 	// StreamWorkers: 0 means DefaultStreamWorkers.
 	StreamWorkers uint32
+	// MaxCalls bounds the calls waiting for their request over all
+	// connections (more are refused with RESOURCE_EXHAUSTED); 0 means
+	// DefaultMaxCalls.
+	MaxCalls int
 }
 
 // GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
@@ -96,16 +100,19 @@ type GRPC struct {
 	srv    *grpc.Server
 	health *health.Server
 	grace  time.Duration
+	gate   *callGate
 }
 
 // rlsIndirect serves the RLS in force, as returned by get (the daemon
 // swaps it on reload).
 type rlsIndirect struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	get func() *RLS
+	get  func() *RLS
+	gate *callGate
 }
 
 func (r rlsIndirect) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	r.gate.arrived(ctx)
 	return r.get().ShouldRateLimit(ctx, req)
 }
 
@@ -129,6 +136,10 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	if o.StreamWorkers == 0 {
 		o.StreamWorkers = DefaultStreamWorkers
 	}
+	if o.MaxCalls <= 0 {
+		o.MaxCalls = DefaultMaxCalls
+	}
+	gate := newCallGate(o.MaxCalls)
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      o.MaxConnectionAge,
@@ -142,6 +153,7 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		grpc.NumStreamWorkers(o.StreamWorkers),
+		grpc.InTapHandle(gate.tap),
 		// Envoy's two messages by hand, others by grpc-go's proto codec.
 		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
@@ -152,8 +164,8 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	if o.Creds != nil {
 		opts = append(opts, grpc.Creds(o.Creds))
 	}
-	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), grace: o.StopGrace}
-	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls})
+	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), grace: o.StopGrace, gate: gate}
+	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})
 	healthpb.RegisterHealthServer(g.srv, g.health)
 	reflection.Register(g.srv)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

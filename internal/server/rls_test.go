@@ -39,6 +39,7 @@ type rlsEnv struct {
 	reg    *prometheus.Registry
 	set    *setBox
 	rls    *server.RLS // the service itself, for calls a real client cannot make
+	grpc   *server.GRPC
 }
 
 type setBox struct {
@@ -103,6 +104,7 @@ type envOpts struct {
 	headers     bool
 	now         func() time.Time                   // nil: always tMid
 	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
+	grpc        server.GRPCOptions
 }
 
 // startRLS serves the rate limit service over a real gRPC listener and
@@ -126,7 +128,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.NewGRPC(func() *server.RLS { return rls }, server.GRPCOptions{})
+	g := server.NewGRPC(func() *server.RLS { return rls }, o.grpc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +153,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box, rls: rls}
+	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box, rls: rls, grpc: g}
 }
 
 // desc builds a request descriptor from key, value pairs.
