@@ -346,7 +346,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		info.res = &rc
 	}
 	ctx := context.WithValue(r.Context(), ctxKey{}, info)
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	r = r.WithContext(ctx)
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = newEndedBody(r.Body, r.ContentLength) // reqbody.go
+	}
+	p.rp.ServeHTTP(w, r)
 }
 
 type forwardInfo struct {

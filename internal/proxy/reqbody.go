@@ -1,0 +1,47 @@
+package proxy
+
+import "io"
+
+// endedBody is the request body ReverseProxy's transport reads: once the
+// body has ended (io.EOF, or all Content-Length bytes read), it answers
+// io.EOF without asking the body under it again.
+//
+// Why: on HTTP/1, net/http's server reads what is left of a request body
+// and closes it when the answer's head goes out (it does not let a
+// handler read the body while it writes), and the transport, having sent
+// a body's Content-Length bytes, reads it once more to see its end (Go
+// issue 40747). When the upstream answered quickly, that read could come
+// after the close and fail ("invalid Read on closed Body"); the transport
+// took it for a failed request and closed the upstream connection, and
+// the answer streaming through it stopped short.
+type endedBody struct {
+	rc    io.ReadCloser
+	left  int64 // Content-Length bytes still to come; -1: unknown
+	ended bool
+}
+
+func newEndedBody(rc io.ReadCloser, length int64) *endedBody {
+	if length < 0 {
+		length = -1
+	}
+	return &endedBody{rc: rc, left: length}
+}
+
+func (b *endedBody) Read(p []byte) (int, error) {
+	if b.ended {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+		if b.left <= 0 {
+			b.ended = true
+		}
+	}
+	if err == io.EOF {
+		b.ended = true
+	}
+	return n, err
+}
+
+func (b *endedBody) Close() error { return b.rc.Close() }
