@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -79,10 +80,13 @@ func (c *replayConn) SetReadDeadline(t time.Time) error {
 }
 
 // CloseWrite half-closes the connection when the one under it can
-// (net/http does before its 431 and similar answers).
+// (net/http does before its 431 and similar answers; ReverseProxy when
+// the upstream ends an upgraded connection, and it waits for the client
+// to end its side only when this succeeded); errors.ErrUnsupported
+// otherwise, so that ReverseProxy closes the connection instead.
 func (c *replayConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	return nil
+	return errors.ErrUnsupported
 }

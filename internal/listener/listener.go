@@ -151,6 +151,17 @@ func (c *conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// CloseWrite half-closes the connection when the one under it can
+// (errors.ErrUnsupported otherwise): ReverseProxy passes an upstream's
+// end of an upgraded connection on to the client so, and net/http does
+// before closing after some error answers.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {

@@ -20,6 +20,7 @@
 package rawio
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"syscall"
@@ -70,6 +71,16 @@ func Wrap(c net.Conn) net.Conn {
 
 // NetConn returns the connection under c.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// CloseWrite half-closes the connection (shuts down its writing side),
+// as *net.TCPConn's; errors.ErrUnsupported if the connection under c
+// cannot.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
 
 func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
