@@ -47,13 +47,16 @@
 //   - The upstream's unreachability answers 502, a response header timeout
 //     504, both with a JSON error body. A request body that stalls for the
 //     listener's body_read_timeout (package listener) abandons the upstream
-//     request, freeing its connection, and answers 408.
+//     request, freeing its connection, and answers 408; one that cannot be
+//     read (a malformed chunked encoding) answers 400 and closes the
+//     connection.
 package proxy
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -345,17 +348,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		rc := *res
 		info.res = &rc
 	}
-	ctx := context.WithValue(r.Context(), ctxKey{}, info)
-	r = r.WithContext(ctx)
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = newEndedBody(r.Body, r.ContentLength) // reqbody.go
+		info.body = newEndedBody(r.Body, r.ContentLength) // reqbody.go
+	}
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+	if info.body != nil {
+		r.Body = info.body
 	}
 	p.rp.ServeHTTP(w, r)
 }
 
 type forwardInfo struct {
-	ip  netip.Addr
-	res *engine.Result
+	ip   netip.Addr
+	res  *engine.Result
+	body *endedBody // r.Body as handed to ReverseProxy; nil: none
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -399,6 +405,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	info, _ := r.Context().Value(ctxKey{}).(forwardInfo)
+	if info.body != nil && info.body.failed.Load() {
+		err = fmt.Errorf("%w: %w", errClientBody, err)
+	}
 	p.fail(w, r, info.res, err)
 }
 
@@ -419,6 +428,14 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 		status, msg = http.StatusRequestTimeout, "request_timeout"
 		w.Header()["Connection"] = []string{"close"}
 		p.o.Logger.Debug("client body stalled", "method", cut(r.Method), "path", cut(r.URL.Path))
+	case errors.Is(err, errClientBody):
+		// The client's body could not be read (a malformed chunked
+		// encoding): the request is at fault, not the upstream, which
+		// never got it whole. What is left of the body cannot be
+		// framed: the connection closes.
+		status, msg = http.StatusBadRequest, "bad_request"
+		w.Header()["Connection"] = []string{"close"}
+		p.o.Logger.Debug("client body unreadable", "method", cut(r.Method), "path", cut(r.URL.Path), "err", err)
 	case errors.As(err, &ne) && ne.Timeout():
 		status, msg = http.StatusGatewayTimeout, "gateway_timeout"
 		fallthrough

@@ -1,10 +1,16 @@
 package proxy
 
-import "io"
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+)
 
 // endedBody is the request body ReverseProxy's transport reads: once the
 // body has ended (io.EOF, or all Content-Length bytes read), it answers
-// io.EOF without asking the body under it again.
+// io.EOF without asking the body under it again. It also remembers that
+// a read of the client's body failed (a malformed chunked encoding, the
+// client gone), so that the failure is not blamed on the upstream.
 //
 // Why: on HTTP/1, net/http's server reads what is left of a request body
 // and closes it when the answer's head goes out (it does not let a
@@ -18,6 +24,9 @@ type endedBody struct {
 	rc    io.ReadCloser
 	left  int64 // Content-Length bytes still to come; -1: unknown
 	ended bool
+	// failed: a read of the body returned an error other than io.EOF.
+	// Set by the transport's goroutine, read by the handler's.
+	failed atomic.Bool
 }
 
 func newEndedBody(rc io.ReadCloser, length int64) *endedBody {
@@ -38,10 +47,17 @@ func (b *endedBody) Read(p []byte) (int, error) {
 			b.ended = true
 		}
 	}
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.ended = true
+	case err != nil:
+		b.failed.Store(true)
 	}
 	return n, err
 }
 
 func (b *endedBody) Close() error { return b.rc.Close() }
+
+// errClientBody marks a forwarding that failed because the client's body
+// could not be read (endedBody.failed).
+var errClientBody = errors.New("proxy: the client's request body could not be read")
