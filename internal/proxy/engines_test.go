@@ -103,7 +103,13 @@ func startOn(t *testing.T, ec engineCase, upstreamURL string, o engineOpts) *ese
 	}
 	po.Engine = func() *engine.Engine { return e }
 	if ec.rp && po.Transport == nil {
-		tr := &http.Transport{ResponseHeaderTimeout: po.ResponseHeaderTimeout, MaxResponseHeaderBytes: proxy.DefaultMaxResponseHeaderBytes}
+		// As the proxy's own (newTransport), which an https:// upstream uses.
+		rht := po.ResponseHeaderTimeout
+		if rht == 0 {
+			rht = proxy.DefaultResponseHeaderTimeout
+		}
+		tr := &http.Transport{Proxy: nil, ResponseHeaderTimeout: rht, ExpectContinueTimeout: time.Second,
+			MaxResponseHeaderBytes: proxy.DefaultMaxResponseHeaderBytes}
 		t.Cleanup(tr.CloseIdleConnections)
 		po.Transport = tr
 	}

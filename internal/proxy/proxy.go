@@ -396,6 +396,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// is not relayed (upstreamError answers 408).
 		return listener.ErrBodyTimeout
 	}
+	if resp.StatusCode == http.StatusNotModified {
+		// As net/http's HTTP/1 server (and the h1 front) drop it: its
+		// HTTP/2 server would pass it on, and Go's HTTP/2 client then
+		// takes the 304 for a body cut short (unexpected EOF).
+		delete(resp.Header, "Content-Length")
+	}
 	info, _ := resp.Request.Context().Value(ctxKey{}).(forwardInfo)
 	if info.res != nil {
 		info.res.SetHeaders(resp.Header)
