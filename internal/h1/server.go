@@ -21,8 +21,10 @@
 // byte of each next request), IdleTimeout between requests (0: none, as
 // net/http with no ReadTimeout), ConnState (New, Active, Idle: the
 // listener's slow-client accounting), ErrorLog for handler panics, the
-// answer's framing (response.go), and Shutdown and Close: the listener
-// closes, idle connections close, requests in flight finish.
+// answer's framing (response.go), the request context's
+// http.ServerContextKey and http.LocalAddrContextKey, and Shutdown and
+// Close: the listener closes, idle connections close, requests in flight
+// finish.
 //
 // What differs: a client that goes away while its request is in the
 // handler is noticed when the answer is written (the write fails and the
@@ -253,7 +255,11 @@ type conn struct {
 
 func (c *conn) serve() {
 	s := c.s
-	ctx, cancel := context.WithCancel(context.WithValue(s.ctx, connKey{}, c))
+	// What net/http's server puts in a request's context, which handlers
+	// go by (ReverseProxy aborts a cut answer only under a server).
+	ctx := context.WithValue(s.ctx, http.ServerContextKey, s.slow)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, connKey{}, c))
 	c.ctx, c.stopHook = ctx, c.stop
 	br, bw := readers.Get().(*bufio.Reader), writers.Get().(*bufio.Writer)
 	c.in.nc = c.nc
