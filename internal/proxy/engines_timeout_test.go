@@ -1,0 +1,186 @@
+package proxy_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/listener"
+)
+
+// metric returns the value of the counter or gauge name{listener="proxy"}
+// in s's registry (0 when absent).
+func (s *eserved) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "listener" && lp.GetValue() == "proxy" {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// eventually polls cond until it holds, failing after safety: for what a
+// client cannot see happen (a count after a close).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(safety)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, safety)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// closedUnanswered reads c until it closes; it fails if an answer (any
+// byte) comes or the connection stays open past safety.
+func closedUnanswered(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	b, err := io.ReadAll(c)
+	if len(b) > 0 {
+		t.Errorf("%s: got %q, want the connection closed unanswered", what, b)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("%s: the connection stayed open", what)
+	}
+}
+
+// Slow clients on every HTTP/1.1 engine, with read_header_timeout of
+// 100ms: a connection that sends nothing (on TLS: no handshake) is
+// closed unanswered, one that sends its head a byte at a time and never
+// ends it (slowloris) is closed too; both are counted slow, and the
+// upstream sees nothing.
+func TestEngineSlowHeaders(t *testing.T) {
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		rec := newRecorder(t, nil)
+		s := startOn(t, ec, rec.srv.URL, engineOpts{lis: listener.Options{ReadHeaderTimeout: 100 * time.Millisecond}})
+
+		silent, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer silent.Close()
+		silent.SetDeadline(time.Now().Add(safety))
+		closedUnanswered(t, silent, "a connection that sends nothing")
+
+		c := s.dial(t)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(10 * time.Millisecond) // the client's pace, not a wait for the proxy
+			defer tick.Stop()
+			head := "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1<<20)
+			for i := 0; i < len(head); i++ {
+				if _, err := io.WriteString(c, head[i:i+1]); err != nil {
+					return
+				}
+				<-tick.C
+			}
+		}()
+		// net/http answers 400 when the deadline cuts a header line
+		// before its colon (textproto's "malformed MIME header line"
+		// hides the timeout); the front closes unanswered.
+		b, err := io.ReadAll(c)
+		if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
+			t.Errorf("a head sent a byte at a time: got %q, want the connection closed (at most with 400)", b)
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Error("a head sent a byte at a time: the connection stayed open")
+		}
+		c.Close()
+		<-done
+		eventually(t, "both connections counted slow", func() bool {
+			return s.metric(t, "sluice_connections_closed_slow_total") == 2
+		})
+		if n := rec.count(); n != 0 {
+			t.Errorf("the upstream saw %d requests, want 0", n)
+		}
+	})
+}
+
+// An idle keep-alive connection closes after idle_timeout, on every
+// HTTP/1.1 engine, and is not counted slow.
+func TestEngineIdleTimeout(t *testing.T) {
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		for _, pa := range paths {
+			t.Run(pa.name, func(t *testing.T) {
+				rec := newRecorder(t, nil)
+				s := startOn(t, ec, rec.srv.URL, engineOpts{lis: listener.Options{IdleTimeout: 100 * time.Millisecond}})
+				c := s.dial(t)
+				io.WriteString(c, pa.method+" / HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(pa.body))+"\r\n\r\n"+pa.body)
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("answer: %v %v", resp, err)
+				}
+				io.ReadAll(resp.Body)
+				if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
+					t.Errorf("idle connection: %q %v, want it closed", b, err)
+				}
+				eventually(t, "the connection counted out", func() bool { return s.ln.Open() == 0 })
+				if n := s.metric(t, "sluice_connections_closed_slow_total"); n != 0 {
+					t.Errorf("an idle connection closed counted slow (%v)", n)
+				}
+			})
+		}
+	})
+}
+
+// A request body that stalls for body_read_timeout answers 408
+// request_timeout on every engine (HTTP/2 too) and abandons the upstream
+// request, which never gets the body whole.
+func TestEngineStalledBody(t *testing.T) {
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		upErr := make(chan error, 1)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, err := io.Copy(io.Discard, r.Body)
+			upErr <- err
+		}))
+		t.Cleanup(up.Close)
+		s := startOn(t, ec, up.URL, engineOpts{lis: listener.Options{BodyReadTimeout: 100 * time.Millisecond}})
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() })
+		go pw.Write([]byte("the first bytes, and then nothing"))
+		req := request(t, s, "POST", "/upload", "")
+		req.Body, req.ContentLength = pr, 100_000
+		resp, body := s.do(t, req)
+		s.wantProto(t, resp)
+		if resp.StatusCode != 408 || body != "{\"error\":\"request_timeout\"}\n" {
+			t.Errorf("stalled body: %d %q, want 408 request_timeout", resp.StatusCode, body)
+		}
+		select {
+		case err := <-upErr:
+			if err == nil {
+				t.Error("the upstream read the whole body of a stalled upload")
+			}
+		case <-time.After(safety):
+			t.Fatal("the upstream request of a stalled upload was not abandoned")
+		}
+		if n := s.metric(t, "sluice_body_timeouts_total"); n != 1 {
+			t.Errorf("sluice_body_timeouts_total %v, want 1", n)
+		}
+	})
+}
