@@ -3,12 +3,17 @@ package proxy_test
 import (
 	"bytes"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -64,5 +69,52 @@ func TestUpstreamErrorsLogOnceASecond(t *testing.T) {
 		if len(l) > 1<<10 {
 			t.Errorf("a line of %d bytes for a path of %d; want at most 1 KiB: %.200q…", len(l), len(path), l)
 		}
+	}
+}
+
+// TestDeferFailuresLogOnceASecond: while Redis is down, every request a
+// defer rule refuses fails to be queued; that is logged at most once a
+// second, not once a request.
+func TestDeferFailuresLogOnceASecond(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	q, err := deferq.New(deferq.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	f := start(t, setup{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}}, deferq: q, log: log, now: now})
+	post := func() int {
+		t.Helper()
+		resp, err := http.Post(f.proxy.URL+"/job", "text/plain", strings.NewReader("body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(); code != http.StatusOK {
+		t.Fatalf("first request: %d, want 200 (under the limit)", code)
+	}
+	srv.Stop()
+	for range 10 {
+		post()
+	}
+	if lines := out.lines(); len(lines) != 1 || !strings.Contains(lines[0], "defer: enqueue") {
+		t.Fatalf("10 requests failing to be deferred in one second logged %d lines, want 1: %.400q", len(lines), lines)
+	}
+	clock.Add(int64(time.Second))
+	post()
+	if lines := out.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
+		t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=9: %.400q", len(lines), lines)
 	}
 }

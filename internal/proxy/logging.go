@@ -40,6 +40,15 @@ func (p *Proxy) logUpstream(r *http.Request, err error) {
 		"suppressed", p.upLog.dropped.Swap(0))
 }
 
+// logDefer logs a failure to queue a request of the defer rule named
+// rule, at most once a second: while Redis is down every request the rule
+// refuses fails so.
+func (p *Proxy) logDefer(rule string, err error) {
+	if p.deferLog.ok(p.o.Now().Unix()) {
+		p.o.Logger.Warn("defer: enqueue", "rule", rule, "err", err, "suppressed", p.deferLog.dropped.Swap(0))
+	}
+}
+
 // maxLogValue bounds how much of a client's input a log line quotes.
 const maxLogValue = 256
 

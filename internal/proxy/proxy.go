@@ -130,6 +130,7 @@ type Proxy struct {
 	rht       time.Duration
 	maxHeader int64
 	upLog     throttle // upstream failures: logged once a second
+	deferLog  throttle // failures to defer: logged once a second
 }
 
 type ctxKey struct{}
@@ -315,14 +316,14 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	var unknown *deferq.OutcomeUnknownError
 	if errors.As(err, &unknown) {
 		// Maybe queued: a 429 would have the client send it again.
-		p.o.Logger.Warn("defer: enqueue", "rule", rule.Name, "err", err)
+		p.logDefer(rule.Name, err)
 		res.SetHeaders(w.Header())
 		deferq.WriteOutcomeUnknown(w, rule.Name, unknown.ID)
 		return true
 	}
 	if err != nil {
 		if !errors.Is(err, deferq.ErrQueueFull) {
-			p.o.Logger.Warn("defer: enqueue", "rule", rule.Name, "err", err)
+			p.logDefer(rule.Name, err)
 		}
 		return false
 	}
