@@ -27,7 +27,8 @@ type Listener struct {
 	// server.DefaultIdleTimeout (120s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxConnections caps the client connections held at once; one more is
-	// closed at once. Default listener.DefaultMaxConnections (10000).
+	// closed at once. It also caps the HTTP/2 requests served at once (one
+	// more is answered 503). Default listener.DefaultMaxConnections (10000).
 	MaxConnections int `yaml:"max_connections"`
 	// TLS, if set, serves HTTPS (mTLS with ClientCA).
 	TLS *TLSConfig `yaml:"tls"`

@@ -10,10 +10,11 @@ import (
 //	sluice_connections_closed_slow_total{listener} closed because the client was too slow
 //	                                               (headers or body not sent in time)
 //	sluice_connections_refused_total{listener}     refused at max_connections
+//	sluice_requests_refused_total{listener}        HTTP/2 requests refused at max_connections in flight
 //	sluice_body_timeouts_total{listener}           request bodies cut by body_read_timeout
 type connCollectors struct {
-	open                 *prometheus.GaugeVec
-	slow, refused, bodyT *prometheus.CounterVec
+	open                       *prometheus.GaugeVec
+	slow, refused, reqs, bodyT *prometheus.CounterVec
 }
 
 func (m *Metrics) conns() *connCollectors {
@@ -31,13 +32,17 @@ func (m *Metrics) conns() *connCollectors {
 				Name: "sluice_connections_refused_total",
 				Help: "Client connections refused (closed at once) because max_connections were held.",
 			}, []string{"listener"}),
+			reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "sluice_requests_refused_total",
+				Help: "HTTP/2 requests answered 503 at once because max_connections requests were in flight on the listener.",
+			}, []string{"listener"}),
 			bodyT: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_body_timeouts_total",
 				Help: "Request bodies cut because no data came for body_read_timeout.",
 			}, []string{"listener"}),
 		}
 		if m.reg != nil {
-			m.reg.MustRegister(c.open, c.slow, c.refused, c.bodyT)
+			m.reg.MustRegister(c.open, c.slow, c.refused, c.reqs, c.bodyT)
 		}
 		m.connC = c
 	})
@@ -47,8 +52,8 @@ func (m *Metrics) conns() *connCollectors {
 // Listener holds the connection metrics of one listener. A nil *Listener
 // records nothing.
 type Listener struct {
-	open                 prometheus.Gauge
-	slow, refused, bodyT prometheus.Counter
+	open                       prometheus.Gauge
+	slow, refused, reqs, bodyT prometheus.Counter
 }
 
 // Listener returns the connection metrics of the listener named name
@@ -63,6 +68,7 @@ func (m *Metrics) Listener(name string) *Listener {
 		open:    c.open.WithLabelValues(name),
 		slow:    c.slow.WithLabelValues(name),
 		refused: c.refused.WithLabelValues(name),
+		reqs:    c.reqs.WithLabelValues(name),
 		bodyT:   c.bodyT.WithLabelValues(name),
 	}
 }
@@ -89,6 +95,13 @@ func (l *Listener) Closed(slow bool) {
 func (l *Listener) Refused() {
 	if l != nil {
 		l.refused.Inc()
+	}
+}
+
+// RequestRefused counts a request refused at the cap of requests in flight.
+func (l *Listener) RequestRefused() {
+	if l != nil {
+		l.reqs.Inc()
 	}
 }
 
