@@ -1,6 +1,7 @@
 package gatewaytest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -84,7 +85,8 @@ func freePort(t *testing.T) int {
 type app struct {
 	*httptest.Server
 	hits      atomic.Int64
-	bodyBytes atomic.Int64 // of the last request
+	bodyBytes atomic.Int64           // of the last request
+	target    atomic.Pointer[string] // the request target of the last request, as received
 }
 
 func startApp(t *testing.T) *app {
@@ -92,6 +94,7 @@ func startApp(t *testing.T) *app {
 	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		a.bodyBytes.Store(n)
+		a.target.Store(&r.RequestURI)
 		a.hits.Add(1)
 		io.WriteString(w, "app\n")
 	}))
@@ -366,6 +369,34 @@ func send(t *testing.T, c *http.Client, method, url string, hdr map[string]strin
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("%s %s: body: %v", method, url, err)
+	}
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// sendRaw sends one request, written out as it goes on the wire (for
+// request targets Go's client would not send as they are: a fragment,
+// say), from the loopback address src to addr, and reads the answer.
+func sendRaw(t *testing.T, src, addr, request string) result {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Only turns a hang into a failure.
+	c.SetDeadline(time.Now().Add(startTimeout))
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatalf("%.40q: %v", request, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%.40q: %v", request, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%.40q: body: %v", request, err)
 	}
 	return result{resp.StatusCode, resp.Header, string(b)}
 }

@@ -19,7 +19,7 @@ import (
 // ForwardAuth. The original request is rebuilt from
 //
 //	method: X-Forwarded-Method, else X-Original-Method, else this request's method
-//	URI:    X-Forwarded-Uri, else X-Original-URI (required)
+//	URI:    X-Forwarded-Uri, else X-Original-URI (required), without a #fragment
 //	host:   X-Forwarded-Host, else this request's Host
 //	client: X-Forwarded-For, believed only from Options.ClientIP's trusted proxies
 //
@@ -110,6 +110,12 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 	if uri == "" {
 		return nil, errBadRequest("missing X-Forwarded-Uri or X-Original-URI: configure the gateway to send the original request's URI")
 	}
+	// A fragment is no part of the request: nginx's $request_uri keeps
+	// one a client sent ("POST /login#x"), while nginx routes, and the
+	// apps behind it read, the path and query without it. Kept, it would
+	// make "/login#x" a path no rule for /login matches, and "?key=k#1"
+	// a key of its own.
+	uri, _, _ = strings.Cut(uri, "#")
 	if err := parseURI(uri, &o.u); err != nil {
 		reason := err.Error()
 		var ue *url.Error

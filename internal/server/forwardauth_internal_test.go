@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http"
 	"net/url"
 	"reflect"
 	"testing"
@@ -32,4 +33,29 @@ func FuzzParseURI(f *testing.F) {
 			t.Fatalf("parseURI(%q) = %#v; url.ParseRequestURI: %#v", uri, got, *want)
 		}
 	})
+}
+
+// A fragment in the original URI (nginx's $request_uri keeps one a client
+// sent) is not part of the path or the query: nginx routes without it,
+// and so do the apps behind it.
+func TestOriginalRequestFragment(t *testing.T) {
+	for _, tc := range []struct{ uri, path, query string }{
+		{"/login#x", "/login", ""},
+		{"/login?key=k#1", "/login", "key=k"},
+		{"/a/#/../b?c", "/a/", ""},
+		{"/login%23x", "/login#x", ""}, // an escaped '#' is part of the path
+	} {
+		r, err := http.NewRequest("GET", "http://sluice/v1/forward-auth", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-Forwarded-Uri", tc.uri)
+		orig, err := originalRequest(r, new(origRequest))
+		if err != nil {
+			t.Fatalf("originalRequest(%q): %v", tc.uri, err)
+		}
+		if orig.URL.Path != tc.path || orig.URL.RawQuery != tc.query {
+			t.Errorf("originalRequest(%q): path %q, query %q; want %q, %q", tc.uri, orig.URL.Path, orig.URL.RawQuery, tc.path, tc.query)
+		}
+	}
 }

@@ -1,0 +1,55 @@
+package gatewaytest
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"testing"
+)
+
+// appPath is the path an app behind the gateway routes a request target
+// on, as Node's, Puma's or nginx's own parsers read it: a fragment cut
+// off, the query too, percent-encoding decoded, dot segments resolved.
+func appPath(target string) string {
+	target, _, _ = strings.Cut(target, "#")
+	target, _, _ = strings.Cut(target, "?")
+	if p, err := url.PathUnescape(target); err == nil {
+		target = p
+	}
+	return path.Clean(target)
+}
+
+// Once a client's login is spent, no spelling of POST /login that the app
+// reads as /login gets through the gateway: the path Sluice matches is the
+// one the gateway routes on and the app receives. The targets are sent as
+// they are on the wire (Go's client would drop a fragment).
+func TestGatewayPathSpellings(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			a := startApp(t)
+			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
+			g := k.start(t, s.addr, a.addr(), false)
+			addr := strings.TrimPrefix(g.url, "http://")
+			post := func(src, target string) result {
+				return sendRaw(t, src, addr, "POST "+target+" HTTP/1.1\r\nHost: "+addr+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}
+			for i, target := range []string{"/login#x", "/login#", "/login/#/../x", "/%6Cogin#x", "/login?next=/#x", "/x/../login#y"} {
+				src := fmt.Sprintf("127.0.3.%d", i+1)
+				if r := post(src, "/login"); r.status != http.StatusOK {
+					t.Fatalf("%s: first login: got %v, want 200", src, r)
+				}
+				before := a.hits.Load()
+				r := post(src, target)
+				if a.hits.Load() == before {
+					wantLimited(t, "POST "+target+" after the login was spent", r, "login")
+					continue
+				}
+				if got := *a.target.Load(); appPath(got) == "/login" {
+					t.Errorf("POST %s after the login was spent: the app got %q, which it reads as /login (%v)", target, got, r)
+				}
+			}
+		})
+	}
+}
