@@ -41,6 +41,10 @@ type kind struct {
 	// has a fail-open variant.
 	down        int
 	canFailOpen bool
+	// stuck is the status a client gets, once the gateway's timeout has
+	// passed, when Sluice takes the connection but never answers and the
+	// gateway fails closed.
+	stuck int
 }
 
 var kinds = []kind{
@@ -61,6 +65,7 @@ var kinds = []kind{
 		},
 		down:        http.StatusServiceUnavailable,
 		canFailOpen: true,
+		stuck:       http.StatusServiceUnavailable,
 	},
 	{
 		name:   "caddy",
@@ -83,6 +88,7 @@ var kinds = []kind{
 		},
 		down:        http.StatusBadGateway,
 		canFailOpen: true,
+		stuck:       http.StatusGatewayTimeout,
 	},
 }
 

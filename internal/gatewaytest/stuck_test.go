@@ -1,0 +1,79 @@
+package gatewaytest
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// stuckSluice takes connections and never answers them: a Sluice that
+// hangs (paused, swapping, its machine overloaded). It returns its
+// address.
+func stuckSluice(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// With a Sluice that never answers, the gateway gives up after its
+// timeout and fails closed, or open where its config says so, as it does
+// with Sluice down: it does not hold the client's request forever.
+func TestGatewayWithSluiceStuck(t *testing.T) {
+	for _, k := range kinds {
+		for _, open := range []bool{false, true} {
+			if open && !k.canFailOpen {
+				continue
+			}
+			name := k.name + "/closed"
+			if open {
+				name = k.name + "/open"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each waits out its gateway's timeout
+				a := startApp(t)
+				g := k.start(t, stuckSluice(t), a.addr(), open)
+				addr := strings.TrimPrefix(g.url, "http://")
+				r := sendRaw(t, "127.0.0.1", addr, "GET / HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
+				switch {
+				case open && (r.status != http.StatusOK || r.body != "app\n"):
+					t.Errorf("with Sluice stuck: got %v, want 200 from the app", r)
+				case !open && r.status != k.stuck:
+					t.Errorf("with Sluice stuck: got %v, want %d", r, k.stuck)
+				}
+				want := int64(0)
+				if open {
+					want = 1
+				}
+				if got := a.hits.Load(); got != want {
+					t.Errorf("the app saw %d requests, want %d", got, want)
+				}
+			})
+		}
+	}
+}
