@@ -75,7 +75,7 @@ var kinds = []kind{
 				conf := replace(t, example(t, "caddy/Caddyfile"),
 					"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
 					"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
-					"http://:8000", "http://127.0.0.1:"+strconv.Itoa(port))
+					"http://:8000 {\n", caddySite(port))
 				if failOpen {
 					conf = replace(t, conf,
 						"\t#handle_errors {\n", "\thandle_errors {\n",
@@ -90,6 +90,13 @@ var kinds = []kind{
 		canFailOpen: true,
 		stuck:       http.StatusGatewayTimeout,
 	},
+}
+
+// caddySite is the example's site address for port: any host, as in the
+// example (an address with a host would answer other hosts with an empty
+// 200), bound to loopback only.
+func caddySite(port int) string {
+	return "http://:" + strconv.Itoa(port) + " {\n\tbind 127.0.0.1\n"
 }
 
 // wantAllowed checks an allowed answer that reached the app, with the
@@ -309,7 +316,7 @@ func TestGatewayOnATakenPort(t *testing.T) {
 			case "nginx":
 				g = startNginx(t, replace(t, example(t, "nginx/sluice.conf"), "listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
 			case "caddy":
-				g = startCaddy(t, replace(t, example(t, "caddy/Caddyfile"), "http://:8000", "http://127.0.0.1:"+strconv.Itoa(port)), port)
+				g = startCaddy(t, replace(t, example(t, "caddy/Caddyfile"), "http://:8000 {\n", caddySite(port)), port)
 			}
 			if g != nil {
 				t.Errorf("%s started on a port another process holds", k.name)
