@@ -34,8 +34,11 @@ type kind struct {
 	name   string
 	sluice string // the example Sluice config
 	// start runs the gateway in front of app, asking the Sluice at
-	// sluiceAddr. failOpen selects the config's fail-open variant.
-	start func(t *testing.T, sluiceAddr, appAddr string, failOpen bool) *gateway
+	// sluiceAddr, with the config's variant v.
+	start func(t *testing.T, sluiceAddr, appAddr string, v variant) *gateway
+	// lbInSluice says whether, behind a load balancer, the example's
+	// Sluice config must list the balancer in trusted_proxies.
+	lbInSluice bool
 	// down is the status a client gets when Sluice is down and the
 	// gateway fails closed; canFailOpen says whether the example config
 	// has a fail-open variant.
@@ -51,14 +54,20 @@ var kinds = []kind{
 	{
 		name:   "nginx",
 		sluice: "nginx/sluice.yaml",
-		start: func(t *testing.T, sluiceAddr, appAddr string, failOpen bool) *gateway {
+		start: func(t *testing.T, sluiceAddr, appAddr string, v variant) *gateway {
 			return onFreePort(t, func(port int) *gateway {
 				conf := replace(t, example(t, "nginx/sluice.conf"),
 					"server 127.0.0.1:8080;", "server "+sluiceAddr+";",
 					"server 127.0.0.1:9000;", "server "+appAddr+";",
 					"listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";")
-				if failOpen {
+				if v.failOpen {
 					conf = replace(t, conf, "error_page 500 = @sluice_unavailable;", "error_page 500 = @unlimited;")
+				}
+				if v.lb != "" {
+					conf = replace(t, conf,
+						"    #set_real_ip_from 10.0.0.0/8;\n", "    set_real_ip_from "+v.lb+";\n",
+						"    #real_ip_header", "    real_ip_header",
+						"    #real_ip_recursive", "    real_ip_recursive")
 				}
 				return startNginx(t, conf, port)
 			})
@@ -70,13 +79,16 @@ var kinds = []kind{
 	{
 		name:   "caddy",
 		sluice: "caddy/sluice.yaml",
-		start: func(t *testing.T, sluiceAddr, appAddr string, failOpen bool) *gateway {
+		start: func(t *testing.T, sluiceAddr, appAddr string, v variant) *gateway {
 			return onFreePort(t, func(port int) *gateway {
 				conf := replace(t, example(t, "caddy/Caddyfile"),
 					"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
 					"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
 					"http://:8000 {\n", caddySite(port))
-				if failOpen {
+				if v.lb != "" {
+					conf = replace(t, conf, "\t\t#trusted_proxies 10.0.0.0/8\n", "\t\ttrusted_proxies "+v.lb+"\n")
+				}
+				if v.failOpen {
 					conf = replace(t, conf,
 						"\t#handle_errors {\n", "\thandle_errors {\n",
 						"\t#\t@sluice_down", "\t\t@sluice_down",
@@ -88,8 +100,15 @@ var kinds = []kind{
 		},
 		down:        http.StatusBadGateway,
 		canFailOpen: true,
+		lbInSluice:  true,
 		stuck:       http.StatusGatewayTimeout,
 	},
+}
+
+// variant is a variant of an example config, as its comments describe it.
+type variant struct {
+	failOpen bool   // let requests through when Sluice is down
+	lb       string // the prefix of a load balancer in front of the gateway, if any
 }
 
 // caddySite is the example's site address for port: any host, as in the
@@ -158,7 +177,7 @@ func TestGatewayLimits(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 			c := client("127.0.0.1")
 			for i := range 3 {
 				wantAllowed(t, fmt.Sprintf("request %d", i+1), send(t, c, "GET", g.url+"/items?page=1", nil), 2-i)
@@ -188,7 +207,7 @@ func TestGatewayIgnoresSpoofedHeaders(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 
 			// Client 127.0.0.2 claims to be someone new each time.
 			c2 := client("127.0.0.2")
@@ -227,8 +246,8 @@ func TestGatewaysShareTheCount(t *testing.T) {
 		t.Run(k.name+"/one Sluice", func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g1 := k.start(t, s.addr, a.addr(), false)
-			g2 := k.start(t, s.addr, a.addr(), false)
+			g1 := k.start(t, s.addr, a.addr(), variant{})
+			g2 := k.start(t, s.addr, a.addr(), variant{})
 			shareCount(t, a, g1, g2)
 		})
 		t.Run(k.name+"/two Sluices, one Redis", func(t *testing.T) {
@@ -236,8 +255,8 @@ func TestGatewaysShareTheCount(t *testing.T) {
 			a := startApp(t)
 			s1 := startSluice(t, sluiceYAML(t, k.sluice, rd.Addr))
 			s2 := startSluice(t, sluiceYAML(t, k.sluice, rd.Addr))
-			g1 := k.start(t, s1.addr, a.addr(), false)
-			g2 := k.start(t, s2.addr, a.addr(), false)
+			g1 := k.start(t, s1.addr, a.addr(), variant{})
+			g2 := k.start(t, s2.addr, a.addr(), variant{})
 			shareCount(t, a, g1, g2)
 		})
 	}
@@ -263,7 +282,7 @@ func TestGatewayWithSluiceDown(t *testing.T) {
 		t.Run(k.name+"/closed", func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 			c := client("127.0.0.1")
 			wantAllowed(t, "with Sluice up", send(t, c, "GET", g.url+"/", nil), 2)
 			s.stop(t)
@@ -280,7 +299,7 @@ func TestGatewayWithSluiceDown(t *testing.T) {
 		t.Run(k.name+"/open", func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), true)
+			g := k.start(t, s.addr, a.addr(), variant{failOpen: true})
 			c := client("127.0.0.1")
 			wantAllowed(t, "with Sluice up", send(t, c, "GET", g.url+"/", nil), 2)
 			s.stop(t)

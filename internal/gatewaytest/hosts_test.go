@@ -15,7 +15,7 @@ func TestGatewayHosts(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 			addr := strings.TrimPrefix(g.url, "http://")
 			get := func(host string) result {
 				return sendRaw(t, "127.0.0.9", addr, "GET /items HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")

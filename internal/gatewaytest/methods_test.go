@@ -16,7 +16,7 @@ func TestGatewayHeadAndPost(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 			c := client("127.0.0.10")
 			for i := range 3 {
 				r := send(t, c, "HEAD", g.url+"/items", nil)

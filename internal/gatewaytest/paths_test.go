@@ -30,7 +30,7 @@ func TestGatewayPathSpellings(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
-			g := k.start(t, s.addr, a.addr(), false)
+			g := k.start(t, s.addr, a.addr(), variant{})
 			addr := strings.TrimPrefix(g.url, "http://")
 			post := func(src, target string) result {
 				return sendRaw(t, src, addr, "POST "+target+" HTTP/1.1\r\nHost: "+addr+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

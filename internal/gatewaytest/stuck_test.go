@@ -57,7 +57,7 @@ func TestGatewayWithSluiceStuck(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel() // each waits out its gateway's timeout
 				a := startApp(t)
-				g := k.start(t, stuckSluice(t), a.addr(), open)
+				g := k.start(t, stuckSluice(t), a.addr(), variant{failOpen: open})
 				addr := strings.TrimPrefix(g.url, "http://")
 				r := sendRaw(t, "127.0.0.1", addr, "GET / HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
 				switch {
