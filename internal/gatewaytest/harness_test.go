@@ -230,15 +230,9 @@ func startCaddy(t *testing.T, caddyfile string, port int) *gateway {
 		t.Fatalf("caddy not found on PATH: %s", installHint)
 	}
 	dir := t.TempDir()
-	// The test's global options, in the Caddyfile's global block if it
-	// has one (there can be only one, first).
-	if i := strings.Index(caddyfile, "\n{\n"); i >= 0 && !strings.Contains(caddyfile[:i], "\n}") {
-		caddyfile = caddyfile[:i+3] + "\tadmin off\n\tauto_https off\n" + caddyfile[i+3:]
-	} else {
-		caddyfile = "{\n\tadmin off\n\tauto_https off\n}\n\n" + caddyfile
-	}
+	global := "{\n\tadmin off\n\tauto_https off\n}\n\n"
 	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(caddyfile), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(global+caddyfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
