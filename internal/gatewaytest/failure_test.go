@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // stuckSluice takes connections and never answers them: a Sluice that
@@ -69,6 +71,49 @@ func TestGatewayWithSluiceStuck(t *testing.T) {
 				want := int64(0)
 				if open {
 					want = 1
+				}
+				if got := a.hits.Load(); got != want {
+					t.Errorf("the app saw %d requests, want %d", got, want)
+				}
+			})
+		}
+	}
+}
+
+// With Sluice's store down under on_error: deny, Sluice answers 503: the
+// gateway fails closed (nginx answers its own 503, Caddy passes Sluice's
+// on), and in the fail-open variant does what its example says (nginx's
+// error_page 500 = @unlimited lets the request through; Caddy's
+// handle_errors takes only its own failures to reach Sluice).
+func TestGatewayWithStoreDown(t *testing.T) {
+	for _, k := range kinds {
+		for _, open := range []bool{false, true} {
+			if open && !k.canFailOpen {
+				continue
+			}
+			name := k.name + "/closed"
+			if open {
+				name = k.name + "/open"
+			}
+			t.Run(name, func(t *testing.T) {
+				rd := redistest.StartServer(t)
+				a := startApp(t)
+				s := startSluice(t, sluiceYAML(t, k.sluice, rd.Addr))
+				g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
+				c := client("127.0.0.1")
+				wantAllowed(t, "with Redis up", send(t, c, "GET", g.url+"/", nil), 2)
+				rd.Stop()
+				r := send(t, c, "GET", g.url+"/", nil)
+				passes := open && k.storeDownPasses
+				switch {
+				case passes && (r.status != http.StatusOK || r.body != "app\n"):
+					t.Errorf("with Redis down: got %v, want 200 from the app", r)
+				case !passes && r.status != http.StatusServiceUnavailable:
+					t.Errorf("with Redis down: got %v, want 503", r)
+				}
+				want := int64(1)
+				if passes {
+					want = 2
 				}
 				if got := a.hits.Load(); got != want {
 					t.Errorf("the app saw %d requests, want %d", got, want)
