@@ -122,3 +122,39 @@ func TestGatewayWithStoreDown(t *testing.T) {
 		}
 	}
 }
+
+// A gateway connection over Sluice's api.max_connections is closed at
+// once, and the gateway takes it as Sluice down: closed, or open where
+// its config says so (docs/http.md: size max_connections for all the
+// gateways together).
+func TestGatewayOverSluiceConnectionCap(t *testing.T) {
+	for _, k := range kinds {
+		for _, open := range []bool{false, true} {
+			if open && !k.canFailOpen {
+				continue
+			}
+			name := k.name + "/closed"
+			if open {
+				name = k.name + "/open"
+			}
+			t.Run(name, func(t *testing.T) {
+				a := startApp(t)
+				y := replace(t, sluiceYAML(t, k.sluice, ""), "listen: 127.0.0.1:8080\n", "listen: 127.0.0.1:8080\napi:\n  max_connections: 1\n")
+				s := startSluice(t, y)
+				// Another client holds the one connection Sluice takes
+				// (answered once, so Sluice has taken it).
+				if r := sendRawKeep(t, s.addr, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"); r.status != http.StatusOK {
+					t.Fatalf("GET /healthz: got %v, want 200", r)
+				}
+				g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
+				r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
+				switch {
+				case open && (r.status != http.StatusOK || r.body != "app\n"):
+					t.Errorf("with Sluice at its connection cap: got %v, want 200 from the app", r)
+				case !open && r.status != k.down:
+					t.Errorf("with Sluice at its connection cap: got %v, want %d", r, k.down)
+				}
+			})
+		}
+	}
+}

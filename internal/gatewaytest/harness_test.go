@@ -373,6 +373,18 @@ func send(t *testing.T, c *http.Client, method, url string, hdr map[string]strin
 	return result{resp.StatusCode, resp.Header, string(b)}
 }
 
+// sendRawKeep sends request to addr and reads the answer, leaving the
+// connection open until the test ends.
+func sendRawKeep(t *testing.T, addr, request string) result {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return roundTrip(t, c, request)
+}
+
 // sendRaw sends one request, written out as it goes on the wire (for
 // request targets Go's client would not send as they are: a fragment,
 // say), from the loopback address src to addr, and reads the answer.
@@ -384,6 +396,12 @@ func sendRaw(t *testing.T, src, addr, request string) result {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return roundTrip(t, c, request)
+}
+
+// roundTrip writes request on c and reads one answer.
+func roundTrip(t *testing.T, c net.Conn, request string) result {
+	t.Helper()
 	// Only turns a hang into a failure.
 	c.SetDeadline(time.Now().Add(startTimeout))
 	if _, err := io.WriteString(c, request); err != nil {
