@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -277,6 +278,39 @@ func shareCount(t *testing.T, a *app, g1, g2 *gateway) {
 	wantLimited(t, "request 5 via gateway 1", send(t, c, "GET", g1.url+"/", nil), "per-client")
 	if got := a.hits.Load(); got != 3 {
 		t.Errorf("the app saw %d requests, want 3", got)
+	}
+
+	// Another client's requests at once, through both gateways: exactly
+	// the limit passes.
+	const n = 16
+	statuses := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		g := []*gateway{g1, g2}[i%2]
+		wg.Go(func() {
+			resp, err := client("127.0.0.50").Get(g.url + "/")
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("request %d at once: %v", i+1, errs[i])
+		}
+		count[statuses[i]]++
+	}
+	if count[http.StatusOK] != 3 || count[http.StatusTooManyRequests] != n-3 {
+		t.Errorf("%d requests at once through both gateways: statuses %v, want 3 × 200 and %d × 429", n, count, n-3)
+	}
+	if got := a.hits.Load(); got != 6 {
+		t.Errorf("the app saw %d requests, want 6", got)
 	}
 }
 
