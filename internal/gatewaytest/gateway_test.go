@@ -2,6 +2,7 @@ package gatewaytest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -155,12 +156,23 @@ func wantLimited(t *testing.T, what string, r result, rule string) {
 	if r.status != http.StatusTooManyRequests {
 		t.Fatalf("%s: got %v, want 429", what, r)
 	}
-	if !strings.Contains(r.body, `"error":"rate_limited"`) {
-		t.Errorf("%s: body %q, want the rate_limited JSON", what, r.body)
-	}
 	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 	if err != nil || ra < 1 {
 		t.Errorf("%s: Retry-After = %q, want whole seconds >= 1 (%v)", what, r.header.Get("Retry-After"), r)
+	}
+	// Sluice's body, {"error":"rate_limited","rule":NAME,"retry_after_ms":N},
+	// with N what Retry-After rounds up (nginx, which gets no more than
+	// Retry-After from Sluice, writes Retry-After in milliseconds).
+	var body struct {
+		Error        string `json:"error"`
+		Rule         string `json:"rule"`
+		RetryAfterMS *int64 `json:"retry_after_ms"`
+	}
+	dec := json.NewDecoder(strings.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Error != "rate_limited" || body.Rule != rule || body.RetryAfterMS == nil ||
+		*body.RetryAfterMS <= int64(ra-1)*1000 || *body.RetryAfterMS > int64(ra)*1000 {
+		t.Errorf("%s: body %q (%v), want {\"error\":\"rate_limited\",\"rule\":%q,\"retry_after_ms\":N} with N in Retry-After's second", what, r.body, err, rule)
 	}
 	if got := r.header.Get("X-RateLimit-Retry-After"); got != r.header.Get("Retry-After") {
 		t.Errorf("%s: X-RateLimit-Retry-After = %q, want Retry-After's %q", what, got, r.header.Get("Retry-After"))
