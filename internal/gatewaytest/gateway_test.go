@@ -50,9 +50,6 @@ type kind struct {
 	// passed, when Sluice takes the connection but never answers and the
 	// gateway fails closed.
 	stuck int
-	// storeDownPasses says whether Sluice's own 503 (on_error: deny, its
-	// store down) lets a request through in the fail-open variant.
-	storeDownPasses bool
 }
 
 var kinds = []kind{
@@ -80,8 +77,6 @@ var kinds = []kind{
 		down:        http.StatusServiceUnavailable,
 		canFailOpen: true,
 		stuck:       http.StatusServiceUnavailable,
-		// error_page 500 = @unlimited takes every failed auth answer.
-		storeDownPasses: true,
 	},
 	{
 		name:   "caddy",
