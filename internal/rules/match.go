@@ -146,7 +146,8 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 // value (so POST /v1/check with the same key counts the same counter, see
 // StoreKey); with several, each value is written as LENGTH:VALUE, so no
 // value can imitate a boundary. Header, query and cookie values are taken
-// as the first one sent; ip is the client's prefix as clientip.Prefixes
+// as the first one sent (a query up to a raw '#', which starts a fragment
+// for most servers); ip is the client's prefix as clientip.Prefixes
 // writes it (by default the IPv4 address, or the IPv6 /64 such as
 // "2001:db8:1:2::/64"; IPv4-mapped IPv6 counts as IPv4). A VALUE
 // longer than MaxKeyLen becomes "#" and its SHA-256 in hex; a raw value
@@ -189,7 +190,12 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bo
 			if req.URL == nil {
 				return "", false
 			}
-			v = queryValue(req.URL.RawQuery, p.Name)
+			// A raw '#' starts a fragment for the servers behind (Node,
+			// Express, Puma read ?k=v#1 as k=v), so a fresh fragment must
+			// not make a fresh key. (Go reads v#1: counted as v, which
+			// errs on the side of the limit.)
+			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
+			v = queryValue(q, p.Name)
 		case PartCookie:
 			c, err := req.Cookie(p.Name)
 			if err != nil {
