@@ -104,10 +104,14 @@ func takeDebt(p *params, now int64, debt *int64, cost int64, force bool, o *outc
 	o.idle = now + o.reset
 }
 
-// leakyBucket is the queue (nginx's burst) kept as a time: a request at now leaves at
-// max(now, previous leave + cost × Period/Rate) and waits that long; it is
-// admitted iff the wait is at most Burst × Period/Rate. Times relative to now
-// are in parts of 1/Rate of a tick, so Period/Rate is exactly Period parts.
+// leakyBucket is the queue (nginx's burst) kept as a time, the leave of the
+// last unit queued. A request of cost n is n units, one spacing (Period/Rate)
+// apart: the first leaves at max(now, last leave + Period/Rate), and the
+// request waits until then (its Delay); the next request queues behind its
+// last unit. It is admitted iff its last unit leaves at most Burst ×
+// Period/Rate after now: at most Burst+1 units at an instant, whatever the
+// costs. Times relative to now are in parts of 1/Rate of a tick, so
+// Period/Rate is exactly Period parts.
 func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	maxWait := p.burst * p.period // parts
 	full := (p.burst + 1) * p.period
@@ -128,15 +132,28 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 		rel = (st.T-now)*p.rate + st.N
 	}
 	fits := cost <= p.burst+1
-	leave := int64(0) // relative to now
-	if fits && !stale {
-		leave = max(0, rel+cost*p.period)
+	// first is when the request leaves and leave when its last unit does,
+	// relative to now. A cost of 0 asks without queueing anything: both
+	// are the queue's last leave.
+	first, leave := int64(0), int64(0)
+	switch {
+	case !fits:
+	case cost == 0:
+		if !stale {
+			first = max(0, rel)
+			leave = first
+		}
+	default:
+		if !stale {
+			first = max(0, rel+p.period)
+		}
+		leave = first + (cost-1)*p.period
 	}
 	switch {
 	case fits && leave <= maxWait:
 		o.allowed = true
-		o.delay = ceilDiv(leave, p.rate)
-		if cost > 0 { // a cost of 0 asks without queueing anything
+		o.delay = ceilDiv(first, p.rate)
+		if cost > 0 {
 			rel, stale = leave, false
 			st.T = now + leave/p.rate
 			st.N = leave % p.rate

@@ -1,6 +1,8 @@
 -- leaky_bucket.lua: the twin of sluice's leakyBucket. T is the leave time of
--- the last admitted request in whole ticks, N its fraction in 1/Rate of a
--- tick, M 1 once set. Times relative to now are in parts of 1/Rate tick.
+-- the last unit queued in whole ticks, N its fraction in 1/Rate of a tick, M
+-- 1 once set. Times relative to now are in parts of 1/Rate tick. A request
+-- of cost n is n units a spacing apart, the first leaving at max(now, the
+-- last leave + a spacing).
 
 local function leakyStale(o, rate, burst, period, now)
   return o.M == 0 or now - o.T > cdiv((burst + 1) * period, rate) + 1
@@ -21,18 +23,27 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
   local rel = 0
   if not stale then rel = (o.T - now) * rate + o.N end
   -- mark tells a refund what the queue's tail was: 1 none (stale), < 0 that
-  -- far below where this request's leave was clamped to now, 0 otherwise.
+  -- far below where this request's first unit was clamped to now, 0
+  -- otherwise.
   if stale then
     mark = 1
-  elseif rel + cost * period < 0 then
-    mark = rel + cost * period
+  elseif cost > 0 and rel + period < 0 then
+    mark = rel + period
   end
   local fits = cost <= burst + 1
-  local leave = 0
-  if fits and not stale then leave = max(0, rel + cost * period) end
+  -- first: when the request leaves; leave: when its last unit does (cost 0:
+  -- both the queue's last leave).
+  local first, leave = 0, 0
+  if fits and cost == 0 then
+    if not stale then first = max(0, rel) end
+    leave = first
+  elseif fits then
+    if not stale then first = max(0, rel + period) end
+    leave = first + (cost - 1) * period
+  end
   if fits and leave <= maxWait then
     allowed = true
-    delay = cdiv(leave, rate)
+    delay = cdiv(first, rate)
     if cost > 0 then
       rel, stale = leave, false
       o.T = now + tdiv(leave, rate)

@@ -7,18 +7,20 @@ REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
 end
 
 -- A refund moves the queue's tail back by the request's cost * Period/Rate,
--- and, when nothing queued behind the request (the tail is not ahead of
--- now), restores the tail exactly as it was: none, or as far below now as
--- the take had clamped it (mark, see leaky_bucket.lua).
+-- and, when nothing queued behind the request (the tail is its last unit,
+-- its first not ahead of now), restores the tail exactly as it was: none, or
+-- as far below now as the take had clamped its first unit (mark, see
+-- leaky_bucket.lua).
 REFUND[2] = function(o, rate, burst, period, segments, now, cost, mark)
   if leakyStale(o, rate, burst, period, now) then return end
   local rel = (o.T - now) * rate + o.N
-  if rel <= 0 and mark == 1 then
+  local behind = rel > (cost - 1) * period
+  if not behind and mark == 1 then
     o.T, o.N, o.M = 0, 0, 0
     return
   end
   rel = rel - cost * period
-  if rel + cost * period <= 0 and mark < 0 then rel = rel + mark end
+  if not behind and mark < 0 then rel = rel + mark end
   local q = fdiv(rel, rate)
   o.T = now + q
   o.N = rel - q * rate

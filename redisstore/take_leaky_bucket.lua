@@ -1,5 +1,5 @@
 -- take_leaky_bucket.lua: Take's step of sluice's leakyBucket (T leave time
--- of the last admitted request in ticks, N its fraction in 1/Rate tick, M 1
+-- of the last unit queued in ticks, N its fraction in 1/Rate tick, M 1
 -- once set). ARGV[4] Rate; ARGV[5] Period; ARGV[6] the longest wait,
 -- Burst*Period; ARGV[7] full, (Burst+1)*Period; ARGV[8] how many ticks
 -- back a leave time is stale, ceil(full/Rate)+1; ARGV[9] Cost*Period, or -1
@@ -10,11 +10,10 @@ local stale = M == 0 or now - T > staleAfter
 local rel = 0
 if not stale then rel = (T - now) * rate + N end
 if cp >= 0 then
-  local leave = 0
-  if not stale then
-    leave = rel + cp
-    if leave < 0 then leave = 0 end
-  end
+  -- The request's last unit leaves (cost - 1) spacings after its first, at
+  -- max(now, the last leave + a spacing).
+  local leave = cp - period
+  if not stale and rel + cp > leave then leave = rel + cp end
   if leave <= maxWait then
     rel, stale = leave, false
     N = leave % rate

@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 		}
 	})
 	t.Run("Differential", func(t *testing.T) { testDifferential(t, open(t)) })
+	t.Run("MatchesModel", func(t *testing.T) { testModel(t, open(t)) })
 	t.Run("SlidingLogNeverOverLimit", func(t *testing.T) { testLogInvariant(t, open(t)) })
 	t.Run("FixedWindowNeverOverLimit", func(t *testing.T) { testFixedInvariant(t, open(t)) })
 	t.Run("GCRAEqualsTokenBucket", func(t *testing.T) { testGCRAEqualsTokenBucket(t, open(t)) })

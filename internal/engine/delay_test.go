@@ -72,3 +72,25 @@ func TestDelayQueueIdleCostTwo(t *testing.T) {
 		}
 	})
 }
+
+// TestDelayQueueBusyCostTwo: a request of cost 2 behind a busy queue leaves
+// with its first unit, one spacing after the queue's last: within
+// max_delay here (12s of 13s), so the question before the take must not
+// refuse it for the spacing its second unit adds.
+func TestDelayQueueBusyCostTwo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, 13*time.Second)
+		e, _ := newEngine(t, "", nil, shaped)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}}
+		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
+			t.Fatalf("first request: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
+		}
+		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 12*time.Second {
+			t.Errorf("cost 2 behind one request: allowed %v after %v (denied by %s, retry after %v), want allowed after 12s", res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+		}
+		// Its two units hold the queue until 24s: a request at 12s leaves at 36s.
+		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 24*time.Second {
+			t.Errorf("after the cost 2 request, at 12s: allowed %v with delay %v, want allowed with delay 24s", res.Allowed, res.Decision.Delay)
+		}
+	})
+}

@@ -18,8 +18,8 @@ import (
 //
 // overQueue asks first, without counting: a request of cost 0 to the
 // leaky bucket tells when its queue's last request leaves (ResetAfter is
-// that time plus one spacing), and so how long a request of cost c would
-// wait. If that is longer than the request may still wait, it is refused
+// that time plus one spacing), and so how long a request of any cost would
+// wait: it leaves with its first unit, one spacing after the last. If that is longer than the request may still wait, it is refused
 // there and then, having taken nothing. Only such rules pay this second
 // round trip; a queue no longer than max_delay is bounded by the store
 // itself. Two requests of one key racing between the question and the
@@ -76,19 +76,15 @@ func (e *Engine) overQueue(ctx context.Context, a *attempt, ms []rules.Match, co
 	}
 	best, over := -1, time.Duration(0)
 	for i := range p.ds {
-		d, r := &p.ds[i], p.rules[i]
+		d := &p.ds[i]
 		if !d.Allowed {
 			continue // in debt: the store refuses the request itself
 		}
-		// ResetAfter is the queue's last leave plus one spacing: a request
-		// of cost c leaves c-1 spacings after that. A ResetAfter of 0 (the
-		// last leave a spacing ago or more) does not tell how long ago:
-		// the take decides then (at cost 1 the request leaves at once).
-		if d.ResetAfter <= 0 {
-			continue
-		}
-		spacing := time.Duration(int64(r.Limit.Period) / r.Limit.Rate)
-		wait := d.ResetAfter + time.Duration(cost-1)*spacing
+		// ResetAfter is the queue's last leave plus one spacing: when a
+		// request of any cost leaves (with its first unit; the others
+		// hold the queue after it). A ResetAfter of 0 (the last leave a
+		// spacing ago or more): it leaves at once.
+		wait := d.ResetAfter
 		if wait > left && wait-left > over {
 			best, over = i, wait-left
 		}
