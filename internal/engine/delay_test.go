@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -91,6 +92,52 @@ func TestDelayQueueBusyCostTwo(t *testing.T) {
 		// Its two units hold the queue until 24s: a request at 12s leaves at 36s.
 		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 24*time.Second {
 			t.Errorf("after the cost 2 request, at 12s: allowed %v with delay %v, want allowed with delay 24s", res.Allowed, res.Decision.Delay)
+		}
+	})
+}
+
+// TestAdmitLeftWhileWaiting: what a client that leaves during a wait
+// leaves behind. Under a leaky bucket the request was admitted before it
+// waited its Delay: its place in the queue and its other rules' counts
+// stay taken (the next request queues behind it). Waiting for a slot
+// under another algorithm, it had taken nothing.
+func TestAdmitLeftWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, 5*time.Second)
+		hourly := rule("hourly", sluice.FixedWindow, sluice.PerHour(100), rules.Reject, 0)
+		e, _ := newEngine(t, "", nil, shaped, hourly)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}, {Rule: hourly, Key: "h"}}
+		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
+			t.Fatalf("first request: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		res := e.Admit(ctx, ms, 1)
+		cancel()
+		if res.Allowed || !errors.Is(res.Err, context.DeadlineExceeded) || res.Waited != 500*time.Millisecond {
+			t.Fatalf("second request, gone after 500ms of its 1s delay: allowed %v err %v after %v; want ended after 500ms", res.Allowed, res.Err, res.Waited)
+		}
+		// At 500ms the queue holds the gone request's place (leaving at
+		// 1s): a new request leaves at 2s.
+		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 1500*time.Millisecond {
+			t.Errorf("third request at 500ms: allowed %v with delay %v, want delay 1.5s (behind the gone request's place)", res.Allowed, res.Decision.Delay)
+		}
+		if res := e.Decide(context.Background(), ms[1:], 0); res.Decision.Remaining != 97 {
+			t.Errorf("hourly rule after 3 admitted requests, one gone: %d remaining, want 97", res.Decision.Remaining)
+		}
+
+		slow := rule("slow", sluice.FixedWindow, sluice.PerMinute(1), rules.Delay, 2*time.Minute)
+		daily := rule("daily", sluice.FixedWindow, sluice.PerDay(100), rules.Reject, 0)
+		e2, _ := newEngine(t, "", nil, slow, daily)
+		ms2 := []rules.Match{{Rule: slow, Key: "k"}, {Rule: daily, Key: "d"}}
+		e2.Admit(context.Background(), ms2, 1)
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		res = e2.Admit(ctx, ms2, 1)
+		cancel()
+		if res.Allowed || !errors.Is(res.Err, context.DeadlineExceeded) {
+			t.Fatalf("request waiting for a slot, gone: allowed %v err %v; want ended", res.Allowed, res.Err)
+		}
+		if res := e2.Decide(context.Background(), ms2[1:], 0); res.Decision.Remaining != 99 {
+			t.Errorf("daily rule after 1 admitted request and 1 gone while waiting for a slot: %d remaining, want 99", res.Decision.Remaining)
 		}
 	})
 }

@@ -27,7 +27,10 @@
 //     while the total wait stays within MaxDelay (for a leaky bucket whose
 //     queue is full, the wait for a queue slot plus the queue's length).
 //     Otherwise it is denied
-//     (429). Waiting ends early, denied, when the request's context ends. A
+//     (429). Waiting ends early, denied, when the request's context ends;
+//     a request that was waiting out a leaky bucket's Delay keeps what it
+//     took (its place in the queue, its other rules' counts), one waiting
+//     for a slot has taken nothing (TestAdmitLeftWhileWaiting). A
 //     request whose leaky bucket slot would leave later than MaxDelay is
 //     denied having taken nothing (when the queue, burst × period / rate,
 //     is longer than MaxDelay, the bucket is first asked at cost 0 when its
