@@ -141,3 +141,23 @@ func TestAdmitLeftWhileWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestDelayFullQueueCostTwo: a request of cost 2 refused by a full queue
+// waits for the queue to have room for its two places, then leaves with
+// its first: 2s + 2s here, within a max_delay of 4s (not 2s plus the
+// whole queue, 3s).
+func TestDelayFullQueueCostTwo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, 4*time.Second)
+		e, _ := newEngine(t, "", nil, shaped)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}}
+		for i := range 4 {
+			if res := e.Decide(context.Background(), ms, 1); !res.Allowed {
+				t.Fatalf("request %d filling the queue: denied", i)
+			}
+		}
+		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 4*time.Second {
+			t.Errorf("cost 2 behind a full queue: allowed %v after %v (denied by %s, retry after %v), want allowed after 4s", res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+		}
+	})
+}

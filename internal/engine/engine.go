@@ -25,7 +25,8 @@
 //     Delay that spaces requests evenly; Admit waits it out (a real shaper).
 //     With other algorithms a denied request waits RetryAfter and asks again
 //     while the total wait stays within MaxDelay (for a leaky bucket whose
-//     queue is full, the wait for a queue slot plus the queue's length).
+//     queue is full, the wait for room for the request's places plus the
+//     wait for its first place to leave).
 //     Otherwise it is denied
 //     (429). Waiting ends early, denied, when the request's context ends;
 //     a request that was waiting out a leaky bucket's Delay keeps what it
@@ -427,8 +428,10 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 			res.retry = max(res.retry, d.RetryAfter)
 			need := d.RetryAfter
 			if r.Algorithm == sluice.LeakyBucket {
-				// Once a slot opens, the request still queues behind the others.
-				need += time.Duration(int64(r.Limit.Period) / r.Limit.Rate * r.Limit.BurstOrRate())
+				// Once the queue has room for its places, the request
+				// still waits for the first of them to leave: behind
+				// burst+1-cost others (burst for a cost of 0).
+				need += time.Duration(int64(r.Limit.Period) / r.Limit.Rate * (r.Limit.BurstOrRate() + 1 - max(cost, 1)))
 			}
 			res.need = max(res.need, need)
 		}
