@@ -102,6 +102,57 @@ func newModel(alg sluice.Algorithm, l sluice.Limit) model {
 	}
 }
 
+// testModelTakeAll replays random pairs of requests, each pair under two
+// algorithms and limits, through s.TakeAll and through the models: a pair
+// is counted only when both are admitted (or forced), and a request denied
+// by the other's limit consumes nothing.
+func testModelTakeAll(t *testing.T, s sluice.Store) {
+	ctx := context.Background()
+	sd := seed(t)
+	rng := rand.New(rand.NewPCG(sd, 2000))
+	algs, limits := sluice.Algorithms(), ModelLimits()[:4]
+	for round := range 12 {
+		alg := [2]sluice.Algorithm{algs[rng.IntN(len(algs))], algs[rng.IntN(len(algs))]}
+		l := [2]sluice.Limit{limits[rng.IntN(len(limits))], limits[rng.IntN(len(limits))]}
+		key := [2]string{uniq(t, fmt.Sprintf("%d/a", round)), uniq(t, fmt.Sprintf("%d/b", round))}
+		m := [2]model{newModel(alg[0], l[0]), newModel(alg[1], l[1])}
+		a, b := randomTrace(rng, 150, 1, l[0]), randomTrace(rng, 150, 1, l[1])
+		denied := 0
+		for i := range a {
+			// One instant for both: the first trace's; the second's costs.
+			now := T0.Add(a[i].at)
+			st := [2]traceStep{a[i], b[i]}
+			qs := make([]sluice.Request, 2)
+			want := make([]sluice.Decision, 2)
+			next := [2]model{m[0].clone(), m[1].clone()}
+			all := true
+			for j := range 2 {
+				qs[j] = sluice.Request{Key: key[j], Algorithm: alg[j], Limit: l[j], Cost: st[j].cost, Now: now, Force: st[j].force}
+				want[j] = modelDecision(next[j], l[j], now.UnixMicro(), st[j].cost, st[j].force)
+				all = all && (want[j].Allowed || st[j].force)
+			}
+			if all {
+				m = next
+			} else {
+				denied++
+			}
+			got := make([]sluice.Decision, 2)
+			if err := s.TakeAll(ctx, qs, got); err != nil {
+				t.Fatalf("round %d step %d: TakeAll: %v", round, i, err)
+			}
+			for j := range 2 {
+				if got[j] != want[j] {
+					t.Fatalf("round %d step %d (seed %d): TakeAll(%s %v cost %d force %v, %s %v cost %d force %v) at t0+%v: request %d = %+v, the model says %+v",
+						round, i, sd, alg[0], l[0], st[0].cost, st[0].force, alg[1], l[1], st[1].cost, st[1].force, a[i].at, j, got[j], want[j])
+				}
+			}
+		}
+		if denied == 0 {
+			t.Errorf("round %d: no pair was denied: the trace did not exercise all-or-nothing", round)
+		}
+	}
+}
+
 // modelDecision decides a request on m and fills in a Decision from the
 // definitions.
 func modelDecision(m model, limit sluice.Limit, now, cost int64, force bool) sluice.Decision {

@@ -1,7 +1,9 @@
 // Package sluicetest is the conformance suite every sluice.Store must pass:
 // step tables over explicit instants for every algorithm (the classic
 // examples), randomized traces checked against invariants, and a
-// differential check against Reference, the algorithms run on a plain map.
+// differential check against Reference, the algorithms run on a plain map,
+// and a check against models written from the documentation alone (a bucket
+// of tokens, a queue of units, counts, a list of times).
 //
 // A store's test calls one function:
 //
@@ -35,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	})
 	t.Run("Differential", func(t *testing.T) { testDifferential(t, open(t)) })
 	t.Run("MatchesModel", func(t *testing.T) { testModel(t, open(t)) })
+	t.Run("TakeAllMatchesModel", func(t *testing.T) { testModelTakeAll(t, open(t)) })
 	t.Run("SlidingLogNeverOverLimit", func(t *testing.T) { testLogInvariant(t, open(t)) })
 	t.Run("FixedWindowNeverOverLimit", func(t *testing.T) { testFixedInvariant(t, open(t)) })
 	t.Run("GCRAEqualsTokenBucket", func(t *testing.T) { testGCRAEqualsTokenBucket(t, open(t)) })
