@@ -146,12 +146,26 @@ func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, e
 // and all; the instance holds nothing for the key until its next
 // reservation, which sees the debt. e.mu is held.
 func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sluice.Decision, error) {
+	if err := l.giveUp(ctx, e, r.Now); err != nil {
+		return sluice.Decision{}, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
+	}
+	d, err := l.inner.Take(ctx, r)
+	if err != nil {
+		return d, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
+	}
+	return d, nil // decided in the store, exactly: no reservation (Calls)
+}
+
+// giveUp gives back what e holds at now, before the store charges a
+// report on its key: the instance then holds nothing for the key until
+// its next reservation, which sees the debt. e.mu is held.
+func (l *Lease) giveUp(ctx context.Context, e *leaseEntry, now time.Time) error {
 	var ops []redisstore.ReturnOp
 	if e.units > 0 {
-		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: r.Now})
+		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.units, Window: e.window, Now: now})
 	}
 	if e.expired > 0 {
-		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: r.Now})
+		ops = append(ops, redisstore.ReturnOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Units: e.expired, Window: e.expWindow, Now: now})
 	}
 	// Given back at most once: a give-back that fails may have run (its
 	// reply lost), so the units are not held any more either way. Kept,
@@ -160,17 +174,13 @@ func (l *Lease) charge(ctx context.Context, e *leaseEntry, r sluice.Request) (sl
 	e.units, e.expired, e.read, e.denyUntil, e.denyNeed = 0, 0, false, 0, 0
 	if len(ops) > 0 {
 		if err := l.inner.Return(ctx, ops); err != nil {
-			return sluice.Decision{}, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
+			return err
 		}
 		for _, op := range ops {
 			l.returned.Add(uint64(op.Units))
 		}
 	}
-	d, err := l.inner.Take(ctx, r)
-	if err != nil {
-		return d, fmt.Errorf("fleet: lease: report %q: %w", r.Key, err)
-	}
-	return d, nil // decided in the store, exactly: no reservation (Calls)
+	return nil
 }
 
 // ensure makes e hold at least need units at r.Now if the store can give

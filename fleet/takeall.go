@@ -63,8 +63,10 @@ func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds [
 		ds[i] = rds[j]
 		if !allowed {
 			// Asked without counting: the request fits iff its cost
-			// does (as the daemon's fleetStore reads a query too).
-			ds[i].Allowed = rds[j].Remaining >= rs[i].Cost
+			// does (as the daemon's fleetStore reads a query too), and
+			// the query itself was admitted: a key in debt after a
+			// report refuses a request of cost 0 too.
+			ds[i].Allowed = rds[j].Allowed && rds[j].Remaining >= rs[i].Cost
 		}
 	}
 	return allowed && passed(rrs, rds), nil
@@ -201,6 +203,9 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		ds[0] = d
 		return err
 	}
+	if err := l.settleReports(ctx, rs); err != nil {
+		return err
+	}
 	loc, rem, ticks, err := splitAll("lease", rs, ds, func(r *sluice.Request) bool {
 		return l.applies(r) && !r.Force // a report: charged by the store as is
 	})
@@ -208,7 +213,9 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		return err
 	}
 	if len(loc) == 0 {
-		return l.inner.TakeAll(ctx, rs, ds)
+		err := l.inner.TakeAll(ctx, rs, ds)
+		l.unread(rs, nil)
+		return err
 	}
 	entries := map[nsKey]*leaseEntry{}
 	need := map[*leaseEntry]int64{}
@@ -266,5 +273,59 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			e.info(rs[i].Now.UnixMicro(), &ds[i])
 		}
 	}
+	l.unread(rs, entries)
 	return nil
+}
+
+// settleReports gives back what the instance holds for the keys Lease
+// handles that rs reports on (Request.Force), as Take's charge does: the
+// store then charges each report on the key's whole state, the units held
+// included, and decides it exactly.
+func (l *Lease) settleReports(ctx context.Context, rs []sluice.Request) error {
+	for i := range rs {
+		r := &rs[i]
+		if !r.Force || !l.applies(r) {
+			continue
+		}
+		l.mu.Lock()
+		e := l.keys[keyOf(r)]
+		l.mu.Unlock()
+		if e == nil {
+			continue
+		}
+		e.mu.Lock()
+		var err error
+		if !e.dead.Load() {
+			err = l.giveUp(ctx, e, r.Now)
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("fleet: lease: take all %q: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+// unread marks the views of the keys Lease handles that rs reported on
+// (Request.Force: charged by the store as is) as no longer the store's
+// state (the report's debt is not in them): their next query reads it
+// again, as after Take's charge. held are the entries the caller holds.
+func (l *Lease) unread(rs []sluice.Request, held map[nsKey]*leaseEntry) {
+	for i := range rs {
+		if !rs[i].Force || !l.applies(&rs[i]) {
+			continue
+		}
+		if e := held[keyOf(&rs[i])]; e != nil {
+			e.read = false
+			continue
+		}
+		l.mu.Lock()
+		e := l.keys[keyOf(&rs[i])]
+		l.mu.Unlock()
+		if e != nil {
+			e.mu.Lock()
+			e.read = false
+			e.mu.Unlock()
+		}
+	}
 }

@@ -105,7 +105,8 @@ func newModel(alg sluice.Algorithm, l sluice.Limit) model {
 // testModelTakeAll replays random pairs of requests, each pair under two
 // algorithms and limits, through s.TakeAll and through the models: a pair
 // is counted only when both are admitted (or forced), and a request denied
-// by the other's limit consumes nothing.
+// by the other's limit consumes nothing. The decisions of a pair that is
+// counted must be the models'; of one that is not, the verdicts.
 func testModelTakeAll(t *testing.T, s sluice.Store) {
 	ctx := context.Background()
 	sd := seed(t)
@@ -141,6 +142,14 @@ func testModelTakeAll(t *testing.T, s sluice.Store) {
 				t.Fatalf("round %d step %d: TakeAll: %v", round, i, err)
 			}
 			for j := range 2 {
+				if !all && got[j].Allowed == want[j].Allowed {
+					// Counted by neither: only the verdicts must agree.
+					// (The fleet decorators report what is left for a
+					// request they asked without counting, which the
+					// Envoy edge relies on; the counts of the steps
+					// after tell whether anything was counted.)
+					continue
+				}
 				if got[j] != want[j] {
 					t.Fatalf("round %d step %d (seed %d): TakeAll(%s %v cost %d force %v, %s %v cost %d force %v) at t0+%v: request %d = %+v, the model says %+v",
 						round, i, sd, alg[0], l[0], st[0].cost, st[0].force, alg[1], l[1], st[1].cost, st[1].force, a[i].at, j, got[j], want[j])
