@@ -17,9 +17,9 @@
 // sends them with its next batch, like any hit (the other instances see the
 // debt after their next sync). Lease spends its units on a report that
 // they cover; otherwise it gives the key's units back and the shared store
-// charges the report (in TakeAll the store charges it as is; the other
-// instances spend the units they already hold before the store refuses
-// them). The OverLimitCache never answers a report from memory and stays
+// charges the report (in TakeAll it gives them back first in any case; the
+// other instances spend the units they already hold before the store
+// refuses them). The OverLimitCache never answers a report from memory and stays
 // exact (a charge only makes a key refuse for longer), and the Fallback
 // charges reports in memory, at its share of the limit, while the store is
 // unreachable.
