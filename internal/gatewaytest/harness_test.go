@@ -118,6 +118,12 @@ type sluiced struct {
 // Redis.
 func startSluice(t *testing.T, yaml string) *sluiced {
 	t.Helper()
+	return startSluiceOn(t, yaml, "127.0.0.1:0")
+}
+
+// startSluiceOn is startSluice with the decision API on listen.
+func startSluiceOn(t *testing.T, yaml, listen string) *sluiced {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -126,7 +132,7 @@ func startSluice(t *testing.T, yaml string) *sluiced {
 	if err != nil {
 		t.Fatalf("config.Load: %v", err)
 	}
-	cfg.Listen = "127.0.0.1:0"
+	cfg.Listen = listen
 	s := &sluiced{done: make(chan error, 1), logs: new(redistest.SyncBuffer)}
 	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(s.logs, nil))})
 	if err != nil {
