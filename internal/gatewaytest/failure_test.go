@@ -3,8 +3,10 @@ package gatewaytest
 import (
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -176,6 +178,40 @@ func TestGatewayFailOpenKeepsSluiceRefusals(t *testing.T) {
 			}
 			if got := a.hits.Load(); got != 3 {
 				t.Errorf("the app saw %d requests, want 3", got)
+			}
+		})
+	}
+}
+
+// The fail-open variant sends a request to the app unlimited only when
+// Sluice failed: an app that fails (closes the connection without an
+// answer) gets the request once, not a second time through the fail-open
+// path, and the client gets the gateway's error.
+func TestGatewayFailOpenDoesNotReplayAppFailures(t *testing.T) {
+	for _, k := range kinds {
+		if !k.canFailOpen {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			var hits atomic.Int64
+			broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Errorf("hijack: %v", err)
+					return
+				}
+				c.Close()
+			}))
+			t.Cleanup(broken.Close)
+			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
+			g := k.start(t, s.addr, broken.Listener.Addr().String(), variant{failOpen: true})
+			r := sendBody(t, client("127.0.0.90"), g.url+"/orders", []byte(`{"item":1}`))
+			if r.status != http.StatusBadGateway {
+				t.Errorf("POST /orders to an app that fails: got %v, want 502", r)
+			}
+			if got := hits.Load(); got != 1 {
+				t.Errorf("the app got the POST %d times, want once", got)
 			}
 		})
 	}

@@ -85,6 +85,7 @@ var kinds = []kind{
 			return onFreePort(t, func(port int) *gateway {
 				conf := replace(t, example(t, "caddy/Caddyfile"),
 					"reverse_proxy 127.0.0.1:8080", "reverse_proxy "+sluiceAddr,
+					`hostport} == "127.0.0.1:8080"`, `hostport} == "`+sluiceAddr+`"`,
 					"reverse_proxy 127.0.0.1:9000", "reverse_proxy "+appAddr,
 					"http://:8000 {\n", caddySite(port))
 				if v.lb != "" {
