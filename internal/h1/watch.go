@@ -18,7 +18,8 @@ type connKey struct{}
 // client of the request (served by the front) closes or resets its
 // connection, and the function that stops watching; call it before
 // answering. Outside the front, or with pipelined bytes already waiting,
-// it returns ctx (net/http watches on its own). On the front it first
+// it returns ctx (net/http watches on its own, on HTTP/1 once the
+// request's body has been read to its end). On the front it first
 // writes the answers held for this request (Server.BatchAnswers), so that
 // they do not wait out its wait.
 func Watch(ctx context.Context) (context.Context, func()) {

@@ -233,7 +233,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if delays(ms) {
 		// On the h1 front, have the connection watched while the
 		// request may be held, so that a client that leaves ends the
-		// wait and its request goes no further, as on net/http.
+		// wait and its request goes no further, as on net/http; on
+		// net/http, whose watch of an HTTP/1 connection starts at the
+		// end of the request's body, read the body first (held.go).
+		r = readAhead(r)
 		ctx, stop := h1.Watch(r.Context())
 		res = e.Admit(ctx, ms, 1)
 		gone = ctx.Err() != nil
