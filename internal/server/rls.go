@@ -366,7 +366,10 @@ func headers(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision, ov
 		if d.RetryAfter > 0 {
 			retry = d.RetryAfter
 		}
-		ra := strconv.FormatInt(ceilSeconds(retry), 10)
+		// At least 1, as the HTTP edges answer: 0 (a request that can
+		// never be admitted, on a key with nothing to reset) would invite
+		// an immediate retry.
+		ra := strconv.FormatInt(max(ceilSeconds(retry), 1), 10)
 		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: ra}, &corev3.HeaderValue{Key: "X-RateLimit-Retry-After", Value: ra})
 	}
 	return hs

@@ -237,3 +237,25 @@ func TestRedisDown(t *testing.T) {
 	srv.Stop()
 	check("Redis gone")
 }
+
+// TestResponseHeadersNever: a request whose hits exceed what a token
+// bucket can ever admit, on a key never seen (nothing to reset): over the
+// limit, Retry-After must still be at least 1, as the HTTP edges answer
+// (0 would invite an immediate retry).
+func TestResponseHeadersNever(t *testing.T) {
+	const conf = `domain: web
+descriptors:
+  - key: user
+    algorithm: token_bucket
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, conf), envOpts{headers: true})
+	r := e.call(t, "web", 3, desc("user", "never"))
+	h := map[string]string{}
+	for _, x := range r.ResponseHeadersToAdd {
+		h[x.Key] = x.Value
+	}
+	if codesOf(r) != "X:X" || h["Retry-After"] != "1" || h["X-RateLimit-Retry-After"] != "1" {
+		t.Errorf("3 hits against a bucket of 2, fresh key: %s with headers %v, want X:X and Retry-After 1", codesOf(r), h)
+	}
+}
