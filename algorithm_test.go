@@ -172,3 +172,31 @@ func ExampleAlgorithm_Take() {
 	// request 2 at +0s: allowed=true delay=1s retry=0s
 	// request 3 at +500ms: allowed=true delay=1s retry=0s
 }
+
+// TestBucketsWithClocksApart: a request older than the key's last one
+// (clocks a little apart) refills nothing under the token bucket, which
+// counts it against the tokens as they are, while GCRA, which keeps no
+// time of the last request, counts it at its own time: it sees the debt the
+// bucket had then, and may refuse what the token bucket admits. In time
+// order the two decide the same (the sluicetest suite checks it).
+func TestBucketsWithClocksApart(t *testing.T) {
+	l := sluice.PerSecond(10)
+	var tb, g sluice.State
+	at := func(d time.Duration) time.Time { return sluicetest.T0.Add(d) }
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
+		st := &tb
+		if alg == sluice.GCRA {
+			st = &g
+		}
+		if d, _, _ := alg.Take(st, l, at(time.Second), 5); !d.Allowed {
+			t.Fatalf("%s: 5 of a full bucket of 10 at t0+1s: denied", alg)
+		}
+	}
+	// 100ms behind: the token bucket has 5 tokens; GCRA counts the 5
+	// taken at 1s as taken 100ms later, one more token of debt.
+	dtb, _, _ := sluice.TokenBucket.Take(&tb, l, at(900*time.Millisecond), 5)
+	dg, _, _ := sluice.GCRA.Take(&g, l, at(900*time.Millisecond), 5)
+	if !dtb.Allowed || dg.Allowed || dg.RetryAfter != 100*time.Millisecond {
+		t.Errorf("5 more at t0+900ms: token_bucket %+v, gcra %+v; want the token bucket to admit, GCRA to refuse for 100ms", dtb, dg)
+	}
+}
