@@ -11,10 +11,11 @@ import (
 // Check decides one rule for a store key chosen by the caller, as
 // POST /v1/check does: no matching, no waiting. For an enforcing rule it is
 // Decide with that one match. A shadow rule counts the request and reports
-// its figures but always allows: Decision then has Allowed true and
-// RetryAfter 0 whatever the rule would have said. A request whose context
-// ended before the store answered (the client went away) comes back not
-// allowed with Result.Err, whatever on_error says, and is no store error.
+// its figures but always allows: Decision then has Allowed true, and
+// RetryAfter and Delay 0, whatever the rule would have said. A request
+// whose context ended before the store answered (the client went away)
+// comes back not allowed with Result.Err, whatever on_error says, and is
+// no store error.
 func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int64) Result {
 	if r.Action != rules.Shadow {
 		m := [1]rules.Match{{Rule: r, Key: key}}
@@ -40,7 +41,7 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	} else {
 		e.ruleMetrics(r).ShadowDenied()
 	}
-	d.Allowed, d.RetryAfter = true, 0
+	d.Allowed, d.RetryAfter, d.Delay = true, 0, 0 // never refuses, never shapes
 	return Result{Allowed: true, Rule: r, Decision: d}
 }
 
@@ -84,6 +85,9 @@ func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int
 		d.Allowed, d.RetryAfter = true, 0
 	default:
 		m.Denied()
+	}
+	if r.Action == rules.Shadow {
+		d.Delay = 0 // a shadow rule never shapes
 	}
 	return Result{Allowed: d.Allowed, Rule: r, Decision: d}
 }

@@ -161,3 +161,25 @@ func TestDelayFullQueueCostTwo(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowCheckNeverShapes: /v1/check on a shadow leaky bucket counts
+// the request but must not ask the caller to wait (delay_ms): a shadow
+// rule never changes traffic, neither refusing nor shaping it.
+func TestShadowCheckNeverShapes(t *testing.T) {
+	shadow := rule("would-shape", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Shadow, 0)
+	e, _ := newEngine(t, "", func() time.Time { return t0 }, shadow)
+	for i := range 3 {
+		res := e.Check(context.Background(), shadow, "k", 1)
+		if !res.Allowed || res.Decision.Delay != 0 {
+			t.Errorf("Check %d on a shadow leaky bucket: allowed %v with delay %v, want allowed with no delay", i, res.Allowed, res.Decision.Delay)
+		}
+		rep := e.Report(context.Background(), shadow, "r", 1)
+		if !rep.Allowed || rep.Decision.Delay != 0 {
+			t.Errorf("Report %d on a shadow leaky bucket: allowed %v with delay %v, want allowed with no delay", i, rep.Allowed, rep.Decision.Delay)
+		}
+	}
+	// Counted all the same: a fourth place is the last the queue holds.
+	if res := e.Check(context.Background(), shadow, "k", 0); res.Decision.Remaining != 1 {
+		t.Errorf("shadow leaky bucket after 3 checks: remaining %d, want 1", res.Decision.Remaining)
+	}
+}
