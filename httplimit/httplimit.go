@@ -137,7 +137,8 @@ type rule struct {
 // requests leave evenly spaced); a denied one gets the denying rule's
 // headers and the 429 answer of WriteLimited and never reaches the next
 // handler. If the client goes away during a Delay, the next handler is not
-// called. A request no rule applies to passes, without headers.
+// called (the request stays counted: it was admitted). A request no rule
+// applies to passes, without headers.
 //
 // The tightest rule is the one that denied (the longest RetryAfter if
 // several did), else the one with the lowest Remaining, ties going to the
