@@ -350,6 +350,29 @@ func TestMiddlewareLeakyBucketShapes(t *testing.T) {
 	})
 }
 
+// A client that goes away while its request waits out its Delay never
+// reaches the handler, and its place in the queue stays taken: the next
+// request queues behind it.
+func TestMiddlewareLeakyBucketClientGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.LeakyBucket, sluice.PerSecond(4).WithBurst(3))
+		start := time.Now()
+		var passed []time.Duration
+		h := httplimit.Middleware(httplimit.Options{Limiter: lim})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			passed = append(passed, time.Since(start))
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // leaves at once
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx)) // its place leaves at 250ms
+		// At 100ms, the next request queues behind the gone one's place.
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		if want := []time.Duration{0, 500 * time.Millisecond}; fmt.Sprint(passed) != fmt.Sprint(want) {
+			t.Errorf("handler reached at %v, want %v (the second client left during its delay; its place stayed taken)", passed, want)
+		}
+	})
+}
+
 func TestKeyByRemoteIP(t *testing.T) {
 	for _, tc := range []struct{ addr, want string }{
 		{"192.0.2.1:1234", "192.0.2.1"}, {"[::ffff:192.0.2.1]:1234", "192.0.2.1"},
