@@ -35,6 +35,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -275,6 +276,9 @@ func appendKey(dst []byte, key string, maxKey int) []byte {
 	if len(key) <= maxKey && utf8.ValidString(key) {
 		return append(dst, key...)
 	}
+	// Room for the whole text at once: appending character by character
+	// would double the buffer past it (512 bytes for 275).
+	dst = slices.Grow(dst, maxKey+keyText)
 	kept := 0
 	for _, r := range key { // r is utf8.RuneError for a byte that is not UTF-8
 		w := utf8.RuneLen(r)
