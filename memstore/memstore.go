@@ -6,7 +6,7 @@
 //   - A key whose state has returned to rest (a full bucket, an ended
 //     window, an empty log) is as good as absent: Take treats it as new, and
 //     it is deleted by the incremental sweep that runs as new keys arrive,
-//     or by Sweep, which also shrinks the sets a flood of keys grew. Rest
+//     or by Sweep; both shrink the sets a flood of keys grew. Rest
 //     is derived from the algorithm and the limit; it is exact, so
 //     forgetting a key never changes a decision.
 //   - Options.MaxKeys caps the keys held, exactly (each shard holds its
@@ -229,13 +229,17 @@ func (sh *shard) sweep(now int64, budget int) int {
 			deleted++
 		}
 	}
+	sh.compact()
 	return deleted
 }
 
 // compact hands back the room of deleted keys once their sets are at
 // least 8 times larger than the keys they hold: the table's cells and the
 // log map's buckets only grow as keys arrive, so after a flood of keys
-// that came to rest they would keep half the flood's memory.
+// that came to rest they would keep half the flood's memory, and every
+// sweep would walk their empty cells to find its few keys (16 µs per new
+// key at the cap, where 0.6 µs is the rule). Every sweep calls it; it
+// costs two comparisons when there is nothing to do.
 func (sh *shard) compact() {
 	sh.small.shrink()
 	if n := len(sh.logs); sh.logsPeak >= 64 && n <= int(sh.logsPeak)/8 {
@@ -407,7 +411,6 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		deleted += sh.sweep(t, int(^uint(0)>>1))
-		sh.compact()
 		sh.mu.Unlock()
 	}
 	return deleted

@@ -112,6 +112,9 @@ func (t *table) grow() {
 // full, when that is a quarter of its size or less: from there it must
 // take twice its keys to grow again.
 func (t *table) shrink() {
+	if t.count*8 > len(t.slots) || len(t.slots) <= 8 {
+		return // more than an eighth full, or the smallest table
+	}
 	if t.count == 0 {
 		t.slots, t.cursor = nil, 0
 		return
