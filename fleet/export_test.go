@@ -26,3 +26,23 @@ func openRedis(t testing.TB, o redisstore.Options) *redisstore.Store {
 
 // OpenRedis is openRedis for the external tests (package fleet_test).
 var OpenRedis = openRedis
+
+// Age makes the views of s's keys look d older, as if d had passed since
+// they were read: aged two intervals, a key is read again before its next
+// decision. It stands for the wall clock a Sync reads, which a test with a
+// real Redis cannot move.
+func (s *Sync) Age(d time.Duration) {
+	s.mu.Lock()
+	es := make([]*syncEntry, 0, len(s.keys))
+	for _, e := range s.keys {
+		es = append(es, e)
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		e.mu.Lock()
+		if !e.synced.IsZero() {
+			e.synced = e.synced.Add(-d)
+		}
+		e.mu.Unlock()
+	}
+}

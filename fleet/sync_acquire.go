@@ -86,7 +86,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	for {
 		s.mu.Lock()
 		e := s.keys[keyOf(r)]
-		if e == nil && d != nil && !s.warm(keyOf(r)) {
+		if (e == nil || e.dead.Load()) && d != nil && !s.warm(keyOf(r)) {
 			c := s.colds[keyOf(r)]
 			c.n++
 			s.colds[keyOf(r)] = c
@@ -97,10 +97,17 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			s.mu.Unlock()
 			return nil, false, errFull
 		}
+		var old *syncEntry
 		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
 			// New, or its rule changed: start over from the store. The
-			// old entry's hits still go out with the next batch.
+			// old entry takes no more hits; those it has still go out
+			// with the next batch, before the new entry's (see before).
+			if e != nil {
+				old = e
+				old.dead.Store(true)
+			}
 			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			e.prev.Store(old)
 			s.keys[e.key] = e
 			if c, ok := s.colds[e.key]; ok {
 				// No cold decision of the key starts from now on: the
@@ -114,6 +121,11 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			s.recent.forget(e.key)
 		}
 		s.mu.Unlock()
+		if old != nil {
+			old.mu.Lock()
+			s.hush(old)
+			old.mu.Unlock()
+		}
 		e.mu.Lock()
 		if e.dead.Load() {
 			e.mu.Unlock()
@@ -211,6 +223,10 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Unlock()
 			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 		}
+		if e.dead.Load() { // let go while it was read: it takes no hit
+			e.mu.Unlock()
+			continue
+		}
 		return e, false, nil
 	}
 }
@@ -237,12 +253,14 @@ func (s *Sync) settle(e *syncEntry, ops []redisstore.SyncOp, now time.Time) {
 		if e.unsent() {
 			s.touch(e) // send them with the next batch
 		}
+		s.hush(e)
 		return
 	}
 	e.doubts = nil
 	if len(e.hits) > 0 {
-		s.touch(e) // hits that waited for the ops in doubt
+		s.touch(e) // hits that waited for the ops in doubt, or for the entry before (see before)
 	}
+	s.hush(e)
 	op := &ops[len(ops)-1]
 	e.view = op.State
 	for _, h := range e.hits {

@@ -49,14 +49,8 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 		if !e.touched.Load() && !e.unsent() && !e.inflight && e.loading == nil {
 			e.dead.Store(true)
 		}
+		s.hush(e)
 		e.mu.Unlock()
-		if e.dead.Load() {
-			s.mu.Lock()
-			if s.keys[e.key] == e {
-				delete(s.keys, e.key)
-			}
-			s.mu.Unlock()
-		}
 	}
 	// The batch: keys with hits to send, and keys in use whose view is an
 	// interval old (a key decided only by its first read is fresh).
@@ -145,7 +139,8 @@ func (s *Sync) Flush() error {
 // Use it when the keys are done with (their limit changed, or is no
 // longer enforced here) and no decision of them is under way: a decision
 // racing with Forget makes the key anew. If the batch fails, its hits are
-// sent with the next one, as a batch's are; Forget returns its error.
+// sent with the next one, as a batch's are (and those of the key's next
+// entry after them); Forget returns its error.
 // After Close it does nothing.
 func (s *Sync) Forget(match func(namespace, key string) bool) error {
 	if s.closed.Load() {
@@ -154,7 +149,14 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 	// One batch at a time, so that no entry is in a batch in flight.
 	s.flushing <- struct{}{}
 	defer func() { <-s.flushing }()
-	gone := removeMatching(&s.mu, s.keys, match)
+	var gone []*syncEntry
+	s.mu.Lock()
+	for k, e := range s.keys {
+		if match(k.ns, k.key) {
+			gone = append(gone, e)
+		}
+	}
+	s.mu.Unlock()
 	var ops []redisstore.SyncOp
 	var sent []*syncEntry
 	for _, e := range gone {
@@ -169,6 +171,9 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 				sent = append(sent, e)
 			}
 		}
+		// Gone now if it has nothing to send; else once it has sent it
+		// (see hush): the key's next entry waits for that (see before).
+		s.hush(e)
 		e.mu.Unlock()
 	}
 	if len(ops) == 0 {

@@ -20,7 +20,15 @@ type syncEntry struct {
 	ticks sluice.Ticks
 
 	touched atomic.Bool // in Sync.touched, or about to be
-	dead    atomic.Bool // evicted: look the key up again
+	// dead: let go (evicted, forgotten, its rule changed), it takes no
+	// more hits: look the key up again. Set before any check of quiet.
+	dead atomic.Bool
+	// quiet: dead, and nothing of its own left to send (no hits, no op in
+	// doubt or in flight). Once set, it stays.
+	quiet atomic.Bool
+	// prev is the key's entry this one took over from, until that one and
+	// those it took over from are quiet (see before).
+	prev atomic.Pointer[syncEntry]
 
 	mu   sync.Mutex
 	view sluice.State
@@ -124,14 +132,62 @@ func (s *Sync) snapshot(e *syncEntry, ops []redisstore.SyncOp) []redisstore.Sync
 	if len(e.doubts) > 0 && (len(e.hits) == 0 || len(e.doubts) >= maxDoubts) {
 		return ops
 	}
-	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit, Hits: e.hits}
-	if len(e.hits) > 0 {
-		op.Writer, op.Seq = s.writer, s.seq.Add(1)
+	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit}
+	if len(e.hits) > 0 && e.before() == nil {
+		op.Hits, op.Writer, op.Seq = e.hits, s.writer, s.seq.Add(1)
+		e.hits = nil
 	}
-	e.hits = nil
 	return append(ops, op)
 }
 
 // unsent reports whether e has hits Redis may not have counted. e.mu is
 // held.
 func (e *syncEntry) unsent() bool { return len(e.hits) > 0 || len(e.doubts) > 0 }
+
+// before returns the first of the entries e took over from (see prev)
+// that is not quiet, or nil. Until it is nil, e numbers none of its hits
+// (a batch reads e only): a key's entries share the Sync's writer, and
+// Redis skips an op numbered below one it added for the writer, so an op
+// of the entry before, in doubt or not yet numbered, must reach Redis
+// before any of e's.
+func (e *syncEntry) before() *syncEntry {
+	p := e.prev.Load()
+	q := p
+	for q != nil && q.quiet.Load() {
+		q = q.prev.Load()
+	}
+	if q != p {
+		e.prev.CompareAndSwap(p, q)
+	}
+	return q
+}
+
+// hush marks e quiet if it is dead and has nothing left to send, and
+// then lets its place in s.keys go (see drop). e.mu is held: a decision
+// that took e before it died has recorded its hit.
+func (s *Sync) hush(e *syncEntry) {
+	if e.dead.Load() && !e.quiet.Load() && !e.unsent() && !e.inflight {
+		e.quiet.Store(true)
+		s.mu.Lock()
+		s.drop(e)
+		s.mu.Unlock()
+	}
+}
+
+// drop lets e's place in s.keys go, if it still holds it: to the first of
+// e and the entries it took over from that is not quiet (whose hits the
+// key's next entry must wait for, see before), or to none. s.mu is held.
+func (s *Sync) drop(e *syncEntry) {
+	if s.keys[e.key] != e {
+		return
+	}
+	p := e
+	if e.quiet.Load() {
+		p = e.before()
+	}
+	if p == nil {
+		delete(s.keys, e.key)
+	} else {
+		s.keys[e.key] = p
+	}
+}
