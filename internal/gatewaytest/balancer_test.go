@@ -2,6 +2,7 @@ package gatewaytest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -40,6 +41,24 @@ func TestGatewayBehindALoadBalancer(t *testing.T) {
 				map[string]string{"X-Forwarded-For": "198.51.100.2"}), 2)
 			if got := a.hits.Load(); got != 6 {
 				t.Errorf("the app saw %d requests, want 6", got)
+			}
+		})
+	}
+}
+
+// A Sluice whose trusted_proxies leave the gateway out (the gateway in
+// another container, say) counts every client as the gateway, and says
+// so in its log, naming the gateway.
+func TestGatewayNotTrusted(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			a := startApp(t)
+			s := startSluice(t, replace(t, sluiceYAML(t, k.sluice, ""), "trusted_proxies: [127.0.0.1/32]", "trusted_proxies: [10.0.0.0/8]"))
+			g := k.start(t, s.addr, a.addr(), variant{})
+			wantAllowed(t, "127.0.0.2 request 1", send(t, client("127.0.0.2"), "GET", g.url+"/", nil), 2)
+			wantAllowed(t, "127.0.0.3 request 1, counted as the gateway", send(t, client("127.0.0.3"), "GET", g.url+"/", nil), 1)
+			if logs := s.logs.String(); !strings.Contains(logs, "trusted_proxies does not list it") || !strings.Contains(logs, "gateway=127.0.0.1") {
+				t.Errorf("Sluice's log says nothing of the gateway it does not believe:\n%s", logs)
 			}
 		})
 	}

@@ -106,9 +106,10 @@ func (h *Handler) authorized(r *http.Request) bool {
 // Handler is the decision API. Build it with New; it is safe for concurrent
 // use.
 type Handler struct {
-	o       Options
-	metrics http.Handler
-	token   [sha256.Size]byte // sha256 of Options.Token, when set
+	o        Options
+	metrics  http.Handler
+	token    [sha256.Size]byte // sha256 of Options.Token, when set
+	gateways gatewayWarnings   // untrusted gateways warned about (forward-auth)
 }
 
 // New returns the decision API handler for o.
