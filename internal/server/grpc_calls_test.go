@@ -3,7 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -164,4 +167,34 @@ func TestGRPCCallsFreed(t *testing.T) {
 	if got := env.grpc.CallsRefused(); got != 1 {
 		t.Errorf("CallsRefused = %d, want 1", got)
 	}
+}
+
+// TestGRPCUnfinishedRequestWaits: a call whose request came in part (its
+// DATA holds up to the 1 MiB window in the server's memory) still counts
+// as waiting, so MaxCalls bounds that memory too; once the rest comes the
+// call is answered and leaves the count.
+func TestGRPCUnfinishedRequestWaits(t *testing.T) {
+	set := writeConf(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	env := startRLS(t, memstore.New(memstore.Options{}), set, envOpts{})
+	fr := stalledCalls(t, env, 1)
+	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("k", "v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	body = append(body, msg...)
+	half := len(body) / 2
+	if err := fr.WriteData(1, false, body[:half]); err != nil {
+		t.Fatal(err)
+	}
+	waitCalls(t, env, 1)
+	if err := fr.WriteData(1, true, body[half:]); err != nil {
+		t.Fatal(err)
+	}
+	for id, st := range statuses(t, fr, 1) {
+		if !strings.HasSuffix(st, "grpc-status 0") { // the trailers, after the answer's headers
+			t.Errorf("stream %d once its request came whole: %s, want grpc-status 0", id, st)
+		}
+	}
+	waitCalls(t, env, 0)
 }

@@ -12,16 +12,18 @@ import (
 )
 
 // DefaultMaxCalls bounds the calls on the gRPC listener, over all its
-// connections, whose request has not come yet. Such a call holds a
-// goroutine and about 10 KB from its HEADERS frame on: without a bound over
-// all connections, a client sending HEADERS frames alone, a few bytes
-// each, could open DefaultMaxConcurrentStreams calls on each of
-// max_connections connections, ~10 KB × 1,000 × 10,000 of the daemon's
-// memory, held until the connections end. Past the bound a call is
-// refused at once with RESOURCE_EXHAUSTED (Envoy then applies its
-// failure_mode_deny). Envoy sends its request with its headers: its calls
-// wait for nothing here.
-const DefaultMaxCalls = 10_000
+// connections, whose request has not come whole yet. Such a call holds a
+// goroutine and about 10 KB from its HEADERS frame on, and what came of
+// its request, up to its 1 MiB flow-control window (StreamWindow): without
+// a bound over all connections, a client sending HEADERS frames and
+// unfinished requests could hold DefaultMaxConcurrentStreams calls on each
+// of max_connections connections (~10 KB × 1,000 × 10,000, plus up to
+// ConnWindow per connection: 40 GB) until the connections end. With it,
+// at most ~1 GB. Past the bound a call is refused at once with
+// RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny). Envoy
+// sends each request whole with its headers: its calls wait microseconds
+// here, not the time of their decision.
+const DefaultMaxCalls = 1000
 
 // reapEvery is how many calls are refused, after a reap that found every
 // counted call alive, before the next reap (unless the oldest call
