@@ -171,6 +171,8 @@ type Options struct {
 	// Logger receives delivery failures and the Redis errors of
 	// GET /v1/deferred/ID; nil discards.
 	Logger *slog.Logger
+	// Now is the clock of the log's throttle; nil means time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) defaults() error {
@@ -223,6 +225,9 @@ func (o *Options) defaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return nil
 }
 
@@ -265,6 +270,8 @@ type Queue struct {
 	workers map[string]*worker
 	runCtx  context.Context
 	wg      sync.WaitGroup
+
+	statusLog logThrottle // GET /v1/deferred/ID's Redis errors
 }
 
 // New returns a Queue; Run starts its workers.

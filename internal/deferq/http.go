@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // StatusPath is where GET /v1/deferred/ID is served; the Location of a 202.
@@ -57,7 +58,9 @@ func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Redis's error names keys, addresses and the server's state: it
 		// is for the operator's log, and the client gets a stable answer.
 		if r.Context().Err() == nil {
-			q.o.Logger.Error("defer: status not read", "id", id, "err", err)
+			if dropped, ok := q.statusLog.ok(q.o.Now().Unix(), err.Error()); ok {
+				q.o.Logger.Error("defer: status not read", "id", id, "err", err, "suppressed", dropped)
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -75,4 +78,27 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	b, _ := json.Marshal(map[string]string{"error": msg})
 	w.Write(append(b, '\n'))
+}
+
+// logThrottle lets through one log line per second per distinct error:
+// while Redis cannot answer, every client polling its deferred request's
+// status gets the same error, and the log must not get one line per poll.
+type logThrottle struct {
+	mu      sync.Mutex
+	sec     int64
+	msg     string
+	dropped int
+}
+
+// ok reports whether an error with message msg at second sec is logged,
+// and how many were not since the last one that was.
+func (t *logThrottle) ok(sec int64, msg string) (dropped int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sec == t.sec && msg == t.msg {
+		t.dropped++
+		return 0, false
+	}
+	dropped, t.sec, t.msg, t.dropped = t.dropped, sec, msg, 0
+	return dropped, true
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,59 @@ func TestStatusRedisErrorNotShown(t *testing.T) {
 			t.Errorf("%s: log %q; want the error (%s) and the id", tc.name, logged.String(), tc.inLog)
 		}
 	}
+}
+
+// TestStatusErrorsLogOnceASecond: while Redis cannot answer, clients
+// polling their deferred requests' status get 503 each, and the log gets
+// one line a second per distinct error, with how many went unlogged: it
+// once got one line per poll.
+func TestStatusErrorsLogOnceASecond(t *testing.T) {
+	var logged lockedLog
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+	q, err := deferq.New(deferq.Options{Connect: func() rueidis.Client { return nil },
+		Upstream: mustURL(t, "http://127.0.0.1:1"), Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	id := deferq.Tag("jobs") + "-00000000000000000000"
+	get := func() {
+		t.Helper()
+		w := httptest.NewRecorder()
+		q.ServeHTTP(w, httptest.NewRequest("GET", deferq.StatusPath+id, nil))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("GET %s without Redis: %d, want 503", id, w.Code)
+		}
+	}
+	for range 10 {
+		get()
+	}
+	if lines := logged.lines(); len(lines) != 1 {
+		t.Fatalf("10 polls in one second logged %d lines, want 1: %q", len(lines), lines)
+	}
+	clock.Add(int64(time.Second))
+	get()
+	if lines := logged.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
+		t.Fatalf("a poll a second later: %d lines, want 2, the second with suppressed=9: %q", len(lines), lines)
+	}
+}
+
+// lockedLog is a log's destination shared by goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
 }
