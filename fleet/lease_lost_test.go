@@ -110,3 +110,55 @@ func cutLease(t *testing.T, name string) (*redistest.Server, *redistest.Cutter, 
 	}
 	return srv, cut, rs, l, key
 }
+
+// TestLeaseGrantReplyLost loses the reply of a reservation after Redis ran
+// it: its units are held by nobody, and the fleet admits less by exactly
+// that reservation, never more: a chunk (10), or, for a request that needs
+// more than the units held and a chunk, what it needs (41 for a cost of 50
+// with 9 held).
+func TestLeaseGrantReplyLost(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cost, lost int64
+	}{{"chunk", 10, 10}, {"cost past the chunk", 50, 41}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, cut, rs, l, key := cutLease(t, "lostgrant")
+			ctx := context.Background()
+			now := time.Now()
+			r := sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1, Now: now}
+			admitted := int64(0)
+			for i := range 2 { // cold, then a grant of 10, one spent: 9 held
+				if d, err := l.Take(ctx, r); err != nil || !d.Allowed {
+					t.Fatalf("Take %d = %+v, %v; want allowed", i, d, err)
+				}
+				admitted++
+			}
+			big := r
+			big.Cost = tc.cost // more than the 9 held: a reservation
+			cut.Arm()
+			if _, err := l.Take(ctx, big); err == nil {
+				t.Fatalf("Take(cost %d) whose grant lost its reply succeeded", tc.cost)
+			}
+			if !cut.Cut() {
+				t.Fatalf("no reply was lost: the test did not cut")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for { // the client reconnects; the 9 held are spent locally
+				d, err := l.Take(ctx, r)
+				if err == nil && d.Allowed {
+					admitted++
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Take after the cut = %+v, %v; want allowed", d, err)
+				}
+			}
+			if err := l.CloseAt(now); err != nil {
+				t.Fatalf("CloseAt: %v", err)
+			}
+			if got := count(t, srv.Addr, rs.Key(key)); got != fmt.Sprint(admitted+tc.lost) {
+				t.Errorf("Redis counts %s after the lost grant and Close, want %d: the %d admitted and the %d of the lost reservation", got, admitted+tc.lost, admitted, tc.lost)
+			}
+		})
+	}
+}
