@@ -163,7 +163,9 @@ func (f *Fallback) Switches() uint64 { return f.switches.Load() }
 func (f *Fallback) LocalDecisions() uint64 { return f.locally.Load() }
 
 // Local returns the memory store of local mode (for its size and
-// evictions).
+// evictions). Its keys are swept as new ones arrive, that is only in local
+// mode: call its Sweep on a timer (the daemon does, every minute) so that
+// an outage's keys do not stay once the store is back.
 func (f *Fallback) Local() *memstore.Store { return f.local }
 
 // Unwrap returns the shared store.

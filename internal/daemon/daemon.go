@@ -80,7 +80,7 @@ type Daemon struct {
 	opts    Options
 
 	store      sluice.Store
-	sweep      func(time.Time) int         // the memory store's Sweep; nil for Redis
+	sweep      func(time.Time) int         // the memory store's Sweep (on Redis, on_error: local's); nil for Redis otherwise
 	ping       func(context.Context) error // store reachability, for /readyz
 	closeStore func() error
 	lazy       *lazyRedis      // the Redis store, nil on memory: shards, deferral

@@ -102,6 +102,12 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 			func() float64 { return float64(fb.LocalDecisions()) })
 		_ = d.metrics.CounterFunc("sluice_store_local_switches_total", "Times the daemon moved to local decisions because Redis was unavailable.",
 			func() float64 { return float64(fb.Switches()) })
+		_ = d.metrics.GaugeFunc("sluice_store_local_keys", "Keys held in memory for local decisions (store.on_error: local).",
+			func() float64 { return float64(fb.Local().Len()) })
+		// The keys of an outage are swept as the memory store's are:
+		// otherwise they stayed once Redis was back, up to the local
+		// store's bound, for as long as the daemon ran.
+		d.sweep = fb.Local().Sweep
 	}
 	d.closeStore = func() error {
 		for _, c := range closers {
