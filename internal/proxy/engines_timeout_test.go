@@ -184,3 +184,39 @@ func TestEngineStalledBody(t *testing.T) {
 		}
 	})
 }
+
+// max_connections on every engine: with one connection held (kept alive
+// by the client, or an HTTP/2 connection), one more is closed at once
+// unanswered and counted refused; once the first closes, its slot serves
+// the next.
+func TestEngineMaxConnections(t *testing.T) {
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		rec := newRecorder(t, nil)
+		s := startOn(t, ec, rec.srv.URL, engineOpts{lis: listener.Options{MaxConnections: 1}})
+		if resp, _ := s.do(t, request(t, s, "GET", "/held", "")); resp.StatusCode != 200 {
+			t.Fatalf("first request: %d", resp.StatusCode)
+		}
+		if s.ln.Open() != 1 {
+			t.Fatalf("open connections %d, want the client's kept-alive one", s.ln.Open())
+		}
+		extra, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra.SetDeadline(time.Now().Add(safety))
+		io.WriteString(extra, "GET /extra HTTP/1.1\r\nHost: x\r\n\r\n")
+		closedUnanswered(t, extra, "a connection over max_connections")
+		extra.Close()
+		if n := s.metric(t, "sluice_connections_refused_total"); n != 1 {
+			t.Errorf("sluice_connections_refused_total %v, want 1", n)
+		}
+		s.client.CloseIdleConnections()
+		eventually(t, "the kept-alive connection counted out", func() bool { return s.ln.Open() == 0 })
+		if resp, _ := s.do(t, request(t, s, "GET", "/next", "")); resp.StatusCode != 200 {
+			t.Errorf("after the first connection closed: %d, want 200", resp.StatusCode)
+		}
+		if n := rec.count(); n != 2 {
+			t.Errorf("upstream got %d requests, want 2 (not the refused connection's)", n)
+		}
+	})
+}
