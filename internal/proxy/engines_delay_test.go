@@ -21,7 +21,9 @@ func TestEngineDelayClientGone(t *testing.T) {
 				var hits atomic.Int64
 				up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
 				s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{
-					{Name: "slow", Rate: "1/s", Action: "delay", MaxDelay: time.Minute, Algorithm: "fixed_window"},
+					// The leaky bucket spaces requests a minute apart: the
+					// second is held a minute, whenever it comes.
+					{Name: "slow", Rate: "1/m", Action: "delay", MaxDelay: 2 * time.Minute, Algorithm: "leaky_bucket"},
 				}})
 				if resp, _ := s.do(t, request(t, s, pa.method, "/first", pa.body)); resp.StatusCode != 200 {
 					t.Fatalf("first request: %d", resp.StatusCode)

@@ -69,24 +69,25 @@ func closedUnanswered(t *testing.T, c net.Conn, what string) {
 }
 
 // Slow clients on every HTTP/1.1 engine, with read_header_timeout of
-// 100ms: a connection that sends nothing (on TLS: no handshake) is
+// 500ms (which bounds a TLS handshake too): a connection that sends nothing (on TLS: no handshake) is
 // closed unanswered, one that sends its head a byte at a time and never
 // ends it (slowloris) is closed too; both are counted slow, and the
 // upstream sees nothing.
 func TestEngineSlowHeaders(t *testing.T) {
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
 		rec := newRecorder(t, nil)
-		s := startOn(t, ec, rec.srv.URL, engineOpts{lis: listener.Options{ReadHeaderTimeout: 100 * time.Millisecond}})
+		s := startOn(t, ec, rec.srv.URL, engineOpts{lis: listener.Options{ReadHeaderTimeout: 500 * time.Millisecond}})
 
+		c := s.dial(t)
 		silent, err := net.Dial("tcp", s.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer silent.Close()
 		silent.SetDeadline(time.Now().Add(safety))
-		closedUnanswered(t, silent, "a connection that sends nothing")
+		silentDone := make(chan struct{})
+		go func() { defer close(silentDone); closedUnanswered(t, silent, "a connection that sends nothing") }()
 
-		c := s.dial(t)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -112,6 +113,7 @@ func TestEngineSlowHeaders(t *testing.T) {
 		}
 		c.Close()
 		<-done
+		<-silentDone
 		eventually(t, "both connections counted slow", func() bool {
 			return s.metric(t, "sluice_connections_closed_slow_total") == 2
 		})
