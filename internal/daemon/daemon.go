@@ -483,6 +483,11 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	if c, ok := old.proxy.(interface{ Close() }); ok && old.proxy != gen.proxy {
+		// Rebuilt (wire.go): the old proxy's idle upstream connections
+		// would stay open as long as the upstream keeps them.
+		c.Close()
+	}
 	d.useRoutes(rt)
 	for i, l := range d.tls {
 		changed, err := l.Store(certs[i])

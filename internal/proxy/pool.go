@@ -22,8 +22,21 @@ type pool struct {
 	idleTimeout time.Duration
 	max         int
 
-	mu   sync.Mutex
-	idle []*upConn // LIFO: the most recently used connection is warmest
+	mu     sync.Mutex
+	idle   []*upConn // LIFO: the most recently used connection is warmest
+	closed bool      // closeIdle was called: connections given back are closed
+}
+
+// closeIdle closes the idle connections, and from now on each one given
+// back (put): the pool's proxy was replaced.
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.nc.Close()
+	}
 }
 
 // upConn is one upstream connection. Its reader takes at most lim bytes
@@ -158,7 +171,7 @@ func (p *pool) put(c *upConn, now time.Time) {
 		clear(p.idle[m:])
 		p.idle = p.idle[:m]
 	}
-	if len(p.idle) < p.max {
+	if len(p.idle) < p.max && !p.closed {
 		p.idle = append(p.idle, c)
 		c = nil
 	}

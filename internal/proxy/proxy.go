@@ -182,6 +182,22 @@ func New(o Options) (*Proxy, error) {
 	return p, nil
 }
 
+// Close closes the proxy's idle upstream connections, and each one its
+// requests in flight give back from now on: call it when the proxy is
+// replaced (a reload), once no new request reaches it. Requests in flight
+// finish. An upstream that keeps idle connections open would otherwise
+// hold them for as long as it runs.
+func (p *Proxy) Close() {
+	if p.pool != nil {
+		p.pool.closeIdle()
+	}
+	if t, ok := p.o.Transport.(interface{ CloseIdleConnections() }); ok {
+		// Connections its requests in flight give back close when
+		// idle for DefaultIdleConnTimeout (the Transport's timers).
+		t.CloseIdleConnections()
+	}
+}
+
 // bufferPool recycles the 32 KiB buffers ReverseProxy copies bodies
 // through, which it would otherwise allocate per request.
 type bufferPool struct{}
