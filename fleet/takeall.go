@@ -43,7 +43,9 @@ func splitAll(name string, rs []sluice.Request, ds []sluice.Decision, local func
 // takeRest asks inner about the requests rem of rs as one, into ds: without
 // counting them (cost 0) when allowed, the local part's outcome, is false,
 // each then allowed iff its cost fits what is left (what it alone would
-// decide). It reports whether all of rs are allowed.
+// decide), a denied one's RetryAfter the time until the limit is full again
+// (what the query tells: never early, perhaps late). It reports whether
+// all of rs are allowed.
 func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds []sluice.Decision, rem []int, allowed bool) (bool, error) {
 	if len(rem) == 0 {
 		return allowed, nil
@@ -67,6 +69,15 @@ func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds [
 			// the query itself was admitted: a key in debt after a
 			// report refuses a request of cost 0 too.
 			ds[i].Allowed = rds[j].Allowed && rds[j].Remaining >= rs[i].Cost
+			if !ds[i].Allowed && rs[i].Cost > 0 {
+				// The query does not tell when the cost fits; once
+				// the limit is full again it does (never early), and
+				// past the capacity never.
+				ds[i].RetryAfter = rds[j].ResetAfter
+				if rs[i].Cost > capacity(rs[i].Algorithm, &rs[i].Limit) {
+					ds[i].RetryAfter = sluice.Never
+				}
+			}
 		}
 	}
 	return allowed && passed(rrs, rds), nil
