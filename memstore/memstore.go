@@ -10,7 +10,7 @@
 //     is derived from the algorithm and the limit; it is exact, so
 //     forgetting a key never changes a decision.
 //   - Options.MaxKeys caps the keys held, exactly (each shard holds its
-//     share of the cap, and there are never more shards than keys allowed).
+//     share of the cap, and there are never more shards than MaxKeys/8).
 //     When a shard is full and sweeping
 //     frees nothing, the store evicts, among a sample of up to 8 keys of that
 //     shard, the one that would reach rest first (the cheapest to forget:
@@ -44,6 +44,12 @@ const (
 	DefaultShards  = 256
 )
 
+// evictSample is how many keys of a full shard eviction compares, and so
+// the fewest keys a shard is made to hold: with fewer, the one key of a
+// shard is evicted whatever its state (a client refused for the hour
+// freed by any new key in its shard).
+const evictSample = 8
+
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// MaxKeys caps the number of keys held, exactly: the cap is split
@@ -51,8 +57,8 @@ type Options struct {
 	// one); 0 means DefaultMaxKeys.
 	MaxKeys int
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two, and down to at most MaxKeys so that every shard holds
-	// at least one key; 0 means DefaultShards.
+	// power of two, and down to at most MaxKeys/8 so that every shard
+	// holds at least the 8 keys eviction compares; 0 means DefaultShards.
 	Shards int
 }
 
@@ -96,7 +102,7 @@ func New(opts Options) *Store {
 		maxKeys = DefaultMaxKeys
 	}
 	pow := 1
-	for pow < n && pow*2 <= maxKeys {
+	for pow < n && pow*2 <= maxKeys/evictSample {
 		pow <<= 1
 	}
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, pow), mask: uint64(pow - 1)}
@@ -258,7 +264,7 @@ func (sh *shard) evictOne() {
 	if t := &sh.small; t.count > 0 {
 		mask := uint32(len(t.slots) - 1)
 		i := t.cursor & mask
-		for steps := 0; seen < 8 && steps < len(t.slots); steps++ {
+		for steps := 0; seen < evictSample && steps < len(t.slots); steps++ {
 			if e := t.slots[i].e; e != nil {
 				if seen == 0 || e.idle < best {
 					victimCell, best = int(i), e.idle
@@ -275,7 +281,7 @@ func (sh *shard) evictOne() {
 			victim, best, inLogs = k, e.idle, true
 		}
 		seen++
-		if n++; n >= 8 {
+		if n++; n >= evictSample {
 			break
 		}
 	}

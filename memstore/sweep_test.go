@@ -65,3 +65,39 @@ func TestSweepHandsMemoryBack(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictionSparesKeysOverTheirLimit: at the cap, a flood of new keys
+// evicts the keys nearest to rest, never keys held over their limit: 20
+// clients refused for the hour stay refused through 1,000 new keys in a
+// store of 100. With one or two keys per shard (100 keys over 64 shards)
+// the "sample" was the shard's one key, and a flood freed a refused client
+// whenever a new key fell in its shard.
+func TestEvictionSparesKeysOverTheirLimit(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Options{MaxKeys: 100})
+	l := sluice.PerHour(10)
+	take := func(key string, cost int64) sluice.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: l, Cost: cost, Now: sluicetest.T0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := range 20 {
+		if d := take(fmt.Sprint("abuser", i), 10); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("abuser %d's 10 of 10: %+v", i, d)
+		}
+	}
+	for i := range 1000 {
+		take(fmt.Sprint("flood", i), 1)
+	}
+	if s.Len() != 100 || s.Evictions() != 920 {
+		t.Fatalf("after 1,020 keys in a store of 100: Len %d, Evictions %d; want 100 and 920", s.Len(), s.Evictions())
+	}
+	for i := range 20 {
+		if d := take(fmt.Sprint("abuser", i), 1); d.Allowed {
+			t.Errorf("abuser %d admitted after the flood: its spent hour was evicted", i)
+		}
+	}
+}
