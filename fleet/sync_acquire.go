@@ -125,6 +125,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			old.mu.Lock()
 			s.hush(old)
 			old.mu.Unlock()
+			e.before() // let go of those quiet already: a key whose rule flips keeps no chain
 		}
 		e.mu.Lock()
 		if e.dead.Load() {

@@ -99,3 +99,33 @@ func TestSyncEvictedSuccessorOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestSyncRuleFlipsKeepNoChain: a key whose rule changes on every request
+// makes a new entry each time; those before it, with nothing left to
+// send, must not stay linked to it (see syncEntry.prev).
+func TestSyncRuleFlipsKeepNoChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewSync(newMemShared(), SyncOptions{Interval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx := context.Background()
+		for i := range 100 {
+			r := sluice.Request{Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(int64(100 + i%2)), Cost: 1, Now: time.Now()}
+			if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+				t.Fatalf("Take %d = %+v, %v; want allowed", i, d, err)
+			}
+		}
+		s.mu.Lock()
+		e := s.keys[nsKey{key: "k"}]
+		s.mu.Unlock()
+		n := 0
+		for p := e.prev.Load(); p != nil; p = p.prev.Load() {
+			n++
+		}
+		if n != 0 {
+			t.Errorf("the key's entry links %d entries before it, want none (all quiet)", n)
+		}
+	})
+}
