@@ -67,3 +67,39 @@ descriptors:
 		t.Errorf("descriptor labels hold %d bytes, want at most %d", total, max)
 	}
 }
+
+// TestEnvoyUnknownCreatesNoSeries: requests for domains no descriptor file
+// configures, and descriptors no rule matches, create no series however
+// many a client sends: the unknown domains are one counter, the unmatched
+// descriptors nothing; a limit override on an unknown domain is ignored
+// with the domain.
+func TestEnvoyUnknownCreatesNoSeries(t *testing.T) {
+	set := writeConf(t, `domain: known
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	e := startRLS(t, newStore(t, "memory"), set, envOpts{})
+	for i := range 100 {
+		v := fmt.Sprint("v", i)
+		e.call(t, "unknown-"+v, 1, desc("user", v))
+		e.call(t, "unknown-"+v, 1, withLimit(desc("user", v), 5, typev3.RateLimitUnit_MINUTE))
+		e.call(t, "known", 1, desc("other-"+v, v), desc("user", "x", "deeper-"+v, v))
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch name := mf.GetName(); {
+		case name == "sluice_envoy_unknown_domain_total":
+			if got := mf.GetMetric()[0].GetCounter().GetValue(); got != 200 {
+				t.Errorf("%s = %v, want 200", name, got)
+			}
+		case strings.HasPrefix(name, "sluice_envoy_"):
+			if n := len(mf.GetMetric()); n != 0 {
+				t.Errorf("%s: %d series, want none (nothing matched a rule)", name, n)
+			}
+		}
+	}
+}
