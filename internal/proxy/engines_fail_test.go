@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -173,6 +174,57 @@ func TestEngineUpstreamClosesKeptConnection(t *testing.T) {
 				case !idempotent && (resp.StatusCode != 502 || body != "{\"error\":\"bad_gateway\"}\n" || len(seen) != 2):
 					t.Errorf("POST on a connection the upstream closed: %d %q, upstream saw %q; want 502 bad_gateway, not sent again", resp.StatusCode, body, seen)
 				}
+			})
+		}
+	})
+}
+
+// A client that goes away in the middle of a streamed answer: the
+// upstream request is abandoned (its context ends), on every engine and
+// both upstream paths — a closed connection on HTTP/1.1, a cancelled
+// stream on HTTP/2. net/http notices at once; the h1 front at the first
+// write that fails (docs/daemon.md), so the upstream goes on streaming.
+func TestEngineClientGoneMidStream(t *testing.T) {
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		for _, pa := range paths {
+			t.Run(pa.name, func(t *testing.T) {
+				gone, left := make(chan struct{}), make(chan struct{})
+				up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					defer close(gone)
+					io.Copy(io.Discard, r.Body)
+					io.WriteString(w, "first\n")
+					w.(http.Flusher).Flush()
+					select {
+					case <-left:
+					case <-r.Context().Done():
+						return
+					}
+					for r.Context().Err() == nil {
+						io.WriteString(w, "more\n")
+						w.(http.Flusher).Flush()
+					}
+				}))
+				t.Cleanup(up.Close)
+				s := startOn(t, ec, up.URL, engineOpts{})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				req := request(t, s, pa.method, "/s", pa.body).WithContext(ctx)
+				resp, err := s.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "first\n" {
+					t.Fatalf("first line %q %v", line, err)
+				}
+				if ec.h2 {
+					cancel() // the stream is reset; the connection stays
+				} else {
+					s.client.Transport.(*http.Transport).CloseIdleConnections()
+					cancel() // HTTP/1.1: the connection is closed
+				}
+				resp.Body.Close()
+				close(left)
+				waitFor(t, gone, "the upstream request abandoned after the client went away")
 			})
 		}
 	})
