@@ -162,13 +162,15 @@ func (c *conn) CloseWrite() error {
 	return errors.ErrUnsupported
 }
 
+// Close gives the connection's slot back, then closes it: the other way
+// round, a client that saw the close and connected again at once could
+// find the slot still taken and be refused.
 func (c *conn) Close() error {
-	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
 		c.l.open.Add(-1)
 		c.l.metrics.Closed(c.slow.Load())
 	})
-	return err
+	return c.Conn.Close()
 }
 
 func isTimeout(err error) bool {
