@@ -4,17 +4,19 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"unsafe"
 )
 
-// hash returns the hash of (ns, key): the low bits pick the shard, the
-// high 32 bits the cell in the shard's table. The key is hashed with the
-// store's random secret or seed; the namespace, which the store's callers
-// choose (a Limiter's name, algorithm and limit), is folded in by nsMix, a
-// few loads instead of hashing it again on every decision, and cached by
-// string identity (nsHash). Namespaces nsMix cannot
-// tell apart only share probe runs: lookups compare the whole key.
-func (s *Store) hash(ns, key string) uint64 {
+// hash returns the hash of (ns, key) and the form of ns stored with the
+// key (see nsOf): the low bits pick the shard, the high 32 bits the cell
+// in the shard's table. The key is hashed with the store's random secret
+// or seed; the namespace, which the store's callers choose (a Limiter's
+// name, algorithm and limit), is folded in by nsMix, a few loads instead
+// of hashing it again on every decision, and cached by string identity
+// (nsOf). Namespaces nsMix cannot tell apart only share probe runs:
+// lookups compare the whole key.
+func (s *Store) hash(ns, key string) (uint64, string) {
 	// The key: up to 16 bytes as wyhash does (the way Go's runtime
 	// hashes strings on CPUs without AES), two multiplications keyed with
 	// the store's random secret; longer keys with maphash and the store's
@@ -39,13 +41,14 @@ func (s *Store) hash(ns, key string) uint64 {
 		h = maphash.String(s.seed, key)
 	}
 	if ns == "" {
-		return h
+		return h, ""
 	}
 	p := unsafe.StringData(ns)
 	if e := s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))].Load(); e != nil && unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
-		return h ^ e.mix
+		return h ^ e.mix, e.stored
 	}
-	return h ^ s.nsHash(ns)
+	mix, stored := s.nsOf(ns)
+	return h ^ mix, stored
 }
 
 // load64p and load32p read 8 and 4 bytes at p+i, little-endian (one load
@@ -58,32 +61,85 @@ func load32p(p unsafe.Pointer, i int) uint32 {
 	return binary.LittleEndian.Uint32(unsafe.Slice((*byte)(unsafe.Add(p, i)), 4))
 }
 
-// nsSeen is a namespace whose nsMix is known. It holds the string, so the
-// memory it points to stays that namespace's for as long as it is cached.
+// nsSeen is a namespace whose nsMix and stored form are known. It holds
+// the string, so the memory it points to stays that namespace's for as
+// long as it is cached.
 type nsSeen struct {
-	ns  string
-	mix uint64
+	ns     string
+	mix    uint64
+	stored string
 }
 
-// nsHash is nsMix(ns), from a small cache when ns is one of the strings the
-// store has seen: a Limiter sends the same namespace string with every
-// request, so comparing its address and length (the cache holds the
-// string, so that address cannot be reused for other bytes) replaces
-// hashing it on every decision. A cell is filled once, by the first
-// namespace to land in it; others are hashed each time (no allocation on
-// the hot path).
-func (s *Store) nsHash(ns string) uint64 {
+// nsOf returns nsMix(ns) and the form of ns the store keeps with each of
+// its keys, from a small cache when ns is one of the strings the store
+// has seen: a Limiter sends the same namespace string with every request,
+// so comparing its address and length (the cache holds the string, so
+// that address cannot be reused for other bytes) replaces hashing it on
+// every decision. A cell is filled once, by the first namespace to land
+// in it; others are looked up each time (no allocation on the hot path).
+//
+// The stored form is a 4-byte number the store gives the namespace (see
+// intern), so that a key costs 4 bytes of namespace instead of its 12 to
+// 40 or more: with a 12-byte key, a state block of 48 bytes instead of
+// 64 or 80.
+func (s *Store) nsOf(ns string) (uint64, string) {
 	p := unsafe.StringData(ns)
 	c := &s.nsCache[(uintptr(unsafe.Pointer(p))>>4)%uintptr(len(s.nsCache))]
 	if e := c.Load(); e != nil {
 		if unsafe.StringData(e.ns) == p && len(e.ns) == len(ns) {
-			return e.mix
+			return e.mix, e.stored
 		}
-		return nsMix(ns)
+		return s.intern(ns)
 	}
-	m := nsMix(ns)
-	c.CompareAndSwap(nil, &nsSeen{ns: ns, mix: m})
-	return m
+	m, stored := s.intern(ns)
+	c.CompareAndSwap(nil, &nsSeen{ns: ns, mix: m, stored: stored})
+	return m, stored
+}
+
+// maxInterned bounds the namespaces given a number: each holds its text
+// (a Limiter's is tens of bytes) and about 100 bytes of map for the
+// store's life. Namespaces past it, or longer than maxInternLen, are
+// stored as they are, with each key: a program that makes a namespace per
+// request (RequestLimit with ever new limits) grows nothing of its own.
+const (
+	maxInterned  = 1 << 16
+	maxInternLen = 256
+)
+
+// interned is a namespace's nsMix and its stored form.
+type interned struct {
+	mix    uint64
+	stored string
+}
+
+// intern returns ns's nsMix and stored form: a number the store gives it
+// on first sight, written as 4 bytes (0xFF and 3 bytes of the number), or
+// ns itself when ns is no longer than that, too long, or the store has
+// numbered maxInterned namespaces already. Once a namespace has a form,
+// it keeps it for the store's life (numbers are never reused), so every
+// key of the namespace is stored and found the same way.
+func (s *Store) intern(ns string) (uint64, string) {
+	if len(ns) <= 4 || len(ns) > maxInternLen {
+		return nsMix(ns), ns
+	}
+	if v, ok := s.nsIDs.Load(ns); ok {
+		in := v.(*interned)
+		return in.mix, in.stored
+	}
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	if v, ok := s.nsIDs.Load(ns); ok {
+		in := v.(*interned)
+		return in.mix, in.stored
+	}
+	if s.nsCount >= maxInterned {
+		return nsMix(ns), ns
+	}
+	s.nsCount++
+	id := s.nsCount
+	in := &interned{mix: nsMix(ns), stored: string([]byte{0xFF, byte(id >> 16), byte(id >> 8), byte(id)})}
+	s.nsIDs.Store(strings.Clone(ns), in)
+	return in.mix, in.stored
 }
 
 // nsMix hashes ns by its length and its first, middle and last 8 bytes,

@@ -68,6 +68,9 @@ type Store struct {
 	seed      maphash.Seed
 	secret    [3]uint64 // the short-key hash's key, random
 	nsCache   [16]atomic.Pointer[nsSeen]
+	nsIDs     sync.Map   // namespace → *interned
+	nsMu      sync.Mutex // over numbering a namespace
+	nsCount   int        // namespaces numbered
 	shards    []shard
 	mask      uint64
 	evictions atomic.Uint64
@@ -137,12 +140,12 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 // pointer instead of copying it, and gets the decision back in registers.
 func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost int64, at time.Time) (allowed bool, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
 	now := at.UnixMicro()
-	h := s.hash(r.Namespace, key)
+	h, ns := s.hash(r.Namespace, key)
 	sh := &s.shards[h&s.mask]
 	var d sluice.Decision
 	if r.Algorithm.UsesLog(r.Limit) {
 		var buf [maxStackKey]byte
-		lk := logKey(r.Namespace, key, &buf)
+		lk := logKey(ns, key, &buf)
 		sh.mu.Lock()
 		err = s.takeLog(sh, lk, r, cost, now, &d)
 		sh.mu.Unlock()
@@ -150,7 +153,7 @@ func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost i
 		// The small-state path inline (a call here costs as much as the
 		// lookup); TakeMicro writes the decision straight into d.
 		sh.mu.Lock()
-		e := sh.small.get(h, r.Namespace, key)
+		e := sh.small.get(h, ns, key)
 		var st sluice.State
 		if e != nil && now < e.idle {
 			st = sluice.State{T: e.t, N: e.n, M: e.m}
@@ -160,7 +163,7 @@ func (s *Store) TakeKey(_ context.Context, r *sluice.Request, key string, cost i
 			if e != nil {
 				*e = entry{t: st.T, n: st.N, m: st.M, idle: idle}
 			} else {
-				s.putSmall(sh, h, r.Namespace, key, e, &st, idle, now)
+				s.putSmall(sh, h, ns, key, e, &st, idle, now)
 			}
 		}
 		sh.mu.Unlock()
@@ -311,8 +314,9 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	}
 	idx := make([]int, len(rs))
 	hs := make([]uint64, len(rs))
+	nss := make([]string, len(rs)) // the namespaces' stored forms
 	for i := range rs {
-		hs[i] = s.hash(rs[i].Namespace, rs[i].Key)
+		hs[i], nss[i] = s.hash(rs[i].Namespace, rs[i].Key)
 		idx[i] = int(hs[i] & s.mask)
 	}
 	order := slices.Clone(idx)
@@ -339,7 +343,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			}
 		}
 		if !found {
-			st = s.shards[idx[i]].load(hs[i], r, now)
+			st = s.shards[idx[i]].load(hs[i], nss[i], r, now)
 		}
 		idle, err := step(r, r.Cost, &ds[i], &st, now)
 		if err != nil {
@@ -353,7 +357,7 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		}
 	}
 	for i := range rs {
-		s.store(&s.shards[idx[i]], hs[i], &rs[i], states[i], idles[i])
+		s.store(&s.shards[idx[i]], hs[i], nss[i], &rs[i], states[i], idles[i])
 	}
 	return nil
 }
@@ -367,39 +371,41 @@ func step(r *sluice.Request, cost int64, d *sluice.Decision, st *sluice.State, n
 	return r.Algorithm.TakeMicro(d, st, &r.Limit, now, cost)
 }
 
-// load returns a copy of r's state, the zero State if absent or at rest.
-func (sh *shard) load(h uint64, r *sluice.Request, now int64) sluice.State {
+// load returns a copy of r's state, the zero State if absent or at rest;
+// ns is r's namespace as stored (see Store.hash).
+func (sh *shard) load(h uint64, ns string, r *sluice.Request, now int64) sluice.State {
 	if r.Algorithm.UsesLog(r.Limit) {
-		if le := sh.logs[r.Namespace+r.Key]; le != nil && now < le.idle {
+		if le := sh.logs[ns+r.Key]; le != nil && now < le.idle {
 			return le.st.Clone()
 		}
 		return sluice.State{}
 	}
-	if e := sh.small.get(h, r.Namespace, r.Key); e != nil && now < e.idle {
+	if e := sh.small.get(h, ns, r.Key); e != nil && now < e.idle {
 		return sluice.State{T: e.t, N: e.n, M: e.m}
 	}
 	return sluice.State{}
 }
 
-// store writes r's state, inserting the key if needed.
-func (s *Store) store(sh *shard, h uint64, r *sluice.Request, st sluice.State, idle int64) {
+// store writes r's state, inserting the key if needed; ns is r's
+// namespace as stored.
+func (s *Store) store(sh *shard, h uint64, ns string, r *sluice.Request, st sluice.State, idle int64) {
 	now := r.Now.UnixMicro()
 	if r.Algorithm.UsesLog(r.Limit) {
-		key := r.Namespace + r.Key
+		key := ns + r.Key
 		s.putLog(sh, key, sh.logs[key], st, idle, now)
 		return
 	}
-	s.putSmall(sh, h, r.Namespace, r.Key, sh.small.get(h, r.Namespace, r.Key), &st, idle, now)
+	s.putSmall(sh, h, ns, r.Key, sh.small.get(h, ns, r.Key), &st, idle, now)
 }
 
 // Reset forgets r.Namespace+r.Key (sluice.Resetter): its next request
 // finds it new.
 func (s *Store) Reset(_ context.Context, r sluice.Request) error {
-	h := s.hash(r.Namespace, r.Key)
+	h, ns := s.hash(r.Namespace, r.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	delete(sh.logs, r.Namespace+r.Key)
-	if i := sh.small.find(h, r.Namespace, r.Key); i >= 0 {
+	delete(sh.logs, ns+r.Key)
+	if i := sh.small.find(h, ns, r.Key); i >= 0 {
 		sh.small.deleteAt(uint32(i))
 	}
 	sh.mu.Unlock()

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,5 +171,34 @@ func TestMaxKeysExact(t *testing.T) {
 		if s.Len() != tc.maxKeys {
 			t.Errorf("MaxKeys %d, Shards %d: %d keys held after %d distinct keys; want exactly the cap", tc.maxKeys, tc.shards, s.Len(), times*tc.maxKeys)
 		}
+	}
+}
+
+// TestNamespacesApart: keys of different namespaces never share a state,
+// whatever form the store keeps each namespace in: numbered (a Limiter's),
+// short, long, or one whose text is a numbered namespace's stored form.
+func TestNamespacesApart(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	spaces := []string{
+		"", "a|", "api|token_bucket,1/h|", "web|token_bucket,1/h|",
+		"\xff\x00\x00\x01", "\xff\x00\x00\x02", strings.Repeat("n", 300) + "|",
+		"api|token_bucket,1/h|k", // its key "" is "api|token_bucket,1/h|"+"k" as text
+	}
+	for _, ns := range spaces {
+		for _, key := range []string{"k", "", "client-1234"} {
+			r := sluice.Request{Namespace: ns, Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.Limit{Rate: 1, Period: time.Hour}, Cost: 1, Now: now}
+			d, err := s.Take(ctx, r)
+			if err != nil || !d.Allowed {
+				t.Fatalf("first request of (%q, %q): %+v, %v: another namespace's state was taken for it", ns, key, d, err)
+			}
+			if d, _ := s.Take(ctx, r); d.Allowed {
+				t.Fatalf("second request of (%q, %q) allowed: its state was not kept", ns, key)
+			}
+		}
+	}
+	if got, want := s.Len(), len(spaces)*3; got != want {
+		t.Fatalf("Len() = %d, want %d", got, want)
 	}
 }
