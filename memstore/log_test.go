@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"time"
 
@@ -88,16 +87,16 @@ func TestSlidingLogSteadyAllocatesNothing(t *testing.T) {
 	for range 5000 { // the log reaches its steady 1,000 times
 		decide()
 	}
-	// Counted over all the decisions, not per run: append's growth would
-	// allocate once every few hundred decisions, which AllocsPerRun
-	// rounds down to 0.
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range 20000 {
-		decide()
-	}
-	runtime.ReadMemStats(&after)
-	if n := after.Mallocs - before.Mallocs; n > 2 {
-		t.Errorf("%d allocations in 20,000 decisions at a steady size, want none", n)
+	// Counted over all the decisions, not per decision: append's growth
+	// would allocate once every few hundred decisions, which AllocsPerRun
+	// would round down to 0. One run of 20,000 (after one more as its
+	// warm-up), under AllocsPerRun's GOMAXPROCS 1, so that goroutines
+	// other tests left behind do not count in the process-wide figure.
+	if n := testing.AllocsPerRun(1, func() {
+		for range 20000 {
+			decide()
+		}
+	}); n > 2 {
+		t.Errorf("%v allocations in 20,000 decisions at a steady size, want none", n)
 	}
 }
