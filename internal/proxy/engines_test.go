@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ type eserved struct {
 	ln     *listener.Listener
 	reg    *prometheus.Registry
 	tlsCfg *tls.Config // the client's, for raw connections
+	active atomic.Int64 // requests in the proxy's handler now
 }
 
 // startOn serves a proxy in front of upstreamURL on the engine ec.
@@ -135,8 +137,13 @@ func startOn(t *testing.T, ec engineCase, upstreamURL string, o engineOpts) *ese
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, wl := listener.Server(ln, p, lo)
-	s := &eserved{ec: ec, Addr: ln.Addr().String(), ln: wl, reg: reg}
+	s := &eserved{ec: ec, Addr: ln.Addr().String(), reg: reg}
+	srv, wl := listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Add(-1)
+		p.ServeHTTP(w, r)
+	}), lo)
+	s.ln = wl
 	done := make(chan struct{})
 	if !ec.tls {
 		front := h1.New(srv)
