@@ -65,4 +65,3 @@ func until(t *testing.T, what string, cond func() bool) {
 		runtime.Gosched()
 	}
 }
-

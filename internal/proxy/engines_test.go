@@ -77,7 +77,7 @@ type eserved struct {
 	client *http.Client
 	ln     *listener.Listener
 	reg    *prometheus.Registry
-	tlsCfg *tls.Config // the client's, for raw connections
+	tlsCfg *tls.Config  // the client's, for raw connections
 	active atomic.Int64 // requests in the proxy's handler now
 }
 
