@@ -67,11 +67,18 @@ func TestSweepHandsMemoryBack(t *testing.T) {
 }
 
 // TestEvictionSparesKeysOverTheirLimit: at the cap, a flood of new keys
-// evicts the keys nearest to rest, never keys held over their limit: 20
+// evicts the keys nearest to rest, never keys held over their limit: 7
 // clients refused for the hour stay refused through 1,000 new keys in a
 // store of 100. With one or two keys per shard (100 keys over 64 shards)
 // the "sample" was the shard's one key, and a flood freed a refused client
 // whenever a new key fell in its shard.
+//
+// 7, because eviction compares 8 keys of a full shard (12 or 13 keys
+// here): with at most 7 refused clients, every sample holds a key nearer
+// to rest, wherever the store's random hash puts them. With 20, a shard
+// drew 8 of them in about 3 runs in 1,000, and the test failed then
+// (eviction by sample can only promise this while such keys are fewer
+// than the sample).
 func TestEvictionSparesKeysOverTheirLimit(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New(memstore.Options{MaxKeys: 100})
@@ -84,7 +91,8 @@ func TestEvictionSparesKeysOverTheirLimit(t *testing.T) {
 		}
 		return d
 	}
-	for i := range 20 {
+	const abusers = 7
+	for i := range abusers {
 		if d := take(fmt.Sprint("abuser", i), 10); !d.Allowed || d.Remaining != 0 {
 			t.Fatalf("abuser %d's 10 of 10: %+v", i, d)
 		}
@@ -92,10 +100,10 @@ func TestEvictionSparesKeysOverTheirLimit(t *testing.T) {
 	for i := range 1000 {
 		take(fmt.Sprint("flood", i), 1)
 	}
-	if s.Len() != 100 || s.Evictions() != 920 {
-		t.Fatalf("after 1,020 keys in a store of 100: Len %d, Evictions %d; want 100 and 920", s.Len(), s.Evictions())
+	if s.Len() != 100 || s.Evictions() != abusers+1000-100 {
+		t.Fatalf("after %d keys in a store of 100: Len %d, Evictions %d; want 100 and %d", abusers+1000, s.Len(), s.Evictions(), abusers+1000-100)
 	}
-	for i := range 20 {
+	for i := range abusers {
 		if d := take(fmt.Sprint("abuser", i), 1); d.Allowed {
 			t.Errorf("abuser %d admitted after the flood: its spent hour was evicted", i)
 		}
