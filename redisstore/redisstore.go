@@ -57,7 +57,10 @@
 // refunded: each algorithm gives back what the request took (tokens, a
 // window's count, log entries, a queue slot), exactly so when nothing else
 // touched the key in between. Between the take and the refund, other
-// clients may briefly see that quota as used.
+// clients may briefly see that quota as used. With a request of another
+// client in between, GCRA's and the leaky bucket's refund may give back
+// too much: up to what refilled (leaked) between the two requests, if the
+// bucket would have been full (the queue empty) without the take.
 //
 // A report (sluice.Request.Force) runs the general script (the flat Take
 // scripts know only Take); in TakeAll it never makes the others fail. A

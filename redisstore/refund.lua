@@ -1,10 +1,24 @@
 -- refund.lua: REFUND[alg] gives back what a take counted, for TakeAll across
 -- Cluster slots (see main.lua). Appended after every algorithm file.
 
--- A refund gives back the cost * Period token-ticks a request took.
+-- A refund gives back the cost * Period token-ticks a request took, less
+-- the refill past mark (the tick the debt before it would have refilled
+-- by) up to the last refill, T: a request after mark found the bucket
+-- refilled that much less for the refunded one, and without it the bucket
+-- was full and that refill lost, so giving it back too would erase that
+-- much of the later request. Exact when T did not pass mark; otherwise
+-- short by less than a tick's refill, never over.
 REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
-  o.N = max(0, o.N - cost * period)
+  local back = cost * period
+  if o.T > mark then back = max(0, back - (o.T - mark) * rate) end
+  o.N = max(0, o.N - back)
 end
+
+-- (The leaky bucket's and GCRA's refunds give back too much when the
+-- queue would have emptied, or the bucket refilled, before another request
+-- came between the take and the refund: that request then loses what
+-- leaked or refilled in between, up to the refunded cost. Their state
+-- keeps no time of the last request, as the token bucket's T is, to tell.)
 
 -- A refund moves the queue's tail back by the request's cost * Period/Rate,
 -- and, when nothing queued behind the request (the tail is its last unit,

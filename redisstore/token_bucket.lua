@@ -16,5 +16,8 @@ STEP[1] = function(o, rate, burst, period, segments, now, cost, force)
   o.N = d
   -- At rest once refilled from the last refill, not from a request before it.
   idle = o.T + reset
+  -- For a refund (REFUND[1]): the tick the debt before this request would
+  -- have refilled by, rounded down.
+  mark = o.T + fdiv(debt, rate)
   return allowed, remaining, retry, reset, delay, idle, mark
 end
