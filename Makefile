@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzQueryValue$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAppend$$' -fuzztime 50000x ./internal/jsonstr
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitReset$$' -fuzztime 100000x ./httplimit
+	$(GO) test -run '^$$' -fuzz '^FuzzServerWait$$' -fuzztime 100000x ./httplimit
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 200000x ./internal/h1
 	$(GO) test -run '^$$' -fuzz '^FuzzSimpleResponse$$' -fuzztime 100000x ./internal/proxy
