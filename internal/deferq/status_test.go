@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,7 +109,7 @@ func TestStatusRedisErrorNotShown(t *testing.T) {
 // one line a second per distinct error, with how many went unlogged: it
 // once got one line per poll.
 func TestStatusErrorsLogOnceASecond(t *testing.T) {
-	var logged lockedLog
+	var logged redistest.SyncBuffer
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
 	q, err := deferq.New(deferq.Options{Connect: func() rueidis.Client { return nil },
@@ -132,30 +131,12 @@ func TestStatusErrorsLogOnceASecond(t *testing.T) {
 	for range 10 {
 		get()
 	}
-	if lines := logged.lines(); len(lines) != 1 {
+	if lines := logged.Lines(); len(lines) != 1 {
 		t.Fatalf("10 polls in one second logged %d lines, want 1: %q", len(lines), lines)
 	}
 	clock.Add(int64(time.Second))
 	get()
-	if lines := logged.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
+	if lines := logged.Lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
 		t.Fatalf("a poll a second later: %d lines, want 2, the second with suppressed=9: %q", len(lines), lines)
 	}
-}
-
-// lockedLog is a log's destination shared by goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
 }

@@ -1,11 +1,9 @@
 package proxy_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,24 +14,6 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rules"
 )
-
-// lockedBuffer is a log's destination shared by the proxy's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
-}
 
 // TestUpstreamErrorsLogOnceASecond: a failing upstream is logged at most
 // once a second, with how many failures went unlogged, and a line carries
@@ -47,7 +27,7 @@ func TestUpstreamErrorsLogOnceASecond(t *testing.T) {
 	var clock atomic.Int64
 	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 	clock.Store(t0.UnixNano())
-	var out lockedBuffer
+	var out redistest.SyncBuffer
 	f := start(t, setup{specs: []rules.Spec{{Name: "r", Rate: "1000/s"}}, up: up,
 		log: slog.New(slog.NewTextHandler(&out, nil)), now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	path := "/" + strings.Repeat("p", 4<<10)
@@ -56,12 +36,12 @@ func TestUpstreamErrorsLogOnceASecond(t *testing.T) {
 			t.Fatalf("upstream down: %d, want 502", resp.StatusCode)
 		}
 	}
-	if lines := out.lines(); len(lines) != 1 || !strings.Contains(lines[0], "msg=upstream") {
+	if lines := out.Lines(); len(lines) != 1 || !strings.Contains(lines[0], "msg=upstream") {
 		t.Fatalf("20 failures in one second logged %d lines, want 1 upstream line: %.300q", len(lines), lines)
 	}
 	clock.Add(int64(time.Second))
 	get(t, f.proxy.URL+path, nil)
-	lines := out.lines()
+	lines := out.Lines()
 	if len(lines) != 2 || !strings.Contains(lines[1], "suppressed=19") {
 		t.Fatalf("a failure a second later: %d lines, want 2, the second with suppressed=19: %.300q", len(lines), lines)
 	}
@@ -82,7 +62,7 @@ func TestDeferFailuresLogOnceASecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	var out lockedBuffer
+	var out redistest.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
@@ -109,12 +89,12 @@ func TestDeferFailuresLogOnceASecond(t *testing.T) {
 	for range 10 {
 		post()
 	}
-	if lines := out.lines(); len(lines) != 1 || !strings.Contains(lines[0], "defer: enqueue") {
+	if lines := out.Lines(); len(lines) != 1 || !strings.Contains(lines[0], "defer: enqueue") {
 		t.Fatalf("10 requests failing to be deferred in one second logged %d lines, want 1: %.400q", len(lines), lines)
 	}
 	clock.Add(int64(time.Second))
 	post()
-	if lines := out.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
+	if lines := out.Lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
 		t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=9: %.400q", len(lines), lines)
 	}
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -22,4 +23,10 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Lines returns what was written so far as lines, without the last
+// newline.
+func (b *SyncBuffer) Lines() []string {
+	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }
