@@ -49,37 +49,26 @@ func stuckSluice(t *testing.T) string {
 // timeout and fails closed, or open where its config says so, as it does
 // with Sluice down: it does not hold the client's request forever.
 func TestGatewayWithSluiceStuck(t *testing.T) {
-	for _, k := range kinds {
-		for _, open := range []bool{false, true} {
-			if open && !k.canFailOpen {
-				continue
-			}
-			name := k.name + "/closed"
-			if open {
-				name = k.name + "/open"
-			}
-			t.Run(name, func(t *testing.T) {
-				t.Parallel() // each waits out its gateway's timeout
-				a := startApp(t)
-				g := k.start(t, stuckSluice(t), a.addr(), variant{failOpen: open})
-				addr := strings.TrimPrefix(g.url, "http://")
-				r := sendRaw(t, "127.0.0.1", addr, "GET / HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
-				switch {
-				case open && (r.status != http.StatusOK || r.body != "app\n"):
-					t.Errorf("with Sluice stuck: got %v, want 200 from the app", r)
-				case !open && r.status != k.stuck:
-					t.Errorf("with Sluice stuck: got %v, want %d", r, k.stuck)
-				}
-				want := int64(0)
-				if open {
-					want = 1
-				}
-				if got := a.hits.Load(); got != want {
-					t.Errorf("the app saw %d requests, want %d", got, want)
-				}
-			})
+	forFailModes(t, func(t *testing.T, k kind, open bool) {
+		t.Parallel() // each waits out its gateway's timeout
+		a := startApp(t)
+		g := k.start(t, stuckSluice(t), a.addr(), variant{failOpen: open})
+		addr := strings.TrimPrefix(g.url, "http://")
+		r := sendRaw(t, "127.0.0.1", addr, "GET / HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
+		switch {
+		case open && (r.status != http.StatusOK || r.body != "app\n"):
+			t.Errorf("with Sluice stuck: got %v, want 200 from the app", r)
+		case !open && r.status != k.stuck:
+			t.Errorf("with Sluice stuck: got %v, want %d", r, k.stuck)
 		}
-	}
+		want := int64(0)
+		if open {
+			want = 1
+		}
+		if got := a.hits.Load(); got != want {
+			t.Errorf("the app saw %d requests, want %d", got, want)
+		}
+	})
 }
 
 // With Sluice's store down under on_error: deny, Sluice answers 503, and
@@ -87,32 +76,21 @@ func TestGatewayWithSluiceStuck(t *testing.T) {
 // Sluice's), in the fail-open variant too: that fails open only when
 // Sluice gives no answer, so on_error decides what a store failure does.
 func TestGatewayWithStoreDown(t *testing.T) {
-	for _, k := range kinds {
-		for _, open := range []bool{false, true} {
-			if open && !k.canFailOpen {
-				continue
-			}
-			name := k.name + "/closed"
-			if open {
-				name = k.name + "/open"
-			}
-			t.Run(name, func(t *testing.T) {
-				rd := redistest.StartServer(t)
-				a := startApp(t)
-				s := startSluice(t, sluiceYAML(t, k.sluice, rd.Addr))
-				g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
-				c := client("127.0.0.1")
-				wantAllowed(t, "with Redis up", send(t, c, "GET", g.url+"/", nil), 2)
-				rd.Stop()
-				if r := send(t, c, "GET", g.url+"/", nil); r.status != http.StatusServiceUnavailable {
-					t.Errorf("with Redis down: got %v, want 503", r)
-				}
-				if got := a.hits.Load(); got != 1 {
-					t.Errorf("the app saw %d requests, want 1", got)
-				}
-			})
+	forFailModes(t, func(t *testing.T, k kind, open bool) {
+		rd := redistest.StartServer(t)
+		a := startApp(t)
+		s := startSluice(t, sluiceYAML(t, k.sluice, rd.Addr))
+		g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
+		c := client("127.0.0.1")
+		wantAllowed(t, "with Redis up", send(t, c, "GET", g.url+"/", nil), 2)
+		rd.Stop()
+		if r := send(t, c, "GET", g.url+"/", nil); r.status != http.StatusServiceUnavailable {
+			t.Errorf("with Redis down: got %v, want 503", r)
 		}
-	}
+		if got := a.hits.Load(); got != 1 {
+			t.Errorf("the app saw %d requests, want 1", got)
+		}
+	})
 }
 
 // A gateway connection over Sluice's api.max_connections is closed at
@@ -120,35 +98,24 @@ func TestGatewayWithStoreDown(t *testing.T) {
 // its config says so (docs/http.md: size max_connections for all the
 // gateways together).
 func TestGatewayOverSluiceConnectionCap(t *testing.T) {
-	for _, k := range kinds {
-		for _, open := range []bool{false, true} {
-			if open && !k.canFailOpen {
-				continue
-			}
-			name := k.name + "/closed"
-			if open {
-				name = k.name + "/open"
-			}
-			t.Run(name, func(t *testing.T) {
-				a := startApp(t)
-				y := replace(t, sluiceYAML(t, k.sluice, ""), "listen: 127.0.0.1:8080\n", "listen: 127.0.0.1:8080\napi:\n  max_connections: 1\n")
-				s := startSluice(t, y)
-				// Another client holds the one connection Sluice takes
-				// (answered once, so Sluice has taken it).
-				if r := sendRawKeep(t, s.addr, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"); r.status != http.StatusOK {
-					t.Fatalf("GET /healthz: got %v, want 200", r)
-				}
-				g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
-				r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
-				switch {
-				case open && (r.status != http.StatusOK || r.body != "app\n"):
-					t.Errorf("with Sluice at its connection cap: got %v, want 200 from the app", r)
-				case !open && r.status != k.down:
-					t.Errorf("with Sluice at its connection cap: got %v, want %d", r, k.down)
-				}
-			})
+	forFailModes(t, func(t *testing.T, k kind, open bool) {
+		a := startApp(t)
+		y := replace(t, sluiceYAML(t, k.sluice, ""), "listen: 127.0.0.1:8080\n", "listen: 127.0.0.1:8080\napi:\n  max_connections: 1\n")
+		s := startSluice(t, y)
+		// Another client holds the one connection Sluice takes
+		// (answered once, so Sluice has taken it).
+		if r := sendRawKeep(t, s.addr, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"); r.status != http.StatusOK {
+			t.Fatalf("GET /healthz: got %v, want 200", r)
 		}
-	}
+		g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
+		r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
+		switch {
+		case open && (r.status != http.StatusOK || r.body != "app\n"):
+			t.Errorf("with Sluice at its connection cap: got %v, want 200 from the app", r)
+		case !open && r.status != k.down:
+			t.Errorf("with Sluice at its connection cap: got %v, want %d", r, k.down)
+		}
+	})
 }
 
 // The fail-open variant lets nothing through that Sluice refused, even
@@ -214,5 +181,23 @@ func TestGatewayFailOpenDoesNotReplayAppFailures(t *testing.T) {
 				t.Errorf("the app got the POST %d times, want once", got)
 			}
 		})
+	}
+}
+
+// forFailModes runs f for each gateway failing closed and, where its
+// config offers it, failing open, as subtests named KIND/closed and
+// KIND/open.
+func forFailModes(t *testing.T, f func(t *testing.T, k kind, open bool)) {
+	for _, k := range kinds {
+		for _, open := range []bool{false, true} {
+			if open && !k.canFailOpen {
+				continue
+			}
+			name := k.name + "/closed"
+			if open {
+				name = k.name + "/open"
+			}
+			t.Run(name, func(t *testing.T) { f(t, k, open) })
+		}
 	}
 }
