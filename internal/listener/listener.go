@@ -20,6 +20,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,11 +167,47 @@ func (c *conn) CloseWrite() error {
 // round, a client that saw the close and connected again at once could
 // find the slot still taken and be refused.
 func (c *conn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// release gives the connection's slot back, once.
+func (c *conn) release() {
 	c.closeOnce.Do(func() {
 		c.l.open.Add(-1)
 		c.l.metrics.Closed(c.slow.Load())
 	})
-	return c.Conn.Close()
+}
+
+// SetWriteDeadline gives the slot back when crypto/tls is about to send
+// its close_notify alert (from tls.Conn's Close or CloseWrite, which set
+// a write deadline first): on TLS the client sees the close at the
+// alert, before the socket closes, so that is the moment Close stands
+// for on a plain connection. Nothing else sets a write deadline on the
+// listener's connections more than once per connection (no WriteTimeout),
+// so looking at the callers here costs little.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	if !t.IsZero() && inCloseNotify() {
+		c.release()
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// inCloseNotify reports whether SetWriteDeadline was called from
+// crypto/tls's close_notify (through tls.Conn.SetWriteDeadline).
+func inCloseNotify() bool {
+	var pcs [4]uintptr
+	n := runtime.Callers(3, pcs[:]) // above inCloseNotify and SetWriteDeadline
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if f.Function == "crypto/tls.(*Conn).closeNotify" {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 func isTimeout(err error) bool {
