@@ -9,7 +9,11 @@
 //     stalls is cut and its connection closed, while a large upload that
 //     keeps moving is never cut, however long it takes.
 //   - Server builds the http.Server with the header and idle timeouts and
-//     both of the above wired in.
+//     both of the above wired in, and closes an HTTP/1 connection after a
+//     request whose framing another hop may have read another way (a
+//     chunked body, which may have come with a Content-Length; HTTP/1.0
+//     keep-alive, whose Transfer-Encoding net/http ignores), so that no
+//     request can be smuggled after it.
 //
 // Connections closed because the client was too slow (its headers did not
 // arrive within read_header_timeout, or its body stalled) are counted, as

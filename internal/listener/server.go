@@ -44,12 +44,14 @@ type Options struct {
 }
 
 // Server returns an http.Server for h on ln with o's limits, and the
-// wrapped listener to pass to its Serve.
+// wrapped listener to pass to its Serve. Its HTTP/1 connections close
+// after a request whose framing another hop may have read another way
+// (chunked; HTTP/1.0 keep-alive): see closeDoubtful.
 func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener) {
 	m := o.Metrics.Listener(o.Name)
 	wl := Wrap(ln, o.MaxConnections, m)
 	srv := &http.Server{
-		Handler:           capStreams(BodyTimeout(h, o.BodyReadTimeout, m), o.MaxConnections, m),
+		Handler:           closeDoubtful(capStreams(BodyTimeout(h, o.BodyReadTimeout, m), o.MaxConnections, m)),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnState:         wl.ConnState,
