@@ -282,12 +282,10 @@ func TestSmuggling(t *testing.T) {
 			rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
 			p := proxyTo(t, rec.srv.URL, proxy.Options{})
 			conn := dialRaw(t, p.Addr)
-			// Read by Content-Length, the body would hide the GET /b;
-			// read as chunked (as it must be), /b would be a request of
-			// its own. Another hop before Sluice may have read it either
-			// way, so RFC 9112 §6.3 has a server that takes such a
-			// request close the connection after answering it: /a is
-			// answered, /b never read.
+			// By Content-Length the body hides GET /b; as chunked (as it
+			// must be read) /b is a request of its own. A hop before may
+			// have read it either way, so (RFC 9112 §6.3) the connection
+			// closes after /a's answer: /b is never read.
 			io.WriteString(conn, method+" /a HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"+
 				"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
 			br := bufio.NewReader(conn)
@@ -302,13 +300,11 @@ func TestSmuggling(t *testing.T) {
 			if more, err := http.ReadResponse(br, nil); err == nil {
 				t.Errorf("a second answer (%d) on the connection, want it closed after /a", more.StatusCode)
 			}
+			// (What the upstream gets on the wire: TestEngineSmugglingUpstreamHead.)
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if len(rec.reqs) != 1 || rec.reqs[0].URL.Path != "/a" || rec.body[0] != "abc" {
 				t.Errorf("upstream saw %d requests (bodies %q), want /a with abc alone", len(rec.reqs), rec.body)
-			}
-			if len(rec.reqs) > 0 && rec.reqs[0].Header.Get("Content-Length") == "40" {
-				t.Error("upstream got the client's Content-Length: 40 beside the chunked body")
 			}
 		})
 	}
