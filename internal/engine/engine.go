@@ -196,9 +196,15 @@ func (e *Engine) Store() sluice.Store { return e.store }
 func (e *Engine) FailOpen() bool { return e.failOpen }
 
 // Match appends to dst the rules in force that apply to req, with their
-// keys (rules.Set.Match).
-func (e *Engine) Match(req *http.Request, clientIP netip.Addr, dst []rules.Match) []rules.Match {
-	return e.rules.Match(req, clientIP, dst)
+// keys (rules.Set.Match). A *rules.AmbiguousKeyError is counted in the
+// metrics; the caller refuses req with WriteMatchError.
+func (e *Engine) Match(req *http.Request, clientIP netip.Addr, dst []rules.Match) ([]rules.Match, error) {
+	ms, err := e.rules.Match(req, clientIP, dst)
+	var ae *rules.AmbiguousKeyError
+	if errors.As(err, &ae) {
+		e.byRule[ae.Rule].Ambiguous()
+	}
+	return ms, err
 }
 
 // Result is the outcome of one request.

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/jsonstr"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // SetHeaders sets the rate-limit headers of res (the tightest enforcing
@@ -29,4 +32,29 @@ func WriteDenied(w http.ResponseWriter, res *Result, limitedStatus int) {
 	}
 	res.SetHeaders(w.Header())
 	httplimit.WriteLimitedStatus(w, limitedStatus, res.DeniedBy.Name, res.Decision)
+}
+
+// WriteMatchError writes the answer for a request Match refused: for
+// a *rules.AmbiguousKeyError (the only error Match returns), 400 with
+// {"error":"ambiguous_key","rule":NAME,"part":PART,"message":…}.
+func WriteMatchError(w http.ResponseWriter, err error) {
+	b := make([]byte, 0, 256)
+	var ae *rules.AmbiguousKeyError
+	if errors.As(err, &ae) {
+		b = append(b, `{"error":"ambiguous_key","rule":`...)
+		b = jsonstr.Append(b, ae.Rule.Name)
+		b = append(b, `,"part":`...)
+		b = jsonstr.Append(b, ae.Part.String())
+		b = append(b, `,"message":`...)
+		b = jsonstr.Append(b, "the request sends "+ae.Part.String()+" more than once or under another spelling of its name; send it once")
+	} else {
+		b = append(b, `{"error":"bad_request","message":`...)
+		b = jsonstr.Append(b, err.Error())
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(http.StatusBadRequest)
+	w.Write(b)
 }

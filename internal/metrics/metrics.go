@@ -12,6 +12,7 @@
 //
 //	sluice_store_fallback_total{policy}        decisions made by store.on_error (allow, deny)
 //	sluice_delay_seconds                       time requests waited under action delay
+//	sluice_ambiguous_keys_total{rule}          requests refused: their key part for rule was ambiguous
 //	sluice_connections_open{listener}          client connections held (listener.go)
 //	sluice_connections_closed_slow_total{listener}, sluice_connections_refused_total{listener},
 //	sluice_body_timeouts_total{listener}       slow and refused clients (listener.go)
@@ -44,6 +45,7 @@ type Metrics struct {
 	duration  prometheus.Histogram
 	delay     prometheus.Histogram
 	reloads   *prometheus.CounterVec
+	ambiguous *prometheus.CounterVec
 
 	mu    sync.RWMutex
 	rules map[string]*Rule
@@ -58,6 +60,7 @@ type Metrics struct {
 // nothing.
 type Rule struct {
 	allowed, denied, shadowDenied prometheus.Counter
+	ambiguous                     prometheus.Counter
 }
 
 // New creates the collectors and registers them on reg. It panics if they
@@ -92,9 +95,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads, by result (success, failure).",
 		}, []string{"result"}),
+		ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_ambiguous_keys_total",
+			Help: "Requests refused (400 ambiguous_key) because their key part for the rule was sent twice or under another spelling.",
+		}, []string{"rule"}),
 		rules: map[string]*Rule{},
 	}
-	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads)
+	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads, m.ambiguous)
 	// Show both reload results and both fallback policies from the start, at 0.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
@@ -122,6 +129,7 @@ func (m *Metrics) Rule(name string) *Rule {
 			allowed:      m.decisions.WithLabelValues(name, Allowed),
 			denied:       m.decisions.WithLabelValues(name, Denied),
 			shadowDenied: m.decisions.WithLabelValues(name, ShadowDenied),
+			ambiguous:    m.ambiguous.WithLabelValues(name),
 		}
 		m.rules[name] = r
 	}
@@ -156,6 +164,7 @@ func (m *Metrics) ForgetRules(names []string) {
 		for _, res := range []string{Allowed, Denied, ShadowDenied} {
 			m.decisions.DeleteLabelValues(n, res)
 		}
+		m.ambiguous.DeleteLabelValues(n)
 	}
 }
 
@@ -177,6 +186,13 @@ func (r *Rule) Denied() {
 func (r *Rule) ShadowDenied() {
 	if r != nil {
 		r.shadowDenied.Inc()
+	}
+}
+
+// Ambiguous counts one request refused for an ambiguous key part.
+func (r *Rule) Ambiguous() {
+	if r != nil {
+		r.ambiguous.Inc()
 	}
 }
 

@@ -239,7 +239,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := p.o.Engine()
 	ip := p.o.ClientIP.ClientIP(r)
 	var buf [8]rules.Match
-	ms := e.Match(r, ip, buf[:0])
+	ms, err := e.Match(r, ip, buf[:0])
+	if err != nil {
+		engine.WriteMatchError(w, err)
+		return
+	}
 	if len(ms) == 0 {
 		p.forward(w, r, ip, nil)
 		return

@@ -76,6 +76,7 @@ type reqPath struct {
 	url                *url.URL
 	seg                [2]string // [fold]; "": none (nothing to add)
 	segMade            [2]bool
+	under              int8 // a header name has a '_' (underscored): 0 not known yet, 1 no, 2 yes
 }
 
 func newReqPath(req *http.Request) reqPath {
@@ -116,11 +117,13 @@ func (p *reqPath) of(r *Rule) string {
 
 // Match appends to dst every rule of s that applies to req, in file order,
 // with the store key req is counted under, and returns the extended slice.
-// A rule whose key part is missing from req does not apply. Pass a reused
+// A rule whose key part is missing from req does not apply. A rule whose
+// key part is ambiguous in req (see AmbiguousKeyError) stops the match
+// with a *AmbiguousKeyError: refuse req, count nothing. Pass a reused
 // dst[:0] to avoid allocating.
-func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match {
+func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Match, error) {
 	if s == nil {
-		return dst
+		return dst, nil
 	}
 	p := newReqPath(req)
 	for _, r := range s.Rules {
@@ -130,17 +133,22 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 				continue
 			}
 		}
-		if k, ok := r.keyFor(req, clientIP, rp); ok {
+		k, amb, ok := r.keyFor(req, clientIP, rp, &p)
+		if amb != nil {
+			return dst, &AmbiguousKeyError{Rule: r, Part: *amb}
+		}
+		if ok {
 			dst = append(dst, Match{Rule: r, Key: k})
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 // KeyFor returns the store key req is counted under by r, or ok=false when
 // a key part is missing and r does not apply to req: an invalid clientIP
 // for ip, no such header, query parameter or cookie, or an empty value
-// (which counts as missing). KeyFor does not check Matches.
+// (which counts as missing); or an ambiguous part (see AmbiguousKeyError,
+// which Set.Match reports). KeyFor does not check Matches.
 //
 // The key is "NAME|FINGERPRINT|VALUE". With one key part VALUE is the raw
 // value (so POST /v1/check with the same key counts the same counter, see
@@ -154,20 +162,25 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) []Match
 // that itself starts with "#" gets a second "#".
 func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
 	p := newReqPath(req)
-	return r.keyFor(req, clientIP, p.of(r))
+	key, amb, ok := r.keyFor(req, clientIP, p.of(r), &p)
+	return key, ok && amb == nil
 }
 
-func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bool) {
+// keyFor returns the key of req, ok=false when a part is missing, or the
+// part that is ambiguous (amb, with ok=false). rp holds what is scanned of
+// req once for all rules.
+func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath) (key string, amb *Part, ok bool) {
 	var buf [128]byte
 	b := buf[:0]
 	single := len(r.Key) == 1
-	for _, p := range r.Key {
+	for i := range r.Key {
+		p := &r.Key[i]
 		var v string
 		var ipb [48]byte
 		switch p.Kind {
 		case PartIP:
 			if !ip.IsValid() {
-				return "", false
+				return "", nil, false
 			}
 			ipv := r.ip.AppendKey(ipb[:0], ip)
 			if !single {
@@ -182,33 +195,40 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bo
 				break
 			}
 			vs := req.Header[p.Name]
+			if len(vs) > 1 || (rp.underscored(req.Header) || strings.IndexByte(p.Name, '_') >= 0) && headerAlias(req.Header, p.Name) {
+				return "", p, false
+			}
 			if len(vs) == 0 {
-				return "", false
+				return "", nil, false
 			}
 			v = vs[0]
 		case PartQuery:
 			if req.URL == nil {
-				return "", false
+				return "", nil, false
 			}
 			// A raw '#' starts a fragment for the servers behind (Node,
 			// Express, Puma read ?k=v#1 as k=v), so a fresh fragment must
 			// not make a fresh key. (Go reads v#1: counted as v, which
 			// errs on the side of the limit.)
 			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
-			v = queryValue(q, p.Name)
-		case PartCookie:
-			c, err := req.Cookie(p.Name)
-			if err != nil {
-				return "", false
+			var bad bool
+			if v, bad = queryValue(q, p.Name); bad {
+				return "", p, false
 			}
-			v = c.Value
+		case PartCookie:
+			var found, bad bool
+			if v, found, bad = cookieValue(req, p.Name); bad {
+				return "", p, false
+			} else if !found {
+				return "", nil, false
+			}
 		case PartMethod:
 			v = strings.ToUpper(req.Method)
 		case PartPath:
 			v = path
 		}
 		if v == "" {
-			return "", false
+			return "", nil, false
 		}
 		if !single {
 			b = strconv.AppendInt(b, int64(len(v)), 10)
@@ -216,7 +236,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string) (string, bo
 		}
 		b = append(b, v...)
 	}
-	return r.head(b), true
+	return r.head(b), nil, true
 }
 
 // StoreKey returns the store key for a key given by a caller (POST
@@ -251,39 +271,4 @@ func (r *Rule) head(v []byte) string {
 		sb.Write(v)
 	}
 	return sb.String()
-}
-
-// queryValue returns the first value of parameter name in a raw query, or
-// "" — without building the whole url.Values map. It reads the query as
-// url.ParseQuery does (so as URL.Query().Get, httplimit and a Go upstream
-// read it): a pair with a ';' or a bad escape is skipped, not taken for
-// the value, since httputil.ReverseProxy drops such pairs on the way
-// upstream and the upstream would read the next one.
-func queryValue(raw, name string) string {
-	for raw != "" {
-		var kv string
-		kv, raw, _ = strings.Cut(raw, "&")
-		if strings.IndexByte(kv, ';') >= 0 {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.ContainsAny(k, "%+") {
-			var err error
-			if k, err = url.QueryUnescape(k); err != nil {
-				continue
-			}
-		}
-		if k != name {
-			continue
-		}
-		if strings.ContainsAny(v, "%+") {
-			u, err := url.QueryUnescape(v)
-			if err != nil {
-				continue
-			}
-			v = u
-		}
-		return v
-	}
-	return ""
 }

@@ -98,7 +98,7 @@ func TestPathSpellings(t *testing.T) {
 	ip := netip.MustParseAddr("192.0.2.1")
 	keyOf := func(target, rule string) (string, bool) {
 		req := httptest.NewRequest("POST", "http://x"+target, nil)
-		for _, m := range set.Match(req, ip, nil) {
+		for _, m := range matchAll(t, set, req, ip) {
 			if m.Rule.Name == rule {
 				return m.Key, true
 			}
@@ -196,7 +196,7 @@ func FuzzCanonicalPath(f *testing.F) {
 func keysOf(t *testing.T, set *Set, path string) string {
 	req := &http.Request{Method: "GET", URL: &url.URL{Path: path}, Header: http.Header{}}
 	var b strings.Builder
-	for _, m := range set.Match(req, ip1, nil) {
+	for _, m := range matchAll(t, set, req, ip1) {
 		b.WriteString(m.Key)
 		b.WriteByte(' ')
 	}
@@ -302,7 +302,7 @@ func FuzzPrefixAsServeMux(f *testing.F) {
 		if served == "-" || served == "" {
 			return // redirected (a path ServeMux cleans first), or not served by either
 		}
-		for _, m := range set.Match(req, ip1, nil) {
+		for _, m := range matchAll(t, set, req, ip1) {
 			if m.Rule.Name == served {
 				return
 			}

@@ -118,12 +118,13 @@ func TestKeyFor(t *testing.T) {
 		{[]string{"ip"}, request("GET", "/"), netip.MustParseAddr("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64", true, "IPv6: the /64"},
 		{[]string{"ip", "method"}, request("GET", "/"), netip.MustParseAddr("2001:db8:1:2:aaaa::1"), "17:2001:db8:1:2::/643:GET", true, "IPv6 /64 in a composite key"},
 		{[]string{"header:x-api-key"}, request("GET", "/", "X-Api-Key: k1"), ip1, "k1", true, "header name canonicalised"},
-		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: k1", "X-Api-Key: k2"), ip1, "k1", true, "first value"},
+		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: k1", "X-Api-Key: k2"), ip1, "", false, "twice: ambiguous (AmbiguousKeyError)"},
 		{[]string{"header:X-Api-Key"}, request("GET", "/"), ip1, "", false, "missing header"},
 		{[]string{"header:X-Api-Key"}, request("GET", "/", "X-Api-Key: "), ip1, "", false, "empty header"},
 		{[]string{"header:host"}, request("GET", "http://api.example.com/"), ip1, "api.example.com", true, "Host lives in req.Host"},
 		{[]string{"query:user"}, request("GET", "/?user=bob&x=1"), ip1, "bob", true, ""},
-		{[]string{"query:user"}, request("GET", "/?x=1&user=b%20o+b&user=eve"), ip1, "b o b", true, "unescaped, first"},
+		{[]string{"query:user"}, request("GET", "/?x=1&user=b%20o+b"), ip1, "b o b", true, "unescaped"},
+		{[]string{"query:user"}, request("GET", "/?x=1&user=b%20o+b&user=eve"), ip1, "", false, "twice: ambiguous (AmbiguousKeyError)"},
 		{[]string{"query:user name"}, request("GET", "/?user+name=z"), ip1, "z", true, "escaped name"},
 		{[]string{"query:user"}, request("GET", "/?username=bob"), ip1, "", false, "prefix is not the name"},
 		{[]string{"query:user"}, request("GET", "/?user="), ip1, "", false, "empty value"},
@@ -341,7 +342,7 @@ func TestSetMatch(t *testing.T) {
 	}
 	var dst []Match
 	for _, tt := range tests {
-		dst = set.Match(tt.req, ip1, dst[:0])
+		dst = matchAll(t, set, tt.req, ip1)
 		var got []string
 		for _, m := range dst {
 			got = append(got, m.Rule.Name)
@@ -353,12 +354,12 @@ func TestSetMatch(t *testing.T) {
 			t.Errorf("Match(%s %s) = %v, want %v", tt.req.Method, tt.req.URL, got, tt.want)
 		}
 	}
-	if got := (*Set)(nil).Match(request("GET", "/"), ip1, nil); len(got) != 0 {
-		t.Errorf("nil Set: Match = %v", got)
+	if got, err := (*Set)(nil).Match(request("GET", "/"), ip1, nil); len(got) != 0 || err != nil {
+		t.Errorf("nil Set: Match = %v, %v", got, err)
 	}
 	// One allocation per matching rule: its key.
 	req := request("POST", "/login")
-	allocs := testing.AllocsPerRun(100, func() { dst = set.Match(req, ip1, dst[:0]) })
+	allocs := testing.AllocsPerRun(100, func() { dst, _ = set.Match(req, ip1, dst[:0]) })
 	if allocs > 2 {
 		t.Errorf("Match allocates %v times for 2 matching rules, want ≤ 2", allocs)
 	}
@@ -390,8 +391,9 @@ func BenchmarkSetMatch(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var dst []Match
 		for pb.Next() {
-			dst = set.Match(req, ip1, dst[:0])
-			if len(dst) != 2 {
+			var err error
+			dst, err = set.Match(req, ip1, dst[:0])
+			if len(dst) != 2 || err != nil {
 				b.Fatalf("Match: %d rules, want 2", len(dst))
 			}
 		}
@@ -409,7 +411,8 @@ func ExampleSet_Match() {
 	}
 	req := httptest.NewRequest("GET", "/api/orders", nil)
 	req.Header.Set("X-Api-Key", "k-123")
-	for _, m := range set.Match(req, netip.MustParseAddr("203.0.113.7"), nil) {
+	ms, _ := set.Match(req, netip.MustParseAddr("203.0.113.7"), nil)
+	for _, m := range ms {
 		fmt.Println(m.Rule.Name, m.Rule.Algorithm, m.Rule.Limit, strings.TrimPrefix(m.Key, m.Rule.Name+"|"+m.Rule.Fingerprint+"|"))
 	}
 	// Output:
@@ -455,23 +458,41 @@ func FuzzKeyFor(f *testing.F) {
 
 // queryValue reads a query as url.ParseQuery does (URL.Query().Get, what
 // httplimit and a Go upstream read, and what httputil.ReverseProxy
-// forwards): the first value of the first pair it keeps.
+// forwards): the first value of the first pair it keeps; and it calls
+// ambiguous exactly a query with name twice or with an alias of it
+// (nameAlias).
 func FuzzQueryValue(f *testing.F) {
 	f.Add("user=bob&x=1", "user")
 	f.Add("x=1&user=b%20o+b&user=eve", "user")
 	f.Add("user=%zz&user=eve", "user")
 	f.Add("user=x;y&user=eve", "user")
 	f.Add("user+name=z&=v", "user name")
+	f.Add("user=a&USER=b", "user")
+	f.Add("user%5B%5D=a", "user")
 	f.Fuzz(func(t *testing.T, raw, name string) {
 		if name == "" || strings.Count(raw, "&") >= 1000 {
 			return // no such part (ParsePart refuses it); url.ParseQuery's cap on parameters
 		}
 		want := ""
-		if vv, _ := url.ParseQuery(raw); len(vv[name]) > 0 {
+		vv, _ := url.ParseQuery(raw)
+		if len(vv[name]) > 0 {
 			want = vv[name][0]
 		}
-		if got := queryValue(raw, name); got != want {
+		got, amb := queryValue(raw, name)
+		if !amb && got != want {
 			t.Fatalf("queryValue(%q, %q) = %q, url.ParseQuery's first value %q", raw, name, got, want)
+		}
+		if len(vv[name]) > 1 && !amb {
+			t.Fatalf("queryValue(%q, %q): %d values, not ambiguous", raw, name, len(vv[name]))
+		}
+		if amb && len(vv[name]) < 2 {
+			alias := false
+			for k := range vv {
+				alias = alias || k != name && nameAlias(k, name)
+			}
+			if !alias {
+				t.Fatalf("queryValue(%q, %q): ambiguous, but url.ParseQuery reads %v", raw, name, vv)
+			}
 		}
 	})
 }

@@ -41,9 +41,13 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	ip := h.o.ClientIP.ClientIP(orig)
 	h.checkGateway(r, ip)
 	var buf [8]rules.Match
-	ms := e.Match(orig, ip, buf[:0])
+	ms, err := e.Match(orig, ip, buf[:0])
 	*o = origRequest{} // nothing of the request is pooled with it
 	origRequests.Put(o)
+	if err != nil {
+		engine.WriteMatchError(w, err)
+		return
+	}
 	ctx, stop := r.Context(), func() {}
 	if delays(ms) {
 		// On the h1 front, have the connection watched while the answer

@@ -1,0 +1,215 @@
+package rules
+
+import (
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// AmbiguousKeyError is the error of Set.Match for a request whose key part
+// Part of Rule the app behind may read as another value than the one
+// Sluice would count: the part is sent more than once, or under another
+// spelling of its name that frameworks read as it. Such a request must be
+// refused (400): counted under one value, it would let a client send a
+// fresh value where Sluice counts and another client's where the app
+// reads, and never be limited.
+//
+// Ambiguous are: a header sent twice (apps take the first, the last, or
+// both joined), or alongside or instead of a name that is the same once
+// '_' is read as '-' and case folded (CGI, WSGI, Rack and PHP read
+// X_Api_Key and X-Api-Key both as HTTP_X_API_KEY); a query parameter or a
+// cookie sent twice (PHP and Rails take a parameter's last value, Django a
+// cookie's last), or under a name that decodes or mangles to it (api%5Fkey,
+// api_key[] and api_key[x] for PHP's and Rails' arrays, PHP's api.key,
+// api+key and api[key, ASP.NET's API_KEY).
+type AmbiguousKeyError struct {
+	Rule *Rule
+	Part Part
+}
+
+func (e *AmbiguousKeyError) Error() string {
+	return "ambiguous key: rule " + strconv.Quote(e.Rule.Name) + ": " + e.Part.String() +
+		" is sent more than once or under another spelling of its name, which the app behind may read instead"
+}
+
+// underscored reports whether some header name of h has a '_': only then
+// can a header have an alias (headerAlias). It scans h once per request.
+func (p *reqPath) underscored(h http.Header) bool {
+	if p.under == 0 {
+		p.under = 1
+		for k := range h {
+			if strings.IndexByte(k, '_') >= 0 {
+				p.under = 2
+				break
+			}
+		}
+	}
+	return p.under == 2
+}
+
+// headerAlias reports whether h has a header other than name that is name
+// once '_' is read as '-' and case folded.
+func headerAlias(h http.Header, name string) bool {
+	for k := range h {
+		if k != name && len(k) == len(name) && sameHeaderName(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameHeaderName(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if foldHeaderByte(a[i]) != foldHeaderByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func foldHeaderByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// nameAlias reports whether k, a decoded query parameter or cookie name
+// other than name, is read as name by some framework: PHP drops leading
+// spaces, reads ' ' and '.' as '_', k[...] as an array of k and an
+// unclosed '[' as '_'; Rails reads k[] and k[x] as k's; ASP.NET folds
+// case.
+func nameAlias(k, name string) bool {
+	k = strings.TrimLeft(k, " ")
+	if i := strings.IndexByte(k, '['); i >= 0 {
+		if strings.IndexByte(k[i:], ']') >= 0 {
+			k = k[:i]
+		} else if len(k) == len(name) && name[i] == '_' {
+			return sameParamName(k[:i], name[:i]) && strings.EqualFold(k[i+1:], name[i+1:])
+		} else {
+			return false
+		}
+	}
+	return len(k) == len(name) && sameParamName(k, name)
+}
+
+func sameParamName(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if foldParamByte(a[i]) != foldParamByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func foldParamByte(c byte) byte {
+	switch {
+	case c == ' ' || c == '.':
+		return '_'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// queryValue returns the first value of parameter name in a raw query, or
+// "" — without building the whole url.Values map — and whether the query
+// is ambiguous for name: name twice, or a name apps read as it
+// (nameAlias). It reads the query as url.ParseQuery does (so as
+// URL.Query().Get, httplimit and a Go upstream read it): a pair with a ';'
+// or a bad escape is skipped, not taken for the value, since
+// httputil.ReverseProxy drops such pairs on the way upstream and the
+// upstream would read the next one.
+func queryValue(raw, name string) (value string, ambiguous bool) {
+	found := false
+	for raw != "" {
+		var kv string
+		kv, raw, _ = strings.Cut(raw, "&")
+		if strings.IndexByte(kv, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			if nameAlias(k, name) && validEscapes(v) {
+				return "", true
+			}
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			u, err := url.QueryUnescape(v)
+			if err != nil {
+				continue
+			}
+			v = u
+		}
+		if found {
+			return "", true
+		}
+		found, value = true, v
+	}
+	return value, false
+}
+
+// cookieValue returns the value of cookie name in h, as Request.Cookie
+// reads it, or ok=false; ambiguous when name is sent twice (on one Cookie
+// line or two) or a cookie name apps read as it is sent: PHP URL-decodes
+// cookie names and reads them as query names (nameAlias).
+func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bool) {
+	n := 0
+	for _, line := range req.Header["Cookie"] {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			k, _, _ := strings.Cut(part, "=")
+			k = textproto.TrimString(k)
+			if k == "" {
+				continue
+			}
+			if k == name {
+				n++
+				continue
+			}
+			if strings.ContainsAny(k, "%+") {
+				if u, err := url.QueryUnescape(k); err == nil {
+					k = u
+				}
+			}
+			if k == name || nameAlias(k, name) {
+				return "", false, true
+			}
+		}
+	}
+	if n > 1 {
+		return "", false, true
+	}
+	c, err := req.Cookie(name)
+	if err != nil {
+		return "", false, false
+	}
+	return c.Value, true, false
+}
+
+// validEscapes reports whether url.QueryUnescape(v) succeeds, without
+// allocating.
+func validEscapes(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '%' {
+			if i+2 >= len(v) || !ishex(v[i+1]) || !ishex(v[i+2]) {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}

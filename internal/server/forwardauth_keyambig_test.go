@@ -1,0 +1,100 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Forward auth cannot choose what reaches the app: the gateway passes the
+// request on as it came. A key part the app may read as another value
+// than the first one sent (a header twice or under its CGI alias
+// X_Api_Key, a query parameter twice or under a name apps decode or
+// mangle to it, a cookie twice) is refused with 400 ambiguous_key, and
+// counted in sluice_ambiguous_keys_total.
+func TestForwardAuthAmbiguousKey(t *testing.T) {
+	set, err := rules.Compile("test.yaml", []rules.Spec{
+		{Name: "by-header", Key: []string{"header:X-Api-Key"}, Rate: "1/m", Algorithm: "fixed_window"},
+		{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
+		{Name: "by-cookie", Key: []string{"cookie:sid"}, Rate: "1/m", Algorithm: "fixed_window"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ask := func(uri string, hdr http.Header) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
+		for k, vv := range hdr {
+			req.Header[k] = vv
+		}
+		req.Header["X-Forwarded-Uri"] = []string{uri}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	// The victim's key of each part, once: each rule's 1/m is spent.
+	if resp, body := ask("/?api_key=victim", http.Header{"X-Api-Key": {"victim"}, "Cookie": {"sid=victim"}}); resp.StatusCode != 200 {
+		t.Fatalf("first forward-auth: %d %q, want 200", resp.StatusCode, body)
+	}
+	for _, tc := range []struct {
+		name, uri string
+		hdr       http.Header
+		rule      string
+	}{
+		{"header twice", "/", http.Header{"X-Api-Key": {"random", "victim"}}, "by-header"},
+		{"header alias", "/", http.Header{"X-Api-Key": {"random"}, "X_api_key": {"victim"}}, "by-header"},
+		{"header alias alone", "/", http.Header{"X_API_KEY": {"victim"}}, "by-header"},
+		{"query twice", "/?api_key=random&api_key=victim", nil, "by-query"},
+		{"query escaped name", "/?api_key=random&api%5fkey=victim", nil, "by-query"},
+		{"query array", "/?api_key[]=victim", nil, "by-query"},
+		{"query PHP name", "/?api_key=random&api.key=victim", nil, "by-query"},
+		{"cookie twice", "/", http.Header{"Cookie": {"sid=random; sid=victim"}}, "by-cookie"},
+		{"cookie twice, two lines", "/", http.Header{"Cookie": {"sid=random", "sid=victim"}}, "by-cookie"},
+	} {
+		resp, body := ask(tc.uri, tc.hdr)
+		var got struct{ Error, Rule, Part string }
+		json.Unmarshal([]byte(body), &got)
+		if resp.StatusCode != 400 || got.Error != "ambiguous_key" || got.Rule != tc.rule || got.Part == "" {
+			t.Errorf("%s: forward-auth %s %v: %d %q, want 400 ambiguous_key naming rule %s", tc.name, tc.uri, tc.hdr, resp.StatusCode, body, tc.rule)
+		}
+	}
+	_, m := do(t, "GET", srv.URL+"/metrics", "", nil)
+	for _, want := range []string{
+		`sluice_ambiguous_keys_total{rule="by-header"} 3`,
+		`sluice_ambiguous_keys_total{rule="by-query"} 4`,
+		`sluice_ambiguous_keys_total{rule="by-cookie"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("GET /metrics lacks %q", want)
+		}
+	}
+}
