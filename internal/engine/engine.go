@@ -200,11 +200,19 @@ func (e *Engine) FailOpen() bool { return e.failOpen }
 // metrics; the caller refuses req with WriteMatchError.
 func (e *Engine) Match(req *http.Request, clientIP netip.Addr, dst []rules.Match) ([]rules.Match, error) {
 	ms, err := e.rules.Match(req, clientIP, dst)
+	if err != nil {
+		e.countMatchError(err)
+	}
+	return ms, err
+}
+
+// countMatchError counts err of Match in the metrics; apart, so that the
+// errors.As target escapes only when Match failed.
+func (e *Engine) countMatchError(err error) {
 	var ae *rules.AmbiguousKeyError
 	if errors.As(err, &ae) {
 		e.byRule[ae.Rule].Ambiguous()
 	}
-	return ms, err
 }
 
 // Result is the outcome of one request.
