@@ -1,8 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/rules"
@@ -33,6 +36,8 @@ var ambiguousCases = []struct {
 	{"query space (PHP)", "/?api%20key=victim", nil, "query:api_key"},
 	{"query bracket (PHP)", "/?api[key=victim", nil, "query:api_key"},
 	{"query case (ASP.NET)", "/?API_KEY=victim&api_key=random", nil, "query:api_key"},
+	{"query ';' (Rack 2)", "/?api_key=random&x=1;api_key=victim", nil, "query:api_key"},
+	{"query ';' dropped pair", "/?api_key=a1;&api_key=victim", nil, "query:api_key"},
 	{"cookie twice", "/", http.Header{"Cookie": {"sid=random; sid=victim"}}, "cookie:sid"},
 	{"cookie twice, two lines", "/", http.Header{"Cookie": {"sid=random", "sid=victim"}}, "cookie:sid"},
 	{"cookie escaped name (PHP)", "/", http.Header{"Cookie": {"sid=random; s%69d=victim"}}, "cookie:sid"},
@@ -72,6 +77,37 @@ func TestAmbiguousKeyRefused(t *testing.T) {
 		req.Header["Cookie"] = []string{"sid=victim; sid2=x"}
 		if resp, body := s.do(t, req); resp.StatusCode != 200 || body != "ok" {
 			t.Errorf("GET with one value of each key part: %d %q, want 200 ok", resp.StatusCode, body)
+		}
+	})
+}
+
+// As sent on the wire, in any case: both HTTP/1 engines (the h1 front and
+// net/http) canonicalize header names before the rules read them, so
+// x-api-key and X-API-KEY are one header sent twice.
+func TestAmbiguousKeyRawHeaders(t *testing.T) {
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		rec := newRecorder(t, nil)
+		s := startOn(t, ec, rec.srv.URL, engineOpts{specs: ambiguousSpecs})
+		for _, head := range []string{
+			"x-api-key: random\r\nX-API-KEY: victim\r\n",
+			"x-api-key: random\r\nx_api_key: victim\r\n",
+			"X_API_KEY: victim\r\n",
+		} {
+			c := s.dial(t)
+			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n"+head+"Connection: close\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("%q: %v", head, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"part":"header:X-Api-Key"`) {
+				t.Errorf("GET / with %q: %d %q, want 400 ambiguous_key for header:X-Api-Key", head, resp.StatusCode, b)
+			}
+		}
+		if n := rec.count(); n != 0 {
+			t.Errorf("the upstream saw %d ambiguous requests, want none", n)
 		}
 	})
 }

@@ -120,17 +120,21 @@ func foldParamByte(c byte) byte {
 // queryValue returns the first value of parameter name in a raw query, or
 // "" — without building the whole url.Values map — and whether the query
 // is ambiguous for name: name twice, or a name apps read as it
-// (nameAlias). It reads the query as url.ParseQuery does (so as
-// URL.Query().Get, httplimit and a Go upstream read it): a pair with a ';'
-// or a bad escape is skipped, not taken for the value, since
-// httputil.ReverseProxy drops such pairs on the way upstream and the
-// upstream would read the next one.
+// (nameAlias), or either in a pair with a ';', which Rack 2 and Python's
+// parse_qs before 3.9.2 split as they split on '&'. It reads the query as
+// url.ParseQuery does (so as URL.Query().Get, httplimit and a Go upstream
+// read it): a pair with a ';' or a bad escape is skipped, not taken for
+// the value, since httputil.ReverseProxy drops such pairs on the way
+// upstream and the upstream would read the next one.
 func queryValue(raw, name string) (value string, ambiguous bool) {
 	found := false
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
 		if strings.IndexByte(kv, ';') >= 0 {
+			if semicolonNames(kv, name) {
+				return "", true
+			}
 			continue
 		}
 		k, v, _ := strings.Cut(kv, "=")
@@ -212,4 +216,25 @@ func validEscapes(v string) bool {
 		}
 	}
 	return true
+}
+
+// semicolonNames reports whether kv, a query pair with a ';', names name
+// (or an alias) once split on ';' as Rack 2 and older Pythons split it.
+func semicolonNames(kv, name string) bool {
+	for kv != "" {
+		var sub string
+		sub, kv, _ = strings.Cut(kv, ";")
+		k, _, _ := strings.Cut(sub, "=")
+		if strings.ContainsAny(k, "%+") {
+			u, err := url.QueryUnescape(k)
+			if err != nil {
+				continue
+			}
+			k = u
+		}
+		if k == name || nameAlias(k, name) {
+			return true
+		}
+	}
+	return false
 }

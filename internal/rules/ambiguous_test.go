@@ -31,7 +31,10 @@ func TestMatchAmbiguousKey(t *testing.T) {
 	}{
 		{"/?api_key=k", []string{"X-Api-Key: k", "Cookie: sid=k; other=1", "X_Tenant: t"}, ""},
 		{"/?api_key=k&api_keys=1&xapi_key=1&api_ke=1&api=1", []string{"X-Api-Keys: 1", "X_Api_Keys: 1"}, ""},
-		{"/?api_key=k&api_key=%zz&api_key=x;y", nil, ""}, // pairs url.ParseQuery and ReverseProxy drop
+		{"/?api_key=k&api_key=%zz&x=1;y=2", nil, ""},        // pairs url.ParseQuery and ReverseProxy drop
+		{"/?api_key=k&x=1;api_key=y", nil, "query:api_key"}, // Rack 2 splits on ';' too
+		{"/?api_key=k;x=1", nil, "query:api_key"},
+		{"/?api_key=k&x=1;api%2Ekey=y", nil, "query:api_key"},
 		{"/", []string{"X-Api-Key: a", "X-Api-Key: b"}, "header:X-Api-Key"},
 		{"/", []string{"X-Api-Key: a", "X-Api-Key: a"}, "header:X-Api-Key"},
 		{"/", []string{"X_Api_Key: v"}, "header:X-Api-Key"},

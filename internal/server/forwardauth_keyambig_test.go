@@ -77,6 +77,10 @@ func TestForwardAuthAmbiguousKey(t *testing.T) {
 		{"query escaped name", "/?api_key=random&api%5fkey=victim", nil, "by-query"},
 		{"query array", "/?api_key[]=victim", nil, "by-query"},
 		{"query PHP name", "/?api_key=random&api.key=victim", nil, "by-query"},
+		// Rack 2 and Python before 3.9.2 split a query on ';' too, and read
+		// the last or first value: Go's url.ParseQuery drops the pair.
+		{"query after ';'", "/?api_key=random&x=1;api_key=victim", nil, "by-query"},
+		{"query before ';'", "/?api_key=victim;x=1&api_key=random", nil, "by-query"},
 		{"cookie twice", "/", http.Header{"Cookie": {"sid=random; sid=victim"}}, "by-cookie"},
 		{"cookie twice, two lines", "/", http.Header{"Cookie": {"sid=random", "sid=victim"}}, "by-cookie"},
 	} {
@@ -90,7 +94,7 @@ func TestForwardAuthAmbiguousKey(t *testing.T) {
 	_, m := do(t, "GET", srv.URL+"/metrics", "", nil)
 	for _, want := range []string{
 		`sluice_ambiguous_keys_total{rule="by-header"} 3`,
-		`sluice_ambiguous_keys_total{rule="by-query"} 4`,
+		`sluice_ambiguous_keys_total{rule="by-query"} 6`,
 		`sluice_ambiguous_keys_total{rule="by-cookie"} 2`,
 	} {
 		if !strings.Contains(m, want) {
