@@ -16,7 +16,8 @@ import (
 // fresh value where Sluice counts and another client's where the app
 // reads, and never be limited.
 //
-// Ambiguous are: a header sent twice (apps take the first, the last, or
+// Ambiguous are (the same value sent twice is not: every app reads it, or
+// "v, v", nobody's key): a header sent twice (apps take the first, the last, or
 // both joined), or alongside or instead of a name that is the same once
 // '_' is read as '-' and case folded (CGI, WSGI, Rack and PHP read
 // X_Api_Key and X-Api-Key both as HTTP_X_API_KEY); a query parameter or a
@@ -158,7 +159,10 @@ func queryValue(raw, name string) (value string, ambiguous bool) {
 			v = u
 		}
 		if found {
-			return "", true
+			if v != value {
+				return "", true
+			}
+			continue
 		}
 		found, value = true, v
 	}
@@ -170,17 +174,22 @@ func queryValue(raw, name string) (value string, ambiguous bool) {
 // line or two) or a cookie name apps read as it is sent: PHP URL-decodes
 // cookie names and reads them as query names (nameAlias).
 func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bool) {
-	n := 0
+	n, first := 0, ""
 	for _, line := range req.Header["Cookie"] {
 		for line != "" {
 			var part string
 			part, line, _ = strings.Cut(line, ";")
-			k, _, _ := strings.Cut(part, "=")
+			k, v, _ := strings.Cut(part, "=")
 			k = textproto.TrimString(k)
 			if k == "" {
 				continue
 			}
 			if k == name {
+				if v = textproto.TrimString(v); n == 0 {
+					first = v
+				} else if v != first {
+					return "", false, true
+				}
 				n++
 				continue
 			}
@@ -193,9 +202,6 @@ func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bo
 				return "", false, true
 			}
 		}
-	}
-	if n > 1 {
-		return "", false, true
 	}
 	c, err := req.Cookie(name)
 	if err != nil {
@@ -237,4 +243,15 @@ func semicolonNames(kv, name string) bool {
 		}
 	}
 	return false
+}
+
+// allSame reports whether vs holds one value, repeated: a part sent twice
+// alike is read alike by every app (or as "v, v", which is nobody's).
+func allSame(vs []string) bool {
+	for _, v := range vs[1:] {
+		if v != vs[0] {
+			return false
+		}
+	}
+	return true
 }

@@ -36,7 +36,13 @@ func TestMatchAmbiguousKey(t *testing.T) {
 		{"/?api_key=k;x=1", nil, "query:api_key"},
 		{"/?api_key=k&x=1;api%2Ekey=y", nil, "query:api_key"},
 		{"/", []string{"X-Api-Key: a", "X-Api-Key: b"}, "header:X-Api-Key"},
-		{"/", []string{"X-Api-Key: a", "X-Api-Key: a"}, "header:X-Api-Key"},
+		// The same value sent twice: every app reads it (or "a, a", which
+		// authenticates nobody), so it is counted, not refused.
+		{"/?api_key=k&api_key=k", []string{"X-Api-Key: a", "X-Api-Key: a", "Cookie: sid=s; sid=s"}, ""},
+		{"/", []string{"Cookie: sid=s", "Cookie: x=1; sid=s"}, ""},
+		{"/", []string{"X-Api-Key: a", "X-Api-Key: a", "X-Api-Key: b"}, "header:X-Api-Key"},
+		{"/?api_key=k&api_key=k&api_key=j", nil, "query:api_key"},
+		{"/", []string{"Cookie: sid=s; sid=s; sid=t"}, "cookie:sid"},
 		{"/", []string{"X_Api_Key: v"}, "header:X-Api-Key"},
 		{"/", []string{"X-Api-Key: a", "X-API_KEY: v"}, "header:X-Api-Key"},
 		{"/", []string{"X-Tenant: v"}, "header:X_tenant"},

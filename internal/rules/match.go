@@ -195,7 +195,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 				break
 			}
 			vs := req.Header[p.Name]
-			if len(vs) > 1 || (rp.underscored(req.Header) || strings.IndexByte(p.Name, '_') >= 0) && headerAlias(req.Header, p.Name) {
+			if len(vs) > 1 && !allSame(vs) || (rp.underscored(req.Header) || strings.IndexByte(p.Name, '_') >= 0) && headerAlias(req.Header, p.Name) {
 				return "", p, false
 			}
 			if len(vs) == 0 {
