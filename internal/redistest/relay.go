@@ -50,7 +50,16 @@ func (r *relay) start(tb testing.TB, addr string, refuse func() bool, pipe func(
 				c.Close()
 				continue
 			}
+			// Asked again with the list locked: a client accepted while a
+			// Cutter cut (and closed every connection it knew of) is
+			// refused here, not kept as the one way left to Redis.
 			r.connsMu.Lock()
+			if refuse != nil && refuse() {
+				r.connsMu.Unlock()
+				c.Close()
+				s.Close()
+				continue
+			}
 			r.conns = append(r.conns, c, s)
 			r.connsMu.Unlock()
 			pipe(c, s)
