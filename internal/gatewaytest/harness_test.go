@@ -341,12 +341,16 @@ type result struct {
 	body   string
 }
 
-// sendBody sends a POST of body to url.
-func sendBody(t *testing.T, c *http.Client, url string, body []byte) result {
+// sendBody sends a POST of body to url, with the headers kv (name, value,
+// name, value…).
+func sendBody(t *testing.T, c *http.Client, url string, body []byte, kv ...string) result {
 	t.Helper()
 	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Set(kv[i], kv[i+1])
 	}
 	return send(t, c, "", "", nil, req)
 }
