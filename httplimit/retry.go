@@ -118,7 +118,8 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
 	}
-	if !t.retryable(req) {
+	retryable := t.retryable(req)
+	if !retryable {
 		maxAttempts = 1
 	}
 	maxElapsed := orDefault(t.MaxElapsed, DefaultMaxElapsed)
@@ -139,6 +140,12 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if resp.StatusCode < 400 {
 				budget.succeeded()
 			}
+			return resp, nil
+		}
+		if !retryable {
+			// As gRPC's throttling, which counts the failures of calls
+			// with a retry policy only: a refusal of a request never
+			// retried must not stop the retries of those that are.
 			return resp, nil
 		}
 		budget.failed()

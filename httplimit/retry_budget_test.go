@@ -191,3 +191,27 @@ func TestRetryBudgetOtherErrorsAreNeutral(t *testing.T) {
 		}
 	})
 }
+
+// A 429 or 503 on a request the transport may not retry (a POST without
+// RetryNonIdempotent or an Idempotency-Key) takes no token: gRPC's retry
+// throttling counts failures only of calls that have a retry policy. Such
+// answers must not stop the retries of the requests that may be retried.
+func TestRetryBudgetNotRetriedRequestsAreNeutral(t *testing.T) {
+	var script []answer
+	for range 10 {
+		script = append(script, answer{http.StatusTooManyRequests, nil}, answer{http.StatusServiceUnavailable, nil})
+	}
+	srv := newScripted(t, script...)
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget}
+		for range 20 {
+			if code, _, _ := do(t, rt, "POST", srv.URL, "body", nil); code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+				t.Fatalf("POST: %d, want the 429 or 503 as it came (not retried)", code)
+			}
+		}
+		if got := budget.Tokens(); got != 10 {
+			t.Errorf("tokens after 20 refusals of POSTs that are never retried: got %v, want 10 (none taken)", got)
+		}
+	})
+}
