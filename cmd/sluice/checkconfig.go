@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
@@ -57,6 +58,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		}
 		return 1
+	}
+	for _, w := range cfg.TLSWarnings(time.Now()) {
+		fmt.Fprintln(stderr, w) // valid, as serve starts with it, but clients will refuse it
 	}
 	sum := summary(cfg) // ends in "; grpc ADDR" with a grpc block
 	if descs != nil {

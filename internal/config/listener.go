@@ -133,6 +133,41 @@ func (c *Config) TLSProblems() error {
 	return es.Err()
 }
 
+// TLSWarnings names the certificates that load but that clients will
+// refuse at now: not valid yet, or expired. serve starts with them (and
+// says so in its log); check-config prints these.
+func (c *Config) TLSWarnings(now time.Time) []*rules.ParseError {
+	var ws []*rules.ParseError
+	each := func(key string, t *TLSConfig) {
+		if t == nil {
+			return
+		}
+		cfg, err := tlsconf.Load(t.Options())
+		if err != nil || len(cfg.Certificates) == 0 || cfg.Certificates[0].Leaf == nil {
+			return // TLSProblems's to report
+		}
+		leaf, k := cfg.Certificates[0].Leaf, key+".cert"
+		var msg string
+		switch {
+		case now.Before(leaf.NotBefore):
+			msg = "warning: " + t.Cert + ": the certificate is not valid until " + leaf.NotBefore.UTC().Format(time.RFC3339) + "; clients will refuse it until then"
+		case now.After(leaf.NotAfter):
+			msg = "warning: " + t.Cert + ": the certificate expired on " + leaf.NotAfter.UTC().Format(time.RFC3339) + "; clients will refuse it"
+		default:
+			return
+		}
+		ws = append(ws, &rules.ParseError{File: c.File, Line: c.Line(k), Key: k, Msg: msg})
+	}
+	each("api.tls", c.API.TLS)
+	if c.Proxy != nil {
+		each("proxy.tls", c.Proxy.TLS)
+	}
+	if c.GRPC != nil {
+		each("grpc.tls", c.GRPC.TLS)
+	}
+	return ws
+}
+
 // Options returns t as tlsconf options.
 func (t *TLSConfig) Options() tlsconf.Options {
 	return tlsconf.Options{Cert: t.Cert, Key: t.Key, ClientCA: t.ClientCA, ClientSANs: t.ClientSANs}
