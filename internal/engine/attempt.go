@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -58,13 +56,4 @@ func (e *Engine) take(ctx context.Context, a *attempt) error {
 		return err
 	}
 	return e.store.TakeAll(ctx, a.rs, a.ds)
-}
-
-// throttle lets one event through per second.
-type throttle struct{ last atomic.Int64 }
-
-func (t *throttle) ok(now time.Time) bool {
-	s := now.Unix()
-	old := t.last.Load()
-	return old != s && t.last.CompareAndSwap(old, s)
 }

@@ -72,6 +72,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ctxtime"
 	"github.com/sluicehq/sluice/internal/hotkeys"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -144,7 +145,7 @@ type Engine struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	storeLog, shadowLog throttle
+	storeLog, shadowLog logthrottle.Throttle
 	realClock           bool // now is time.Now: its readings time the store calls too
 }
 

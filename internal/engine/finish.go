@@ -56,7 +56,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			continue
 		}
 		m.ShadowDenied()
-		if e.shadowLog.ok(now) {
+		if e.shadowLog.OK(now) {
 			e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
 		}
 	}
@@ -71,7 +71,7 @@ func (e *Engine) ruleMetrics(r *rules.Rule) *metrics.Rule {
 
 func (e *Engine) storeFailed(err error) {
 	e.metrics.StoreError()
-	if e.storeLog.ok(e.now()) {
+	if e.storeLog.OK(e.now()) {
 		e.log.Warn("store could not decide", "err", err, "on_error_allow", e.failOpen)
 	}
 }

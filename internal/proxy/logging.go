@@ -5,31 +5,15 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"unicode/utf8"
 )
-
-// throttle lets one event through per second of Options.Now and counts
-// the others.
-type throttle struct{ last, dropped atomic.Int64 }
-
-// ok reports whether an event at second sec is let through; if not, it
-// is counted among the dropped.
-func (t *throttle) ok(sec int64) bool {
-	old := t.last.Load()
-	if old != sec && t.last.CompareAndSwap(old, sec) {
-		return true
-	}
-	t.dropped.Add(1)
-	return false
-}
 
 // logUpstream logs the upstream's failure to answer r, at most once a
 // second with the number of failures unlogged since: while the upstream
 // fails, every request fails, and a client choosing its requests must not
 // be able to flood the log. The path is cut, and left out of the error.
 func (p *Proxy) logUpstream(r *http.Request, err error) {
-	if !p.upLog.ok(p.o.Now().Unix()) {
+	if !p.upLog.OK(p.o.Now()) {
 		return
 	}
 	var ue *url.Error
@@ -37,15 +21,15 @@ func (p *Proxy) logUpstream(r *http.Request, err error) {
 		err = ue.Err // without the URL, which holds the path
 	}
 	p.o.Logger.Warn("upstream", "method", cut(r.Method), "path", cut(r.URL.Path), "err", err,
-		"suppressed", p.upLog.dropped.Swap(0))
+		"suppressed", p.upLog.Dropped())
 }
 
 // logDefer logs a failure to queue a request of the defer rule named
 // rule, at most once a second: while Redis is down every request the rule
 // refuses fails so.
 func (p *Proxy) logDefer(rule string, err error) {
-	if p.deferLog.ok(p.o.Now().Unix()) {
-		p.o.Logger.Warn("defer: enqueue", "rule", rule, "err", err, "suppressed", p.deferLog.dropped.Swap(0))
+	if p.deferLog.OK(p.o.Now()) {
+		p.o.Logger.Warn("defer: enqueue", "rule", rule, "err", err, "suppressed", p.deferLog.Dropped())
 	}
 }
 

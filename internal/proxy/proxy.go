@@ -72,6 +72,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -129,8 +130,8 @@ type Proxy struct {
 	pool      *pool
 	rht       time.Duration
 	maxHeader int64
-	upLog     throttle // upstream failures: logged once a second
-	deferLog  throttle // failures to defer: logged once a second
+	upLog     logthrottle.Throttle // upstream failures: logged once a second
+	deferLog  logthrottle.Throttle // failures to defer: logged once a second
 }
 
 type ctxKey struct{}

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -30,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/jsonstr"
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -76,16 +76,7 @@ type RLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	o      RLSOptions
 	envoy  *metrics.Envoy
-	badLog throttle
-}
-
-// throttle lets one event through per second.
-type throttle struct{ last atomic.Int64 }
-
-func (t *throttle) ok(now time.Time) bool {
-	sec := now.Unix()
-	old := t.last.Load()
-	return old != sec && t.last.CompareAndSwap(old, sec)
+	badLog logthrottle.Throttle
 }
 
 // NewRLS returns the rate limit service for o.
@@ -127,7 +118,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 // or are context.Canceled (the client went away before the store answered).
 func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
-		if s.badLog.ok(s.o.Now()) {
+		if s.badLog.OK(s.o.Now()) {
 			s.o.Logger.Info("bad rate limit request", "err", err)
 		}
 		return nil, err
