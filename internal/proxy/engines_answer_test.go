@@ -12,10 +12,10 @@ import (
 	"testing"
 )
 
-// scriptedUpstream answers each request on its connections with answer(the
-// request), written as it is: what a real server may send that
-// net/http's would not let a handler write.
-func scriptedUpstream(t *testing.T, answer func(r *http.Request) string) string {
+// serveConns listens on a free loopback port until the test ends and runs
+// handle on each connection it accepts, in a goroutine of its own, closing
+// the connection after; it returns the address.
+func serveConns(t *testing.T, handle func(c net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,21 +30,31 @@ func scriptedUpstream(t *testing.T, answer func(r *http.Request) string) string 
 			}
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, r.Body)
-					if _, err := io.WriteString(c, answer(r)); err != nil {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()
-	return "http://" + ln.Addr().String()
+	return ln.Addr().String()
+}
+
+// scriptedUpstream answers each request on its connections with answer(the
+// request), written as it is: what a real server may send that
+// net/http's would not let a handler write.
+func scriptedUpstream(t *testing.T, answer func(r *http.Request) string) string {
+	t.Helper()
+	return "http://" + serveConns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			r, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, r.Body)
+			if _, err := io.WriteString(c, answer(r)); err != nil {
+				return
+			}
+		}
+	})
 }
 
 // HEAD, 204 and 304 answers carry no body on every engine, also when the

@@ -77,29 +77,15 @@ func TestEngineUpstreamCutMidBody(t *testing.T) {
 		for kind, answer := range heads {
 			for _, pa := range paths {
 				t.Run(kind+"/"+pa.name, func(t *testing.T) {
-					ln, err := net.Listen("tcp", "127.0.0.1:0")
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { ln.Close() })
-					go func() {
-						for {
-							c, err := ln.Accept()
-							if err != nil {
-								return
-							}
-							go func() {
-								defer c.Close()
-								r, err := http.ReadRequest(bufio.NewReader(c))
-								if err != nil {
-									return
-								}
-								io.Copy(io.Discard, r.Body)
-								io.WriteString(c, answer)
-							}()
+					up := serveConns(t, func(c net.Conn) {
+						r, err := http.ReadRequest(bufio.NewReader(c))
+						if err != nil {
+							return
 						}
-					}()
-					s := startOn(t, ec, "http://"+ln.Addr().String(), engineOpts{})
+						io.Copy(io.Discard, r.Body)
+						io.WriteString(c, answer)
+					})
+					s := startOn(t, ec, "http://"+up, engineOpts{})
 					resp, err := s.client.Do(request(t, s, pa.method, "/", pa.body))
 					if err != nil {
 						return // cut before the head reached the client: not whole either
@@ -123,41 +109,27 @@ func TestEngineUpstreamClosesKeptConnection(t *testing.T) {
 	forEngine(t, false, func(t *testing.T, ec engineCase) {
 		for _, pa := range paths {
 			t.Run(pa.name, func(t *testing.T) {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { ln.Close() })
 				var mu sync.Mutex
 				var seen []string
-				go func() {
-					for {
-						c, err := ln.Accept()
+				up := serveConns(t, func(c net.Conn) {
+					br := bufio.NewReader(c)
+					for i := 0; ; i++ {
+						r, err := http.ReadRequest(br)
 						if err != nil {
 							return
 						}
-						go func() {
-							defer c.Close()
-							br := bufio.NewReader(c)
-							for i := 0; ; i++ {
-								r, err := http.ReadRequest(br)
-								if err != nil {
-									return
-								}
-								io.Copy(io.Discard, r.Body)
-								mu.Lock()
-								seen = append(seen, r.Method+" "+r.URL.Path)
-								mu.Unlock()
-								if r.URL.Path == "/second" && i > 0 {
-									return // the request read, the connection closed unanswered
-								}
-								io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-							}
-						}()
+						io.Copy(io.Discard, r.Body)
+						mu.Lock()
+						seen = append(seen, r.Method+" "+r.URL.Path)
+						mu.Unlock()
+						if r.URL.Path == "/second" && i > 0 {
+							return // the request read, the connection closed unanswered
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
-				}()
+				})
 				specs := []rules.Spec{{Name: "r", Rate: "10/m"}}
-				s := startOn(t, ec, "http://"+ln.Addr().String(), engineOpts{specs: specs})
+				s := startOn(t, ec, "http://"+up, engineOpts{specs: specs})
 				if resp, body := s.do(t, request(t, s, pa.method, "/first", pa.body)); resp.StatusCode != 200 || body != "ok" {
 					t.Fatalf("first: %d %q", resp.StatusCode, body)
 				}

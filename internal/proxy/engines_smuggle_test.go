@@ -195,47 +195,33 @@ type upstreamHeads struct {
 
 func newUpstreamHeads(t *testing.T) *upstreamHeads {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	u := &upstreamHeads{addr: ln.Addr().String()}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(safety))
-				br := bufio.NewReader(c)
-				tp := textproto.NewReader(br)
-				if _, err := tp.ReadLine(); err != nil {
-					return
-				}
-				h, err := tp.ReadMIMEHeader() // as it came: net/http's parse would drop a Content-Length beside chunked
-				if err != nil {
-					return
-				}
-				var body []byte
-				if http.Header(h).Get("Transfer-Encoding") == "chunked" {
-					body, err = io.ReadAll(httputil.NewChunkedReader(br))
-				} else if n, perr := strconv.Atoi(http.Header(h).Get("Content-Length")); perr == nil {
-					body = make([]byte, n)
-					_, err = io.ReadFull(br, body)
-				}
-				u.mu.Lock()
-				u.head = append(u.head, http.Header(h))
-				u.body = append(u.body, string(body))
-				u.mu.Unlock()
-				if err == nil {
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-				}
-			}()
+	u := &upstreamHeads{}
+	u.addr = serveConns(t, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(safety))
+		br := bufio.NewReader(c)
+		tp := textproto.NewReader(br)
+		if _, err := tp.ReadLine(); err != nil {
+			return
 		}
-	}()
+		h, err := tp.ReadMIMEHeader() // as it came: net/http's parse would drop a Content-Length beside chunked
+		if err != nil {
+			return
+		}
+		var body []byte
+		if http.Header(h).Get("Transfer-Encoding") == "chunked" {
+			body, err = io.ReadAll(httputil.NewChunkedReader(br))
+		} else if n, perr := strconv.Atoi(http.Header(h).Get("Content-Length")); perr == nil {
+			body = make([]byte, n)
+			_, err = io.ReadFull(br, body)
+		}
+		u.mu.Lock()
+		u.head = append(u.head, http.Header(h))
+		u.body = append(u.body, string(body))
+		u.mu.Unlock()
+		if err == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+		}
+	})
 	return u
 }
 

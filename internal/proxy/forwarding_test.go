@@ -353,30 +353,16 @@ func TestHead(t *testing.T) {
 // saying Connection: close: a request that meets such a connection in the
 // pool is sent again on a new one, so every client request is answered.
 func TestStalePooledConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var conns, reqs atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				reqs.Add(1)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+	up := serveConns(t, func(c net.Conn) {
+		conns.Add(1)
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
-	p := proxyTo(t, "http://"+ln.Addr().String(), proxy.Options{})
+		reqs.Add(1)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	p := proxyTo(t, "http://"+up, proxy.Options{})
 	for i := range 5 {
 		if resp, body := send(t, "GET", p.URL+"/", "", nil); resp.StatusCode != 200 || body != "ok" {
 			t.Fatalf("request %d: %d %q, want 200 ok", i, resp.StatusCode, body)

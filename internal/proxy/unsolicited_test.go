@@ -17,43 +17,29 @@ import (
 // to another client, as net/http's Transport does not ("Unsolicited
 // response received on idle HTTP channel").
 func TestUnsolicitedUpstreamBytes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	goAhead, written := make(chan struct{}), make(chan struct{})
 	var conns atomic.Int64
-	go func() {
-		for first := true; ; first = false {
-			c, err := ln.Accept()
+	up := serveConns(t, func(c net.Conn) {
+		first := conns.Add(1) == 1 // the second is opened after the first's answer
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			conns.Add(1)
-			go func(c net.Conn, first bool) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if first && i == 0 {
-						c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-						<-goAhead
-						// Nobody asked for this: the upstream is wrong, and
-						// no client may get it.
-						c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nSECRET"))
-						close(written)
-						continue
-					}
-					c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(req.URL.Path)) + "\r\n\r\n" + req.URL.Path))
-				}
-			}(c, first)
+			if first && i == 0 {
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				<-goAhead
+				// Nobody asked for this: the upstream is wrong, and
+				// no client may get it.
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nSECRET"))
+				close(written)
+				continue
+			}
+			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(req.URL.Path)) + "\r\n\r\n" + req.URL.Path))
 		}
-	}()
-	p := proxyTo(t, "http://"+ln.Addr().String(), proxy.Options{})
+	})
+	p := proxyTo(t, "http://"+up, proxy.Options{})
 	if _, body := get(t, p.URL+"/a", nil); body != "ok" {
 		t.Fatalf("first answer %q, want ok", body)
 	}
