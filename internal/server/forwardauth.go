@@ -108,9 +108,9 @@ func first(h http.Header, key string) string {
 
 // originalRequest rebuilds the request a gateway is asking about, in o.
 func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
-	uri := first(r.Header, keyForwardedURI)
-	if uri == "" {
-		uri = first(r.Header, keyOriginalURI)
+	uri, err := agreed(r.Header, keyForwardedURI, "X-Forwarded-Uri", keyOriginalURI, "X-Original-URI", sameURI)
+	if err != nil {
+		return nil, err
 	}
 	if uri == "" {
 		return nil, errBadRequest("missing X-Forwarded-Uri or X-Original-URI: configure the gateway to send the original request's URI")
@@ -129,22 +129,65 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 		}
 		return nil, errBadRequest("bad original URI " + quoteCut(uri) + ": " + reason)
 	}
-	method := first(r.Header, keyForwardedMethod)
-	if method == "" {
-		method = first(r.Header, keyOriginalMethod)
+	method, err := agreed(r.Header, keyForwardedMethod, "X-Forwarded-Method", keyOriginalMethod, "X-Original-Method", strings.EqualFold)
+	if err != nil {
+		return nil, err
 	}
 	if method == "" {
 		method = r.Method
+	}
+	host, err := agreed(r.Header, keyForwardedHost, "X-Forwarded-Host", "", "", nil)
+	if err != nil {
+		return nil, err
 	}
 	orig := &o.r
 	*orig = *r
 	orig.Method = strings.ToUpper(method)
 	orig.URL = &o.u
 	orig.RequestURI = uri
-	if host := first(r.Header, keyForwardedHost); host != "" {
+	if host != "" {
 		orig.Host = host
 	}
 	return orig, nil
+}
+
+// agreed returns what the gateway says of one part of the original
+// request: the first non-empty line of header a (in canonical form;
+// aName as the docs spell it), else of header b ("": none), or "" when
+// neither is sent. Gateways pass the client's own headers on beside the
+// ones they set, so a line that says otherwise (same, for two values;
+// nil: equal) is refused, naming both: were one of them preferred, a
+// client could add the preferred spelling (X-Forwarded-Uri beside a
+// gateway's X-Original-URI), or the header once more, and choose the
+// request its rules see.
+func agreed(h http.Header, a, aName, b, bName string, same func(x, y string) bool) (string, error) {
+	v, vName := "", ""
+	names := [2]string{aName, bName}
+	for i, k := range [2]string{a, b} {
+		name := names[i]
+		if k == "" {
+			continue
+		}
+		for _, x := range h[k] {
+			switch {
+			case x == "":
+			case vName == "":
+				v, vName = x, name
+			case x != v && (same == nil || !same(v, x)):
+				return "", errBadRequest(vName + " " + quoteCut(v) + " and " + name + " " + quoteCut(x) +
+					" disagree: the gateway must send the original request's one value, set by itself (never pass the client's own on)")
+			}
+		}
+	}
+	return v, nil
+}
+
+// sameURI reports whether two original URIs are one: equal but for a
+// #fragment, which is no part of the request.
+func sameURI(x, y string) bool {
+	x, _, _ = strings.Cut(x, "#")
+	y, _, _ = strings.Cut(y, "#")
+	return x == y
 }
 
 // parseURI sets *u to url.ParseRequestURI(uri), without allocating for
