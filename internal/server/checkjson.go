@@ -23,8 +23,11 @@ import (
 //     another parser in front of Sluice may have read the first);
 //   - no null values, no other fields.
 //
-// Strings are unescaped as encoding/json does, invalid UTF-8 becoming
-// U+FFFD. FuzzParseCheck holds it to encoding/json's answers.
+// Strings are unescaped as encoding/json does, but must be text (RFC 8259
+// section 8.1, RFC 7493 section 2.1): invalid UTF-8 and an escaped lone
+// surrogate (\ud800) are refused, where encoding/json reads each as
+// U+FFFD, so that keys "caf\xe9" and "caf\xe8" (Latin-1) would share one
+// counter. FuzzParseCheck holds it to encoding/json's answers otherwise.
 
 // errSyntax and friends are the parse failures; check wraps them in a 400.
 var (
@@ -42,6 +45,28 @@ type duplicateFieldError struct{ name string }
 
 func (e *duplicateFieldError) Error() string {
 	return "field " + strconv.Quote(e.name) + " given twice"
+}
+
+// textError says where a string of the body is not text: a byte of
+// invalid UTF-8 at offset, or (surrogate ≠ 0) an escaped lone surrogate.
+type textError struct {
+	field     string // "" for a field name
+	offset    int
+	b         byte
+	surrogate rune
+}
+
+func (e *textError) Error() string {
+	what := "a field name"
+	if e.field != "" {
+		what = "field " + strconv.Quote(e.field)
+	}
+	if e.surrogate != 0 {
+		return what + ` holds \u` + strconv.FormatInt(int64(e.surrogate), 16) + ` alone (offset ` + strconv.Itoa(e.offset) +
+			` of the body), half of a UTF-16 surrogate pair and no character; send a key that is not text encoded (hex, base64)`
+	}
+	return what + " is not valid UTF-8 (byte 0x" + strconv.FormatInt(int64(e.b), 16) + " at offset " + strconv.Itoa(e.offset) +
+		" of the body); send a key that is not text encoded (hex, base64)"
 }
 
 // unknownFieldError names a field the endpoint does not take.
@@ -72,7 +97,7 @@ func parseCheck(b []byte, req *checkRequest) error {
 		p.ws()
 		name, ok := p.str()
 		if !ok {
-			return errSyntax
+			return p.fail("")
 		}
 		var bit uint8
 		switch string(name) {
@@ -102,8 +127,10 @@ func parseCheck(b []byte, req *checkRequest) error {
 				return errors.New(`field "` + field + `" must be a string`)
 			}
 			v, ok := p.str()
-			if !ok {
-				return errSyntax
+			if !ok && field == "rule" {
+				return p.fail("rule") // a constant: field would escape, per request
+			} else if !ok {
+				return p.fail("key")
 			}
 			if field == "rule" {
 				req.Rule = string(v)
@@ -135,7 +162,18 @@ func parseCheck(b []byte, req *checkRequest) error {
 type parser struct {
 	b   []byte
 	i   int
-	buf []byte // unescaped string scratch
+	buf []byte     // unescaped string scratch
+	bad *textError // why the last str failed, when the string was not text
+}
+
+// fail is the error of a str that failed reading field's value ("": a
+// name).
+func (p *parser) fail(field string) error {
+	if p.bad == nil {
+		return errSyntax
+	}
+	p.bad.field = field
+	return p.bad
 }
 
 func (p *parser) peek() byte {
@@ -260,9 +298,10 @@ func (p *parser) slowStr(start int) ([]byte, bool) {
 				}
 				if utf16.IsSurrogate(r) {
 					// A high surrogate followed by an escaped low one is one
-					// rune; anything else is U+FFFD, as encoding/json does.
+					// rune; anything else is no character (encoding/json
+					// reads it as U+FFFD).
+					at := p.i - 6
 					if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
-						save := p.i
 						p.i += 2
 						r2, ok := p.hex4()
 						if !ok {
@@ -272,9 +311,9 @@ func (p *parser) slowStr(start int) ([]byte, bool) {
 							out = utf8.AppendRune(out, dec)
 							continue
 						}
-						p.i = save
 					}
-					r = utf8.RuneError
+					p.bad = &textError{offset: at, surrogate: r}
+					return nil, false
 				}
 				out = utf8.AppendRune(out, r)
 			default:
@@ -286,10 +325,10 @@ func (p *parser) slowStr(start int) ([]byte, bool) {
 		default:
 			r, size := utf8.DecodeRune(p.b[p.i:])
 			if r == utf8.RuneError && size == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
-			} else {
-				out = append(out, p.b[p.i:p.i+size]...)
+				p.bad = &textError{offset: p.i, b: p.b[p.i]}
+				return nil, false
 			}
+			out = append(out, p.b[p.i:p.i+size]...)
 			p.i += size
 		}
 	}

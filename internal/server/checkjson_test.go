@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -32,7 +33,7 @@ func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 		return req, false, false
 	}
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err != nil {
+	if err := json.Unmarshal(b, &fields); err != nil || !isText(b) {
 		return req, true, false
 	}
 	// json.Unmarshal into a map keeps the last of repeated names; look at
@@ -60,6 +61,40 @@ func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 	return req, true, true
 }
 
+// isText reports whether the strings of b, a JSON text encoding/json
+// accepts, are text: valid UTF-8, every escaped surrogate one of a pair.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == '"':
+			in = !in
+		case in && b[i] == '\\' && b[i+1] == 'u':
+			r, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 32)
+			switch {
+			case 0xdc00 <= r && r <= 0xdfff:
+				return false // a low surrogate first
+			case 0xd800 <= r && r <= 0xdbff:
+				if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+					return false
+				}
+				r2, _ := strconv.ParseUint(string(b[i+8:i+12]), 16, 32)
+				if r2 < 0xdc00 || r2 > 0xdfff {
+					return false
+				}
+				i += 6
+			}
+			i += 5
+		case in && b[i] == '\\':
+			i++ // the escaped character, '"' included
+		}
+	}
+	return true
+}
+
 func TestParseCheck(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -75,8 +110,20 @@ func TestParseCheck(t *testing.T) {
 		{`{"cost":9223372036854775808}`, checkRequest{}, false},
 		{`{"cost":-9223372036854775809}`, checkRequest{}, false},
 		{`{"key":"\u00e9\ud83d\ude00\n\"\\\/"}`, checkRequest{"", "é😀\n\"\\/", 1}, true},
-		{`{"key":"\ud800x"}`, checkRequest{"", "\ufffdx", 1}, true},
-		{"{\"key\":\"a\xffb\"}", checkRequest{"", "a\ufffdb", 1}, true},
+		// Text that is not UTF-8 is refused: encoding/json would read
+		// every invalid byte and lone surrogate as U+FFFD, so that keys
+		// "caf\xe9" and "caf\xe8" (Latin-1) shared one counter.
+		{`{"key":"\ud800x"}`, checkRequest{}, false},
+		{`{"key":"\udc00"}`, checkRequest{}, false},
+		{`{"key":"\ud800\ud800"}`, checkRequest{}, false},
+		{"{\"key\":\"a\xffb\"}", checkRequest{}, false},
+		{"{\"key\":\"caf\xe9\"}", checkRequest{}, false},
+		{"{\"key\":\"\xed\xa0\x80\"}", checkRequest{}, false}, // a surrogate in UTF-8
+		{"{\"rule\":\"\xc3\"}", checkRequest{}, false},
+		{"{\"k\xffey\":\"a\"}", checkRequest{}, false},
+		{`{"key":"\ufffd"}`, checkRequest{"", "\ufffd", 1}, true}, // U+FFFD itself is a character
+		{"{\"key\":\"\xef\xbf\xbd\"}", checkRequest{"", "\ufffd", 1}, true},
+		{`{"key":"\\ud800"}`, checkRequest{"", `\ud800`, 1}, true}, // an escaped backslash, then text
 		{`{"cost":-0}`, checkRequest{"", "", 0}, true},
 		{`{"cost":-5}`, checkRequest{"", "", -5}, true},
 		{`{"cost":01}`, checkRequest{}, false},
@@ -104,12 +151,13 @@ func TestParseCheck(t *testing.T) {
 }
 
 // parseCheck accepts exactly what encoding/json accepts under the
-// endpoint's stricter rules, with the same values.
+// endpoint's stricter rules (text only, among them), with the same values.
 func FuzzParseCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"rule":"a","key":"k","cost":3}`, `{"key":"\u00e9\ud83d\ude00"}`, `{"key":"\ud800\udc00\ud800"}`, `{"rule":null}`,
 		`{"Rule":"a"}`, `{"cost":9223372036854775807}`, `{"cost":-9223372036854775808}`, `{"cost":1.0}`, `[]`, ` {} `,
 		"{\"key\":\"\xed\xa0\x80\"}", `{"key":"\/\b\f"}`, `{"k\u0065y":"x"}`, `{"cost":"1"}`, `{"key":true}`,
+		"{\"key\":\"caf\xe9\"}", `{"key":"\udc00\ud800"}`, `{"key":"\\\ud83d\ude00\\"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -120,6 +168,8 @@ func FuzzParseCheck(f *testing.F) {
 		switch {
 		case err == nil && !ok:
 			t.Fatalf("parseCheck(%q) accepted %+v; encoding/json refuses it", b, got)
+		case err == nil && !isText(b):
+			t.Fatalf("parseCheck(%q) accepted %+v: its strings are not text", b, got)
 		case err == nil && got != want:
 			t.Fatalf("parseCheck(%q) = %+v; encoding/json gives %+v", b, got, want)
 		case err != nil && strict:
