@@ -42,6 +42,7 @@ type Listener struct {
 	max     int64 // 0: no cap
 	open    atomic.Int64
 	metrics *metrics.Listener
+	send    time.Duration // send_timeout of the connections accepted; 0: none
 }
 
 // Wrap returns ln capped at max connections (0: no cap), counting into m
@@ -68,7 +69,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.metrics.Opened()
-		return &conn{Conn: rawio.Wrap(c), l: l}, nil
+		return &conn{Conn: rawio.Wrap(c), l: l, sendWait: l.send}, nil
 	}
 }
 
@@ -106,6 +107,13 @@ type conn struct {
 	bodyWait time.Duration
 	bodyArm  bool        // a deadline was armed since bodyRead(d)
 	bodyCut  atomic.Bool // a body read timed out: the connection is done
+
+	// sendWait is send_timeout: the longest a Write may go without
+	// progress (0: no bound). userW: a write deadline set by a caller
+	// (crypto/tls before its close_notify) is in force, and Write leaves
+	// it alone.
+	sendWait time.Duration
+	userW    atomic.Bool
 }
 
 // bodyRead starts (d > 0) or ends (0) the reading of a request body; at
@@ -194,7 +202,78 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	if !t.IsZero() && inCloseNotify() {
 		c.release()
 	}
+	c.userW.Store(!t.IsZero())
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// rawWriter is a connection that can write what its socket takes at once,
+// and wait for room for some (rawio.Conn).
+type rawWriter interface {
+	WriteNow(p []byte) (int, error)
+	WriteSome(p []byte) (int, error)
+}
+
+// Write writes b, failing with a timeout when the client takes nothing of
+// it for sendWait (send_timeout, as nginx's send_timeout: the bound is on
+// the wait between two writes that make progress, so a slow reader that
+// keeps reading is never cut). The connection is then counted slow. With
+// raw I/O the write is first tried without a deadline, and only a write
+// that finds the socket's buffer full arms one (then again after each
+// progress), so an answer the buffer takes at once costs nothing more.
+// On other connections (not Linux TCP) a deadline is armed for each
+// Write and again while it progresses: a stalled client is cut after
+// between one and two sendWaits.
+func (c *conn) Write(b []byte) (int, error) {
+	if c.sendWait <= 0 || c.userW.Load() {
+		return c.Conn.Write(b)
+	}
+	rw, ok := c.Conn.(rawWriter)
+	if !ok {
+		return c.writeWaiting(b)
+	}
+	n, err := rw.WriteNow(b)
+	if err != nil || n == len(b) {
+		return n, err
+	}
+	defer c.Conn.SetWriteDeadline(time.Time{}) // see writeWaiting
+	for n < len(b) {
+		c.Conn.SetWriteDeadline(time.Now().Add(c.sendWait))
+		m, err := rw.WriteSome(b[n:])
+		n += m
+		if err != nil {
+			return n, c.sendFailed(err)
+		}
+	}
+	return n, nil
+}
+
+// writeWaiting writes b with each Write's wait bounded by sendWait,
+// waiting again while the client takes some; it lifts the deadline
+// after, since a deadline left to pass would fail a later write at once,
+// even one the socket could take.
+func (c *conn) writeWaiting(b []byte) (int, error) {
+	defer c.Conn.SetWriteDeadline(time.Time{})
+	n := 0
+	for {
+		c.Conn.SetWriteDeadline(time.Now().Add(c.sendWait))
+		m, err := c.Conn.Write(b[n:])
+		n += m
+		if err == nil || m > 0 && isTimeout(err) && n < len(b) {
+			if err == nil {
+				return n, nil
+			}
+			continue // the client took some: wait again
+		}
+		return n, c.sendFailed(err)
+	}
+}
+
+// sendFailed counts the connection slow when err is send_timeout's.
+func (c *conn) sendFailed(err error) error {
+	if isTimeout(err) {
+		c.slow.Store(true)
+	}
+	return err
 }
 
 // inCloseNotify reports whether SetWriteDeadline was called from

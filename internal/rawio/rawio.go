@@ -42,10 +42,12 @@ type Conn struct {
 // error, and the function RawConn calls with the socket (bound once, so
 // that no closure is allocated per call).
 type op struct {
-	p   []byte
-	n   int
-	err error
-	f   func(fd uintptr) bool
+	p    []byte
+	n    int
+	err  error
+	f    func(fd uintptr) bool
+	now  func(fd uintptr) bool // a write's f that never waits (WriteNow)
+	some func(fd uintptr) bool // a write's f that waits only for room for a first byte (WriteSome)
 	// first, on a read: bytes to write before waiting for the socket to
 	// be readable (WriteRead); what is left of them if the write could
 	// not finish at once.
@@ -66,6 +68,8 @@ func Wrap(c net.Conn) net.Conn {
 	rw := &Conn{Conn: c, rc: rc}
 	rw.r.f = rw.read
 	rw.w.f = rw.write
+	rw.w.now = rw.writeNow
+	rw.w.some = rw.writeSome
 	return rw
 }
 
@@ -115,6 +119,44 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 func (c *Conn) wrc() error { return c.rc.Write(c.w.f) }
+
+// WriteSome writes what the socket takes of p, waiting (until the write
+// deadline) only while it takes nothing: it returns once some of p is
+// written, n < len(p) when the buffer filled.
+func (c *Conn) WriteSome(p []byte) (int, error) {
+	c.wmu.Lock()
+	c.w.p, c.w.n, c.w.err = p, 0, nil
+	var err error
+	if len(p) > 0 {
+		err = c.rc.Write(c.w.some)
+	}
+	n := c.w.n
+	if err == nil {
+		err = c.w.err
+	}
+	c.w.p, c.w.err = nil, nil
+	c.wmu.Unlock()
+	return n, err
+}
+
+// WriteNow writes what the socket takes of p at once, without waiting
+// for room: n < len(p) with a nil error when its buffer is full. A write
+// deadline that has passed still fails it.
+func (c *Conn) WriteNow(p []byte) (int, error) {
+	c.wmu.Lock()
+	c.w.p, c.w.n, c.w.err = p, 0, nil
+	var err error
+	if len(p) > 0 {
+		err = c.rc.Write(c.w.now)
+	}
+	n := c.w.n
+	if err == nil {
+		err = c.w.err
+	}
+	c.w.p, c.w.err = nil, nil
+	c.wmu.Unlock()
+	return n, err
+}
 
 // WriteRead writes w whole, then waits until the socket is readable and
 // reads into p: for a request whose answer cannot come before it is

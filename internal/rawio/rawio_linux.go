@@ -54,6 +54,20 @@ func (c *Conn) write(fd uintptr) bool {
 	return err != nil || !full
 }
 
+// writeNow is write for WriteNow: done whether or not the socket took
+// all of it.
+func (c *Conn) writeNow(fd uintptr) bool {
+	c.write(fd)
+	return true
+}
+
+// writeSome is write for WriteSome: done once any of it is written.
+func (c *Conn) writeSome(fd uintptr) bool {
+	before := c.w.n
+	c.write(fd)
+	return c.w.err != nil || c.w.n > before || c.w.n == len(c.w.p)
+}
+
 // writeRaw writes p to the socket fd until it is all written (rest
 // empty), the socket's buffer is full (full: rest is what is left), or an
 // error.
