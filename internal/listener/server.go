@@ -16,6 +16,9 @@ const (
 	// DefaultBodyReadTimeout is the longest wait between two reads of a
 	// request body, as nginx's client_body_timeout (60s there).
 	DefaultBodyReadTimeout = 30 * time.Second
+	// DefaultSendTimeout is the longest wait between two writes to a
+	// client that make progress, as nginx's send_timeout (60s there too).
+	DefaultSendTimeout = 60 * time.Second
 	// DefaultMaxConnections caps the client connections one listener
 	// holds at once.
 	DefaultMaxConnections = 10_000
@@ -34,6 +37,10 @@ type Options struct {
 	// IdleTimeout closes keep-alive connections idle this long; 0: none
 	// (net/http then uses ReadHeaderTimeout).
 	IdleTimeout time.Duration
+	// SendTimeout is the longest a write to the client may go without
+	// progress (the client reads nothing): the connection is then closed
+	// and counted slow; 0: none.
+	SendTimeout time.Duration
 	// MaxConnections caps the connections held at once, and the HTTP/2
 	// requests served at once (one connection carries many); 0: no cap.
 	MaxConnections int
@@ -50,8 +57,9 @@ type Options struct {
 func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener) {
 	m := o.Metrics.Listener(o.Name)
 	wl := Wrap(ln, o.MaxConnections, m)
+	wl.send = o.SendTimeout
 	srv := &http.Server{
-		Handler:           closeDoubtful(capStreams(BodyTimeout(h, o.BodyReadTimeout, m), o.MaxConnections, m)),
+		Handler:           closeDoubtful(capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout), o.MaxConnections, m)),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnState:         wl.ConnState,
