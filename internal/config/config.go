@@ -406,6 +406,7 @@ func (d *decoder) explicitZeros(c *Config) {
 		zero(block+".max_connections", int64(l.MaxConnections), "the connections held must be bounded; give a cap such as 10000")
 		zero(block+".read_header_timeout", int64(l.ReadHeaderTimeout), "reading a request's headers must be bounded; give a time such as 10s")
 		zero(block+".idle_timeout", int64(l.IdleTimeout), "idle connections must be closed; give a time such as 120s")
+		zero(block+".send_timeout", int64(l.SendTimeout), "a client that stops reading must be cut; give the longest wait between two writes, such as 60s")
 	}
 	listener("api", &c.API.Listener)
 	if c.Proxy != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
@@ -138,7 +139,7 @@ func TestParseConfigFull(t *testing.T) {
 		ShutdownTimeout: 15 * time.Second,
 		API: APIConfig{
 			Listener: Listener{
-				ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxConnections: 10000,
+				ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, SendTimeout: listener.DefaultSendTimeout, MaxConnections: 10000,
 				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem",
 					ClientCA: "testdata/config/tls/ca.pem", ClientSANs: []string{"gw.example"}},
 			},
@@ -147,7 +148,7 @@ func TestParseConfigFull(t *testing.T) {
 		Proxy: &ProxyConfig{
 			Listen: "127.0.0.1:8000", Upstream: "http://127.0.0.1:9000",
 			DialTimeout: 2 * time.Second, ResponseHeaderTimeout: 30 * time.Second,
-			Listener: Listener{ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 20 * time.Second, IdleTimeout: time.Minute, MaxConnections: 5000,
+			Listener: Listener{ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 20 * time.Second, IdleTimeout: time.Minute, SendTimeout: listener.DefaultSendTimeout, MaxConnections: 5000,
 				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem"}},
 		},
 		GRPC: &GRPCConfig{Listen: "127.0.0.1:8081", Config: []string{"testdata/config/envoy/ratelimit.yaml"},
@@ -276,7 +277,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Errorf("redis defaults: %+v", cfg.Store.Redis)
 	}
 	if p := cfg.Proxy; p.DialTimeout != proxy.DefaultDialTimeout || p.ResponseHeaderTimeout != proxy.DefaultResponseHeaderTimeout ||
-		p.ReadHeaderTimeout != server.DefaultReadHeaderTimeout || p.IdleTimeout != server.DefaultIdleTimeout {
+		p.ReadHeaderTimeout != server.DefaultReadHeaderTimeout || p.IdleTimeout != server.DefaultIdleTimeout ||
+		p.SendTimeout != listener.DefaultSendTimeout || cfg.API.SendTimeout != listener.DefaultSendTimeout {
 		t.Errorf("proxy defaults: %+v", p)
 	}
 }
@@ -501,6 +503,24 @@ func TestClientIPPrefixesReachRules(t *testing.T) {
 		k, ok := r.KeyFor(req, netip.MustParseAddr(tc.addr))
 		if got := strings.TrimPrefix(k, r.Name+"|"+r.Fingerprint+"|"); !ok || got != tc.want {
 			t.Errorf("%q: key of %s = %q, %v; want %q", tc.yaml, tc.addr, got, ok, tc.want)
+		}
+	}
+}
+
+// TestSendTimeout: send_timeout reads in api: and proxy: alike, and
+// defaults to listener.DefaultSendTimeout in each.
+func TestSendTimeout(t *testing.T) {
+	configEnv(t)
+	cfg, err := Load("testdata/config/ok-send.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.API.SendTimeout != 90*time.Second || cfg.Proxy.SendTimeout != 15*time.Second {
+		t.Errorf("send_timeout: api %v, proxy %v; want 90s, 15s", cfg.API.SendTimeout, cfg.Proxy.SendTimeout)
+	}
+	for _, bad := range []string{"api: {send_timeout: 2h}\n", "api: {send_timeout: -1s}\n", "api: {send_timeout: 0s}\n"} {
+		if _, err := Parse("x.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "api.send_timeout") {
+			t.Errorf("Parse(%q) = %v, want a problem naming api.send_timeout", bad, err)
 		}
 	}
 }

@@ -26,6 +26,11 @@ type Listener struct {
 	// IdleTimeout closes idle client keep-alive connections. Default
 	// server.DefaultIdleTimeout (120s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// SendTimeout is the longest wait between two writes to a client that
+	// make progress (nginx's send_timeout): a client that stops reading its
+	// answer is cut after it; one that reads slowly but keeps reading is
+	// never cut. Default listener.DefaultSendTimeout (60s).
+	SendTimeout time.Duration `yaml:"send_timeout"`
 	// MaxConnections caps the client connections held at once; one more is
 	// closed at once. It also caps the HTTP/2 requests served at once (one
 	// more is answered 503). Default listener.DefaultMaxConnections (10000).
@@ -41,6 +46,7 @@ func (l *Listener) defaults(file string) {
 	setDefault(&l.ReadHeaderTimeout, server.DefaultReadHeaderTimeout)
 	setDefault(&l.IdleTimeout, server.DefaultIdleTimeout)
 	setDefault(&l.BodyReadTimeout, listener.DefaultBodyReadTimeout)
+	setDefault(&l.SendTimeout, listener.DefaultSendTimeout)
 	setDefault(&l.MaxConnections, listener.DefaultMaxConnections)
 	if l.TLS != nil {
 		l.TLS.defaults(file)
@@ -52,6 +58,7 @@ func (l *Listener) check(ck *checker, block string) {
 	ck.between(block+".read_header_timeout", l.ReadHeaderTimeout, time.Millisecond, time.Hour)
 	ck.between(block+".idle_timeout", l.IdleTimeout, time.Millisecond, 24*time.Hour)
 	ck.between(block+".body_read_timeout", l.BodyReadTimeout, time.Millisecond, time.Hour)
+	ck.between(block+".send_timeout", l.SendTimeout, time.Millisecond, time.Hour)
 	if n := l.MaxConnections; n < 1 || n > MaxMaxConnections {
 		ck.fail(block+".max_connections", "%d must be between 1 and %d", n, MaxMaxConnections)
 	}

@@ -123,6 +123,7 @@ func listenerOptions(name string, l *config.Listener, m *metrics.Metrics, errLog
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		BodyReadTimeout:   l.BodyReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
+		SendTimeout:       l.SendTimeout,
 		MaxConnections:    l.MaxConnections,
 		Metrics:           m,
 		ErrorLog:          errLog,

@@ -183,6 +183,7 @@ func listenerChanges(block string, old, new *config.Listener) []string {
 	add(old.ReadHeaderTimeout != new.ReadHeaderTimeout, "read_header_timeout")
 	add(old.IdleTimeout != new.IdleTimeout, "idle_timeout")
 	add(old.BodyReadTimeout != new.BodyReadTimeout, "body_read_timeout")
+	add(old.SendTimeout != new.SendTimeout, "send_timeout")
 	add(old.MaxConnections != new.MaxConnections, "max_connections")
 	add(!reflect.DeepEqual(old.TLS, new.TLS), "tls")
 	return keys

@@ -220,3 +220,40 @@ func TestStalledJSONBodyIs408(t *testing.T) {
 		t.Errorf("POST /json, stalled body: %q %q; want 408 naming body_read_timeout", status, body)
 	}
 }
+
+// TestStalledReaderCut: proxy.send_timeout reaches the proxy's listener —
+// a client that stops reading a large answer is cut and counted slow,
+// and its upstream request is abandoned.
+func TestStalledReaderCut(t *testing.T) {
+	upDone := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 32<<10)
+		var err error
+		for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
+			_, err = w.Write(chunk)
+		}
+		upDone <- err
+	}))
+	t.Cleanup(up.Close)
+	td := startDaemon(t, `listen: 127.0.0.1:0
+proxy:
+  listen: 127.0.0.1:0
+  upstream: `+up.URL+`
+  send_timeout: 100ms
+rules:
+  - {name: all, rate: 1000/s}
+`)
+	c := rawSend(t, strings.TrimPrefix(td.proxy, "http://"), "GET /download HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = c // read nothing: the answer backs up into the proxy
+	select {
+	case err := <-upDone:
+		if err == nil {
+			t.Error("the upstream wrote 256 MiB to a client that reads nothing")
+		}
+	case <-time.After(safety):
+		t.Fatal("a client that stopped reading still holds its upstream request after proxy.send_timeout")
+	}
+	waitFor(t, "stalled reader counted slow", func() bool {
+		return td.metric("sluice_connections_closed_slow_total", "listener", "proxy") == 1
+	})
+}

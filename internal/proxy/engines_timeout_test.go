@@ -268,3 +268,105 @@ func TestReconnectAfterCloseServed(t *testing.T) {
 		})
 	}
 }
+
+// A client that stops reading its answer on every HTTP/1.x engine, with
+// send_timeout of 200ms: its connection is cut and counted slow, and the
+// upstream request is abandoned (the upstream's writes fail), instead of
+// the connection, the handler and the upstream connection being held for
+// as long as the client likes.
+func TestEngineStalledReader(t *testing.T) {
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		upDone := make(chan error, 1)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			chunk := make([]byte, 32<<10)
+			var err error
+			for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
+				_, err = w.Write(chunk)
+			}
+			upDone <- err
+		}))
+		t.Cleanup(up.Close)
+		s := startOn(t, ec, up.URL, engineOpts{lis: listener.Options{SendTimeout: 200 * time.Millisecond}})
+		c := s.dial(t)
+		io.WriteString(c, "GET /download HTTP/1.1\r\nHost: x\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+		// Read nothing more: the answer backs up into the proxy.
+		select {
+		case err := <-upDone:
+			if err == nil {
+				t.Fatal("the upstream wrote 256 MiB to a client that reads nothing")
+			}
+		case <-time.After(safety):
+			t.Fatal("a client that stopped reading still holds its upstream request after send_timeout")
+		}
+		eventually(t, "the stalled reader counted slow", func() bool {
+			return s.metric(t, "sluice_connections_closed_slow_total") == 1
+		})
+		if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+			t.Error("the answer to a stalled reader ended as if whole")
+		}
+	})
+}
+
+// A client that stops reading one HTTP/2 stream's answer: flow control
+// stalls the stream, not the connection, so the socket never backs up;
+// after send_timeout the stream is reset and its upstream request
+// abandoned, while the connection serves other streams.
+func TestEngineStalledReaderH2(t *testing.T) {
+	forH2(t, func(t *testing.T, ec engineCase) {
+		upDone := make(chan error, 1)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/download" {
+				io.WriteString(w, "small")
+				return
+			}
+			chunk := make([]byte, 32<<10)
+			var err error
+			for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
+				_, err = w.Write(chunk)
+			}
+			upDone <- err
+		}))
+		t.Cleanup(up.Close)
+		s := startOn(t, ec, up.URL, engineOpts{lis: listener.Options{SendTimeout: 200 * time.Millisecond}})
+		resp, err := s.client.Do(request(t, s, "GET", "/download", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		s.wantProto(t, resp)
+		// Read nothing of the body: the stream's window fills.
+		select {
+		case err := <-upDone:
+			if err == nil {
+				t.Fatal("the upstream wrote 256 MiB to a stream nobody reads")
+			}
+		case <-time.After(safety):
+			t.Fatal("a stream nobody reads still holds its upstream request after send_timeout")
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+			t.Error("the answer of a reset stream ended as if whole")
+		}
+		// The connection still serves.
+		resp2, body := s.do(t, request(t, s, "GET", "/other", ""))
+		if resp2.StatusCode != 200 || body != "small" {
+			t.Errorf("another stream after the reset: %d %q", resp2.StatusCode, body)
+		}
+	})
+}
+
+// forH2 runs f on the engines clients reach over HTTP/2.
+func forH2(t *testing.T, f func(t *testing.T, ec engineCase)) {
+	for _, ec := range engineCases {
+		if ec.h2 {
+			t.Run(ec.name, func(t *testing.T) { f(t, ec) })
+		}
+	}
+}
