@@ -3,7 +3,8 @@
 -- its key, and that the entry is still pending with this consumer; then
 -- claims it again, so its idle time restarts.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
--- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID), 5 now (ms)
+-- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID), 5 now (ms),
+--       6 how long the record of a request still queued lasts (ms)
 -- Returns 'ok', 'wait' (an older request of the key goes first), 'later:N'
 -- (a failed request whose next attempt is N ms away: its back-off holds
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
@@ -31,11 +32,44 @@ if not state then
   -- The record expired while the request waited (a settled request is
   -- never left in the stream): it is still queued.
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0)
+  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0, 'sid', ARGV[3])
   state = 'queued'
 end
-if redis.call('LINDEX', KEYS[3], 0) ~= ARGV[4] then
-  return 'wait'
+-- Each turn keeps the record of a request still queued: the head of a key
+-- is turned at least once a back-off, so its record never expires while it
+-- waits, and a missing record below means a request gone.
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+-- Order per key: ID goes when it heads its key's list. A head whose
+-- request is gone (its record missing or settled, or its entry no longer
+-- pending: deleted from the stream by hand, trimmed, evicted) would hold
+-- the key for ever: it is dropped. Its record's key is built from ours
+-- (the same hash tag, so the same slot).
+local base = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[4])
+local turn = false
+for _ = 1, 100 do
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  if not head or head == ARGV[4] then
+    turn = true -- ours; or the list is gone, and with it the key's order
+    break
+  end
+  local rec = redis.call('HMGET', base .. head, 'state', 'sid')
+  local live = rec[1] == 'queued' or rec[1] == 'failed'
+  if live and rec[2] then
+    -- An entry older than ours was read before ours: if it is still in
+    -- the stream, it is pending with some consumer.
+    live = #redis.call('XPENDING', KEYS[1], ARGV[1], rec[2], rec[2], 1) == 1
+  end
+  if live then
+    if redis.call('LPOS', KEYS[3], ARGV[4]) then
+      return 'wait'
+    end
+    turn = true -- ID lost its place in the list: it goes unordered rather than never
+    break
+  end
+  redis.call('LPOP', KEYS[3])
+end
+if not turn then
+  return 'wait' -- 100 heads gone: the next turn drops more
 end
 if state == 'failed' then
   local nx = tonumber(redis.call('HGET', KEYS[2], 'next'))

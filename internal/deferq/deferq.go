@@ -102,6 +102,10 @@ const (
 	DefaultMaxHeldBytes = 64 << 20
 
 	group = "sluice"
+
+	// queuedTTL is how long the record of a request still queued lasts
+	// after it was queued or last tried (each turn keeps it).
+	queuedTTL = 7 * 24 * time.Hour
 )
 
 // Errors callers tell apart.

@@ -83,7 +83,7 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	}
 	keys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
 	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
-		strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)}
+		strconv.FormatInt(queuedTTL.Milliseconds(), 10)}
 	ask := func() error { // one ask, bounded: a Redis that never answers costs EnqueueTimeout
 		actx, cancel := context.WithTimeout(ctx, q.o.EnqueueTimeout)
 		defer cancel()
