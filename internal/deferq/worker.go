@@ -3,6 +3,7 @@ package deferq
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,11 +27,15 @@ var keepLua string
 //go:embed prune.lua
 var pruneLua string
 
+//go:embed malformed.lua
+var malformedLua string
+
 var (
-	beginScript  = rueidis.NewLuaScript(beginLua)
-	finishScript = rueidis.NewLuaScript(finishLua)
-	keepScript   = rueidis.NewLuaScript(keepLua)
-	pruneScript  = rueidis.NewLuaScript(pruneLua)
+	beginScript     = rueidis.NewLuaScript(beginLua)
+	finishScript    = rueidis.NewLuaScript(finishLua)
+	keepScript      = rueidis.NewLuaScript(keepLua)
+	pruneScript     = rueidis.NewLuaScript(pruneLua)
+	malformedScript = rueidis.NewLuaScript(malformedLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule (approximately).
@@ -41,6 +46,7 @@ type worker struct {
 	q    *Queue
 	rule atomic.Pointer[Rule]
 	name string
+	tag  string // Tag(name): every id of the rule starts with it
 	base string // the rule's key prefix, through "}:"
 
 	quit     chan struct{}
@@ -90,6 +96,7 @@ func newWorker(q *Queue, r *Rule) *worker {
 	w := &worker{
 		q:    q,
 		name: r.Name,
+		tag:  Tag(r.Name),
 		base: q.base(Tag(r.Name)),
 		quit: make(chan struct{}),
 		in:   make(chan []*entry),
@@ -238,14 +245,22 @@ func (w *worker) capacity() int64 {
 }
 
 // send hands the entries read to the dispatcher, counted as held from
-// now, so that the next capacity sees them.
+// now, so that the next capacity sees them. An entry that is not a queued
+// request of the rule is dead-lettered instead (malformed).
 func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 	batch := make([]*entry, 0, len(es))
 	for _, x := range es {
 		f := x.FieldValues
+		if tag, err := parseID(f["id"]); err != nil || tag != w.tag {
+			w.malformed(ctx, x.ID, f["id"])
+			continue
+		}
 		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
 		w.hold(e, 1)
 		batch = append(batch, e)
+	}
+	if len(batch) == 0 {
+		return true
 	}
 	select {
 	case w.in <- batch:
@@ -255,6 +270,29 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 			w.hold(e, -1)
 		}
 		return false
+	}
+}
+
+// malformed dead-letters entry sid, whose id field is not an id of the
+// rule: it could never take a turn (begin.lua reads the request's record
+// and its key's order by that id). If Redis does not take it, the entry
+// stays pending here, and a claim brings it back after ClaimIdle.
+func (w *worker) malformed(ctx context.Context, sid, id string) {
+	if len(id) > 40 {
+		id = id[:40] + "…"
+	}
+	msg := fmt.Sprintf("malformed entry: id %q is not a deferred id of rule %q", id, w.name)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead"},
+		[]string{group, sid, msg, strconv.Itoa(maxDeadLetters)}).AsInt64()
+	if err != nil {
+		w.q.o.Logger.Warn("defer: dead-letter a malformed entry", "rule", w.name, "entry", sid, "err", err)
+		return
+	}
+	if n == 1 {
+		w.q.m.deadLettered(w.name)
+		w.q.o.Logger.Warn("defer: dead-lettered", "rule", w.name, "entry", sid, "err", msg)
 	}
 }
 
