@@ -39,7 +39,7 @@ if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
     f[#f + 1] = ARGV[6]
     f[#f + 1] = 'status'
     f[#f + 1] = ARGV[5]
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', unpack(f))
+    redis.call('XADD', KEYS[4], 'MAXLEN', ARGV[11], '*', unpack(f))
   end
 end
 redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8], 'send', ARGV[12])

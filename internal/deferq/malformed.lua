@@ -15,6 +15,6 @@ f[#f + 1] = 'error'
 f[#f + 1] = ARGV[3]
 f[#f + 1] = 'status'
 f[#f + 1] = '0'
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(f))
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[4], '*', unpack(f))
 redis.call('XDEL', KEYS[1], ARGV[2])
 return 1

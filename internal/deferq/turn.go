@@ -72,7 +72,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
 		attempts, strconv.FormatInt(now.UnixMilli(), 10), ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
-		strconv.Itoa(maxDeadLetters), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
+		w.deadLetters(), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
 	if err != nil {
 		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
 		return result{e: e, after: time.Second} // record it next turn; never send again

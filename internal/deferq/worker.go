@@ -38,8 +38,15 @@ var (
 	malformedScript = rueidis.NewLuaScript(malformedLua)
 )
 
-// maxDeadLetters bounds the dead-letter stream of a rule (approximately).
+// maxDeadLetters bounds the dead-letter stream of a rule, below its
+// MaxQueue: a dead letter is a whole request, so Redis holds at most twice
+// the queue's bound per rule.
 const maxDeadLetters = 100_000
+
+// deadLetters is how many dead letters the rule keeps (the oldest go).
+func (w *worker) deadLetters() string {
+	return strconv.Itoa(min(w.rule.Load().maxQueue(), maxDeadLetters))
+}
 
 // worker replays one rule's queue from this instance.
 type worker struct {
@@ -285,7 +292,7 @@ func (w *worker) malformed(ctx context.Context, sid, id string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead"},
-		[]string{group, sid, msg, strconv.Itoa(maxDeadLetters)}).AsInt64()
+		[]string{group, sid, msg, w.deadLetters()}).AsInt64()
 	if err != nil {
 		w.q.o.Logger.Warn("defer: dead-letter a malformed entry", "rule", w.name, "entry", sid, "err", err)
 		return
