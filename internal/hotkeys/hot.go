@@ -7,7 +7,8 @@ import (
 )
 
 // Hot is a set of keys judged hot, with hysteresis: a key becomes hot when
-// its rate reaches On and stays hot until its rate falls below Off. Refresh
+// its rate is surely On or more (Key.Rate less Key.Error) and stays hot
+// until its rate falls below Off. Refresh
 // it from a Summary now and then (Update); Has is a lock-free lookup for
 // the decision path.
 //
@@ -52,7 +53,10 @@ func (h *Hot) empty() bool {
 }
 
 // Update recomputes this instance's set from top (Top's keys, any order),
-// returning it, sorted.
+// returning it, sorted. A key becomes hot when its rate is surely On or
+// more (Rate less Error: a key new to a full stripe inherits the count of
+// the key it replaced, so a key seen once in a flood of distinct keys may
+// read as fast as any), and stays hot while its Rate is Off or more.
 func (h *Hot) Update(top []Key) []string {
 	old := h.set.Load()
 	m := make(map[string]struct{})
@@ -61,7 +65,7 @@ func (h *Hot) Update(top []Key) []string {
 		if old != nil {
 			_, was = (*old)[k.Key]
 		}
-		if k.Rate >= h.On || was && k.Rate >= h.Off {
+		if k.Rate-k.Error >= h.On || was && k.Rate >= h.Off {
 			m[k.Key] = struct{}{}
 		}
 	}
