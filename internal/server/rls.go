@@ -292,7 +292,7 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 			ss.LimitRemaining = 0
 		}
 		ss.DurationUntilReset = durationpb.New(untilReset(r, d, now))
-		if s.o.Headers && (tight < 0 || tighter(ss, resp.Statuses[tight])) {
+		if s.o.Headers && (tight < 0 || tighter(ss, resp.Statuses[tight], d, st[tight].Decision)) {
 			tight = i
 		}
 	}
@@ -313,14 +313,32 @@ var protoUnit = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 	descriptors.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// tighter reports whether status a should be shown rather than b: an
-// over-limit one first, then the least remaining.
-func tighter(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+// tighter reports whether status a (of decision da) should be shown
+// rather than b (of db), as the HTTP edges choose the tightest rule: an
+// over-limit one first, of those the longest wait (Retry-After must not
+// send the client back while another descriptor still refuses it); else
+// the least remaining, ties going to the one full again last.
+func tighter(a, b *rlsv3.RateLimitResponse_DescriptorStatus, da, db sluice.Decision) bool {
 	ao, bo := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
-	if ao != bo {
+	switch {
+	case ao != bo:
 		return ao
+	case ao:
+		return retryWait(a, da) > retryWait(b, db)
+	case a.LimitRemaining != b.LimitRemaining:
+		return a.LimitRemaining < b.LimitRemaining
 	}
-	return a.LimitRemaining < b.LimitRemaining
+	return a.DurationUntilReset.AsDuration() > b.DurationUntilReset.AsDuration()
+}
+
+// retryWait is how long an over-limit descriptor tells the client to wait:
+// its decision's RetryAfter, or, when it has none (a request it can never
+// admit), its duration_until_reset.
+func retryWait(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision) time.Duration {
+	if d.RetryAfter > 0 {
+		return d.RetryAfter
+	}
+	return ss.DurationUntilReset.AsDuration()
 }
 
 // untilReset is duration_until_reset: for a fixed window, the time to the
@@ -353,10 +371,7 @@ func headers(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision, ov
 		{Key: "X-RateLimit-Reset", Value: reset},
 	}
 	if over {
-		retry := ss.DurationUntilReset.AsDuration()
-		if d.RetryAfter > 0 {
-			retry = d.RetryAfter
-		}
+		retry := retryWait(ss, d)
 		// At least 1, as the HTTP edges answer: 0 (a request that can
 		// never be admitted, on a key with nothing to reset) would invite
 		// an immediate retry.
