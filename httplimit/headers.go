@@ -64,7 +64,8 @@ const (
 // the full figure for callers that want it.
 //
 // The policy name is sent as an sf-string: characters outside printable
-// ASCII are replaced by '_', and '"' and '\' are escaped.
+// ASCII are replaced by '_', and '"' and '\' are escaped. q and r are at
+// most 999,999,999,999,999, the largest sf-integer.
 func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Limit) {
 	// The five values are built in the text of one headerValues and
 	// become substrings of it: one allocation per response, not ten (the
@@ -86,13 +87,13 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	end[2] = len(b)
 	b = appendSFString(b, policy)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, limit.Rate, 10)
+	b = strconv.AppendInt(b, min(limit.Rate, maxSFInteger), 10)
 	b = append(b, ";w="...)
 	b = strconv.AppendInt(b, max(ceilSeconds(limit.Period), 1), 10)
 	end[3] = len(b)
 	b = appendSFString(b, policy)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, remaining, 10)
+	b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, t, 10)
 	end[4] = len(b)
@@ -111,6 +112,12 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	h[keyPolicy] = vals[3:4:4]
 	h[keyRateLimit] = vals[4:5:5]
 }
+
+// maxSFInteger is the largest RFC 9651 Integer (15 digits). A limit's rate
+// can exceed it (up to 2^53 per microsecond): q and r are then sent as it,
+// a lower figure than the real one, where a longer number would make the
+// field malformed (and clients ignore a malformed field).
+const maxSFInteger = 999_999_999_999_999
 
 // headerValues is the one allocation of SetHeaders: the five values and
 // the text they are cut from (96 bytes hold them for rule names of up

@@ -1,8 +1,11 @@
 package httplimit
 
 import (
+	"fmt"
 	"net/http"
 	"net/textproto"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,4 +54,127 @@ func TestRemainingNeverExceedsLimit(t *testing.T) {
 			t.Errorf("%v %v: RateLimit %q, want %q", c.alg, c.lim, got, want)
 		}
 	}
+}
+
+// TestStructuredFields: RateLimit-Policy and RateLimit are RFC 9651 Lists
+// of one Item, a String naming the policy with the draft's Integer
+// parameters (q and w; r and t), whatever the name and the figures:
+// an sf-integer has at most 15 digits, so a quota or a remaining beyond
+// that is sent as the largest one, 999,999,999,999,999 (a client must
+// ignore a malformed field, and a lower figure is the safe side).
+func TestStructuredFields(t *testing.T) {
+	huge := sluice.Limit{Rate: 2_000_000_000_000_000, Period: time.Microsecond}
+	if err := huge.Validate(); err != nil {
+		t.Fatalf("a limit of %v: %v", huge, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		d      sluice.Decision
+		policy string
+		lim    sluice.Limit
+		q, r   int64
+	}{
+		{"plain", sluice.Decision{Allowed: true, Remaining: 4, ResetAfter: 1500 * time.Millisecond}, "api", sluice.PerMinute(5), 5, 4},
+		{"quotes and backslashes", sluice.Decision{Allowed: true, Remaining: 1}, `a"b\c`, sluice.PerSecond(2), 2, 1},
+		{"not printable ASCII", sluice.Decision{Allowed: true, Remaining: 1}, "é\x00\x7f\t", sluice.PerSecond(2), 2, 1},
+		{"empty", sluice.Decision{Allowed: true}, "", sluice.PerSecond(2), 2, 0},
+		{"denied for ever", sluice.Decision{RetryAfter: -1, ResetAfter: 1<<63 - 1}, "x", sluice.PerHour(1), 1, 0},
+		{"beyond an sf-integer", sluice.Decision{Allowed: true, Remaining: huge.Rate}, "huge", huge, 999_999_999_999_999, 999_999_999_999_999},
+	} {
+		h := http.Header{}
+		SetHeaders(h, tc.d, tc.policy, tc.lim)
+		for _, f := range []struct {
+			field string
+			keys  []string
+		}{{HeaderPolicy, []string{"q", "w"}}, {HeaderRateLimit, []string{"r", "t"}}} {
+			v := h.Get(f.field)
+			params, err := parseSFItem(v)
+			if err != nil {
+				t.Errorf("%s: %s: %q is not an sf-string Item with Integer parameters: %v", tc.name, f.field, v, err)
+				continue
+			}
+			for _, k := range f.keys {
+				if _, ok := params[k]; !ok {
+					t.Errorf("%s: %s: %q has no parameter %s", tc.name, f.field, v, k)
+				}
+			}
+			if q, ok := params["q"]; ok && q != tc.q {
+				t.Errorf("%s: %s: q=%d, want %d", tc.name, f.field, q, tc.q)
+			}
+			if r, ok := params["r"]; ok && r != tc.r {
+				t.Errorf("%s: %s: r=%d, want %d", tc.name, f.field, r, tc.r)
+			}
+			if w, ok := params["w"]; ok && w < 1 {
+				t.Errorf("%s: %s: w=%d, want at least 1 (the draft: non-zero)", tc.name, f.field, w)
+			}
+		}
+	}
+}
+
+// parseSFItem parses an RFC 9651 List of one Item whose bare item is a
+// String and whose parameters are Integers, returning the parameters.
+func parseSFItem(s string) (map[string]int64, error) {
+	i := 0
+	if i >= len(s) || s[i] != '"' {
+		return nil, fmt.Errorf("no String at %d", i)
+	}
+	for i++; ; i++ {
+		if i >= len(s) {
+			return nil, fmt.Errorf("unterminated String")
+		}
+		c := s[i]
+		if c == '\\' {
+			i++
+			if i >= len(s) || s[i] != '"' && s[i] != '\\' {
+				return nil, fmt.Errorf("bad escape at %d", i)
+			}
+			continue
+		}
+		if c == '"' {
+			i++
+			break
+		}
+		if c < 0x20 || c > 0x7e {
+			return nil, fmt.Errorf("byte %#x in a String", c)
+		}
+	}
+	params := map[string]int64{}
+	for i < len(s) {
+		if s[i] != ';' {
+			return nil, fmt.Errorf("want ';' at %d", i)
+		}
+		i++
+		start := i
+		for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] >= '0' && s[i] <= '9' || s[i] == '_' || s[i] == '-' || s[i] == '.' || s[i] == '*') {
+			i++
+		}
+		key := s[start:i]
+		if key == "" || key[0] < 'a' || key[0] > 'z' {
+			return nil, fmt.Errorf("bad key %q", key)
+		}
+		if _, dup := params[key]; dup {
+			return nil, fmt.Errorf("parameter %s twice", key)
+		}
+		if i >= len(s) || s[i] != '=' {
+			return nil, fmt.Errorf("parameter %s without an Integer", key)
+		}
+		i++
+		start = i
+		if i < len(s) && s[i] == '-' {
+			i++
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		digits := strings.TrimPrefix(s[start:i], "-")
+		if digits == "" || len(digits) > 15 {
+			return nil, fmt.Errorf("parameter %s: %q is not an sf-integer (1 to 15 digits)", key, s[start:i])
+		}
+		n, err := strconv.ParseInt(s[start:i], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		params[key] = n
+	}
+	return params, nil
 }
