@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -84,6 +87,31 @@ func TestForwardAuthSourcesDisagree(t *testing.T) {
 		resp, body := ask(hdr)
 		if want := []string{"1", "0"}[i]; resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != want {
 			t.Errorf("agreeing sources %v: %d %q, remaining %q; want 200 with %s left", hdr, resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"), want)
+		}
+	}
+}
+
+// A limited forward-auth answer must be a refusal: gateways pass a 2xx
+// (and nginx a 3xx as an error) on as "allowed", so a deny status outside
+// 400–599 would let every limited request through. The config refuses
+// one; so does the handler.
+func TestForwardAuthDenyStatusIsARefusal(t *testing.T) {
+	set, err := rules.Compile("t.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []int{200, 204, 302, 399, 600, -1} {
+		if _, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, DenyStatus: st}); err == nil {
+			t.Errorf("server.New with DenyStatus %d: no error, want one (not a refusal)", st)
+		}
+	}
+	for _, st := range []int{0, 400, 401, 403, 429, 503, 599} {
+		if _, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, DenyStatus: st}); err != nil {
+			t.Errorf("server.New with DenyStatus %d: %v", st, err)
 		}
 	}
 }

@@ -60,7 +60,7 @@ type Options struct {
 	// or every request is keyed by the gateway's own address.
 	ClientIP clientip.Resolver
 	// DenyStatus is the status of a limited /v1/forward-auth answer
-	// (forward_auth.deny_status); 0 means 429.
+	// (forward_auth.deny_status), 400–599; 0 means 429.
 	DenyStatus int
 	// Ready reports whether the store is reachable, for /readyz; nil means
 	// always ready. It is called with a context bounded by ReadyTimeout.
@@ -120,8 +120,9 @@ func New(o Options) (*Handler, error) {
 	if o.DenyStatus == 0 {
 		o.DenyStatus = DefaultDenyStatus
 	}
-	if o.DenyStatus < 200 || o.DenyStatus > 599 {
-		return nil, fmt.Errorf("server: deny status %d is not an HTTP status", o.DenyStatus)
+	if o.DenyStatus < 400 || o.DenyStatus > 599 {
+		// A 2xx would let a limited request through the gateway.
+		return nil, fmt.Errorf("server: deny status %d is not a 4xx or 5xx status", o.DenyStatus)
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = DefaultReadyTimeout
