@@ -140,12 +140,14 @@ func RetryAfterSeconds(d sluice.Decision) int64 {
 }
 
 // RetryAfterMillis is d's retry_after_ms: RetryAfter in milliseconds,
-// rounded up; for sluice.Never, the time until the limit is full again.
+// rounded up; for sluice.Never, the time until the limit is full again. It
+// is at least 1 for a denied decision (as RetryAfterSeconds: 0 would
+// invite an immediate retry), 0 for an allowed one.
 func RetryAfterMillis(d sluice.Decision) int64 {
 	if d.Allowed {
 		return 0
 	}
-	return ceilDiv(retryWait(d), time.Millisecond)
+	return max(ceilDiv(retryWait(d), time.Millisecond), 1)
 }
 
 // retryWait is how long a denied client is told to wait: RetryAfter, or,

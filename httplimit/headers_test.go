@@ -178,3 +178,19 @@ func parseSFItem(s string) (map[string]int64, error) {
 	}
 	return params, nil
 }
+
+// A request whose cost a fresh key's limit can never admit is refused
+// with a wait of at least 1 in both units: Retry-After 1 and
+// retry_after_ms 1, never 0 (an immediate retry, refused again).
+func TestRetryAfterNeverZero(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindowLog, sluice.SlidingWindowCounter} {
+		var st sluice.State
+		d, _, err := alg.Take(&st, sluice.PerMinute(2), time.Unix(1_700_000_010, 0), 5)
+		if err != nil || d.Allowed {
+			t.Fatalf("%v: cost 5 under 2/m: %+v, %v; want a refusal", alg, d, err)
+		}
+		if s, ms := RetryAfterSeconds(d), RetryAfterMillis(d); s < 1 || ms < 1 || ms > s*1000 {
+			t.Errorf("%v: cost 5 under 2/m (%+v): Retry-After %d s, retry_after_ms %d; want both at least 1, the milliseconds within the seconds", alg, d, s, ms)
+		}
+	}
+}

@@ -92,8 +92,13 @@ func TestWriteLimited(t *testing.T) {
 		{sluice.Decision{RetryAfter: 1500 * time.Millisecond}, "2", 1500},
 		{sluice.Decision{RetryAfter: time.Microsecond}, "1", 1},
 		{sluice.Decision{RetryAfter: 3 * time.Second}, "3", 3000},
-		{sluice.Decision{RetryAfter: 0}, "1", 0},
+		// A denied answer never says "now", in seconds or in milliseconds:
+		// retry_after_ms 0 beside Retry-After: 1 invited an immediate retry.
+		{sluice.Decision{RetryAfter: 0}, "1", 1},
 		{sluice.Decision{RetryAfter: sluice.Never, ResetAfter: 10 * time.Second}, "10", 10000},
+		// A cost over what a fresh key's limit can ever admit: nothing to
+		// reset (ResetAfter 0).
+		{sluice.Decision{RetryAfter: sluice.Never}, "1", 1},
 		// The longest wait a Duration holds rounds up, not over into a negative.
 		{sluice.Decision{RetryAfter: math.MaxInt64}, "9223372037", 9223372036855},
 	} {
