@@ -162,9 +162,11 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 			}
 			ds[i].Metrics = s.metricsOf(domain, &m)
 		}
-		// A limit named in another matched limit's replaces is dropped.
+		// A limit named in another matched limit's replaces is dropped; an
+		// unlimited one stays unlimited, as in the reference service (it
+		// marks those before it drops the replaced).
 		for i := range ds {
-			if r := ds[i].Rule; r != nil && r.Name != "" && replaced[r.Name] {
+			if r := ds[i].Rule; r != nil && !r.Unlimited && r.Name != "" && replaced[r.Name] {
 				ds[i] = engine.Descriptor{}
 			}
 		}
