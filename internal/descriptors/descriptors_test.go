@@ -419,3 +419,41 @@ func TestEachAndDigest(t *testing.T) {
 		t.Errorf("Digest does not follow the content")
 	}
 }
+
+// TestLoadDirectoryWithoutDescriptorFiles: a listed directory in which no
+// descriptor file is read is an error naming it, not a config without
+// limits: the reference service reads every file of its directory and its
+// subdirectories, so a directory it served may hold none that Sluice reads.
+func TestLoadDirectoryWithoutDescriptorFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"ratelimit/config/edge.yaml": "domain: edge\n",
+		"ratelimit/limits.conf":      "domain: conf\n",
+		"ratelimit/.hidden.yaml":     "domain: hidden\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load([]string{filepath.Join(dir, "ratelimit")})
+	want := filepath.Join(dir, "ratelimit") + ": no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read (skipped: 1 subdirectory, 1 other file)"
+	if err == nil || err.Error() != want {
+		t.Errorf("Load(a directory with only a subdirectory and a .conf file) = %v, want %q", err, want)
+	}
+	_, err = Load([]string{empty})
+	if want := empty + ": no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read"; err == nil || err.Error() != want {
+		t.Errorf("Load(an empty directory) = %v, want %q", err, want)
+	}
+	s, err := Load([]string{filepath.Join(dir, "ratelimit", "config")})
+	if err != nil || !s.HasDomain("edge") {
+		t.Errorf("Load(the subdirectory itself) = %v, %v; want its domain", s, err)
+	}
+}

@@ -31,9 +31,10 @@ const (
 // Load reads the descriptor files named by paths: each a file, or a
 // directory whose YAML files (*.yaml, *.yml; not hidden ones, such as the
 // ..data links of a Kubernetes ConfigMap volume) are all read, in name
-// order. Every problem of every file is reported in one
-// rules.ParseErrors, each naming its file and line; on any problem Load
-// returns no Set. A domain may appear in one file only.
+// order; a listed directory with none is an error. Every problem of every
+// file is reported in one rules.ParseErrors, each naming its file and
+// line; on any problem Load returns no Set. A domain may appear in one
+// file only.
 func Load(paths []string) (*Set, error) {
 	var files []string
 	var errs rules.ParseErrors
@@ -52,16 +53,32 @@ func Load(paths []string) (*Set, error) {
 			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
 			continue
 		}
+		read, dirs, others := 0, 0, 0
 		for _, e := range ents {
 			n := e.Name()
-			if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			if strings.HasPrefix(n, ".") {
 				continue
 			}
 			full := filepath.Join(p, n)
-			if fi, err := os.Stat(full); err != nil || fi.IsDir() {
-				continue // a dangling link or a directory named *.yaml
+			fi, err := os.Stat(full)
+			switch {
+			case err != nil:
+				continue // a dangling link
+			case fi.IsDir():
+				dirs++
+				continue
+			case !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")):
+				others++
+				continue
 			}
 			files = append(files, full)
+			read++
+		}
+		if read == 0 {
+			// Not a config without limits: the reference service reads
+			// every file of its directory, subdirectories included, so a
+			// directory it served may hold none that is read here.
+			errs = append(errs, &rules.ParseError{File: p, Msg: "no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read" + skipped(dirs, others)})
 		}
 	}
 	s := &Set{domains: map[string]*node{}}
@@ -101,6 +118,27 @@ func Load(paths []string) (*Set, error) {
 	}
 	h.Sum(s.digest[:0])
 	return s, nil
+}
+
+// skipped describes the entries of a directory that were not read, or "".
+func skipped(dirs, others int) string {
+	var parts []string
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	if dirs > 0 {
+		parts = append(parts, plural(dirs, "subdirectory", "subdirectories"))
+	}
+	if others > 0 {
+		parts = append(parts, plural(others, "other file", "other files"))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (skipped: " + strings.Join(parts, ", ") + ")"
 }
 
 func fileErr(err error) string {
