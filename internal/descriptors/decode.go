@@ -111,6 +111,10 @@ func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
 		if !ok {
 			return
 		}
+		if b, ok := yaml11Bool[n.Value]; ok && n.Tag == "!!str" && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+			*dst = b // the reference service reads YAML 1.1: a plain yes is true
+			return
+		}
 		if n.Tag != "!!bool" {
 			d.Fail(n, key, "want true or false, not %s", yamlnode.KindName(n))
 			return
@@ -122,6 +126,13 @@ func (d *decoder) bool(dst *bool) func(string, *yaml.Node) {
 		}
 		*dst = b
 	}
+}
+
+// yaml11Bool are the booleans of YAML 1.1 that YAML 1.2 reads as
+// strings: the reference service's parser reads them as booleans.
+var yaml11Bool = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -455,5 +456,54 @@ func TestLoadDirectoryWithoutDescriptorFiles(t *testing.T) {
 	s, err := Load([]string{filepath.Join(dir, "ratelimit", "config")})
 	if err != nil || !s.HasDomain("edge") {
 		t.Errorf("Load(the subdirectory itself) = %v, %v; want its domain", s, err)
+	}
+}
+
+// TestParseAsTheReferenceReadsYAML: files the reference service loads
+// (it reads them with a YAML 1.1 parser, the first document only) load
+// here too, with the same meaning.
+func TestParseAsTheReferenceReadsYAML(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		check     func(s *Set) string
+	}{
+		{"a trailing document separator", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n---\n", nil},
+		{"empty documents after the first", "---\ndomain: a\n...\n---\n# nothing here\n---\n", nil},
+		{"YAML 1.1 booleans", "domain: a\ndescriptors:\n  - key: s\n    shadow_mode: yes\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: q\n    quota_mode: On\n    detailed_metric: n\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: u\n    rate_limit: {unlimited: Y}\n",
+			func(s *Set) string {
+				var got []string
+				s.Each(func(r *Rule) {
+					got = append(got, fmt.Sprintf("%s shadow=%t quota=%t detailed=%t unlimited=%t", r.Path, r.Shadow, r.Quota, r.DetailedMetric, r.Unlimited))
+				})
+				want := []string{"s shadow=true quota=false detailed=false unlimited=false", "q shadow=false quota=true detailed=false unlimited=false", "u shadow=false quota=false detailed=false unlimited=true"}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					return fmt.Sprintf("rules %q, want %q", got, want)
+				}
+				return ""
+			}},
+	} {
+		s, err := Parse("test.yaml", []byte(tc.src))
+		if err != nil {
+			t.Errorf("%s: Parse: %v", tc.name, err)
+			continue
+		}
+		if !s.HasDomain("a") {
+			t.Errorf("%s: no domain a", tc.name)
+		}
+		if tc.check != nil {
+			if msg := tc.check(s); msg != "" {
+				t.Errorf("%s: %s", tc.name, msg)
+			}
+		}
+	}
+	// What the reference would read differently, or silently drop, is
+	// refused: a second domain in one file, a quoted "yes" for a boolean.
+	for _, tc := range []struct{ name, src, want string }{
+		{"a second document", "domain: a\n---\n# the second\ndomain: b\n", "test.yaml:2: more than one YAML document (---): a descriptor file holds one domain"},
+		{"a quoted yes", "domain: a\ndescriptors:\n  - key: s\n    shadow_mode: 'yes'\n", `test.yaml:4: descriptors[0].shadow_mode: want true or false, not the string "yes"`},
+	} {
+		if _, err := Parse("test.yaml", []byte(tc.src)); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: Parse = %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -193,11 +193,21 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		}
 		return nil, rules.ParseErrors{yamlError(file, err)}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, rules.ParseErrors{{File: file, Line: extra.Line, Msg: "more than one YAML document (---): a descriptor file holds one domain"}}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, rules.ParseErrors{yamlError(file, err)}
+	// Documents after the first: the reference service reads the first
+	// only, so empty ones (a trailing ---) are fine; a second domain, which
+	// it would drop without a word, is refused.
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, rules.ParseErrors{yamlError(file, err)}
+		}
+		if !emptyDocument(&extra) {
+			return nil, rules.ParseErrors{{File: file, Line: extra.Line, Msg: "more than one YAML document (---): a descriptor file holds one domain"}}
+		}
 	}
 	top := &doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
@@ -228,6 +238,15 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		return nil, d.Errs.Err()
 	}
 	return p, nil
+}
+
+// emptyDocument reports whether doc holds nothing, or only a null.
+func emptyDocument(doc *yaml.Node) bool {
+	if len(doc.Content) == 0 {
+		return true
+	}
+	c := doc.Content[0]
+	return len(doc.Content) == 1 && c.Kind == yaml.ScalarNode && c.Tag == "!!null"
 }
 
 func newNode(key, value string) *node {
