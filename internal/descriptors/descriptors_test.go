@@ -469,6 +469,28 @@ func TestParseAsTheReferenceReadsYAML(t *testing.T) {
 	}{
 		{"a trailing document separator", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n---\n", nil},
 		{"empty documents after the first", "---\ndomain: a\n...\n---\n# nothing here\n---\n", nil},
+		{"anchors and merge keys", `domain: a
+descriptors:
+  - &per_user
+    key: user
+    shadow_mode: true
+    rate_limit: &minute {unit: minute, requests_per_unit: 10, name: users}
+  - <<: *per_user
+    key: admin
+    rate_limit:
+      <<: *minute
+      name: admins
+      requests_per_unit: 100
+`, func(s *Set) string {
+			var got []string
+			s.Each(func(r *Rule) {
+				got = append(got, fmt.Sprintf("%s %s %d/%s shadow=%t", r.Path, r.Name, r.RequestsPerUnit, r.Unit, r.Shadow))
+			})
+			if want := []string{"user users 10/minute shadow=true", "admin admins 100/minute shadow=true"}; fmt.Sprint(got) != fmt.Sprint(want) {
+				return fmt.Sprintf("rules %q, want %q", got, want)
+			}
+			return ""
+		}},
 		{"YAML 1.1 booleans", "domain: a\ndescriptors:\n  - key: s\n    shadow_mode: yes\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: q\n    quota_mode: On\n    detailed_metric: n\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: u\n    rate_limit: {unlimited: Y}\n",
 			func(s *Set) string {
 				var got []string

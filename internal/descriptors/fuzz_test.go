@@ -15,6 +15,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: k\n    algorithm: gcra\n    burst: 5\n    rate_limit: {unit: second, requests_per_unit: 2, name: x, replaces: [{name: y}]}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
 		"domain: &a d\ndescriptors: [*a]\n",
+		"domain: d\ndescriptors:\n  - &b {key: k, rate_limit: &r {unit: second, requests_per_unit: 1}}\n  - {<<: [*b, *r], key: j, rate_limit: {<<: *r, name: n}}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: year, requests_per_unit: 4294967295}\n",
 	} {
 		f.Add(s)

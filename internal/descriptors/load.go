@@ -214,6 +214,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		top = doc.Content[0]
 	}
 	d := &decoder{yamlnode.NewWalker(file, "file", maxNodes)}
+	d.Merge = true // the reference service reads YAML 1.1, merge keys included
 	p := &parsed{root: newNode("", "")}
 	var descs *yaml.Node
 	domainSeen := false

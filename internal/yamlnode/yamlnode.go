@@ -2,8 +2,8 @@
 // config (internal/config) and of descriptor files (internal/descriptors)
 // share: every problem collected with its file, line and key path, aliases
 // followed, a bound on the values visited so that an alias bomb stops,
-// the checks every mapping gets (plain keys, no merge keys, no key given
-// twice) and the words for what was found instead of what was wanted.
+// the checks every mapping gets (plain keys, no merge keys unless
+// Walker.Merge, no key given twice) and the words for what was found instead of what was wanted.
 // What each decoder accepts stays with it.
 package yamlnode
 
@@ -22,6 +22,11 @@ import (
 type Walker struct {
 	File string
 	Errs rules.ParseErrors
+	// Merge applies merge keys (<<: *anchor, or a list of anchors) as
+	// YAML 1.1 defines them, instead of refusing them: for files that
+	// another program reads with a YAML 1.1 parser (the descriptor files
+	// of Envoy's reference rate limit service).
+	Merge bool
 
 	what   string // names the input in the "too large" problem
 	max    int
@@ -51,20 +56,22 @@ func (w *Walker) Resolve(key string, n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	if n == nil {
-		return nil
-	}
-	w.budget--
-	if w.budget == 0 {
-		w.Fail(n, key, "%s too large: more than %d values (aliases expanded)", w.what, w.max)
-	}
-	if w.budget <= 0 {
+	if n == nil || !w.spend(key, n) {
 		return nil
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
 	return n
+}
+
+// spend charges one value visited at n; false when the budget is spent.
+func (w *Walker) spend(key string, n *yaml.Node) bool {
+	w.budget--
+	if w.budget == 0 {
+		w.Fail(n, key, "%s too large: more than %d values (aliases expanded)", w.what, w.max)
+	}
+	return w.budget > 0
 }
 
 // Spent reports whether the value budget ran out.
@@ -85,6 +92,7 @@ func (w *Walker) Mapping(key string, n *yaml.Node, names []string, each func(nam
 		return false
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.AliasNode && k.Alias != nil {
@@ -96,7 +104,7 @@ func (w *Walker) Mapping(key string, n *yaml.Node, names []string, each func(nam
 		}
 		name := k.Value
 		path := Join(key, name)
-		if name == "<<" {
+		if name == "<<" && !(w.Merge && k.Tag == "!!merge") {
 			w.Fail(k, key, "merge keys (<<) are not supported; write the keys out")
 			continue
 		}
@@ -105,9 +113,73 @@ func (w *Walker) Mapping(key string, n *yaml.Node, names []string, each func(nam
 			continue
 		}
 		seen[name] = true
+		if name == "<<" {
+			merges = append(merges, v)
+			continue
+		}
 		each(name, path, k, v)
 	}
+	// The mapping's own keys win over the merged ones.
+	for _, v := range merges {
+		w.merge(key, v, seen, each, 0)
+	}
 	return true
+}
+
+// maxMergeDepth bounds merges within merged mappings.
+const maxMergeDepth = 32
+
+// merge walks the keys that the merge key's value v (a mapping, or a list
+// of mappings: the earlier ones win) adds to the mapping at key, skipping
+// those in seen, and each merged mapping's own merges after its keys.
+func (w *Walker) merge(key string, v *yaml.Node, seen map[string]bool, each func(name, path string, k, v *yaml.Node), depth int) {
+	mk := Join(key, "<<")
+	if v = w.Resolve(mk, v); v == nil {
+		return
+	}
+	if depth > maxMergeDepth {
+		w.Fail(v, mk, "merge keys nested deeper than %d", maxMergeDepth)
+		return
+	}
+	maps := []*yaml.Node{v}
+	if v.Kind == yaml.SequenceNode {
+		maps = maps[:0]
+		for _, item := range v.Content {
+			if m := w.Resolve(mk, item); m != nil {
+				maps = append(maps, m)
+			}
+		}
+	}
+	for _, m := range maps {
+		if m.Kind != yaml.MappingNode {
+			w.Fail(m, mk, "a merge key takes a mapping or a list of mappings, not %s", KindName(m))
+			continue
+		}
+		var inner []*yaml.Node
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k, val := m.Content[i], m.Content[i+1]
+			if !w.spend(mk, k) {
+				return
+			}
+			if k.Kind == yaml.AliasNode && k.Alias != nil {
+				k = k.Alias
+			}
+			if k.Kind != yaml.ScalarNode {
+				w.Fail(k, mk, "a key must be a plain name, not %s", KindName(k))
+				continue
+			}
+			switch name := k.Value; {
+			case name == "<<" && k.Tag == "!!merge":
+				inner = append(inner, val)
+			case !seen[name]:
+				seen[name] = true
+				each(name, Join(key, name), k, val)
+			}
+		}
+		for _, iv := range inner {
+			w.merge(key, iv, seen, each, depth+1)
+		}
+	}
 }
 
 // KindName describes n for a problem's "not ..." part: "a list", "the

@@ -2,6 +2,7 @@ package yamlnode
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -123,5 +124,44 @@ func TestKindName(t *testing.T) {
 		if got := KindName(c.n); got != c.want {
 			t.Errorf("KindName(%v %s %q) = %q, want %q", c.n.Kind, c.n.Tag, c.n.Value, got, c.want)
 		}
+	}
+}
+
+// TestMappingMerge: with Merge, merge keys apply as YAML 1.1 defines them
+// (the reference rate limit service's parser): the mapping's own keys win,
+// then the merged mappings in order, each with its own merges after it.
+func TestMappingMerge(t *testing.T) {
+	var doc yaml.Node
+	src := `base: &base {a: 1, b: 1, c: 1}
+more: &more {b: 2, d: 2, <<: {e: 3, d: 3}}
+top:
+  b: 0
+  <<: [*more, *base]
+bad:
+  <<: 7
+`
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatal(err)
+	}
+	root := doc.Content[0]
+	w := NewWalker("m.yaml", "file", 100)
+	w.Merge = true
+	got := map[string]string{}
+	w.Mapping("top", root.Content[5], []string{"a", "b", "c", "d", "e"}, func(name, path string, k, v *yaml.Node) {
+		if _, dup := got[path]; dup {
+			t.Errorf("%s walked twice", path)
+		}
+		got[path] = v.Value
+	})
+	want := map[string]string{"top.a": "1", "top.b": "0", "top.c": "1", "top.d": "2", "top.e": "3"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("merged keys = %v, want %v", got, want)
+	}
+	if len(w.Errs) != 0 {
+		t.Errorf("problems = %v, want none", w.Errs)
+	}
+	w.Mapping("bad", root.Content[7], []string{"a"}, func(string, string, *yaml.Node, *yaml.Node) {})
+	if got, want := w.Errs.Error(), "m.yaml:7: bad.<<: a merge key takes a mapping or a list of mappings, not the number 7"; got != want {
+		t.Errorf("problem = %q, want %q", got, want)
 	}
 }
