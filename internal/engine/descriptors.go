@@ -39,7 +39,8 @@ type DescriptorStatus struct {
 type DescriptorsResult struct {
 	// OverLimit is the overall answer: some descriptor that is neither in
 	// shadow_mode nor in quota_mode is over, or every quota_mode descriptor
-	// is over (the reference service's rule).
+	// is over, one in shadow_mode never being over (the reference
+	// service's rule).
 	OverLimit bool
 	// StoreErr is the store's error when it could not decide; OverLimit is
 	// then the on_error policy's answer (deny: true).
@@ -80,15 +81,21 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			continue
 		case r.RequestsPerUnit == 0:
 			st[i].Over = true
-			if r.Quota && !r.Shadow {
+			switch {
+			case r.Quota:
 				quotas++
-				quotaOver++
-			} else if !r.Shadow {
+				if !r.Shadow {
+					quotaOver++
+				}
+			case !r.Shadow:
 				hard = true
 			}
 			continue
 		}
-		if r.Quota && !r.Shadow {
+		// A quota descriptor in shadow mode is one of the request's quota
+		// descriptors that is never over (it answers OK), as in the
+		// reference service: while one applies, the quotas do not deny.
+		if r.Quota {
 			quotas++
 		}
 		if r.Report {

@@ -30,3 +30,36 @@ descriptors:
 		t.Errorf("the replacing limit: %v, want 2 of 3 left", r.Statuses[1])
 	}
 }
+
+// TestShadowQuotaDescriptorNeverOver: a quota_mode descriptor in
+// shadow_mode answers OK even when over, so while one applies, the request's
+// quota descriptors are not all over and do not deny it, as in the
+// reference service (its overall code follows the statuses it returns).
+func TestShadowQuotaDescriptorNeverOver(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
+descriptors:
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: sq
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: rpu0
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`), envOpts{})
+			e.expect(t, "q alone, under", []string{"O:O"}, "p", desc("q", "x"))
+			e.expect(t, "q over with a shadow quota under", []string{"O:XO"}, "p", desc("q", "x"), desc("sq", "y"))
+			if got := e.remaining(t, "p", "sq", "y"); got != 0 {
+				t.Errorf("sq remaining = %d, want 0: counted by the request it admitted", got)
+			}
+			e.expect(t, "q over with a shadow quota over", []string{"O:XO"}, "p", desc("q", "x"), desc("sq", "y"))
+			e.expect(t, "q over with a shadow quota of 0", []string{"O:XO"}, "p", desc("q", "x"), desc("rpu0", "z"))
+			e.expect(t, "q over alone", []string{"X:X"}, "p", desc("q", "x"))
+		})
+	}
+}
