@@ -120,11 +120,10 @@ type Rule struct {
 	// Shadow (shadow_mode): counted and reported, never denies.
 	Shadow bool
 	// Quota (quota_mode): a request is denied by quota rules only if every
-	// quota rule that applies to it is over.
+	// quota rule that applies to it is over (one also in Shadow never is).
 	Quota bool
 	// Report (report: true): every request charges its hits even past the
-	// limit. Parsed; refused by Load until charging after the response is
-	// built.
+	// limit, the overage carried as debt.
 	Report bool
 	// DetailedMetric and ValueToMetric put request values into the
 	// metric's descriptor label (bounded by the metrics package).
