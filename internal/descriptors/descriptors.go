@@ -112,6 +112,9 @@ type Rule struct {
 	// without asking the store.
 	RequestsPerUnit uint32
 	Unit            Unit
+	// UnitMultiplier is an override's unit_multiplier: the period is that
+	// many units. 0 (and 1) for one unit.
+	UnitMultiplier uint32
 	// Algorithm and Limit are what the store enforces: Limit.Rate is
 	// RequestsPerUnit, Limit.Period the Unit's period, Limit.Burst the
 	// descriptor's burst.
@@ -146,6 +149,11 @@ type Rule struct {
 	full    string // FullName
 	fromReq bool   // the metric label carries request values (detailed_metric, value_to_metric on the path)
 	cached  atomic.Value
+}
+
+// Period returns the length of r's window: UnitMultiplier units.
+func (r *Rule) Period() time.Duration {
+	return r.Unit.Period() * time.Duration(max(r.UnitMultiplier, 1))
 }
 
 // Head returns the start of every store key of r: "envoy:ID|FP|", ID
@@ -300,6 +308,9 @@ func Override(domain string, requestsPerUnit uint32, u Unit, multiplier uint32) 
 		return nil, false
 	}
 	r = &Rule{Domain: domain, RequestsPerUnit: requestsPerUnit, Unit: u, Algorithm: sluice.FixedWindow}
+	if multiplier > 1 {
+		r.UnitMultiplier = multiplier
+	}
 	if requestsPerUnit > 0 {
 		r.Limit = sluice.Limit{Rate: int64(requestsPerUnit), Period: period}
 		if r.Limit.Validate() != nil {

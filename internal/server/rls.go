@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/descriptors"
@@ -285,6 +286,9 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 			RequestsPerUnit: r.RequestsPerUnit,
 			Unit:            protoUnit[r.Unit],
 		}
+		if r.UnitMultiplier > 1 {
+			ss.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
+		}
 		if st[i].Over && !r.Shadow {
 			ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -350,7 +354,7 @@ func retryWait(ss *rlsv3.RateLimitResponse_DescriptorStatus, d sluice.Decision) 
 func untilReset(r *descriptors.Rule, d sluice.Decision, now time.Time) time.Duration {
 	p := r.Limit.Period
 	if p <= 0 {
-		p = r.Unit.Period()
+		p = r.Period()
 	}
 	if r.Algorithm == sluice.FixedWindow || r.Limit.Rate == 0 {
 		us := now.UnixMicro()

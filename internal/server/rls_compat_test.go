@@ -3,6 +3,12 @@ package server_test
 import (
 	"math"
 	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -61,5 +67,38 @@ descriptors:
 			e.expect(t, "q over with a shadow quota of 0", []string{"O:XO"}, "p", desc("q", "x"), desc("rpu0", "z"))
 			e.expect(t, "q over alone", []string{"X:X"}, "p", desc("q", "x"))
 		})
+	}
+}
+
+// TestOverrideUnitMultiplierInStatus: a limit override of 2 per 10 minutes
+// (unit_multiplier 10) is counted over 10 minutes, and its status says so:
+// current_limit carries the multiplier, duration_until_reset runs to the
+// end of the 10-minute window (Envoy's X-RateLimit headers are made of
+// these).
+func TestOverrideUnitMultiplierInStatus(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	for _, rpu := range []uint32{2, 0} {
+		d := func() *commonv3.RateLimitDescriptor {
+			d := withLimit(desc("user", "m"), rpu, typev3.RateLimitUnit_MINUTE)
+			d.Limit.UnitMultiplier = wrapperspb.UInt32(10)
+			return d
+		}
+		want := []string{"O:O", "O:O", "X:X"}
+		if rpu == 0 {
+			want = []string{"X:X"}
+		}
+		r := e.expect(t, "2 per 10 minutes", want, "web", d())
+		l := r.Statuses[0].CurrentLimit
+		if l.GetRequestsPerUnit() != rpu || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || l.GetUnitMultiplier().GetValue() != 10 {
+			t.Errorf("%d per 10 minutes: current_limit = %v, want %d per MINUTE × 10", rpu, l, rpu)
+		}
+		// tMid is 10:00:30: the 10-minute window ends at 10:10:00.
+		if got := r.Statuses[0].DurationUntilReset.AsDuration(); got != 9*time.Minute+30*time.Second {
+			t.Errorf("%d per 10 minutes: duration_until_reset = %v, want 9m30s", rpu, got)
+		}
+	}
+	r := e.call(t, "web", 0, withLimit(desc("user", "n"), 2, typev3.RateLimitUnit_MINUTE))
+	if m := r.Statuses[0].CurrentLimit.GetUnitMultiplier(); m != nil {
+		t.Errorf("an override without a multiplier: current_limit.unit_multiplier = %v, want none", m)
 	}
 }

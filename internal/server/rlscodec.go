@@ -226,7 +226,7 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse) ([]byte, bool) {
 		b = protowire.AppendVarint(b, uint64(r.OverallCode))
 	}
 	for _, st := range r.Statuses {
-		if st == nil || st.Quota != nil || (st.CurrentLimit != nil && st.CurrentLimit.UnitMultiplier != nil) {
+		if st == nil || st.Quota != nil {
 			return nil, false
 		}
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
@@ -249,6 +249,14 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse) ([]byte, bool) {
 			if l.Name != "" {
 				b = protowire.AppendTag(b, 3, protowire.BytesType)
 				b = protowire.AppendString(b, l.Name)
+			}
+			if m := l.UnitMultiplier; m != nil {
+				b = protowire.AppendTag(b, 4, protowire.BytesType)
+				b = protowire.AppendVarint(b, uint64(uint32Size(m.Value)))
+				if m.Value != 0 {
+					b = protowire.AppendTag(b, 1, protowire.VarintType)
+					b = protowire.AppendVarint(b, uint64(m.Value))
+				}
 			}
 		}
 		if st.LimitRemaining != 0 {
@@ -305,7 +313,18 @@ func limitSize(l *rlsv3.RateLimitResponse_RateLimit) int {
 	if l.Name != "" {
 		n += bytesField(len(l.Name))
 	}
+	if m := l.UnitMultiplier; m != nil {
+		n += bytesField(uint32Size(m.Value))
+	}
 	return n
+}
+
+// uint32Size is the size of a UInt32Value holding v.
+func uint32Size(v uint32) int {
+	if v == 0 {
+		return 0
+	}
+	return varintField(uint64(v))
 }
 
 func durationSize(sec int64, nanos int32) int {

@@ -35,6 +35,11 @@ func codecResponses() []*rlsv3.RateLimitResponse {
 			{Code: rlsv3.RateLimitResponse_OK, DurationUntilReset: &durationpb.Duration{}},
 		}, ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "RateLimit-Limit", Value: "10"}, {Key: "Retry-After", Value: "59"}, {Key: "", Value: ""}, {Key: "raw", RawValue: []byte{0, 1}}}},
 		{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(rlsv3.RateLimitResponse_OK, "x", 1, 1, 365*24*time.Hour)}},
+		{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 2, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, UnitMultiplier: wrapperspb.UInt32(10)}, DurationUntilReset: durationpb.New(570 * time.Second)},
+			{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{UnitMultiplier: wrapperspb.UInt32(0)}},
+			{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "n", UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)}},
+		}},
 	}
 }
 
