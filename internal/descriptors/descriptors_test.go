@@ -2,7 +2,6 @@ package descriptors
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -418,114 +417,5 @@ func TestEachAndDigest(t *testing.T) {
 	}
 	if s.Digest() == mustParse(t, messaging+"\n").Digest() || s.Digest() != mustParse(t, messaging).Digest() {
 		t.Errorf("Digest does not follow the content")
-	}
-}
-
-// TestLoadDirectoryWithoutDescriptorFiles: a listed directory in which no
-// descriptor file is read is an error naming it, not a config without
-// limits: the reference service reads every file of its directory and its
-// subdirectories, so a directory it served may hold none that Sluice reads.
-func TestLoadDirectoryWithoutDescriptorFiles(t *testing.T) {
-	dir := t.TempDir()
-	for name, src := range map[string]string{
-		"ratelimit/config/edge.yaml": "domain: edge\n",
-		"ratelimit/limits.conf":      "domain: conf\n",
-		"ratelimit/.hidden.yaml":     "domain: hidden\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	empty := filepath.Join(dir, "empty")
-	if err := os.Mkdir(empty, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Load([]string{filepath.Join(dir, "ratelimit")})
-	want := filepath.Join(dir, "ratelimit") + ": no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read (skipped: 1 subdirectory, 1 other file)"
-	if err == nil || err.Error() != want {
-		t.Errorf("Load(a directory with only a subdirectory and a .conf file) = %v, want %q", err, want)
-	}
-	_, err = Load([]string{empty})
-	if want := empty + ": no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read"; err == nil || err.Error() != want {
-		t.Errorf("Load(an empty directory) = %v, want %q", err, want)
-	}
-	s, err := Load([]string{filepath.Join(dir, "ratelimit", "config")})
-	if err != nil || !s.HasDomain("edge") {
-		t.Errorf("Load(the subdirectory itself) = %v, %v; want its domain", s, err)
-	}
-}
-
-// TestParseAsTheReferenceReadsYAML: files the reference service loads
-// (it reads them with a YAML 1.1 parser, the first document only) load
-// here too, with the same meaning.
-func TestParseAsTheReferenceReadsYAML(t *testing.T) {
-	for _, tc := range []struct {
-		name, src string
-		check     func(s *Set) string
-	}{
-		{"a trailing document separator", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n---\n", nil},
-		{"empty documents after the first", "---\ndomain: a\n...\n---\n# nothing here\n---\n", nil},
-		{"anchors and merge keys", `domain: a
-descriptors:
-  - &per_user
-    key: user
-    shadow_mode: true
-    rate_limit: &minute {unit: minute, requests_per_unit: 10, name: users}
-  - <<: *per_user
-    key: admin
-    rate_limit:
-      <<: *minute
-      name: admins
-      requests_per_unit: 100
-`, func(s *Set) string {
-			var got []string
-			s.Each(func(r *Rule) {
-				got = append(got, fmt.Sprintf("%s %s %d/%s shadow=%t", r.Path, r.Name, r.RequestsPerUnit, r.Unit, r.Shadow))
-			})
-			if want := []string{"user users 10/minute shadow=true", "admin admins 100/minute shadow=true"}; fmt.Sprint(got) != fmt.Sprint(want) {
-				return fmt.Sprintf("rules %q, want %q", got, want)
-			}
-			return ""
-		}},
-		{"YAML 1.1 booleans", "domain: a\ndescriptors:\n  - key: s\n    shadow_mode: yes\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: q\n    quota_mode: On\n    detailed_metric: n\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: u\n    rate_limit: {unlimited: Y}\n",
-			func(s *Set) string {
-				var got []string
-				s.Each(func(r *Rule) {
-					got = append(got, fmt.Sprintf("%s shadow=%t quota=%t detailed=%t unlimited=%t", r.Path, r.Shadow, r.Quota, r.DetailedMetric, r.Unlimited))
-				})
-				want := []string{"s shadow=true quota=false detailed=false unlimited=false", "q shadow=false quota=true detailed=false unlimited=false", "u shadow=false quota=false detailed=false unlimited=true"}
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					return fmt.Sprintf("rules %q, want %q", got, want)
-				}
-				return ""
-			}},
-	} {
-		s, err := Parse("test.yaml", []byte(tc.src))
-		if err != nil {
-			t.Errorf("%s: Parse: %v", tc.name, err)
-			continue
-		}
-		if !s.HasDomain("a") {
-			t.Errorf("%s: no domain a", tc.name)
-		}
-		if tc.check != nil {
-			if msg := tc.check(s); msg != "" {
-				t.Errorf("%s: %s", tc.name, msg)
-			}
-		}
-	}
-	// What the reference would read differently, or silently drop, is
-	// refused: a second domain in one file, a quoted "yes" for a boolean.
-	for _, tc := range []struct{ name, src, want string }{
-		{"a second document", "domain: a\n---\n# the second\ndomain: b\n", "test.yaml:2: more than one YAML document (---): a descriptor file holds one domain"},
-		{"a quoted yes", "domain: a\ndescriptors:\n  - key: s\n    shadow_mode: 'yes'\n", `test.yaml:4: descriptors[0].shadow_mode: want true or false, not the string "yes"`},
-	} {
-		if _, err := Parse("test.yaml", []byte(tc.src)); err == nil || err.Error() != tc.want {
-			t.Errorf("%s: Parse = %v, want %q", tc.name, err, tc.want)
-		}
 	}
 }
