@@ -158,6 +158,12 @@ func (w *worker) read(ctx context.Context) {
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
 	block := min(time.Second, w.q.o.ClaimIdle/4).Milliseconds()
 	var lastClaim, lastPrune time.Time
+	// cursor is where the scan of the pending list for entries to claim
+	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call,
+	// so a round of 10 calls covers 10,000, and the next round takes up
+	// where it stopped, so that every pending entry is looked at, however
+	// many live instances hold before a dead one's.
+	cursor := "0-0"
 	for ctx.Err() == nil {
 		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
 			lastPrune = time.Now()
@@ -165,17 +171,17 @@ func (w *worker) read(ctx context.Context) {
 		}
 		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
 			lastClaim = time.Now()
-			cursor := "0-0"
 			// Not bounded by capacity: a held entry may wait for an
 			// older one of its key that only a claim brings back, and
 			// what a silent instance left pending is at most what it
 			// held, within its own bound.
-			for range 10 { // at most 1000 entries per round
+			for range 10 { // at most 1000 entries claimed, 10,000 looked at, per round
 				arr, err := c.Do(ctx, c.B().Xautoclaim().Key(q).Group(group).Consumer(me).MinIdleTime(idle).Start(cursor).Count(100).Build()).ToArray()
 				if err != nil || len(arr) < 2 {
 					if err != nil && ctx.Err() == nil {
 						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
 					}
+					cursor = "0-0"
 					break
 				}
 				es, _ := arr[1].AsXRange()
@@ -185,8 +191,8 @@ func (w *worker) read(ctx context.Context) {
 						return
 					}
 				}
-				cursor, _ = arr[0].ToString()
-				if cursor == "0-0" || cursor == "" {
+				if cursor, _ = arr[0].ToString(); cursor == "0-0" || cursor == "" {
+					cursor = "0-0" // the whole list looked at: the next round starts again
 					break
 				}
 			}
