@@ -54,10 +54,13 @@
 //
 // Every replayed request carries Idempotency-Key: ID (unless the client
 // sent its own) and Sluice-Deferred-Id: ID. Once an outcome is recorded no
-// instance sends the request again. The one window left is an instance
-// that dies after the upstream answered and before the outcome script ran:
-// another instance then sends the request again, with the same
-// Idempotency-Key, which an idempotent upstream recognises. A delivery is
+// instance sends the request again. Two windows are left, where the
+// request is sent again with the same Idempotency-Key, which an idempotent
+// upstream recognises: an instance that dies after the upstream answered
+// and before the outcome script ran (another claims the request), and an
+// attempt retried after the upstream may have acted on it (no answer
+// within DeliveryTimeout, a connection lost mid-request, a 5xx sent after
+// the work was done). A delivery is
 // bounded by DeliveryTimeout, which must stay under ClaimIdle/2, so a live
 // instance always records its outcome before anyone may claim the entry.
 package deferq
