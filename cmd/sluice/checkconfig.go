@@ -38,17 +38,22 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	file := fs.Arg(0)
 	cfg, err := config.Load(file)
-	if err == nil {
-		err = config.Unsupported(cfg) // what serve would refuse to start with
-	}
-	if err == nil {
-		err = cfg.TLSProblems() // certificates, keys and CAs that do not load
-	}
+	errs := []error{err}
 	var descs *descriptors.Set
 	if err == nil {
-		descs, err = daemon.LoadDescriptors(cfg) // the Envoy descriptor files, if any
+		// Every check serve makes of a parsed config, each run whatever
+		// the others found, so that one run lists all the problems: what
+		// serve would refuse to start with, the certificates, keys and
+		// CAs that do not load, and the Envoy descriptor files, if any.
+		descs, err = daemon.LoadDescriptors(cfg)
+		errs = []error{config.Unsupported(cfg), cfg.TLSProblems(), err}
 	}
-	if err != nil {
+	failed := false
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed = true
 		var problems config.Errors
 		if errors.As(err, &problems) {
 			for _, p := range problems {
@@ -57,6 +62,8 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		}
+	}
+	if failed {
 		return 1
 	}
 	for _, w := range cfg.TLSWarnings(time.Now()) {

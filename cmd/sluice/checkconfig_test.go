@@ -103,3 +103,48 @@ func TestCheckConfigDescriptors(t *testing.T) {
 		t.Errorf("check-config with a bad descriptor file = exit %d, stderr %q; want 1 naming %s:4", code, stderr.String(), rl)
 	}
 }
+
+// TestCheckConfigListsEveryStage: a config that parses but that serve would
+// refuse for several reasons (a feature this store cannot run, a TLS file
+// that does not load, a broken descriptor file) gets every problem listed
+// in one run, each with file, line and key, not only those of the first
+// check that failed: fixing them one run at a time is what check-config
+// is there to spare.
+func TestCheckConfigListsEveryStage(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rl := write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n")
+	write("bad.pem", "not a certificate\n")
+	cfg := write("sluice.yaml", `listen: 127.0.0.1:0
+api:
+  tls: {cert: bad.pem, key: bad.pem}
+grpc:
+  listen: 127.0.0.1:0
+  config: [rl.yaml]
+store:
+  type: redis
+  redis: {addrs: [127.0.0.1:1], db: 2}
+rules:
+  - {name: a, rate: 1/s}
+`)
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr)
+	for _, want := range []string{
+		cfg + ":9: store.redis.db: ",
+		cfg + ":3: api.tls.cert: ",
+		rl + ":4: descriptors[0].rate_limit.unit: ",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("check-config: stderr lacks a line %q…:\n%s", want, stderr.String())
+		}
+	}
+	if code != 1 || stdout.Len() != 0 {
+		t.Errorf("check-config = exit %d, stdout %q; want 1 and nothing", code, stdout.String())
+	}
+}
