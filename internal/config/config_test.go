@@ -442,6 +442,10 @@ func FuzzParseConfig(f *testing.F) {
 				if e.File != "fuzz.yaml" || e.Msg == "" {
 					t.Fatalf("problem %+v lacks file or message", e)
 				}
+				utf16 := bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF})
+				if strings.HasPrefix(e.Msg, "YAML syntax") && e.Line == 0 && !utf16 {
+					t.Fatalf("problem %q names no line", e)
+				}
 			}
 			if cfg != nil {
 				t.Fatal("Parse returned a Config and an error")

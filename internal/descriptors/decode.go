@@ -159,7 +159,14 @@ func sortedKeys(fs fields) []string {
 	return ks
 }
 
-func yamlError(file string, err error) *rules.ParseError {
+func yamlError(file string, data []byte, err error) *rules.ParseError {
 	line, msg := yamlnode.SyntaxError(err)
+	if line == 0 {
+		// A reader error (an encoding or a control character) names no
+		// line: find the character.
+		if l, m, ok := yamlnode.BadCharacter(data); ok {
+			line, msg = l, m
+		}
+	}
 	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
 }

@@ -327,6 +327,8 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "domain: a\n---\ndomain: b\n", []string{"test.yaml:2: more than one YAML document"}},
 		{"syntax", "domain: [\n", []string{"YAML syntax"}},
 		{"parser error line", "domain: d\ndescriptors:\n  - key: k\n    value: [a, b\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: YAML syntax: did not find expected ',' or ']'"}},
+		{"latin-1 byte", "domain: d\ndescriptors:\n  - key: k\n    value: caf\xe9\n", []string{"test.yaml:4: YAML syntax: byte 0xE9 at column 15 is not UTF-8"}},
+		{"NUL of a file cut short", "domain: d\ndescriptors:\n  - key: k\n\x00\x00\x00", []string{"test.yaml:4: YAML syntax: control character U+0000 at column 1 is not allowed"}},
 		{"not a mapping", "- a\n", []string{"want a mapping"}},
 		{"nested error", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second}\n", []string{"test.yaml:6: descriptors[0].descriptors[0].rate_limit.requests_per_unit: missing"}},
 		{"two errors", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes please\n  - key: b\n    quota_mode: 1\n", []string{"test.yaml:4: descriptors[0].shadow_mode: want true or false", "test.yaml:6: descriptors[1].quota_mode: want true or false"}},

@@ -191,7 +191,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, rules.ParseErrors{{File: file, Line: 1, Msg: "empty file: want a domain and its descriptors"}}
 		}
-		return nil, rules.ParseErrors{yamlError(file, err)}
+		return nil, rules.ParseErrors{yamlError(file, data, err)}
 	}
 	// Documents after the first: the reference service reads the first
 	// only, so empty ones (a trailing ---) are fine; a second domain, which
@@ -203,7 +203,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 			break
 		}
 		if err != nil {
-			return nil, rules.ParseErrors{yamlError(file, err)}
+			return nil, rules.ParseErrors{yamlError(file, data, err)}
 		}
 		if !emptyDocument(&extra) {
 			return nil, rules.ParseErrors{{File: file, Line: extra.Line, Msg: "more than one YAML document (---): a descriptor file holds one domain"}}

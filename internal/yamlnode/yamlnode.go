@@ -8,10 +8,12 @@
 package yamlnode
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -220,19 +222,40 @@ var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // SyntaxError splits a yaml.v3 error into the line it names (from 1; 0 for
 // none) and its message without the "yaml: line N: " prefix. yaml.v3 counts
-// its parser's lines from 0 and its scanner's from 1: both come back from 1.
+// its parser's lines from 0 and its scanner's from 1, and names none for a
+// problem on the first line: all come back from 1. Its reader's errors (an
+// encoding, a control character) name no line: 0.
 func SyntaxError(err error) (line int, msg string) {
 	msg = err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}
-	if parserError(msg) {
+	switch {
+	case parserError(msg):
 		// yaml.v3 reports its parser's errors (unlike its scanner's) with
 		// the line counted from 0, and no line at all for the first.
 		line++
+	case line == 0 && !readerError(msg):
+		// Its scanner's errors on the first line name none either.
+		line = 1
 	}
 	return line, msg
+}
+
+// readerError reports whether msg is one of the errors of yaml.v3's
+// reader (readerc.go), which decodes the bytes into characters and names
+// no line: see BadCharacter.
+func readerError(msg string) bool {
+	switch msg {
+	case "invalid leading UTF-8 octet", "incomplete UTF-8 octet sequence",
+		"invalid trailing UTF-8 octet", "invalid length of a UTF-8 sequence",
+		"invalid Unicode character", "incomplete UTF-16 character",
+		"unexpected low surrogate area", "incomplete UTF-16 surrogate pair",
+		"expected low surrogate area", "control characters are not allowed":
+		return true
+	}
+	return strings.HasPrefix(msg, "input error: ")
 }
 
 // parserError reports whether msg is one of the errors of yaml.v3's
@@ -248,4 +271,49 @@ func parserError(msg string) bool {
 		return true
 	}
 	return false
+}
+
+// BadCharacter finds the first character of data that YAML does not
+// allow: a byte that is not UTF-8 (a file saved as Latin-1), or a control
+// character other than tab and line breaks (a NUL of a file cut short, a
+// form feed pasted in). That is where yaml.v3's reader stops, with an
+// error that names no line: BadCharacter returns the line (counted as
+// YAML counts them) and a message naming the byte or character and its
+// column. ok is false when there is none, or when data is UTF-16 (a byte
+// order mark first), which the reader decodes itself.
+func BadCharacter(data []byte) (line int, msg string, ok bool) {
+	if bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF}) {
+		return 0, "", false
+	}
+	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return line, fmt.Sprintf("byte 0x%02X at column %d is not UTF-8: save the file as UTF-8", data[i], col), true
+		case !yamlPrintable(r):
+			return line, fmt.Sprintf("control character %U at column %d is not allowed", r, col), true
+		}
+		i += size
+		switch r {
+		case '\r':
+			if i < len(data) && data[i] == '\n' {
+				i++
+			}
+			fallthrough
+		case '\n', '\u0085', '\u2028', '\u2029':
+			line, col = line+1, 1
+		default:
+			col++
+		}
+	}
+	return 0, "", false
+}
+
+// yamlPrintable reports whether YAML allows r in a stream (the YAML 1.1
+// c-printable set, as yaml.v3's reader checks it).
+func yamlPrintable(r rune) bool {
+	return r == '\t' || r == '\n' || r == '\r' || (r >= 0x20 && r <= 0x7E) || r == 0x85 ||
+		(r >= 0xA0 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
 }

@@ -60,9 +60,16 @@ func TestJoinAndSyntaxError(t *testing.T) {
 	if line != 4 || msg != "did not find expected ',' or ']'" {
 		t.Fatalf("SyntaxError(parser, line 3) = %d, %q", line, msg)
 	}
+	// A scanner error names no line for the first (listen: "127.0.0.1
+	// with its quote never closed).
+	line, msg = SyntaxError(errors.New("yaml: found unexpected end of stream"))
+	if line != 1 || msg != "found unexpected end of stream" {
+		t.Fatalf("SyntaxError(scanner, no line) = %d, %q", line, msg)
+	}
+	// A reader error names none at all: BadCharacter finds it.
 	line, msg = SyntaxError(errors.New("yaml: control characters are not allowed"))
 	if line != 0 || msg != "control characters are not allowed" {
-		t.Fatalf("SyntaxError(scanner, no line) = %d, %q", line, msg)
+		t.Fatalf("SyntaxError(reader, no line) = %d, %q", line, msg)
 	}
 }
 
@@ -163,5 +170,33 @@ bad:
 	w.Mapping("bad", root.Content[7], []string{"a"}, func(string, string, *yaml.Node, *yaml.Node) {})
 	if got, want := w.Errs.Error(), "m.yaml:7: bad.<<: a merge key takes a mapping or a list of mappings, not the number 7"; got != want {
 		t.Errorf("problem = %q, want %q", got, want)
+	}
+}
+
+// TestBadCharacter: the first character YAML does not allow is found on
+// the line YAML counts (every kind of line break), at its column in
+// characters; a clean file, or a UTF-16 one, has none.
+func TestBadCharacter(t *testing.T) {
+	for _, tc := range []struct {
+		name, data string
+		line       int
+		msg        string // "" for none
+	}{
+		{"clean", "a: b\n\tc: \u00e9\u2603\U0001F600\n", 0, ""},
+		{"latin-1", "a: 1\nb: caf\xe9\n", 2, "byte 0xE9 at column 7 is not UTF-8: save the file as UTF-8"},
+		{"cut short", "a: 1\nb: \xe2\x98", 2, "byte 0xE2 at column 4 is not UTF-8: save the file as UTF-8"},
+		{"surrogate", "a: \xed\xa0\x80\n", 1, "byte 0xED at column 4 is not UTF-8: save the file as UTF-8"},
+		{"NUL", "a: 1\n\x00", 2, "control character U+0000 at column 1 is not allowed"},
+		{"DEL", "a: 1\x7f\n", 1, "control character U+007F at column 5 is not allowed"},
+		{"after CRLF", "a: 1\r\nb: 2\r\n\x01", 3, "control character U+0001 at column 1 is not allowed"},
+		{"after lone CR", "a: 1\rb: 2\r\x01", 3, "control character U+0001 at column 1 is not allowed"},
+		{"after NEL and LS", "a: 1\u0085b\u2028\x01", 3, "control character U+0001 at column 1 is not allowed"},
+		{"after a BOM", "\uFEFFa: \x02", 1, "control character U+0002 at column 4 is not allowed"},
+		{"UTF-16", "\xff\xfea\x00:\x00 \x00\x01\x00", 0, ""},
+	} {
+		line, msg, ok := BadCharacter([]byte(tc.data))
+		if ok != (tc.msg != "") || line != tc.line || msg != tc.msg {
+			t.Errorf("%s: BadCharacter(%q) = %d, %q, %v; want %d, %q", tc.name, tc.data, line, msg, ok, tc.line, tc.msg)
+		}
 	}
 }
