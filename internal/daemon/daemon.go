@@ -170,6 +170,8 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		// SIGHUP still reloads.
 		if d.watcher, err = newConfigWatcher(opts.ConfigPath); err != nil {
 			d.log.Error("config file not watched; reload with SIGHUP", "err", err)
+		} else {
+			d.watcher.watchWrites()
 		}
 		// The content the running config came from, so an event that
 		// changes nothing reloads nothing. The file is read after the
@@ -276,14 +278,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.watcher != nil {
 		defer d.watcher.Close()
-		changed := make(chan struct{}, 1)
-		if d.staleAtStart {
-			changed <- struct{}{}
-		}
-		wg.Go(func() { d.watcher.run(watchCtx, d.log, changed) })
-		wg.Go(func() {
-			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() { d.reloader.reload(false) })
-		})
+		d.watchConfig(watchCtx, &wg)
 	}
 	if d.descWatcher != nil {
 		defer d.descWatcher.Close()

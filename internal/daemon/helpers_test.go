@@ -97,14 +97,16 @@ func (td *testDaemon) stop() error {
 	}
 }
 
-// waitReload waits for the next reload attempt that did something.
+// waitReload waits for the next reload attempt that did something: not
+// one that found the content unchanged, nor one put off while the file
+// was being written.
 func (td *testDaemon) waitReload() ReloadResult {
 	td.t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case r := <-td.reloads:
-			if r.Unchanged {
+			if r.Unchanged || r.Writing {
 				continue
 			}
 			return r

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
@@ -20,6 +22,12 @@ type ReloadResult struct {
 	// watcher-triggered reloads skip unchanged content; Reload (SIGHUP)
 	// always applies.
 	Unchanged bool
+	// Writing reports that the file was not read because a process that
+	// wrote to it in place still has it open: what it holds may be half
+	// of what is being written. The reload is tried again when the
+	// writer closes it (or after maxWriteWait). Only watcher-triggered
+	// reloads wait; Reload (SIGHUP) reads the file as it is.
+	Writing bool
 	// Err is why the new config was refused (the old one stays), or nil
 	// when it was applied.
 	Err error
@@ -38,6 +46,7 @@ type reloader struct {
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
 	failed   bool              // the last attempt was refused
+	waiting  bool              // put off since the last attempt (logged once)
 }
 
 // newReloader returns a reloader whose last-tried content is the one whose
@@ -53,6 +62,20 @@ func (r *reloader) reload(force bool) ReloadResult {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.try(force)
+}
+
+// putOff reports a watcher-triggered reload put off while the file is
+// being written in place (see configWatcher.writing).
+func (r *reloader) putOff() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.waiting {
+		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
+		r.waiting = true
+	}
+	if r.notify != nil {
+		r.notify(ReloadResult{Writing: true})
+	}
 }
 
 // retryFailed tries the file again, unchanged or not, if the last attempt
@@ -71,6 +94,7 @@ func (r *reloader) retryFailed() bool {
 
 // try makes an attempt, remembers whether it was refused, and reports it.
 func (r *reloader) try(force bool) ReloadResult {
+	r.waiting = false
 	res := r.attempt(force)
 	if !res.Unchanged {
 		r.failed = res.Err != nil
@@ -196,4 +220,44 @@ var errRestartOnly = errors.New("needs a restart")
 func restartError(file string, keys []string) error {
 	return fmt.Errorf("daemon: reload %s: %s changed: %w (the running config stays; restart sluice to apply it)",
 		file, strings.Join(keys, ", "), errRestartOnly)
+}
+
+// watchConfig runs, in goroutines of wg until ctx is done, the watch of
+// the config file and the reloads it triggers: one per burst of changes
+// (debounce), none while a writer is still writing the file in place
+// (configWatcher.writing), and one at once if the file changed before
+// the watch began.
+func (d *Daemon) watchConfig(ctx context.Context, wg *sync.WaitGroup) {
+	changed := make(chan struct{}, 1)
+	if d.staleAtStart {
+		changed <- struct{}{}
+	}
+	wg.Go(func() { d.watcher.run(ctx, d.log, changed) })
+	wg.Go(func() {
+		var wake *time.Timer // tries again once a writer held the file too long
+		defer func() {
+			if wake != nil {
+				wake.Stop()
+			}
+		}()
+		debounce(ctx, changed, d.opts.ReloadDebounce, func() {
+			if writing, left := d.watcher.writing(); writing {
+				// Written in place by a writer still at work: what the
+				// file holds may be half of it. Its closing the file is
+				// a change; or try again after left.
+				d.reloader.putOff()
+				if wake != nil {
+					wake.Stop()
+				}
+				wake = time.AfterFunc(left, func() {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				})
+				return
+			}
+			d.reloader.reload(false)
+		})
+	})
 }

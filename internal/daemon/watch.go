@@ -28,6 +28,10 @@ const (
 	// overflow), and some filesystems (NFS, many FUSE mounts) send no
 	// events at all.
 	watchPoll = 2 * time.Second
+	// maxWriteWait bounds how long a reload waits for a process that
+	// writes the config file in place to close it (see writeWatch),
+	// counted from its first write.
+	maxWriteWait = 30 * time.Second
 )
 
 // debounce calls fire once in quiet periods: after an event arrives on in,
@@ -90,6 +94,25 @@ type configWatcher struct {
 	watched map[string]bool
 	poll    time.Duration // watchPoll; tests shorten it
 	seen    string        // the paths' signature when last reported
+	writes  *writeWatch   // the file's writers (see watchWrites); nil if not watched
+	// writeWait is maxWriteWait; tests shorten it.
+	writeWait time.Duration
+}
+
+// watchWrites also watches who writes to the (single) file watched, so
+// that writing can tell a file being written in place from one whose
+// writer is done. Not fatal: without it, the directory events decide.
+func (cw *configWatcher) watchWrites() {
+	if len(cw.paths) == 1 {
+		cw.writes, cw.writeWait = newWriteWatch(cw.paths[0]), maxWriteWait
+	}
+}
+
+// writing reports whether a process wrote to the file in place and still
+// has it open, and if so, for how long more to wait for it at most (see
+// maxWriteWait). A reload then would read half of what is being written.
+func (cw *configWatcher) writing() (bool, time.Duration) {
+	return cw.writes.writing(time.Now(), cw.writeWait)
 }
 
 // newConfigWatcher starts watching the files or directories at paths:
@@ -178,6 +201,7 @@ func (cw *configWatcher) sync() error {
 			delete(cw.watched, dir)
 		}
 	}
+	cw.writes.follow() // a replaced file is another inode
 	return nil
 }
 
@@ -255,7 +279,10 @@ func splitPath(p string) []string {
 }
 
 // Close stops watching.
-func (cw *configWatcher) Close() error { return cw.w.Close() }
+func (cw *configWatcher) Close() error {
+	cw.writes.close()
+	return cw.w.Close()
+}
 
 // run sends on changed (without blocking: one pending notice is enough)
 // after every event that may have changed the file, until ctx is done or
@@ -275,6 +302,20 @@ func (cw *configWatcher) run(ctx context.Context, log *slog.Logger, changed chan
 		}
 		cw.seen = sig
 		notify()
+	}
+	if cw.writes != nil {
+		// A writer closing the file it wrote to in place is a change
+		// too: a reload put off while it wrote is tried again.
+		done := make(chan struct{})
+		go func() {
+			cw.writes.run(func(writing bool) {
+				if !writing {
+					notify()
+				}
+			})
+			close(done)
+		}()
+		defer func() { cw.writes.close(); <-done }()
 	}
 	tick := time.NewTicker(cw.poll)
 	defer tick.Stop()

@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestWriteWatch: a file written in place is "being written" from its
+// first write until its writer closes it, which is reported; a file
+// replaced by a rename is another inode, whole, whoever still holds the
+// old one open.
+func TestWriteWatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	mustWrite(t, path, "v1")
+	w := newWriteWatch(path)
+	if w == nil {
+		t.Fatal("newWriteWatch: nil on Linux")
+	}
+	changes := make(chan bool, 16)
+	done := make(chan struct{})
+	go func() { w.run(func(writing bool) { changes <- writing }); close(done) }()
+	defer func() { w.close(); <-done }()
+	writing := func() bool {
+		got, _ := w.writing(time.Now(), time.Hour)
+		return got
+	}
+	// waitChange waits for the watch to report a change to want.
+	waitChange := func(step string, want bool) {
+		t.Helper()
+		select {
+		case got := <-changes:
+			if got != want || writing() != want {
+				t.Fatalf("%s: reported writing %v (writing() %v), want %v", step, got, writing(), want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change reported within 10s", step)
+		}
+	}
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("half"); err != nil {
+		t.Fatal(err)
+	}
+	waitChange("written in place, still open", true)
+	if got, left := w.writing(time.Now(), 0); got || left > 0 {
+		t.Errorf("writing with no wait left = %v, %v; want false (read it anyway)", got, left)
+	}
+	f.Close()
+	waitChange("closed by its writer", false)
+
+	// Written in place and held open, then replaced by a rename.
+	f, err = os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("stale"); err != nil {
+		t.Fatal(err)
+	}
+	waitChange("written in place again", true)
+	replaceFile(t, path, "v2")
+	w.follow()
+	if writing() {
+		t.Error("after a rename put another file in place: still being written (the old inode's writer)")
+	}
+}
