@@ -67,22 +67,32 @@ func FuzzCheckBody(f *testing.F) {
 	})
 }
 
-// Whatever the forwarded method and URI, forward-auth answers 200, the
-// limited status, or 400: never a 5xx.
+// Whatever the forwarded method and URI (in either spelling, or both),
+// forward-auth answers 200, the limited status, or 400: never a 5xx; and
+// two spellings that disagree are always 400.
 func FuzzForwardAuth(f *testing.F) {
-	for _, s := range [][2]string{{"POST", "/login"}, {"GET", "/watch/x?y=1"}, {"", "/"}, {"get", "//a/../login"},
-		{"POST", "http://host/login"}, {"x y", "%zz"}, {"POST", "*"}, {"PUT", "/slow#frag"}} {
-		f.Add(s[0], s[1])
+	for _, s := range [][4]string{{"POST", "/login", "", ""}, {"GET", "/watch/x?y=1", "", ""}, {"", "/", "", ""}, {"get", "//a/../login", "", ""},
+		{"POST", "http://host/login", "", ""}, {"x y", "%zz", "", ""}, {"POST", "*", "", ""}, {"PUT", "/slow#frag", "", ""},
+		{"", "", "POST", "/login"}, {"GET", "/other", "POST", "/login"}, {"POST", "/login", "post", "/login#x"}, {"", "/login", "", "/login?"}} {
+		f.Add(s[0], s[1], s[2], s[3])
 	}
 	h := fuzzHandler(f)
-	f.Fuzz(func(t *testing.T, method, uri string) {
+	f.Fuzz(func(t *testing.T, method, uri, origMethod, origURI string) {
 		req := httptest.NewRequest("GET", "/v1/forward-auth", nil)
-		req.Header["X-Forwarded-Method"] = []string{method}
-		req.Header["X-Forwarded-Uri"] = []string{uri}
+		for k, v := range map[string]string{"X-Forwarded-Method": method, "X-Forwarded-Uri": uri, "X-Original-Method": origMethod, "X-Original-Uri": origURI} {
+			if v != "" {
+				req.Header[k] = []string{v}
+			}
+		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != 200 && rec.Code != 429 && rec.Code != 400 {
-			t.Errorf("forward-auth %q %q: status %d %q, want 200, 429 or 400", method, uri, rec.Code, rec.Body)
+			t.Errorf("forward-auth %q %q (X-Original: %q %q): status %d %q, want 200, 429 or 400", method, uri, origMethod, origURI, rec.Code, rec.Body)
+		}
+		u, _, _ := strings.Cut(uri, "#")
+		ou, _, _ := strings.Cut(origURI, "#")
+		if (uri != "" && origURI != "" && u != ou || method != "" && origMethod != "" && !strings.EqualFold(method, origMethod)) && rec.Code != 400 {
+			t.Errorf("forward-auth %q %q beside X-Original %q %q: status %d, want 400 (they disagree)", method, uri, origMethod, origURI, rec.Code)
 		}
 	})
 }
