@@ -168,10 +168,14 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})
 	healthpb.RegisterHealthServer(g.srv, g.health)
 	reflection.Register(g.srv)
-	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	g.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	g.SetServing(true)
 	return g
 }
+
+// healthNames are the services the health service answers for: the
+// server, the rate limit service, and "ratelimit", the name the reference
+// service answers for, which its deployments' probes ask.
+var healthNames = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName, "ratelimit"}
 
 // SetServing sets the health status of the server and the rate limit
 // service (the daemon reports NOT_SERVING while the store is unreachable
@@ -181,8 +185,9 @@ func (g *GRPC) SetServing(ok bool) {
 	if !ok {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	g.health.SetServingStatus("", st)
-	g.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+	for _, name := range healthNames {
+		g.health.SetServingStatus(name, st)
+	}
 }
 
 // Serve serves on lis until ctx ends, then stops gracefully: health turns

@@ -9,6 +9,7 @@
 //	GET  /readyz            200 when the store is reachable, else 503
 //	GET  /metrics           Prometheus, from the injected registry
 //	POST /json              the Envoy rate limit service's HTTP form (with Options.Envoy)
+//	GET  /healthcheck       200 "OK" while the process serves (with Options.Envoy), the reference service's health path
 //
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 404 for an
 // unknown path, 405 for a wrong method, 413 for a body over the limit and
@@ -180,6 +181,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.rules(w, r)
+	case "/healthcheck":
+		if h.o.Envoy == nil {
+			h.fail(w, errNotFound)
+			return
+		}
+		if !getOrHead(r) {
+			h.fail(w, errMethod("GET, HEAD"))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("OK"))
 	case "/healthz":
 		if !getOrHead(r) {
 			h.fail(w, errMethod("GET, HEAD"))

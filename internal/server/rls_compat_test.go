@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"context"
+	"io"
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/memstore"
@@ -100,5 +104,32 @@ func TestOverrideUnitMultiplierInStatus(t *testing.T) {
 	r := e.call(t, "web", 0, withLimit(desc("user", "n"), 2, typev3.RateLimitUnit_MINUTE))
 	if m := r.Statuses[0].CurrentLimit.GetUnitMultiplier(); m != nil {
 		t.Errorf("an override without a multiplier: current_limit.unit_multiplier = %v, want none", m)
+	}
+}
+
+// TestReferenceHealthChecks: the health checks a deployment of the
+// reference service probes answer as there: gRPC health for the service
+// name "ratelimit", and GET /healthcheck on the HTTP listener, 200 "OK".
+func TestReferenceHealthChecks(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	r, err := healthpb.NewHealthClient(e.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf(`gRPC health "ratelimit": %v %v, want SERVING`, r, err)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, _ := http.NewRequest(method, e.http.URL+"/healthcheck", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "OK"
+		if method == http.MethodHead {
+			want = ""
+		}
+		if resp.StatusCode != http.StatusOK || string(body) != want {
+			t.Errorf("%s /healthcheck: %d %q, want 200 %q", method, resp.StatusCode, body, want)
+		}
 	}
 }
