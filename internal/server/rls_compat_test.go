@@ -133,3 +133,26 @@ func TestReferenceHealthChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestShareThresholdNested: share_threshold on a wildcard level counts
+// every value it matches in one counter even when the limit is a level
+// below it, as in the reference service; the lower level's values still
+// count apart.
+func TestShareThresholdNested(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
+descriptors:
+  - key: path
+    value: /api/*
+    share_threshold: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 2}
+`), envOpts{})
+			e.expect(t, "/api/a GET", []string{"O:O"}, "p", desc("path", "/api/a", "method", "GET"))
+			e.expect(t, "/api/b GET shares /api/a's count", []string{"O:O", "X:X"}, "p", desc("path", "/api/b", "method", "GET"))
+			e.expect(t, "/api/c POST counts apart", []string{"O:O", "O:O", "X:X"}, "p", desc("path", "/api/c", "method", "POST"))
+		})
+	}
+}
