@@ -269,7 +269,7 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 	if res.OverLimit {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	tight := -1 // the descriptor whose figures go into the headers
+	var pick headerPick
 	for i := range ds {
 		r := ds[i].Rule
 		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -298,14 +298,60 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 			ss.LimitRemaining = 0
 		}
 		ss.DurationUntilReset = durationpb.New(untilReset(r, d, now))
-		if s.o.Headers && (tight < 0 || tighter(ss, resp.Statuses[tight], d, st[tight].Decision)) {
-			tight = i
+		if s.o.Headers {
+			pick.add(i, r, resp.Statuses, st)
 		}
 	}
-	if tight >= 0 {
+	if tight := pick.index(); tight >= 0 {
 		resp.ResponseHeadersToAdd = headers(resp.Statuses[tight], st[tight].Decision, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp
+}
+
+// headerPick chooses the descriptor whose figures go into the headers:
+// the one the client must wait for. Of the over-limit descriptors that
+// deny the request, the longest wait; a quota_mode descriptor over its
+// limit denies only while every quota descriptor is, so the request
+// passes once the first of them frees: their shortest wait, when it is
+// longer (or there is nothing else over). Else the tightest of the rest.
+type headerPick struct {
+	hard, quota, other  int // indexes + 1 (0: none)
+	quotas, quotasOver  int
+	hardWait, quotaWait time.Duration
+}
+
+func (p *headerPick) add(i int, r *descriptors.Rule, ss []*rlsv3.RateLimitResponse_DescriptorStatus, st []engine.DescriptorStatus) {
+	a := ss[i]
+	over := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+	if r.Quota {
+		p.quotas++
+	}
+	switch {
+	case over && r.Quota:
+		p.quotasOver++
+		if w := retryWait(a, st[i].Decision); p.quota == 0 || w < p.quotaWait {
+			p.quota, p.quotaWait = i+1, w
+		}
+	case over:
+		if w := retryWait(a, st[i].Decision); p.hard == 0 || w > p.hardWait {
+			p.hard, p.hardWait = i+1, w
+		}
+	case p.other == 0 || tighter(a, ss[p.other-1]):
+		p.other = i + 1
+	}
+}
+
+// index returns the descriptor chosen, or -1 for none.
+func (p *headerPick) index() int {
+	switch {
+	case p.hard != 0 && p.quota != 0 && p.quotasOver == p.quotas && p.quotaWait > p.hardWait:
+		return p.quota - 1
+	case p.hard != 0:
+		return p.hard - 1
+	case p.quota != 0:
+		return p.quota - 1
+	}
+	return p.other - 1
 }
 
 // protoUnit maps a descriptors.Unit to Envoy's enum.
@@ -319,19 +365,11 @@ var protoUnit = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 	descriptors.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// tighter reports whether status a (of decision da) should be shown
-// rather than b (of db), as the HTTP edges choose the tightest rule: an
-// over-limit one first, of those the longest wait (Retry-After must not
-// send the client back while another descriptor still refuses it); else
-// the least remaining, ties going to the one full again last.
-func tighter(a, b *rlsv3.RateLimitResponse_DescriptorStatus, da, db sluice.Decision) bool {
-	ao, bo := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT, b.Code == rlsv3.RateLimitResponse_OVER_LIMIT
-	switch {
-	case ao != bo:
-		return ao
-	case ao:
-		return retryWait(a, da) > retryWait(b, db)
-	case a.LimitRemaining != b.LimitRemaining:
+// tighter reports whether status a, not over its limit, should be shown
+// rather than b, as the HTTP edges choose the tightest rule: the least
+// remaining, ties going to the one full again last.
+func tighter(a, b *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+	if a.LimitRemaining != b.LimitRemaining {
 		return a.LimitRemaining < b.LimitRemaining
 	}
 	return a.DurationUntilReset.AsDuration() > b.DurationUntilReset.AsDuration()

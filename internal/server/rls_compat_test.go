@@ -156,3 +156,46 @@ descriptors:
 		})
 	}
 }
+
+// TestHeadersOfTheDenyingDescriptor: the rate-limit headers of a denied
+// request are those of a descriptor that denies it, as in the reference
+// service: not those of a quota_mode descriptor that is over while
+// another quota descriptor is under (it denies nothing), whose reset may
+// be much further away.
+func TestHeadersOfTheDenyingDescriptor(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: h
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{headers: true})
+	ds := func() []*commonv3.RateLimitDescriptor {
+		return []*commonv3.RateLimitDescriptor{desc("q", "x"), desc("q2", "x"), desc("h", "x")}
+	}
+	e.expect(t, "all under", []string{"O:OOO"}, "p", ds()...)
+	r := e.expect(t, "q and h over, q2 under", []string{"X:XOX"}, "p", ds()...)
+	h := map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	// tMid is 30 s into the minute and the hour: h's window ends in 30 s,
+	// q's in 59 min 30 s.
+	if h["RateLimit-Limit"] != "1" || h["RateLimit-Reset"] != "30" || h["Retry-After"] != "30" {
+		t.Errorf("headers = %v, want h's: limit 1, reset and Retry-After 30", h)
+	}
+	// Without q2, q is every quota descriptor: it denies too, and for
+	// longer than h.
+	r = e.expect(t, "q and h over, q alone", []string{"X:XX"}, "p", desc("q", "x"), desc("h", "x"))
+	h = map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if h["RateLimit-Reset"] != "3570" || h["Retry-After"] != "3570" {
+		t.Errorf("headers = %v, want q's: reset and Retry-After 3570", h)
+	}
+}
