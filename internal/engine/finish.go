@@ -19,11 +19,19 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			e.metrics.Fallback(OnErrorDeny)
 		}
 	} else if !res.undecided {
-		for i, r := range a.rules {
+		for i := 0; i < len(a.rules); {
+			r := a.rules[i]
+			// A rule counted under several keys (a key part sent with
+			// several values: rules.Set.Match puts them in a row) counts
+			// one verdict, allowed only if every key was.
+			allowed := true
+			for ; i < len(a.rules) && a.rules[i] == r; i++ {
+				allowed = allowed && a.ds[i].Allowed
+			}
 			m := e.ruleMetrics(r)
 			// A rule counts its own verdict; in a request denied by another
 			// rule it counts allowed although nothing was consumed.
-			if a.ds[i].Allowed && (res.Allowed || res.DeniedBy != r) {
+			if allowed && (res.Allowed || res.DeniedBy != r) {
 				m.Allowed()
 			} else {
 				m.Denied()
@@ -31,33 +39,42 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		}
 	}
 	var now time.Time
-	for i := range ms {
+	for i := 0; i < len(ms); {
 		r := ms[i].Rule
 		if r.Action != rules.Shadow {
+			i++
 			continue
 		}
 		if now.IsZero() {
 			now = e.now()
 		}
-		req, n := e.request(r, ms[i].Key, cost, now)
-		d, err := e.store.Take(ctx, req)
-		if n > 1 {
-			unshard(&d, r.Limit, n)
-		}
-		if err != nil {
-			if !clientGone(ctx) { // else not the store's failure
-				e.storeFailed(err)
+		verdict := 0 // 0: none (the store failed), 1 allowed, 2 shadow-denied
+		for ; i < len(ms) && ms[i].Rule == r; i++ {
+			req, n := e.request(r, ms[i].Key, cost, now)
+			d, err := e.store.Take(ctx, req)
+			if n > 1 {
+				unshard(&d, r.Limit, n)
 			}
-			continue
+			if err != nil {
+				if !clientGone(ctx) { // else not the store's failure
+					e.storeFailed(err)
+				}
+				continue
+			}
+			if d.Allowed {
+				verdict = max(verdict, 1)
+				continue
+			}
+			verdict = 2
+			if e.shadowLog.OK(now) {
+				e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
+			}
 		}
-		m := e.ruleMetrics(r)
-		if d.Allowed {
-			m.Allowed()
-			continue
-		}
-		m.ShadowDenied()
-		if e.shadowLog.OK(now) {
-			e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
+		switch verdict {
+		case 1:
+			e.ruleMetrics(r).Allowed()
+		case 2:
+			e.ruleMetrics(r).ShadowDenied()
 		}
 	}
 }

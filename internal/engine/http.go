@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/jsonstr"
@@ -46,7 +47,11 @@ func WriteMatchError(w http.ResponseWriter, err error) {
 		b = append(b, `,"part":`...)
 		b = jsonstr.Append(b, ae.Part.String())
 		b = append(b, `,"message":`...)
-		b = jsonstr.Append(b, "the request sends "+ae.Part.String()+" more than once or under another spelling of its name; send it once")
+		msg := "the request sends " + ae.Part.String() + " under another spelling of its name; send it under its own name only"
+		if ae.TooMany {
+			msg = "the request sends " + ae.Part.String() + " with more than " + strconv.Itoa(rules.MaxKeysPerRule) + " different values; send fewer"
+		}
+		b = jsonstr.Append(b, msg)
 	} else {
 		b = append(b, `{"error":"bad_request","message":`...)
 		b = jsonstr.Append(b, err.Error())

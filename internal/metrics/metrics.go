@@ -97,7 +97,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ambiguous: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_ambiguous_keys_total",
-			Help: "Requests refused (400 ambiguous_key) because their key part for the rule was sent twice or under another spelling.",
+			Help: "Requests refused (400 ambiguous_key) because their key part for the rule was sent under another spelling of its name or with more than 4 values.",
 		}, []string{"rule"}),
 		rules: map[string]*Rule{},
 	}

@@ -4,35 +4,40 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // AmbiguousKeyError is the error of Set.Match for a request whose key part
-// Part of Rule the app behind may read as another value than the one
-// Sluice would count: the part is sent more than once, or under another
-// spelling of its name that frameworks read as it. Such a request must be
-// refused (400): counted under one value, it would let a client send a
-// fresh value where Sluice counts and another client's where the app
-// reads, and never be limited.
+// Part of Rule the app behind may read as another value than any Sluice
+// would count: the part is sent under another spelling of its name that
+// frameworks read as it, or (TooMany) with more different values than
+// Set.Match counts (MaxKeysPerRule). Such a request must be refused
+// (400): counted under one value, it would let a client send a fresh value
+// where Sluice counts and another client's where the app reads, and never
+// be limited. (A part sent twice under its own name is counted under each
+// of its values instead, which no choice of values escapes.)
 //
-// Ambiguous are (the same value sent twice is not: every app reads it, or
-// "v, v", nobody's key): a header sent twice (apps take the first, the last, or
-// both joined), or alongside or instead of a name that is the same once
-// '_' is read as '-' and case folded (CGI, WSGI, Rack and PHP read
+// Ambiguous are: a header alongside or instead of a name that is the same
+// once '_' is read as '-' and case folded (CGI, WSGI, Rack and PHP read
 // X_Api_Key and X-Api-Key both as HTTP_X_API_KEY); a query parameter or a
-// cookie sent twice (PHP and Rails take a parameter's last value, Django a
-// cookie's last), or under a name that decodes or mangles to it (api%5Fkey,
-// api_key[] and api_key[x] for PHP's and Rails' arrays, PHP's api.key,
-// api+key and api[key, ASP.NET's API_KEY).
+// cookie under a name that decodes or mangles to it (api%5Fkey, api_key[]
+// and api_key[x] for PHP's and Rails' arrays, PHP's api.key, api+key and
+// api[key, ASP.NET's API_KEY); a query pair with a ';' that names it.
 type AmbiguousKeyError struct {
-	Rule *Rule
-	Part Part
+	Rule    *Rule
+	Part    Part
+	TooMany bool // sent with more than MaxKeysPerRule values (or combinations)
 }
 
 func (e *AmbiguousKeyError) Error() string {
+	if e.TooMany {
+		return "ambiguous key: rule " + strconv.Quote(e.Rule.Name) + ": " + e.Part.String() +
+			" is sent with more than " + strconv.Itoa(MaxKeysPerRule) + " different values, which the app behind may read any of"
+	}
 	return "ambiguous key: rule " + strconv.Quote(e.Rule.Name) + ": " + e.Part.String() +
-		" is sent more than once or under another spelling of its name, which the app behind may read instead"
+		" is sent under another spelling of its name, which the app behind may read instead"
 }
 
 // underscored reports whether some header name of h has a '_': only then
@@ -119,22 +124,24 @@ func foldParamByte(c byte) byte {
 }
 
 // queryValue returns the first value of parameter name in a raw query, or
-// "" — without building the whole url.Values map — and whether the query
-// is ambiguous for name: name twice, or a name apps read as it
-// (nameAlias), or either in a pair with a ';', which Rack 2 and Python's
-// parse_qs before 3.9.2 split as they split on '&'. It reads the query as
-// url.ParseQuery does (so as URL.Query().Get, httplimit and a Go upstream
-// read it): a pair with a ';' or a bad escape is skipped, not taken for
-// the value, since httputil.ReverseProxy drops such pairs on the way
-// upstream and the upstream would read the next one.
-func queryValue(raw, name string) (value string, ambiguous bool) {
+// "" — without building the whole url.Values map — and whether name is
+// sent with more than one value (multi; then, if all is not nil, every
+// different value is appended to *all, in order) or is ambiguous: a name
+// apps read as it (nameAlias), or either in a pair with a ';', which Rack
+// 2 and Python's parse_qs before 3.9.2 split as they split on '&'. It
+// reads the query as url.ParseQuery does (so as URL.Query().Get,
+// httplimit and a Go upstream read it): a pair with a ';' or a bad escape
+// is skipped, not taken for the value, since httputil.ReverseProxy drops
+// such pairs on the way upstream and the upstream would read the next
+// one.
+func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous bool) {
 	found := false
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
 		if strings.IndexByte(kv, ';') >= 0 {
 			if semicolonNames(kv, name) {
-				return "", true
+				return "", false, true
 			}
 			continue
 		}
@@ -147,7 +154,7 @@ func queryValue(raw, name string) (value string, ambiguous bool) {
 		}
 		if k != name {
 			if nameAlias(k, name) && validEscapes(v) {
-				return "", true
+				return "", false, true
 			}
 			continue
 		}
@@ -158,22 +165,30 @@ func queryValue(raw, name string) (value string, ambiguous bool) {
 			}
 			v = u
 		}
-		if found {
-			if v != value {
-				return "", true
+		if !found {
+			found, value = true, v
+			if all != nil {
+				*all = append(*all, v)
 			}
 			continue
 		}
-		found, value = true, v
+		if v != value {
+			multi = true
+			if all != nil && !slices.Contains(*all, v) {
+				*all = append(*all, v)
+			}
+		}
 	}
-	return value, false
+	return value, multi, false
 }
 
 // cookieValue returns the value of cookie name in h, as Request.Cookie
-// reads it, or ok=false; ambiguous when name is sent twice (on one Cookie
-// line or two) or a cookie name apps read as it is sent: PHP URL-decodes
-// cookie names and reads them as query names (nameAlias).
-func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bool) {
+// reads it, or ok=false; multi when name is sent more than once with
+// different values (on one Cookie line or two: browsers do, for cookies
+// of one name set for different paths or domains); ambiguous when a
+// cookie name apps read as it is sent: PHP URL-decodes cookie names and
+// reads them as query names (nameAlias).
+func cookieValue(req *http.Request, name string) (value string, ok, multi, ambiguous bool) {
 	n, first := 0, ""
 	for _, line := range req.Header["Cookie"] {
 		for line != "" {
@@ -188,7 +203,7 @@ func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bo
 				if v = textproto.TrimString(v); n == 0 {
 					first = v
 				} else if v != first {
-					return "", false, true
+					multi = true
 				}
 				n++
 				continue
@@ -199,15 +214,15 @@ func cookieValue(req *http.Request, name string) (value string, ok, ambiguous bo
 				}
 			}
 			if k == name || nameAlias(k, name) {
-				return "", false, true
+				return "", false, false, true
 			}
 		}
 	}
 	c, err := req.Cookie(name)
 	if err != nil {
-		return "", false, false
+		return "", false, false, false
 	}
-	return c.Value, true, false
+	return c.Value, true, multi, false
 }
 
 // validEscapes reports whether url.QueryUnescape(v) succeeds, without

@@ -118,9 +118,13 @@ func (p *reqPath) of(r *Rule) string {
 // Match appends to dst every rule of s that applies to req, in file order,
 // with the store key req is counted under, and returns the extended slice.
 // A rule whose key part is missing from req does not apply. A rule whose
-// key part is ambiguous in req (see AmbiguousKeyError) stops the match
-// with a *AmbiguousKeyError: refuse req, count nothing. Pass a reused
-// dst[:0] to avoid allocating.
+// header, query or cookie part req sends more than once with different
+// values applies once per value (per combination, with several such
+// parts; at most MaxKeysPerRule), each Match in a row: an app behind may
+// read any one of them, and req is counted under each, so no choice of
+// values escapes the limit. A rule whose key part is ambiguous in req (see
+// AmbiguousKeyError) stops the match with a *AmbiguousKeyError: refuse
+// req, count nothing. Pass a reused dst[:0] to avoid allocating.
 func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Match, error) {
 	if s == nil {
 		return dst, nil
@@ -134,6 +138,13 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 			}
 		}
 		k, amb, ok := r.keyFor(req, clientIP, rp, &p)
+		if amb == &multiValued {
+			var tooMany *Part
+			if dst, tooMany = r.appendKeys(dst, req, clientIP, rp, &p); tooMany != nil {
+				return dst, &AmbiguousKeyError{Rule: r, Part: *tooMany, TooMany: true}
+			}
+			continue
+		}
 		if amb != nil {
 			return dst, &AmbiguousKeyError{Rule: r, Part: *amb}
 		}
@@ -148,7 +159,8 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 // a key part is missing and r does not apply to req: an invalid clientIP
 // for ip, no such header, query parameter or cookie, or an empty value
 // (which counts as missing); or an ambiguous part (see AmbiguousKeyError,
-// which Set.Match reports). KeyFor does not check Matches.
+// which Set.Match reports); or a part sent with several values (Set.Match
+// counts each). KeyFor does not check Matches.
 //
 // The key is "NAME|FINGERPRINT|VALUE". With one key part VALUE is the raw
 // value (so POST /v1/check with the same key counts the same counter, see
@@ -167,12 +179,14 @@ func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bo
 }
 
 // keyFor returns the key of req, ok=false when a part is missing, or the
-// part that is ambiguous (amb, with ok=false). rp holds what is scanned of
-// req once for all rules.
+// part that is ambiguous (amb, with ok=false); amb is &multiValued when a
+// part is sent with several values (appendKeys makes the keys then). rp
+// holds what is scanned of req once for all rules.
 func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath) (key string, amb *Part, ok bool) {
 	var buf [128]byte
 	b := buf[:0]
 	single := len(r.Key) == 1
+	multi := false
 	for i := range r.Key {
 		p := &r.Key[i]
 		var v string
@@ -195,11 +209,14 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 				break
 			}
 			vs := req.Header[p.Name]
-			if len(vs) > 1 && !allSame(vs) || (rp.underscored(req.Header) || strings.IndexByte(p.Name, '_') >= 0) && headerAlias(req.Header, p.Name) {
+			if (rp.underscored(req.Header) || strings.IndexByte(p.Name, '_') >= 0) && headerAlias(req.Header, p.Name) {
 				return "", p, false
 			}
 			if len(vs) == 0 {
 				return "", nil, false
+			}
+			if len(vs) > 1 && !allSame(vs) {
+				multi = true
 			}
 			v = vs[0]
 		case PartQuery:
@@ -211,32 +228,43 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			// not make a fresh key. (Go reads v#1: counted as v, which
 			// errs on the side of the limit.)
 			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
-			var bad bool
-			if v, bad = queryValue(q, p.Name); bad {
+			var bad, more bool
+			if v, more, bad = queryValue(q, p.Name, nil); bad {
 				return "", p, false
 			}
+			multi = multi || more
 		case PartCookie:
-			var found, bad bool
-			if v, found, bad = cookieValue(req, p.Name); bad {
+			var found, more, bad bool
+			if v, found, more, bad = cookieValue(req, p.Name); bad {
 				return "", p, false
 			} else if !found {
 				return "", nil, false
 			}
+			multi = multi || more
 		case PartMethod:
 			v = strings.ToUpper(req.Method)
 		case PartPath:
 			v = path
 		}
-		if v == "" {
+		if v == "" && !multi {
 			return "", nil, false
 		}
-		if !single {
-			b = strconv.AppendInt(b, int64(len(v)), 10)
-			b = append(b, ':')
-		}
-		b = append(b, v...)
+		b = appendValue(b, v, single)
+	}
+	if multi {
+		return "", &multiValued, false
 	}
 	return r.head(b), nil, true
+}
+
+// appendValue appends a key part's value v to the key b: as it is for a
+// rule keyed on one part (single), else as LENGTH:VALUE.
+func appendValue(b []byte, v string, single bool) []byte {
+	if !single {
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+	}
+	return append(b, v...)
 }
 
 // StoreKey returns the store key for a key given by a caller (POST

@@ -460,9 +460,10 @@ func FuzzKeyFor(f *testing.F) {
 
 // queryValue reads a query as url.ParseQuery does (URL.Query().Get, what
 // httplimit and a Go upstream read, and what httputil.ReverseProxy
-// forwards): the first value of the first pair it keeps; and it calls
-// ambiguous exactly a query with name twice or with an alias of it
-// (nameAlias), or a pair with a ';' that names either.
+// forwards): the first value of the first pair it keeps, and every
+// different value (multi when there are several); and it calls ambiguous
+// exactly a query with an alias of name (nameAlias), or a pair with a ';'
+// that names either.
 func FuzzQueryValue(f *testing.F) {
 	f.Add("user=bob&x=1", "user")
 	f.Add("x=1&user=b%20o+b&user=eve", "user")
@@ -481,17 +482,27 @@ func FuzzQueryValue(f *testing.F) {
 		if len(vv[name]) > 0 {
 			want = vv[name][0]
 		}
-		got, amb := queryValue(raw, name)
+		var all []string
+		got, multi, amb := queryValue(raw, name, &all)
 		if !amb && got != want {
 			t.Fatalf("queryValue(%q, %q) = %q, url.ParseQuery's first value %q", raw, name, got, want)
 		}
-		// Ambiguous are different values (the same one twice is read
-		// alike by every app), and names apps read as name.
-		distinct := len(slices.Compact(slices.Sorted(slices.Values(vv[name]))))
-		if distinct > 1 && !amb {
-			t.Fatalf("queryValue(%q, %q): %d different values %q, not ambiguous", raw, name, distinct, vv[name])
+		// Several values (the same one twice is not: every app reads it
+		// alike) are multi, and all holds each once, in order; names apps
+		// read as name are ambiguous.
+		var distinct []string
+		for _, v := range vv[name] {
+			if !slices.Contains(distinct, v) {
+				distinct = append(distinct, v)
+			}
 		}
-		if amb && distinct < 2 {
+		if !amb && multi != (len(distinct) > 1) {
+			t.Fatalf("queryValue(%q, %q): multi %v, but url.ParseQuery reads %q", raw, name, multi, vv[name])
+		}
+		if !amb && !slices.Equal(all, distinct) {
+			t.Fatalf("queryValue(%q, %q): values %q, url.ParseQuery's %q", raw, name, all, distinct)
+		}
+		if amb {
 			alias := false
 			for k := range vv {
 				alias = alias || k != name && nameAlias(k, name)

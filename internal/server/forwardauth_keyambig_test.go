@@ -18,11 +18,13 @@ import (
 )
 
 // Forward auth cannot choose what reaches the app: the gateway passes the
-// request on as it came. A key part the app may read as another value
-// than the first one sent (a header twice or under its CGI alias
-// X_Api_Key, a query parameter twice or under a name apps decode or
-// mangle to it, a cookie twice) is refused with 400 ambiguous_key, and
-// counted in sluice_ambiguous_keys_total.
+// request on as it came. A key part sent twice under its own name (a
+// header, a query parameter, also under a percent-encoded name, a cookie)
+// is counted under each value, so once the victim's key is spent a
+// request carrying it beside a fresh one is refused 429; a part the app
+// may read under another name (the CGI alias X_Api_Key, a name apps
+// mangle to it, a query pair with ';') is refused with 400 ambiguous_key,
+// and counted in sluice_ambiguous_keys_total.
 func TestForwardAuthAmbiguousKey(t *testing.T) {
 	set, err := rules.Compile("test.yaml", []rules.Spec{
 		{Name: "by-header", Key: []string{"header:X-Api-Key"}, Rate: "1/m", Algorithm: "fixed_window"},
@@ -69,36 +71,46 @@ func TestForwardAuthAmbiguousKey(t *testing.T) {
 		name, uri string
 		hdr       http.Header
 		rule      string
+		counted   bool // counted under each value: 429, the victim's spent
 	}{
-		{"header twice", "/", http.Header{"X-Api-Key": {"random", "victim"}}, "by-header"},
-		{"header alias", "/", http.Header{"X-Api-Key": {"random"}, "X_api_key": {"victim"}}, "by-header"},
-		{"header alias alone", "/", http.Header{"X_API_KEY": {"victim"}}, "by-header"},
-		{"query twice", "/?api_key=random&api_key=victim", nil, "by-query"},
-		{"query escaped name", "/?api_key=random&api%5fkey=victim", nil, "by-query"},
-		{"query array", "/?api_key[]=victim", nil, "by-query"},
-		{"query PHP name", "/?api_key=random&api.key=victim", nil, "by-query"},
+		{"header twice", "/", http.Header{"X-Api-Key": {"random", "victim"}}, "by-header", true},
+		{"header alias", "/", http.Header{"X-Api-Key": {"random"}, "X_api_key": {"victim"}}, "by-header", false},
+		{"header alias alone", "/", http.Header{"X_API_KEY": {"victim"}}, "by-header", false},
+		{"query twice", "/?api_key=random&api_key=victim", nil, "by-query", true},
+		{"query escaped name", "/?api_key=random&api%5fkey=victim", nil, "by-query", true},
+		{"query array", "/?api_key[]=victim", nil, "by-query", false},
+		{"query PHP name", "/?api_key=random&api.key=victim", nil, "by-query", false},
 		// Rack 2 and Python before 3.9.2 split a query on ';' too, and read
 		// the last or first value: Go's url.ParseQuery drops the pair.
-		{"query after ';'", "/?api_key=random&x=1;api_key=victim", nil, "by-query"},
-		{"query before ';'", "/?api_key=victim;x=1&api_key=random", nil, "by-query"},
-		{"cookie twice", "/", http.Header{"Cookie": {"sid=random; sid=victim"}}, "by-cookie"},
-		{"cookie twice, two lines", "/", http.Header{"Cookie": {"sid=random", "sid=victim"}}, "by-cookie"},
+		{"query after ';'", "/?api_key=random&x=1;api_key=victim", nil, "by-query", false},
+		{"query before ';'", "/?api_key=victim;x=1&api_key=random", nil, "by-query", false},
+		{"cookie twice", "/", http.Header{"Cookie": {"sid=random; sid=victim"}}, "by-cookie", true},
+		{"cookie twice, two lines", "/", http.Header{"Cookie": {"sid=random", "sid=victim"}}, "by-cookie", true},
 	} {
 		resp, body := ask(tc.uri, tc.hdr)
 		var got struct{ Error, Rule, Part string }
 		json.Unmarshal([]byte(body), &got)
+		if tc.counted {
+			if resp.StatusCode != 429 || got.Error != "rate_limited" || got.Rule != tc.rule {
+				t.Errorf("%s: forward-auth %s %v: %d %q, want 429 rate_limited by %s (counted under each value)", tc.name, tc.uri, tc.hdr, resp.StatusCode, body, tc.rule)
+			}
+			continue
+		}
 		if resp.StatusCode != 400 || got.Error != "ambiguous_key" || got.Rule != tc.rule || got.Part == "" {
 			t.Errorf("%s: forward-auth %s %v: %d %q, want 400 ambiguous_key naming rule %s", tc.name, tc.uri, tc.hdr, resp.StatusCode, body, tc.rule)
 		}
 	}
 	_, m := do(t, "GET", srv.URL+"/metrics", "", nil)
 	for _, want := range []string{
-		`sluice_ambiguous_keys_total{rule="by-header"} 3`,
-		`sluice_ambiguous_keys_total{rule="by-query"} 6`,
-		`sluice_ambiguous_keys_total{rule="by-cookie"} 2`,
+		`sluice_ambiguous_keys_total{rule="by-header"} 2`,
+		`sluice_ambiguous_keys_total{rule="by-query"} 4`,
+		`sluice_decisions_total{result="denied",rule="by-cookie"} 2`, // one verdict per request, not per key
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("GET /metrics lacks %q", want)
 		}
+	}
+	if strings.Contains(m, `sluice_ambiguous_keys_total{rule="by-cookie"}`) && !strings.Contains(m, `sluice_ambiguous_keys_total{rule="by-cookie"} 0`) {
+		t.Error("a cookie sent twice counted as ambiguous")
 	}
 }

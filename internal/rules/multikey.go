@@ -1,0 +1,85 @@
+package rules
+
+import (
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// MaxKeysPerRule bounds the keys one request is counted under by one rule
+// when it sends a key part with several values (Set.Match): more values,
+// or more combinations of the values of several parts, are refused as
+// ambiguous. Browsers send a cookie name twice or three times (for
+// different paths or domains); nobody needs more.
+const MaxKeysPerRule = 4
+
+// multiValued is keyFor's amb for a request that sends a key part with
+// several values.
+var multiValued Part
+
+// appendKeys appends a Match of r to dst for each combination of the
+// values req sends for r's key parts (keyFor found a part with several),
+// in a row; or returns the part that takes the count past MaxKeysPerRule.
+// A part whose values are all empty is missing: r does not apply. Only
+// this rare request allocates.
+func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path string, rp *reqPath) ([]Match, *Part) {
+	vals := make([][]string, len(r.Key))
+	n := 1
+	for i := range r.Key {
+		p := &r.Key[i]
+		var vs []string
+		switch p.Kind {
+		case PartIP:
+			var ipb [48]byte
+			vs = []string{string(r.ip.AppendKey(ipb[:0], ip))}
+		case PartHeader:
+			if p.Name == "Host" {
+				vs = []string{req.Host}
+				break
+			}
+			for _, v := range req.Header[p.Name] {
+				if !slices.Contains(vs, v) {
+					vs = append(vs, v)
+				}
+			}
+		case PartQuery:
+			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
+			queryValue(q, p.Name, &vs)
+		case PartCookie:
+			for _, c := range req.CookiesNamed(p.Name) {
+				if !slices.Contains(vs, c.Value) {
+					vs = append(vs, c.Value)
+				}
+			}
+		case PartMethod:
+			vs = []string{strings.ToUpper(req.Method)}
+		case PartPath:
+			vs = []string{path}
+		}
+		vs = slices.DeleteFunc(vs, func(v string) bool { return v == "" })
+		if len(vs) == 0 {
+			return dst, nil // missing: r does not apply
+		}
+		if n *= len(vs); n > MaxKeysPerRule {
+			return dst, p
+		}
+		vals[i] = vs
+	}
+	single := len(r.Key) == 1
+	idx := make([]int, len(r.Key))
+	for range n {
+		var b []byte
+		for i, vs := range vals {
+			b = appendValue(b, vs[idx[i]], single)
+		}
+		dst = append(dst, Match{Rule: r, Key: r.head(b)})
+		for i := len(idx) - 1; i >= 0; i-- { // the next combination
+			if idx[i]++; idx[i] < len(vals[i]) {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return dst, nil
+}
