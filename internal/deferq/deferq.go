@@ -178,7 +178,9 @@ type Options struct {
 	// Logger receives delivery failures and the Redis errors of
 	// GET /v1/deferred/ID; nil discards.
 	Logger *slog.Logger
-	// Now is the clock of the log's throttle; nil means time.Now.
+	// Now is this instance's clock: the times it writes to Redis
+	// (queued_at, the outcome's time and its next attempt) and the log's
+	// throttle; nil means time.Now.
 	Now func() time.Time
 }
 

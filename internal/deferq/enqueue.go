@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -76,7 +75,7 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	tag := Tag(rule)
 	id := tag + "-" + randHex(10)
 	b := q.base(tag)
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	now := strconv.FormatInt(q.o.Now().UnixMilli(), 10)
 	c := q.o.Connect()
 	if c == nil {
 		return "", errNotConnected

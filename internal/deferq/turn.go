@@ -29,7 +29,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id,
-			strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
+			strconv.FormatInt(o.Now().UnixMilli(), 10), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
 		switch {
@@ -66,7 +66,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	}
 	out := e.unrecorded
 	attempts := strconv.Itoa(o.MaxAttempts)
-	now := time.Now()
+	now := o.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
