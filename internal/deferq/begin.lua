@@ -3,8 +3,8 @@
 -- its key, and that the entry is still pending with this consumer; then
 -- claims it again, so its idle time restarts.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
--- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID), 5 now (ms),
---       6 how long the record of a request still queued lasts (ms)
+-- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID),
+--       5 how long the record of a request still queued lasts (ms)
 -- Returns 'ok', 'wait' (an older request of the key goes first), 'later:N'
 -- (a failed request whose next attempt is N ms away: its back-off holds
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
@@ -38,7 +38,7 @@ end
 -- Each turn keeps the record of a request still queued: the head of a key
 -- is turned at least once a back-off, so its record never expires while it
 -- waits, and a missing record below means a request gone.
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 -- Order per key: ID goes when it heads its key's list. A head whose
 -- request is gone (its record missing or settled, or its entry no longer
 -- pending: deleted from the stream by hand, trimmed, evicted) would hold
@@ -72,9 +72,12 @@ if not turn then
   return 'wait' -- 100 heads gone: the next turn drops more
 end
 if state == 'failed' then
+  -- next is on Redis's clock (finish.lua), and so is now: no instance's.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local nx = tonumber(redis.call('HGET', KEYS[2], 'next'))
-  if nx and nx > tonumber(ARGV[5]) then
-    return 'later:' .. string.format('%d', nx - tonumber(ARGV[5]))
+  if nx and nx > now then
+    return 'later:' .. string.format('%d', nx - now)
   end
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')

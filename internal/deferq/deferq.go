@@ -178,9 +178,9 @@ type Options struct {
 	// Logger receives delivery failures and the Redis errors of
 	// GET /v1/deferred/ID; nil discards.
 	Logger *slog.Logger
-	// Now is this instance's clock: the times it writes to Redis
-	// (queued_at, the outcome's time and its next attempt) and the log's
-	// throttle; nil means time.Now.
+	// Now is this instance's clock: a request's queued_at and the log's
+	// throttle (an outcome's time and its next attempt are Redis's, so
+	// that the instances' clocks need not agree); nil means time.Now.
 	Now func() time.Time
 }
 

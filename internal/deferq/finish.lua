@@ -3,28 +3,31 @@
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 dead-letter stream
 -- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
 --       ('delivered' or 'failed'), 5 upstream status (0: none), 6 error,
---       7 max attempts, 8 now (ms), 9 TTL of a settled record (ms),
---       10 back-off after a first failed attempt (ms), 11 max dead letters,
---       12 the send's token (unique per send), 13 max back-off (ms),
---       14 the upstream's wait (ms, 0: none)
+--       7 max attempts, 8 TTL of a settled record (ms),
+--       9 back-off after a first failed attempt (ms), 10 max dead letters,
+--       11 the send's token (unique per send), 12 max back-off (ms),
+--       13 the upstream's wait (ms, 0: none)
 -- Returns the state recorded: 'delivered', 'failed:N' (retry in N ms),
 -- 'dead_lettered', or the state already there if it was settled or this
 -- send's outcome was recorded already (a reply lost on its way back, the
--- worker records it again: the attempt counts once).
+-- worker records it again: the attempt counts once, and the answer is the
+-- first one's).
 --
 -- The back-off follows the attempts counted here, whichever instances made
 -- them (one that takes a request over goes on where the sequence was): it
--- doubles from ARGV[10] with each failed attempt, up to ARGV[13], and is
--- at least the upstream's wait (itself at most ARGV[13]).
-local now = tonumber(ARGV[8])
+-- doubles from ARGV[9] with each failed attempt, up to ARGV[12], and is
+-- at least the upstream's wait (itself at most ARGV[12]). Times are
+-- Redis's (TIME), so that the next attempt falls when it should whichever
+-- instance's clock reads it (begin.lua reads Redis's too).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local state = redis.call('HGET', KEYS[2], 'state')
 if state == 'delivered' or state == 'dead_lettered' then
   return state
 end
-if ARGV[12] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[12] then
+if ARGV[11] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[11] then
   if state == 'failed' then
-    local nx = tonumber(redis.call('HGET', KEYS[2], 'next')) or now
-    return 'failed:' .. string.format('%d', math.max(nx - now, 0))
+    return 'failed:' .. (redis.call('HGET', KEYS[2], 'wait') or '0')
   end
   return state
 end
@@ -39,19 +42,20 @@ if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
     f[#f + 1] = ARGV[6]
     f[#f + 1] = 'status'
     f[#f + 1] = ARGV[5]
-    redis.call('XADD', KEYS[4], 'MAXLEN', ARGV[11], '*', unpack(f))
+    redis.call('XADD', KEYS[4], 'MAXLEN', ARGV[10], '*', unpack(f))
   end
 end
-redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6], 'updated', ARGV[8], 'send', ARGV[12])
+redis.call('HSET', KEYS[2], 'state', outcome, 'status', ARGV[5], 'error', ARGV[6],
+  'updated', string.format('%d', now), 'send', ARGV[11])
 if outcome == 'failed' then
-  local most = tonumber(ARGV[13])
-  local wait = math.min(tonumber(ARGV[10]) * 2 ^ math.min(attempts - 1, 40), most)
-  wait = math.max(wait, math.min(tonumber(ARGV[14]), most))
-  redis.call('HSET', KEYS[2], 'next', string.format('%d', now + wait))
-  return 'failed:' .. string.format('%d', wait)
+  local most = tonumber(ARGV[12])
+  local wait = math.min(tonumber(ARGV[9]) * 2 ^ math.min(attempts - 1, 40), most)
+  wait = string.format('%d', math.max(wait, math.min(tonumber(ARGV[13]), most)))
+  redis.call('HSET', KEYS[2], 'next', string.format('%d', now + tonumber(wait)), 'wait', wait)
+  return 'failed:' .. wait
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.call('LREM', KEYS[3], 1, ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[9])
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
 return outcome

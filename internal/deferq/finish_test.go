@@ -3,9 +3,7 @@ package deferq
 import (
 	"context"
 	"net/http/httptest"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -40,10 +38,9 @@ func TestFinishOncePerSend(t *testing.T) {
 		t.Fatalf("XRANGE: %v, %d entries", err, len(es))
 	}
 	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead"}
-	now := time.Now().UnixMilli()
 	finish := func(send string) string { // back-off 1 s doubling up to 60 s; no wait from the upstream
 		state, err := finishScript.Exec(ctx, c, keys, []string{group, es[0].ID, id, "failed", "503", "503 Service Unavailable",
-			"3", strconv.FormatInt(now, 10), "60000", "1000", "100", send, "60000", "0"}).ToString()
+			"3", "60000", "1000", "100", send, "60000", "0"}).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id,
-			strconv.FormatInt(o.Now().UnixMilli(), 10), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
+			strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
 		switch {
@@ -66,12 +66,11 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	}
 	out := e.unrecorded
 	attempts := strconv.Itoa(o.MaxAttempts)
-	now := o.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
-		attempts, strconv.FormatInt(now.UnixMilli(), 10), ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
+		attempts, ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
 		w.deadLetters(), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
 	if err != nil {
 		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
