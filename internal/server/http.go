@@ -11,9 +11,11 @@
 //	POST /json              the Envoy rate limit service's HTTP form (with Options.Envoy)
 //	GET  /healthcheck       200 "OK" while the process serves (with Options.Envoy), the reference service's health path
 //
-// Errors are JSON, {"error":"…"}, with 400 for bad input, 404 for an
-// unknown path, 405 for a wrong method, 413 for a body over the limit and
-// 503 when the store cannot decide under on_error deny.
+// Errors are JSON, {"error":"…"}, with 400 for bad input, 403 for a
+// browser's cross-origin request (Sec-Fetch-Site, Origin) to /v1/* but
+// forward-auth, and /json, 404 for an unknown path, 405 for a wrong
+// method, 413 for a body over the limit and 503 when the store cannot
+// decide under on_error deny.
 package server
 
 import (
@@ -111,6 +113,7 @@ type Handler struct {
 	metrics  http.Handler
 	token    [sha256.Size]byte // sha256 of Options.Token, when set
 	gateways gatewayWarnings   // untrusted gateways warned about (forward-auth)
+	xorigin  http.CrossOriginProtection
 }
 
 // New returns the decision API handler for o.
@@ -152,6 +155,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(h.o.Token) > 0 && (strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/json") && !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		h.fail(w, errUnauthorized)
+		return
+	}
+	if (strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/forward-auth" || r.URL.Path == "/json") && h.xorigin.Check(r) != nil {
+		// A browser sent it for a page of another site (a text/plain
+		// POST needs no CORS preflight): refused before it spends
+		// anything. Forward auth is exempt: its Origin and
+		// Sec-Fetch-Site are the client's, passed on by the gateway.
+		h.fail(w, errCrossOrigin)
 		return
 	}
 	switch r.URL.Path {

@@ -1,0 +1,93 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// A web page can make its visitor's browser POST to the decision API
+// (listen is 127.0.0.1:8080 by default, the machine the browser runs on):
+// a text/plain or form body is a "simple" request, sent without a CORS
+// preflight, so /v1/report with {"cost":1000000} put any key into debt.
+// Browsers mark such requests (Sec-Fetch-Site, Origin); the API refuses
+// them with 403, having counted nothing. Programs (curl, services) send
+// neither header and are served; forward auth is not refused either, as
+// the Origin and Sec-Fetch-Site it gets are the client's, passed on by
+// the gateway.
+func TestCrossOriginBrowserRequestsRefused(t *testing.T) {
+	f := start(t, memstore.New(memstore.Options{}), "", nil)
+	post := func(path, body string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("POST", f.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "text/plain")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/v1/check", "/v1/report"} {
+		for _, hdr := range []map[string]string{
+			{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"},
+			{"Sec-Fetch-Site": "same-site"},
+			{"Origin": "http://evil.example"}, // a browser without Sec-Fetch-Site
+		} {
+			code, body := post(path, `{"rule":"api","key":"victim","cost":3}`, hdr)
+			var e struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal([]byte(body), &e); code != 403 || !strings.Contains(e.Error, "cross-origin") {
+				t.Errorf("POST %s from a browser on another site (%v): %d %q, want 403 naming the cross-origin request", path, hdr, code, body)
+			}
+		}
+	}
+	// Nothing was counted; a program's request (no browser headers) and a
+	// same-origin one are served.
+	if code, body := post("/v1/check", `{"rule":"api","key":"victim"}`, nil); code != 200 || !strings.Contains(body, `"remaining":2`) {
+		t.Errorf("POST /v1/check from a program after the refusals: %d %q, want 200 with 2 of 3 left", code, body)
+	}
+	if code, body := post("/v1/check", `{"rule":"api","key":"victim"}`, map[string]string{"Sec-Fetch-Site": "same-origin"}); code != 200 {
+		t.Errorf("POST /v1/check same-origin: %d %q, want 200", code, body)
+	}
+	// Forward auth: the client's own browser headers, passed on.
+	resp, body := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "203.0.113.5",
+		"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})
+	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "1" {
+		t.Errorf("forward-auth of a browser's cross-site POST: %d %q, remaining %q; want 200, counted (1 left)", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
+	}
+}
+
+// POST /json, the Envoy service's HTTP form, refuses them too.
+func TestCrossOriginJSONRefused(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	req, err := http.NewRequest("POST", e.http.URL+"/json", strings.NewReader(`{"domain":"web","descriptors":[{"entries":[{"key":"user","value":"v"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(b), "cross-origin") {
+		t.Errorf("POST /json from a browser on another site: %d %q, want 403", resp.StatusCode, b)
+	}
+	if e.remaining(t, "web", "user", "v") != 2 {
+		t.Errorf("the refused /json request was counted")
+	}
+}
