@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +104,7 @@ type Daemon struct {
 	stopGRPC             context.CancelFunc // ends grpcSrv.Serve: a graceful stop
 	grpcDone             chan error         // receives Serve's result
 	descWatcher          *configWatcher     // the descriptor files; nil without grpc
+	tokenWatcher         *configWatcher     // api.token_file; nil without one, or without a config file
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath
@@ -124,7 +124,8 @@ type generation struct {
 	api   http.Handler
 	proxy http.Handler // nil without a proxy
 	descs *descriptors.Set
-	rls   *server.RLS // nil without grpc
+	rls   *server.RLS       // nil without grpc
+	token [sha256.Size]byte // SHA-256 of api.token_file's token; zero without
 }
 
 // New checks cfg for features this version does not enforce, builds the
@@ -197,6 +198,7 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.watchCerts()
+	d.watchToken(cfg)
 	return d, nil
 }
 
@@ -298,6 +300,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 
+	if d.tokenWatcher != nil {
+		defer d.tokenWatcher.Close()
+		d.runWatch(watchCtx, &wg, d.tokenWatcher, make(chan struct{}, 1), func() {}, d.tokenChanged)
+	}
 	if d.certWatcher != nil {
 		defer d.certWatcher.Close()
 		changed := make(chan struct{}, 1)
@@ -408,99 +414,8 @@ func (d *Daemon) Close() error {
 	if d.certWatcher != nil {
 		d.certWatcher.Close()
 	}
+	if d.tokenWatcher != nil {
+		d.tokenWatcher.Close()
+	}
 	return d.closeStore()
-}
-
-// Reload rereads Options.ConfigPath and applies it, even if its content is
-// unchanged (SIGHUP). A config that is invalid, uses an unsupported
-// feature, or changes a key that needs a restart is refused: the error says
-// why, it is logged and counted, and the config in force stays.
-func (d *Daemon) Reload() error {
-	if d.reloader == nil {
-		return errors.New("daemon: reload: no config file (running the built-in example)")
-	}
-	return d.reloader.reload(true).Err
-}
-
-// apply parses data as the new config and, if it is valid and changes
-// nothing that needs a restart, swaps it in. The store is kept, so
-// counters of rules whose fingerprint is unchanged carry on. On Redis it
-// returns once what the old fleet rules held locally has been handed
-// back, after the decisions still running on them have ended.
-func (d *Daemon) apply(data []byte) error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	cfg, err := config.Parse(d.opts.ConfigPath, data)
-	if err != nil {
-		return err
-	}
-	if err := d.opts.Overrides.Apply(cfg); err != nil {
-		return fmt.Errorf("daemon: reload %s: %w", d.opts.ConfigPath, err)
-	}
-	if err := config.Unsupported(cfg); err != nil {
-		return err
-	}
-	old := d.cur.Load()
-	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
-		return restartError(d.opts.ConfigPath, keys)
-	}
-	// The listeners' certificates, keys and client CAs are read again (the
-	// tls: blocks themselves need a restart to change): a renewed
-	// certificate takes effect with the reload, a broken one refuses it.
-	if err := cfg.TLSProblems(); err != nil {
-		return err
-	}
-	certs := make([]*tls.Config, len(d.tls))
-	for i, r := range d.tls {
-		if certs[i], err = r.Load(); err != nil {
-			return fmt.Errorf("daemon: reload: %w", err)
-		}
-	}
-	counted := d.metrics.RuleNames()
-	gen, err := d.build(cfg, old)
-	var rt *routes
-	if err == nil && d.fleet != nil {
-		rt, err = d.fleet.prepare(gen.rules, gen.descs)
-	}
-	if err != nil {
-		// The new engine made hot-key summaries and decision counters
-		// for its rules: drop those of rules never in force, or
-		// GET /v1/hotkeys and /metrics would list rules of the refused
-		// config.
-		d.keepHot(old)
-		var made []string
-		for _, sp := range cfg.Rules {
-			if !counted[sp.Name] {
-				made = append(made, sp.Name)
-			}
-		}
-		d.metrics.ForgetRules(made)
-		return err
-	}
-	d.cur.Store(gen)
-	if c, ok := old.proxy.(interface{ Close() }); ok && old.proxy != gen.proxy {
-		// Rebuilt (wire.go): the old proxy's idle upstream connections
-		// would stay open as long as the upstream keeps them.
-		c.Close()
-	}
-	d.useRoutes(rt)
-	for i, l := range d.tls {
-		changed, err := l.Store(certs[i])
-		d.certsInForce(l, changed, err)
-	}
-	d.activate(gen)
-	return nil
-}
-
-// useRoutes puts the fleet routes of the generation just stored in force
-// (nil: no fleet store), once the decisions still routed by the old ones
-// have ended (see fleetStore.use). What the old rules held locally that
-// cannot be handed back is logged: the generation is in force anyway.
-func (d *Daemon) useRoutes(rt *routes) {
-	if rt == nil {
-		return
-	}
-	if err := d.fleet.use(rt); err != nil {
-		d.log.Warn("fleet: handing back the sync hits or leases of rules changed or removed", "err", err)
-	}
 }

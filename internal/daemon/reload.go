@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,6 +144,100 @@ func (r *reloader) refused(err error) {
 	r.log.Error("config reload refused; the old config stays", "file", r.path, "err", err)
 }
 
+// Reload rereads Options.ConfigPath and applies it, even if its content is
+// unchanged (SIGHUP). A config that is invalid, uses an unsupported
+// feature, or changes a key that needs a restart is refused: the error says
+// why, it is logged and counted, and the config in force stays.
+func (d *Daemon) Reload() error {
+	if d.reloader == nil {
+		return errors.New("daemon: reload: no config file (running the built-in example)")
+	}
+	return d.reloader.reload(true).Err
+}
+
+// apply parses data as the new config and, if it is valid and changes
+// nothing that needs a restart, swaps it in. The store is kept, so
+// counters of rules whose fingerprint is unchanged carry on. On Redis it
+// returns once what the old fleet rules held locally has been handed
+// back, after the decisions still running on them have ended.
+func (d *Daemon) apply(data []byte) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	cfg, err := config.Parse(d.opts.ConfigPath, data)
+	if err != nil {
+		return err
+	}
+	if err := d.opts.Overrides.Apply(cfg); err != nil {
+		return fmt.Errorf("daemon: reload %s: %w", d.opts.ConfigPath, err)
+	}
+	if err := config.Unsupported(cfg); err != nil {
+		return err
+	}
+	old := d.cur.Load()
+	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
+		return restartError(d.opts.ConfigPath, keys)
+	}
+	// The listeners' certificates, keys and client CAs are read again (the
+	// tls: blocks themselves need a restart to change): a renewed
+	// certificate takes effect with the reload, a broken one refuses it.
+	if err := cfg.TLSProblems(); err != nil {
+		return err
+	}
+	certs := make([]*tls.Config, len(d.tls))
+	for i, r := range d.tls {
+		if certs[i], err = r.Load(); err != nil {
+			return fmt.Errorf("daemon: reload: %w", err)
+		}
+	}
+	counted := d.metrics.RuleNames()
+	gen, err := d.build(cfg, old)
+	var rt *routes
+	if err == nil && d.fleet != nil {
+		rt, err = d.fleet.prepare(gen.rules, gen.descs)
+	}
+	if err != nil {
+		// The new engine made hot-key summaries and decision counters
+		// for its rules: drop those of rules never in force, or
+		// GET /v1/hotkeys and /metrics would list rules of the refused
+		// config.
+		d.keepHot(old)
+		var made []string
+		for _, sp := range cfg.Rules {
+			if !counted[sp.Name] {
+				made = append(made, sp.Name)
+			}
+		}
+		d.metrics.ForgetRules(made)
+		return err
+	}
+	d.cur.Store(gen)
+	if c, ok := old.proxy.(interface{ Close() }); ok && old.proxy != gen.proxy {
+		// Rebuilt (wire.go): the old proxy's idle upstream connections
+		// would stay open as long as the upstream keeps them.
+		c.Close()
+	}
+	d.useRoutes(rt)
+	for i, l := range d.tls {
+		changed, err := l.Store(certs[i])
+		d.certsInForce(l, changed, err)
+	}
+	d.activate(gen)
+	return nil
+}
+
+// useRoutes puts the fleet routes of the generation just stored in force
+// (nil: no fleet store), once the decisions still routed by the old ones
+// have ended (see fleetStore.use). What the old rules held locally that
+// cannot be handed back is logged: the generation is in force anyway.
+func (d *Daemon) useRoutes(rt *routes) {
+	if rt == nil {
+		return
+	}
+	if err := d.fleet.use(rt); err != nil {
+		d.log.Warn("fleet: handing back the sync hits or leases of rules changed or removed", "err", err)
+	}
+}
+
 // restartOnly returns the dotted names of the keys whose values differ
 // between old and new and that cannot change without a restart: listeners
 // and the store are bound once, at startup.
@@ -223,16 +318,23 @@ func restartError(file string, keys []string) error {
 }
 
 // watchConfig runs, in goroutines of wg until ctx is done, the watch of
-// the config file and the reloads it triggers: one per burst of changes
-// (debounce), none while a writer is still writing the file in place
-// (configWatcher.writing), and one at once if the file changed before
-// the watch began.
+// the config file and the reloads it triggers (see runWatch), one at once
+// if the file changed before the watch began.
 func (d *Daemon) watchConfig(ctx context.Context, wg *sync.WaitGroup) {
 	changed := make(chan struct{}, 1)
 	if d.staleAtStart {
 		changed <- struct{}{}
 	}
-	wg.Go(func() { d.watcher.run(ctx, d.log, changed) })
+	d.runWatch(ctx, wg, d.watcher, changed, d.reloader.putOff, func() { d.reloader.reload(false) })
+}
+
+// runWatch runs cw, in goroutines of wg until ctx is done, and calls fire
+// once per burst of the changes it reports (debounce), but not while a
+// writer is still writing the file in place (configWatcher.writing): then
+// it calls putOff, and fire again once the writer closes the file or has
+// held it for maxWriteWait.
+func (d *Daemon) runWatch(ctx context.Context, wg *sync.WaitGroup, cw *configWatcher, changed chan struct{}, putOff, fire func()) {
+	wg.Go(func() { cw.run(ctx, d.log, changed) })
 	wg.Go(func() {
 		var wake *time.Timer // tries again once a writer held the file too long
 		defer func() {
@@ -241,11 +343,11 @@ func (d *Daemon) watchConfig(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}()
 		debounce(ctx, changed, d.opts.ReloadDebounce, func() {
-			if writing, left := d.watcher.writing(); writing {
+			if writing, left := cw.writing(); writing {
 				// Written in place by a writer still at work: what the
 				// file holds may be half of it. Its closing the file is
 				// a change; or try again after left.
-				d.reloader.putOff()
+				putOff()
 				if wake != nil {
 					wake.Stop()
 				}
@@ -257,7 +359,38 @@ func (d *Daemon) watchConfig(ctx context.Context, wg *sync.WaitGroup) {
 				})
 				return
 			}
-			d.reloader.reload(false)
+			fire()
 		})
 	})
+}
+
+// watchToken starts watching api.token_file, so that a token rotated in
+// place, by a rename or a Kubernetes Secret's ..data swap, is put in force
+// without a SIGHUP (see tokenChanged). Only a daemon with a config file
+// has one. Not fatal: a reload still reads it.
+func (d *Daemon) watchToken(cfg *config.Config) {
+	if cfg.API.TokenFile == "" || d.reloader == nil {
+		return
+	}
+	var err error
+	if d.tokenWatcher, err = newConfigWatcher(cfg.API.TokenFile); err != nil {
+		d.log.Error("api.token_file not watched; reload with SIGHUP to put a new token in force", "err", err)
+		return
+	}
+	d.tokenWatcher.watchWrites()
+}
+
+// tokenChanged follows a change to api.token_file: a config change refused
+// since (over this very file, maybe: a deploy that writes both) is tried
+// again first, and applied brings the token with it; otherwise, when the
+// file holds another token than the one in force, the config is reloaded
+// (as by SIGHUP) to put it in force.
+func (d *Daemon) tokenChanged() {
+	if d.reloader.retryFailed() {
+		return
+	}
+	if tok, err := config.ReadToken(d.Config().API.TokenFile); err == nil && sha256.Sum256(tok) == d.cur.Load().token {
+		return
+	}
+	d.reloader.reload(true)
 }

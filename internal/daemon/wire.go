@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/url"
 	"reflect"
@@ -64,6 +65,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		if so.Token, err = config.ReadToken(cfg.API.TokenFile); err != nil {
 			return nil, fmt.Errorf("daemon: api.token_file: %s: %w", cfg.API.TokenFile, err)
 		}
+		gen.token = sha256.Sum256(so.Token)
 	}
 	gen.api, err = server.New(so)
 	if err != nil {
