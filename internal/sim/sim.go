@@ -9,8 +9,9 @@
 //
 // Times and durations are seconds with six decimals (they are whole
 // microseconds); a retry_after of -1 means never (the cost exceeds what the
-// limit can ever admit at once). The output depends only on the trace, the
-// algorithm and the limit, so every store prints the same bytes.
+// limit can ever admit at once); a key that holds a '"' is quoted as CSV
+// quotes it. The output depends only on the trace, the algorithm and the
+// limit, so every store prints the same bytes.
 package sim
 
 import (
@@ -22,6 +23,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -166,7 +168,7 @@ func run(ctx context.Context, opt Options, rd *Reader, w *bufio.Writer, sum *Sum
 func appendLine(b []byte, r *Request, d *sluice.Decision) []byte {
 	b = appendTime(b, r.Micros)
 	b = append(b, ',')
-	b = append(b, r.Key...)
+	b = appendKey(b, r.Key)
 	b = append(b, ',')
 	b = strconv.AppendInt(b, r.Cost, 10)
 	if d.Allowed {
@@ -180,6 +182,28 @@ func appendLine(b []byte, r *Request, d *sluice.Decision) []byte {
 	b = append(b, ',')
 	b = appendDuration(b, d.Delay)
 	return append(b, '\n')
+}
+
+// appendKey writes a key as a CSV field: as it is, or, when it holds a
+// '"', quoted with its quotes doubled (RFC 4180), so that a CSV reader
+// reads back the key itself. A key holds no comma, newline or carriage
+// return (Reader refuses them), and no leading or trailing space.
+func appendKey(b []byte, k string) []byte {
+	if !strings.Contains(k, `"`) {
+		return append(b, k...)
+	}
+	b = append(b, '"')
+	for {
+		i := strings.IndexByte(k, '"')
+		if i < 0 {
+			break
+		}
+		b = append(b, k[:i+1]...)
+		b = append(b, '"')
+		k = k[i+1:]
+	}
+	b = append(b, k...)
+	return append(b, '"')
 }
 
 // Describe names the algorithm and the parts of the limit it uses, such as

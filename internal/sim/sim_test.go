@@ -3,8 +3,10 @@ package sim_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,6 +159,36 @@ func TestOutputFormat(t *testing.T) {
 		"13.000000,a,9,0,1,-1,0.000000\n" // more than burst+1: never
 	if out != want {
 		t.Errorf("Run output:\ngot:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestOutputIsCSV: the output reads back through a CSV reader (as a
+// spreadsheet or pandas reads it) with every key as the trace spelled it,
+// quotes included.
+func TestOutputIsCSV(t *testing.T) {
+	keys := []string{`plain`, `"quoted"`, `a"b`, `say "hi" now`, `"`, `é "x"`}
+	var trace strings.Builder
+	for i, k := range keys {
+		fmt.Fprintf(&trace, "%d,%s\n", i, k)
+	}
+	out, _, err := runTrace(t, sluice.GCRA, sluice.PerSecond(2), trace.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatalf("the output is not CSV: %v\n%s", err, out)
+	}
+	if len(recs) != len(keys)+1 {
+		t.Fatalf("the output has %d records, want the header and %d:\n%s", len(recs), len(keys), out)
+	}
+	for i, k := range keys {
+		if got := recs[i+1][1]; got != k {
+			t.Errorf("record %d: key %q read back as %q (output line %q)", i+1, k, got, strings.Split(out, "\n")[i+1])
+		}
+	}
+	if !strings.Contains(out, "\n0.000000,plain,1,") {
+		t.Errorf("a plain key is quoted:\n%s", out)
 	}
 }
 
