@@ -15,7 +15,8 @@ import (
 
 // Bounds on one line of a trace.
 const (
-	// MaxLineBytes bounds a line, comment included.
+	// MaxLineBytes bounds a line, comment included, end of line ("\n" or
+	// "\r\n") not.
 	MaxLineBytes = 64 << 10
 	// MaxKeyBytes bounds a key.
 	MaxKeyBytes = 1024
@@ -65,7 +66,8 @@ type Reader struct {
 // NewReader returns a Reader of the trace r; name is used in errors.
 func NewReader(r io.Reader, name string) *Reader {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), MaxLineBytes)
+	// Room for the longest line and its "\r\n": read checks the line itself.
+	sc.Buffer(make([]byte, 0, 4096), MaxLineBytes+2)
 	return &Reader{sc: sc, name: name, keys: make(map[string]string)}
 }
 
@@ -85,7 +87,10 @@ func (r *Reader) Read() (Request, error) {
 func (r *Reader) read() (Request, error) {
 	for r.sc.Scan() {
 		r.line++
-		b := r.sc.Bytes()
+		b := r.sc.Bytes() // the end of line, "\n" or "\r\n", left out
+		if len(b) > MaxLineBytes {
+			return Request{}, r.tooLong(r.line)
+		}
 		if r.line == 1 {
 			b = bytes.TrimPrefix(b, []byte("\uFEFF")) // a UTF-8 byte order mark
 		}
@@ -109,11 +114,15 @@ func (r *Reader) read() (Request, error) {
 	}
 	if err := r.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Request{}, &LineError{File: r.name, Line: r.line + 1, Msg: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)}
+			return Request{}, r.tooLong(r.line + 1)
 		}
 		return Request{}, fmt.Errorf("sim: read %s: %w", r.name, err)
 	}
 	return Request{}, io.EOF
+}
+
+func (r *Reader) tooLong(line int) error {
+	return &LineError{File: r.name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)}
 }
 
 func isHeader(s string) bool {

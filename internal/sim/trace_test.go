@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -169,6 +170,39 @@ func TestReaderErrors(t *testing.T) {
 		}
 		if !strings.HasPrefix(err.Error(), "trace.csv:") {
 			t.Errorf("%s: error %q does not start with the file and line", c.name, err)
+		}
+	}
+}
+
+// TestReaderLineBound: a line of MaxLineBytes (its end of line, \n or
+// \r\n, apart) is read, with or without a newline after it; one byte more is
+// refused, naming its line.
+func TestReaderLineBound(t *testing.T) {
+	line := func(n int) string { // a request padded by a comment to n bytes
+		return "1,a #" + strings.Repeat("x", n-len("1,a #"))
+	}
+	for _, c := range []struct {
+		name, trace string
+		ok          bool
+	}{
+		{"max, LF", "0,a\n" + line(sim.MaxLineBytes) + "\n2,b\n", true},
+		{"max, CRLF", "0,a\r\n" + line(sim.MaxLineBytes) + "\r\n2,b\r\n", true},
+		{"max, last line without newline", "0,a\n" + line(sim.MaxLineBytes), true},
+		{"max+1, LF", "0,a\n" + line(sim.MaxLineBytes+1) + "\n2,b\n", false},
+		{"max+1, CRLF", "0,a\r\n" + line(sim.MaxLineBytes+1) + "\r\n2,b\r\n", false},
+		{"max+1, last line without newline", "0,a\n" + line(sim.MaxLineBytes+1), false},
+		{"max+2, LF", "0,a\n" + line(sim.MaxLineBytes+2) + "\n2,b\n", false},
+	} {
+		reqs, err := readAll(t, c.trace)
+		if c.ok {
+			if err != nil || len(reqs) < 2 || reqs[1].Key != "a" || reqs[1].Line != 2 {
+				t.Errorf("%s: read %+v, %v; want the line of %d bytes read as line 2", c.name, reqs, err, sim.MaxLineBytes)
+			}
+			continue
+		}
+		var le *sim.LineError
+		if !errors.As(err, &le) || le.Line != 2 || !strings.Contains(le.Msg, fmt.Sprintf("longer than %d bytes", sim.MaxLineBytes)) {
+			t.Errorf("%s: error %v, want line 2 refused as longer than %d bytes", c.name, err, sim.MaxLineBytes)
 		}
 	}
 }
