@@ -93,17 +93,20 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fail("-plot %s: the plot is SVG; name the file *.svg", *plotPath)
 	}
 
-	var store sluice.Store
+	var (
+		store sluice.Store
+		rs    *redisstore.Store
+	)
 	switch *storeName {
 	case "memory":
 		store = memstore.New(memstore.Options{})
 	case "redis":
-		s, closeStore, err := simRedisStore(ctx, *redisAddr)
+		s, err := simRedisStore(ctx, *redisAddr)
 		if err != nil {
 			return fail("-store redis: %v", err)
 		}
-		defer closeStore()
-		store = s
+		defer s.Close()
+		store, rs = s, s
 	default:
 		return fail("-store %q: want memory or redis", *storeName)
 	}
@@ -120,6 +123,11 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	opt := sim.Options{Algorithm: alg, Limit: limit, Store: store, Record: *plotPath != ""}
 	sum, err := sim.Run(ctx, opt, trace, name, stdout)
+	if rs != nil && sum != nil {
+		if derr := deleteKeys(ctx, rs, sum.Keys); derr != nil {
+			fmt.Fprintf(stderr, "sluice simulate: -store redis: %v (they expire when the limit forgets them)\n", derr)
+		}
+	}
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -145,20 +153,39 @@ func writePlot(path string, sum *sim.Summary) error {
 
 // simRedisStore connects to the Redis at addr for one run: decisions use
 // the trace's times (not Redis' clock), and the keys get a prefix of their
-// own so that runs never see each other's counters (they expire by
-// themselves soon after the run).
-func simRedisStore(ctx context.Context, addr string) (sluice.Store, func(), error) {
+// own so that runs never see each other's counters. deleteKeys removes them
+// after the run.
+func simRedisStore(ctx context.Context, addr string) (*redisstore.Store, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	s, err := redisstore.New(ctx, redisstore.Options{
+	return redisstore.New(ctx, redisstore.Options{
 		Addrs:   []string{addr},
 		Timeout: time.Second,
 		Prefix:  "sluice:simulate:" + hex.EncodeToString(id[:]) + ":",
 	})
-	if err != nil {
-		return nil, nil, err
+}
+
+// deleteKeys deletes the Redis keys of a run's keys, a batch per command,
+// even after ctx is cancelled (an interrupted run cleans up too). Left
+// alone, they would expire only when the limit forgets them: weeks after
+// the run for a weekly limit.
+func deleteKeys(ctx context.Context, s *redisstore.Store, keys []sim.KeyCount) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	c := s.Client()
+	const batch = 512
+	for len(keys) > 0 {
+		n := min(batch, len(keys))
+		names := make([]string, n)
+		for i, k := range keys[:n] {
+			names[i] = s.KeyOf(&sluice.Request{Key: k.Key})
+		}
+		if err := c.Do(ctx, c.B().Unlink().Key(names...).Build()).Error(); err != nil {
+			return fmt.Errorf("delete the run's keys: %w", err)
+		}
+		keys = keys[n:]
 	}
-	return s, s.Close, nil
+	return nil
 }

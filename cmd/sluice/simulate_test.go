@@ -161,6 +161,29 @@ func TestSimulateRedisMatchesMemory(t *testing.T) {
 	}
 }
 
+// TestSimulateRedisLeavesNoKeys: a run on -store redis deletes the keys it
+// made when it ends, also when a bad line stops it; with a weekly limit
+// they would otherwise stay in Redis for weeks.
+func TestSimulateRedisLeavesNoKeys(t *testing.T) {
+	srv := redistest.StartServer(t)
+	trace := "1,a\n2,b,3\n3,c\n4,\"q}\\\"\n100000,a,0\n"
+	for _, alg := range sluice.Algorithms() {
+		for _, tc := range []struct {
+			trace string
+			code  int
+		}{{trace, 0}, {trace + "99,late\n", 1}} {
+			code, _, errOut := simulateCmd(t, tc.trace, "-algorithm", alg.String(), "-rate", "5/7d", "-store", "redis", "-redis", srv.Addr)
+			if code != tc.code {
+				t.Fatalf("%s -store redis: exit %d, want %d: %s", alg, code, tc.code, errOut)
+			}
+			if n, err := redistest.Do(srv.Addr, "DBSIZE"); err != nil || n != "0" {
+				keys, _ := redistest.Do(srv.Addr, "KEYS", "*")
+				t.Fatalf("%s -store redis (exit %d): DBSIZE %q (%v) after the run, want 0; keys: %s", alg, code, n, err, keys)
+			}
+		}
+	}
+}
+
 func TestSimulateRedisDown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
