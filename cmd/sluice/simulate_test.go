@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/sim"
 )
 
 // simulateCmd runs `sluice simulate args…` with stdin and returns the exit
@@ -155,6 +159,84 @@ func TestSimulateRedisMatchesMemory(t *testing.T) {
 				}
 				if red != mem {
 					t.Errorf("%v: -store redis (run %d) printed\n%s\n-store memory printed\n%s", args, run, red, mem)
+				}
+			}
+		}
+	}
+}
+
+// adversarialTrace is a trace meant to find where the Redis scripts and
+// the Go algorithms part: costs of 0, over the burst and of 2^53; many
+// requests at one instant and at window boundaries; gaps of a microsecond,
+// a day and years; 300 keys; the last instant a store decides at. Its
+// randomness has a fixed seed.
+func adversarialTrace() string {
+	rng := rand.New(rand.NewPCG(10, 27))
+	var b strings.Builder
+	us := int64(1_000_000)
+	costs := []string{"", ",1", ",2", ",0", ",3", ",7", ",8", ",50", ",9007199254740992"}
+	for i := range 1500 {
+		switch r := rng.IntN(100); {
+		case r < 30: // same instant
+		case r < 33:
+			us += 1
+		case r < 36:
+			us = (us/60_000_000 + 1) * 60_000_000 // a minute boundary
+		case r < 38:
+			us += 86_400_000_000
+		case r < 39:
+			us += 3 * 365 * 86_400_000_000
+		default:
+			us += rng.Int64N(400_000)
+		}
+		key := "k" + strconv.Itoa(rng.IntN(4))
+		if i%3 == 0 {
+			key = "many-" + strconv.Itoa(rng.IntN(300))
+		}
+		cost := costs[rng.IntN(3)] // mostly 1 and 2
+		if rng.IntN(5) == 0 {
+			cost = costs[rng.IntN(len(costs))]
+		}
+		fmt.Fprintf(&b, "%s,%s%s\n", sim.FormatTime(us), key, cost)
+	}
+	for _, c := range costs {
+		fmt.Fprintf(&b, "4503599627.370496,last%s\n", c)
+	}
+	return b.String()
+}
+
+// TestSimulateRedisMatchesMemoryAdversarial: -store redis prints what
+// -store memory prints, byte for byte, for every algorithm and several
+// limits, on adversarialTrace.
+func TestSimulateRedisMatchesMemoryAdversarial(t *testing.T) {
+	srv := redistest.StartServer(t)
+	trace := adversarialTrace()
+	for _, alg := range sluice.Algorithms() {
+		for _, limit := range [][]string{
+			{"-rate", "5/s", "-burst", "7"},
+			{"-rate", "3/250ms", "-burst", "1"},
+			{"-rate", "10/m", "-burst", "25", "-segments", "4"},
+			{"-rate", "2/7d"},
+		} {
+			args := append([]string{"-algorithm", alg.String()}, limit...)
+			code, mem, errOut := simulateCmd(t, trace, append(args, "-store", "memory")...)
+			if code != 0 {
+				t.Fatalf("%v -store memory: exit %d: %s", args, code, errOut)
+			}
+			if strings.Count(mem, "\n") != 1+1500+9 {
+				t.Fatalf("%v -store memory printed %d lines, want the header and 1509", args, strings.Count(mem, "\n"))
+			}
+			code, red, errOut := simulateCmd(t, trace, append(args, "-store", "redis", "-redis", srv.Addr)...)
+			if code != 0 {
+				t.Fatalf("%v -store redis: exit %d: %s", args, code, errOut)
+			}
+			if red != mem {
+				rl, ml := strings.Split(red, "\n"), strings.Split(mem, "\n")
+				for i := range min(len(rl), len(ml)) {
+					if rl[i] != ml[i] {
+						t.Errorf("%v: line %d: -store redis printed %q, -store memory %q", args, i+1, rl[i], ml[i])
+						break
+					}
 				}
 			}
 		}
