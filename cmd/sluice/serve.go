@@ -122,7 +122,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "sluice: Envoy rate limit service (gRPC) on %s (POST /json on the decision API)\n", a.GRPC)
 	}
 	if set, err := cfg.RuleSet(); err == nil {
-		printRules(stdout, set)
+		printRules(stdout, set, a.GRPC != "")
 		if *configPath == "" && set.Rule("demo-per-ip") != nil {
 			fmt.Fprintf(stdout, "sluice: try it: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"demo-per-ip\",\"key\":\"203.0.113.7\"}'\n", a.API)
 		}
@@ -157,10 +157,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 const maxPrintedRules = 10
 
 // printRules lists the rules in force, one line each: name, limit, key,
-// match, algorithm and action.
-func printRules(w io.Writer, set *rules.Set) {
+// match, algorithm and action. envoy says the Envoy service runs, limiting
+// by its descriptor files whatever the rules.
+func printRules(w io.Writer, set *rules.Set, envoy bool) {
 	if len(set.Rules) == 0 {
-		fmt.Fprintln(w, "sluice: no rules: every request passes (add rules: to the config)")
+		if envoy {
+			fmt.Fprintln(w, "sluice: no rules: only the Envoy service (gRPC and POST /json) limits, by its descriptor files; add rules: to limit the proxy, /v1/check and /v1/forward-auth")
+		} else {
+			fmt.Fprintln(w, "sluice: no rules: every request passes (add rules: to the config)")
+		}
 		return
 	}
 	for i, r := range set.Rules {

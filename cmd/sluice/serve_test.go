@@ -272,7 +272,7 @@ func TestPrintRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	printRules(&b, set)
+	printRules(&b, set, false)
 	want := "sluice: rule demo-per-ip: 5/m per ip, sliding_window_counter, reject\n" +
 		"sluice: rule demo-per-api-key: 100/m (burst 20) per header:X-Api-Key on /api/*, token_bucket, reject\n"
 	if b.String() != want {
@@ -287,10 +287,32 @@ func TestPrintRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Reset()
-	printRules(&b, many)
+	printRules(&b, many, false)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 11 || lines[0] != "sluice: rule r0: 1/s per ip+method on POST /x, sliding_window_counter, reject" ||
 		lines[10] != "sluice: … and 2 more rules (GET /v1/rules lists them all)" {
 		t.Errorf("printRules(12 rules) =\n%s", b.String())
+	}
+}
+
+// TestServeEnvoyOnlyBanner: a config with a grpc block and no rules (the
+// Envoy service alone, as docs/envoy.md runs it) does not say that every
+// request passes: the descriptor files limit the Envoy service's calls.
+func TestServeEnvoyOnlyBanner(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ratelimit.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("grpc:\n  listen: 127.0.0.1:8081\n  config: [ratelimit.yaml]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := serveBanner(t, func(l string) bool {
+		return strings.HasPrefix(l, "sluice: no rules") || strings.HasPrefix(l, "sluice: rule ")
+	}, nil,
+		"-config", path, "-listen", "127.0.0.1:0", "-grpc-listen", "127.0.0.1:0")
+	last := got[strings.LastIndex(strings.TrimSuffix(got, "\n"), "\n")+1:]
+	if strings.Contains(last, "every request passes") || !strings.Contains(last, "descriptor") {
+		t.Errorf("serve with descriptors and no rules printed\n%s\nwant its last line to say that the descriptors limit the Envoy service, not that every request passes", got)
 	}
 }
