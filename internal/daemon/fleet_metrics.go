@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,22 +16,29 @@ import (
 // fleetCollector exports the decorators' counters and each rule's mode.
 type fleetCollector struct{ f *fleetStore }
 
+// The bounds on the keys held, for the HELP texts (an operator reads a
+// number, not a Go name).
+var (
+	syncMax  = strconv.Itoa(fleet.DefaultSyncMaxKeys)
+	leaseMax = strconv.Itoa(fleet.DefaultLeaseMaxKeys)
+)
+
 var (
 	descSyncBatches   = prometheus.NewDesc("sluice_fleet_sync_batches_total", "Sync batches sent to Redis, by interval.", []string{"interval"}, nil)
 	descSyncKeys      = prometheus.NewDesc("sluice_fleet_sync_batch_keys_total", "Keys in the sync batches, summed, by interval (divide by the batches for the mean batch size).", []string{"interval"}, nil)
 	descSyncErrors    = prometheus.NewDesc("sluice_fleet_sync_batch_errors_total", "Sync batches that failed (their hits go out with the next one), by interval.", []string{"interval"}, nil)
 	descSyncLoads     = prometheus.NewDesc("sluice_fleet_sync_loads_total", "Keys read from Redis before a decision (asked for again after a cold decision, or idle for two intervals), by interval.", []string{"interval"}, nil)
 	descSyncLocal     = prometheus.NewDesc("sluice_fleet_sync_decisions_total", "Decisions made locally by sync rules, by interval.", []string{"interval"}, nil)
-	descSyncOverflow  = prometheus.NewDesc("sluice_fleet_sync_overflow_total", "Decisions of sync rules made exactly in Redis because the instance held its most keys (fleet.DefaultSyncMaxKeys) and the key was new, by interval.", []string{"interval"}, nil)
+	descSyncOverflow  = prometheus.NewDesc("sluice_fleet_sync_overflow_total", "Decisions of sync rules made exactly in Redis because the instance held its most keys ("+syncMax+") and the key was new, by interval.", []string{"interval"}, nil)
 	descSyncCold      = prometheus.NewDesc("sluice_fleet_sync_cold_total", "Decisions of sync rules made exactly in Redis because the key was asked for the first time in two intervals (a key asked for once gains nothing from a local view), by interval.", []string{"interval"}, nil)
 	descSyncOvershoot = prometheus.NewDesc("sluice_fleet_sync_overshoot_max", "The most requests a sync batch found a key admitted beyond its limit, by interval: the fleet's error as this instance can see it.", []string{"interval"}, nil)
-	descSyncHeld      = prometheus.NewDesc("sluice_fleet_sync_keys", "Keys a sync interval holds now (a view and the hits not yet sent each; at most fleet.DefaultSyncMaxKeys), by interval.", []string{"interval"}, nil)
-	descLeaseHeld     = prometheus.NewDesc("sluice_fleet_lease_keys", "Keys a lease chunk holds now (at most fleet.DefaultLeaseMaxKeys), by chunk.", []string{"chunk"}, nil)
+	descSyncHeld      = prometheus.NewDesc("sluice_fleet_sync_keys", "Keys a sync interval holds now (a view and the hits not yet sent each; at most "+syncMax+"), by interval.", []string{"interval"}, nil)
+	descLeaseHeld     = prometheus.NewDesc("sluice_fleet_lease_keys", "Keys a lease chunk holds now (at most "+leaseMax+"), by chunk.", []string{"chunk"}, nil)
 	descLeaseCalls    = prometheus.NewDesc("sluice_fleet_lease_reservations_total", "Lease reservations asked of Redis, by chunk.", []string{"chunk"}, nil)
 	descLeaseGranted  = prometheus.NewDesc("sluice_fleet_lease_units_granted_total", "Units of quota reserved, by chunk.", []string{"chunk"}, nil)
 	descLeaseReturned = prometheus.NewDesc("sluice_fleet_lease_units_returned_total", "Units of quota given back (expired, charged by a report, or let go by a reload or shutdown), by chunk.", []string{"chunk"}, nil)
 	descLeaseSpent    = prometheus.NewDesc("sluice_fleet_lease_units_spent_total", "Units of quota spent on admitted requests, by chunk.", []string{"chunk"}, nil)
-	descLeaseOverflow = prometheus.NewDesc("sluice_fleet_lease_overflow_total", "Decisions of lease rules made exactly in Redis because the instance held its most keys (fleet.DefaultLeaseMaxKeys), none could be let go, and the key was new, by chunk.", []string{"chunk"}, nil)
+	descLeaseOverflow = prometheus.NewDesc("sluice_fleet_lease_overflow_total", "Decisions of lease rules made exactly in Redis because the instance held its most keys ("+leaseMax+"), none could be let go, and the key was new, by chunk.", []string{"chunk"}, nil)
 	descLeaseCold     = prometheus.NewDesc("sluice_fleet_lease_cold_total", "Decisions of lease rules made exactly in Redis because the key was asked for the first time in a second or two (a lease for a key asked for once would hold quota it does not spend), by chunk.", []string{"chunk"}, nil)
 	descRuleMode      = prometheus.NewDesc("sluice_rule_fleet_mode", "How each rule counts across the fleet: 1 for its mode (exact, sync or lease).", []string{"rule", "mode"}, nil)
 )
