@@ -9,10 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is set at build time with -ldflags "-X main.version=…"; left
+// "dev", `sluice version` reads the build's module version or commit
+// (versionString).
 var version = "dev"
 
 const usage = `usage: sluice <command> [flags]
@@ -50,7 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintf(stderr, "sluice version: unexpected argument %q\n", args[1])
 			return 2
 		}
-		fmt.Fprintln(stdout, "sluice", version)
+		info, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(stdout, "sluice", versionString(version, info))
 		return 0
 	case "help", "-h", "-help", "--help":
 		switch {
@@ -65,4 +69,37 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// versionString is what `sluice version` prints after "sluice ": v when
+// the build set it (-ldflags "-X main.version=…"); else the module version
+// that `go install …/cmd/sluice@v1.2.3` records in info; else "dev", with
+// the commit that a build in a git checkout records (and whether the
+// checkout had changes).
+func versionString(v string, info *debug.BuildInfo) string {
+	if v != "dev" || info == nil {
+		return v
+	}
+	if m := info.Main.Version; m != "" && m != "(devel)" {
+		return m
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		return v + " (" + rev + ", modified)"
+	}
+	return v + " (" + rev + ")"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,37 @@ func TestRunDispatch(t *testing.T) {
 		}
 		if c.code == 0 && c.stderr == "" && stderr.Len() > 0 {
 			t.Errorf("sluice %q: stderr %q, want nothing", c.args, stderr.String())
+		}
+	}
+}
+
+// TestVersionString: `sluice version` names the build: the version set
+// with -ldflags, else the module version `go install …@v1.2.3` records,
+// else the commit a build from a checkout records.
+func TestVersionString(t *testing.T) {
+	build := func(mod string, settings ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: mod}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return bi
+	}
+	for _, c := range []struct {
+		ldflags string
+		info    *debug.BuildInfo
+		want    string
+	}{
+		{"1.4.0", build("v1.3.0"), "1.4.0"},
+		{"dev", build("v1.3.0"), "v1.3.0"},
+		{"dev", build("v1.3.1-0.20261127120000-abcdef123456"), "v1.3.1-0.20261127120000-abcdef123456"},
+		{"dev", build("(devel)", "vcs.revision", "0123456789abcdef0123", "vcs.modified", "false"), "dev (0123456789ab)"},
+		{"dev", build("(devel)", "vcs.revision", "0123456789abcdef0123", "vcs.modified", "true"), "dev (0123456789ab, modified)"},
+		{"dev", build("(devel)"), "dev"},
+		{"dev", build(""), "dev"},
+		{"dev", nil, "dev"},
+	} {
+		if got := versionString(c.ldflags, c.info); got != c.want {
+			t.Errorf("versionString(%q, %+v) = %q, want %q", c.ldflags, c.info, got, c.want)
 		}
 	}
 }
