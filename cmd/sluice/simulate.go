@@ -124,9 +124,12 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	opt := sim.Options{Algorithm: alg, Limit: limit, Store: store, Record: *plotPath != ""}
 	sum, err := sim.Run(ctx, opt, trace, name, stdout)
 	if rs != nil && sum != nil {
-		if derr := deleteKeys(ctx, rs, sum.Keys); derr != nil {
-			fmt.Fprintf(stderr, "sluice simulate: -store redis: %v (they expire when the limit forgets them)\n", derr)
-		}
+		// After the run's own messages, before the store closes.
+		defer func() {
+			if err := deleteKeys(ctx, rs, sum.Keys); err != nil {
+				fmt.Fprintf(stderr, "sluice simulate: -store redis: %v (they expire when the limit forgets them)\n", err)
+			}
+		}()
 	}
 	if err != nil {
 		return fail("%v", err)
