@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -135,8 +136,11 @@ func isHeader(s string) bool {
 
 func (r *Reader) parse(text string) (Request, error) {
 	f := strings.Split(text, ",")
-	if len(f) < 2 || len(f) > 3 {
+	if len(f) < 2 {
 		return Request{}, fmt.Errorf("want t,key[,cost], got %d fields in %q", len(f), clip(text))
+	}
+	if len(f) > 3 {
+		return Request{}, fmt.Errorf("want t,key[,cost], got %d fields in %q%s", len(f), clip(text), commaHint)
 	}
 	us, err := ParseTime(strings.TrimSpace(f[0]))
 	if err != nil {
@@ -151,13 +155,20 @@ func (r *Reader) parse(text string) (Request, error) {
 	}
 	cost := int64(1)
 	if len(f) == 3 {
-		if cost, err = parseCost(strings.TrimSpace(f[2])); err != nil {
+		c := strings.TrimSpace(f[2])
+		if cost, err = parseCost(c); err != nil {
+			if strings.IndexFunc(c, unicode.IsLetter) >= 0 {
+				err = fmt.Errorf("%w%s", err, commaHint) // "1,GET /a,b"
+			}
 			return Request{}, err
 		}
 	}
 	r.last = us
 	return Request{Line: r.line, Micros: us, Key: key, Cost: cost}, nil
 }
+
+// commaHint ends the message about a line that may hold a key with a comma.
+const commaHint = ` (a key cannot hold a ",")`
 
 // key checks k and interns it, so that a long trace keeps one copy of each.
 func (r *Reader) key(k string) (string, error) {

@@ -153,6 +153,8 @@ func TestReaderErrors(t *testing.T) {
 		{"invalid UTF-8 key", "1,a\xffb\n", 1, "not valid UTF-8"},
 		{"negative cost", "1,a,-1\n", 1, `cost "-1" is not a whole number`},
 		{"fractional cost", "1,a,1.5\n", 1, `cost "1.5" is not a whole number`},
+		{"comma in key", "1,user,42\n1,GET /a,b\n", 2, `cost "b" is not a whole number ≥ 0 (a key cannot hold a ",")`},
+		{"commas in key", "1,a,b,c\n", 1, `got 4 fields in "1,a,b,c" (a key cannot hold a ",")`},
 		{"empty cost", "1,a,\n", 1, "empty cost"},
 		{"huge cost", "1,a,99999999999999999999\n", 1, "larger than"},
 		{"cost over 2^53", "1,a,9007199254740993\n", 1, "larger than 9007199254740992"},
