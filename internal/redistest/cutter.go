@@ -71,6 +71,13 @@ func (x *Cutter) forward(c, s net.Conn, lose chan struct{}) {
 		drop := x.armed && bytes.Contains(buf[:n], x.marker)
 		if drop {
 			x.armed, x.cut = false, true
+		} else if x.cut && x.gone {
+			// Redis is gone: nothing more reaches it, on any connection.
+			// (closeAll closes the others, but one at a time: a client
+			// woken by the first close could send on another first.)
+			x.mu.Unlock()
+			s.Close()
+			return
 		}
 		x.mu.Unlock()
 		if drop {
@@ -101,6 +108,9 @@ func (x *Cutter) back(c, s net.Conn, lose chan struct{}) {
 			}
 			return
 		default:
+		}
+		if x.gone && x.Cut() { // gone: no reply comes back either (see forward)
+			return
 		}
 		if _, err := c.Write(buf[:n]); err != nil {
 			return
