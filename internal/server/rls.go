@@ -269,6 +269,9 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	var pick headerPick
+	// No headers when the store could not decide: nothing is known of the
+	// counters (the HTTP middleware fails open without them too).
+	withHeaders := s.o.Headers && res.StoreErr == nil
 	for i := range ds {
 		r := ds[i].Rule
 		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -297,7 +300,7 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 			ss.LimitRemaining = 0
 		}
 		ss.DurationUntilReset = durationpb.New(untilReset(r, d, now))
-		if s.o.Headers {
+		if withHeaders {
 			pick.add(i, r, resp.Statuses, st)
 		}
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -197,5 +199,35 @@ descriptors:
 	}
 	if h["RateLimit-Reset"] != "3570" || h["Retry-After"] != "3570" {
 		t.Errorf("headers = %v, want q's: reset and Retry-After 3570", h)
+	}
+}
+
+// downStore cannot decide anything: the store is down.
+type downStore struct{}
+
+func (downStore) Take(context.Context, sluice.Request) (sluice.Decision, error) {
+	return sluice.Decision{}, fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
+}
+
+func (downStore) TakeAll(context.Context, []sluice.Request, []sluice.Decision) error {
+	return fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
+}
+
+// TestNoHeadersWhenTheStoreFails: with the store down, the answer is the
+// on_error policy's, and it carries no rate-limit headers (nothing is known
+// of the counters: "RateLimit-Remaining: 0" would make well-behaved
+// clients back off while every request is let through), as the HTTP
+// middleware fails open without them.
+func TestNoHeadersWhenTheStoreFails(t *testing.T) {
+	for _, onError := range []string{"allow", "deny"} {
+		e := startRLS(t, downStore{}, writeConf(t, plainConf), envOpts{onError: onError, headers: true})
+		r := e.call(t, "web", 0, desc("user", "x"))
+		want := rlsv3.RateLimitResponse_OK
+		if onError == "deny" {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if r.OverallCode != want || len(r.ResponseHeadersToAdd) != 0 {
+			t.Errorf("on_error %s, store down: %v with headers %v, want %v and no headers", onError, r.OverallCode, r.ResponseHeadersToAdd, want)
+		}
 	}
 }
