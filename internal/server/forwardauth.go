@@ -40,6 +40,7 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	e := h.o.Engine()
 	ip := h.o.ClientIP.ClientIP(orig)
 	h.checkGateway(r, ip)
+	h.checkMethod(r, e.Rules())
 	var buf [8]rules.Match
 	ms, err := e.Match(orig, ip, buf[:0])
 	*o = origRequest{} // nothing of the request is pooled with it

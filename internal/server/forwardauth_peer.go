@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // maxWarnedGateways bounds the gateways warnUntrusted remembers, and so
@@ -39,20 +41,62 @@ func (h *Handler) checkGateway(r *http.Request, ip netip.Addr) {
 			return
 		}
 	}
-	w := &h.gateways
-	w.mu.Lock()
-	_, seen := w.seen[peer]
-	if !seen && len(w.seen) < maxWarnedGateways {
-		if w.seen == nil {
-			w.seen = make(map[netip.Addr]struct{})
-		}
-		w.seen[peer] = struct{}{}
-	} else {
-		seen = true
-	}
-	w.mu.Unlock()
-	if !seen {
+	if h.gateways.first(peer) {
 		h.o.Logger.Warn("forward-auth: a gateway sends X-Forwarded-For, but client_ip.trusted_proxies does not list it, so every client it asks about counts as the gateway; list it",
 			"gateway", peer.String())
 	}
+}
+
+// first reports whether peer is new to w, and remembers it (the first
+// maxWarnedGateways peers only: later ones are never new).
+func (w *gatewayWarnings) first(peer netip.Addr) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, seen := w.seen[peer]; seen || len(w.seen) >= maxWarnedGateways {
+		return false
+	}
+	if w.seen == nil {
+		w.seen = make(map[netip.Addr]struct{})
+	}
+	w.seen[peer] = struct{}{}
+	return true
+}
+
+// checkMethod warns, once per gateway address, of a forward-auth request
+// that says nothing of the original method (neither X-Forwarded-Method
+// nor X-Original-Method) while a rule of set applies to some methods only:
+// the request is matched as the auth request's own method (GET, from
+// nginx's auth_request, Caddy and Traefik), so a rule for POST /login
+// never applies to what the gateway asks about. nginx's own auth_request
+// example sets X-Original-URI alone.
+func (h *Handler) checkMethod(r *http.Request, set *rules.Set) {
+	if set == nil || sent(r.Header, keyForwardedMethod) || sent(r.Header, keyOriginalMethod) {
+		return
+	}
+	restricted := false
+	for _, rl := range set.Rules {
+		restricted = restricted || len(rl.Methods) > 0
+	}
+	if !restricted {
+		return
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return
+	}
+	peer := ap.Addr().Unmap().WithZone("")
+	if h.methodless.first(peer) {
+		h.o.Logger.Warn("forward-auth: a gateway sends no X-Forwarded-Method (nor X-Original-Method), so its requests are matched as the method it asks with, and rules for other methods never apply to them; have it send the original request's method",
+			"gateway", peer.String(), "method", r.Method)
+	}
+}
+
+// sent reports whether h has a non-empty line of key (in canonical form).
+func sent(h http.Header, key string) bool {
+	for _, v := range h[key] {
+		if v != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -109,11 +109,12 @@ func (h *Handler) authorized(r *http.Request) bool {
 // Handler is the decision API. Build it with New; it is safe for concurrent
 // use.
 type Handler struct {
-	o        Options
-	metrics  http.Handler
-	token    [sha256.Size]byte // sha256 of Options.Token, when set
-	gateways gatewayWarnings   // untrusted gateways warned about (forward-auth)
-	xorigin  http.CrossOriginProtection
+	o          Options
+	metrics    http.Handler
+	token      [sha256.Size]byte // sha256 of Options.Token, when set
+	gateways   gatewayWarnings   // untrusted gateways warned about (forward-auth)
+	methodless gatewayWarnings   // gateways sending no method warned about (forward-auth)
+	xorigin    http.CrossOriginProtection
 }
 
 // New returns the decision API handler for o.
