@@ -231,3 +231,15 @@ func TestNoHeadersWhenTheStoreFails(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockListRefusesChecks: requests_per_unit 0 refuses every request,
+// a check that counts nothing (hits_addend 0) included: a deliberate
+// difference (the reference service admits such a check until the
+// window's first counted request).
+func TestBlockListRefusesChecks(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, "domain: p\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 0}\n"), envOpts{})
+	r := e.call(t, "p", 0, withHits(desc("ip", "10.0.0.1"), 0))
+	if codesOf(r) != "X:X" || r.Statuses[0].CurrentLimit == nil || r.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("a check on a block list: %s %v, want OVER_LIMIT with the 0 limit", codesOf(r), r.Statuses[0])
+	}
+}
