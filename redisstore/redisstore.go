@@ -283,6 +283,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.Cluster {
 		s.slotsRead.Store(time.Now().UnixNano())
 		_ = s.loadSlots(ctx) // best effort: retried later if it fails (see Masters)
+		s.watchSlots()
 	}
 	for _, a := range sluice.Algorithms() {
 		s.take[a] = rueidis.NewLuaScript(scripts[a])
@@ -298,6 +299,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 
 // Close closes the connections to Redis.
 func (s *Store) Close() {
+	if s.stopSlots != nil {
+		s.stopSlots()
+	}
 	s.c.Close()
 	if s.solo != nil {
 		s.solo.Close()

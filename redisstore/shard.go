@@ -294,6 +294,9 @@ func (s *Store) loadSlots(ctx context.Context) error {
 		}
 	}
 	m.count = len(ids)
+	if old := s.slotNodes.Load(); old != nil && *old == *m {
+		return nil // unchanged: the shard keys made with it stay
+	}
 	s.slotNodes.Store(m)
 	return nil
 }
@@ -318,6 +321,34 @@ func (s *Store) Masters() int {
 // is unknown.
 const slotRetry = time.Second
 
+// slotRefresh is how often a Cluster store reads the slot map again: after
+// a resharding, stores opened before it and after it place shards alike
+// within about this long (each counting a key on other shards meanwhile).
+var slotRefresh = 10 * time.Second
+
+// watchSlots reads the slot map every slotRefresh until Close, so that a
+// resharding reaches the placement of shards without a restart: the map
+// of a store opened before it would otherwise differ for good from that of
+// one opened after, and a key would be counted on two sets of shards (two
+// budgets) by the fleet.
+func (s *Store) watchSlots() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopSlots = cancel
+	go func() {
+		t := time.NewTicker(slotRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.slotsRead.Store(time.Now().UnixNano())
+				_ = s.loadSlots(ctx) // a failure keeps the map known
+			}
+		}
+	}()
+}
+
 // retrySlots reads the slot map again, in the background, if it is unknown
 // and the last read began slotRetry ago or more.
 func (s *Store) retrySlots() {
@@ -338,4 +369,5 @@ type shardState struct {
 	shards    [shardCacheSize]atomic.Pointer[shardTags]
 	slotNodes atomic.Pointer[slotMap]
 	slotsRead atomic.Int64 // unix ns: when the last read of the slot map began
+	stopSlots func()       // ends watchSlots; nil without Cluster
 }
