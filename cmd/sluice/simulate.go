@@ -85,6 +85,17 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if *segments < 0 {
 		return fail("-segments %d: must not be negative", *segments)
 	}
+	// Only the buckets and gcra have a burst, and only the sliding window
+	// counter sub-windows: the others ignore those flags, whatever their
+	// value, so that one command line runs through every algorithm.
+	switch alg {
+	case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
+	default:
+		*burst = 0
+	}
+	if alg != sluice.SlidingWindowCounter {
+		*segments = 0
+	}
 	limit = limit.WithBurst(*burst).WithSegments(*segments)
 	if err := alg.ValidateLimit(limit); err != nil {
 		return fail("-rate %s -burst %d -segments %d: %v", *rate, *burst, *segments, err)

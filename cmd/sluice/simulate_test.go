@@ -128,6 +128,35 @@ func TestSimulateErrors(t *testing.T) {
 	}
 }
 
+// TestSimulateIgnoredFlags: as the docs say, -segments is for
+// sliding_window_counter and -burst for the buckets and gcra; the other
+// algorithms ignore them, whatever their value, so that one command line
+// can be run through every algorithm.
+func TestSimulateIgnoredFlags(t *testing.T) {
+	for _, c := range []struct {
+		alg  string
+		flag []string
+	}{
+		{"token_bucket", []string{"-segments", "7"}},
+		{"leaky_bucket", []string{"-segments", "1025"}},
+		{"gcra", []string{"-segments", "3"}},
+		{"fixed_window", []string{"-burst", "99999999999999"}},
+		{"sliding_window_log", []string{"-burst", "99999999999999", "-segments", "7"}},
+		{"sliding_window_counter", []string{"-burst", "99999999999999"}},
+	} {
+		args := []string{"-algorithm", c.alg, "-rate", "5/s"}
+		code, want, errOut := simulateCmd(t, simTrace, args...)
+		if code != 0 {
+			t.Fatalf("sluice simulate %v: exit %d: %s", args, code, errOut)
+		}
+		args = append(args, c.flag...)
+		code, got, errOut := simulateCmd(t, simTrace, args...)
+		if code != 0 || got != want {
+			t.Errorf("sluice simulate %v: exit %d, stderr %q, stdout\n%s\nwant exit 0 and the output without %v:\n%s", args, code, errOut, got, c.flag, want)
+		}
+	}
+}
+
 func TestSimulateHelp(t *testing.T) {
 	code, _, errOut := simulateCmd(t, "", "-h")
 	if code != 0 || !strings.Contains(errOut, "usage: sluice simulate") || !strings.Contains(errOut, "-algorithm NAME") {
