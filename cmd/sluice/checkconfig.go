@@ -33,6 +33,11 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() != 1 {
+		if fs.NArg() == 0 {
+			fmt.Fprintln(stderr, "sluice check-config: no FILE to check")
+		} else {
+			fmt.Fprintf(stderr, "sluice check-config: unexpected argument %q\n", fs.Arg(1))
+		}
 		fs.Usage()
 		return 2
 	}

@@ -50,10 +50,18 @@ func TestCheckConfig(t *testing.T) {
 }
 
 func TestCheckConfigUsage(t *testing.T) {
-	for _, args := range [][]string{{"check-config"}, {"check-config", "a", "b"}, {"check-config", "-bogus"}} {
+	// Each names the problem, as serve and simulate do, then shows the usage.
+	for _, c := range []struct {
+		args    []string
+		problem string
+	}{
+		{[]string{"check-config"}, "sluice check-config: no FILE to check"},
+		{[]string{"check-config", "a", "b"}, `sluice check-config: unexpected argument "b"`},
+		{[]string{"check-config", "-bogus"}, "flag provided but not defined: -bogus"},
+	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(t.Context(), args, nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage: sluice check-config FILE") {
-			t.Errorf("sluice %v = exit %d, stderr %q; want 2 and the usage", args, code, stderr.String())
+		if code := run(t.Context(), c.args, nil, &stdout, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), c.problem+"\n") || !strings.Contains(stderr.String(), "usage: sluice check-config FILE") {
+			t.Errorf("sluice %v = exit %d, stderr %q; want 2, %q and the usage", c.args, code, stderr.String(), c.problem)
 		}
 	}
 	var stdout, stderr bytes.Buffer
