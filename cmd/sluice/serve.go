@@ -186,8 +186,15 @@ func printRules(w io.Writer, set *rules.Set, envoy bool) {
 			b.WriteString(p.String())
 		}
 		if len(r.Methods) > 0 || r.Path != "" {
+			on := append([]string(nil), r.Methods...)
+			if r.Path != "" {
+				on = append(on, r.Path)
+			}
 			b.WriteString(" on ")
-			b.WriteString(strings.Join(append(append([]string(nil), r.Methods...), r.Path), " "))
+			b.WriteString(strings.Join(on, " "))
+			if r.Fold && r.Path != "" {
+				b.WriteString(" (any case)")
+			}
 		}
 		fmt.Fprintf(&b, ", %s, %s", r.Algorithm, r.Action)
 		fmt.Fprintln(w, b.String())

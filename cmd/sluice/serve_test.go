@@ -278,6 +278,20 @@ func TestPrintRules(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("printRules(built-in example) =\n%s\nwant\n%s", b.String(), want)
 	}
+	odd, err := rules.Compile("t.yaml", []rules.Spec{
+		{Name: "m", Rate: "1/s", Match: rules.MatchSpec{Methods: []string{"POST", "put"}}},
+		{Name: "c", Rate: "1/s", Match: rules.MatchSpec{Path: "/Login", CaseInsensitive: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	printRules(&b, odd, false)
+	want = "sluice: rule m: 1/s per ip on POST PUT, sliding_window_counter, reject\n" +
+		"sluice: rule c: 1/s per ip on /Login (any case), sliding_window_counter, reject\n"
+	if b.String() != want {
+		t.Errorf("printRules(methods only, case-insensitive path) =\n%s\nwant\n%s", b.String(), want)
+	}
 	var specs []rules.Spec
 	for i := range 12 {
 		specs = append(specs, rules.Spec{Name: fmt.Sprintf("r%d", i), Rate: "1/s", Key: []string{"ip", "method"}, Match: rules.MatchSpec{Methods: []string{"POST"}, Path: "/x"}})
