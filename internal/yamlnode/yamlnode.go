@@ -3,8 +3,8 @@
 // share: every problem collected with its file, line and key path, aliases
 // followed, a bound on the values visited so that an alias bomb stops,
 // the checks every mapping gets (plain keys, no merge keys unless
-// Walker.Merge, no key given twice) and the words for what was found instead of what was wanted.
-// What each decoder accepts stays with it.
+// Walker.Merge, no key given twice) and the words for what was found
+// instead of what was wanted. What each decoder accepts stays with it.
 package yamlnode
 
 import (
