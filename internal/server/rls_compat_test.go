@@ -6,13 +6,16 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -241,5 +244,39 @@ func TestBlockListRefusesChecks(t *testing.T) {
 	r := e.call(t, "p", 0, withHits(desc("ip", "10.0.0.1"), 0))
 	if codesOf(r) != "X:X" || r.Statuses[0].CurrentLimit == nil || r.Statuses[0].LimitRemaining != 0 {
 		t.Errorf("a check on a block list: %s %v, want OVER_LIMIT with the 0 limit", codesOf(r), r.Statuses[0])
+	}
+}
+
+// TestHugeRequests: requests far past the bounds are refused, each with
+// its code, and the service answers the next one as usual.
+func TestHugeRequests(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	many := make([]*commonv3.RateLimitDescriptor, 5000)
+	for i := range many {
+		many[i] = desc("user", fmt.Sprint(i))
+	}
+	var kv []string
+	for i := range 1000 {
+		kv = append(kv, fmt.Sprint("k", i), "v")
+	}
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want codes.Code
+	}{
+		{"5,000 descriptors", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: many}, codes.InvalidArgument},
+		{"1,000 entries", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc(kv...)}}, codes.InvalidArgument},
+		{"a 2 MiB value", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", strings.Repeat("x", 2<<20))}}, codes.ResourceExhausted},
+		{"a 2 MiB domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 2<<20), Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "x")}}, codes.ResourceExhausted},
+	} {
+		_, err := e.client.ShouldRateLimit(context.Background(), tc.req)
+		if status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	e.expect(t, "a request after them", []string{"O:O"}, "web", desc("user", "after"))
+	r := e.call(t, "web", 0, desc("user", strings.Repeat("y", 512<<10)))
+	if codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("a 512 KiB value: %s %v, want OK, counted under its own key", codesOf(r), r.Statuses[0])
 	}
 }
