@@ -36,7 +36,9 @@ func (d *Daemon) watchCerts() {
 	var err error
 	if d.certWatcher, err = newConfigWatcher(paths...); err != nil {
 		d.log.Error("tls: certificate files not watched; reload with SIGHUP to serve a renewed certificate", "err", err)
+		return
 	}
+	d.certWatcher.watchWrites()
 }
 
 // certsChanged follows a change to the listeners' TLS files: a config

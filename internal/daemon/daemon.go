@@ -191,6 +191,8 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		// is: they change more often than it does.
 		if d.descWatcher, err = newConfigWatcher(cfg.GRPC.Config...); err != nil {
 			d.log.Error("descriptor files not watched; reload with SIGHUP", "err", err)
+		} else {
+			d.descWatcher.watchWrites()
 		}
 	}
 	if err := d.listen(cfg); err != nil {
@@ -284,20 +286,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.descWatcher != nil {
 		defer d.descWatcher.Close()
-		changed := make(chan struct{}, 1)
-		wg.Go(func() { d.descWatcher.run(watchCtx, d.log, changed) })
-		wg.Go(func() {
-			debounce(watchCtx, changed, d.opts.ReloadDebounce, func() {
-				// A config change refused over a broken descriptor file
-				// is tried again first, once the descriptors load and
-				// differ: applied, it brings them with it, rather than
-				// the fix landing alone over the old config.
-				if d.reloader != nil && d.descriptorsChanged() {
-					d.reloader.retryFailed()
-				}
-				d.reloadDescriptors()
-			})
-		})
+		d.watchDescriptors(watchCtx, &wg)
 	}
 
 	if d.tokenWatcher != nil {
@@ -306,9 +295,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.certWatcher != nil {
 		defer d.certWatcher.Close()
-		changed := make(chan struct{}, 1)
-		wg.Go(func() { d.certWatcher.run(watchCtx, d.log, changed) })
-		wg.Go(func() { debounce(watchCtx, changed, d.opts.ReloadDebounce, d.certsChanged) })
+		// A certificate chain or CA bundle written in place is not read
+		// half-written: its first certificates would load.
+		d.runWatch(watchCtx, &wg, d.certWatcher, make(chan struct{}, 1), func() {}, d.certsChanged)
 	}
 	for _, l := range d.tls {
 		d.logCert(l, "tls: serving certificate")

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/descriptors"
@@ -131,4 +133,31 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		d.opts.OnReload(res)
 	}
 	return res
+}
+
+// watchDescriptors runs, in goroutines of wg until ctx is done, the watch
+// of the descriptor files and the reloads it triggers (see runWatch): none
+// while one of the files is being written in place.
+func (d *Daemon) watchDescriptors(ctx context.Context, wg *sync.WaitGroup) {
+	waiting := false // put off since the last reload (logged once)
+	putOff := func() {
+		if !waiting {
+			d.log.Info("descriptor file is being written in place: waiting for its writer to close it", "paths", d.Config().GRPC.Config)
+			waiting = true
+		}
+		if d.opts.OnReload != nil {
+			d.opts.OnReload(ReloadResult{Writing: true})
+		}
+	}
+	d.runWatch(ctx, wg, d.descWatcher, make(chan struct{}, 1), putOff, func() {
+		waiting = false
+		// A config change refused over a broken descriptor file is tried
+		// again first, once the descriptors load and differ: applied, it
+		// brings them with it, rather than the fix landing alone over the
+		// old config.
+		if d.reloader != nil && d.descriptorsChanged() {
+			d.reloader.retryFailed()
+		}
+		d.reloadDescriptors()
+	})
 }

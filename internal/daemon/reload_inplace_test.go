@@ -140,3 +140,53 @@ func TestHotReloadWriterHoldsFile(t *testing.T) {
 		}
 	}
 }
+
+// TestDescriptorReloadWaitsForWriter: as for the config file, an Envoy
+// descriptor file written in place is not read while its writer still has
+// it open, whether grpc.config names the file or its directory: the
+// descriptors written so far would be applied as the whole domain.
+func TestDescriptorReloadWaitsForWriter(t *testing.T) {
+	const (
+		head = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+		k2   = "  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+		k3   = "  - key: k3\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	)
+	for _, named := range []string{"rl/d.yaml", "rl"} {
+		t.Run(named, func(t *testing.T) {
+			dir := t.TempDir()
+			mustMkdir(t, filepath.Join(dir, "rl"))
+			file := filepath.Join(dir, "rl", "d.yaml")
+			mustWrite(t, file, head+k2)
+			path := filepath.Join(dir, "sluice.yaml")
+			mustWrite(t, path, "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: ["+named+"]\nrules:\n  - {name: keep, rate: 3/m}\n")
+			td := startDaemonFile(t, path)
+
+			f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(head); err != nil {
+				t.Fatal(err)
+			}
+			if r := td.nextAttempt(); !r.Writing {
+				t.Fatalf("descriptor reload while the file is half-written and still open: %+v, %d limits in force; want it to wait for the writer (Writing)", r, td.d.descriptorSet().Rules())
+			}
+			if got := td.d.descriptorSet().Rules(); got != 2 {
+				t.Fatalf("limits in force while the file is being written: %d, want the 2 of before", got)
+			}
+			if _, err := f.WriteString(k2 + k3); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if r := td.waitReload(); r.Err != nil {
+				t.Fatalf("descriptor reload after the writer closed the file: %v", r.Err)
+			}
+			if got := td.d.descriptorSet().Rules(); got != 3 {
+				t.Errorf("limits in force after the write: %d, want 3", got)
+			}
+		})
+	}
+}

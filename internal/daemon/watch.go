@@ -99,16 +99,15 @@ type configWatcher struct {
 	writeWait time.Duration
 }
 
-// watchWrites also watches who writes to the (single) file watched, so
-// that writing can tell a file being written in place from one whose
-// writer is done. Not fatal: without it, the directory events decide.
+// watchWrites also watches who writes to the files watched (or to the
+// files in a directory watched), so that writing can tell a file being
+// written in place from one whose writer is done. Not fatal: without it,
+// the directory events decide.
 func (cw *configWatcher) watchWrites() {
-	if len(cw.paths) == 1 {
-		cw.writes, cw.writeWait = newWriteWatch(cw.paths[0]), maxWriteWait
-	}
+	cw.writes, cw.writeWait = newWriteWatch(cw.paths...), maxWriteWait
 }
 
-// writing reports whether a process wrote to the file in place and still
+// writing reports whether a process wrote to a file in place and still
 // has it open, and if so, for how long more to wait for it at most (see
 // maxWriteWait). A reload then would read half of what is being written.
 func (cw *configWatcher) writing() (bool, time.Duration) {

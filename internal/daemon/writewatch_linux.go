@@ -6,62 +6,84 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/internal/descriptors"
 )
 
-// writeWatch tells whether a file is being written in place: a process
-// wrote to it (IN_MODIFY, which a truncating open sends too) and has not
+// writeWatch tells whether files are being written in place: a process
+// wrote to one (IN_MODIFY, which a truncating open sends too) and has not
 // closed it since (IN_CLOSE_WRITE). The directory events the configWatcher
 // gets cannot tell a writer that pauses half-way from one that is done;
-// these two events of the file itself can. The file is watched by inode,
-// through its symlinks, and followed to its new inode when it is replaced.
+// these two events of the file itself can. Each path is watched through
+// its symlinks, by inode, and followed to its new inode when it is
+// replaced; a path that is a directory (of descriptor files) reports the
+// writes to the files in it.
 type writeWatch struct {
-	fd   int      // the inotify instance
-	f    *os.File // fd, non-blocking: Close ends a Read
-	path string
+	fd    int      // the inotify instance
+	f     *os.File // fd, non-blocking: Close ends a Read
+	paths []string
 
 	mu    sync.Mutex
-	wd    int       // the watch of the file's inode; -1 for none
-	dirty bool      // written to since last closed by a writer
-	since time.Time // when it was first written to, while dirty
+	wds   map[int32]bool        // the watches of the paths' inodes
+	dirty map[written]time.Time // written to and not closed since → first write
 }
 
-// newWriteWatch watches the file at path; nil if inotify is not to be had
-// (the reload then goes by the directory events alone).
-func newWriteWatch(path string) *writeWatch {
+// newWriteWatch watches the files or directories at paths; nil if inotify
+// is not to be had (reloads then go by the directory events alone).
+func newWriteWatch(paths ...string) *writeWatch {
 	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
 	if err != nil {
 		return nil
 	}
-	w := &writeWatch{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), path: path, wd: -1}
+	w := &writeWatch{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), paths: paths,
+		wds: map[int32]bool{}, dirty: map[written]time.Time{}}
 	w.follow()
 	return w
 }
 
-// follow watches the file now at the path, if it is another inode than the
-// one watched (a replaced file: what its writer wrote is whole, or it
-// would not have been renamed into place), or none when it is missing.
+// follow watches what is now at the paths, and stops watching what is not
+// any more: a replaced file is another inode, whole (or it would not have
+// been renamed into place), whoever still holds the old one open.
 func (w *writeWatch) follow() {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wd, err := syscall.InotifyAddWatch(w.fd, w.path, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE)
-	if err != nil {
-		wd = -1
+	want := map[int32]bool{}
+	for _, p := range w.paths {
+		if wd, err := syscall.InotifyAddWatch(w.fd, p, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE); err == nil {
+			want[int32(wd)] = true
+		}
 	}
-	if wd == w.wd {
-		return
+	for wd := range w.wds {
+		if !want[wd] {
+			syscall.InotifyRmWatch(w.fd, uint32(wd)) // it may be gone with its file
+			w.forget(wd)
+		}
 	}
-	if w.wd >= 0 {
-		syscall.InotifyRmWatch(w.fd, uint32(w.wd)) // it may be gone with its file
-	}
-	w.wd, w.dirty = wd, false
+	w.wds = want
 }
 
-// writing reports whether the file has been written to and is still open
+// forget drops what is known of the writes to watch wd. w.mu is held.
+func (w *writeWatch) forget(wd int32) {
+	for k := range w.dirty {
+		if k.wd == wd {
+			delete(w.dirty, k)
+		}
+	}
+}
+
+// written names a file being written: its watch, and its name in the
+// watched directory ("" for a watched file).
+type written struct {
+	wd   int32
+	name string
+}
+
+// writing reports whether a file has been written to and is still open
 // for writing, and if so, how long to wait at most before reading it
-// anyway: a writer that keeps it open for longer than wait after its
+// anyway: a writer that keeps a file open for longer than wait after its
 // first write does not hold the reload back for ever.
 func (w *writeWatch) writing(now time.Time, wait time.Duration) (bool, time.Duration) {
 	if w == nil {
@@ -69,17 +91,19 @@ func (w *writeWatch) writing(now time.Time, wait time.Duration) (bool, time.Dura
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.dirty {
-		return false, 0
+	var left time.Duration
+	for _, since := range w.dirty {
+		left = max(left, since.Add(wait).Sub(now))
 	}
-	left := w.since.Add(wait).Sub(now)
 	return left > 0, left
 }
 
-// run reads the file's events until close, and calls changed after each
-// batch of them that changed whether the file is being written: with true
-// when a writer started writing, with false when it closed the file it
-// wrote to (or when that is not known any more).
+// run reads the events until close, and calls changed after each batch of
+// them that changed whether a file is being written: with true when a
+// writer started writing one, with false when the last one was closed by
+// its writer (or when that is not known any more); and with the state
+// after a file was closed by its writer while others are still being
+// written.
 func (w *writeWatch) run(changed func(writing bool)) {
 	if w == nil {
 		return
@@ -91,35 +115,54 @@ func (w *writeWatch) run(changed func(writing bool)) {
 			return // closed
 		}
 		w.mu.Lock()
-		was := w.dirty
-		lost := false
+		was := len(w.dirty) > 0
+		whole := false // a write ended
 		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
 			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := nameOf(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
 			off += syscall.SizeofInotifyEvent + int(ev.Len)
+			key := written{ev.Wd, name}
 			switch {
 			case ev.Mask&syscall.IN_Q_OVERFLOW != 0:
 				// Events lost: whether a writer is still at work is
 				// unknown; the directory events decide.
-				w.dirty, lost = false, true
-			case int(ev.Wd) != w.wd:
+				clear(w.dirty)
+				whole = true
+			case !w.wds[ev.Wd]:
+			case ev.Mask&syscall.IN_IGNORED != 0: // the file is gone
+				delete(w.wds, ev.Wd)
+				w.forget(ev.Wd)
+			case name != "" && !descriptors.Listed(name):
+				// In a directory of descriptor files, one that is not
+				// read: an editor's swap file, held open for writing
+				// while it edits.
 			case ev.Mask&syscall.IN_MODIFY != 0:
-				if !w.dirty {
-					w.dirty, w.since = true, time.Now()
+				if _, ok := w.dirty[key]; !ok {
+					w.dirty[key] = time.Now()
 				}
 			case ev.Mask&syscall.IN_CLOSE_WRITE != 0:
-				if w.dirty {
-					w.dirty, lost = false, true // a write, whole
+				if _, ok := w.dirty[key]; ok {
+					delete(w.dirty, key)
+					whole = true
 				}
-			case ev.Mask&syscall.IN_IGNORED != 0: // the file is gone
-				w.wd, w.dirty = -1, false
 			}
 		}
-		now := w.dirty
+		now := len(w.dirty) > 0
 		w.mu.Unlock()
-		if now != was || lost {
+		if now != was || whole {
 			changed(now)
 		}
 	}
+}
+
+// nameOf returns the NUL-padded name of an inotify event.
+func nameOf(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }
 
 // close stops the watch and ends run.

@@ -69,3 +69,51 @@ func TestWriteWatch(t *testing.T) {
 		t.Error("after a rename put another file in place: still being written (the old inode's writer)")
 	}
 }
+
+// TestWriteWatchDirectory: a watched directory of descriptor files reports
+// the writes to the files in it that are read, not to the others (an
+// editor's swap file, held open for writing the whole time it edits).
+func TestWriteWatchDirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	mustWrite(t, file, "v1")
+	w := newWriteWatch(dir)
+	if w == nil {
+		t.Fatal("newWriteWatch: nil on Linux")
+	}
+	changes := make(chan bool, 16)
+	done := make(chan struct{})
+	go func() { w.run(func(writing bool) { changes <- writing }); close(done) }()
+	defer func() { w.close(); <-done }()
+	open := func(path string) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString("x"); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	swap := open(filepath.Join(dir, ".d.yaml.swp"))
+	defer swap.Close()
+	f := open(file)
+	wait := func(step string, want bool) {
+		t.Helper()
+		select {
+		case got := <-changes:
+			if got != want {
+				t.Fatalf("%s: reported writing %v, want %v", step, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change reported within 10s", step)
+		}
+	}
+	wait("d.yaml written in place, beside an open swap file", true)
+	f.Close()
+	wait("d.yaml closed, the swap file still open", false)
+	if got, _ := w.writing(time.Now(), time.Hour); got {
+		t.Error("writing() with only the swap file open = true, want false")
+	}
+}

@@ -8,7 +8,7 @@ import "time"
 // a reload goes by the directory events alone.
 type writeWatch struct{}
 
-func newWriteWatch(string) *writeWatch                                     { return nil }
+func newWriteWatch(...string) *writeWatch                                  { return nil }
 func (*writeWatch) follow()                                                {}
 func (*writeWatch) writing(time.Time, time.Duration) (bool, time.Duration) { return false, 0 }
 func (*writeWatch) run(func(bool))                                         {}

@@ -28,6 +28,12 @@ const (
 	MaxShards   = rules.MaxShards
 )
 
+// Listed reports whether Load reads the file named name in a listed
+// directory: a YAML file (*.yaml, *.yml) that is not hidden.
+func Listed(name string) bool {
+	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+}
+
 // Load reads the descriptor files named by paths: each a file, or a
 // directory whose YAML files (*.yaml, *.yml; not hidden ones, such as the
 // ..data links of a Kubernetes ConfigMap volume) are all read, in name
@@ -67,7 +73,7 @@ func Load(paths []string) (*Set, error) {
 			case fi.IsDir():
 				dirs++
 				continue
-			case !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")):
+			case !Listed(n):
 				others++
 				continue
 			}
