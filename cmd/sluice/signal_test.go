@@ -114,7 +114,11 @@ func serveSignal(t *testing.T, sig syscall.Signal) {
 		resp.Body.Close()
 		answered <- answer{resp.StatusCode, string(b), err}
 	}()
-	<-arrived
+	select {
+	case <-arrived:
+	case a := <-answered:
+		t.Fatalf("the request through the proxy was answered (%d %q %v) before it reached the upstream", a.status, a.body, a.err)
+	}
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
