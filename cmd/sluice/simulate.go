@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -132,7 +134,22 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		trace, name = f, *tracePath
 	}
 
-	opt := sim.Options{Algorithm: alg, Limit: limit, Store: store, Record: *plotPath != ""}
+	var plot *os.File
+	if *plotPath != "" {
+		// Made before the run, so that a plot that cannot be written is
+		// said at once, not after a long trace; renamed into place once
+		// drawn, so that a failed run leaves the old plot as it was.
+		plot, err = os.CreateTemp(filepath.Dir(*plotPath), "."+filepath.Base(*plotPath)+".*")
+		if err != nil {
+			return fail("-plot: %v", err)
+		}
+		defer func() {
+			plot.Close()
+			os.Remove(plot.Name()) // gone already once renamed
+		}()
+	}
+
+	opt := sim.Options{Algorithm: alg, Limit: limit, Store: store, Record: plot != nil}
 	sum, err := sim.Run(ctx, opt, trace, name, stdout)
 	if rs != nil && sum != nil {
 		// After the run's own messages, before the store closes.
@@ -148,21 +165,31 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := sum.Print(stderr); err != nil {
 		return fail("%v", err)
 	}
-	if *plotPath != "" {
-		if err := writePlot(*plotPath, sum); err != nil {
+	if plot != nil {
+		if err := writePlot(plot, *plotPath, sum); err != nil {
 			return fail("-plot: %v", err)
 		}
 	}
 	return 0
 }
 
-// writePlot writes the plot of sum to path, replacing it only once complete.
-func writePlot(path string, sum *sim.Summary) error {
-	var b strings.Builder
-	if err := sim.Plot(&b, sum); err != nil {
+// writePlot draws sum into f, a new file beside path, and renames it to
+// path.
+func writePlot(f *os.File, path string, sum *sim.Summary) error {
+	w := bufio.NewWriter(f)
+	if err := sim.Plot(w, sum); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil { // CreateTemp makes it 0600
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // simRedisStore connects to the Redis at addr for one run: decisions use

@@ -157,6 +157,46 @@ func TestSimulateIgnoredFlags(t *testing.T) {
 	}
 }
 
+// TestSimulatePlotFile: a -plot file that cannot be written is refused
+// before the run (not after replaying a long trace), and a failed run
+// leaves the old plot as it was and no file beside it.
+func TestSimulatePlotFile(t *testing.T) {
+	dir := t.TempDir()
+	nowhere := filepath.Join(dir, "missing", "out.svg")
+	code, out, errOut := simulateCmd(t, simTrace, "-rate", "2/s", "-plot", nowhere)
+	if code != 1 || out != "" || !strings.Contains(errOut, "-plot") {
+		t.Errorf("sluice simulate -plot %s: exit %d, stdout %q, stderr %q; want exit 1 before any decision, naming -plot", nowhere, code, out, errOut)
+	}
+
+	svg := filepath.Join(dir, "out.svg")
+	if err := os.WriteFile(svg, []byte("old plot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := simulateCmd(t, simTrace+"1,late\n", "-rate", "2/s", "-plot", svg); code != 1 {
+		t.Fatalf("a run with a bad line: exit %d (%s), want 1", code, errOut)
+	}
+	if b, err := os.ReadFile(svg); err != nil || string(b) != "old plot" {
+		t.Errorf("after a failed run, %s holds %q (%v), want the old plot", svg, b, err)
+	}
+	if code, _, errOut := simulateCmd(t, simTrace, "-rate", "2/s", "-plot", svg); code != 0 {
+		t.Fatalf("sluice simulate -plot: exit %d: %s", code, errOut)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) && !bytes.HasPrefix(b, []byte("<?xml")) {
+		t.Errorf("after a run, %s holds %.40q… (%v), want the new plot", svg, b, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "out.svg" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the plot's directory holds %v, want out.svg alone", names)
+	}
+}
+
 func TestSimulateHelp(t *testing.T) {
 	code, _, errOut := simulateCmd(t, "", "-h")
 	if code != 0 || !strings.Contains(errOut, "usage: sluice simulate") || !strings.Contains(errOut, "-algorithm NAME") {
