@@ -103,6 +103,9 @@ const (
 	MaxHeld = 1000
 	// DefaultMaxHeldBytes bounds the memory those entries take, per rule.
 	DefaultMaxHeldBytes = 64 << 20
+	// DefaultMaxBufferedBytes bounds the request bodies read for
+	// deferral at once.
+	DefaultMaxBufferedBytes = 256 << 20
 
 	group = "sluice"
 
@@ -121,6 +124,9 @@ var (
 	ErrUnknownID = errors.New("deferq: unknown deferred id")
 	// ErrBadID: the string is not a deferred id at all.
 	ErrBadID = errors.New("deferq: malformed deferred id")
+	// ErrBusy: the bodies being read for deferral at once already take
+	// Options.MaxBufferedBytes.
+	ErrBusy = errors.New("deferq: too many request bodies being queued at once")
 	// ErrUnknownRule: Enqueue for a rule the Queue was not given.
 	ErrUnknownRule = errors.New("deferq: no such defer rule")
 )
@@ -165,6 +171,11 @@ type Options struct {
 	// Redis. Requests claimed from a silent instance come on top: at most
 	// what that instance held.
 	MaxHeldBytes int64
+	// MaxBufferedBytes bounds the bytes of the request bodies ReadBody
+	// holds at once, read or being read, over all rules: a body whose
+	// length is not known counts at its rule's cap while it is read;
+	// default DefaultMaxBufferedBytes. One body is always let through.
+	MaxBufferedBytes int64
 	// StatusTTL is how long an outcome can be read after it is recorded;
 	// default 24h.
 	StatusTTL time.Duration
@@ -231,6 +242,9 @@ func (o *Options) defaults() error {
 	if o.MaxHeldBytes <= 0 {
 		o.MaxHeldBytes = DefaultMaxHeldBytes
 	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -281,6 +295,8 @@ type Queue struct {
 	wg      sync.WaitGroup
 
 	statusLog logThrottle // GET /v1/deferred/ID's Redis errors
+
+	buffered atomic.Int64 // bytes of the bodies ReadBody holds (MaxBufferedBytes)
 }
 
 // New returns a Queue; Run starts its workers.

@@ -270,11 +270,11 @@ func TestBadInput(t *testing.T) {
 	}{{"12345678901", 11}, {"12345678901", -1}} {
 		r := httptest.NewRequest("POST", "/x", strings.NewReader(tc.body))
 		r.ContentLength = tc.length
-		if _, err := deferq.ReadBody(r, rule); !errors.Is(err, deferq.ErrBodyTooLarge) || !strings.Contains(err.Error(), "10 bytes") {
+		if _, _, err := q.ReadBody(r, rule); !errors.Is(err, deferq.ErrBodyTooLarge) || !strings.Contains(err.Error(), "10 bytes") {
 			t.Errorf("ReadBody(11 bytes, length %d) = %v, want ErrBodyTooLarge naming the cap", tc.length, err)
 		}
 	}
-	if b, err := deferq.ReadBody(httptest.NewRequest("POST", "/x", strings.NewReader("0123456789")), rule); err != nil || string(b) != "0123456789" {
+	if b, _, err := q.ReadBody(httptest.NewRequest("POST", "/x", strings.NewReader("0123456789")), rule); err != nil || string(b) != "0123456789" {
 		t.Errorf("ReadBody(10 bytes) = %q, %v", b, err)
 	}
 	enqueue(t, q, "small", "k", "GET", "/", nil)

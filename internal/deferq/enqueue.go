@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -27,23 +28,56 @@ func dropHop(h http.Header) {
 }
 
 // ReadBody reads r's body for deferral under rule's cap: ErrBodyTooLarge
-// past it. The body is consumed either way.
-func ReadBody(r *http.Request, rule *Rule) ([]byte, error) {
+// past it; ErrBusy when the bodies being read and queued at once would take
+// more than Options.MaxBufferedBytes (a body of unknown length counted at
+// the cap until it is read). The body is consumed unless ErrBusy. Call
+// release when the body is no longer needed (once Enqueue returned); it is
+// a no-op after an error.
+func (q *Queue) ReadBody(r *http.Request, rule *Rule) (body []byte, release func(), err error) {
+	release = func() {}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return nil, release, nil
 	}
 	limit := rule.MaxBody()
 	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: %d bytes, over the cap of %d bytes", ErrBodyTooLarge, r.ContentLength, limit)
+		return nil, release, fmt.Errorf("%w: %d bytes, over the cap of %d bytes", ErrBodyTooLarge, r.ContentLength, limit)
 	}
+	held := limit // what the body may take: its length if known, else the cap
+	if r.ContentLength >= 0 {
+		held = r.ContentLength
+	}
+	if !q.reserve(held) {
+		q.m.enqueued(rule.Name, "busy")
+		return nil, release, fmt.Errorf("%w (%d bytes)", ErrBusy, q.o.MaxBufferedBytes)
+	}
+	var once sync.Once
+	free := func() { once.Do(func() { q.buffered.Add(-held) }) }
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("deferq: read body: %w", err)
+		free()
+		return nil, release, fmt.Errorf("deferq: read body: %w", err)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: over the cap of %d bytes", ErrBodyTooLarge, limit)
+		free()
+		return nil, release, fmt.Errorf("%w: over the cap of %d bytes", ErrBodyTooLarge, limit)
 	}
-	return b, nil
+	q.buffered.Add(int64(len(b)) - held) // what it took
+	held = int64(len(b))
+	return b, free, nil
+}
+
+// reserve counts n more bytes of bodies held for deferral, if they fit
+// under MaxBufferedBytes or nothing is held.
+func (q *Queue) reserve(n int64) bool {
+	for {
+		cur := q.buffered.Load()
+		if cur > 0 && cur+n > q.o.MaxBufferedBytes {
+			return false
+		}
+		if q.buffered.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
 }
 
 //go:embed enqueue.lua

@@ -11,7 +11,7 @@ import (
 
 // metrics are the deferral queue's collectors:
 //
-//	sluice_deferred_enqueued_total{rule,result}     result: queued, full, unknown
+//	sluice_deferred_enqueued_total{rule,result}     result: queued, full, unknown, busy
 //	sluice_deferred_deliveries_total{rule,status}   requests delivered, by the upstream's status class (2xx, 3xx, 4xx)
 //	sluice_deferred_retries_total{rule}             failed sends that will be tried again
 //	sluice_deferred_dead_letters_total{rule}        requests moved to the dead-letter stream
@@ -30,7 +30,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		q: q,
 		enq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deferred_enqueued_total",
-			Help: "Over-limit requests offered to the deferral queue, by result (queued, full)."}, []string{"rule", "result"}),
+			Help: "Over-limit requests offered to the deferral queue, by result (queued, full, unknown, busy)."}, []string{"rule", "result"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deferred_deliveries_total",
 			Help: "Deferred requests delivered to the upstream by this instance, by the upstream's status class."}, []string{"rule", "status"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deferred_retries_total",

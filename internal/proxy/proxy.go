@@ -15,7 +15,8 @@
 //     X-Forwarded-* the upstream would have seen) and body, and answered
 //     202 {"deferred_id": ID} with Location: /v1/deferred/ID; a body over
 //     the rule's defer.max_body_bytes answers 413, a full queue (or a
-//     queue Redis cannot reach) 429 as without defer.
+//     queue Redis cannot reach, or too many bodies being queued at once:
+//     deferq.ErrBusy) 429 as without defer.
 //   - Every response a rule applied to carries the tightest enforcing
 //     rule's X-RateLimit-* and RateLimit-Policy / RateLimit headers; the
 //     upstream's own headers of those names are replaced.
@@ -307,7 +308,8 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 			key = ms[i].Key
 		}
 	}
-	body, err := deferq.ReadBody(r, rule)
+	body, release, err := p.o.Defer.ReadBody(r, rule)
+	defer release()
 	if err != nil {
 		if errors.Is(err, deferq.ErrBodyTooLarge) {
 			res.SetHeaders(w.Header())
