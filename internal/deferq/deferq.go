@@ -84,6 +84,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // Defaults of the zero Options and Rule fields.
@@ -294,7 +295,8 @@ type Queue struct {
 	runCtx  context.Context
 	wg      sync.WaitGroup
 
-	statusLog logThrottle // GET /v1/deferred/ID's Redis errors
+	statusLog logThrottle          // GET /v1/deferred/ID's Redis errors
+	lostLog   logthrottle.Throttle // enqueues whose reply was lost
 
 	buffered atomic.Int64 // bytes of the bodies ReadBody holds (MaxBufferedBytes)
 }

@@ -132,7 +132,9 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 			return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
 		}
 		// Sent, maybe run: ask again, under the same id.
-		q.o.Logger.Warn("defer: enqueue: reply lost, asking again", "rule", rule, "id", id, "err", err)
+		if q.lostLog.OK(q.o.Now()) { // one a second: a slow Redis loses every reply
+			q.o.Logger.Warn("defer: enqueue: reply lost, asking again", "rule", rule, "id", id, "err", err, "suppressed", q.lostLog.Dropped())
+		}
 		if err2 := ask(); err2 == nil || rueidis.IsRedisNil(err2) || err2 == errFound404 {
 			err = err2
 		} else {

@@ -1,0 +1,63 @@
+package deferq_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Enqueues whose reply is lost (a Redis that times out, clients that hang
+// up while their request is queued) log one line a second, with how many
+// were left out, as the other failures to defer: each used to log its
+// own, a line per over-limit request while Redis was slow.
+func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var logged redistest.SyncBuffer
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // the client hung up: no reply comes
+	enq := func() {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodPost, "/job", strings.NewReader("job"))
+		var unknown *deferq.OutcomeUnknownError
+		if _, err := q.Enqueue(gone, "jobs", "k", r, r.Header, []byte("job")); !errors.As(err, &unknown) {
+			t.Fatalf("Enqueue with no reply = %v, want an *OutcomeUnknownError", err)
+		}
+	}
+	lost := func() []string {
+		var out []string
+		for _, l := range logged.Lines() {
+			if strings.Contains(l, "reply lost") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for range 10 {
+		enq()
+	}
+	if l := lost(); len(l) != 1 {
+		t.Fatalf("10 lost replies in one second logged %d lines, want 1: %q", len(l), l)
+	}
+	clock.Add(int64(time.Second))
+	enq()
+	if l := lost(); len(l) != 2 || !strings.Contains(l[1], "suppressed=9") {
+		t.Fatalf("one a second later: %d lines, want 2, the second with suppressed=9: %q", len(l), l)
+	}
+}
