@@ -297,6 +297,7 @@ type Queue struct {
 
 	statusLog logThrottle          // GET /v1/deferred/ID's Redis errors
 	lostLog   logthrottle.Throttle // enqueues whose reply was lost
+	deadLog   logthrottle.Throttle // requests dead-lettered
 
 	buffered atomic.Int64 // bytes of the bodies ReadBody holds (MaxBufferedBytes)
 }

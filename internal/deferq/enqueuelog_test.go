@@ -61,3 +61,39 @@ func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
 		t.Fatalf("one a second later: %d lines, want 2, the second with suppressed=9: %q", len(l), l)
 	}
 }
+
+// Requests dead-lettered (an upstream down, every attempt failing) log one
+// line a second with the count left out: each used to log its own, a line
+// per request at the rule's rate for as long as the upstream was down.
+func TestDeadLettersLoggedOnceASecond(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newUpstream(t, func(delivery, int) int { return http.StatusInternalServerError })
+	var logged redistest.SyncBuffer
+	frozen := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)), Now: func() time.Time { return frozen }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, enqueue(t, q, "jobs", "k"+string(rune('a'+i)), http.MethodPost, "/job", []byte("job")))
+	}
+	start(t, q)
+	for _, id := range ids {
+		waitFor(t, id+" dead-lettered", 30*time.Second, func() bool {
+			st, err := q.Status(context.Background(), id)
+			return err == nil && st.State == "dead_lettered"
+		})
+	}
+	n := 0
+	for _, l := range logged.Lines() {
+		if strings.Contains(l, "dead-lettered") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("5 requests dead-lettered within one second of the clock logged %d lines, want 1: %q", n, logged.Lines())
+	}
+}

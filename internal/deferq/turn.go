@@ -89,7 +89,9 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		return result{e: e, drop: true}
 	case "dead_lettered":
 		w.q.m.deadLettered(w.name)
-		o.Logger.Warn("defer: dead-lettered", "rule", w.name, "id", e.id, "status", out.status, "err", out.err)
+		if w.q.deadLog.OK(o.Now()) { // one a second: an upstream down dead-letters at the rule's rate
+			o.Logger.Warn("defer: dead-lettered", "rule", w.name, "id", e.id, "status", out.status, "err", out.err, "suppressed", w.q.deadLog.Dropped())
+		}
 		return result{e: e, drop: true}
 	}
 	return result{e: e, drop: true}

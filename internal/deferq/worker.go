@@ -305,7 +305,9 @@ func (w *worker) malformed(ctx context.Context, sid, id string) {
 	}
 	if n == 1 {
 		w.q.m.deadLettered(w.name)
-		w.q.o.Logger.Warn("defer: dead-lettered", "rule", w.name, "entry", sid, "err", msg)
+		if w.q.deadLog.OK(w.q.o.Now()) {
+			w.q.o.Logger.Warn("defer: dead-lettered", "rule", w.name, "entry", sid, "err", msg, "suppressed", w.q.deadLog.Dropped())
+		}
 	}
 }
 
