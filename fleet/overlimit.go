@@ -67,7 +67,9 @@ type OverLimitOptions struct {
 // guards against both as far as it can see them: the store losing its data
 // (a Redis restart without persistence, a failover to a replica that lagged)
 // — every store error makes the cache forget everything, since the store
-// may come back without its state — and, on Redis Cluster, a TakeAll across
+// may come back without its state; a restart between two calls fails no
+// call, so a caller that can see it (redisstore.Store.RunIDs changing, as
+// the daemon checks every second) calls Forget — and, on Redis Cluster, a TakeAll across
 // slots refunding what it briefly took, which the store's other clients may
 // have seen as used; such a refusal is remembered until its RetryAfter as
 // the store itself said it.

@@ -81,6 +81,7 @@ type Daemon struct {
 	store      sluice.Store
 	sweep      func(time.Time) int         // the memory store's Sweep (on Redis, on_error: local's); nil for Redis otherwise
 	ping       func(context.Context) error // store reachability, for /readyz
+	watchRedis func(time.Time)             // every RedisWatchInterval on Redis (see watchRunIDs); nil on memory
 	closeStore func() error
 	lazy       *lazyRedis      // the Redis store, nil on memory: shards, deferral
 	fallback   *fleet.Fallback // on_error: local only: while it decides in memory, nothing is sharded
@@ -279,6 +280,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopWatch()
 	if d.sweep != nil {
 		wg.Go(func() { onTick(watchCtx, SweepInterval, func(now time.Time) { d.sweep(now) }) })
+	}
+	if d.watchRedis != nil {
+		wg.Go(func() { onTick(watchCtx, RedisWatchInterval, d.watchRedis) })
 	}
 	if d.watcher != nil {
 		defer d.watcher.Close()

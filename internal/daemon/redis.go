@@ -16,6 +16,11 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
+// RedisWatchInterval is how often the daemon asks Redis for its run_ids
+// (redisstore.Store.RunIDs): when they change (a restart, a failover), the
+// over-limit cache forgets its refusals, as it does on a failed call.
+const RedisWatchInterval = time.Second
+
 // ConnectRetry is how often the daemon tries to connect to a Redis that
 // did not answer at startup.
 const ConnectRetry = time.Second
@@ -63,6 +68,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
 	d.ping = lazy.Ping
+	d.watchRedis = watchRunIDs(lazy, cache, d.log)
 	closers := []func(){func() {
 		if err := fs.Close(); err != nil {
 			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
@@ -118,11 +124,43 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	return nil
 }
 
+// watchRunIDs returns the daemon's Redis watch, called every
+// RedisWatchInterval: when the servers' run_ids differ from the last ones
+// read, the over-limit cache forgets every refusal. Its refusals are the
+// old servers' counts; a server that restarted without persistence, or a
+// replica promoted before it had every count, admits sooner. The cache
+// also forgets on a failed call, but after a restart while the daemon was
+// idle no call fails (the connection is redialled), and the keys it
+// refuses never reach Redis to find out.
+func watchRunIDs(l *lazyRedis, cache *fleet.OverLimitCache, log *slog.Logger) func(time.Time) {
+	var last string
+	return func(time.Time) {
+		if last == "" {
+			// Read at connect, before any decision: the cache's first
+			// refusals may come from a server that restarts before the
+			// first tick.
+			if p := l.ids.Load(); p != nil {
+				last = *p
+			}
+		}
+		ids, err := l.RunIDs(context.Background())
+		if err != nil {
+			return // down: the next answer tells whether it restarted
+		}
+		if last != "" && ids != last {
+			cache.Forget()
+			log.Info("Redis restarted or failed over (its run_id changed): the over-limit cache forgot its refusals", "run_ids", ids)
+		}
+		last = ids
+	}
+}
+
 // lazyRedis is a redisstore.Store that may not be connected yet: until it
 // is, every call fails with sluice.ErrStoreUnavailable, and a goroutine
 // tries to connect every ConnectRetry.
 type lazyRedis struct {
 	s      atomic.Pointer[redisstore.Store]
+	ids    atomic.Pointer[string] // the servers' run_ids when it connected (watchRunIDs)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -169,6 +207,9 @@ func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 	if err != nil {
 		return err
 	}
+	if ids, err := s.RunIDs(ctx); err == nil {
+		l.ids.Store(&ids)
+	}
 	l.s.Store(s)
 	return nil
 }
@@ -208,6 +249,16 @@ func (l *lazyRedis) Ping(ctx context.Context) error {
 		return errNotConnected
 	}
 	return s.Ping(ctx)
+}
+
+// RunIDs identifies the Redis servers (redisstore.Store.RunIDs); it fails
+// until the store has connected.
+func (l *lazyRedis) RunIDs(ctx context.Context) (string, error) {
+	s := l.s.Load()
+	if s == nil {
+		return "", errNotConnected
+	}
+	return s.RunIDs(ctx)
 }
 
 // Close stops connecting and closes the connections.

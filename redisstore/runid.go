@@ -1,0 +1,60 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// RunIDs identifies the Redis servers the Store decides on: the run_id
+// (INFO server) of each, with its address on a Cluster. Redis draws a new
+// run_id at every start, so the answer changes when a server restarts
+// (maybe without its data) or when a failover (Sentinel, a Cluster
+// replica promoted) puts another server in its place; a caller that keeps
+// what Redis answered (the over-limit cache of package fleet) compares it
+// from time to time and lets go of what it kept when it changes. Without a
+// call in between, a restart is invisible otherwise: the connection is
+// redialled at the next call, which then succeeds.
+//
+// It fails, wrapping sluice.ErrStoreUnavailable, when a server does not
+// answer within the timeout.
+func (s *Store) RunIDs(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	if !s.opts.Cluster {
+		info, err := s.c.Do(ctx, s.c.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return "", fmt.Errorf("redisstore: run_id: %w: %w", sluice.ErrStoreUnavailable, err)
+		}
+		return runID(info), nil
+	}
+	nodes := s.c.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	var b strings.Builder
+	for _, addr := range addrs {
+		n := nodes[addr]
+		info, err := n.Do(ctx, n.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
+		}
+		fmt.Fprintf(&b, "%s=%s ", addr, runID(info))
+	}
+	return b.String(), nil
+}
+
+// runID is the run_id line's value in an INFO reply, or "" without one.
+func runID(info string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
