@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -41,5 +42,85 @@ rules:
 	})
 	if n := allowedOf(t, td.api, "r", "k", 2); n != 0 {
 		t.Fatalf("after the admission on the restarted Redis: %d of 2 allowed, want 0", n)
+	}
+}
+
+// TestOverLimitCacheReloadRaisesRate: a refusal cached under a rule's old
+// rate must not outlive a reload that raises it.
+func TestOverLimitCacheReloadRaisesRate(t *testing.T) {
+	rs := redistest.StartServer(t)
+	base := fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: r
+    rate: 2/h
+    algorithm: %%s
+%%s`, rs.Addr)
+	for _, c := range []struct{ alg, mode string }{
+		{"fixed_window", ""}, {"token_bucket", ""}, {"gcra", "    sync: 1m\n"}, {"fixed_window", "    lease: auto\n"},
+	} {
+		t.Run(c.alg+strings.TrimSpace(c.mode), func(t *testing.T) {
+			_, err := redistest.Do(rs.Addr, "FLUSHALL")
+			if err != nil {
+				t.Fatal(err)
+			}
+			td := startDaemon(t, fmt.Sprintf(base, c.alg, c.mode))
+			if n := allowedOf(t, td.api, "r", "k", 4); n != 2 {
+				t.Fatalf("rate 2/h: %d of 4 allowed, want 2", n)
+			}
+			replaceFile(t, td.path, strings.Replace(fmt.Sprintf(base, c.alg, c.mode), "2/h", "5/h", 1))
+			if r := td.waitReload(); r.Err != nil {
+				t.Fatalf("reload: %v", r.Err)
+			}
+			if n := allowedOf(t, td.api, "r", "k", 7); n != 5 {
+				t.Fatalf("after raising the rate to 5/h: %d of 7 allowed, want 5 (fresh counters)", n)
+			}
+		})
+	}
+}
+
+// TestLocalModeAfterRefusal: what a key Redis refused gets once Redis
+// stops. Until a call fails the over-limit cache still refuses it (no call
+// reaches Redis); the first failed call, on any key, moves the daemon to
+// local mode and empties the cache, and the key then gets its local share,
+// counted from empty.
+func TestLocalModeAfterRefusal(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: local
+  expected_instances: 2
+rules:
+  - name: r
+    rate: 4/h
+    algorithm: fixed_window
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "r", "k", 6); n != 4 {
+		t.Fatalf("Redis up: %d of 6 allowed, want 4", n)
+	}
+	rs.Stop()
+	if n := allowedOf(t, td.api, "r", "k", 2); n != 0 {
+		t.Fatalf("Redis stopped, no call failed yet: %d of 2 allowed, want 0 (the cache's refusals)", n)
+	}
+	if v := td.metric("sluice_store_local"); v != 0 {
+		t.Fatalf("sluice_store_local = %v before any call failed, want 0", v)
+	}
+	if n := allowedOf(t, td.api, "r", "other", 1); n != 1 {
+		t.Fatalf("Redis stopped, a new key: %d of 1 allowed, want 1 (local mode)", n)
+	}
+	if v := td.metric("sluice_store_local"); v != 1 {
+		t.Fatalf("sluice_store_local = %v after a failed call, want 1", v)
+	}
+	if n := allowedOf(t, td.api, "r", "k", 3); n != 2 {
+		t.Fatalf("Redis stopped: %d of 3 allowed, want the local share 4/2 = 2", n)
+	}
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusServiceUnavailable {
+		t.Fatalf("GET /readyz in local mode: %d", got.status)
 	}
 }
