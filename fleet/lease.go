@@ -319,6 +319,28 @@ func (l *Lease) ForgetAt(now time.Time, match func(namespace, key string) bool) 
 	return l.giveBack(removeMatching(&l.mu, l.keys, match), now, true)
 }
 
+// Drop lets go of every key and the units it holds without giving them
+// back: for a store that lost its data (a Redis restart without
+// persistence, a failover to a replica that had not every count), where
+// the units were counted on a state that is gone. Spent, they would pass
+// the new state's limit; given back, they would take from it units others
+// spent; and a key the old state had nothing left for would be refused
+// until its units freed up there. A later decision of a key starts over,
+// as for a key never seen. A reservation in flight finishes first; what
+// it reserved is dropped too (the fleet admits less, never more). After
+// CloseAt it does nothing.
+func (l *Lease) Drop() {
+	if l.closed.Load() {
+		return
+	}
+	for _, e := range removeMatching(&l.mu, l.keys, func(string, string) bool { return true }) {
+		e.mu.Lock()
+		e.units, e.expired = 0, 0
+		e.dead.Store(true)
+		e.mu.Unlock()
+	}
+}
+
 // giveBack returns the units of entries held and not expired at now, and
 // their expired units not yet returned, in one round trip; with forget it
 // marks the entries dead (they are out of l.keys). l.mu is not held: a

@@ -287,6 +287,22 @@ func (f *fleetStore) takeSpanning(ctx context.Context, rs []sluice.Request, ds [
 	return nil
 }
 
+// Lost makes the leases let go of their keys and units without handing
+// them back (fleet.Lease.Drop): Redis restarted or failed over, and what
+// they held was counted on a state that is gone. Sync views are read again
+// within two intervals, and their hits not yet sent still count there.
+func (f *fleetStore) Lost() {
+	f.mu.Lock()
+	leases := make([]*fleet.Lease, 0, len(f.leases))
+	for _, l := range f.leases {
+		leases = append(leases, l)
+	}
+	f.mu.Unlock()
+	for _, l := range leases {
+		l.Drop()
+	}
+}
+
 // Close hands back the local state (sync: hits not sent; lease: units
 // held and still good on the decisions' clock); the shared store stays
 // open. Call it after the last decision.

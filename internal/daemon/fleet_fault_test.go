@@ -124,3 +124,52 @@ rules:
 		t.Fatalf("GET /readyz in local mode: %d", got.status)
 	}
 }
+
+// TestLeaseRedisRestarted: a lease rule's key that Redis has no units
+// left for ("full") is refused on the instance (without a round trip)
+// until Redis frees some, and another ("held") holds a unit reserved and
+// not spent. Redis then restarts without persistence while the daemon is
+// idle. The restarted Redis admits "full": the lease must stop refusing
+// it; and it never counted the unit "held" holds: spent, it would take the
+// fleet past the limit on the new server.
+func TestLeaseRedisRestarted(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: deny
+rules:
+  - name: r
+    rate: 4/h
+    algorithm: fixed_window
+    lease: 2
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "r", "full", 6); n != 4 {
+		t.Fatalf("Redis up: %d of 6 allowed, want 4", n)
+	}
+	// The first request is decided in Redis (a key asked for once gets no
+	// lease), the second reserves 2 units and spends one.
+	if n := allowedOf(t, td.api, "r", "held", 2); n != 2 {
+		t.Fatalf("Redis up: %d of 2 allowed, want 2", n)
+	}
+	if got, err := redistest.Do(rs.Addr, "GET", "sluice:{r|"+td.d.engine().Rules().Rule("r").Fingerprint+"|held}"); err != nil || !strings.HasSuffix(got, " 3 0") {
+		t.Fatalf("the held key's state in Redis = %q, %v; want 3 counted (1 spent, 2 reserved)", got, err)
+	}
+	rs.Stop()
+	rs.Restart()
+	waitFor(t, "the restarted (empty) Redis to admit the key", func() bool {
+		a, status := check(t, td.api, "r", "full", 1)
+		return status == http.StatusOK && a.Allowed
+	})
+	for _, key := range []string{"full", "held"} {
+		n := allowedOf(t, td.api, "r", key, 6)
+		if key == "full" {
+			n++
+		}
+		if n != 4 {
+			t.Errorf("%s on the restarted Redis: %d allowed, want the limit 4", key, n)
+		}
+	}
+}

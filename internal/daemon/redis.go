@@ -18,7 +18,8 @@ import (
 
 // RedisWatchInterval is how often the daemon asks Redis for its run_ids
 // (redisstore.Store.RunIDs): when they change (a restart, a failover), the
-// over-limit cache forgets its refusals, as it does on a failed call.
+// over-limit cache forgets its refusals, as it does on a failed call, and
+// the leases drop their units (see watchRunIDs).
 const RedisWatchInterval = time.Second
 
 // ConnectRetry is how often the daemon tries to connect to a Redis that
@@ -68,7 +69,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
 	d.ping = lazy.Ping
-	d.watchRedis = watchRunIDs(lazy, cache, d.log)
+	d.watchRedis = watchRunIDs(lazy, func() { cache.Forget(); fs.Lost() }, d.log)
 	closers := []func(){func() {
 		if err := fs.Close(); err != nil {
 			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
@@ -126,19 +127,19 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 
 // watchRunIDs returns the daemon's Redis watch, called every
 // RedisWatchInterval: when the servers' run_ids differ from the last ones
-// read, the over-limit cache forgets every refusal. Its refusals are the
-// old servers' counts; a server that restarted without persistence, or a
-// replica promoted before it had every count, admits sooner. The cache
-// also forgets on a failed call, but after a restart while the daemon was
-// idle no call fails (the connection is redialled), and the keys it
-// refuses never reach Redis to find out.
-func watchRunIDs(l *lazyRedis, cache *fleet.OverLimitCache, log *slog.Logger) func(time.Time) {
+// read, it calls lost, which makes the over-limit cache forget every
+// refusal and the leases drop what they hold. Both are the old servers'
+// counts; a server that restarted without persistence, or a replica
+// promoted before it had every count, admits sooner, and never counted
+// the units held. The cache also forgets on a failed call, but after a
+// restart while the daemon was idle no call fails (the connection is
+// redialled), and the keys refused locally never reach Redis to find out.
+func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 	var last string
 	return func(time.Time) {
 		if last == "" {
-			// Read at connect, before any decision: the cache's first
-			// refusals may come from a server that restarts before the
-			// first tick.
+			// Read at connect, before any decision: the first refusals
+			// may come from a server that restarts before the first tick.
 			if p := l.ids.Load(); p != nil {
 				last = *p
 			}
@@ -148,8 +149,8 @@ func watchRunIDs(l *lazyRedis, cache *fleet.OverLimitCache, log *slog.Logger) fu
 			return // down: the next answer tells whether it restarted
 		}
 		if last != "" && ids != last {
-			cache.Forget()
-			log.Info("Redis restarted or failed over (its run_id changed): the over-limit cache forgot its refusals", "run_ids", ids)
+			lost()
+			log.Info("Redis restarted or failed over (its run_id changed): cached refusals forgotten, leases dropped", "run_ids", ids)
 		}
 		last = ids
 	}
