@@ -105,7 +105,7 @@ func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
 	if len(execs) > 0 {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout*time.Duration(1+len(execs)/1000))
 		defer cancel()
-		for j, res := range fleetLua.ExecMulti(ctx, s.c, execs...) {
+		for j, res := range execFleet(ctx, s.c, execs) {
 			if err := res.Error(); err != nil {
 				errs = append(errs, fmt.Errorf("redisstore: return %q: %w: %w", execs[j].Keys[0], sluice.ErrStoreUnavailable, err))
 			}
