@@ -173,3 +173,53 @@ rules:
 		}
 	}
 }
+
+// TestRedisReplacedByAnother: the daemon's Redis address moves to another
+// server (a virtual IP, a DNS name) that has none of the first one's
+// counts. The new server admits what the old one refused: neither the
+// over-limit cache nor a lease may go on refusing it, and a lease's units
+// from the old server are not spent on the new one.
+func TestRedisReplacedByAnother(t *testing.T) {
+	a, b := redistest.StartServer(t), redistest.StartServer(t)
+	sw := redistest.NewSwitch(t, a.Addr)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: deny
+rules:
+  - name: exact
+    rate: 2/h
+    algorithm: fixed_window
+  - name: lease
+    rate: 4/h
+    algorithm: fixed_window
+    lease: 2
+`, sw.Addr))
+	if n := allowedOf(t, td.api, "exact", "k", 4); n != 2 {
+		t.Fatalf("exact on the first server: %d of 4 allowed, want 2", n)
+	}
+	if n := allowedOf(t, td.api, "lease", "k", 6); n != 4 {
+		t.Fatalf("lease on the first server: %d of 6 allowed, want 4", n)
+	}
+	if n := allowedOf(t, td.api, "lease", "held", 2); n != 2 { // one unit held
+		t.Fatalf("lease on the first server: %d of 2 allowed, want 2", n)
+	}
+	sw.To(b.Addr)
+	for _, rule := range []string{"exact", "lease"} {
+		waitFor(t, rule+": the new server to admit the key", func() bool {
+			a, status := check(t, td.api, rule, "k", 1)
+			return status == http.StatusOK && a.Allowed
+		})
+	}
+	if n := 1 + allowedOf(t, td.api, "exact", "k", 3); n != 2 {
+		t.Errorf("exact on the new server: %d allowed, want 2", n)
+	}
+	if n := 1 + allowedOf(t, td.api, "lease", "k", 5); n != 4 {
+		t.Errorf("lease on the new server: %d allowed, want 4", n)
+	}
+	if n := allowedOf(t, td.api, "lease", "held", 6); n != 4 {
+		t.Errorf("lease, the key with a unit held: %d allowed on the new server, want 4", n)
+	}
+}

@@ -16,6 +16,9 @@ type relay struct {
 	wg      sync.WaitGroup // the accept loop and the pipes' goroutines
 	connsMu sync.Mutex
 	conns   []net.Conn
+	// target, if set, is asked for the address of each new client's
+	// Redis instead of start's addr (Switch).
+	target func() string
 }
 
 // start listens and, until the test ends, accepts clients: refuse (if set)
@@ -45,7 +48,11 @@ func (r *relay) start(tb testing.TB, addr string, refuse func() bool, pipe func(
 				c.Close()
 				continue
 			}
-			s, err := net.Dial("tcp", addr)
+			to := addr
+			if r.target != nil {
+				to = r.target()
+			}
+			s, err := net.Dial("tcp", to)
 			if err != nil {
 				c.Close()
 				continue
