@@ -223,3 +223,50 @@ rules:
 		t.Errorf("lease, the key with a unit held: %d allowed on the new server, want 4", n)
 	}
 }
+
+// TestLeaseHeldThroughOutage: units reserved before Redis becomes
+// unreachable (its data kept: a network cut, redistest.Gate) are spent
+// while it is: they were counted. Past them on_error applies; once Redis
+// is reachable again, it counts exactly what the daemon admitted, never
+// more than the limit.
+func TestLeaseHeldThroughOutage(t *testing.T) {
+	rs := redistest.StartServer(t)
+	gate := redistest.NewGate(t, rs.Addr)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: deny
+rules:
+  - name: r
+    rate: 10/h
+    algorithm: fixed_window
+    lease: 5
+`, gate.Addr))
+	// The first request is decided in Redis, the second reserves 5 units
+	// and spends one: 4 held.
+	if n := allowedOf(t, td.api, "r", "k", 2); n != 2 {
+		t.Fatalf("Redis up: %d of 2 allowed", n)
+	}
+	gate.Shut()
+	if n := allowedOf(t, td.api, "r", "k", 4); n != 4 {
+		t.Fatalf("Redis unreachable: %d of the 4 units held spent, want 4", n)
+	}
+	if _, status := check(t, td.api, "r", "k", 1); status != http.StatusServiceUnavailable {
+		t.Fatalf("Redis unreachable, no unit held: %d, want 503 (on_error: deny)", status)
+	}
+	gate.Open()
+	n := 6 // admitted so far
+	waitFor(t, "Redis reachable again", func() bool {
+		a, status := check(t, td.api, "r", "k", 1)
+		if a.Allowed {
+			n++
+		}
+		return status == http.StatusOK
+	})
+	n += allowedOf(t, td.api, "r", "k", 10)
+	if n != 10 {
+		t.Fatalf("%d admitted in all, want the limit 10", n)
+	}
+}
