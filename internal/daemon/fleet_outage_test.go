@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -66,5 +68,69 @@ rules:
 	})
 	if got := counted(); got != want {
 		t.Fatalf("Redis counts %s, want %s: the %d admitted less the %v decided in local mode, each once", got, want, admitted, local)
+	}
+}
+
+// TestSentinelFailoverDaemon kills the master (SIGKILL) under a daemon
+// configured with its Sentinel: the daemon answers per on_error meanwhile,
+// follows the promotion without a restart (/readyz passes again), and the
+// fleet rules carry on on the promoted replica without passing a limit:
+// the counts the replica had stay, and a lease lets go of the units it
+// held (the new master's run_id differs), so it admits at most the limit
+// in all.
+func TestSentinelFailoverDaemon(t *testing.T) {
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	sentinel := redistest.StartSentinelFor(t, master, time.Second, []*redistest.Server{replica})
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], sentinel: mymaster, timeout: 2s}
+  on_error: deny
+rules:
+  - name: exact
+    rate: 4/h
+    algorithm: fixed_window
+  - name: lease
+    rate: 10/h
+    algorithm: fixed_window
+    lease: 2
+`, sentinel))
+	exact := allowedOf(t, td.api, "exact", "k", 2)
+	lease := allowedOf(t, td.api, "lease", "k", 2) // the second reserves 2: one held
+	if exact != 2 || lease != 2 {
+		t.Fatalf("before the failover: %d and %d of 2 allowed", exact, lease)
+	}
+	if got, err := redistest.Do(master.Addr, "WAIT", "1", "5000"); err != nil || got != "1" {
+		t.Fatalf("WAIT 1 = %q, %v; want the replica to have the counts", got, err)
+	}
+	master.Kill()
+	waitFor(t, "decisions on the promoted replica", func() bool {
+		a, status := check(t, td.api, "exact", "k", 1)
+		if a.Allowed {
+			exact++
+		}
+		return status == http.StatusOK
+	})
+	if got := get(t, td.api+"/readyz"); got.status != http.StatusOK {
+		t.Errorf("GET /readyz after the failover: %d %q", got.status, got.body)
+	}
+	exact += allowedOf(t, td.api, "exact", "k", 4)
+	if exact != 4 {
+		t.Errorf("exact: %d admitted across the failover, want the limit 4 (the replica had the 2 before)", exact)
+	}
+	for range 12 {
+		a, status := check(t, td.api, "lease", "k", 1)
+		if status == http.StatusOK && a.Allowed {
+			lease++
+		}
+	}
+	if lease > 10 || lease < 9 {
+		t.Errorf("lease: %d admitted across the failover, want at most the limit 10, at least 9 (the unit held may be dropped)", lease)
+	}
+	t.Logf("across the failover: exact %d of 4, lease %d of 10 admitted", exact, lease)
+	if got, err := redistest.Do(replica.Addr, "ROLE"); err != nil || !strings.HasPrefix(got, "master") {
+		t.Errorf("ROLE of the replica = %q, %v; want master", got, err)
 	}
 }
