@@ -287,20 +287,31 @@ func (f *fleetStore) takeSpanning(ctx context.Context, rs []sluice.Request, ds [
 	return nil
 }
 
-// Lost makes the leases let go of their keys and units without handing
-// them back (fleet.Lease.Drop): Redis restarted or failed over, and what
-// they held was counted on a state that is gone. Sync views are read again
-// within two intervals, and their hits not yet sent still count there.
-func (f *fleetStore) Lost() {
+// Lost makes the fleet decorators let go of what they read from Redis,
+// which restarted or failed over (its run_id changed): what they hold was
+// counted on a state that is gone. The leases drop their keys and units
+// without handing them back (fleet.Lease.Drop); the syncs send the hits
+// not yet sent and let their keys go (fleet.Sync.Forget), so that no view
+// of the old state, good for two intervals, refuses what Redis admits.
+func (f *fleetStore) Lost() error {
 	f.mu.Lock()
 	leases := make([]*fleet.Lease, 0, len(f.leases))
 	for _, l := range f.leases {
 		leases = append(leases, l)
 	}
+	syncs := make([]*fleet.Sync, 0, len(f.syncs))
+	for _, s := range f.syncs {
+		syncs = append(syncs, s)
+	}
 	f.mu.Unlock()
 	for _, l := range leases {
 		l.Drop()
 	}
+	var errs []error
+	for _, s := range syncs {
+		errs = append(errs, s.Forget(func(string, string) bool { return true }))
+	}
+	return errors.Join(errs...)
 }
 
 // Close hands back the local state (sync: hits not sent; lease: units

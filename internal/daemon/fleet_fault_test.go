@@ -270,3 +270,39 @@ rules:
 		t.Fatalf("%d admitted in all, want the limit 10", n)
 	}
 }
+
+// TestSyncRedisRestarted: a sync rule's key refused from the instance's
+// view (and then from the over-limit cache); Redis restarts without
+// persistence while the daemon is idle. The restarted Redis admits the
+// key: neither the cache nor the view, read from the old server and good
+// for two intervals (here minutes), may go on refusing it.
+func TestSyncRedisRestarted(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: deny
+rules:
+  - name: r
+    rate: 3/h
+    algorithm: fixed_window
+    sync: 1m
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "r", "k", 5); n != 3 {
+		t.Fatalf("Redis up: %d of 5 allowed, want 3", n)
+	}
+	rs.Stop()
+	rs.Restart()
+	waitFor(t, "the restarted (empty) Redis to admit the key", func() bool {
+		a, status := check(t, td.api, "r", "k", 1)
+		return status == http.StatusOK && a.Allowed
+	})
+	// The first two requests were decided in Redis (cold, then the
+	// view's read), the third from the view: its hit, not sent yet (the
+	// batch is a minute away), goes to the new server, which admits 2.
+	if n := 1 + allowedOf(t, td.api, "r", "k", 4); n != 2 {
+		t.Fatalf("on the restarted Redis: %d of 5 allowed, want 2 (3, less the hit sent there)", n)
+	}
+}

@@ -18,8 +18,8 @@ import (
 
 // RedisWatchInterval is how often the daemon asks Redis for its run_ids
 // (redisstore.Store.RunIDs): when they change (a restart, a failover), the
-// over-limit cache forgets its refusals, as it does on a failed call, and
-// the leases drop their units (see watchRunIDs).
+// over-limit cache forgets its refusals, as it does on a failed call, the
+// leases drop their units and the syncs their views (see watchRunIDs).
 const RedisWatchInterval = time.Second
 
 // ConnectRetry is how often the daemon tries to connect to a Redis that
@@ -69,7 +69,14 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
 	d.ping = lazy.Ping
-	d.watchRedis = watchRunIDs(lazy, func() { cache.Forget(); fs.Lost() }, d.log)
+	d.watchRedis = watchRunIDs(lazy, func() {
+		// The decorators first: a refusal they decide from the old state
+		// until then is asked before the cache forgets, which drops it.
+		if err := fs.Lost(); err != nil {
+			d.log.Warn("fleet: sending sync hits after Redis changed (sent again with the next batch)", "err", err)
+		}
+		cache.Forget()
+	}, d.log)
 	closers := []func(){func() {
 		if err := fs.Close(); err != nil {
 			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
@@ -128,8 +135,8 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 // watchRunIDs returns the daemon's Redis watch, called every
 // RedisWatchInterval: when the servers' run_ids differ from the last ones
 // read, it calls lost, which makes the over-limit cache forget every
-// refusal and the leases drop what they hold. Both are the old servers'
-// counts; a server that restarted without persistence, or a replica
+// refusal and the fleet decorators let go of what they read (see
+// fleetStore.Lost). All are the old servers' counts; a server that restarted without persistence, or a replica
 // promoted before it had every count, admits sooner, and never counted
 // the units held. The cache also forgets on a failed call, but after a
 // restart while the daemon was idle no call fails (the connection is
@@ -150,7 +157,7 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 		}
 		if last != "" && ids != last {
 			lost()
-			log.Info("Redis restarted or failed over (its run_id changed): cached refusals forgotten, leases dropped", "run_ids", ids)
+			log.Info("Redis restarted or failed over (its run_id changed): cached refusals, lease units and sync views let go", "run_ids", ids)
 		}
 		last = ids
 	}
