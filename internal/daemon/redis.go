@@ -136,11 +136,12 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 // RedisWatchInterval: when the servers' run_ids differ from the last ones
 // read, it calls lost, which makes the over-limit cache forget every
 // refusal and the fleet decorators let go of what they read (see
-// fleetStore.Lost). All are the old servers' counts; a server that restarted without persistence, or a replica
-// promoted before it had every count, admits sooner, and never counted
-// the units held. The cache also forgets on a failed call, but after a
-// restart while the daemon was idle no call fails (the connection is
-// redialled), and the keys refused locally never reach Redis to find out.
+// fleetStore.Lost). All are the old servers' counts; a server that
+// restarted without persistence, or a replica promoted before it had every
+// count, admits sooner, and never counted the units held. The cache also
+// forgets on a failed call, but after a restart while the daemon was idle
+// no call fails (the connection is redialled), and the keys refused
+// locally never reach Redis to find out.
 func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 	var last string
 	return func(time.Time) {
