@@ -49,3 +49,50 @@ rules:
 		t.Fatalf("after a's SIGTERM, b admitted %d of 12, want the 8 a did not spend (its 4 held units given back)", got)
 	}
 }
+
+// TestFleetSyncHitsAtExit: the hits a sync rule admitted on an instance
+// and not yet sent (the batch a minute away) go to Redis when it stops
+// with SIGTERM: the rest of the fleet admits only what is left. Killed
+// with SIGKILL, the instance takes them with it: the fleet admits them a
+// second time, on top of the limit (the README says so).
+func TestFleetSyncHitsAtExit(t *testing.T) {
+	for _, c := range []struct {
+		sig  syscall.Signal
+		want int // b admits
+	}{
+		{syscall.SIGTERM, 6},
+		{syscall.SIGKILL, 8},
+	} {
+		t.Run(c.sig.String(), func(t *testing.T) {
+			rs := redistest.StartServer(t)
+			path := filepath.Join(t.TempDir(), "sluice.yaml")
+			cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+log_level: warn
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: soft
+    rate: 10/h
+    algorithm: fixed_window
+    sync: 1m
+`, rs.Addr)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a, b := startSluiceProc(t, path), startSluiceProc(t, path)
+			// a: the first two requests are decided in Redis (cold, then
+			// the view's read), the next two from the view: 2 hits unsent.
+			if got := drive(t, []string{a.api}, "soft", "k", 4, 1); got != 4 {
+				t.Fatalf("a admitted %d of 4, want 4", got)
+			}
+			if err := a.cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			<-a.done
+			if got := drive(t, []string{b.api}, "soft", "k", 12, 1); got != c.want {
+				t.Fatalf("after a's %v, b admitted %d of 12, want %d", c.sig, got, c.want)
+			}
+		})
+	}
+}
