@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"net/http"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -38,5 +42,61 @@ func TestReloadRemovedReaddedRenamed(t *testing.T) {
 	}
 	if body := rulesInForce(t, td); strings.Contains(body, `"gone"`) {
 		t.Errorf("GET /v1/rules after the rename: %s", body)
+	}
+}
+
+// TestReloadUnderTraffic: reloads while decisions are being made on a rule
+// they leave unchanged (other rules and client_ip change around it) lose
+// none of its counts and add none: across 30 reloads, exactly its limit
+// of requests is admitted.
+func TestReloadUnderTraffic(t *testing.T) {
+	const base = "listen: 127.0.0.1:0\nrules:\n  - {name: keep, rate: 300/h, algorithm: token_bucket}\n"
+	td := startDaemon(t, base)
+	var allowed, denied atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a, status := check(t, td.api, "keep", "k", 1)
+				switch {
+				case status != http.StatusOK:
+					t.Errorf("POST /v1/check during reloads: status %d", status)
+					return
+				case a.Allowed:
+					allowed.Add(1)
+				default:
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 30 {
+		extra := ""
+		if i%2 == 0 {
+			extra = "  - {name: other, rate: 5/s}\n"
+		}
+		if i%3 == 0 {
+			extra += "client_ip: {ipv6_prefix: 48}\n"
+		}
+		mustWrite(t, td.path, base+extra)
+		if err := td.d.Reload(); err != nil {
+			t.Errorf("reload %d: %v", i, err)
+		}
+	}
+	// Every request after the limit is spent is denied: wait until some
+	// are, so that the count of those admitted is final.
+	for denied.Load() < 20 && !t.Failed() {
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	if got := allowed.Load(); got != 300 {
+		t.Errorf("admitted %d requests of keep (300/h) across 30 reloads, want 300", got)
 	}
 }
