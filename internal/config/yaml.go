@@ -36,14 +36,7 @@ func parseYAML(file string, data []byte) (*yaml.Node, error) {
 
 // yamlError turns a YAML syntax error into a ParseError with its line.
 func yamlError(file string, data []byte, err error) *rules.ParseError {
-	line, msg := yamlnode.SyntaxError(err)
-	if line == 0 {
-		// A reader error (an encoding or a control character) names no
-		// line: find the character.
-		if l, m, ok := yamlnode.BadCharacter(data); ok {
-			line, msg = l, m
-		}
-	}
+	line, msg := yamlnode.Syntax(data, err)
 	switch {
 	case strings.HasPrefix(msg, "did not find expected ',' or") && strings.Contains(lineText(data, line), "${"):
 		msg += `: a value holding ${…} inside [ ] or { } must be quoted, as in key: ["header:${VAR}"]`

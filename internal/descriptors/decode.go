@@ -160,13 +160,6 @@ func sortedKeys(fs fields) []string {
 }
 
 func yamlError(file string, data []byte, err error) *rules.ParseError {
-	line, msg := yamlnode.SyntaxError(err)
-	if line == 0 {
-		// A reader error (an encoding or a control character) names no
-		// line: find the character.
-		if l, m, ok := yamlnode.BadCharacter(data); ok {
-			line, msg = l, m
-		}
-	}
+	line, msg := yamlnode.Syntax(data, err)
 	return &rules.ParseError{File: file, Line: line, Msg: "YAML syntax: " + msg}
 }

@@ -273,6 +273,47 @@ func parserError(msg string) bool {
 	return false
 }
 
+// Syntax is SyntaxError with data at hand to do better: a reader error
+// (an encoding, a control character) gets the line and column of the
+// character (BadCharacter), and a tab in the indentation, which yaml.v3
+// may report on the line before, the line of the tab and a word on it.
+func Syntax(data []byte, err error) (line int, msg string) {
+	line, msg = SyntaxError(err)
+	if line == 0 {
+		if l, m, ok := BadCharacter(data); ok {
+			return l, m
+		}
+		return line, msg
+	}
+	if msg == "found a tab character that violates indentation" || msg == "found character that cannot start any token" {
+		for _, l := range []int{line, line + 1} {
+			if tabIndented(lineAt(data, l)) {
+				return l, msg + ": a tab indents this line; YAML indents with spaces"
+			}
+		}
+	}
+	return line, msg
+}
+
+// tabIndented reports whether the indentation of line, sequence dashes
+// included, holds a tab.
+func tabIndented(line []byte) bool {
+	indent := line[:len(line)-len(bytes.TrimLeft(line, " \t-"))]
+	return bytes.IndexByte(indent, '\t') >= 0
+}
+
+// lineAt returns line n (from 1) of data without its line break, or nil.
+func lineAt(data []byte, n int) []byte {
+	for i := 1; len(data) > 0; i++ {
+		l, rest, _ := bytes.Cut(data, []byte("\n"))
+		if i == n {
+			return bytes.TrimSuffix(l, []byte("\r"))
+		}
+		data = rest
+	}
+	return nil
+}
+
 // BadCharacter finds the first character of data that YAML does not
 // allow: a byte that is not UTF-8 (a file saved as Latin-1), or a control
 // character other than tab and line breaks (a NUL of a file cut short, a

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -197,6 +198,33 @@ func TestBadCharacter(t *testing.T) {
 		line, msg, ok := BadCharacter([]byte(tc.data))
 		if ok != (tc.msg != "") || line != tc.line || msg != tc.msg {
 			t.Errorf("%s: BadCharacter(%q) = %d, %q, %v; want %d, %q", tc.name, tc.data, line, msg, ok, tc.line, tc.msg)
+		}
+	}
+}
+
+// TestSyntaxTab: a tab in the indentation is named on its own line, with a
+// word on it, whether yaml.v3 reports it there or on the line before.
+func TestSyntaxTab(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		hint      bool
+	}{
+		{"tab before a key", "rules:\n  - name: a\n\t  rate: 1/s\n", 3, true},
+		{"tab after spaces", "rules:\n  - name: a\n  \trate: 1/s\n", 3, true},
+		{"tab after the dash", "rules:\n  -\tname: a\n    rate: 1/s\n", 2, true},
+		{"tab in a block", "listen: x\nstore:\n\ttype: memory\n", 3, true},
+		{"no tab", "a: @b\n", 1, false},
+	} {
+		var doc yaml.Node
+		err := yaml.Unmarshal([]byte(tc.src), &doc)
+		if err == nil {
+			t.Errorf("%s: parsed, want a syntax error", tc.name)
+			continue
+		}
+		line, msg := Syntax([]byte(tc.src), err)
+		if line != tc.line || strings.HasSuffix(msg, "YAML indents with spaces") != tc.hint {
+			t.Errorf("%s: Syntax = %d, %q; want line %d, the tab named: %v", tc.name, line, msg, tc.line, tc.hint)
 		}
 	}
 }
