@@ -18,6 +18,10 @@ type GRPCConfig struct {
 	// X-RateLimit-*, and Retry-After when over the limit) to every answer
 	// with a limit, for Envoy to pass on to the client. Default false.
 	ResponseHeaders bool `yaml:"response_headers"`
+	// ShadowMode puts the whole service in shadow mode, as the reference
+	// service's SHADOW_MODE: every limit is counted and reported, none
+	// denies. Default false.
+	ShadowMode bool `yaml:"shadow_mode"`
 	// OnError is what the service answers when the store cannot decide:
 	// "" (default) answers as store.on_error says (allow: OK, deny:
 	// OVER_LIMIT); "unavailable" answers gRPC UNAVAILABLE (503 on /json),

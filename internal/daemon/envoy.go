@@ -63,6 +63,7 @@ func (d *Daemon) newRLS(cfg *config.Config) (*server.RLS, error) {
 		Descriptors:  d.descriptorSet,
 		Metrics:      d.metrics,
 		Headers:      cfg.GRPC.ResponseHeaders,
+		Shadow:       cfg.GRPC.ShadowMode,
 		Unavailable:  cfg.GRPC.OnError == config.GRPCOnErrorUnavailable,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,

@@ -453,3 +453,20 @@ descriptors:
 		}
 	}
 }
+
+// TestEnvoyGlobalShadowMode: grpc.shadow_mode: true (the reference
+// service's SHADOW_MODE) lets every request through, each status still
+// saying which limit is over.
+func TestEnvoyGlobalShadowMode(t *testing.T) {
+	ed := startEnvoyDaemon(t, "  shadow_mode: true\n") // inside the grpc: block
+	for i := range 4 {
+		r := ed.ask("shop", entries("tenant", "t", "user", "u"))
+		want := rlsv3.RateLimitResponse_OK
+		if i == 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].Code != want {
+			t.Errorf("call %d on a limit of 3: %v, status %v; want OK overall, status %v", i+1, r.OverallCode, r.Statuses[0].Code, want)
+		}
+	}
+}

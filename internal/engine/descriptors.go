@@ -19,7 +19,14 @@ type Descriptor struct {
 	Key     string
 	Cost    int64
 	Metrics *metrics.EnvoyDescriptor
+	// Shadow decides the descriptor as one with shadow_mode whatever its
+	// rule says (the service's global shadow mode).
+	Shadow bool
 }
+
+// shadow reports whether d never denies: its rule's shadow_mode, or the
+// service's.
+func (d *Descriptor) shadow() bool { return d.Shadow || d.Rule.Shadow }
 
 // DescriptorStatus is what one descriptor decided.
 type DescriptorStatus struct {
@@ -84,10 +91,10 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			switch {
 			case r.Quota:
 				quotas++
-				if !r.Shadow {
+				if !ds[i].shadow() {
 					quotaOver++
 				}
-			case !r.Shadow:
+			case !ds[i].shadow():
 				hard = true
 			}
 			continue
@@ -119,7 +126,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
 			r := ds[i].Rule
 			switch {
-			case d.Allowed || r.Shadow:
+			case d.Allowed || ds[i].shadow():
 			case r.Quota:
 				quotaOver++
 			default:
@@ -151,7 +158,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			}
 			r := ds[i].Rule
 			switch {
-			case r.Shadow:
+			case ds[i].shadow():
 				soft++
 			case r.Quota:
 				over++
@@ -352,6 +359,6 @@ func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus) {
 				near = min(after-max(threshold, after-ds[i].Cost), ds[i].Cost)
 			}
 		}
-		ds[i].Metrics.Count(max(ds[i].Cost, 0), st[i].Over, r.Shadow, near)
+		ds[i].Metrics.Count(max(ds[i].Cost, 0), st[i].Over, ds[i].shadow(), near)
 	}
 }

@@ -58,6 +58,12 @@ type RLSOptions struct {
 	// Retry-After and X-RateLimit-Retry-After when over the limit; the
 	// figures are the tightest descriptor's.
 	Headers bool
+	// Shadow puts the whole service in shadow mode (the reference
+	// service's SHADOW_MODE): every descriptor is decided as one with
+	// shadow_mode, counted and reported but never denying; a status over
+	// its limit still says OVER_LIMIT. A store failure is still answered
+	// as on_error says.
+	Shadow bool
 	// Unavailable answers gRPC UNAVAILABLE (and 503 on /json) when the
 	// store cannot decide, instead of the engine's on_error answer, so
 	// that Envoy's failure_mode_deny decides.
@@ -156,7 +162,7 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 				}
 				replaced[name] = true
 			}
-			ds[i] = engine.Descriptor{Rule: m.Rule, Cost: hits(req, d)}
+			ds[i] = engine.Descriptor{Rule: m.Rule, Cost: hits(req, d), Shadow: s.o.Shadow}
 			if !m.Rule.Unlimited && m.Rule.RequestsPerUnit > 0 {
 				ds[i].Key = m.StoreKey(entries)
 			}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -278,5 +279,41 @@ func TestHugeRequests(t *testing.T) {
 	r := e.call(t, "web", 0, desc("user", strings.Repeat("y", 512<<10)))
 	if codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != 1 {
 		t.Errorf("a 512 KiB value: %s %v, want OK, counted under its own key", codesOf(r), r.Statuses[0])
+	}
+}
+
+// TestGlobalShadowMode: with the service in shadow mode (the reference
+// service's SHADOW_MODE), no limit denies: the overall code is OK, each
+// status still says OVER_LIMIT where its limit is over, and a request is
+// counted by the descriptors under their limits, as with shadow_mode on
+// every descriptor.
+func TestGlobalShadowMode(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, plainConf+`  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: block
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`), envOpts{shadow: true, headers: true})
+			e.expect(t, "user under, then over", []string{"O:OO", "O:OO", "O:XO"}, "web", desc("user", "s"), desc("global", "g"))
+			if got := e.remaining(t, "web", "global", "g"); got != 97 {
+				t.Errorf("global remaining = %d, want 97: every admitted request counted", got)
+			}
+			e.expect(t, "quota and block list", []string{"O:OX", "O:XX"}, "web", desc("q", "x"), desc("block", "x"))
+			r := e.call(t, "web", 0, desc("user", "s"))
+			for _, h := range r.ResponseHeadersToAdd {
+				if h.Key == "Retry-After" {
+					t.Errorf("Retry-After on an answer that lets the request through: %v", r.ResponseHeadersToAdd)
+				}
+			}
+			m := metricstest.Gather(t, e.reg)
+			if got := m[`sluice_envoy_shadow_mode_total{descriptor="user",domain="web"}`]; got != 2 {
+				t.Errorf("user's shadow_mode count = %v, want 2 (the calls it would have denied)", got)
+			}
+			if got := m[`sluice_envoy_over_limit_total{descriptor="user",domain="web"}`]; got != 0 {
+				t.Errorf("user's over_limit count = %v, want 0 (nothing denied)", got)
+			}
+		})
 	}
 }

@@ -102,6 +102,7 @@ type envOpts struct {
 	onError     string
 	unavailable bool
 	headers     bool
+	shadow      bool
 	now         func() time.Time                   // nil: always tMid
 	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
 	grpc        server.GRPCOptions
@@ -123,7 +124,7 @@ func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	box := &setBox{s: set}
 	rls, err := server.NewRLS(server.RLSOptions{
 		Engine: func() *engine.Engine { return eng }, Descriptors: box.get, Metrics: m,
-		Headers: o.headers, Unavailable: o.unavailable, Now: o.now,
+		Headers: o.headers, Unavailable: o.unavailable, Shadow: o.shadow, Now: o.now,
 	})
 	if err != nil {
 		t.Fatal(err)
