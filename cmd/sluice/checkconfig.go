@@ -76,7 +76,11 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	sum := summary(cfg) // ends in "; grpc ADDR" with a grpc block
 	if descs != nil {
-		sum += fmt.Sprintf(" (%d descriptor files, %d domains, %d limits)", len(descs.Files()), descs.Domains(), descs.Rules())
+		shadow := ""
+		if cfg.GRPC.ShadowMode {
+			shadow = "; shadow mode: no limit denies"
+		}
+		sum += fmt.Sprintf(" (%d descriptor files, %d domains, %d limits%s)", len(descs.Files()), descs.Domains(), descs.Rules(), shadow)
 	}
 	fmt.Fprintf(stdout, "%s: ok: %s\n", file, sum)
 	return 0

@@ -110,6 +110,14 @@ func TestCheckConfigDescriptors(t *testing.T) {
 	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), rl+":4: descriptors[0].shadow: unknown key") {
 		t.Errorf("check-config with a bad descriptor file = exit %d, stderr %q; want 1 naming %s:4", code, stderr.String(), rl)
 	}
+	// A service in shadow mode enforces nothing: the summary says so.
+	write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	cfg = write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [rl.yaml]\n  shadow_mode: true\n")
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor files, 1 domains, 1 limits; shadow mode: no limit denies)") {
+		t.Errorf("check-config with grpc.shadow_mode = exit %d, %q %q; want the summary to say no limit denies", code, stdout.String(), stderr.String())
+	}
 }
 
 // TestCheckConfigListsEveryStage: a config that parses but that serve would
