@@ -106,6 +106,7 @@ type Summary struct {
 type stripe struct {
 	mu      sync.Mutex
 	t0      int64   // ns: the instant of weight 1
+	last    int64   // ns: the latest observation: the stripe's time never runs back
 	total   float64 // the decayed weight of every observation
 	entries []entry
 	heap    []int32 // slots, a min-heap on count
@@ -186,12 +187,18 @@ func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, m
 	if st.t0 == 0 {
 		st.t0 = now
 	}
+	// An observation earlier than the latest (a wall clock stepped back,
+	// or a concurrent caller's slightly older now) counts as at the latest:
+	// weighed as from the past, it would count for nothing after a step of
+	// minutes.
+	now = max(now, st.last)
+	st.last = now
 	x := float64(now-st.t0) / 1e9 / tau
 	if x > rescaleAt {
 		st.rescale(now, tau)
 		x = 0
 	}
-	w *= math.Exp(x) // x may be negative for an observation from the past: it weighs less
+	w *= math.Exp(x)
 	st.total += w
 	if j := st.find(h); j >= 0 {
 		e := &st.entries[j]
@@ -384,7 +391,16 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 	// the same labels.
 	keys := map[string]*agg{}
 	var total, lows float64
+	// The figures at now, never at an instant before the latest
+	// observation (a wall clock stepped back would scale the counts up:
+	// 64 times for a minute, +Inf for hours).
 	t := now.UnixNano()
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		t = max(t, st.last)
+		st.mu.Unlock()
+	}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
