@@ -288,6 +288,13 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		case r.Unlimited:
 			ss.LimitRemaining = math.MaxUint32
 			continue
+		case res.StoreErr != nil && !st[i].Asked && r.RequestsPerUnit > 0:
+			// The store could not decide it: the on_error answer, with no
+			// limit nor figures (nothing is known of its counter).
+			if res.OverLimit {
+				ss.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			continue
 		}
 		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 			Name:            r.Name,

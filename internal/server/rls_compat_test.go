@@ -218,20 +218,35 @@ func (downStore) TakeAll(context.Context, []sluice.Request, []sluice.Decision) e
 }
 
 // TestNoHeadersWhenTheStoreFails: with the store down, the answer is the
-// on_error policy's, and it carries no rate-limit headers (nothing is known
-// of the counters: "RateLimit-Remaining: 0" would make well-behaved
+// on_error policy's, and it carries no rate-limit headers nor, for the
+// descriptors the store could not decide, a limit and its figures (nothing
+// is known of the counters: "RateLimit-Remaining: 0", or Envoy's own
+// X-RateLimit headers made from the statuses, would make well-behaved
 // clients back off while every request is let through), as the HTTP
-// middleware fails open without them.
+// middleware fails open without headers. A descriptor decided without
+// the store keeps its status.
 func TestNoHeadersWhenTheStoreFails(t *testing.T) {
+	conf := plainConf + "  - key: block\n    rate_limit: {unit: minute, requests_per_unit: 0}\n  - key: free\n    rate_limit: {unlimited: true}\n"
 	for _, onError := range []string{"allow", "deny"} {
-		e := startRLS(t, downStore{}, writeConf(t, plainConf), envOpts{onError: onError, headers: true})
+		e := startRLS(t, downStore{}, writeConf(t, conf), envOpts{onError: onError, headers: true})
 		r := e.call(t, "web", 0, desc("user", "x"))
-		want := rlsv3.RateLimitResponse_OK
+		want, code := "O:O", rlsv3.RateLimitResponse_OK
 		if onError == "deny" {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
+			want, code = "X:X", rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if r.OverallCode != want || len(r.ResponseHeadersToAdd) != 0 {
-			t.Errorf("on_error %s, store down: %v with headers %v, want %v and no headers", onError, r.OverallCode, r.ResponseHeadersToAdd, want)
+		if codesOf(r) != want || len(r.ResponseHeadersToAdd) != 0 {
+			t.Errorf("on_error %s, store down: %s with headers %v, want %s and no headers", onError, codesOf(r), r.ResponseHeadersToAdd, want)
+		}
+		if s := r.Statuses[0]; s.CurrentLimit != nil || s.LimitRemaining != 0 || s.DurationUntilReset != nil {
+			t.Errorf("on_error %s, store down: status %v, want no limit nor figures", onError, s)
+		}
+		r = e.call(t, "web", 0, desc("user", "x"), desc("free", "x"))
+		if r.Statuses[1].LimitRemaining != math.MaxUint32 || r.Statuses[0].Code != code {
+			t.Errorf("on_error %s, store down, with an unlimited descriptor: %v", onError, r.Statuses)
+		}
+		r = e.call(t, "web", 0, desc("block", "x"))
+		if codesOf(r) != "X:X" || r.Statuses[0].CurrentLimit == nil {
+			t.Errorf("on_error %s, a block list (decided without the store): %s %v, want OVER_LIMIT with its limit", onError, codesOf(r), r.Statuses[0])
 		}
 	}
 }
