@@ -332,3 +332,30 @@ func TestGlobalShadowMode(t *testing.T) {
 		})
 	}
 }
+
+// TestKeysMatchedAsGiven: a deliberate difference. The reference service
+// joins key and value with "_" before the lookup, so there its rule a_b
+// matches the entry a=b, its rule m=n_o the entry m_n=o, and a "*" in a
+// key is a wildcard; Sluice matches each key exactly.
+func TestKeysMatchedAsGiven(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: a_b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: m
+    value: n_o
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: "x*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{})
+	for _, d := range []*commonv3.RateLimitDescriptor{desc("a", "b"), desc("m_n", "o"), desc("xy", "z")} {
+		if r := e.call(t, "p", 0, d); r.Statuses[0].CurrentLimit != nil {
+			t.Errorf("%v matched a rule: %v", d.Entries, r.Statuses[0])
+		}
+	}
+	for _, d := range []*commonv3.RateLimitDescriptor{desc("a_b", "v"), desc("m", "n_o"), desc("x*", "z")} {
+		if r := e.call(t, "p", 0, d); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Errorf("%v matched no rule: %v", d.Entries, r.Statuses[0])
+		}
+	}
+}
