@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -52,6 +53,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		DenyStatus:   cfg.ForwardAuth.DenyStatus,
 		Ready:        d.ping,
 		Gatherer:     d.reg,
+		KeyMetrics:   []string{hotkeys.KeyRateMetric},
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,
 		Envoy:        gen.rls,

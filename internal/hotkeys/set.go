@@ -24,6 +24,11 @@ const (
 	MaxTop = 1000
 )
 
+// KeyRateMetric is the metric of the top keys' rates, labelled with the
+// keys themselves (clients' API keys, tenants, addresses): what serves
+// /metrics to anyone may leave it out (server.Options.KeyMetrics).
+const KeyRateMetric = "sluice_hot_key_rate"
+
 // Set holds the summary of every rule of a daemon, by rule name, across
 // reloads (a rule that keeps its name keeps its summary). Safe for
 // concurrent use.
@@ -55,7 +60,7 @@ func NewSet(o Options, top int, hotRate float64) *Set {
 		hotRate = DefaultHotRate
 	}
 	return &Set{o: o, top: top, hotRate: hotRate, rules: map[string]*Rule{},
-		rate: prometheus.NewDesc("sluice_hot_key_rate", "Decisions per second of the heaviest keys of each rule on this instance (decayed; top keys only).",
+		rate: prometheus.NewDesc(KeyRateMetric, "Decisions per second of the heaviest keys of each rule on this instance (decayed; top keys only).",
 			[]string{"rule", "key"}, nil),
 		total: prometheus.NewDesc("sluice_hot_keys_total_rate", "Decisions per second of all keys of each rule on this instance (decayed).",
 			[]string{"rule"}, nil),

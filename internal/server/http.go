@@ -26,11 +26,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -73,6 +75,11 @@ type Options struct {
 	// Gatherer serves /metrics (the registry given to metrics.New); nil
 	// means /metrics answers 404.
 	Gatherer prometheus.Gatherer
+	// KeyMetrics names the metric families of Gatherer whose labels hold
+	// clients' keys (the hot keys): with Token, /metrics serves them only
+	// to a scrape that carries the token, as /v1/hotkeys, and the rest to
+	// any.
+	KeyMetrics []string
 	// MaxBodyBytes bounds a /v1/check body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxKeyBytes bounds a /v1/check key; 0 means DefaultMaxKeyBytes. Keys
@@ -90,7 +97,8 @@ type Options struct {
 	// Token, when set (api.token_file), is the bearer token every request
 	// to /v1/* and /json must carry (Authorization: Bearer TOKEN): those
 	// can spend anyone's quota. /healthz, /readyz and /metrics stay open,
-	// for probes and scrapers. Compared in constant time.
+	// for probes and scrapers (/metrics without KeyMetrics). Compared in
+	// constant time.
 	Token []byte
 }
 
@@ -109,12 +117,13 @@ func (h *Handler) authorized(r *http.Request) bool {
 // Handler is the decision API. Build it with New; it is safe for concurrent
 // use.
 type Handler struct {
-	o          Options
-	metrics    http.Handler
-	token      [sha256.Size]byte // sha256 of Options.Token, when set
-	gateways   gatewayWarnings   // untrusted gateways warned about (forward-auth)
-	methodless gatewayWarnings   // gateways sending no method warned about (forward-auth)
-	xorigin    http.CrossOriginProtection
+	o           Options
+	metrics     http.Handler
+	openMetrics http.Handler      // metrics without Options.KeyMetrics: a scrape without the token
+	token       [sha256.Size]byte // sha256 of Options.Token, when set
+	gateways    gatewayWarnings   // untrusted gateways warned about (forward-auth)
+	methodless  gatewayWarnings   // gateways sending no method warned about (forward-auth)
+	xorigin     http.CrossOriginProtection
 }
 
 // New returns the decision API handler for o.
@@ -146,7 +155,12 @@ func New(o Options) (*Handler, error) {
 		h.token = sha256.Sum256(o.Token)
 	}
 	if o.Gatherer != nil {
-		h.metrics = promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}})
+		opts := promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
+		h.metrics = promhttp.HandlerFor(o.Gatherer, opts)
+		h.openMetrics = h.metrics
+		if len(o.Token) > 0 && len(o.KeyMetrics) > 0 {
+			h.openMetrics = promhttp.HandlerFor(without{o.Gatherer, o.KeyMetrics}, opts)
+		}
 	}
 	return h, nil
 }
@@ -226,6 +240,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, errMethod("GET, HEAD"))
 			return
 		}
+		if len(h.o.Token) > 0 && !h.authorized(r) {
+			h.openMetrics.ServeHTTP(w, r)
+			return
+		}
 		h.metrics.ServeHTTP(w, r)
 	case "/v1/hotkeys":
 		if h.o.HotKeys == nil {
@@ -257,6 +275,17 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Write([]byte("ready\n"))
+}
+
+// without gathers g but the families named in names.
+type without struct {
+	g     prometheus.Gatherer
+	names []string
+}
+
+func (w without) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.g.Gather()
+	return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return slices.Contains(w.names, mf.GetName()) }), err
 }
 
 type slogPrinter struct{ l *slog.Logger }
