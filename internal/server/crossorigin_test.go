@@ -54,13 +54,10 @@ func TestCrossOriginBrowserRequestsRefused(t *testing.T) {
 			}
 		}
 	}
-	// Nothing was counted; a program's request (no browser headers) and a
-	// same-origin one are served.
+	// Nothing was counted; a program's request (no browser headers) is
+	// served. (A same-origin one is refused: TestRebindingRefused.)
 	if code, body := post("/v1/check", `{"rule":"api","key":"victim"}`, nil); code != 200 || !strings.Contains(body, `"remaining":2`) {
 		t.Errorf("POST /v1/check from a program after the refusals: %d %q, want 200 with 2 of 3 left", code, body)
-	}
-	if code, body := post("/v1/check", `{"rule":"api","key":"victim"}`, map[string]string{"Sec-Fetch-Site": "same-origin"}); code != 200 {
-		t.Errorf("POST /v1/check same-origin: %d %q, want 200", code, body)
 	}
 	// Forward auth: the client's own browser headers, passed on.
 	resp, body := forwardAuth(t, f, map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "203.0.113.5",
@@ -89,5 +86,55 @@ func TestCrossOriginJSONRefused(t *testing.T) {
 	}
 	if e.remaining(t, "web", "user", "v") != 2 {
 		t.Errorf("the refused /json request was counted")
+	}
+}
+
+// TestRebindingRefused: a page whose host name its site rebinds to the
+// API's address (DNS rebinding: evil.example resolves to 127.0.0.1 once
+// the page is loaded) is same-origin with the API for the browser: Host
+// and Origin both name evil.example, Sec-Fetch-Site is same-origin. The
+// page could then spend any key and read the answers (/v1/rules,
+// /v1/hotkeys), which a cross-site page cannot. The decision API serves no
+// pages, so no page's request is its own: every request a browser marks
+// as a page's is refused, GETs included; a URL typed in the address bar
+// (Sec-Fetch-Site: none) and a program's request are served.
+func TestRebindingRefused(t *testing.T) {
+	f := start(t, memstore.New(memstore.Options{}), "", nil)
+	host := "evil.example:" + f.srv.URL[strings.LastIndexByte(f.srv.URL, ':')+1:]
+	send := func(method, path, body string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	page := map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host}
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/report", `{"rule":"api","key":"victim","cost":3}`},
+		{"POST", "/v1/check", `{"rule":"api","key":"victim"}`},
+		{"GET", "/v1/rules", ""},
+	} {
+		for _, hdr := range []map[string]string{page, {"Origin": "http://" + host}, {"Sec-Fetch-Site": "same-origin"}} {
+			if code, body := send(c.method, c.path, c.body, hdr); code != 403 || !strings.Contains(body, "cross-origin") {
+				t.Errorf("%s %s from a page of the API's own host name %s (%v): %d %q, want 403", c.method, c.path, host, hdr, code, body)
+			}
+		}
+	}
+	if code, body := send("GET", "/v1/rules", "", map[string]string{"Sec-Fetch-Site": "none"}); code != 200 {
+		t.Errorf("GET /v1/rules typed in the address bar (Sec-Fetch-Site: none): %d %q, want 200", code, body)
+	}
+	if code, body := send("POST", "/v1/check", `{"rule":"api","key":"victim"}`, nil); code != 200 || !strings.Contains(body, `"remaining":2`) {
+		t.Errorf("POST /v1/check from a program after the refusals: %d %q, want 200 with 2 of 3 left (nothing counted)", code, body)
 	}
 }

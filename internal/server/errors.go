@@ -23,7 +23,7 @@ var (
 	errUnavailable  = &apiError{status: http.StatusServiceUnavailable, msg: "store_unavailable"}
 	errUnauthorized = &apiError{status: http.StatusUnauthorized, msg: "unauthorized: this endpoint needs Authorization: Bearer <the token of api.token_file>"}
 	errBodyTimeout  = &apiError{status: http.StatusRequestTimeout, msg: "request body stalled: no data within body_read_timeout"}
-	errCrossOrigin  = &apiError{status: http.StatusForbidden, msg: "cross-origin request refused: a browser sent it for a page of another site (Sec-Fetch-Site, Origin); the decision API serves programs, which send neither"}
+	errCrossOrigin  = &apiError{status: http.StatusForbidden, msg: "cross-origin request refused: a browser sent it for a web page (Sec-Fetch-Site, Origin), and the decision API serves none (a page of its own host name is a DNS name rebound to it); programs send neither header"}
 	// errGone answers a request whose client went away before it was
 	// decided (nginx's 499): for the access log, nobody reads it.
 	errGone = &apiError{status: StatusClientClosedRequest, msg: "client_closed_request"}

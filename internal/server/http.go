@@ -12,8 +12,8 @@
 //	GET  /healthcheck       200 "OK" while the process serves (with Options.Envoy), the reference service's health path
 //
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 403 for a
-// browser's cross-origin request (Sec-Fetch-Site, Origin) to /v1/* but
-// forward-auth, and /json, 404 for an unknown path, 405 for a wrong
+// browser's request for a web page (Sec-Fetch-Site, Origin), of any site,
+// to /v1/* but forward-auth, and /json, 404 for an unknown path, 405 for a wrong
 // method, 413 for a body over the limit and 503 when the store cannot
 // decide under on_error deny.
 package server
@@ -172,11 +172,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, errUnauthorized)
 		return
 	}
-	if (strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/forward-auth" || r.URL.Path == "/json") && h.xorigin.Check(r) != nil {
-		// A browser sent it for a page of another site (a text/plain
-		// POST needs no CORS preflight): refused before it spends
-		// anything. Forward auth is exempt: its Origin and
-		// Sec-Fetch-Site are the client's, passed on by the gateway.
+	if (strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/forward-auth" || r.URL.Path == "/json") && fromPage(r) {
+		// A browser sent it for a web page (a text/plain POST needs no
+		// CORS preflight): refused before it spends anything. Forward
+		// auth is exempt: its Origin and Sec-Fetch-Site are the
+		// client's, passed on by the gateway.
 		h.fail(w, errCrossOrigin)
 		return
 	}
@@ -257,6 +257,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.fail(w, errNotFound)
+	}
+}
+
+// fromPage reports whether a browser sent r for a web page (a fetch, a
+// form, an image): Sec-Fetch-Site other than "none" (a URL typed in the
+// address bar), or without it (an older browser) an Origin. Same-origin
+// pages too: the decision API serves none, so a page of its host name is
+// one whose site rebound that name to the API's address (DNS rebinding),
+// and it could read the answers. Programs send neither header.
+func fromPage(r *http.Request) bool {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "":
+		return r.Header.Get("Origin") != ""
+	default:
+		return site != "none"
 	}
 }
 
