@@ -96,8 +96,9 @@ func TestCrossOriginJSONRefused(t *testing.T) {
 // page could then spend any key and read the answers (/v1/rules,
 // /v1/hotkeys), which a cross-site page cannot. The decision API serves no
 // pages, so no page's request is its own: every request a browser marks
-// as a page's is refused, GETs included; a URL typed in the address bar
-// (Sec-Fetch-Site: none) and a program's request are served.
+// as a page's is refused, GETs included, and on /metrics too (the hot
+// keys are clients' keys); a URL typed in the address bar (Sec-Fetch-Site:
+// none) and a program's request (a scraper's) are served.
 func TestRebindingRefused(t *testing.T) {
 	f := start(t, memstore.New(memstore.Options{}), "", nil)
 	host := "evil.example:" + f.srv.URL[strings.LastIndexByte(f.srv.URL, ':')+1:]
@@ -124,6 +125,7 @@ func TestRebindingRefused(t *testing.T) {
 		{"POST", "/v1/report", `{"rule":"api","key":"victim","cost":3}`},
 		{"POST", "/v1/check", `{"rule":"api","key":"victim"}`},
 		{"GET", "/v1/rules", ""},
+		{"GET", "/metrics", ""}, // the hot keys: clients' keys
 	} {
 		for _, hdr := range []map[string]string{page, {"Origin": "http://" + host}, {"Sec-Fetch-Site": "same-origin"}} {
 			if code, body := send(c.method, c.path, c.body, hdr); code != 403 || !strings.Contains(body, "cross-origin") {
@@ -131,8 +133,10 @@ func TestRebindingRefused(t *testing.T) {
 			}
 		}
 	}
-	if code, body := send("GET", "/v1/rules", "", map[string]string{"Sec-Fetch-Site": "none"}); code != 200 {
-		t.Errorf("GET /v1/rules typed in the address bar (Sec-Fetch-Site: none): %d %q, want 200", code, body)
+	for _, path := range []string{"/v1/rules", "/metrics"} {
+		if code, body := send("GET", path, "", map[string]string{"Sec-Fetch-Site": "none"}); code != 200 {
+			t.Errorf("GET %s typed in the address bar (Sec-Fetch-Site: none): %d %q, want 200", path, code, body)
+		}
 	}
 	if code, body := send("POST", "/v1/check", `{"rule":"api","key":"victim"}`, nil); code != 200 || !strings.Contains(body, `"remaining":2`) {
 		t.Errorf("POST /v1/check from a program after the refusals: %d %q, want 200 with 2 of 3 left (nothing counted)", code, body)

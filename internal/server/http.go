@@ -13,7 +13,7 @@
 //
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 403 for a
 // browser's request for a web page (Sec-Fetch-Site, Origin), of any site,
-// to /v1/* but forward-auth, and /json, 404 for an unknown path, 405 for a wrong
+// to /v1/* but forward-auth, /json and /metrics, 404 for an unknown path, 405 for a wrong
 // method, 413 for a body over the limit and 503 when the store cannot
 // decide under on_error deny.
 package server
@@ -172,11 +172,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, errUnauthorized)
 		return
 	}
-	if (strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/forward-auth" || r.URL.Path == "/json") && fromPage(r) {
+	if (strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/forward-auth" || r.URL.Path == "/json" || r.URL.Path == "/metrics") && fromPage(r) {
 		// A browser sent it for a web page (a text/plain POST needs no
-		// CORS preflight): refused before it spends anything. Forward
-		// auth is exempt: its Origin and Sec-Fetch-Site are the
-		// client's, passed on by the gateway.
+		// CORS preflight): refused before it spends anything, or shows
+		// the rules or clients' keys (the hot keys of /metrics) to a
+		// page that can read it. Forward auth is exempt: its Origin and
+		// Sec-Fetch-Site are the client's, passed on by the gateway.
 		h.fail(w, errCrossOrigin)
 		return
 	}
