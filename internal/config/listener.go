@@ -75,7 +75,8 @@ type TLSConfig struct {
 	Key      string `yaml:"key"`       // PEM private key
 	ClientCA string `yaml:"client_ca"` // PEM CA bundle; set: clients must present a certificate it signed
 	// ClientSANs, if set, are the DNS, URI, email or IP SANs of which a
-	// client certificate must carry one. Needs ClientCA.
+	// client certificate must carry one, each among the SANs of its kind
+	// (tlsconf.Allowed). Needs ClientCA.
 	ClientSANs []string `yaml:"client_sans"`
 }
 

@@ -11,7 +11,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -25,9 +27,9 @@ type Options struct {
 	// certificate it signed (mutual TLS).
 	ClientCA string
 	// ClientSANs, if set, are the names of which a client certificate must
-	// carry one, among its DNS names (in any case), URIs (exactly), email
-	// addresses (the domain in any case, the local part exactly) and IP
-	// addresses (in any spelling): "10.0.0.7",
+	// carry one, each among the SANs of its kind: DNS names (in any case),
+	// URIs (exactly), email addresses (the domain in any case, the local
+	// part exactly) and IP addresses (in any spelling): "10.0.0.7",
 	// "spiffe://mesh/ns/envoy". See Allowed.
 	ClientSANs []string
 	// Now is the clock a certificate's validity is judged by; nil means
@@ -182,29 +184,39 @@ func loadPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Allowed reports whether cert carries one of names among its DNS names
-// (compared without regard to case, as DNS names are), URIs (exactly),
-// email addresses (the domain without regard to case, the local part
-// exactly: RFC 5321 lets a mail host tell Ops@ from ops@, RFC 5280 section
-// 7.5 compares rfc822Names so), and IP addresses (as addresses:
-// "2001:DB8::1" matches 2001:db8::1, "::ffff:10.0.0.7" matches 10.0.0.7).
+// Allowed reports whether cert carries one of names. A name is of one
+// kind, by its form, and matches the SANs of that kind only: an IP address
+// the IP addresses (as addresses: "2001:DB8::1" matches 2001:db8::1,
+// "::ffff:10.0.0.7" matches 10.0.0.7); a name with a colon (a scheme) the
+// URIs, exactly; a name with an @ the email addresses (the domain without
+// regard to case, the local part exactly: RFC 5321 lets a mail host tell
+// Ops@ from ops@, RFC 5280 section 7.5 compares rfc822Names so); any other
+// the DNS names, without regard to case, as DNS names are. So a DNS SAN
+// that reads "10.0.0.7", or a URI SAN "gw.example" without a scheme (which
+// a CA that vets one kind of name may let a client choose) is not the IP
+// address or DNS name allowed.
 func Allowed(cert *x509.Certificate, names []string) bool {
 	for _, n := range names {
-		if slices.ContainsFunc(cert.DNSNames, func(d string) bool { return strings.EqualFold(d, n) }) ||
-			slices.ContainsFunc(cert.EmailAddresses, func(e string) bool { return sameEmail(e, n) }) {
-			return true
-		}
-		for _, u := range cert.URIs {
-			if u.String() == n {
+		if a, err := netip.ParseAddr(n); err == nil {
+			if a.Zone() == "" && slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool {
+				b, ok := netip.AddrFromSlice(ip)
+				return ok && b.Unmap() == a.Unmap()
+			}) {
 				return true
 			}
+			continue
 		}
-		if a, err := netip.ParseAddr(n); err == nil && a.Zone() == "" {
-			for _, ip := range cert.IPAddresses {
-				if b, ok := netip.AddrFromSlice(ip); ok && b.Unmap() == a.Unmap() {
-					return true
-				}
-			}
+		var ok bool
+		switch {
+		case strings.Contains(n, ":"):
+			ok = slices.ContainsFunc(cert.URIs, func(u *url.URL) bool { return u.String() == n })
+		case strings.Contains(n, "@"):
+			ok = slices.ContainsFunc(cert.EmailAddresses, func(e string) bool { return sameEmail(e, n) })
+		default:
+			ok = slices.ContainsFunc(cert.DNSNames, func(d string) bool { return strings.EqualFold(d, n) })
+		}
+		if ok {
+			return true
 		}
 	}
 	return false

@@ -187,6 +187,28 @@ func TestAllowedNames(t *testing.T) {
 	}
 }
 
+// TestAllowedNamesKindByKind: a name of client_sans is of one kind, by its
+// form (an IP address, a URI with its scheme, an email address, else a DNS
+// name), and matches SANs of that kind only: a DNS SAN that reads
+// "10.0.0.7" or "ops@example.com", or a URI SAN "gw.example" (no scheme),
+// which a CA checking one kind of name may let a client choose, is not
+// the IP address, mailbox or DNS name allowed. (A DNS SAN
+// "Ops@example.com" matched "ops@example.com" in any case, as DNS names
+// do, past the exact local part.)
+func TestAllowedNamesKindByKind(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	cert := ca.ClientWith(t, "c", func(c *x509.Certificate) {
+		c.DNSNames = []string{"10.0.0.7", "Ops@example.com", "spiffe://mesh/ns/a"}
+		c.URIs = []*url.URL{{Path: "gw.example"}, {Path: "ops@example.org"}}
+		c.EmailAddresses = []string{"gw@example.net"}
+	}).TLS.Leaf
+	for _, name := range []string{"10.0.0.7", "ops@example.com", "spiffe://mesh/ns/a", "gw.example", "ops@example.org"} {
+		if tlsconf.Allowed(cert, []string{name}) {
+			t.Errorf("Allowed(cert with DNS SANs 10.0.0.7, Ops@example.com, spiffe://mesh/ns/a, URI SANs gw.example, ops@example.org, %q) = true, want false: no SAN of its kind", name)
+		}
+	}
+}
+
 // TestClientCertRefused: a client certificate that expired, or is not yet
 // valid, or is a server certificate, is refused even with an allowed name.
 func TestClientCertRefused(t *testing.T) {
