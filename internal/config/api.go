@@ -23,7 +23,8 @@ type APIConfig struct {
 const MaxTokenBytes = 64 << 10
 
 // ReadToken reads a token file: its content without surrounding white
-// space, which must not be empty. It reads at most MaxTokenBytes (and one
+// space, which must not be empty nor hold a control character (a line
+// break: no header could carry it), but a tab. It reads at most MaxTokenBytes (and one
 // more byte, to tell): a larger file is an error.
 func ReadToken(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -41,6 +42,10 @@ func ReadToken(path string) ([]byte, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return nil, errEmptyToken
+	}
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+		// No header can carry it: every client would get 401.
+		return nil, fmt.Errorf("the token holds a control character (%q at byte %d: a second line?), which no Authorization header can carry: put the token alone in the file", b[i], i)
 	}
 	return b, nil
 }
