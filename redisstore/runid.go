@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 )
 
@@ -19,17 +20,30 @@ import (
 // call in between, a restart is invisible otherwise: the connection is
 // redialled at the next call, which then succeeds.
 //
-// It fails, wrapping sluice.ErrStoreUnavailable, when a server does not
-// answer within the timeout.
+// On a single node it asks through each of the Store's connections, so
+// that one the server closed while idle is met (and redialled) here rather
+// than by the next decision, which would fail once. It fails, wrapping
+// sluice.ErrStoreUnavailable, when a server does not answer within the
+// timeout.
 func (s *Store) RunIDs(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if !s.opts.Cluster {
-		info, err := s.c.Do(ctx, s.c.B().Info().Section("server").Build()).ToString()
-		if err != nil {
-			return "", fmt.Errorf("redisstore: run_id: %w: %w", sluice.ErrStoreUnavailable, err)
+		// Through each client: a connection the server closed while no
+		// call was in flight (a restart) fails its next call once (EOF);
+		// met here, it is redialled before a decision meets it.
+		var id string
+		for _, c := range []rueidis.Client{s.c, s.solo} {
+			if c == nil {
+				continue
+			}
+			info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+			if err != nil {
+				return "", fmt.Errorf("redisstore: run_id: %w: %w", sluice.ErrStoreUnavailable, err)
+			}
+			id = runID(info)
 		}
-		return runID(info), nil
+		return id, nil
 	}
 	nodes := s.c.Nodes()
 	addrs := make([]string, 0, len(nodes))

@@ -99,3 +99,33 @@ rules:
 		})
 	}
 }
+
+// TestIdleRestartNoError: Redis restarts while the daemon is idle. The
+// connections the daemon held are dead; once the daemon has seen the
+// restart (its Redis watch, within a second), the next decision must not
+// fail on one of them (with on_error: deny, a 503 for nothing).
+func TestIdleRestartNoError(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDaemon(t, fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+  on_error: deny
+rules:
+  - name: r
+    rate: 100/h
+    algorithm: fixed_window
+`, rs.Addr))
+	if n := allowedOf(t, td.api, "r", "k", 2); n != 2 {
+		t.Fatalf("Redis up: %d of 2 allowed", n)
+	}
+	rs.Stop()
+	rs.Restart()
+	waitFor(t, "the daemon to see the restart", func() bool { return strings.Contains(td.logs.String(), "run_id changed") })
+	for i := range 3 {
+		if a, status := check(t, td.api, "r", "k", 1); status != http.StatusOK || !a.Allowed {
+			t.Fatalf("check %d after the restart: %d %+v, want 200 and allowed", i, status, a)
+		}
+	}
+}
