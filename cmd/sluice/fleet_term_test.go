@@ -96,3 +96,45 @@ rules:
 		})
 	}
 }
+
+// TestFleetSIGTERMUnitsAfterRefusal: the units a stopping instance gives
+// back reach the instances that ask Redis; one that Redis had nothing
+// left for refuses on its own (its lease, then its over-limit cache)
+// until a unit frees up there, the window's end, and does not see them.
+// The fleet then admits less than the limit, by at most the units given
+// back, never more (the README says so).
+func TestFleetSIGTERMUnitsAfterRefusal(t *testing.T) {
+	rs := redistest.StartServer(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+log_level: warn
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - name: hard
+    rate: 10/h
+    algorithm: fixed_window
+    lease: 5
+`, rs.Addr)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startSluiceProc(t, path), startSluiceProc(t, path)
+	// a: 1 decided in Redis, 5 reserved, 1 of them spent: 6 counted, 4 held.
+	// b: 1 decided in Redis, then the 3 left reserved and spent: 10
+	// counted; then refused on b.
+	admitted := drive(t, []string{a.api}, "hard", "k", 2, 1) + drive(t, []string{b.api}, "hard", "k", 6, 1)
+	if admitted != 6 {
+		t.Fatalf("before a's SIGTERM: %d admitted, want 6", admitted)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+	after := drive(t, []string{b.api}, "hard", "k", 6, 1)
+	if admitted+after > 10 || admitted+after < 10-4 {
+		t.Fatalf("the fleet admitted %d in the window, want between 6 (the limit less a's 4 units given back) and the limit 10", admitted+after)
+	}
+	t.Logf("b admitted %d of a's 4 units given back (it refuses on its own until the window ends)", after)
+}
