@@ -65,7 +65,7 @@ func TestSyncOneRoundTrip(t *testing.T) {
 
 // TestSyncClusterNodeDown: with one master of a Cluster stopped, a batch
 // still runs the ops of the keys on the other masters, and fails only
-// those of the stopped one (a give-back likewise).
+// those of the stopped one; a give-back of lease units likewise.
 func TestSyncClusterNodeDown(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
@@ -76,6 +76,16 @@ func TestSyncClusterNodeDown(t *testing.T) {
 	}
 	if err := s.Sync(ctx, ops); err != nil {
 		t.Fatal(err)
+	}
+	// A lease of 3 units on each key, to give back with the master down.
+	backs := make([]redisstore.ReturnOp, len(ops))
+	for i, op := range ops {
+		r := sluice.Request{Key: op.Key, Algorithm: op.Algorithm, Limit: op.Limit, Cost: 3, Now: sluicetest.T0}
+		g, err := s.Lease(ctx, r, redisstore.ReturnOp{})
+		if err != nil || g.Units != 3 {
+			t.Fatalf("Lease(%s) = %+v, %v; want 3 units", op.Key, g, err)
+		}
+		backs[i] = redisstore.ReturnOp{Key: op.Key, Algorithm: op.Algorithm, Limit: op.Limit, Units: 3, Window: g.State.T, Now: sluicetest.T0}
 	}
 	down := cl.Nodes[1]
 	onDown := make([]bool, len(ops))
@@ -98,8 +108,32 @@ func TestSyncClusterNodeDown(t *testing.T) {
 		if onDown[i] != (op.Err != nil) {
 			t.Errorf("key %d (on the stopped master: %v): Err = %v", i, onDown[i], op.Err)
 		}
-		if !onDown[i] && op.State.N != 2 {
-			t.Errorf("key %d on a live master: count %d after the second batch, want 2", i, op.State.N)
+		if !onDown[i] && op.State.N != 5 {
+			t.Errorf("key %d on a live master: count %d after the second batch, want 5 (2 hits, 3 units leased)", i, op.State.N)
 		}
 	}
+	err := s.Return(ctx, backs)
+	for i, op := range ops {
+		if named := err != nil && strings.Contains(err.Error(), fmt.Sprintf("%q", s.Key(op.Key))); named != onDown[i] {
+			t.Errorf("key %d (on the stopped master: %v): Return's error names it: %v (%v)", i, onDown[i], named, err)
+		}
+		if onDown[i] {
+			continue
+		}
+		if got, err := redistest.Do(nodeOf(t, cl, s, op.Key), "GET", s.Key(op.Key)); err != nil || !strings.HasSuffix(got, " 2 0") {
+			t.Errorf("key %d on a live master after the give-back: %q, %v; want a count of 2", i, got, err)
+		}
+	}
+}
+
+// nodeOf is the address of the master that holds key.
+func nodeOf(t *testing.T, cl *redistest.Cluster, s *redisstore.Store, key string) string {
+	t.Helper()
+	for _, a := range cl.Addrs {
+		if got, err := redistest.Do(a, "EXISTS", s.Key(key)); err == nil && got == "1" {
+			return a
+		}
+	}
+	t.Fatalf("%s on no live master", key)
+	return ""
 }
