@@ -278,14 +278,48 @@ func restartOnly(old, new *config.Config) []string {
 			keys = append(keys, "grpc.max_connections")
 		}
 	}
-	if !reflect.DeepEqual(old.Store, new.Store) {
-		keys = append(keys, "store")
-	}
-	if old.Defer != new.Defer { // the queue's workers start with the daemon
-		keys = append(keys, "defer")
-	}
+	keys = append(keys, changedKeys("store", old.Store, new.Store)...)
+	// The queue's workers start with the daemon.
+	keys = append(keys, changedKeys("defer", old.Defer, new.Defer)...)
 	if old.LogLevel != new.LogLevel {
 		keys = append(keys, "log_level")
+	}
+	return keys
+}
+
+// changedKeys returns the dotted names (block.key.key, by their YAML
+// names) of the settings that differ between a and b, two values of one
+// config struct, so that a refusal names the keys that changed rather than
+// the block; the block's own name if they differ otherwise.
+func changedKeys(block string, a, b any) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	keys := diffKeys(block, va, vb, nil)
+	if len(keys) == 0 && !reflect.DeepEqual(a, b) {
+		keys = append(keys, block) // in a field without a YAML name
+	}
+	return keys
+}
+
+// diffKeys appends to keys the name of each field of a and b, values of
+// one type, that differs, going down into structs.
+func diffKeys(name string, a, b reflect.Value, keys []string) []string {
+	if a.Kind() != reflect.Struct {
+		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+			keys = append(keys, name)
+		}
+		return keys
+	}
+	t := a.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case !f.IsExported() || tag == "-":
+		case tag == "" && strings.Contains(opts, "inline"):
+			keys = diffKeys(name, a.Field(i), b.Field(i), keys)
+		case tag != "":
+			keys = diffKeys(name+"."+tag, a.Field(i), b.Field(i), keys)
+		}
 	}
 	return keys
 }

@@ -231,7 +231,7 @@ func TestReloadKeepsOverrides(t *testing.T) {
 }
 
 // TestRestartOnlyDefer: the defer queue's settings are read once, when its
-// workers start, so a reload that changes them is refused by name.
+// workers start, so a reload that changes them is refused, naming them.
 func TestRestartOnlyDefer(t *testing.T) {
 	parse := func(extra string) *config.Config {
 		t.Helper()
@@ -245,8 +245,8 @@ func TestRestartOnlyDefer(t *testing.T) {
 	if got := restartOnly(old, parse("defer: {claim_idle: 30s}\n")); len(got) != 0 {
 		t.Errorf("defer.claim_idle written as its default: restartOnly = %v, want none", got)
 	}
-	if got := restartOnly(old, parse("defer: {max_attempts: 9}\n")); len(got) != 1 || got[0] != "defer" {
-		t.Errorf("defer.max_attempts changed: restartOnly = %v, want [defer]", got)
+	if got := restartOnly(old, parse("defer: {max_attempts: 9}\n")); len(got) != 1 || got[0] != "defer.max_attempts" {
+		t.Errorf("defer.max_attempts changed: restartOnly = %v, want [defer.max_attempts]", got)
 	}
 }
 
