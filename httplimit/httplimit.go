@@ -101,7 +101,10 @@ type Options struct {
 	// Cost returns what a request costs (nil: 1), under every rule. A
 	// negative cost is a programming error: the request gets 500 and
 	// {"error":"invalid_cost"}, is logged, and counts nowhere; it never
-	// passes as if the store had failed.
+	// passes as if the store had failed. So does a Limiter clock
+	// (sluice.WithClock) reading a time outside sluice.MinTime …
+	// sluice.MaxTime, such as a test clock never set: 500 and
+	// {"error":"invalid_time"}.
 	Cost func(r *http.Request) int64
 	// OnError chooses between FailOpen (the zero value) and FailClosed.
 	OnError ErrorPolicy
@@ -144,7 +147,8 @@ type rule struct {
 // several did), else the one with the lowest Remaining, ties going to the
 // longest ResetAfter: the same choice the sluice daemon makes.
 //
-// It panics if no rule has a Limiter, or if the rules' Limiters do not
+// It panics if no rule has a Limiter, if a rule's Limiter was not built by
+// sluice.NewLimiter (the zero Limiter), or if the rules' Limiters do not
 // share one Store.
 func Middleware(opts Options) func(http.Handler) http.Handler {
 	var rs []rule
@@ -159,6 +163,11 @@ func Middleware(opts Options) func(http.Handler) http.Handler {
 	}
 	if len(rs) == 0 {
 		panic("httplimit: Middleware: nil Options.Limiter and no Rules")
+	}
+	for _, r := range rs {
+		if r.Limiter.Store() == nil {
+			panic("httplimit: Middleware: rule " + r.Name + "'s Limiter was not built by sluice.NewLimiter")
+		}
 	}
 	store := rs[0].Limiter.Store()
 	for _, r := range rs[1:] {
@@ -288,7 +297,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	}
 	if err != nil {
-		if errors.Is(err, sluice.ErrInvalidCost) || errors.Is(err, sluice.ErrInvalidLimit) {
+		if invalid(err) {
 			m.logf(slog.LevelError, "httplimit: invalid request to the limiter: the request was refused", err)
 			writeInvalid(w, err)
 			return
@@ -390,13 +399,24 @@ func (m *middleware) logf(level slog.Level, msg string, err error) {
 	m.log.Log(context.Background(), level, msg, "err", err, "suppressed", m.dropped.Swap(0))
 }
 
+// invalid reports whether err is the limiter's refusal of an invalid
+// request (a negative cost, an invalid per-request limit, a clock outside
+// sluice.MinTime … sluice.MaxTime) rather than a store that could not
+// decide.
+func invalid(err error) bool {
+	return errors.Is(err, sluice.ErrInvalidCost) || errors.Is(err, sluice.ErrInvalidLimit) || errors.Is(err, sluice.ErrInvalidTime)
+}
+
 // writeInvalid answers 500 for a request the limiter refused as invalid
-// (a negative cost, an invalid per-request limit): a bug in the caller,
-// which must not pass as a store outage.
+// (see invalid): a bug in the caller, which must not pass as a store
+// outage.
 func writeInvalid(w http.ResponseWriter, err error) {
 	body := `{"error":"invalid_limit"}` + "\n"
-	if errors.Is(err, sluice.ErrInvalidCost) {
+	switch {
+	case errors.Is(err, sluice.ErrInvalidCost):
 		body = `{"error":"invalid_cost"}` + "\n"
+	case errors.Is(err, sluice.ErrInvalidTime):
+		body = `{"error":"invalid_time"}` + "\n"
 	}
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}

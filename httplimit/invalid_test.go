@@ -1,0 +1,82 @@
+package httplimit_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// TestMiddlewareInvalidTime: a Limiter whose clock reads a time no store
+// accepts (the zero time of a test clock never set, a time before 1970)
+// is a bug in the caller, answered 500 under either policy like an
+// invalid cost: never let through as a store outage, never counted.
+func TestMiddlewareInvalidTime(t *testing.T) {
+	for _, bad := range []time.Time{{}, time.Unix(-1, 0)} {
+		lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1),
+			sluice.WithClock(func() time.Time { return bad }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, policy := range []httplimit.ErrorPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+			var storeErrs atomic.Int64
+			var logs logBuffer
+			srv, hits := server(t, httplimit.Options{Limiter: lim, OnError: policy,
+				Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+				OnStoreError: func(*http.Request, error) { storeErrs.Add(1) }})
+			for range 3 {
+				resp, err := http.Get(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 500 || !strings.Contains(string(body), "invalid_time") {
+					t.Errorf("clock %v, policy %d: status %d body %q, want 500 invalid_time", bad, policy, resp.StatusCode, body)
+				}
+			}
+			if hits.Load() != 0 || storeErrs.Load() != 0 {
+				t.Errorf("clock %v, policy %d: %d requests passed, %d store errors reported; want 0, 0", bad, policy, hits.Load(), storeErrs.Load())
+			}
+			if !strings.Contains(logs.String(), "time out of range") {
+				t.Errorf("clock %v, policy %d: not logged: %q", bad, policy, logs.String())
+			}
+		}
+	}
+}
+
+// TestMiddlewareZeroLimiter: a Limiter not built by NewLimiter can decide
+// nothing; Middleware refuses it at once, as it refuses a nil one, rather
+// than letting every request through as if its store had failed.
+func TestMiddlewareZeroLimiter(t *testing.T) {
+	good, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string]httplimit.Options{
+		"Limiter": {Limiter: new(sluice.Limiter)},
+		"Rules":   {Limiter: good, Rules: []httplimit.Rule{{Name: "b", Limiter: new(sluice.Limiter)}}},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Errorf("Middleware with a zero Limiter in %s did not panic", name)
+				} else if !strings.Contains(r.(string), "NewLimiter") {
+					t.Errorf("Middleware with a zero Limiter in %s panicked with %q, want it to name NewLimiter", name, r)
+				}
+			}()
+			httplimit.Middleware(opts)
+		}()
+	}
+	if d, _ := good.Allow(context.Background(), "k"); !d.Allowed {
+		t.Error("good limiter refused its first request")
+	}
+}
