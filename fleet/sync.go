@@ -189,12 +189,19 @@ func (s *Sync) Stats() SyncStats {
 	}
 }
 
-// check validates what the local path needs.
+// check validates what the local path needs: its decisions read r.Now
+// even over a store that reads its own clock, so a Now outside
+// sluice.MinTime … sluice.MaxTime (the zero time of a Request built
+// without it) is refused as the store would refuse it.
 func check(r *sluice.Request) (sluice.Ticks, error) {
 	if r.Cost < 0 {
 		return sluice.Ticks{}, fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, r.Cost)
 	}
-	return r.Limit.Ticks()
+	t, err := r.Limit.Ticks()
+	if err != nil {
+		return t, err
+	}
+	return t, sluice.CheckTime(r.Now)
 }
 
 // Take decides r locally (see Sync) or, if Sync does not handle it, in the

@@ -152,18 +152,3 @@ func testTakeAll(t *testing.T, s sluice.Store) {
 		}
 	}
 }
-
-// testErrors: invalid limits and costs are errors, not decisions.
-func testErrors(t *testing.T, s sluice.Store) {
-	ctx := context.Background()
-	key := uniq(t, "err")
-	if _, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.Limit{Rate: 0, Period: time.Second}, Cost: 1, Now: T0}); err == nil {
-		t.Error("Take with rate 0: got no error")
-	}
-	if _, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerSecond(1), Cost: -1, Now: T0}); err == nil {
-		t.Error("Take with cost -1: got no error")
-	}
-	if _, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: 0, Limit: sluice.PerSecond(1), Cost: 1, Now: T0}); err == nil {
-		t.Error("Take with algorithm 0: got no error")
-	}
-}
