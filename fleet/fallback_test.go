@@ -12,7 +12,9 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestLocalLimit(t *testing.T) {
@@ -274,4 +276,30 @@ func TestFallbackKeepsOtherErrors(t *testing.T) {
 	if f.Mode() != fleet.ModeStore || f.Switches() != 0 {
 		t.Fatalf("mode %v after %d switches, want store and none", f.Mode(), f.Switches())
 	}
+}
+
+// TestFallbackConformance runs the whole suite through a Fallback: over a
+// healthy store it decides as the store does; in local mode (a store that
+// never answers a probe) with one expected instance, as memory does, the
+// limits whole.
+func TestFallbackConformance(t *testing.T) {
+	t.Run("Store", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		f := fleet.NewFallback(fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}), fleet.FallbackOptions{})
+		t.Cleanup(f.Close)
+		sluicetest.Run(t, func(*testing.T) sluice.Store { return f })
+		if f.Mode() != fleet.ModeStore || f.Switches() != 0 {
+			t.Errorf("mode %v after %d switches, want store and none", f.Mode(), f.Switches())
+		}
+	})
+	t.Run("Local", func(t *testing.T) {
+		down := errors.New("down")
+		f := fleet.NewFallback(memstore.New(memstore.Options{}), fleet.FallbackOptions{StartLocal: true,
+			Probe: func(context.Context) error { return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, down) }})
+		t.Cleanup(f.Close)
+		sluicetest.Run(t, func(*testing.T) sluice.Store { return f })
+		if f.Mode() != fleet.ModeLocal {
+			t.Errorf("mode %v, want local", f.Mode())
+		}
+	})
 }
