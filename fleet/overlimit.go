@@ -61,7 +61,8 @@ type OverLimitOptions struct {
 // caller, so the bound still holds whatever the skew between the clocks;
 // the cache then ends each refusal up to one tick early for limits that
 // count in ticks coarser than a microsecond. A Request with a zero Now is
-// never answered from the cache.
+// never answered from the cache, nor is one outside sluice.MinTime …
+// sluice.MaxTime (the store refuses it).
 //
 // Two events can make the store admit earlier than it said, and the cache
 // guards against both as far as it can see them: the store losing its data
@@ -192,7 +193,9 @@ func (c *OverLimitCache) shard(k *olKey) *olShard {
 // caller whose clock steps back must not be refused from it once the
 // store's state has moved past its end.
 func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
-	if r.Now.IsZero() || r.Cost < 0 || r.Force {
+	// A Now outside MinTime … MaxTime (the zero time included) is the
+	// store's to refuse (or to ignore, with redisstore.Options.RedisTime).
+	if sluice.CheckTime(r.Now) != nil || r.Cost < 0 || r.Force {
 		return false
 	}
 	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
@@ -250,7 +253,7 @@ func (c *OverLimitCache) epoch() olEpoch { return olEpoch{c.gen.Load(), c.resets
 // remember records the store's refusal d of r, decided at r.Now, asked
 // at at.
 func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision, at olEpoch) {
-	if d.Allowed || d.RetryAfter <= 0 || r.Now.IsZero() || r.Cost < 0 {
+	if d.Allowed || d.RetryAfter <= 0 || sluice.CheckTime(r.Now) != nil || r.Cost < 0 {
 		return
 	}
 	cost := r.Cost
@@ -395,7 +398,7 @@ func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision
 		// Only well-formed requests may be answered without the store,
 		// which would report the others' errors.
 		r := &rs[i]
-		if r.Cost < 0 || !r.Algorithm.Valid() || r.Limit.Validate() != nil {
+		if r.Cost < 0 || !r.Algorithm.Valid() || r.Limit.Validate() != nil || sluice.CheckTime(r.Now) != nil {
 			return false
 		}
 		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit.Rate}
