@@ -8,7 +8,12 @@
 //     it is deleted by the incremental sweep that runs as new keys arrive,
 //     or by Sweep; both shrink the sets a flood of keys grew. Rest
 //     is derived from the algorithm and the limit; it is exact, so
-//     forgetting a key never changes a decision.
+//     forgetting a key never changes the decision of requests that come
+//     in time order. A request dated before the key's last one (a clock
+//     that stepped back) finds a forgotten key new, where the Redis store,
+//     which keeps a key redisstore.Options.ExpiryMargin past its rest,
+//     decides it on the key's state: memory may admit it where Redis
+//     refuses it (a bucket refilled by up to rate × the step back).
 //   - Options.MaxKeys caps the keys held, exactly (each shard holds its
 //     share of the cap, and there are never more shards than MaxKeys/8).
 //     When a shard is full and sweeping
