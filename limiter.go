@@ -346,12 +346,19 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // its decision. For the leaky bucket it also waits out the admitted
 // request's Delay, so callers proceed evenly spaced; for the others it
 // sleeps each RetryAfter and asks again. It returns ctx.Err() if ctx ends
-// first (a leaky bucket slot already taken is not given back), and
-// ErrNeverAllowed if n exceeds what the limit can ever admit.
+// first (a leaky bucket slot already taken is not given back; a ctx ended
+// before the call takes nothing), and ErrNeverAllowed if n exceeds what
+// the limit can ever admit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
+	var d Decision
 	for {
-		d, err := l.AllowN(ctx, key, n)
-		if err != nil {
+		// An ended ctx asks nothing more of the store: what it admitted
+		// would be counted for a wait reported failed.
+		if err := ctx.Err(); err != nil {
+			return d, err
+		}
+		var err error
+		if d, err = l.AllowN(ctx, key, n); err != nil {
 			return d, err
 		}
 		wait := d.Delay

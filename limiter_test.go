@@ -172,3 +172,23 @@ func TestLimiterReport(t *testing.T) {
 		t.Fatalf("Report(-1) = %v, want ErrInvalidCost", err)
 	}
 }
+
+// TestWaitDoneContextCountsNothing: Wait with a context already ended
+// returns its error and takes nothing, as x/time/rate's WaitN: a leaky
+// bucket slot was taken (and never given back) for a wait reported failed,
+// and a token for a call that could not have waited.
+func TestWaitDoneContextCountsNothing(t *testing.T) {
+	for _, alg := range sluice.Algorithms() {
+		lim := newLimiter(t, alg, sluice.PerSecond(2))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		for i := range 3 {
+			if _, err := lim.Wait(ctx, "k"); !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: Wait #%d with a cancelled context = %v, want context.Canceled", alg, i, err)
+			}
+		}
+		if d, err := lim.Allow(context.Background(), "k"); err != nil || !d.Allowed || d.Delay != 0 || alg != sluice.LeakyBucket && d.Remaining != 1 {
+			t.Errorf("%s: Allow after the cancelled Waits = %+v, %v; want the first request's decision (allowed, no delay, Remaining 1)", alg, d, err)
+		}
+	}
+}
