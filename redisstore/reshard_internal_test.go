@@ -20,8 +20,9 @@ import (
 // shard keys than on the newer one, and a key taken alternately from the
 // two was admitted 40 times under a limit of 30.
 func TestShardsAgreeAfterResharding(t *testing.T) {
-	defer func(d time.Duration) { slotRefresh = d }(slotRefresh)
+	was := slotRefresh
 	slotRefresh = 100 * time.Millisecond
+	t.Cleanup(func() { slotRefresh = was }) // after the stores' Close (cleanups run last first)
 	c := redistest.StartCluster(t)
 	open := func() *Store {
 		s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})

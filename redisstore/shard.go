@@ -334,8 +334,9 @@ var slotRefresh = 10 * time.Second
 func (s *Store) watchSlots() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopSlots = cancel
+	every := slotRefresh // read here: a test sets it around New
 	go func() {
-		t := time.NewTicker(slotRefresh)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
