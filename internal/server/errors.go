@@ -45,11 +45,28 @@ func quoteCut(s string) string {
 	if len(s) <= maxEcho {
 		return strconv.Quote(s)
 	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	return strconv.Quote(s[:runeCut(s, maxEcho)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// maxDecoderMsg bounds a decoder's error message given back (it quotes
+// the input it stumbled on): its words and maxEcho bytes or so of input.
+const maxDecoderMsg = 2 * maxEcho
+
+// msgCut cuts a decoder's error message to maxDecoderMsg bytes (on a rune
+// boundary), marked with its length when longer.
+func msgCut(s string) string {
+	if len(s) <= maxDecoderMsg {
+		return s
 	}
-	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+	return s[:runeCut(s, maxDecoderMsg)] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// runeCut returns the largest n' <= n at which s can be cut between runes.
+func runeCut(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
 }
 
 func errMethod(allow string) error {

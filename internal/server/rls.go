@@ -383,7 +383,7 @@ func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := jsonIn.Unmarshal(body, &req); err != nil {
-		jsonError(w, http.StatusBadRequest, "not a RateLimitRequest in proto-JSON: "+err.Error())
+		jsonError(w, http.StatusBadRequest, "not a RateLimitRequest in proto-JSON: "+msgCut(err.Error()))
 		return
 	}
 	resp, err := s.decide(r.Context(), &req)
