@@ -69,14 +69,21 @@ func (d *Daemon) reloadCerts() {
 
 // certsInForce logs what l serves after a reading of its files: the error
 // of files that did not load, or of a certificate held until it is valid
-// (its client CA is in force), or the certificate now served when it
-// changed.
+// or not served because it has expired (its client CA is in force either
+// way), or the certificate now served when it changed.
 func (d *Daemon) certsInForce(l listenerTLS, changed bool, err error) {
 	var early *tlsconf.NotYetValidError
+	var expired *tlsconf.ExpiredError
 	switch {
 	case errors.As(err, &early):
 		d.log.Error("tls: the new certificate is not valid yet; the certificate in force is served until it is",
 			"listener", l.name, "cert", l.Options().Cert, "not_before", early.NotBefore.UTC().Format(time.RFC3339), "err", err)
+		if changed {
+			d.log.Info("tls: client CA reloaded", "listener", l.name, "client_ca", l.Options().ClientCA)
+		}
+	case errors.As(err, &expired):
+		d.log.Error("tls: the new certificate has expired; the certificate in force is served while it is valid",
+			"listener", l.name, "cert", l.Options().Cert, "not_after", expired.NotAfter.UTC().Format(time.RFC3339), "err", err)
 		if changed {
 			d.log.Info("tls: client CA reloaded", "listener", l.name, "client_ca", l.Options().ClientCA)
 		}

@@ -19,8 +19,9 @@ import (
 // A certificate read before its NotBefore (issued ahead of time, or by a
 // CA whose clock runs ahead) is not served while the one in force is still
 // valid, since clients would refuse it: it is held, and the first
-// handshake from its NotBefore on puts it in force. The client CA read
-// with it is in force at once.
+// handshake from its NotBefore on puts it in force. One read after its
+// NotAfter is not served while the one in force is valid either. The
+// client CA read with it is in force at once.
 type Reloadable struct {
 	o       Options
 	next    []string // ALPN protocols offered
@@ -67,6 +68,19 @@ func (e *NotYetValidError) Error() string {
 		e.Cert, e.NotBefore.UTC().Format(time.RFC3339))
 }
 
+// ExpiredError is the error of a Reload or Store whose certificate has
+// expired while the one in force is still valid: the one in force stays
+// (clients would refuse the new one), until it expires too.
+type ExpiredError struct {
+	Cert     string // the file
+	NotAfter time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%s: the certificate expired at %s; the certificate in force is served while it is valid",
+		e.Cert, e.NotAfter.UTC().Format(time.RFC3339))
+}
+
 // WhenInForce has f called with a certificate held until its NotBefore
 // when it goes in force (during a handshake, or a call to Leaf). Call it
 // before serving.
@@ -76,19 +90,28 @@ func (r *Reloadable) WhenInForce(f func(*x509.Certificate)) { r.inForce = f }
 // whether that changed what is served: another certificate chain or client
 // CA bundle. A certificate not valid yet while the one in force is valid
 // is held instead (the error is then a *NotYetValidError) and goes in
-// force at its NotBefore, unless a later Store replaces it; cfg's client
-// CA is in force at once.
+// force at its NotBefore, unless a later Store replaces it; one that has
+// expired while the one in force is valid is not put in force (the error
+// is then an *ExpiredError); either way cfg's client CA is in force at
+// once.
 func (r *Reloadable) Store(cfg *tls.Config) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
 	old := r.cur.Load()
 	r.held.Store(nil)
-	if leaf := cfg.Certificates[0].Leaf; leaf != nil && now.Before(leaf.NotBefore) && old != nil && valid(old, now) {
-		r.held.Store(cfg)
+	if leaf := cfg.Certificates[0].Leaf; leaf != nil && old != nil && !valid(cfg, now) && valid(old, now) {
+		// Clients would refuse it: the one in force stays, with cfg's
+		// client CA.
 		keep := cfg.Clone()
 		keep.Certificates = old.Certificates
-		cfg, err = keep, &NotYetValidError{Cert: r.o.Cert, NotBefore: leaf.NotBefore}
+		if now.Before(leaf.NotBefore) {
+			r.held.Store(cfg)
+			err = &NotYetValidError{Cert: r.o.Cert, NotBefore: leaf.NotBefore}
+		} else {
+			err = &ExpiredError{Cert: r.o.Cert, NotAfter: leaf.NotAfter}
+		}
+		cfg = keep
 	}
 	r.cur.Store(cfg)
 	return old == nil || !slices.EqualFunc(old.Certificates[0].Certificate, cfg.Certificates[0].Certificate, bytes.Equal) ||

@@ -156,3 +156,51 @@ func TestReloadableHeldCertReplaced(t *testing.T) {
 		t.Errorf("over an expired certificate: served serial %v, want the new one's %v", got.SerialNumber, later.TLS.Leaf.SerialNumber)
 	}
 }
+
+// TestReloadableKeepsCertOverExpired: a certificate read that has already
+// expired (a backup restored, a renewal agent writing its stale copy) is
+// not served while the one in force is still valid, as one not valid yet
+// is not: every client would refuse it. Reload says so, naming the file
+// and when it expired; the client CA read with it is in force at once.
+// Once the one in force has expired too, it is served (nothing valid is
+// lost).
+func TestReloadableKeepsCertOverExpired(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	now := time.Now().Truncate(time.Second)
+	clock := newTestClock(now)
+	old := ca.Server(t) // valid for a day
+	stale := ca.ServerWith(t, "stale", func(c *x509.Certificate) { c.NotBefore, c.NotAfter = now.Add(-48*time.Hour), now.Add(-time.Hour) })
+	oldCA, newCA := tlstest.NewCA(t, "old"), tlstest.NewCA(t, "new")
+	dir := t.TempDir()
+	o := tlsconf.Options{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem"), ClientCA: filepath.Join(dir, "ca.pem"), Now: clock.now}
+	copyPair(t, old, o.Cert, o.Key)
+	copyPair(t, tlstest.Pair{CertFile: oldCA.File, KeyFile: oldCA.File}, o.ClientCA, o.ClientCA)
+	r, err := tlsconf.NewReloadable(o, "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.Config()
+
+	copyPair(t, stale, o.Cert, o.Key)
+	copyPair(t, tlstest.Pair{CertFile: newCA.File, KeyFile: newCA.File}, o.ClientCA, o.ClientCA)
+	changed, err := r.Reload()
+	var exp *tlsconf.ExpiredError
+	if !errors.As(err, &exp) || !exp.NotAfter.Equal(now.Add(-time.Hour)) || !strings.Contains(err.Error(), o.Cert) {
+		t.Fatalf("Reload of a certificate expired at %v: %v; want an ExpiredError naming the file and that time", now.Add(-time.Hour), err)
+	}
+	if !changed {
+		t.Errorf("Reload with a new client CA: changed false, want true (the CA is in force at once)")
+	}
+	client := newCA.Client(t, "gw", []string{"gw"}).TLS
+	if got := served(t, cfg, ca, now, client); got.SerialNumber.Cmp(old.TLS.Leaf.SerialNumber) != 0 {
+		t.Errorf("after reading an expired certificate: served serial %v, want the valid one in force, %v", got.SerialNumber, old.TLS.Leaf.SerialNumber)
+	}
+
+	clock.set(old.TLS.Leaf.NotAfter.Add(time.Second))
+	if _, err := r.Reload(); err != nil {
+		t.Errorf("Reload once the certificate in force has expired too: %v, want nil", err)
+	}
+	if got := r.Leaf(); got.SerialNumber.Cmp(stale.TLS.Leaf.SerialNumber) != 0 {
+		t.Errorf("once the certificate in force has expired too: Leaf serial %v, want the files' %v", got.SerialNumber, stale.TLS.Leaf.SerialNumber)
+	}
+}
