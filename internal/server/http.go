@@ -69,6 +69,7 @@ type Options struct {
 	DenyStatus int
 	// Ready reports whether the store is reachable, for /readyz; nil means
 	// always ready. It is called with a context bounded by ReadyTimeout.
+	// Its error is shown, but with Token only to a request carrying it.
 	Ready func(ctx context.Context) error
 	// ReadyTimeout bounds Ready; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -285,7 +286,13 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), h.o.ReadyTimeout)
 		defer cancel()
 		if err := h.o.Ready(ctx); err != nil {
-			h.fail(w, &apiError{status: http.StatusServiceUnavailable, msg: "not ready: " + err.Error()})
+			msg := "not ready: " + err.Error()
+			if len(h.o.Token) > 0 && !h.authorized(r) {
+				// The store's error (its address, its state) is for
+				// the operator: /readyz is open to anyone.
+				msg = "not ready: the store does not answer (send the token of api.token_file to see why)"
+			}
+			h.fail(w, &apiError{status: http.StatusServiceUnavailable, msg: msg})
 			return
 		}
 	}
