@@ -102,9 +102,7 @@ rules:
 	if exact != 2 || lease != 2 {
 		t.Fatalf("before the failover: %d and %d of 2 allowed", exact, lease)
 	}
-	if got, err := redistest.Do(master.Addr, "WAIT", "1", "5000"); err != nil || got != "1" {
-		t.Fatalf("WAIT 1 = %q, %v; want the replica to have the counts", got, err)
-	}
+	redistest.WaitReplicated(t, master, replica)
 	master.Kill()
 	waitFor(t, "decisions on the promoted replica", func() bool {
 		a, status := check(t, td.api, "exact", "k", 1)

@@ -89,3 +89,36 @@ func StartReplica(tb testing.TB, master *Server) *Server {
 		pollPause()
 	}
 }
+
+// WaitReplicated waits until replica has everything master had written
+// when it was called: its replication offset reaches the master's. (WAIT
+// on a connection of its own would not do: it waits only for that
+// connection's writes, and one that wrote nothing returns at once.)
+func WaitReplicated(tb testing.TB, master, replica *Server) {
+	tb.Helper()
+	offset := func(addr, field string) int64 {
+		info, err := Do(addr, "INFO", "replication")
+		if err != nil {
+			tb.Fatalf("redistest: INFO replication on %s: %v", addr, err)
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("redistest: %s on %s: %q", field, addr, v)
+				}
+				return n
+			}
+		}
+		tb.Fatalf("redistest: no %s in INFO replication on %s", field, addr)
+		return 0
+	}
+	want := offset(master.Addr, "master_repl_offset")
+	deadline := time.Now().Add(startTimeout)
+	for offset(replica.Addr, "slave_repl_offset") < want {
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: replica %s not at the master's offset %d after %v", replica.Addr, want, startTimeout)
+		}
+		pollPause()
+	}
+}
