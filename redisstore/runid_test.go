@@ -36,11 +36,13 @@ func TestRunIDs(t *testing.T) {
 	}
 }
 
-// TestRunIDsCluster: one run_id per master of a Cluster, with its address.
+// TestRunIDsCluster: one run_id per master of a Cluster, with its address;
+// a master that restarts changes them.
 func TestRunIDsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
-	ids, err := s.RunIDs(context.Background())
+	ctx := context.Background()
+	ids, err := s.RunIDs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,4 +51,29 @@ func TestRunIDsCluster(t *testing.T) {
 			t.Errorf("RunIDs = %q: no run_id for %s", ids, addr)
 		}
 	}
+	cl.Nodes[1].Stop()
+	if _, err := s.RunIDs(ctx); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("RunIDs with a master stopped: %v, want ErrStoreUnavailable", err)
+	}
+	cl.Nodes[1].Restart()
+	var after string
+	untilOK(t, "RunIDs after the master's restart", func() error { after, err = s.RunIDs(ctx); return err })
+	if after == ids {
+		t.Fatalf("RunIDs after a master restarted = %q, unchanged", after)
+	}
+	for i, addr := range cl.Addrs {
+		if changed := !strings.Contains(ids, addr+"="+runIDOf(after, addr)); changed != (i == 1) {
+			t.Errorf("master %s: run_id changed %v, want %v (%q → %q)", addr, changed, i == 1, ids, after)
+		}
+	}
+}
+
+// runIDOf is addr's run_id in a RunIDs answer.
+func runIDOf(ids, addr string) string {
+	for f := range strings.FieldsSeq(ids) {
+		if v, ok := strings.CutPrefix(f, addr+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
