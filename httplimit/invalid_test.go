@@ -80,3 +80,47 @@ func TestMiddlewareZeroLimiter(t *testing.T) {
 		t.Error("good limiter refused its first request")
 	}
 }
+
+// TestMiddlewareInvalidLimitFunc: a per-request limit the Limiter refuses
+// (a zero Limit, a log longer than the algorithm keeps) is a bug in
+// LimitFunc, answered 500 invalid_limit under either policy: never let
+// through as a store outage, never counted under the Limiter's own limit.
+func TestMiddlewareInvalidLimitFunc(t *testing.T) {
+	for _, tc := range []struct {
+		alg sluice.Algorithm
+		bad sluice.Limit
+	}{
+		{sluice.FixedWindow, sluice.Limit{}},
+		{sluice.TokenBucket, sluice.Every(-1, time.Second)},
+		{sluice.SlidingWindowLog, sluice.PerSecond(sluice.MaxLogRate + 1)},
+	} {
+		lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), tc.alg, sluice.PerMinute(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, policy := range []httplimit.ErrorPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+			var storeErrs atomic.Int64
+			srv, hits := server(t, httplimit.Options{Limiter: lim, OnError: policy,
+				LimitFunc:    func(*http.Request) (sluice.Limit, bool) { return tc.bad, true },
+				Logger:       slog.New(slog.DiscardHandler),
+				OnStoreError: func(*http.Request, error) { storeErrs.Add(1) }})
+			for range 3 {
+				resp, err := http.Get(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 500 || !strings.Contains(string(body), "invalid_limit") {
+					t.Errorf("%s limit %+v, policy %d: status %d body %q, want 500 invalid_limit", tc.alg, tc.bad, policy, resp.StatusCode, body)
+				}
+			}
+			if hits.Load() != 0 || storeErrs.Load() != 0 {
+				t.Errorf("%s limit %+v, policy %d: %d requests passed, %d store errors reported; want 0, 0", tc.alg, tc.bad, policy, hits.Load(), storeErrs.Load())
+			}
+		}
+		if d, _ := lim.Allow(context.Background(), "default:127.0.0.1"); !d.Allowed {
+			t.Errorf("%s: the refused requests were counted under the Limiter's own limit", tc.alg)
+		}
+	}
+}
