@@ -45,7 +45,7 @@ func testNamespaces(t *testing.T, s sluice.Store) {
 }
 
 // testReset: a store that implements sluice.Resetter forgets the key of
-// one namespace, and only that one.
+// one namespace, and only that one, for every algorithm.
 func testReset(t *testing.T, s sluice.Store) {
 	rs, ok := s.(sluice.Resetter)
 	if !ok {
@@ -53,7 +53,7 @@ func testReset(t *testing.T, s sluice.Store) {
 	}
 	ctx := context.Background()
 	key := uniq(t, "k")
-	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingWindowLog} {
+	for _, alg := range sluice.Algorithms() {
 		lim := sluice.PerHour(1)
 		a := sluice.Request{Namespace: "a" + alg.String() + "|", Key: key, Algorithm: alg, Limit: lim, Cost: 1, Now: T0}
 		b := a
@@ -66,13 +66,21 @@ func testReset(t *testing.T, s sluice.Store) {
 		if err := rs.Reset(ctx, a); err != nil {
 			t.Fatalf("%v: Reset: %v", alg, err)
 		}
+		// After the Reset, a decides as a key never seen (fresh, in a
+		// namespace of its own); b, whose state is kept, does not.
 		a.Now = T0.Add(time.Second)
-		if d, err := s.Take(ctx, a); err != nil || !d.Allowed {
-			t.Errorf("%v: take after Reset = %+v, %v; want allowed", alg, d, err)
+		fresh := a
+		fresh.Namespace = "fresh" + alg.String() + "|"
+		want, err := s.Take(ctx, fresh)
+		if err != nil || !want.Allowed {
+			t.Fatalf("%v: first take in %q: %+v, %v", alg, fresh.Namespace, want, err)
+		}
+		if d, err := s.Take(ctx, a); err != nil || d != want {
+			t.Errorf("%v: take after Reset = %+v, %v; want %+v as for a key never seen", alg, d, err, want)
 		}
 		b.Now = a.Now
-		if d, err := s.Take(ctx, b); err != nil || d.Allowed {
-			t.Errorf("%v: take in the other namespace after Reset = %+v, %v; want denied", alg, d, err)
+		if d, err := s.Take(ctx, b); err != nil || d == want {
+			t.Errorf("%v: take in the other namespace after Reset = %+v, %v; want its state kept (not a new key's %+v)", alg, d, err, want)
 		}
 		if err := rs.Reset(ctx, sluice.Request{Namespace: "none|", Key: key, Algorithm: alg, Limit: lim}); err != nil && !errors.Is(err, sluice.ErrStoreUnavailable) {
 			t.Errorf("%v: Reset of a key never seen: %v", alg, err)
