@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,7 +230,8 @@ func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice
 }
 
 // Reset resets r's key in memory and in the shared store
-// (sluice.Resetter), which must be able to reset keys.
+// (sluice.Resetter); if the shared store cannot reset keys, the error
+// wraps errors.ErrUnsupported (the key is reset in memory all the same).
 func (f *Fallback) Reset(ctx context.Context, r sluice.Request) error {
 	local := r
 	local.Limit = LocalLimit(r.Limit, int(f.n))
@@ -238,7 +240,7 @@ func (f *Fallback) Reset(ctx context.Context, r sluice.Request) error {
 	}
 	rs, ok := f.primary.(sluice.Resetter)
 	if !ok {
-		return errors.New("fleet: the store behind the fallback cannot reset keys")
+		return fmt.Errorf("fleet: reset %q: the store behind the fallback (%T): %w", r.Key, f.primary, errors.ErrUnsupported)
 	}
 	return rs.Reset(ctx, r)
 }

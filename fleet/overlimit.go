@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -407,9 +408,10 @@ func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision
 }
 
 // Reset forgets r's remembered refusal and resets r's key in the store
-// (sluice.Resetter); it fails if the store cannot reset keys.
+// (sluice.Resetter); if the store cannot reset keys, the error wraps
+// errors.ErrUnsupported (the refusal is forgotten all the same).
 func (c *OverLimitCache) Reset(ctx context.Context, r sluice.Request) error {
-	err := errors.New("fleet: the store behind the over-limit cache cannot reset keys")
+	err := fmt.Errorf("fleet: reset %q: the store behind the over-limit cache (%T): %w", r.Key, c.inner, errors.ErrUnsupported)
 	if rs, ok := c.inner.(sluice.Resetter); ok {
 		err = rs.Reset(ctx, r)
 	}
