@@ -24,6 +24,11 @@
 // charges reports in memory, at its share of the limit, while the store is
 // unreachable.
 //
+// Sync and Lease decide locally at each Request's Now, so the requests they
+// handle need it within sluice.MinTime … sluice.MaxTime (others are refused
+// with sluice.ErrInvalidTime) even over a redisstore with RedisTime, which
+// does not read it.
+//
 // Order matters when stacking: put the OverLimitCache next to the shared
 // store and the Fallback outside it, so that the cache only ever learns from
 // the shared store's refusals. Sync and Lease need the shared store itself
