@@ -184,16 +184,42 @@ func (f *Fallback) Close() {
 }
 
 // LocalLimit returns l's share for one of n instances: Rate and Burst
-// divided by n, rounded down but at least 1.
+// divided by n, rounded down but at least 1. The share of a valid limit is
+// valid: where the divided rate would stretch the time to refill the
+// divided burst past what a Limit may reach (see sluice.Limit; a rate
+// rounded down to 1 under a burst far above it, or a period of decades),
+// the share keeps its burst and takes the least rate, up to l's own, that
+// fits.
 func LocalLimit(l sluice.Limit, n int) sluice.Limit {
 	if n <= 1 {
 		return l
 	}
-	l.Rate = max(1, l.Rate/int64(n))
+	s := l
+	s.Rate = max(1, l.Rate/int64(n))
 	if l.Burst > 0 {
-		l.Burst = max(1, l.Burst/int64(n))
+		s.Burst = max(1, l.Burst/int64(n))
 	}
-	return l
+	if s.Validate() == nil || l.Validate() != nil {
+		return s
+	}
+	// The time to refill, (Burst+1) × Period / Rate, falls as the rate
+	// grows, and l's rate fits: with a burst no larger than l's, its
+	// refill is no longer than l's.
+	s.Burst = s.BurstOrRate()
+	lo, hi := s.Rate, l.Rate // lo does not fit, hi does
+	for hi-lo > 1 {
+		s.Rate = lo + (hi-lo)/2
+		if s.Validate() == nil {
+			hi = s.Rate
+		} else {
+			lo = s.Rate
+		}
+	}
+	s.Rate = hi
+	if s.Burst == s.Rate {
+		s.Burst = 0
+	}
+	return s
 }
 
 // Take decides r on the shared store, or in memory while it cannot.
