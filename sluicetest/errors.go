@@ -12,7 +12,8 @@ import (
 // testErrors: an invalid request is an error of its own kind, checkable
 // with errors.Is on the sentinel the Store and Request docs name, never one
 // wrapping sluice.ErrStoreUnavailable (which a caller may fail open on);
-// and it counts nothing, alone or in a TakeAll beside valid requests.
+// and it counts nothing, alone or in a TakeAll beside valid requests. So
+// is a TakeAll given fewer or more decisions than requests.
 func testErrors(t *testing.T, s sluice.Store) {
 	ctx := context.Background()
 	for _, alg := range sluice.Algorithms() {
@@ -57,6 +58,14 @@ func testErrors(t *testing.T, s sluice.Store) {
 			ds := make([]sluice.Decision, 2)
 			check("TakeAll", s.TakeAll(ctx, []sluice.Request{good, r}, ds))
 			check("TakeAll (first)", s.TakeAll(ctx, []sluice.Request{r, good}, ds))
+		}
+		// Decisions fewer or more than the requests: an error, not a
+		// panic, never a store failure, and nothing counted.
+		for _, n := range []int{0, 1, 3} {
+			err := s.TakeAll(ctx, []sluice.Request{good, good}, make([]sluice.Decision, n))
+			if err == nil || errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Errorf("TakeAll %s of 2 requests into %d decisions = %v, want an error that is not ErrStoreUnavailable", alg, n, err)
+			}
 		}
 		// Nothing was counted: neither the valid request beside the
 		// invalid ones nor, where the store could read a key, theirs.

@@ -2,6 +2,7 @@ package sluicetest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -56,6 +57,9 @@ func (r *Reference) Reset(_ context.Context, q sluice.Request) error {
 
 // TakeAll implements sluice.Store.
 func (r *Reference) TakeAll(_ context.Context, qs []sluice.Request, ds []sluice.Decision) error {
+	if len(ds) != len(qs) {
+		return fmt.Errorf("sluicetest: reference: take all: %d decisions for %d requests", len(ds), len(qs))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := make(map[string]*sluice.State)
