@@ -18,8 +18,11 @@ import (
 // (r.RemoteAddr without the port), as the daemon's ip key does: an IPv4
 // client by its address, an IPv6 client by its /64 ("2001:db8:1:2::/64"),
 // because one IPv6 host usually holds a whole /64 and could rotate through
-// it; an IPv4-mapped IPv6 address counts as IPv4. It ignores
-// X-Forwarded-For: behind a proxy, use KeyByClientIP.
+// it; an IPv4-mapped IPv6 address counts as IPv4. A RemoteAddr that is not
+// an IP address (a Unix socket's "@") is the key as it is, so every client
+// of such a listener shares one count (KeyByClientIP counts none of them);
+// an empty one is not counted. It ignores X-Forwarded-For: behind a proxy,
+// use KeyByClientIP.
 func KeyByRemoteIP(r *http.Request) (string, bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
