@@ -102,52 +102,26 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *Conn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	c.w.p, c.w.n, c.w.err = p, 0, nil
-	var err error
-	if len(p) > 0 {
-		err = c.wrc()
-	}
-	n := c.w.n
-	if err == nil {
-		err = c.w.err
-	}
-	c.w.p, c.w.err = nil, nil
-	c.wmu.Unlock()
-	return n, err
-}
-
-func (c *Conn) wrc() error { return c.rc.Write(c.w.f) }
+func (c *Conn) Write(p []byte) (int, error) { return c.writeWith(p, c.w.f) }
 
 // WriteSome writes what the socket takes of p, waiting (until the write
 // deadline) only while it takes nothing: it returns once some of p is
 // written, n < len(p) when the buffer filled.
-func (c *Conn) WriteSome(p []byte) (int, error) {
-	c.wmu.Lock()
-	c.w.p, c.w.n, c.w.err = p, 0, nil
-	var err error
-	if len(p) > 0 {
-		err = c.rc.Write(c.w.some)
-	}
-	n := c.w.n
-	if err == nil {
-		err = c.w.err
-	}
-	c.w.p, c.w.err = nil, nil
-	c.wmu.Unlock()
-	return n, err
-}
+func (c *Conn) WriteSome(p []byte) (int, error) { return c.writeWith(p, c.w.some) }
 
 // WriteNow writes what the socket takes of p at once, without waiting
 // for room: n < len(p) with a nil error when its buffer is full. A write
 // deadline that has passed still fails it.
-func (c *Conn) WriteNow(p []byte) (int, error) {
+func (c *Conn) WriteNow(p []byte) (int, error) { return c.writeWith(p, c.w.now) }
+
+// writeWith writes p through RawConn.Write with f (one of the bound
+// write functions) as its callback.
+func (c *Conn) writeWith(p []byte, f func(fd uintptr) bool) (int, error) {
 	c.wmu.Lock()
 	c.w.p, c.w.n, c.w.err = p, 0, nil
 	var err error
 	if len(p) > 0 {
-		err = c.rc.Write(c.w.now)
+		err = c.rc.Write(f)
 	}
 	n := c.w.n
 	if err == nil {
