@@ -7,20 +7,8 @@ package benchutil
 import (
 	"bytes"
 	"net"
-	"syscall"
 	"testing"
-	"time"
 )
-
-// CPUTime is this process's user and system CPU time, all threads
-// (getrusage); 0 if it cannot be read.
-func CPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // ReportCPU resets b's timer and returns a function, to defer, that
 // reports the process's CPU time per operation as cpu-ns/op: unlike

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -151,11 +150,7 @@ func (cw *configWatcher) signature() string {
 			fmt.Fprintf(&b, "%s missing\n", name)
 			return nil, false
 		}
-		var ino uint64
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			ino = st.Ino
-		}
-		fmt.Fprintf(&b, "%s %d %d %d %v\n", name, ino, fi.Size(), fi.ModTime().UnixNano(), fi.IsDir())
+		fmt.Fprintf(&b, "%s %d %d %d %v\n", name, inode(fi), fi.Size(), fi.ModTime().UnixNano(), fi.IsDir())
 		return fi, true
 	}
 	for _, p := range cw.paths {
