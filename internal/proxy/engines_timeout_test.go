@@ -276,16 +276,7 @@ func TestReconnectAfterCloseServed(t *testing.T) {
 // as long as the client likes.
 func TestEngineStalledReader(t *testing.T) {
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
-		upDone := make(chan error, 1)
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			chunk := make([]byte, 32<<10)
-			var err error
-			for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
-				_, err = w.Write(chunk)
-			}
-			upDone <- err
-		}))
-		t.Cleanup(up.Close)
+		up, upDone := downloadUpstream(t)
 		s := startOn(t, ec, up.URL, engineOpts{lis: listener.Options{SendTimeout: 200 * time.Millisecond}})
 		c := s.dial(t)
 		io.WriteString(c, "GET /download HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -321,20 +312,7 @@ func TestEngineStalledReader(t *testing.T) {
 // abandoned, while the connection serves other streams.
 func TestEngineStalledReaderH2(t *testing.T) {
 	forH2(t, func(t *testing.T, ec engineCase) {
-		upDone := make(chan error, 1)
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/download" {
-				io.WriteString(w, "small")
-				return
-			}
-			chunk := make([]byte, 32<<10)
-			var err error
-			for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
-				_, err = w.Write(chunk)
-			}
-			upDone <- err
-		}))
-		t.Cleanup(up.Close)
+		up, upDone := downloadUpstream(t)
 		s := startOn(t, ec, up.URL, engineOpts{lis: listener.Options{SendTimeout: 200 * time.Millisecond}})
 		resp, err := s.client.Do(request(t, s, "GET", "/download", ""))
 		if err != nil {
@@ -369,4 +347,25 @@ func forH2(t *testing.T, f func(t *testing.T, ec engineCase)) {
 			t.Run(ec.name, func(t *testing.T) { f(t, ec) })
 		}
 	}
+}
+
+// downloadUpstream is an upstream that answers /download with 256 MiB in
+// 32 KiB writes, reporting on done the error its writes ended with (nil:
+// all written), and any other path with "small".
+func downloadUpstream(t *testing.T) (*httptest.Server, <-chan error) {
+	done := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/download" {
+			io.WriteString(w, "small")
+			return
+		}
+		chunk := make([]byte, 32<<10)
+		var err error
+		for n := 0; n < 256<<20 && err == nil; n += len(chunk) {
+			_, err = w.Write(chunk)
+		}
+		done <- err
+	}))
+	t.Cleanup(up.Close)
+	return up, done
 }
