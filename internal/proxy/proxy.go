@@ -27,7 +27,11 @@
 //     and long polls work; one of known length goes out in one write.
 //     WebSocket and other Upgrade requests are passed through, but never
 //     an upgrade to HTTP/2: Upgrade: h2c and HTTP2-Settings are dropped
-//     and the request forwarded as plain HTTP/1.1 (h2c.go).
+//     and the request forwarded as plain HTTP/1.1 (h2c.go). An HTTP/2
+//     extended CONNECT (RFC 8441, offered only under
+//     GODEBUG=http2xconnect=1) is answered 501
+//     {"error":"extended_connect_unsupported",...} before any rule is
+//     matched, and never forwarded (xconnect.go).
 //   - Two engines, one behaviour: a GET or HEAD without a body and without
 //     Upgrade, to an http:// upstream, is forwarded by the fast path
 //     (fast.go: the request written straight onto a pooled HTTP/1.1
@@ -238,6 +242,10 @@ func newTransport(o Options) *http.Transport {
 
 // ServeHTTP decides the request and forwards it if allowed.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if extendedConnect(r) {
+		refuseExtendedConnect(w) // xconnect.go
+		return
+	}
 	e := p.o.Engine()
 	ip := p.o.ClientIP.ClientIP(r)
 	var buf [8]rules.Match
