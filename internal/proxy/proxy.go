@@ -412,6 +412,19 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
+	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
+		for k := range t {
+			if forwardingHeader(k) {
+				delete(t, k) // as in the head: a trailer must not say who the client is either
+			}
+		}
+		info.body.in, info.body.out = pr.In.Trailer, t
+		if len(t) > 0 {
+			// Trailers go upstream (HTTP/1.1) only after a chunked body:
+			// over HTTP/2 the client may have sent a Content-Length too.
+			pr.Out.ContentLength = -1
+		}
+	}
 	if info.ip.IsValid() {
 		h["X-Forwarded-For"] = []string{info.ip.String()}
 	}

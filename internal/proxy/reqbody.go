@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net/http"
 	"sync/atomic"
 )
 
@@ -27,6 +28,12 @@ type endedBody struct {
 	// failed: a read of the body returned an error other than io.EOF.
 	// Set by the transport's goroutine, read by the handler's.
 	failed atomic.Bool
+	// in and out are the client's request's trailer and the upstream
+	// request's (set by the proxy's rewrite): at the body's end the values
+	// of out's fields are taken from in, which the server fills as the
+	// body ends. ReverseProxy clones the trailer before the body is read,
+	// so without this the upstream got each declared field empty.
+	in, out http.Header
 }
 
 func newEndedBody(rc io.ReadCloser, length int64) *endedBody {
@@ -43,13 +50,18 @@ func (b *endedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if b.left > 0 {
 		b.left -= int64(n)
-		if b.left <= 0 {
+		// A body with trailers (over HTTP/2 a Content-Length may come
+		// with them) is read to its end, where the trailer is filled in.
+		if b.left <= 0 && len(b.out) == 0 {
 			b.ended = true
 		}
 	}
 	switch {
 	case err == io.EOF:
 		b.ended = true
+		for k := range b.out {
+			b.out[k] = b.in[k]
+		}
 	case err != nil:
 		b.failed.Store(true)
 	}
