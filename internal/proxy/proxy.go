@@ -31,7 +31,8 @@
 //     extended CONNECT (RFC 8441, offered only under
 //     GODEBUG=http2xconnect=1) is answered 501
 //     {"error":"extended_connect_unsupported",...} before any rule is
-//     matched, and never forwarded (xconnect.go).
+//     matched, and never forwarded (xconnect.go); any other CONNECT (a
+//     forward proxy's tunnel) 405 {"error":"method_not_allowed",...}.
 //   - Two engines, one behaviour: a GET or HEAD without a body and without
 //     Upgrade, to an http:// upstream, is forwarded by the fast path
 //     (fast.go: the request written straight onto a pooled HTTP/1.1
@@ -242,8 +243,8 @@ func newTransport(o Options) *http.Transport {
 
 // ServeHTTP decides the request and forwards it if allowed.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if extendedConnect(r) {
-		refuseExtendedConnect(w) // xconnect.go
+	if r.Method == http.MethodConnect {
+		refuseConnect(w, r) // xconnect.go
 		return
 	}
 	e := p.o.Engine()

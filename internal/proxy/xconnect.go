@@ -25,10 +25,19 @@ func extendedConnect(r *http.Request) bool {
 	return ok
 }
 
-// refuseExtendedConnect answers an extended CONNECT.
-func refuseExtendedConnect(w http.ResponseWriter) {
+// refuseConnect answers a CONNECT: an extended one 501; any other (a
+// forward proxy's tunnel, CONNECT host:port, which a reverse proxy does
+// not offer) 405. Passed on, the upstream would get a method it never
+// expects, past every rule written for a path (a CONNECT has none).
+func refuseConnect(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
-	w.WriteHeader(http.StatusNotImplemented)
-	w.Write([]byte(`{"error":"extended_connect_unsupported","message":"the proxy does not tunnel extended CONNECT (RFC 8441); open the WebSocket over HTTP/1.1"}` + "\n"))
+	if extendedConnect(r) {
+		w.WriteHeader(http.StatusNotImplemented)
+		w.Write([]byte(`{"error":"extended_connect_unsupported","message":"the proxy does not tunnel extended CONNECT (RFC 8441); open the WebSocket over HTTP/1.1"}` + "\n"))
+		return
+	}
+	h["Allow"] = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	w.Write([]byte(`{"error":"method_not_allowed","message":"a reverse proxy does not tunnel CONNECT"}` + "\n"))
 }
