@@ -99,14 +99,6 @@ const (
 	keyForwardedHost   = "X-Forwarded-Host"
 )
 
-// first is Header.Get for a key in canonical form.
-func first(h http.Header, key string) string {
-	if vv := h[key]; len(vv) > 0 {
-		return vv[0]
-	}
-	return ""
-}
-
 // originalRequest rebuilds the request a gateway is asking about, in o.
 func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 	uri, err := agreed(r.Header, keyForwardedURI, "X-Forwarded-Uri", keyOriginalURI, "X-Original-URI", sameURI)

@@ -124,7 +124,6 @@ type Handler struct {
 	token       [sha256.Size]byte // sha256 of Options.Token, when set
 	gateways    gatewayWarnings   // untrusted gateways warned about (forward-auth)
 	methodless  gatewayWarnings   // gateways sending no method warned about (forward-auth)
-	xorigin     http.CrossOriginProtection
 }
 
 // New returns the decision API handler for o.
