@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -345,11 +346,23 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // WaitN blocks until a request of cost n for key is admitted, then returns
 // its decision. For the leaky bucket it also waits out the admitted
 // request's Delay, so callers proceed evenly spaced; for the others it
-// sleeps each RetryAfter and asks again. It returns ctx.Err() if ctx ends
-// first (a leaky bucket slot already taken is not given back; a ctx ended
-// before the call takes nothing), and ErrNeverAllowed if n exceeds what
-// the limit can ever admit.
+// sleeps each RetryAfter and asks again.
+//
+// As x/time/rate's WaitN, it does not wait for what it cannot have: when
+// ctx has a deadline and the request would be admitted (RetryAfter), or
+// its leaky bucket slot would leave (Delay), at or after it, WaitN returns
+// at once, having counted nothing, with the refused decision and an error
+// wrapping context.DeadlineExceeded. For a leaky bucket whose queue
+// (Burst × Period/Rate) lasts longer than the time left, it first asks the
+// store at cost 0 when its queue's last slot leaves: a second store call,
+// and two waiters of one key racing between the question and the take can
+// still take a slot that leaves too late; that slot is not given back.
+//
+// It returns ctx.Err() if ctx ends first (a leaky bucket slot already
+// taken is not given back; a ctx ended before the call takes nothing), and
+// ErrNeverAllowed if n exceeds what the limit can ever admit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
+	deadline, hasDeadline := ctx.Deadline()
 	var d Decision
 	for {
 		// An ended ctx asks nothing more of the store: what it admitted
@@ -358,15 +371,28 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, err
 		}
 		var err error
+		if hasDeadline && n > 0 && l.alg == LeakyBucket {
+			if d, err = l.overQueue(ctx, key, n, time.Until(deadline)); err != nil {
+				return d, err
+			}
+		}
 		if d, err = l.AllowN(ctx, key, n); err != nil {
 			return d, err
 		}
 		wait := d.Delay
+		if d.Allowed && hasDeadline && wait > 0 && wait >= time.Until(deadline) {
+			// Another waiter took the slot overQueue saw: this one is
+			// counted, and leaves too late.
+			return d, pastDeadline(key, wait)
+		}
 		if !d.Allowed {
 			if d.RetryAfter < 0 {
 				return d, fmt.Errorf("sluice: wait %q: %w", key, ErrNeverAllowed)
 			}
 			wait = max(d.RetryAfter, time.Microsecond)
+			if hasDeadline && wait >= time.Until(deadline) {
+				return d, pastDeadline(key, wait)
+			}
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -381,4 +407,31 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, nil
 		}
 	}
+}
+
+// overQueue asks a leaky bucket, without counting, when a request of cost
+// n for key would leave, if its queue can last longer than left: a request
+// of cost 0 tells when the queue's last slot leaves, and ResetAfter is
+// that plus one spacing, when the request's first unit would leave. When
+// that is not before the deadline, the result is the refusal WaitN
+// returns; otherwise the error is nil.
+func (l *Limiter) overQueue(ctx context.Context, key string, n int64, left time.Duration) (Decision, error) {
+	lim := l.Limit()
+	// An upper bound of the queue's length; past 2^63 ns, longer than any.
+	spacing, burst := lim.Period/time.Duration(lim.Rate)+1, lim.BurstOrRate()
+	if n > burst+1 || burst <= math.MaxInt64/int64(spacing) && spacing*time.Duration(burst) < left {
+		return Decision{}, nil // never admitted; or the store bounds the Delay
+	}
+	d, err := l.AllowN(ctx, key, 0)
+	if err != nil || !d.Allowed || d.ResetAfter < left {
+		return Decision{}, err // refused: in debt, WaitN's take says for how long
+	}
+	d.Allowed, d.RetryAfter, d.Delay = false, d.ResetAfter, 0
+	return d, pastDeadline(key, d.RetryAfter)
+}
+
+// pastDeadline is WaitN's error for a wait that would end past ctx's
+// deadline.
+func pastDeadline(key string, wait time.Duration) error {
+	return fmt.Errorf("sluice: wait %q: admitted after %v, past the context's deadline: %w", key, wait, context.DeadlineExceeded)
 }
