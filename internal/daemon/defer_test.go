@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -16,7 +18,7 @@ import (
 // A deferred request whose enqueue ran in Redis but whose reply was lost,
 // Redis then unreachable, is answered by `sluice serve` (not only by the
 // proxy alone) 503 defer_outcome_unknown, with the id it is queued under if
-// it is, that id's Location, and no Retry-After or X-RateLimit-Retry-After
+// it is, no Location (see TestDeferredAnswerLocation), and no Retry-After or X-RateLimit-Retry-After
 // (which would tell the client to send it again); the id names the
 // request Redis queued.
 func TestDeferOutcomeUnknownThroughDaemon(t *testing.T) {
@@ -35,10 +37,10 @@ func TestDeferOutcomeUnknownThroughDaemon(t *testing.T) {
 	}
 	json.Unmarshal([]byte(r.body), &a)
 	if r.status != http.StatusServiceUnavailable || a.Error != "defer_outcome_unknown" || a.Rule != "jobs" || a.ID == "" ||
-		r.header.Get("Location") != deferq.StatusPath+a.ID || r.header.Values("Retry-After") != nil ||
+		r.header.Values("Location") != nil || r.header.Values("Retry-After") != nil ||
 		r.header.Values("X-RateLimit-Retry-After") != nil {
 		t.Fatalf("enqueue's reply lost, Redis gone: %d %s (headers %v); "+
-			"want 503 defer_outcome_unknown naming the rule and the id, its Location, no Retry-After nor X-RateLimit-Retry-After",
+			"want 503 defer_outcome_unknown naming the rule and the id, no Location, no Retry-After nor X-RateLimit-Retry-After",
 			r.status, r.body, r.header)
 	}
 	direct := directRedis(t, rs.Addr)
@@ -51,7 +53,7 @@ func TestDeferOutcomeUnknownThroughDaemon(t *testing.T) {
 	}
 }
 
-// The client answered 503 defer_outcome_unknown follows its Location on the
+// The client answered 503 defer_outcome_unknown asks for its id on the
 // decision API: while the enqueue is still on its way (held on a stuck path
 // to Redis), 404; and once that enqueue lands, still 404, with nothing
 // queued: the client told 404 sends the request again, and it is done
@@ -67,10 +69,10 @@ func TestDeferLocationAfterLateEnqueue(t *testing.T) {
 		ID    string `json:"deferred_id"`
 	}
 	json.Unmarshal([]byte(r.body), &a)
-	loc := r.header.Get("Location")
-	if r.status != http.StatusServiceUnavailable || a.Error != "defer_outcome_unknown" || loc != deferq.StatusPath+a.ID {
+	loc := deferq.StatusPath + a.ID
+	if r.status != http.StatusServiceUnavailable || a.Error != "defer_outcome_unknown" || a.ID == "" {
 		x.Release()
-		t.Fatalf("enqueue held: %d %s (Location %q); want 503 defer_outcome_unknown with its Location", r.status, r.body, loc)
+		t.Fatalf("enqueue held: %d %s; want 503 defer_outcome_unknown with the id", r.status, r.body)
 	}
 	// As a client does, it asks again while the answer is 503 (Redis not
 	// answering: the connection the held enqueue is stuck on may carry
@@ -133,4 +135,38 @@ func directRedis(t *testing.T, addr string) rueidis.Client {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// A 202's answer sends its client nowhere wrong: the status of a deferred
+// request is served on the decision API (listen), not on proxy.listen,
+// where a path is the upstream's. The 202 used to carry Location:
+// /v1/deferred/ID, which a client resolves against the proxy's address:
+// following it reached the upstream. It carries no Location now; its body
+// names the id, and the decision API answers for it.
+func TestDeferredAnswerLocation(t *testing.T) {
+	rs := redistest.StartServer(t)
+	td := startDeferDaemon(t, rs.Addr)
+	r := do(t, http.MethodPost, td.proxy+"/jobs", "third")
+	var a struct {
+		ID string `json:"deferred_id"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &a); r.status != http.StatusAccepted || err != nil || a.ID == "" {
+		t.Fatalf("over the limit: %d %q, want 202 with the deferred_id", r.status, r.body)
+	}
+	if loc := r.header.Get("Location"); loc != "" {
+		// Where a client following it lands: the proxy's address.
+		u, err := url.Parse(td.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := url.Parse(loc)
+		if err != nil {
+			t.Fatalf("Location %q: %v", loc, err)
+		}
+		got := get(t, u.ResolveReference(ref).String())
+		t.Fatalf("202 with Location %q: a client following it gets %d %q from the proxy's address, not the request's status; want no Location", loc, got.status, got.body)
+	}
+	if st := get(t, td.api+deferq.StatusPath+a.ID); st.status != http.StatusOK || !strings.Contains(st.body, `"deferred_id":"`+a.ID+`"`) {
+		t.Errorf("GET %s%s on the decision API: %d %q, want 200 with the request's status", deferq.StatusPath, a.ID, st.status, st.body)
+	}
 }

@@ -8,30 +8,33 @@ import (
 	"sync"
 )
 
-// StatusPath is where GET /v1/deferred/ID is served; the Location of a 202.
+// StatusPath is where GET /v1/deferred/ID is served, on the decision API
+// (listen).
 const StatusPath = "/v1/deferred/"
 
 // WriteAccepted answers a deferred request: 202 Accepted,
-// Location: /v1/deferred/ID, {"deferred_id": ID}.
+// {"deferred_id": ID}. No Location: the answer goes out on proxy.listen,
+// where a path is the upstream's, and a client resolves a relative
+// Location against that address; the status is served on the decision
+// API, whose address the proxy does not know as its clients reach it.
 func WriteAccepted(w http.ResponseWriter, id string) {
 	h := w.Header()
-	h.Set("Location", StatusPath+id)
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	w.Write([]byte(`{"deferred_id":"` + id + `"}` + "\n"))
 }
 
 // WriteOutcomeUnknown answers a request whose enqueue has an unknown
-// outcome (an *OutcomeUnknownError): 503, Location: /v1/deferred/ID,
-// {"error":"defer_outcome_unknown","rule":R,"deferred_id":ID,"message":…}.
+// outcome (an *OutcomeUnknownError): 503,
+// {"error":"defer_outcome_unknown","rule":R,"deferred_id":ID,"message":…},
+// no Location (as WriteAccepted).
 // The request may be queued under ID: the client should look there (404
 // once Redis answers: it was not queued, and never will be, send it again)
 // rather than send it again at once, which may have it done twice.
 func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
-	w.Header().Set("Location", StatusPath+id)
 	b, _ := json.Marshal(map[string]string{"error": "defer_outcome_unknown", "rule": rule, "deferred_id": id,
 		"message": "over the rate limit; the request may or may not have been queued for later (Redis did not confirm): " +
-			"GET " + StatusPath + id + " tells (404: it was not)"})
+			"GET " + StatusPath + id + " on the decision API tells (404: it was not)"})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	w.Write(append(b, '\n'))

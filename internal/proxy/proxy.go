@@ -13,7 +13,8 @@
 //     logged). Action defer (Options.Defer set): a request denied only by
 //     defer rules is queued with its method, URI, headers (with the
 //     X-Forwarded-* the upstream would have seen) and body, and answered
-//     202 {"deferred_id": ID} with Location: /v1/deferred/ID; a body over
+//     202 {"deferred_id": ID} (no Location: GET /v1/deferred/ID is served
+//     on the decision API, not here); a body over
 //     the rule's defer.max_body_bytes answers 413, a full queue (or a
 //     queue Redis cannot reach, or too many bodies being queued at once:
 //     deferq.ErrBusy) 429 as without defer.
