@@ -21,7 +21,9 @@ type DeferConfig struct {
 	// (10s) and a third of ClaimIdle.
 	DeliveryTimeout time.Duration `yaml:"delivery_timeout"`
 	// MaxAttempts bounds the sends of one request before it goes to the
-	// dead-letter stream. Default deferq.DefaultMaxAttempts (5).
+	// dead-letter stream. Default deferq.DefaultMaxAttempts (10: with the
+	// default back-off, the last comes 243 s after the first failed one,
+	// so a request outlives an upstream down for about 4 minutes).
 	MaxAttempts int `yaml:"max_attempts"`
 	// Backoff is the wait after the first failed attempt, doubling at each
 	// failure up to MaxBackoff. Defaults deferq.DefaultBackoff (1s) and

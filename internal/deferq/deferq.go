@@ -92,7 +92,7 @@ const (
 	DefaultPrefix          = "sluice:defer:"
 	DefaultClaimIdle       = 30 * time.Second
 	DefaultDeliveryTimeout = 10 * time.Second
-	DefaultMaxAttempts     = 5
+	DefaultMaxAttempts     = 10 // 1+2+4+8+16+32+60+60+60 = 243 s of back-off: an upstream restart dead-letters nothing
 	DefaultBackoff         = time.Second
 	DefaultMaxBackoff      = time.Minute
 	DefaultConcurrency     = 16
@@ -157,7 +157,8 @@ type Options struct {
 	// DeliveryTimeout bounds one replay (until the response headers);
 	// default 10s; must be under ClaimIdle/2.
 	DeliveryTimeout time.Duration
-	// MaxAttempts bounds the sends of one request; default 5.
+	// MaxAttempts bounds the sends of one request; default 10 (with the
+	// default back-off, the last comes 243 s after the first failed one).
 	MaxAttempts int
 	// Backoff is the wait after the first failed attempt, doubling each
 	// time up to MaxBackoff; defaults 1s and 1m.

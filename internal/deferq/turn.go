@@ -65,13 +65,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		e.unrecorded.send = randHex(8)
 	}
 	out := e.unrecorded
-	attempts := strconv.Itoa(o.MaxAttempts)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	state, err := finishScript.Exec(rctx, c, keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
-		attempts, ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
-		w.deadLetters(), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
+	state, err := w.record(ctx, e, out)
 	if err != nil {
 		o.Logger.Warn("defer: record outcome", "rule", w.name, "id", e.id, "err", err)
 		return result{e: e, after: time.Second} // record it next turn; never send again
@@ -95,6 +89,20 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		return result{e: e, drop: true}
 	}
 	return result{e: e, drop: true}
+}
+
+// record records out, the outcome of a send of e, in Redis (finish.lua)
+// and returns the state recorded: "delivered", "failed:N" (retry in N ms),
+// "dead_lettered".
+func (w *worker) record(ctx context.Context, e *entry, out *outcome) (string, error) {
+	o := &w.q.o
+	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	return finishScript.Exec(rctx, o.Connect(), keys, []string{group, e.sid, e.id, out.state, strconv.Itoa(out.status), out.err,
+		strconv.Itoa(o.MaxAttempts), ms(o.StatusTTL), ms(max(o.Backoff, time.Millisecond)),
+		w.deadLetters(), out.send, ms(max(o.MaxBackoff, time.Millisecond)), ms(max(out.retry, 0))}).ToString()
 }
 
 // deliver sends e to the upstream once. A send begun runs to its end,
