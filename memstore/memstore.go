@@ -9,11 +9,16 @@
 //     or by Sweep; both shrink the sets a flood of keys grew. Rest
 //     is derived from the algorithm and the limit; it is exact, so
 //     forgetting a key never changes the decision of requests that come
-//     in time order. A request dated before the key's last one (a clock
-//     that stepped back) finds a forgotten key new, where the Redis store,
-//     which keeps a key redisstore.Options.ExpiryMargin past its rest,
-//     decides it on the key's state: memory may admit it where Redis
-//     refuses it (a bucket refilled by up to rate × the step back).
+//     in time order. A clock that steps back (a VM's) admits nothing past
+//     the limit: a key still held decides on its state, each algorithm
+//     counting the earlier request as if at the key's latest time (the
+//     windows) or finding no more refilled than then (the buckets), and
+//     the key recovers when the clock reaches its time again; a key
+//     already forgotten had rested by the clock before the step, and is
+//     found new. There the Redis store, which keeps a key
+//     redisstore.Options.ExpiryMargin past its rest, decides on the key's
+//     state and may refuse what memory admits (TestClockStepBack,
+//     TestClockStepBackAfterRest).
 //   - Options.MaxKeys caps the keys held, exactly (each shard holds its
 //     share of the cap, and there are never more shards than MaxKeys/8).
 //     When a shard is full and sweeping
