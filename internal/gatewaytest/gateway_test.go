@@ -157,8 +157,9 @@ func wantLimited(t *testing.T, what string, r result, rule string) {
 		t.Errorf("%s: Retry-After = %q, want whole seconds >= 1 (%v)", what, r.header.Get("Retry-After"), r)
 	}
 	// Sluice's body, {"error":"rate_limited","rule":NAME,"retry_after_ms":N},
-	// with N what Retry-After rounds up (nginx, which gets no more than
-	// Retry-After from Sluice, writes Retry-After in milliseconds).
+	// with N what Retry-After rounds up (nginx rebuilds it from Sluice's
+	// X-RateLimit-Retry-After-Ms; TestGatewayRetryAfterMillis checks N to
+	// the millisecond).
 	var body struct {
 		Error        string `json:"error"`
 		Rule         string `json:"rule"`

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -63,12 +65,21 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !res.Allowed {
+		if res.StoreErr == nil && res.DeniedBy != nil {
+			// The body's retry_after_ms, for a gateway that keeps no body
+			// of this answer (nginx's auth_request) to rebuild it.
+			w.Header()[keyRetryAfterMillis] = []string{strconv.FormatInt(httplimit.RetryAfterMillis(res.Decision), 10)}
+		}
 		engine.WriteDenied(w, &res, h.o.DenyStatus)
 		return
 	}
 	res.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 }
+
+// keyRetryAfterMillis is the header of a limited forward-auth answer that
+// carries its body's retry_after_ms.
+const keyRetryAfterMillis = "X-Ratelimit-Retry-After-Ms"
 
 // delays reports whether a rule of ms may hold the answer (action delay).
 func delays(ms []rules.Match) bool {

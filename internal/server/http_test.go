@@ -229,6 +229,10 @@ func TestForwardAuth(t *testing.T) {
 			if xra := resp.Header.Get("X-RateLimit-Retry-After"); (wantStatus != 200) != (xra != "") || xra != resp.Header.Get("Retry-After") {
 				t.Errorf("forward-auth %d (status %d): X-RateLimit-Retry-After %q, Retry-After %q; want equal, on limited answers only", i, wantStatus, xra, resp.Header.Get("Retry-After"))
 			}
+			// The body's retry_after_ms, for gateways that keep no body.
+			if ms := resp.Header.Get("X-RateLimit-Retry-After-Ms"); (wantStatus != 200) != (ms != "") || ms != "" && !strings.Contains(body, `"retry_after_ms":`+ms+`}`) {
+				t.Errorf("forward-auth %d (status %d): X-RateLimit-Retry-After-Ms %q, body %q; want the body's retry_after_ms, on limited answers only", i, wantStatus, ms, body)
+			}
 		}
 		// Another client (the gateway is trusted, so its X-Forwarded-For counts).
 		other := map[string]string{"X-Original-Method": "POST", "X-Original-URI": "/login", "X-Forwarded-For": "198.51.100.1"}
