@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,10 +81,18 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		if cfg.GRPC.ShadowMode {
 			shadow = "; shadow mode: no limit denies"
 		}
-		sum += fmt.Sprintf(" (%d descriptor files, %d domains, %d limits%s)", len(descs.Files()), descs.Domains(), descs.Rules(), shadow)
+		sum += fmt.Sprintf(" (%s, %s, %s%s)", count(len(descs.Files()), "descriptor file"), count(descs.Domains(), "domain"), count(descs.Rules(), "limit"), shadow)
 	}
 	fmt.Fprintf(stdout, "%s: ok: %s\n", file, sum)
 	return 0
+}
+
+// count writes n and noun, in the plural unless n is 1: "1 domain", "2 domains".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // summary describes a valid config in one line.

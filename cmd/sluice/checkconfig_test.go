@@ -101,7 +101,7 @@ func TestCheckConfigDescriptors(t *testing.T) {
 	rl := write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
 	cfg := write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [rl.yaml]\n")
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor files, 1 domains, 1 limits)") {
+	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor file, 1 domain, 1 limit)") {
 		t.Errorf("check-config with a good descriptor file = exit %d, %q %q", code, stdout.String(), stderr.String())
 	}
 	write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    shadow: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
@@ -115,7 +115,7 @@ func TestCheckConfigDescriptors(t *testing.T) {
 	cfg = write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [rl.yaml]\n  shadow_mode: true\n")
 	stdout.Reset()
 	stderr.Reset()
-	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor files, 1 domains, 1 limits; shadow mode: no limit denies)") {
+	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "grpc 127.0.0.1:8081 (1 descriptor file, 1 domain, 1 limit; shadow mode: no limit denies)") {
 		t.Errorf("check-config with grpc.shadow_mode = exit %d, %q %q; want the summary to say no limit denies", code, stdout.String(), stderr.String())
 	}
 }
