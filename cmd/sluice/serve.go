@@ -83,10 +83,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		if errors.Is(err, syscall.EADDRINUSE) {
-			if *configPath == "" {
+			switch {
+			case *configPath == "" && over.Listen != "":
+				// The built-in example has one listener, and the user chose its address.
+				fmt.Fprintf(stderr, "sluice serve: the -listen address %s is in use (is another sluice running?); "+
+					"pick another (-listen 127.0.0.1:0 for any free port)\n", over.Listen)
+			case *configPath == "":
 				fmt.Fprintln(stderr, "sluice serve: the built-in example's port is busy (is another sluice running?); "+
 					"free it, or pick another with -listen ADDR (-listen 127.0.0.1:0 for any free port)")
-			} else {
+			default:
 				fmt.Fprintln(stderr, "sluice serve: a listen address is in use (is another sluice running?); "+
 					"-listen, -proxy-listen and -grpc-listen override the config's addresses")
 			}

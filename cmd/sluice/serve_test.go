@@ -330,3 +330,39 @@ func TestServeEnvoyOnlyBanner(t *testing.T) {
 		t.Errorf("serve with descriptors and no rules printed\n%s\nwant its last line to say that the descriptors limit the Envoy service, not that every request passes", got)
 	}
 }
+
+// TestServeBusyPortHint: a listen address that is taken exits 1 with a
+// hint that fits what the user asked for: the built-in example's own port
+// (free it, or move it with -listen), or an address the user chose with
+// -listen, which no hint may call the built-in example's.
+func TestServeBusyPortHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().String()
+	holdPort8080(t)
+	for _, c := range []struct {
+		args     []string
+		want     []string
+		dontWant string
+	}{
+		{nil, []string{"127.0.0.1:8080", "the built-in example's port is busy", "-listen 127.0.0.1:0"}, ""},
+		{[]string{"-listen", busy}, []string{busy, "-listen address " + busy + " is in use", "-listen 127.0.0.1:0"}, "built-in example's port"},
+	} {
+		var stdout, stderr strings.Builder
+		code := serve(t.Context(), c.args, &stdout, &stderr)
+		if code != 1 {
+			t.Errorf("serve %q with its address taken: exit %d, want 1; stderr %q", c.args, code, stderr.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("serve %q with its address taken: stderr %q, want it to say %q", c.args, stderr.String(), w)
+			}
+		}
+		if c.dontWant != "" && strings.Contains(stderr.String(), c.dontWant) {
+			t.Errorf("serve %q with its address taken: stderr %q says %q, but the user chose the address", c.args, stderr.String(), c.dontWant)
+		}
+	}
+}
