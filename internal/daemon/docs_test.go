@@ -117,6 +117,7 @@ func TestDocSamples(t *testing.T) {
 		if !ok || !ok2 {
 			t.Fatalf("README.md quick start: no config between <<'YAML' and YAML in\n%s", sh)
 		}
+		checkWaitsForServe(t, "README.md quick start", sh)
 		_, proxy := docDaemon(t, yaml)
 		var codes []string
 		for range 4 {
@@ -208,4 +209,30 @@ rules:
 		doctest.Check(t, "docs/daemon.md", "builtin-check",
 			"$ curl -s -X POST localhost:8080/v1/check -d '"+body+"'\n"+r.body)
 	})
+}
+
+// checkWaitsForServe: a shell sample that starts `sluice serve` in the
+// background asks it nothing before it is ready: the first curl after it
+// is a loop that polls /readyz. A reader who pastes the sample otherwise
+// gets 000 (connection refused) for every request, the daemon not yet
+// listening (a first build takes about a minute).
+func checkWaitsForServe(t *testing.T, name, sh string) {
+	t.Helper()
+	started := false
+	for _, l := range strings.Split(sh, "\n") {
+		code, _, _ := strings.Cut(l, "#")
+		code = strings.TrimSpace(code)
+		switch {
+		case strings.Contains(code, " serve") && strings.HasSuffix(code, "&"):
+			started = true
+		case started && strings.Contains(code, "curl"):
+			if !strings.HasPrefix(code, "until ") || !strings.Contains(code, "/readyz") {
+				t.Errorf("%s: the first request after serve starts in the background does not wait for it (want `until curl -sf …/readyz …; do sleep …; done` first): %q", name, l)
+			}
+			return
+		}
+	}
+	if !started {
+		t.Errorf("%s: no `… serve … &` line in\n%s", name, sh)
+	}
 }
