@@ -135,16 +135,28 @@ func (d *Daemon) keepHot(gen *generation) {
 }
 
 // replayTake is the pace of replay for the defer rule named name: its own
-// limit on the request's key, in the engine in force (the counter live
-// traffic uses, so the upstream never sees more than the rate).
-func (d *Daemon) replayTake(name string) func(context.Context, string) (sluice.Decision, error) {
-	return func(ctx context.Context, key string) (sluice.Decision, error) {
+// limit on the request's keys, in the engine in force (the counter live
+// traffic uses, so the upstream never sees more than the rate). A request
+// the rule counted under several keys (a key part sent with several
+// values) goes when every one of them admits it, and is charged on all or
+// none, as it was live.
+func (d *Daemon) replayTake(name string) func(context.Context, []string) (sluice.Decision, error) {
+	return func(ctx context.Context, keys []string) (sluice.Decision, error) {
 		e := d.engine()
 		r := e.Rules().Rule(name)
 		if r == nil {
 			return sluice.Decision{RetryAfter: time.Minute}, nil // the rule is gone: hold on
 		}
-		res := e.Check(ctx, r, key, 1)
+		var res engine.Result
+		if len(keys) == 1 || r.Action == rules.Shadow {
+			res = e.Check(ctx, r, keys[0], 1)
+		} else {
+			ms := make([]rules.Match, len(keys))
+			for i, k := range keys {
+				ms[i] = rules.Match{Rule: r, Key: k}
+			}
+			res = e.Decide(ctx, ms, 1)
+		}
 		if res.Err != nil { // ctx ended before the store answered
 			return sluice.Decision{}, res.Err
 		}

@@ -143,7 +143,7 @@ func TestTakenOverBackoffContinues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 			if taken.Add(1) > sends {
 				return sluice.Decision{RetryAfter: time.Minute}, nil
 			}

@@ -33,7 +33,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		r.Header.Set("Content-Type", "application/json")
 		for pb.Next() {
 			i := n.Add(1)
-			if _, err := q.Enqueue(context.Background(), "bench", "k"+strconv.FormatInt(i%1000, 10), r, r.Header, body); err != nil {
+			if _, err := q.Enqueue(context.Background(), "bench", []string{"k" + strconv.FormatInt(i%1000, 10)}, r, r.Header, body); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -57,7 +57,7 @@ func BenchmarkReplay(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 1024)
 	r := httptest.NewRequest("POST", "/orders", nil)
 	for i := range b.N {
-		if _, err := q.Enqueue(context.Background(), "bench", "k"+strconv.Itoa(i%100), r, r.Header, body); err != nil {
+		if _, err := q.Enqueue(context.Background(), "bench", []string{"k" + strconv.Itoa(i%100)}, r, r.Header, body); err != nil {
 			b.Fatal(err)
 		}
 	}

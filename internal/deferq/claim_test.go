@@ -80,7 +80,7 @@ func TestHeldEntryClaimedByAnotherStaysThere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 		if taken.Load() {
 			return sluice.Decision{Allowed: true}, nil
 		}

@@ -30,7 +30,7 @@
 // A held entry is sent when it is the oldest of its key (the key's list:
 // order per key holds across the fleet), its owner is still this instance,
 // its next attempt is due if one failed (whichever instance recorded it),
-// and the rule's limit on its key admits it (the same counter live traffic
+// and the rule's limit admits it on its keys, all at once (the counters live traffic
 // uses, so the upstream never sees more than the rate). The outcome is
 // recorded in one script: the state (delivered with the upstream's status,
 // failed and waiting to be retried, or dead-lettered), XACK and XDEL, all
@@ -263,9 +263,12 @@ type Rule struct {
 	MaxQueue int
 	// MaxBodyBytes bounds a queued request's body; default 1 MiB.
 	MaxBodyBytes int64
-	// Take asks the rule's limit whether a replay for key may go now (and
-	// counts it if so): the rate of replay.
-	Take func(ctx context.Context, key string) (sluice.Decision, error)
+	// Take asks the rule's limit whether a replay may go now on every key
+	// of keys (the request's keys of the rule, the one it is queued under
+	// first), all or none, and counts it on each if so: the rate of
+	// replay. When it may not, the Decision's RetryAfter is the longest
+	// wait among the keys that refused.
+	Take func(ctx context.Context, keys []string) (sluice.Decision, error)
 }
 
 func (r Rule) maxQueue() int {

@@ -105,7 +105,7 @@ func enqueue(t testing.TB, q *deferq.Queue, rule, key, method, target string, bo
 	r := httptest.NewRequest(method, target, bytes.NewReader(body))
 	r.Header.Set("X-Key", key)
 	r.Header.Set("Content-Type", "application/octet-stream")
-	id, err := q.Enqueue(context.Background(), rule, key, r, r.Header, body)
+	id, err := q.Enqueue(context.Background(), rule, []string{key}, r, r.Header, body)
 	if err != nil {
 		t.Fatalf("Enqueue(%s %s): %v", method, target, err)
 	}
@@ -131,9 +131,20 @@ type clock struct{ ns atomic.Int64 }
 func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 func newClock() *clock               { c := &clock{}; c.ns.Store(time.Unix(1_700_000_000, 0).UnixNano()); return c }
-func limitTake(st sluice.Store, l sluice.Limit, c *clock, denied *atomic.Int64) func(context.Context, string) (sluice.Decision, error) {
-	return func(ctx context.Context, key string) (sluice.Decision, error) {
-		d, err := st.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: l, Cost: 1, Now: c.now()})
+func limitTake(st sluice.Store, l sluice.Limit, c *clock, denied *atomic.Int64) func(context.Context, []string) (sluice.Decision, error) {
+	return func(ctx context.Context, keys []string) (sluice.Decision, error) {
+		rs := make([]sluice.Request, len(keys))
+		for i, k := range keys {
+			rs[i] = sluice.Request{Key: k, Algorithm: sluice.FixedWindow, Limit: l, Cost: 1, Now: c.now()}
+		}
+		ds := make([]sluice.Decision, len(keys))
+		err := st.TakeAll(ctx, rs, ds) // all or none
+		d := ds[0]
+		for _, x := range ds {
+			if !x.Allowed && (d.Allowed || x.RetryAfter > d.RetryAfter) {
+				d = x
+			}
+		}
 		if err == nil && !d.Allowed && denied != nil {
 			denied.Add(1)
 		}
@@ -280,10 +291,10 @@ func TestBadInput(t *testing.T) {
 	enqueue(t, q, "small", "k", "GET", "/", nil)
 	enqueue(t, q, "small", "k", "GET", "/", nil)
 	r := httptest.NewRequest("GET", "/", nil)
-	if _, err := q.Enqueue(context.Background(), "small", "k", r, r.Header, nil); !errors.Is(err, deferq.ErrQueueFull) {
+	if _, err := q.Enqueue(context.Background(), "small", []string{"k"}, r, r.Header, nil); !errors.Is(err, deferq.ErrQueueFull) {
 		t.Errorf("third Enqueue = %v, want ErrQueueFull", err)
 	}
-	if _, err := q.Enqueue(context.Background(), "nope", "k", r, r.Header, nil); !errors.Is(err, deferq.ErrUnknownRule) {
+	if _, err := q.Enqueue(context.Background(), "nope", []string{"k"}, r, r.Header, nil); !errors.Is(err, deferq.ErrUnknownRule) {
 		t.Errorf("Enqueue(unknown rule) = %v, want ErrUnknownRule", err)
 	}
 	for _, tc := range []struct {

@@ -86,8 +86,12 @@ var enqueueLua string
 var enqueueScript = rueidis.NewLuaScript(enqueueLua)
 
 // Enqueue queues r (whose body, already read within the cap, is body) for
-// rule under limiter key key, with header as it should reach the upstream
-// (the caller adds X-Forwarded-*). It returns the deferred id, or
+// rule under limiter key keys[0], with header as it should reach the
+// upstream (the caller adds X-Forwarded-*). keys holds every key the rule
+// counts the request under (a key part sent with several values), the
+// one it is queued under first: its replay waits for its turn among the
+// requests of keys[0] (order per key) and goes when the rule's limit
+// admits it on all of keys (Rule.Take). It returns the deferred id, or
 // ErrQueueFull, or an *OutcomeUnknownError.
 //
 // A reply lost after the script was sent (a timeout, a reset) leaves the
@@ -95,10 +99,22 @@ var enqueueScript = rueidis.NewLuaScript(enqueueLua)
 // id, which queues it at most once (enqueue.lua is idempotent by id), and
 // answers from that second reply. Only when Redis does not answer that
 // either does the outcome stay unknown.
-func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, header http.Header, body []byte) (string, error) {
+func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http.Request, header http.Header, body []byte) (string, error) {
 	ru := q.Rule(rule)
 	if ru == nil {
 		return "", fmt.Errorf("%w: %q", ErrUnknownRule, rule)
+	}
+	if len(keys) == 0 {
+		return "", fmt.Errorf("deferq: enqueue on rule %q: no key", rule)
+	}
+	key := keys[0]
+	also := ""
+	if len(keys) > 1 {
+		b, err := json.Marshal(keys[1:])
+		if err != nil {
+			return "", fmt.Errorf("deferq: keys: %w", err)
+		}
+		also = string(b)
 	}
 	h := header.Clone()
 	dropHop(h)
@@ -114,13 +130,13 @@ func (q *Queue) Enqueue(ctx context.Context, rule, key string, r *http.Request, 
 	if c == nil {
 		return "", errNotConnected
 	}
-	keys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
+	rkeys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
 	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
-		strconv.FormatInt(queuedTTL.Milliseconds(), 10)}
+		strconv.FormatInt(queuedTTL.Milliseconds(), 10), also}
 	ask := func() error { // one ask, bounded: a Redis that never answers costs EnqueueTimeout
 		actx, cancel := context.WithTimeout(ctx, q.o.EnqueueTimeout)
 		defer cancel()
-		res := enqueueScript.Exec(actx, c, keys, args)
+		res := enqueueScript.Exec(actx, c, rkeys, args)
 		if _, err := res.AsInt64(); err == nil {
 			return errFound404
 		}

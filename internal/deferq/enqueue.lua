@@ -3,7 +3,8 @@
 -- same id (its first reply was lost), it queues nothing more.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
 -- ARGV: 1 max queue, 2 id, 3 limiter key, 4 method, 5 uri, 6 headers (JSON),
---       7 body, 8 now (ms), 9 rule name, 10 status TTL while queued (ms)
+--       7 body, 8 now (ms), 9 rule name, 10 status TTL while queued (ms),
+--       11 the request's other keys of the rule (a JSON array; '': none)
 -- Returns the stream entry id (the first run's, when ID is queued already),
 -- nil when the queue is full, or 0 when a 404 was answered for ID before
 -- this ran (status.lua's mark): the client was told it is not queued, and
@@ -18,8 +19,13 @@ end
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then
   return false
 end
-local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'key', ARGV[3], 'method', ARGV[4],
-  'uri', ARGV[5], 'header', ARGV[6], 'body', ARGV[7], 'at', ARGV[8])
+local f = {'id', ARGV[2], 'key', ARGV[3], 'method', ARGV[4], 'uri', ARGV[5], 'header', ARGV[6],
+  'body', ARGV[7], 'at', ARGV[8]}
+if ARGV[11] and ARGV[11] ~= '' then
+  f[#f + 1] = 'also'
+  f[#f + 1] = ARGV[11]
+end
+local sid = redis.call('XADD', KEYS[1], '*', unpack(f))
 redis.call('HSET', KEYS[2], 'state', 'queued', 'rule', ARGV[9], 'sid', sid, 'at', ARGV[8],
   'updated', ARGV[8], 'attempts', 0)
 redis.call('PEXPIRE', KEYS[2], ARGV[10])

@@ -25,7 +25,7 @@ func TestEnqueueReplyLost(t *testing.T) {
 	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
 	x.Arm()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	id, err := q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
+	id, err := q.Enqueue(context.Background(), "jobs", []string{"reply-lost-key"}, r, r.Header, []byte("job"))
 	direct := client(t, srv.Addr)
 	n, lerr := direct.Do(context.Background(), direct.B().Xlen().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:q").Build()).AsInt64()
 	if lerr != nil {
@@ -58,7 +58,7 @@ func TestEnqueueOutcomeUnknown(t *testing.T) {
 	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm"))
 	x.Arm()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	_, err := q.Enqueue(context.Background(), "jobs", "reply-lost-key", r, r.Header, []byte("job"))
+	_, err := q.Enqueue(context.Background(), "jobs", []string{"reply-lost-key"}, r, r.Header, []byte("job"))
 	var unknown *deferq.OutcomeUnknownError
 	if !errors.As(err, &unknown) {
 		t.Fatalf("Enqueue with its reply lost and Redis gone = %v; want an *OutcomeUnknownError", err)
@@ -81,7 +81,7 @@ func TestEnqueueRedisDown(t *testing.T) {
 	x.Down()
 	c.Do(context.Background(), c.B().Ping().Build()) // the client sees its connection gone
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	_, err := q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+	_, err := q.Enqueue(context.Background(), "jobs", []string{"k"}, r, r.Header, []byte("job"))
 	var unknown *deferq.OutcomeUnknownError
 	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.As(err, &unknown) {
 		t.Fatalf("Enqueue with Redis refusing connections = %v; want ErrStoreUnavailable, not an *OutcomeUnknownError", err)
@@ -140,7 +140,7 @@ func TestEnqueueRedisStuck(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-		_, err := q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+		_, err := q.Enqueue(context.Background(), "jobs", []string{"k"}, r, r.Header, []byte("job"))
 		done <- err
 	}()
 	select {
@@ -184,7 +184,7 @@ func TestEnqueueLateAfterNotFound(t *testing.T) {
 	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
 	x.Hold()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
-	_, err = q.Enqueue(context.Background(), "jobs", "late-key", r, r.Header, []byte("job"))
+	_, err = q.Enqueue(context.Background(), "jobs", []string{"late-key"}, r, r.Header, []byte("job"))
 	var unknown *deferq.OutcomeUnknownError
 	if !errors.As(err, &unknown) {
 		x.Release()

@@ -36,7 +36,7 @@ func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
 		t.Helper()
 		r := httptest.NewRequest(http.MethodPost, "/job", strings.NewReader("job"))
 		var unknown *deferq.OutcomeUnknownError
-		if _, err := q.Enqueue(gone, "jobs", "k", r, r.Header, []byte("job")); !errors.As(err, &unknown) {
+		if _, err := q.Enqueue(gone, "jobs", []string{"k"}, r, r.Header, []byte("job")); !errors.As(err, &unknown) {
 			t.Fatalf("Enqueue with no reply = %v, want an *OutcomeUnknownError", err)
 		}
 	}

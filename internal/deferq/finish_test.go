@@ -28,7 +28,7 @@ func TestFinishOncePerSend(t *testing.T) {
 	q.SetRules([]Rule{{Name: "jobs"}})
 	r := httptest.NewRequest("POST", "/job", nil)
 	ctx := context.Background()
-	id, err := q.Enqueue(ctx, "jobs", "k", r, r.Header, []byte("job"))
+	id, err := q.Enqueue(ctx, "jobs", []string{"k"}, r, r.Header, []byte("job"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestHeldBytesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var open atomic.Bool
-	take := func(context.Context, string) (sluice.Decision, error) {
+	take := func(context.Context, []string) (sluice.Decision, error) {
 		if open.Load() {
 			return sluice.Decision{Allowed: true}, nil
 		}

@@ -27,7 +27,7 @@ func TestReplayDropsHopHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 		return sluice.Decision{Allowed: true}, nil
 	}}})
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
@@ -44,7 +44,7 @@ func TestReplayDropsHopHeaders(t *testing.T) {
 	} {
 		r.Header.Set(k, v)
 	}
-	id, err := q.Enqueue(context.Background(), "jobs", "k", r, r.Header, []byte("job"))
+	id, err := q.Enqueue(context.Background(), "jobs", []string{"k"}, r, r.Header, []byte("job"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func child() {
 		os.Exit(2)
 	}
 	deny := os.Getenv("DEFERQ_MODE") == "deny"
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 		if deny {
 			return sluice.Decision{RetryAfter: time.Hour}, nil
 		}

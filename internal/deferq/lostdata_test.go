@@ -28,7 +28,7 @@ func TestRedisDataLostLeavesNoStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 		return sluice.Decision{RetryAfter: 200 * time.Millisecond}, nil // held: the limit never admits it
 	}}})
 	id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))

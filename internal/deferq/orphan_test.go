@@ -15,7 +15,7 @@ import (
 )
 
 // admitAll is a replay limit that always admits.
-func admitAll(context.Context, string) (sluice.Decision, error) {
+func admitAll(context.Context, []string) (sluice.Decision, error) {
 	return sluice.Decision{Allowed: true}, nil
 }
 

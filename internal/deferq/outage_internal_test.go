@@ -36,7 +36,7 @@ func TestDefaultRetriesOutliveOutage(t *testing.T) {
 	}
 	q.SetRules([]Rule{{Name: "jobs"}})
 	r := httptest.NewRequest("POST", "/job", strings.NewReader("job"))
-	id, err := q.Enqueue(ctx, "jobs", "k", r, r.Header, []byte("job"))
+	id, err := q.Enqueue(ctx, "jobs", []string{"k"}, r, r.Header, []byte("job"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	open := func(context.Context, string) (sluice.Decision, error) { return sluice.Decision{Allowed: true}, nil }
+	open := func(context.Context, []string) (sluice.Decision, error) { return sluice.Decision{Allowed: true}, nil }
 	rules := []deferq.Rule{{Name: "p", Take: open}}
 	stream := deferq.DefaultPrefix + "{" + deferq.Tag("p") + "}:q"
 	consumers := func() map[string]int64 {

@@ -31,7 +31,7 @@ func TestExpiredRecordReadStillDelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, string) (sluice.Decision, error) {
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
 		return sluice.Decision{Allowed: true}, nil
 	}}})
 	id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))

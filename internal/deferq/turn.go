@@ -45,7 +45,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		}
 		r := w.rule.Load()
 		if r.Take != nil {
-			d, err := r.Take(ctx, e.key)
+			d, err := r.Take(ctx, append([]string{e.key}, e.also...))
 			o.Logger.Debug("defer: rate", "rule", w.name, "id", e.id, "allowed", d.Allowed, "retry_after", d.RetryAfter, "err", err)
 			if err != nil {
 				return result{e: e, after: time.Second}

@@ -3,6 +3,7 @@ package deferq
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -70,6 +71,7 @@ type worker struct {
 // entry is one queued request this instance holds.
 type entry struct {
 	sid, id, key        string
+	also                []string // the request's other keys of the rule (Enqueue's keys[1:])
 	method, uri, header string
 	body                string
 	notBefore           time.Time
@@ -81,7 +83,11 @@ type entry struct {
 
 // size is what e holds in memory, near enough: its strings.
 func (e *entry) size() int64 {
-	return int64(len(e.sid) + len(e.id) + len(e.key) + len(e.method) + len(e.uri) + len(e.header) + len(e.body))
+	n := len(e.sid) + len(e.id) + len(e.key) + len(e.method) + len(e.uri) + len(e.header) + len(e.body)
+	for _, k := range e.also {
+		n += len(k)
+	}
+	return int64(n)
 }
 
 type outcome struct {
@@ -265,10 +271,16 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 	for _, x := range es {
 		f := x.FieldValues
 		if tag, err := parseID(f["id"]); err != nil || tag != w.tag {
-			w.malformed(ctx, x.ID, f["id"])
+			w.malformed(ctx, x.ID, f["id"], "")
 			continue
 		}
 		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
+		if a := f["also"]; a != "" {
+			if err := json.Unmarshal([]byte(a), &e.also); err != nil {
+				w.malformed(ctx, x.ID, f["id"], fmt.Sprintf("malformed entry: keys %q: %v", a, err))
+				continue
+			}
+		}
 		w.hold(e, 1)
 		batch = append(batch, e)
 	}
@@ -290,11 +302,13 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 // rule: it could never take a turn (begin.lua reads the request's record
 // and its key's order by that id). If Redis does not take it, the entry
 // stays pending here, and a claim brings it back after ClaimIdle.
-func (w *worker) malformed(ctx context.Context, sid, id string) {
+func (w *worker) malformed(ctx context.Context, sid, id, msg string) {
 	if len(id) > 40 {
 		id = id[:40] + "…"
 	}
-	msg := fmt.Sprintf("malformed entry: id %q is not a deferred id of rule %q", id, w.name)
+	if msg == "" {
+		msg = fmt.Sprintf("malformed entry: id %q is not a deferred id of rule %q", id, w.name)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead"},

@@ -13,11 +13,12 @@ type attempt struct {
 	rs     []sluice.Request
 	ds     []sluice.Decision
 	rules  []*rules.Rule
-	shards []int // per request: the shards it was split over (1: none)
+	keys   []string // per request: its match's key (before sharding)
+	shards []int    // per request: the shards it was split over (1: none)
 }
 
 var attempts = sync.Pool{New: func() any {
-	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8), shards: make([]int, 0, 8)}
+	return &attempt{rs: make([]sluice.Request, 0, 8), ds: make([]sluice.Decision, 0, 8), rules: make([]*rules.Rule, 0, 8), keys: make([]string, 0, 8), shards: make([]int, 0, 8)}
 }}
 
 func getAttempt() *attempt { return attempts.Get().(*attempt) }
@@ -33,7 +34,8 @@ func putAttempt(a *attempt) {
 func (a *attempt) reset() {
 	clear(a.rs)
 	clear(a.rules)
-	a.rs, a.ds, a.rules, a.shards = a.rs[:0], a.ds[:0], a.rules[:0], a.shards[:0]
+	clear(a.keys)
+	a.rs, a.ds, a.rules, a.keys, a.shards = a.rs[:0], a.ds[:0], a.rules[:0], a.keys[:0], a.shards[:0]
 }
 
 func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {

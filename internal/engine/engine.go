@@ -230,6 +230,12 @@ type Result struct {
 	// DeniedBy is the rule that denied the request (the same as Rule); nil
 	// when allowed or when the store failed.
 	DeniedBy *rules.Rule
+	// DeniedKey is the key of DeniedBy that denied the request, when a
+	// decision denied it: for a rule counted under several keys (a key
+	// part sent with several values), the first of its keys, in the order
+	// of the matches, whose decision denied. The edge queues a deferred
+	// request under it.
+	DeniedKey string
 	// Waited is how long Admit held the request under action delay.
 	Waited time.Duration
 	// StoreErr is the store's error when it could not decide; then Allowed
@@ -386,6 +392,7 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 		a.rs = append(a.rs, sluice.Request{})
 		a.rs[len(a.rs)-1], n = e.request(r, ms[i].Key, cost, now)
 		a.rules = append(a.rules, r)
+		a.keys = append(a.keys, ms[i].Key)
 		a.shards = append(a.shards, n)
 	}
 	if len(a.rs) == 0 {
@@ -468,6 +475,12 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 	res.Rule, res.Decision = a.rules[best], a.ds[best]
 	if !allowed {
 		res.DeniedBy = res.Rule
+		for i := range a.ds {
+			if a.rules[i] == res.DeniedBy && !a.ds[i].Allowed {
+				res.DeniedKey = a.keys[i]
+				break
+			}
+		}
 	}
 	return res
 }

@@ -48,3 +48,40 @@ func TestDecideRuleUnderSeveralKeys(t *testing.T) {
 		}
 	}
 }
+
+// DeniedKey names the key that denied a request the rule counted under
+// several keys (where the proxy queues a deferred request): the spent one,
+// not the last; when several denied, the first of them in match order.
+func TestDeniedKeyOfSeveral(t *testing.T) {
+	clk := &clock{t: t0}
+	r := rule("per-cookie", sluice.FixedWindow, sluice.PerMinute(1), rules.Defer, 0)
+	e, _ := newEngine(t, "", clk.Now, r)
+	ctx := context.Background()
+	keys := func(ks ...string) []rules.Match {
+		ms := make([]rules.Match, len(ks))
+		for i, k := range ks {
+			ms[i] = rules.Match{Rule: r, Key: k}
+		}
+		return ms
+	}
+	for _, k := range []string{"a", "b"} { // spend a and b
+		if res := e.Decide(ctx, keys(k), 1); !res.Allowed {
+			t.Fatalf("%s alone: denied, want allowed", k)
+		}
+	}
+	for _, tc := range []struct {
+		ks   []string
+		want string
+	}{
+		{[]string{"a", "fresh"}, "a"},
+		{[]string{"fresh", "a"}, "a"},
+		{[]string{"fresh", "b", "a"}, "b"},
+		{[]string{"a", "b"}, "a"},
+	} {
+		res := e.Decide(ctx, keys(tc.ks...), 1)
+		if res.Allowed || !res.Deferrable || res.DeniedBy != r || res.DeniedKey != tc.want {
+			t.Errorf("Decide(%v): allowed %v deferrable %v denied by %v key %q; want deferrable, denied by per-cookie under %q",
+				tc.ks, res.Allowed, res.Deferrable, res.DeniedBy, res.DeniedKey, tc.want)
+		}
+	}
+}

@@ -70,6 +70,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -306,16 +307,19 @@ func delays(ms []rules.Match) bool {
 
 // deferRequest queues r on the rule that denied it and answers 202 (503
 // when it cannot tell whether r was queued); it returns false (nothing
-// written) when r must be refused as without defer.
+// written) when r must be refused as without defer. r is queued under the
+// key that denied it (res.DeniedKey: of a rule counting r under several
+// keys, the first that denied), with the rule's other keys of r beside it,
+// so that its replay waits for every one of them.
 func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result, ms []rules.Match) bool {
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)
-	if rule == nil {
+	if rule == nil || res.DeniedKey == "" {
 		return false
 	}
-	key := ""
+	keys := []string{res.DeniedKey}
 	for i := range ms {
-		if ms[i].Rule == res.DeniedBy {
-			key = ms[i].Key
+		if ms[i].Rule == res.DeniedBy && !slices.Contains(keys, ms[i].Key) {
+			keys = append(keys, ms[i].Key)
 		}
 	}
 	body, release, err := p.o.Defer.ReadBody(r, rule)
@@ -348,7 +352,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	} else {
 		h["X-Forwarded-Proto"] = []string{"http"}
 	}
-	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, key, r, h, body)
+	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, keys, r, h, body)
 	var unknown *deferq.OutcomeUnknownError
 	if errors.As(err, &unknown) {
 		// Maybe queued: a 429 would have the client send it again.
