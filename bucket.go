@@ -106,11 +106,12 @@ func takeDebt(p *params, now int64, debt *int64, cost int64, force bool, o *outc
 
 // leakyBucket is the queue (nginx's burst) kept as a time, the leave of the
 // last unit queued. A request of cost n is n units, one spacing (Period/Rate)
-// apart: the first leaves at max(now, last leave + Period/Rate), and the
-// request waits until then (its Delay); the next request queues behind its
-// last unit. It is admitted iff its last unit leaves at most Burst ×
-// Period/Rate after now: at most Burst+1 units at an instant, whatever the
-// costs. Times relative to now are in parts of 1/Rate of a tick, so
+// apart: the first leaves at max(now, last leave + Period/Rate), the last
+// n-1 spacings later, and the request waits until its last unit leaves (its
+// Delay: behind a busy queue, last leave + n × Period/Rate − now), as n
+// requests of cost 1 would; the next request queues behind it. It is
+// admitted iff that Delay is at most Burst × Period/Rate: at most Burst+1
+// units at an instant, whatever the costs. Times relative to now are in parts of 1/Rate of a tick, so
 // Period/Rate is exactly Period parts.
 func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	maxWait := p.burst * p.period // parts
@@ -132,9 +133,9 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 		rel = (st.T-now)*p.rate + st.N
 	}
 	fits := cost <= p.burst+1
-	// first is when the request leaves and leave when its last unit does,
-	// relative to now. A cost of 0 asks without queueing anything: both
-	// are the queue's last leave.
+	// first is when the request's first unit leaves and leave when its
+	// last unit, and so the request, does, relative to now. A cost of 0
+	// asks without queueing anything: both are the queue's last leave.
 	first, leave := int64(0), int64(0)
 	switch {
 	case !fits:
@@ -152,7 +153,7 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 	switch {
 	case fits && leave <= maxWait:
 		o.allowed = true
-		o.delay = ceilDiv(first, p.rate)
+		o.delay = ceilDiv(leave, p.rate)
 		if cost > 0 {
 			rel, stale = leave, false
 			st.T = now + leave/p.rate

@@ -2,7 +2,7 @@
 -- the last unit queued in whole ticks, N its fraction in 1/Rate of a tick, M
 -- 1 once set. Times relative to now are in parts of 1/Rate tick. A request
 -- of cost n is n units a spacing apart, the first leaving at max(now, the
--- last leave + a spacing).
+-- last leave + a spacing); the request leaves (its delay) with the last.
 
 local function leakyStale(o, rate, burst, period, now)
   return o.M == 0 or now - o.T > cdiv((burst + 1) * period, rate) + 1
@@ -31,8 +31,8 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
     mark = rel + period
   end
   local fits = cost <= burst + 1
-  -- first: when the request leaves; leave: when its last unit does (cost 0:
-  -- both the queue's last leave).
+  -- first: when the request's first unit leaves; leave: when its last unit,
+  -- and so the request, does (cost 0: both the queue's last leave).
   local first, leave = 0, 0
   if fits and cost == 0 then
     if not stale then first = max(0, rel) end
@@ -43,7 +43,7 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
   end
   if fits and leave <= maxWait then
     allowed = true
-    delay = cdiv(first, rate)
+    delay = cdiv(leave, rate)
     if cost > 0 then
       rel, stale = leave, false
       o.T = now + tdiv(leave, rate)

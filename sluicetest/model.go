@@ -254,7 +254,7 @@ func (b *bucketModel) clone() model    { c := *b; return &c }
 // in time counted in 1/rate µs so that the spacing is whole: a request of
 // cost n is n units, behind the last one queued and never before now; it
 // is admitted when at most burst units wait behind the one leaving first,
-// and it leaves (its Delay) with its first unit. last is the last unit's
+// and it leaves (its Delay) with its last unit. last is the last unit's
 // leave time. A charge that does not fit queues its units behind the
 // last one, or from now if the queue is empty, and nothing waits for it.
 type queueModel struct {
@@ -274,7 +274,7 @@ func (q *queueModel) take(now, cost int64, force bool) (bool, int64) {
 	end := first + (cost-1)*q.period
 	if cost <= q.burst+1 && end-n <= q.burst*q.period {
 		q.last = end
-		return true, ceilDiv(first-n, q.rate)
+		return true, ceilDiv(end-n, q.rate)
 	}
 	if force {
 		q.last = max(n, q.last) + cost*q.period

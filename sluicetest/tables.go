@@ -169,5 +169,21 @@ func Tables() []Table {
 				{At: 150 * ms, Want: Want{Allowed: true, Remaining: 3, Delay: 150 * ms, ResetAfter: NotChecked}},
 			},
 		},
+		{
+			// A request of cost n leaves with its last unit: at max(now,
+			// previous leave + n spacings) behind a busy queue, and n-1
+			// spacings after now on an idle one (as n requests of cost 1
+			// at one instant, the last of which waits n-1 spacings). It is
+			// admitted iff that delay is at most burst spacings.
+			Name: "leaky_bucket/cost_waits_for_its_last_unit", Algorithm: sluice.LeakyBucket, Limit: sluice.PerSecond(2),
+			Steps: []Step{
+				{At: 0, Want: Want{Allowed: true, Remaining: 2, Delay: 0, ResetAfter: 500 * ms}},
+				{At: 0, Cost: 2, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: 1500 * ms}},
+				{At: 0, Want: Want{Allowed: false, Remaining: 0, RetryAfter: 500 * ms, Delay: 0, ResetAfter: 1500 * ms}},
+				{At: 1 * s, Cost: 2, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: 1500 * ms}},
+				{At: 10 * s, Cost: 3, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: 1500 * ms}},
+				{At: 10 * s, Query: true, Want: Want{Allowed: true, Remaining: 0, Delay: 1 * s, ResetAfter: 1500 * ms}},
+			},
+		},
 	}
 }

@@ -60,24 +60,36 @@ func nameOf(r *rules.Rule) string {
 	return r.Name
 }
 
-// TestDelayQueueIdleCostTwo: on an idle queue a request of cost 2 leaves at
-// once, so the question before the take must not refuse it for the two
-// spacings it would need behind a busy queue.
+// TestDelayQueueIdleCostTwo: on an idle queue a request of cost 2 leaves
+// with its second unit, one spacing (12s) after now, as the second of two
+// requests of cost 1 would. Under max_delay 1s the question before the take
+// refuses it, taking nothing (a request of cost 1 then leaves at once);
+// under max_delay 13s it is admitted after 12s.
 func TestDelayQueueIdleCostTwo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, rules.DefaultMaxDelay)
 		e, _ := newEngine(t, "", nil, shaped)
 		ms := []rules.Match{{Rule: shaped, Key: "s"}}
-		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 0 {
-			t.Errorf("cost 2 on an idle queue: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
+		if res := e.Admit(context.Background(), ms, 2); res.Allowed || res.Waited != 0 || res.Decision.RetryAfter != 11*time.Second {
+			t.Errorf("cost 2 on an idle queue, max_delay 1s: allowed %v after %v, retry after %v; want refused at once, retry after 11s", res.Allowed, res.Waited, res.Decision.RetryAfter)
+		}
+		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
+			t.Errorf("cost 1 after the refused cost 2: allowed %v after %v, want allowed at once (the refusal took nothing)", res.Allowed, res.Waited)
+		}
+		roomy := rule("roomy", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, 13*time.Second)
+		e, _ = newEngine(t, "", nil, roomy)
+		ms = []rules.Match{{Rule: roomy, Key: "s"}}
+		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 12*time.Second {
+			t.Errorf("cost 2 on an idle queue, max_delay 13s: allowed %v after %v, want allowed after 12s", res.Allowed, res.Waited)
 		}
 	})
 }
 
 // TestDelayQueueBusyCostTwo: a request of cost 2 behind a busy queue leaves
-// with its first unit, one spacing after the queue's last: within
-// max_delay here (12s of 13s), so the question before the take must not
-// refuse it for the spacing its second unit adds.
+// with its last unit, two spacings after the queue's last (24s). Under
+// max_delay 13s the question before the take refuses it, taking nothing;
+// under 25s it is admitted after 24s, and its units hold the queue until
+// then.
 func TestDelayQueueBusyCostTwo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, 13*time.Second)
@@ -86,12 +98,25 @@ func TestDelayQueueBusyCostTwo(t *testing.T) {
 		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
 			t.Fatalf("first request: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
 		}
-		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 12*time.Second {
-			t.Errorf("cost 2 behind one request: allowed %v after %v (denied by %s, retry after %v), want allowed after 12s", res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+		if res := e.Admit(context.Background(), ms, 2); res.Allowed || res.Waited != 0 || res.Decision.RetryAfter != 11*time.Second {
+			t.Errorf("cost 2 behind one request, max_delay 13s: allowed %v after %v, retry after %v; want refused at once, retry after 11s", res.Allowed, res.Waited, res.Decision.RetryAfter)
 		}
-		// Its two units hold the queue until 24s: a request at 12s leaves at 36s.
-		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 24*time.Second {
-			t.Errorf("after the cost 2 request, at 12s: allowed %v with delay %v, want allowed with delay 24s", res.Allowed, res.Decision.Delay)
+		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 12*time.Second {
+			t.Errorf("cost 1 after the refused cost 2: allowed %v after %v, want allowed after 12s (the refusal took nothing)", res.Allowed, res.Waited)
+		}
+
+		roomy := rule("roomy", sluice.LeakyBucket, sluice.PerMinute(5).WithBurst(5), rules.Delay, 25*time.Second)
+		e, _ = newEngine(t, "", nil, roomy)
+		ms = []rules.Match{{Rule: roomy, Key: "s"}}
+		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
+			t.Fatalf("first request: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
+		}
+		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 24*time.Second {
+			t.Errorf("cost 2 behind one request, max_delay 25s: allowed %v after %v (denied by %s, retry after %v), want allowed after 24s", res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+		}
+		// Its two units hold the queue until 24s, now: a request leaves at 36s.
+		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 12*time.Second {
+			t.Errorf("after the cost 2 request, at 24s: allowed %v with delay %v, want allowed with delay 12s", res.Allowed, res.Decision.Delay)
 		}
 	})
 }
@@ -143,23 +168,32 @@ func TestAdmitLeftWhileWaiting(t *testing.T) {
 }
 
 // TestDelayFullQueueCostTwo: a request of cost 2 refused by a full queue
-// waits for the queue to have room for its two places, then leaves with
-// its first: 2s + 2s here, within a max_delay of 4s (not 2s plus the
-// whole queue, 3s).
+// (its last unit leaving at 3s + 2s) waits for the queue to have room for
+// its two places, then leaves with its last: 2s + 3s here, within a
+// max_delay of 5s; under 4s it is refused.
 func TestDelayFullQueueCostTwo(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, 4*time.Second)
-		e, _ := newEngine(t, "", nil, shaped)
-		ms := []rules.Match{{Rule: shaped, Key: "s"}}
-		for i := range 4 {
-			if res := e.Decide(context.Background(), ms, 1); !res.Allowed {
-				t.Fatalf("request %d filling the queue: denied", i)
+	for _, c := range []struct {
+		maxDelay time.Duration
+		allowed  bool
+	}{{5 * time.Second, true}, {4 * time.Second, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, c.maxDelay)
+			e, _ := newEngine(t, "", nil, shaped)
+			ms := []rules.Match{{Rule: shaped, Key: "s"}}
+			for i := range 4 {
+				if res := e.Decide(context.Background(), ms, 1); !res.Allowed {
+					t.Fatalf("request %d filling the queue: denied", i)
+				}
 			}
-		}
-		if res := e.Admit(context.Background(), ms, 2); !res.Allowed || res.Waited != 4*time.Second {
-			t.Errorf("cost 2 behind a full queue: allowed %v after %v (denied by %s, retry after %v), want allowed after 4s", res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
-		}
-	})
+			res := e.Admit(context.Background(), ms, 2)
+			if c.allowed && (!res.Allowed || res.Waited != 5*time.Second) {
+				t.Errorf("cost 2 behind a full queue, max_delay %v: allowed %v after %v (denied by %s, retry after %v), want allowed after 5s", c.maxDelay, res.Allowed, res.Waited, nameOf(res.DeniedBy), res.Decision.RetryAfter)
+			}
+			if !c.allowed && res.Allowed {
+				t.Errorf("cost 2 behind a full queue, max_delay %v: allowed after %v, want refused (it would leave after 5s)", c.maxDelay, res.Waited)
+			}
+		})
+	}
 }
 
 // TestShadowCheckNeverShapes: /v1/check on a shadow leaky bucket counts

@@ -18,8 +18,9 @@ import (
 //
 // overQueue asks first, without counting: a request of cost 0 to the
 // leaky bucket tells when its queue's last request leaves (ResetAfter is
-// that time plus one spacing), and so how long a request of any cost would
-// wait: it leaves with its first unit, one spacing after the last. If that is longer than the request may still wait, it is refused
+// that time plus one spacing), and so how long a request of cost c would
+// wait: it leaves with its last unit, c spacings after the queue's last
+// (c-1 after now on an idle queue). If that is longer than the request may still wait, it is refused
 // there and then, having taken nothing. Only such rules pay this second
 // round trip; a queue no longer than max_delay is bounded by the store
 // itself. Two requests of one key racing between the question and the
@@ -76,15 +77,16 @@ func (e *Engine) overQueue(ctx context.Context, a *attempt, ms []rules.Match, co
 	}
 	best, over := -1, time.Duration(0)
 	for i := range p.ds {
-		d := &p.ds[i]
+		d, r := &p.ds[i], p.rules[i]
 		if !d.Allowed {
 			continue // in debt: the store refuses the request itself
 		}
-		// ResetAfter is the queue's last leave plus one spacing: when a
-		// request of any cost leaves (with its first unit; the others
-		// hold the queue after it). A ResetAfter of 0 (the last leave a
-		// spacing ago or more): it leaves at once.
-		wait := d.ResetAfter
+		// ResetAfter is the queue's last leave plus one spacing: when the
+		// request's first unit leaves (0: the last leave a spacing ago or
+		// more, at once); the request leaves with its last, cost-1
+		// spacings later.
+		spacing := time.Duration(int64(r.Limit.Period) / r.Limit.Rate)
+		wait := d.ResetAfter + time.Duration(cost-1)*spacing
 		if wait > left && wait-left > over {
 			best, over = i, wait-left
 		}

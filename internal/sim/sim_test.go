@@ -154,7 +154,7 @@ func TestOutputFormat(t *testing.T) {
 	}
 	want := sim.Header + "\n" +
 		"12.000250,a,1,1,2,0.000000,0.000000\n" + // leaves at once
-		"12.500000,a,2,1,0,0.000000,0.000250\n" + // leaves with its first unit, 0.5 s after the first; its second holds the queue 0.5 s more
+		"12.500000,a,2,1,0,0.000000,0.500250\n" + // leaves with its last unit, 2 × 0.5 s after the first
 		"12.500000,a,1,0,0,0.000250,0.000000\n" + // would wait 1.000250 s > burst × 0.5 s
 		"13.000000,a,9,0,1,-1,0.000000\n" // more than burst+1: never
 	if out != want {
