@@ -58,6 +58,19 @@ func TestSimulateStdin(t *testing.T) {
 	}
 }
 
+// TestSimulateTraceDash: -trace - reads standard input, as no -trace does,
+// and the summary names it so.
+func TestSimulateTraceDash(t *testing.T) {
+	_, absent, _ := simulateCmd(t, simTrace, "-algorithm", "gcra", "-rate", "2/s")
+	code, out, errOut := simulateCmd(t, simTrace, "-algorithm", "gcra", "-rate", "2/s", "-trace", "-")
+	if code != 0 || out != absent || strings.Count(out, "\n") != 6 {
+		t.Errorf("sluice simulate -trace -: exit %d, stdout %q; want exit 0 and what no -trace prints, %q", code, out, absent)
+	}
+	if !strings.Contains(errOut, "trace stdin") {
+		t.Errorf("sluice simulate -trace - stderr = %q, want it to name stdin", errOut)
+	}
+}
+
 func TestSimulateTraceFileAndPlot(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.csv")
