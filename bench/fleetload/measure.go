@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,21 +42,6 @@ type result struct {
 	redisCPU   time.Duration
 	clientCPU  time.Duration
 	redisCmds  float64
-}
-
-// sysTime is a process's system CPU time (/proc/PID/stat stime); 0 if
-// unreadable.
-func sysTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(st) * time.Second / 100 // USER_HZ
 }
 
 // measure runs one cell: o.conc connections, connection w on instance
@@ -130,12 +113,12 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 		var sum time.Duration
 		*sys = 0
 		for _, p := range daemons {
-			t, err := harness.CPUTime(p.Cmd.Process.Pid)
+			u, s, err := harness.CPUTimes(p.Cmd.Process.Pid)
 			if err != nil {
 				return 0, 0, err
 			}
-			sum += t
-			*sys += sysTime(p.Cmd.Process.Pid)
+			sum += u + s
+			*sys += s
 		}
 		var rt time.Duration
 		for _, p := range redisPs {

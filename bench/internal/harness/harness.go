@@ -94,21 +94,52 @@ func ioReadFull(br *bufio.Reader, b []byte) (int, error) {
 	return n, nil
 }
 
-// CPUTime returns utime+stime of the process from /proc/PID/stat.
+// CPUTime returns utime+stime of the process from /proc/PID/stat
+// (CPUTimes).
 func CPUTime(pid int) (time.Duration, error) {
+	user, sys, err := CPUTimes(pid)
+	return user + sys, err
+}
+
+// CPUTimes returns the process's user and system CPU time, utime and
+// stime of /proc/PID/stat: every thread's, those that have exited
+// included, and not its children's (cutime, cstime). The kernel counts
+// them in clock ticks of 10 ms (USER_HZ), so a step's figure is exact to
+// 10 ms in all, 0.1 µs per request over 100,000 requests.
+func CPUTimes(pid int) (user, sys time.Duration, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	user, sys, err = parseStat(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return user, sys, nil
+}
+
+// clkTck is USER_HZ, the unit of /proc/PID/stat's times: 100 on Linux
+// (getconf CLK_TCK), whatever the kernel's own HZ.
+const clkTck = 100
+
+// parseStat reads utime and stime (fields 14 and 15) of a /proc/PID/stat
+// line. The command name (field 2) is in parentheses and may hold spaces
+// and parentheses itself: the fields are counted from the last ')'.
+func parseStat(b []byte) (user, sys time.Duration, err error) {
 	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("no command name in %q", b)
+	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+		return 0, 0, fmt.Errorf("short line %q", b)
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / clkTck, nil
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, err
+	}
+	return time.Duration(ut) * time.Second / clkTck, time.Duration(st) * time.Second / clkTck, nil
 }
 
 // LoadAvg is /proc/loadavg's first three figures.
@@ -385,27 +416,41 @@ http {
 // RunqueueWait is how long the threads of the process have waited, ready
 // to run, for a CPU (the second field of /proc/PID/task/*/schedstat,
 // summed): on a busy machine, latency added in the middle of the
-// process's work that no code of its own can help.
+// process's work that no code of its own can help. A thread that exits
+// takes its figure with it (the kernel keeps no sum for the process), so
+// a difference of two readings undercounts when threads come and go in
+// between; nginx runs one thread, and Go's runtime seldom ends one.
 func RunqueueWait(pid int) (time.Duration, error) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
 		return 0, fmt.Errorf("no tasks for pid %d: %v", pid, err)
 	}
-	var n int64
+	var n time.Duration
 	for _, t := range tasks {
 		b, err := os.ReadFile(t)
 		if err != nil {
 			continue // a thread that ended meanwhile
 		}
-		f := strings.Fields(string(b))
-		if len(f) < 2 {
-			return 0, fmt.Errorf("%s: %q", t, b)
-		}
-		v, err := strconv.ParseInt(f[1], 10, 64)
+		w, err := parseSchedstat(b)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", t, err)
 		}
-		n += v
+		n += w
 	}
-	return time.Duration(n), nil
+	return n, nil
+}
+
+// parseSchedstat reads the run-queue wait (the second field, ns) of a
+// /proc/PID/task/TID/schedstat line: time on the CPU, time waiting for
+// one, time slices.
+func parseSchedstat(b []byte) (time.Duration, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("schedstat %q", b)
+	}
+	v, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("schedstat %q: %w", b, err)
+	}
+	return time.Duration(v), nil
 }

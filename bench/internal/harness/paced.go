@@ -212,6 +212,12 @@ func CPUPressure() time.Duration {
 	if err != nil {
 		return -1
 	}
+	return parsePressure(b)
+}
+
+// parsePressure reads the "some" line's total (µs) of /proc/pressure/cpu,
+// -1 if there is none.
+func parsePressure(b []byte) time.Duration {
 	_, rest, ok := strings.Cut(string(b), "some ")
 	if !ok {
 		return -1
