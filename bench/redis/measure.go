@@ -14,7 +14,8 @@ type result struct {
 	name      string
 	conc      int
 	keys      int
-	ops       int
+	ops       int // decisions: calls answered
+	errs      int // calls that failed (a timeout, a connection error): in the latencies, not in ops
 	secs      float64
 	p50, p99  time.Duration
 	redisCPU  float64 // fraction of one core
@@ -27,11 +28,14 @@ func (r result) rate() float64 { return float64(r.ops) / r.secs }
 // measure runs f from conc goroutines over keys for *dur. With pace > 0 the
 // load is open-loop at pace requests/s in total; latency counts from each
 // request's scheduled start when its worker is behind schedule (earlier
-// calls were slow), else from when the call is made.
+// calls were slow), else from when the call is made. A call that fails
+// is counted in errs and its wait stays in the latencies: a timeout is
+// the tail, and leaving it out would hide it.
 func measure(name string, f func(string) (bool, error), keys []string, conc, pid int, pace float64) result {
 	var wg sync.WaitGroup
 	lats := make([][]time.Duration, conc)
 	allowed := make([]int, conc)
+	errs := make([]int, conc)
 	cpu0 := procCPU(pid)
 	self0 := procCPU(os.Getpid())
 	start := time.Now()
@@ -68,14 +72,15 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 					break
 				}
 				ok, err := f(keys[rng.IntN(len(keys))])
+				l = append(l, time.Since(t0))
 				if err != nil {
 					failed.Do(func() { fmt.Fprintf(os.Stderr, "%s: %v\n", name, err) })
+					errs[w]++
 					continue
 				}
 				if ok {
 					allowed[w]++
 				}
-				l = append(l, time.Since(t0))
 			}
 			lats[w] = l
 		})
@@ -85,20 +90,21 @@ func measure(name string, f func(string) (bool, error), keys []string, conc, pid
 	cpu := (procCPU(pid) - cpu0) / secs
 	self := procCPU(os.Getpid()) - self0
 	var all []time.Duration
-	na := 0
+	na, ne := 0, 0
 	for w := range lats {
 		all = append(all, lats[w]...)
 		na += allowed[w]
+		ne += errs[w]
 	}
 	slices.Sort(all)
-	r := result{name: name, conc: conc, keys: len(keys), ops: len(all), secs: secs, redisCPU: cpu}
+	r := result{name: name, conc: conc, keys: len(keys), ops: len(all) - ne, errs: ne, secs: secs, redisCPU: cpu}
 	if len(all) > 0 {
 		r.clientCPU = self / float64(len(all))
-	}
-	if len(all) > 0 {
 		r.p50 = all[len(all)/2]
 		r.p99 = all[len(all)*99/100]
-		r.allowedPc = 100 * float64(na) / float64(len(all))
+	}
+	if r.ops > 0 {
+		r.allowedPc = 100 * float64(na) / float64(r.ops)
 	}
 	return r
 }
