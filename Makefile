@@ -23,13 +23,17 @@ vet:
 # Cluster, started on free loopback ports by internal/redistest) and
 # end-to-end tests, among them real nginx and Caddy in front of the daemon
 # (internal/gatewaytest), then the bench module's harness (the paced load
-# generator and its HTTP/1.1 client). ensure-redis and ensure-gateways
-# install Redis, nginx and Caddy when they are missing.
+# generator and its HTTP/1.1 client, the parsers of wrk's and /proc's
+# figures) and the pure parts of the load runs (best-run selection,
+# ratios, the soft bound's formula, bench/redis's latency set).
+# ensure-redis and ensure-gateways install Redis, nginx and Caddy when they
+# are missing.
 unit:
 	sh scripts/ensure-redis.sh
 	sh scripts/ensure-gateways.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
-	cd bench && $(GO) test $(RACE) -count=1 ./internal/...
+	cd bench && $(GO) test $(RACE) -count=1 ./internal/... ./gateway ./fleetload
+	cd bench/redis && $(GO) test $(RACE) -count=1 -run '^TestMeasure' .
 
 # Exploratory runs of every native fuzz target: each searches for new
 # inputs, so it is a search, not a test, and is not part of `make test`

@@ -22,6 +22,14 @@ const (
 	boundRun      = 10 * time.Second
 )
 
+// nominalBound is the most the fleet may admit past the limit, README's
+// (n−1)/n · λ · (2·interval + RTT) with the RTT taken as 0: n instances
+// sharing λ requests/s evenly, each missing the others' hits for at most
+// two sync intervals.
+func nominalBound(n int, lambda float64, interval time.Duration) float64 {
+	return float64(n-1) / float64(n) * lambda * 2 * interval.Seconds()
+}
+
 // measureBound runs the bound measurement (key run) and returns the
 // requests admitted, asked, and the largest p99 latency of the three.
 func measureBound(ctx context.Context, apis []string, run int) (admitted, asked int64, p99 time.Duration, err error) {

@@ -219,13 +219,11 @@ func run() error {
 	}
 	report(os.Stdout, o, cells, best, all, loadBefore)
 	if o.bound {
-		// The bound: (n−1)/n · λ · (2·interval + RTT), RTT taken as 0.
-		n := float64(len(apis))
-		lambda := float64(boundLimit*boundOverload) / 60
-		formula := (n - 1) / n * lambda * 2 * boundSync.Seconds()
-		fmt.Printf("\nThe soft bound through the daemons: 3 daemons, rule %d/minute fixed_window with sync: %v, asked %d× (%.1f/s spread evenly) through /v1/forward-auth for %v from a fresh key in one window; nominal bound (n−1)/n·λ·2·interval = %.1f (%.2f %%).\n\n",
-			boundLimit, boundSync, boundOverload, lambda, boundRun, formula, 100*formula/boundLimit)
-		fmt.Println("| run | asked | admitted | over the limit | of the limit | p99 |")
+		lambda := float64(boundLimit*boundOverload) / time.Minute.Seconds()
+		formula := nominalBound(len(apis), lambda, boundSync)
+		fmt.Printf("\nThe soft bound through the daemons: %d daemons, rule %d/minute fixed_window with sync: %v, asked %d× (%.1f/s spread evenly) through /v1/forward-auth for %v from a fresh key in one window; nominal bound (n−1)/n·λ·2·interval (the RTT left out) = %.1f (%.2f %%).\n\n",
+			len(apis), boundLimit, boundSync, boundOverload, lambda, boundRun, formula, 100*formula/boundLimit)
+		fmt.Println("| run | asked | admitted | over the limit | of the limit | p99 (the worst daemon's) |")
 		fmt.Println("|---:|---:|---:|---:|---:|---:|")
 		for run := 1; run <= o.runs; run++ {
 			admitted, asked, p99, err := measureBound(ctx, apis, run)

@@ -294,9 +294,7 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			// The best run: one at the asked rate before one short of
-			// it, then the lowest p99.
-			if lat[i].requests == 0 || (lat[i].short && !r.short) || (lat[i].short == r.short && r.p99 < lat[i].p99) {
+			if lowerTail(r, lat[i]) {
 				lat[i] = r
 			}
 		}

@@ -24,6 +24,16 @@ type result struct {
 	upCPU         time.Duration   // paced: the upstream's CPU per request
 }
 
+// lowerTail reports whether latency step r is a better run than best (the
+// zero result if none yet): one at the asked rate before one short of it,
+// then the lower p99. A run is kept whole, its other figures with it.
+func lowerTail(r, best result) bool {
+	if best.requests == 0 || best.short != r.short {
+		return best.requests == 0 || !r.short
+	}
+	return r.p99 < best.p99
+}
+
 // runqueueWaits reads harness.RunqueueWait of each process (0 if
 // unreadable).
 func runqueueWaits(pids []int) []time.Duration {
