@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ var line = regexp.MustCompile(`^Benchmark([^/\s]+)/(\S+?)(?:-(\d+))?\s+\d+\s+(.*
 
 type row struct {
 	family, name string
+	procs        string // GOMAXPROCS, the name's -N suffix ("" without one)
 	metrics      map[string][]float64
 }
 
@@ -43,42 +45,8 @@ func main() {
 	}
 	flag.Parse()
 	var rows []*row
-	index := map[string]*row{}
-	read := func(r io.Reader) {
-		sc := bufio.NewScanner(r)
-		pkg := ""
-		for sc.Scan() {
-			t := sc.Text()
-			if p, ok := strings.CutPrefix(t, "pkg: "); ok {
-				pkg = p
-				continue
-			}
-			m := line.FindStringSubmatch(t)
-			if m == nil {
-				continue
-			}
-			fam := m[1]
-			if strings.HasSuffix(pkg, "/memstore") {
-				fam = "memstore/" + fam
-			}
-			k := fam + "/" + m[2]
-			rw := index[k]
-			if rw == nil {
-				rw = &row{family: fam, name: m[2], metrics: map[string][]float64{}}
-				index[k] = rw
-				rows = append(rows, rw)
-			}
-			f := strings.Fields(m[4])
-			for i := 0; i+1 < len(f); i += 2 {
-				v, err := strconv.ParseFloat(f[i], 64)
-				if err == nil {
-					rw.metrics[f[i+1]] = append(rw.metrics[f[i+1]], v)
-				}
-			}
-		}
-	}
 	if flag.NArg() == 0 {
-		read(os.Stdin)
+		rows = parse(rows, os.Stdin)
 	}
 	for _, name := range flag.Args() {
 		f, err := os.Open(name)
@@ -86,7 +54,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "benchtable:", err)
 			os.Exit(1)
 		}
-		read(f)
+		rows = parse(rows, f)
 		f.Close()
 	}
 	var families []string
@@ -96,12 +64,53 @@ func main() {
 		}
 	}
 	for _, fam := range families {
-		printFamily(fam, rows)
+		printFamily(os.Stdout, fam, rows)
 	}
 	printSpeedup(rows, "Calibrate", "CalibrateParallel")
 	printSpeedup(rows, "Keys1M", "Keys1MParallel")
 	printSpeedup(rows, "HotKey", "HotKeyParallel")
 	printSpeedup(rows, "memstore/Keys1M", "memstore/Keys1MParallel")
+}
+
+// parse adds to rows the results of `go test -bench` output r: one row
+// per benchmark, its metrics over the runs.
+func parse(rows []*row, r io.Reader) []*row {
+	index := map[string]*row{}
+	for _, rw := range rows {
+		index[rw.family+"/"+rw.name+"-"+rw.procs] = rw
+	}
+	sc := bufio.NewScanner(r)
+	pkg := ""
+	for sc.Scan() {
+		t := sc.Text()
+		if p, ok := strings.CutPrefix(t, "pkg: "); ok {
+			pkg = p
+			continue
+		}
+		m := line.FindStringSubmatch(t)
+		if m == nil {
+			continue
+		}
+		fam := m[1]
+		if strings.HasSuffix(pkg, "/memstore") {
+			fam = "memstore/" + fam
+		}
+		k := fam + "/" + m[2] + "-" + m[3]
+		rw := index[k]
+		if rw == nil {
+			rw = &row{family: fam, name: m[2], procs: m[3], metrics: map[string][]float64{}}
+			index[k] = rw
+			rows = append(rows, rw)
+		}
+		f := strings.Fields(m[4])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err == nil {
+				rw.metrics[f[i+1]] = append(rw.metrics[f[i+1]], v)
+			}
+		}
+	}
+	return rows
 }
 
 func median(v []float64) (float64, bool) {
@@ -116,25 +125,40 @@ func median(v []float64) (float64, bool) {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
 }
 
-func find(rows []*row, fam, name string) *row {
+func find(rows []*row, fam, name, procs string) *row {
 	for _, r := range rows {
-		if r.family == fam && r.name == name {
+		if r.family == fam && r.name == name && r.procs == procs {
 			return r
 		}
 	}
 	return nil
 }
 
-func printFamily(fam string, rows []*row) {
-	ref := find(rows, fam, refs[fam])
+func printFamily(w io.Writer, fam string, rows []*row) {
+	// Runs at several GOMAXPROCS (go test -cpu 2,16) are rows of their
+	// own, named with it, each divided by the reference at the same one.
+	var procs []string
+	for _, r := range rows {
+		if r.family == fam && !slices.Contains(procs, r.procs) {
+			procs = append(procs, r.procs)
+		}
+	}
+	name := func(r *row) string {
+		if len(procs) > 1 {
+			return fmt.Sprintf("%s (GOMAXPROCS %s)", r.name, cmp.Or(r.procs, "1"))
+		}
+		return r.name
+	}
+	refOf := func(r *row) *row { return find(rows, fam, refs[fam], r.procs) }
+	ref := find(rows, fam, refs[fam], procs[0])
 	memory := strings.HasSuffix(fam, "Memory1M")
-	fmt.Printf("\n### %s\n\n", fam)
+	fmt.Fprintf(w, "\n### %s\n\n", fam)
 	if memory {
-		fmt.Println("| contender | B/key | B/key+str | ns/key (fill) | runs | B/key ÷ " + refName(ref) + " |")
-		fmt.Println("|---|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| contender | B/key | B/key+str | ns/key (fill) | runs | B/key ÷ "+refName(ref)+" |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	} else {
-		fmt.Println("| contender | ns/op | cpu-ns/op | B/op | allocs/op | admit/op | runs | ns/op ÷ " + refName(ref) + " | cpu-ns/op ÷ " + refName(ref) + " |")
-		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| contender | ns/op | cpu-ns/op | B/op | allocs/op | admit/op | runs | ns/op ÷ "+refName(ref)+" | cpu-ns/op ÷ "+refName(ref)+" |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	}
 	for _, r := range rows {
 		if r.family != fam {
@@ -144,7 +168,7 @@ func printFamily(fam string, rows []*row) {
 			b, _ := median(r.metrics["B/key"])
 			bs, _ := median(r.metrics["B/key+str"])
 			ns, _ := median(r.metrics["ns/key"])
-			fmt.Printf("| %s | %.1f | %.1f | %.0f | %d | %s |\n", r.name, b, bs, ns, len(r.metrics["B/key"]), ratio(r, ref, "B/key"))
+			fmt.Fprintf(w, "| %s | %.1f | %.1f | %.0f | %d | %s |\n", name(r), b, bs, ns, len(r.metrics["B/key"]), ratio(r, refOf(r), "B/key"))
 			continue
 		}
 		ns, _ := median(r.metrics["ns/op"])
@@ -155,7 +179,7 @@ func printFamily(fam string, rows []*row) {
 			adm = strconv.FormatFloat(a, 'f', 2, 64)
 		}
 		cpu, _ := median(r.metrics["cpu-ns/op"])
-		fmt.Printf("| %s | %.1f | %.1f | %.0f | %.0f | %s | %d | %s | %s |\n", r.name, ns, cpu, bop, al, adm, len(r.metrics["ns/op"]), ratio(r, ref, "ns/op"), ratio(r, ref, "cpu-ns/op"))
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.0f | %.0f | %s | %d | %s | %s |\n", name(r), ns, cpu, bop, al, adm, len(r.metrics["ns/op"]), ratio(r, refOf(r), "ns/op"), ratio(r, refOf(r), "cpu-ns/op"))
 	}
 }
 
@@ -182,12 +206,16 @@ func ratio(r, ref *row, metric string) string {
 // serial ns/op ÷ parallel ns/op (RunParallel's ns/op is wall time per
 // operation over all goroutines).
 func printSpeedup(rows []*row, serial, parallel string) {
+	several := false // serial rows at more than one GOMAXPROCS
+	for _, r := range rows {
+		several = several || r.family == serial && r.procs != rows[0].procs
+	}
 	var out []string
 	for _, r := range rows {
 		if r.family != serial {
 			continue
 		}
-		p := find(rows, parallel, r.name)
+		p := find(rows, parallel, r.name, r.procs)
 		if p == nil {
 			continue
 		}
@@ -196,7 +224,11 @@ func printSpeedup(rows []*row, serial, parallel string) {
 		if q == 0 {
 			continue
 		}
-		out = append(out, fmt.Sprintf("| %s | %.1f | %.1f | %.2f× |", r.name, s, q, s/q))
+		label := r.name
+		if several {
+			label = fmt.Sprintf("%s (GOMAXPROCS %s)", r.name, cmp.Or(r.procs, "1"))
+		}
+		out = append(out, fmt.Sprintf("| %s | %.1f | %.1f | %.2f× |", label, s, q, s/q))
 	}
 	if len(out) == 0 {
 		return
