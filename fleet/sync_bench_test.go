@@ -17,8 +17,25 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
+// redisCounters is what BenchmarkFleet reads of Redis around a run.
+type redisCounters struct {
+	cmds, scripts int64         // total_commands_processed; EVALSHA and EVAL calls
+	cpu           time.Duration // Redis' CPU time
+}
+
+// redisReadINFOs is the INFO commands of one readRedis, which two
+// readings are apart by in total_commands_processed: Redis counts a
+// command once it has run, so a reading's own INFO stats (its first) is
+// not in its figure, and its other two are in the next reading's.
+const redisReadINFOs = 3
+
+// readRedis reads Redis' counters, total_commands_processed first.
+func readRedis(tb testing.TB, addr string) redisCounters {
+	return redisCounters{cmds: commandsProcessed(tb, addr), scripts: evalCalls(tb, addr), cpu: redisCPU(tb, addr)}
+}
+
 // commandsProcessed is Redis' total_commands_processed (INFO stats).
-func commandsProcessed(b *testing.B, addr string) int64 {
+func commandsProcessed(b testing.TB, addr string) int64 {
 	info, err := redistest.Do(addr, "INFO", "stats")
 	if err != nil {
 		b.Fatal(err)
@@ -34,7 +51,7 @@ func commandsProcessed(b *testing.B, addr string) int64 {
 }
 
 // redisCPU is Redis' CPU time (INFO cpu: used_cpu_user + used_cpu_sys).
-func redisCPU(b *testing.B, addr string) time.Duration {
+func redisCPU(b testing.TB, addr string) time.Duration {
 	info, err := redistest.Do(addr, "INFO", "cpu")
 	if err != nil {
 		b.Fatal(err)
@@ -100,9 +117,8 @@ func BenchmarkFleet(b *testing.B) {
 					names[i] = prefix + strconv.Itoa(i)
 				}
 				var worker atomic.Int64
-				before := commandsProcessed(b, srv.Addr)
-				beforeScripts := evalCalls(b, srv.Addr)
-				beforeCPU, beforeRedis := benchutil.CPUTime(), redisCPU(b, srv.Addr)
+				before := readRedis(b, srv.Addr)
+				beforeCPU := benchutil.CPUTime()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					w := worker.Add(1)
@@ -119,13 +135,12 @@ func BenchmarkFleet(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				cpu, rcpu := benchutil.CPUTime()-beforeCPU, redisCPU(b, srv.Addr)-beforeRedis
+				cpu := benchutil.CPUTime() - beforeCPU
+				after := readRedis(b, srv.Addr)
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-				b.ReportMetric(float64(rcpu.Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
-				scripts := evalCalls(b, srv.Addr) - beforeScripts
-				cmds := commandsProcessed(b, srv.Addr) - before - 4 // the INFO calls
-				b.ReportMetric(float64(scripts)/float64(b.N), "scripts/op")
-				b.ReportMetric(float64(cmds)/float64(b.N), "redis-cmds/op")
+				b.ReportMetric(float64((after.cpu-before.cpu).Nanoseconds())/float64(b.N), "redis-cpu-ns/op")
+				b.ReportMetric(float64(after.scripts-before.scripts)/float64(b.N), "scripts/op")
+				b.ReportMetric(float64(after.cmds-before.cmds-redisReadINFOs)/float64(b.N), "redis-cmds/op")
 			})
 		}
 	}
