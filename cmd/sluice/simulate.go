@@ -51,7 +51,7 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	rate := fs.String("rate", "", "the limit, `N/UNIT`: N requests per UNIT (s, m, h, d or a Go duration such as 250ms); required")
 	burst := fs.Int64("burst", 0, "bucket or queue size `N` for token_bucket, gcra and leaky_bucket (0: the rate's N)")
 	segments := fs.Int("segments", 0, "sub-windows `N` of sliding_window_counter (0: 1, the classic two-window estimate)")
-	storeName := fs.String("store", "memory", "where the counters live: memory or redis")
+	storeName := fs.String("store", "memory", "where the counters live: `memory|redis`")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis `ADDR` for -store redis")
 	tracePath := fs.String("trace", "-", "the trace `FILE`; - for standard input")
 	plotPath := fs.String("plot", "", "also draw the run as an SVG picture into `FILE.svg`")
