@@ -162,3 +162,56 @@ func TestDocNoInternalDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestDocTestNames: every test, benchmark, fuzz target and example the
+// product's docs name (`go test -run TestX`, "BenchmarkY reruns it") is a
+// function of some _test.go file, so that a reader's rerun command finds
+// it after a rename. A name followed by * is a family and is left out.
+func TestDocTestNames(t *testing.T) {
+	funcs := map[string]bool{}
+	reFunc := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
+	err := filepath.WalkDir(Root(), func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != Root() {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range reFunc.FindAllStringSubmatch(string(b), -1) {
+			funcs[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reName := regexp.MustCompile(`\b((?:Test|Benchmark|Fuzz|Example)[A-Z]\w*)\b(\*?)`)
+	var named int
+	for _, page := range productPages(t) {
+		b, err := os.ReadFile(filepath.Join(Root(), page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range strings.Split(string(b), "\n") {
+			for _, m := range reName.FindAllStringSubmatch(l, -1) {
+				if m[2] == "*" {
+					continue
+				}
+				named++
+				if !funcs[m[1]] {
+					t.Errorf("%s:%d: names %s, which no _test.go file defines", page, i+1, m[1])
+				}
+			}
+		}
+	}
+	if named < 20 {
+		t.Errorf("found %d test names in the docs; the search is broken", named)
+	}
+}
