@@ -32,7 +32,7 @@ unit:
 	sh scripts/ensure-redis.sh
 	sh scripts/ensure-gateways.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
-	cd bench && $(GO) test $(RACE) -count=1 ./internal/... ./gateway ./fleetload ./benchtable
+	cd bench && $(GO) test $(RACE) -count=1 ./internal/... ./gateway ./fleetload ./load ./benchtable
 	cd bench/redis && $(GO) test $(RACE) -count=1 -run '^TestMeasure' .
 
 # Exploratory runs of every native fuzz target: each searches for new

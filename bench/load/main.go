@@ -160,7 +160,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := procs.StartRedis(ctx, redisAddr, dir); err != nil {
+	redis, err := procs.StartRedis(ctx, redisAddr, dir)
+	if err != nil {
 		return err
 	}
 	for _, a := range []string{upAddr, bareAddr, rpAddr, fastAddr, nginxAddr, caddyAddr} {
@@ -200,17 +201,18 @@ func run() error {
 		url    string
 		script string
 		server *harness.Proc
+		redis  *harness.Proc // the Redis the server uses, nil if none
 	}{
-		{"direct to upstream", "http://" + upAddr + "/", "", up},
-		{"nginx proxy_pass with limit_req", "http://" + nginxAddr + "/", "", ngx},
-		{"Caddy reverse_proxy (no limiting)", "http://" + caddyAddr + "/", "", caddy},
-		{"bare httputil.ReverseProxy (no limiting)", "http://" + rpAddr + "/", "", rp},
-		{"minimal fasthttp proxy (no limiting)", "http://" + fastAddr + "/", "", fast},
-		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem},
-		{"sluice proxy, redis store", "http://" + redisProxy + "/", "", red},
-		{"bare net/http JSON handler", "http://" + bareAddr + "/v1/check", luaCheck, bare},
-		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem},
-		{"sluice /v1/check, redis store", "http://" + redisAPI + "/v1/check", luaCheck, red},
+		{"direct to upstream", "http://" + upAddr + "/", "", up, nil},
+		{"nginx proxy_pass with limit_req", "http://" + nginxAddr + "/", "", ngx, nil},
+		{"Caddy reverse_proxy (no limiting)", "http://" + caddyAddr + "/", "", caddy, nil},
+		{"bare httputil.ReverseProxy (no limiting)", "http://" + rpAddr + "/", "", rp, nil},
+		{"minimal fasthttp proxy (no limiting)", "http://" + fastAddr + "/", "", fast, nil},
+		{"sluice proxy, memory store", "http://" + memProxy + "/", "", mem, nil},
+		{"sluice proxy, redis store", "http://" + redisProxy + "/", "", red, redis},
+		{"bare net/http JSON handler", "http://" + bareAddr + "/v1/check", luaCheck, bare, nil},
+		{"sluice /v1/check, memory store", "http://" + memAPI + "/v1/check", luaCheck, mem, nil},
+		{"sluice /v1/check, redis store", "http://" + redisAPI + "/v1/check", luaCheck, red, redis},
 	}
 	loadBefore := harness.LoadAvg()
 	results := make([]result, len(steps))
@@ -220,7 +222,7 @@ func run() error {
 				break
 			}
 			fmt.Fprintf(os.Stderr, "load: %s (run %d of %d) …\n", s.name, run+1, o.runs)
-			r, err := wrk(ctx, o, s.url, s.script, s.server)
+			r, err := wrk(ctx, o, s.url, s.script, s.server, s.redis)
 			if err != nil {
 				return fmt.Errorf("%s: %w\n%s", s.name, err, s.server.Logs)
 			}
@@ -259,7 +261,7 @@ func run() error {
 		server *harness.Proc
 	}{{"http://" + upAddr + "/", up}, {"http://" + memProxy + "/", mem}, {"http://" + rpAddr + "/", rp}} {
 		fmt.Fprintf(os.Stderr, "load: one connection to %s …\n", s.url)
-		if single[i], err = wrk(ctx, one, s.url, "", s.server); err != nil {
+		if single[i], err = wrk(ctx, one, s.url, "", s.server, nil); err != nil {
 			return err
 		}
 	}

@@ -33,11 +33,17 @@ type result struct {
 	p50, p99      time.Duration
 	non2xx        int64
 	cpuPerRequest time.Duration // server CPU (utime+stime) per request
+	redisCPU      time.Duration // the Redis server's CPU per request, -1 if the server uses none
 }
 
-// wrk runs one closed-loop step and reads the server's CPU time around it.
-func wrk(ctx context.Context, o options, url, script string, server *harness.Proc) (result, error) {
-	w, err := harness.Wrk(ctx, o.threads, o.conns, o.duration, url, script, server)
+// wrk runs one closed-loop step and reads the server's CPU time around it,
+// and that of the Redis it uses (nil if none).
+func wrk(ctx context.Context, o options, url, script string, server, redis *harness.Proc) (result, error) {
+	ps := []*harness.Proc{server}
+	if redis != nil {
+		ps = append(ps, redis)
+	}
+	w, err := harness.Wrk(ctx, o.threads, o.conns, o.duration, url, script, ps...)
 	return fromWrk(w), err
 }
 
@@ -50,13 +56,16 @@ func paced(ctx context.Context, o options, addr string, rate float64, server *ha
 	if p.Errors > 0 {
 		return result{}, fmt.Errorf("%s: %d of %d paced requests failed: %v", addr, p.Errors, p.Sent, p.FirstErr)
 	}
-	return result{rps: p.Achieved, requests: p.Answered, p50: p.P50, p99: p.P99, non2xx: p.Non2xx, cpuPerRequest: p.ServerCPU[0]}, err
+	return result{rps: p.Achieved, requests: p.Answered, p50: p.P50, p99: p.P99, non2xx: p.Non2xx, cpuPerRequest: p.ServerCPU[0], redisCPU: -1}, err
 }
 
 func fromWrk(w harness.WrkResult) result {
-	r := result{rps: w.RPS, requests: w.Requests, p50: w.P50, p99: w.P99, non2xx: w.Non2xx}
+	r := result{rps: w.RPS, requests: w.Requests, p50: w.P50, p99: w.P99, non2xx: w.Non2xx, redisCPU: -1}
 	if len(w.CPUPerRequest) > 0 {
 		r.cpuPerRequest = w.CPUPerRequest[0]
+	}
+	if len(w.CPUPerRequest) > 1 {
+		r.redisCPU = w.CPUPerRequest[1]
 	}
 	return r
 }

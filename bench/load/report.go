@@ -12,14 +12,18 @@ func report(w io.Writer, o options, rs []result, rate float64, direct, proxy res
 	fmt.Fprintf(w, "Load run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d run(s) per step, everything on one machine over loopback.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), harness.NumCPU(), o.threads, o.conns, o.duration, o.runs)
 	fmt.Fprintf(w, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", loadBefore, loadAfter)
-	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| step | requests/s | p50 | p99 | non-2xx | server CPU/request | its Redis's CPU/request |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for i, r := range rs {
 		if o.proxyOnly && i >= stepCheck {
 			break
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs |\n", r.name, r.rps, r.p50, r.p99, r.non2xx,
-			float64(r.cpuPerRequest)/float64(time.Microsecond))
+		redis := "–"
+		if r.redisCPU >= 0 {
+			redis = fmt.Sprintf("%.1f µs", float64(r.redisCPU)/float64(time.Microsecond))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %v | %v | %d | %.1f µs | %s |\n", r.name, r.rps, r.p50, r.p99, r.non2xx,
+			float64(r.cpuPerRequest)/float64(time.Microsecond), redis)
 	}
 	fmt.Fprintln(w)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
