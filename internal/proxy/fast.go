@@ -251,6 +251,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		}
 		h[k] = vv
 	}
+	untyped(h, resp.Header)
 	if res != nil {
 		res.SetHeaders(h)
 	}

@@ -382,7 +382,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		p.fastForward(w, r, ip, res)
 		return
 	}
-	info := forwardInfo{ip: ip}
+	info := forwardInfo{ip: ip, w: w.Header()}
 	if res != nil {
 		// The context carries a copy, so that the caller's Result stays
 		// on its stack on the fast path (one allocation per request).
@@ -402,7 +402,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 type forwardInfo struct {
 	ip   netip.Addr
 	res  *engine.Result
-	body *endedBody // r.Body as handed to ReverseProxy; nil: none
+	body *endedBody  // r.Body as handed to ReverseProxy; nil: none
+	w    http.Header // the client's response headers (untyped)
+}
+
+// untyped marks h, the headers of the answer to the client, as typed with
+// nothing when up, the upstream's, has no Content-Type: net/http's servers
+// and the h1 front would otherwise sniff a type from the body and send it
+// (an HTML page without a type became text/html, a page that is not quite
+// HTML text/plain, changing how the client reads it). A Content-Type key
+// with no values writes no header and stops the sniffing.
+func untyped(h, up http.Header) {
+	if _, ok := up["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -459,6 +472,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	info, _ := resp.Request.Context().Value(ctxKey{}).(forwardInfo)
 	if info.res != nil {
 		info.res.SetHeaders(resp.Header)
+	}
+	if info.w != nil {
+		// ReverseProxy copies resp.Header into the client's headers
+		// value by value: a key without values would not reach them.
+		// Set after any 1xx answer, whose relay clears them.
+		untyped(info.w, resp.Header)
 	}
 	return nil
 }
