@@ -372,6 +372,7 @@ func (d *Daemon) shutdown() error {
 		})
 	}
 	wg.Wait()
+	d.closeConns()
 	if err := d.closeStore(); err != nil {
 		err = fmt.Errorf("daemon: close store: %w", err)
 		d.log.Error("shutdown", "err", err)
@@ -379,6 +380,17 @@ func (d *Daemon) shutdown() error {
 	}
 	d.log.Info("shut down")
 	return nil
+}
+
+// closeConns closes, once the servers have shut down, the connections
+// they leave open: the tunnels of upgraded connections (WebSocket), which
+// a shutdown does not wait for.
+func (d *Daemon) closeConns() {
+	for _, ln := range []*listener.Listener{d.apiLn, d.proxyLn} {
+		if ln != nil {
+			ln.CloseHijacked()
+		}
+	}
 }
 
 // Close releases the listeners and the store of a daemon that will not

@@ -43,6 +43,9 @@ type Listener struct {
 	open    atomic.Int64
 	metrics *metrics.Listener
 	send    time.Duration // send_timeout of the connections accepted; 0: none
+
+	mu       sync.Mutex
+	hijacked map[*conn]struct{} // taken over from the server and open (see CloseHijacked)
 }
 
 // Wrap returns ln capped at max connections (0: no cap), counting into m
@@ -81,6 +84,34 @@ func (l *Listener) ConnState(c net.Conn, s http.ConnState) {
 	}
 	if tc, ok := c.(*conn); ok {
 		tc.state.Store(int32(s))
+		if s == http.StateHijacked {
+			l.mu.Lock()
+			tc.hijacked.Store(true)
+			if !tc.closed.Load() {
+				if l.hijacked == nil {
+					l.hijacked = map[*conn]struct{}{}
+				}
+				l.hijacked[tc] = struct{}{}
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// CloseHijacked closes the connections that a handler took over from the
+// server (http.Hijacker: a proxied WebSocket or other upgrade) and that
+// are still open. http.Server.Shutdown and Close leave those alone, so
+// call it once they have returned: a tunnel would otherwise go on being
+// relayed after the server has stopped.
+func (l *Listener) CloseHijacked() {
+	l.mu.Lock()
+	cs := make([]*conn, 0, len(l.hijacked))
+	for c := range l.hijacked {
+		cs = append(cs, c)
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
 	}
 }
 
@@ -96,6 +127,8 @@ type conn struct {
 	slow      atomic.Bool
 	abort     atomic.Bool // the read deadline in force is an abort (in the past)
 	closeOnce sync.Once
+	closed    atomic.Bool // released (see release)
+	hijacked  atomic.Bool // in l.hijacked
 
 	// The body read timeout (BodyTimeout, connBody): while a request
 	// body is being read, bodyWait is the timeout, and Read arms the read
@@ -188,6 +221,14 @@ func (c *conn) release() {
 	c.closeOnce.Do(func() {
 		c.l.open.Add(-1)
 		c.l.metrics.Closed(c.slow.Load())
+		// Only a hijacked connection takes the lock (see ConnState: each
+		// side stores its flag, then reads the other's).
+		c.closed.Store(true)
+		if c.hijacked.Load() {
+			c.l.mu.Lock()
+			delete(c.l.hijacked, c)
+			c.l.mu.Unlock()
+		}
 	})
 }
 
