@@ -384,12 +384,19 @@ func (d *Daemon) shutdown() error {
 
 // closeConns closes, once the servers have shut down, the connections
 // they leave open: the tunnels of upgraded connections (WebSocket), which
-// a shutdown does not wait for.
+// a shutdown does not wait for, and the proxy's idle upstream
+// connections (an upstream that keeps them open would hold them, and the
+// daemon's descriptors, after Run has returned).
 func (d *Daemon) closeConns() {
 	for _, ln := range []*listener.Listener{d.apiLn, d.proxyLn} {
 		if ln != nil {
 			ln.CloseHijacked()
 		}
+	}
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	if c, ok := d.cur.Load().proxy.(interface{ Close() }); ok {
+		c.Close()
 	}
 }
 

@@ -62,6 +62,33 @@ func startCountingUpstream(t *testing.T) *countingUpstream {
 	return u
 }
 
+// TestShutdownClosesUpstreamConnections: once Run has returned, the
+// proxy's idle upstream connections (the pooled fast path's and
+// ReverseProxy's) are closed; an upstream that keeps idle connections
+// open (net/http's default) would otherwise hold them, and the daemon's
+// file descriptors, after the daemon has stopped (a daemon embedded by
+// Run(ctx) in a process that goes on).
+func TestShutdownClosesUpstreamConnections(t *testing.T) {
+	up := startCountingUpstream(t)
+	td := startDaemon(t, proxyConfig(up.url, "rules:\n  - {name: all, rate: 1000/s}\n"))
+	if r := get(t, td.proxy+"/"); r.status != http.StatusOK {
+		t.Fatalf("GET: %d", r.status)
+	}
+	resp, err := http.Post(td.proxy+"/", "text/plain", strings.NewReader("body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if up.open.Load() == 0 {
+		t.Fatal("no upstream connection open: the test would test nothing")
+	}
+	if err := td.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	waitFor(t, "the upstream connections closed after Run returned", func() bool { return up.open.Load() == 0 })
+}
+
 // TestShutdownEndsTunnels: an upgraded connection (WebSocket) through the
 // proxy, which a graceful shutdown does not wait for, is closed on both
 // sides by the time Run returns: it would otherwise go on being relayed,
