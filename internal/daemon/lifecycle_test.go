@@ -7,10 +7,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // countingUpstream is a real upstream that counts the connections open
@@ -121,4 +127,122 @@ func TestShutdownEndsTunnels(t *testing.T) {
 		t.Errorf("client side of the tunnel after Run returned: %q %v, want it closed (EOF)", b, err)
 	}
 	waitFor(t, "the upstream side of the tunnel closed", func() bool { return up.open.Load() == 0 })
+}
+
+// openFDs counts the process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(es)
+}
+
+// settled waits until the goroutines and open file descriptors are back
+// to at most g and fds (a baseline taken before), and fails with a
+// goroutine dump if they are not within safety.
+func settled(t *testing.T, what string, g, fds int) {
+	t.Helper()
+	deadline := time.Now().Add(safety)
+	for {
+		ng, nf := runtime.NumGoroutine(), openFDs(t)
+		if ng <= g && nf <= fds {
+			return
+		}
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Fatalf("%s: %d goroutines and %d descriptors, want at most %d and %d (the baseline):\n%s", what, ng, nf, g, fds, b.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the counts to come down
+	}
+}
+
+// TestStartupFailureLeavesNothing: when New fails after it has bound a
+// listener, built the store or started watching files, it has closed
+// them all by the time it returns (the process goes on: a supervisor
+// may retry), and the error names the key and the address.
+func TestStartupFailureLeavesNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "ratelimit.yaml"), "domain: d\n")
+	mustWrite(t, filepath.Join(dir, "junk.pem"), "junk\n")
+	token := filepath.Join(dir, "token")
+	mustWrite(t, token, "secret\n")
+	redis := "store:\n  type: redis\n  redis: {addrs: [" + addr + "], timeout: 50ms}\n"
+	for _, c := range []struct{ name, yaml, want string }{
+		{"proxy.listen busy", "proxy: {listen: " + addr + ", upstream: http://127.0.0.1:1}\n", "proxy.listen"},
+		{"grpc.listen busy", "proxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1}\ngrpc: {listen: " + addr + ", config: [ratelimit.yaml]}\n", "grpc.listen"},
+		{"grpc.listen busy on redis", redis + "grpc: {listen: " + addr + ", config: [ratelimit.yaml]}\n", "grpc.listen"},
+		{"proxy.tls junk", "proxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1, tls: {cert: junk.pem, key: junk.pem}}\n", "proxy.tls.cert"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, "sluice.yaml")
+			mustWrite(t, path, "listen: 127.0.0.1:0\napi: {token_file: "+token+"}\n"+c.yaml)
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, fds := runtime.NumGoroutine(), openFDs(t)
+			d, err := New(cfg, Options{ConfigPath: path})
+			if err == nil {
+				d.Close()
+				t.Fatalf("New: nil error, want one naming %s", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) || strings.Contains(c.name, "busy") && !strings.Contains(err.Error(), addr) {
+				t.Errorf("New: %v, want it to name %s and the address", err, c.want)
+			}
+			settled(t, "after New failed", g, fds)
+		})
+	}
+}
+
+// TestRedisUnreachableLeavesNothing: a daemon whose Redis never answers
+// (it keeps trying to connect) stops whole, for each store.on_error: Run
+// and Close both end the connecting goroutine, the fallback's probe, the
+// watches and the listeners.
+func TestRedisUnreachableLeavesNothing(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close() // nothing listens there now: connections are refused
+	for _, onError := range []string{"allow", "deny", "local"} {
+		for _, run := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/run=%v", onError, run), func(t *testing.T) {
+				g, fds := runtime.NumGoroutine(), openFDs(t)
+				yaml := "listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1}\nstore:\n  type: redis\n  on_error: " + onError +
+					"\n  redis: {addrs: [" + addr + "], timeout: 50ms}\nrules:\n  - {name: r, rate: 10/s, sync: 50ms}\n  - {name: d, rate: 1/s, action: defer}\n"
+				if run {
+					td := startDaemon(t, yaml)
+					check(t, td.api, "r", "k", 1)
+					if err := td.stop(); err != nil {
+						t.Fatalf("Run: %v", err)
+					}
+				} else {
+					path := filepath.Join(t.TempDir(), "sluice.yaml")
+					mustWrite(t, path, yaml)
+					cfg, err := config.Load(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d, err := New(cfg, Options{ConfigPath: path})
+					if err != nil {
+						t.Fatalf("New: %v", err)
+					}
+					if err := d.Close(); err != nil {
+						t.Fatalf("Close: %v", err)
+					}
+				}
+				settled(t, "after the daemon stopped", g, fds)
+			})
+		}
+	}
 }
