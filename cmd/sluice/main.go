@@ -30,10 +30,39 @@ commands:
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := onSignals(cancel, os.Stderr, os.Exit)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// onSignals calls cancel at the first SIGINT or SIGTERM (a graceful
+// shutdown), and exit(1) at the second, telling stderr: an operator who
+// signals again does not want to wait for shutdown_timeout. The returned
+// func stops listening for them.
+func onSignals(cancel func(), stderr io.Writer, exit func(int)) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		cancel()
+		select {
+		case sig := <-sigs:
+			fmt.Fprintf(stderr, "sluice: second signal (%v) during the shutdown: exiting now, without waiting for requests in flight\n", sig)
+			exit(1)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,11 +22,20 @@ import (
 // answered in full after the signal, and the process exits 0.
 func TestServeSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		t.Run(sig.String(), func(t *testing.T) { serveSignal(t, sig) })
+		t.Run(sig.String(), func(t *testing.T) { serveSignal(t, sig, false) })
 	}
 }
 
-func serveSignal(t *testing.T, sig syscall.Signal) {
+// TestServeSecondSignal: a second SIGINT or SIGTERM during the graceful
+// shutdown ends the process at once, exit 1, without waiting for the
+// request in flight (which shutdown_timeout would let run a minute).
+func TestServeSecondSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { serveSignal(t, sig, true) })
+	}
+}
+
+func serveSignal(t *testing.T, sig syscall.Signal, twice bool) {
 	arrived, release := make(chan struct{}), make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
@@ -41,7 +51,7 @@ func serveSignal(t *testing.T, sig syscall.Signal) {
 		}
 	}()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: %s}\nrules:\n  - name: r\n    rate: 10/m\n", up.URL)
+	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: %s}\nshutdown_timeout: 1m\nrules:\n  - name: r\n    rate: 10/m\n", up.URL)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +136,27 @@ func serveSignal(t *testing.T, sig syscall.Signal) {
 	case <-shutting:
 	case err := <-exited:
 		t.Fatalf("sluice serve exited (%v) on %s without a graceful shutdown; logs:\n%s", err, sig, logs.String())
+	}
+	if twice {
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("sluice serve after a second %s: %v, want exit 1; logs:\n%s", sig, err, logs.String())
+			}
+			if !strings.Contains(logs.String(), "second signal") {
+				t.Errorf("a forced exit not told on standard error:\n%s", logs.String())
+			}
+		case <-time.After(30 * time.Second): // a hang guard, not a measurement
+			t.Fatalf("sluice serve still running 30s after a second %s, with a request in flight and shutdown_timeout 1m", sig)
+		}
+		if a := <-answered; a.err == nil {
+			t.Errorf("the request in flight at the second %s: %d %q, want it cut", sig, a.status, a.body)
+		}
+		return
 	}
 	close(release) // the in-flight request ends only now, after the signal
 	a := <-answered
