@@ -75,6 +75,8 @@ type shardTags struct {
 
 // Shard rewrites r so that it goes to one of n shards of its key (the next
 // one in the key's round-robin on this Store), with that shard's share of the limit.
+// Its Namespace becomes ShardNamespace(r.Namespace), so that no unsharded
+// key, whatever it is spelled, shares a shard's count.
 // It returns the number of shards actually used (n capped by the limit's
 // rate and burst), or 1 (r unchanged) when n < 2. Take, TakeAll and every
 // Store decorator then treat the shard like any key. Fix the Decision of a
@@ -95,9 +97,19 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 		}
 	}
 	r.Limit = l
-	r.Key = t.keys[i]
+	r.Namespace, r.Key = ShardNamespace(r.Namespace), t.keys[i]
 	return n
 }
+
+// ShardNamespace returns the Namespace of the shards of the keys of
+// namespace ns: ns + "shard|". A shard's logical key is its key's plus
+// "#" and a tag ("k#3"), which a client may spell as a key of its own; the
+// namespace keeps the two apart, so that such a key is never counted in a
+// shard's Redis key (a key of a Limiter's namespace, "NAME|ALG,LIMIT|",
+// never ends in "|shard|", and the daemon's rules use none).
+func ShardNamespace(ns string) string { return ns + shardMark }
+
+const shardMark = "shard|"
 
 // capacity is the largest cost l ever admits under algorithm a: past it a
 // request is refused with sluice.Never.
@@ -135,14 +147,16 @@ func (s *Store) Spread(r sluice.Request, n int) []sluice.Request {
 			break // the parts only get smaller
 		}
 		q := r
-		q.Key, q.Limit, q.Cost = t.keys[i], ShardLimit(r.Algorithm, r.Limit, n, i), c
+		q.Namespace, q.Key, q.Limit, q.Cost = ShardNamespace(r.Namespace), t.keys[i], ShardLimit(r.Algorithm, r.Limit, n, i), c
 		out = append(out, q)
 	}
 	return out
 }
 
-// ShardKeys returns the logical keys of the n shards of limiter key k
-// (pass each to Key for its Redis key), for inspection and tests.
+// ShardKeys returns the logical keys of the n shards of limiter key k, for
+// inspection and tests. Shard i of a request r is counted in the Redis key
+// KeyOf(&Request{Namespace: ShardNamespace(r.Namespace), Key: keys[i]}),
+// in the slot of Key(keys[i]).
 func (s *Store) ShardKeys(k string, n int) []string {
 	return append([]string(nil), s.shardTags(k, n).keys...)
 }
