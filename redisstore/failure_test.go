@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,8 +166,21 @@ func TestPassword(t *testing.T) {
 	if _, err := redistest.Do(srv.Addr, "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Password: "wrong"}); err == nil {
-		t.Fatalf("New with a wrong password succeeded")
+	for _, o := range []redisstore.Options{
+		{Addrs: []string{srv.Addr}, Password: "wrong"},
+		{Addrs: []string{srv.Addr}},
+		{Addrs: []string{srv.Addr}, Username: "nobody", Password: "s3cret"},
+	} {
+		_, err := redisstore.New(context.Background(), o)
+		if !errors.Is(err, redisstore.ErrAuth) || !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "refused the credentials") {
+			t.Errorf("New with username %q, password %q: %v; want ErrAuth (and ErrStoreUnavailable) saying the credentials were refused", o.Username, o.Password, err)
+		}
+	}
+	// Redis that does not answer is not a refusal.
+	srv2 := redistest.StartServer(t)
+	srv2.Stop()
+	if _, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv2.Addr}, Password: "x"}); err == nil || errors.Is(err, redisstore.ErrAuth) {
+		t.Errorf("New on a stopped Redis: %v; want an error that is not ErrAuth", err)
 	}
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Password: "s3cret"})
 	if d, err := s.Take(context.Background(), req("pw", 0)); err != nil || !d.Allowed {

@@ -48,8 +48,15 @@ type sluiceProc struct {
 // The test's cleanup stops it (SIGTERM) and fails if it does not exit 0.
 func startSluiceProc(t *testing.T, path string) *sluiceProc {
 	t.Helper()
+	return startSluiceProcEnv(t, path)
+}
+
+// startSluiceProcEnv is startSluiceProc with more environment variables
+// (NAME=value) for the process.
+func startSluiceProcEnv(t *testing.T, path string, env ...string) *sluiceProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "-config", path)
-	cmd.Env = append(os.Environ(), "SLUICE_TEST_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "SLUICE_TEST_MAIN=1"), env...)
 	p := &sluiceProc{cmd: cmd, logs: new(redistest.SyncBuffer), done: make(chan struct{})}
 	cmd.Stderr = p.logs
 	out, err := cmd.StdoutPipe()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -62,7 +63,10 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)
 	}
-	lazy := newLazyRedis(opts, d.log)
+	lazy, err := newLazyRedis(opts, d.log)
+	if err != nil {
+		return fmt.Errorf("daemon: store.redis: %w; %s", err, refusalHint(err))
+	}
 	d.lazy = lazy
 	fs := newFleetStore(lazy, d.reg, d.opts.Now)
 	d.fleet = fs
@@ -176,14 +180,30 @@ type lazyRedis struct {
 
 var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
 
+// refusalHint tells what to check when Redis refused the connection.
+func refusalHint(err error) string {
+	if errors.Is(err, redisstore.ErrTLS) {
+		return "check store.redis.tls and Redis's certificate (verified against the system's CA roots; on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
+	}
+	return "check store.redis.username and store.redis.password"
+}
+
 // newLazyRedis connects with o, waiting at most o's timeout (at least a
-// second); if that fails it returns a store that keeps trying.
-func newLazyRedis(o redisstore.Options, log *slog.Logger) *lazyRedis {
+// second); if that fails it returns a store that keeps trying. Redis
+// refusing the credentials or TLS (redisstore.ErrAuth, ErrTLS) is no
+// outage but a mistake in the config, which waiting does not mend:
+// newLazyRedis returns it, and the daemon does not start.
+func newLazyRedis(o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
 	l := &lazyRedis{}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	if l.connect(ctx, o) == nil {
-		return l
+	err := l.connect(ctx, o)
+	if err == nil {
+		return l, nil
+	}
+	if errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS) {
+		cancel()
+		return nil, err
 	}
 	l.wg.Add(1)
 	go func() {
@@ -201,12 +221,19 @@ func newLazyRedis(o redisstore.Options, log *slog.Logger) *lazyRedis {
 				log.Info("connected to Redis", "addrs", o.Addrs, "attempts", n+1)
 				return
 			}
-			if n == 1 || n%60 == 0 {
+			switch {
+			case errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS):
+				// Redis came up refusing the config's credentials or TLS
+				// (changed meanwhile): no outage.
+				if n == 1 || n%60 == 0 {
+					log.Error("Redis refused the connection; retrying: "+refusalHint(err), "addrs", o.Addrs, "every", ConnectRetry, "err", err)
+				}
+			case n == 1 || n%60 == 0:
 				log.Warn("Redis does not answer; retrying", "addrs", o.Addrs, "every", ConnectRetry, "err", err)
 			}
 		}
 	}()
-	return l
+	return l, nil
 }
 
 func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {

@@ -33,6 +33,9 @@ const installHint = "run `make test` (it installs Redis via scripts/ensure-redis
 // Its methods are safe for concurrent use.
 type Server struct {
 	Addr string
+	// TLSAddr is where a server started by StartTLSServer serves TLS
+	// (127.0.0.1:port); "" for the others.
+	TLSAddr string
 
 	tb      testing.TB
 	port    int
@@ -41,6 +44,8 @@ type Server struct {
 	// sentinelConf, if set, runs the process as a Sentinel with this config.
 	sentinelConf string
 	extra        []string // more redis-server arguments
+	tlsPort      int      // StartTLSServer's TLS port; 0: none
+	tlsFiles     [2]string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -83,6 +88,38 @@ func StartMain() (*Server, error) {
 	}
 	os.RemoveAll(dir)
 	return nil, fmt.Errorf("redistest: cannot start redis-server: %v; %s", lastErr, installHint)
+}
+
+// StartTLSServer starts a redis-server as StartServer does that also
+// serves TLS on TLSAddr, with the certificate and key in the PEM files
+// cert and key, and does not ask clients for certificates. Addr stays
+// plain, for setting the server up with Do.
+func StartTLSServer(tb testing.TB, cert, key string) *Server {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatalf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
+	}
+	var lastErr error
+	for range 20 {
+		port, err := freePort(false)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		tport, err := freePort(false)
+		if err != nil || tport == port {
+			lastErr = err
+			continue
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
+			tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, dir: tb.TempDir()}
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+	}
+	tb.Fatalf("redistest: cannot start redis-server with TLS: %v; %s (redis-server must be built with TLS)", lastErr, installHint)
+	return nil
 }
 
 func newServer(tb testing.TB, cluster bool) *Server {
@@ -150,6 +187,10 @@ func (s *Server) args() []string {
 		"--protected-mode", "no",
 	}
 	a = append(a, s.extra...)
+	if s.tlsPort != 0 {
+		a = append(a, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", s.tlsFiles[0],
+			"--tls-key-file", s.tlsFiles[1], "--tls-auth-clients", "no")
+	}
 	if s.cluster {
 		a = append(a, "--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// secureRedis sets a password (requirepass s3cret) on the nodes at addrs,
+// and an ACL user lim (password limpw) that may run anything on the keys
+// under sluice: only.
+func secureRedis(t *testing.T, addrs []string) {
+	t.Helper()
+	for _, a := range addrs {
+		for _, cmd := range [][]string{
+			{"ACL", "SETUSER", "lim", "on", ">limpw", "~sluice:*", "&*", "+@all"},
+			{"CONFIG", "SET", "requirepass", "s3cret"},
+		} {
+			if _, err := redistest.Do(a, cmd...); err != nil {
+				t.Fatalf("%s on %s: %v", cmd, a, err)
+			}
+		}
+	}
+}
+
+func authConfig(addrs []string, cluster bool, creds string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], cluster: %v, timeout: 2s%s}
+rules:
+  - name: two
+    rate: 2/h
+    algorithm: fixed_window
+`, strings.Join(addrs, ", "), cluster, creds)
+}
+
+// store.redis.password and username reach Redis: with requirepass or an
+// ACL user the daemon connects and counts (a third request of 2/h is
+// refused, which an unconnected store failing open would not do), on a
+// single node and on a 3-master Cluster.
+func TestRedisAuthConnects(t *testing.T) {
+	for _, kind := range []string{"redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			addrs := []string{}
+			if kind == "redis" {
+				addrs = append(addrs, redistest.StartServer(t).Addr)
+			} else {
+				addrs = redistest.StartCluster(t).Addrs
+			}
+			secureRedis(t, addrs)
+			for _, creds := range []string{", password: s3cret", ", username: lim, password: limpw"} {
+				td := startDaemon(t, authConfig(addrs, kind == "cluster", creds))
+				if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
+					t.Fatalf("%s: /readyz %d %s, want 200", creds, r.status, r.body)
+				}
+				if got := allowedOf(t, td.api, "two", "k"+creds, 3); got != 2 {
+					t.Errorf("%s: %d of 3 admitted under 2/h, want 2 (counted in Redis)", creds, got)
+				}
+			}
+		})
+	}
+}
+
+// Credentials Redis refuses are a startup error naming the problem and
+// the keys to fix, not a daemon that starts, fails open on every request
+// and logs that Redis "does not answer".
+func TestRedisAuthRefusedAtStartup(t *testing.T) {
+	for _, kind := range []string{"redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			addrs := []string{}
+			if kind == "redis" {
+				addrs = append(addrs, redistest.StartServer(t).Addr)
+			} else {
+				addrs = redistest.StartCluster(t).Addrs
+			}
+			secureRedis(t, addrs)
+			for _, tc := range []struct{ creds, redis string }{
+				{", password: wrong", "WRONGPASS"},
+				{", username: lim, password: s3cret", "WRONGPASS"},
+				{", username: nobody, password: limpw", "WRONGPASS"},
+				{"", "NOAUTH"},
+			} {
+				path := filepath.Join(t.TempDir(), "sluice.yaml")
+				if err := os.WriteFile(path, []byte(authConfig(addrs, kind == "cluster", tc.creds)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := config.Load(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := New(cfg, Options{})
+				if err == nil {
+					d.Close()
+					t.Errorf("New with%s: nil error, want the credentials refused", tc.creds)
+					continue
+				}
+				msg := err.Error()
+				for _, want := range []string{"store.redis", "refused the credentials", "username", "password", tc.redis} {
+					if !strings.Contains(msg, want) {
+						t.Errorf("New with%s: %q, want it to say %q", tc.creds, msg, want)
+					}
+				}
+			}
+		})
+	}
+}
