@@ -32,7 +32,11 @@ func tokenBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 }
 
 // gcra keeps the theoretical arrival time: the instant the bucket is full
-// again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N).
+// again, as whole ticks (T) plus a fraction in 1/Rate of a tick (N); and
+// M, the latest instant at which a request added debt. M decides nothing
+// here: the Redis store's refund (a TakeAll across Cluster slots) needs it
+// to give back no more than the request left, and keeps it so, as the
+// leaky bucket's M.
 func gcra(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	if ahead := st.T - now; ahead > 0 && ahead > floorDiv(debtCap(p)-st.N, p.rate) {
 		// A request so far behind T (its clock behind the one that set
@@ -48,9 +52,13 @@ func gcra(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	if st.T > now || (st.T == now && st.N > 0) {
 		debt = (st.T-now)*p.rate + st.N
 	}
+	before := debt
 	takeDebt(p, now, &debt, cost, force, o)
 	st.T = now + debt/p.rate
 	st.N = debt % p.rate
+	if debt > before {
+		st.M = max(st.M, now) // see gcra's doc
+	}
 }
 
 // farBehind writes the refusal of a request whose debt (a bucket's, or the
@@ -158,7 +166,7 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 			rel, stale = leave, false
 			st.T = now + leave/p.rate
 			st.N = leave % p.rate
-			st.M = 1
+			st.M = max(st.M, now, 1)
 		}
 	case force:
 		// Charged past the queue: the cost joins the queue's end, cost
@@ -172,7 +180,7 @@ func leakyBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 		rel, stale = leave, false
 		st.T = now + leave/p.rate
 		st.N = leave % p.rate
-		st.M = 1
+		st.M = max(st.M, now, 1)
 		o.retry = ceilDiv(leave+p.period-maxWait, p.rate) // for a cost of 1
 	case !fits:
 		o.retry = -1

@@ -11,8 +11,10 @@ import (
 // algorithm (all times are in ticks, see Limit):
 //
 //	token_bucket            T last refill, N debt: (Burst − tokens) × Period, in token-ticks
-//	gcra                    T theoretical arrival time, N its fraction in 1/Rate ticks
-//	leaky_bucket            T leave time of the last admitted request, N its fraction, M 1 once set
+//	gcra                    T theoretical arrival time, N its fraction in 1/Rate ticks,
+//	                        M the latest time a request added debt (for the Redis store's refunds)
+//	leaky_bucket            T leave time of the last admitted request, N its fraction,
+//	                        M the latest time a request queued (at least 1: non-zero once set)
 //	fixed_window            T window number, N count
 //	sliding_window_log      Log admission times, oldest first (one per unit of cost)
 //	sliding_window_counter  T newest sub-window; N, M its count and the previous one's when

@@ -28,6 +28,11 @@ func addHit(a sluice.Algorithm, t *sluice.Ticks, st *sluice.State, h redisstore.
 			v = max(d, limit)
 		}
 		setDebt(a, t, st, at, v)
+		if a == sluice.GCRA {
+			// The latest debt added (sluice's gcra), by any hit: a
+			// folded hit's cost may be net of the refill.
+			st.M = max(st.M, at)
+		}
 	case sluice.FixedWindow, sluice.SlidingWindowCounter:
 		w := floorDiv(at, t.Period)
 		advance(a, st, w)

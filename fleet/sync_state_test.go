@@ -190,6 +190,9 @@ func grantStep(a sluice.Algorithm, t *sluice.Ticks, st *sluice.State, us, want i
 	d := debtAt(a, t, st, now)
 	avail := min(want, max(0, floorDiv(t.Burst*t.Period-d, t.Period)))
 	setDebt(a, t, st, now, d+avail*t.Period)
+	if a == sluice.GCRA && avail > 0 {
+		st.M = max(st.M, now)
+	}
 	return avail
 }
 

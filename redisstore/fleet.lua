@@ -158,6 +158,9 @@ if mode == 'sync' then
         if lessDebt2(cq, cr, q, r) then vq, vr = q, r else vq, vr = cq, cr end
       end
       N, T = vr, at + vq
+      -- M: the latest debt added (gcra.lua), by any hit: a folded hit's
+      -- cost (fleet's fold) may be net of the refill.
+      if at > M then M = at end
     elseif alg == 1 then
       local d = debt(fdiv(ARGV[i + 2] + 0, tick))
       local v, floor = d + cost, ARGV[i + 3] + 0
@@ -187,6 +190,7 @@ elseif mode == 'grant' then
     if avail > want then avail = want end
     q, r = addDebt2(q, r, avail * period)
     N, T = r, now + q
+    if avail > 0 and now > M then M = now end
   elseif alg == 1 then
     local d = debt(now)
     avail = fdiv(burst * period - d, period)
@@ -215,6 +219,7 @@ elseif mode == 'take' then
     local bq, br = fdiv(burst * period, rate), (burst * period) % rate
     if cost <= burst and q <= bq and (bq - q) * rate + br - r >= cost * period then
       q, r = addDebt2(q, r, cost * period)
+      if cost > 0 and now > M then M = now end
     end
     N, T = r, now + q
   elseif alg == 1 then

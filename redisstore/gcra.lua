@@ -1,5 +1,6 @@
 -- gcra.lua: the twin of sluice's gcra. T is the theoretical arrival time in
--- whole ticks, N its fraction in 1/Rate of a tick. It shares takeDebt
+-- whole ticks, N its fraction in 1/Rate of a tick; M the latest tick at
+-- which a request added debt, for refunds (sluice's gcra leaves M 0). It shares takeDebt
 -- (debt.lua) with the token bucket.
 
 local function gcraDebt(o, rate, now)
@@ -17,8 +18,14 @@ STEP[6] = function(o, rate, burst, period, segments, now, cost, force)
     local reset = ahead + cdiv(o.N, rate)
     return false, 0, farBehind(rate, period, ahead, o.N, burst * period, cost, cost <= burst, force), reset, 0, now + reset, 0
   end
-  local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, gcraDebt(o, rate, now), cost, force)
+  local before = gcraDebt(o, rate, now)
+  local d, allowed, remaining, retry, reset, delay, idle = takeDebt(rate, burst, period, now, before, cost, force)
   o.T = now + tdiv(d, rate)
   o.N = d % rate
-  return allowed, remaining, retry, reset, delay, idle, mark
+  -- M: the latest tick at which a request added debt (sluice's gcra keeps
+  -- nothing in M), for REFUND[6].
+  if d > before and now > o.M then o.M = now end
+  -- For a refund (REFUND[6]): the tick the debt before this request would
+  -- have refilled by, rounded down.
+  return allowed, remaining, retry, reset, delay, idle, now + fdiv(before, rate)
 end

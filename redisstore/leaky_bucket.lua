@@ -1,6 +1,7 @@
 -- leaky_bucket.lua: the twin of sluice's leakyBucket. T is the leave time of
 -- the last unit queued in whole ticks, N its fraction in 1/Rate of a tick, M
--- 1 once set. Times relative to now are in parts of 1/Rate tick. A request
+-- non-zero once set: the latest tick at which a request queued (at least 1),
+-- for refunds (sluice's leakyBucket sets 1). Times relative to now are in parts of 1/Rate tick. A request
 -- of cost n is n units a spacing apart, the first leaving at max(now, the
 -- last leave + a spacing); the request leaves (its delay) with the last.
 
@@ -22,14 +23,11 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
   end
   local rel = 0
   if not stale then rel = (o.T - now) * rate + o.N end
-  -- mark tells a refund what the queue's tail was: 1 none (stale), < 0 that
-  -- far below where this request's first unit was clamped to now, 0
-  -- otherwise.
-  if stale then
-    mark = 1
-  elseif cost > 0 and rel + period < 0 then
-    mark = rel + period
-  end
+  -- mark, for a refund (REFUND[2]): the tick at which the queue before
+  -- this request would have emptied, its last unit a spacing behind
+  -- (where this request's first unit leaves), rounded down.
+  mark = now
+  if not stale and rel + period > 0 then mark = now + fdiv(rel + period, rate) end
   local fits = cost <= burst + 1
   -- first: when the request's first unit leaves; leave: when its last unit,
   -- and so the request, does (cost 0: both the queue's last leave).
@@ -48,7 +46,7 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
       rel, stale = leave, false
       o.T = now + tdiv(leave, rate)
       o.N = leave % rate
-      o.M = 1
+      o.M = max(o.M, now, 1)
     end
   elseif force then
     -- Charged past the queue: the cost joins the queue's end.
@@ -58,7 +56,7 @@ STEP[2] = function(o, rate, burst, period, segments, now, cost, force)
     rel, stale = leave, false
     o.T = now + tdiv(leave, rate)
     o.N = leave % rate
-    o.M = 1
+    o.M = max(o.M, now, 1)
     retry = cdiv(leave + period - maxWait, rate) -- for a cost of 1
   elseif not fits then
     retry = -1

@@ -57,10 +57,14 @@
 // refunded: each algorithm gives back what the request took (tokens, a
 // window's count, log entries, a queue slot), exactly so when nothing else
 // touched the key in between. Between the take and the refund, other
-// clients may briefly see that quota as used. With a request of another
-// client in between, GCRA's and the leaky bucket's refund may give back
-// too much: up to what refilled (leaked) between the two requests, if the
-// bucket would have been full (the queue empty) without the take.
+// clients may briefly see that quota as used. A refund never gives back
+// more than the request left in the key: when another client's request
+// came in between and found the bucket refilled (the queue leaked) by
+// less than it would have been without the take, the buckets and GCRA
+// give back that much less (they keep the time of the key's latest
+// request for it). With one such request this is exact (to a tick's
+// refill); with several, the refund may fall short of it, so the key
+// briefly counts a little more than it admitted. No round trip is added.
 //
 // A report (sluice.Request.Force) runs the general script (the flat Take
 // scripts know only Take); in TakeAll it never makes the others fail. A

@@ -14,27 +14,35 @@ REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
   o.N = max(0, o.N - back)
 end
 
--- (The leaky bucket's and GCRA's refunds give back too much when the
--- queue would have emptied, or the bucket refilled, before another request
--- came between the take and the refund: that request then loses what
--- leaked or refilled in between, up to the refunded cost. Their state
--- keeps no time of the last request, as the token bucket's T is, to tell.)
+-- GCRA's and the leaky bucket's refunds follow the token bucket's: both
+-- keep a debt that drains at Rate (GCRA's debt; the leaky bucket's queue
+-- beyond now, a spacing behind), and a request after mark (the tick the
+-- debt before the refunded one would have drained by) found that much
+-- more drained without it. M holds the latest tick at which a request
+-- added to the state, so the refund gives back the request's cost less
+-- Rate × (M - mark) when M passed mark: exact when no request, or one,
+-- came between the take and the refund (short by less than a tick's
+-- refill, mark being rounded down), or none after mark; with more, it may
+-- be short (a second request, after a first refilled the debt, is counted
+-- as if it had found it drained), never over. backAfter returns what is
+-- left to give back (0: nothing).
+local function backAfter(o, rate, period, cost, mark)
+  local back = cost * period
+  if o.M > mark then
+    local late = o.M - mark
+    if late >= cdiv(back, rate) then return 0 end
+    back = back - late * rate
+  end
+  return back
+end
 
--- A refund moves the queue's tail back by the request's cost * Period/Rate,
--- and, when nothing queued behind the request (the tail is its last unit,
--- its first not ahead of now), restores the tail exactly as it was: none, or
--- as far below now as the take had clamped its first unit (mark, see
--- leaky_bucket.lua).
+-- A refund moves the queue's tail back by what is left to give back. A
+-- tail a spacing or more behind now is an empty queue, as none is.
 REFUND[2] = function(o, rate, burst, period, segments, now, cost, mark)
   if leakyStale(o, rate, burst, period, now) then return end
-  local rel = (o.T - now) * rate + o.N
-  local behind = rel > (cost - 1) * period
-  if not behind and mark == 1 then
-    o.T, o.N, o.M = 0, 0, 0
-    return
-  end
-  rel = rel - cost * period
-  if not behind and mark < 0 then rel = rel + mark end
+  local back = backAfter(o, rate, period, cost, mark)
+  if back == 0 then return end
+  local rel = (o.T - now) * rate + o.N - back
   local q = fdiv(rel, rate)
   o.T = now + q
   o.N = rel - q * rate
@@ -80,11 +88,12 @@ REFUND[5] = function(o, rate, burst, period, s, now, cost, mark)
   end
 end
 
--- A refund moves the theoretical arrival time back by what the request took.
+-- A refund moves the theoretical arrival time back by what is left to give
+-- back.
 REFUND[6] = function(o, rate, burst, period, segments, now, cost, mark)
   local debt = gcraDebt(o, rate, now)
   if debt == 0 then return end
-  debt = max(0, debt - cost * period)
+  debt = max(0, debt - backAfter(o, rate, period, cost, mark))
   o.T = now + tdiv(debt, rate)
   o.N = debt % rate
 end

@@ -9,6 +9,8 @@ if d <= room then
   d = d + cp
   N = d % rate
   T = now + (d - N) / rate
+  -- M: the latest tick at which a request added debt (see gcra.lua).
+  if cp > 0 and now > M then M = now end
 elseif d == 0 then
   T, N = now, 0
 end

@@ -1,6 +1,6 @@
 -- take_leaky_bucket.lua: Take's step of sluice's leakyBucket (T leave time
--- of the last unit queued in ticks, N its fraction in 1/Rate tick, M 1
--- once set). ARGV[4] Rate; ARGV[5] Period; ARGV[6] the longest wait,
+-- of the last unit queued in ticks, N its fraction in 1/Rate tick, M
+-- non-zero once set, see leaky_bucket.lua). ARGV[4] Rate; ARGV[5] Period; ARGV[6] the longest wait,
 -- Burst*Period; ARGV[7] full, (Burst+1)*Period; ARGV[8] how many ticks
 -- back a leave time is stale, ceil(full/Rate)+1; ARGV[9] Cost*Period, or -1
 -- when the request queues nothing (Cost 0, or Cost > Burst+1).
@@ -18,7 +18,9 @@ if cp >= 0 then
     rel, stale = leave, false
     N = leave % rate
     T = now + (leave - N) / rate
-    M = 1
+    -- M: the latest tick at which a request queued (see leaky_bucket.lua).
+    if now > M then M = now end
+    if M == 0 then M = 1 end
   end
 end
 idle = now

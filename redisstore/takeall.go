@@ -60,8 +60,14 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	if !allowed {
 		return nil
 	}
+	if testHookAfterCheck != nil {
+		testHookAfterCheck()
+	}
 	// Then take each slot's share; refund if some slot changed its mind.
 	rps, err = s.runGroups(ctx, "take", qs, groups, nil)
+	if testHookAfterTake != nil {
+		testHookAfterTake()
+	}
 	committed := make([]bool, len(groups))
 	denied := err != nil
 	for gi, g := range groups {
@@ -102,6 +108,11 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	}
 	return nil
 }
+
+// testHookAfterCheck and testHookAfterTake, set by tests only, run in a
+// cross-slot TakeAll after its check and after its take, so that a test
+// can put another client's requests between the phases.
+var testHookAfterCheck, testHookAfterTake func()
 
 func (s *Store) allErr(rs []sluice.Request, err error) error {
 	keys := make([]string, len(rs))
