@@ -3,7 +3,9 @@
 //
 //   - Listener caps the client connections held at once (max_connections):
 //     a connection accepted beyond the cap is closed at once and counted,
-//     so the ones already held keep being served.
+//     so the ones already held keep being served. An HTTP/2 request in
+//     flight beyond the first on its connection holds a place too
+//     (capStreams): one more is answered 503.
 //   - BodyTimeout bounds the wait between two reads of a request body
 //     (body_read_timeout, as nginx's client_body_timeout): a body that
 //     stalls is cut and its connection closed, while a large upload that
@@ -39,8 +41,8 @@ import (
 // does).
 type Listener struct {
 	net.Listener
-	max     int64 // 0: no cap
-	open    atomic.Int64
+	max     int64        // 0: no cap
+	open    atomic.Int64 // places held: connections, and HTTP/2 requests beyond one per connection (capStreams)
 	metrics *metrics.Listener
 	send    time.Duration // send_timeout of the connections accepted; 0: none
 
@@ -54,7 +56,8 @@ func Wrap(ln net.Listener, max int, m *metrics.Listener) *Listener {
 	return &Listener{Listener: ln, max: int64(max), metrics: m}
 }
 
-// Open returns the connections held now.
+// Open returns the places held now: the connections, and the HTTP/2
+// requests in flight beyond the first on each connection.
 func (l *Listener) Open() int { return int(l.open.Load()) }
 
 // Accept returns the next connection, closing (and counting) at once any
@@ -65,8 +68,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n := l.open.Add(1); l.max > 0 && n > l.max {
-			l.open.Add(-1)
+		if !l.take() {
 			l.metrics.Refused()
 			c.Close()
 			continue
@@ -147,6 +149,8 @@ type conn struct {
 	// it alone.
 	sendWait time.Duration
 	userW    atomic.Bool
+
+	h2 h2Streams // HTTP/2 requests in flight (capStreams)
 }
 
 // bodyRead starts (d > 0) or ends (0) the reading of a request body; at

@@ -1,11 +1,9 @@
 package listener
 
 import (
-	"io"
 	"log"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -41,8 +39,9 @@ type Options struct {
 	// progress (the client reads nothing): the connection is then closed
 	// and counted slow; 0: none.
 	SendTimeout time.Duration
-	// MaxConnections caps the connections held at once, and the HTTP/2
-	// requests served at once (one connection carries many); 0: no cap.
+	// MaxConnections caps the places held at once: a connection holds
+	// one, and so does each HTTP/2 request in flight beyond the first on
+	// its connection (one connection carries many); 0: no cap.
 	MaxConnections int
 	// Metrics receives the connection metrics; nil: none.
 	Metrics *metrics.Metrics
@@ -59,7 +58,7 @@ func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener
 	wl := Wrap(ln, o.MaxConnections, m)
 	wl.send = o.SendTimeout
 	srv := &http.Server{
-		Handler:           closeDoubtful(capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout), o.MaxConnections, m)),
+		Handler:           closeDoubtful(wl.capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout))),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnState:         wl.ConnState,
@@ -67,36 +66,4 @@ func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener
 		ErrorLog:          o.ErrorLog,
 	}
 	return srv, wl
-}
-
-// capStreams answers 503 at once to an HTTP/2 request that comes while
-// max are being served, over all the listener's connections. HTTP/1
-// serves one request per connection at a time, so the connection cap
-// bounds its requests; an HTTP/2 connection carries up to 250 at once,
-// each a goroutine (and through the proxy an upstream connection) held as
-// long as its body trickles in, so without this the connection cap let
-// 250 times as many run. max <= 0 returns h.
-func capStreams(h http.Handler, max int, m *metrics.Listener) http.Handler {
-	if max <= 0 {
-		return h
-	}
-	var n atomic.Int64
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor < 2 {
-			h.ServeHTTP(w, r)
-			return
-		}
-		if n.Add(1) > int64(max) {
-			n.Add(-1)
-			m.RequestRefused()
-			hd := w.Header()
-			hd["Content-Type"] = []string{"application/json"}
-			hd["Retry-After"] = []string{"1"}
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":"overloaded"}`+"\n")
-			return
-		}
-		defer n.Add(-1)
-		h.ServeHTTP(w, r)
-	})
 }

@@ -10,7 +10,8 @@ import (
 //	sluice_connections_closed_slow_total{listener} closed because the client was too slow
 //	                                               (headers or body not sent in time)
 //	sluice_connections_refused_total{listener}     refused at max_connections
-//	sluice_requests_refused_total{listener}        HTTP/2 requests refused at max_connections in flight
+//	sluice_requests_refused_total{listener}        HTTP/2 requests refused at max_connections places held
+//	                                               (connections, and HTTP/2 requests beyond one per connection)
 //	sluice_body_timeouts_total{listener}           request bodies cut by body_read_timeout
 type connCollectors struct {
 	open                       *prometheus.GaugeVec
@@ -34,7 +35,7 @@ func (m *Metrics) conns() *connCollectors {
 			}, []string{"listener"}),
 			reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_requests_refused_total",
-				Help: "HTTP/2 requests answered 503 at once because max_connections requests were in flight on the listener.",
+				Help: "HTTP/2 requests answered 503 at once because the listener held max_connections places: its connections, and its HTTP/2 requests in flight beyond the first on each connection.",
 			}, []string{"listener"}),
 			bodyT: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_body_timeouts_total",
@@ -98,7 +99,7 @@ func (l *Listener) Refused() {
 	}
 }
 
-// RequestRefused counts a request refused at the cap of requests in flight.
+// RequestRefused counts an HTTP/2 request refused at the cap.
 func (l *Listener) RequestRefused() {
 	if l != nil {
 		l.reqs.Inc()

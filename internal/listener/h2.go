@@ -1,0 +1,96 @@
+package listener
+
+import (
+	"io"
+	"net/http"
+	"sync"
+)
+
+// h2Streams is an HTTP/2 connection's share of its listener's places:
+// the requests in flight on it, and the places they hold beyond the
+// connection's own (one each but the first, which the connection's place
+// covers, as an HTTP/1 connection's covers its request).
+type h2Streams struct {
+	mu    sync.Mutex
+	n     int // requests in flight
+	extra int // places held for them: max(0, n−1)
+}
+
+// take holds one of the listener's places, unless all max are held.
+func (l *Listener) take() bool {
+	if n := l.open.Add(1); l.max > 0 && n > l.max {
+		l.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// enterH2 admits an HTTP/2 request on c, or reports false when the
+// listener holds all its places. c nil (a connection not from the
+// Listener) takes a place for each request.
+func (l *Listener) enterH2(c *conn) bool {
+	if c == nil {
+		return l.take()
+	}
+	s := &c.h2
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n > 0 {
+		if !l.take() {
+			return false
+		}
+		s.extra++
+	}
+	s.n++
+	return true
+}
+
+// leaveH2 ends a request enterH2 admitted.
+func (l *Listener) leaveH2(c *conn) {
+	if c == nil {
+		l.open.Add(-1)
+		return
+	}
+	s := &c.h2
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n--
+	if s.extra > 0 {
+		s.extra--
+		l.open.Add(-1)
+	}
+}
+
+// capStreams makes max_connections bound HTTP/2 requests and HTTP/1
+// connections together: an HTTP/2 request beyond the first in flight on
+// its connection holds a place of the listener, as a connection does,
+// and is answered 503 at once when all are held. An HTTP/1 connection
+// serves one request at a time, so its own place bounds its requests; an
+// HTTP/2 connection carries up to 250 at once, each a goroutine (and
+// through the proxy an upstream connection) held as long as its body
+// trickles in. Capped apart, as they were, HTTP/2 requests ran up to
+// max_connections besides the HTTP/1 connections' (about twice the
+// bound); and uncapped, 250 times it. l.max <= 0 returns h.
+func (l *Listener) capStreams(h http.Handler) http.Handler {
+	if l.max <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		c, _ := r.Context().Value(connKey{}).(*conn)
+		if !l.enterH2(c) {
+			l.metrics.RequestRefused()
+			hd := w.Header()
+			hd["Content-Type"] = []string{"application/json"}
+			hd["Retry-After"] = []string{"1"}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":"overloaded"}`+"\n")
+			return
+		}
+		defer l.leaveH2(c)
+		h.ServeHTTP(w, r)
+	})
+}
