@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // h2Streams is an HTTP/2 connection's share of its listener's places:
@@ -14,6 +15,11 @@ type h2Streams struct {
 	mu    sync.Mutex
 	n     int // requests in flight
 	extra int // places held for them: max(0, n−1)
+
+	// The connection's requests ended, and those of them the client
+	// reset early (guardResets).
+	ended, resets int
+	flooded       bool // closed for its resets
 }
 
 // take holds one of the listener's places, unless all max are held.
@@ -93,4 +99,60 @@ func (l *Listener) capStreams(h http.Handler) http.Handler {
 		defer l.leaveH2(c)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// Early resets (HTTP/2 rapid reset, CVE-2023-44487): a client that opens
+// streams and resets each at once costs itself nothing, while each stream
+// starts a handler. net/http runs at most 250 of a connection's handlers
+// at once and skips those of streams reset before they started, but
+// starts the next as soon as one returns, so one connection could keep
+// the server starting handlers (deciding, dialling the upstream) without
+// end. As Envoy does, a connection whose client reset maxEarlyResets of
+// its requests within earlyReset of their start, more than half of the
+// requests it has ended, is closed.
+const (
+	maxEarlyResets = 100
+	earlyReset     = time.Second
+)
+
+// guardResets closes the HTTP/2 connection of a client that resets its
+// requests early, as the comment above says, and counts it. A request
+// whose context is done when its handler returns was reset by the client
+// (or its connection ended): net/http cancels it on a RST_STREAM, and
+// only after the handler returns otherwise.
+func (l *Listener) guardResets(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		c, _ := r.Context().Value(connKey{}).(*conn)
+		if c == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		early := r.Context().Err() != nil && time.Since(start) < earlyReset
+		if c.h2.end(early) {
+			l.metrics.ResetFlood()
+			c.Close()
+		}
+	})
+}
+
+// end counts a request ended (reset early or not), and reports whether
+// the connection has now reset too many to keep: once.
+func (s *h2Streams) end(early bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended++
+	if early {
+		s.resets++
+	}
+	if s.flooded || s.resets < maxEarlyResets || 2*s.resets <= s.ended {
+		return false
+	}
+	s.flooded = true
+	return true
 }

@@ -58,7 +58,7 @@ func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener
 	wl := Wrap(ln, o.MaxConnections, m)
 	wl.send = o.SendTimeout
 	srv := &http.Server{
-		Handler:           closeDoubtful(wl.capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout))),
+		Handler:           closeDoubtful(wl.guardResets(wl.capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout)))),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnState:         wl.ConnState,

@@ -13,9 +13,11 @@ import (
 //	sluice_requests_refused_total{listener}        HTTP/2 requests refused at max_connections places held
 //	                                               (connections, and HTTP/2 requests beyond one per connection)
 //	sluice_body_timeouts_total{listener}           request bodies cut by body_read_timeout
+//	sluice_connections_closed_resets_total{listener}
+//	                                               HTTP/2 connections closed for resetting requests early (rapid reset)
 type connCollectors struct {
-	open                       *prometheus.GaugeVec
-	slow, refused, reqs, bodyT *prometheus.CounterVec
+	open                               *prometheus.GaugeVec
+	slow, refused, reqs, bodyT, resets *prometheus.CounterVec
 }
 
 func (m *Metrics) conns() *connCollectors {
@@ -41,9 +43,13 @@ func (m *Metrics) conns() *connCollectors {
 				Name: "sluice_body_timeouts_total",
 				Help: "Request bodies cut because no data came for body_read_timeout.",
 			}, []string{"listener"}),
+			resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "sluice_connections_closed_resets_total",
+				Help: "HTTP/2 connections closed because the client reset its requests early (within 1s of their start) 100 times, more than half of its requests (rapid reset, CVE-2023-44487).",
+			}, []string{"listener"}),
 		}
 		if m.reg != nil {
-			m.reg.MustRegister(c.open, c.slow, c.refused, c.reqs, c.bodyT)
+			m.reg.MustRegister(c.open, c.slow, c.refused, c.reqs, c.bodyT, c.resets)
 		}
 		m.connC = c
 	})
@@ -53,8 +59,8 @@ func (m *Metrics) conns() *connCollectors {
 // Listener holds the connection metrics of one listener. A nil *Listener
 // records nothing.
 type Listener struct {
-	open                       prometheus.Gauge
-	slow, refused, reqs, bodyT prometheus.Counter
+	open                               prometheus.Gauge
+	slow, refused, reqs, bodyT, resets prometheus.Counter
 }
 
 // Listener returns the connection metrics of the listener named name
@@ -71,6 +77,7 @@ func (m *Metrics) Listener(name string) *Listener {
 		refused: c.refused.WithLabelValues(name),
 		reqs:    c.reqs.WithLabelValues(name),
 		bodyT:   c.bodyT.WithLabelValues(name),
+		resets:  c.resets.WithLabelValues(name),
 	}
 }
 
@@ -110,5 +117,13 @@ func (l *Listener) RequestRefused() {
 func (l *Listener) BodyTimeout() {
 	if l != nil {
 		l.bodyT.Inc()
+	}
+}
+
+// ResetFlood counts an HTTP/2 connection closed for resetting its
+// requests early.
+func (l *Listener) ResetFlood() {
+	if l != nil {
+		l.resets.Inc()
 	}
 }

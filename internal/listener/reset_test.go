@@ -1,0 +1,114 @@
+package listener_test
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+
+	"github.com/sluicehq/sluice/internal/h2test"
+	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
+)
+
+// TestRapidReset (CVE-2023-44487): a client that opens HTTP/2 streams
+// and resets each at once costs itself nothing, while each stream starts
+// a handler; net/http runs at most 250 of a connection's at once but
+// starts the next as soon as one returns, so one connection could keep
+// the server starting handlers without end. The listener closes a
+// connection whose client has reset 100 requests early (more than half
+// of its requests), counts it, and serves other clients on.
+func TestRapidReset(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	pair := ca.Server(t)
+	var started atomic.Int64
+	// The handler reads the request's body, as /v1/check and the proxy
+	// do: the reset ends it.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute, Metrics: metrics.New(reg)})
+	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
+	go srv.Serve(tl)
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+
+	const n = 10_000
+	c := h2test.Dial(t, addr, ca.ClientConfig())
+	fl := c.RapidReset(t, 1, n, false, ":method", "POST", ":scheme", "https", ":path", "/v1/check", ":authority", addr, "content-type", "application/json")
+	t.Logf("%d streams sent, %d handlers started; served after: %v, GOAWAY %v, %v", fl.Sent, started.Load(), fl.Served, fl.GoAway, fl.Err)
+	if fl.Served {
+		t.Errorf("the server read %d streams opened and reset at once, started %d handlers, and still serves the connection; want it closed", n, started.Load())
+	}
+	// At most the early resets that close it, and those running then
+	// (250 on a connection).
+	if got := started.Load(); got > 1000 {
+		t.Errorf("%d handlers started for one connection's rapid resets, want at most 1000", got)
+	}
+	if got := metricstest.Gather(t, reg)[`sluice_connections_closed_resets_total{listener="api"}`]; got != 1 {
+		t.Errorf("sluice_connections_closed_resets_total = %v, want 1", got)
+	}
+
+	// Another client is served, over HTTP/2 as well.
+	tr := &http2.Transport{TLSClientConfig: ca.ClientConfig()}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr, Timeout: time.Minute}).Get("https://" + addr + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("another client after the rapid reset: %v %v, want 200", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// TestEarlyResetsWithinLimit: a client that cancels some of its requests
+// (a browser leaving a page) keeps its connection: the resets close it
+// only when they are more than half of its requests.
+func TestEarlyResetsWithinLimit(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	pair := ca.Server(t)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute})
+	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
+	go srv.Serve(tl)
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+
+	c := h2test.Dial(t, addr, ca.ClientConfig())
+	get := []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", addr}
+	id := uint32(1)
+	for range 3 {
+		// 150 requests served, then 150 reset early: half, not more.
+		for range 150 {
+			if a := c.Request(t, id, true, get...); a.Status != "200" {
+				t.Fatalf("stream %d: %+v, want 200", id, a)
+			}
+			id += 2
+		}
+		fl := c.RapidReset(t, id, 150, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", addr)
+		if !fl.Served {
+			t.Fatalf("after %d requests, half of them reset early: the connection ended (GOAWAY %v, %v); want it served", id/2+150, fl.GoAway, fl.Err)
+		}
+		id += 2 * 150
+	}
+}
