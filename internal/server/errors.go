@@ -24,6 +24,9 @@ var (
 	errUnauthorized = &apiError{status: http.StatusUnauthorized, msg: "unauthorized: this endpoint needs Authorization: Bearer <the token of api.token_file>"}
 	errBodyTimeout  = &apiError{status: http.StatusRequestTimeout, msg: "request body stalled: no data within body_read_timeout"}
 	errCrossOrigin  = &apiError{status: http.StatusForbidden, msg: "cross-origin request refused: a browser sent it for a web page (Sec-Fetch-Site, Origin), and the decision API serves none (a page of its own host name is a DNS name rebound to it); programs send neither header"}
+	// errExtendedConnect answers an extended CONNECT (RFC 8441: a
+	// WebSocket over HTTP/2): the decision API tunnels nothing.
+	errExtendedConnect = &apiError{status: http.StatusNotImplemented, msg: "extended_connect_unsupported: the decision API tunnels nothing (an extended CONNECT, RFC 8441, opens a WebSocket over HTTP/2)"}
 	// errGone answers a request whose client went away before it was
 	// decided (nginx's 499): for the access log, nobody reads it.
 	errGone = &apiError{status: StatusClientClosedRequest, msg: "client_closed_request"}

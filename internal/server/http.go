@@ -167,6 +167,14 @@ func New(o Options) (*Handler, error) {
 
 // ServeHTTP routes the request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect && r.Header[":protocol"] != nil {
+		// An extended CONNECT (RFC 8441), which Go's HTTP/2 server takes
+		// under GODEBUG=http2xconnect=1: forward auth would take its
+		// method as the request's, decide on it, and answer 2xx, which
+		// opens the tunnel. Refused on every path, before anything.
+		h.fail(w, errExtendedConnect)
+		return
+	}
 	if len(h.o.Token) > 0 && (strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/json") && !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		h.fail(w, errUnauthorized)
