@@ -54,6 +54,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		Ready:        d.ping,
 		Gatherer:     d.reg,
 		KeyMetrics:   []string{hotkeys.KeyRateMetric},
+		KeySeries:    d.metrics.ClientSeries,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,
 		Envoy:        gen.rls,

@@ -81,6 +81,12 @@ type Options struct {
 	// to a scrape that carries the token, as /v1/hotkeys, and the rest to
 	// any.
 	KeyMetrics []string
+	// KeySeries, when set, reports whether a series of Gatherer (of the
+	// family named family) has labels that hold clients' values, such as
+	// the Envoy counters' descriptor labels built from request values:
+	// with Token, those series too are served only to a scrape that
+	// carries the token.
+	KeySeries func(family string, labels []*dto.LabelPair) bool
 	// MaxBodyBytes bounds a /v1/check body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxKeyBytes bounds a /v1/check key; 0 means DefaultMaxKeyBytes. Keys
@@ -158,8 +164,8 @@ func New(o Options) (*Handler, error) {
 		opts := promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
 		h.metrics = promhttp.HandlerFor(o.Gatherer, opts)
 		h.openMetrics = h.metrics
-		if len(o.Token) > 0 && len(o.KeyMetrics) > 0 {
-			h.openMetrics = promhttp.HandlerFor(without{o.Gatherer, o.KeyMetrics}, opts)
+		if len(o.Token) > 0 && (len(o.KeyMetrics) > 0 || o.KeySeries != nil) {
+			h.openMetrics = promhttp.HandlerFor(without{o.Gatherer, o.KeyMetrics, o.KeySeries}, opts)
 		}
 	}
 	return h, nil
@@ -307,15 +313,28 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ready\n"))
 }
 
-// without gathers g but the families named in names.
+// without gathers g but the families named in names, and the series
+// series reports (nil: none).
 type without struct {
-	g     prometheus.Gatherer
-	names []string
+	g      prometheus.Gatherer
+	names  []string
+	series func(family string, labels []*dto.LabelPair) bool
 }
 
 func (w without) Gather() ([]*dto.MetricFamily, error) {
 	mfs, err := w.g.Gather()
-	return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return slices.Contains(w.names, mf.GetName()) }), err
+	return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool {
+		if slices.Contains(w.names, mf.GetName()) {
+			return true
+		}
+		if w.series == nil {
+			return false
+		}
+		// Gather builds the families anew for each call: this one's
+		// series are ours to drop.
+		mf.Metric = slices.DeleteFunc(mf.Metric, func(m *dto.Metric) bool { return w.series(mf.GetName(), m.GetLabel()) })
+		return len(mf.Metric) == 0
+	}), err
 }
 
 type slogPrinter struct{ l *slog.Logger }
