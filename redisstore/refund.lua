@@ -6,8 +6,10 @@
 -- by) up to the last refill, T: a request after mark found the bucket
 -- refilled that much less for the refunded one, and without it the bucket
 -- was full and that refill lost, so giving it back too would erase that
--- much of the later request. Exact when T did not pass mark; otherwise
--- short by less than a tick's refill, never over.
+-- much of the later request. Exact when T did not pass mark; otherwise,
+-- with one request in between, short by less than a tick's refill; with
+-- more, short by up to what the earlier ones took after mark (counted as
+-- refill lost); never over (TestRefundNeverOver).
 REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
   local back = cost * period
   if o.T > mark then back = max(0, back - (o.T - mark) * rate) end
