@@ -61,7 +61,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,8 +69,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -303,73 +300,6 @@ func delays(ms []rules.Match) bool {
 		}
 	}
 	return false
-}
-
-// deferRequest queues r on the rule that denied it and answers 202 (503
-// when it cannot tell whether r was queued); it returns false (nothing
-// written) when r must be refused as without defer. r is queued under the
-// key that denied it (res.DeniedKey: of a rule counting r under several
-// keys, the first that denied), with the rule's other keys of r beside it,
-// so that its replay waits for every one of them.
-func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result, ms []rules.Match) bool {
-	rule := p.o.Defer.Rule(res.DeniedBy.Name)
-	if rule == nil || res.DeniedKey == "" {
-		return false
-	}
-	keys := []string{res.DeniedKey}
-	for i := range ms {
-		if ms[i].Rule == res.DeniedBy && !slices.Contains(keys, ms[i].Key) {
-			keys = append(keys, ms[i].Key)
-		}
-	}
-	body, release, err := p.o.Defer.ReadBody(r, rule)
-	defer release()
-	if err != nil {
-		if errors.Is(err, deferq.ErrBodyTooLarge) {
-			res.SetHeaders(w.Header())
-			h := w.Header()
-			h["Content-Type"] = []string{"application/json"}
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			b, _ := json.Marshal(map[string]any{"error": "body_too_large", "rule": rule.Name,
-				"message": "over the rate limit, and the body is too large to be deferred (defer.max_body_bytes is " + strconv.FormatInt(rule.MaxBody(), 10) + ")"})
-			w.Write(append(b, '\n'))
-			return true
-		}
-		return false
-	}
-	h := r.Header.Clone()
-	for k := range h {
-		if forwardingHeader(k) {
-			delete(h, k)
-		}
-	}
-	if ip.IsValid() {
-		h["X-Forwarded-For"] = []string{ip.String()}
-	}
-	h["X-Forwarded-Host"] = []string{r.Host}
-	if r.TLS != nil {
-		h["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		h["X-Forwarded-Proto"] = []string{"http"}
-	}
-	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, keys, r, h, body)
-	var unknown *deferq.OutcomeUnknownError
-	if errors.As(err, &unknown) {
-		// Maybe queued: a 429 would have the client send it again.
-		p.logDefer(rule.Name, err)
-		res.SetHeaders(w.Header())
-		deferq.WriteOutcomeUnknown(w, rule.Name, unknown.ID)
-		return true
-	}
-	if err != nil {
-		if !errors.Is(err, deferq.ErrQueueFull) {
-			p.logDefer(rule.Name, err)
-		}
-		return false
-	}
-	res.SetHeaders(w.Header())
-	deferq.WriteAccepted(w, id)
-	return true
 }
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
