@@ -23,7 +23,11 @@
 // Each instance is one consumer of the rule's group. It reads new entries
 // (XREADGROUP) while it holds fewer than MaxHeld and their bytes fit in
 // Options.MaxHeldBytes, claims entries left pending by a dead instance once they
-// have been idle for ClaimIdle (XAUTOCLAIM), and keeps the entries it holds
+// have been idle for ClaimIdle (XAUTOCLAIM), both in read.lua, which leaves
+// in Redis the body of an entry over the rule's MaxBodyBytes in force (a
+// reload lowered it since the entry was queued): such an entry is
+// dead-lettered unsent, and a read is bounded by the bound in force. It
+// keeps the entries it holds
 // alive by claiming them again for itself every ClaimIdle/3 (so a live but
 // patient instance is never robbed), those still pending with it only (one
 // another instance claimed while this one was silent stays with that one).

@@ -2,7 +2,8 @@
 -- final, so that no instance ever sends a settled request again.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 dead-letter stream
 -- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
---       ('delivered' or 'failed'), 5 upstream status (0: none), 6 error,
+--       ('delivered', 'failed', or 'dead': dead-letter it unsent, counting
+--       no attempt, as a body over the bound in force is), 5 upstream status (0: none), 6 error,
 --       7 max attempts, 8 TTL of a settled record (ms),
 --       9 back-off after a first failed attempt (ms), 10 max dead letters,
 --       11 the send's token (unique per send), 12 max back-off (ms),
@@ -31,9 +32,14 @@ if ARGV[11] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[11] then
   end
   return state
 end
-local attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
 local outcome = ARGV[4]
-if outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
+local attempts
+if outcome == 'dead' then
+  attempts = tonumber(redis.call('HGET', KEYS[2], 'attempts') or '0')
+else
+  attempts = redis.call('HINCRBY', KEYS[2], 'attempts', 1)
+end
+if outcome == 'dead' or outcome == 'failed' and attempts >= tonumber(ARGV[7]) then
   outcome = 'dead_lettered'
   local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
   if #e == 1 then

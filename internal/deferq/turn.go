@@ -44,6 +44,13 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 			return result{e: e, after: max(time.Duration(ms)*time.Millisecond, time.Millisecond)}
 		}
 		r := w.rule.Load()
+		if n := int64(len(e.body)); n > r.MaxBody() {
+			// Held since before a reload lowered the bound.
+			if w.overBound(ctx, e, n) {
+				return result{e: e, drop: true}
+			}
+			return result{e: e, after: time.Second}
+		}
 		if r.Take != nil {
 			d, err := r.Take(ctx, append([]string{e.key}, e.also...))
 			o.Logger.Debug("defer: rate", "rule", w.name, "id", e.id, "allowed", d.Allowed, "retry_after", d.RetryAfter, "err", err)

@@ -31,12 +31,16 @@ var pruneLua string
 //go:embed malformed.lua
 var malformedLua string
 
+//go:embed read.lua
+var readLua string
+
 var (
 	beginScript     = rueidis.NewLuaScript(beginLua)
 	finishScript    = rueidis.NewLuaScript(finishLua)
 	keepScript      = rueidis.NewLuaScript(keepLua)
 	pruneScript     = rueidis.NewLuaScript(pruneLua)
 	malformedScript = rueidis.NewLuaScript(malformedLua)
+	readScript      = rueidis.NewLuaScript(readLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule, below its
@@ -162,7 +166,10 @@ func (w *worker) read(ctx context.Context) {
 	q := w.base + "q"
 	me := w.q.o.Consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
-	block := min(time.Second, w.q.o.ClaimIdle/4).Milliseconds()
+	// New entries are read by read.lua, which cannot block (a script
+	// never does): an empty read waits poll before the next.
+	poll := min(100*time.Millisecond, w.q.o.ClaimIdle/4)
+	bound := func() string { return strconv.FormatInt(w.rule.Load().MaxBody(), 10) }
 	var lastClaim, lastPrune time.Time
 	// cursor is where the scan of the pending list for entries to claim
 	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call,
@@ -182,7 +189,7 @@ func (w *worker) read(ctx context.Context) {
 			// what a silent instance left pending is at most what it
 			// held, within its own bound.
 			for range 10 { // at most 1000 entries claimed, 10,000 looked at, per round
-				arr, err := c.Do(ctx, c.B().Xautoclaim().Key(q).Group(group).Consumer(me).MinIdleTime(idle).Start(cursor).Count(100).Build()).ToArray()
+				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", "100", bound(), idle, cursor}).ToArray()
 				if err != nil || len(arr) < 2 {
 					if err != nil && ctx.Err() == nil {
 						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
@@ -213,11 +220,12 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		res, err := c.Do(ctx, c.B().Xreadgroup().Group(group, me).Count(n).Block(block).Streams().Key(q).Id(">").Build()).AsXRead()
+		arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "new", strconv.FormatInt(n, 10), bound()}).ToArray()
+		var es []rueidis.XRangeEntry
+		if err == nil && len(arr) == 2 {
+			es, err = arr[1].AsXRange()
+		}
 		if err != nil {
-			if rueidis.IsRedisNil(err) {
-				continue
-			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -230,7 +238,13 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		if es := res[q]; len(es) > 0 && !w.send(ctx, es) {
+		if len(es) == 0 {
+			if ctxtime.Sleep(ctx, poll) != nil {
+				return
+			}
+			continue
+		}
+		if !w.send(ctx, es) {
 			return
 		}
 	}
@@ -281,6 +295,12 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 				continue
 			}
 		}
+		if over := f["over"]; over != "" {
+			// read.lua left its body in Redis: over the bound in force.
+			n, _ := strconv.ParseInt(over, 10, 64)
+			w.overBound(ctx, e, n)
+			continue
+		}
 		w.hold(e, 1)
 		batch = append(batch, e)
 	}
@@ -295,33 +315,6 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 			w.hold(e, -1)
 		}
 		return false
-	}
-}
-
-// malformed dead-letters entry sid, whose id field is not an id of the
-// rule: it could never take a turn (begin.lua reads the request's record
-// and its key's order by that id). If Redis does not take it, the entry
-// stays pending here, and a claim brings it back after ClaimIdle.
-func (w *worker) malformed(ctx context.Context, sid, id, msg string) {
-	if len(id) > 40 {
-		id = id[:40] + "…"
-	}
-	if msg == "" {
-		msg = fmt.Sprintf("malformed entry: id %q is not a deferred id of rule %q", id, w.name)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead"},
-		[]string{group, sid, msg, w.deadLetters()}).AsInt64()
-	if err != nil {
-		w.q.o.Logger.Warn("defer: dead-letter a malformed entry", "rule", w.name, "entry", sid, "err", err)
-		return
-	}
-	if n == 1 {
-		w.q.m.deadLettered(w.name)
-		if w.q.deadLog.OK(w.q.o.Now()) {
-			w.q.o.Logger.Warn("defer: dead-lettered", "rule", w.name, "entry", sid, "err", msg, "suppressed", w.q.deadLog.Dropped())
-		}
 	}
 }
 

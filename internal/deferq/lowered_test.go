@@ -1,0 +1,102 @@
+package deferq_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// A reload that lowers a rule's max_body_bytes below requests already
+// queued: those requests are dead-lettered, with an error naming the
+// bound, as their turn or their read comes, and never read in bulk. A read
+// used to take as many entries as the new, small bound left room for (up
+// to 100 at once, 100 × 64 MiB at the largest bound), whatever their size,
+// past MaxHeldBytes; and they were then replayed with bodies the rule no
+// longer accepts. Their keys go on: a request queued after, under the
+// same key, is delivered.
+func TestLoweredBodyBoundDeadLetters(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newUpstream(t, nil)
+	c := client(t, srv.Addr)
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Bool
+	take := func(context.Context, []string) (sluice.Decision, error) {
+		if open.Load() {
+			return sluice.Decision{Allowed: true}, nil
+		}
+		return sluice.Decision{RetryAfter: 50 * time.Millisecond}, nil
+	}
+	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 512 << 10, Take: take}})
+	const n = 12
+	var ids []string
+	for i := range n {
+		ids = append(ids, enqueue(t, q, "big", "k"+strconv.Itoa(i%3), http.MethodPost, "/big/"+strconv.Itoa(i), bytes.Repeat([]byte{byte(i)}, 400<<10)))
+	}
+	start(t, q)
+	stream := deferq.DefaultPrefix + "{" + deferq.Tag("big") + "}:q"
+	ctx := context.Background()
+	pending := func() int64 {
+		v, err := c.Do(ctx, c.B().Xpending().Key(stream).Group("sluice").Build()).ToArray()
+		if err != nil || len(v) == 0 {
+			return -1
+		}
+		k, _ := v[0].AsInt64()
+		return k
+	}
+	waitFor(t, "the instance to read 4 (2 MiB of room at 512 KiB each)", 30*time.Second, func() bool { return pending() == 4 })
+	// The reload: 1 KiB from now on.
+	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 1 << 10, Take: take}})
+	deadLettered := func() int {
+		k := 0
+		for _, id := range ids {
+			if st, err := q.Status(ctx, id); err == nil && st.State == "dead_lettered" {
+				k++
+			}
+		}
+		return k
+	}
+	most := int64(0)
+	waitFor(t, "every request over the new bound dead-lettered", time.Minute, func() bool {
+		most = max(most, pending())
+		return most > 4 || deadLettered() == n
+	})
+	if most > 4 {
+		t.Fatalf("after the reload %d entries of 400 KiB were pending with the instance (read at once, past the 2 MiB it may hold); want at most the 4 it held", most)
+	}
+	for _, id := range ids {
+		st, err := q.Status(ctx, id)
+		if err != nil || st.State != "dead_lettered" || !strings.Contains(st.Error, "max_body_bytes") || st.Attempts != 0 {
+			t.Errorf("Status(%s) = %+v, %v; want dead_lettered with an error naming max_body_bytes, no attempt", id, st, err)
+		}
+	}
+	dead, err := c.Do(ctx, c.B().Xrange().Key(deferq.DefaultPrefix+"{"+deferq.Tag("big")+"}:dead").Start("-").End("+").Build()).AsXRange()
+	if err != nil || len(dead) != n {
+		t.Fatalf("dead letters: %d, %v; want %d", len(dead), err, n)
+	}
+	for _, e := range dead {
+		if len(e.FieldValues["body"]) != 400<<10 || !strings.Contains(e.FieldValues["error"], "max_body_bytes") {
+			t.Errorf("dead letter of %d bytes, error %q; want the whole request and the reason", len(e.FieldValues["body"]), e.FieldValues["error"])
+		}
+	}
+	open.Store(true)
+	small := enqueue(t, q, "big", "k0", http.MethodPost, "/small", []byte("s"))
+	waitFor(t, "the small request of k0 delivered", 30*time.Second, func() bool {
+		st, err := q.Status(ctx, small)
+		return err == nil && st.State == "delivered"
+	})
+	if got, _ := up.snapshot(); len(got) != 1 || got[0].path != "/small" {
+		t.Errorf("deliveries %d (first %v); want only /small: nothing over the bound is replayed", len(got), got)
+	}
+}
