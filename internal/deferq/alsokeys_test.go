@@ -1,0 +1,48 @@
+package deferq_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// An entry whose list of other keys cannot be read (written by hand,
+// damaged) is dead-lettered as malformed: replayed on its first key alone
+// it would pass limits the rule's other keys hold.
+func TestMalformedKeysDeadLettered(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	up := newUpstream(t, nil)
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
+	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
+	ctx := context.Background()
+	id := deferq.Tag("jobs") + "-0123456789abcdef0123"
+	if err := c.Do(ctx, c.B().Xadd().Key(base+"q").Id("*").FieldValue().FieldValue("id", id).FieldValue("key", "k").
+		FieldValue("method", "POST").FieldValue("uri", "/x").FieldValue("also", "[not json").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	start(t, q)
+	var dead []string
+	waitFor(t, "the entry dead-lettered", 30*time.Second, func() bool {
+		es, err := c.Do(ctx, c.B().Xrange().Key(base+"dead").Start("-").End("+").Build()).AsXRange()
+		dead = dead[:0]
+		for _, e := range es {
+			dead = append(dead, e.FieldValues["error"])
+		}
+		return err == nil && len(es) > 0
+	})
+	if len(dead) != 1 || !strings.Contains(dead[0], "malformed entry: keys") {
+		t.Errorf("dead letters %q; want one, malformed entry: keys …", dead)
+	}
+	if got, _ := up.snapshot(); len(got) != 0 {
+		t.Errorf("%d deliveries, want none", len(got))
+	}
+}
