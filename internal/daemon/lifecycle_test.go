@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // countingUpstream is a real upstream that counts the connections open
@@ -244,5 +245,28 @@ func TestRedisUnreachableLeavesNothing(t *testing.T) {
 				settled(t, "after the daemon stopped", g, fds)
 			})
 		}
+	}
+}
+
+// TestShutdownSendsSyncBatch: the hits a sync rule has counted locally
+// since its last batch (here a minute away) reach Redis when Run returns:
+// a shutdown sends the last batch, so a fleet that loses an instance
+// does not forget what it admitted.
+func TestShutdownSendsSyncBatch(t *testing.T) {
+	rs := redistest.StartServer(t)
+	probe := probeRedis(t, rs.Addr)
+	td := startDaemon(t, metricsConfig(rs.Addr, softRule))
+	soft := td.d.cur.Load().rules.Rule("soft")
+	if n := allowedOf(t, td.api, "soft", "k", 5); n != 5 {
+		t.Fatalf("soft: %d of 5 allowed", n)
+	}
+	if got := counted(t, probe, soft, "k"); got == 5 {
+		t.Fatal("Redis counts the 5 hits before the shutdown: the test would test nothing")
+	}
+	if err := td.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := counted(t, probe, soft, "k"); got != 5 {
+		t.Errorf("Redis counts %d after shutdown, want the 5 admitted", got)
 	}
 }
