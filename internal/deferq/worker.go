@@ -34,6 +34,9 @@ var malformedLua string
 //go:embed read.lua
 var readLua string
 
+//go:embed release.lua
+var releaseLua string
+
 var (
 	beginScript     = rueidis.NewLuaScript(beginLua)
 	finishScript    = rueidis.NewLuaScript(finishLua)
@@ -41,6 +44,7 @@ var (
 	pruneScript     = rueidis.NewLuaScript(pruneLua)
 	malformedScript = rueidis.NewLuaScript(malformedLua)
 	readScript      = rueidis.NewLuaScript(readLua)
+	releaseScript   = rueidis.NewLuaScript(releaseLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule, below its
@@ -157,6 +161,25 @@ func (w *worker) run(parent context.Context) {
 	wg.Go(func() { w.read(ctx) })
 	w.dispatch(ctx)
 	wg.Wait()
+	w.release(parent, c)
+}
+
+// release lets go of the entries this instance holds, once its turns in
+// flight have recorded their outcome (release.lua): another instance takes
+// them at its next claim round. Bounded by a second; if Redis does not
+// answer, they are claimed after ClaimIdle, as a dead instance's are.
+func (w *worker) release(parent context.Context, c rueidis.Client) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
+	defer cancel()
+	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
+	n, err := releaseScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.q.o.Consumer, idle}).AsInt64()
+	if err != nil {
+		w.q.o.Logger.Warn("defer: let go of the requests held at shutdown (others claim them after claim_idle)", "rule", w.name, "err", err)
+		return
+	}
+	if n > 0 {
+		w.q.o.Logger.Info("defer: requests held let go at shutdown, for another instance to send", "rule", w.name, "requests", n)
+	}
 }
 
 // read feeds the dispatcher: stale entries claimed from dead instances,
