@@ -361,7 +361,8 @@ func (q *Queue) startLocked() {
 }
 
 // Run runs the replay workers until ctx ends, then waits for deliveries in
-// flight to be recorded.
+// flight to be recorded, and closes the transport's idle connections to
+// the upstream.
 func (q *Queue) Run(ctx context.Context) error {
 	q.mu.Lock()
 	q.runCtx = ctx
@@ -369,6 +370,9 @@ func (q *Queue) Run(ctx context.Context) error {
 	q.mu.Unlock()
 	<-ctx.Done()
 	q.wg.Wait()
+	if t, ok := q.o.Transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 	return nil
 }
 

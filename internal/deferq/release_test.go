@@ -3,7 +3,9 @@ package deferq_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,4 +66,45 @@ func TestShutdownReleasesHeld(t *testing.T) {
 	case <-time.After(30 * time.Second): // a safety bound, far under claim_idle
 		t.Fatalf("the request a held was not sent by b within 30s (claim_idle %v): a did not let it go at shutdown", claimIdle)
 	}
+}
+
+// Once Run has returned, the connections the replays opened to the
+// upstream are closed: the transport kept them idle (90 s, or as long as
+// an upstream that never closes idle connections keeps them) after the
+// queue had stopped.
+func TestShutdownClosesUpstreamConnections(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var open atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	waitFor(t, "the request delivered", 30*time.Second, func() bool {
+		st, err := q.Status(context.Background(), id)
+		return err == nil && st.State == "delivered"
+	})
+	if open.Load() == 0 {
+		t.Fatal("no connection to the upstream open: the test would test nothing")
+	}
+	cancel()
+	<-done
+	waitFor(t, "the upstream connections closed after Run returned", 30*time.Second, func() bool { return open.Load() == 0 })
 }
