@@ -366,6 +366,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.RedisTime {
 		s.useTime = "1"
 	}
+	if err := s.probe(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.seed = maphash.MakeSeed()
 	if o.Cluster {
 		s.slotsRead.Store(time.Now().UnixNano())

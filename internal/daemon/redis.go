@@ -185,7 +185,7 @@ func refusalHint(err error) string {
 	if errors.Is(err, redisstore.ErrTLS) {
 		return "check store.redis.tls and Redis's certificate (verified against the system's CA roots; on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
 	}
-	return "check store.redis.username and store.redis.password"
+	return "check store.redis.username and store.redis.password, and what Redis's ACL lets that user run"
 }
 
 // newLazyRedis connects with o, waiting at most o's timeout (at least a

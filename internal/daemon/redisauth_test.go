@@ -13,13 +13,15 @@ import (
 )
 
 // secureRedis sets a password (requirepass s3cret) on the nodes at addrs,
-// and an ACL user lim (password limpw) that may run anything on the keys
-// under sluice: only.
+// an ACL user lim (password limpw) that may run anything on the keys
+// under sluice: only, and a user noscript (password limpw) that may not
+// run scripts.
 func secureRedis(t *testing.T, addrs []string) {
 	t.Helper()
 	for _, a := range addrs {
 		for _, cmd := range [][]string{
 			{"ACL", "SETUSER", "lim", "on", ">limpw", "~sluice:*", "&*", "+@all"},
+			{"ACL", "SETUSER", "noscript", "on", ">limpw", "~sluice:*", "&*", "+@all", "-@scripting"},
 			{"CONFIG", "SET", "requirepass", "s3cret"},
 		} {
 			if _, err := redistest.Do(a, cmd...); err != nil {
@@ -68,9 +70,10 @@ func TestRedisAuthConnects(t *testing.T) {
 	}
 }
 
-// Credentials Redis refuses are a startup error naming the problem and
-// the keys to fix, not a daemon that starts, fails open on every request
-// and logs that Redis "does not answer".
+// Credentials Redis refuses, or a user its ACL keeps from running the
+// store's scripts, are a startup error naming the problem and the keys to
+// fix, not a daemon that starts, fails open on every request and logs that
+// Redis "does not answer" (or, for the ACL, whose /readyz passes).
 func TestRedisAuthRefusedAtStartup(t *testing.T) {
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
@@ -81,11 +84,12 @@ func TestRedisAuthRefusedAtStartup(t *testing.T) {
 				addrs = redistest.StartCluster(t).Addrs
 			}
 			secureRedis(t, addrs)
-			for _, tc := range []struct{ creds, redis string }{
-				{", password: wrong", "WRONGPASS"},
-				{", username: lim, password: s3cret", "WRONGPASS"},
-				{", username: nobody, password: limpw", "WRONGPASS"},
-				{"", "NOAUTH"},
+			for _, tc := range []struct{ creds, what, redis string }{
+				{", password: wrong", "refused the credentials", "WRONGPASS"},
+				{", username: lim, password: s3cret", "refused the credentials", "WRONGPASS"},
+				{", username: nobody, password: limpw", "refused the credentials", "WRONGPASS"},
+				{"", "refused the credentials", "NOAUTH"},
+				{", username: noscript, password: limpw", `keeps user "noscript" from running the store's scripts`, "NOPERM"},
 			} {
 				path := filepath.Join(t.TempDir(), "sluice.yaml")
 				if err := os.WriteFile(path, []byte(authConfig(addrs, kind == "cluster", tc.creds)), 0o644); err != nil {
@@ -102,7 +106,7 @@ func TestRedisAuthRefusedAtStartup(t *testing.T) {
 					continue
 				}
 				msg := err.Error()
-				for _, want := range []string{"store.redis", "refused the credentials", "username", "password", tc.redis} {
+				for _, want := range []string{"store.redis", tc.what, "store.redis.username", tc.redis} {
 					if !strings.Contains(msg, want) {
 						t.Errorf("New with%s: %q, want it to say %q", tc.creds, msg, want)
 					}

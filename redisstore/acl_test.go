@@ -1,0 +1,64 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// A user whom Redis's ACL keeps from what the store runs (scripts, the
+// keys under the prefix, a command the scripts call) is refused by New
+// with ErrAuth saying what is missing. It used to connect and then fail
+// every decision with NOPERM, as a store error: the daemon answered each
+// per on_error (by default letting it through) and /readyz passed. A user
+// allowed what the store needs connects and decides.
+func TestACLPermissions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, tc := range []struct {
+		user  string
+		rules []string
+		want  string // in New's error; "" for none
+	}{
+		{"full", []string{"~sluice:*", "+@all"}, ""},
+		{"needed", []string{"~sluice:*", "+@scripting", "+get", "+set", "+del", "+pexpire", "+pttl", "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hincrby", "+time", "+ping", "+hello", "+client", "+info"}, ""},
+		{"noscript", []string{"~sluice:*", "+@all", "-@scripting"}, "'eval"},
+		{"otherkeys", []string{"~other:*", "+@all"}, "keys"},
+		{"noset", []string{"~sluice:*", "+@all", "-set"}, "SET"},
+		{"notime", []string{"~sluice:*", "+@all", "-time"}, "TIME"},
+		{"nohget", []string{"~sluice:*", "+@all", "-hget"}, "HGET"},
+	} {
+		args := append([]string{"ACL", "SETUSER", tc.user, "on", ">pw"}, tc.rules...)
+		if _, err := redistest.Do(srv.Addr, args...); err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Username: tc.user, Password: "pw"})
+		if tc.want != "" {
+			if err == nil {
+				s.Close()
+				t.Errorf("user %s (%s): New connected, want ErrAuth saying %q", tc.user, strings.Join(tc.rules, " "), tc.want)
+				continue
+			}
+			if !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"`+tc.user+`"`) {
+				t.Errorf("user %s: New: %v; want ErrAuth naming the user and %q", tc.user, err, tc.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("user %s (%s): New: %v; want connected", tc.user, strings.Join(tc.rules, " "), err)
+			continue
+		}
+		for _, alg := range sluice.Algorithms() {
+			r := sluice.Request{Key: "acl-" + tc.user + "-" + alg.String(), Algorithm: alg, Limit: sluice.PerMinute(10), Cost: 1, Now: sluicetest.T0}
+			if d, err := s.Take(context.Background(), r); err != nil || !d.Allowed {
+				t.Errorf("user %s: Take %s: %+v, %v; want allowed", tc.user, alg, d, err)
+			}
+		}
+		s.Close()
+	}
+}
