@@ -12,7 +12,10 @@ import (
 
 // MaxKeyLen bounds the request-derived part of a store key: a longer one is
 // replaced by "#" and the hex SHA-256 of it, so a huge header value is never
-// stored raw. The whole key is at most MaxNameLen + 10 + MaxKeyLen bytes.
+// stored raw. The whole key is at most MaxNameLen + 11 + MaxKeyLen bytes
+// (name, "|", an 8-digit fingerprint, "|", and a raw value that starts
+// with "#" gets a second "#"); a Redis key holds it escaped, so up to
+// about twice that when the value is all "}" or "\".
 const MaxKeyLen = 256
 
 // Matches reports whether the rule applies to a request with this method
