@@ -342,7 +342,9 @@ func (d *Daemon) shutdown() error {
 	var wg sync.WaitGroup
 	if d.stopGRPC != nil {
 		// Health turns NOT_SERVING, calls in flight finish (bounded by
-		// the server's StopGrace), then the store can close.
+		// the shutdown timeout, as the HTTP requests), then the store
+		// can close.
+		d.grpcSrv.SetStopGrace(timeout)
 		d.stopGRPC()
 		wg.Go(func() { <-d.grpcDone })
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -268,5 +272,36 @@ func TestShutdownSendsSyncBatch(t *testing.T) {
 	}
 	if got := counted(t, probe, soft, "k"); got != 5 {
 		t.Errorf("Redis counts %d after shutdown, want the 5 admitted", got)
+	}
+}
+
+// TestShutdownBoundedGRPC: a gRPC call still in flight at shutdown is cut
+// at shutdown_timeout, as an HTTP request is: the gRPC server's own grace
+// (10 s) used to bound it, past a shorter shutdown_timeout (and short of a
+// longer one).
+func TestShutdownBoundedGRPC(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "ratelimit.yaml"), envoyDescriptors)
+	path := filepath.Join(dir, "sluice.yaml")
+	mustWrite(t, path, "listen: 127.0.0.1:0\nshutdown_timeout: 100ms\ngrpc: {listen: 127.0.0.1:0, config: [ratelimit.yaml]}\n")
+	ed := dialEnvoy(t, startDaemonFile(t, path))
+	conn, err := grpc.NewClient(ed.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A call whose request never comes: the server holds it open.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the call to reach the server", func() bool { return ed.metric("sluice_grpc_calls_waiting") == 1 })
+	start := time.Now()
+	if err := ed.stop(); err != nil {
+		t.Errorf("Run after a forced shutdown: %v, want nil", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("shutdown took %v with a gRPC call in flight and shutdown_timeout 100ms", took)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -99,7 +100,7 @@ type GRPCOptions struct {
 type GRPC struct {
 	srv    *grpc.Server
 	health *health.Server
-	grace  time.Duration
+	grace  atomic.Int64 // StopGrace, in nanoseconds (SetStopGrace)
 	gate   *callGate
 }
 
@@ -164,7 +165,8 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	if o.Creds != nil {
 		opts = append(opts, grpc.Creds(o.Creds))
 	}
-	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), grace: o.StopGrace, gate: gate}
+	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), gate: gate}
+	g.grace.Store(int64(o.StopGrace))
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})
 	healthpb.RegisterHealthServer(g.srv, g.health)
 	reflection.Register(g.srv)
@@ -190,6 +192,15 @@ func (g *GRPC) SetServing(ok bool) {
 	}
 }
 
+// SetStopGrace replaces StopGrace (d > 0): call it before ctx of Serve
+// ends, so that the stop lasts what the caller's shutdown allows (the
+// daemon's shutdown_timeout, which a reload may change).
+func (g *GRPC) SetStopGrace(d time.Duration) {
+	if d > 0 {
+		g.grace.Store(int64(d))
+	}
+}
+
 // Serve serves on lis until ctx ends, then stops gracefully: health turns
 // NOT_SERVING, new calls are refused, calls in flight finish (for at most
 // StopGrace). It returns nil after a stop caused by ctx.
@@ -204,7 +215,7 @@ func (g *GRPC) Serve(ctx context.Context, lis net.Listener) error {
 	g.health.Shutdown()
 	done := make(chan struct{})
 	go func() { g.srv.GracefulStop(); close(done) }()
-	t := time.NewTimer(g.grace)
+	t := time.NewTimer(time.Duration(g.grace.Load()))
 	defer t.Stop()
 	select {
 	case <-done:
