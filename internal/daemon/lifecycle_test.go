@@ -3,6 +3,8 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +16,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
 // countingUpstream is a real upstream that counts the connections open
@@ -105,33 +109,52 @@ func TestShutdownClosesUpstreamConnections(t *testing.T) {
 // sides by the time Run returns: it would otherwise go on being relayed,
 // two goroutines and two descriptors, by a daemon that has stopped.
 func TestShutdownEndsTunnels(t *testing.T) {
-	up := startCountingUpstream(t)
-	td := startDaemon(t, proxyConfig(up.url, "shutdown_timeout: 30s\n"))
-	c, err := net.Dial("tcp", strings.TrimPrefix(td.proxy, "http://"))
-	if err != nil {
-		t.Fatal(err)
+	ca := tlstest.NewCA(t, "server")
+	pair := ca.Server(t)
+	for _, tc := range []struct{ name, tls string }{
+		{"plain", ""},
+		{"tls", "  tls: {cert: " + pair.CertFile + ", key: " + pair.KeyFile + "}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := startCountingUpstream(t)
+			td := startDaemon(t, "listen: 127.0.0.1:0\nshutdown_timeout: 30s\nproxy:\n  listen: 127.0.0.1:0\n  upstream: "+up.url+"\n"+tc.tls)
+			addr := td.d.Addrs().Proxy
+			var c net.Conn
+			var err error
+			if tc.tls == "" {
+				c, err = net.Dial("tcp", addr)
+			} else {
+				cfg := ca.ClientConfig()
+				cfg.NextProtos = []string{"http/1.1"}
+				c, err = tls.Dial("tcp", addr, cfg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("upgrade: %v %v, want 101", resp, err)
+			}
+			io.WriteString(c, "ping\n")
+			if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+				t.Fatalf("through the tunnel: %q %v", line, err)
+			}
+			if err := td.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			// Run has returned: the tunnel is closed, or closes without the
+			// client doing anything (the deadline is a safety net, not a
+			// timing).
+			c.SetReadDeadline(time.Now().Add(safety))
+			if b, err := io.ReadAll(br); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("client side of the tunnel after Run returned: %q %v, want it closed", b, err)
+			}
+			waitFor(t, "the upstream side of the tunnel closed", func() bool { return up.open.Load() == 0 })
+		})
 	}
-	defer c.Close()
-	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v, want 101", resp, err)
-	}
-	io.WriteString(c, "ping\n")
-	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
-		t.Fatalf("through the tunnel: %q %v", line, err)
-	}
-	if err := td.stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	// Run has returned: the tunnel is closed, or closes without the client
-	// doing anything (the deadline is a safety net, not a timing).
-	c.SetReadDeadline(time.Now().Add(safety))
-	if b, err := io.ReadAll(br); err != nil {
-		t.Errorf("client side of the tunnel after Run returned: %q %v, want it closed (EOF)", b, err)
-	}
-	waitFor(t, "the upstream side of the tunnel closed", func() bool { return up.open.Load() == 0 })
 }
 
 // openFDs counts the process's open file descriptors.
