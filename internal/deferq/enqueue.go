@@ -168,6 +168,12 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 		return "", fmt.Errorf("%w: rule %q holds %d requests", ErrQueueFull, rule, ru.maxQueue())
 	}
 	q.m.enqueued(rule, "queued")
+	q.mu.Lock()
+	w := q.workers[rule]
+	q.mu.Unlock()
+	if w != nil {
+		w.wake()
+	}
 	return id, nil
 }
 

@@ -71,6 +71,9 @@ type worker struct {
 	in   chan []*entry
 	done chan result
 	room chan struct{}
+	// kick wakes the reader out of its idle poll: this instance has just
+	// queued a request of the rule (Enqueue).
+	kick chan struct{}
 	held atomic.Int64 // entries held (read, not yet settled or lost)
 	// heldBytes is their size (entry.size), bounded by MaxHeldBytes.
 	heldBytes atomic.Int64
@@ -123,6 +126,7 @@ func newWorker(q *Queue, r *Rule) *worker {
 		in:   make(chan []*entry),
 		done: make(chan result),
 		room: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1),
 	}
 	w.rule.Store(r)
 	return w
@@ -190,8 +194,13 @@ func (w *worker) read(ctx context.Context) {
 	me := w.q.o.Consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
 	// New entries are read by read.lua, which cannot block (a script
-	// never does): an empty read waits poll before the next.
-	poll := min(100*time.Millisecond, w.q.o.ClaimIdle/4)
+	// never does): an empty read waits before the next, 100 ms at first,
+	// twice as long after each empty read up to a second (the blocking
+	// read's bound before), so that an idle rule costs each instance about
+	// one read a second; a request this instance queues wakes it at once.
+	minPoll := min(100*time.Millisecond, w.q.o.ClaimIdle/4)
+	maxPoll := min(time.Second, w.q.o.ClaimIdle/4)
+	poll := minPoll
 	bound := func() string { return strconv.FormatInt(w.rule.Load().MaxBody(), 10) }
 	var lastClaim, lastPrune time.Time
 	// cursor is where the scan of the pending list for entries to claim
@@ -262,14 +271,38 @@ func (w *worker) read(ctx context.Context) {
 			continue
 		}
 		if len(es) == 0 {
-			if ctxtime.Sleep(ctx, poll) != nil {
+			if !w.idle(ctx, poll) {
 				return
 			}
+			poll = min(2*poll, maxPoll)
 			continue
 		}
+		poll = minPoll
 		if !w.send(ctx, es) {
 			return
 		}
+	}
+}
+
+// idle waits d after an empty read, or less if this instance queues a
+// request of the rule meanwhile (kick); false when ctx ends.
+func (w *worker) idle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.kick:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// wake tells the reader that a request of the rule was queued here.
+func (w *worker) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
