@@ -243,7 +243,7 @@ defer: {max_attempts: 2, backoff: 1ms, max_backoff: 1ms, claim_idle: 1s}
 		if i%200 == 199 {
 			// A burst of one key, hot enough for shards: auto.
 			for _, r := range rules {
-				if strings.HasSuffix(r.mode, "auto") {
+				if r.mode == "shards: auto" {
 					for range 20 {
 						check(t, td.api, r.name, "hot", 1)
 					}
@@ -253,6 +253,26 @@ defer: {max_attempts: 2, backoff: 1ms, max_backoff: 1ms, claim_idle: 1s}
 	}
 	if len(deferred) == 0 {
 		t.Fatal("no request was deferred")
+	}
+	// One key of a shards: auto rule made hot for sure: it is sharded
+	// (on the Cluster) and shared with the fleet in a sorted set.
+	var auto scanRule
+	for _, r := range rules {
+		if r.mode == "shards: auto" && r.action == "reject" {
+			auto = r
+			break
+		}
+	}
+	e := td.d.engine()
+	ar := e.Rules().Rule(auto.name)
+	hot := ar.StoreKey("hot")
+	for hotUntil := time.Now().Add(time.Minute); !td.d.hot.Rule(auto.name).Hot.Has(hot); {
+		if time.Now().After(hotUntil) {
+			t.Fatalf("%s: key never became hot", auto.name)
+		}
+		for range 200 {
+			e.Check(context.Background(), ar, hot, 1)
+		}
 	}
 	// Every deferred request settles (delivered or dead-lettered), so
 	// that its place in its key's order is done with.
@@ -273,17 +293,61 @@ defer: {max_attempts: 2, backoff: 1ms, max_backoff: 1ms, claim_idle: 1s}
 			time.Sleep(20 * time.Millisecond) // a poll, not a synchronisation
 		}
 	}
+	// The hot set reaches Redis at the next refresh of the hot keys.
+	for shared := time.Now().Add(time.Minute); ; {
+		if redisExists(addrs, "sluice:hot:"+auto.name) {
+			break
+		}
+		if time.Now().After(shared) {
+			t.Fatalf("the hot keys of %s never reached Redis", auto.name)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll, not a synchronisation
+	}
 	if err := td.stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	scanKeys(t, addrs)
+	stored := scanKeys(t, addrs)
+	// Every kind of key the run should have made is there (so checked).
+	families := map[string]string{
+		"a rule's counter":     "sluice:{",
+		"a shard's counter":    "sluice:shard|{",
+		"a sync writers hash":  "}|writers",
+		"a deferred status":    "}:s:",
+		"a defer stream":       "}:q",
+		"a dead-letter stream": "}:dead",
+		"the fleet's hot set":  "sluice:hot:",
+	}
+	for what, marker := range families {
+		found := false
+		for _, k := range stored {
+			if strings.Contains(k, marker) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no %s (%q) among the %d keys: the run did not make one", what, marker, len(stored))
+		}
+	}
 }
 
-// scanKeys reads every key of every node and checks its expiry and length.
-func scanKeys(t *testing.T, addrs []string) {
+// redisExists reports whether key exists on one of the nodes at addrs.
+func redisExists(addrs []string, key string) bool {
+	for _, a := range addrs {
+		if n, err := redistest.Do(a, "EXISTS", key); err == nil && n == "1" {
+			return true
+		}
+	}
+	return false
+}
+
+// scanKeys reads every key of every node and checks its expiry and length;
+// it returns the keys.
+func scanKeys(t *testing.T, addrs []string) []string {
 	t.Helper()
 	ctx := context.Background()
 	total, longest := 0, 0
+	var all []string
 	for _, addr := range addrs {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
 		if err != nil {
@@ -303,6 +367,7 @@ func scanKeys(t *testing.T, addrs []string) {
 			}
 			for _, k := range e.Elements {
 				total++
+				all = append(all, k)
 				longest = max(longest, len(k))
 				if len(k) > maxRedisKeyLen {
 					t.Errorf("key of %d bytes (over %d): %.120q…", len(k), maxRedisKeyLen, k)
@@ -325,6 +390,7 @@ func scanKeys(t *testing.T, addrs []string) {
 	if total == 0 {
 		t.Fatal("no key in Redis after the run")
 	}
+	return all
 }
 
 // queueStream reports whether k is a defer queue's stream or dead-letter
