@@ -62,3 +62,39 @@ func TestACLPermissions(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A user whose ACL loses what the store needs while it runs (ACL SETUSER
+// -@scripting) fails Ping with ErrAuth: every decision then fails NOPERM,
+// and a Ping that only said PING kept /readyz passing and the fallback of
+// on_error: local going back to Redis every probe. Ping passes again once
+// the user may run the scripts.
+func TestACLLostWhileRunning(t *testing.T) {
+	srv := redistest.StartServer(t)
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "ops", "on", ">pw", "~sluice:*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Username: "ops", Password: "pw"})
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "ops", "-@scripting"); err != nil {
+		t.Fatal(err)
+	}
+	r := sluice.Request{Key: "lost", Algorithm: sluice.GCRA, Limit: sluice.PerMinute(10), Cost: 1, Now: sluicetest.T0}
+	if _, err := s.Take(ctx, r); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Take without scripting: %v, want NOPERM", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, redisstore.ErrAuth) || !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Ping without scripting: %v; want ErrAuth (and ErrStoreUnavailable) with Redis's NOPERM", err)
+	}
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "ops", "+@scripting"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping with scripting again: %v", err)
+	}
+	if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+		t.Errorf("Take with scripting again: %+v, %v", d, err)
+	}
+}

@@ -58,8 +58,10 @@ return ''
 // probe reports, as a *refusedError wrapping ErrAuth, a user whom Redis's
 // ACL keeps from what the scripts run on the key of a limiter key under
 // the prefix; nil when it may, or when Redis could not tell (a timeout, an
-// OOM, a Cluster moving the slot: decisions will say).
-func (s *Store) probe(ctx context.Context) error {
+// OOM, a Cluster moving the slot: decisions will say). New runs it (op
+// "connect"), and Ping (op "ping"): a user's ACL may change while the
+// store runs.
+func (s *Store) probe(ctx context.Context, op string) error {
 	key := s.Key("acl-probe")
 	res := probeLua.Exec(ctx, s.c, []string{key}, scriptCommands)
 	who := "the default user"
@@ -68,12 +70,12 @@ func (s *Store) probe(ctx context.Context) error {
 	}
 	if err := res.Error(); err != nil {
 		if refusedCredentials(err) {
-			return &refusedError{addrs: s.opts.Addrs, what: "Redis's ACL keeps " + who + " from running the store's scripts on its keys", kind: ErrAuth, err: err}
+			return &refusedError{op: op, addrs: s.opts.Addrs, what: "Redis's ACL keeps " + who + " from running the store's scripts on its keys", kind: ErrAuth, err: err}
 		}
 		return nil
 	}
 	if c, err := res.ToString(); err == nil && c != "" {
-		return &refusedError{addrs: s.opts.Addrs, kind: ErrAuth,
+		return &refusedError{op: op, addrs: s.opts.Addrs, kind: ErrAuth,
 			what: fmt.Sprintf("Redis's ACL does not let %s run %s on %s, which the store's scripts run (they need %v on the keys under %q)", who, c, key, scriptCommands, s.opts.Prefix),
 			err:  fmt.Errorf("NOPERM %s", c)}
 	}

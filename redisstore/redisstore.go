@@ -196,6 +196,7 @@ var (
 
 // refusedError is New's error when Redis refused the connection.
 type refusedError struct {
+	op    string // "connect" or "ping"
 	addrs []string
 	what  string // what was refused, for the message
 	kind  error  // ErrAuth or ErrTLS
@@ -203,7 +204,7 @@ type refusedError struct {
 }
 
 func (e *refusedError) Error() string {
-	return fmt.Sprintf("redisstore: connect %v: %s: %v", e.addrs, e.what, e.err)
+	return fmt.Sprintf("redisstore: %s %v: %s: %v", e.op, e.addrs, e.what, e.err)
 }
 
 func (e *refusedError) Unwrap() []error { return []error{e.kind, sluice.ErrStoreUnavailable, e.err} }
@@ -216,10 +217,10 @@ func refused(o Options, err error) error {
 		if o.Username != "" {
 			who = fmt.Sprintf("user %q", o.Username)
 		}
-		return &refusedError{addrs: o.Addrs, what: "Redis refused the credentials of " + who, kind: ErrAuth, err: err}
+		return &refusedError{op: "connect", addrs: o.Addrs, what: "Redis refused the credentials of " + who, kind: ErrAuth, err: err}
 	}
 	if o.TLS != nil && tlsRefused(err) {
-		return &refusedError{addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err}
+		return &refusedError{op: "connect", addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err}
 	}
 	return nil
 }
@@ -366,7 +367,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.RedisTime {
 		s.useTime = "1"
 	}
-	if err := s.probe(ctx); err != nil {
+	if err := s.probe(ctx, "connect"); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -415,7 +416,9 @@ func (s *Store) client() (rueidis.Client, func()) {
 
 func (s *Store) landed() { s.flying.Add(-1) }
 
-// Ping checks that Redis answers within the timeout (for readiness probes).
+// Ping checks that Redis answers within the timeout (for readiness probes),
+// and that its ACL still lets the user run the store's scripts: a user
+// that lost them (every decision failing NOPERM) fails with ErrAuth.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -432,12 +435,12 @@ func (s *Store) Ping(ctx context.Context) error {
 				return fmt.Errorf("redisstore: ping %s: %w: cluster state not ok", addr, sluice.ErrStoreUnavailable)
 			}
 		}
-		return nil
+		return s.probe(ctx, "ping")
 	}
 	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: ping: %w: %w", sluice.ErrStoreUnavailable, err)
 	}
-	return nil
+	return s.probe(ctx, "ping")
 }
 
 // Refunds returns how many cross-slot TakeAll calls had to give back what

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -113,5 +116,36 @@ func TestRedisAuthRefusedAtStartup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A user whose ACL loses the scripts while the daemon runs: /readyz fails,
+// naming Redis's NOPERM, where it passed (PING still answered) while every
+// decision failed; it passes again once the ACL is back.
+func TestRedisACLLostReady(t *testing.T) {
+	addr := redistest.StartServer(t).Addr
+	secureRedis(t, []string{addr})
+	td := startDaemon(t, authConfig([]string{addr}, false, ", username: lim, password: limpw"))
+	if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
+		t.Fatalf("/readyz: %d %s, want 200", r.status, r.body)
+	}
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Password: "s3cret", ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	acl := func(rule string) {
+		t.Helper()
+		if err := admin.Do(context.Background(), admin.B().AclSetuser().Username("lim").Rule(rule).Build()).Error(); err != nil {
+			t.Fatalf("ACL SETUSER lim %s: %v", rule, err)
+		}
+	}
+	acl("-@scripting")
+	if r := get(t, td.api+"/readyz"); r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "NOPERM") {
+		t.Errorf("/readyz with lim's scripts taken away: %d %s, want 503 naming NOPERM", r.status, r.body)
+	}
+	acl("+@scripting")
+	if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
+		t.Errorf("/readyz with the scripts back: %d %s, want 200", r.status, r.body)
 	}
 }
