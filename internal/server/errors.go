@@ -27,6 +27,12 @@ var (
 	// errExtendedConnect answers an extended CONNECT (RFC 8441: a
 	// WebSocket over HTTP/2): the decision API tunnels nothing.
 	errExtendedConnect = &apiError{status: http.StatusNotImplemented, msg: "extended_connect_unsupported: the decision API tunnels nothing (an extended CONNECT, RFC 8441, opens a WebSocket over HTTP/2)"}
+	// errConnect answers any other CONNECT (CONNECT host:port, or a
+	// path, which Go's HTTP/1.1 server takes as net/rpc sends it):
+	// forward auth would decide on it and answer 2xx, the answer that
+	// opens a tunnel. Allow names the methods some endpoint takes, as
+	// the proxy's answer to a CONNECT does.
+	errConnect = &apiError{status: http.StatusMethodNotAllowed, msg: "method_not_allowed: the decision API tunnels nothing (CONNECT)", allow: "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
 	// errGone answers a request whose client went away before it was
 	// decided (nginx's 499): for the access log, nobody reads it.
 	errGone = &apiError{status: StatusClientClosedRequest, msg: "client_closed_request"}

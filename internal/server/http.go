@@ -173,12 +173,18 @@ func New(o Options) (*Handler, error) {
 
 // ServeHTTP routes the request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect && r.Header[":protocol"] != nil {
+	if r.Method == http.MethodConnect {
 		// An extended CONNECT (RFC 8441), which Go's HTTP/2 server takes
-		// under GODEBUG=http2xconnect=1: forward auth would take its
-		// method as the request's, decide on it, and answer 2xx, which
-		// opens the tunnel. Refused on every path, before anything.
-		h.fail(w, errExtendedConnect)
+		// under GODEBUG=http2xconnect=1, or a plain one with a path
+		// (CONNECT /v1/forward-auth over HTTP/1.1): forward auth would
+		// take its method as the request's, decide on it, and answer
+		// 2xx, which opens the tunnel. Refused on every path, before
+		// anything.
+		if r.Header[":protocol"] != nil {
+			h.fail(w, errExtendedConnect)
+		} else {
+			h.fail(w, errConnect)
+		}
 		return
 	}
 	if len(h.o.Token) > 0 && (strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/json") && !h.authorized(r) {
