@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math/big"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,12 +25,33 @@ func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 	if tok, err := json.NewDecoder(bytes.NewReader(b)).Token(); err != nil || tok != json.Delim('{') {
 		return req, false, false
 	}
+	var raw struct {
+		Rule string          `json:"rule"`
+		Key  string          `json:"key"`
+		Cost json.RawMessage `json:"cost"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(&raw); err != nil {
 		return req, false, false
 	}
 	if _, err := dec.Token(); err != io.EOF {
+		return req, false, false
+	}
+	req.Rule, req.Key = raw.Rule, raw.Key
+	// The cost as an int64 field, but for a number spelled with a
+	// fraction or an exponent, taken when it is a whole number: null
+	// leaves it, a number must be whole and within int64, anything else
+	// is refused.
+	switch c := string(raw.Cost); {
+	case c == "" || c == "null":
+	case c[0] == '-' || c[0] >= '0' && c[0] <= '9':
+		n, ok := wholeInt64(c)
+		if !ok {
+			return req, false, false
+		}
+		req.Cost = n
+	default:
 		return req, false, false
 	}
 	var fields map[string]json.RawMessage
@@ -59,6 +81,28 @@ func oracle(b []byte) (req checkRequest, ok, strictOK bool) {
 		}
 	}
 	return req, true, true
+}
+
+// wholeInt64 returns the value of the JSON number s (as encoding/json
+// checked it) if it is a whole number within int64, exactly, by big.Rat
+// (after bounding the exponent, which big.Rat would raise 10 to).
+func wholeInt64(s string) (int64, bool) {
+	mant, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant = s[:i]
+		e, err := strconv.Atoi(s[i+1:])
+		if err != nil || e > 1000 || e < -1000 {
+			// Beyond ±1000 (the fuzzer's bodies hold fewer digits): zero
+			// stays zero; anything else is too large, or a fraction.
+			return 0, strings.Trim(mant, "-0.") == ""
+		}
+		exp = e
+	}
+	r, ok := new(big.Rat).SetString(mant + "e" + strconv.Itoa(exp))
+	if !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return 0, false
+	}
+	return r.Num().Int64(), true
 }
 
 // isText reports whether the strings of b, a JSON text encoding/json
@@ -127,7 +171,27 @@ func TestParseCheck(t *testing.T) {
 		{`{"cost":-0}`, checkRequest{"", "", 0}, true},
 		{`{"cost":-5}`, checkRequest{"", "", -5}, true},
 		{`{"cost":01}`, checkRequest{}, false},
-		{`{"cost":1e2}`, checkRequest{}, false},
+		// A whole number is one whatever its spelling; json.Number's text,
+		// not a float64, so that no digit is lost.
+		{`{"cost":1e2}`, checkRequest{"", "", 100}, true},
+		{`{"cost":1E+2}`, checkRequest{"", "", 100}, true},
+		{`{"cost":10.0}`, checkRequest{"", "", 10}, true},
+		{`{"cost":1000e-2}`, checkRequest{"", "", 10}, true},
+		{`{"cost":0.0e999999999999}`, checkRequest{"", "", 0}, true},
+		{`{"cost":-0.0}`, checkRequest{"", "", 0}, true},
+		{`{"cost":-2.50e1}`, checkRequest{"", "", -25}, true},
+		{`{"cost":9.223372036854775807e18}`, checkRequest{"", "", 9223372036854775807}, true},
+		{`{"cost":-9.223372036854775808e18}`, checkRequest{"", "", -9223372036854775808}, true},
+		{`{"cost":9.223372036854775808e18}`, checkRequest{}, false},
+		{`{"cost":1.5}`, checkRequest{}, false},
+		{`{"cost":1e-1}`, checkRequest{}, false},
+		{`{"cost":1e400}`, checkRequest{}, false},
+		{`{"cost":1e-999999999999999999999}`, checkRequest{}, false},
+		{`{"cost":1e99999999999999999999}`, checkRequest{}, false},
+		{`{"cost":1.}`, checkRequest{}, false},
+		{`{"cost":.5}`, checkRequest{}, false},
+		{`{"cost":1e}`, checkRequest{}, false},
+		{`{"cost":1e+}`, checkRequest{}, false},
 		{`{"cost":}`, checkRequest{}, false},
 		{"{\"key\":\"a\tb\"}", checkRequest{}, false}, // raw control character
 		{`{"key":"a\tb"}`, checkRequest{"", "a\tb", 1}, true},
@@ -155,7 +219,7 @@ func TestParseCheck(t *testing.T) {
 func FuzzParseCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"rule":"a","key":"k","cost":3}`, `{"key":"\u00e9\ud83d\ude00"}`, `{"key":"\ud800\udc00\ud800"}`, `{"rule":null}`,
-		`{"Rule":"a"}`, `{"cost":9223372036854775807}`, `{"cost":-9223372036854775808}`, `{"cost":1.0}`, `[]`, ` {} `,
+		`{"Rule":"a"}`, `{"cost":9223372036854775807}`, `{"cost":-9223372036854775808}`, `{"cost":1.0}`, `[]`, ` {} `, `{"cost":1e1}`, `{"cost":-25e-1}`, `{"cost":1e400}`,
 		"{\"key\":\"\xed\xa0\x80\"}", `{"key":"\/\b\f"}`, `{"k\u0065y":"x"}`, `{"cost":"1"}`, `{"key":true}`,
 		"{\"key\":\"caf\xe9\"}", `{"key":"\udc00\ud800"}`, `{"key":"\\\ud83d\ude00\\"}`,
 	} {

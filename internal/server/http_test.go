@@ -123,6 +123,9 @@ func TestCheck(t *testing.T) {
 		{`{"rule":"api","key":"k1"}`, true, 0, false},
 		{`{"rule":"api","key":"k1"}`, false, 0, true},
 		{`{"rule":"api","key":"k1","cost":0}`, true, 0, false},
+		{`{"rule":"api","key":"k3","cost":2e0}`, true, 1, false}, // a whole number, however spelled
+		{`{"rule":"api","key":"k3","cost":0.1e1}`, true, 0, false},
+		{`{"rule":"api","key":"k3","cost":1.0}`, false, 0, true},
 		{`{"rule":"watch","key":"s"}`, true, 0, false},
 		{`{"rule":"watch","key":"s"}`, true, 0, false}, // shadow: never denies
 	} {
@@ -158,6 +161,9 @@ func TestCheckBadInput(t *testing.T) {
 		{"null key", "POST", "/v1/check", `{"rule":"api","key":null}`, 400, `"key" must be a string`},
 		{"null body", "POST", "/v1/check", `null`, 400, `body must be a JSON object`},
 		{"fractional cost", "POST", "/v1/check", `{"rule":"api","key":"k","cost":1.5}`, 400, "whole number"},
+		{"fractional cost with an exponent", "POST", "/v1/check", `{"rule":"api","key":"k","cost":15e-1}`, 400, `field "cost" must be a whole number`},
+		{"cost 1e400", "POST", "/v1/check", `{"rule":"api","key":"k","cost":1e400}`, 400, `field "cost" is too large (at most 9223372036854775807)`},
+		{"cost -1e400", "POST", "/v1/check", `{"rule":"api","key":"k","cost":-1e400}`, 400, "negative"},
 		{"cost over int64", "POST", "/v1/check", `{"rule":"api","key":"k","cost":9223372036854775808}`, 400, `field "cost" is too large (at most 9223372036854775807)`},
 		{"cost under int64", "POST", "/v1/check", `{"rule":"api","key":"k","cost":-9223372036854775809}`, 400, "negative"},
 		{"repeated field", "POST", "/v1/check", `{"rule":"api","key":"k","rule":"login-per-ip"}`, 400, `field "rule" given twice`},
