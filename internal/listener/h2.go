@@ -132,8 +132,17 @@ func (l *Listener) guardResets(h http.Handler) http.Handler {
 			return
 		}
 		start := time.Now()
+		var hw *headWriter
+		if r.Method == http.MethodHead {
+			hw = &headWriter{ResponseWriter: w, r: r}
+			w = hw
+		}
 		h.ServeHTTP(w, r)
-		early := r.Context().Err() != nil && time.Since(start) < earlyReset
+		reset := r.Context().Err() != nil
+		if hw != nil && hw.wrote {
+			reset = hw.resetBefore
+		}
+		early := reset && time.Since(start) < earlyReset
 		if c.h2.end(early) {
 			l.metrics.ResetFlood()
 			c.Close()
@@ -156,3 +165,48 @@ func (s *h2Streams) end(early bool) bool {
 	s.flooded = true
 	return true
 }
+
+// headWriter is a HEAD request's answer. Its stream ends as soon as its
+// headers go out (a HEAD answer has no body), when a handler flushes them
+// or writes a body past net/http's buffer, and net/http then cancels the
+// request's context while the handler still runs: the client reset
+// nothing. resetBefore tells whether it had when the handler began its
+// answer, which guardResets counts instead of the context's end.
+type headWriter struct {
+	http.ResponseWriter
+	r           *http.Request
+	wrote       bool // the handler wrote, or flushed, the final headers
+	resetBefore bool // the request's context was done by then
+}
+
+// answer records the start of the answer, once.
+func (w *headWriter) answer() {
+	if !w.wrote {
+		w.wrote = true
+		w.resetBefore = w.r.Context().Err() != nil
+	}
+}
+
+func (w *headWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.answer()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *headWriter) Write(b []byte) (int, error) {
+	w.answer()
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError flushes through the writer under it (http.ResponseController
+// and ReverseProxy flush through it).
+func (w *headWriter) FlushError() error {
+	w.answer()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *headWriter) Flush() { w.FlushError() }
+
+// Unwrap lets http.ResponseController reach the stream's own methods.
+func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

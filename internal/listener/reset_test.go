@@ -112,3 +112,51 @@ func TestEarlyResetsWithinLimit(t *testing.T) {
 		id += 2 * 150
 	}
 }
+
+// TestHeadRequestsNotEarlyResets: a HEAD request's stream ends as soon as
+// its headers are sent (a HEAD answer has no body), so net/http cancels
+// its context then, while the handler may still run (it flushed the
+// headers, or wrote a body past net/http's buffer, as a handler that
+// ignores HEAD does). The client reset nothing: a connection carrying
+// many such requests (a monitor, a link checker) must not be closed as a
+// rapid reset.
+func TestHeadRequestsNotEarlyResets(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	pair := ca.Server(t)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.(http.Flusher).Flush()
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute, Metrics: metrics.New(reg)})
+	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
+	go srv.Serve(tl)
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+
+	c := h2test.Dial(t, addr, ca.ClientConfig())
+	head := []string{":method", "HEAD", ":scheme", "https", ":path", "/", ":authority", addr}
+	id := uint32(1)
+	for range 300 {
+		if a := c.Request(t, id, true, head...); a.Status != "200" {
+			t.Fatalf("HEAD on stream %d: %+v, want 200 (the connection closed as a rapid reset?)", id, a)
+		}
+		id += 2
+	}
+	if got := metricstest.Gather(t, reg)[`sluice_connections_closed_resets_total{listener="api"}`]; got != 0 {
+		t.Errorf("sluice_connections_closed_resets_total = %v after 300 HEAD requests answered, want 0", got)
+	}
+
+	// HEAD requests opened and reset at once are still rapid resets.
+	fl := h2test.Dial(t, addr, ca.ClientConfig()).RapidReset(t, 1, 10_000, false, head...)
+	if fl.Served {
+		t.Errorf("10,000 HEAD requests opened and reset at once: the connection is still served, want it closed")
+	}
+	if got := metricstest.Gather(t, reg)[`sluice_connections_closed_resets_total{listener="api"}`]; got != 1 {
+		t.Errorf("sluice_connections_closed_resets_total = %v after a HEAD rapid reset, want 1", got)
+	}
+}
