@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -412,9 +413,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 // overQueue asks a leaky bucket, without counting, when a request of cost
 // n for key would leave, if its queue can last longer than left: a request
 // of cost 0 tells when the queue's last slot leaves, and ResetAfter is
-// that plus one spacing, when the request's first unit would leave. When
-// that is not before the deadline, the result is the refusal WaitN
-// returns; otherwise the error is nil.
+// that plus one spacing, when the request's first unit would leave; the
+// request leaves with its last unit, n-1 spacings later. When that is not
+// before the deadline, the result is the refusal WaitN returns; otherwise
+// the error is nil.
 func (l *Limiter) overQueue(ctx context.Context, key string, n int64, left time.Duration) (Decision, error) {
 	lim := l.Limit()
 	// An upper bound of the queue's length; past 2^63 ns, longer than any.
@@ -423,11 +425,22 @@ func (l *Limiter) overQueue(ctx context.Context, key string, n int64, left time.
 		return Decision{}, nil // never admitted; or the store bounds the Delay
 	}
 	d, err := l.AllowN(ctx, key, 0)
-	if err != nil || !d.Allowed || d.ResetAfter < left {
+	if err != nil || !d.Allowed {
 		return Decision{}, err // refused: in debt, WaitN's take says for how long
 	}
+	// The last unit leaves (n-1) × Period/Rate after the first, rounded
+	// up; a product past 2^63 ns is past any deadline.
+	leave := time.Duration(math.MaxInt64)
+	if hi, lo := bits.Mul64(uint64(n-1), uint64(lim.Period)); hi == 0 && lo <= math.MaxInt64 {
+		if rest := time.Duration(ceilDiv(int64(lo), lim.Rate)); rest <= math.MaxInt64-d.ResetAfter {
+			leave = d.ResetAfter + rest
+		}
+	}
+	if leave < left {
+		return Decision{}, nil
+	}
 	d.Allowed, d.RetryAfter, d.Delay = false, d.ResetAfter, 0
-	return d, pastDeadline(key, d.RetryAfter)
+	return d, pastDeadline(key, leave)
 }
 
 // pastDeadline is WaitN's error for a wait that would end past ctx's

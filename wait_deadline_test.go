@@ -111,3 +111,29 @@ func TestWaitWithinDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitNLeakyBucketCostPastDeadline: a leaky bucket request of cost n
+// leaves with its last unit, n-1 spacings after its first. A WaitN whose
+// first unit would leave before the deadline but whose last would not
+// returns at once and takes no slot, as one whose first unit is late
+// does.
+func TestWaitNLeakyBucketCostPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := newLimiter(t, sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(5))
+		ctx := context.Background()
+		dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		// On an idle queue, units leaving at 0, 1s and 2s.
+		start := time.Now()
+		d, err := lim.WaitN(dctx, "k", 3)
+		if !errors.Is(err, context.DeadlineExceeded) || d.Allowed {
+			t.Fatalf("WaitN(3) leaving at 2s with a 1.5s deadline = %+v, %v; want refused, DeadlineExceeded", d, err)
+		}
+		if got := time.Since(start); got != 0 {
+			t.Fatalf("WaitN returned after %v, want at once", got)
+		}
+		if d, _ := lim.AllowN(ctx, "k", 1); !d.Allowed || d.Delay != 0 {
+			t.Fatalf("after the failed WaitN, a request = %+v; want admitted with no delay (nothing taken)", d)
+		}
+	})
+}
