@@ -217,3 +217,23 @@ func TestShadowCheckNeverShapes(t *testing.T) {
 		t.Errorf("shadow leaky bucket after 3 checks: remaining %d, want 1", res.Decision.Remaining)
 	}
 }
+
+// TestDelayFullQueueCostTwoRefusedAtOnce: a request of cost 2 refused by
+// a full queue could leave only with its last unit, burst spacings after
+// the queue has room for it (2s + 3s here): under a max_delay of 4s it is
+// refused at once, not after waiting 2s for room it cannot use.
+func TestDelayFullQueueCostTwoRefusedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, 4*time.Second)
+		e, _ := newEngine(t, "", nil, shaped)
+		ms := []rules.Match{{Rule: shaped, Key: "s"}}
+		for i := range 4 {
+			if res := e.Decide(context.Background(), ms, 1); !res.Allowed {
+				t.Fatalf("request %d filling the queue: denied", i)
+			}
+		}
+		if res := e.Admit(context.Background(), ms, 2); res.Allowed || res.Waited != 0 {
+			t.Errorf("cost 2 behind a full queue, max_delay 4s: allowed %v after %v (retry after %v); want refused at once (it would leave after 5s)", res.Allowed, res.Waited, res.Decision.RetryAfter)
+		}
+	})
+}

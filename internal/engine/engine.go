@@ -451,9 +451,9 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 			need := d.RetryAfter
 			if r.Algorithm == sluice.LeakyBucket {
 				// Once the queue has room for its places, the request
-				// still waits for the first of them to leave: behind
-				// burst+1-cost others (burst for a cost of 0).
-				need += time.Duration(int64(r.Limit.Period) / r.Limit.Rate * (r.Limit.BurstOrRate() + 1 - max(cost, 1)))
+				// still waits for the last of them to leave, at the
+				// queue's end: burst spacings.
+				need += time.Duration(int64(r.Limit.Period) / r.Limit.Rate * r.Limit.BurstOrRate())
 			}
 			res.need = max(res.need, need)
 		}
