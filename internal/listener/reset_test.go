@@ -28,7 +28,6 @@ import (
 // of its requests), counts it, and serves other clients on.
 func TestRapidReset(t *testing.T) {
 	ca := tlstest.NewCA(t, "server")
-	pair := ca.Server(t)
 	var started atomic.Int64
 	// The handler reads the request's body, as /v1/check and the proxy
 	// do: the reset ends it.
@@ -37,16 +36,7 @@ func TestRapidReset(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute, Metrics: metrics.New(reg)})
-	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
-	go srv.Serve(tl)
-	t.Cleanup(func() { srv.Close() })
-	addr := ln.Addr().String()
+	addr, reg := resetServer(t, ca, h)
 
 	const n = 10_000
 	c := h2test.Dial(t, addr, ca.ClientConfig())
@@ -79,20 +69,11 @@ func TestRapidReset(t *testing.T) {
 // only when they are more than half of its requests.
 func TestEarlyResetsWithinLimit(t *testing.T) {
 	ca := tlstest.NewCA(t, "server")
-	pair := ca.Server(t)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute})
-	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
-	go srv.Serve(tl)
-	t.Cleanup(func() { srv.Close() })
-	addr := ln.Addr().String()
+	addr, _ := resetServer(t, ca, h)
 
 	c := h2test.Dial(t, addr, ca.ClientConfig())
 	get := []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", addr}
@@ -122,21 +103,15 @@ func TestEarlyResetsWithinLimit(t *testing.T) {
 // rapid reset.
 func TestHeadRequestsNotEarlyResets(t *testing.T) {
 	ca := tlstest.NewCA(t, "server")
-	pair := ca.Server(t)
+	// The handler reads the request's body (none: the stream ends with
+	// the HEADERS, but for the rapid reset below, whose streams do not
+	// end, until the reset), then flushes the answer's headers.
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
 		w.(http.Flusher).Flush()
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute, Metrics: metrics.New(reg)})
-	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
-	go srv.Serve(tl)
-	t.Cleanup(func() { srv.Close() })
-	addr := ln.Addr().String()
+	addr, reg := resetServer(t, ca, h)
 
 	c := h2test.Dial(t, addr, ca.ClientConfig())
 	head := []string{":method", "HEAD", ":scheme", "https", ":path", "/", ":authority", addr}
@@ -159,4 +134,21 @@ func TestHeadRequestsNotEarlyResets(t *testing.T) {
 	if got := metricstest.Gather(t, reg)[`sluice_connections_closed_resets_total{listener="api"}`]; got != 1 {
 		t.Errorf("sluice_connections_closed_resets_total = %v after a HEAD rapid reset, want 1", got)
 	}
+}
+
+// resetServer serves h over TLS (HTTP/2 and HTTP/1.1, a certificate of
+// ca) through a Listener capped at 100, its metrics in the returned registry.
+func resetServer(t *testing.T, ca *tlstest.CA, h http.Handler) (addr string, reg *prometheus.Registry) {
+	t.Helper()
+	pair := ca.Server(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = prometheus.NewRegistry()
+	srv, wl := listener.Server(ln, h, listener.Options{Name: "api", MaxConnections: 100, ReadHeaderTimeout: time.Minute, Metrics: metrics.New(reg)})
+	tl := tls.NewListener(wl, &tls.Config{Certificates: []tls.Certificate{pair.TLS}, NextProtos: []string{"h2", "http/1.1"}})
+	go srv.Serve(tl)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), reg
 }
