@@ -1,6 +1,6 @@
 -- gcra.lua: the twin of sluice's gcra. T is the theoretical arrival time in
 -- whole ticks, N its fraction in 1/Rate of a tick; M the latest tick at
--- which a request added debt, for refunds (sluice's gcra leaves M 0). It shares takeDebt
+-- which a request added debt, for refunds (sluice's gcra keeps it so). It shares takeDebt
 -- (debt.lua) with the token bucket.
 
 local function gcraDebt(o, rate, now)
@@ -22,8 +22,8 @@ STEP[6] = function(o, rate, burst, period, segments, now, cost, force)
   local d, allowed, remaining, retry, reset, delay, idle = takeDebt(rate, burst, period, now, before, cost, force)
   o.T = now + tdiv(d, rate)
   o.N = d % rate
-  -- M: the latest tick at which a request added debt (sluice's gcra keeps
-  -- nothing in M), for REFUND[6].
+  -- M: the latest tick at which a request added debt (as sluice's gcra),
+  -- for REFUND[6].
   if d > before and now > o.M then o.M = now end
   -- For a refund (REFUND[6]): the tick the debt before this request would
   -- have refilled by, rounded down.

@@ -1,7 +1,7 @@
 -- leaky_bucket.lua: the twin of sluice's leakyBucket. T is the leave time of
 -- the last unit queued in whole ticks, N its fraction in 1/Rate of a tick, M
 -- non-zero once set: the latest tick at which a request queued (at least 1),
--- for refunds (sluice's leakyBucket sets 1). Times relative to now are in parts of 1/Rate tick. A request
+-- for refunds (as sluice's leakyBucket). Times relative to now are in parts of 1/Rate tick. A request
 -- of cost n is n units a spacing apart, the first leaving at max(now, the
 -- last leave + a spacing); the request leaves (its delay) with the last.
 
