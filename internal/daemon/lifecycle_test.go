@@ -328,3 +328,57 @@ func TestShutdownBoundedGRPC(t *testing.T) {
 		t.Errorf("shutdown took %v with a gRPC call in flight and shutdown_timeout 100ms", took)
 	}
 }
+
+// TestShutdownCutsStreams: at shutdown_timeout, what is still streaming
+// through the proxy is cut and let go on both sides — an endless response
+// (a GET on the fast path, a POST through ReverseProxy) and an upload
+// whose body never ends — so that Run returns at the bound with nothing
+// left running for the upstream.
+func TestShutdownCutsStreams(t *testing.T) {
+	var active atomic.Int64
+	up := newUpstreamFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		active.Add(1)
+		defer active.Add(-1)
+		if r.URL.Path == "/upload" {
+			io.Copy(io.Discard, r.Body) // until the proxy cuts the body
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: tick\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // a stream with no end: until the proxy lets go
+	})
+	td := startDaemon(t, proxyConfig(up, "shutdown_timeout: 100ms\n"))
+	addr := strings.TrimPrefix(td.proxy, "http://")
+	var clients []*bufio.Reader
+	for _, req := range []string{
+		"GET /events HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /events HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+		"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nsome",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, req)
+		clients = append(clients, bufio.NewReader(c))
+		c.SetReadDeadline(time.Now().Add(safety)) // a safety net, not a timing
+	}
+	for _, br := range clients[:2] {
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream: %v %v, want 200", resp, err)
+		}
+	}
+	waitFor(t, "the three requests at the upstream", func() bool { return active.Load() == 3 })
+	if err := td.stop(); err != nil {
+		t.Errorf("Run: %v, want nil", err)
+	}
+	for i, br := range clients {
+		if _, err := io.Copy(io.Discard, br); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("client %d after Run returned: %v, want its connection closed", i, err)
+		}
+	}
+	waitFor(t, "the upstream's requests ended", func() bool { return active.Load() == 0 })
+}
