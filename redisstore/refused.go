@@ -1,0 +1,92 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Errors of New when Redis answered but refused the connection, which,
+// unlike a Redis that does not answer, does not pass by itself: the
+// options (or Redis's users, or certificates) must change. Each also wraps
+// sluice.ErrStoreUnavailable.
+var (
+	// ErrAuth: Redis refused the credentials (Options.Username and
+	// Password): a wrong password or user (WRONGPASS), none given where
+	// one is needed (NOAUTH), a user not allowed to connect (NOPERM).
+	ErrAuth = errors.New("redisstore: Redis refused the credentials")
+	// ErrTLS: the TLS handshake (Options.TLS) failed: Redis's
+	// certificate is not trusted by the client (an unknown authority, a
+	// name or time it is not valid for), Redis does not speak TLS there,
+	// or it refused the client's TLS.
+	ErrTLS = errors.New("redisstore: TLS with Redis failed")
+)
+
+// refusedError is New's error when Redis refused the connection.
+type refusedError struct {
+	op    string // "connect" or "ping"
+	addrs []string
+	what  string // what was refused, for the message
+	kind  error  // ErrAuth or ErrTLS
+	err   error
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("redisstore: %s %v: %s: %v", e.op, e.addrs, e.what, e.err)
+}
+
+func (e *refusedError) Unwrap() []error { return []error{e.kind, sluice.ErrStoreUnavailable, e.err} }
+
+// refused returns err as a *refusedError when it is one of the refusals
+// of ErrAuth or ErrTLS, else nil.
+func refused(o Options, err error) error {
+	if refusedCredentials(err) {
+		who := "the default user (no username)"
+		if o.Username != "" {
+			who = fmt.Sprintf("user %q", o.Username)
+		}
+		return &refusedError{op: "connect", addrs: o.Addrs, what: "Redis refused the credentials of " + who, kind: ErrAuth, err: err}
+	}
+	if o.TLS != nil && tlsRefused(err) {
+		return &refusedError{op: "connect", addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err}
+	}
+	return nil
+}
+
+// refusedCredentials reports whether err is Redis refusing to let the
+// client in: AUTH or HELLO answered WRONGPASS, NOAUTH or NOPERM, or "ERR
+// AUTH … called without any password configured" (a password sent to a
+// Redis that has none for the default user), or "ERR invalid password"
+// (Redis before 6).
+func refusedCredentials(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR AUTH", "ERR invalid password", "ERR invalid username"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// tlsRefused reports whether err is a TLS handshake that failed for good:
+// the certificate not verified, a reply that is not TLS, an alert from
+// the server.
+func tlsRefused(err error) bool {
+	var ve *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	var al tls.AlertError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &ve) || errors.As(err, &rh) || errors.As(err, &al) ||
+		errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
