@@ -2,9 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -96,5 +98,20 @@ func TestACLLostWhileRunning(t *testing.T) {
 	}
 	if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
 		t.Errorf("Take with scripting again: %+v, %v", d, err)
+	}
+}
+
+// TLS to a port that serves Redis in plain text: New's error says that the
+// TLS handshake is what failed. A plain Redis reads a TLS client hello as
+// an inline command and, unless the hello happens to hold a newline
+// (then the reply is not TLS: ErrTLS), never answers it: New timed out
+// with "context deadline exceeded" alone, as if Redis were down.
+func TestTLSToPlainPort(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for range 3 { // the client hello is random: both outcomes, likely
+		_, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, TLS: &tls.Config{InsecureSkipVerify: true}, Timeout: 100 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "TLS handshake") || !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Errorf("New with TLS to a plain port: %v; want an unavailable store whose error names the TLS handshake", err)
+		}
 	}
 }

@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/rawio"
 )
@@ -18,6 +20,35 @@ import (
 // gRPC load on Redis (docs/bench-envoy.md) that monitor was ~8% of the
 // daemon's CPU. Deadlines and Close behave as on the plain connection.
 func dial(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+	return dialNoting(ctx, addr, d, tc, nil)
+}
+
+// handshakes notes the TLS handshakes of a Store's dials, so that New,
+// giving up, can tell one that never got an answer: a plain Redis port
+// reads a TLS client hello as the start of a command and waits for the
+// rest, so the handshake hangs until the timeout, like a Redis that is
+// down.
+type handshakes struct {
+	begun, ended atomic.Int64
+	addr         atomic.Pointer[string] // of the last one begun
+}
+
+// unanswered returns the address of a handshake begun and not ended, or "".
+func (h *handshakes) unanswered() string {
+	if a := h.addr.Load(); a != nil && h.begun.Load() > h.ended.Load() {
+		return *a
+	}
+	return ""
+}
+
+// dialer is dial, noting its handshakes in h.
+func (h *handshakes) dialer() func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		return dialNoting(ctx, addr, d, tc, h)
+	}
+}
+
+func dialNoting(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config, h *handshakes) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -36,9 +67,14 @@ func dial(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.
 		tc.ServerName = host
 	}
 	t := tls.Client(c, tc)
+	if h != nil {
+		h.addr.Store(&addr)
+		h.begun.Add(1)
+		defer h.ended.Add(1)
+	}
 	if err := t.HandshakeContext(ctx); err != nil {
 		c.Close()
-		return nil, err
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 	}
 	return t, nil
 }

@@ -210,6 +210,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
+	hs := &handshakes{}
 	co := rueidis.ClientOption{
 		InitAddress:       o.Addrs,
 		Username:          o.Username,
@@ -223,7 +224,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		// client below.
 		AlwaysPipelining: true,
 		MaxFlushDelay:    o.MaxFlushDelay,
-		DialCtxFn:        dial,
+		DialCtxFn:        hs.dialer(),
 	}
 	if o.Sentinel != "" {
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
@@ -271,6 +272,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if r.err != nil {
 		if err := refused(o, r.err); err != nil {
 			return nil, err
+		}
+		if a := hs.unanswered(); a != "" {
+			return nil, fmt.Errorf("redisstore: connect %v: %w: %w (the TLS handshake with %s got no answer: does Redis serve TLS there?)", o.Addrs, sluice.ErrStoreUnavailable, r.err, a)
 		}
 		return nil, fmt.Errorf("redisstore: connect %v: %w: %w", o.Addrs, sluice.ErrStoreUnavailable, r.err)
 	}
