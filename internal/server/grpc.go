@@ -33,6 +33,13 @@ const (
 	DefaultStopGrace = 10 * time.Second
 	// MaxRecvMsgSize bounds one request message.
 	MaxRecvMsgSize = 1 << 20
+	// MaxHeaderListSize bounds a call's headers (HTTP/2's header list
+	// size: names and values, plus 32 bytes a field), advertised to
+	// clients; a call past it is reset. Envoy's calls carry a few hundred
+	// bytes. grpc-go's default, 16 MB, is spelled in HPACK with a byte a
+	// field: 500 KB sent held 57 MB on the server for a call waiting for
+	// its request.
+	MaxHeaderListSize = 16 << 10
 	// DefaultMaxConcurrentStreams bounds the calls in flight on one client
 	// connection; more wait for a free stream (HTTP/2 flow control).
 	DefaultMaxConcurrentStreams = 1000
@@ -151,6 +158,7 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 		// Envoy pings idle connections too; let it, down to every 10s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(o.ConnectionTimeout),
 		grpc.NumStreamWorkers(o.StreamWorkers),

@@ -1,0 +1,144 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// rawConn opens a raw HTTP/2 connection to env's gRPC listener, past the
+// client preface and SETTINGS.
+func rawConn(t *testing.T, env *rlsEnv) (net.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := net.Dial("tcp", env.conn.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c, fr
+}
+
+// callFields are the HEADERS of a rate limit call.
+var callFields = [][2]string{
+	{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
+	{":path", "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"},
+	{"content-type", "application/grpc"}, {"te", "trailers"},
+}
+
+// writeBlock writes the header block b of stream id as HEADERS and as
+// many CONTINUATION frames as it takes.
+func writeBlock(t *testing.T, fr *http2.Framer, id uint32, b []byte) {
+	t.Helper()
+	n := min(len(b), 16000)
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:n], EndHeaders: n == len(b)}); err != nil {
+		t.Fatal(err)
+	}
+	for b = b[n:]; len(b) > 0; b = b[n:] {
+		n = min(len(b), 16000)
+		if err := fr.WriteContinuation(id, n == len(b), b[:n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pingRoundTrip sends a PING and reads frames until its ACK, acknowledging
+// the server's SETTINGS; it returns the streams reset meanwhile, the
+// server's SETTINGS, and the read error that ended the connection before
+// the ACK, if it ended.
+func pingRoundTrip(t *testing.T, fr *http2.Framer) (resets map[uint32]http2.ErrCode, settings map[http2.SettingID]uint32, err error) {
+	t.Helper()
+	resets, settings = map[uint32]http2.ErrCode{}, map[http2.SettingID]uint32{}
+	if err := fr.WritePing(false, [8]byte{'s', 'l', 'u', 'i', 'c', 'e'}); err != nil {
+		return resets, settings, err
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return resets, settings, err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				f.ForeachSetting(func(s http2.Setting) error { settings[s.ID] = s.Val; return nil })
+				fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			resets[f.StreamID] = f.ErrCode
+		case *http2.PingFrame:
+			if f.IsAck() {
+				return resets, settings, nil
+			}
+		}
+	}
+}
+
+// TestGRPCHeaderListBounded: a call's header list is bounded
+// (server.MaxHeaderListSize, advertised in SETTINGS): past it the stream
+// is reset, and never becomes a call; far past it (the x/net framer's
+// bound on the excess it reads) the connection is closed. grpc-go's own
+// bound was 16 MB of decoded headers, which HPACK spells in a byte a
+// field (an index into its dynamic table): 500 KB sent held 57 MB on the
+// server for a call waiting for its request, so that the calls waiting
+// (MaxCalls, 1,000) could hold some 57 GB. Calls with 8 KiB of metadata
+// (Envoy's carry a few hundred bytes) are served.
+func TestGRPCHeaderListBounded(t *testing.T) {
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	for _, c := range []struct {
+		name   string
+		fields int // of 33 bytes of header list each, a byte sent
+		closed bool
+	}{
+		{"20 KiB", 20 << 10 / 33, false},
+		{"16 MB", 500_000, true},
+	} {
+		_, fr := rawConn(t, env)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range callFields {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		for range c.fields {
+			enc.WriteField(hpack.HeaderField{Name: "x", Value: ""})
+		}
+		writeBlock(t, fr, 1, hb.Bytes())
+		resets, settings, err := pingRoundTrip(t, fr)
+		t.Logf("%s of headers (%d bytes sent): resets %v, connection error %v", c.name, hb.Len(), resets, err)
+		if got := settings[http2.SettingMaxHeaderListSize]; err == nil && got != server.MaxHeaderListSize {
+			t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE %d, want %d", got, server.MaxHeaderListSize)
+		}
+		if _, reset := resets[1]; !reset && !(c.closed && err != nil) {
+			t.Errorf("a call of %s of headers was neither reset nor its connection closed (%v)", c.name, err)
+		}
+		if err != nil && !c.closed {
+			t.Errorf("a call of %s of headers closed its connection (%v), want only its stream reset", c.name, err)
+		}
+		if n := env.grpc.Calls(); n != 0 {
+			t.Errorf("%d calls waiting for their request after a call of %s of headers, want 0", n, c.name)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-envoy-custom", strings.Repeat("m", 8<<10))
+	if _, err := env.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "a")}}); err != nil {
+		t.Errorf("a call with 8 KiB of metadata: %v", err)
+	}
+}
