@@ -1,0 +1,206 @@
+package deferq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/ctxtime"
+)
+
+// The reader of a rule's queue on this instance: it claims the entries of
+// instances gone, reads new ones within what the instance may hold, and
+// hands them to the dispatcher (worker.go).
+
+// read feeds the dispatcher: stale entries claimed from dead instances,
+// then new entries, while there is room for them (capacity).
+func (w *worker) read(ctx context.Context) {
+	c := w.q.o.Connect() // run waited for it
+	q := w.base + "q"
+	me := w.q.o.Consumer
+	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
+	// New entries are read by read.lua, which cannot block (a script
+	// never does): an empty read waits before the next, 100 ms at first,
+	// twice as long after each empty read up to a second (the blocking
+	// read's bound before), so that an idle rule costs each instance about
+	// one read a second; a request this instance queues wakes it at once.
+	minPoll := min(100*time.Millisecond, w.q.o.ClaimIdle/4)
+	maxPoll := min(time.Second, w.q.o.ClaimIdle/4)
+	poll := minPoll
+	bound := func() string { return strconv.FormatInt(w.rule.Load().MaxBody(), 10) }
+	var lastClaim, lastPrune time.Time
+	// cursor is where the scan of the pending list for entries to claim
+	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call,
+	// so a round of 10 calls covers 10,000, and the next round takes up
+	// where it stopped, so that every pending entry is looked at, however
+	// many live instances hold before a dead one's.
+	cursor := "0-0"
+	for ctx.Err() == nil {
+		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
+			lastPrune = time.Now()
+			w.prune(ctx, c)
+		}
+		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
+			lastClaim = time.Now()
+			// Not bounded by capacity: a held entry may wait for an
+			// older one of its key that only a claim brings back, and
+			// what a silent instance left pending is at most what it
+			// held, within its own bound.
+			for range 10 { // at most 1000 entries claimed, 10,000 looked at, per round
+				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", "100", bound(), idle, cursor}).ToArray()
+				if err != nil || len(arr) < 2 {
+					if err != nil && ctx.Err() == nil {
+						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
+					}
+					cursor = "0-0"
+					break
+				}
+				es, _ := arr[1].AsXRange()
+				if len(es) > 0 {
+					w.q.m.claimed(w.name, len(es))
+					if !w.send(ctx, es) {
+						return
+					}
+				}
+				if cursor, _ = arr[0].ToString(); cursor == "0-0" || cursor == "" {
+					cursor = "0-0" // the whole list looked at: the next round starts again
+					break
+				}
+			}
+		}
+		n := w.capacity()
+		if n < 1 {
+			select {
+			case <-w.room:
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "new", strconv.FormatInt(n, 10), bound()}).ToArray()
+		var es []rueidis.XRangeEntry
+		if err == nil && len(arr) == 2 {
+			es, err = arr[1].AsXRange()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if strings.Contains(err.Error(), "NOGROUP") {
+				c.Do(ctx, c.B().XgroupCreate().Key(q).Group(group).Id("0").Mkstream().Build())
+			}
+			w.q.o.Logger.Warn("defer: xreadgroup", "rule", w.name, "err", err)
+			if ctxtime.Sleep(ctx, time.Second) != nil {
+				return
+			}
+			continue
+		}
+		if len(es) == 0 {
+			if !w.idle(ctx, poll) {
+				return
+			}
+			poll = min(2*poll, maxPoll)
+			continue
+		}
+		poll = minPoll
+		if !w.send(ctx, es) {
+			return
+		}
+	}
+}
+
+// idle waits d after an empty read, or less if this instance queues a
+// request of the rule meanwhile (kick); false when ctx ends.
+func (w *worker) idle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.kick:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// wake tells the reader that a request of the rule was queued here.
+func (w *worker) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// prune deletes the rule's consumers left by instances gone (prune.lua):
+// those holding nothing, idle for two ClaimIdle (a live instance reads
+// at least every ClaimIdle/4).
+func (w *worker) prune(ctx context.Context, c rueidis.Client) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	bound := strconv.FormatInt(2*w.q.o.ClaimIdle.Milliseconds(), 10)
+	if err := pruneScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.q.o.Consumer, bound}).Error(); err != nil && ctx.Err() == nil {
+		w.q.o.Logger.Warn("defer: prune consumers", "rule", w.name, "err", err)
+	}
+}
+
+// capacity is how many more new entries this instance may read for the
+// rule now, at most 100: fewer than MaxHeld held in all, and their bytes under
+// MaxHeldBytes, each entry not yet read counted at the rule's largest
+// body (its size is not known before it is read). At least one while
+// none is held, so that a rule whose bodies may be larger than
+// MaxHeldBytes still moves, one at a time.
+func (w *worker) capacity() int64 {
+	held := w.held.Load()
+	n := min(100, MaxHeld-held, (w.q.o.MaxHeldBytes-w.heldBytes.Load())/max(1, w.rule.Load().MaxBody()))
+	if held == 0 {
+		n = max(n, 1)
+	}
+	return n
+}
+
+// send hands the entries read to the dispatcher, counted as held from
+// now, so that the next capacity sees them. An entry that is not a queued
+// request of the rule is dead-lettered instead (malformed).
+func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
+	batch := make([]*entry, 0, len(es))
+	for _, x := range es {
+		f := x.FieldValues
+		if tag, err := parseID(f["id"]); err != nil || tag != w.tag {
+			w.malformed(ctx, x.ID, f["id"], "")
+			continue
+		}
+		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
+		if a := f["also"]; a != "" {
+			if err := json.Unmarshal([]byte(a), &e.also); err != nil {
+				w.malformed(ctx, x.ID, f["id"], fmt.Sprintf("malformed entry: keys %q: %v", a, err))
+				continue
+			}
+		}
+		if over := f["over"]; over != "" {
+			// read.lua left its body in Redis: over the bound in force.
+			n, _ := strconv.ParseInt(over, 10, 64)
+			w.overBound(ctx, e, n)
+			continue
+		}
+		w.hold(e, 1)
+		batch = append(batch, e)
+	}
+	if len(batch) == 0 {
+		return true
+	}
+	select {
+	case w.in <- batch:
+		return true
+	case <-ctx.Done():
+		for _, e := range batch {
+			w.hold(e, -1)
+		}
+		return false
+	}
+}
