@@ -23,23 +23,26 @@ import (
 func TestACLPermissions(t *testing.T) {
 	srv := redistest.StartServer(t)
 	for _, tc := range []struct {
-		user  string
-		rules []string
-		want  string // in New's error; "" for none
+		user      string
+		rules     []string
+		redisTime bool   // Options.RedisTime: the scripts read Redis's TIME
+		want      string // in New's error; "" for none
 	}{
-		{"full", []string{"~sluice:*", "+@all"}, ""},
-		{"needed", []string{"~sluice:*", "+@scripting", "+get", "+set", "+del", "+pexpire", "+pttl", "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hincrby", "+time", "+ping", "+hello", "+client", "+info"}, ""},
-		{"noscript", []string{"~sluice:*", "+@all", "-@scripting"}, "'eval"},
-		{"otherkeys", []string{"~other:*", "+@all"}, "keys"},
-		{"noset", []string{"~sluice:*", "+@all", "-set"}, "SET"},
-		{"notime", []string{"~sluice:*", "+@all", "-time"}, "TIME"},
-		{"nohget", []string{"~sluice:*", "+@all", "-hget"}, "HGET"},
+		{"full", []string{"~sluice:*", "+@all"}, false, ""},
+		{"needed", []string{"~sluice:*", "+@scripting", "+get", "+set", "+del", "+pexpire", "+pttl", "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hincrby", "+time", "+ping", "+hello", "+client", "+info"}, false, ""},
+		{"noscript", []string{"~sluice:*", "+@all", "-@scripting"}, false, "'eval"},
+		{"otherkeys", []string{"~other:*", "+@all"}, false, "keys"},
+		{"noset", []string{"~sluice:*", "+@all", "-set"}, false, "SET"},
+		{"notime", []string{"~sluice:*", "+@all", "-time"}, true, "TIME"},
+		// Without Options.RedisTime the scripts never run TIME.
+		{"notimeclient", []string{"~sluice:*", "+@all", "-time"}, false, ""},
+		{"nohget", []string{"~sluice:*", "+@all", "-hget"}, false, "HGET"},
 	} {
 		args := append([]string{"ACL", "SETUSER", tc.user, "on", ">pw"}, tc.rules...)
 		if _, err := redistest.Do(srv.Addr, args...); err != nil {
 			t.Fatalf("%s: %v", strings.Join(args, " "), err)
 		}
-		s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Username: tc.user, Password: "pw"})
+		s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Username: tc.user, Password: "pw", RedisTime: tc.redisTime})
 		if tc.want != "" {
 			if err == nil {
 				s.Close()

@@ -63,7 +63,12 @@ return ''
 // store runs.
 func (s *Store) probe(ctx context.Context, op string) error {
 	key := s.Key("acl-probe")
-	res := probeLua.Exec(ctx, s.c, []string{key}, scriptCommands)
+	cmds := scriptCommands
+	if !s.opts.RedisTime {
+		// The scripts read Redis's clock only with RedisTime.
+		cmds = slices.DeleteFunc(slices.Clone(cmds), func(c string) bool { return c == "TIME" })
+	}
+	res := probeLua.Exec(ctx, s.c, []string{key}, cmds)
 	who := "the default user"
 	if s.opts.Username != "" {
 		who = fmt.Sprintf("user %q", s.opts.Username)
@@ -76,7 +81,7 @@ func (s *Store) probe(ctx context.Context, op string) error {
 	}
 	if c, err := res.ToString(); err == nil && c != "" {
 		return &refusedError{op: op, addrs: s.opts.Addrs, kind: ErrAuth,
-			what: fmt.Sprintf("Redis's ACL does not let %s run %s on %s, which the store's scripts run (they need %v on the keys under %q)", who, c, key, scriptCommands, s.opts.Prefix),
+			what: fmt.Sprintf("Redis's ACL does not let %s run %s on %s, which the store's scripts run (they need %v on the keys under %q)", who, c, key, cmds, s.opts.Prefix),
 			err:  fmt.Errorf("NOPERM %s", c)}
 	}
 	return nil
