@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -145,5 +149,184 @@ func TestGRPCHeaderListBounded(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-envoy-custom", strings.Repeat("m", 8<<10))
 	if _, err := env.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "a")}}); err != nil {
 		t.Errorf("a call with 8 KiB of metadata: %v", err)
+	}
+}
+
+// requestBody is the gRPC message of a rate limit request for
+// descriptor ("global", "x") in domain web.
+func requestBody(t *testing.T) []byte {
+	t.Helper()
+	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("global", "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 5+len(msg))
+	binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
+	copy(body[5:], msg)
+	return body
+}
+
+// envoyHits is the sum of sluice_envoy_hits_total: the requests decided.
+func envoyHits(t *testing.T, env *rlsEnv) float64 {
+	t.Helper()
+	mfs, err := env.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_envoy_hits_total" {
+			for _, m := range mf.Metric {
+				n += m.Counter.GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// TestGRPCRapidReset (CVE-2023-44487): a client opening 10,000 calls
+// and resetting each at once, with its request or without, leaves no
+// call counted as waiting for its request (the gate reaps them: none is
+// refused, no later call is), and other clients are served. grpc-go runs
+// at most MaxConcurrentStreams handlers of a connection at once, reset or
+// not, and stops reading the connection meanwhile; a reset call ends its
+// handler before the decision, or is one decision as any call. The
+// connection is kept (unlike the HTTP listeners, which close it): it
+// costs the server about what as many requests would.
+func TestGRPCRapidReset(t *testing.T) {
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{MaxCalls: 100}})
+	body := requestBody(t)
+	const n = 10_000
+	for _, withRequest := range []bool{false, true} {
+		c, _ := rawConn(t, env)
+		bw := bufio.NewWriter(c)
+		fr := http2.NewFramer(bw, c)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, f := range callFields {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		hits := envoyHits(t, env)
+		for i := range n {
+			id := uint32(2*i + 1)
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+			if withRequest {
+				if err := fr.WriteData(id, false, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+				t.Fatal(err)
+			}
+			if i%64 == 63 {
+				if err := bw.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := pingRoundTrip(t, http2.NewFramer(c, c))
+		t.Logf("%d calls reset (request sent: %v): %v decided; PING: %v", n, withRequest, envoyHits(t, env)-hits, err)
+		if got := env.grpc.CallsRefused(); got != 0 {
+			t.Errorf("%d calls refused during the rapid resets; want none, the reset calls reaped", got)
+		}
+		if got := env.grpc.Calls(); got != 0 {
+			t.Errorf("%d calls waiting after the rapid resets, want 0", got)
+		}
+	}
+	if _, err := env.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "a")}}); err != nil {
+		t.Errorf("another client after the rapid resets: %v", err)
+	}
+}
+
+// TestGRPCClientNotReading: a client that sends requests and reads no
+// answer (it grants no flow-control window for them) has at most
+// MaxConcurrentStreams of them decided: their answers wait, and their
+// calls hold their streams; the rest are refused (REFUSED_STREAM). Once
+// it stops sending, keepalive closes its connection (its PING is not
+// answered): here within the hang guard, before MaxConnectionAge.
+func TestGRPCClientNotReading(t *testing.T) {
+	const streams = 20
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{
+		MaxConcurrentStreams: streams, KeepaliveTime: 50 * time.Millisecond, KeepaliveTimeout: 50 * time.Millisecond,
+	}})
+	c, err := net.Dial("tcp", env.conn.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+	fr := http2.NewFramer(c, c)
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range callFields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	body := requestBody(t)
+	hits := envoyHits(t, env)
+	const n = 10 * streams
+	for i := range n {
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteData(id, true, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Read (so that the server's writes go through) but answer nothing,
+	// no PING, until the server closes the connection.
+	refused := 0
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the connection of a client that answers no PING is still open after a minute")
+			}
+			break
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok && rst.ErrCode == http2.ErrCodeRefusedStream {
+			refused++
+		}
+	}
+	decided := envoyHits(t, env) - hits
+	t.Logf("%d requests sent, not read: %v decided, %d refused", n, decided, refused)
+	if decided > streams {
+		t.Errorf("%v of %d requests decided with no answer read; want at most MaxConcurrentStreams (%d)", decided, n, streams)
+	}
+	if refused < n-streams {
+		t.Errorf("%d of %d requests refused, want at least %d past MaxConcurrentStreams", refused, n, n-streams)
+	}
+}
+
+// TestGRPCSlowPreface: a client that connects and sends only part of the
+// HTTP/2 preface, or the preface and no SETTINGS, is closed at
+// ConnectionTimeout.
+func TestGRPCSlowPreface(t *testing.T) {
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{ConnectionTimeout: 50 * time.Millisecond}})
+	for _, sent := range []string{"", http2.ClientPreface[:10], http2.ClientPreface, http2.ClientPreface + "\x00\x00\x00\x04"} {
+		c, err := net.Dial("tcp", env.conn.Target())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+		if _, err := io.WriteString(c, sent); err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Errorf("a client that sent %q is still connected after a minute", sent)
+		}
+		c.Close()
 	}
 }
