@@ -248,14 +248,14 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	case len(req.GetDescriptors()) == 0:
 		return errors.New("descriptors must not be empty")
 	case len(req.GetDescriptors()) > MaxDescriptors:
-		return fmt.Errorf("%d descriptors: at most %d per request", len(req.Descriptors), MaxDescriptors)
+		return fmt.Errorf("too many descriptors: at most %d per request", MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
 		if d == nil {
 			return fmt.Errorf("descriptors[%d] is null", i)
 		}
 		if len(d.Entries) > MaxEntries {
-			return fmt.Errorf("descriptors[%d]: %d entries, at most %d", i, len(d.Entries), MaxEntries)
+			return fmt.Errorf("descriptors[%d]: too many entries, at most %d", i, MaxEntries)
 		}
 		if d.GetIsNegativeHits() {
 			return fmt.Errorf("descriptors[%d]: is_negative_hits (giving hits back) is not supported", i)

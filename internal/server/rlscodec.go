@@ -117,13 +117,22 @@ func next(b []byte, base int) (field, error) {
 	return f, nil
 }
 
-// decodeRequest reads b (whose text is s) into r, merging as protobuf does.
+// decodeRequest reads b (whose text is s) into r, merging as protobuf does,
+// but for the descriptors past MaxDescriptors + 1 and the entries of a
+// descriptor past MaxEntries + 1, which are skipped: the request is
+// refused for their number (validate) whatever they hold.
 func decodeRequest(b []byte, s string, r *rlsv3.RateLimitRequest) error {
 	return walk(b, 0, func(f field) error {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
 			return str(s, f, &r.Domain)
 		case f.num == 2 && f.typ == protowire.BytesType:
+			if len(r.Descriptors) > MaxDescriptors {
+				// The request is refused (validate): the rest is not
+				// built, which took 68 MB for a megabyte of empty
+				// descriptors (two bytes each).
+				return nil
+			}
 			d := new(commonv3.RateLimitDescriptor)
 			r.Descriptors = append(r.Descriptors, d)
 			return decodeDescriptor(b, s, f, d)
@@ -138,6 +147,9 @@ func decodeDescriptor(b []byte, s string, at field, d *commonv3.RateLimitDescrip
 	return walk(b[at.off:at.off+at.n], at.off, func(f field) error {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
+			if len(d.Entries) > MaxEntries {
+				return nil // refused, as past MaxDescriptors
+			}
 			e := new(commonv3.RateLimitDescriptor_Entry)
 			d.Entries = append(d.Entries, e)
 			return walk(b[f.off:f.off+f.n], f.off, func(g field) error {

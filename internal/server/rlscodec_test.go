@@ -114,6 +114,14 @@ func checkDecode(t *testing.T, b []byte) {
 	werr := proto.Unmarshal(b, &want)
 	var got rlsv3.RateLimitRequest
 	gerr := newRLSCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(bytes.Clone(b))}, &got)
+	if gerr == nil && tooMany(&got) {
+		// Past the bounds the codec skips the rest (malformed or not),
+		// and the request is refused for its number.
+		if werr == nil && !tooMany(&want) {
+			t.Fatalf("%x: the codec read more descriptors or entries than protobuf: %v, protobuf %v", b, &got, &want)
+		}
+		return
+	}
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("%x: protobuf says %v, the codec %v", b, werr, gerr)
 	}
@@ -124,6 +132,20 @@ func checkDecode(t *testing.T, b []byte) {
 	if !proto.Equal(&got, &want) {
 		t.Fatalf("%x: codec read %v, protobuf %v", b, &got, &want)
 	}
+}
+
+// tooMany reports whether r has more descriptors, or a descriptor more
+// entries, than a request may (validate).
+func tooMany(r *rlsv3.RateLimitRequest) bool {
+	if len(r.Descriptors) > MaxDescriptors {
+		return true
+	}
+	for _, d := range r.Descriptors {
+		if len(d.Entries) > MaxEntries {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRLSCodecRequestIsProtobufs(t *testing.T) {
