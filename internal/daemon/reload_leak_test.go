@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -72,4 +73,47 @@ rules:
 		round(i)
 	}
 	settled(t, "after 27 more reloads", g, fds)
+}
+
+// TestRedisBouncesLeaveNothing: Redis going away and coming back, again
+// and again, under a daemon with every kind of fleet rule, leaves no
+// goroutine or descriptor behind (reconnections, the fallback's probe,
+// sync batches and leases that failed), for on_error allow and local.
+func TestRedisBouncesLeaveNothing(t *testing.T) {
+	rs := redistest.StartServer(t)
+	for _, onError := range []string{"allow", "local"} {
+		t.Run(onError, func(t *testing.T) {
+			td := startDaemon(t, `listen: 127.0.0.1:0
+proxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1}
+store:
+  type: redis
+  on_error: `+onError+`
+  redis: {addrs: [`+rs.Addr+`], timeout: 200ms}
+rules:
+  - {name: soft, rate: 1000/d, algorithm: fixed_window, sync: 50ms}
+  - {name: hard, rate: 1000/d, algorithm: fixed_window, lease: 10}
+  - {name: plain, rate: 1000/d}
+  - {name: later, rate: 1/s, action: defer}
+`)
+			round := func() {
+				for _, r := range []string{"soft", "hard", "plain"} {
+					check(t, td.api, r, "k", 1)
+				}
+				rs.Stop()
+				for _, r := range []string{"soft", "hard", "plain"} {
+					check(t, td.api, r, "k", 1)
+				}
+				rs.Restart()
+				waitFor(t, "/readyz 200 with Redis back", func() bool { return get(t, td.api+"/readyz").status == http.StatusOK })
+			}
+			for range 2 {
+				round()
+			}
+			g, fds := runtime.NumGoroutine(), openFDs(t)
+			for range 6 {
+				round()
+			}
+			settled(t, "after 6 more times Redis went away and came back", g, fds)
+		})
+	}
 }
