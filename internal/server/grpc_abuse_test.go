@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -310,23 +312,34 @@ func TestGRPCClientNotReading(t *testing.T) {
 }
 
 // TestGRPCSlowPreface: a client that connects and sends only part of the
-// HTTP/2 preface, or the preface and no SETTINGS, is closed at
-// ConnectionTimeout.
+// HTTP/2 preface, or the preface and no SETTINGS, or over TLS only part
+// of its ClientHello, is closed at ConnectionTimeout.
 func TestGRPCSlowPreface(t *testing.T) {
-	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{ConnectionTimeout: 50 * time.Millisecond}})
-	for _, sent := range []string{"", http2.ClientPreface[:10], http2.ClientPreface, http2.ClientPreface + "\x00\x00\x00\x04"} {
-		c, err := net.Dial("tcp", env.conn.Target())
-		if err != nil {
-			t.Fatal(err)
+	ca := tlstest.NewCA(t, "server")
+	for _, c := range []struct {
+		name string
+		tls  *tls.Config
+		sent []string
+	}{
+		{"plaintext", nil, []string{"", http2.ClientPreface[:10], http2.ClientPreface, http2.ClientPreface + "\x00\x00\x00\x04"}},
+		// A TLS record header of a ClientHello of 512 bytes, then 5 of them.
+		{"TLS", &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}}, []string{"", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03"}},
+	} {
+		env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{TLS: c.tls, ConnectionTimeout: 50 * time.Millisecond}})
+		for _, sent := range c.sent {
+			conn, err := net.Dial("tcp", env.conn.Target())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+			if _, err := io.WriteString(conn, sent); err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.Copy(io.Discard, conn)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("%s: a client that sent %q is still connected after a minute", c.name, sent)
+			}
+			conn.Close()
 		}
-		c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
-		if _, err := io.WriteString(c, sent); err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(io.Discard, c)
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Errorf("a client that sent %q is still connected after a minute", sent)
-		}
-		c.Close()
 	}
 }
