@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -239,6 +240,9 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 			break
 		}
 	}
+	if errors.Is(err, errClientGone) {
+		panic(http.ErrAbortHandler) // nobody to answer: the connection closes
+	}
 	if err != nil {
 		p.fail(w, r, res, err)
 		return
@@ -305,18 +309,21 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 	if err != nil {
 		return nil, err
 	}
-	if p.rht > 0 {
-		// Coarse: a deadline set less than rht/64 ago for the previous
-		// answer stays (the timer is updated about once per rht/64
-		// under load, not per request; the timeout may come up to that
-		// much early).
-		if want := now.Add(p.rht); c.rdl.IsZero() || want.Sub(c.rdl) >= p.rht/64 {
+	if d := p.firstWait(); d > 0 {
+		// Coarse: a deadline set less than d/64 ago for the previous
+		// answer stays (the timer is updated about once per d/64 under
+		// load, not per request; the timeout may come up to that much
+		// early).
+		if want := now.Add(d); c.rdl.IsZero() || want.Sub(c.rdl) >= d/64 {
 			c.rdl = want
 			c.nc.SetReadDeadline(want)
 		}
 	}
 	c.lim = p.maxHeader
 	defer func() { c.lim = -1 }()
+	if err := p.awaitAnswer(c, r, now); err != nil {
+		return nil, err
+	}
 	for {
 		var resp *http.Response
 		simple := false
@@ -361,6 +368,61 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		}
 		return resp, nil
 	}
+}
+
+// WatchClientAfter is how long the fast path waits for the first byte
+// of an answer before it watches its client: the h1 front does not watch
+// a connection while its handler runs (that read per request is part of
+// what it saves), so a client that gives up on a slow upstream would hold
+// the upstream's request until response_header_timeout. After this long
+// without a byte the wait is no longer the common fast one, and a watch
+// costs nothing that matters; a client gone then frees the upstream
+// connection at once, as nginx closes its upstream request when its
+// client goes.
+const WatchClientAfter = time.Second
+
+// firstWait is the read deadline the fast path sets for the first byte
+// of an answer, from the request's start: WatchClientAfter where the
+// client is to be watched after it, else response_header_timeout.
+func (p *Proxy) firstWait() time.Duration {
+	if p.rht > WatchClientAfter {
+		return WatchClientAfter
+	}
+	return p.rht
+}
+
+// errClientGone ends a round trip whose client went away while the
+// upstream had not answered (awaitAnswer).
+var errClientGone = errors.New("proxy: the client went away before the upstream answered")
+
+// awaitAnswer waits for the first byte of the upstream's answer on c
+// (read into c.br, from which the answer is parsed). If WatchClientAfter
+// passes first, it watches r's client (h1.Watch) while it waits on, until
+// response_header_timeout from the request's start (now): a client that
+// goes away then closes c and ends the round trip with errClientGone.
+func (p *Proxy) awaitAnswer(c *upConn, r *http.Request, now time.Time) error {
+	if p.firstWait() == p.rht || c.br.Buffered() > 0 {
+		return nil // the parse's own reads wait, under rht
+	}
+	_, err := c.br.Peek(1)
+	var ne net.Error
+	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		return nil // the answer's first byte, or an error the parse meets again
+	}
+	ctx, stopWatch := h1.Watch(r.Context())
+	defer stopWatch()
+	stopAbort := context.AfterFunc(ctx, c.abort)
+	// The deadline of the rest of the wait; c.rdl is left zero, so that
+	// the next request on c sets its own short one.
+	c.rdl = time.Time{}
+	c.nc.SetReadDeadline(now.Add(p.rht))
+	_, err = c.br.Peek(1)
+	if !stopAbort() && r.Context().Err() == nil {
+		// The client went away (if r's context is done, the caller
+		// sees that): c's deadline is past, its answer unread.
+		return errClientGone
+	}
+	return nil // the answer's first byte, or an error the parse meets again
 }
 
 // copyBody copies resp's body to w, flushing each piece of a stream (a

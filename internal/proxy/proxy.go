@@ -322,7 +322,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 	if r.Body != nil && r.Body != http.NoBody {
 		info.body = newEndedBody(r.Body, r.ContentLength) // reqbody.go
 	}
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+	ctx := r.Context()
+	if info.body == nil {
+		// On the h1 front (a bodiless GET or HEAD to an https://
+		// upstream: the front hands off every other request to
+		// net/http, which watches its client itself), have the client
+		// watched, so that one that goes away frees its upstream
+		// request at once and not at response_header_timeout. The
+		// fast path watches only once the upstream is slow
+		// (fastForward); here a watch costs little beside the TLS.
+		var stop func()
+		ctx, stop = h1.Watch(ctx)
+		defer stop()
+	}
+	r = r.WithContext(context.WithValue(ctx, ctxKey{}, info))
 	if info.body != nil {
 		r.Body = info.body
 	}

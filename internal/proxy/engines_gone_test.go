@@ -1,0 +1,129 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/proxy"
+)
+
+// A client that gives up on a request while the upstream is still working
+// on it (a timeout, a user leaving the page) frees its upstream request:
+// the upstream sees its request cancelled (its connection from the proxy
+// closed) long before response_header_timeout, as nginx closes the
+// upstream connection when its client goes. On every engine; on the h1
+// front's fast path, which does not watch its client while the handler
+// runs, the watch starts once the upstream has been silent for
+// proxy.WatchClientAfter.
+func TestEngineClientGoneWhileUpstreamSlow(t *testing.T) {
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		arrived := make(chan struct{}, 1)
+		gone := make(chan struct{}, 1)
+		release := make(chan struct{})
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			select {
+			case <-r.Context().Done():
+				gone <- struct{}{}
+			case <-release:
+			}
+		}))
+		t.Cleanup(up.Close)
+		t.Cleanup(func() { close(release) })
+		s := startOn(t, ec, up.URL, engineOpts{proxy: proxy.Options{ResponseHeaderTimeout: 10 * time.Minute}})
+
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/slow", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			resp, err := s.client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		select {
+		case <-arrived:
+		case <-time.After(safety):
+			t.Fatal("the request never reached the upstream")
+		}
+		cancel() // the client gives up: its connection (HTTP/1) or stream (HTTP/2) ends
+		if err := <-errc; err == nil {
+			t.Fatal("the request was answered, want it cancelled")
+		}
+		select {
+		case <-gone:
+		case <-time.After(safety):
+			t.Fatalf("the upstream still held the request %v after its client went away (response_header_timeout 10m)", safety)
+		}
+		eventually(t, "the proxy's handler returns", func() bool { return s.active.Load() == 0 })
+	})
+}
+
+// On the fast path, an answer slower than WatchClientAfter is relayed
+// whole, and its upstream connection, pooled again, watches the client of
+// the next slow request as well: one that leaves frees the upstream.
+func TestFastPathSlowAnswerThenClientGone(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	arrived := make(chan string, 2)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.RemoteAddr
+		if r.URL.Path == "/slow-answer" {
+			time.Sleep(proxy.WatchClientAfter + proxy.WatchClientAfter/2) // past the short wait: the watched branch
+			io.WriteString(w, "late")
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			gone <- struct{}{}
+		case <-release:
+		}
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) })
+	s := startOn(t, engineCases[0], up.URL, engineOpts{proxy: proxy.Options{ResponseHeaderTimeout: 10 * time.Minute}})
+
+	resp, body := s.do(t, mustRequest(t, "GET", s.URL+"/slow-answer"))
+	if resp.StatusCode != http.StatusOK || body != "late" {
+		t.Fatalf("slow answer: %d %q, want 200 \"late\"", resp.StatusCode, body)
+	}
+	first := <-arrived
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/hang", nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := s.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	if second := <-arrived; second != first {
+		t.Fatalf("the second request came on a new upstream connection (%s, then %s): want the pooled one", first, second)
+	}
+	cancel()
+	<-errc
+	select {
+	case <-gone:
+	case <-time.After(safety):
+		t.Fatalf("the upstream still held the request %v after its client went away, on a pooled connection", safety)
+	}
+}
+
+func mustRequest(t *testing.T, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
