@@ -107,12 +107,16 @@ func (l *Listener) capStreams(h http.Handler) http.Handler {
 // at once and skips those of streams reset before they started, but
 // starts the next as soon as one returns, so one connection could keep
 // the server starting handlers (deciding, dialling the upstream) without
-// end. As Envoy does, a connection whose client reset maxEarlyResets of
-// its requests within earlyReset of their start, more than half of the
-// requests it has ended, is closed.
+// end. As Envoy does (overload.premature_reset_total_stream_count and
+// premature_reset_min_stream_lifetime_seconds), a connection that has
+// carried minResetCheck requests, more than half of which its client
+// reset within earlyReset of their start, is closed. Below that count a
+// client may cancel as it likes (a browser's search-as-you-type cancels
+// each fetch at the next keystroke); a flood starts at most minResetCheck
+// handlers and those in flight before it is cut.
 const (
-	maxEarlyResets = 100
-	earlyReset     = time.Second
+	minResetCheck = 500
+	earlyReset    = time.Second
 )
 
 // guardResets closes the HTTP/2 connection of a client that resets its
@@ -159,7 +163,7 @@ func (s *h2Streams) end(early bool) bool {
 	if early {
 		s.resets++
 	}
-	if s.flooded || s.resets < maxEarlyResets || 2*s.resets <= s.ended {
+	if s.flooded || s.ended < minResetCheck || 2*s.resets <= s.ended {
 		return false
 	}
 	s.flooded = true

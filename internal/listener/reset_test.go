@@ -24,8 +24,8 @@ import (
 // a handler; net/http runs at most 250 of a connection's at once but
 // starts the next as soon as one returns, so one connection could keep
 // the server starting handlers without end. The listener closes a
-// connection whose client has reset 100 requests early (more than half
-// of its requests), counts it, and serves other clients on.
+// connection whose client has reset more than half of its requests early
+// (once it has carried 500), counts it, and serves other clients on.
 func TestRapidReset(t *testing.T) {
 	ca := tlstest.NewCA(t, "server")
 	var started atomic.Int64
@@ -91,6 +91,37 @@ func TestEarlyResetsWithinLimit(t *testing.T) {
 			t.Fatalf("after %d requests, half of them reset early: the connection ended (GOAWAY %v, %v); want it served", id/2+150, fl.GoAway, fl.Err)
 		}
 		id += 2 * 150
+	}
+}
+
+// TestEarlyResetsFewRequests: a client that cancels most of its requests
+// early but sends few (a browser's search-as-you-type, each keystroke
+// cancelling the last fetch) keeps its connection: as Envoy does, the
+// check applies only once a connection has carried 500 requests.
+func TestEarlyResetsFewRequests(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	addr, reg := resetServer(t, ca, h)
+
+	c := h2test.Dial(t, addr, ca.ClientConfig())
+	get := []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", addr}
+	id := uint32(1)
+	for range 50 {
+		if a := c.Request(t, id, true, get...); a.Status != "200" {
+			t.Fatalf("stream %d: %+v, want 200", id, a)
+		}
+		id += 2
+	}
+	// 400 cancelled at once: 450 requests, 8 in 9 reset early.
+	fl := c.RapidReset(t, id, 400, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", addr)
+	if !fl.Served {
+		t.Fatalf("450 requests, 400 of them reset early: the connection ended (GOAWAY %v, %v); want it served (under 500 requests)", fl.GoAway, fl.Err)
+	}
+	if got := metricstest.Gather(t, reg)[`sluice_connections_closed_resets_total{listener="api"}`]; got != 0 {
+		t.Errorf("sluice_connections_closed_resets_total = %v, want 0", got)
 	}
 }
 
