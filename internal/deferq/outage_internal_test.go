@@ -3,15 +3,10 @@ package deferq
 import (
 	"context"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // With the default attempts and back-off, a request outlives an upstream
@@ -23,18 +18,8 @@ import (
 // default, the last attempt came 15 s after the first, and a 15–30 s
 // restart dead-lettered every request it met.
 func TestDefaultRetriesOutliveOutage(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	q, c := jobsQueue(t) // the defaults
 	ctx := context.Background()
-	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}}) // the defaults
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]Rule{{Name: "jobs"}})
 	r := httptest.NewRequest("POST", "/job", strings.NewReader("job"))
 	id, err := q.Enqueue(ctx, "jobs", []string{"k"}, r, r.Header, []byte("job"))
 	if err != nil {

@@ -15,6 +15,24 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// jobsQueue returns a Queue with the default options and one rule, jobs,
+// on a Redis of its own, and its client.
+func jobsQueue(t *testing.T) (*Queue, rueidis.Client) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]Rule{{Name: "jobs"}})
+	return q, c
+}
+
 // xreadgroups is how many XREADGROUP calls the server has run (read.lua's
 // reads of new entries), from INFO commandstats.
 func xreadgroups(t *testing.T, c rueidis.Client) int64 {
@@ -39,17 +57,7 @@ func xreadgroups(t *testing.T, c rueidis.Client) int64 {
 // can come no sooner than 100+200+400+800+1000 ms after its first (with a
 // fixed 100 ms, 500 ms after); a loaded machine only makes it later.
 func TestIdleReadBacksOff(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]Rule{{Name: "jobs"}})
+	q, c := jobsQueue(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
@@ -93,17 +101,7 @@ func TestEnqueueWakesReader(t *testing.T) {
 		}
 	})
 
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]Rule{{Name: "jobs"}})
+	q, _ := jobsQueue(t)
 	w := newWorker(q, q.Rule("jobs"))
 	q.mu.Lock()
 	q.workers["jobs"] = w // as Run would, without its reader
