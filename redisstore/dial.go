@@ -31,6 +31,44 @@ func dial(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.
 type handshakes struct {
 	begun, ended atomic.Int64
 	addr         atomic.Pointer[string] // of the last one begun
+	// certAsked is the address of the last handshake done in which the
+	// server asked for a client certificate: over TLS 1.3 a server that
+	// refuses the certificate (or its absence) says so after the client's
+	// side of the handshake, and its alert is lost when the client's
+	// first write meets the closed connection (see refusedAfterHandshake).
+	certAsked atomic.Pointer[string]
+}
+
+// askedCert returns the address of a handshake in which the server asked
+// for a client certificate, or "".
+func (h *handshakes) askedCert() string {
+	if a := h.certAsked.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// noteCertRequest returns tc (a clone) with a GetClientCertificate that
+// sets *asked when the server asks for a certificate, and answers as
+// crypto/tls does without one: tc's own GetClientCertificate, else the
+// first of tc.Certificates the server accepts, else none.
+func noteCertRequest(tc *tls.Config, asked *bool) *tls.Config {
+	tc = tc.Clone()
+	get := tc.GetClientCertificate
+	certs := tc.Certificates
+	tc.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		*asked = true
+		if get != nil {
+			return get(cri)
+		}
+		for i := range certs {
+			if cri.SupportsCertificate(&certs[i]) == nil {
+				return &certs[i], nil
+			}
+		}
+		return new(tls.Certificate), nil
+	}
+	return tc
 }
 
 // unanswered returns the address of a handshake begun and not ended, or "".
@@ -66,15 +104,20 @@ func dialNoting(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config,
 		tc = tc.Clone()
 		tc.ServerName = host
 	}
-	t := tls.Client(c, tc)
+	var asked bool
 	if h != nil {
+		tc = noteCertRequest(tc, &asked)
 		h.addr.Store(&addr)
 		h.begun.Add(1)
 		defer h.ended.Add(1)
 	}
+	t := tls.Client(c, tc)
 	if err := t.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	if asked {
+		h.certAsked.Store(&addr)
 	}
 	return t, nil
 }

@@ -5,7 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -23,7 +26,8 @@ var (
 	// ErrTLS: the TLS handshake (Options.TLS) failed: Redis's
 	// certificate is not trusted by the client (an unknown authority, a
 	// name or time it is not valid for), Redis does not speak TLS there,
-	// or it refused the client's TLS.
+	// or it refused the client's TLS (a client certificate missing or not
+	// trusted: RemoteTLSAlert).
 	ErrTLS = errors.New("redisstore: TLS with Redis failed")
 )
 
@@ -34,6 +38,9 @@ type refusedError struct {
 	what  string // what was refused, for the message
 	kind  error  // ErrAuth or ErrTLS
 	err   error
+	// byRedis: Redis refused the client's TLS (its certificate, or its
+	// absence), rather than the client Redis's certificate.
+	byRedis bool
 }
 
 func (e *refusedError) Error() string {
@@ -53,9 +60,31 @@ func refused(o Options, err error) error {
 		return &refusedError{op: "connect", addrs: o.Addrs, what: "Redis refused the credentials of " + who, kind: ErrAuth, err: err}
 	}
 	if o.TLS != nil && tlsRefused(err) {
-		return &refusedError{op: "connect", addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err}
+		return &refusedError{op: "connect", addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err, byRedis: remoteTLSAlert(err)}
 	}
 	return nil
+}
+
+// refusedAfterHandshake returns err as an ErrTLS *refusedError when it is
+// the connection closed by Redis (reset, or at its end) after a TLS
+// handshake, with the node at addr, in which Redis asked for a client
+// certificate: Redis (tls-auth-clients) refused the certificate given,
+// or its absence. Over TLS 1.3 it sends its alert after the client's side
+// of the handshake is done, and the client's first write, meeting the
+// closed connection, loses it. addr "" (no such handshake): nil.
+func refusedAfterHandshake(o Options, addr string, err error) error {
+	if o.TLS == nil || addr == "" || !closedByPeer(err) {
+		return nil
+	}
+	return &refusedError{op: "connect", addrs: o.Addrs, kind: ErrTLS, err: err, byRedis: true,
+		what: "Redis at " + addr + " asked for a client certificate in the TLS handshake, then closed the connection: it refused the certificate given, or its absence"}
+}
+
+// closedByPeer reports whether err is a connection reset or closed by
+// the other side.
+func closedByPeer(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // refusedCredentials reports whether err is Redis refusing to let the
@@ -79,8 +108,18 @@ func refusedCredentials(err error) bool {
 
 // tlsRefused reports whether err is a TLS handshake that failed for good:
 // the certificate not verified, a reply that is not TLS, an alert from
-// the server.
+// the server. Over TLS 1.3 a server that refuses the client's certificate,
+// or its absence (Redis's tls-auth-clients yes), says so after the
+// client's side of the handshake is done: its alert comes with the first
+// read, as a *net.OpError "remote error" (crypto/tls's alert type is not
+// tls.AlertError, which is QUIC's).
 func tlsRefused(err error) bool {
+	return remoteTLSAlert(err) || tlsVerifyFailed(err)
+}
+
+// tlsVerifyFailed reports whether err is the client refusing the server's
+// certificate, or a reply that is not TLS.
+func tlsVerifyFailed(err error) bool {
 	var ve *tls.CertificateVerificationError
 	var rh tls.RecordHeaderError
 	var al tls.AlertError
@@ -89,4 +128,19 @@ func tlsRefused(err error) bool {
 	var ci x509.CertificateInvalidError
 	return errors.As(err, &ve) || errors.As(err, &rh) || errors.As(err, &al) ||
 		errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
+
+// TLSRefusedByRedis reports whether err (of New) is ErrTLS because Redis
+// refused the client's TLS (with tls-auth-clients: the client certificate
+// given, or its absence), not the client Redis's certificate.
+func TLSRefusedByRedis(err error) bool {
+	var re *refusedError
+	return errors.As(err, &re) && re.byRedis
+}
+
+// remoteTLSAlert reports whether err is a TLS alert sent by the server
+// (such as "certificate required" or "bad certificate").
+func remoteTLSAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }

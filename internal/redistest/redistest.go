@@ -46,6 +46,7 @@ type Server struct {
 	extra        []string // more redis-server arguments
 	tlsPort      int      // StartTLSServer's TLS port; 0: none
 	tlsFiles     [2]string
+	tlsClientCA  string // StartMTLSServer's CA of client certificates; "": none asked for
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -96,6 +97,19 @@ func StartMain() (*Server, error) {
 // plain, for setting the server up with Do.
 func StartTLSServer(tb testing.TB, cert, key string) *Server {
 	tb.Helper()
+	return startTLS(tb, cert, key, "")
+}
+
+// StartMTLSServer is StartTLSServer with Redis's tls-auth-clients yes:
+// TLS clients must present a certificate that the CA in the PEM file
+// clientCA signed.
+func StartMTLSServer(tb testing.TB, cert, key, clientCA string) *Server {
+	tb.Helper()
+	return startTLS(tb, cert, key, clientCA)
+}
+
+func startTLS(tb testing.TB, cert, key, clientCA string) *Server {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
 	}
@@ -112,7 +126,7 @@ func StartTLSServer(tb testing.TB, cert, key string) *Server {
 			continue
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
-			tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, dir: tb.TempDir()}
+			tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, tlsClientCA: clientCA, dir: tb.TempDir()}
 		if lastErr = s.start(); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
@@ -188,8 +202,12 @@ func (s *Server) args() []string {
 	}
 	a = append(a, s.extra...)
 	if s.tlsPort != 0 {
-		a = append(a, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", s.tlsFiles[0],
-			"--tls-key-file", s.tlsFiles[1], "--tls-auth-clients", "no")
+		a = append(a, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", s.tlsFiles[0], "--tls-key-file", s.tlsFiles[1])
+		if s.tlsClientCA != "" {
+			a = append(a, "--tls-ca-cert-file", s.tlsClientCA, "--tls-auth-clients", "yes")
+		} else {
+			a = append(a, "--tls-auth-clients", "no")
+		}
 	}
 	if s.cluster {
 		a = append(a, "--cluster-enabled", "yes",
