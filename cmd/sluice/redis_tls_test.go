@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -106,6 +107,96 @@ func TestServeRedisTLS(t *testing.T) {
 		{"CA not trusted", rs.TLSAddr, ", password: s3cret", []string{"SSL_CERT_FILE=" + tlstest.NewCA(t, "other").File}, []string{"store.redis", "store.redis.tls", "certificate"}},
 	} {
 		code, stderr := serveExit(t, tlsRedisConfig(t, tc.addr, tc.creds), tc.env...)
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1; stderr:\n%s", tc.name, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q, want it to say %q", tc.name, stderr, w)
+			}
+		}
+	}
+}
+
+// redisTLSFilesConfig writes, in dir, a config for a Redis at addr with
+// store.redis.tls set to the flow mapping tlsMap, with a rule of 2 an hour.
+func redisTLSFilesConfig(t *testing.T, dir, addr, tlsMap string) string {
+	t.Helper()
+	path := filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", time.Now().UnixNano()))
+	conf := fmt.Sprintf(`listen: 127.0.0.1:0
+store:
+  type: redis
+  redis:
+    addrs: [%s]
+    timeout: 2s
+    tls: %s
+rules:
+  - name: two
+    rate: 2/h
+    algorithm: fixed_window
+`, addr, tlsMap)
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// store.redis.tls's files end to end, against a real redis-server with
+// tls-auth-clients yes (a client certificate required) and a certificate
+// of a private CA that the process does not otherwise trust (SSL_CERT_FILE
+// names another). With ca:, cert: and key: (paths relative to the config
+// file) it connects and counts; server_name: verifies a certificate whose
+// name is not the address. A wrong CA, or no client certificate, is a
+// startup error naming the key to check.
+func TestServeRedisTLSFiles(t *testing.T) {
+	ca := tlstest.NewCA(t, "redis-ca")
+	dir := filepath.Dir(ca.File)
+	srv := ca.ServerWith(t, "redis", func(c *x509.Certificate) {
+		c.DNSNames, c.IPAddresses = []string{"redis.internal"}, nil
+	})
+	client := ca.Client(t, "sluice", []string{"sluice.internal"})
+	rs := redistest.StartMTLSServer(t, srv.CertFile, srv.KeyFile, ca.File)
+	distrust := "SSL_CERT_FILE=" + tlstest.NewCA(t, "system").File
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, p)
+		if err != nil || strings.HasPrefix(r, "..") {
+			t.Fatalf("%s is not in %s", p, dir)
+		}
+		return r
+	}
+	files := fmt.Sprintf("ca: %s, cert: %s, key: %s", rel(ca.File), rel(client.CertFile), rel(client.KeyFile))
+
+	p := startSluiceProcEnv(t, redisTLSFilesConfig(t, dir, rs.TLSAddr, "{"+files+", server_name: redis.internal}"), distrust)
+	admitted := 0
+	for range 3 {
+		a, err := fleetCheck(t, p.api, "two", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("%d of 3 admitted under 2/h over mutual TLS with Redis, want 2 (counted in Redis)", admitted)
+	}
+	if n, err := redistest.Do(rs.Addr, "DBSIZE"); err != nil || n == "0" || n == "" {
+		t.Errorf("Redis DBSIZE after 3 decisions = %q, %v; want keys counted there", n, err)
+	}
+
+	other := tlstest.NewCA(t, "other")
+	for _, tc := range []struct {
+		name, tls string
+		want      []string
+	}{
+		{"wrong CA", fmt.Sprintf("{ca: %s, cert: %s, key: %s, server_name: redis.internal}", other.File, client.CertFile, client.KeyFile),
+			[]string{"store.redis", "store.redis.tls.ca", "certificate"}},
+		{"no client certificate", fmt.Sprintf("{ca: %s, server_name: redis.internal}", ca.File),
+			[]string{"store.redis", "store.redis.tls.cert", "certificate"}},
+		{"name not the certificate's", "{" + files + "}",
+			[]string{"store.redis", "store.redis.tls.server_name", "redis.internal"}},
+	} {
+		code, stderr := serveExit(t, redisTLSFilesConfig(t, dir, rs.TLSAddr, tc.tls), distrust)
 		if code != 1 {
 			t.Errorf("%s: exit %d, want 1; stderr:\n%s", tc.name, code, stderr)
 		}

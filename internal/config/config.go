@@ -251,7 +251,7 @@ func (c *Config) applyDefaults() {
 	if c.GRPC != nil {
 		c.GRPC.defaults(c.File)
 	}
-	c.Store.defaults()
+	c.Store.defaults(c.File)
 	c.ClientIP.defaults()
 	c.ForwardAuth.defaults()
 	c.Limits.defaults()

@@ -160,7 +160,7 @@ func TestParseConfigFull(t *testing.T) {
 			Redis: RedisConfig{
 				Addrs:   []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
 				Cluster: true, Timeout: 20 * time.Millisecond, Username: "sluice", Password: "secret",
-				TLS: true, KeyPrefix: "rl:",
+				TLS: RedisTLS{On: true}, KeyPrefix: "rl:",
 			},
 			OnError: "local", ExpectedInstances: 4, MaxKeys: 500000,
 		},
@@ -333,7 +333,7 @@ func TestConfigEnvExpansion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Store.Redis.TLS || cfg.Store.Redis.Timeout != 75*time.Millisecond || cfg.Rules[0].Burst != 7 || cfg.Rules[0].Rate != "7/s" {
+	if !cfg.Store.Redis.TLS.On || cfg.Store.Redis.Timeout != 75*time.Millisecond || cfg.Rules[0].Burst != 7 || cfg.Rules[0].Rate != "7/s" {
 		t.Errorf("expanded: tls %v timeout %v burst %d rate %q", cfg.Store.Redis.TLS, cfg.Store.Redis.Timeout, cfg.Rules[0].Burst, cfg.Rules[0].Rate)
 	}
 }
@@ -431,6 +431,10 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add(Example())
+	// store.redis.tls: a boolean, a mapping, or neither.
+	for _, tls := range []string{"true", "{}", "{ca: a.pem, cert: c.pem}", "maybe", "[x]", "&t {server_name: r}", "${SLUICE_TEST_UNSET_TLS:-true}"} {
+		f.Add([]byte("store:\n  type: redis\n  redis:\n    addrs: [127.0.0.1:6379]\n    tls: " + tls + "\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.yaml", data)
 		if err != nil {

@@ -21,7 +21,8 @@ import (
 // struct's `yaml:"name"` tags as the keys it accepts. It knows these field
 // types: string, bool, int, int64, time.Duration, netip.Prefix, any type
 // whose pointer implements encoding.TextUnmarshaler (such as
-// rules.AutoCount), structs (a mapping), pointers to structs (nil when the
+// rules.AutoCount), structs (a mapping; one whose pointer is a boolSetter
+// also a boolean), pointers to structs (nil when the
 // block is absent), slices of any of these (a list), and embedded structs
 // tagged `yaml:",inline"` (their keys join the outer mapping). A struct
 // with untagged fields `Line int` and `Lines map[string]int` (rules.Spec)
@@ -55,6 +56,7 @@ var (
 	durationType  = reflect.TypeFor[time.Duration]()
 	prefixType    = reflect.TypeFor[netip.Prefix]()
 	unmarshalType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	boolSetType   = reflect.TypeFor[boolSetter]()
 	linesType     = reflect.TypeFor[map[string]int]()
 )
 
@@ -122,6 +124,8 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		return true
 	case reflect.PointerTo(t).Implements(unmarshalType):
 		return d.text(key, n, v.Addr().Interface().(encoding.TextUnmarshaler))
+	case t.Kind() == reflect.Struct && reflect.PointerTo(t).Implements(boolSetType):
+		return d.boolOrMapping(key, n, v)
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -172,6 +176,40 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		return d.structure(key, n, p.Elem())
 	}
 	panic(fmt.Sprintf("config: key %s: field type %s is not supported by the decoder", key, t))
+}
+
+// boolSetter is a struct that a YAML boolean also sets: its key is true,
+// false, or a mapping of its fields, which counts as true
+// (store.redis.tls).
+type boolSetter interface{ setBool(bool) }
+
+// boolOrMapping decodes n, a boolean or a mapping, into the boolSetter v.
+func (d *decoder) boolOrMapping(key string, n *yaml.Node, v reflect.Value) bool {
+	r := n
+	for r != nil && r.Kind == yaml.AliasNode {
+		r = r.Alias
+	}
+	set := v.Addr().Interface().(boolSetter)
+	switch {
+	case r == nil || (r.Kind == yaml.ScalarNode && r.Tag == "!!null"):
+		return false
+	case r.Kind == yaml.MappingNode:
+		ok := d.structure(key, n, v)
+		set.setBool(true)
+		return ok
+	case r.Kind == yaml.ScalarNode && (r.Tag == "!!bool" || strings.Contains(r.Value, "${")):
+		b, ok := d.bool(key, n)
+		if ok {
+			set.setBool(b)
+		}
+		return ok
+	}
+	names := infoOf(v.Type()).names
+	want := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	if d.Resolve(key, n) != nil {
+		d.Fail(r, key, "want true or false, or a mapping of %s, not %s", want, yamlnode.KindName(r))
+	}
+	return false
 }
 
 // structure decodes the mapping n into the struct v, key by key. It

@@ -111,7 +111,8 @@ func (t *TLSConfig) check(ck *checker, key string) {
 }
 
 // TLSProblems loads the certificates, keys and CAs of every tls: block of
-// c (tlsconf.Load), as serve does before it listens, and reports each file
+// c (tlsconf.Load, and tlsconf.LoadClient for store.redis.tls), as serve
+// does before it listens, and reports each file
 // that is not what its key says, naming file, line and key. Check only
 // sees that the paths exist.
 func (c *Config) TLSProblems() error {
@@ -138,6 +139,7 @@ func (c *Config) TLSProblems() error {
 	if c.GRPC != nil {
 		each("grpc.tls", c.GRPC.TLS)
 	}
+	es = append(es, c.redisTLSProblems()...)
 	return es.Err()
 }
 

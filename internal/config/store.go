@@ -40,7 +40,9 @@ type RedisConfig struct {
 	Username string        `yaml:"username"`
 	Password string        `yaml:"password"` // use ${ENV} rather than writing it in the file
 	DB       int           `yaml:"db"`       // database number; must be 0 with Cluster
-	TLS      bool          `yaml:"tls"`
+	// TLS is tls: true (the system's CA roots), false, or a mapping of
+	// files (RedisTLS), which turns TLS on.
+	TLS RedisTLS `yaml:"tls"`
 	// KeyPrefix is prepended to every key. Default redisstore.DefaultPrefix
 	// ("sluice:").
 	KeyPrefix string `yaml:"key_prefix"`
@@ -57,13 +59,16 @@ const (
 	StoreRedis  = "redis"
 )
 
-func (s *StoreConfig) defaults() {
+func (s *StoreConfig) defaults(file string) {
 	setDefault(&s.Type, StoreMemory)
 	setDefault(&s.OnError, engine.OnErrorAllow)
 	if s.Type == StoreRedis {
 		setDefault(&s.Redis.Timeout, redisstore.DefaultTimeout)
 		setDefault(&s.Redis.KeyPrefix, redisstore.DefaultPrefix)
 	}
+	resolvePath(file, &s.Redis.TLS.CA)
+	resolvePath(file, &s.Redis.TLS.Cert)
+	resolvePath(file, &s.Redis.TLS.Key)
 	setDefault(&s.ExpectedInstances, 1)
 }
 
@@ -123,9 +128,10 @@ func (r *RedisConfig) check(ck *checker) {
 	} else if strings.ContainsAny(r.KeyPrefix, "{}") {
 		ck.fail("store.redis.key_prefix", "%q: must not contain { or } (they would change the Cluster hash tag)", r.KeyPrefix)
 	}
+	r.TLS.check(ck)
 }
 
 func (r *RedisConfig) zero() bool {
 	return len(r.Addrs) == 0 && !r.Cluster && r.Sentinel == "" && r.Timeout == 0 && r.Username == "" &&
-		r.Password == "" && r.DB == 0 && !r.TLS && r.KeyPrefix == "" && r.MaxFlushDelay == 0
+		r.Password == "" && r.DB == 0 && r.TLS == (RedisTLS{}) && r.KeyPrefix == "" && r.MaxFlushDelay == 0
 }

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -44,8 +47,14 @@ const ConnectRetry = time.Second
 func (d *Daemon) openRedis(cfg *config.Config) error {
 	r := cfg.Store.Redis
 	var tlsConfig *tls.Config
-	if r.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.TLS.On {
+		// The same for the Sentinels and every Cluster node
+		// (redisstore.Options.TLS). The files were checked before
+		// (config.TLSProblems); read here again, a change since is told.
+		var err error
+		if tlsConfig, err = tlsconf.LoadClient(r.TLS.ClientOptions()); err != nil {
+			return fmt.Errorf("daemon: store.redis.tls: %w", err)
+		}
 	}
 	opts := redisstore.Options{
 		Addrs:     r.Addrs,
@@ -182,8 +191,19 @@ var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluic
 
 // refusalHint tells what to check when Redis refused the connection.
 func refusalHint(err error) string {
-	if errors.Is(err, redisstore.ErrTLS) {
-		return "check store.redis.tls and Redis's certificate (verified against the system's CA roots; on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
+	var he x509.HostnameError
+	switch {
+	case !errors.Is(err, redisstore.ErrTLS):
+	case redisstore.TLSRefusedByRedis(err):
+		return "Redis refused this client's TLS: check store.redis.tls.cert and store.redis.tls.key (with tls-auth-clients, Redis wants a client certificate that its tls-ca-cert-file signed)"
+	case errors.As(err, &he):
+		names := slices.Clone(he.Certificate.DNSNames)
+		for _, ip := range he.Certificate.IPAddresses {
+			names = append(names, ip.String())
+		}
+		return fmt.Sprintf("check store.redis.tls.server_name: Redis's certificate is for %v, not %s (left out, server_name is the host of each address)", names, he.Host)
+	default:
+		return "check store.redis.tls.ca and Redis's certificate (without ca, verified against the system's CA roots; on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
 	}
 	return "check store.redis.username and store.redis.password, and what Redis's ACL lets that user run"
 }

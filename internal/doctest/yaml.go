@@ -143,6 +143,15 @@ func WriteConfig(t testing.TB, dir, text string) string {
 			}
 		}
 	}
+	store, _ := doc["store"].(map[string]any)
+	redis, _ := store["redis"].(map[string]any)
+	if tls, ok := redis["tls"].(map[string]any); ok {
+		for field, data := range map[string][]byte{"ca": cert, "cert": cert, "key": key} {
+			if p, ok := tls[field].(string); ok {
+				write(local(p), data)
+			}
+		}
+	}
 	path := filepath.Join(dir, "sluice.yaml")
 	write(path, []byte(text))
 	return path

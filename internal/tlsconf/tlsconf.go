@@ -1,8 +1,9 @@
 // Package tlsconf builds the TLS configuration of the daemon's listeners
 // (the decision API and proxy listeners' tls: blocks, and grpc.tls): a
 // certificate and key, and for mutual TLS a client CA and an optional
-// allow-list of client names. Standard library only; the gRPC listener
-// wraps the result in its transport credentials.
+// allow-list of client names; and that of the daemon's connections to
+// Redis (store.redis.tls: LoadClient). Standard library only; the gRPC
+// listener wraps the result in its transport credentials.
 package tlsconf
 
 import (
@@ -45,7 +46,12 @@ type Error struct {
 	Err   error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %v", e.Path, e.Err) }
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("%s: %v", e.Path, e.Err)
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // ErrSANNotAllowed is the handshake error of a client certificate that
