@@ -108,6 +108,11 @@ const (
 	MaxHeld = 1000
 	// DefaultMaxHeldBytes bounds the memory those entries take, per rule.
 	DefaultMaxHeldBytes = 64 << 20
+	// MaxHeadBytes bounds a queued request's target and headers (as
+	// queued: JSON) together, the daemon's own header limit (net/http's
+	// 1 MiB), so that an entry not yet read is bounded: Enqueue refuses a
+	// larger one with ErrHeadTooLarge.
+	MaxHeadBytes = 1 << 20
 	// DefaultMaxBufferedBytes bounds the request bodies read for
 	// deferral at once.
 	DefaultMaxBufferedBytes = 256 << 20
@@ -125,6 +130,9 @@ var (
 	ErrQueueFull = errors.New("deferq: queue full")
 	// ErrBodyTooLarge: the request body exceeds the rule's MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("deferq: body too large")
+	// ErrHeadTooLarge: the request's target and headers, as queued, exceed
+	// MaxHeadBytes.
+	ErrHeadTooLarge = errors.New("deferq: headers too large")
 	// ErrUnknownID: no deferred request has this id (or its record expired).
 	ErrUnknownID = errors.New("deferq: unknown deferred id")
 	// ErrBadID: the string is not a deferred id at all.
@@ -172,8 +180,9 @@ type Options struct {
 	// MaxHeldBytes bounds the bytes of the new requests (bodies, headers,
 	// targets) one instance reads into memory per rule while it holds
 	// others; default DefaultMaxHeldBytes. An entry not yet read counts as
-	// the rule's MaxBodyBytes, so at most MaxHeldBytes/MaxBodyBytes are
-	// read at once (at least one while none is held); the rest wait in
+	// the rule's MaxBodyBytes plus MaxHeadBytes, so at most
+	// MaxHeldBytes/(MaxBodyBytes+MaxHeadBytes) are read at once (at least
+	// one while none is held); the rest wait in
 	// Redis. Requests claimed from a silent instance come on top: at most
 	// what that instance held.
 	MaxHeldBytes int64

@@ -92,7 +92,7 @@ var enqueueScript = rueidis.NewLuaScript(enqueueLua)
 // one it is queued under first: its replay waits for its turn among the
 // requests of keys[0] (order per key) and goes when the rule's limit
 // admits it on all of keys (Rule.Take). It returns the deferred id, or
-// ErrQueueFull, or an *OutcomeUnknownError.
+// ErrQueueFull, ErrHeadTooLarge, or an *OutcomeUnknownError.
 //
 // A reply lost after the script was sent (a timeout, a reset) leaves the
 // request queued or not: Enqueue then runs the script again with the same
@@ -121,6 +121,9 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 	hj, err := json.Marshal(h)
 	if err != nil {
 		return "", fmt.Errorf("deferq: headers: %w", err)
+	}
+	if n := len(hj) + len(r.URL.RequestURI()); n > MaxHeadBytes {
+		return "", fmt.Errorf("%w: %d bytes of target and headers, over %d", ErrHeadTooLarge, n, MaxHeadBytes)
 	}
 	tag := Tag(rule)
 	id := tag + "-" + randHex(10)

@@ -26,7 +26,7 @@ func TestLoweredBodyBoundDeadLetters(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 2 << 20})
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 6 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,8 @@ func TestLoweredBodyBoundDeadLetters(t *testing.T) {
 		k, _ := v[0].AsInt64()
 		return k
 	}
-	waitFor(t, "the instance to read 4 (2 MiB of room at 512 KiB each)", 30*time.Second, func() bool { return pending() == 4 })
+	// 6 MiB of room at 512 KiB + MaxHeadBytes each: 4, then 2 more once the 4 are held at their size; the rest stay in Redis.
+	waitFor(t, "the instance to read 4 or more (6 MiB of room at 512 KiB + MaxHeadBytes each)", 30*time.Second, func() bool { return pending() >= 4 })
 	// The reload: 1 KiB from now on.
 	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 1 << 10, Take: take}})
 	deadLettered := func() int {

@@ -152,12 +152,13 @@ func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 // capacity is how many more new entries this instance may read for the
 // rule now, at most 100: fewer than MaxHeld held in all, and their bytes under
 // MaxHeldBytes, each entry not yet read counted at the rule's largest
-// body (its size is not known before it is read). At least one while
+// body plus the largest target and headers, MaxHeadBytes (its size is not
+// known before it is read). At least one while
 // none is held, so that a rule whose bodies may be larger than
 // MaxHeldBytes still moves, one at a time.
 func (w *worker) capacity() int64 {
 	held := w.held.Load()
-	n := min(100, MaxHeld-held, (w.q.o.MaxHeldBytes-w.heldBytes.Load())/max(1, w.rule.Load().MaxBody()))
+	n := min(100, MaxHeld-held, (w.q.o.MaxHeldBytes-w.heldBytes.Load())/(w.rule.Load().MaxBody()+MaxHeadBytes))
 	if held == 0 {
 		n = max(n, 1)
 	}
