@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -117,4 +118,25 @@ func TestTLSToPlainPort(t *testing.T) {
 			t.Errorf("New with TLS to a plain port: %v; want an unavailable store whose error names the TLS handshake", err)
 		}
 	}
+}
+
+// No TLS to a port that serves only TLS: a TLS Redis reads the client's
+// first command as a broken client hello and resets the connection
+// without a byte of reply, so New failed with "connection reset by peer"
+// alone, as if Redis were flaky. Now it tries a TLS handshake there, and
+// when one is answered, fails with ErrTLS saying the port serves TLS.
+func TestPlainToTLSPort(t *testing.T) {
+	srv := tlstest.NewCA(t, "redis-ca").Server(t)
+	rs := redistest.StartTLSServer(t, srv.CertFile, srv.KeyFile)
+	_, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{rs.TLSAddr}, Timeout: time.Second})
+	if err == nil || !errors.Is(err, redisstore.ErrTLS) || !errors.Is(err, sluice.ErrStoreUnavailable) ||
+		!strings.Contains(err.Error(), rs.TLSAddr+" serves TLS") {
+		t.Fatalf("New without TLS to a TLS port: %v; want ErrTLS, an unavailable store, and an error saying %s serves TLS", err, rs.TLSAddr)
+	}
+	// The plain port of the same server: connects.
+	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{rs.Addr}, Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("New without TLS to the plain port: %v", err)
+	}
+	s.Close()
 }

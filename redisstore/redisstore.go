@@ -276,6 +276,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		if err := refusedAfterHandshake(o, hs.askedCert(), r.err); err != nil {
 			return nil, err
 		}
+		if err := plainToTLS(ctx, o, r.err); err != nil {
+			return nil, err
+		}
 		if a := hs.unanswered(); a != "" {
 			return nil, fmt.Errorf("redisstore: connect %v: %w: %w (the TLS handshake with %s got no answer: does Redis serve TLS there?)", o.Addrs, sluice.ErrStoreUnavailable, r.err, a)
 		}

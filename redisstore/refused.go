@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -27,7 +28,8 @@ var (
 	// certificate is not trusted by the client (an unknown authority, a
 	// name or time it is not valid for), Redis does not speak TLS there,
 	// or it refused the client's TLS (a client certificate missing or not
-	// trusted: RemoteTLSAlert).
+	// trusted: RemoteTLSAlert); or, Options.TLS unset, Redis speaks only
+	// TLS there (TLSNeeded).
 	ErrTLS = errors.New("redisstore: TLS with Redis failed")
 )
 
@@ -41,6 +43,8 @@ type refusedError struct {
 	// byRedis: Redis refused the client's TLS (its certificate, or its
 	// absence), rather than the client Redis's certificate.
 	byRedis bool
+	// needsTLS: Options.TLS unset, and Redis serves only TLS there.
+	needsTLS bool
 }
 
 func (e *refusedError) Error() string {
@@ -78,6 +82,42 @@ func refusedAfterHandshake(o Options, addr string, err error) error {
 	}
 	return &refusedError{op: "connect", addrs: o.Addrs, kind: ErrTLS, err: err, byRedis: true,
 		what: "Redis at " + addr + " asked for a client certificate in the TLS handshake, then closed the connection: it refused the certificate given, or its absence"}
+}
+
+// plainToTLS returns, as a *refusedError of ErrTLS, err of a connection
+// without TLS that one of o.Addrs closed unanswered because it serves
+// only TLS there (servesTLS), else nil.
+func plainToTLS(ctx context.Context, o Options, err error) error {
+	if o.TLS != nil || !closedByPeer(err) {
+		return nil
+	}
+	if a := servesTLS(ctx, o.Addrs); a != "" {
+		return &refusedError{op: "connect", addrs: o.Addrs, what: a + " serves TLS, and the connection does not use it", kind: ErrTLS, err: err, needsTLS: true}
+	}
+	return nil
+}
+
+// servesTLS returns the first of addrs that completes a TLS handshake
+// (its certificate not checked) or answers one with a TLS alert, or "".
+// New asks when a connection without TLS was closed on it without a reply:
+// what a port that serves only TLS does to a command it reads as a broken
+// client hello.
+func servesTLS(ctx context.Context, addrs []string) string {
+	var d net.Dialer
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(a)
+		t := tls.Client(c, &tls.Config{ServerName: host, InsecureSkipVerify: true}) // only asking whether TLS answers
+		err = t.HandshakeContext(ctx)
+		c.Close()
+		if err == nil || remoteTLSAlert(err) {
+			return a
+		}
+	}
+	return ""
 }
 
 // closedByPeer reports whether err is a connection reset or closed by
@@ -136,6 +176,13 @@ func tlsVerifyFailed(err error) bool {
 func TLSRefusedByRedis(err error) bool {
 	var re *refusedError
 	return errors.As(err, &re) && re.byRedis
+}
+
+// TLSNeeded reports whether err (of New) is ErrTLS because Options.TLS
+// was unset and Redis serves only TLS at one of its addresses.
+func TLSNeeded(err error) bool {
+	var re *refusedError
+	return errors.As(err, &re) && re.needsTLS
 }
 
 // remoteTLSAlert reports whether err is a TLS alert sent by the server

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -102,11 +103,21 @@ func TestServeRedisTLS(t *testing.T) {
 		name, addr, creds string
 		env               []string
 		want              []string
+		plain             bool // tls: false
 	}{
-		{"wrong password", rs.TLSAddr, ", password: wrong", []string{trust}, []string{"store.redis", "refused the credentials", "WRONGPASS", "store.redis.password"}},
-		{"CA not trusted", rs.TLSAddr, ", password: s3cret", []string{"SSL_CERT_FILE=" + tlstest.NewCA(t, "other").File}, []string{"store.redis", "store.redis.tls", "certificate"}},
+		{"wrong password", rs.TLSAddr, ", password: wrong", []string{trust}, []string{"store.redis", "refused the credentials", "WRONGPASS", "store.redis.password"}, false},
+		{"CA not trusted", rs.TLSAddr, ", password: s3cret", []string{"SSL_CERT_FILE=" + tlstest.NewCA(t, "other").File}, []string{"store.redis", "store.redis.tls", "certificate"}, false},
+		// tls: false to the TLS port, which resets a plain connection
+		// unanswered: said to serve TLS, not "connection reset by peer"
+		// alone.
+		{"TLS off", rs.TLSAddr, ", password: s3cret", []string{trust}, []string{"store.redis.tls", rs.TLSAddr + " serves TLS"}, true},
 	} {
-		code, stderr := serveExit(t, tlsRedisConfig(t, tc.addr, tc.creds), tc.env...)
+		path := tlsRedisConfig(t, tc.addr, tc.creds)
+		if tc.plain {
+			b, _ := os.ReadFile(path)
+			os.WriteFile(path, bytes.Replace(b, []byte("tls: true"), []byte("tls: false"), 1), 0o644)
+		}
+		code, stderr := serveExit(t, path, tc.env...)
 		if code != 1 {
 			t.Errorf("%s: exit %d, want 1; stderr:\n%s", tc.name, code, stderr)
 		}

@@ -194,6 +194,8 @@ func refusalHint(err error) string {
 	var he x509.HostnameError
 	switch {
 	case !errors.Is(err, redisstore.ErrTLS):
+	case redisstore.TLSNeeded(err):
+		return "set store.redis.tls: Redis serves only TLS at that address, and the connection does not use it"
 	case redisstore.TLSRefusedByRedis(err):
 		return "Redis refused this client's TLS: check store.redis.tls.cert and store.redis.tls.key (with tls-auth-clients, Redis wants a client certificate that its tls-ca-cert-file signed)"
 	case errors.As(err, &he):
