@@ -110,30 +110,47 @@ func StartMTLSServer(tb testing.TB, cert, key, clientCA string) *Server {
 
 func startTLS(tb testing.TB, cert, key, clientCA string) *Server {
 	tb.Helper()
+	s, err := tryStart(tb, func() (*Server, error) {
+		port, err := freePort(false)
+		if err != nil {
+			return nil, err
+		}
+		tport, err := freePort(false)
+		if err != nil {
+			return nil, err
+		}
+		if tport == port {
+			return nil, fmt.Errorf("port %d drawn twice", port)
+		}
+		return &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
+			tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, tlsClientCA: clientCA, dir: tb.TempDir()}, nil
+	})
+	if err != nil {
+		tb.Fatalf("redistest: cannot start redis-server with TLS: %v; %s (redis-server must be built with TLS)", err, installHint)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// tryStart makes a server with mk and starts it, up to 20 times (another
+// process may take a free port before redis-server binds it), and
+// returns the last error if none started.
+func tryStart(tb testing.TB, mk func() (*Server, error)) (*Server, error) {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
 	}
 	var lastErr error
 	for range 20 {
-		port, err := freePort(false)
-		if err != nil {
-			lastErr = err
-			continue
+		s, err := mk()
+		if err == nil {
+			if err = s.start(); err == nil {
+				return s, nil
+			}
 		}
-		tport, err := freePort(false)
-		if err != nil || tport == port {
-			lastErr = err
-			continue
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
-			tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, tlsClientCA: clientCA, dir: tb.TempDir()}
-		if lastErr = s.start(); lastErr == nil {
-			tb.Cleanup(s.Stop)
-			return s
-		}
+		lastErr = err
 	}
-	tb.Fatalf("redistest: cannot start redis-server with TLS: %v; %s (redis-server must be built with TLS)", lastErr, installHint)
-	return nil
+	return nil, lastErr
 }
 
 func newServer(tb testing.TB, cluster bool) *Server {
@@ -149,23 +166,17 @@ func newServerWith(tb testing.TB, extra []string) *Server {
 
 func newServerOf(tb testing.TB, cluster bool, extra []string) *Server {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		tb.Fatalf("redistest: redis-server not found on PATH: %v; %s", err, installHint)
-	}
-	var lastErr error
-	for range 20 {
+	s, err := tryStart(tb, func() (*Server, error) {
 		port, err := freePort(cluster)
 		if err != nil {
-			lastErr = err
-			continue
+			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, port: port, dir: tb.TempDir(), cluster: cluster, extra: extra}
-		if lastErr = s.start(); lastErr == nil {
-			return s
-		}
+		return &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, port: port, dir: tb.TempDir(), cluster: cluster, extra: extra}, nil
+	})
+	if err != nil {
+		tb.Fatalf("redistest: cannot start redis-server: %v; %s", err, installHint)
 	}
-	tb.Fatalf("redistest: cannot start redis-server: %v; %s", lastErr, installHint)
-	return nil
+	return s
 }
 
 // freePort returns a port that is free on 127.0.0.1 now; for a cluster node
