@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,43 +23,20 @@ import (
 // entries of the default 1 MiB bodies); the rest wait in Redis and are
 // all delivered, each once, when the rule lets them go.
 func TestHeldBytesBounded(t *testing.T) {
-	srv := redistest.StartServer(t)
-	up := newUpstream(t, nil)
-	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 3 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var open atomic.Bool
-	take := func(context.Context, []string) (sluice.Decision, error) {
-		if open.Load() {
-			return sluice.Decision{Allowed: true}, nil
-		}
-		return sluice.Decision{RetryAfter: 50 * time.Millisecond}, nil
-	}
-	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 512 << 10, Take: take}})
+	g := newGated(t, 3<<20)
+	q, c, up := g.q, g.c, g.up
 	const n = 12
 	for i := range n {
 		enqueue(t, q, "big", "k"+strconv.Itoa(i), http.MethodPost, "/big/"+strconv.Itoa(i), bytes.Repeat([]byte{byte(i)}, 400<<10))
 	}
 	start(t, q)
-	stream := deferq.DefaultPrefix + "{" + deferq.Tag("big") + "}:q"
-	pending := func() int {
-		// The summary's first element: the entries read and not settled.
-		v, err := c.Do(context.Background(), c.B().Xpending().Key(stream).Group("sluice").Build()).ToArray()
-		if err != nil || len(v) == 0 {
-			return -1
-		}
-		k, _ := v[0].AsInt64()
-		return int(k)
-	}
 	waitFor(t, "the instance to read as far as the bound lets it", 30*time.Second, func() bool {
-		return int64(pending())*(400<<10)+512<<10+deferq.MaxHeadBytes > 3<<20
+		return pending(c, "big")*(400<<10)+512<<10+deferq.MaxHeadBytes > 3<<20
 	})
-	if got := pending(); got != 4 {
+	if got := pending(c, "big"); got != 4 {
 		t.Fatalf("the instance holds %d of the %d queued requests, want 4 (3 MiB of room, 400 KiB each held, 512 KiB + 1 MiB each to read)", got, n)
 	}
-	open.Store(true)
+	g.open.Store(true)
 	waitFor(t, "every request delivered", time.Minute, func() bool {
 		got, _ := up.snapshot()
 		return len(got) >= n
@@ -110,15 +86,7 @@ func TestHeldBytesCountHeaders(t *testing.T) {
 		}
 	}
 	start(t, q)
-	stream := deferq.DefaultPrefix + "{" + deferq.Tag("heads") + "}:q"
-	pending := func() int {
-		v, err := c.Do(context.Background(), c.B().Xpending().Key(stream).Group("sluice").Build()).ToArray()
-		if err != nil || len(v) == 0 {
-			return -1
-		}
-		k, _ := v[0].AsInt64()
-		return int(k)
-	}
+	pending := func() int { return int(pending(c, "heads")) }
 	// It reads while the bound leaves room for one more entry at its
 	// largest (1 KiB + MaxHeadBytes), those held counted at their size.
 	waitFor(t, "the instance to read as far as the bound lets it", 30*time.Second, func() bool {

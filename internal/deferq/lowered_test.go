@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,39 +22,17 @@ import (
 // bodies the rule no longer accepts. Their keys go on: a request queued
 // after, under the same key, is delivered.
 func TestLoweredBodyBoundDeadLetters(t *testing.T) {
-	srv := redistest.StartServer(t)
-	up := newUpstream(t, nil)
-	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 6 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var open atomic.Bool
-	take := func(context.Context, []string) (sluice.Decision, error) {
-		if open.Load() {
-			return sluice.Decision{Allowed: true}, nil
-		}
-		return sluice.Decision{RetryAfter: 50 * time.Millisecond}, nil
-	}
-	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 512 << 10, Take: take}})
+	g := newGated(t, 6<<20)
+	q, c, up, take := g.q, g.c, g.up, g.take
 	const n = 12
 	var ids []string
 	for i := range n {
 		ids = append(ids, enqueue(t, q, "big", "k"+strconv.Itoa(i%3), http.MethodPost, "/big/"+strconv.Itoa(i), bytes.Repeat([]byte{byte(i)}, 400<<10)))
 	}
 	start(t, q)
-	stream := deferq.DefaultPrefix + "{" + deferq.Tag("big") + "}:q"
 	ctx := context.Background()
-	pending := func() int64 {
-		v, err := c.Do(ctx, c.B().Xpending().Key(stream).Group("sluice").Build()).ToArray()
-		if err != nil || len(v) == 0 {
-			return -1
-		}
-		k, _ := v[0].AsInt64()
-		return k
-	}
 	// 6 MiB of room at 512 KiB + MaxHeadBytes each: 4, then 2 more once the 4 are held at their size; the rest stay in Redis.
-	waitFor(t, "the instance to read 4 or more (6 MiB of room at 512 KiB + MaxHeadBytes each)", 30*time.Second, func() bool { return pending() >= 4 })
+	waitFor(t, "the instance to read 4 or more (6 MiB of room at 512 KiB + MaxHeadBytes each)", 30*time.Second, func() bool { return pending(c, "big") >= 4 })
 	// The reload: 1 KiB from now on.
 	q.SetRules([]deferq.Rule{{Name: "big", MaxBodyBytes: 1 << 10, Take: take}})
 	deadLettered := func() int {
@@ -83,7 +60,7 @@ func TestLoweredBodyBoundDeadLetters(t *testing.T) {
 			t.Errorf("dead letter of %d bytes, error %q; want the whole request and the reason", len(e.FieldValues["body"]), e.FieldValues["error"])
 		}
 	}
-	open.Store(true)
+	g.open.Store(true)
 	small := enqueue(t, q, "big", "k0", http.MethodPost, "/small", []byte("s"))
 	waitFor(t, "the small request of k0 delivered", 30*time.Second, func() bool {
 		st, err := q.Status(ctx, small)
