@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -59,10 +57,7 @@ func TestDocServeSamples(t *testing.T) {
 		"-listen", "127.0.0.1:0")
 	doctest.Check(t, "docs/daemon.md", "builtin-serve", "$ sluice serve\n"+got)
 
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(doctest.Block(t, "docs/daemon.md", "daemon-config")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, doctest.Block(t, "docs/daemon.md", "daemon-config"))
 	got = serveBanner(t, func(l string) bool { return strings.HasPrefix(l, "sluice: rule ") },
 		map[string]string{"decision API on http://": "127.0.0.1:8080", "proxy on http://": "127.0.0.1:8000"},
 		"-config", path, "-listen", "127.0.0.1:0", "-proxy-listen", "127.0.0.1:0")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,11 +63,8 @@ func TestFleetProcessesCluster(t *testing.T) {
 }
 
 func fleetProcesses(t *testing.T, addrs []string, cluster bool) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf(fleetProcConfig, strings.Join(addrs, ", "), cluster, dayLimit, syncInterval, windowLimit, windowPeriod)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	const n = 3
 	var procs []*sluiceProc
 	var apis []string

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -16,7 +14,6 @@ import (
 // held by nobody until the window ends.
 func TestFleetSIGTERMReturnsUnits(t *testing.T) {
 	rs := redistest.StartServer(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 log_level: warn
 store:
@@ -29,9 +26,7 @@ rules:
     algorithm: fixed_window
     lease: 5
 `, rs.Addr)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	a, b := startSluiceProc(t, path), startSluiceProc(t, path)
 	// a: the first request is decided in Redis, the second reserves 5
 	// units and spends one: 6 counted, 2 admitted, 4 held.
@@ -65,7 +60,6 @@ func TestFleetSyncHitsAtExit(t *testing.T) {
 	} {
 		t.Run(c.sig.String(), func(t *testing.T) {
 			rs := redistest.StartServer(t)
-			path := filepath.Join(t.TempDir(), "sluice.yaml")
 			cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 log_level: warn
 store:
@@ -77,9 +71,7 @@ rules:
     algorithm: fixed_window
     sync: 1m
 `, rs.Addr)
-			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path := writeConfig(t, cfg)
 			a, b := startSluiceProc(t, path), startSluiceProc(t, path)
 			// a: the first two requests are decided in Redis (cold, then
 			// the view's read), the next two from the view: 2 hits unsent.
@@ -105,7 +97,6 @@ rules:
 // back, never more (the README says so).
 func TestFleetSIGTERMUnitsAfterRefusal(t *testing.T) {
 	rs := redistest.StartServer(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 log_level: warn
 store:
@@ -117,9 +108,7 @@ rules:
     algorithm: fixed_window
     lease: 5
 `, rs.Addr)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	a, b := startSluiceProc(t, path), startSluiceProc(t, path)
 	// a: 1 decided in Redis, 5 reserved, 1 of them spent: 6 counted, 4 held.
 	// b: 1 decided in Redis, then the 3 left reserved and spent: 10

@@ -108,12 +108,9 @@ func TestServeListenFlags(t *testing.T) {
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf("listen: %s\nproxy: {listen: %s, upstream: %s}\nrules:\n  - name: r\n    rate: 1/m\n",
 		busy[0].Addr(), busy[1].Addr(), up.URL)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	// The config's own addresses are busy: serve fails, naming the fix.
 	var stdout, stderr strings.Builder
 	if c := serve(t.Context(), []string{"-config", path}, &stdout, &stderr); c != 1 || !strings.Contains(stderr.String(), "-listen") {
@@ -180,10 +177,7 @@ func TestServeListenFlagErrors(t *testing.T) {
 
 // TestServeConfigFile runs serve on a config file with a proxy on :0.
 func TestServeConfigFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, "listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n")
 	api, cancel, code := runServe(t, "-config", path)
 	resp, err := http.Get(api + "/v1/rules")
 	if err != nil {
@@ -201,10 +195,7 @@ func TestServeConfigFile(t *testing.T) {
 
 // TestServeSIGHUP: SIGHUP rereads the config file, even unchanged.
 func TestServeSIGHUP(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, "listen: 127.0.0.1:0\nrules:\n  - name: r\n    rate: 1/m\n")
 	api, cancel, code := runServe(t, "-config", path)
 	defer func() {
 		cancel()
@@ -365,4 +356,15 @@ func TestServeBusyPortHint(t *testing.T) {
 			t.Errorf("serve %q with its address taken: stderr %q says %q, but the user chose the address", c.args, stderr.String(), c.dontWant)
 		}
 	}
+}
+
+// writeConfig writes yaml to sluice.yaml in a directory of the test's
+// own, and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -50,11 +49,8 @@ func serveSignal(t *testing.T, sig syscall.Signal, twice bool) {
 			close(release)
 		}
 	}()
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: %s}\nshutdown_timeout: 1m\nrules:\n  - name: r\n    rate: 10/m\n", up.URL)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 
 	cmd := exec.Command(os.Args[0], "serve", "-config", path)
 	cmd.Env = append(os.Environ(), "SLUICE_TEST_MAIN=1")
