@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -15,6 +16,13 @@ type attempt struct {
 	rules  []*rules.Rule
 	keys   []string // per request: its match's key (before sharding)
 	shards []int    // per request: the shards it was split over (1: none)
+
+	// took sums the store calls of one request (every attempt of Admit,
+	// its queue questions and its shadow rules' takes), which finish
+	// observes once in sluice_decision_duration_seconds; asked reports
+	// that there was one. Not cleared by reset, which runs per attempt.
+	took  time.Duration
+	asked bool
 }
 
 var attempts = sync.Pool{New: func() any {
@@ -28,6 +36,7 @@ func putAttempt(a *attempt) {
 		return
 	}
 	a.reset()
+	a.took, a.asked = 0, false
 	attempts.Put(a)
 }
 
@@ -36,6 +45,12 @@ func (a *attempt) reset() {
 	clear(a.rules)
 	clear(a.keys)
 	a.rs, a.ds, a.rules, a.keys, a.shards = a.rs[:0], a.ds[:0], a.rules[:0], a.keys[:0], a.shards[:0]
+}
+
+// timed adds the store call that began at t0 to the request's time.
+func (a *attempt) timed(t0 time.Time) {
+	a.took += time.Since(t0)
+	a.asked = true
 }
 
 func (a *attempt) decisionOf(r *rules.Rule) sluice.Decision {

@@ -410,7 +410,7 @@ func (e *Engine) decide(ctx context.Context, a *attempt, ms []rules.Match, cost 
 		t0 = time.Now()
 	}
 	err := e.take(ctx, a)
-	e.metrics.ObserveDecision(time.Since(t0))
+	a.timed(t0)
 	if err != nil {
 		res.StoreErr = err
 		res.Allowed = e.failOpen

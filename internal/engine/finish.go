@@ -9,7 +9,8 @@ import (
 )
 
 // finish counts the final outcome of the enforcing rules, decides the
-// shadow rules, and logs.
+// shadow rules, logs, and observes the request's store time (once per
+// request, whatever its attempts).
 func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules.Match, cost int64) {
 	if res.StoreErr != nil {
 		e.storeFailed(res.StoreErr)
@@ -51,7 +52,9 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		verdict := 0 // 0: none (the store failed), 1 allowed, 2 shadow-denied
 		for ; i < len(ms) && ms[i].Rule == r; i++ {
 			req, n := e.request(r, ms[i].Key, cost, now)
+			t0 := time.Now()
 			d, err := e.store.Take(ctx, req)
+			a.timed(t0)
 			if n > 1 {
 				unshard(&d, r.Limit, n)
 			}
@@ -76,6 +79,9 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		case 2:
 			e.ruleMetrics(r).ShadowDenied()
 		}
+	}
+	if a.asked {
+		e.metrics.ObserveDecision(a.took)
 	}
 }
 

@@ -71,7 +71,7 @@ func (e *Engine) overQueue(ctx context.Context, a *attempt, ms []rules.Match, co
 		t0 = time.Now()
 	}
 	err := e.take(ctx, p)
-	e.metrics.ObserveDecision(time.Since(t0))
+	a.timed(t0)
 	if err != nil {
 		return Result{}, false // decide asks again and answers the failure
 	}

@@ -1,0 +1,52 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// TestDecisionDurationOncePerRequest: sluice_decision_duration_seconds
+// observes each request decided once, with its store calls in it: a
+// request only shadow rules apply to (what trying a rule on live traffic
+// looks like), one with a shadow rule beside an enforcing one, and one
+// held by action delay, which asks the store again after its wait.
+func TestDecisionDurationOncePerRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		watch := rule("watch", sluice.FixedWindow, sluice.PerHour(1), rules.Shadow, 0)
+		strict := rule("strict", sluice.FixedWindow, sluice.PerHour(100), rules.Reject, 0)
+		shaped := rule("shaped", sluice.TokenBucket, sluice.PerSecond(1).WithBurst(1), rules.Delay, 5*time.Second)
+		e, reg := newEngine(t, "", nil, watch, strict, shaped)
+		count := func() float64 {
+			return metricstest.Gather(t, reg)["sluice_decision_duration_seconds_count"]
+		}
+		for i, c := range []struct {
+			what  string
+			ms    []rules.Match
+			admit bool
+		}{
+			{"Decide, shadow rule only", []rules.Match{{Rule: watch, Key: "w"}}, false},
+			{"Admit, shadow rule only", []rules.Match{{Rule: watch, Key: "w"}}, true},
+			{"Admit, shadow and enforcing rules", []rules.Match{{Rule: watch, Key: "w"}, {Rule: strict, Key: "s"}}, true},
+			{"Admit, delay rule with its slot free", []rules.Match{{Rule: shaped, Key: "d"}}, true},
+			{"Admit, delay rule waiting 1s for its slot", []rules.Match{{Rule: shaped, Key: "d"}}, true},
+		} {
+			before := count()
+			var res = e.Decide
+			if c.admit {
+				res = e.Admit
+			}
+			if r := res(context.Background(), c.ms, 1); !r.Allowed {
+				t.Fatalf("%d %s: refused", i, c.what)
+			}
+			if got := count() - before; got != 1 {
+				t.Errorf("%s: %v observations of sluice_decision_duration_seconds, want 1 (one per request)", c.what, got)
+			}
+		}
+	})
+}
