@@ -95,3 +95,19 @@ func AllAllowed(ds []Decision) bool {
 	}
 	return true
 }
+
+// WithinTaker is an optional method of a Store, for Limiter.WaitN on a
+// leaky bucket under a deadline: a Limiter whose store implements it
+// (memstore does) asks and takes in one step, so that no other request
+// can take the slot it saw in between, and never takes a slot that leaves
+// too late to be waited for.
+//
+// TakeWithin decides r as Take does, except that a leaky bucket request
+// that Take would admit with a Delay over within is not counted: late is
+// then true, and d is its refusal (Allowed false, RetryAfter the Delay it
+// would have had, Delay 0, Remaining and ResetAfter as without it). For
+// the other algorithms, a forced request or a cost of 0, it is Take and
+// late is false.
+type WithinTaker interface {
+	TakeWithin(ctx context.Context, r Request, within time.Duration) (d Decision, late bool, err error)
+}

@@ -28,7 +28,8 @@ var T0 = time.Unix(1_700_006_400, 0).UTC()
 
 // Run runs the whole suite against the stores open returns; for a store
 // that implements sluice.KeyTaker, the decision tests run again with every
-// other request through TakeKey.
+// other request through TakeKey, and for one that implements
+// sluice.WithinTaker, through TakeWithin.
 func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("Tables", func(t *testing.T) {
 		for _, tb := range Tables() {
@@ -49,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("NamespacesApart", func(t *testing.T) { testNamespaces(t, open(t)) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, open(t)) })
 	t.Run("KeyTaker", func(t *testing.T) { testKeyTaker(t, open) })
+	t.Run("WithinTaker", func(t *testing.T) { testWithinTaker(t, open) })
 }
 
 // uniq makes keys of one subtest distinct from every other's, so a shared
