@@ -108,11 +108,15 @@ const (
 	MaxHeld = 1000
 	// DefaultMaxHeldBytes bounds the memory those entries take, per rule.
 	DefaultMaxHeldBytes = 64 << 20
-	// MaxHeadBytes bounds a queued request's target and headers (as
-	// queued: JSON) together, the daemon's own header limit (net/http's
-	// 1 MiB), so that an entry not yet read is bounded: Enqueue refuses a
-	// larger one with ErrHeadTooLarge.
+	// MaxHeadBytes bounds what a queued request holds besides its body:
+	// its target, its headers (as queued: JSON), its limiter keys and its
+	// ids, together, the daemon's own header limit (net/http's 1 MiB), so
+	// that an entry not yet read is bounded: Enqueue refuses a larger one
+	// with ErrHeadTooLarge.
 	MaxHeadBytes = 1 << 20
+	// maxStreamID is the longest stream entry id: two 64-bit decimals
+	// and a '-'.
+	maxStreamID = 20 + 1 + 20
 	// DefaultMaxBufferedBytes bounds the request bodies read for
 	// deferral at once.
 	DefaultMaxBufferedBytes = 256 << 20
@@ -130,8 +134,8 @@ var (
 	ErrQueueFull = errors.New("deferq: queue full")
 	// ErrBodyTooLarge: the request body exceeds the rule's MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("deferq: body too large")
-	// ErrHeadTooLarge: the request's target and headers, as queued, exceed
-	// MaxHeadBytes.
+	// ErrHeadTooLarge: the request's target, headers and keys, as queued,
+	// exceed MaxHeadBytes.
 	ErrHeadTooLarge = errors.New("deferq: headers too large")
 	// ErrUnknownID: no deferred request has this id (or its record expired).
 	ErrUnknownID = errors.New("deferq: unknown deferred id")

@@ -122,11 +122,18 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 	if err != nil {
 		return "", fmt.Errorf("deferq: headers: %w", err)
 	}
-	if n := len(hj) + len(r.URL.RequestURI()); n > MaxHeadBytes {
-		return "", fmt.Errorf("%w: %d bytes of target and headers, over %d", ErrHeadTooLarge, n, MaxHeadBytes)
-	}
 	tag := Tag(rule)
 	id := tag + "-" + randHex(10)
+	// What the entry will hold besides its body (entry.size), its stream
+	// id counted at its longest: the reader counts an entry not yet read
+	// at MaxHeadBytes plus the body's bound.
+	n := maxStreamID + len(id) + len(r.Method) + len(r.URL.RequestURI()) + len(hj)
+	for _, k := range keys {
+		n += len(k)
+	}
+	if n > MaxHeadBytes {
+		return "", fmt.Errorf("%w: %d bytes of target, headers and keys, over %d", ErrHeadTooLarge, n, MaxHeadBytes)
+	}
 	b := q.base(tag)
 	now := strconv.FormatInt(q.o.Now().UnixMilli(), 10)
 	c := q.o.Connect()

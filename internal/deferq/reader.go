@@ -152,7 +152,8 @@ func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 // capacity is how many more new entries this instance may read for the
 // rule now, at most 100: fewer than MaxHeld held in all, and their bytes under
 // MaxHeldBytes, each entry not yet read counted at the rule's largest
-// body plus the largest target and headers, MaxHeadBytes (its size is not
+// body plus the most an entry holds besides it (target, headers, keys and
+// ids), MaxHeadBytes (its size is not
 // known before it is read). At least one while
 // none is held, so that a rule whose bodies may be larger than
 // MaxHeldBytes still moves, one at a time.
