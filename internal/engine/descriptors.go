@@ -118,7 +118,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		// debt) denies the request as any other descriptor would.
 		if err := e.takeDescriptors(ctx, a, ds, reports, now, true); err != nil {
 			e.descriptorsFailed(ctx, err, &res)
-			e.countDescriptors(ds, st)
+			e.countDescriptors(ds, st, res.OverLimit)
 			return res
 		}
 		for j, i := range reports {
@@ -137,7 +137,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	if hard || (quotas > 0 && quotaOver == quotas) {
 		// Denied without asking: nothing may be counted anyway.
 		res.OverLimit = true
-		e.countDescriptors(ds, st)
+		e.countDescriptors(ds, st, true)
 		return res
 	}
 	for len(active) > 0 {
@@ -186,7 +186,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 		active = kept
 	}
-	e.countDescriptors(ds, st)
+	e.countDescriptors(ds, st, res.OverLimit)
 	return res
 }
 
@@ -340,15 +340,18 @@ func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *Descript
 	}
 }
 
-// countDescriptors records each descriptor's hits in the metrics.
-func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus) {
+// countDescriptors records each descriptor's hits in the metrics; denied
+// tells that the request was refused, and so that no descriptor but a
+// report (charged whatever the others say) counted its hits: those are
+// no admitted hits, near the limit or not.
+func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus, denied bool) {
 	for i := range ds {
 		r := ds[i].Rule
 		if r == nil || ds[i].Metrics == nil {
 			continue
 		}
 		var near int64
-		if st[i].Asked && !st[i].Over && r.RequestsPerUnit > 0 {
+		if st[i].Asked && !st[i].Over && r.RequestsPerUnit > 0 && (!denied || r.Report) {
 			// The admitted hits that landed in the last 20% of the limit
 			// (the reference service's near_limit: the count after the
 			// request above floor(0.8 × limit), less what was already).
