@@ -146,6 +146,9 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			for _, i := range active {
 				st[i] = DescriptorStatus{}
 			}
+			// The hits were asked for, as when a report's call fails
+			// above: none is over the limit nor near it.
+			e.countDescriptors(ds, st, res.OverLimit)
 			return res
 		}
 		over := quotaOver
