@@ -18,7 +18,7 @@
 //     Limit.WithBurst.
 //   - Limiter: NewLimiter (WithName, WithClock), Allow, AllowN, AllowAt,
 //     Wait, WaitN, AllowLimit for a limit chosen per call (per-plan quotas),
-//     SetLimit, Reset.
+//     Report for a cost known only afterwards, SetLimit, Reset.
 //   - Decision: Allowed, Remaining, RetryAfter, ResetAfter, Delay.
 //   - Errors: ErrStoreUnavailable (the store could not decide: allow or
 //     deny, your policy), ErrInvalidCost and ErrInvalidLimit (programming
@@ -41,9 +41,11 @@
 // it atomically; Algorithm.UsesLog says which states carry a Log, and
 // Limit.Ticks gives the limit in the integer ticks the algorithms count,
 // for stores that run the algorithms elsewhere (the Redis store's Lua
-// scripts). Resetter is the optional interface behind Limiter.Reset, and
+// scripts). Resetter is the optional interface behind Limiter.Reset,
 // KeyTaker the optional fast path a Limiter uses for its decisions when its
-// store has one (memstore does). The sluicetest package's Run is the
+// store has one (memstore does), and WithinTaker the one-step take a leaky
+// bucket WaitN under a deadline uses (memstore has it). The sluicetest
+// package's Run is the
 // conformance suite a Store must pass.
 // Applications need none of these.
 //

@@ -110,3 +110,45 @@ func ExampleLimiter_AllowN_errors() {
 	// Output:
 	// true false
 }
+
+// Wait blocks until the request is admitted. One whose admission would
+// come after the context's deadline returns at once, with an error
+// wrapping context.DeadlineExceeded, having counted nothing. (A fixed
+// clock keeps the output exact; real code leaves the clock alone.)
+func ExampleLimiter_Wait() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	lim, _ := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.GCRA, sluice.PerMinute(1),
+		sluice.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	d, err := lim.Wait(ctx, "k") // the first is admitted at once
+	fmt.Println("first:", d.Allowed, err)
+
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	d, err = lim.Wait(ctx, "k") // the next is a minute away, past the deadline
+	fmt.Println("second:", d.Allowed, d.RetryAfter, errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// first: true <nil>
+	// second: false 1m0s true
+}
+
+// A cost known only once the work is done, such as the tokens of an LLM
+// response, is reported: counted even past the limit, as debt that the
+// key then waits out.
+func ExampleLimiter_Report() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	lim, _ := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.TokenBucket, sluice.PerSecond(10),
+		sluice.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	d, _ := lim.Allow(ctx, "llm") // may the request start?
+	fmt.Println("start:", d.Allowed)
+	d, _ = lim.Report(ctx, "llm", 25) // it used 25 tokens
+	fmt.Println("report 25:", d.Allowed, d.RetryAfter)
+	now = now.Add(d.RetryAfter)
+	d, _ = lim.Allow(ctx, "llm")
+	fmt.Println("then:", d.Allowed)
+	// Output:
+	// start: true
+	// report 25: false 1.7s
+	// then: true
+}
