@@ -316,7 +316,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 		// early).
 		if want := now.Add(d); c.rdl.IsZero() || want.Sub(c.rdl) >= d/64 {
 			c.rdl = want
-			c.nc.SetReadDeadline(want)
+			c.setReadDeadline(want)
 		}
 	}
 	c.lim = p.maxHeader
@@ -364,7 +364,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 			// deadline. (A body already in the buffer needs no
 			// read; the next request on c sets its own deadline.)
 			c.rdl = time.Time{}
-			c.nc.SetReadDeadline(time.Time{})
+			c.setReadDeadline(time.Time{})
 		}
 		return resp, nil
 	}
@@ -415,7 +415,7 @@ func (p *Proxy) awaitAnswer(c *upConn, r *http.Request, now time.Time) error {
 	// The deadline of the rest of the wait; c.rdl is left zero, so that
 	// the next request on c sets its own short one.
 	c.rdl = time.Time{}
-	c.nc.SetReadDeadline(now.Add(p.rht))
+	c.setReadDeadline(now.Add(p.rht))
 	_, err = c.br.Peek(1)
 	if !stopAbort() && r.Context().Err() == nil {
 		// The client went away (if r's context is done, the caller

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,8 +55,11 @@ type upConn struct {
 	hdr  http.Header
 	strs []string // hdr's values
 	// abort ends the connection's reads and writes at once (the client
-	// went away); made once, so that watching costs no allocation.
-	abort func()
+	// went away): c.abortNow, bound once, so that watching costs no
+	// allocation. aborted holds it against deadlines set after it
+	// (setReadDeadline).
+	abort   func()
+	aborted atomic.Bool
 	// sc and peek tell whether the socket holds bytes (or an EOF) while
 	// the connection is idle (pending); peek is bound once, as abort.
 	sc     syscall.RawConn
@@ -108,6 +112,22 @@ func (c *upConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// abortNow is c.abort. A connection aborted is never pooled again.
+func (c *upConn) abortNow() {
+	c.aborted.Store(true)
+	c.nc.SetDeadline(time.Unix(1, 0))
+}
+
+// setReadDeadline sets c's read deadline to t, unless c was aborted: an
+// abort may come (from another goroutine) at any time during a round
+// trip, and a deadline set after it must not undo it.
+func (c *upConn) setReadDeadline(t time.Time) {
+	c.nc.SetReadDeadline(t)
+	if c.aborted.Load() {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 // get returns an idle connection (reused: true) or a new one; now is the
 // time (the caller's reading, one per request).
 func (p *pool) get(ctx context.Context, now time.Time) (c *upConn, reused bool, err error) {
@@ -146,7 +166,7 @@ func (p *pool) get(ctx context.Context, now time.Time) (c *upConn, reused bool, 
 	nc = rawio.Wrap(nc)
 	c.nc = nc
 	c.raw, _ = nc.(*rawio.Conn)
-	c.abort = func() { nc.SetDeadline(time.Unix(1, 0)) }
+	c.abort = c.abortNow
 	c.br = bufio.NewReaderSize(c, 4<<10)
 	c.bw = bufio.NewWriterSize(c, 4<<10)
 	return c, false, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -38,5 +39,44 @@ func TestPoolClosesStale(t *testing.T) {
 	}
 	if c, reused, err := p.get(t.Context(), time.Now()); err != nil || !reused || c == fresh {
 		t.Errorf("get: reused %v, err %v, got the oldest; want the newest, reused", reused, err)
+	}
+}
+
+// An abort (the client went away) holds against the deadlines a round
+// trip sets after it (the body's, none): one would otherwise undo it, and
+// the connection wait on a silent upstream as if the client were there.
+func TestAbortOutlastsDeadlines(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			t.Cleanup(func() { c.Close() }) // open and silent until the test ends
+		}
+	}()
+	p := &pool{addr: ln.Addr().String(), idleTimeout: time.Minute, max: 1}
+	c, _, err := p.get(t.Context(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.nc.Close()
+	c.abort()
+	for _, d := range []time.Time{{}, time.Now().Add(time.Hour)} {
+		c.setReadDeadline(d)
+		errc := make(chan error, 1)
+		go func() { _, err := c.br.Peek(1); errc <- err }()
+		select {
+		case err := <-errc:
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("read after abort, then deadline %v: %v, want a timeout", d, err)
+			}
+		case <-time.After(10 * time.Second):
+			c.nc.Close()
+			t.Fatalf("read after abort, then deadline %v: still waiting on the silent upstream, want the abort to hold", d)
+		}
 	}
 }
