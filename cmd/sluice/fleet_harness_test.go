@@ -25,9 +25,17 @@ import (
 // child is `sluice serve -config FILE` with its flags, signals and exit
 // codes), driven over HTTP.
 
-// TestMain doubles as the sluice command for the process tests.
+// TestMain doubles as the sluice command for the process tests;
+// SLUICE_TEST_REPEAT_WINDOW sets the command's repeatWindow.
 func TestMain(m *testing.M) {
 	if os.Getenv("SLUICE_TEST_MAIN") == "1" {
+		if w := os.Getenv("SLUICE_TEST_REPEAT_WINDOW"); w != "" {
+			d, err := time.ParseDuration(w)
+			if err != nil {
+				panic(err)
+			}
+			repeatWindow = d
+		}
 		main()
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; left
@@ -37,32 +38,67 @@ func main() {
 	os.Exit(code)
 }
 
+// repeatWindow is how long after the first SIGINT or SIGTERM another one
+// still counts as the same request to stop: a terminal's Ctrl-C reaches
+// the whole process group, and a wrapper (a shell script, make, an init
+// shim such as tini) forwards the same signal again a moment later.
+// Tests of the command shorten or lengthen it (TestMain).
+var repeatWindow = time.Second
+
 // onSignals calls cancel at the first SIGINT or SIGTERM (a graceful
-// shutdown), and exit(1) at the second, telling stderr: an operator who
-// signals again does not want to wait for shutdown_timeout. The returned
-// func stops listening for them.
+// shutdown). Another SIGINT or SIGTERM within repeatWindow of the first
+// is the same request, told on stderr and otherwise ignored; one after
+// that calls exit(1), telling stderr: an operator who signals again does
+// not want to wait for shutdown_timeout. The returned func stops acting
+// on them; they stay caught (and dropped) until the process exits, so
+// that one arriving between the end of a clean shutdown and the exit does
+// not kill the process.
 func onSignals(cancel func(), stderr io.Writer, exit func(int)) (stop func()) {
-	sigs := make(chan os.Signal, 2)
+	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
+		var first os.Signal
 		select {
-		case <-sigs:
+		case first = <-sigs:
 		case <-done:
 			return
 		}
+		fmt.Fprintf(stderr, "sluice: %s: stopping gracefully (a further SIGINT or SIGTERM after %v exits at once)\n", signalName(first), repeatWindow)
 		cancel()
-		select {
-		case sig := <-sigs:
-			fmt.Fprintf(stderr, "sluice: second signal (%v) during the shutdown: exiting now, without waiting for requests in flight\n", sig)
-			exit(1)
-		case <-done:
+		window := time.NewTimer(repeatWindow)
+		defer window.Stop()
+		armed := false // the window has passed: another signal forces the exit
+		for {
+			select {
+			case sig := <-sigs:
+				if !armed {
+					fmt.Fprintf(stderr, "sluice: %s within %v of %s: the same request to stop; the graceful shutdown goes on\n", signalName(sig), repeatWindow, signalName(first))
+					continue
+				}
+				fmt.Fprintf(stderr, "sluice: second signal (%s) during the shutdown: exiting now, without waiting for requests in flight\n", signalName(sig))
+				exit(1)
+				return
+			case <-window.C:
+				armed = true
+				fmt.Fprintf(stderr, "sluice: still stopping %v after %s: SIGINT or SIGTERM again exits at once, cutting requests in flight\n", repeatWindow, signalName(first))
+			case <-done:
+				return
+			}
 		}
 	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
+	return func() { close(done) }
+}
+
+// signalName is the name operators send a signal by (kill -s TERM).
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
 	}
+	return sig.String()
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
