@@ -113,8 +113,12 @@ type Daemon struct {
 	// staleAtStart: the config file changed between the read of the
 	// config New was given and the start of the watch.
 	staleAtStart bool
-	reloadMu     sync.Mutex // serialises apply
+	reloadMu     sync.Mutex // serialises apply; the shutdown takes it before the store closes
 	ran          atomic.Bool
+	// stopping: the shutdown has begun (or Close was called). A reload
+	// asked for from then on is refused (ErrShuttingDown); one already
+	// applying finishes before the store closes.
+	stopping atomic.Bool
 }
 
 // generation is one applied config: everything a reload replaces.
@@ -332,6 +336,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // the shutdown itself succeeded. The error is the store's, if closing it
 // fails.
 func (d *Daemon) shutdown() error {
+	d.stopping.Store(true)
 	timeout := d.Config().ShutdownTimeout
 	if timeout <= 0 {
 		timeout = DefaultShutdownTimeout
@@ -405,6 +410,7 @@ func (d *Daemon) closeConns() {
 // Close releases the listeners and the store of a daemon that will not
 // Run. After Run it does nothing.
 func (d *Daemon) Close() error {
+	d.stopping.Store(true)
 	if d.ran.Swap(true) {
 		return nil
 	}

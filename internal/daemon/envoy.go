@@ -93,6 +93,9 @@ func (d *Daemon) descriptorsChanged() bool {
 func (d *Daemon) reloadDescriptors() ReloadResult {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.stopping.Load() {
+		return ReloadResult{Err: ErrShuttingDown}
+	}
 	old := d.cur.Load()
 	if old.cfg.GRPC == nil {
 		return ReloadResult{Unchanged: true}

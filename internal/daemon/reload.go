@@ -34,6 +34,12 @@ type ReloadResult struct {
 	Err error
 }
 
+// ErrShuttingDown is the error of a reload asked for once the daemon's
+// shutdown has begun, or after Close: the config in force stays to the end
+// (the requests still in flight finish under it). A reload already
+// applying when the shutdown begins is completed first.
+var ErrShuttingDown = errors.New("daemon: shutting down: config not reloaded")
+
 // reloader serialises reloads of one config file: it reads the file, skips
 // content it has already tried (by SHA-256), applies the rest, and logs,
 // counts and reports each attempt.
@@ -122,6 +128,10 @@ func (r *reloader) attempt(force bool) ReloadResult {
 	}
 	r.lastHash = h
 	if err := r.apply(data); err != nil {
+		if errors.Is(err, ErrShuttingDown) {
+			r.log.Info("config not reloaded: shutting down", "file", r.path)
+			return ReloadResult{Err: err}
+		}
 		r.refused(err)
 		return ReloadResult{Err: err}
 	}
@@ -147,10 +157,14 @@ func (r *reloader) refused(err error) {
 // Reload rereads Options.ConfigPath and applies it, even if its content is
 // unchanged (SIGHUP). A config that is invalid, uses an unsupported
 // feature, or changes a key that needs a restart is refused: the error says
-// why, it is logged and counted, and the config in force stays.
+// why, it is logged and counted, and the config in force stays. Once the
+// shutdown has begun it returns ErrShuttingDown, and does nothing else.
 func (d *Daemon) Reload() error {
 	if d.reloader == nil {
 		return errors.New("daemon: reload: no config file (running the built-in example)")
+	}
+	if d.stopping.Load() {
+		return ErrShuttingDown
 	}
 	return d.reloader.reload(true).Err
 }
@@ -163,6 +177,9 @@ func (d *Daemon) Reload() error {
 func (d *Daemon) apply(data []byte) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.stopping.Load() {
+		return ErrShuttingDown
+	}
 	cfg, err := config.Parse(d.opts.ConfigPath, data)
 	if err != nil {
 		return err
