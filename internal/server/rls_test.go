@@ -110,7 +110,7 @@ type envOpts struct {
 
 // startRLS serves the rate limit service over a real gRPC listener and
 // POST /json over a real HTTP listener, on st, with the clock at tMid.
-func startRLS(t *testing.T, st sluice.Store, set *descriptors.Set, o envOpts) *rlsEnv {
+func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *rlsEnv {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
