@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -109,6 +110,7 @@ type GRPC struct {
 	health *health.Server
 	grace  atomic.Int64 // StopGrace, in nanoseconds (SetStopGrace)
 	gate   *callGate
+	unread atomic.Uint64 // connections closed for their unread answers
 }
 
 // rlsIndirect serves the RLS in force, as returned by get (the daemon
@@ -170,10 +172,14 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	if o.Creds == nil && o.TLS != nil {
 		o.Creds = newServerTLS(o.TLS)
 	}
-	if o.Creds != nil {
-		opts = append(opts, grpc.Creds(o.Creds))
+	if o.Creds == nil {
+		o.Creds = insecure.NewCredentials()
 	}
-	g := &GRPC{srv: grpc.NewServer(opts...), health: health.NewServer(), gate: gate}
+	g := &GRPC{health: health.NewServer(), gate: gate}
+	// Every connection keeps the account of its answers waiting for
+	// window (MaxUnreadAnswers).
+	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread}))
+	g.srv = grpc.NewServer(opts...)
 	g.grace.Store(int64(o.StopGrace))
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})
 	healthpb.RegisterHealthServer(g.srv, g.health)

@@ -1,0 +1,306 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// MaxUnreadAnswers bounds the answers a client connection of the gRPC
+// listener leaves waiting for flow-control window: answers the server has
+// begun (their HEADERS sent) whose message the client's windows (its
+// call's, or its connection's) do not let through. A connection leaving
+// more is closed, which frees them all. Each such answer holds about
+// 2.5 KB until the client grants window or the connection ends (its age,
+// 5 min and 30 s of grace, if it answers keepalive PINGs): a client that
+// sends calls and never reads the answers held DefaultMaxConcurrentStreams
+// of them (2.3 MB) on each of up to max_connections connections. Envoy
+// grants windows of 16 MiB a call and 24 MiB a connection by default (64
+// KiB at least) and reads its answers as they come: none of its answers
+// waits for window. The stream cap stays where it is, since an Envoy
+// reaching it queues its calls in its own codec rather than open another
+// connection (as envoyproxy/envoy#13933 reports); and grpc-go has
+// no setting that bounds what waits for window (its per-call write quota,
+// 64 KB, bounds a streaming call's unsent messages, not how many calls).
+const MaxUnreadAnswers = 100
+
+// errUnread ends a connection that left more than MaxUnreadAnswers
+// answers waiting for window.
+var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers) + " answers waiting for the client's flow-control window")
+
+// unreadCreds are the listener's credentials (insecure ones for
+// plaintext) with each connection, once handshaken, an unreadConn.
+type unreadCreds struct {
+	credentials.TransportCredentials
+	closed *atomic.Uint64 // connections closed for their unread answers
+}
+
+func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return conn, info, err
+	}
+	return newUnreadConn(conn, c.closed), info, nil
+}
+
+func (c unreadCreds) Clone() credentials.TransportCredentials {
+	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed}
+}
+
+// HTTP/2 frame types and flags (RFC 9113 §6) the accounting reads.
+const (
+	frameData         = 0x0
+	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
+	frameSettings     = 0x4
+	frameWindowUpdate = 0x8
+
+	flagEndStream = 0x1
+	flagAck       = 0x1
+
+	settingInitialWindowSize = 0x4
+	defaultWindow            = 65535
+	// maxCollect bounds a SETTINGS or WINDOW_UPDATE payload read for its
+	// values: one longer than the listener's frame size (16 KiB) ends the
+	// connection in grpc-go anyway.
+	maxCollect = 16 << 10
+)
+
+// unreadConn is a connection of the gRPC listener that keeps the HTTP/2
+// flow-control account of the server's answers, from the frame headers
+// (and SETTINGS and WINDOW_UPDATE payloads) that pass, as the client
+// grants windows and the server sends: which calls' answers have begun,
+// and how much window is left to each call and to the connection. It
+// closes the connection when more than MaxUnreadAnswers begun answers
+// have no window left. Read (grpc-go's reader) and Write (its writer)
+// run on two goroutines; the account is under mu. What it reads is
+// read as grpc-go reads it, so its windows are never smaller than
+// grpc-go's own: it does not count an answer as waiting that grpc-go
+// would send.
+type unreadConn struct {
+	net.Conn
+	closed *atomic.Uint64
+
+	mu        sync.Mutex
+	in, out   frameScanner
+	initial   int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	window    int64 // the connection's window left
+	streams   map[uint32]flowStream
+	started   int // streams whose answer has begun
+	exhausted int // of them, those with no window of their own left
+	over      bool
+}
+
+// flowStream is a call of the connection: its window left, and whether
+// its answer has begun.
+type flowStream struct {
+	window  int64
+	started bool
+}
+
+func newUnreadConn(c net.Conn, closed *atomic.Uint64) *unreadConn {
+	u := &unreadConn{Conn: c, closed: closed, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
+	u.in.skip = len(clientPreface)
+	return u
+}
+
+// clientPreface opens what the client sends (RFC 9113 §3.4).
+const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+func (u *unreadConn) Read(p []byte) (int, error) {
+	n, err := u.Conn.Read(p)
+	if n > 0 && u.account(&u.in, p[:n], u.received) {
+		return 0, errUnread
+	}
+	return n, err
+}
+
+func (u *unreadConn) Write(p []byte) (int, error) {
+	if u.account(&u.out, p, u.sent) {
+		return 0, errUnread
+	}
+	return u.Conn.Write(p)
+}
+
+// account scans b with s, passing its frames to f, and reports whether
+// the connection now leaves too many answers waiting: then it is closed,
+// and counted once.
+func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
+	u.mu.Lock()
+	s.scan(b, f)
+	held := u.exhausted
+	if u.window <= 0 {
+		held = u.started
+	}
+	over := held > MaxUnreadAnswers
+	first := over && !u.over
+	u.over = u.over || over
+	over = u.over
+	u.mu.Unlock()
+	if first {
+		u.closed.Add(1)
+		u.Conn.Close()
+	}
+	return over
+}
+
+// received accounts a frame from the client.
+func (u *unreadConn) received(h frameHeader, payload []byte) {
+	switch h.typ {
+	case frameHeaders:
+		if _, ok := u.streams[h.stream]; !ok && h.stream%2 == 1 {
+			u.streams[h.stream] = flowStream{window: u.initial}
+		}
+	case frameRSTStream:
+		u.end(h.stream)
+	case frameWindowUpdate:
+		if len(payload) != 4 {
+			return
+		}
+		inc := int64(binary.BigEndian.Uint32(payload) & (1<<31 - 1))
+		if h.stream == 0 {
+			u.window += inc
+		} else if st, ok := u.streams[h.stream]; ok {
+			u.setWindow(h.stream, st, st.window+inc)
+		}
+	case frameSettings:
+		if h.flags&flagAck != 0 {
+			return
+		}
+		for ; len(payload) >= 6; payload = payload[6:] {
+			if binary.BigEndian.Uint16(payload) == settingInitialWindowSize {
+				v := int64(binary.BigEndian.Uint32(payload[2:]))
+				delta := v - u.initial
+				u.initial = v
+				for id, st := range u.streams {
+					u.setWindow(id, st, st.window+delta)
+				}
+			}
+		}
+	}
+}
+
+// sent accounts a frame from the server.
+func (u *unreadConn) sent(h frameHeader, _ []byte) {
+	switch h.typ {
+	case frameData:
+		u.window -= int64(h.length)
+		if st, ok := u.streams[h.stream]; ok {
+			u.setWindow(h.stream, st, st.window-int64(h.length))
+		}
+		if h.flags&flagEndStream != 0 {
+			u.end(h.stream)
+		}
+	case frameHeaders:
+		if h.flags&flagEndStream != 0 {
+			u.end(h.stream)
+		} else if st, ok := u.streams[h.stream]; ok && !st.started {
+			st.started = true
+			u.streams[h.stream] = st
+			u.started++
+			if st.window <= 0 {
+				u.exhausted++
+			}
+		}
+	case frameRSTStream:
+		u.end(h.stream)
+	}
+}
+
+// setWindow sets the window left to stream id, st, to w.
+func (u *unreadConn) setWindow(id uint32, st flowStream, w int64) {
+	if st.started && (st.window <= 0) != (w <= 0) {
+		if w <= 0 {
+			u.exhausted++
+		} else {
+			u.exhausted--
+		}
+	}
+	st.window = w
+	u.streams[id] = st
+}
+
+// end forgets the stream id: it ended (its trailers, or a reset).
+func (u *unreadConn) end(id uint32) {
+	st, ok := u.streams[id]
+	if !ok {
+		return
+	}
+	if st.started {
+		u.started--
+		if st.window <= 0 {
+			u.exhausted--
+		}
+	}
+	delete(u.streams, id)
+}
+
+// frameHeader is an HTTP/2 frame's header (RFC 9113 §4.1).
+type frameHeader struct {
+	length uint32
+	typ    byte
+	flags  byte
+	stream uint32
+}
+
+// frameScanner splits a byte stream of HTTP/2 frames, fed in pieces of
+// any size, into frames: their headers, with the payloads of SETTINGS and
+// WINDOW_UPDATE frames (up to maxCollect bytes), the others' skipped.
+type frameScanner struct {
+	skip    int // bytes to pass over first (the client preface)
+	hdr     [9]byte
+	nhdr    int
+	cur     frameHeader
+	left    uint32 // the current frame's payload bytes still to come
+	collect bool   // keep the current frame's payload
+	payload []byte
+}
+
+// scan feeds b, calling f on each frame as its payload ends.
+func (s *frameScanner) scan(b []byte, f func(h frameHeader, payload []byte)) {
+	if s.skip > 0 {
+		n := min(s.skip, len(b))
+		s.skip -= n
+		b = b[n:]
+	}
+	for {
+		if s.nhdr < len(s.hdr) {
+			n := copy(s.hdr[s.nhdr:], b)
+			s.nhdr += n
+			b = b[n:]
+			if s.nhdr < len(s.hdr) {
+				return
+			}
+			h := s.hdr[:]
+			s.cur = frameHeader{
+				length: uint32(h[0])<<16 | uint32(h[1])<<8 | uint32(h[2]),
+				typ:    h[3],
+				flags:  h[4],
+				stream: binary.BigEndian.Uint32(h[5:]) & (1<<31 - 1),
+			}
+			s.left = s.cur.length
+			s.collect = (s.cur.typ == frameSettings || s.cur.typ == frameWindowUpdate) && s.cur.length <= maxCollect
+			s.payload = s.payload[:0]
+		}
+		n := min(int(s.left), len(b))
+		if s.collect {
+			s.payload = append(s.payload, b[:n]...)
+		}
+		s.left -= uint32(n)
+		b = b[n:]
+		if s.left > 0 {
+			return
+		}
+		f(s.cur, s.payload)
+		s.nhdr = 0
+	}
+}
+
+// ClosedUnread returns how many connections were closed for leaving more
+// than MaxUnreadAnswers answers waiting for window.
+func (g *GRPC) ClosedUnread() uint64 { return g.unread.Load() }
