@@ -26,9 +26,17 @@ import (
 const builtinName = "built-in example"
 
 // serve runs the daemon until ctx is cancelled (SIGINT/SIGTERM): exit 0
-// after a clean shutdown, 1 when the config is bad or a listener cannot be
-// bound, 2 for bad flags. SIGHUP rereads the config file.
+// after a clean shutdown (or when ctx ends during startup: nothing is
+// served), 1 when the config is bad or a listener cannot be bound, 2 for
+// bad flags. SIGHUP rereads the config file.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// SIGHUP is caught from the start: startup can take a while (Redis
+	// dialled under on_error: local), and a SIGHUP's default action would
+	// kill the process. One sent meanwhile reloads once the daemon runs.
+	// It stays caught after serve returns (signal.Stop would give the
+	// default action back, between the shutdown and the exit).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config `file` (default: a built-in example on the memory store)")
@@ -79,6 +87,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	if ctx.Err() != nil {
+		logger.Info("stopped during startup: nothing served")
+		return 0
+	}
 	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath, Overrides: over})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
@@ -98,16 +110,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	if ctx.Err() != nil {
+		// SIGINT or SIGTERM while New dialled Redis, say: the listeners
+		// are bound but have served nothing, and their addresses were
+		// never told.
+		err := d.Close()
+		logger.Info("stopped during startup: nothing served")
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 
 	floorCtx, stopFloor := context.WithCancel(ctx)
 	defer stopFloor()
 	go keepHeapFloor(floorCtx, time.Second)
-
-	// Ask for SIGHUP before telling anyone where we listen, so a SIGHUP
-	// sent once the address is printed reloads rather than kills.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 
 	a := d.Addrs()
 	if *configPath == "" {
@@ -133,25 +151,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// SIGHUPs are handled until Run has returned: one during the
+	// shutdown is told and ignored (the daemon refuses to reload then:
+	// the requests in flight finish under the config they began with).
+	ran, hupDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(hupDone)
 		for {
 			select {
-			case <-runCtx.Done():
+			case <-ran:
 				return
 			case <-hup:
-				if *configPath == "" {
-					logger.Warn("SIGHUP: nothing to reload (running the built-in example)")
-					continue
-				}
+			}
+			switch {
+			case ctx.Err() != nil:
+				logger.Info("SIGHUP during the shutdown: not reloading")
+			case *configPath == "":
+				logger.Warn("SIGHUP: nothing to reload (running the built-in example)")
+			default:
 				// Reload logs and counts the outcome itself.
-				_ = d.Reload()
+				if errors.Is(d.Reload(), daemon.ErrShuttingDown) {
+					logger.Info("SIGHUP during the shutdown: not reloading")
+				}
 			}
 		}
 	}()
 
-	if err := d.Run(runCtx); err != nil {
+	err = d.Run(ctx)
+	close(ran)
+	<-hupDone
+	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
 	}

@@ -85,20 +85,28 @@ func TestServeSecondSignal(t *testing.T) {
 	}
 }
 
+// TestServeSIGHUPDuringShutdown: a SIGHUP during the graceful shutdown
+// is told and ignored: the process neither dies of it nor reloads, the
+// request in flight is answered in full under the config it began with,
+// exit 0.
+func TestServeSIGHUPDuringShutdown(t *testing.T) {
+	s := startSlow(t)
+	s.signal(syscall.SIGTERM)
+	s.waitLog("shutting down")
+	s.signal(syscall.SIGHUP)
+	s.waitLog("SIGHUP during the shutdown: not reloading")
+	s.wantGraceful("SIGTERM, then SIGHUP")
+	if strings.Contains(s.logs(), "config reloaded") {
+		t.Errorf("a SIGHUP during the shutdown reloaded the config:\n%s", s.logs())
+	}
+}
+
 // slowServe is `sluice serve` as a process whose proxy has one request in
 // flight: its upstream holds it until released.
 type slowServe struct {
-	t        *testing.T
-	cmd      *exec.Cmd
+	*sigProc
 	release  func()
 	answered chan answer
-	exited   chan error
-
-	mu       sync.Mutex
-	lines    []string      // standard error so far
-	more     chan struct{} // a line was added
-	logsDone chan struct{} // standard error is closed
-	seen     int           // lines waitLog has looked at
 }
 
 type answer struct {
@@ -107,9 +115,9 @@ type answer struct {
 	err    error
 }
 
-// startSlow starts `sluice serve` (with env added to its environment: NAME=value)
-// and sends a request through its proxy, returning once the upstream has
-// it.
+// startSlow starts `sluice serve` (with env added to its environment:
+// NAME=value) and sends a request through its proxy, returning once the
+// upstream has it.
 func startSlow(t *testing.T, env ...string) *slowServe {
 	arrived, released := make(chan struct{}), make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,62 +126,12 @@ func startSlow(t *testing.T, env ...string) *slowServe {
 		io.WriteString(w, "late answer")
 	}))
 	var once sync.Once
-	s := &slowServe{t: t, release: func() { once.Do(func() { close(released) }) },
-		answered: make(chan answer, 1), exited: make(chan error, 1), more: make(chan struct{}, 1), logsDone: make(chan struct{})}
+	s := &slowServe{release: func() { once.Do(func() { close(released) }) }, answered: make(chan answer, 1)}
 	t.Cleanup(up.Close)
 	t.Cleanup(s.release)
 	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: %s}\nshutdown_timeout: 1m\nrules:\n  - name: r\n    rate: 10/m\n", up.URL)
-	path := writeConfig(t, cfg)
-
-	s.cmd = exec.Command(os.Args[0], "serve", "-config", path)
-	s.cmd.Env = append(append(os.Environ(), "SLUICE_TEST_MAIN=1"), env...)
-	stdout, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default:
-			s.cmd.Process.Kill()
-		}
-	})
-	go func() {
-		defer close(s.logsDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.lines = append(s.lines, sc.Text())
-			s.mu.Unlock()
-			select {
-			case s.more <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	reProxy := regexp.MustCompile(`proxy on (http://\S+)`)
-	var proxy string
-	sc := bufio.NewScanner(stdout)
-	for proxy == "" && sc.Scan() {
-		if m := reProxy.FindStringSubmatch(sc.Text()); m != nil {
-			proxy = m[1]
-		}
-	}
-	go io.Copy(io.Discard, stdout)
-	go func() {
-		<-s.logsDone // Wait must not close the pipe before the logs are read
-		s.exited <- s.cmd.Wait()
-	}()
-	if proxy == "" {
-		t.Fatalf("sluice serve printed no proxy address; logs:\n%s", s.logs())
-	}
+	s.sigProc = startSigProc(t, writeConfig(t, cfg), env...)
+	proxy := regexp.MustCompile(`proxy on (http://\S+)`).FindStringSubmatch(s.waitLog("proxy on "))[1]
 	go func() {
 		resp, err := http.Get(proxy + "/slow")
 		if err != nil {
@@ -192,49 +150,6 @@ func startSlow(t *testing.T, env ...string) *slowServe {
 	return s
 }
 
-func (s *slowServe) signal(sig syscall.Signal) {
-	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-func (s *slowServe) logs() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.lines, "\n")
-}
-
-// waitLog waits for a line of standard error, after those an earlier
-// waitLog found, that contains substr.
-func (s *slowServe) waitLog(substr string) {
-	s.t.Helper()
-	guard := time.After(30 * time.Second) // a hang guard, not a measurement
-	for {
-		s.mu.Lock()
-		for ; s.seen < len(s.lines); s.seen++ {
-			if strings.Contains(s.lines[s.seen], substr) {
-				s.seen++
-				s.mu.Unlock()
-				return
-			}
-		}
-		s.mu.Unlock()
-		select {
-		case <-s.more:
-		case <-s.logsDone:
-			s.mu.Lock()
-			left := s.seen < len(s.lines)
-			s.mu.Unlock()
-			if !left {
-				s.t.Fatalf("sluice serve ended its standard error without %q; logs:\n%s", substr, s.logs())
-			}
-		case <-guard:
-			s.t.Fatalf("no %q from sluice serve within 30s; logs:\n%s", substr, s.logs())
-		}
-	}
-}
-
 // wantGraceful releases the request in flight and wants it answered in
 // full, and the process to exit 0.
 func (s *slowServe) wantGraceful(after string) {
@@ -244,32 +159,144 @@ func (s *slowServe) wantGraceful(after string) {
 	if a.err != nil || a.status != http.StatusOK || a.body != "late answer" {
 		s.t.Errorf("the request in flight at %s: %d %q %v, want 200 and the upstream's whole answer", after, a.status, a.body, a.err)
 	}
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			s.t.Errorf("sluice serve after %s: %v, want exit 0; logs:\n%s", after, err, s.logs())
-		}
-	case <-time.After(30 * time.Second): // a hang guard, not a measurement
-		s.t.Fatalf("sluice serve did not exit within 30s of %s; logs:\n%s", after, s.logs())
-	}
+	s.wantExit(after, 0)
 }
 
 // wantForced wants the process to exit 1 with the request in flight cut.
 func (s *slowServe) wantForced(after string) {
 	s.t.Helper()
-	select {
-	case err := <-s.exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			s.t.Errorf("sluice serve after %s: %v, want exit 1; logs:\n%s", after, err, s.logs())
-		}
-		if !strings.Contains(s.logs(), "second signal") {
-			s.t.Errorf("a forced exit not told on standard error:\n%s", s.logs())
-		}
-	case <-time.After(30 * time.Second): // a hang guard, not a measurement
-		s.t.Fatalf("sluice serve still running 30s after %s, with a request in flight and shutdown_timeout 1m", after)
+	s.wantExit(after, 1)
+	if !strings.Contains(s.logs(), "second signal") {
+		s.t.Errorf("a forced exit not told on standard error:\n%s", s.logs())
 	}
 	if a := <-s.answered; a.err == nil {
 		s.t.Errorf("the request in flight at %s: %d %q, want it cut", after, a.status, a.body)
+	}
+}
+
+// sigProc is `sluice serve -config FILE` as a process, its standard
+// output and error read line by line.
+type sigProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	exited chan error
+
+	mu    sync.Mutex
+	lines []string      // standard output and error so far, as they came
+	more  chan struct{} // a line was added
+	read  chan struct{} // both are closed
+	seen  int           // lines waitLog has looked at
+}
+
+// startSigProc starts `sluice serve -config path`, with env added to its
+// environment (NAME=value); the test's end kills it if it still runs.
+func startSigProc(t *testing.T, path string, env ...string) *sigProc {
+	p := &sigProc{t: t, exited: make(chan error, 1), more: make(chan struct{}, 1), read: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], "serve", "-config", path)
+	p.cmd.Env = append(append(os.Environ(), "SLUICE_TEST_MAIN=1"), env...)
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+		}
+	})
+	var wg sync.WaitGroup
+	for _, r := range []io.Reader{stdout, stderr} {
+		wg.Go(func() {
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.lines = append(p.lines, sc.Text())
+				p.mu.Unlock()
+				select {
+				case p.more <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait() // Wait must not close the pipes before they are read
+		close(p.read)
+		p.exited <- p.cmd.Wait()
+	}()
+	return p
+}
+
+func (p *sigProc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *sigProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// waitLog waits for a line of output, after those an earlier waitLog
+// found, that contains substr, and returns it.
+func (p *sigProc) waitLog(substr string) string {
+	p.t.Helper()
+	guard := time.After(30 * time.Second) // a hang guard, not a measurement
+	for {
+		p.mu.Lock()
+		for ; p.seen < len(p.lines); p.seen++ {
+			if line := p.lines[p.seen]; strings.Contains(line, substr) {
+				p.seen++
+				p.mu.Unlock()
+				return line
+			}
+		}
+		done := p.read
+		p.mu.Unlock()
+		select {
+		case <-p.more:
+		case <-done:
+			p.mu.Lock()
+			left := p.seen < len(p.lines)
+			p.mu.Unlock()
+			if !left {
+				p.t.Fatalf("sluice serve ended its output without %q; output:\n%s", substr, p.logs())
+			}
+		case <-guard:
+			p.t.Fatalf("no %q from sluice serve within 30s; output:\n%s", substr, p.logs())
+		}
+	}
+}
+
+// wantExit waits for the process to exit with code.
+func (p *sigProc) wantExit(after string, code int) {
+	p.t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err // for the cleanup
+		got := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			got = ee.ExitCode() // -1: killed by a signal
+		case err != nil:
+			got = -2
+		}
+		if got != code {
+			p.t.Errorf("sluice serve after %s: %v, want exit %d; output:\n%s", after, err, code, p.logs())
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a measurement
+		p.t.Fatalf("sluice serve still running 30s after %s; output:\n%s", after, p.logs())
 	}
 }
