@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // evenMap3 is the slot map redis-cli --cluster create makes for 3
@@ -102,6 +104,34 @@ func TestShardsRoundRobinOverMasters(t *testing.T) {
 				}
 				if slices.Max(per)-slices.Min(per) > 1 {
 					t.Fatalf("%d masters: ShardKeys(%q, %d) = %v shards per master, want counts within one of each other", m.count, k, n, per)
+				}
+			}
+		}
+	}
+}
+
+// The bound docs/redis.md gives for a rolling upgrade across round-robin
+// placement: the shards past the first M (those it may name anew) hold at
+// most (N − M)/N of the limit, rounded up, for the rate and the burst of
+// every algorithm (the remainders of the split go to the first shards).
+func TestShardsPastMastersShare(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.FixedWindow, sluice.LeakyBucket} {
+		for rate := int64(1); rate <= 120; rate++ {
+			l := sluice.PerMinute(rate).WithBurst(rate + rate/3)
+			n0 := shardCount(a, l, 64)
+			for n := 2; n <= n0; n++ {
+				for m := 1; m < n; m++ {
+					var r, b int64
+					for i := m; i < n; i++ {
+						s := ShardLimit(a, l, n, i)
+						r += s.Rate
+						b += s.BurstOrRate()
+					}
+					ceil := func(v int64) int64 { return (int64(n-m)*v + int64(n) - 1) / int64(n) }
+					if r > ceil(l.Rate) || b > ceil(l.BurstOrRate()) {
+						t.Fatalf("%v %+v over %d shards: the shards past %d hold rate %d, burst %d; want at most %d and %d",
+							a, l, n, m, r, b, ceil(l.Rate), ceil(l.BurstOrRate()))
+					}
 				}
 			}
 		}
