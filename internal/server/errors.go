@@ -70,6 +70,19 @@ func msgCut(s string) string {
 	return s[:runeCut(s, maxDecoderMsg)] + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
+// maxLogValue bounds how much of a client's value a log line quotes.
+const maxLogValue = 256
+
+// logCut cuts a client's value for a log line to maxLogValue bytes (on a
+// rune boundary), marked with its length when longer; the handler quotes
+// what it needs to.
+func logCut(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	return s[:runeCut(s, maxLogValue)] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // runeCut returns the largest n' <= n at which s can be cut between runes.
 func runeCut(s string, n int) int {
 	for n > 0 && !utf8.RuneStart(s[n]) {

@@ -87,7 +87,7 @@ func (h *Handler) checkMethod(r *http.Request, set *rules.Set) {
 	peer := ap.Addr().Unmap().WithZone("")
 	if h.methodless.first(peer) {
 		h.o.Logger.Warn("forward-auth: a gateway sends no X-Forwarded-Method (nor X-Original-Method), so its requests are matched as the method it asks with, and rules for other methods never apply to them; have it send the original request's method",
-			"gateway", peer.String(), "method", r.Method)
+			"gateway", peer.String(), "method", logCut(r.Method))
 	}
 }
 
