@@ -98,9 +98,9 @@ func AllAllowed(ds []Decision) bool {
 
 // WithinTaker is an optional method of a Store, for Limiter.WaitN on a
 // leaky bucket under a deadline: a Limiter whose store implements it
-// (memstore does) asks and takes in one step, so that no other request
-// can take the slot it saw in between, and never takes a slot that leaves
-// too late to be waited for.
+// (memstore and redisstore do) asks and takes in one step, so that no
+// other request can take the slot it saw in between, and never takes a
+// slot that leaves too late to be waited for.
 //
 // TakeWithin decides r as Take does, except that a leaky bucket request
 // that Take would admit with a Delay over within is not counted: late is

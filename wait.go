@@ -24,9 +24,9 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // at once, having counted nothing, with the refused decision and an error
 // wrapping context.DeadlineExceeded. For a leaky bucket whose queue
 // (Burst × Period/Rate) lasts longer than the time left, a store that
-// implements WithinTaker (memstore does) takes the slot only if it leaves
-// in time, in one step. On another store (redisstore, the fleet
-// decorators) WaitN first asks the store at cost 0 when its queue's last
+// implements WithinTaker (memstore and redisstore do) takes the slot only
+// if it leaves in time, in one step. On another store (the fleet
+// decorators, a store of your own without it) WaitN first asks the store at cost 0 when its queue's last
 // slot leaves: a second store call, and two waiters of one key racing
 // between the question and the take can still take a slot that leaves
 // too late; that slot is not given back.

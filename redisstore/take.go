@@ -114,7 +114,8 @@ func (q *request) decision(rp reply) sluice.Decision {
 func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force && (s.opts.RedisTime || sluice.CheckTime(r.Now) == nil) {
 		if t, err := r.Limit.Ticks(); err == nil {
-			return s.takeFlat(ctx, &r, t)
+			d, _, err := s.takeFlat(ctx, &r, t, noWithin)
+			return d, err
 		}
 	}
 	var q request
@@ -144,7 +145,12 @@ func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 // the flat script (take_head.lua) moves the key's state and returns the
 // state it read; the Decision is TakeMicro's on that state, at the time the
 // script used, so it is exactly what the state machine decided inside Redis.
-func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks) (sluice.Decision, error) {
+//
+// within bounds a leaky bucket request's Delay, in ticks (TakeWithin):
+// the script then queues it only if it leaves within that many, and a
+// request admitted with a longer Delay is late, uncounted. noWithin is
+// none.
+func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks, within int64) (sluice.Decision, bool, error) {
 	us := r.Now.UnixMicro()
 	c := getFlatCall()
 	defer putFlatCall(c)
@@ -179,7 +185,13 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 		if cost > 0 && cost <= t.Burst+1 {
 			cp = cost * t.Period
 		}
-		nb.add(t.Rate, t.Period, t.Burst*t.Period, full, -floorDiv(-full, t.Rate)+1, cp)
+		maxWait := t.Burst * t.Period
+		if within < -floorDiv(-maxWait, t.Rate) {
+			// Admitted only if its last unit leaves within that many
+			// ticks: within × Rate parts (-1: none).
+			maxWait = max(within, -1) * t.Rate
+		}
+		nb.add(t.Rate, t.Period, maxWait, full, -floorDiv(-full, t.Rate)+1, cp)
 	}
 	c.args = nb.strings(c.argv[:0])
 	c.args[2] = s.margin
@@ -196,13 +208,27 @@ func (s *Store) takeFlat(ctx context.Context, r *sluice.Request, t sluice.Ticks)
 		st, err = parseState(raw)
 	}
 	if err != nil {
-		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+		return sluice.Decision{}, false, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
 	var d sluice.Decision
-	if _, err := r.Algorithm.TakeMicro(&d, &st, &r.Limit, us, cost); err != nil {
-		return sluice.Decision{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	var read sluice.State
+	if within != noWithin {
+		read = st
 	}
-	return d, nil
+	if _, err := r.Algorithm.TakeMicro(&d, &st, &r.Limit, us, cost); err != nil {
+		return sluice.Decision{}, false, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+	}
+	if within != noWithin && d.Allowed && d.Delay > time.Duration(max(within, -1)*t.Tick)*time.Microsecond {
+		// Late: the script queued nothing. Decided again at cost 0, on
+		// the state read, for what the key has left without it.
+		delay := d.Delay
+		if _, err := r.Algorithm.TakeMicro(&d, &read, &r.Limit, us, 0); err != nil {
+			return sluice.Decision{}, false, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+		}
+		d.Allowed, d.RetryAfter, d.Delay = false, delay, 0
+		return d, true, nil
+	}
+	return d, false, nil
 }
 
 // clockReply reads a flat script's reply with Redis' clock: the state read
