@@ -222,8 +222,9 @@ func Unshard(d *sluice.Decision, l sluice.Limit, n int) {
 // The choice depends only on k, n and the slot map, so every instance
 // picks the same keys; shard i's tag depends only on the shards before it,
 // so the shards of a smaller n are the first of a larger one. (Up to one
-// shard per master the rule is the one every earlier version used, so
-// those shards keep their Redis keys across an upgrade.)
+// shard per master the rule is the one earlier versions used, so those
+// shards keep their Redis keys across an upgrade; see shardTries for the
+// one exception.)
 func (s *Store) shardTags(k string, n int) *shardTags {
 	h := maphash.String(s.seed, k)
 	cell := &s.shards[h%shardCacheSize]
@@ -279,12 +280,12 @@ func (s *Store) shardTags(k string, n int) *shardTags {
 }
 
 // shardTries bounds the tags tried for one shard. A fresh tag lands on a
-// master with probability that master's part of the slots: on masters of
-// even parts within a few tries, and within 256 with probability
-// 1 − 7·10⁻⁸ on a master of 1,000 slots in 16,384 (1 − (1 − p)²⁵⁶).
-// Past it the shard takes the next tag whatever its slot (a master with
-// very few slots may then get no shard). Versions before round-robin
-// placement tried 64: they named shards alike except where that search gave up.
+// master with probability p, that master's part of the slots: on masters
+// of even parts within a few tries; on a master of 1,000 slots in 16,384
+// the search fails with probability (1 − p)²⁵⁶ = 1.0·10⁻⁷ (1.8 % with the
+// 64 tries of earlier versions, which named shards alike except where
+// their search gave up). Past it the shard takes the next tag whatever
+// its slot (a master with very few slots may then get no shard).
 const shardTries = 256
 
 // slotMap is the Cluster's slot → master assignment, by master index.
