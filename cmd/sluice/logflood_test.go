@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -216,7 +217,33 @@ rules:
 			t.Logf("  %5d × %s", n, msg)
 		}
 	}
+	// A line that stands for others says how many it left out, so the
+	// log still tells the flood's size: the bad gRPC requests' lines,
+	// each with those suppressed since the last, account for all of them
+	// but those after the last line.
+	badSent := 3 * rounds // attacks[5]: two bad requests each; attacks[0]: one (POST /json without descriptors)
+	told, said := 0, 0
+	for _, l := range lines {
+		if !strings.Contains(l, `msg="bad rate limit request"`) && !strings.Contains(l, `msg="shadow rule would deny"`) && !strings.Contains(l, "msg=upstream") {
+			continue
+		}
+		m := reSuppressed.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("a line that stands for a second of such events says nothing of those left out (no suppressed=N): %.200q", l)
+			continue
+		}
+		if strings.Contains(l, `msg="bad rate limit request"`) {
+			n, _ := strconv.Atoi(m[1])
+			told += 1 + n
+			said++
+		}
+	}
+	if told > badSent || told <= said {
+		t.Errorf("the bad gRPC requests' %d lines account for %d requests; want more than the lines, at most the %d sent", said, told, badSent)
+	}
 }
+
+var reSuppressed = regexp.MustCompile(` suppressed=(\d+)`)
 
 // maxLogLine bounds a log line: a record quotes a client's values cut to
 // a few hundred bytes.

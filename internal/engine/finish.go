@@ -70,7 +70,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			}
 			verdict = 2
 			if e.shadowLog.OK(now) {
-				e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter)
+				e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "suppressed", e.shadowLog.Dropped())
 			}
 		}
 		switch verdict {
@@ -95,6 +95,6 @@ func (e *Engine) ruleMetrics(r *rules.Rule) *metrics.Rule {
 func (e *Engine) storeFailed(err error) {
 	e.metrics.StoreError()
 	if e.storeLog.OK(e.now()) {
-		e.log.Warn("store could not decide", "err", err, "on_error_allow", e.failOpen)
+		e.log.Warn("store could not decide", "err", err, "on_error_allow", e.failOpen, "suppressed", e.storeLog.Dropped())
 	}
 }

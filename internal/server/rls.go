@@ -125,7 +125,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		if s.badLog.OK(s.o.Now()) {
-			s.o.Logger.Info("bad rate limit request", "err", err)
+			s.o.Logger.Info("bad rate limit request", "err", err, "suppressed", s.badLog.Dropped())
 		}
 		return nil, err
 	}
