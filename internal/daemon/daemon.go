@@ -393,7 +393,9 @@ func (d *Daemon) shutdown() error {
 // they leave open: the tunnels of upgraded connections (WebSocket), which
 // a shutdown does not wait for, and the proxy's idle upstream
 // connections (an upstream that keeps them open would hold them, and the
-// daemon's descriptors, after Run has returned).
+// daemon's descriptors, after Run has returned). Taking reloadMu, it also
+// waits for a reload applying since before the shutdown began: that one
+// ends, whole, before the store closes.
 func (d *Daemon) closeConns() {
 	for _, ln := range []*listener.Listener{d.apiLn, d.proxyLn} {
 		if ln != nil {
