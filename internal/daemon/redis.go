@@ -115,9 +115,15 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 		d.fallback = fb
 		n := cfg.Store.ExpectedInstances
 		d.ping = func(ctx context.Context) error {
-			// /readyz says which mode the daemon decides in.
+			// /readyz says which mode the daemon decides in, and is
+			// ready only on Redis: once Redis answers again, the daemon
+			// still decides locally until its next probe moves it back.
+			local := fb.Mode() == fleet.ModeLocal
 			err := lazy.Ping(ctx)
-			if err != nil && fb.Mode() == fleet.ModeLocal {
+			switch {
+			case local && err == nil:
+				return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): Redis answers again, back on it within %v", n, fleet.DefaultProbeInterval)
+			case local:
 				return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): %w", n, err)
 			}
 			return err
