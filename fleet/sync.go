@@ -20,8 +20,8 @@ type SyncStore interface {
 	// in one round trip for the whole batch.
 	Sync(ctx context.Context, ops []redisstore.SyncOp) error
 	// SyncTake decides r exactly, as Take, and returns the key's state
-	// after it.
-	SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error)
+	// after it and the instant (on the store's clock) it was decided at.
+	SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, redisstore.Taken, error)
 }
 
 // Sync is a soft limit: a sluice.Store that decides locally, from its last
@@ -67,6 +67,14 @@ type SyncStore interface {
 // leaky bucket hands out places in one queue (a Delay), which instances
 // cannot assign without asking each other.
 //
+// # Clocks
+//
+// Over a store that reads its own clock (redisstore.Options.RedisTime),
+// Sync decides on that clock: every decision or read of a key in the store
+// tells the distance from the requests' clock (a round trip's error), and
+// local decisions, and the hits they send, are moved by it (see now).
+// Over a store on the requests' clock, they decide at Request.Now.
+//
 // # Decisions
 //
 // Allowed, Remaining and the durations are those of the instance's view. A
@@ -89,6 +97,11 @@ type Sync struct {
 	// decisions in flight, per key.
 	recent recent
 	colds  map[nsKey]coldFlight
+
+	// skew is the requests' clock minus the store's (µs), as the last
+	// decision taken in the store, or read of a key before a decision,
+	// found it (see now).
+	skew atomic.Int64
 
 	// writer and seq number the batches' ops, so that Redis counts an op
 	// sent again after a lost reply once (redisstore.SyncOp).
@@ -189,6 +202,18 @@ func (s *Sync) Stats() SyncStats {
 	}
 }
 
+// now is the instant (µs) Sync decides r at locally: r.Now on the store's
+// clock, as the last decision taken in the store or read of a key before a
+// decision (a key's first, or the first after two idle intervals, see
+// acquire) measured the distance between the two. Over a store that reads
+// its own clock (redisstore.Options.RedisTime, as the daemon runs it), an
+// instance whose clock is ahead or behind thus decides, and stamps its
+// hits, as the store would: on its own clock it would see refills that have
+// not happened (or none that have), and its hits would move the key's state
+// ahead of every other instance's. Over a store on the requests' clock the
+// distance is 0.
+func (s *Sync) now(r *sluice.Request) int64 { return r.Now.UnixMicro() - s.skew.Load() }
+
 // check validates what the local path needs: its decisions read r.Now
 // even over a store that reads its own clock, so a Now outside
 // sluice.MinTime … sluice.MaxTime (the zero time of a Request built
@@ -240,7 +265,7 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 		return sluice.Decision{}, err
 	}
 	if !decided {
-		err = e.decide(r, &e.view, &d)
+		err = e.decide(r, s.now(r), &e.view, &d)
 	}
 	e.mu.Unlock()
 	s.touch(e)

@@ -132,7 +132,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Unlock()
 			continue
 		}
-		e.last = max(e.last, r.Now.UnixMicro())
+		e.last = max(e.last, s.now(r))
 		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
 			return e, false, nil // fresh
 		}
@@ -193,7 +193,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			// A new entry: decide in the store, and start from its state.
 			e.mu.Unlock()
 			s.loads.Add(1)
-			dd, st, err := s.inner.SyncTake(ctx, *r)
+			dd, tk, err := s.inner.SyncTake(ctx, *r)
 			e.mu.Lock()
 			e.loading = nil
 			close(ch)
@@ -202,8 +202,12 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 				e.mu.Unlock()
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 			}
-			e.view = st
-			s.observe(e, &st, false)
+			// The store's clock, as far as this request tells: the local
+			// decisions run on it (see now).
+			s.skew.Store(r.Now.UnixMicro() - tk.Now)
+			e.last = tk.Now
+			e.view = tk.State
+			s.observe(e, &tk.State, false)
 			for _, h := range e.hits {
 				addHit(e.alg, &e.ticks, &e.view, h)
 			}
@@ -216,6 +220,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		e.mu.Unlock()
 		s.loads.Add(1)
 		err := s.inner.Sync(ctx, ops)
+		if c := ops[len(ops)-1].Clock; err == nil && c != 0 {
+			s.skew.Store(r.Now.UnixMicro() - c) // see now
+		}
 		e.mu.Lock()
 		e.loading = nil
 		close(ch)

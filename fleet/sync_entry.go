@@ -46,24 +46,24 @@ type syncEntry struct {
 	colds    chan struct{} // closed when the key's cold decisions in flight at its creation end
 }
 
-// step runs r's algorithm on st at r.Now: Take's step, or Charge's for a
-// report (Request.Force).
-func step(r *sluice.Request, d *sluice.Decision, st *sluice.State) (int64, error) {
+// step runs r's algorithm on st at us (r's instant on the store's clock,
+// see Sync.now): Take's step, or Charge's for a report (Request.Force).
+func step(r *sluice.Request, us int64, d *sluice.Decision, st *sluice.State) (int64, error) {
 	if r.Force {
-		return r.Algorithm.ChargeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+		return r.Algorithm.ChargeMicro(d, st, &r.Limit, us, r.Cost)
 	}
-	return r.Algorithm.TakeMicro(d, st, &r.Limit, r.Now.UnixMicro(), r.Cost)
+	return r.Algorithm.TakeMicro(d, st, &r.Limit, us, r.Cost)
 }
 
-// decide runs r on st (the view, or a copy of it) and records the hit.
-func (e *syncEntry) decide(r *sluice.Request, st *sluice.State, d *sluice.Decision) error {
-	us := r.Now.UnixMicro()
+// decide runs r on st (the view, or a copy of it) at us (see step) and
+// records the hit.
+func (e *syncEntry) decide(r *sluice.Request, us int64, st *sluice.State, d *sluice.Decision) error {
 	bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
 	var before int64
 	if bucket {
 		before = debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick))
 	}
-	if _, err := step(r, d, st); err != nil {
+	if _, err := step(r, us, d, st); err != nil {
 		return err
 	}
 	d.Remaining = max(0, d.Remaining)

@@ -74,11 +74,12 @@ func (m *memShared) Take(ctx context.Context, r sluice.Request) (sluice.Decision
 	return d, err
 }
 
-func (m *memShared) SyncTake(_ context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+func (m *memShared) SyncTake(_ context.Context, r sluice.Request) (sluice.Decision, redisstore.Taken, error) {
 	m.mu.Lock()
 	m.calls = append(m.calls, 1)
 	m.mu.Unlock()
-	return m.take(r)
+	d, st, err := m.take(r)
+	return d, redisstore.Taken{State: st, Now: r.Now.UnixMicro()}, err
 }
 
 func (m *memShared) take(r sluice.Request) (sluice.Decision, sluice.State, error) {

@@ -241,7 +241,9 @@ func TestLeaseScriptTwinFarBack(t *testing.T) {
 				giveBack(sluice.GCRA, &tk, &want, 2, 0, at)
 				if err = rs.Return(ctx, []redisstore.ReturnOp{{Key: key, Algorithm: sluice.GCRA, Limit: l, Units: 2, Now: r.Now}}); err == nil {
 					// Read the state back: a take of cost 0 at t1.
-					_, got, err = rs.SyncTake(ctx, sluice.Request{Key: key, Algorithm: sluice.GCRA, Limit: l, Now: time.UnixMicro(t1)})
+					var tk redisstore.Taken
+					_, tk, err = rs.SyncTake(ctx, sluice.Request{Key: key, Algorithm: sluice.GCRA, Limit: l, Now: time.UnixMicro(t1)})
+					got = tk.State
 				}
 			case "take": // sluice's GCRA step
 				r.Cost = 1
@@ -249,7 +251,9 @@ func TestLeaseScriptTwinFarBack(t *testing.T) {
 				if _, err := sluice.GCRA.TakeMicro(&d, &want, &l, at, r.Cost); err != nil {
 					t.Fatal(err)
 				}
-				_, got, err = rs.SyncTake(ctx, r)
+				var tk redisstore.Taken
+				_, tk, err = rs.SyncTake(ctx, r)
+				got = tk.State
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -51,7 +51,7 @@ type Hit struct {
 }
 
 // SyncOp is one key's part of a Sync batch. Key, Algorithm, Limit and Hits
-// are the input; State, Now and Err the output.
+// are the input; State, Now, Clock and Err the output.
 type SyncOp struct {
 	Namespace string // as in sluice.Request
 	Key       string // limiter key, as in sluice.Request
@@ -62,9 +62,14 @@ type SyncOp struct {
 	Hits []Hit
 	// State is the key's state after the hits: every instance's count.
 	State sluice.State
-	// Now is the time (µs) the script measured the expiry from: the latest
-	// hit's, or this machine's clock for a read.
+	// Now is the time (µs) the script measured the expiry from: Redis'
+	// clock with Options.RedisTime, else the latest hit's, or this
+	// machine's clock for a read.
 	Now int64
+	// Clock is Redis' clock (µs) when the op ran, with Options.RedisTime;
+	// 0 without, the store then running on its callers' clocks. Compared
+	// with the caller's clock, it tells how far apart the two are.
+	Clock int64
 	// Err is this key's failure, if any.
 	Err error
 	// Writer and Seq make an op's hits count once. With Writer set, Redis
@@ -93,24 +98,30 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 	var errs []error
 	for i := range ops {
 		op := &ops[i]
-		op.Err = nil
+		op.Err, op.Clock = nil, 0
 		// The key's expiry is measured from the latest hit, on the clock
 		// the hits carry (the caller's, as Take's is), not from this
 		// machine's: a state that the hits leave at rest an hour after the
 		// last of them expires an hour (and the margin) after it, whatever
 		// the two clocks' distance. A read (no hits) leaves the key as it is.
+		// With RedisTime, from Redis' clock, which the hits are on too
+		// (package fleet decides on it), and which the op then reports.
 		now := wall
 		for i, h := range op.Hits {
 			if i == 0 || h.At > now {
 				now = h.At
 			}
 		}
+		nowArg := strconv.FormatInt(now, 10)
+		if s.opts.RedisTime {
+			nowArg = ""
+		}
 		bucket := op.Algorithm == sluice.TokenBucket || op.Algorithm == sluice.GCRA
 		per := 2
 		if bucket {
 			per = 4
 		}
-		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, strconv.FormatInt(now, 10), 2+per*len(op.Hits))
+		args, err := s.fleetArgs("sync", op.Algorithm, op.Limit, nowArg, 2+per*len(op.Hits))
 		if err != nil {
 			op.Err = fmt.Errorf("redisstore: sync %q: %w", op.Key, err)
 			errs = append(errs, op.Err)
@@ -157,6 +168,9 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 		if err == nil {
 			op.State, err = parseState(raw)
 		}
+		if err == nil && s.opts.RedisTime {
+			op.Clock = op.Now
+		}
 		if err != nil {
 			op.Err = fmt.Errorf("redisstore: sync %q: %w: %w", op.Key, sluice.ErrStoreUnavailable, err)
 			errs = append(errs, op.Err)
@@ -165,20 +179,30 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 	return errors.Join(errs...)
 }
 
+// Taken is what SyncTake reads besides the Decision: what a fleet instance
+// that has not seen the key yet needs to decide its next requests locally.
+type Taken struct {
+	// State is the key's state after the decision.
+	State sluice.State
+	// Now is the instant (µs) the request was decided at: Redis' clock
+	// with Options.RedisTime, else the request's Now. The difference from
+	// the request's Now is how far the caller's clock is from the store's.
+	Now int64
+}
+
 // SyncTake decides r exactly as Take does, in one round trip, and also
-// returns the key's state after it: what a fleet instance that has not seen
-// the key yet needs to decide its next requests locally.
-func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+// returns the key's state after it and the instant it was decided at.
+func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, Taken, error) {
 	now, err := s.nowArg(r.Now)
 	if err != nil {
-		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
 	if r.Cost < 0 {
-		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
+		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
 	}
 	args, err := s.fleetArgs("take", r.Algorithm, r.Limit, now, 1)
 	if err != nil {
-		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
 	args = append(args, luaCost(r.Cost))
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -202,13 +226,13 @@ func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision
 		}
 	}
 	if err != nil {
-		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
 	var d sluice.Decision
 	if _, err := r.Algorithm.TakeMicro(&d, &read, &r.Limit, us, r.Cost); err != nil {
-		return sluice.Decision{}, sluice.State{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
+		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
-	return d, after, nil
+	return d, Taken{State: after, Now: us}, nil
 }
 
 // fleetArgs checks a request for fleet.lua and returns its first arguments,

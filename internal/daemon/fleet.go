@@ -74,10 +74,10 @@ func (l *lazyRedis) Sync(ctx context.Context, ops []redisstore.SyncOp) error {
 }
 
 // SyncTake implements fleet.SyncStore.
-func (l *lazyRedis) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, error) {
+func (l *lazyRedis) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, redisstore.Taken, error) {
 	s := l.s.Load()
 	if s == nil {
-		return sluice.Decision{}, sluice.State{}, errNotConnected
+		return sluice.Decision{}, redisstore.Taken{}, errNotConnected
 	}
 	return s.SyncTake(ctx, r)
 }
