@@ -140,3 +140,65 @@ func TestPlainToTLSPort(t *testing.T) {
 	}
 	s.Close()
 }
+
+// Options.Needs: what a caller runs besides the store's scripts (the
+// daemon's deferral streams, its hot-key sets, INFO) is checked too, and
+// a user lacking one of those commands is refused by New with ErrAuth
+// naming the command and the feature; a command no Need names is not
+// asked for.
+func TestACLNeeds(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, u := range [][]string{
+		{"noread", "-xreadgroup"},
+		{"noinfo", "-info"},
+	} {
+		args := append([]string{"ACL", "SETUSER", u[0], "on", ">pw", "~sluice:*", "+@all"}, u[1:]...)
+		if _, err := redistest.Do(srv.Addr, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deferNeed := redisstore.Need{Feature: "action: defer", Commands: [][]string{
+		{"XADD", "sluice:defer:{t}:q"},
+		{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "sluice:defer:{t}:q", ">"},
+	}}
+	infoNeed := redisstore.Need{Feature: "the restart watch", Commands: [][]string{{"INFO", "server"}}}
+	otherKeys := redisstore.Need{Feature: "elsewhere", Commands: [][]string{{"XADD", "other:q"}}}
+	for _, tc := range []struct {
+		user  string
+		needs []redisstore.Need
+		want  []string // in New's error; none: connects
+	}{
+		{"noread", []redisstore.Need{infoNeed, deferNeed}, []string{"XREADGROUP", "action: defer"}},
+		{"noread", []redisstore.Need{infoNeed}, nil},
+		{"noinfo", []redisstore.Need{deferNeed, infoNeed}, []string{"INFO", "the restart watch"}},
+		{"noinfo", []redisstore.Need{deferNeed}, nil},
+		{"noinfo", []redisstore.Need{otherKeys}, []string{"XADD", "other:q", "elsewhere"}},
+	} {
+		s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Username: tc.user, Password: "pw", Needs: tc.needs})
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("user %s, needs %v: New: %v; want connected", tc.user, tc.needs, err)
+			} else {
+				s.Close()
+			}
+			continue
+		}
+		if err == nil {
+			s.Close()
+			t.Errorf("user %s, needs %v: New connected; want ErrAuth naming %q", tc.user, tc.needs, tc.want)
+			continue
+		}
+		if !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), `"`+tc.user+`"`) {
+			t.Errorf("user %s: New: %v; want ErrAuth naming the user", tc.user, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("user %s: New: %v; want it to name %q", tc.user, err, w)
+			}
+		}
+		// The scripts' commands are allowed: only the feature is named.
+		if strings.Contains(err.Error(), "the store's scripts") {
+			t.Errorf("user %s: New: %v; names the store's scripts, which the user may run", tc.user, err)
+		}
+	}
+}

@@ -120,6 +120,13 @@ type Options struct {
 	// decision in this process and in Redis under concurrent load, for at
 	// most this much added latency. 0 (the default) writes at once.
 	MaxFlushDelay time.Duration
+	// Needs are the features that run commands of their own with the
+	// same user (see Need): New checks that Redis's ACL lets the user run
+	// them too, on every master of a Cluster, and fails with ErrAuth
+	// naming the command and the feature when it does not. Ping checks
+	// them again. New always checks the store's own: its scripts' commands
+	// and Ping's.
+	Needs []Need
 	// AlwaysPipeline sends every call of a single-node store through the
 	// pipelining client, even a call made while no other is in flight
 	// (which otherwise goes through the solo client, see New): the store

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -60,6 +61,15 @@ func refused(o Options, err error) error {
 		who := "the default user (no username)"
 		if o.Username != "" {
 			who = fmt.Sprintf("user %q", o.Username)
+		}
+		if c := deniedCommand(err); c != "" {
+			// The credentials passed; the ACL refused a command the
+			// client runs as it connects.
+			what := "Redis's ACL does not let " + who + " run " + c + ", which the client runs as it connects"
+			if c == "CLUSTER SLOTS" || c == "CLUSTER SHARDS" {
+				what += " (for the Cluster's slot map)"
+			}
+			return &refusedError{op: "connect", addrs: o.Addrs, what: what, kind: ErrAuth, err: err}
 		}
 		return &refusedError{op: "connect", addrs: o.Addrs, what: "Redis refused the credentials of " + who, kind: ErrAuth, err: err}
 	}
@@ -125,6 +135,26 @@ func servesTLS(ctx context.Context, addrs []string) string {
 func closedByPeer(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// noPermCommand matches the command in Redis's NOPERM for a command
+// (Redis 7: "NOPERM this user has no permissions to run the 'cluster|slots'
+// command"; Redis 6: "NOPERM this user has no permissions to run the
+// 'cluster' command or its subcommand").
+var noPermCommand = regexp.MustCompile(`^NOPERM .*run the '([^']+)' command`)
+
+// deniedCommand returns the command, upper case with its subcommand
+// ("CLUSTER SLOTS"), that Redis's NOPERM in err names, or "".
+func deniedCommand(err error) string {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return ""
+	}
+	m := noPermCommand.FindStringSubmatch(re.Error())
+	if m == nil {
+		return ""
+	}
+	return strings.ToUpper(strings.ReplaceAll(m[1], "|", " "))
 }
 
 // refusedCredentials reports whether err is Redis refusing to let the
