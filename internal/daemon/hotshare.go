@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // Hot keys shared by the fleet (shards: auto). Each instance finds its hot
@@ -30,7 +33,9 @@ const maxFleetHot = 1000
 // shareHot adds ARGV[2…] (this instance's hot keys) to the set KEYS[1]
 // until ARGV[1] ms from now, drops the members that expired, and returns
 // the others.
-var shareHot = rueidis.NewLuaScript(`
+var shareHot = rueidis.NewLuaScript(shareHotLua)
+
+var shareHotLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
@@ -42,7 +47,28 @@ if #ARGV > 1 then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
 return redis.call('ZRANGE', KEYS[1], 0, ` + strconv.Itoa(maxFleetHot-1) + `)
-`)
+`
+
+// shareHotCall matches a command of shareHotLua and whether it runs on
+// KEYS[1].
+var shareHotCall = regexp.MustCompile(`redis\.call\('([A-Z]+)'(, KEYS\[1\])?`)
+
+// hotShareCommands are the commands shareHot runs on key, as Redis's ACL
+// reads them (redisstore.Need): read from the script, so the list cannot
+// drift from it.
+func hotShareCommands(key string) [][]string {
+	cmds := redisstore.ScriptsOn(key)
+	for _, m := range shareHotCall.FindAllStringSubmatch(shareHotLua, -1) {
+		argv := []string{m[1]}
+		if m[2] != "" {
+			argv = append(argv, key)
+		}
+		if !slices.ContainsFunc(cmds, func(c []string) bool { return slices.Equal(c, argv) }) {
+			cmds = append(cmds, argv)
+		}
+	}
+	return cmds
+}
 
 // refreshHot recomputes the hot sets (Set.Refresh) and, on Redis, shares
 // those of the rules with shards: auto with the fleet. A rule without it

@@ -56,6 +56,10 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 			return fmt.Errorf("daemon: store.redis.tls: %w", err)
 		}
 	}
+	prefix := r.KeyPrefix
+	if prefix == "" {
+		prefix = redisstore.DefaultPrefix
+	}
 	opts := redisstore.Options{
 		Addrs:     r.Addrs,
 		Cluster:   r.Cluster,
@@ -68,6 +72,7 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 		RedisTime: true,
 
 		MaxFlushDelay: r.MaxFlushDelay,
+		Needs:         redisNeeds(cfg, prefix),
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)

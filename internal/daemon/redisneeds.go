@@ -1,0 +1,62 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// redisNeeds returns what the daemon of cfg runs in Redis besides the
+// store's scripts and Ping, for the store's ACL check at startup
+// (redisstore.Options.Needs), keys under prefix: INFO server (the
+// restart watch, always), the deferral queue's commands when a rule has
+// action: defer, and the fleet's hot-key sets' when a rule or Envoy
+// descriptor has shards: auto. A user whose ACL lacks one of them is
+// refused at startup, naming the command and what needs it, rather than
+// running with that feature failing NOPERM at every turn; a command no
+// feature in the config runs is not asked for.
+//
+// It reads the config as it is at startup: a reload that adds a defer
+// rule (or shards: auto) is not checked, and a missing command then
+// shows in the feature's errors.
+func redisNeeds(cfg *config.Config, prefix string) []redisstore.Need {
+	needs := []redisstore.Need{{
+		Feature:  fmt.Sprintf("the restart watch, every %v", RedisWatchInterval),
+		Commands: [][]string{{"INFO", "server"}},
+	}}
+	var deferred, auto []string
+	for i := range cfg.Rules {
+		sp := &cfg.Rules[i]
+		if sp.Action == "defer" {
+			deferred = append(deferred, fmt.Sprintf("%q", sp.Name))
+		}
+		if sp.Shards.Auto {
+			auto = append(auto, sp.Name)
+		}
+	}
+	if set, err := LoadDescriptors(cfg); err == nil && set != nil {
+		// An error is told when the rules are built.
+		set.Each(func(r *descriptors.Rule) {
+			if r.Shards.Auto {
+				auto = append(auto, r.FullName())
+			}
+		})
+	}
+	if len(deferred) > 0 {
+		needs = append(needs, redisstore.Need{
+			Feature:  "action: defer of rule " + strings.Join(deferred, ", "),
+			Commands: deferq.Commands(prefix + "defer:"),
+		})
+	}
+	for _, name := range auto {
+		needs = append(needs, redisstore.Need{
+			Feature:  fmt.Sprintf("shards: auto of %q (the fleet's hot keys)", name),
+			Commands: hotShareCommands(prefix + "hot:" + name),
+		})
+	}
+	return needs
+}

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// needsConfig is a Redis config with a defer rule, a shards: auto rule,
+// both or neither (features "defer", "auto"), for user u.
+func needsConfig(addrs []string, cluster bool, user string, features ...string) string {
+	text := fmt.Sprintf(`listen: 127.0.0.1:0
+proxy: {listen: 127.0.0.1:0, upstream: "http://127.0.0.1:1"}
+store:
+  type: redis
+  redis: {addrs: [%s], cluster: %v, timeout: 2s, username: %s, password: pw}
+rules:
+  - name: plain
+    rate: 5/m
+`, strings.Join(addrs, ", "), cluster, user)
+	for _, f := range features {
+		switch f {
+		case "defer":
+			text += "  - name: jobs\n    match: {path: /jobs}\n    rate: 1/m\n    action: defer\n"
+		case "auto":
+			text += "  - name: hot\n    rate: 1000/s\n    shards: auto\n"
+		}
+	}
+	return text
+}
+
+// newWith builds a daemon of text; its error, or nil (and it is closed).
+func newWith(t *testing.T, text string) error {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{})
+	if err == nil {
+		d.Close()
+	}
+	return err
+}
+
+// A user whose ACL lacks a command a configured feature runs besides the
+// store's scripts (the deferral streams of action: defer, the hot-key
+// sets of shards: auto, INFO for the restart watch) is a startup error
+// naming the command and the feature. It used to start, and the feature
+// failed NOPERM at every turn (deferred requests refused, replay never
+// reading, run_ids never read). A command no feature of the config runs
+// is not asked for.
+func TestRedisACLFeatureNeeds(t *testing.T) {
+	addr := redistest.StartServer(t).Addr
+	for _, u := range [][]string{{"noread", "-xreadgroup"}, {"nozadd", "-zadd"}, {"noinfo", "-info"}} {
+		args := append([]string{"ACL", "SETUSER", u[0], "on", ">pw", "~sluice:*", "&*", "+@all"}, u[1:]...)
+		if _, err := redistest.Do(addr, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		user     string
+		features []string
+		want     []string // in New's error; none: starts
+	}{
+		{"noread", []string{"defer", "auto"}, []string{"XREADGROUP", `action: defer of rule "jobs"`}},
+		{"noread", []string{"auto"}, nil},
+		{"nozadd", []string{"defer", "auto"}, []string{"ZADD", `shards: auto of "hot"`}},
+		{"nozadd", []string{"defer"}, nil},
+		{"noinfo", nil, []string{"INFO", "the restart watch"}},
+	} {
+		err := newWith(t, needsConfig([]string{addr}, false, tc.user, tc.features...))
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("user %s with %v: New: %v; want started", tc.user, tc.features, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("user %s with %v: started; want an error naming %q", tc.user, tc.features, tc.want)
+			continue
+		}
+		for _, w := range append(tc.want, "store.redis.username", `user "`+tc.user+`"`) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("user %s with %v: New: %v; want it to name %q", tc.user, tc.features, err, w)
+			}
+		}
+	}
+}
+
+// On a Cluster, users are per node: a user lacking XREADGROUP on one
+// master only is refused at startup, naming that master.
+func TestRedisACLFeatureNeedsCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	for i, a := range c.Addrs {
+		args := []string{"ACL", "SETUSER", "u", "on", ">pw", "~sluice:*", "&*", "+@all"}
+		if i == 2 {
+			args = append(args, "-xreadgroup")
+		}
+		if _, err := redistest.Do(a, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := newWith(t, needsConfig(c.Addrs, true, "u", "defer"))
+	if err == nil || !strings.Contains(err.Error(), "XREADGROUP") || !strings.Contains(err.Error(), "master "+c.Addrs[2]) || strings.Contains(err.Error(), "master "+c.Addrs[0]) {
+		t.Errorf("New with master %s lacking XREADGROUP: %v; want an error naming XREADGROUP and that master only", c.Addrs[2], err)
+	}
+	if err := newWith(t, needsConfig(c.Addrs, true, "u")); err != nil {
+		t.Errorf("New without a defer rule: %v; want started", err)
+	}
+}
