@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -269,7 +268,8 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	}
 	w.WriteHeader(resp.StatusCode)
 	eof, err := copyBody(w, resp)
-	reuse := eof && err == nil && stop() && !resp.Close && c.br.Buffered() == 0
+	c.endStream()
+	reuse := eof && err == nil && stop() && !resp.Close && c.br.Buffered() == 0 && !c.aborted.Load()
 	if !eof || err != nil {
 		stop()
 	}
@@ -359,70 +359,16 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 			c.lim = p.maxHeader
 			continue
 		}
-		if p.rht > 0 && (resp.ContentLength < 0 || int64(c.br.Buffered()) < resp.ContentLength) {
+		if p.rht > 0 && resp.Body != http.NoBody && (resp.ContentLength < 0 || int64(c.br.Buffered()) < resp.ContentLength) {
 			// The body is still to come: it streams without a
-			// deadline. (A body already in the buffer needs no
-			// read; the next request on c sets its own deadline.)
-			c.rdl = time.Time{}
-			c.setReadDeadline(time.Time{})
+			// deadline, its client watched once the request is
+			// WatchClientAfter old (watch.go). (A body already in the
+			// buffer needs no read; the next request on c sets its
+			// own deadline.)
+			c.streamFor(r.Context())
 		}
 		return resp, nil
 	}
-}
-
-// WatchClientAfter is how long the fast path waits for the first byte
-// of an answer before it watches its client: the h1 front does not watch
-// a connection while its handler runs (that read per request is part of
-// what it saves), so a client that gives up on a slow upstream would hold
-// the upstream's request until response_header_timeout. After this long
-// without a byte the wait is no longer the common fast one, and a watch
-// costs nothing that matters; a client gone then frees the upstream
-// connection at once, as nginx closes its upstream request when its
-// client goes.
-const WatchClientAfter = time.Second
-
-// firstWait is the read deadline the fast path sets for the first byte
-// of an answer, from the request's start: WatchClientAfter where the
-// client is to be watched after it, else response_header_timeout.
-func (p *Proxy) firstWait() time.Duration {
-	if p.rht > WatchClientAfter {
-		return WatchClientAfter
-	}
-	return p.rht
-}
-
-// errClientGone ends a round trip whose client went away while the
-// upstream had not answered (awaitAnswer).
-var errClientGone = errors.New("proxy: the client went away before the upstream answered")
-
-// awaitAnswer waits for the first byte of the upstream's answer on c
-// (read into c.br, from which the answer is parsed). If WatchClientAfter
-// passes first, it watches r's client (h1.Watch) while it waits on, until
-// response_header_timeout from the request's start (now): a client that
-// goes away then closes c and ends the round trip with errClientGone.
-func (p *Proxy) awaitAnswer(c *upConn, r *http.Request, now time.Time) error {
-	if p.firstWait() == p.rht || c.br.Buffered() > 0 {
-		return nil // the parse's own reads wait, under rht
-	}
-	_, err := c.br.Peek(1)
-	var ne net.Error
-	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
-		return nil // the answer's first byte, or an error the parse meets again
-	}
-	ctx, stopWatch := h1.Watch(r.Context())
-	defer stopWatch()
-	stopAbort := context.AfterFunc(ctx, c.abort)
-	// The deadline of the rest of the wait; c.rdl is left zero, so that
-	// the next request on c sets its own short one.
-	c.rdl = time.Time{}
-	c.setReadDeadline(now.Add(p.rht))
-	_, err = c.br.Peek(1)
-	if !stopAbort() && r.Context().Err() == nil {
-		// The client went away (if r's context is done, the caller
-		// sees that): c's deadline is past, its answer unread.
-		return errClientGone
-	}
-	return nil // the answer's first byte, or an error the parse meets again
 }
 
 // copyBody copies resp's body to w, flushing each piece of a stream (a

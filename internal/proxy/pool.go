@@ -60,6 +60,12 @@ type upConn struct {
 	// (setReadDeadline).
 	abort   func()
 	aborted atomic.Bool
+	// While an answer's body streams (watch.go: streamFor): the
+	// request's context, until the read deadline set at the request's
+	// start makes Read watch its client; then what stops the watch.
+	client  context.Context
+	unwatch func()
+	unabort func() bool
 	// sc and peek tell whether the socket holds bytes (or an EOF) while
 	// the connection is idle (pending); peek is bound once, as abort.
 	sc     syscall.RawConn
@@ -105,6 +111,13 @@ func (c *upConn) Read(p []byte) (int, error) {
 		c.out = c.out[:0]
 	} else {
 		n, err = c.nc.Read(p)
+		if n == 0 && c.client != nil && err != nil && isTimeout(err) && !c.aborted.Load() {
+			// A body still streaming when the deadline set at its
+			// request's start passes: its client is watched from now
+			// on (watch.go), and the read waits on without a deadline.
+			c.watchClient()
+			n, err = c.nc.Read(p)
+		}
 	}
 	if c.lim >= 0 {
 		c.lim -= int64(n)
@@ -126,6 +139,11 @@ func (c *upConn) setReadDeadline(t time.Time) {
 	if c.aborted.Load() {
 		c.nc.SetReadDeadline(time.Unix(1, 0))
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // get returns an idle connection (reused: true) or a new one; now is the
