@@ -51,6 +51,7 @@ type Lease struct {
 	keys  map[nsKey]*leaseEntry
 	sweep int // sweep the keys when there are more than this
 	skip  int // new keys refused at MaxKeys before the next sweep for room
+	swept int // keys the sweeps looked at: their cost, for tests
 	// recent is the keys without an entry asked for in the current
 	// second of request time (recentAt) and the one before (see warm).
 	recent   recent

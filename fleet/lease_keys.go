@@ -57,20 +57,23 @@ func (l *Lease) warm(k nsKey, us int64) bool {
 }
 
 // roomLocked sweeps the keys for room for a new one at MaxKeys, and reports
-// whether there is. A sweep that frees nothing is not tried again for the
-// next MaxKeys/16 new keys (decided in the store meanwhile), so that its
-// cost, a pass over the keys, stays a few steps per decision. l.mu is held.
+// whether there is. After a sweep that frees fewer than MaxKeys/16 keys,
+// the next MaxKeys/16 new keys that find no room are decided in the store
+// without one, so that its cost, a pass over the keys, stays about 16
+// steps per new key: keys going idle one at a time, as under steady wide
+// traffic, would otherwise cost a pass per new key, under l.mu. l.mu is
+// held.
 func (l *Lease) roomLocked(us int64) bool {
 	if l.skip > 0 {
 		l.skip--
 		return false
 	}
+	held := len(l.keys)
 	l.sweepLocked(us)
-	if full(len(l.keys), l.opts.MaxKeys) {
+	if held-len(l.keys) < max(1, l.opts.MaxKeys/16) {
 		l.skip = l.opts.MaxKeys / 16
-		return false
 	}
-	return true
+	return !full(len(l.keys), l.opts.MaxKeys)
 }
 
 // minSweep is the fewest keys a Lease keeps before it sweeps.
@@ -82,6 +85,7 @@ const minSweep = 4096
 // the keys have doubled since the last sweep, so its cost is spread over
 // the keys added. l.mu is held.
 func (l *Lease) sweepLocked(us int64) {
+	l.swept += len(l.keys)
 	for k, e := range l.keys {
 		if !e.mu.TryLock() {
 			continue
