@@ -52,6 +52,14 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		verdict := 0 // 0: none (the store failed), 1 allowed, 2 shadow-denied
 		for ; i < len(ms) && ms[i].Rule == r; i++ {
 			req, n := e.request(r, ms[i].Key, cost, now)
+			if !res.Allowed {
+				// Denied traffic consumes nothing, a shadow rule's
+				// counter included (enforced, the rule would not be
+				// charged either): ask without counting, and take the
+				// rule's own verdict from what remains, as an enforcing
+				// rule counts its own in a request another refused.
+				req.Cost = 0
+			}
 			t0 := time.Now()
 			d, err := e.store.Take(ctx, req)
 			a.timed(t0)
@@ -63,6 +71,9 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 					e.storeFailed(err)
 				}
 				continue
+			}
+			if !res.Allowed {
+				d.Allowed = d.Allowed && d.Remaining >= cost
 			}
 			if d.Allowed {
 				verdict = max(verdict, 1)

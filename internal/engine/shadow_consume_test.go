@@ -1,0 +1,51 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// TestShadowChargedByAdmittedRequestsOnly: denied traffic consumes
+// nothing, a shadow rule's counter included. A shadow rule is tried on
+// live traffic to learn what it would refuse once enforced; enforced, it
+// would not be charged by the requests another rule refuses, so in
+// shadow it must not be either, or it reports refusals its enforcement
+// would never make. In a refused request it counts its own verdict
+// without being charged, as an enforcing rule does (and as the Envoy
+// service's shadow_mode descriptors do).
+func TestShadowChargedByAdmittedRequestsOnly(t *testing.T) {
+	clk := &clock{t: t0}
+	strict := rule("strict", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
+	trial := rule("trial", sluice.FixedWindow, sluice.PerHour(5), rules.Shadow, 0)
+	e, reg := newEngine(t, "", clk.Now, strict, trial)
+	both := []rules.Match{{Rule: strict, Key: "s"}, {Rule: trial, Key: "t"}}
+	for i := range 10 {
+		if res := e.Admit(context.Background(), both, 1); res.Allowed != (i < 2) {
+			t.Fatalf("request %d: allowed %v, want %v (strict admits 2)", i, res.Allowed, i < 2)
+		}
+	}
+	// trial was charged by the 2 admitted requests only: 3 more fit.
+	for range 4 {
+		e.Admit(context.Background(), both[1:], 1)
+	}
+	// Both over their limits: each counts its own refusal.
+	e.Admit(context.Background(), both, 1)
+	got := metricstest.Gather(t, reg)
+	for name, want := range map[string]float64{
+		`sluice_decisions_total{result="allowed",rule="strict"}`:      2,
+		`sluice_decisions_total{result="denied",rule="strict"}`:       9,
+		`sluice_decisions_total{result="allowed",rule="trial"}`:       13, // 10 with strict (8 refused by it, trial under its limit), 3 alone
+		`sluice_decisions_total{result="shadow_denied",rule="trial"}`: 2,  // the 4th alone, and the last
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	if res := e.Check(context.Background(), trial, "t", 0); res.Decision.Remaining != 0 {
+		t.Errorf("trial's counter: %d remaining, want 0 (charged by the 5 admitted requests)", res.Decision.Remaining)
+	}
+}
