@@ -272,7 +272,8 @@ func (s *Server) start() error {
 		s.Stop()
 		return fmt.Errorf("redis-server on %s not ready after %v: %s", s.Addr, startTimeout, tail(logs.String()))
 	}
-	if _, err := Do(s.Addr, "PING"); err != nil {
+	// NOAUTH answers too: a server (a Sentinel) that requires a password.
+	if _, err := Do(s.Addr, "PING"); err != nil && !strings.HasPrefix(err.Error(), "NOAUTH") {
 		s.Stop()
 		return fmt.Errorf("redis-server on %s: PING: %w", s.Addr, err)
 	}

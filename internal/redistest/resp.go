@@ -16,12 +16,32 @@ import (
 // joined with newlines). A Redis error reply is returned as an error. It is
 // meant for test setup and inspection, not for load.
 func Do(addr string, args ...string) (string, error) {
+	return DoAuth(addr, "", "", args...)
+}
+
+// DoAuth is Do on a connection that first authenticates (AUTH) with
+// password pass, as user when it is not "" (no AUTH when pass is "").
+func DoAuth(addr, user, pass string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if pass != "" {
+		auth := []string{"AUTH", pass}
+		if user != "" {
+			auth = []string{"AUTH", user, pass}
+		}
+		if _, err := roundTrip(conn, r, auth); err != nil {
+			return "", fmt.Errorf("redistest: AUTH: %w", err)
+		}
+	}
+	return roundTrip(conn, r, args)
+}
+
+func roundTrip(conn net.Conn, r *bufio.Reader, args []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -30,7 +50,7 @@ func Do(addr string, args ...string) (string, error) {
 	if _, err := io.WriteString(conn, b.String()); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(conn))
+	return readReply(r)
 }
 
 func readReply(r *bufio.Reader) (string, error) {

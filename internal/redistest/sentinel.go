@@ -26,6 +26,22 @@ func StartSentinel(tb testing.TB, master *Server) string {
 // master's INFO).
 func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
 	tb.Helper()
+	return startSentinel(tb, master, downAfter, replicas, "", "")
+}
+
+// StartSentinelAuth is StartSentinel for a master whose clients must give
+// the password masterPass (its requirepass, or the default user's), with
+// a Sentinel that requires sentinelPass of its own clients (its
+// requirepass): so the two differ, as they may in production. The
+// Sentinel logs in to the master with masterPass (sentinel auth-pass).
+// DoAuth reaches the Sentinel.
+func StartSentinelAuth(tb testing.TB, master *Server, masterPass, sentinelPass string) string {
+	tb.Helper()
+	return startSentinel(tb, master, 5*time.Second, nil, masterPass, sentinelPass)
+}
+
+func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server, masterPass, sentinelPass string) string {
+	tb.Helper()
 	host, port, _ := net.SplitHostPort(master.Addr)
 	var lastErr error
 	for range 20 {
@@ -39,6 +55,12 @@ func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, re
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n"+
 			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster %d\n",
 			p, dir, host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
+		if masterPass != "" {
+			text += "sentinel auth-pass mymaster " + masterPass + "\n"
+		}
+		if sentinelPass != "" {
+			text += "requirepass " + sentinelPass + "\n"
+		}
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
@@ -49,10 +71,17 @@ func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, re
 		tb.Cleanup(s.Stop)
 		deadline := time.Now().Add(startTimeout)
 		for {
-			got, err := Do(s.Addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+			got, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
 			ok := err == nil && got == host+"\n"+port
+			if ok && masterPass != "" {
+				// The master is known from the config alone until the
+				// Sentinel has logged in to it and read its INFO (run_id).
+				m, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "MASTER", "mymaster")
+				_, after, _ := strings.Cut(m, "\nrunid\n")
+				ok = err == nil && after != "" && !strings.HasPrefix(after, "\n")
+			}
 			if ok && len(replicas) > 0 {
-				known, err := Do(s.Addr, "SENTINEL", "REPLICAS", "mymaster")
+				known, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "REPLICAS", "mymaster")
 				for _, r := range replicas {
 					ok = ok && err == nil && strings.Contains(known, r.Addr)
 				}
