@@ -102,6 +102,11 @@ type Options struct {
 	Sentinel string
 	// Username and Password authenticate (AUTH; Username for Redis ACLs).
 	Username, Password string
+	// SentinelCredentials, with Sentinel, are what the Sentinels get
+	// (AUTH) when they require credentials other than the master's: nil
+	// (the default) gives them Username and Password; &Credentials{} none,
+	// for Sentinels that require none.
+	SentinelCredentials *Credentials
 	// TLS, if set, connects with TLS.
 	TLS *tls.Config
 	// Timeout bounds every call to Redis, connecting included; default 50ms.
@@ -132,6 +137,12 @@ type Options struct {
 	// (which otherwise goes through the solo client, see New): the store
 	// as it was before, for benchmarks that compare the two.
 	AlwaysPipeline bool
+}
+
+// Credentials are a Redis user and its password (AUTH); Username ""
+// is the default user.
+type Credentials struct {
+	Username, Password string
 }
 
 // Defaults.
@@ -168,6 +179,14 @@ func (o Options) Validate() error {
 	}
 	if o.Cluster && o.Sentinel != "" {
 		errs = append(errs, errors.New("redisstore: options: cluster and sentinel are exclusive"))
+	}
+	if c := o.SentinelCredentials; c != nil {
+		if o.Sentinel == "" {
+			errs = append(errs, errors.New("redisstore: options: sentinel credentials without sentinel"))
+		}
+		if c.Username != "" && c.Password == "" {
+			errs = append(errs, errors.New("redisstore: options: sentinel credentials: a username needs its password"))
+		}
 	}
 	if o.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("redisstore: options: timeout %v must not be negative", o.Timeout))
@@ -234,7 +253,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		DialCtxFn:        hs.dialer(),
 	}
 	if o.Sentinel != "" {
-		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: o.Username, Password: o.Password, TLSConfig: o.TLS}
+		c := o.sentinelCredentials()
+		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: c.Username, Password: c.Password, TLSConfig: o.TLS}
 	}
 	type result struct {
 		c, solo rueidis.Client
@@ -278,6 +298,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	if r.err != nil {
 		if err := refused(o, r.err); err != nil {
+			if o.Sentinel != "" && errors.Is(err, ErrAuth) {
+				if re := sentinelRefuses(o); re != nil {
+					return nil, re
+				}
+			}
 			return nil, err
 		}
 		if err := refusedAfterHandshake(o, hs.askedCert(), r.err); err != nil {

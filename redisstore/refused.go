@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -46,6 +47,8 @@ type refusedError struct {
 	byRedis bool
 	// needsTLS: Options.TLS unset, and Redis serves only TLS there.
 	needsTLS bool
+	// bySentinel: the Sentinels refused their credentials.
+	bySentinel bool
 }
 
 func (e *refusedError) Error() string {
@@ -77,6 +80,61 @@ func refused(o Options, err error) error {
 		return &refusedError{op: "connect", addrs: o.Addrs, what: "the TLS handshake failed", kind: ErrTLS, err: err, byRedis: remoteTLSAlert(err)}
 	}
 	return nil
+}
+
+// sentinelCredentials are what the Sentinels get (SentinelCredentials,
+// or the master's).
+func (o Options) sentinelCredentials() Credentials {
+	if c := o.SentinelCredentials; c != nil {
+		return *c
+	}
+	return Credentials{o.Username, o.Password}
+}
+
+// sentinelRefuses returns, as an ErrAuth *refusedError, the first of the
+// Sentinels (o.Addrs) that refuses the credentials it gets, else nil. New
+// asks when the connection was refused credentials, to tell whether the
+// Sentinels or the master did: rueidis says only WRONGPASS.
+func sentinelRefuses(o Options) error {
+	cr := o.sentinelCredentials()
+	who := "the default user"
+	if cr.Username != "" {
+		who = fmt.Sprintf("user %q", cr.Username)
+	}
+	for _, a := range o.Addrs {
+		done := make(chan error, 1)
+		go func() {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, Username: cr.Username, Password: cr.Password,
+				TLSConfig: o.TLS, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: max(o.Timeout, time.Second)}})
+			if err == nil {
+				c.Close()
+			}
+			done <- err
+		}()
+		t := time.NewTimer(max(o.Timeout, time.Second))
+		var err error
+		select {
+		case err = <-done:
+		case <-t.C:
+		}
+		t.Stop()
+		if refusedCredentials(err) {
+			what := "the Sentinel at " + a + " refused the credentials of " + who
+			if o.SentinelCredentials == nil {
+				what += " (the master's, which the Sentinels get unless they have their own)"
+			}
+			return &refusedError{op: "connect", addrs: o.Addrs, what: what, kind: ErrAuth, err: err, bySentinel: true}
+		}
+	}
+	return nil
+}
+
+// SentinelRefused reports whether err (of New) is ErrAuth because the
+// Sentinels refused the credentials they get (Options.SentinelCredentials,
+// or the master's), not the master.
+func SentinelRefused(err error) bool {
+	var re *refusedError
+	return errors.As(err, &re) && re.bySentinel
 }
 
 // refusedAfterHandshake returns err as an ErrTLS *refusedError when it is
