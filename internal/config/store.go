@@ -39,7 +39,12 @@ type RedisConfig struct {
 	Timeout  time.Duration `yaml:"timeout"`
 	Username string        `yaml:"username"`
 	Password string        `yaml:"password"` // use ${ENV} rather than writing it in the file
-	DB       int           `yaml:"db"`       // database number; must be 0 with Cluster
+	// SentinelUsername and SentinelPassword are what the Sentinels get
+	// when they require credentials other than the master's; left out,
+	// they get Username and Password.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
+	DB               int    `yaml:"db"` // database number; must be 0 with Cluster
 	// TLS is tls: true (the system's CA roots), false, or a mapping of
 	// files (RedisTLS), which turns TLS on.
 	TLS RedisTLS `yaml:"tls"`
@@ -51,6 +56,16 @@ type RedisConfig struct {
 	// per decision under load, for at most this much latency. Default 0
 	// (write at once).
 	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
+}
+
+// SentinelCredentials are what the Sentinels get (redisstore.Options'
+// field of the name): nil, for the master's, unless sentinel_username or
+// sentinel_password is set.
+func (r *RedisConfig) SentinelCredentials() *redisstore.Credentials {
+	if r.SentinelUsername == "" && r.SentinelPassword == "" {
+		return nil
+	}
+	return &redisstore.Credentials{Username: r.SentinelUsername, Password: r.SentinelPassword}
 }
 
 // The store types.
@@ -114,6 +129,16 @@ func (r *RedisConfig) check(ck *checker) {
 	if r.Sentinel != "" && r.Cluster {
 		ck.fail("store.redis.sentinel", "set with cluster: true: Sentinel watches one master, Cluster shards over many; keep one")
 	}
+	if r.Sentinel == "" {
+		if r.SentinelUsername != "" {
+			ck.fail("store.redis.sentinel_username", "set without store.redis.sentinel: only Sentinels get it")
+		}
+		if r.SentinelPassword != "" {
+			ck.fail("store.redis.sentinel_password", "set without store.redis.sentinel: only Sentinels get it")
+		}
+	} else if r.SentinelUsername != "" && r.SentinelPassword == "" {
+		ck.fail("store.redis.sentinel_username", "set without store.redis.sentinel_password: a user logs in with its password")
+	}
 	ck.between("store.redis.timeout", r.Timeout, time.Millisecond, time.Minute)
 	if r.MaxFlushDelay < 0 || r.MaxFlushDelay > time.Millisecond {
 		ck.fail("store.redis.max_flush_delay", "%v must be between 0 and 1ms", r.MaxFlushDelay)
@@ -133,5 +158,5 @@ func (r *RedisConfig) check(ck *checker) {
 
 func (r *RedisConfig) zero() bool {
 	return len(r.Addrs) == 0 && !r.Cluster && r.Sentinel == "" && r.Timeout == 0 && r.Username == "" &&
-		r.Password == "" && r.DB == 0 && r.TLS == (RedisTLS{}) && r.KeyPrefix == "" && r.MaxFlushDelay == 0
+		r.Password == "" && r.SentinelUsername == "" && r.SentinelPassword == "" && r.DB == 0 && r.TLS == (RedisTLS{}) && r.KeyPrefix == "" && r.MaxFlushDelay == 0
 }

@@ -61,15 +61,17 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 		prefix = redisstore.DefaultPrefix
 	}
 	opts := redisstore.Options{
-		Addrs:     r.Addrs,
-		Cluster:   r.Cluster,
-		Sentinel:  r.Sentinel,
-		Username:  r.Username,
-		Password:  r.Password,
-		TLS:       tlsConfig,
-		Timeout:   r.Timeout,
-		Prefix:    r.KeyPrefix,
-		RedisTime: true,
+		Addrs:    r.Addrs,
+		Cluster:  r.Cluster,
+		Sentinel: r.Sentinel,
+		Username: r.Username,
+		Password: r.Password,
+
+		SentinelCredentials: r.SentinelCredentials(),
+		TLS:                 tlsConfig,
+		Timeout:             r.Timeout,
+		Prefix:              r.KeyPrefix,
+		RedisTime:           true,
 
 		MaxFlushDelay: r.MaxFlushDelay,
 		Needs:         redisNeeds(cfg, prefix),
@@ -204,6 +206,8 @@ var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluic
 func refusalHint(err error) string {
 	var he x509.HostnameError
 	switch {
+	case redisstore.SentinelRefused(err):
+		return "check store.redis.sentinel_username and store.redis.sentinel_password (left out, the Sentinels get store.redis.username and password), and the Sentinels' requirepass or ACL users"
 	case !errors.Is(err, redisstore.ErrTLS):
 	case redisstore.TLSNeeded(err):
 		return "set store.redis.tls: Redis serves only TLS at that address, and the connection does not use it"
