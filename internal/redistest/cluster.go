@@ -3,7 +3,9 @@ package redistest
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,9 @@ import (
 // its own loopback port; Addrs are the nodes' addresses.
 type Cluster struct {
 	Addrs []string
+	// TLSAddrs are where the nodes of StartTLSCluster serve TLS; nil for
+	// the others.
+	TLSAddrs []string
 
 	Nodes []*Server
 }
@@ -22,15 +27,58 @@ type Cluster struct {
 // cluster_state:ok. The nodes are stopped when the test ends.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
+	return startCluster(tb, func() *Server { return newServer(tb, true) })
+}
+
+// StartTLSCluster is StartCluster whose nodes also serve TLS clients, on
+// TLSAddrs, with the certificate and key in the PEM files cert and key,
+// and speak TLS to each other on the cluster bus (tls-cluster yes): each
+// presents that certificate to the others and trusts the CA in the PEM
+// file ca, so the certificate must be valid for 127.0.0.1 as a server's
+// and as a client's (tlstest's Peer). TLS clients are not asked for a
+// certificate, and the Cluster tells them the TLS ports (CLUSTER SLOTS,
+// MOVED). Addrs stay plain, for setting the nodes up with Do.
+func StartTLSCluster(tb testing.TB, cert, key, ca string) *Cluster {
+	tb.Helper()
+	return startCluster(tb, func() *Server {
+		s, err := tryStart(tb, func() (*Server, error) {
+			port, err := freePort(true)
+			if err != nil {
+				return nil, err
+			}
+			tport, err := freePort(false)
+			if err != nil {
+				return nil, err
+			}
+			if tport == port || tport == port+10000 {
+				return nil, fmt.Errorf("port %d drawn twice", tport)
+			}
+			return &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
+				tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, dir: tb.TempDir(), cluster: true,
+				extra: []string{"--tls-ca-cert-file", ca, "--tls-cluster", "yes"}}, nil
+		})
+		if err != nil {
+			tb.Fatalf("redistest: cannot start a TLS cluster node: %v; %s (redis-server must be built with TLS)", err, installHint)
+		}
+		return s
+	})
+}
+
+// startCluster starts three nodes with start and joins them.
+func startCluster(tb testing.TB, start func() *Server) *Cluster {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		tb.Fatalf("redistest: redis-cli not found on PATH: %v; %s", err, installHint)
 	}
 	c := &Cluster{}
 	for range 3 {
-		s := newServer(tb, true)
+		s := start()
 		tb.Cleanup(s.Stop)
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
+		if s.TLSAddr != "" {
+			c.TLSAddrs = append(c.TLSAddrs, s.TLSAddr)
+		}
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")

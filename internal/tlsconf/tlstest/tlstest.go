@@ -79,6 +79,15 @@ func (ca *CA) ServerWith(t testing.TB, name string, edit func(*x509.Certificate)
 	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil, edit)
 }
 
+// Peer issues a certificate for 127.0.0.1 and localhost that is valid
+// both as a server's and as a client's: for servers that connect to each
+// other, such as the nodes of a Redis Cluster on a TLS cluster bus.
+func (ca *CA) Peer(t testing.TB) Pair {
+	t.Helper()
+	return ca.issue(t, "peer", x509.ExtKeyUsageServerAuth, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil,
+		func(c *x509.Certificate) { c.ExtKeyUsage = append(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) })
+}
+
 // Client makes a client certificate whose SANs are the DNS names dns and
 // the URIs uris.
 func (ca *CA) Client(t testing.TB, name string, dns []string, uris ...string) Pair {
