@@ -74,7 +74,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		// The connection cap and accounting of the HTTP listeners; gRPC
 		// itself bounds the handshake, streams per connection, message
 		// size and keepalive pings (server.GRPCOptions).
-		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, d.metrics.Listener("grpc"))
+		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, 0, d.metrics.Listener("grpc"))
 		var gopts server.GRPCOptions
 		if t := cfg.GRPC.TLS; t != nil {
 			r, err := tlsconf.NewReloadable(t.Options(), "h2")

@@ -50,11 +50,15 @@ type Listener struct {
 	hijacked map[*conn]struct{} // taken over from the server and open (see CloseHijacked)
 }
 
-// Wrap returns ln capped at max connections (0: no cap), counting into m
-// (nil: nowhere).
-func Wrap(ln net.Listener, max int, m *metrics.Listener) *Listener {
-	return &Listener{Listener: ln, max: int64(max), metrics: m}
+// Wrap returns ln capped at max connections (0: no cap), its
+// connections' writes bounded by send (send_timeout, see conn.Write; 0:
+// no bound), counting into m (nil: nowhere).
+func Wrap(ln net.Listener, max int, send time.Duration, m *metrics.Listener) *Listener {
+	return &Listener{Listener: ln, max: int64(max), send: send, metrics: m}
 }
+
+// SendTimeout returns the send timeout of the connections accepted.
+func (l *Listener) SendTimeout() time.Duration { return l.send }
 
 // Open returns the places held now: the connections, and the HTTP/2
 // requests in flight beyond the first on each connection.

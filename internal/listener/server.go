@@ -55,8 +55,7 @@ type Options struct {
 // (chunked; HTTP/1.0 keep-alive): see closeDoubtful.
 func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener) {
 	m := o.Metrics.Listener(o.Name)
-	wl := Wrap(ln, o.MaxConnections, m)
-	wl.send = o.SendTimeout
+	wl := Wrap(ln, o.MaxConnections, o.SendTimeout, m)
 	srv := &http.Server{
 		Handler:           closeDoubtful(wl.guardResets(wl.capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout)))),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
