@@ -149,8 +149,8 @@ type conn struct {
 
 	// sendWait is send_timeout: the longest a Write may go without
 	// progress (0: no bound). userW: a write deadline set by a caller
-	// (crypto/tls before its close_notify) is in force, and Write leaves
-	// it alone.
+	// (crypto/tls before its close_notify, grpc-go around its handshake)
+	// is in force, and Write leaves it alone.
 	sendWait time.Duration
 	userW    atomic.Bool
 
@@ -182,8 +182,12 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
+// SetDeadline sets the write deadline too: while one is in force, Write
+// leaves it alone (userW). grpc-go bounds a new connection's handshake so
+// (its connection timeout), then lifts the deadline.
 func (c *conn) SetDeadline(t time.Time) error {
 	c.abort.Store(!t.IsZero() && t.Before(longAgo))
+	c.userW.Store(!t.IsZero())
 	return c.Conn.SetDeadline(t)
 }
 

@@ -3,6 +3,7 @@ package listener_test
 import (
 	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -119,4 +120,37 @@ func TestSlowReaderNotCut(t *testing.T) {
 
 func isClosedPipe(err error) bool {
 	return err == io.ErrClosedPipe || err == io.EOF || strings.Contains(err.Error(), "closed")
+}
+
+// TestSendTimeoutKeepsCallersDeadline: a deadline the caller set with
+// SetDeadline (grpc-go bounds a new connection's handshake so, by its
+// connection timeout) is in force for the writes as well: send_timeout
+// neither replaces it nor lifts it.
+func TestSendTimeoutKeepsCallersDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pl := newPipeListener()
+		wl := listener.Wrap(pl, 0, time.Hour, nil)
+		defer wl.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := wl.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		client := pl.dial() // never read
+		defer client.Close()
+		c := <-accepted
+		defer c.Close()
+		start := time.Now()
+		c.SetDeadline(start.Add(10 * time.Second))
+		_, err := c.Write([]byte("x"))
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			t.Fatalf("write to a client that reads nothing: %v, want a timeout", err)
+		}
+		if took := time.Since(start); took != 10*time.Second {
+			t.Errorf("the write failed after %v, want at the caller's deadline, 10s (send_timeout is 1h)", took)
+		}
+	})
 }
