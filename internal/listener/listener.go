@@ -321,10 +321,14 @@ func (c *conn) writeWaiting(b []byte) (int, error) {
 	}
 }
 
-// sendFailed counts the connection slow when err is send_timeout's.
+// sendFailed closes the connection, counted slow, when err is
+// send_timeout's: it is done, and the server over it may not close it
+// (grpc-go leaves a connection whose writes failed for its reader to
+// close, and the reader of a client that goes on sending never fails).
 func (c *conn) sendFailed(err error) error {
 	if isTimeout(err) {
 		c.slow.Store(true)
+		c.Close()
 	}
 	return err
 }

@@ -10,7 +10,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 )
 
 // bigAnswer writes size bytes in 4 KiB writes and reports on done the
@@ -151,6 +155,42 @@ func TestSendTimeoutKeepsCallersDeadline(t *testing.T) {
 		}
 		if took := time.Since(start); took != 10*time.Second {
 			t.Errorf("the write failed after %v, want at the caller's deadline, 10s (send_timeout is 1h)", took)
+		}
+	})
+}
+
+// TestSendTimeoutCloses: a write cut by send_timeout closes the
+// connection and counts it slow, whatever the server over it does after:
+// grpc-go leaves a connection whose writes failed for its reader to
+// close, and the reader of a client that goes on sending never fails.
+func TestSendTimeoutCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		pl := newPipeListener()
+		wl := listener.Wrap(pl, 0, 10*time.Second, metrics.New(reg).Listener("grpc"))
+		defer wl.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := wl.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		client := pl.dial()
+		defer client.Close()
+		c := <-accepted
+		defer c.Close()
+		if _, err := c.Write([]byte("x")); err == nil {
+			t.Fatal("a write to a client that reads nothing succeeded")
+		}
+		client.SetReadDeadline(time.Now().Add(time.Hour))
+		if _, err := client.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("the client's read after the cut: %v, want EOF (the connection closed)", err)
+		}
+		m := metricstest.Gather(t, reg)
+		if got := m[`sluice_connections_closed_slow_total{listener="grpc"}`]; got != 1 {
+			t.Errorf("sluice_connections_closed_slow_total = %v, want 1", got)
 		}
 	})
 }
