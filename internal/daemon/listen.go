@@ -71,10 +71,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (grpc.listen): %w", err)
 		}
-		// The connection cap and accounting of the HTTP listeners; gRPC
-		// itself bounds the handshake, streams per connection, message
-		// size and keepalive pings (server.GRPCOptions).
-		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, 0, d.metrics.Listener("grpc"))
+		// The connection cap, send timeout (server.DefaultSendTimeout:
+		// the grpc block has no key for it) and accounting of the HTTP
+		// listeners; gRPC itself bounds the handshake, streams per
+		// connection, message size and keepalive pings
+		// (server.GRPCOptions).
+		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, server.DefaultSendTimeout, d.metrics.Listener("grpc"))
 		var gopts server.GRPCOptions
 		if t := cfg.GRPC.TLS; t != nil {
 			r, err := tlsconf.NewReloadable(t.Options(), "h2")

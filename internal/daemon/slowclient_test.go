@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 func isTimeout(err error) bool {
@@ -256,4 +259,19 @@ rules:
 	waitFor(t, "stalled reader counted slow", func() bool {
 		return td.metric("sluice_connections_closed_slow_total", "listener", "proxy") == 1
 	})
+}
+
+// TestGRPCSendTimeout: the gRPC listener's connections have a send
+// timeout, server.DefaultSendTimeout (the grpc block has no key for it):
+// a client that stops reading its socket is cut and counted slow, as on
+// the HTTP listeners (server.TestGRPCStalledReaderCut).
+func TestGRPCSendTimeout(t *testing.T) {
+	ed := startEnvoyDaemon(t, "")
+	ln, ok := ed.d.grpcLn.(*listener.Listener)
+	if !ok {
+		t.Fatalf("the gRPC listener is a %T, want a *listener.Listener", ed.d.grpcLn)
+	}
+	if got := ln.SendTimeout(); got != server.DefaultSendTimeout {
+		t.Errorf("the gRPC listener's send timeout is %v, want %v", got, server.DefaultSendTimeout)
+	}
 }

@@ -106,6 +106,9 @@ type envOpts struct {
 	now         func() time.Time                   // nil: always tMid
 	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
 	grpc        server.GRPCOptions
+	// listen wraps the gRPC listener's net.Listener, given the metrics
+	// (the daemon's listener.Wrap); nil serves on it as it is.
+	listen func(ln net.Listener, m *metrics.Metrics) net.Listener
 }
 
 // startRLS serves the rate limit service over a real gRPC listener and
@@ -134,9 +137,13 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if err != nil {
 		t.Fatal(err)
 	}
+	var serve net.Listener = lis
+	if o.listen != nil {
+		serve = o.listen(lis, m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, lis) }()
+	go func() { done <- g.Serve(ctx, serve) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
