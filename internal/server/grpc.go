@@ -116,6 +116,8 @@ type GRPCOptions struct {
 	// connections (more are refused with RESOURCE_EXHAUSTED); 0 means
 	// DefaultMaxCalls.
 	MaxCalls int
+	// UnreadTimeout: 0 means UnreadTimeout (tests shorten it).
+	UnreadTimeout time.Duration
 }
 
 // GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
@@ -155,6 +157,7 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	def(&o.KeepaliveTimeout, DefaultKeepaliveTimeout)
 	def(&o.StopGrace, DefaultStopGrace)
 	def(&o.ConnectionTimeout, DefaultConnectionTimeout)
+	def(&o.UnreadTimeout, UnreadTimeout)
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
@@ -193,7 +196,7 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	g := &GRPC{health: health.NewServer(), gate: gate}
 	// Every connection keeps the account of its answers waiting for
 	// window (MaxUnreadAnswers).
-	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread}))
+	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread, timeout: o.UnreadTimeout}))
 	g.srv = grpc.NewServer(opts...)
 	g.grace.Store(int64(o.StopGrace))
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})

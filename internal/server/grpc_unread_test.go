@@ -118,13 +118,14 @@ func heap() (uint64, int) {
 // TestGRPCUnreadAnswers: clients that send calls and read none of the
 // answers (they grant a window of a few bytes per call, and never more).
 // Each answer the server started waits in memory for a window; the
-// server keeps at most server.MaxUnreadAnswers of them on a connection,
-// and closes a connection that would hold more. Without the bound a
-// connection held DefaultMaxConcurrentStreams (1,000) of them, about
-// 3 MB, across up to grpc.max_connections connections.
+// server keeps server.MaxUnreadAnswers of them on a connection, and
+// closes a connection that holds more for the unread timeout (shortened
+// here). Without the bound a connection held DefaultMaxConcurrentStreams
+// (1,000) of them, about 3 MB, until its age, across up to
+// grpc.max_connections connections.
 func TestGRPCUnreadAnswers(t *testing.T) {
 	const conns = 4
-	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{MaxCalls: 10_000}})
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{MaxCalls: 10_000, UnreadTimeout: 100 * time.Millisecond}})
 	h0, g0 := heap()
 	for range conns {
 		u := sendUnread(t, env, 8, server.MaxUnreadAnswers, false)
@@ -136,15 +137,16 @@ func TestGRPCUnreadAnswers(t *testing.T) {
 	t.Logf("%d connections holding %d unread answers each: %d KB of heap a connection (%d bytes an answer), %d goroutines a connection",
 		conns, server.MaxUnreadAnswers, (h1-h0)/conns>>10, (h1-h0)/conns/server.MaxUnreadAnswers, (g1-g0)/conns)
 
-	// Past the bound, the connection is closed, having sent no more.
+	// Past the bound, the connection is closed once the timeout passes
+	// (the reads wait for it), having held at most its stream cap.
 	const n = server.DefaultMaxConcurrentStreams + 100
-	u := sendUnread(t, env, 8, n, false)
+	u := sendUnread(t, env, 8, n, true)
 	t.Logf("%d calls not read on one connection: %d answers begun, %d refused, closed %v", n, u.begun, u.refused, u.closed)
 	if !u.closed {
 		t.Errorf("a connection holding %d unread answers is kept; want it closed past %d", u.held, server.MaxUnreadAnswers)
 	}
-	if u.begun > server.MaxUnreadAnswers {
-		t.Errorf("%d answers begun on a connection that reads none, want at most %d", u.begun, server.MaxUnreadAnswers)
+	if u.begun > server.DefaultMaxConcurrentStreams {
+		t.Errorf("%d answers begun on a connection that reads none, want at most %d", u.begun, server.DefaultMaxConcurrentStreams)
 	}
 	if got := env.grpc.ClosedUnread(); got != 1 {
 		t.Errorf("ClosedUnread() = %d, want 1", got)

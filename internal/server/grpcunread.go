@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -15,29 +16,40 @@ import (
 // listener leaves waiting for flow-control window: answers the server has
 // begun (their HEADERS sent) whose message the client's windows (its
 // call's, or its connection's) do not let through. A connection leaving
-// more is closed, which frees them all. Each such answer holds about
-// 2.5 KB until the client grants window or the connection ends (its age,
-// 5 min and 30 s of grace, if it answers keepalive PINGs): a client that
-// sends calls and never reads the answers held DefaultMaxConcurrentStreams
-// of them (2.3 MB) on each of up to max_connections connections. Envoy
-// grants windows of 16 MiB a call and 24 MiB a connection by default (64
-// KiB at least) and reads its answers as they come: none of its answers
-// waits for window. The stream cap stays where it is, since an Envoy
-// reaching it queues its calls in its own codec rather than open another
-// connection (as envoyproxy/envoy#13933 reports); and grpc-go has
-// no setting that bounds what waits for window (its per-call write quota,
-// 64 KB, bounds a streaming call's unsent messages, not how many calls).
+// more for UnreadTimeout on end is closed, which frees them all. Each
+// such answer holds about 2.5 KB until the client grants window or the
+// connection ends (its age, 5 min and 30 s of grace, if it answers
+// keepalive PINGs): a client that sends calls and never reads the
+// answers held DefaultMaxConcurrentStreams of them (2.3 MB) on each of
+// up to max_connections connections. Answers wait a moment for window
+// on a client that reads them too, each time it is a window behind: a
+// grpc-go client's windows are 64 KiB until its estimate grows them, so
+// with many calls in flight its connection window is used up and topped
+// up over and over; what a client that reads never does is leave more
+// than MaxUnreadAnswers waiting for UnreadTimeout. Envoy grants windows
+// of 16 MiB a call and 24 MiB a connection by default (64 KiB at least).
+// The stream cap stays where it is, since an Envoy reaching it queues
+// its calls in its own codec rather than open another connection (as
+// envoyproxy/envoy#13933 reports); and grpc-go has no setting that
+// bounds what waits for window (its per-call write quota, 64 KB, bounds
+// a streaming call's unsent messages, not how many calls).
 const MaxUnreadAnswers = 100
 
+// UnreadTimeout is how long a connection may leave more than
+// MaxUnreadAnswers answers waiting for window, on end, before it is
+// closed: the keepalive timeout, the time a client is given to answer.
+const UnreadTimeout = DefaultKeepaliveTimeout
+
 // errUnread ends a connection that left more than MaxUnreadAnswers
-// answers waiting for window.
-var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers) + " answers waiting for the client's flow-control window")
+// answers waiting for window for UnreadTimeout.
+var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers) + " answers waiting for the client's flow-control window for " + UnreadTimeout.String())
 
 // unreadCreds are the listener's credentials (insecure ones for
 // plaintext) with each connection, once handshaken, an unreadConn.
 type unreadCreds struct {
 	credentials.TransportCredentials
-	closed *atomic.Uint64 // connections closed for their unread answers
+	closed  *atomic.Uint64 // connections closed for their unread answers
+	timeout time.Duration  // UnreadTimeout, shorter in tests
 }
 
 func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -45,11 +57,11 @@ func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return conn, info, err
 	}
-	return newUnreadConn(conn, c.closed), info, nil
+	return newUnreadConn(conn, c.closed, c.timeout), info, nil
 }
 
 func (c unreadCreds) Clone() credentials.TransportCredentials {
-	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed}
+	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed, timeout: c.timeout}
 }
 
 // HTTP/2 frame types and flags (RFC 9113 §6) the accounting reads.
@@ -81,19 +93,24 @@ const (
 // run on two goroutines; the account is under mu. What it reads is
 // read as grpc-go reads it, so its windows are never smaller than
 // grpc-go's own: it does not count an answer as waiting that grpc-go
-// would send.
+// would send. More than MaxUnreadAnswers waiting starts a timer, which
+// closes the connection unless they become fewer first.
 type unreadConn struct {
 	net.Conn
-	closed *atomic.Uint64
+	closed  *atomic.Uint64
+	timeout time.Duration
 
 	mu        sync.Mutex
 	in, out   frameScanner
 	initial   int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	window    int64 // the connection's window left
 	streams   map[uint32]flowStream
-	started   int // streams whose answer has begun
-	exhausted int // of them, those with no window of their own left
-	over      bool
+	started   int         // streams whose answer has begun
+	exhausted int         // of them, those with no window of their own left
+	timer     *time.Timer // running while more than MaxUnreadAnswers wait
+	timerGen  uint64      // timers started, the running one's number
+	over      bool        // the timer fired: the connection is closed
+	shut      bool        // Close was called
 }
 
 // flowStream is a call of the connection: its window left, and whether
@@ -103,8 +120,8 @@ type flowStream struct {
 	started bool
 }
 
-func newUnreadConn(c net.Conn, closed *atomic.Uint64) *unreadConn {
-	u := &unreadConn{Conn: c, closed: closed, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
+func newUnreadConn(c net.Conn, closed *atomic.Uint64, timeout time.Duration) *unreadConn {
+	u := &unreadConn{Conn: c, closed: closed, timeout: timeout, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
 	u.in.skip = len(clientPreface)
 	return u
 }
@@ -127,26 +144,56 @@ func (u *unreadConn) Write(p []byte) (int, error) {
 	return u.Conn.Write(p)
 }
 
-// account scans b with s, passing its frames to f, and reports whether
-// the connection now leaves too many answers waiting: then it is closed,
-// and counted once.
+// account scans b with s, passing its frames to f, starts or stops the
+// timer as more than MaxUnreadAnswers answers wait for window or no
+// longer do, and reports whether the connection was closed for them.
 func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	s.scan(b, f)
 	held := u.exhausted
 	if u.window <= 0 {
 		held = u.started
 	}
-	over := held > MaxUnreadAnswers
-	first := over && !u.over
-	u.over = u.over || over
-	over = u.over
+	switch {
+	case u.over || u.shut:
+	case held > MaxUnreadAnswers && u.timer == nil:
+		u.timerGen++
+		gen := u.timerGen
+		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
+	case held <= MaxUnreadAnswers && u.timer != nil:
+		u.timer.Stop()
+		u.timer = nil
+	}
+	return u.over
+}
+
+// expire closes the connection, counted once, if gen is the timer still
+// running: more than MaxUnreadAnswers answers have waited for window
+// since it started.
+func (u *unreadConn) expire(gen uint64) {
+	u.mu.Lock()
+	fire := u.timer != nil && u.timerGen == gen && !u.shut
+	if fire {
+		u.over, u.timer = true, nil
+	}
 	u.mu.Unlock()
-	if first {
+	if fire {
 		u.closed.Add(1)
 		u.Conn.Close()
 	}
-	return over
+}
+
+// Close closes the connection and stops the timer.
+func (u *unreadConn) Close() error {
+	u.mu.Lock()
+	u.shut = true
+	if u.timer != nil {
+		u.timer.Stop()
+		u.timer = nil
+	}
+	u.mu.Unlock()
+	return u.Conn.Close()
 }
 
 // received accounts a frame from the client.
@@ -302,5 +349,5 @@ func (s *frameScanner) scan(b []byte, f func(h frameHeader, payload []byte)) {
 }
 
 // ClosedUnread returns how many connections were closed for leaving more
-// than MaxUnreadAnswers answers waiting for window.
+// than MaxUnreadAnswers answers waiting for window for the unread timeout.
 func (g *GRPC) ClosedUnread() uint64 { return g.unread.Load() }

@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -122,7 +125,7 @@ func BenchmarkUnreadAccount(b *testing.B) {
 			p = p[9+(int(p[0])<<16|int(p[1])<<8|int(p[2])):]
 		}
 	}
-	u := newUnreadConn(nil, new(atomic.Uint64))
+	u := newUnreadConn(nil, new(atomic.Uint64), UnreadTimeout)
 	u.in.skip = 0
 	ib, ob := in.Bytes(), out.Bytes()
 	b.ReportAllocs()
@@ -138,4 +141,67 @@ func BenchmarkUnreadAccount(b *testing.B) {
 	if len(u.streams) != 0 || u.started != 0 {
 		b.Fatalf("%d streams, %d started after the calls, want none", len(u.streams), u.started)
 	}
+}
+
+// TestUnreadTimeout: more than MaxUnreadAnswers answers waiting for
+// window close the connection once they have waited the timeout on end,
+// counted once; a window granted meanwhile that lets them fall to the
+// bound stops the clock, which starts anew when they are more again.
+func TestUnreadTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = time.Second
+		server, client := net.Pipe()
+		defer client.Close()
+		var closed atomic.Uint64
+		u := newUnreadConn(server, &closed, timeout)
+		u.in.skip = 0
+		var in, out bytes.Buffer
+		fin, fout := http2.NewFramer(&in, nil), http2.NewFramer(&out, nil)
+		flush := func() {
+			t.Helper()
+			if u.account(&u.in, in.Bytes(), u.received) || u.account(&u.out, out.Bytes(), u.sent) {
+				t.Fatal("connection closed before its timeout")
+			}
+			in.Reset()
+			out.Reset()
+		}
+		// 101 answers begun, each with its window of 8 used up.
+		fin.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 8})
+		for i := range MaxUnreadAnswers + 1 {
+			id := uint32(2*i + 1)
+			fin.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte("h"), EndHeaders: true})
+			fout.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte("h"), EndHeaders: true})
+			fout.WriteData(id, false, make([]byte, 8))
+		}
+		flush()
+		time.Sleep(timeout - time.Nanosecond)
+		synctest.Wait()
+		if closed.Load() != 0 {
+			t.Fatalf("closed after %v of %d answers waiting, want not before %v", timeout-time.Nanosecond, MaxUnreadAnswers+1, timeout)
+		}
+		fin.WriteWindowUpdate(1, 8) // 100 wait
+		flush()
+		time.Sleep(2 * timeout)
+		synctest.Wait()
+		if closed.Load() != 0 {
+			t.Fatalf("closed with %d answers waiting, want kept", MaxUnreadAnswers)
+		}
+		fout.WriteData(1, false, make([]byte, 8)) // 101 again
+		flush()
+		time.Sleep(timeout)
+		synctest.Wait()
+		if closed.Load() != 1 {
+			t.Fatalf("%d closings after %v of %d answers waiting, want 1", closed.Load(), timeout, MaxUnreadAnswers+1)
+		}
+		if _, err := client.Read(make([]byte, 1)); err == nil {
+			t.Error("the client still reads the connection, want it closed")
+		}
+		if _, err := u.Write([]byte{0}); err != errUnread {
+			t.Errorf("Write after the closing = %v, want errUnread", err)
+		}
+		u.Close()
+		if closed.Load() != 1 {
+			t.Errorf("%d closings counted, want 1", closed.Load())
+		}
+	})
 }
