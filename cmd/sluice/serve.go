@@ -91,7 +91,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger.Info("stopped during startup: nothing served")
 		return 0
 	}
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath, Overrides: over})
+	// ctx stops the startup too: a SIGINT or SIGTERM while New dials a
+	// Redis that does not answer ends it at once, not after
+	// store.redis.timeout.
+	d, err := daemon.NewContext(ctx, cfg, daemon.Options{Logger: logger, Registry: reg, ConfigPath: *configPath, Overrides: over})
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		logger.Info("stopped during startup: nothing served")
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -111,9 +118,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if ctx.Err() != nil {
-		// SIGINT or SIGTERM while New dialled Redis, say: the listeners
-		// are bound but have served nothing, and their addresses were
-		// never told.
+		// SIGINT or SIGTERM once New had connected: the listeners are
+		// bound but have served nothing, and their addresses were never
+		// told.
 		err := d.Close()
 		logger.Info("stopped during startup: nothing served")
 		if err != nil {

@@ -136,8 +136,20 @@ type generation struct {
 // New checks cfg for features this version does not enforce, builds the
 // store, compiles the rules and binds the listeners (so a busy port is
 // reported here, and Addrs is valid as soon as New returns). The caller
-// must call Run, or Close if it will not.
+// must call Run, or Close if it will not. It is NewContext with a context
+// that is never done.
 func New(cfg *config.Config, opts Options) (*Daemon, error) {
+	return NewContext(context.Background(), cfg, opts)
+}
+
+// NewContext is New with a startup that ctx can stop: once ctx is done,
+// a Redis connection still being made (which may take up to
+// store.redis.timeout, or longer under Sentinel or Cluster discovery) is
+// abandoned, what was built is released, and NewContext returns an error
+// that wraps ctx.Err(), without binding the listeners. ctx bounds only the
+// startup: once NewContext has returned, the daemon does not look at it
+// (Run takes its own).
+func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon, error) {
 	if cfg == nil {
 		return nil, errors.New("daemon: nil config")
 	}
@@ -152,8 +164,12 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{log: opts.Logger, reg: opts.Registry, opts: opts}
 	d.metrics = metrics.New(d.reg)
-	if err := d.openStore(cfg); err != nil {
+	if err := d.openStore(ctx, cfg); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		d.closeStore()
+		return nil, fmt.Errorf("daemon: startup stopped: %w", err)
 	}
 	if err := d.openFeatures(cfg); err != nil {
 		d.closeStore()

@@ -43,8 +43,10 @@ const ConnectRetry = time.Second
 //
 // Redis need not answer at startup: the daemon then starts anyway, connects
 // in the background (every ConnectRetry), answers per store.on_error
-// meanwhile, and /readyz fails until it has connected.
-func (d *Daemon) openRedis(cfg *config.Config) error {
+// meanwhile, and /readyz fails until it has connected. Once ctx is done
+// (the startup stopped, see NewContext), the connection still being made
+// is abandoned and openRedis returns an error that wraps ctx's.
+func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	r := cfg.Store.Redis
 	var tlsConfig *tls.Config
 	if r.TLS.On {
@@ -79,8 +81,11 @@ func (d *Daemon) openRedis(cfg *config.Config) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)
 	}
-	lazy, err := newLazyRedis(opts, d.log)
+	lazy, err := newLazyRedis(ctx, opts, d.log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("daemon: store.redis: startup stopped while connecting to %v: %w", r.Addrs, err)
+		}
 		return fmt.Errorf("daemon: store.redis: %w; %s", err, refusalHint(err))
 	}
 	d.lazy = lazy
@@ -229,12 +234,20 @@ func refusalHint(err error) string {
 // second); if that fails it returns a store that keeps trying. Redis
 // refusing the credentials or TLS (redisstore.ErrAuth, ErrTLS) is no
 // outage but a mistake in the config, which waiting does not mend:
-// newLazyRedis returns it, and the daemon does not start.
-func newLazyRedis(o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
+// newLazyRedis returns it, and the daemon does not start. start bounds
+// the first attempt only: once it is done, newLazyRedis gives up at once
+// and returns start.Err(); the store it returns
+// otherwise keeps trying whatever becomes of start.
+func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
 	l := &lazyRedis{}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	err := l.connect(ctx, o)
+	err := l.connect(start, o)
+	if err := start.Err(); err != nil {
+		// Connected or not, the startup has stopped.
+		l.Close()
+		return nil, err
+	}
 	if err == nil {
 		return l, nil
 	}

@@ -16,8 +16,8 @@ import (
 // fleet of daemons decides alike however far apart their clocks are. Redis
 // need not answer at startup (see openRedis): requests follow
 // store.on_error while Redis is unreachable, and /readyz answers 503 until
-// it answers.
-func (d *Daemon) openStore(cfg *config.Config) error {
+// it answers. ctx bounds the startup (see NewContext).
+func (d *Daemon) openStore(ctx context.Context, cfg *config.Config) error {
 	switch cfg.Store.Type {
 	case "", "memory":
 		s := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
@@ -30,7 +30,7 @@ func (d *Daemon) openStore(cfg *config.Config) error {
 			func() float64 { return float64(s.Evictions()) })
 		return nil
 	case "redis":
-		return d.openRedis(cfg)
+		return d.openRedis(ctx, cfg)
 	}
 	return fmt.Errorf("daemon: store.type: unknown store %q", cfg.Store.Type)
 }
