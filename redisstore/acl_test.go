@@ -202,3 +202,33 @@ func TestACLNeeds(t *testing.T) {
 		}
 	}
 }
+
+// Require checks needs that came after New (a reload's new features): a
+// user lacking one of their commands gets ErrAuth naming it, and Ping
+// goes on checking the needs it had; needs the user may run become those
+// Ping checks.
+func TestACLRequire(t *testing.T) {
+	srv := redistest.StartServer(t)
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "ops", "on", ">pw", "~sluice:*", "+@all", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Username: "ops", Password: "pw"})
+	ctx := context.Background()
+	read := redisstore.Need{Feature: "reading", Commands: [][]string{{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "sluice:q", ">"}}}
+	add := redisstore.Need{Feature: "adding", Commands: [][]string{{"XADD", "sluice:q"}}}
+	if err := s.Require(ctx, []redisstore.Need{add, read}); !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), "XREADGROUP (for reading)") {
+		t.Errorf("Require without XREADGROUP: %v; want ErrAuth naming XREADGROUP and its feature", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after the refused Require: %v; want the needs as they were", err)
+	}
+	if err := s.Require(ctx, []redisstore.Need{add}); err != nil {
+		t.Errorf("Require(XADD): %v", err)
+	}
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "ops", "-xadd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), "XADD (for adding)") {
+		t.Errorf("Ping once XADD is taken away: %v; want ErrAuth naming XADD, which Require made a need", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -121,8 +122,8 @@ func (c check) nameLen() int {
 func (c check) name() string { return strings.ToUpper(strings.Join(c.argv[:c.nameLen()], " ")) }
 
 // checks returns what the probe asks with key as the store's key: the
-// scripts' commands, Ping's, then those of o.Needs.
-func (s *Store) checks(key string) []check {
+// scripts' commands, Ping's, then those of needs.
+func (s *Store) checks(key string, needs []Need) []check {
 	var cs []check
 	scripts := "the store's scripts on the keys under " + strconv.Quote(s.opts.Prefix)
 	for _, argv := range ScriptsOn(key) {
@@ -144,7 +145,7 @@ func (s *Store) checks(key string) []check {
 	} else {
 		cs = append(cs, check{"the readiness check (Ping)", []string{"PING"}})
 	}
-	for _, n := range s.opts.Needs {
+	for _, n := range needs {
 		for _, argv := range n.Commands {
 			if len(argv) > 0 {
 				cs = append(cs, check{n.Feature, argv})
@@ -161,6 +162,11 @@ func (s *Store) checks(key string) []check {
 // "connect"), and Ping (op "ping"): a user's ACL may change while the
 // store runs.
 func (s *Store) probe(ctx context.Context, op string) error {
+	return s.probeWith(ctx, op, *s.needs.Load())
+}
+
+// probeWith is probe with needs in place of the Store's.
+func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 	who := "the default user"
 	if s.opts.Username != "" {
 		who = fmt.Sprintf("user %q", s.opts.Username)
@@ -179,7 +185,7 @@ func (s *Store) probe(ctx context.Context, op string) error {
 	var refusals []string // what each master refuses, "" for none
 	var first error
 	for _, t := range targets {
-		cs := s.checks(t.key)
+		cs := s.checks(t.key, needs)
 		args := make([]string, 0, 4*len(cs))
 		for _, c := range cs {
 			args = append(append(args, strconv.Itoa(len(c.argv)), strconv.Itoa(c.nameLen())), c.argv...)
@@ -222,6 +228,22 @@ func (s *Store) probe(ctx context.Context, op string) error {
 	if len(refusals) > 0 {
 		return &refusedError{op: op, addrs: s.opts.Addrs, kind: ErrAuth, what: strings.Join(refusals, "; "), err: first}
 	}
+	return nil
+}
+
+// Require checks, as New does with Options.Needs, that Redis's ACL lets
+// the user run what needs run (on every master of a Cluster), and when it
+// does, makes them the needs that Ping checks from then on, in place of
+// Options.Needs (a caller whose features changed). It fails with ErrAuth
+// naming the command, the feature and the master, and then leaves the
+// needs as they were; nil when Redis could not tell.
+func (s *Store) Require(ctx context.Context, needs []Need) error {
+	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, time.Second))
+	defer cancel()
+	if err := s.probeWith(ctx, "require", needs); err != nil {
+		return err
+	}
+	s.needs.Store(&needs)
 	return nil
 }
 

@@ -129,8 +129,8 @@ type Options struct {
 	// same user (see Need): New checks that Redis's ACL lets the user run
 	// them too, on every master of a Cluster, and fails with ErrAuth
 	// naming the command and the feature when it does not. Ping checks
-	// them again. New always checks the store's own: its scripts' commands
-	// and Ping's.
+	// them again (or those of the last Require). New always checks the
+	// store's own: its scripts' commands and Ping's.
 	Needs []Need
 	// AlwaysPipeline sends every call of a single-node store through the
 	// pipelining client, even a call made while no other is in flight
@@ -221,6 +221,9 @@ type Store struct {
 	// node only; nil on a Cluster); batchers gather them (flatbatch.go).
 	flatBatch [sluice.GCRA + 1]*rueidis.Lua
 	batchers  [sluice.GCRA + 1]flatBatcher
+	// needs are what the ACL probe checks besides the store's own:
+	// Options.Needs, or those of the last Require.
+	needs atomic.Pointer[[]Need]
 	shardState
 }
 
@@ -328,6 +331,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.RedisTime {
 		s.useTime = "1"
 	}
+	needs := o.Needs
+	s.needs.Store(&needs)
 	if err := s.probe(ctx, "connect"); err != nil {
 		s.Close()
 		return nil, err
