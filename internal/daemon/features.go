@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 // Hot keys, shards and deferral: the parts of the daemon that outlive a
@@ -35,10 +34,7 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 	if d.lazy == nil {
 		return nil
 	}
-	prefix := cfg.Store.Redis.KeyPrefix
-	if prefix == "" {
-		prefix = redisstore.DefaultPrefix
-	}
+	prefix := redisPrefix(cfg)
 	d.hotPrefix = prefix + "hot:"
 	o := cfg.Defer.Options()
 	o.Connect = func() rueidis.Client {

@@ -58,10 +58,6 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 			return fmt.Errorf("daemon: store.redis.tls: %w", err)
 		}
 	}
-	prefix := r.KeyPrefix
-	if prefix == "" {
-		prefix = redisstore.DefaultPrefix
-	}
 	opts := redisstore.Options{
 		Addrs:    r.Addrs,
 		Cluster:  r.Cluster,
@@ -76,7 +72,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		RedisTime:           true,
 
 		MaxFlushDelay: r.MaxFlushDelay,
-		Needs:         redisNeeds(cfg, prefix),
+		Needs:         redisNeeds(cfg, redisPrefix(cfg)),
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)
@@ -200,7 +196,8 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 // tries to connect every ConnectRetry.
 type lazyRedis struct {
 	s      atomic.Pointer[redisstore.Store]
-	ids    atomic.Pointer[string] // the servers' run_ids when it connected (watchRunIDs)
+	needs  atomic.Pointer[[]redisstore.Need] // the ACL check's, for the next connect (see require)
+	ids    atomic.Pointer[string]            // the servers' run_ids when it connected (watchRunIDs)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -240,6 +237,7 @@ func refusalHint(err error) string {
 // otherwise keeps trying whatever becomes of start.
 func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
 	l := &lazyRedis{}
+	l.needs.Store(&o.Needs)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	err := l.connect(start, o)
@@ -289,6 +287,7 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
 	defer cancel()
+	o.Needs = *l.needs.Load()
 	s, err := redisstore.New(ctx, o)
 	if err != nil {
 		return err
@@ -297,6 +296,20 @@ func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 		l.ids.Store(&ids)
 	}
 	l.s.Store(s)
+	return nil
+}
+
+// require makes needs those of the store's ACL check (see redisNeeds):
+// when connected, Redis is asked now (redisstore.Store.Require), and a
+// user whose ACL lacks one of them is an ErrAuth error (needs then
+// unchanged); else they are checked when the store connects.
+func (l *lazyRedis) require(ctx context.Context, needs []redisstore.Need) error {
+	if s := l.s.Load(); s != nil {
+		if err := s.Require(ctx, needs); err != nil && errors.Is(err, redisstore.ErrAuth) {
+			return err
+		}
+	}
+	l.needs.Store(&needs)
 	return nil
 }
 

@@ -20,9 +20,7 @@ import (
 // running with that feature failing NOPERM at every turn; a command no
 // feature in the config runs is not asked for.
 //
-// It reads the config as it is at startup: a reload that adds a defer
-// rule (or shards: auto) is not checked, and a missing command then
-// shows in the feature's errors.
+// A reload checks the needs of its config again (lazyRedis.require).
 func redisNeeds(cfg *config.Config, prefix string) []redisstore.Need {
 	needs := []redisstore.Need{{
 		Feature:  fmt.Sprintf("the restart watch, every %v", RedisWatchInterval),
@@ -59,4 +57,12 @@ func redisNeeds(cfg *config.Config, prefix string) []redisstore.Need {
 		})
 	}
 	return needs
+}
+
+// redisPrefix is the prefix of the daemon's Redis keys.
+func redisPrefix(cfg *config.Config) string {
+	if p := cfg.Store.Redis.KeyPrefix; p != "" {
+		return p
+	}
+	return redisstore.DefaultPrefix
 }

@@ -118,3 +118,35 @@ func TestRedisACLFeatureNeedsCluster(t *testing.T) {
 		t.Errorf("New without a defer rule: %v; want started", err)
 	}
 }
+
+// A reload that adds a feature whose commands the user's ACL lacks (a
+// defer rule, for a user without XREADGROUP) is refused, naming the
+// command and the rule, and the rules in force stay; once the ACL allows
+// it, the same reload applies. It used to apply, and the new rule failed
+// NOPERM at every turn.
+func TestRedisACLFeatureNeedsReload(t *testing.T) {
+	addr := redistest.StartServer(t).Addr
+	if _, err := redistest.Do(addr, "ACL", "SETUSER", "noread", "on", ">pw", "~sluice:*", "&*", "+@all", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemon(t, needsConfig([]string{addr}, false, "noread"))
+	if err := os.WriteFile(td.path, []byte(needsConfig([]string{addr}, false, "noread", "defer")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := td.d.Reload()
+	if err == nil || !strings.Contains(err.Error(), "XREADGROUP") || !strings.Contains(err.Error(), `action: defer of rule "jobs"`) {
+		t.Errorf("reload adding a defer rule for a user without XREADGROUP: %v; want it refused, naming XREADGROUP and the rule", err)
+	}
+	if td.d.engine().Rules().Rule("jobs") != nil {
+		t.Errorf("after the refused reload, rule jobs is in force")
+	}
+	if _, err := redistest.Do(addr, "ACL", "SETUSER", "noread", "+xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := td.d.Reload(); err != nil {
+		t.Fatalf("reload once the ACL allows XREADGROUP: %v", err)
+	}
+	if td.d.engine().Rules().Rule("jobs") == nil {
+		t.Errorf("after the reload, rule jobs is not in force")
+	}
+}

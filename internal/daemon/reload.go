@@ -206,6 +206,13 @@ func (d *Daemon) apply(data []byte) error {
 			return fmt.Errorf("daemon: reload: %w", err)
 		}
 	}
+	if d.lazy != nil {
+		// A rule may bring a feature whose commands the user's ACL
+		// lacks (redisNeeds): refused, as at startup.
+		if err := d.lazy.require(context.Background(), redisNeeds(cfg, redisPrefix(cfg))); err != nil {
+			return fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))
+		}
+	}
 	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
 	var rt *routes
