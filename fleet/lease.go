@@ -52,6 +52,7 @@ type Lease struct {
 	sweep int // sweep the keys when there are more than this
 	skip  int // new keys refused at MaxKeys before the next sweep for room
 	swept int // keys the sweeps looked at: their cost, for tests
+	dels  int // keys deleted from keys since it was made (see compactKeys)
 	// recent is the keys without an entry asked for in the current
 	// second of request time (recentAt) and the one before (see warm).
 	recent   recent
@@ -317,7 +318,7 @@ func (l *Lease) ForgetAt(now time.Time, match func(namespace, key string) bool) 
 	if l.closed.Load() {
 		return nil
 	}
-	return l.giveBack(removeMatching(&l.mu, l.keys, match), now, true)
+	return l.giveBack(removeMatching(&l.mu, &l.keys, &l.dels, match), now, true)
 }
 
 // Drop lets go of every key and the units it holds without giving them
@@ -334,7 +335,7 @@ func (l *Lease) Drop() {
 	if l.closed.Load() {
 		return
 	}
-	for _, e := range removeMatching(&l.mu, l.keys, func(string, string) bool { return true }) {
+	for _, e := range removeMatching(&l.mu, &l.keys, &l.dels, func(string, string) bool { return true }) {
 		e.mu.Lock()
 		e.units, e.expired = 0, 0
 		e.dead.Store(true)

@@ -95,8 +95,28 @@ func (l *Lease) sweepLocked(us int64) {
 		if idle && e.expired == 0 && (e.units == 0 || us >= e.until || bucket && e.valid(us) == 0) {
 			e.dead.Store(true)
 			delete(l.keys, k)
+			l.dels++
 		}
 		e.mu.Unlock()
 	}
+	l.keys = compactKeys(l.keys, &l.dels)
 	l.sweep = max(minSweep, 2*len(l.keys))
+}
+
+// compactKeys returns m, or a copy of it once *dels, the keys deleted from
+// it since it was made, reach the keys it holds (and minSweep): a Go map
+// whose keys come and go grows its tables (the deleted keys' slots are not
+// all reused), so a decorator holding at most MaxKeys keys took ever more
+// memory under wide traffic. A copy costs a step per key held, once per as
+// many deletes.
+func compactKeys[V any](m map[nsKey]V, dels *int) map[nsKey]V {
+	if *dels < max(minSweep, len(m)) {
+		return m
+	}
+	c := make(map[nsKey]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	*dels = 0
+	return c
 }

@@ -137,7 +137,25 @@ type olEntry struct {
 type olShard struct {
 	mu sync.RWMutex
 	m  map[olKey]olEntry
-	_  [32]byte // keep shards' locks on separate cache lines
+	// dels counts the deletes from m since it was made: see compact.
+	dels int
+	_    [32]byte // keep shards' locks on separate cache lines
+}
+
+// compact copies m into a new map once as many keys were deleted from it
+// as it may hold: a Go map whose keys come and go grows its tables (the
+// deleted keys' slots are not all reused), so without it a shard holding
+// at most per keys took ever more memory under wide traffic. A copy costs
+// a step per key held, once per per deletes. sh.mu is held.
+func (sh *olShard) compact(per int) {
+	if sh.dels < per {
+		return
+	}
+	m := make(map[olKey]olEntry, len(sh.m))
+	for k, e := range sh.m {
+		m[k] = e
+	}
+	sh.m, sh.dels = m, 0
 }
 
 // NewOverLimitCache returns a cache in front of s.
@@ -212,6 +230,7 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 		sh.mu.Lock()
 		if cur, ok := sh.m[k]; ok && cur == e {
 			delete(sh.m, k)
+			sh.dels++
 		}
 		sh.mu.Unlock()
 		return false
@@ -309,6 +328,7 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision, at olEp
 	} else if !ok && len(sh.m) >= c.per {
 		sh.evict(now, e.gen, c.per)
 	}
+	sh.compact(c.per)
 	sh.m[k] = e
 	c.stored.Add(1)
 }
@@ -332,6 +352,7 @@ func (sh *olShard) evict(now int64, gen uint64, per int) {
 		delete(sh.m, k)
 		freed++
 	}
+	sh.dels += freed
 }
 
 // Take answers r from the cache when a remembered refusal covers it, and
@@ -421,7 +442,10 @@ func (c *OverLimitCache) Reset(ctx context.Context, r sluice.Request) error {
 	sh := c.shard(&k)
 	sh.mu.Lock()
 	c.resets.Add(1)
-	delete(sh.m, k)
+	if _, ok := sh.m[k]; ok {
+		delete(sh.m, k)
+		sh.dels++
+	}
 	sh.mu.Unlock()
 	return err
 }

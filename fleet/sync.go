@@ -86,6 +86,7 @@ type Sync struct {
 
 	mu      sync.Mutex
 	keys    map[nsKey]*syncEntry
+	dels    int           // keys deleted from keys since it was made (see compactKeys)
 	touched []*syncEntry  // decided on since the last batch
 	batch   chan struct{} // closed when the batch in flight has settled
 	// flushing holds a token while a batch is in flight: one at a time
@@ -124,19 +125,22 @@ type nsKey struct{ ns, key string }
 
 func keyOf(r *sluice.Request) nsKey { return nsKey{r.Namespace, r.Key} }
 
-// removeMatching deletes from m, under mu, the keys match selects (it gets
-// each key's Namespace and Key), returning their values: what Sync.Forget
-// and Lease.ForgetAt let go.
-func removeMatching[V any](mu *sync.Mutex, m map[nsKey]V, match func(namespace, key string) bool) []V {
+// removeMatching deletes from *m, under mu (which guards *m and *dels),
+// the keys match selects (it gets each key's Namespace and Key), counting
+// them in *dels (see compactKeys), and returns their values: what
+// Lease.ForgetAt and Lease.Drop let go.
+func removeMatching[V any](mu *sync.Mutex, m *map[nsKey]V, dels *int, match func(namespace, key string) bool) []V {
 	mu.Lock()
 	defer mu.Unlock()
 	var gone []V
-	for k, v := range m {
+	for k, v := range *m {
 		if match(k.ns, k.key) {
 			gone = append(gone, v)
-			delete(m, k)
+			delete(*m, k)
+			*dels++
 		}
 	}
+	*m = compactKeys(*m, dels)
 	return gone
 }
 

@@ -43,6 +43,7 @@ func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
 	batch := s.touched
 	s.touched = nil
 	s.recent.shift(1)
+	s.keys = compactKeys(s.keys, &s.dels)
 	s.mu.Unlock()
 	for _, e := range prev {
 		e.mu.Lock()

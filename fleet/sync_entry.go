@@ -187,6 +187,7 @@ func (s *Sync) drop(e *syncEntry) {
 	}
 	if p == nil {
 		delete(s.keys, e.key)
+		s.dels++
 	} else {
 		s.keys[e.key] = p
 	}
