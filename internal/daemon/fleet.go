@@ -46,7 +46,12 @@ type fleetStore struct {
 	// series, last batch and units given back included, and an interval
 	// or chunk that comes back goes on from them: a series that vanished
 	// or fell would read as a reset.
-	closingSyncs  map[*fleet.Sync]time.Duration
+	closingSyncs map[*fleet.Sync]time.Duration
+	// resending: the Syncs a reload closed while Redis did not answer,
+	// sending their hits until it does (see resendLater); stop ends
+	// them, at Close.
+	resending     sync.WaitGroup
+	stop          chan struct{}
 	closingLeases map[*fleet.Lease]int
 	doneSyncs     map[time.Duration]fleet.SyncStats
 	doneLeases    map[int]fleet.LeaseStats
@@ -127,7 +132,7 @@ func newFleetStore(r fleetShared, reg prometheus.Registerer, now func() time.Tim
 		now = time.Now
 	}
 	f := &fleetStore{redis: r, now: now, syncs: map[time.Duration]*fleet.Sync{}, leases: map[int]*fleet.Lease{},
-		closingSyncs: map[*fleet.Sync]time.Duration{}, closingLeases: map[*fleet.Lease]int{},
+		closingSyncs: map[*fleet.Sync]time.Duration{}, closingLeases: map[*fleet.Lease]int{}, stop: make(chan struct{}),
 		doneSyncs: map[time.Duration]fleet.SyncStats{}, doneLeases: map[int]fleet.LeaseStats{}}
 	f.routes.Store(newRoutes(nil))
 	f.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -318,6 +323,8 @@ func (f *fleetStore) Lost() error {
 // held and still good on the decisions' clock); the shared store stays
 // open. Call it after the last decision.
 func (f *fleetStore) Close() error {
+	close(f.stop)
+	f.resending.Wait()
 	f.mu.Lock()
 	var errs []error
 	for _, s := range f.syncs {

@@ -246,16 +246,21 @@ func (f *fleetStore) retire(old, next *routes) error {
 	f.mu.Unlock()
 	now := f.now()
 	var errs []error
-	for s := range closeSyncs {
-		errs = append(errs, s.Close())
+	for s, iv := range closeSyncs {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+			if errors.Is(err, sluice.ErrStoreUnavailable) {
+				f.resendLater(s, iv) // done once its hits are sent
+				delete(closeSyncs, s)
+			}
+		}
 	}
 	for l := range closeLeases {
 		errs = append(errs, l.CloseAt(now))
 	}
 	f.mu.Lock()
 	for s, iv := range closeSyncs {
-		f.doneSyncs[iv] = addSyncStats(f.doneSyncs[iv], s.Stats())
-		delete(f.closingSyncs, s)
+		f.syncDone(s, iv)
 	}
 	for l, chunk := range closeLeases {
 		f.doneLeases[chunk] = addLeaseStats(f.doneLeases[chunk], l.Stats())
