@@ -122,34 +122,9 @@ var goFence = regexp.MustCompile("^( *)```go\\s*$")
 // goBlocks returns the go blocks of README.md and docs/*.md.
 func goBlocks(t *testing.T) []goBlock {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(Root(), "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append([]string{filepath.Join(Root(), "README.md")}, files...)
 	var out []goBlock
-	for _, f := range files {
-		rel, _ := filepath.Rel(Root(), f)
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(string(b), "\n")
-		for i := 0; i < len(lines); i++ {
-			m := goFence.FindStringSubmatch(lines[i])
-			if m == nil {
-				continue
-			}
-			indent, start := m[1], i
-			var text []string
-			for i++; i < len(lines) && strings.TrimRight(lines[i], " ") != indent+"```"; i++ {
-				text = append(text, strings.TrimPrefix(lines[i], indent))
-			}
-			if i == len(lines) {
-				t.Fatalf("%s:%d: a ```go block without its closing fence", rel, start+1)
-			}
-			out = append(out, goBlock{File: rel, Line: start + 1, Text: strings.Join(text, "\n") + "\n"})
-		}
+	for _, b := range fencedBlocks(t, goFence, "go") {
+		out = append(out, goBlock{File: b.file, Line: b.line, Text: b.text})
 	}
 	return out
 }

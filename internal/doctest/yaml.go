@@ -53,12 +53,36 @@ var (
 // order.
 func YAMLBlocks(t testing.TB) []YAMLBlock {
 	t.Helper()
+	var out []YAMLBlock
+	for _, b := range fencedBlocks(t, fence, "yaml") {
+		var sample string
+		if m := marker.FindStringSubmatch(b.before); m != nil {
+			sample = m[1]
+		}
+		out = append(out, YAMLBlock{File: b.file, Line: b.line, Text: b.text, Sample: sample})
+	}
+	return out
+}
+
+// fencedBlock is a fenced block of a Markdown file.
+type fencedBlock struct {
+	file   string // relative to the repository's root
+	line   int    // of the opening fence
+	text   string // the lines between the fences, without the fence's indentation
+	before string // the line before the opening fence ("" if none)
+}
+
+// fencedBlocks returns the blocks of README.md and docs/*.md, in file
+// order, whose opening fence open matches, its first group the fence's
+// indentation; lang names the blocks in the failure for one left open.
+func fencedBlocks(t testing.TB, open *regexp.Regexp, lang string) []fencedBlock {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join(Root(), "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	files = append([]string{filepath.Join(Root(), "README.md")}, files...)
-	var out []YAMLBlock
+	var out []fencedBlock
 	for _, f := range files {
 		rel, _ := filepath.Rel(Root(), f)
 		b, err := os.ReadFile(f)
@@ -67,7 +91,7 @@ func YAMLBlocks(t testing.TB) []YAMLBlock {
 		}
 		lines := strings.Split(string(b), "\n")
 		for i := 0; i < len(lines); i++ {
-			m := fence.FindStringSubmatch(lines[i])
+			m := open.FindStringSubmatch(lines[i])
 			if m == nil {
 				continue
 			}
@@ -77,15 +101,13 @@ func YAMLBlocks(t testing.TB) []YAMLBlock {
 				text = append(text, strings.TrimPrefix(lines[i], indent))
 			}
 			if i == len(lines) {
-				t.Fatalf("%s:%d: a ```yaml block without its closing fence", rel, start+1)
+				t.Fatalf("%s:%d: a ```%s block without its closing fence", rel, start+1, lang)
 			}
-			var sample string
+			var before string
 			if start > 0 {
-				if m := marker.FindStringSubmatch(lines[start-1]); m != nil {
-					sample = m[1]
-				}
+				before = lines[start-1]
 			}
-			out = append(out, YAMLBlock{File: rel, Line: start + 1, Text: strings.Join(text, "\n") + "\n", Sample: sample})
+			out = append(out, fencedBlock{file: rel, line: start + 1, text: strings.Join(text, "\n") + "\n", before: before})
 		}
 	}
 	return out
