@@ -108,6 +108,14 @@ func testWithinLate(t *testing.T, s sluice.Store) {
 			if late || err != nil || d != want || d.Delay != tc.delay {
 				t.Errorf("TakeWithin(cost %d, %v) = %+v, late %v; want %+v as Take (Delay %v), not late", tc.cost, tc.within, d, late, want, tc.delay)
 			}
+			// The same state written: the two keys decide alike from
+			// here on.
+			for _, at := range []time.Duration{0, 150 * ms, 450 * ms, time.Second} {
+				q.Now, tw.Now = T0.Add(at), T0.Add(at)
+				if got, want := ask(q), ask(tw); got != want {
+					t.Errorf("at %v after TakeWithin(cost %d, %v), a take at cost 0 = %+v; want %+v as after Take", at, tc.cost, tc.within, got, want)
+				}
+			}
 			continue
 		}
 		want := before
