@@ -16,10 +16,13 @@
 //     chunked body, which may have come with a Content-Length; HTTP/1.0
 //     keep-alive, whose Transfer-Encoding net/http ignores), so that no
 //     request can be smuggled after it.
+//   - Wrap alone serves a listener net/http does not (the gRPC one): the
+//     cap, the accounting, and send_timeout's bound on the writes.
 //
 // Connections closed because the client was too slow (its headers did not
-// arrive within read_header_timeout, or its body stalled) are counted, as
-// are connections open and refused (package metrics).
+// arrive within read_header_timeout, its body stalled, or it took nothing
+// of a write for send_timeout) are counted, as are connections open and
+// refused (package metrics).
 package listener
 
 import (
