@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -52,17 +54,38 @@ func dialSmallBuffer(t *testing.T, addr string) net.Conn {
 // keepalive ends it some 40 s later (or, with a client that keeps the
 // server reading, the connection's age, 5 min and 30 s of grace).
 func TestGRPCStalledReaderCut(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	t.Run("plaintext", func(t *testing.T) { stalledReaderCut(t, nil) })
+	t.Run("TLS", func(t *testing.T) { stalledReaderCut(t, ca) })
+}
+
+// stalledReaderCut runs TestGRPCStalledReaderCut, over TLS with a
+// certificate of ca unless it is nil.
+func stalledReaderCut(t *testing.T, ca *tlstest.CA) {
 	const send = 200 * time.Millisecond
+	// Keepalive would end the connection too, some 40 s on: not within
+	// the test.
+	o := server.GRPCOptions{MaxCalls: 10_000, KeepaliveTime: time.Hour}
+	if ca != nil {
+		o.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}}
+	}
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{
-		// Keepalive would end the connection too, some 40 s on: not
-		// within the test.
-		grpc: server.GRPCOptions{MaxCalls: 10_000, KeepaliveTime: time.Hour},
+		grpc: o,
 		listen: func(ln net.Listener, m *metrics.Metrics) net.Listener {
 			return listener.Wrap(ln, 0, send, m.Listener("grpc")) // as the daemon wraps it
 		},
 	})
 	c := dialSmallBuffer(t, env.conn.Target())
-	c.SetWriteDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+	c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+	if ca != nil {
+		cfg := ca.ClientConfig()
+		cfg.NextProtos = []string{"h2"}
+		tc := tls.Client(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		c = tc
+	}
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +129,9 @@ func TestGRPCStalledReaderCut(t *testing.T) {
 	}
 	if got := env.grpc.ClosedUnread(); got != 0 {
 		t.Errorf("ClosedUnread() = %d, want 0: the client granted all the window", got)
+	}
+	if ca != nil {
+		return // env.client speaks plaintext
 	}
 	// A client that reads its answers is served on, under the same
 	// send timeout.
