@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"net"
 	"runtime"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -32,10 +34,20 @@ type unread struct {
 // further than window bytes. The connection stays open (unless the
 // server closed it) until t ends.
 func sendUnread(t *testing.T, env *rlsEnv, window uint32, n int, settle bool) unread {
+	return sendUnreadTLS(t, env, nil, window, n, settle)
+}
+
+// sendUnreadTLS is sendUnread over TLS with conf (nil: plaintext).
+func sendUnreadTLS(t *testing.T, env *rlsEnv, conf *tls.Config, window uint32, n int, settle bool) unread {
 	t.Helper()
 	c, err := net.Dial("tcp", env.conn.Target())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if conf != nil {
+		conf = conf.Clone()
+		conf.NextProtos = []string{"h2"}
+		c = tls.Client(c, conf)
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
@@ -157,6 +169,26 @@ func TestGRPCUnreadAnswers(t *testing.T) {
 	u = sendUnread(t, env, 1<<16-1, server.DefaultMaxConcurrentStreams, true)
 	if u.closed || u.begun != server.DefaultMaxConcurrentStreams || u.held != 0 {
 		t.Errorf("%d calls whose answers fit the windows: %d answers begun, %d held, connection closed %v; want all answered, the connection open",
+			server.DefaultMaxConcurrentStreams, u.begun, u.held, u.closed)
+	}
+}
+
+// TestGRPCUnreadAnswersTLS: over TLS the account reads the HTTP/2 frames
+// TLS carries: a client that reads none of its answers is closed past the
+// bound, one whose windows let its answers through keeps its connection.
+func TestGRPCUnreadAnswersTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{
+		TLS: &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS}}, MaxCalls: 10_000, UnreadTimeout: 100 * time.Millisecond,
+	}})
+	if u := sendUnreadTLS(t, env, ca.ClientConfig(), 8, server.MaxUnreadAnswers+1, true); !u.closed || u.begun != server.MaxUnreadAnswers+1 {
+		t.Errorf("%d calls not read over TLS: %d answers begun, connection closed %v; want all begun, then the connection closed", server.MaxUnreadAnswers+1, u.begun, u.closed)
+	}
+	if got := env.grpc.ClosedUnread(); got != 1 {
+		t.Errorf("ClosedUnread() = %d, want 1", got)
+	}
+	if u := sendUnreadTLS(t, env, ca.ClientConfig(), 1<<16-1, server.DefaultMaxConcurrentStreams, true); u.closed || u.begun != server.DefaultMaxConcurrentStreams || u.held != 0 {
+		t.Errorf("%d calls whose answers fit the windows, over TLS: %d answers begun, %d held, connection closed %v; want all answered, the connection open",
 			server.DefaultMaxConcurrentStreams, u.begun, u.held, u.closed)
 	}
 }
