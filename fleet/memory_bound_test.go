@@ -30,7 +30,7 @@ func (n nullShared) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluic
 
 func (n nullShared) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, redisstore.Taken, error) {
 	d, err := n.Take(ctx, r)
-	return d, redisstore.Taken{Now: r.Now.UnixMicro()}, err
+	return d, redisstore.Taken{}, err
 }
 
 func (nullShared) Sync(_ context.Context, ops []redisstore.SyncOp) error {

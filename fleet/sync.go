@@ -101,7 +101,7 @@ type Sync struct {
 
 	// skew is the requests' clock minus the store's (µs), as the last
 	// decision taken in the store, or read of a key before a decision,
-	// found it (see now).
+	// found it (see now and measure).
 	skew atomic.Int64
 
 	// writer and seq number the batches' ops, so that Redis counts an op
@@ -209,13 +209,13 @@ func (s *Sync) Stats() SyncStats {
 // now is the instant (µs) Sync decides r at locally: r.Now on the store's
 // clock, as the last decision taken in the store or read of a key before a
 // decision (a key's first, or the first after two idle intervals, see
-// acquire) measured the distance between the two. Over a store that reads
-// its own clock (redisstore.Options.RedisTime, as the daemon runs it), an
-// instance whose clock is ahead or behind thus decides, and stamps its
-// hits, as the store would: on its own clock it would see refills that have
-// not happened (or none that have), and its hits would move the key's state
-// ahead of every other instance's. Over a store on the requests' clock the
-// distance is 0.
+// acquire) measured the distance between the two, within half its round
+// trip. Over a store that reads its own clock (redisstore.Options.RedisTime,
+// as the daemon runs it), an instance whose clock is ahead or behind thus
+// decides, and stamps its hits, as the store would: on its own clock it
+// would see refills that have not happened (or none that have), and its
+// hits would move the key's state ahead of every other instance's. Over a
+// store on the requests' clock the distance is 0.
 func (s *Sync) now(r *sluice.Request) int64 { return r.Now.UnixMicro() - s.skew.Load() }
 
 // check validates what the local path needs: its decisions read r.Now

@@ -193,7 +193,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			// A new entry: decide in the store, and start from its state.
 			e.mu.Unlock()
 			s.loads.Add(1)
+			start := time.Now()
 			dd, tk, err := s.inner.SyncTake(ctx, *r)
+			s.measure(r, start, tk.Clock)
 			e.mu.Lock()
 			e.loading = nil
 			close(ch)
@@ -202,10 +204,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 				e.mu.Unlock()
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 			}
-			// The store's clock, as far as this request tells: the local
-			// decisions run on it (see now).
-			s.skew.Store(r.Now.UnixMicro() - tk.Now)
-			e.last = tk.Now
+			e.last = s.now(r)
 			e.view = tk.State
 			s.observe(e, &tk.State, false)
 			for _, h := range e.hits {
@@ -219,10 +218,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		ops := s.snapshot(e, nil)
 		e.mu.Unlock()
 		s.loads.Add(1)
+		start := time.Now()
 		err := s.inner.Sync(ctx, ops)
-		if c := ops[len(ops)-1].Clock; err == nil && c != 0 {
-			s.skew.Store(r.Now.UnixMicro() - c) // see now
-		}
+		s.measure(r, start, ops[len(ops)-1].Clock)
 		e.mu.Lock()
 		e.loading = nil
 		close(ch)
@@ -285,5 +283,15 @@ func (s *Sync) observe(e *syncEntry, st *sluice.State, sent bool) {
 		s.overshoot.Store(o)
 		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
 		}
+	}
+}
+
+// measure takes the distance between the requests' clock and the store's
+// from a call made for r at start (on this machine's clock), in which the
+// store read its clock (µs; 0: the store runs on the requests' clocks):
+// halfway through the call on r's clock, as far as the round trip tells.
+func (s *Sync) measure(r *sluice.Request, start time.Time, clock int64) {
+	if clock != 0 {
+		s.skew.Store(r.Now.UnixMicro() + time.Since(start).Microseconds()/2 - clock)
 	}
 }

@@ -79,7 +79,7 @@ func (m *memShared) SyncTake(_ context.Context, r sluice.Request) (sluice.Decisi
 	m.calls = append(m.calls, 1)
 	m.mu.Unlock()
 	d, st, err := m.take(r)
-	return d, redisstore.Taken{State: st, Now: r.Now.UnixMicro()}, err
+	return d, redisstore.Taken{State: st}, err
 }
 
 func (m *memShared) take(r sluice.Request) (sluice.Decision, sluice.State, error) {

@@ -184,14 +184,15 @@ func (s *Store) Sync(ctx context.Context, ops []SyncOp) error {
 type Taken struct {
 	// State is the key's state after the decision.
 	State sluice.State
-	// Now is the instant (µs) the request was decided at: Redis' clock
-	// with Options.RedisTime, else the request's Now. The difference from
-	// the request's Now is how far the caller's clock is from the store's.
-	Now int64
+	// Clock is Redis' clock (µs) when it decided, with Options.RedisTime;
+	// 0 without (the store decided at the request's Now). Compared with
+	// the caller's clock, it tells how far apart the two are.
+	Clock int64
 }
 
 // SyncTake decides r exactly as Take does, in one round trip, and also
-// returns the key's state after it and the instant it was decided at.
+// returns the key's state after it and, with Options.RedisTime, Redis'
+// clock then.
 func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, Taken, error) {
 	now, err := s.nowArg(r.Now)
 	if err != nil {
@@ -232,7 +233,11 @@ func (s *Store) SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision
 	if _, err := r.Algorithm.TakeMicro(&d, &read, &r.Limit, us, r.Cost); err != nil {
 		return sluice.Decision{}, Taken{}, fmt.Errorf("redisstore: take %q: %w", r.Key, err)
 	}
-	return d, Taken{State: after, Now: us}, nil
+	tk := Taken{State: after}
+	if s.opts.RedisTime {
+		tk.Clock = us
+	}
+	return d, tk, nil
 }
 
 // fleetArgs checks a request for fleet.lua and returns its first arguments,
