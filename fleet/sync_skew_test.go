@@ -25,10 +25,10 @@ func TestSyncClockAhead(t *testing.T) {
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
 	key := fmt.Sprintf("skew/%d", time.Now().UnixNano())
 	ahead := func() sluice.Request {
-		return sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Cost: 1, Now: time.Now().Add(time.Hour)}
+		return sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: 1, Now: time.Now().Add(time.Hour)}
 	}
 	admitted := 0
-	for range 12 { // within a second: no token refills on Redis' clock
+	for range 12 { // no token refills on Redis' clock meanwhile (one in 6 minutes)
 		d, err := s.Take(ctx, ahead())
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ func TestSyncClockAhead(t *testing.T) {
 	// The key's state is on Redis' clock (this machine's): its bucket's
 	// time is now, not an hour ahead, where every other instance,
 	// deciding on Redis' clock, would find it full of debt for an hour.
-	if at := stateTime(t, st, key, sluice.PerMinute(10)); at.After(time.Now().Add(time.Minute)) {
+	if at := stateTime(t, st, key, sluice.PerHour(10)); at.After(time.Now().Add(time.Minute)) {
 		t.Errorf("after the instance an hour ahead spent the burst, the key's state is at %v, want now (%v)", at, time.Now())
 	}
 }
@@ -131,8 +131,8 @@ func TestSyncClockAheadTakeAll(t *testing.T) {
 	for range 12 {
 		now := time.Now().Add(time.Hour)
 		rs := []sluice.Request{
-			{Key: base + "a", Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Cost: 1, Now: now},
-			{Key: base + "b", Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(100), Cost: 1, Now: now},
+			{Key: base + "a", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: 1, Now: now},
+			{Key: base + "b", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(100), Cost: 1, Now: now},
 		}
 		ds := make([]sluice.Decision, len(rs))
 		if err := s.TakeAll(ctx, rs, ds); err != nil {
@@ -148,7 +148,7 @@ func TestSyncClockAheadTakeAll(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if at := stateTime(t, st, base+"a", sluice.PerMinute(10)); at.After(time.Now().Add(time.Minute)) {
+	if at := stateTime(t, st, base+"a", sluice.PerHour(10)); at.After(time.Now().Add(time.Minute)) {
 		t.Errorf("after the instance an hour ahead spent the burst, the key's state is at %v, want now (%v)", at, time.Now())
 	}
 }
