@@ -184,9 +184,11 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 }
 
 // Close sends the hits not yet sent and stops the batch loop; it returns
-// the error of that last batch. Call it after the last decision: decisions
-// after Close go to the shared store, and a decision racing with Close may
-// count only locally.
+// the error of that last batch. If it failed, the hits it could not send
+// are still held: Flush sends them (the daemon tries every second until it
+// succeeds). Call it after the last decision: decisions after Close go to
+// the shared store, and a decision racing with Close may count only
+// locally.
 func (s *Sync) Close() error {
 	if s.closed.Swap(true) {
 		<-s.done
