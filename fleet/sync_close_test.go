@@ -1,0 +1,65 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// TestSyncFlushAfterFailedClose: a Close whose last batch cannot reach
+// Redis returns its error and keeps the hits it could not send; a Flush
+// once Redis answers sends them, each once.
+func TestSyncFlushAfterFailedClose(t *testing.T) {
+	srv := redistest.StartServer(t)
+	gate := redistest.NewGate(t, srv.Addr)
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{gate.Addr}, Timeout: 300 * time.Millisecond})
+	s, err := fleet.NewSync(rs, fleet.SyncOptions{Interval: time.Hour}) // batches only by Flush and Close
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := sluice.Request{Key: fmt.Sprintf("close/%d", time.Now().UnixNano()), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(100), Cost: 1, Now: sluicetest.T0}
+	for range 5 { // two decided in Redis (cold, then the entry's read), three locally
+		if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+			t.Fatalf("Take: %+v, %v", d, err)
+		}
+	}
+	direct := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}}) // not through the gate
+	count := func() int64 {
+		q := r
+		q.Cost = 0
+		d, err := direct.Take(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 100 - d.Remaining
+	}
+	if got := count(); got != 2 {
+		t.Fatalf("Redis counts %d before Close, want 2", got)
+	}
+	gate.Shut()
+	if err := s.Close(); err == nil {
+		t.Fatal("Close with Redis cut off: no error")
+	}
+	gate.Open()
+	// The client may first find its connection cut: try as the daemon
+	// does, until a Flush succeeds.
+	for i := 0; s.Flush() != nil; i++ {
+		if i == 10 {
+			t.Fatal("Flush once Redis answers: failed 10 times")
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatalf("Flush again: %v", err)
+	}
+	if got := count(); got != 5 {
+		t.Errorf("Redis counts %d after the Flush, want the 5 admitted", got)
+	}
+}
