@@ -73,10 +73,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		}
 		// The connection cap, send timeout (server.DefaultSendTimeout:
 		// the grpc block has no key for it) and accounting of the HTTP
-		// listeners; gRPC itself bounds the handshake, streams per
+		// listeners, and the TCP_USER_TIMEOUT grpc-go sets on a bare TCP
+		// listener's connections only; gRPC itself bounds the handshake, streams per
 		// connection, message size and keepalive pings
 		// (server.GRPCOptions).
-		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, server.DefaultSendTimeout, d.metrics.Listener("grpc"))
+		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, server.DefaultSendTimeout, d.metrics.Listener("grpc")).
+			WithUserTimeout(server.DefaultKeepaliveTimeout)
 		var gopts server.GRPCOptions
 		if t := cfg.GRPC.TLS; t != nil {
 			r, err := tlsconf.NewReloadable(t.Options(), "h2")

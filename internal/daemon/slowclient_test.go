@@ -274,4 +274,9 @@ func TestGRPCSendTimeout(t *testing.T) {
 	if got := ln.SendTimeout(); got != server.DefaultSendTimeout {
 		t.Errorf("the gRPC listener's send timeout is %v, want %v", got, server.DefaultSendTimeout)
 	}
+	// grpc-go sets its keepalive timeout as TCP_USER_TIMEOUT only on a
+	// bare TCP listener's connections: the daemon's sets it itself.
+	if got := ln.UserTimeout(); got != server.DefaultKeepaliveTimeout {
+		t.Errorf("the gRPC listener's TCP_USER_TIMEOUT is %v, want the keepalive timeout %v", got, server.DefaultKeepaliveTimeout)
+	}
 }

@@ -48,6 +48,7 @@ type Listener struct {
 	open    atomic.Int64 // places held: connections, and HTTP/2 requests beyond one per connection (capStreams)
 	metrics *metrics.Listener
 	send    time.Duration // send_timeout of the connections accepted; 0: none
+	user    time.Duration // TCP_USER_TIMEOUT of the connections accepted; 0: the system's
 
 	mu       sync.Mutex
 	hijacked map[*conn]struct{} // taken over from the server and open (see CloseHijacked)
@@ -59,6 +60,19 @@ type Listener struct {
 func Wrap(ln net.Listener, max int, send time.Duration, m *metrics.Listener) *Listener {
 	return &Listener{Listener: ln, max: int64(max), send: send, metrics: m}
 }
+
+// WithUserTimeout sets TCP_USER_TIMEOUT to d on the TCP connections l
+// accepts (Linux; elsewhere nothing), and returns l; call it before
+// serving. grpc-go sets its keepalive timeout so on the connections it
+// accepts, but only from a bare TCP listener: behind l it sees none, so
+// the gRPC listener sets it here.
+func (l *Listener) WithUserTimeout(d time.Duration) *Listener {
+	l.user = d
+	return l
+}
+
+// UserTimeout returns the TCP_USER_TIMEOUT WithUserTimeout set (0: none).
+func (l *Listener) UserTimeout() time.Duration { return l.user }
 
 // SendTimeout returns the send timeout of the connections accepted.
 func (l *Listener) SendTimeout() time.Duration { return l.send }
@@ -81,6 +95,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.metrics.Opened()
+		if l.user > 0 {
+			// Best effort: a socket that refuses the option is still
+			// served, with the kernel's own retransmission bound.
+			_ = setUserTimeout(c, l.user)
+		}
 		return &conn{Conn: rawio.Wrap(c), l: l, sendWait: l.send}, nil
 	}
 }

@@ -42,7 +42,8 @@ const (
 	// reading, until the connection's age. It is grpc-go's own bound on
 	// a socket's unacknowledged data, its keepalive timeout, which it
 	// sets as TCP_USER_TIMEOUT on the connections it accepts from a bare
-	// TCP listener only, not through the daemon's.
+	// TCP listener only; the daemon's listener sets it itself
+	// (listener.WithUserTimeout).
 	DefaultSendTimeout = DefaultKeepaliveTimeout
 	// DefaultStopGrace bounds the graceful stop: calls still running then
 	// are cut off.
