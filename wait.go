@@ -15,7 +15,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 
 // WaitN blocks until a request of cost n for key is admitted, then returns
 // its decision. For the leaky bucket it also waits out the admitted
-// request's Delay, so callers proceed evenly spaced; for the others it
+// request's Delay (counted from the decision, so a store's round trip is
+// part of it), so callers proceed evenly spaced; for the others it
 // sleeps each RetryAfter and asks again.
 //
 // As x/time/rate's WaitN, it does not wait for what it cannot have: when
@@ -47,9 +48,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		left := time.Until(deadline)
 		bounded := hasDeadline && n > 0 && l.alg == LeakyBucket && l.mayOutlast(n, left)
 		wt, within := l.store.(WithinTaker)
+		var asked time.Time // when the take was asked
 		switch {
 		case bounded && within:
 			var late bool
+			asked = l.clock()
 			if d, late, err = l.takeWithin(ctx, wt, key, n, left); err == nil && late {
 				return d, pastDeadline(key, d.RetryAfter)
 			}
@@ -57,14 +60,24 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			if d, err = l.overQueue(ctx, key, n, left); err != nil {
 				return d, err
 			}
+			asked = l.clock()
 			d, err = l.AllowN(ctx, key, n)
 		default:
+			asked = l.clock()
 			d, err = l.AllowN(ctx, key, n)
 		}
 		if err != nil {
 			return d, err
 		}
 		wait := d.Delay
+		if wait > 0 {
+			// The slot leaves Delay after the decision: what the
+			// answer took to come back (a round trip to Redis) is
+			// part of the wait, not added to it.
+			if took := l.clock().Sub(asked); took > 0 {
+				wait = max(0, wait-took)
+			}
+		}
 		if d.Allowed && bounded && !within && wait > 0 && wait >= time.Until(deadline) {
 			// Another waiter took the slot overQueue saw: this one is
 			// counted, and leaves too late.
