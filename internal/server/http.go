@@ -46,6 +46,14 @@ const (
 	DefaultDenyStatus   = http.StatusTooManyRequests
 )
 
+// MaxScrapes bounds the GET /metrics gathered at once; the others wait
+// their turn (a client slow to read its answer holds no place: only the
+// gathering waits). /metrics is open to anyone and a scrape costs a full
+// Gather (milliseconds of CPU, and a megabyte of answer with the Envoy
+// labels full), so a client sending many at once cannot have the daemon
+// gather them all together. Prometheus scrapes once per interval.
+const MaxScrapes = 2
+
 // Defaults of the daemon's HTTP listeners (the decision API and the
 // reverse proxy): how long a client may take to send its request headers,
 // and how long an idle keep-alive connection is kept.
@@ -162,10 +170,11 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.Gatherer != nil {
 		opts := promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
-		h.metrics = promhttp.HandlerFor(o.Gatherer, opts)
+		g := bounded{o.Gatherer, make(chan struct{}, MaxScrapes)}
+		h.metrics = promhttp.HandlerFor(g, opts)
 		h.openMetrics = h.metrics
 		if len(o.Token) > 0 && (len(o.KeyMetrics) > 0 || o.KeySeries != nil) {
-			h.openMetrics = promhttp.HandlerFor(without{o.Gatherer, o.KeyMetrics, o.KeySeries}, opts)
+			h.openMetrics = promhttp.HandlerFor(without{g, o.KeyMetrics, o.KeySeries}, opts)
 		}
 	}
 	return h, nil
@@ -341,6 +350,20 @@ func (w without) Gather() ([]*dto.MetricFamily, error) {
 		mf.Metric = slices.DeleteFunc(mf.Metric, func(m *dto.Metric) bool { return w.series(mf.GetName(), m.GetLabel()) })
 		return len(mf.Metric) == 0
 	}), err
+}
+
+// bounded gathers from g at most cap(places) at once (MaxScrapes); the
+// others wait their turn. Only the gathering waits: a client slow to read
+// its answer holds no place.
+type bounded struct {
+	g      prometheus.Gatherer
+	places chan struct{}
+}
+
+func (b bounded) Gather() ([]*dto.MetricFamily, error) {
+	b.places <- struct{}{}
+	defer func() { <-b.places }()
+	return b.g.Gather()
 }
 
 type slogPrinter struct{ l *slog.Logger }
