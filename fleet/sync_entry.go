@@ -85,7 +85,8 @@ func (e *syncEntry) decide(r *sluice.Request, us int64, st *sluice.State, d *slu
 
 // maxHits bounds the hits a bucket keeps per key between batches; past it
 // the last two fold into one, exactly (see fold). Window hits merge per
-// window, exactly.
+// window, and only the last window's (the counter's last two) are kept,
+// exactly (see record).
 const maxHits = 64
 
 // record adds h to the hits the next batch sends.
@@ -95,10 +96,26 @@ func (e *syncEntry) record(h redisstore.Hit) {
 		switch e.alg {
 		case sluice.FixedWindow, sluice.SlidingWindowCounter:
 			p := e.ticks.Period * e.ticks.Tick
-			if floorDiv(last.At, p) == floorDiv(h.At, p) {
+			w := floorDiv(h.At, p)
+			if floorDiv(last.At, p) == w {
 				last.Cost = min(last.Cost+h.Cost, capCost(e.alg, &e.ticks))
 				return
 			}
+			// A hit of a window before the last one (the counter's last
+			// two) changes nothing the batch leaves: the store's state
+			// moves on to the newer window, which starts empty (the
+			// counter keeps the one before as its previous count), and
+			// a state already past it ignores it. Kept, a key decided in
+			// every window between two batches kept one hit a window.
+			keep := int64(0)
+			if e.alg == sluice.SlidingWindowCounter {
+				keep = 1
+			}
+			i := 0
+			for i < n && floorDiv(e.hits[i].At, p) < w-keep {
+				i++
+			}
+			e.hits = append(e.hits[:0], e.hits[i:]...)
 		default:
 			// A bucket's clock only moves forward: a hit stamped before
 			// the last one acts at the last one's time (see inOrder).
