@@ -152,3 +152,36 @@ func TestSyncClockAheadTakeAll(t *testing.T) {
 		t.Errorf("after the instance an hour ahead spent the burst, the key's state is at %v, want now (%v)", at, time.Now())
 	}
 }
+
+// TestLeaseClockSkew: a Lease over a store on Redis' clock spends its units
+// on Redis' clock too, whatever its own says: an instance an hour ahead or
+// behind admits the bucket's burst of 10 at once, no more (it reads the
+// distance from every grant).
+func TestLeaseClockSkew(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		l, err := fleet.NewLease(st, fleet.LeaseOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("skew/lease/%d", time.Now().UnixNano())
+		admitted := 0
+		for range 12 { // no token refills on Redis' clock meanwhile (one in 6 minutes)
+			d, err := l.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: 1, Now: time.Now().Add(skew)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if admitted != 10 {
+			t.Errorf("a Lease %v off Redis' clock admitted %d of 12 at once, want the burst of 10", skew, admitted)
+		}
+	}
+}
