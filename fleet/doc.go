@@ -27,7 +27,10 @@
 // Sync and Lease decide locally at each Request's Now, so the requests they
 // handle need it within sluice.MinTime … sluice.MaxTime (others are refused
 // with sluice.ErrInvalidTime) even over a redisstore with RedisTime, which
-// does not read it.
+// does not read it. Over such a store they move it onto Redis' clock by
+// the distance each call to the store shows (a grant for Lease, a key's
+// decision or read for Sync), so that an instance whose clock is ahead or
+// behind decides as Redis would.
 //
 // Order matters when stacking: put the OverLimitCache next to the shared
 // store and the Fallback outside it, so that the cache only ever learns from
