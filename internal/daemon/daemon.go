@@ -113,7 +113,8 @@ type Daemon struct {
 	// staleAtStart: the config file changed between the read of the
 	// config New was given and the start of the watch.
 	staleAtStart bool
-	reloadMu     sync.Mutex // serialises apply; the shutdown takes it before the store closes
+	reloadMu     sync.Mutex        // serialises apply; the shutdown takes it before the store closes
+	descRefused  [sha256.Size]byte // filesDigest of the descriptor files last refused (reloadMu)
 	ran          atomic.Bool
 	// stopping: the shutdown has begun (or Close was called). A reload
 	// asked for from then on is refused (ErrShuttingDown); one already

@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -100,10 +103,20 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	if old.cfg.GRPC == nil {
 		return ReloadResult{Unchanged: true}
 	}
+	seen := filesDigest(old.cfg.GRPC.Config)
 	set, err := LoadDescriptors(old.cfg)
 	res := ReloadResult{Err: err}
+	if err == nil {
+		d.descRefused = [sha256.Size]byte{}
+	}
 	switch {
+	case err != nil && seen == d.descRefused:
+		// The files refused last time, unchanged: reread because
+		// something else in their directory changed. Refused once,
+		// counted and logged once, as a config file is.
+		res = ReloadResult{Unchanged: true}
 	case err != nil:
+		d.descRefused = seen
 		d.metrics.Reload(false)
 		var es rules.ParseErrors
 		if errors.As(err, &es) {
@@ -164,4 +177,34 @@ func (d *Daemon) watchDescriptors(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		d.reloadDescriptors()
 	})
+}
+
+// filesDigest returns a digest of what Load would read of paths: each
+// file's content, and each listed directory's YAML files by name and
+// content (an error reading one counts as its content).
+func filesDigest(paths []string) [sha256.Size]byte {
+	h := sha256.New()
+	file := func(name string) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			b = []byte("\x00" + err.Error())
+		}
+		fmt.Fprintf(h, "%d:%s%d:", len(name), name, len(b))
+		h.Write(b)
+	}
+	for _, p := range paths {
+		es, err := os.ReadDir(p)
+		if err != nil {
+			file(p) // a file, or an error of its own
+			continue
+		}
+		for _, e := range es {
+			if !e.IsDir() && descriptors.Listed(e.Name()) {
+				file(filepath.Join(p, e.Name()))
+			}
+		}
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
