@@ -81,7 +81,11 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			}
 			verdict = 2
 			if e.shadowLog.OK(now) {
-				e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "suppressed", e.shadowLog.Dropped())
+				if res.Allowed {
+					e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "suppressed", e.shadowLog.Dropped())
+				} else { // asked at cost 0: no wait of its own to tell
+					e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "remaining", d.Remaining, "refused_anyway", true, "suppressed", e.shadowLog.Dropped())
+				}
 			}
 		}
 		switch verdict {

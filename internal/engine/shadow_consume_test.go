@@ -1,12 +1,21 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // TestShadowChargedByAdmittedRequestsOnly: denied traffic consumes
@@ -21,7 +30,13 @@ func TestShadowChargedByAdmittedRequestsOnly(t *testing.T) {
 	clk := &clock{t: t0}
 	strict := rule("strict", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
 	trial := rule("trial", sluice.FixedWindow, sluice.PerHour(5), rules.Shadow, 0)
-	e, reg := newEngine(t, "", clk.Now, strict, trial)
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: &rules.Set{Rules: []*rules.Rule{strict, trial}},
+		Metrics: metrics.New(reg), Now: clk.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	both := []rules.Match{{Rule: strict, Key: "s"}, {Rule: trial, Key: "t"}}
 	for i := range 10 {
 		if res := e.Admit(context.Background(), both, 1); res.Allowed != (i < 2) {
@@ -32,8 +47,14 @@ func TestShadowChargedByAdmittedRequestsOnly(t *testing.T) {
 	for range 4 {
 		e.Admit(context.Background(), both[1:], 1)
 	}
-	// Both over their limits: each counts its own refusal.
+	// Both over their limits: each counts its own refusal, and the shadow
+	// rule's log line (its first this second: the clock stands still
+	// until now) tells no wait, having asked at cost 0.
+	clk.Add(time.Second)
 	e.Admit(context.Background(), both, 1)
+	if l := logs.String(); !strings.Contains(l, "refused_anyway=true") || strings.Contains(l, "retry_after=0s") {
+		t.Errorf("shadow log lines:\n%s\nwant the last one to say the request was refused anyway, and none a retry_after of 0", l)
+	}
 	got := metricstest.Gather(t, reg)
 	for name, want := range map[string]float64{
 		`sluice_decisions_total{result="allowed",rule="strict"}`:      2,
