@@ -50,3 +50,26 @@ func TestDecisionDurationOncePerRequest(t *testing.T) {
 		}
 	})
 }
+
+// TestDelayObservedForEveryAdmission: sluice_delay_seconds is the time
+// each request admitted under action delay waited, none included: a
+// histogram of the waits without the requests that did not wait showed
+// only those that did (a mean of 1s where one request in a hundred
+// waited 1s), and no share of requests delayed.
+func TestDelayObservedForEveryAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := rule("shaped", sluice.TokenBucket, sluice.PerSecond(1).WithBurst(1), rules.Delay, 5*time.Second)
+		e, reg := newEngine(t, "", nil, shaped)
+		ms := []rules.Match{{Rule: shaped, Key: "d"}}
+		for i := range 2 { // the first at once, the second after 1s
+			if r := e.Admit(context.Background(), ms, 1); !r.Allowed || r.Waited != time.Duration(i)*time.Second {
+				t.Fatalf("request %d: allowed %v after %v, want allowed after %ds", i, r.Allowed, r.Waited, i)
+			}
+		}
+		got := metricstest.Gather(t, reg)
+		if got["sluice_delay_seconds_count"] != 2 || got["sluice_delay_seconds_sum"] != 1 {
+			t.Errorf("sluice_delay_seconds: %v observations summing to %vs, want 2 summing to 1s (one wait of 0, one of 1s)",
+				got["sluice_delay_seconds_count"], got["sluice_delay_seconds_sum"])
+		}
+	})
+}

@@ -342,9 +342,7 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 			wait = res.shape
 		case res.Allowed:
 			res.Waited = elapsed
-			if elapsed > 0 {
-				e.metrics.ObserveDelay(elapsed)
-			}
+			e.metrics.ObserveDelay(elapsed) // 0 too: the histogram is of every admission's wait
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		case res.retry >= 0 && elapsed+res.need <= res.budget:

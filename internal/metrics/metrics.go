@@ -87,7 +87,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_delay_seconds",
-			Help:    "Time admitted requests waited for a slot under action delay.",
+			Help:    "Time each request admitted under action delay waited for its slot (0 for those admitted at once).",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 8), // 1ms … 16s
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
