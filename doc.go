@@ -44,10 +44,9 @@
 // scripts). Resetter is the optional interface behind Limiter.Reset,
 // KeyTaker the optional fast path a Limiter uses for its decisions when its
 // store has one (memstore does), and WithinTaker the one-step take a leaky
-// bucket WaitN under a deadline uses (both stores have it). The sluicetest
-// package's Run is the
-// conformance suite a Store must pass.
-// Applications need none of these.
+// bucket WaitN under a deadline uses (both stores have it, and the fleet
+// decorators over them). The sluicetest package's Run is the conformance
+// suite a Store must pass. Applications need none of these.
 //
 // # Semantics
 //

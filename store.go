@@ -98,7 +98,7 @@ func AllAllowed(ds []Decision) bool {
 
 // WithinTaker is an optional method of a Store, for Limiter.WaitN on a
 // leaky bucket under a deadline: a Limiter whose store implements it
-// (memstore and redisstore do) asks and takes in one step, so that no
+// (memstore and redisstore do, and the fleet decorators over them) asks and takes in one step, so that no
 // other request can take the slot it saw in between, and never takes a
 // slot that leaves too late to be waited for.
 //
@@ -108,6 +108,11 @@ func AllAllowed(ds []Decision) bool {
 // would have had, Delay 0, Remaining and ResetAfter as without it). For
 // the other algorithms, a forced request or a cost of 0, it is Take and
 // late is false.
+//
+// A decorator that has the method but cannot keep the promise over the
+// store it wraps (one without WithinTaker) counts nothing and returns an
+// error wrapping errors.ErrUnsupported; WaitN then asks and takes in two
+// steps, as on a store without the method.
 type WithinTaker interface {
 	TakeWithin(ctx context.Context, r Request, within time.Duration) (d Decision, late bool, err error)
 }

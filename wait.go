@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -25,12 +26,14 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // at once, having counted nothing, with the refused decision and an error
 // wrapping context.DeadlineExceeded. For a leaky bucket whose queue
 // (Burst × Period/Rate) lasts longer than the time left, a store that
-// implements WithinTaker (memstore and redisstore do) takes the slot only
-// if it leaves in time, in one step. On another store (the fleet
-// decorators, a store of your own without it) WaitN first asks the store at cost 0 when its queue's last
-// slot leaves: a second store call, and two waiters of one key racing
-// between the question and the take can still take a slot that leaves
-// too late; that slot is not given back.
+// implements WithinTaker (memstore and redisstore do, and the fleet
+// decorators over them) takes the slot only if it leaves in time, in one
+// step. On another store (a store of your own without it, a fleet
+// decorator over one, whose TakeWithin answers errors.ErrUnsupported)
+// WaitN first asks the store at cost 0 when its queue's last slot leaves:
+// a second store call, and two waiters of one key racing between the
+// question and the take can still take a slot that leaves too late; that
+// slot is not given back.
 //
 // It returns ctx.Err() if ctx ends first (a leaky bucket slot already
 // taken is not given back; a ctx ended before the call takes nothing), and
@@ -49,13 +52,21 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		bounded := hasDeadline && n > 0 && l.alg == LeakyBucket && l.mayOutlast(n, left)
 		wt, within := l.store.(WithinTaker)
 		var asked time.Time // when the take was asked
-		switch {
-		case bounded && within:
+		if bounded && within {
 			var late bool
 			asked = l.clock()
-			if d, late, err = l.takeWithin(ctx, wt, key, n, left); err == nil && late {
+			d, late, err = l.takeWithin(ctx, wt, key, n, left)
+			switch {
+			case err == nil && late:
 				return d, pastDeadline(key, d.RetryAfter)
+			case errors.Is(err, errors.ErrUnsupported):
+				// A decorator over a store without it: nothing was
+				// counted; ask, then take.
+				within, err = false, nil
 			}
+		}
+		switch {
+		case bounded && within: // taken above
 		case bounded:
 			if d, err = l.overQueue(ctx, key, n, left); err != nil {
 				return d, err

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -81,14 +82,20 @@ func overloadTrace(rng *rand.Rand, n int, l sluice.Limit, back bool) []traceStep
 // OverLimitCache over cachedInner (a store of its own, or the same store
 // under other keys), and requires the same verdict for every request; for
 // requests the cache answered it checks the figures against the store's.
-// It returns how many requests the cache answered and how many calls
-// reached cachedInner.
+// When both stores take within a bound (sluice.WithinTaker), every third
+// leaky bucket request goes through TakeWithin on both, under a bound of
+// 0 to 4 spacings: the same verdict and lateness too. It returns how many
+// requests the cache answered and how many calls reached cachedInner.
 func differential(t *testing.T, plain, cachedInner sluice.Store, steps int) (hits, calls uint64) {
 	t.Helper()
 	ctx := context.Background()
 	sd := sluicetest.Seed(t)
 	counted := &countingStore{Store: cachedInner}
 	c := fleet.NewOverLimitCache(counted, fleet.OverLimitOptions{})
+	pw, within := plain.(sluice.WithinTaker)
+	if _, ok := cachedInner.(sluice.WithinTaker); !ok {
+		within = false
+	}
 	run := time.Now().UnixNano()
 	for _, alg := range sluice.Algorithms() {
 		for li, l := range overLimits {
@@ -141,13 +148,28 @@ func differential(t *testing.T, plain, cachedInner sluice.Store, steps int) (hit
 					}
 					continue
 				}
-				want, err := plain.Take(ctx, r)
-				if err != nil {
-					t.Fatalf("%s: plain Take: %v", call, err)
-				}
-				got, err := c.Take(ctx, r)
-				if err != nil {
-					t.Fatalf("%s: cached Take: %v", call, err)
+				var want, got sluice.Decision
+				var err error
+				if within && alg == sluice.LeakyBucket && !r.Force && i%3 == 1 {
+					bound := time.Duration(i%5) * l.Period / time.Duration(l.Rate)
+					call += fmt.Sprintf(" within %v", bound)
+					var wantLate, gotLate bool
+					if want, wantLate, err = pw.TakeWithin(ctx, r, bound); err != nil {
+						t.Fatalf("%s: plain TakeWithin: %v", call, err)
+					}
+					if got, gotLate, err = c.TakeWithin(ctx, r, bound); err != nil {
+						t.Fatalf("%s: cached TakeWithin: %v", call, err)
+					}
+					if gotLate != wantLate {
+						t.Fatalf("%s: late %v through the cache, %v plain (%+v vs %+v)", call, gotLate, wantLate, got, want)
+					}
+				} else {
+					if want, err = plain.Take(ctx, r); err != nil {
+						t.Fatalf("%s: plain Take: %v", call, err)
+					}
+					if got, err = c.Take(ctx, r); err != nil {
+						t.Fatalf("%s: cached Take: %v", call, err)
+					}
 				}
 				if got.Allowed != want.Allowed {
 					t.Fatalf("%s: allowed %v through the cache, %v plain (%+v vs %+v)", call, got.Allowed, want.Allowed, got, want)
@@ -210,6 +232,19 @@ func (s *countingStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []s
 	s.n++
 	s.mu.Unlock()
 	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TakeWithin counts and passes the call on (sluice.WithinTaker); over a
+// store without it, it answers errors.ErrUnsupported, uncounted.
+func (s *countingStore) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
+	wt, ok := s.Store.(sluice.WithinTaker)
+	if !ok {
+		return sluice.Decision{}, false, errors.ErrUnsupported
+	}
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	return wt.TakeWithin(ctx, r, within)
 }
 
 func (s *countingStore) calls() uint64 {

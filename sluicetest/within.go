@@ -2,6 +2,8 @@ package sluicetest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -15,15 +17,14 @@ import (
 // TakeWithin, whose bound then never applies (a leaky bucket's bound
 // longer than any queue; 0 for the other algorithms, which it must not
 // touch), so it must decide as Take; and a leaky bucket request whose slot
-// leaves past the bound is refused as late, counting nothing.
+// leaves past the bound is refused as late, counting nothing. A store
+// without it, or one whose TakeWithin answers errors.ErrUnsupported (a
+// decorator over a store without it), is skipped.
 func testWithinTaker(t *testing.T, open func(t *testing.T) sluice.Store) {
-	if _, ok := open(t).(sluice.WithinTaker); !ok {
-		t.Skipf("%T does not implement sluice.WithinTaker", open(t))
+	if err := withinTaker(t, open(t)); err != nil {
+		t.Skip(err)
 	}
-	via := func(t *testing.T) sluice.Store {
-		s := open(t)
-		return &viaWithin{Store: s, wt: s.(sluice.WithinTaker), t: t}
-	}
+	via := func(t *testing.T) sluice.Store { return viaWithinOf(t, open(t)) }
 	t.Run("Tables", func(t *testing.T) {
 		for _, tb := range Tables() {
 			t.Run(tb.Name, func(t *testing.T) { RunTable(t, via(t), tb) })
@@ -32,6 +33,48 @@ func testWithinTaker(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("Differential", func(t *testing.T) { testDifferential(t, via(t)) })
 	t.Run("ReportCarriesDebt", func(t *testing.T) { testReport(t, via(t)) })
 	t.Run("Late", func(t *testing.T) { testWithinLate(t, open(t)) })
+}
+
+// RunWithinTaker checks a store's sluice.WithinTaker as Run does, less
+// the random trace, and fails where Run skips: when the store does not
+// implement it, or its TakeWithin answers errors.ErrUnsupported. The step
+// tables run with every other request through TakeWithin under a bound
+// that never applies, and a leaky bucket request whose slot leaves past
+// the bound must be refused as late, counting nothing. For a decorator
+// that must keep the promise over the store it wraps, the over-limit
+// cache among them, whose figures match the store's exactly on the tables
+// but not on a random trace (a refusal it remembers bounds those of
+// larger costs).
+func RunWithinTaker(t *testing.T, open func(t *testing.T) sluice.Store) {
+	if err := withinTaker(t, open(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("Tables", func(t *testing.T) {
+		for _, tb := range Tables() {
+			t.Run(tb.Name, func(t *testing.T) { RunTable(t, viaWithinOf(t, open(t)), tb) })
+		}
+	})
+	t.Run("Late", func(t *testing.T) { testWithinLate(t, open(t)) })
+}
+
+// withinTaker says why s cannot take within a bound: it lacks
+// sluice.WithinTaker, or its TakeWithin of a leaky bucket request answers
+// errors.ErrUnsupported; nil when it can.
+func withinTaker(t *testing.T, s sluice.Store) error {
+	wt, ok := s.(sluice.WithinTaker)
+	if !ok {
+		return fmt.Errorf("%T does not implement sluice.WithinTaker", s)
+	}
+	r := sluice.Request{Namespace: "within|", Key: uniq(t, "probe"), Algorithm: sluice.LeakyBucket, Limit: sluice.PerSecond(10), Cost: 1, Now: T0}
+	if _, _, err := wt.TakeWithin(context.Background(), r, time.Second); errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("%T cannot take within a bound: %w", s, err)
+	}
+	return nil
+}
+
+// viaWithinOf returns s with every other Take through its TakeWithin.
+func viaWithinOf(t *testing.T, s sluice.Store) sluice.Store {
+	return &viaWithin{Store: s, wt: s.(sluice.WithinTaker), t: t}
 }
 
 // viaWithin is a Store whose Take alternates between the store's Take and
