@@ -325,7 +325,11 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		var wait time.Duration
 		switch {
 		case res.Allowed && res.shape > 0:
-			if elapsed+res.shape > res.budget {
+			// The slot leaves shape after the decision, however long
+			// its answer took to come back (a round trip to Redis): that
+			// time is part of the wait, not added to it.
+			leaves := max(res.at.Sub(start), slept) + res.shape
+			if leaves > res.budget {
 				// The slot is taken but lies beyond max_delay: a
 				// request of the same key took its place between
 				// overQueue's question and this take (or the queue is
@@ -339,7 +343,7 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 				e.finish(ctx, a, &res, ms, cost)
 				return res
 			}
-			wait = res.shape
+			wait = max(0, leaves-elapsed)
 		case res.Allowed:
 			res.Waited = elapsed
 			e.metrics.ObserveDelay(elapsed) // 0 too: the histogram is of every admission's wait
