@@ -52,6 +52,17 @@ var callFields = [][2]string{
 	{"content-type", "application/grpc"}, {"te", "trailers"},
 }
 
+// callBlock is callFields encoded with HPACK: the header block of a call
+// (the same bytes serve every call of a test).
+func callBlock() []byte {
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range callFields {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return hb.Bytes()
+}
+
 // writeBlock writes the header block b of stream id as HEADERS and as
 // many CONTINUATION frames as it takes; an error is the server's closing
 // the connection.
@@ -203,15 +214,11 @@ func TestGRPCRapidReset(t *testing.T) {
 		c, _ := rawConn(t, env)
 		bw := bufio.NewWriter(c)
 		fr := http2.NewFramer(bw, c)
-		var hb bytes.Buffer
-		enc := hpack.NewEncoder(&hb)
-		for _, f := range callFields {
-			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
+		block := callBlock()
 		hits := envoyHits(t, env)
 		for i := range n {
 			id := uint32(2*i + 1)
-			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 				t.Fatal(err)
 			}
 			if withRequest {
@@ -269,17 +276,13 @@ func TestGRPCClientNotReading(t *testing.T) {
 	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
 		t.Fatal(err)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range callFields {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := callBlock()
 	body := requestBody(t)
 	hits := envoyHits(t, env)
 	const n = 10 * streams
 	for i := range n {
 		id := uint32(2*i + 1)
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := fr.WriteData(id, true, body); err != nil {

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -96,17 +94,13 @@ func stalledReaderCut(t *testing.T, ca *tlstest.CA) {
 	if err := fr.WriteWindowUpdate(0, 1<<31-1-65535); err != nil {
 		t.Fatal(err)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range callFields {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := callBlock()
 	body := requestBody(t)
 	start := time.Now()
 	calls := 0
 	var err error
 	for id := uint32(1); err == nil; id += 2 {
-		if err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err == nil {
+		if err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err == nil {
 			err = fr.WriteData(id, true, body)
 			calls++
 		}

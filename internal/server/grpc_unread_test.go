@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"net"
 	"runtime"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -59,17 +57,13 @@ func sendUnreadTLS(t *testing.T, env *rlsEnv, conf *tls.Config, window uint32, n
 	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window}); err != nil {
 		t.Fatal(err)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range callFields {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := callBlock()
 	body := requestBody(t)
 	// A write error is the server's closing the connection: what it
 	// sent before is read below.
 	for i := range n {
 		id := uint32(2*i + 1)
-		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil || fr.WriteData(id, true, body) != nil {
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}) != nil || fr.WriteData(id, true, body) != nil {
 			break
 		}
 	}

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"net"
 	"testing"
@@ -39,22 +38,14 @@ func TestGRPCFixedWindowsNoPing(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
-		{":path", "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	block := callBlock()
 	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("k", "v")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
 	body = append(body, msg...)
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fr.WriteData(1, true, body); err != nil {
