@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,6 +139,15 @@ type Handler struct {
 	token       [sha256.Size]byte // sha256 of Options.Token, when set
 	gateways    gatewayWarnings   // untrusted gateways warned about (forward-auth)
 	methodless  gatewayWarnings   // gateways sending no method warned about (forward-auth)
+
+	readyMu   sync.Mutex
+	readyCall *readyCall // the store's readiness being asked, shared by /readyz meanwhile
+}
+
+// readyCall is one question to Options.Ready; done closes once err is set.
+type readyCall struct {
+	done chan struct{}
+	err  error
 }
 
 // New returns the decision API handler for o.
@@ -311,9 +321,7 @@ func getOrHead(r *http.Request) bool {
 
 func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	if h.o.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), h.o.ReadyTimeout)
-		defer cancel()
-		if err := h.o.Ready(ctx); err != nil {
+		if err := h.askReady(r); err != nil {
 			msg := "not ready: " + err.Error()
 			if len(h.o.Token) > 0 && !h.authorized(r) {
 				// The store's error (its address, its state) is for
@@ -326,6 +334,35 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Write([]byte("ready\n"))
+}
+
+// askReady asks Options.Ready, or, while another /readyz is asking it,
+// waits for that answer: /readyz is open to anyone and each question goes
+// to the store (CLUSTER INFO of every node on a Cluster), so those in
+// progress at once share one. The question is bounded by ReadyTimeout,
+// not by the asker's connection, whose answer the others wait for.
+func (h *Handler) askReady(r *http.Request) error {
+	h.readyMu.Lock()
+	if c := h.readyCall; c != nil {
+		h.readyMu.Unlock()
+		select {
+		case <-c.done:
+			return c.err
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+	}
+	c := &readyCall{done: make(chan struct{})}
+	h.readyCall = c
+	h.readyMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.o.ReadyTimeout)
+	c.err = h.o.Ready(ctx)
+	cancel()
+	h.readyMu.Lock()
+	h.readyCall = nil
+	h.readyMu.Unlock()
+	close(c.done)
+	return c.err
 }
 
 // without gathers g but the families named in names, and the series
