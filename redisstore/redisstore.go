@@ -233,13 +233,15 @@ var (
 )
 
 // New connects to Redis as o says and returns a Store. It fails, wrapping
-// sluice.ErrStoreUnavailable, if Redis cannot be reached within the timeout.
+// sluice.ErrStoreUnavailable, if Redis cannot be reached within the timeout,
+// or wrapping ctx's error as well if ctx ends first; either way the
+// connections it was making are closed as it returns.
 func New(ctx context.Context, o Options) (*Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
-	hs := &handshakes{}
+	hs, dials := &handshakes{}, newPending()
 	co := rueidis.ClientOption{
 		InitAddress:       o.Addrs,
 		Username:          o.Username,
@@ -253,7 +255,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		// client below.
 		AlwaysPipelining: true,
 		MaxFlushDelay:    o.MaxFlushDelay,
-		DialCtxFn:        hs.dialer(),
+		DialCtxFn:        dials.dialer(hs),
 	}
 	if o.Sentinel != "" {
 		c := o.sentinelCredentials()
@@ -285,10 +287,18 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}()
 	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
 	defer cancel()
-	var r result
+	var (
+		r          result
+		unanswered string // a TLS handshake begun and not ended
+	)
 	select {
 	case r = <-done:
+		dials.settle()
+		unanswered = hs.unanswered()
 	case <-ctx.Done():
+		// Read before the abandon, which ends the handshakes it cuts.
+		unanswered = hs.unanswered()
+		dials.abandon()
 		go func() {
 			if r := <-done; r.c != nil {
 				r.c.Close()
@@ -314,7 +324,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		if err := plainToTLS(ctx, o, r.err); err != nil {
 			return nil, err
 		}
-		if a := hs.unanswered(); a != "" {
+		if a := unanswered; a != "" {
 			return nil, fmt.Errorf("redisstore: connect %v: %w: %w (the TLS handshake with %s got no answer: does Redis serve TLS there?)", o.Addrs, sluice.ErrStoreUnavailable, r.err, a)
 		}
 		return nil, fmt.Errorf("redisstore: connect %v: %w: %w", o.Addrs, sluice.ErrStoreUnavailable, r.err)
