@@ -56,18 +56,6 @@ func TestServeRepeatedSignal(t *testing.T) {
 	}
 }
 
-// TestServeSignalBackToBack: two SIGINTs sent back to back, as a terminal
-// and a wrapper send them, with the window the command ships with: a
-// graceful stop, exit 0. (Sent this close the kernel may merge them into
-// one; TestServeRepeatedSignal makes sure the second is seen.)
-func TestServeSignalBackToBack(t *testing.T) {
-	s := startSlow(t)
-	s.signal(syscall.SIGINT)
-	s.signal(syscall.SIGINT)
-	s.waitLog("shutting down")
-	s.wantGraceful("two SIGINTs back to back")
-}
-
 // TestServeSecondSignal: a second SIGINT or SIGTERM once the shutdown has
 // run past the repeat window ends the process at once, exit 1, without
 // waiting for the request in flight (which shutdown_timeout would let run
