@@ -75,6 +75,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	now := e.now()
 	a := getAttempt()
 	defer putAttempt(a)
+	defer e.observeDescriptors(a, now)
 	var idx, ridx [16]int
 	active := idx[:0]   // indexes into ds of the descriptors going to the store
 	reports := ridx[:0] // …of those with report: true, charged first
@@ -279,13 +280,12 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 		a.rs = append(a.rs, q)
 		a.ds = append(a.ds, sluice.Decision{})
 	}
-	t0 := now
-	if !e.realClock {
-		t0 = time.Now()
+	if e.realClock {
+		a.asked = true // observeDescriptors times the request from now
+	} else {
+		defer a.timed(time.Now())
 	}
-	err := e.take(ctx, a)
-	e.metrics.ObserveDecision(time.Since(t0))
-	if err != nil {
+	if err := e.take(ctx, a); err != nil {
 		return err
 	}
 	for k, j := range owner {
@@ -340,6 +340,20 @@ func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *Descript
 		e.metrics.Fallback(OnErrorAllow)
 	} else {
 		e.metrics.Fallback(OnErrorDeny)
+	}
+}
+
+// observeDescriptors observes, once per request, the time to decide it:
+// from now, read at its start, on the real clock (no clock reading per
+// round trip); else the store calls' time, summed. A request whose
+// descriptors asked nothing of the store is not observed.
+func (e *Engine) observeDescriptors(a *attempt, now time.Time) {
+	switch {
+	case !a.asked:
+	case e.realClock:
+		e.metrics.ObserveDecision(time.Since(now))
+	default:
+		e.metrics.ObserveDecision(a.took)
 	}
 }
 

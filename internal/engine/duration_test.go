@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -72,4 +73,33 @@ func TestDelayObservedForEveryAdmission(t *testing.T) {
 				got["sluice_delay_seconds_count"], got["sluice_delay_seconds_sum"])
 		}
 	})
+}
+
+// TestDescriptorsDurationOncePerRequest: an Envoy request is observed
+// once in sluice_decision_duration_seconds, also when it takes a second
+// round trip (a shadow_mode descriptor over its limit is left out and the
+// others taken again).
+func TestDescriptorsDurationOncePerRequest(t *testing.T) {
+	s, err := descriptors.Parse("d.yaml", []byte(envoyConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, realClock := range []bool{false, true} { // the engine's clock, or time.Now (timed differently)
+		clk := &clock{t: t0}
+		now := clk.Now
+		if realClock {
+			now = nil
+		}
+		e, reg := newEngine(t, "", now)
+		sh, g := [2]string{"soft", "a"}, [2]string{"global", "y"}
+		count := func() float64 { return metricstest.Gather(t, reg)["sluice_decision_duration_seconds_count"] }
+		decide(t, e, match(t, s, 1, sh)) // soft at its limit of 1
+		before := count()
+		if res, st := decide(t, e, match(t, s, 1, sh, g)); res.OverLimit || !st[0].Over {
+			t.Fatalf("shadow over: overall over %v, statuses %+v; want OK with the shadow descriptor over", res.OverLimit, st)
+		}
+		if got := count() - before; got != 1 {
+			t.Errorf("real clock %v: a request taken twice (its shadow descriptor over) observed %v times, want once", realClock, got)
+		}
+	}
 }
