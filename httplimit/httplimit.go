@@ -137,7 +137,8 @@ type rule struct {
 // ok) and decides them in one store call; an allowed request gets the
 // tightest rule's rate-limit headers and goes to the next handler, after
 // waiting out the longest Delay (the leaky bucket is a shaper: admitted
-// requests leave evenly spaced); a denied one gets the denying rule's
+// requests leave evenly spaced; the Delay counts from the decision, so the
+// store's round trip is part of it, not added to it); a denied one gets the denying rule's
 // headers and the 429 answer of WriteLimited and never reaches the next
 // handler. If the client goes away during a Delay, the next handler is not
 // called (the request stays counted: it was admitted). A request no rule
@@ -253,6 +254,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		reqs   []sluice.Request // when several rules apply
 		idxBuf [maxRules]int
 		err    error
+		asked  time.Time // the first rule's now: what its Delay counts from
 	)
 	idx := idxBuf[:0]
 	for i := range m.rules {
@@ -274,7 +276,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		switch len(idx) {
 		case 0:
-			one = q
+			one, asked = q, now
 		case 1:
 			reqs = make([]sluice.Request, 2, len(m.rules))
 			reqs[0], reqs[1] = one, q
@@ -340,6 +342,14 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	delay := d.Delay
 	for i := range ds {
 		delay = max(delay, ds[i].Delay)
+	}
+	if delay > 0 {
+		// The slot leaves Delay after the decision: what the answer took
+		// to come back (a round trip to Redis) is part of the wait, not
+		// added to it.
+		if took := m.rules[idx[0]].Limiter.Now().Sub(asked); took > 0 {
+			delay = max(0, delay-took)
+		}
 	}
 	if delay > 0 && ctxtime.Sleep(r.Context(), delay) != nil {
 		return
