@@ -36,8 +36,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // slot is not given back.
 //
 // It returns ctx.Err() if ctx ends first (a leaky bucket slot already
-// taken is not given back; a ctx ended before the call takes nothing), and
-// ErrNeverAllowed if n exceeds what the limit can ever admit.
+// taken is not given back; a ctx ended before the call takes nothing), but
+// the decision and no error if the slot has left by the time WaitN sees
+// ctx end (both at once, or its goroutine scheduled late): the request is
+// counted and may proceed. It returns ErrNeverAllowed if n exceeds what
+// the limit can ever admit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	deadline, hasDeadline := ctx.Deadline()
 	var d Decision
@@ -107,6 +110,17 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
+				if d.Allowed {
+					// Both were ready and select chose ctx: prefer the
+					// slot, counted and already left. (Stop cannot tell:
+					// since Go 1.23 it reports true for a timer that
+					// fired unreceived.)
+					select {
+					case <-t.C:
+						return d, nil
+					default:
+					}
+				}
 				t.Stop()
 				return d, ctx.Err()
 			case <-t.C:
