@@ -12,8 +12,8 @@ import (
 // The decorators take within a bound (sluice.WithinTaker, for a leaky
 // bucket Limiter.WaitN under a deadline) where the decision is made in
 // one step: Sync and Lease never decide a leaky bucket locally (its queue
-// hands out places no instance can assign alone), so they pass it to the
-// shared store's TakeWithin; the OverLimitCache answers a refusal it
+// hands out places no instance can assign alone; TestWithinNeverDecidedLocally
+// holds them to it), so they pass it to the shared store's TakeWithin; the OverLimitCache answers a refusal it
 // remembers (which takes nothing) and passes a miss on; the Fallback
 // passes it to the shared store's, or in local mode to its memory's, at
 // the local share. Over a store without TakeWithin they cannot keep the
