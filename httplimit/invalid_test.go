@@ -124,3 +124,49 @@ func TestMiddlewareInvalidLimitFunc(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareInvalidLogCut: the "invalid request" line quotes the
+// request's key, which a client chooses (a header of up to net/http's
+// 1 MB): it quotes at most MaxKeyLen bytes of it (a longer key is named by
+// its digest), so no request makes a line longer than a few hundred bytes
+// of its own, whatever bytes it sends.
+func TestMiddlewareInvalidLogCut(t *testing.T) {
+	lim, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string]string{
+		"1 MB":             strings.Repeat("a", 1<<20),
+		"MaxKeyLen+1":      strings.Repeat("a", httplimit.MaxKeyLen+1),
+		"escapes":          strings.Repeat("\x01", httplimit.MaxKeyLen),
+		"multi-byte runes": strings.Repeat("é", httplimit.MaxKeyLen/2),
+	} {
+		var logs logBuffer
+		// A new middleware for each key: its log is throttled to a line a
+		// second.
+		srv, _ := server(t, httplimit.Options{Limiter: lim,
+			KeyFunc: func(*http.Request) (string, bool) { return key, true },
+			Cost:    func(*http.Request) int64 { return -1 },
+			Logger:  slog.New(slog.NewTextHandler(&logs, nil))})
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 500 {
+			t.Errorf("%s: status %d, want 500", name, resp.StatusCode)
+		}
+		lines := strings.Split(strings.TrimSuffix(logs.String(), "\n"), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], "invalid request") {
+			t.Fatalf("%s: logged %d lines, want 1 invalid request line: %.300q", name, len(lines), logs.String())
+		}
+		// 256 bytes quoted twice (%q in the error, then the handler's
+		// quoting) is at most 256×5 bytes; the rest of the line is ours.
+		if n := len(lines[0]); n > 2048 {
+			t.Errorf("%s: log line is %d bytes, want at most 2048: %.300q…", name, n, lines[0])
+		}
+		if strings.Contains(lines[0], strings.Repeat("a", httplimit.MaxKeyLen+1)) {
+			t.Errorf("%s: log line quotes more than %d bytes of the key: %.300q…", name, httplimit.MaxKeyLen, lines[0])
+		}
+	}
+}
