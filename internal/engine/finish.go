@@ -63,9 +63,6 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 			t0 := time.Now()
 			d, err := e.store.Take(ctx, req)
 			a.timed(t0)
-			if n > 1 {
-				unshard(&d, r.Limit, n)
-			}
 			if err != nil {
 				if !clientGone(ctx) { // else not the store's failure
 					e.storeFailed(err)
@@ -73,7 +70,12 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 				continue
 			}
 			if !res.Allowed {
+				// What the shard asked has left, before the key's
+				// estimate: the shard is what would decide.
 				d.Allowed = d.Allowed && d.Remaining >= cost
+			}
+			if n > 1 {
+				unshard(&d, r.Limit, n)
 			}
 			if d.Allowed {
 				verdict = max(verdict, 1)

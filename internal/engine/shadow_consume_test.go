@@ -70,3 +70,42 @@ func TestShadowChargedByAdmittedRequestsOnly(t *testing.T) {
 		t.Errorf("trial's counter: %d remaining, want 0 (charged by the 5 admitted requests)", res.Decision.Remaining)
 	}
 }
+
+// TestShadowShardedRefusedAnyway: in a request another rule refuses, a
+// sharded shadow rule takes its verdict from what its shard has left, as
+// the shard would decide once the rule enforces, not from the key's
+// estimate (the shard's remainder times the shards): with 1 left of a
+// shard's 3, a request of cost 2 is one the rule would refuse.
+func TestShadowShardedRefusedAnyway(t *testing.T) {
+	strict := rule("strict", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
+	trial := rule("trial", sluice.FixedWindow, sluice.PerHour(12), rules.Shadow, 0)
+	trial.Shards = rules.AutoCount{N: 4}
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: &rules.Set{Rules: []*rules.Rule{strict, trial}},
+		Metrics: metrics.New(reg), Now: func() time.Time { return t0 },
+		// Always the first shard, a quarter of the limit: 3 an hour.
+		Shard: func(r *sluice.Request, n int) int {
+			r.Key += "#0"
+			r.Limit = sluice.PerHour(r.Limit.Rate / int64(n))
+			return n
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := []rules.Match{{Rule: strict, Key: "s"}, {Rule: trial, Key: "t"}}
+	if res := e.Admit(context.Background(), both, 2); !res.Allowed {
+		t.Fatalf("first request refused, want admitted (strict admits 2)")
+	}
+	if res := e.Admit(context.Background(), both, 2); res.Allowed {
+		t.Fatalf("second request admitted, want refused by strict")
+	}
+	got := metricstest.Gather(t, reg)
+	for name, want := range map[string]float64{
+		`sluice_decisions_total{result="allowed",rule="trial"}`:       1, // the first: 3 left of its shard's 3
+		`sluice_decisions_total{result="shadow_denied",rule="trial"}`: 1, // the second: 1 left of its shard's 3, cost 2
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
