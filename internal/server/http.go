@@ -134,8 +134,10 @@ func (h *Handler) authorized(r *http.Request) bool {
 // use.
 type Handler struct {
 	o           Options
-	metrics     http.Handler
-	openMetrics http.Handler      // metrics without Options.KeyMetrics: a scrape without the token
+	metrics     prometheus.Gatherer
+	openMetrics prometheus.Gatherer // metrics without Options.KeyMetrics: a scrape without the token
+	promOpts    promhttp.HandlerOpts
+	scrapes     chan struct{}     // a place for each scrape gathering (MaxScrapes)
 	token       [sha256.Size]byte // sha256 of Options.Token, when set
 	gateways    gatewayWarnings   // untrusted gateways warned about (forward-auth)
 	methodless  gatewayWarnings   // gateways sending no method warned about (forward-auth)
@@ -179,12 +181,12 @@ func New(o Options) (*Handler, error) {
 		h.token = sha256.Sum256(o.Token)
 	}
 	if o.Gatherer != nil {
-		opts := promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
-		g := bounded{o.Gatherer, make(chan struct{}, MaxScrapes)}
-		h.metrics = promhttp.HandlerFor(g, opts)
+		h.promOpts = promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
+		h.scrapes = make(chan struct{}, MaxScrapes)
+		h.metrics = o.Gatherer
 		h.openMetrics = h.metrics
 		if len(o.Token) > 0 && (len(o.KeyMetrics) > 0 || o.KeySeries != nil) {
-			h.openMetrics = promhttp.HandlerFor(without{g, o.KeyMetrics, o.KeySeries}, opts)
+			h.openMetrics = without{o.Gatherer, o.KeyMetrics, o.KeySeries}
 		}
 	}
 	return h, nil
@@ -281,10 +283,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(h.o.Token) > 0 && !h.authorized(r) {
-			h.openMetrics.ServeHTTP(w, r)
+			h.scrape(w, r, h.openMetrics)
 			return
 		}
-		h.metrics.ServeHTTP(w, r)
+		h.scrape(w, r, h.metrics)
 	case "/v1/hotkeys":
 		if h.o.HotKeys == nil {
 			h.fail(w, errNotFound)
@@ -389,18 +391,37 @@ func (w without) Gather() ([]*dto.MetricFamily, error) {
 	}), err
 }
 
-// bounded gathers from g at most cap(places) at once (MaxScrapes); the
-// others wait their turn. Only the gathering waits: a client slow to read
-// its answer holds no place.
-type bounded struct {
-	g      prometheus.Gatherer
-	places chan struct{}
+// scrape answers a /metrics scrape from g once one of the MaxScrapes
+// places is free, or not at all if its client leaves first: a scrape
+// whose client has gone costs no Gather, and the scrapes after it, the
+// scraper's next, do not wait for it. Only the gathering holds the place:
+// a client slow to read its answer holds none.
+func (h *Handler) scrape(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer) {
+	select {
+	case h.scrapes <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	p := &placed{g: g, places: h.scrapes}
+	defer p.free()
+	if r.Context().Err() != nil {
+		return // gone as the place freed (select chose the place)
+	}
+	promhttp.HandlerFor(p, h.promOpts).ServeHTTP(w, r)
 }
 
-func (b bounded) Gather() ([]*dto.MetricFamily, error) {
-	b.places <- struct{}{}
-	defer func() { <-b.places }()
-	return b.g.Gather()
+// placed gathers from g and then frees its place in places (see scrape).
+type placed struct {
+	g      prometheus.Gatherer
+	places chan struct{}
+	once   sync.Once
+}
+
+func (p *placed) free() { p.once.Do(func() { <-p.places }) }
+
+func (p *placed) Gather() ([]*dto.MetricFamily, error) {
+	defer p.free()
+	return p.g.Gather()
 }
 
 type slogPrinter struct{ l *slog.Logger }

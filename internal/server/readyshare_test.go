@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -47,14 +46,7 @@ func TestReadyChecksShared(t *testing.T) {
 	codes := make(chan int, n)
 	for range n {
 		wg.Go(func() {
-			resp, err := http.Get(f.srv.URL + "/readyz")
-			if err != nil {
-				codes <- -1
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			codes <- resp.StatusCode
+			codes <- getStatus(context.Background(), f.srv.URL+"/readyz")
 		})
 	}
 	deadline := time.Now().Add(30 * time.Second) // a hang guard: they come in milliseconds

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -56,14 +57,7 @@ func TestScrapesBounded(t *testing.T) {
 	codes := make(chan int, n)
 	for range n {
 		wg.Go(func() {
-			resp, err := http.Get(srv.URL + "/metrics")
-			if err != nil {
-				codes <- -1 // t may have ended: no t.Error here
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			codes <- resp.StatusCode
+			codes <- getStatus(context.Background(), srv.URL+"/metrics")
 		})
 	}
 	wait := func(what string, cond func() bool) {
@@ -95,4 +89,20 @@ func TestScrapesBounded(t *testing.T) {
 			t.Errorf("a scrape that waited its turn was answered %d, want 200", c)
 		}
 	}
+}
+
+// getStatus GETs url and reads its whole answer: its status, or -1 if the
+// request failed (the caller's t may have ended: nothing is reported).
+func getStatus(ctx context.Context, url string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
