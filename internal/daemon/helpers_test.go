@@ -99,14 +99,14 @@ func (td *testDaemon) stop() error {
 
 // waitReload waits for the next reload attempt that did something: not
 // one that found the content unchanged, nor one put off while the file
-// was being written.
+// was being written, nor one that found it missing.
 func (td *testDaemon) waitReload() ReloadResult {
 	td.t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case r := <-td.reloads:
-			if r.Unchanged || r.Writing {
+			if r.Unchanged || r.Writing || r.Missing {
 				continue
 			}
 			return r

@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -29,6 +31,13 @@ type ReloadResult struct {
 	// writer closes it (or after maxWriteWait). Only watcher-triggered
 	// reloads wait; Reload (SIGHUP) reads the file as it is.
 	Writing bool
+	// Missing reports that the file was not there (as while a tool
+	// replaces it by deleting it first, or a ConfigMap's ..data swap to a
+	// version without it): nothing was read, refused or counted, the
+	// running config stays, and the file is reloaded when it is back.
+	// Only watcher-triggered reloads wait; Reload (SIGHUP) refuses a
+	// missing file.
+	Missing bool
 	// Err is why the new config was refused (the old one stays), or nil
 	// when it was applied.
 	Err error
@@ -54,6 +63,7 @@ type reloader struct {
 	lastHash [sha256.Size]byte // content last tried, applied or refused
 	failed   bool              // the last attempt was refused
 	waiting  bool              // put off since the last attempt (logged once)
+	missing  bool              // found missing since it was last read (logged once)
 }
 
 // newReloader returns a reloader whose last-tried content is the one whose
@@ -103,7 +113,7 @@ func (r *reloader) retryFailed() bool {
 func (r *reloader) try(force bool) ReloadResult {
 	r.waiting = false
 	res := r.attempt(force)
-	if !res.Unchanged {
+	if !res.Unchanged && !res.Missing {
 		r.failed = res.Err != nil
 	}
 	if r.notify != nil {
@@ -114,9 +124,23 @@ func (r *reloader) try(force bool) ReloadResult {
 
 func (r *reloader) attempt(force bool) ReloadResult {
 	data, err := config.ReadFile(r.path)
+	if err != nil && !force && missing(r.path) {
+		// Deleted before it is written again, or a ..data swap to a
+		// version without it: the watcher reports its return (an event
+		// in the directory, or its 2 s look), so wait for that, as long
+		// as it takes, saying so once; the running config stays.
+		if !r.missing {
+			r.log.Warn("config file is missing: the running config stays; it is reloaded when the file is back", "file", r.path)
+			r.missing = true
+		}
+		return ReloadResult{Missing: true}
+	}
+	if err != nil && !force {
+		// Missing when opened, back when looked at: read it as it is now.
+		data, err = config.ReadFile(r.path)
+	}
+	r.missing = false
 	if err != nil {
-		// Mid-replace the file may be missing for a moment: refuse, keep
-		// the old config, and let the next event retry.
 		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)
 		r.refused(err)
 		return ReloadResult{Err: err}
@@ -138,6 +162,12 @@ func (r *reloader) attempt(force bool) ReloadResult {
 	r.count(true)
 	r.log.Info("config reloaded", "file", r.path)
 	return ReloadResult{}
+}
+
+// missing reports whether nothing is at path, or a symlink to nothing.
+func missing(path string) bool {
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // refused logs and counts a refused reload. Each problem of a config error
