@@ -20,7 +20,7 @@ type pending struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	conns  []net.Conn
-	done   bool // settled or abandoned
+	done   bool // settled or abandoned (then ctx has ended too)
 }
 
 func newPending() *pending {
@@ -34,9 +34,14 @@ func newPending() *pending {
 func (p *pending) dialer(hs *handshakes) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
 		p.mu.Lock()
-		tracked := !p.done
+		abandoned, settled := p.ctx.Err(), p.done
 		p.mu.Unlock()
-		if !tracked {
+		if abandoned != nil {
+			// A dial begun after New gave up (rueidis tries a
+			// Sentinel's addresses in turn): it is not the client's.
+			return nil, abandoned
+		}
+		if settled {
 			return dialNoting(ctx, addr, d, tc, hs)
 		}
 		ctx, cancel := context.WithCancel(ctx)
