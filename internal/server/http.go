@@ -49,7 +49,8 @@ const (
 
 // MaxScrapes bounds the GET /metrics gathered at once; the others wait
 // their turn (a client slow to read its answer holds no place: only the
-// gathering waits). /metrics is open to anyone and a scrape costs a full
+// gathering waits). With Token, the scrapes carrying it have MaxScrapes
+// places of their own. /metrics is open to anyone and a scrape costs a full
 // Gather (milliseconds of CPU, and a megabyte of answer with the Envoy
 // labels full), so a client sending many at once cannot have the daemon
 // gather them all together. Prometheus scrapes once per interval.
@@ -138,6 +139,7 @@ type Handler struct {
 	openMetrics prometheus.Gatherer // metrics without Options.KeyMetrics: a scrape without the token
 	promOpts    promhttp.HandlerOpts
 	scrapes     chan struct{}     // a place for each scrape gathering (MaxScrapes)
+	ownScrapes  chan struct{}     // with Token, those of the scrapes carrying it
 	token       [sha256.Size]byte // sha256 of Options.Token, when set
 	gateways    gatewayWarnings   // untrusted gateways warned about (forward-auth)
 	methodless  gatewayWarnings   // gateways sending no method warned about (forward-auth)
@@ -183,6 +185,10 @@ func New(o Options) (*Handler, error) {
 	if o.Gatherer != nil {
 		h.promOpts = promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
 		h.scrapes = make(chan struct{}, MaxScrapes)
+		h.ownScrapes = h.scrapes
+		if len(o.Token) > 0 {
+			h.ownScrapes = make(chan struct{}, MaxScrapes)
+		}
 		h.metrics = o.Gatherer
 		h.openMetrics = h.metrics
 		if len(o.Token) > 0 && (len(o.KeyMetrics) > 0 || o.KeySeries != nil) {
@@ -283,10 +289,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(h.o.Token) > 0 && !h.authorized(r) {
-			h.scrape(w, r, h.openMetrics)
+			h.scrape(w, r, h.openMetrics, h.scrapes)
 			return
 		}
-		h.scrape(w, r, h.metrics)
+		h.scrape(w, r, h.metrics, h.ownScrapes)
 	case "/v1/hotkeys":
 		if h.o.HotKeys == nil {
 			h.fail(w, errNotFound)
@@ -391,18 +397,20 @@ func (w without) Gather() ([]*dto.MetricFamily, error) {
 	}), err
 }
 
-// scrape answers a /metrics scrape from g once one of the MaxScrapes
-// places is free, or not at all if its client leaves first: a scrape
-// whose client has gone costs no Gather, and the scrapes after it, the
+// scrape answers a /metrics scrape from g once one of places (MaxScrapes)
+// is free, or not at all if its client leaves first: a scrape whose
+// client has gone costs no Gather, and the scrapes after it, the
 // scraper's next, do not wait for it. Only the gathering holds the place:
-// a client slow to read its answer holds none.
-func (h *Handler) scrape(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer) {
+// a client slow to read its answer holds none. With Token, the scrapes
+// carrying it have places of their own, so that anonymous ones cannot
+// hold Prometheus' back.
+func (h *Handler) scrape(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer, places chan struct{}) {
 	select {
-	case h.scrapes <- struct{}{}:
+	case places <- struct{}{}:
 	case <-r.Context().Done():
 		return
 	}
-	p := &placed{g: g, places: h.scrapes}
+	p := &placed{g: g, places: places}
 	defer p.free()
 	if r.Context().Err() != nil {
 		return // gone as the place freed (select chose the place)
