@@ -70,10 +70,15 @@ type SyncStore interface {
 // # Clocks
 //
 // Over a store that reads its own clock (redisstore.Options.RedisTime),
-// Sync decides on that clock: every decision or read of a key in the store
-// tells the distance from the requests' clock (a round trip's error), and
-// local decisions, and the hits they send, are moved by it (see now).
-// Over a store on the requests' clock, they decide at Request.Now.
+// Sync decides on that clock: every decision or read of a key in the store,
+// and every batch that sends or reads it, tells the distance from the
+// requests' clock to the clock of the key's own master (half a round
+// trip's error), and the key's local decisions, and the hits they send,
+// are moved by it (see syncEntry.now). A jump of the instance's clock is
+// so picked up by the next batch that sends or reads the key: within one
+// interval for a key with hits, two for one whose requests are all
+// refused. Over a store on the requests' clock, they decide at
+// Request.Now.
 //
 // # Decisions
 //
@@ -98,11 +103,6 @@ type Sync struct {
 	// decisions in flight, per key.
 	recent recent
 	colds  map[nsKey]coldFlight
-
-	// skew is the requests' clock minus the store's (µs), as the last
-	// decision taken in the store, or read of a key before a decision,
-	// found it (see now and measure).
-	skew atomic.Int64
 
 	// writer and seq number the batches' ops, so that Redis counts an op
 	// sent again after a lost reply once (redisstore.SyncOp).
@@ -206,17 +206,20 @@ func (s *Sync) Stats() SyncStats {
 	}
 }
 
-// now is the instant (µs) Sync decides r at locally: r.Now on the store's
-// clock, as the last decision taken in the store or read of a key before a
-// decision (a key's first, or the first after two idle intervals, see
-// acquire) measured the distance between the two, within half its round
-// trip. Over a store that reads its own clock (redisstore.Options.RedisTime,
-// as the daemon runs it), an instance whose clock is ahead or behind thus
-// decides, and stamps its hits, as the store would: on its own clock it
-// would see refills that have not happened (or none that have), and its
-// hits would move the key's state ahead of every other instance's. Over a
-// store on the requests' clock the distance is 0.
-func (s *Sync) now(r *sluice.Request) int64 { return r.Now.UnixMicro() - s.skew.Load() }
+// now is the instant (µs) Sync decides r at locally, r being a request of
+// e's key: r.Now on the store's clock, as the key's last call to the store
+// measured the distance between the two (see syncEntry.measure), within
+// half its round trip: its decision or read in the store before a decision
+// (a key's first, or the first after two idle intervals, see acquire), or
+// the batch that last sent or read it. Over a store that reads its own
+// clock (redisstore.Options.RedisTime, as the daemon runs it), an instance
+// whose clock is ahead or behind thus decides, and stamps its hits, as the
+// store would: on its own clock it would see refills that have not
+// happened (or none that have), and its hits would move the key's state
+// ahead of every other instance's. On a Cluster the clock is the key's own
+// master's, as exact mode's is. Over a store on the requests' clock the
+// distance is 0. e.mu is held.
+func (e *syncEntry) now(r *sluice.Request) int64 { return r.Now.UnixMicro() - e.skew }
 
 // check validates what the local path needs: its decisions read r.Now
 // even over a store that reads its own clock, so a Now outside
@@ -269,7 +272,7 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 		return sluice.Decision{}, err
 	}
 	if !decided {
-		err = e.decide(r, s.now(r), &e.view, &d)
+		err = e.decide(r, e.now(r), &e.view, &d)
 	}
 	e.mu.Unlock()
 	s.touch(e)

@@ -132,9 +132,13 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Unlock()
 			continue
 		}
-		e.last = max(e.last, s.now(r))
-		if !e.synced.IsZero() && time.Since(e.synced) < 2*s.opts.Interval {
-			return e, false, nil // fresh
+		wall := time.Now()
+		e.reqOff = r.Now.UnixMicro() - wall.UnixMicro()
+		if !e.synced.IsZero() {
+			e.last = max(e.last, e.now(r)) // else its first read measures the distance: see below
+			if wall.Sub(e.synced) < 2*s.opts.Interval {
+				return e, false, nil // fresh
+			}
 		}
 		if waited == e || retried == e && e.failed {
 			if !e.failed {
@@ -195,7 +199,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			s.loads.Add(1)
 			start := time.Now()
 			dd, tk, err := s.inner.SyncTake(ctx, *r)
-			s.measure(r, start, tk.Clock)
+			mid := start.Add(time.Since(start) / 2)
 			e.mu.Lock()
 			e.loading = nil
 			close(ch)
@@ -204,7 +208,8 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 				e.mu.Unlock()
 				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 			}
-			e.last = s.now(r)
+			e.measure(mid, tk.Clock)
+			e.last = max(e.last, e.now(r))
 			e.view = tk.State
 			s.observe(e, &tk.State, false)
 			for _, h := range e.hits {
@@ -220,11 +225,12 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		s.loads.Add(1)
 		start := time.Now()
 		err := s.inner.Sync(ctx, ops)
-		s.measure(r, start, ops[len(ops)-1].Clock)
+		mid := start.Add(time.Since(start) / 2)
 		e.mu.Lock()
 		e.loading = nil
 		close(ch)
-		s.settle(e, ops, time.Now())
+		s.settle(e, ops, mid, time.Now())
+		e.last = max(e.last, e.now(r))
 		if err != nil {
 			e.mu.Unlock()
 			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
@@ -237,12 +243,14 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	}
 }
 
-// settle takes the replies to e's ops of a batch into e: the view becomes
-// the shared state after them plus the hits admitted since the snapshot.
+// settle takes the replies to e's ops of a batch into e, sent at mid
+// (halfway through the round trip) and read back at now: the view becomes
+// the shared state after them plus the hits admitted since the snapshot,
+// and the distance to the store's clock is measured again (see measure).
 // If one failed, each op may have counted its hits or not (a reply lost
 // after Redis ran it): those with hits are kept, to be sent again as they
 // are, numbered, so that Redis counts each once. e.mu is held.
-func (s *Sync) settle(e *syncEntry, ops []redisstore.SyncOp, now time.Time) {
+func (s *Sync) settle(e *syncEntry, ops []redisstore.SyncOp, mid, now time.Time) {
 	e.inflight = false
 	e.failed = false
 	for i := range ops {
@@ -268,6 +276,7 @@ func (s *Sync) settle(e *syncEntry, ops []redisstore.SyncOp, now time.Time) {
 	}
 	s.hush(e)
 	op := &ops[len(ops)-1]
+	e.measure(mid, op.Clock)
 	e.view = op.State
 	for _, h := range e.hits {
 		addHit(e.alg, &e.ticks, &e.view, h)
@@ -283,15 +292,5 @@ func (s *Sync) observe(e *syncEntry, st *sluice.State, sent bool) {
 		s.overshoot.Store(o)
 		for m := s.maxOvershoot.Load(); o > m && !s.maxOvershoot.CompareAndSwap(m, o); m = s.maxOvershoot.Load() {
 		}
-	}
-}
-
-// measure takes the distance between the requests' clock and the store's
-// from a call made for r at start (on this machine's clock), in which the
-// store read its clock (µs; 0: the store runs on the requests' clocks):
-// halfway through the call on r's clock, as far as the round trip tells.
-func (s *Sync) measure(r *sluice.Request, start time.Time, clock int64) {
-	if clock != 0 {
-		s.skew.Store(r.Now.UnixMicro() + time.Since(start).Microseconds()/2 - clock)
 	}
 }

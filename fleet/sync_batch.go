@@ -93,7 +93,7 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 	start := time.Now()
 	err := s.inner.Sync(context.Background(), ops)
 	took := time.Since(start)
-	now := time.Now()
+	mid, now := start.Add(took/2), time.Now()
 	// An entry may send several ops (those of a batch in doubt, and its
 	// new hits): the batch counts its entries.
 	keys := 0
@@ -103,7 +103,7 @@ func (s *Sync) send(ops []redisstore.SyncOp, sent []*syncEntry) error {
 			j++
 		}
 		e.mu.Lock()
-		s.settle(e, ops[i:j], now)
+		s.settle(e, ops[i:j], mid, now)
 		e.mu.Unlock()
 		i = j
 		keys++

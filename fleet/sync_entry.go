@@ -44,6 +44,26 @@ type syncEntry struct {
 	failed   bool          // the last read or batch of the key failed
 	last     int64         // µs: the latest request time decided
 	colds    chan struct{} // closed when the key's cold decisions in flight at its creation end
+	// skew is the requests' clock minus the store's (µs), as the key's
+	// last call to the store measured it (see now and measure); reqOff
+	// the requests' clock minus this machine's at the key's latest
+	// decision (see measure).
+	skew, reqOff int64
+}
+
+// measure takes the distance between the requests' clock and the store's
+// from a call for e's key that read the store's clock (µs; 0: the store
+// runs on the requests' clocks, or the call failed) and was halfway
+// through, as far as its round trip tells, at mid on this machine's
+// clock: the requests' clock then was mid plus their distance to this
+// machine's at the key's latest decision. A batch, which no request makes,
+// measures so too: a jump of this machine's clock shows at the first
+// batch after it, one of the requests' clock at the first after a request
+// on it. e.mu is held.
+func (e *syncEntry) measure(mid time.Time, clock int64) {
+	if clock != 0 {
+		e.skew = mid.UnixMicro() + e.reqOff - clock
+	}
 }
 
 // step runs r's algorithm on st at us (r's instant on the store's clock,

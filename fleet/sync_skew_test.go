@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,118 @@ func TestLeaseClockSkew(t *testing.T) {
 		if admitted != 10 {
 			t.Errorf("a Lease %v off Redis' clock admitted %d of 12 at once, want the burst of 10", skew, admitted)
 		}
+	}
+}
+
+// TestSyncClockPerKeyCluster: on a Cluster, each key is decided on its
+// own master's clock, and so are its local decisions: the distance a Sync
+// moves them by is the one its own key's calls measured, not the last
+// call's, which may have gone to another master. The distance is the
+// requests' clock minus the master's; a test cannot move a real master's
+// clock (libfaketime hangs Debian's redis-server, jemalloc, at start), so
+// it moves the other term: key b's requests run an hour behind key a's,
+// which to the Sync is what a master of b an hour ahead of a's is. Before,
+// Sync kept one distance, the last measured: b's read set it to 0, and a,
+// decided an hour ahead of its master, saw its bucket refilled.
+func TestSyncClockPerKeyCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	st := fleet.OpenRedis(t, redisstore.Options{Addrs: c.Addrs, Cluster: true, RedisTime: true})
+	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
+	base := fmt.Sprintf("skew/cluster/%d/", time.Now().UnixNano())
+	// a on the first node's master, b on another's.
+	onFirst := func(k string) bool {
+		_, err := redistest.Do(c.Addrs[0], "EXISTS", st.KeyOf(&sluice.Request{Key: k}))
+		if err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	var a, b string
+	for i := 0; a == "" || b == ""; i++ {
+		k := base + fmt.Sprint(i)
+		if onFirst(k) {
+			a = k
+		} else {
+			b = k
+		}
+	}
+	limit := sluice.PerHour(10)
+	take := func(key string, skew time.Duration) bool {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.TokenBucket, Limit: limit, Cost: 1, Now: time.Now().Add(skew)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	admitted := 0
+	for range 5 { // a's first (in the store), its read, and local decisions
+		if take(a, time.Hour) {
+			admitted++
+		}
+	}
+	for range 3 { // b's first, its read (measuring b's distance), one local
+		take(b, 0)
+	}
+	for range 10 { // a again: 5 tokens left, none refilled on its master's clock
+		if take(a, time.Hour) {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("key a, an hour ahead of its master, admitted %d of 15 at once, want the burst of 10 (its distance taken from b's master)", admitted)
+	}
+}
+
+// TestSyncClockJumpHotKey: an instance's clock that jumps while a key
+// stays hot (decided every interval, so never read again on its own) is
+// picked up by the next batch: each batch measures the distance again,
+// from Redis' clock in its reply. Here the clock jumps back an hour after
+// GCRA's bucket is spent: until a batch, the instance decides an hour
+// before the state's time, counts an hour more of debt, and tells a
+// refused request to retry in an hour and 6 minutes; after it, in 6
+// minutes, as Redis' clock has it. Before,
+// the distance was measured only by a key's first decision or read in
+// Redis, and stayed an hour off for as long as the key stayed hot.
+func TestSyncClockJumpHotKey(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
+	key := fmt.Sprintf("skew/jump/%d", time.Now().UnixNano())
+	limit := sluice.PerHour(10) // a token every 6 minutes
+	take := func(jump time.Duration) sluice.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.Request{Key: key, Algorithm: sluice.GCRA, Limit: limit, Cost: 1, Now: time.Now().Add(jump)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for range 10 { // the burst: the first in the store, the rest on the view
+		if d := take(0); !d.Allowed {
+			t.Fatalf("within the burst: refused (retry after %v)", d.RetryAfter)
+		}
+	}
+	if err := s.Flush(); err != nil { // the key is hot: in every batch
+		t.Fatal(err)
+	}
+	const jump = -time.Hour
+	if d := take(jump); d.Allowed || d.RetryAfter < time.Hour {
+		// Not what is tested (the batch after is): a sign the setup is not
+		// what it means to be.
+		t.Fatalf("just after the jump, before a batch: allowed %v, retry after %v; want refused for over an hour, the distance not yet measured again", d.Allowed, d.RetryAfter)
+	}
+	// An interval passes (on this machine's clock, which a test with a
+	// real Redis cannot move): the next batch reads the key, though its
+	// requests since the last one were refused (no hits to send).
+	s.Age(time.Hour)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := take(jump)
+	if d.Allowed || d.RetryAfter > 6*time.Minute {
+		t.Errorf("a batch after the clock jumped an hour back: allowed %v, retry after %v; want refused, retry within 6 minutes (Redis' clock)", d.Allowed, d.RetryAfter)
 	}
 }

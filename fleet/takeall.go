@@ -170,7 +170,7 @@ start:
 				views[e] = &v
 			}
 			var d sluice.Decision
-			if _, err := step(r, s.now(r), &d, views[e]); err != nil {
+			if _, err := step(r, e.now(r), &d, views[e]); err != nil {
 				return fmt.Errorf("fleet: sync: take all %q: %w", r.Key, err)
 			}
 			d.Remaining = max(0, d.Remaining)
@@ -195,7 +195,7 @@ start:
 			continue // over MaxKeys: decided in the shared store
 		}
 		var d sluice.Decision
-		if err := e.decide(r, s.now(r), &e.view, &d); err != nil {
+		if err := e.decide(r, e.now(r), &e.view, &d); err != nil {
 			return err
 		}
 	}
