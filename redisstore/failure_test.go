@@ -171,7 +171,7 @@ func TestPassword(t *testing.T) {
 		{Addrs: []string{srv.Addr}},
 		{Addrs: []string{srv.Addr}, Username: "nobody", Password: "s3cret"},
 	} {
-		_, err := redisstore.New(context.Background(), o)
+		_, err := connect(o)
 		if !errors.Is(err, redisstore.ErrAuth) || !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "refused the credentials") {
 			t.Errorf("New with username %q, password %q: %v; want ErrAuth (and ErrStoreUnavailable) saying the credentials were refused", o.Username, o.Password, err)
 		}
@@ -179,7 +179,7 @@ func TestPassword(t *testing.T) {
 	// Redis that does not answer is not a refusal.
 	srv2 := redistest.StartServer(t)
 	srv2.Stop()
-	if _, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv2.Addr}, Password: "x"}); err == nil || errors.Is(err, redisstore.ErrAuth) {
+	if _, err := connect(redisstore.Options{Addrs: []string{srv2.Addr}, Password: "x"}); err == nil || errors.Is(err, redisstore.ErrAuth) {
 		t.Errorf("New on a stopped Redis: %v; want an error that is not ErrAuth", err)
 	}
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Password: "s3cret"})
