@@ -20,7 +20,8 @@ type SyncStore interface {
 	// in one round trip for the whole batch.
 	Sync(ctx context.Context, ops []redisstore.SyncOp) error
 	// SyncTake decides r exactly, as Take, and returns the key's state
-	// after it and the instant (on the store's clock) it was decided at.
+	// after it and, over a store on its own clock, that clock then
+	// (redisstore.Taken.Clock; 0 over a store on the requests' clock).
 	SyncTake(ctx context.Context, r sluice.Request) (sluice.Decision, redisstore.Taken, error)
 }
 
