@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -18,8 +19,9 @@ import (
 // written) when r must be refused as without defer. r is queued under the
 // key that denied it (res.DeniedKey: of a rule counting r under several
 // keys, the first that denied), with the rule's other keys of r beside it,
-// so that its replay waits for every one of them.
-func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result, ms []rules.Match) bool {
+// so that its replay waits for every one of them. Queued, it charges the
+// shadow rules of ms (Engine.Queued).
+func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, e *engine.Engine, res *engine.Result, ms []rules.Match) bool {
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)
 	if rule == nil || res.DeniedKey == "" {
 		return false
@@ -75,6 +77,10 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		}
 		return false
 	}
+	// Served later: the shadow rules it matched are charged now, once
+	// (the replay asks the defer rule alone), even if the client has
+	// gone meanwhile, since its request is queued.
+	e.Queued(context.WithoutCancel(r.Context()), ms, 1)
 	res.SetHeaders(w.Header())
 	deferq.WriteAccepted(w, id)
 	return true

@@ -279,7 +279,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the client went away while waiting
 	}
 	if !res.Allowed {
-		if res.Deferrable && p.o.Defer != nil && p.deferRequest(w, r, ip, &res, ms) {
+		if res.Deferrable && p.o.Defer != nil && p.deferRequest(w, r, ip, e, &res, ms) {
 			return
 		}
 		engine.WriteDenied(w, &res, http.StatusTooManyRequests)
