@@ -139,6 +139,12 @@ func (r *reloader) attempt(force bool) ReloadResult {
 		// Missing when opened, back when looked at: read it as it is now.
 		data, err = config.ReadFile(r.path)
 	}
+	if err == nil && !force && r.missing && len(data) == 0 {
+		// Made again by a writer yet to write (rm f; gen > f): an
+		// empty config is no one's, and the writes to come are seen
+		// as any in place. Still waiting, nothing more to say.
+		return ReloadResult{Missing: true}
+	}
 	r.missing = false
 	if err != nil {
 		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)

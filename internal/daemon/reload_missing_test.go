@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,5 +128,46 @@ func TestHotReloadSymlinkSwapMissing(t *testing.T) {
 	}
 	if f := td.metric("sluice_config_reloads_total", "result", "failure"); f != 0 {
 		t.Errorf("sluice_config_reloads_total{result=failure} = %v, want 0", f)
+	}
+}
+
+// TestHotReloadFileMissingThenEmpty: a config file deleted and made again
+// by a writer that has not written yet (a slow generator: rm f; gen > f)
+// is back but empty, a config no one means (an empty config is refused);
+// its writes, once they come, are watched as those of any file written
+// in place. So an empty file where the last look found none is waited
+// for like a missing one, and the whole file is read once its writer
+// closes it.
+func TestHotReloadFileMissingThenEmpty(t *testing.T) {
+	td := startDaemon(t, reloadBase)
+	mustRemove(t, td.path)
+	if r := td.nextLook(); !r.Missing {
+		t.Fatalf("reload attempt with the file missing: %+v, want Missing", r)
+	}
+	f, err := os.Create(td.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if r := td.nextLook(); r.Err != nil || !r.Missing {
+		t.Errorf("reload attempt with the file back but empty, its writer at work: %+v, want Missing", r)
+	}
+	if _, err := f.WriteString(strings.Replace(reloadBase, "3/m", "5/m", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("the file written and closed: %+v, want applied", r)
+	}
+	if a, _ := check(t, td.api, "keep", "k", 1); a.Limit != 5 {
+		t.Errorf("keep after the file was written: %+v, want limit 5", a)
+	}
+	if f := td.metric("sluice_config_reloads_total", "result", "failure"); f != 0 {
+		t.Errorf("sluice_config_reloads_total{result=failure} = %v, want 0", f)
+	}
+	if n := strings.Count(td.logs.String(), "config file is missing"); n != 1 {
+		t.Errorf("%d lines say the config file is missing, want 1", n)
 	}
 }
