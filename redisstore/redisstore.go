@@ -365,11 +365,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the connections to Redis.
+// Close closes the connections to Redis, after ending the Store's reads
+// of a Cluster's slot map in the background (and waiting for them).
 func (s *Store) Close() {
-	if s.stopSlots != nil {
-		s.stopSlots()
-	}
+	s.closeSlots() // before the client: the reads use it
 	s.c.Close()
 	if s.solo != nil {
 		s.solo.Close()

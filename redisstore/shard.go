@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -300,7 +301,7 @@ func (s *Store) loadSlots(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, 1e9))
 	defer cancel()
 	if f := slotsFault; f != nil {
-		if err := f(); err != nil {
+		if err := f(ctx); err != nil {
 			return fmt.Errorf("redisstore: cluster slots: %w", err)
 		}
 	}
@@ -342,7 +343,7 @@ func (s *Store) loadSlots(ctx context.Context) error {
 }
 
 // slotsFault, set by tests, makes loadSlots fail when it returns an error.
-var slotsFault func() error
+var slotsFault func(context.Context) error
 
 // Masters returns the number of Cluster masters in the slot map (1
 // without Cluster): the natural number of shards. The map is read when the
@@ -372,10 +373,9 @@ var slotRefresh = 10 * time.Second
 // one opened after, and a key would be counted on two sets of shards (two
 // budgets) by the fleet.
 func (s *Store) watchSlots() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopSlots = cancel
+	s.slotsCtx, s.stopSlots = context.WithCancel(context.Background())
 	every := slotRefresh // read here: a test sets it around New
-	go func() {
+	s.goSlots(func(ctx context.Context) {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -387,7 +387,35 @@ func (s *Store) watchSlots() {
 				_ = s.loadSlots(ctx) // a failure keeps the map known
 			}
 		}
+	})
+}
+
+// goSlots runs read in the background until Close, which cancels its
+// context and waits for it; after Close it does not run read.
+func (s *Store) goSlots(read func(ctx context.Context)) {
+	s.slotsMu.Lock()
+	defer s.slotsMu.Unlock()
+	if s.slotsCtx == nil || s.slotsCtx.Err() != nil {
+		return
+	}
+	s.slotsWG.Add(1)
+	go func() {
+		defer s.slotsWG.Done()
+		read(s.slotsCtx)
 	}()
+}
+
+// closeSlots ends the background reads of the slot map and waits for them.
+func (s *Store) closeSlots() {
+	s.slotsMu.Lock()
+	stop := s.stopSlots
+	if stop != nil {
+		stop() // under slotsMu: goSlots adds nothing to slotsWG after this
+	}
+	s.slotsMu.Unlock()
+	if stop != nil {
+		s.slotsWG.Wait()
+	}
 }
 
 // retrySlots reads the slot map again, in the background, if it is unknown
@@ -401,7 +429,7 @@ func (s *Store) retrySlots() {
 	if now-last < int64(slotRetry) || !s.slotsRead.CompareAndSwap(last, now) {
 		return
 	}
-	go s.loadSlots(context.Background()) // a failure leaves it unknown: retried later
+	s.goSlots(func(ctx context.Context) { _ = s.loadSlots(ctx) }) // a failure leaves it unknown: retried later
 }
 
 // shardState is the part of Store sharding uses.
@@ -410,5 +438,11 @@ type shardState struct {
 	shards    [shardCacheSize]atomic.Pointer[shardTags]
 	slotNodes atomic.Pointer[slotMap]
 	slotsRead atomic.Int64 // unix ns: when the last read of the slot map began
-	stopSlots func()       // ends watchSlots; nil without Cluster
+
+	// The background reads of the slot map (see goSlots); nil and zero
+	// without Cluster.
+	slotsMu   sync.Mutex
+	slotsCtx  context.Context
+	stopSlots func()
+	slotsWG   sync.WaitGroup
 }

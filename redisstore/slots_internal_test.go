@@ -19,7 +19,7 @@ func TestMastersAfterFailedSlotRead(t *testing.T) {
 	c := redistest.StartCluster(t)
 	var fail atomic.Bool
 	fail.Store(true)
-	slotsFault = func() error {
+	slotsFault = func(context.Context) error {
 		if fail.Load() {
 			return errors.New("injected: cluster slots unreadable")
 		}
@@ -52,5 +52,44 @@ func TestMastersAfterFailedSlotRead(t *testing.T) {
 	}
 	if len(nodes) != 3 {
 		t.Fatalf("ShardKeys(hot, 3) = %q on %d nodes, want 3", keys, len(nodes))
+	}
+}
+
+// TestCloseEndsSlotReads: Close ends the reads of the slot map begun in
+// the background and returns after them. A read retried by Masters while
+// the map was unknown ran on past Close (on a closed client), and under
+// -race a test restoring the slotsFault hook after Close raced with it
+// whenever a read took longer than slotRetry, as on a loaded machine.
+func TestCloseEndsSlotReads(t *testing.T) {
+	c := redistest.StartCluster(t)
+	var fail atomic.Bool
+	var running atomic.Int32
+	fail.Store(true)
+	slotsFault = func(ctx context.Context) error {
+		if fail.Load() {
+			return errors.New("injected: cluster slots unreadable")
+		}
+		running.Add(1)
+		defer running.Add(-1)
+		<-ctx.Done() // Redis does not answer until the read is given up
+		return ctx.Err()
+	}
+	defer func() { slotsFault = nil }()
+	s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(false)
+	deadline := time.Now().Add(10 * time.Second) // a bound: Masters reads again after slotRetry (1s)
+	for running.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no read of the slot map 10s after Masters found it unknown")
+		}
+		s.Masters()
+		time.Sleep(10 * time.Millisecond) // a poll, not a synchronisation
+	}
+	s.Close()
+	if n := running.Load(); n != 0 {
+		t.Fatalf("%d reads of the slot map still running after Close returned, want 0", n)
 	}
 }
