@@ -4,8 +4,87 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rules"
 )
+
+// AdmitOrDefer is Admit for an edge that queues a request denied only by
+// defer rules (Result.Deferrable) instead of refusing it, the reverse
+// proxy: such a request must pass every other enforcing rule it matches,
+// as an admitted one does, the defer rule only shifting it in time. So
+// they are charged for it then, all or nothing (chargeOthers), and the
+// request stays Deferrable only if they all allowed it; if one refuses,
+// the Result is that rule's refusal, Deferrable false, nothing charged.
+// The defer rules are not charged: the replay asks them.
+func (e *Engine) AdmitOrDefer(ctx context.Context, ms []rules.Match, cost int64) Result {
+	return e.admit(ctx, ms, cost, true)
+}
+
+// chargeOthers charges, for a request res found Deferrable (denied only by
+// defer rules, so that nothing was charged), its other enforcing rules in
+// a: all or nothing, in one TakeAll (a Take for one), as Admit takes them
+// for an admitted request, at the decision's instant. They all allow it:
+// they are charged, a holds their decisions, and res stays Deferrable
+// (its figures the defer rule's). One refuses: nothing is charged and res
+// becomes that rule's refusal (the longest RetryAfter if several), not
+// Deferrable. The store fails: on_error allow lets it pass them, charged
+// nothing (counted as a fallback to allow); deny makes res the store
+// failure (503), not Deferrable; a client gone ends res as in Admit.
+//
+// Not atomic with the decision that found res Deferrable (TakeAll is all
+// or nothing: that one, refused by the defer rule, charged nothing), but a
+// request of the same keys between the two is decided by the store as any
+// other, and this take, itself atomic, has the last word.
+func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
+	p := getAttempt()
+	defer putAttempt(p)
+	var idx [8]int
+	at := idx[:0]
+	for i := range a.rs {
+		if a.rules[i].Action == rules.Defer {
+			continue
+		}
+		p.rs = append(p.rs, a.rs[i])
+		at = append(at, i)
+	}
+	if len(p.rs) == 0 {
+		return
+	}
+	p.ds = append(p.ds[:0], make([]sluice.Decision, len(p.rs))...)
+	t0 := time.Now()
+	err := e.take(ctx, p)
+	a.timed(t0)
+	if err != nil {
+		if clientGone(ctx) {
+			gone(ctx, res)
+			return
+		}
+		if e.failOpen {
+			e.storeFailed(err)
+			e.metrics.Fallback(OnErrorAllow)
+			return
+		}
+		res.StoreErr, res.Allowed, res.Deferrable = err, false, false
+		res.Rule, res.DeniedBy, res.DeniedKey, res.Decision = nil, nil, "", sluice.Decision{}
+		return
+	}
+	best := -1
+	for j, i := range at {
+		d := p.ds[j]
+		if n := a.shards[i]; n > 1 {
+			unshard(&d, a.rules[i].Limit, n)
+		}
+		a.ds[i] = d
+		if !d.Allowed && (best < 0 || longer(d.RetryAfter, a.ds[best].RetryAfter)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return
+	}
+	res.Deferrable = false
+	res.Rule, res.DeniedBy, res.Decision, res.DeniedKey = a.rules[best], a.rules[best], a.ds[best], a.keys[best]
+}
 
 // Queued charges the shadow rules of ms for a request that Admit refused
 // (Result.Deferrable) and the edge has since queued under action defer:

@@ -40,7 +40,11 @@
 //     leaky bucket admits immediately (it polices rather than shapes).
 //   - Action defer is decided as reject; when every rule that denied is a
 //     defer rule, Result.Deferrable is set and the reverse proxy queues the
-//     request (internal/deferq) instead of refusing it.
+//     request (internal/deferq) instead of refusing it. AdmitOrDefer,
+//     which it calls, first charges such a request's other enforcing
+//     rules, all or nothing: it stays Deferrable only if they all allow it
+//     (the defer rule only shifts it in time); their charge is kept if the
+//     edge then cannot queue it (the Store has no refund).
 //   - Shards (a Redis store): a rule with shards: N sends each decision to
 //     one of N shards of its key, each holding its share of the limit
 //     (Options.Shard); with shards: auto, only keys the rule's hot-key
@@ -295,6 +299,10 @@ func gone(ctx context.Context, res *Result) {
 // request may proceed (Allowed), after waiting for a slot and any shaping
 // Delay, or when it is denied. The reverse proxy and forward-auth use it.
 func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result {
+	return e.admit(ctx, ms, cost, false)
+}
+
+func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferring bool) Result {
 	a := getAttempt()
 	defer putAttempt(a)
 	var start time.Time     // the first decision's instant: no clock reading of its own
@@ -313,6 +321,12 @@ func (e *Engine) Admit(ctx context.Context, ms []rules.Match, cost int64) Result
 		}
 		if res.StoreErr != nil && clientGone(ctx) {
 			gone(ctx, &res)
+			res.Waited = max(e.now().Sub(start), slept)
+			e.finish(ctx, a, &res, ms, cost)
+			return res
+		}
+		if !refused && res.Deferrable && deferring {
+			e.chargeOthers(ctx, a, &res)
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)
 			return res

@@ -20,7 +20,8 @@ import (
 // key that denied it (res.DeniedKey: of a rule counting r under several
 // keys, the first that denied), with the rule's other keys of r beside it,
 // so that its replay waits for every one of them. Queued, it charges the
-// shadow rules of ms (Engine.Queued).
+// shadow rules of ms (Engine.Queued). Its other enforcing rules were
+// charged by Engine.AdmitOrDefer; not queued, they keep that charge.
 func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, e *engine.Engine, res *engine.Result, ms []rules.Match) bool {
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)
 	if rule == nil || res.DeniedKey == "" {
@@ -84,4 +85,14 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	res.SetHeaders(w.Header())
 	deferq.WriteAccepted(w, id)
 	return true
+}
+
+// admit is e.Admit, or e.AdmitOrDefer when the proxy has a queue for
+// action defer: a request it may queue passes its other enforcing rules
+// first, charged then, as an admitted request would be.
+func (p *Proxy) admit(ctx context.Context, e *engine.Engine, ms []rules.Match) engine.Result {
+	if p.o.Defer != nil {
+		return e.AdmitOrDefer(ctx, ms, 1)
+	}
+	return e.Admit(ctx, ms, 1)
 }

@@ -268,11 +268,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end of the request's body, read the body first (held.go).
 		r = readAhead(r)
 		ctx, stop := h1.Watch(r.Context())
-		res = e.Admit(ctx, ms, 1)
+		res = p.admit(ctx, e, ms)
 		gone = ctx.Err() != nil
 		stop()
 	} else {
-		res = e.Admit(r.Context(), ms, 1)
+		res = p.admit(r.Context(), e, ms)
 		gone = res.Err != nil && r.Context().Err() != nil
 	}
 	if gone {

@@ -1,0 +1,170 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// TestAdmitOrDeferChargesOthers: a request denied only by a defer rule is
+// Deferrable under AdmitOrDefer only if its other enforcing rules all
+// allow it, and they are then charged, as for an admitted request; if one
+// refuses, the answer is its refusal and none is charged. Admit (an edge
+// that does not queue) charges nothing, as before.
+func TestAdmitOrDeferChargesOthers(t *testing.T) {
+	clk := &clock{t: t0}
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerHour(1), rules.Defer, 0)
+	wide := rule("wide", sluice.FixedWindow, sluice.PerHour(3), rules.Reject, 0)
+	ip := rule("ip", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
+	e, _ := newEngine(t, "", clk.Now, jobs, wide, ip)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: wide, Key: "wide"}, {Rule: ip, Key: "ip|1.2.3.4"}}
+	remaining := func(i int) int64 {
+		t.Helper()
+		return e.Check(context.Background(), ms[i].Rule, ms[i].Key, 0).Decision.Remaining
+	}
+	ctx := context.Background()
+	if res := e.AdmitOrDefer(ctx, ms, 1); !res.Allowed {
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	if res := e.Admit(ctx, ms, 1); res.Allowed || !res.Deferrable {
+		t.Fatalf("Admit, jobs spent: allowed %v deferrable %v, want deferrable", res.Allowed, res.Deferrable)
+	}
+	if w, i := remaining(1), remaining(2); w != 2 || i != 1 {
+		t.Fatalf("after Admit's deferrable request: wide %d ip %d remaining, want 2 1 (Admit charges nothing)", w, i)
+	}
+	res := e.AdmitOrDefer(ctx, ms, 1)
+	if res.Allowed || !res.Deferrable || res.DeniedBy != jobs || res.DeniedKey != "jobs" {
+		t.Fatalf("AdmitOrDefer, jobs spent: allowed %v deferrable %v denied by %v (%q), want deferrable by jobs", res.Allowed, res.Deferrable, nameOf(res.DeniedBy), res.DeniedKey)
+	}
+	if w, i := remaining(1), remaining(2); w != 1 || i != 0 {
+		t.Fatalf("after a deferred request: wide %d ip %d remaining, want 1 0 (charged as if admitted)", w, i)
+	}
+	res = e.AdmitOrDefer(ctx, ms, 1)
+	if res.Allowed || res.Deferrable {
+		t.Fatalf("AdmitOrDefer, ip spent too: allowed %v deferrable %v, want refused, not deferrable", res.Allowed, res.Deferrable)
+	}
+	if w := remaining(1); w != 1 {
+		t.Errorf("after a request ip refused: wide %d remaining, want 1 (all or nothing)", w)
+	}
+}
+
+// racer runs f before its call number at (from 1) to the store.
+type racer struct {
+	sluice.Store
+	calls, at int
+	f         func()
+}
+
+func (s *racer) before() {
+	if s.calls++; s.calls == s.at {
+		s.f()
+	}
+}
+
+func (s *racer) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	s.before()
+	return s.Store.Take(ctx, r)
+}
+
+func (s *racer) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	s.before()
+	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TestAdmitOrDeferRaceRefused: another request spends ip between the
+// decision that finds the request deferrable (ip allowing) and the charge
+// of its other rules: the charge, all or nothing, is refused by ip, and
+// the answer is ip's refusal, wide not charged.
+func TestAdmitOrDeferRaceRefused(t *testing.T) {
+	clk := &clock{t: t0}
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerHour(1), rules.Defer, 0)
+	wide := rule("wide", sluice.FixedWindow, sluice.PerHour(3), rules.Reject, 0)
+	ip := rule("ip", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: wide, Key: "wide"}, {Rule: ip, Key: "ip"}}
+	mem := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	st := &racer{Store: mem, at: 3, f: func() { // the first request; the second's decision; its charge
+		if d, err := mem.Take(ctx, sluice.Request{Key: "ip", Algorithm: sluice.FixedWindow, Limit: ip.Limit, Cost: 1, Now: clk.Now()}); err != nil || !d.Allowed {
+			t.Fatalf("the racing request: %+v, %v; want allowed", d, err)
+		}
+	}}
+	e, err := engine.New(engine.Options{Store: st, Rules: &rules.Set{Rules: []*rules.Rule{jobs, wide, ip}},
+		Metrics: metrics.New(prometheus.NewRegistry()), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := e.AdmitOrDefer(ctx, ms, 1); !res.Allowed {
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	res := e.AdmitOrDefer(ctx, ms, 1)
+	if st.calls < 3 {
+		t.Fatalf("%d store calls: the race never ran", st.calls)
+	}
+	if res.Allowed || res.Deferrable || res.DeniedBy != ip || res.Rule != ip || res.DeniedKey != "ip" || res.Decision.Allowed || res.Decision.RetryAfter <= 0 {
+		t.Fatalf("ip spent between decision and charge: allowed %v deferrable %v denied by %v (%q) decision %+v, want ip's refusal, not deferrable",
+			res.Allowed, res.Deferrable, nameOf(res.DeniedBy), res.DeniedKey, res.Decision)
+	}
+	if d := e.Check(ctx, wide, "wide", 0).Decision; d.Remaining != 2 {
+		t.Errorf("wide: %d remaining, want 2 (charged by the first request alone)", d.Remaining)
+	}
+}
+
+// failAfter passes its first n calls to a memstore, then fails.
+type failAfter struct {
+	sluice.Store
+	n int
+}
+
+var errDown = errors.New("down")
+
+func (s *failAfter) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if s.n--; s.n < 0 {
+		return sluice.Decision{}, errDown
+	}
+	return s.Store.Take(ctx, r)
+}
+
+func (s *failAfter) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
+	if s.n--; s.n < 0 {
+		return errDown
+	}
+	return s.Store.TakeAll(ctx, rs, ds)
+}
+
+// TestAdmitOrDeferStoreFails: the store failing when the other rules of a
+// deferrable request are charged is answered as on_error says: deny, the
+// store's failure (not deferrable); allow, deferrable.
+func TestAdmitOrDeferStoreFails(t *testing.T) {
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerHour(1), rules.Defer, 0)
+	ip := rule("ip", sluice.FixedWindow, sluice.PerHour(2), rules.Reject, 0)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: ip, Key: "ip"}}
+	for _, onError := range []string{engine.OnErrorDeny, engine.OnErrorAllow} {
+		clk := &clock{t: t0}
+		st := &failAfter{Store: memstore.New(memstore.Options{}), n: 2} // the first request, the second's decision
+		e, err := engine.New(engine.Options{Store: st, Rules: &rules.Set{Rules: []*rules.Rule{jobs, ip}}, OnError: onError,
+			Metrics: metrics.New(prometheus.NewRegistry()), Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := e.AdmitOrDefer(context.Background(), ms, 1); !res.Allowed {
+			t.Fatalf("%s: first: %+v, want allowed", onError, res)
+		}
+		res := e.AdmitOrDefer(context.Background(), ms, 1)
+		if onError == engine.OnErrorDeny && (res.Allowed || res.Deferrable || !errors.Is(res.StoreErr, errDown) || res.DeniedBy != nil) {
+			t.Errorf("deny: %+v, want the store's failure, not deferrable", res)
+		}
+		if onError == engine.OnErrorAllow && (res.Allowed || !res.Deferrable || res.StoreErr != nil || res.DeniedBy != jobs) {
+			t.Errorf("allow: %+v, want deferrable by jobs", res)
+		}
+		if st.n >= 0 {
+			t.Errorf("%s: the failing take was never made (%d calls left)", onError, st.n)
+		}
+	}
+}
