@@ -94,7 +94,8 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 // charging them and counted their verdicts; the replay asks only the
 // defer rule's limit, so this is the one charge. It counts no verdict,
 // and a rule over its limit is charged nothing (as Admit found it would
-// not pass). A store failure is counted as one.
+// not pass), and logged (finish, knowing AdmitOrDefer's request would be
+// queued, left that to here). A store failure is counted as one.
 func (e *Engine) Queued(ctx context.Context, ms []rules.Match, cost int64) {
 	var now time.Time
 	for i := range ms {
@@ -106,8 +107,15 @@ func (e *Engine) Queued(ctx context.Context, ms []rules.Match, cost int64) {
 			now = e.now()
 		}
 		req, _ := e.request(r, ms[i].Key, cost, now)
-		if _, err := e.store.Take(ctx, req); err != nil && !clientGone(ctx) {
-			e.storeFailed(err)
+		d, err := e.store.Take(ctx, req)
+		if err != nil {
+			if !clientGone(ctx) {
+				e.storeFailed(err)
+			}
+			continue
+		}
+		if !d.Allowed && e.shadowLog.OK(now) { // finish left it to here
+			e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "deferred", true, "suppressed", e.shadowLog.Dropped())
 		}
 	}
 }

@@ -262,6 +262,7 @@ type Result struct {
 	delayer *rules.Rule   // the delay rule that set shape
 
 	undecided bool // the client went away before the store decided: no rule has a verdict
+	queueing  bool // AdmitOrDefer: the edge queues it if Deferrable (and Queued logs its shadow rules)
 }
 
 // Decide decides the request once, at the Engine's clock, without waiting:
@@ -327,6 +328,7 @@ func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferr
 		}
 		if !refused && res.Deferrable && deferring {
 			e.chargeOthers(ctx, a, &res)
+			res.queueing = true
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)
 			return res

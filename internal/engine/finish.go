@@ -82,6 +82,9 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 				continue
 			}
 			verdict = 2
+			if res.Deferrable && res.queueing {
+				continue // the edge queues it: Queued logs, once it is queued
+			}
 			if e.shadowLog.OK(now) {
 				if res.Allowed {
 					e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "suppressed", e.shadowLog.Dropped())

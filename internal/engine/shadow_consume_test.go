@@ -109,3 +109,30 @@ func TestShadowShardedRefusedAnyway(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowLogDeferred: a shadow rule that would deny a request a defer
+// rule queued logs that it was queued, once it is (Engine.Queued), not
+// that it was refused anyway: the request is served, at its replay.
+func TestShadowLogDeferred(t *testing.T) {
+	clk := &clock{t: t0}
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerHour(1), rules.Defer, 0)
+	trial := rule("trial", sluice.FixedWindow, sluice.PerHour(1), rules.Shadow, 0)
+	var logs bytes.Buffer
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: &rules.Set{Rules: []*rules.Rule{jobs, trial}},
+		Metrics: metrics.New(prometheus.NewRegistry()), Now: clk.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := []rules.Match{{Rule: jobs, Key: "j"}, {Rule: trial, Key: "t"}}
+	if res := e.AdmitOrDefer(context.Background(), ms, 1); !res.Allowed {
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	if res := e.AdmitOrDefer(context.Background(), ms, 1); res.Allowed || !res.Deferrable {
+		t.Fatalf("second: allowed %v deferrable %v, want deferrable", res.Allowed, res.Deferrable)
+	}
+	e.Queued(context.Background(), ms, 1)
+	l := logs.String()
+	if strings.Contains(l, "refused_anyway") || !strings.Contains(l, `msg="shadow rule would deny" rule=trial key=t`) || !strings.Contains(l, "deferred=true") {
+		t.Errorf("shadow log lines:\n%s\nwant one saying trial would deny the deferred request, none that it was refused anyway", l)
+	}
+}
