@@ -329,6 +329,14 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: connect %v: %w: %w", o.Addrs, sluice.ErrStoreUnavailable, r.err)
 	}
+	if o.Sentinel != "" {
+		// The client connects though a Sentinel refuses it the failover
+		// channels (it would never follow a failover): ask them all.
+		if err := sentinelRefuses(o); err != nil {
+			r.c.Close()
+			return nil, err
+		}
+	}
 	s := &Store{
 		c:         r.c,
 		solo:      r.solo,

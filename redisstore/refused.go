@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -89,69 +88,6 @@ func (o Options) sentinelCredentials() Credentials {
 		return *c
 	}
 	return Credentials{o.Username, o.Password}
-}
-
-// sentinelRefuses returns, as an ErrAuth *refusedError, the first of the
-// Sentinels (o.Addrs) that refuses the credentials it gets, or whose ACL
-// refuses its user a SENTINEL command the client sends to find the master,
-// else nil. New asks when the connection was refused credentials or a
-// command, to tell whether the Sentinels or the master did: rueidis says
-// only WRONGPASS, or NOPERM and the command.
-func sentinelRefuses(o Options) error {
-	cr := o.sentinelCredentials()
-	who := "the default user"
-	if cr.Username != "" {
-		who = fmt.Sprintf("user %q", cr.Username)
-	}
-	timeout := max(o.Timeout, time.Second)
-	for _, a := range o.Addrs {
-		done := make(chan error, 1)
-		go func() {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, Username: cr.Username, Password: cr.Password,
-				TLSConfig: o.TLS, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: timeout}})
-			if err == nil {
-				err = sentinelCommands(c, o.Sentinel, timeout)
-				c.Close()
-			}
-			done <- err
-		}()
-		t := time.NewTimer(timeout)
-		var err error
-		select {
-		case err = <-done:
-		case <-t.C:
-		}
-		t.Stop()
-		if !refusedCredentials(err) {
-			continue
-		}
-		what := "the Sentinel at " + a + " refused the credentials of " + who
-		if c := deniedCommand(err); c != "" {
-			what = "the ACL of the Sentinel at " + a + " does not let " + who + " run " + c + ", which the client runs to find the master"
-		}
-		if o.SentinelCredentials == nil {
-			what += " (the master's, which the Sentinels get unless they have their own)"
-		}
-		return &refusedError{op: "connect", addrs: o.Addrs, what: what, kind: ErrAuth, err: err, bySentinel: true}
-	}
-	return nil
-}
-
-// sentinelCommands runs on c, a Sentinel, the SENTINEL commands rueidis
-// sends to find the master of set (its sentinelClient.listWatch), and
-// returns the first error.
-func sentinelCommands(c rueidis.Client, set string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for _, cmd := range []rueidis.Completed{
-		c.B().SentinelSentinels().Master(set).Build(),
-		c.B().SentinelGetMasterAddrByName().Master(set).Build(),
-	} {
-		if err := c.Do(ctx, cmd).Error(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // SentinelRefused reports whether err (of New) is ErrAuth because the

@@ -28,7 +28,10 @@ func TestSentinelCredentials(t *testing.T) {
 		}
 	}
 	sentinel := redistest.StartSentinelAuth(t, master, "masterpw", "sentpw")
-	if _, err := redistest.DoAuth(sentinel, "", "sentpw", "ACL", "SETUSER", "watcher", "on", ">watchpw", "+@all"); err != nil {
+	// allchannels: a Redis 7 user has no channels unless given some
+	// (acl-pubsub-default resetchannels), and New refuses a Sentinel
+	// user without the failover channels (TestSentinelACLChannels).
+	if _, err := redistest.DoAuth(sentinel, "", "sentpw", "ACL", "SETUSER", "watcher", "on", ">watchpw", "+@all", "allchannels"); err != nil {
 		t.Fatal(err)
 	}
 	// A Sentinel that requires no password, for a master that does.

@@ -209,7 +209,7 @@ func refusalHint(err error) string {
 	var he x509.HostnameError
 	switch {
 	case redisstore.SentinelRefused(err):
-		return "check store.redis.sentinel_username and store.redis.sentinel_password (left out, the Sentinels get store.redis.username and password), and the Sentinels' requirepass or ACL users (a Sentinel user needs SENTINEL SENTINELS and GET-MASTER-ADDR-BY-NAME)"
+		return "check store.redis.sentinel_username and store.redis.sentinel_password (left out, the Sentinels get store.redis.username and password), and the Sentinels' requirepass or ACL users (a Sentinel user needs SENTINEL SENTINELS and GET-MASTER-ADDR-BY-NAME, and allchannels or the failover channels)"
 	case !errors.Is(err, redisstore.ErrTLS):
 	case redisstore.TLSNeeded(err):
 		return "set store.redis.tls: Redis serves only TLS at that address, and the connection does not use it"

@@ -1,0 +1,158 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// sentinelChannels are the channels the client subscribes to on a
+// Sentinel to hear of failovers (rueidis's listWatch), in one SUBSCRIBE:
+// a Sentinel whose ACL refuses its user one of them refuses it whole,
+// once, and the client, connected, never hears of a failover.
+var sentinelChannels = []string{"+sentinel", "+slave", "-sdown", "+sdown", "+switch-master", "+reboot"}
+
+// channelsRefused is a Sentinel's ACL refusing its user channels of
+// sentinelChannels.
+type channelsRefused struct {
+	channels []string
+	err      error // the first NOPERM
+}
+
+func (e *channelsRefused) Error() string {
+	return fmt.Sprintf("SUBSCRIBE %s: %v", strings.Join(e.channels, " "), e.err)
+}
+
+func (e *channelsRefused) Unwrap() error { return e.err }
+
+// sentinelRefuses returns, as an ErrAuth *refusedError, the first of the
+// Sentinels (o.Addrs) that refuses the credentials it gets, or whose ACL
+// refuses its user a SENTINEL command the client sends to find the master
+// or a channel it subscribes to for failovers, else nil. The Sentinels
+// are asked together, for at most the timeout; one that does not answer
+// in time, or at all, refuses nothing. New asks when the connection was
+// refused credentials or a command, to tell whether the Sentinels or the
+// master did (rueidis says only WRONGPASS, or NOPERM and the command),
+// and when it connected, since the client, refused its SUBSCRIBE,
+// connects all the same.
+func sentinelRefuses(o Options) error {
+	cr := o.sentinelCredentials()
+	who := "the default user"
+	if cr.Username != "" {
+		who = fmt.Sprintf("user %q", cr.Username)
+	}
+	timeout := max(o.Timeout, time.Second)
+	results := make([]chan error, len(o.Addrs))
+	for i, a := range o.Addrs {
+		results[i] = make(chan error, 1)
+		go func() { results[i] <- sentinelAsk(o, a, cr, timeout) }()
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	late := false
+	for i, a := range o.Addrs {
+		var err error
+		if late {
+			select {
+			case err = <-results[i]:
+			default:
+			}
+		} else {
+			select {
+			case err = <-results[i]:
+			case <-t.C:
+				late = true
+			}
+		}
+		if !refusedCredentials(err) {
+			continue
+		}
+		what := "the Sentinel at " + a + " refused the credentials of " + who
+		var ch *channelsRefused
+		if errors.As(err, &ch) {
+			what = "the ACL of the Sentinel at " + a + " does not let " + who + " subscribe to " + strings.Join(ch.channels, ", ") +
+				", which the client subscribes to on the Sentinels to hear of failovers (without them, connected, it would never follow one)"
+		} else if c := deniedCommand(err); c != "" {
+			what = "the ACL of the Sentinel at " + a + " does not let " + who + " run " + c + ", which the client runs to find the master"
+		}
+		if o.SentinelCredentials == nil {
+			what += " (the master's, which the Sentinels get unless they have their own)"
+		}
+		return &refusedError{op: "connect", addrs: o.Addrs, what: what, kind: ErrAuth, err: err, bySentinel: true}
+	}
+	return nil
+}
+
+// sentinelAsk connects to the Sentinel at addr with cr and runs there
+// what the client does to find the master and follow it (sentinelCommands,
+// sentinelSubscribe); it returns the first error.
+func sentinelAsk(o Options, addr string, cr Credentials, timeout time.Duration) error {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: cr.Username, Password: cr.Password,
+		TLSConfig: o.TLS, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: timeout}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := sentinelCommands(c, o.Sentinel, timeout); err != nil {
+		return err
+	}
+	return sentinelSubscribe(c, timeout)
+}
+
+// sentinelCommands runs on c, a Sentinel, the SENTINEL commands rueidis
+// sends to find the master of set (its sentinelClient.listWatch), and
+// returns the first error.
+func sentinelCommands(c rueidis.Client, set string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, cmd := range []rueidis.Completed{
+		c.B().SentinelSentinels().Master(set).Build(),
+		c.B().SentinelGetMasterAddrByName().Master(set).Build(),
+	} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sentinelSubscribe subscribes on c, a Sentinel, to each of
+// sentinelChannels in turn (Redis's NOPERM does not say which channel it
+// refuses), and returns a *channelsRefused of those refused, else the
+// first other error, else nil. The subscriptions end with c.
+func sentinelSubscribe(c rueidis.Client, timeout time.Duration) error {
+	var refused *channelsRefused
+	for _, ch := range sentinelChannels {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		var subscribed atomic.Bool // set on rueidis's reading goroutine
+		hooked := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
+			if s.Kind == "subscribe" && s.Channel == ch {
+				subscribed.Store(true)
+				cancel()
+			}
+		})
+		err := c.Receive(hooked, c.B().Subscribe().Channel(ch).Build(), func(rueidis.PubSubMessage) {})
+		cancel()
+		var re *rueidis.RedisError
+		switch {
+		case subscribed.Load():
+		case errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM"):
+			if refused == nil {
+				refused = &channelsRefused{err: err}
+			}
+			refused.channels = append(refused.channels, ch)
+		case err != nil:
+			return err
+		}
+	}
+	if refused != nil {
+		return refused
+	}
+	return nil
+}
