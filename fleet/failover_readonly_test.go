@@ -100,8 +100,14 @@ func TestSentinelManualFailoverLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	now := time.Now()
-	key := fmt.Sprintf("failover-lease-%d", now.UnixNano())
+	// Every call decides at now, and each write keeps the key for the rest
+	// of now's window plus the expiry margin (10s), on Redis' clock: at the
+	// window's start, an hour past each write. With time.Now() the key
+	// could expire during the failover (tens of seconds) when the hour
+	// ended meanwhile, and the promoted replica would count only the
+	// grants taken after it (19 of 30).
+	now := time.Now().Truncate(time.Hour)
+	key := fmt.Sprintf("failover-lease-%d", time.Now().UnixNano())
 	r := sluice.Request{Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1, Now: now}
 	admitted := 0
 	take := func() error {
