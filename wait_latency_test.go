@@ -7,34 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/storetest"
 )
-
-// slowStore is a memstore whose answers take rtt to come back once it has
-// decided, as Redis's do: a round trip. It hides memstore's KeyTaker, and
-// its WithinTaker unless within.
-type slowStore struct {
-	s   *memstore.Store
-	rtt time.Duration
-}
-
-func (s *slowStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	d, err := s.s.Take(ctx, r)
-	time.Sleep(s.rtt)
-	return d, err
-}
-
-func (s *slowStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	return s.s.TakeAll(ctx, rs, ds)
-}
-
-type slowWithinStore struct{ *slowStore }
-
-func (s *slowWithinStore) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
-	d, late, err := s.s.TakeWithin(ctx, r, within)
-	time.Sleep(s.rtt)
-	return d, late, err
-}
 
 // TestWaitNStoreLatency: a leaky bucket Wait whose slot leaves before its
 // deadline, on a store whose answers take 20ms to come back once it has
@@ -47,14 +21,14 @@ func TestWaitNStoreLatency(t *testing.T) {
 	const rtt = 20 * time.Millisecond
 	for _, c := range []struct {
 		name  string
-		store func(*slowStore) sluice.Store
+		store func(*storetest.RoundTrip) sluice.Store
 	}{
-		{"WithinTaker", func(s *slowStore) sluice.Store { return &slowWithinStore{s} }},
-		{"question and take", func(s *slowStore) sluice.Store { return s }},
+		{"WithinTaker", func(s *storetest.RoundTrip) sluice.Store { return s.WithWithin() }},
+		{"question and take", func(s *storetest.RoundTrip) sluice.Store { return s }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				slow := &slowStore{s: memstore.New(memstore.Options{})}
+				slow := storetest.NewRoundTrip()
 				lim, err := sluice.NewLimiter(c.store(slow), sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20))
 				if err != nil {
 					t.Fatal(err)
@@ -66,7 +40,7 @@ func TestWaitNStoreLatency(t *testing.T) {
 					}
 				}
 				time.Sleep(60 * time.Millisecond)
-				slow.rtt = rtt
+				slow.SetRTT(rtt)
 				// The next slot leaves 240ms from now, 10ms before the
 				// deadline.
 				start := time.Now()

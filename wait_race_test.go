@@ -3,68 +3,15 @@ package sluice_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/storetest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
-
-// gatedStore is a memstore whose first armed calls each wait, once
-// answered, until all of them have been: the waiters of
-// TestWaitNRaceTakesNoLateSlot all have their first answer (a leaky
-// bucket WaitN's question at cost 0, or its bounded take; the buckets'
-// first refusal) before either goes on, the interleaving that used to let
-// the second take a slot leaving past its deadline. It hides memstore's
-// KeyTaker so that every call comes through Take, and counts what the
-// store admitted at a cost above 0.
-type gatedStore struct {
-	s       *memstore.Store
-	armed   atomic.Int32
-	callers sync.WaitGroup
-	mu      sync.Mutex
-	counted int
-}
-
-// arm gates the next n calls.
-func (g *gatedStore) arm(n int) { g.armed.Store(int32(n)); g.callers.Add(n) }
-
-func (g *gatedStore) gate() {
-	if g.armed.Add(-1) >= 0 {
-		g.callers.Done()
-		g.callers.Wait()
-	}
-}
-
-func (g *gatedStore) count(r sluice.Request, d sluice.Decision, err error) {
-	if err == nil && d.Allowed && r.Cost > 0 {
-		g.mu.Lock()
-		g.counted++
-		g.mu.Unlock()
-	}
-}
-
-func (g *gatedStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	d, err := g.s.Take(ctx, r)
-	g.count(r, d, err)
-	g.gate()
-	return d, err
-}
-
-func (g *gatedStore) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
-	d, late, err := g.s.TakeWithin(ctx, r, within)
-	g.count(r, d, err)
-	g.gate()
-	return d, late, err
-}
-
-func (g *gatedStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	return g.s.TakeAll(ctx, rs, ds)
-}
 
 // // TestWaitNRaceTakesNoLateSlot: two waiters of one key, each with a
 // deadline that one admission meets and the next does not, both answered
@@ -93,7 +40,7 @@ func TestWaitNRaceTakesNoLateSlot(t *testing.T) {
 		{sluice.GCRA, sluice.PerSecond(10).WithBurst(2), 150 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 0, 200 * time.Millisecond},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			g := &gatedStore{s: memstore.New(memstore.Options{})}
+			g := storetest.NewGated()
 			lim, err := sluice.NewLimiter(g, tc.alg, tc.limit)
 			if err != nil {
 				t.Fatal(err)
@@ -104,7 +51,7 @@ func TestWaitNRaceTakesNoLateSlot(t *testing.T) {
 					t.Fatalf("%s: Allow #%d = %+v, %v", tc.alg, i, d, err)
 				}
 			}
-			g.arm(2)
+			g.Arm(2)
 			start := time.Now()
 			type result struct {
 				d     sluice.Decision
@@ -136,8 +83,8 @@ func TestWaitNRaceTakesNoLateSlot(t *testing.T) {
 			if won != 1 || lost != 1 {
 				t.Errorf("%s: of two Waits for one admission in time, %d won and %d lost; want 1 and 1", tc.alg, won, lost)
 			}
-			if g.counted != 3 {
-				t.Errorf("%s: the store counted %d requests; want 3 (two Allows, one Wait)", tc.alg, g.counted)
+			if g.Counted() != 3 {
+				t.Errorf("%s: the store counted %d requests; want 3 (two Allows, one Wait)", tc.alg, g.Counted())
 			}
 			if d, _ := lim.AllowN(ctx, "k", 0); d.ResetAfter != tc.resetAfter {
 				t.Errorf("%s: after the Waits (at %v), AllowN(0).ResetAfter = %v; want %v (only the winner counted)", tc.alg, time.Since(start), d.ResetAfter, tc.resetAfter)

@@ -3,8 +3,6 @@ package fleet_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/storetest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -58,53 +57,6 @@ func TestWithinTakerConformance(t *testing.T) {
 	}
 }
 
-// gatedStore is a memstore whose armed calls each wait, once answered,
-// until all of them have been: the two waiters of TestWaitNRaceThrough
-// both have their first answer before either goes on. It counts what the
-// store admitted at a cost above 0.
-type gatedStore struct {
-	s       *memstore.Store
-	armed   atomic.Int32
-	callers sync.WaitGroup
-	mu      sync.Mutex
-	counted int
-}
-
-func (g *gatedStore) arm(n int) { g.armed.Store(int32(n)); g.callers.Add(n) }
-
-func (g *gatedStore) gate() {
-	if g.armed.Add(-1) >= 0 {
-		g.callers.Done()
-		g.callers.Wait()
-	}
-}
-
-func (g *gatedStore) count(r sluice.Request, d sluice.Decision, err error) {
-	if err == nil && d.Allowed && r.Cost > 0 {
-		g.mu.Lock()
-		g.counted++
-		g.mu.Unlock()
-	}
-}
-
-func (g *gatedStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	d, err := g.s.Take(ctx, r)
-	g.count(r, d, err)
-	g.gate()
-	return d, err
-}
-
-func (g *gatedStore) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
-	d, late, err := g.s.TakeWithin(ctx, r, within)
-	g.count(r, d, err)
-	g.gate()
-	return d, late, err
-}
-
-func (g *gatedStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	return g.s.TakeAll(ctx, rs, ds)
-}
-
 // plainStore hides every optional method of the store it holds.
 type plainStore struct{ s sluice.Store }
 
@@ -140,7 +92,7 @@ func TestWaitNRaceThroughDecorators(t *testing.T) {
 	} {
 		t.Run(dec.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := &gatedStore{s: memstore.New(memstore.Options{})}
+				g := storetest.NewGated()
 				lim, err := sluice.NewLimiter(dec.wrap(t, g), sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20))
 				if err != nil {
 					t.Fatal(err)
@@ -151,7 +103,7 @@ func TestWaitNRaceThroughDecorators(t *testing.T) {
 						t.Fatalf("Allow #%d = %+v, %v", i, d, err)
 					}
 				}
-				g.arm(2)
+				g.Arm(2)
 				start := time.Now()
 				type result struct {
 					d     sluice.Decision
@@ -183,8 +135,8 @@ func TestWaitNRaceThroughDecorators(t *testing.T) {
 				if won != 1 || lost != 1 {
 					t.Errorf("of two Waits for one slot in time, %d won and %d lost; want 1 and 1", won, lost)
 				}
-				if g.counted != 3 {
-					t.Errorf("the store counted %d requests; want 3 (two Allows, one Wait)", g.counted)
+				if g.Counted() != 3 {
+					t.Errorf("the store counted %d requests; want 3 (two Allows, one Wait)", g.Counted())
 				}
 			})
 		})

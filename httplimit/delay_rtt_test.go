@@ -1,51 +1,16 @@
 package httplimit_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/storetest"
 )
-
-// roundTripStore is a memstore whose answers take rtt to come back once
-// it has decided, as Redis's do.
-type roundTripStore struct {
-	s   *memstore.Store
-	mu  sync.Mutex
-	rtt time.Duration
-}
-
-func (s *roundTripStore) setRTT(d time.Duration) {
-	s.mu.Lock()
-	s.rtt = d
-	s.mu.Unlock()
-}
-
-func (s *roundTripStore) wait() {
-	s.mu.Lock()
-	rtt := s.rtt
-	s.mu.Unlock()
-	time.Sleep(rtt)
-}
-
-func (s *roundTripStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	d, err := s.s.Take(ctx, r)
-	s.wait()
-	return d, err
-}
-
-func (s *roundTripStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	err := s.s.TakeAll(ctx, rs, ds)
-	s.wait()
-	return err
-}
 
 // TestMiddlewareLeakyBucketDelayOverRoundTrip: on a store whose answers
 // take 20ms to come back once it has decided (as Redis's do), an admitted
@@ -66,7 +31,7 @@ func TestMiddlewareLeakyBucketDelayOverRoundTrip(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				st := &roundTripStore{s: memstore.New(memstore.Options{})}
+				st := storetest.NewRoundTrip()
 				shaped := mustLimiter(t, st, sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20))
 				wide := mustLimiter(t, st, sluice.LeakyBucket, sluice.PerSecond(1000).WithBurst(20))
 				var start time.Time
@@ -82,7 +47,7 @@ func TestMiddlewareLeakyBucketDelayOverRoundTrip(t *testing.T) {
 				if want := []time.Duration{0, 100 * time.Millisecond}; len(reached) != 2 || reached[0] != want[0] || reached[1] != want[1] {
 					t.Fatalf("handler reached at %v, want %v", reached, want)
 				}
-				st.setRTT(rtt)
+				st.SetRTT(rtt)
 				// The next slot leaves at 200ms, 100ms after its decision.
 				start = time.Now()
 				reached = reached[:0]

@@ -13,35 +13,8 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/storetest"
 )
-
-// roundTripStore is a memstore whose answers take rtt to come back once
-// it has decided, as Redis's do.
-type roundTripStore struct {
-	s   *memstore.Store
-	mu  sync.Mutex
-	rtt time.Duration
-}
-
-func (s *roundTripStore) wait() {
-	s.mu.Lock()
-	rtt := s.rtt
-	s.mu.Unlock()
-	time.Sleep(rtt)
-}
-
-func (s *roundTripStore) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	d, err := s.s.Take(ctx, r)
-	s.wait()
-	return d, err
-}
-
-func (s *roundTripStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Decision) error {
-	err := s.s.TakeAll(ctx, rs, ds)
-	s.wait()
-	return err
-}
 
 // TestDelaySlotWithinMaxDelayOverRoundTrip: a delay rule whose queue
 // (burst 2 at 10/s: 200ms) fits in its max_delay (210ms), so that no
@@ -53,7 +26,7 @@ func (s *roundTripStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []
 func TestDelaySlotWithinMaxDelayOverRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(2), rules.Delay, 210*time.Millisecond)
-		st := &roundTripStore{s: memstore.New(memstore.Options{})}
+		st := storetest.NewRoundTrip()
 		e, err := engine.New(engine.Options{Store: st, Rules: &rules.Set{Rules: []*rules.Rule{shaped}}, Metrics: metrics.New(prometheus.NewRegistry())})
 		if err != nil {
 			t.Fatal(err)
@@ -64,9 +37,7 @@ func TestDelaySlotWithinMaxDelayOverRoundTrip(t *testing.T) {
 			wg.Go(func() { e.Admit(context.Background(), ms, 1) })
 		}
 		synctest.Wait()
-		st.mu.Lock()
-		st.rtt = 20 * time.Millisecond
-		st.mu.Unlock()
+		st.SetRTT(20 * time.Millisecond)
 		start := time.Now()
 		res := e.Admit(context.Background(), ms, 1)
 		if after := time.Since(start); !res.Allowed || after != 200*time.Millisecond {
