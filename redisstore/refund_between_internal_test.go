@@ -24,11 +24,7 @@ import (
 // (the refusal: for the buckets and GCRA, whose burst of 100 refuses 95).
 func TestClusterRefundAfterCheck(t *testing.T) {
 	c := redistest.StartCluster(t)
-	s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()
 	l := sluice.PerSecond(1000).WithBurst(100)
 	t0 := sluicetest.T0

@@ -25,11 +25,7 @@ import (
 // must equal the reference's.
 func TestClusterRefundAfterAnotherTake(t *testing.T) {
 	c := redistest.StartCluster(t)
-	s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()
 	l := sluice.PerSecond(1000).WithBurst(100)
 	t0 := sluicetest.T0

@@ -18,11 +18,7 @@ import (
 // is exact, for every algorithm.
 func TestRefundRestores(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, err := New(context.Background(), Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, Options{Addrs: []string{srv.Addr}})
 	ctx := context.Background()
 	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))

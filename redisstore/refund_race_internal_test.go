@@ -23,11 +23,7 @@ import (
 // their state kept the latest request's tick, see refund.lua.)
 func TestRefundAfterAnotherTake(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, err := New(context.Background(), Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, Options{Addrs: []string{srv.Addr}})
 	ctx := context.Background()
 	l := sluice.PerSecond(1000).WithBurst(100)
 	t0 := sluicetest.T0
@@ -68,11 +64,7 @@ func TestRefundAfterAnotherTake(t *testing.T) {
 // request in between it is the reference's, to a tick.
 func TestRefundNeverOver(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, err := New(context.Background(), Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, Options{Addrs: []string{srv.Addr}})
 	ctx := context.Background()
 	seed := sluicetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))

@@ -27,12 +27,7 @@ func TestShardCountsAcrossResharding(t *testing.T) {
 	t.Cleanup(func() { slotRefresh = was })
 	c := redistest.StartCluster(t)
 	open := func() *Store {
-		s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
+		return openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	}
 	ctx := context.Background()
 	before := open()

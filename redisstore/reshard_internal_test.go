@@ -25,12 +25,7 @@ func TestShardsAgreeAfterResharding(t *testing.T) {
 	t.Cleanup(func() { slotRefresh = was }) // after the stores' Close (cleanups run last first)
 	c := redistest.StartCluster(t)
 	open := func() *Store {
-		s, err := New(context.Background(), Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
+		return openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	}
 	before := open()
 	myID := func(a string) string {
