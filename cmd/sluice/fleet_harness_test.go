@@ -44,11 +44,12 @@ func TestMain(m *testing.M) {
 
 // sluiceProc is one `sluice serve` child process.
 type sluiceProc struct {
-	cmd  *exec.Cmd
-	api  string // http://127.0.0.1:PORT
-	logs *redistest.SyncBuffer
-	done chan struct{} // closed when it has exited
-	err  error         // its exit, once done
+	cmd         *exec.Cmd
+	api         string // http://127.0.0.1:PORT
+	proxy, grpc string // with startSluiceProcAll: the proxy's URL, the gRPC listener's address
+	logs        *redistest.SyncBuffer
+	done        chan struct{} // closed when it has exited
+	err         error         // its exit, once done
 }
 
 // startSluiceProc runs `sluice serve -config path` as a child process and
@@ -62,6 +63,21 @@ func startSluiceProc(t *testing.T, path string) *sluiceProc {
 // startSluiceProcEnv is startSluiceProc with more environment variables
 // (NAME=value) for the process.
 func startSluiceProcEnv(t *testing.T, path string, env ...string) *sluiceProc {
+	t.Helper()
+	return startSluiceProcFor(t, path, false, env)
+}
+
+// startSluiceProcAll is startSluiceProc for a config with a proxy and a
+// gRPC listener: it also waits for their addresses.
+func startSluiceProcAll(t *testing.T, path string) *sluiceProc {
+	t.Helper()
+	return startSluiceProcFor(t, path, true, nil)
+}
+
+// startSluiceProcFor starts the process, waiting for the decision API's
+// address, and with all the proxy's and the gRPC listener's too (serve
+// prints the three in a row).
+func startSluiceProcFor(t *testing.T, path string, all bool, env []string) *sluiceProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "-config", path)
 	cmd.Env = append(append(os.Environ(), "SLUICE_TEST_MAIN=1"), env...)
@@ -78,10 +94,21 @@ func startSluiceProcEnv(t *testing.T, path string, env ...string) *sluiceProc {
 	go func() {
 		sc := bufio.NewScanner(out)
 		found := false
+		var api string
 		for sc.Scan() {
-			if m := reAPI.FindStringSubmatch(sc.Text()); m != nil && !found {
+			l := sc.Text()
+			if m := reAPI.FindStringSubmatch(l); m != nil && api == "" {
+				api = m[1]
+			}
+			if m := reProxy.FindStringSubmatch(l); m != nil && all && p.proxy == "" {
+				p.proxy = m[1] // before addr is sent: read after it
+			}
+			if m := reGRPC.FindStringSubmatch(l); m != nil && all && p.grpc == "" {
+				p.grpc = m[1]
+			}
+			if !found && api != "" && (!all || p.proxy != "" && p.grpc != "") {
 				found = true
-				addr <- m[1]
+				addr <- api
 			}
 		}
 		if !found {

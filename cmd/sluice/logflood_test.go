@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,8 +22,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestLogsUnderAttack runs `sluice serve` as a process (log_level info,
@@ -251,14 +247,11 @@ const maxLogLine = 4096
 
 var reMsg = regexp.MustCompile(`msg=("(?:[^"\\]|\\.)*"|\S+)`)
 
-// logProc is `sluice serve` as a process, its standard error captured.
+// logProc is `sluice serve` as a process (its standard error captured),
+// with a client of its rate limit service.
 type logProc struct {
-	cmd              *exec.Cmd
-	api, proxy, grpc string
-	rls              rlsv3.RateLimitServiceClient
-	logs             *redistest.SyncBuffer
-	done             chan struct{}
-	err              error
+	*sluiceProc
+	rls rlsv3.RateLimitServiceClient
 }
 
 var (
@@ -268,61 +261,7 @@ var (
 
 func startLogProc(t *testing.T, path string) *logProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "-config", path)
-	cmd.Env = append(os.Environ(), "SLUICE_TEST_MAIN=1")
-	p := &logProc{cmd: cmd, logs: new(redistest.SyncBuffer), done: make(chan struct{})}
-	cmd.Stderr = p.logs
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l := sc.Text()
-			if m := reAPI.FindStringSubmatch(l); m != nil {
-				p.api = m[1]
-			}
-			if m := reProxy.FindStringSubmatch(l); m != nil {
-				p.proxy = m[1]
-			}
-			if m := reGRPC.FindStringSubmatch(l); m != nil {
-				p.grpc = m[1]
-			}
-			if p.api != "" && p.proxy != "" && p.grpc != "" {
-				ready <- true
-				break
-			}
-		}
-		io.Copy(io.Discard, out)
-		close(ready)
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("sluice logs, first 8 KiB:\n%.8192s", p.logs.String())
-		}
-	})
-	select {
-	case ok := <-ready:
-		if !ok {
-			<-p.done
-			t.Fatalf("sluice serve printed no addresses (exit %v):\n%s", p.err, p.logs.String())
-		}
-	case <-time.After(60 * time.Second): // a hang guard
-		t.Fatalf("sluice serve: no addresses within 60s:\n%s", p.logs.String())
-	}
+	p := &logProc{sluiceProc: startSluiceProcAll(t, path)}
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
