@@ -311,7 +311,7 @@ func (ck *checker) fail(key, format string, args ...any) {
 // addr checks a host:port listen or dial address.
 func (ck *checker) addr(key, addr string) {
 	if msg := addrProblem(addr); msg != "" {
-		ck.fail(key, "%q: %s", addr, msg)
+		ck.fail(key, "%q: %s", redact(addr), msg)
 	}
 }
 
@@ -322,7 +322,7 @@ func (ck *checker) listen(key, addr string) {
 		return
 	}
 	if other, dup := ck.listeners[addr]; dup {
-		ck.fail(key, "%q is already used by %s", addr, other)
+		ck.fail(key, "%q is already used by %s", redact(addr), other)
 	}
 	ck.listeners[addr] = key
 }

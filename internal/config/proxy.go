@@ -40,7 +40,7 @@ func (p *ProxyConfig) check(ck *checker) {
 	if p.Upstream == "" {
 		ck.fail("proxy.upstream", "missing: the proxy needs an upstream URL, such as http://127.0.0.1:9000")
 	} else if msg := upstreamProblem(p.Upstream); msg != "" {
-		ck.fail("proxy.upstream", "%q: %s", p.Upstream, msg)
+		ck.fail("proxy.upstream", "%q: %s", redact(p.Upstream), msg)
 	}
 	ck.between("proxy.dial_timeout", p.DialTimeout, time.Millisecond, time.Hour)
 	ck.between("proxy.response_header_timeout", p.ResponseHeaderTimeout, time.Millisecond, time.Hour)

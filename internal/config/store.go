@@ -121,7 +121,13 @@ func (r *RedisConfig) check(ck *checker) {
 		ck.fail("store.redis.addrs", "missing: the Redis store needs at least one address, such as [127.0.0.1:6379]")
 	}
 	for i, a := range r.Addrs {
-		ck.addr("store.redis.addrs["+strconv.Itoa(i)+"]", a)
+		key := "store.redis.addrs[" + strconv.Itoa(i) + "]"
+		if strings.Contains(a, "://") {
+			// A REDIS_URL: its parts have keys of their own.
+			ck.fail(key, "%q: want host:port, not a URL: its user and password go in store.redis.username and password, rediss:// is tls: true", redact(a))
+			continue
+		}
+		ck.addr(key, a)
 	}
 	if len(r.Addrs) > 1 && !r.Cluster && r.Sentinel == "" {
 		ck.fail("store.redis.addrs", "%d addresses without cluster: true (one address for a single Redis, several for Redis Cluster)", len(r.Addrs))
