@@ -299,19 +299,24 @@ func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 	return nil
 }
 
-// require makes needs those of the store's ACL check (see redisNeeds):
-// when connected, Redis is asked now (redisstore.Store.Require), and a
-// user whose ACL lacks one of them is an ErrAuth error (needs then
-// unchanged); else they are checked when the store connects.
-func (l *lazyRedis) require(ctx context.Context, needs []redisstore.Need) error {
+// check asks Redis, when connected, whether the user's ACL lets it run
+// needs (see redisNeeds; redisstore.Store.Require): one it lacks is an
+// ErrAuth error. Not connected, there is no one to ask: needs are checked
+// when the store connects, if they are made the store's by setNeeds.
+func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 	if s := l.s.Load(); s != nil {
 		if err := s.Require(ctx, needs); err != nil && errors.Is(err, redisstore.ErrAuth) {
 			return err
 		}
 	}
-	l.needs.Store(&needs)
 	return nil
 }
+
+// setNeeds makes needs those the store's ACL check asks for when it
+// connects: the needs of the config in force, set once a reload applies
+// (a refused one's would refuse a connection that the config in force
+// does not need refused, or let one through that it does).
+func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs.Store(&needs) }
 
 // Connected reports whether the store has connected.
 func (l *lazyRedis) Connected() bool { return l.s.Load() != nil }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // ReloadResult is the outcome of one reload attempt, as passed to
@@ -242,10 +243,12 @@ func (d *Daemon) apply(data []byte) error {
 			return fmt.Errorf("daemon: reload: %w", err)
 		}
 	}
+	var needs []redisstore.Need
 	if d.lazy != nil {
 		// A rule may bring a feature whose commands the user's ACL
 		// lacks (redisNeeds): refused, as at startup.
-		if err := d.lazy.require(context.Background(), redisNeeds(cfg, redisPrefix(cfg))); err != nil {
+		needs = redisNeeds(cfg, redisPrefix(cfg))
+		if err := d.lazy.check(context.Background(), needs); err != nil {
 			return fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))
 		}
 	}
@@ -271,6 +274,10 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	if d.lazy != nil {
+		// Checked when the store connects, if it has not yet.
+		d.lazy.setNeeds(needs)
+	}
 	if c, ok := old.proxy.(interface{ Close() }); ok && old.proxy != gen.proxy {
 		// Rebuilt (wire.go): the old proxy's idle upstream connections
 		// would stay open as long as the upstream keeps them.
