@@ -32,11 +32,11 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	// The server's clock, for the absolute forms.
 	base := now
 	if d, ok := agreed(h, "Date", parseDate); ok {
-		base = time.Unix(0, d.unixNano)
+		base = d.at()
 	}
 	if v, ok := agreed(h, HeaderRetryAfter, parseRetryAfter); ok {
 		if v.date {
-			return max(time.Unix(0, v.unixNano).Sub(base), 0), true
+			return max(v.at().Sub(base), 0), true
 		}
 		return v.delta, true
 	}
@@ -53,7 +53,7 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if exhausted(h, "X-RateLimit-Remaining") {
 		if v, ok := agreed(h, "X-RateLimit-Reset", parseReset); ok {
 			if v.date {
-				return max(time.Unix(0, v.unixNano).Sub(base), 0), true
+				return max(v.at().Sub(base), 0), true
 			}
 			return v.delta, true
 		}
@@ -65,19 +65,26 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 // seconds is 31 years, too long for a wait; 10⁹ since the epoch is 2001.
 const epochFrom = 1_000_000_000
 
-// when is a wait as a field gives it: a delay, or an instant.
+// when is a wait as a field gives it: a delay, or an instant. The instant
+// is kept in seconds and nanoseconds, as time.Time holds it: nanoseconds
+// since 1970 in an int64 end in 2262 (and start in 1678), and a date past
+// that, such as a server's "not before 9999", must not wrap around to a
+// wait of 0.
 type when struct {
-	delta    time.Duration
-	unixNano int64 // the instant, if date
-	date     bool
+	delta     time.Duration
+	sec, nsec int64 // the instant, if date: time.Unix(sec, nsec)
+	date      bool
 }
+
+// at is w's instant.
+func (w when) at() time.Time { return time.Unix(w.sec, w.nsec) }
 
 func parseDate(s string) (when, bool) {
 	at, err := http.ParseTime(s)
 	if err != nil {
 		return when{}, false
 	}
-	return when{unixNano: at.UnixNano(), date: true}, true
+	return when{sec: at.Unix(), nsec: int64(at.Nanosecond()), date: true}, true
 }
 
 // parseDelta reads delta-seconds: digits only, saturating.
@@ -114,10 +121,9 @@ func parseReset(s string) (when, bool) {
 	if n < epochFrom {
 		return when{delta: seconds(n) + time.Duration(nanos)}, true
 	}
-	if n > 1<<62/uint64(time.Second) { // beyond time.Unix(0, ns)
-		return when{delta: 1<<63 - 1}, true
-	}
-	return when{unixNano: int64(n)*int64(time.Second) + nanos, date: true}, true
+	// Past 2^62 seconds (10^11 years) every instant is as far as any:
+	// time.Unix holds it, and a wait to it is the longest Duration.
+	return when{sec: int64(min(n, 1<<62)), nsec: nanos, date: true}, true
 }
 
 func digits(s string) bool {

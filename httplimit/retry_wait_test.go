@@ -175,3 +175,38 @@ func FuzzServerWait(f *testing.F) {
 		}
 	})
 }
+
+// Dates past 2262 or before 1678, which time.Time holds but nanoseconds
+// since 1970 in an int64 do not, are read as the instants they name: a
+// server that says "not before the year 9999" is waited for (the
+// transport gives up, the wait being past MaxElapsed), not retried at
+// once; one whose Date is later than its Retry-After is retried at once.
+func TestServerWaitFarDates(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	y2300 := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	const most = time.Duration(1<<63 - 1)
+	tests := []struct {
+		header map[string]string
+		want   time.Duration
+	}{
+		{map[string]string{"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, most},
+		{map[string]string{"Retry-After": "Sat, 01 Jan 2300 00:00:00 GMT"}, y2300.Sub(now)},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Sat, 01 Jan 1600 00:00:00 GMT"}, most},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Fri, 31 Dec 9999 23:59:59 GMT"}, 0},
+		{map[string]string{"Retry-After": "Mon, 23 Nov 2026 12:00:30 GMT", "Date": "Sat, 01 Jan 2300 00:00:00 GMT"}, 0},
+		{map[string]string{"Retry-After": "Sat, 01 Jan 2300 00:00:30 GMT", "Date": "Sat, 01 Jan 2300 00:00:00 GMT"}, 30 * time.Second},
+		{map[string]string{"X-RateLimit-Reset": "9999999999"}, time.Unix(9999999999, 0).Sub(now)},
+		{map[string]string{"X-RateLimit-Reset": "1795435245", "Date": "Fri, 31 Dec 9999 23:59:59 GMT"}, 0},
+		{map[string]string{"X-RateLimit-Reset": "99999999999999999999", "Date": "Fri, 31 Dec 9999 23:59:59 GMT"}, most},
+		{map[string]string{"X-RateLimit-Reset": "10413792030.5", "Date": "Sat, 01 Jan 2300 00:00:00 GMT"}, 30500 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		h := http.Header{}
+		for k, v := range tc.header {
+			h.Set(k, v)
+		}
+		if got, ok := httplimit.ServerWait(h, now); got != tc.want || !ok {
+			t.Errorf("ServerWait(%v) = %v, %v; want %v, true", tc.header, got, ok, tc.want)
+		}
+	}
+}
