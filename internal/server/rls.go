@@ -312,7 +312,10 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		if st[i].Over {
 			ss.LimitRemaining = 0
 		}
-		ss.DurationUntilReset = durationpb.New(untilReset(r, d, now))
+		// Whole seconds, rounded up, as the reference service answers:
+		// Envoy reads only the seconds (its X-RateLimit-Reset), so a
+		// fraction would send clients back before the window ends.
+		ss.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(untilReset(r, d, now))}
 		if withHeaders {
 			pick.add(i, r, resp.Statuses, st)
 		}
@@ -334,10 +337,10 @@ var protoUnit = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 	descriptors.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// untilReset is duration_until_reset: for a fixed window, the time to the
-// end of the epoch-aligned window (as the reference service computes it,
-// whatever the count); for the other algorithms, the time until the limit
-// is full again.
+// untilReset is duration_until_reset before rounding: for a fixed window,
+// the time to the end of the epoch-aligned window (as the reference
+// service computes it, whatever the count); for the other algorithms, the
+// time until the limit is full again.
 func untilReset(r *descriptors.Rule, d sluice.Decision, now time.Time) time.Duration {
 	p := r.Limit.Period
 	if p <= 0 {
