@@ -12,7 +12,11 @@
 //     are trusted too; the first untrusted address is the client. Several
 //     X-Forwarded-For header lines count as one list, in order.
 //  3. Without X-Forwarded-For, the for= parameters of the Forwarded header
-//     are walked the same way.
+//     are walked the same way. A request with both is read by its
+//     X-Forwarded-For alone, so a trusted proxy that writes only Forwarded
+//     must drop or overwrite the X-Forwarded-For a client sends:
+//     otherwise that header reaches the Resolver as the client wrote it,
+//     and the client picks its own address.
 //  4. When the walk meets a hop it cannot read (garbage, "unknown", an
 //     obfuscated identifier such as "_hidden", an element without for=),
 //     it stops and answers the nearest address it knows: the last trusted
