@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"testing"
 	"time"
 
@@ -61,5 +63,77 @@ descriptors:
 		if d.GetNanos() != 0 || d.AsDuration() != tc.want {
 			t.Errorf("%s: duration_until_reset = %v (%d s %d ns), want %v in whole seconds", tc.name, d.AsDuration(), d.GetSeconds(), d.GetNanos(), tc.want)
 		}
+	}
+}
+
+// TestRequestCorners: requests the reference service answers without an
+// error, each as it answers them.
+func TestRequestCorners(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: "*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{})
+	// An entry with an empty value matches the key alone, and counts
+	// apart from the other values (the reference keys it "user_").
+	e.expect(t, "user with an empty value", []string{"O:O", "O:O", "X:X"}, "p", desc("user", ""))
+	e.expect(t, "user x after the empty value", []string{"O:O"}, "p", desc("user", "x"))
+	// A wildcard "*" matches the empty value too.
+	e.expect(t, "path with an empty value", []string{"O:O", "X:X"}, "p", desc("path", ""))
+	// A descriptor with no entries matches nothing; with a limit
+	// override, the override applies.
+	if r := e.call(t, "p", 0, desc()); codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit != nil {
+		t.Errorf("a descriptor without entries: %s %v, want OK without a limit", codesOf(r), r.Statuses[0])
+	}
+	e.expect(t, "no entries, 1/minute override", []string{"O:O", "X:X"}, "p", withLimit(desc(), 1, typev3.RateLimitUnit_MINUTE))
+	// An unknown domain answers OK without a limit, a limit override
+	// included (the reference looks up the domain first).
+	if r := e.call(t, "nope", 0, withLimit(desc("user", "y"), 0, typev3.RateLimitUnit_MINUTE)); codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit != nil {
+		t.Errorf("an override in an unknown domain: %s %v, want OK without a limit", codesOf(r), r.Statuses[0])
+	}
+	// The request's hits_addend is each descriptor's cost, but for one
+	// with its own (0: checked, not counted).
+	r := e.call(t, "p", 2, desc("user", "z"), withHits(desc("user", "w"), 0))
+	if codesOf(r) != "O:OO" || r.Statuses[0].LimitRemaining != 0 || r.Statuses[1].LimitRemaining != 2 {
+		t.Errorf("hits_addend 2 with a descriptor of its own 0: %s %v, want O:OO with 0 and 2 left", codesOf(r), r.Statuses)
+	}
+}
+
+// TestSameDescriptorTwice: Envoy sends one descriptor twice when two of
+// its rate limit actions produce it (a route's and its virtual host's).
+// The reference service counts each occurrence in turn (two INCRBY of the
+// key in one pipeline): with 3 a minute, the first request counts 2, and
+// the second, at 3 then 4, is over.
+func TestSameDescriptorTwice(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: tb
+    algorithm: token_bucket
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`), envOpts{})
+			for _, k := range []string{"ip", "tb"} {
+				r := e.call(t, "p", 0, desc(k, "a"), desc(k, "a"))
+				if codesOf(r) != "O:OO" || r.Statuses[0].LimitRemaining != 2 || r.Statuses[1].LimitRemaining != 1 {
+					t.Errorf("%s: first request: %s %v, want O:OO with 2 then 1 left", k, codesOf(r), r.Statuses)
+				}
+				if got := e.remaining(t, "p", k, "a"); got != 1 {
+					t.Errorf("%s: remaining after the first request = %d, want 1 (counted twice)", k, got)
+				}
+				r = e.call(t, "p", 0, desc(k, "a"), desc(k, "a"))
+				if codesOf(r) != "X:OX" {
+					t.Errorf("%s: second request: %s %v, want X:OX", k, codesOf(r), r.Statuses)
+				}
+				if got := e.remaining(t, "p", k, "a"); got != 1 {
+					t.Errorf("%s: remaining after the denied request = %d, want 1 (denied traffic consumes nothing)", k, got)
+				}
+			}
+		})
 	}
 }
