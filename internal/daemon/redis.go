@@ -196,10 +196,15 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 // tries to connect every ConnectRetry.
 type lazyRedis struct {
 	s      atomic.Pointer[redisstore.Store]
-	needs  atomic.Pointer[[]redisstore.Need] // the ACL check's, for the next connect (see require)
-	ids    atomic.Pointer[string]            // the servers' run_ids when it connected (watchRunIDs)
+	ids    atomic.Pointer[string] // the servers' run_ids when it connected (watchRunIDs)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// mu orders a reload's check and setNeeds (see hold) with connect's
+	// keeping s: a connection is kept only once it has checked the needs
+	// in force then.
+	mu    sync.Mutex
+	needs *[]redisstore.Need // the ACL check's, for the next connect (see setNeeds)
 }
 
 var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
@@ -236,8 +241,7 @@ func refusalHint(err error) string {
 // and returns start.Err(); the store it returns
 // otherwise keeps trying whatever becomes of start.
 func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
-	l := &lazyRedis{}
-	l.needs.Store(&o.Needs)
+	l := &lazyRedis{needs: &o.Needs}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	err := l.connect(start, o)
@@ -258,6 +262,7 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 		defer l.wg.Done()
 		t := time.NewTicker(ConnectRetry)
 		defer t.Stop()
+		told := false // the last failure logged was a refusal
 		for n := 1; ; n++ {
 			select {
 			case <-ctx.Done():
@@ -269,14 +274,19 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 				log.Info("connected to Redis", "addrs", o.Addrs, "attempts", n+1)
 				return
 			}
-			switch {
-			case errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS):
+			// Logged at the first attempt, every 60th, and when the
+			// failure changes from one kind to the other.
+			refused := errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS)
+			if n != 1 && n%60 != 0 && refused == told {
+				continue
+			}
+			told = refused
+			if refused {
 				// Redis came up refusing the config's credentials or TLS
-				// (changed meanwhile): no outage.
-				if n == 1 || n%60 == 0 {
-					log.Error("Redis refused the connection; retrying: "+refusalHint(err), "addrs", o.Addrs, "every", ConnectRetry, "err", err)
-				}
-			case n == 1 || n%60 == 0:
+				// (changed meanwhile), or a feature's commands (a reload
+				// added it, see connect): no outage.
+				log.Error("Redis refused the connection; retrying: "+refusalHint(err), "addrs", o.Addrs, "every", ConnectRetry, "err", err)
+			} else {
 				log.Warn("Redis does not answer; retrying", "addrs", o.Addrs, "every", ConnectRetry, "err", err)
 			}
 		}
@@ -287,7 +297,10 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
 	defer cancel()
-	o.Needs = *l.needs.Load()
+	l.mu.Lock()
+	needs := l.needs
+	l.mu.Unlock()
+	o.Needs = *needs
 	s, err := redisstore.New(ctx, o)
 	if err != nil {
 		return err
@@ -295,14 +308,39 @@ func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 	if ids, err := s.RunIDs(ctx); err == nil {
 		l.ids.Store(&ids)
 	}
-	l.s.Store(s)
-	return nil
+	for {
+		// A reload while New ran found no store, and left its needs to
+		// this connection (setNeeds): checked here, or its feature would
+		// run unchecked, failing NOPERM at every turn.
+		l.mu.Lock()
+		if l.needs == needs {
+			l.s.Store(s)
+			l.mu.Unlock()
+			return nil
+		}
+		needs = l.needs
+		l.mu.Unlock()
+		if err := s.Require(ctx, *needs); err != nil {
+			s.Close()
+			return err
+		}
+	}
+}
+
+// hold keeps connect from keeping a connection it made until release is
+// called: a reload holds it from its check to its setNeeds, so that a
+// connection made meanwhile is kept only once it has checked the needs
+// the reload left in force (a refused reload's: those before it).
+func (l *lazyRedis) hold() (release func()) {
+	l.mu.Lock()
+	return l.mu.Unlock
 }
 
 // check asks Redis, when connected, whether the user's ACL lets it run
 // needs (see redisNeeds; redisstore.Store.Require): one it lacks is an
 // ErrAuth error. Not connected, there is no one to ask: needs are checked
 // when the store connects, if they are made the store's by setNeeds.
+// The caller holds l (hold).
 func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 	if s := l.s.Load(); s != nil {
 		if err := s.Require(ctx, needs); err != nil && errors.Is(err, redisstore.ErrAuth) {
@@ -313,10 +351,12 @@ func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 }
 
 // setNeeds makes needs those the store's ACL check asks for when it
-// connects: the needs of the config in force, set once a reload applies
-// (a refused one's would refuse a connection that the config in force
-// does not need refused, or let one through that it does).
-func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs.Store(&needs) }
+// connects, even a connection already being made (see connect): the
+// needs of the config in force, set once a reload applies (a refused
+// one's would refuse a connection that the config in force does not
+// need refused, or let one through that it does). The caller holds l
+// (hold) since its check.
+func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs = &needs }
 
 // Connected reports whether the store has connected.
 func (l *lazyRedis) Connected() bool { return l.s.Load() != nil }

@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -148,5 +150,86 @@ func TestRedisACLFeatureNeedsReload(t *testing.T) {
 	}
 	if td.d.engine().Rules().Rule("jobs") == nil {
 		t.Errorf("after the reload, rule jobs is not in force")
+	}
+}
+
+// A reload that adds a feature while the daemon makes its first
+// connection to Redis (it started while Redis did not answer) is checked
+// by that connection: a user whose ACL lacks the feature's commands is
+// refused, naming them, and the daemon connects once the ACL allows
+// them. The connection used to check the needs it read when it began
+// and the reload, finding no connection yet, left them to it: the daemon
+// connected, /readyz said ready, and the new rule failed NOPERM at every
+// turn. The Holder keeps the connection's ACL probe from Redis until the
+// reload is done.
+func TestRedisACLFeatureNeedsReloadWhileConnecting(t *testing.T) {
+	rs := redistest.StartServer(t)
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "noread", "on", ">pw", "~sluice:*", "&*", "+@all", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	holder := redistest.NewHolder(t, rs.Addr, "acl-probe")
+	gate := redistest.NewGate(t, holder.Addr)
+	gate.Shut()
+	conf := func(features ...string) string {
+		// A timeout longer than the test: the held connection must not
+		// give up and leave the check to the next one.
+		return strings.Replace(needsConfig([]string{gate.Addr}, false, "noread", features...), "timeout: 2s", "timeout: 1m", 1)
+	}
+	td := startDaemon(t, conf())
+	holder.Hold()
+	gate.Open()
+	select {
+	case <-holder.Held():
+	case <-time.After(safety):
+		t.Fatalf("no connection to Redis within %v of the gate opening", safety)
+	}
+	if err := os.WriteFile(td.path, []byte(conf("defer")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := td.d.Reload(); err != nil {
+		t.Fatalf("reload adding a defer rule while connecting: %v; want it applied (checked when the connection is made)", err)
+	}
+	holder.Release()
+	const connected, refused = "connected to Redis", "Redis refused the connection"
+	waitFor(t, "the held connection's outcome", func() bool {
+		s := td.logs.String()
+		return strings.Contains(s, connected) || strings.Contains(s, refused)
+	})
+	logs := td.logs.String()
+	if strings.Contains(logs, connected) {
+		t.Fatalf("connected to Redis for a user without XREADGROUP, with a defer rule in force: its needs went unchecked")
+	}
+	for _, w := range []string{"XREADGROUP", `action: defer of rule \"jobs\"`} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("the refusal does not name %q: %s", w, logs)
+		}
+	}
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "noread", "+xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "connected once the ACL allows XREADGROUP", func() bool { return strings.Contains(td.logs.String(), connected) })
+	if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
+		t.Errorf("GET /readyz once connected: %d %q, want 200", r.status, r.body)
+	}
+}
+
+// A Redis that comes up refusing the daemon, after the daemon told that it
+// did not answer, is logged at once, naming what it refuses: the refusal
+// used to be logged only at the first attempt or every 60th, so after an
+// outage the log said nothing for up to a minute (here the user lacks
+// XREADGROUP, which the config's defer rule needs).
+func TestRedisRefusalLoggedAfterOutage(t *testing.T) {
+	rs := redistest.StartServer(t)
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "noread", "on", ">pw", "~sluice:*", "&*", "+@all", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	gate := redistest.NewGate(t, rs.Addr)
+	gate.Shut()
+	td := startDaemon(t, needsConfig([]string{gate.Addr}, false, "noread", "defer"))
+	waitFor(t, "the outage logged", func() bool { return strings.Contains(td.logs.String(), "Redis does not answer") })
+	gate.Open()
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(td.logs.String(), "Redis refused the connection") })
+	if logs := td.logs.String(); !strings.Contains(logs, "XREADGROUP") {
+		t.Errorf("the refusal does not name XREADGROUP: %s", logs)
 	}
 }

@@ -246,7 +246,10 @@ func (d *Daemon) apply(data []byte) error {
 	var needs []redisstore.Need
 	if d.lazy != nil {
 		// A rule may bring a feature whose commands the user's ACL
-		// lacks (redisNeeds): refused, as at startup.
+		// lacks (redisNeeds): refused, as at startup. A connection to
+		// Redis made before the reload is decided waits for it, then
+		// checks the needs it left in force (see lazyRedis.connect).
+		defer d.lazy.hold()()
 		needs = redisNeeds(cfg, redisPrefix(cfg))
 		if err := d.lazy.check(context.Background(), needs); err != nil {
 			return fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))

@@ -29,6 +29,7 @@ type Holder struct {
 	holding bool
 	release chan struct{} // closed by Release
 	held    int
+	first   chan struct{}  // closed when the first write is held since Hold
 	landed  sync.WaitGroup // held writes not yet answered by Redis
 }
 
@@ -53,7 +54,15 @@ func NewHolder(tb testing.TB, addr, marker string) *Holder {
 func (x *Holder) Hold() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.holding, x.release = true, make(chan struct{})
+	x.holding, x.release, x.first = true, make(chan struct{}), make(chan struct{})
+}
+
+// Held returns a channel closed once a write has been held since the
+// last Hold (nil before any Hold): its client is then waiting on Redis.
+func (x *Holder) Held() <-chan struct{} {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.first
 }
 
 // Release stops holding, passes the held writes on to Redis, and returns
@@ -87,6 +96,11 @@ func (x *Holder) forward(c, s net.Conn, awaiting *atomic.Bool, answered, backDon
 		var release chan struct{}
 		if x.holding && bytes.Contains(buf[:n], x.marker) {
 			release = x.release
+			select {
+			case <-x.first:
+			default:
+				close(x.first)
+			}
 			x.held++
 			x.landed.Add(1)
 		}

@@ -53,7 +53,6 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	logs *SyncBuffer
-	held []int // sockets holding the ports of a stopped server (see hold)
 }
 
 // StartServer starts a redis-server on a free loopback port and waits until
@@ -61,7 +60,7 @@ type Server struct {
 func StartServer(tb testing.TB) *Server {
 	tb.Helper()
 	s := newServer(tb, false)
-	tb.Cleanup(s.close)
+	tb.Cleanup(s.Stop)
 	return s
 }
 
@@ -130,7 +129,7 @@ func startTLS(tb testing.TB, cert, key, clientCA string) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: cannot start redis-server with TLS: %v; %s (redis-server must be built with TLS)", err, installHint)
 	}
-	tb.Cleanup(s.close)
+	tb.Cleanup(s.Stop)
 	return s
 }
 
@@ -190,9 +189,11 @@ func freePort(cluster bool) (int, error) {
 		ports = append(ports, port+10000)
 	}
 	for _, p := range ports {
-		if err := probePort(p); err != nil {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
 			return 0, err
 		}
+		ln.Close()
 	}
 	return port, nil
 }
@@ -269,12 +270,12 @@ func (s *Server) start() error {
 	case <-done:
 		return fmt.Errorf("redis-server on %s exited: %s", s.Addr, tail(logs.String()))
 	case <-timer.C:
-		s.stop(false)
+		s.Stop()
 		return fmt.Errorf("redis-server on %s not ready after %v: %s", s.Addr, startTimeout, tail(logs.String()))
 	}
 	// NOAUTH answers too: a server (a Sentinel) that requires a password.
 	if _, err := Do(s.Addr, "PING"); err != nil && !strings.HasPrefix(err.Error(), "NOAUTH") {
-		s.stop(false)
+		s.Stop()
 		return fmt.Errorf("redis-server on %s: PING: %w", s.Addr, err)
 	}
 	return nil
@@ -282,18 +283,7 @@ func (s *Server) start() error {
 
 // Stop ends the server with SIGTERM and waits for it to exit; tests use it
 // to simulate Redis being down. Stopping a stopped server does nothing.
-// Until Restart (or the test's end) its ports stay held: connections are
-// refused, and no other process can take them meanwhile (see hold).
-func (s *Server) Stop() { s.stop(true) }
-
-// close stops the server for good, when the test ends: nothing held.
-func (s *Server) close() {
-	s.stop(false)
-	s.release()
-}
-
-// stop ends the server; hold keeps its ports for a Restart.
-func (s *Server) stop(hold bool) {
+func (s *Server) Stop() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.cmd = nil
@@ -313,33 +303,20 @@ func (s *Server) stop(hold bool) {
 	if s.tb == nil && !s.cluster { // StartMain's: nobody else cleans up
 		os.RemoveAll(s.dir)
 	}
-	if hold && s.tb != nil {
-		s.hold()
-	}
 }
 
 // Restart starts the server again on the same port (after Stop) and waits
 // until it is ready. The data is gone: there is no persistence.
 func (s *Server) Restart() {
 	s.tb.Helper()
-	if err := s.restart(); err != nil {
-		s.tb.Fatalf("redistest: restart %s: %v", s.Addr, err)
-	}
-}
-
-func (s *Server) restart() error {
 	s.Stop()
 	var err error
-	for range 3 {
+	for range 50 { // the port may be briefly held by the old process' socket
 		if err = s.start(); err == nil {
-			s.release() // redis-server listens: the port is its own again
-			return nil
-		}
-		if strings.Contains(err.Error(), "Address already in use") {
-			return fmt.Errorf("port %v taken by another process while the server was down (a bind with SO_REUSEADDR to that very port, which the hold cannot refuse): %w", s.ports(), err)
+			return
 		}
 	}
-	return err
+	s.tb.Fatalf("redistest: restart %s: %v", s.Addr, err)
 }
 
 // PID returns the process id of the running server, or 0 when stopped.
