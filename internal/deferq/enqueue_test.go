@@ -120,12 +120,12 @@ func TestEnqueueRedisStuck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	warmUp(t, c)
 	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.SetRules([]deferq.Rule{{Name: "jobs"}})
-	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
 	if err := syscall.Kill(srv.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +166,22 @@ func TestEnqueueRedisStuck(t *testing.T) {
 	}
 }
 
+// warmUp enqueues one request to the rule "jobs" through c, which loads
+// the script into Redis and opens c's connection, on a queue whose
+// EnqueueTimeout is a hang detector: the tests' own queue, on the same
+// client, asks for 200ms, which a loaded machine can take to connect and
+// load the script. (The warm-up ran on the test's queue and failed the
+// test when it did.)
+func warmUp(t *testing.T, c rueidis.Client) {
+	t.Helper()
+	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm"))
+}
+
 // A 404 from GET /v1/deferred/ID is final. The client answered 503
 // defer_outcome_unknown is told to look at its id, and that a 404 means
 // the request was not queued, so that it sends it again; an enqueue of
@@ -176,12 +192,13 @@ func TestEnqueueRedisStuck(t *testing.T) {
 func TestEnqueueLateAfterNotFound(t *testing.T) {
 	srv := redistest.StartServer(t)
 	x := redistest.NewHolder(t, srv.Addr, "late-key")
-	q, err := deferq.New(deferq.Options{Client: x.Client(t), EnqueueTimeout: 200 * time.Millisecond})
+	c := x.Client(t)
+	warmUp(t, c)
+	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.SetRules([]deferq.Rule{{Name: "jobs"}})
-	enqueue(t, q, "jobs", "warm", http.MethodPost, "/job", []byte("warm")) // loads the script
 	x.Hold()
 	r := httptest.NewRequest(http.MethodPost, "/job", bytes.NewReader([]byte("job")))
 	_, err = q.Enqueue(context.Background(), "jobs", []string{"late-key"}, r, r.Header, []byte("job"))
