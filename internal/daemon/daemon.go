@@ -207,6 +207,9 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 			sum, d.staleAtStart = parsed, true
 		}
 		d.reloader = newReloader(opts.ConfigPath, sum, d.apply, d.log, d.metrics.Reload, opts.OnReload)
+		if w := d.watcher; w != nil {
+			d.reloader.writing = func() bool { writing, _ := w.writing(); return writing }
+		}
 	}
 	if cfg.GRPC != nil {
 		// The descriptor files are watched whether or not the main config

@@ -26,15 +26,17 @@ type ReloadResult struct {
 	// Writing reports that the file was not read because a process that
 	// wrote to it in place still has it open: what it holds may be half
 	// of what is being written. The reload is tried again when the
-	// writer closes it (or after maxWriteWait). Only watcher-triggered
-	// reloads wait; Reload (SIGHUP) reads the file as it is.
+	// writer closes it (or after maxWriteWait). The reloads of the watcher
+	// wait, and so do those a change to a file the config names (a
+	// certificate, the token, a descriptor file) triggers; Reload
+	// (SIGHUP) reads the file as it is.
 	Writing bool
 	// Missing reports that the file was not there (as while a tool
 	// replaces it by deleting it first, or a ConfigMap's ..data swap to a
 	// version without it): nothing was read, refused or counted, the
 	// running config stays, and the file is reloaded when it is back.
-	// Only watcher-triggered reloads wait; Reload (SIGHUP) refuses a
-	// missing file.
+	// Reloads wait for it but Reload (SIGHUP), which refuses a missing
+	// file.
 	Missing bool
 	// Err is why the new config was refused (the old one stays), or nil
 	// when it was applied.
@@ -344,7 +346,8 @@ func (d *Daemon) watchToken(cfg *config.Config) {
 // since (over this very file, maybe: a deploy that writes both) is tried
 // again first, and applied brings the token with it; otherwise, when the
 // file holds another token than the one in force, the config is reloaded
-// (as by SIGHUP) to put it in force.
+// to put it in force (see reloader.again: not while the config file is
+// being written in place).
 func (d *Daemon) tokenChanged() {
 	if d.reloader.retryFailed() {
 		return
@@ -352,5 +355,5 @@ func (d *Daemon) tokenChanged() {
 	if tok, err := config.ReadToken(d.Config().API.TokenFile); err == nil && sha256.Sum256(tok) == d.cur.Load().token {
 		return
 	}
-	d.reloader.reload(true)
+	d.reloader.again()
 }

@@ -21,13 +21,36 @@ type reloader struct {
 	log    *slog.Logger
 	count  func(ok bool)
 	notify func(ReloadResult) // may be nil
+	// writing reports whether the file is being written in place (see
+	// configWatcher.writing); nil: never known to be.
+	writing func() bool
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
 	failed   bool              // the last attempt was refused
 	waiting  bool              // put off since the last attempt (logged once)
 	missing  bool              // found missing since it was last read (logged once)
+	// owed: a reload of the file even if unchanged (again) was put off
+	// while it was being written; the next attempt reads it whatever
+	// its content.
+	owed bool
 }
+
+// How an attempt reads the file.
+type attemptKind int
+
+const (
+	// onChange: the watcher's. Content already tried is skipped; a
+	// missing file is waited for.
+	onChange attemptKind = iota
+	// onRetry: the content is read and applied even if unchanged (the
+	// files it names besides may have changed: descriptors, certificates,
+	// the token); a missing file is waited for.
+	onRetry
+	// onSignal: SIGHUP's. The file is read as it is, even if unchanged,
+	// even while it is being written; a missing file is refused.
+	onSignal
+)
 
 // newReloader returns a reloader whose last-tried content is the one whose
 // SHA-256 is initial (the content the daemon started with), so the first
@@ -37,11 +60,14 @@ func newReloader(path string, initial [sha256.Size]byte, apply func([]byte) erro
 }
 
 // reload rereads the file and applies it if its content changed since the
-// last attempt, or always when force is set.
+// last attempt, or always when force is set (SIGHUP: see onSignal).
 func (r *reloader) reload(force bool) ReloadResult {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.try(force)
+	if force {
+		return r.try(onSignal)
+	}
+	return r.try(onChange)
 }
 
 // putOff reports a watcher-triggered reload put off while the file is
@@ -49,6 +75,10 @@ func (r *reloader) reload(force bool) ReloadResult {
 func (r *reloader) putOff() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.putOffLocked()
+}
+
+func (r *reloader) putOffLocked() {
 	if !r.waiting {
 		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
 		r.waiting = true
@@ -60,22 +90,42 @@ func (r *reloader) putOff() {
 
 // retryFailed tries the file again, unchanged or not, if the last attempt
 // was refused: the files it reads besides the config (the Envoy
-// descriptor files) may have been fixed since. It reports whether it
-// tried.
+// descriptor files, the certificates, the token) may have been fixed
+// since. It reports whether it tried, or put the try off (see again).
 func (r *reloader) retryFailed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.failed {
 		return false
 	}
-	r.try(true)
+	r.againLocked()
 	return true
 }
 
+// again reloads the file, unchanged or not, for a change to a file it
+// names (the token). Not while it is being written in place: what it
+// holds may be the first part of a config, valid and wrong. The reload is
+// then owed: the watcher's, when the writer has closed it, reads it
+// whatever its content. A missing file is waited for, as by the watcher.
+func (r *reloader) again() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.againLocked()
+}
+
+func (r *reloader) againLocked() {
+	if r.writing != nil && r.writing() {
+		r.owed = true
+		r.putOffLocked()
+		return
+	}
+	r.try(onRetry)
+}
+
 // try makes an attempt, remembers whether it was refused, and reports it.
-func (r *reloader) try(force bool) ReloadResult {
+func (r *reloader) try(kind attemptKind) ReloadResult {
 	r.waiting = false
-	res := r.attempt(force)
+	res := r.attempt(kind)
 	if !res.Unchanged && !res.Missing {
 		r.failed = res.Err != nil
 	}
@@ -85,7 +135,8 @@ func (r *reloader) try(force bool) ReloadResult {
 	return res
 }
 
-func (r *reloader) attempt(force bool) ReloadResult {
+func (r *reloader) attempt(kind attemptKind) ReloadResult {
+	force := kind == onSignal
 	data, err := config.ReadFile(r.path)
 	if err != nil && !force && missing(r.path) {
 		// Deleted before it is written again, or a ..data swap to a
@@ -109,13 +160,15 @@ func (r *reloader) attempt(force bool) ReloadResult {
 		return ReloadResult{Missing: true}
 	}
 	r.missing = false
+	owed := r.owed
+	r.owed = false
 	if err != nil {
 		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)
 		r.refused(err)
 		return ReloadResult{Err: err}
 	}
 	h := sha256.Sum256(data)
-	if !force && h == r.lastHash {
+	if kind == onChange && !owed && h == r.lastHash {
 		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
 		return ReloadResult{Unchanged: true}
 	}

@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRetryWaitsForWriter: a config change refused (here a typo) is tried
+// again when the listeners' certificate files change, but not while the
+// config file is being written in place: the retry used to read it as
+// SIGHUP does, as it was, and a writer that had written only the first
+// part of the fix (a valid config without the rules still to come) had
+// that part applied as the whole until it finished.
+func TestRetryWaitsForWriter(t *testing.T) {
+	rd, ca, certFile, keyFile, _ := startRotatedFiles(t)
+	conf := string(read(t, rd.path))
+	replace(t, rd.path, []byte(strings.Replace(conf, "rate: 5/m", "rate: 5/x", 1)))
+	if r := rd.waitReload(); r.Err == nil || !strings.Contains(r.Err.Error(), "5/x") {
+		t.Fatalf("a config with rate 5/x: %v, want refused", r.Err)
+	}
+
+	// The fix, written in place by a writer that pauses half-way.
+	f, err := os.OpenFile(rd.path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(strings.Replace(conf, "rate: 5/m", "rate: 7/m", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if r := rd.nextAttempt(); !r.Writing {
+		t.Fatalf("the config file half-written and open: %+v, want the reload put off (Writing)", r)
+	}
+	// Meanwhile the certificate is renewed: its files change, and the
+	// refused config is tried again.
+	second := ca.Server(t)
+	replace(t, keyFile, read(t, second.KeyFile))
+	replace(t, certFile, read(t, second.CertFile))
+	rd.waitServed(t, "the renewed certificate served", second)
+	if got := rd.d.Config().Rules; len(got) != 1 || got[0].Rate != "5/m" {
+		t.Fatalf("while the config file is being written, rule all's rate in force is %s (of %d rules); want the config in force (5/m), not the part written so far", got[0].Rate, len(got))
+	}
+
+	if _, err := f.WriteString("  - name: more\n    rate: 1/s\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for r := rd.waitReload(); r.Err != nil; r = rd.waitReload() {
+		t.Errorf("reload: %v", r.Err)
+	}
+	if got := rd.d.Config().Rules; len(got) != 2 || got[0].Rate != "7/m" || got[1].Name != "more" {
+		t.Errorf("once the writer closed the file, rules in force %+v; want all 7/m and more", got)
+	}
+}
+
+// TestTokenRotatedWhileConfigWritten: a token rotated while the config
+// file is being written in place is put in force once the writer has
+// closed the file, with the whole config, even when the file is then what
+// it was: the reload the token asked for is owed, not skipped as
+// unchanged; and the part written so far is never applied. The token's
+// reload used to read the file as SIGHUP does, as it was.
+func TestTokenRotatedWhileConfigWritten(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	whole := tokenConfig(token, "  - {name: keep, rate: 100/m}\n  - {name: other, rate: 1/s}\n")
+	td := startDaemon(t, whole)
+	head, rest, _ := strings.Cut(whole, "  - {name: other")
+	rest = "  - {name: other" + rest
+
+	f, err := os.OpenFile(td.path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(head); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.nextAttempt(); !r.Writing {
+		t.Fatalf("the config file half-written and open: %+v, want the reload put off (Writing)", r)
+	}
+	replaceFile(t, token, "second-token\n")
+	if r := td.nextAttempt(); !r.Writing {
+		t.Fatalf("the token rotated while the config file is being written: %+v, want the reload put off (Writing)", r)
+	}
+	if got := checkWith(t, td, "first-token"); got != http.StatusOK {
+		t.Errorf("while the config file is being written, the token in force: %d, want 200 (the first token)", got)
+	}
+	if body := rulesWith(t, td, "first-token"); !strings.Contains(body, `"other"`) {
+		t.Errorf("while the config file is being written, rules in force: %s; want keep and other", body)
+	}
+
+	if _, err := f.WriteString(rest); err != nil { // the file is again what it was
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload once the writer closed the file: %v", r.Err)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("with the rotated token: %d, want 200", got)
+	}
+	if body := rulesWith(t, td, "second-token"); !strings.Contains(body, `"other"`) {
+		t.Errorf("rules in force: %s; want keep and other", body)
+	}
+}
