@@ -120,7 +120,7 @@ type interned struct {
 // key of the namespace is stored and found the same way.
 func (s *Store) intern(ns string) (uint64, string) {
 	if len(ns) <= 4 || len(ns) > maxInternLen {
-		return nsMix(ns), ns
+		return nsMix(ns), asText(ns)
 	}
 	if v, ok := s.nsIDs.Load(ns); ok {
 		in := v.(*interned)
@@ -133,13 +133,31 @@ func (s *Store) intern(ns string) (uint64, string) {
 		return in.mix, in.stored
 	}
 	if s.nsCount >= maxInterned {
-		return nsMix(ns), ns
+		return nsMix(ns), asText(ns)
 	}
 	s.nsCount++
 	id := s.nsCount
 	in := &interned{mix: nsMix(ns), stored: string([]byte{0xFF, byte(id >> 16), byte(id >> 8), byte(id)})}
 	s.nsIDs.Store(strings.Clone(ns), in)
 	return in.mix, in.stored
+}
+
+// textMark is the number 0, which no namespace is given, in the form of a
+// numbered namespace: the front of a namespace or key kept as its text
+// whose first byte is 0xFF, as a numbered namespace's is (see asText).
+const textMark = "\xff\x00\x00\x00"
+
+// asText is the stored form of a namespace kept as its text: itself, or,
+// when it starts with 0xFF, itself behind textMark, so that no text (a
+// namespace of 4 bytes such as "\xff\x00\x00\x01", or one's first bytes)
+// reads as a numbered namespace's form and meets its keys. A namespace
+// with a key is one text, as Request.Namespace says, so "\xff" with key
+// "ab" and "" with key "\xffab" still meet (see logKey).
+func asText(ns string) string {
+	if ns != "" && ns[0] == 0xFF {
+		return textMark + ns
+	}
+	return ns
 }
 
 // nsMix hashes ns by its length and its first, middle and last 8 bytes,

@@ -17,13 +17,20 @@ type logEntry struct {
 	arr []int64
 }
 
-// logKey returns ns+key, the key of a log state. When it fits in buf it
-// writes it there and returns a string sharing buf's memory: valid only
-// while buf is, and only for lookups (a key kept is copied with
-// strings.Clone), so a log decision costs no allocation for its key.
+// logKey returns ns+key, the key of a log state; ns is the namespace's
+// stored form (see Store.hash). When it fits in buf it writes it there and
+// returns a string sharing buf's memory: valid only while buf is, and only
+// for lookups (a key kept is copied with strings.Clone), so a log
+// decision costs no allocation for its key. A key without a namespace
+// that starts with 0xFF goes behind textMark, as a namespace kept as its
+// text does (asText): the log map compares whole keys, and such a key
+// must not read as a numbered namespace's key.
 func logKey(ns, key string, buf *[maxStackKey]byte) string {
 	if ns == "" {
-		return key
+		if key == "" || key[0] != 0xFF {
+			return key
+		}
+		ns = textMark
 	}
 	n := len(ns) + len(key)
 	if n > maxStackKey {

@@ -385,7 +385,8 @@ func step(r *sluice.Request, cost int64, d *sluice.Decision, st *sluice.State, n
 // ns is r's namespace as stored (see Store.hash).
 func (sh *shard) load(h uint64, ns string, r *sluice.Request, now int64) sluice.State {
 	if r.Algorithm.UsesLog(r.Limit) {
-		if le := sh.logs[ns+r.Key]; le != nil && now < le.idle {
+		var buf [maxStackKey]byte
+		if le := sh.logs[logKey(ns, r.Key, &buf)]; le != nil && now < le.idle {
 			return le.st.Clone()
 		}
 		return sluice.State{}
@@ -401,7 +402,8 @@ func (sh *shard) load(h uint64, ns string, r *sluice.Request, now int64) sluice.
 func (s *Store) store(sh *shard, h uint64, ns string, r *sluice.Request, st sluice.State, idle int64) {
 	now := r.Now.UnixMicro()
 	if r.Algorithm.UsesLog(r.Limit) {
-		key := ns + r.Key
+		var buf [maxStackKey]byte
+		key := logKey(ns, r.Key, &buf)
 		s.putLog(sh, key, sh.logs[key], st, idle, now)
 		return
 	}
@@ -413,8 +415,9 @@ func (s *Store) store(sh *shard, h uint64, ns string, r *sluice.Request, st slui
 func (s *Store) Reset(_ context.Context, r sluice.Request) error {
 	h, ns := s.hash(r.Namespace, r.Key)
 	sh := &s.shards[h&s.mask]
+	var buf [maxStackKey]byte
 	sh.mu.Lock()
-	delete(sh.logs, ns+r.Key)
+	delete(sh.logs, logKey(ns, r.Key, &buf))
 	if i := sh.small.find(h, ns, r.Key); i >= 0 {
 		sh.small.deleteAt(uint32(i))
 	}
