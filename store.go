@@ -86,6 +86,29 @@ type Resetter interface {
 	Reset(ctx context.Context, r Request) error
 }
 
+// Refunder is an optional method of a Store, for giving units back: work
+// that was counted and then not done, such as a request admitted by some
+// rules and then dropped (a queue that refused it), or Envoy's negative
+// hits. memstore and redisstore implement it.
+//
+// Refund gives back r.Cost units of r.Limit's allowance to
+// r.Namespace+r.Key at r.Now, as Algorithm.Refund says per algorithm:
+// never more than the key has counted (on a key at rest it changes
+// nothing), and units, not a particular request's. It returns the Decision
+// a request of cost 0 at r.Now would get right after it (Remaining and
+// ResetAfter then tell the state; Allowed is false only while a forced
+// charge's debt is past the limit). r.Force is ignored. Errors are as
+// Take's: ErrStoreUnavailable when the store could not give back (nothing
+// was given back, or it is not known whether it was), ErrInvalidCost for
+// a negative cost.
+//
+// A decorator that has the method but cannot keep the promise over the
+// store it wraps gives nothing back and returns an error wrapping
+// errors.ErrUnsupported.
+type Refunder interface {
+	Refund(ctx context.Context, r Request) (Decision, error)
+}
+
 // AllAllowed reports whether every decision in ds allowed its request.
 func AllAllowed(ds []Decision) bool {
 	for i := range ds {

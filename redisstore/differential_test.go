@@ -80,8 +80,9 @@ func diffStep(rng *rand.Rand, l sluice.Limit) time.Duration {
 }
 
 // testDifferential drives every algorithm and limit through a long random
-// trace on s and on sluicetest.Reference, and requires equal decisions.
-func testDifferential(t *testing.T, s sluice.Store, steps int) {
+// trace of takes and refunds on s and on sluicetest.Reference, and
+// requires equal decisions.
+func testDifferential(t *testing.T, s *redisstore.Store, steps int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(sluicetest.Seed(t), 1))
 	for _, alg := range sluice.Algorithms() {
@@ -102,13 +103,22 @@ func testDifferential(t *testing.T, s sluice.Store, steps int) {
 				now = now.Add(diffStep(rng, l))
 				r := sluice.Request{Key: keys[rng.IntN(len(keys))], Algorithm: alg, Limit: l, Cost: diffCost(rng, l), Now: now}
 				diffForce(rng, l, &r)
-				want, werr := ref.Take(ctx, r)
-				got, err := s.Take(ctx, r)
+				call, do, ask := "Take", s.Take, ref.Take
+				if rng.IntN(6) == 0 {
+					// A refund (sluice.Algorithm.Refund's twin), now and
+					// then of more than any key holds.
+					call, do, ask = "Refund", s.Refund, ref.Refund
+					if rng.IntN(8) == 0 {
+						r.Cost = 1 << (40 + rng.IntN(23))
+					}
+				}
+				want, werr := ask(ctx, r)
+				got, err := do(ctx, r)
 				if err != nil || werr != nil {
-					t.Fatalf("%v %v step %d: Take(%+v): err %v, reference err %v", alg, l, i, r, err, werr)
+					t.Fatalf("%v %v step %d: %s(%+v): err %v, reference err %v", alg, l, i, call, r, err, werr)
 				}
 				if got != want {
-					t.Fatalf("%v %v (burst %d, segments %d) step %d: Take(cost %d at %d µs, force %v) = %+v, reference %+v", alg, l, l.Burst, l.Segments, i, r.Cost, r.Now.UnixMicro(), r.Force, got, want)
+					t.Fatalf("%v %v (burst %d, segments %d) step %d: %s(cost %d at %d µs, force %v) = %+v, reference %+v", alg, l, l.Burst, l.Segments, i, call, r.Cost, r.Now.UnixMicro(), r.Force, got, want)
 				}
 			}
 		}

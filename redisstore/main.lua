@@ -1,13 +1,15 @@
 -- main.lua: the entry point, appended after the algorithms. It decides
 -- #KEYS requests. ARGV: mode ('one': Take's mode, see one.lua; 'take': decide, and commit every
 -- key if every request is allowed, none otherwise; 'check': decide, commit
--- nothing; 'refund': give back what a take counted), 1 to use Redis' clock
+-- nothing; 'refund': give back what a take counted; 'give': give cost units
+-- back, sluice's Algorithm.Refund), 1 to use Redis' clock
 -- (TIME) instead of each request's now, the expiry margin in ms; then per
 -- request 9 values: algorithm, rate, burst, period (ticks), segments, tick
 -- (µs), cost, now (µs since the epoch), mark (refund; in the other modes
 -- 1 forces the charge, sluice's Request.Force).
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
--- never), reset, delay, idle (ticks), mark; nothing for a refund.
+-- never), reset, delay, idle (ticks), mark; nothing for a refund; for a
+-- give, those of a request of cost 0 right after it.
 local mode = ARGV[1]
 local margin = ARGV[3] + 0
 local tnow
@@ -19,12 +21,21 @@ end
 -- decide runs request i (its arguments start after ARGV[a]) on o and
 -- appends its outcome to out; it returns whether it was allowed.
 -- A forced request never fails the others: decide returns true for it.
-local function decide(o, a, out)
+-- With give, it runs sluice's Algorithm.Refund instead: a request of cost
+-- 0, GIVE, and a request of cost 0 again, whose outcome it appends.
+local function decide(o, a, out, give)
   local force = ARGV[a + 9] == '1'
   local alg, segments, tick = (ARGV[a + 1] + 0), (ARGV[a + 5] + 0), (ARGV[a + 6] + 0)
+  local rate, burst, period = (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0)
   local us = tnow or (ARGV[a + 8] + 0)
+  local now, cost = fdiv(us, tick), (ARGV[a + 7] + 0)
+  if give then
+    STEP[alg](o, rate, burst, period, segments, now, 0, false)
+    GIVE[alg](o, rate, burst, period, segments, now, cost)
+    cost, force = 0, false
+  end
   local allowed, remaining, retry, reset, delay, idle, mark =
-    STEP[alg](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0), segments, fdiv(us, tick), (ARGV[a + 7] + 0), force)
+    STEP[alg](o, rate, burst, period, segments, now, cost, force)
   o.ttl = max(0, cdiv(idle * tick - us, 1000)) + margin
   local n = #out
   out[n + 1] = allowed and 1 or 0
@@ -58,11 +69,11 @@ for i = 1, #KEYS do
     REFUND[(ARGV[a + 1] + 0)](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0),
       (ARGV[a + 5] + 0), fdiv(tnow or (ARGV[a + 8] + 0), tick), (ARGV[a + 7] + 0), (ARGV[a + 9] + 0))
     o.ttl = max(redis.call('PTTL', key), margin)
-  elseif not decide(o, a, out) then
+  elseif not decide(o, a, out, mode == 'give') then
     ok = false
   end
 end
-if (mode == 'take' and ok) or mode == 'refund' then
+if (mode == 'take' and ok) or mode == 'refund' or mode == 'give' then
   for _, o in ipairs(order) do save(o, o.ttl) end
 end
 return out

@@ -20,7 +20,10 @@ type Reference struct {
 // NewReference returns an empty Reference store.
 func NewReference() *Reference { return &Reference{m: make(map[string]*sluice.State)} }
 
-var _ sluice.Store = (*Reference)(nil)
+var (
+	_ sluice.Store    = (*Reference)(nil)
+	_ sluice.Refunder = (*Reference)(nil)
+)
 
 func (r *Reference) state(key string) *sluice.State {
 	st := r.m[key]
@@ -45,6 +48,15 @@ func step(st *sluice.State, q *sluice.Request) (sluice.Decision, time.Time, erro
 		return q.Algorithm.Charge(st, q.Limit, q.Now, q.Cost)
 	}
 	return q.Algorithm.Take(st, q.Limit, q.Now, q.Cost)
+}
+
+// Refund implements sluice.Refunder: sluice.Algorithm.Refund on the key's
+// state.
+func (r *Reference) Refund(_ context.Context, q sluice.Request) (sluice.Decision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, _, err := q.Algorithm.Refund(r.state(q.Namespace+q.Key), q.Limit, q.Now, q.Cost)
+	return d, err
 }
 
 // Reset implements sluice.Resetter.

@@ -29,7 +29,8 @@ var T0 = time.Unix(1_700_006_400, 0).UTC()
 // Run runs the whole suite against the stores open returns; for a store
 // that implements sluice.KeyTaker, the decision tests run again with every
 // other request through TakeKey, and for one that implements
-// sluice.WithinTaker, through TakeWithin.
+// sluice.WithinTaker, through TakeWithin; for one that implements
+// sluice.Refunder, its refunds are checked (see RunRefunder).
 func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("Tables", func(t *testing.T) {
 		for _, tb := range Tables() {
@@ -51,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) sluice.Store) {
 	t.Run("Reset", func(t *testing.T) { testReset(t, open(t)) })
 	t.Run("KeyTaker", func(t *testing.T) { testKeyTaker(t, open) })
 	t.Run("WithinTaker", func(t *testing.T) { testWithinTaker(t, open) })
+	t.Run("Refunder", func(t *testing.T) { testRefunder(t, open) })
 }
 
 // uniq makes keys of one subtest distinct from every other's, so a shared

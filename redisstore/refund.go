@@ -1,0 +1,29 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+var _ sluice.Refunder = (*Store)(nil)
+
+// Refund gives r.Cost units back to r's key (sluice.Refunder): the
+// general script runs sluice.Algorithm.Refund's Lua twin on the key,
+// atomically, in one round trip, on Redis' clock with Options.RedisTime.
+// A failure wraps sluice.ErrStoreUnavailable; a refund that timed out
+// may have been given back or not.
+func (s *Store) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	r.Force = false
+	var q request
+	if err := s.prepare(&r, &q); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: refund %q: %w", r.Key, err)
+	}
+	ctx = s.deadlines.bound(ctx)
+	rps, err := s.exec(ctx, s.all, []string{q.key}, append([]string{"give", s.useTime, s.margin}, q.args[:]...), 1)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: refund %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return q.decision(rps[0]), nil
+}
