@@ -93,8 +93,14 @@ const (
 // run on two goroutines; the account is under mu. What it reads is
 // read as grpc-go reads it, so its windows are never smaller than
 // grpc-go's own: it does not count an answer as waiting that grpc-go
-// would send. More than MaxUnreadAnswers waiting starts a timer, which
-// closes the connection unless they become fewer first.
+// would send. More than MaxUnreadAnswers waiting starts a clock, which
+// closes the connection after the timeout unless the answers begun
+// before it started are down to MaxUnreadAnswers first: the backlog
+// drained, those answers sent whole (or reset). A window granted does
+// not stop it, since the count of answers waiting falls for a moment on
+// any window, until the server has sent what it lets through: a byte of
+// window every few seconds kept the clock from running out, and the
+// answers waiting, indefinitely.
 type unreadConn struct {
 	net.Conn
 	closed  *atomic.Uint64
@@ -107,17 +113,19 @@ type unreadConn struct {
 	streams   map[uint32]flowStream
 	started   int         // streams whose answer has begun
 	exhausted int         // of them, those with no window of their own left
-	timer     *time.Timer // running while more than MaxUnreadAnswers wait
-	timerGen  uint64      // timers started, the running one's number
+	timer     *time.Timer // the clock: running from more than MaxUnreadAnswers waiting
+	timerGen  uint64      // clocks started, the running one's number
+	backlog   int         // answers begun before the clock started, not ended
 	over      bool        // the timer fired: the connection is closed
 	shut      bool        // Close was called
 }
 
-// flowStream is a call of the connection: its window left, and whether
-// its answer has begun.
+// flowStream is a call of the connection: its window left, whether its
+// answer has begun, and the clock running when it began (timerGen).
 type flowStream struct {
 	window  int64
 	started bool
+	gen     uint64
 }
 
 func newUnreadConn(c net.Conn, closed *atomic.Uint64, timeout time.Duration) *unreadConn {
@@ -144,9 +152,9 @@ func (u *unreadConn) Write(p []byte) (int, error) {
 	return u.Conn.Write(p)
 }
 
-// account scans b with s, passing its frames to f, starts or stops the
-// timer as more than MaxUnreadAnswers answers wait for window or no
-// longer do, and reports whether the connection was closed for them.
+// account scans b with s, passing its frames to f, starts the clock as
+// more than MaxUnreadAnswers answers wait for window, stops it as its
+// backlog drains, and reports whether the connection was closed for them.
 func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -155,22 +163,25 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	if u.window <= 0 {
 		held = u.started
 	}
-	switch {
-	case u.over || u.shut:
-	case held > MaxUnreadAnswers && u.timer == nil:
-		u.timerGen++
-		gen := u.timerGen
-		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
-	case held <= MaxUnreadAnswers && u.timer != nil:
+	if u.over || u.shut {
+		return u.over
+	}
+	if u.timer != nil && u.backlog <= MaxUnreadAnswers {
 		u.timer.Stop()
 		u.timer = nil
 	}
-	return u.over
+	if u.timer == nil && held > MaxUnreadAnswers {
+		u.timerGen++
+		u.backlog = u.started
+		gen := u.timerGen
+		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
+	}
+	return false
 }
 
-// expire closes the connection, counted once, if gen is the timer still
-// running: more than MaxUnreadAnswers answers have waited for window
-// since it started.
+// expire closes the connection, counted once, if gen is the clock still
+// running: more than MaxUnreadAnswers answers begun before it started
+// still wait.
 func (u *unreadConn) expire(gen uint64) {
 	u.mu.Lock()
 	fire := u.timer != nil && u.timerGen == gen && !u.shut
@@ -247,7 +258,7 @@ func (u *unreadConn) sent(h frameHeader, _ []byte) {
 		if h.flags&flagEndStream != 0 {
 			u.end(h.stream)
 		} else if st, ok := u.streams[h.stream]; ok && !st.started {
-			st.started = true
+			st.started, st.gen = true, u.timerGen
 			u.streams[h.stream] = st
 			u.started++
 			if st.window <= 0 {
@@ -282,6 +293,9 @@ func (u *unreadConn) end(id uint32) {
 		u.started--
 		if st.window <= 0 {
 			u.exhausted--
+		}
+		if u.timer != nil && st.gen < u.timerGen {
+			u.backlog--
 		}
 	}
 	delete(u.streams, id)

@@ -145,8 +145,9 @@ func BenchmarkUnreadAccount(b *testing.B) {
 
 // TestUnreadTimeout: more than MaxUnreadAnswers answers waiting for
 // window close the connection once they have waited the timeout on end,
-// counted once; a window granted meanwhile that lets them fall to the
-// bound stops the clock, which starts anew when they are more again.
+// counted once; a window granted meanwhile that lets one through whole,
+// so that those begun before the clock started fall to the bound, stops
+// the clock, which starts anew when they are more again.
 func TestUnreadTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = time.Second
@@ -179,14 +180,19 @@ func TestUnreadTimeout(t *testing.T) {
 		if closed.Load() != 0 {
 			t.Fatalf("closed after %v of %d answers waiting, want not before %v", timeout-time.Nanosecond, MaxUnreadAnswers+1, timeout)
 		}
-		fin.WriteWindowUpdate(1, 8) // 100 wait
+		fin.WriteWindowUpdate(1, 8) // 1 gets its rest and trailers: 100 wait
+		fout.WriteData(1, false, make([]byte, 8))
+		fout.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte("t"), EndHeaders: true, EndStream: true})
 		flush()
 		time.Sleep(2 * timeout)
 		synctest.Wait()
 		if closed.Load() != 0 {
 			t.Fatalf("closed with %d answers waiting, want kept", MaxUnreadAnswers)
 		}
-		fout.WriteData(1, false, make([]byte, 8)) // 101 again
+		id := uint32(2*(MaxUnreadAnswers+1) + 1) // 101 again
+		fin.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte("h"), EndHeaders: true})
+		fout.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte("h"), EndHeaders: true})
+		fout.WriteData(id, false, make([]byte, 8))
 		flush()
 		time.Sleep(timeout)
 		synctest.Wait()
