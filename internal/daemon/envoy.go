@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // LoadDescriptors reads the Envoy descriptor files of cfg's grpc.config
@@ -129,20 +130,12 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	case set.Digest() == old.descs.Digest():
 		res.Unchanged = true
 	default:
-		var rt *routes
-		if d.fleet != nil {
-			if rt, err = d.fleet.prepare(old.rules, set); err != nil {
-				d.metrics.Reload(false)
-				d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
-				res.Err = err
-				break
-			}
+		if err := d.useDescriptors(old, set); err != nil {
+			d.metrics.Reload(false)
+			d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
+			res.Err = err
+			break
 		}
-		gen := *old
-		gen.descs = set
-		d.cur.Store(&gen)
-		d.useRoutes(rt)
-		d.keepHot(&gen)
 		d.metrics.Reload(true)
 		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())
 	}
@@ -150,6 +143,39 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		d.opts.OnReload(res)
 	}
 	return res
+}
+
+// useDescriptors puts set in force in place of the descriptors of old,
+// the generation in force. It is refused, as a reload of the config file
+// is, when the Redis user's ACL lacks a command that set needs (shards:
+// auto, see redisNeeds), or when the fleet cannot route its rules.
+func (d *Daemon) useDescriptors(old *generation, set *descriptors.Set) error {
+	var needs []redisstore.Need
+	if d.lazy != nil {
+		// As in apply: a connection to Redis made meanwhile waits, then
+		// checks the needs left in force.
+		defer d.lazy.hold()()
+		needs = redisNeeds(old.cfg, set, redisPrefix(old.cfg))
+		if err := d.lazy.check(context.Background(), needs); err != nil {
+			return fmt.Errorf("daemon: descriptors: store.redis: %w; %s", err, refusalHint(err))
+		}
+	}
+	var rt *routes
+	if d.fleet != nil {
+		var err error
+		if rt, err = d.fleet.prepare(old.rules, set); err != nil {
+			return err
+		}
+	}
+	gen := *old
+	gen.descs = set
+	d.cur.Store(&gen)
+	if d.lazy != nil {
+		d.lazy.setNeeds(needs)
+	}
+	d.useRoutes(rt)
+	d.keepHot(&gen)
+	return nil
 }
 
 // watchDescriptors runs, in goroutines of wg until ctx is done, the watch

@@ -58,6 +58,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 			return fmt.Errorf("daemon: store.redis.tls: %w", err)
 		}
 	}
+	descs, _ := LoadDescriptors(cfg) // an error is told when the rules are built
 	opts := redisstore.Options{
 		Addrs:    r.Addrs,
 		Cluster:  r.Cluster,
@@ -72,7 +73,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		RedisTime:           true,
 
 		MaxFlushDelay: r.MaxFlushDelay,
-		Needs:         redisNeeds(cfg, redisPrefix(cfg)),
+		Needs:         redisNeeds(cfg, descs, redisPrefix(cfg)),
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)

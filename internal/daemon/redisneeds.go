@@ -20,8 +20,10 @@ import (
 // running with that feature failing NOPERM at every turn; a command no
 // feature in the config runs is not asked for.
 //
-// A reload checks the needs of its config again (lazyRedis.require).
-func redisNeeds(cfg *config.Config, prefix string) []redisstore.Need {
+// descs are the Envoy descriptors to run with cfg (LoadDescriptors; nil:
+// none). A reload checks the needs of its config, or descriptors, again
+// (lazyRedis.check).
+func redisNeeds(cfg *config.Config, descs *descriptors.Set, prefix string) []redisstore.Need {
 	needs := []redisstore.Need{{
 		Feature:  fmt.Sprintf("the restart watch, every %v", RedisWatchInterval),
 		Commands: [][]string{{"INFO", "server"}},
@@ -36,14 +38,11 @@ func redisNeeds(cfg *config.Config, prefix string) []redisstore.Need {
 			auto = append(auto, sp.Name)
 		}
 	}
-	if set, err := LoadDescriptors(cfg); err == nil && set != nil {
-		// An error is told when the rules are built.
-		set.Each(func(r *descriptors.Rule) {
-			if r.Shards.Auto {
-				auto = append(auto, r.FullName())
-			}
-		})
-	}
+	descs.Each(func(r *descriptors.Rule) {
+		if r.Shards.Auto {
+			auto = append(auto, r.FullName())
+		}
+	})
 	if len(deferred) > 0 {
 		needs = append(needs, redisstore.Need{
 			Feature:  "action: defer of rule " + strings.Join(deferred, ", "),

@@ -108,7 +108,8 @@ func (d *Daemon) apply(data []byte) error {
 		// Redis made before the reload is decided waits for it, then
 		// checks the needs it left in force (see lazyRedis.connect).
 		defer d.lazy.hold()()
-		needs = redisNeeds(cfg, redisPrefix(cfg))
+		descs, _ := LoadDescriptors(cfg) // an error is told when the rules are built
+		needs = redisNeeds(cfg, descs, redisPrefix(cfg))
 		if err := d.lazy.check(context.Background(), needs); err != nil {
 			return fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -57,5 +58,52 @@ func TestRefusedReloadKeepsRedisNeeds(t *testing.T) {
 	if !td.d.lazy.Connected() {
 		t.Errorf("Redis refused the connection of a daemon whose config in force needs no XREADGROUP: %s",
 			strings.TrimSpace(td.logs.String()[strings.Index(td.logs.String(), "Redis refused"):]))
+	}
+}
+
+// A descriptor file reloaded alone (the watch on grpc.config) that gives a
+// descriptor shards: auto, whose hot-key sets the user's ACL may not
+// write (no ZADD), is refused, naming the command and the descriptor, as
+// the same change through the config file is, and the descriptors in
+// force stay; once the ACL allows it, the same file applies. It used to
+// apply unchecked: the descriptor's hot keys failed NOPERM at every turn.
+func TestDescriptorReloadChecksRedisNeeds(t *testing.T) {
+	rs := redistest.StartServer(t)
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "nozadd", "on", ">pw", "~sluice:*", "&*", "+@all", "-zadd"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	desc := filepath.Join(dir, "ratelimit.yaml")
+	plain := "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	auto := "domain: d\ndescriptors:\n  - key: user\n    shards: auto\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	if err := os.WriteFile(desc, []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	grpc := "grpc: {listen: 127.0.0.1:0, config: [ratelimit.yaml]}\n"
+	if err := os.WriteFile(path, []byte(needsConfig([]string{rs.Addr}, false, "nozadd")+grpc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	replaceFile(t, desc, auto)
+	r := td.d.reloadDescriptors()
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "ZADD") || !strings.Contains(r.Err.Error(), "shards: auto") {
+		t.Errorf("descriptor reload giving shards: auto to a user without ZADD: %+v; want it refused, naming ZADD and shards: auto", r)
+	}
+	autoInForce := func() (yes bool) {
+		td.d.cur.Load().descs.Each(func(r *descriptors.Rule) { yes = yes || r.Shards.Auto })
+		return yes
+	}
+	if autoInForce() {
+		t.Errorf("after the refused descriptor reload, a shards: auto descriptor is in force")
+	}
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "nozadd", "+zadd"); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.d.reloadDescriptors(); r.Err != nil {
+		t.Fatalf("descriptor reload once the ACL allows ZADD: %v", r.Err)
+	}
+	if !autoInForce() {
+		t.Errorf("after the descriptor reload, the shards: auto descriptor is not in force")
 	}
 }
