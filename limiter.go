@@ -67,6 +67,11 @@ const maxSpaces = 256
 type Option func(*Limiter)
 
 // WithClock makes the Limiter read time from now instead of time.Now.
+// Wait and WaitN still sleep on the runtime's timers: under a clock that
+// does not move with them (a fixed time, a sluicetest.Clock), a refused
+// Wait asks again at the same instant, is refused again, and sleeps
+// until its context ends. Test Wait with the default clock inside a
+// testing/synctest bubble, where sleeping takes no real time.
 func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
 
 // WithName names the Limiter. The name is part of its Namespace: limiters
