@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -357,4 +358,23 @@ func (d *Daemon) tokenChanged() {
 		return
 	}
 	d.reloader.again()
+}
+
+// namedDigest digests the files besides the config that a reload reads,
+// as the config in force names them (changing their paths needs a
+// restart): the listeners' certificates, keys and client CAs, the token
+// file and the Envoy descriptor files. A refused config is tried again
+// when it changed (reloader.retryFailed).
+func (d *Daemon) namedDigest() [sha256.Size]byte {
+	var paths []string
+	for _, l := range d.tls {
+		o := l.Options()
+		paths = append(paths, o.Cert, o.Key, o.ClientCA)
+	}
+	cfg := d.Config()
+	paths = append(paths, cfg.API.TokenFile)
+	if cfg.GRPC != nil {
+		paths = append(paths, cfg.GRPC.Config...)
+	}
+	return filesDigest(slices.DeleteFunc(paths, func(p string) bool { return p == "" }))
 }

@@ -110,3 +110,31 @@ func TestTokenRotatedWhileConfigWritten(t *testing.T) {
 		t.Errorf("rules in force: %s; want keep and other", body)
 	}
 }
+
+// TestRefusedNotRetriedForOtherFiles: a refused config is tried again when
+// a file it names (here the certificate's) changes, not on every event in
+// that file's directory: a directory shared with other files (the config
+// itself, an editor's swap files, a log) had the same refusal logged and
+// counted in sluice_config_reloads_total{result="failure"} again at each.
+func TestRefusedNotRetriedForOtherFiles(t *testing.T) {
+	rd, _, certFile, _, _ := startRotatedFiles(t)
+	conf := string(read(t, rd.path))
+	replace(t, rd.path, []byte(strings.Replace(conf, "rate: 5/m", "rate: 5/x", 1)))
+	if r := rd.waitReload(); r.Err == nil {
+		t.Fatal("a config with rate 5/x applied, want refused")
+	}
+	failures := func() float64 { return rd.metric("sluice_config_reloads_total", "result", "failure") }
+	if got := failures(); got != 1 {
+		t.Fatalf("failures counted after one refusal: %v, want 1", got)
+	}
+	mustWrite(t, filepath.Join(filepath.Dir(certFile), "notes.txt"), "not a certificate\n")
+	waitFor(t, "the event in the certificates' directory followed", func() bool {
+		return failures() > 1 || strings.Contains(rd.logs.String(), "not tried again")
+	})
+	if got := failures(); got != 1 {
+		t.Errorf("failures counted after a file beside the certificate was written: %v, want 1 (the refusal, once)", got)
+	}
+	if n := strings.Count(rd.logs.String(), "config reload refused"); n != 1 {
+		t.Errorf("the refusal logged %d times, want once", n)
+	}
+}

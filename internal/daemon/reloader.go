@@ -24,12 +24,17 @@ type reloader struct {
 	// writing reports whether the file is being written in place (see
 	// configWatcher.writing); nil: never known to be.
 	writing func() bool
+	// named digests the other files a reload reads (Daemon.namedDigest);
+	// nil: a refused config is tried again whenever it is asked for.
+	named func() [sha256.Size]byte
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
 	failed   bool              // the last attempt was refused
-	waiting  bool              // put off since the last attempt (logged once)
-	missing  bool              // found missing since it was last read (logged once)
+	// failedNamed is named's digest when the last refused attempt began.
+	failedNamed [sha256.Size]byte
+	waiting     bool // put off since the last attempt (logged once)
+	missing     bool // found missing since it was last read (logged once)
 	// owed: a reload of the file even if unchanged (again) was put off
 	// while it was being written; the next attempt reads it whatever
 	// its content.
@@ -89,13 +94,19 @@ func (r *reloader) putOffLocked() {
 }
 
 // retryFailed tries the file again, unchanged or not, if the last attempt
-// was refused: the files it reads besides the config (the Envoy
-// descriptor files, the certificates, the token) may have been fixed
-// since. It reports whether it tried, or put the try off (see again).
+// was refused and the files it reads besides the config (the Envoy
+// descriptor files, the certificates, the token) have changed since: they
+// may have been fixed. Not otherwise: the same refusal would be logged
+// and counted again at every event in their directories. It reports
+// whether it tried, or put the try off (see again).
 func (r *reloader) retryFailed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.failed {
+		return false
+	}
+	if r.named != nil && r.named() == r.failedNamed {
+		r.log.Debug("config refused earlier, and the files it names are unchanged since: not tried again", "file", r.path)
 		return false
 	}
 	r.againLocked()
@@ -173,12 +184,18 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		return ReloadResult{Unchanged: true}
 	}
 	r.lastHash = h
+	var named [sha256.Size]byte
+	if r.named != nil {
+		// Before apply reads them: a change from now on is a change.
+		named = r.named()
+	}
 	if err := r.apply(data); err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			r.log.Info("config not reloaded: shutting down", "file", r.path)
 			return ReloadResult{Err: err}
 		}
 		r.refused(err)
+		r.failedNamed = named
 		return ReloadResult{Err: err}
 	}
 	r.count(true)
