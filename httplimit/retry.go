@@ -102,7 +102,9 @@ type RetryTransport struct {
 	// transports one Budget to bound them together.
 	Budget *RetryBudget
 	// Jitter returns a random duration in [0, d); nil uses math/rand/v2.
-	// Set it to make the waits reproducible.
+	// Set it to make the waits reproducible. Concurrent requests call it
+	// concurrently: a *rand.Rand (not safe for concurrent use) needs a
+	// lock around it.
 	Jitter func(d time.Duration) time.Duration
 
 	once   sync.Once
