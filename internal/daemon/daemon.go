@@ -86,10 +86,10 @@ type Daemon struct {
 	lazy       *lazyRedis      // the Redis store, nil on memory: shards, deferral
 	fallback   *fleet.Fallback // on_error: local only: while it decides in memory, nothing is sharded
 	hot        *hotkeys.Set
-	hotAuto    atomic.Pointer[map[string]bool] // the summaries shared with the fleet: rules and descriptors with shards: auto
-	hotPrefix  string                          // the Redis keys of the fleet's hot sets: key_prefix + "hot:" + rule
-	deferq     *deferq.Queue                   // nil unless the store is Redis
-	fleet      *fleetStore                     // the Redis store's router to sync and lease; nil on memory
+	hotAuto    atomic.Pointer[map[string]time.Duration] // the summaries shared with the fleet (rules and descriptors with shards: auto): how long a key stays in the fleet's set
+	hotPrefix  string                                   // the Redis keys of the fleet's hot sets: key_prefix + "hot:" + rule
+	deferq     *deferq.Queue                            // nil unless the store is Redis
+	fleet      *fleetStore                              // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
 	apiServe         net.Listener   // apiLn, or TLS over it (api.tls)

@@ -113,17 +113,17 @@ func (d *Daemon) activate(gen *generation) {
 // stay.
 func (d *Daemon) keepHot(gen *generation) {
 	names := make([]string, 0, len(gen.rules.Rules))
-	auto := map[string]bool{}
+	auto := map[string]time.Duration{}
 	for _, r := range gen.rules.Rules {
 		names = append(names, r.Name)
 		if r.Shards.Auto {
-			auto[r.Name] = true
+			auto[r.Name] = shareTTL(r.Algorithm, r.Limit)
 		}
 	}
 	gen.descs.Each(func(r *descriptors.Rule) {
 		if r.Shards.Auto {
 			names = append(names, r.FullName())
-			auto[r.FullName()] = true
+			auto[r.FullName()] = shareTTL(r.Algorithm, r.Limit)
 		}
 	})
 	d.hot.Keep(names)

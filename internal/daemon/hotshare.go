@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -17,22 +18,33 @@ import (
 // it on its shards and the other on the key alone: two budgets, up to
 // twice the limit. So every refresh, each instance adds the keys it finds
 // hot, for each rule with shards: auto, to a sorted set in Redis scored by
-// when they expire (HotKeysShareTTL later, by Redis's clock), and reads the
-// set back: a key any instance finds hot is sharded by all of them, within
-// a refresh or two of each other, and stops being so HotKeysShareTTL after
-// the last instance finding it hot cooled down.
+// when they expire (the rule's shareTTL later, by Redis's clock), and
+// reads the set back: a key any instance finds hot is sharded by all of
+// them, within a refresh or two of each other, and stops being so
+// shareTTL after the last instance finding it hot cooled down.
+//
+// shareTTL is the rule's horizon (restAfter: how long a key used to the
+// full takes to come to rest) plus HotKeysShareTTL. A key leaves its
+// shards only once its own key, last used when the key went hot (on an
+// instance that learnt it from the fleet, a refresh or two later), is at
+// rest: its old count, from before the key went hot, is not counted
+// again on top of what its shards admitted since. Kept only
+// HotKeysShareTTL, a key that went hot, cold and hot again within a window
+// was counted on both budgets, each its whole limit: twice the limit.
 
 // HotKeysShareTTL is how long a key one instance finds hot stays in the
-// fleet's set after that instance last said so.
+// fleet's set after that instance last said so, past the rule's horizon:
+// the time the instances take to learn of it (a refresh or two).
 const HotKeysShareTTL = 5 * time.Second
 
-// maxFleetHot bounds the keys read back per rule (each instance adds at
-// most its top 10).
+// maxFleetHot bounds the keys the fleet's set of a rule holds (each
+// instance adds at most its top 10 each refresh): past it, the keys found
+// hot least recently leave it, and their shards, first.
 const maxFleetHot = 1000
 
 // shareHot adds ARGV[2…] (this instance's hot keys) to the set KEYS[1]
-// until ARGV[1] ms from now, drops the members that expired, and returns
-// the others.
+// until ARGV[1] ms from now, drops the members that expired and, past
+// maxFleetHot, those that expire first, and returns the others.
 var shareHot = rueidis.NewLuaScript(shareHotLua)
 
 var shareHotLua = `
@@ -44,9 +56,10 @@ for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
 end
 if #ARGV > 1 then
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -` + strconv.Itoa(maxFleetHot+1) + `)
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
-return redis.call('ZRANGE', KEYS[1], 0, ` + strconv.Itoa(maxFleetHot-1) + `)
+return redis.call('ZRANGE', KEYS[1], 0, -1)
 `
 
 // shareHotCall matches a command of shareHotLua and whether it runs on
@@ -84,12 +97,13 @@ func (d *Daemon) refreshHot(now time.Time) {
 		return
 	}
 	d.hot.Share(func(rule string, local []string) ([]string, bool) {
-		if !(*auto)[rule] {
+		ttl, ok := (*auto)[rule]
+		if !ok {
 			return nil, true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), HotKeysRefresh)
 		defer cancel()
-		args := append([]string{strconv.FormatInt(HotKeysShareTTL.Milliseconds(), 10)}, local...)
+		args := append([]string{strconv.FormatInt(ttl.Milliseconds(), 10)}, local...)
 		fleet, err := shareHot.Exec(ctx, s.Client(), []string{d.hotPrefix + rule}, args).AsStrSlice()
 		if err != nil {
 			d.log.Debug("hot keys: sharing with the fleet", "rule", rule, "err", err)
@@ -97,4 +111,31 @@ func (d *Daemon) refreshHot(now time.Time) {
 		}
 		return fleet, true
 	})
+}
+
+// shareTTL is how long a key of a rule of algorithm a and limit l stays in
+// the fleet's set after an instance last found it hot: the rule's horizon
+// plus HotKeysShareTTL (see above).
+func shareTTL(a sluice.Algorithm, l sluice.Limit) time.Duration {
+	return restAfter(a, l) + HotKeysShareTTL
+}
+
+// restAfter is how long a key of algorithm a and limit l takes, at the
+// latest, to come to rest (to decide as a key never seen) after its last
+// decision: the rest of a key used to the full at once, at an instant
+// that starts every window (the Unix epoch). Forced charges' debt aside.
+func restAfter(a sluice.Algorithm, l sluice.Limit) time.Duration {
+	full := l.Rate
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA:
+		full = l.BurstOrRate()
+	case sluice.LeakyBucket:
+		full = l.BurstOrRate() + 1
+	}
+	var st sluice.State
+	_, rest, err := a.Take(&st, l, sluice.MinTime, full)
+	if err != nil {
+		return 0
+	}
+	return rest.Sub(sluice.MinTime)
 }

@@ -24,6 +24,9 @@ import (
 // hot (what the shards admitted is not carried over, nor back when it
 // heats up again, the shards resuming from their own counts): in one window
 // it admits up to twice its limit, however often it switches, never more.
+// This is the engine alone, following its hot set; the daemon keeps a key
+// in the fleet's hot set until its own key is at rest, so that it does not
+// come back to it within the window (TestAutoShardsStayUntilAtRest).
 func TestAutoShardsHotThenCold(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
