@@ -110,6 +110,23 @@ func TestCheckConfigDescriptors(t *testing.T) {
 	if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), rl+":4: descriptors[0].shadow: unknown key") {
 		t.Errorf("check-config with a bad descriptor file = exit %d, stderr %q; want 1 naming %s:4", code, stderr.String(), rl)
 	}
+	// A listed directory's entries that are not read, each of which may
+	// hold a domain the reference service served, are warned of.
+	if err := os.MkdirAll(filepath.Join(dir, "conf", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("conf/rl.yaml", "domain: d\n")
+	write("conf/other.conf", "domain: o\n")
+	cfg = write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [conf]\n")
+	stdout.Reset()
+	stderr.Reset()
+	code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr)
+	conf := filepath.Join(dir, "conf")
+	want := "warning: " + filepath.Join(conf, "other.conf") + ": not read: not a *.yaml or *.yml file (the reference service reads every file of its directory: rename it if it holds a domain)\n" +
+		"warning: " + filepath.Join(conf, "sub") + ": not read: a subdirectory (the reference service reads those too: list it in grpc.config if it holds descriptor files)\n"
+	if code != 0 || stderr.String() != want || !strings.Contains(stdout.String(), "(1 descriptor file, 1 domain, 0 limits)") {
+		t.Errorf("check-config with a directory holding other entries = exit %d, stdout %q, stderr %q; want 0 and stderr %q", code, stdout.String(), stderr.String(), want)
+	}
 	// A service in shadow mode enforces nothing: the summary says so.
 	write("rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
 	cfg = write("sluice.yaml", "grpc:\n  listen: 127.0.0.1:8081\n  config: [rl.yaml]\n  shadow_mode: true\n")

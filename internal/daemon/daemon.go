@@ -188,6 +188,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 	d.cur.Store(gen)
 	d.useRoutes(rt)
 	d.activate(gen)
+	d.warnNotRead(gen.descs)
 	if opts.ConfigPath != "" {
 		// Watch from now on, so no change after New is missed. Not fatal:
 		// SIGHUP still reloads.

@@ -50,6 +50,30 @@ func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
 	return set, nil
 }
 
+// NotRead returns a warning for each entry of set's listed directories
+// that was not read (descriptors.Set.Skipped): the reference service reads
+// every file under its directory, so each may hold a domain it served,
+// which would otherwise be answered OK, unknown, without a word.
+// check-config prints them; serve logs them on every load.
+func NotRead(set *descriptors.Set) []string {
+	var ws []string
+	for _, p := range set.Skipped() {
+		why := "not a *.yaml or *.yml file (the reference service reads every file of its directory: rename it if it holds a domain)"
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			why = "a subdirectory (the reference service reads those too: list it in grpc.config if it holds descriptor files)"
+		}
+		ws = append(ws, "warning: "+p+": not read: "+why)
+	}
+	return ws
+}
+
+// warnNotRead logs NotRead's warnings.
+func (d *Daemon) warnNotRead(set *descriptors.Set) {
+	for _, w := range NotRead(set) {
+		d.log.Warn("descriptor directory entry not read", "problem", w)
+	}
+}
+
 // rls returns the rate limit service in force; the gRPC listener calls it
 // once per request.
 func (d *Daemon) rls() *server.RLS { return d.cur.Load().rls }
@@ -138,6 +162,7 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		}
 		d.metrics.Reload(true)
 		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())
+		d.warnNotRead(set)
 	}
 	if d.opts.OnReload != nil {
 		d.opts.OnReload(res)

@@ -137,6 +137,7 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	d.warnNotRead(gen.descs)
 	if d.lazy != nil {
 		// Checked when the store connects, if it has not yet.
 		d.lazy.setNeeds(needs)

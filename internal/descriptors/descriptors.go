@@ -186,6 +186,7 @@ type Set struct {
 	domains map[string]*node
 	order   []string // domains in load order
 	files   []string
+	skipped []string
 	rules   int
 	digest  [32]byte
 }
@@ -212,6 +213,17 @@ func (s *Set) Files() []string {
 		return nil
 	}
 	return s.files
+}
+
+// Skipped returns the entries of the listed directories that were not
+// read (subdirectories, files not named *.yaml or *.yml; hidden ones
+// aside), in directory order. The reference service reads every file
+// under its directory, so each may hold a domain it served.
+func (s *Set) Skipped() []string {
+	if s == nil {
+		return nil
+	}
+	return s.skipped
 }
 
 // Each calls f for every rule of s, domain by domain in file order, and

@@ -40,9 +40,10 @@ func Listed(name string) bool {
 // order; a listed directory with none is an error. Every problem of every
 // file is reported in one rules.ParseErrors, each naming its file and
 // line; on any problem Load returns no Set. A domain may appear in one
-// file only.
+// file only. The entries of a listed directory that are not read, but for
+// hidden ones, are named by the Set's Skipped.
 func Load(paths []string) (*Set, error) {
-	var files []string
+	var files, notRead []string
 	var errs rules.ParseErrors
 	for _, p := range paths {
 		fi, err := os.Stat(p)
@@ -72,9 +73,11 @@ func Load(paths []string) (*Set, error) {
 				continue // a dangling link
 			case fi.IsDir():
 				dirs++
+				notRead = append(notRead, full)
 				continue
 			case !Listed(n):
 				others++
+				notRead = append(notRead, full)
 				continue
 			}
 			files = append(files, full)
@@ -87,7 +90,7 @@ func Load(paths []string) (*Set, error) {
 			errs = append(errs, &rules.ParseError{File: p, Msg: "no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read" + skipped(dirs, others)})
 		}
 	}
-	s := &Set{domains: map[string]*node{}}
+	s := &Set{domains: map[string]*node{}, skipped: notRead}
 	where := map[string]string{}
 	h := sha256.New()
 	for _, f := range files {

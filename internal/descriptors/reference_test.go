@@ -115,3 +115,39 @@ descriptors:
 		}
 	}
 }
+
+// TestLoadNamesTheFilesNotRead: the reference service reads every file of
+// its directory, subdirectories included, whatever their names, so a
+// directory it served may hold a domain in a file Sluice does not read
+// (limits.conf, a subdirectory). The set names them, for check-config and
+// serve to warn: the domain would otherwise be answered OK, unknown,
+// without a word. Hidden entries (a ConfigMap's ..data) are not named.
+func TestLoadNamesTheFilesNotRead(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"edge.yaml":       "domain: edge\n",
+		"limits.conf":     "domain: conf\n",
+		"sub/nested.yaml": "domain: nested\n",
+		".hidden.yaml":    "domain: hidden\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "limits.conf"), filepath.Join(dir, "sub")}
+	if got := s.Skipped(); fmt.Sprint(got) != fmt.Sprint(want) || !s.HasDomain("edge") {
+		t.Errorf("Load(%s).Skipped() = %q, want %q", dir, got, want)
+	}
+	s, err = Load([]string{filepath.Join(dir, "edge.yaml")})
+	if err != nil || len(s.Skipped()) != 0 {
+		t.Errorf("Load(a file).Skipped() = %q, %v; want none", s.Skipped(), err)
+	}
+}
