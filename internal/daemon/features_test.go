@@ -345,6 +345,10 @@ func TestEnvoyShardsOnCluster(t *testing.T) {
 	if m.Rule == nil || !m.Rule.Shards.Auto {
 		t.Fatalf("descriptor user: %+v, want shards: auto", m.Rule)
 	}
+	// Kept in the fleet's set its horizon (a second) plus HotKeysShareTTL.
+	if got, want := (*td.d.hotAuto.Load())["envoy/hot/user"], HotKeysShareTTL+time.Second; got != want {
+		t.Errorf("descriptor user: kept %v in the fleet's set, want %v", got, want)
+	}
 	storeKey := m.StoreKey(entries)
 	hot := td.d.hot.Rule("envoy/hot/user")
 	hotKey := strings.TrimPrefix(storeKey, m.Rule.Head())
