@@ -442,4 +442,17 @@ func (d *decoder) explicitZeros(c *Config) {
 	zero("defer.max_backoff", int64(c.Defer.MaxBackoff), "give the longest wait between attempts, such as 1m")
 	zero("defer.concurrency", int64(c.Defer.Concurrency), "replays need at least one in flight; give a bound such as 16")
 	zero("defer.status_ttl", int64(c.Defer.StatusTTL), "an outcome must stay readable for a while; give a time such as 24h")
+	zero("shutdown_timeout", int64(c.ShutdownTimeout), "a shutdown must be bounded; give a time such as 10s")
+	for i := range c.Rules {
+		sp, rule := &c.Rules[i], "rules["+strconv.Itoa(i)+"]."
+		zero(rule+"burst", sp.Burst, "a burst of 0 admits nothing; give the requests admitted at once, such as the rate")
+		zero(rule+"segments", int64(sp.Segments), "a window is counted in 1 to 1024 segments")
+		if sp.Action == "delay" {
+			zero(rule+"max_delay", int64(sp.MaxDelay), "a delay rule holds a request for a slot up to max_delay; give a time such as 1s, or use action: reject to hold none")
+		}
+		if sp.Defer != nil {
+			zero(rule+"defer.max_queue", int64(sp.Defer.MaxQueue), "give the requests the rule may queue, such as 10000")
+			zero(rule+"defer.max_body_bytes", sp.Defer.MaxBodyBytes, "give the largest body queued, such as 1048576")
+		}
+	}
 }
