@@ -27,16 +27,17 @@ type failoverResult struct {
 // failover starts a master, a replica and a Sentinel (master down after
 // downAfter), decides on the master through the Sentinel, kills the master
 // with SIGKILL and decides until decisions resume on the promoted replica.
-// Two deciders run side by side on one store: the plain store (whose
-// errors measure the stop) and a Fallback over an OverLimitCache over it
-// (which must answer every request). It checks that the replica now holds
-// the keys.
-func failover(tb testing.TB, downAfter time.Duration) failoverResult {
+// Two deciders run side by side on one store (whose calls timeout bounds;
+// 0: fleet.OpenRedis's generous bound): the plain store (whose errors
+// measure the stop) and a Fallback over an OverLimitCache over it (which
+// must answer every request). It checks that the replica now holds the
+// keys. Each wait is for a condition, bounded by a minute.
+func failover(tb testing.TB, downAfter, timeout time.Duration) failoverResult {
 	tb.Helper()
 	master := redistest.StartServer(tb)
 	replica := redistest.StartReplica(tb, master)
 	sentinel := redistest.StartSentinelFor(tb, master, downAfter, []*redistest.Server{replica})
-	rs := fleet.OpenRedis(tb, redisstore.Options{Addrs: []string{sentinel}, Sentinel: "mymaster", Timeout: 100 * time.Millisecond, RedisTime: true})
+	rs := fleet.OpenRedis(tb, redisstore.Options{Addrs: []string{sentinel}, Sentinel: "mymaster", Timeout: timeout, RedisTime: true})
 	fb := fleet.NewFallback(fleet.NewOverLimitCache(rs, fleet.OverLimitOptions{}), fleet.FallbackOptions{
 		ExpectedInstances: 2, Probe: rs.Ping, ProbeInterval: 10 * time.Millisecond,
 	})
@@ -66,16 +67,24 @@ func failover(tb testing.TB, downAfter time.Duration) failoverResult {
 	}()
 	kill := time.Now()
 	master.Kill()
+	deadline := kill.Add(time.Minute) // a hang detector: a failover takes seconds
 	promoted := make(chan time.Duration, 1)
+	watching := make(chan struct{})
+	defer close(watching)
 	go func() { // when the Sentinel has promoted the replica
 		for {
 			if role, err := redistest.Do(replica.Addr, "ROLE"); err == nil && strings.HasPrefix(role, "master") {
 				promoted <- time.Since(kill)
 				return
 			}
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-watching:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 	}()
+	defer func() { done.Store(true); wg.Wait() }() // on a Fatalf too
 	for {
 		_, err := rs.Take(ctx, req("after"))
 		if err == nil {
@@ -83,17 +92,24 @@ func failover(tb testing.TB, downAfter time.Duration) failoverResult {
 			break
 		}
 		res.failed++
-		if time.Since(kill) > time.Minute {
+		if time.Now().After(deadline) {
 			tb.Fatalf("no decision within a minute of killing the master: %v", err)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	for fb.Mode() != fleet.ModeStore { // the Fallback's probe follows
+		if time.Now().After(deadline) {
+			tb.Fatalf("the Fallback still %v a minute after the kill, though the store decided again %v after it", fb.Mode(), res.stopped)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	done.Store(true)
 	wg.Wait()
-	res.promoted = <-promoted
+	select {
+	case res.promoted = <-promoted:
+	case <-time.After(time.Until(deadline)):
+		tb.Fatalf("the replica not master a minute after the kill, though decisions resumed %v after it", res.stopped)
+	}
 	res.local = fb.LocalDecisions()
 	role, err := redistest.Do(replica.Addr, "ROLE")
 	if err != nil || !strings.HasPrefix(role, "master") {
@@ -109,7 +125,7 @@ func failover(tb testing.TB, downAfter time.Duration) failoverResult {
 // resume on the promoted replica without a restart, and through the
 // Fallback no request fails meanwhile.
 func TestSentinelFailover(t *testing.T) {
-	res := failover(t, time.Second)
+	res := failover(t, time.Second, 0)
 	t.Logf("decisions stopped %v after the kill (replica promoted after %v; %d failed calls); the fallback answered all, %d locally", res.stopped, res.promoted, res.failed, res.local)
 	if res.failed == 0 {
 		t.Error("no call failed after the master was killed: the kill did not happen")
@@ -128,7 +144,7 @@ func TestSentinelFailover(t *testing.T) {
 func BenchmarkSentinelFailover(b *testing.B) {
 	var stopped, promoted time.Duration
 	for range b.N {
-		res := failover(b, time.Second)
+		res := failover(b, time.Second, 100*time.Millisecond)
 		stopped += res.stopped
 		promoted += res.promoted
 	}
