@@ -5,6 +5,10 @@ GO ?= go
 # Packages whose tests need no race detector (pure, single-goroutine code
 # runs under it anyway; listing nothing here keeps -race on everything).
 RACE ?= -race
+# The tests that skip under -race, and their packages, run without it by
+# `unit` (scripts/check-norace-tests.sh keeps both lists complete).
+NORACE_TESTS = TestLimiterHotPathAllocatesNothing|TestWaitNBoundedAllocatesNothing|TestSlidingLogSteadyAllocatesNothing|TestMemoryBound1M
+NORACE_PKGS = . ./memstore ./fleet
 
 .PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet build clean
 
@@ -18,6 +22,7 @@ vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./... && $(GO) build ./...
 	sh scripts/check-fuzz-targets.sh
+	sh scripts/check-norace-tests.sh
 
 # Unit, conformance, integration (real redis-server and a real 3-node Redis
 # Cluster, started on free loopback ports by internal/redistest) and
@@ -34,6 +39,10 @@ unit:
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 	cd bench && $(GO) test $(RACE) -count=1 ./internal/... ./gateway ./fleetload ./load ./benchtable
 	cd bench/redis && $(GO) test $(RACE) -count=1 -run '^TestMeasure' .
+	# The tests that skip themselves under -race (heap and allocation
+	# counts, which the race detector's own allocations make meaningless),
+	# run once more without it; `vet` fails when one is missing here.
+	$(GO) test -count=1 -run '^($(NORACE_TESTS))$$' $(NORACE_PKGS)
 
 # Exploratory runs of every native fuzz target: each searches for new
 # inputs, so it is a search, not a test, and is not part of `make test`
