@@ -96,9 +96,14 @@ func TestSyncClockBehind(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait, on Redis' clock, until the bucket is full again (a second),
-	// as a probe deciding there sees it.
-	for {
+	// Wait, on Redis' clock (which the test cannot move), until the bucket
+	// is full again, as a probe deciding there sees it: each wait is the
+	// probe's ResetAfter, the time until full on Redis' clock (a second
+	// at most). The bound is a safety net, not a timing assertion: a
+	// state Redis never sees refill (stamped an hour ahead, say) fails
+	// the test here, instead of hanging it until go test's timeout.
+	const bound = 30 * time.Second
+	for deadline := time.Now().Add(bound); ; {
 		op := readState(t, st, key, limit)
 		var d sluice.Decision
 		if _, err := sluice.TokenBucket.TakeMicro(&d, &op.State, &limit, op.Now, 0); err != nil {
@@ -107,7 +112,11 @@ func TestSyncClockBehind(t *testing.T) {
 		if d.Remaining == limit.Rate {
 			break
 		}
-		time.Sleep(50 * time.Millisecond) // polling Redis' clock, which the test cannot move
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis' bucket for %q not full %v after the flush (a second's refill): %d of %d left, full in %v on Redis' clock (state %+v, Redis' now %v)",
+				key, bound, d.Remaining, limit.Rate, d.ResetAfter, op.State, time.UnixMicro(op.Now))
+		}
+		time.Sleep(max(d.ResetAfter, time.Millisecond))
 	}
 	s.Age(2 * time.Hour) // its view is read again: Redis' full bucket
 	d, err := s.Take(ctx, behind())
