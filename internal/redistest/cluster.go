@@ -73,7 +73,7 @@ func startCluster(tb testing.TB, start func() *Server) *Cluster {
 	c := &Cluster{}
 	for range 3 {
 		s := start()
-		tb.Cleanup(s.Stop)
+		tb.Cleanup(s.close)
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 		if s.TLSAddr != "" {

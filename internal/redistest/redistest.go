@@ -53,6 +53,7 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	logs *SyncBuffer
+	held []int // sockets holding the ports of a stopped server (see hold)
 }
 
 // StartServer starts a redis-server on a free loopback port and waits until
@@ -60,7 +61,7 @@ type Server struct {
 func StartServer(tb testing.TB) *Server {
 	tb.Helper()
 	s := newServer(tb, false)
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.close)
 	return s
 }
 
@@ -129,7 +130,7 @@ func startTLS(tb testing.TB, cert, key, clientCA string) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: cannot start redis-server with TLS: %v; %s (redis-server must be built with TLS)", err, installHint)
 	}
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.close)
 	return s
 }
 
@@ -189,11 +190,9 @@ func freePort(cluster bool) (int, error) {
 		ports = append(ports, port+10000)
 	}
 	for _, p := range ports {
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
+		if err := probePort(p); err != nil {
 			return 0, err
 		}
-		ln.Close()
 	}
 	return port, nil
 }
@@ -270,12 +269,12 @@ func (s *Server) start() error {
 	case <-done:
 		return fmt.Errorf("redis-server on %s exited: %s", s.Addr, tail(logs.String()))
 	case <-timer.C:
-		s.Stop()
+		s.stop(false)
 		return fmt.Errorf("redis-server on %s not ready after %v: %s", s.Addr, startTimeout, tail(logs.String()))
 	}
 	// NOAUTH answers too: a server (a Sentinel) that requires a password.
 	if _, err := Do(s.Addr, "PING"); err != nil && !strings.HasPrefix(err.Error(), "NOAUTH") {
-		s.Stop()
+		s.stop(false)
 		return fmt.Errorf("redis-server on %s: PING: %w", s.Addr, err)
 	}
 	return nil
@@ -283,7 +282,18 @@ func (s *Server) start() error {
 
 // Stop ends the server with SIGTERM and waits for it to exit; tests use it
 // to simulate Redis being down. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
+// Until Restart (or the test's end) its ports stay held: connections are
+// refused, and no other process can take them meanwhile (see hold).
+func (s *Server) Stop() { s.stop(true) }
+
+// close stops the server for good, when the test ends: nothing held.
+func (s *Server) close() {
+	s.stop(false)
+	s.release()
+}
+
+// stop ends the server; hold keeps its ports for a Restart.
+func (s *Server) stop(hold bool) {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.cmd = nil
@@ -303,20 +313,33 @@ func (s *Server) Stop() {
 	if s.tb == nil && !s.cluster { // StartMain's: nobody else cleans up
 		os.RemoveAll(s.dir)
 	}
+	if hold && s.tb != nil {
+		s.hold()
+	}
 }
 
 // Restart starts the server again on the same port (after Stop) and waits
 // until it is ready. The data is gone: there is no persistence.
 func (s *Server) Restart() {
 	s.tb.Helper()
+	if err := s.restart(); err != nil {
+		s.tb.Fatalf("redistest: restart %s: %v", s.Addr, err)
+	}
+}
+
+func (s *Server) restart() error {
 	s.Stop()
 	var err error
-	for range 50 { // the port may be briefly held by the old process' socket
+	for range 3 {
 		if err = s.start(); err == nil {
-			return
+			s.release() // redis-server listens: the port is its own again
+			return nil
+		}
+		if strings.Contains(err.Error(), "Address already in use") {
+			return fmt.Errorf("port %v taken by another process while the server was down (a bind with SO_REUSEADDR to that very port, which the hold cannot refuse): %w", s.ports(), err)
 		}
 	}
-	s.tb.Fatalf("redistest: restart %s: %v", s.Addr, err)
+	return err
 }
 
 // PID returns the process id of the running server, or 0 when stopped.

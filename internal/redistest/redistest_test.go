@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,5 +42,58 @@ func TestCluster(t *testing.T) {
 		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
 			t.Fatalf("CLUSTER INFO %s = %q, %v; want cluster_state:ok with 3 nodes", a, info, err)
 		}
+	}
+}
+
+// TestStoppedPortHeld: while a server is stopped (Redis down, until
+// Restart), its port stays its own: another test's freePort does not
+// find it free, and a connection is refused as by a stopped server.
+// Before, the port was free for the outage: another test process could
+// start its redis-server there, and this test's clients talk to it.
+func TestStoppedPortHeld(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		start func(testing.TB) *Server
+	}{
+		{"server", StartServer},
+		{"cluster node", func(tb testing.TB) *Server { return StartCluster(tb).Nodes[1] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.start(t)
+			ports := []int{s.port}
+			if s.cluster {
+				ports = append(ports, s.port+10000)
+			}
+			s.Stop()
+			for _, p := range ports {
+				if err := probePort(p); err == nil {
+					t.Errorf("port %d of the stopped %s %s: free for another test's server before Restart, want held", p, c.name, s.Addr)
+				}
+			}
+			if _, err := Do(s.Addr, "PING"); err == nil || !strings.Contains(err.Error(), "connection refused") {
+				t.Errorf("PING the stopped %s %s: %v, want connection refused", c.name, s.Addr, err)
+			}
+			s.Restart()
+			if got, err := Do(s.Addr, "PING"); err != nil || got != "PONG" {
+				t.Fatalf("PING after Restart = %q, %v; want PONG", got, err)
+			}
+			s.Stop()
+		})
+	}
+}
+
+// TestRestartPortTaken: a port taken while the server was down, by a bind
+// with SO_REUSEADDR to that very port (which the hold cannot refuse),
+// fails the restart with an error that says so.
+func TestRestartPortTaken(t *testing.T) {
+	s := StartServer(t)
+	s.Stop()
+	ln, err := net.Listen("tcp", s.Addr) // Go listens with SO_REUSEADDR
+	if err != nil {
+		t.Fatalf("listen on the stopped server's %s: %v", s.Addr, err)
+	}
+	defer ln.Close()
+	if err := s.restart(); err == nil || !strings.Contains(err.Error(), "taken by another process while the server was down") {
+		t.Fatalf("restart with its port taken: %v, want an error saying the port was taken while it was down", err)
 	}
 }

@@ -68,7 +68,7 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 		if lastErr = s.start(); lastErr != nil {
 			continue
 		}
-		tb.Cleanup(s.Stop)
+		tb.Cleanup(s.close)
 		deadline := time.Now().Add(startTimeout)
 		for {
 			got, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
@@ -105,7 +105,7 @@ func StartReplica(tb testing.TB, master *Server) *Server {
 	tb.Helper()
 	host, port, _ := net.SplitHostPort(master.Addr)
 	s := newServerWith(tb, []string{"--replicaof", host, port})
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.close)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		info, err := Do(s.Addr, "INFO", "replication")
