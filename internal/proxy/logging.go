@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // logUpstream logs the upstream's failure to answer r, at most once a
@@ -31,6 +34,17 @@ func (p *Proxy) logDefer(rule string, err error) {
 	if p.deferLog.OK(p.o.Now()) {
 		p.o.Logger.Warn("defer: enqueue", "rule", rule, "err", err, "suppressed", p.deferLog.Dropped())
 	}
+}
+
+// logClient logs, at debug level, a request whose body the client got
+// wrong (stalled, unreadable), at most once a second per kind (th) with
+// the number unlogged since: a client chooses how many there are.
+func (p *Proxy) logClient(th *logthrottle.Throttle, msg string, r *http.Request, args ...any) {
+	if !p.o.Logger.Enabled(r.Context(), slog.LevelDebug) || !th.OK(p.o.Now()) {
+		return
+	}
+	args = append([]any{"method", cut(r.Method), "path", cut(r.URL.Path)}, args...)
+	p.o.Logger.Debug(msg, append(args, "suppressed", th.Dropped())...)
 }
 
 // maxLogValue bounds how much of a client's input a log line quotes.

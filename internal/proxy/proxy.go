@@ -137,6 +137,8 @@ type Proxy struct {
 	maxHeader int64
 	upLog     logthrottle.Throttle // upstream failures: logged once a second
 	deferLog  logthrottle.Throttle // failures to defer: logged once a second
+	stallLog  logthrottle.Throttle // client bodies stalled (debug): once a second
+	badLog    logthrottle.Throttle // client bodies unreadable (debug): once a second
 }
 
 type ctxKey struct{}
@@ -449,7 +451,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 		// fault, not the upstream.
 		status, msg = http.StatusRequestTimeout, "request_timeout"
 		w.Header()["Connection"] = []string{"close"}
-		p.o.Logger.Debug("client body stalled", "method", cut(r.Method), "path", cut(r.URL.Path))
+		p.logClient(&p.stallLog, "client body stalled", r)
 	case errors.Is(err, errClientBody):
 		// The client's body could not be read (a malformed chunked
 		// encoding): the request is at fault, not the upstream, which
@@ -457,7 +459,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 		// framed: the connection closes.
 		status, msg = http.StatusBadRequest, "bad_request"
 		w.Header()["Connection"] = []string{"close"}
-		p.o.Logger.Debug("client body unreadable", "method", cut(r.Method), "path", cut(r.URL.Path), "err", err)
+		p.logClient(&p.badLog, "client body unreadable", r, "err", err)
 	case errors.As(err, &ne) && ne.Timeout():
 		status, msg = http.StatusGatewayTimeout, "gateway_timeout"
 		fallthrough
