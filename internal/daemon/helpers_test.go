@@ -49,18 +49,29 @@ func startDaemon(t testing.TB, yaml string) *testDaemon {
 // startDaemonFile runs a daemon on the config file at path.
 func startDaemonFile(t testing.TB, path string) *testDaemon {
 	t.Helper()
+	return startDaemonWith(t, path, nil)
+}
+
+// startDaemonWith is startDaemonFile with set, if not nil, changing the
+// daemon's Options first.
+func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon {
+	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatalf("config.Load(%s): %v", path, err)
 	}
 	td := &testDaemon{t: t, path: path, reloads: make(chan ReloadResult, 64), logs: new(redistest.SyncBuffer), done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(td.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	td.d, err = New(cfg, Options{
+	opts := Options{
 		Logger:         logger,
 		ConfigPath:     path,
 		ReloadDebounce: 20 * time.Millisecond,
 		OnReload:       func(r ReloadResult) { td.reloads <- r },
-	})
+	}
+	if set != nil {
+		set(&opts)
+	}
+	td.d, err = New(cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -31,7 +32,9 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("daemon: listen (decision API): %w", err)
 	}
-	errLog := slog.NewLogLogger(d.log.Handler(), slog.LevelDebug)
+	// net/http's own errors, a failed TLS handshake's line for one, come
+	// from clients, one a connection: at most one a second of each kind.
+	errLog := logthrottle.NewLogLogger(d.log, slog.LevelDebug, d.opts.Now, "TLS handshake error")
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
 	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,4 +228,52 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 	waitFor(t, "slow connection counted", func() bool {
 		return td.metric("sluice_connections_closed_slow_total", "listener", "api") == 1
 	})
+}
+
+// TestTLSHandshakeErrorsLogOnceASecond: at log_level debug (the test
+// daemon's), net/http's line for each failed TLS handshake is written at
+// most once a second, with how many went unlogged: each wrote one, so a
+// client could make the daemon write a line per connection.
+func TestTLSHandshakeErrorsLogOnceASecond(t *testing.T) {
+	srv := tlstest.NewCA(t, "ca").Server(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\napi:\n  tls: {cert: "+srv.CertFile+", key: "+srv.KeyFile+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+	td := startDaemonWith(t, path, func(o *Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
+	bad := func() {
+		t.Helper()
+		c, err := net.Dial("tcp", td.d.Addrs().API)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(safety))
+		io.WriteString(c, "not a TLS record, nor HTTP\r\n")
+		// net/http logs the failed handshake, then closes the connection.
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Fatalf("after a failed handshake: %v, want the daemon to close the connection", err)
+		}
+	}
+	handshakes := func() (lines []string) {
+		for _, l := range td.logs.Lines() {
+			if strings.Contains(l, "TLS handshake error") {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	for range 5 {
+		bad()
+	}
+	if lines := handshakes(); len(lines) != 1 {
+		t.Fatalf("5 failed handshakes in one second logged %d lines, want 1: %q", len(lines), lines)
+	}
+	clock.Add(int64(time.Second))
+	bad()
+	if lines := handshakes(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=4") {
+		t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(lines), lines)
+	}
 }
