@@ -16,22 +16,59 @@ import (
 // cancelled context) from a store that failed or was too slow (a deadline
 // that passed).
 //
-// The result has the optional methods s has, sluice.Resetter and
-// sluice.WithinTaker, refusing an ended context there too, as the Redis
-// store has both: a Limiter over ContextStore(memstore) can Reset, and its
-// WaitN takes a leaky bucket slot within a deadline in one step. It has
-// no sluice.KeyTaker: every decision goes through Take.
+// The result has the optional methods s has, sluice.Resetter,
+// sluice.WithinTaker and sluice.Refunder, refusing an ended context there
+// too, as the Redis store has all three: a Limiter over
+// ContextStore(memstore) can Reset, and its WaitN takes a leaky bucket
+// slot within a deadline in one step. It has no sluice.KeyTaker: every
+// decision goes through Take.
 func ContextStore(s sluice.Store) sluice.Store {
 	c := ctxStore{s}
-	rs, canReset := s.(sluice.Resetter)
-	wt, canWithin := s.(sluice.WithinTaker)
+	rs, r := s.(sluice.Resetter)
+	wt, w := s.(sluice.WithinTaker)
+	rf, f := s.(sluice.Refunder)
+	R, W, F := ctxReset{rs}, ctxWithin{wt}, ctxRefund{rf}
 	switch {
-	case canReset && canWithin:
-		return ctxResetWithin{ctxReset{c, rs}, ctxWithin{c, wt}}
-	case canReset:
-		return ctxReset{c, rs}
-	case canWithin:
-		return ctxWithin{c, wt}
+	case r && w && f:
+		return struct {
+			ctxStore
+			ctxReset
+			ctxWithin
+			ctxRefund
+		}{c, R, W, F}
+	case r && w:
+		return struct {
+			ctxStore
+			ctxReset
+			ctxWithin
+		}{c, R, W}
+	case r && f:
+		return struct {
+			ctxStore
+			ctxReset
+			ctxRefund
+		}{c, R, F}
+	case w && f:
+		return struct {
+			ctxStore
+			ctxWithin
+			ctxRefund
+		}{c, W, F}
+	case r:
+		return struct {
+			ctxStore
+			ctxReset
+		}{c, R}
+	case w:
+		return struct {
+			ctxStore
+			ctxWithin
+		}{c, W}
+	case f:
+		return struct {
+			ctxStore
+			ctxRefund
+		}{c, F}
 	}
 	return c
 }
@@ -52,23 +89,20 @@ func (s ctxStore) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.
 	return s.Store.TakeAll(ctx, rs, ds)
 }
 
-// ctxReset is a ctxStore over a sluice.Resetter.
-type ctxReset struct {
-	ctxStore
-	rs sluice.Resetter
-}
+// ctxReset, ctxWithin and ctxRefund each carry one optional method of
+// the wrapped store, refusing an ended context; ContextStore embeds those
+// the store has.
+type (
+	ctxReset  struct{ rs sluice.Resetter }
+	ctxWithin struct{ wt sluice.WithinTaker }
+	ctxRefund struct{ rf sluice.Refunder }
+)
 
 func (s ctxReset) Reset(ctx context.Context, r sluice.Request) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sluicetest: reset %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}
 	return s.rs.Reset(ctx, r)
-}
-
-// ctxWithin is a ctxStore over a sluice.WithinTaker.
-type ctxWithin struct {
-	ctxStore
-	wt sluice.WithinTaker
 }
 
 func (s ctxWithin) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
@@ -78,12 +112,9 @@ func (s ctxWithin) TakeWithin(ctx context.Context, r sluice.Request, within time
 	return s.wt.TakeWithin(ctx, r, within)
 }
 
-// ctxResetWithin is a ctxStore over a store with both.
-type ctxResetWithin struct {
-	ctxReset
-	w ctxWithin
-}
-
-func (s ctxResetWithin) TakeWithin(ctx context.Context, r sluice.Request, within time.Duration) (sluice.Decision, bool, error) {
-	return s.w.TakeWithin(ctx, r, within)
+func (s ctxRefund) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, fmt.Errorf("sluicetest: refund %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	return s.rf.Refund(ctx, r)
 }

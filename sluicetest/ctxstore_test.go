@@ -12,7 +12,8 @@ import (
 )
 
 // TestContextStoreKeepsOptionalMethods: ContextStore(memstore) stands for
-// the Redis store in tests, which can Reset and take within a bound: it
+// the Redis store in tests, which can Reset, take within a bound and
+// refund: it
 // keeps the methods the store it wraps has (refusing an ended context
 // there too, counting and forgetting nothing), and has none it lacks.
 func TestContextStoreKeepsOptionalMethods(t *testing.T) {
@@ -51,12 +52,22 @@ func TestContextStoreKeepsOptionalMethods(t *testing.T) {
 		t.Errorf("after a refused TakeWithin: %+v, %v; want nothing queued (Delay 0)", d, err)
 	}
 
-	// Over a store with neither method, it has neither.
+	// Refund too, over a store that has it (the reference store here).
+	sluicetest.RunRefunder(t, func(t *testing.T) sluice.Store { return sluicetest.ContextStore(sluicetest.NewReference()) })
+	refunding := sluicetest.ContextStore(sluicetest.NewReference())
+	if _, err := refunding.(sluice.Refunder).Refund(ended, sluice.Request{Key: "r", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(1), Cost: 1, Now: sluicetest.T0}); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Errorf("Refund with an ended context: %v; want ErrStoreUnavailable", err)
+	}
+
+	// Over a store with none of the methods, it has none.
 	bare := sluicetest.ContextStore(struct{ sluice.Store }{memstore.New(memstore.Options{})})
 	if _, ok := bare.(sluice.Resetter); ok {
 		t.Error("ContextStore over a store without Reset is a sluice.Resetter")
 	}
 	if _, ok := bare.(sluice.WithinTaker); ok {
 		t.Error("ContextStore over a store without TakeWithin is a sluice.WithinTaker")
+	}
+	if _, ok := bare.(sluice.Refunder); ok {
+		t.Error("ContextStore over a store without Refund is a sluice.Refunder")
 	}
 }
