@@ -223,16 +223,12 @@ func restartOnly(old, new *config.Config) []string {
 // config struct, so that a refusal names the keys that changed rather than
 // the block; the block's own name if they differ otherwise.
 func changedKeys(block string, a, b any) []string {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	keys := diffKeys(block, va, vb, nil)
-	if len(keys) == 0 && !reflect.DeepEqual(a, b) {
-		keys = append(keys, block) // in a field without a YAML name
-	}
-	return keys
+	return diffKeys(block, reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 
 // diffKeys appends to keys the name of each field of a and b, values of
-// one type, that differs, going down into structs.
+// one type, that differs, going down into structs; a struct's own name
+// when it differs in fields without a YAML name only.
 func diffKeys(name string, a, b reflect.Value, keys []string) []string {
 	if a.Kind() != reflect.Struct {
 		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
@@ -240,7 +236,7 @@ func diffKeys(name string, a, b reflect.Value, keys []string) []string {
 		}
 		return keys
 	}
-	t := a.Type()
+	t, before := a.Type(), len(keys)
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -251,6 +247,11 @@ func diffKeys(name string, a, b reflect.Value, keys []string) []string {
 		case tag != "":
 			keys = diffKeys(name+"."+tag, a.Field(i), b.Field(i), keys)
 		}
+	}
+	if len(keys) == before && !reflect.DeepEqual(a.Interface(), b.Interface()) {
+		// In a field without a YAML name (store.redis.tls: true sets
+		// one): the struct's own key names it.
+		keys = append(keys, name)
 	}
 	return keys
 }

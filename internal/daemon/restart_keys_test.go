@@ -28,6 +28,8 @@ func TestRestartOnlyNamesKeys(t *testing.T) {
 		{"max_keys", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:6379], timeout: 50ms}\n  max_keys: 2000\nrules: [{name: a, rate: 1/s}]\n", []string{"store.max_keys"}},
 		{"redis timeout and addrs", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:6380], timeout: 80ms}\n  max_keys: 1000\nrules: [{name: a, rate: 1/s}]\n", []string{"store.redis.addrs", "store.redis.timeout"}},
 		{"rules only", redis + "rules: [{name: a, rate: 2/s}]\n", nil},
+		// tls: true has no key of its own below tls: the key is tls.
+		{"redis tls turned on", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:6379], timeout: 50ms, tls: true}\n  max_keys: 1000\nrules: [{name: a, rate: 1/s}]\n", []string{"store.redis.tls"}},
 	} {
 		got := restartOnly(old, parse(tc.y))
 		if !slices.Equal(got, tc.want) {
