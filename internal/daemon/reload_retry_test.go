@@ -138,3 +138,31 @@ func TestRefusedNotRetriedForOtherFiles(t *testing.T) {
 		t.Errorf("the refusal logged %d times, want once", n)
 	}
 }
+
+// TestTokenRotatedWhileConfigMissing: a token rotated while the config
+// file is missing (a tool that deletes it before writing it again) is put
+// in force when the file is back, even as it was: the reload the token
+// asked for is owed, not skipped as unchanged.
+func TestTokenRotatedWhileConfigMissing(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	whole := tokenConfig(token, "  - {name: keep, rate: 100/m}\n")
+	td := startDaemon(t, whole)
+	if err := os.Remove(td.path); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.nextLook(); !r.Missing {
+		t.Fatalf("the config file removed: %+v, want it waited for (Missing)", r)
+	}
+	replaceFile(t, token, "second-token\n")
+	if r := td.nextLook(); !r.Missing {
+		t.Fatalf("the token rotated while the config file is missing: %+v, want the reload to wait for it (Missing)", r)
+	}
+	mustWrite(t, td.path, whole)
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload once the config file is back: %v", r.Err)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("with the rotated token: %d, want 200", got)
+	}
+}

@@ -117,7 +117,8 @@ func (r *reloader) retryFailed() bool {
 // names (the token). Not while it is being written in place: what it
 // holds may be the first part of a config, valid and wrong. The reload is
 // then owed: the watcher's, when the writer has closed it, reads it
-// whatever its content. A missing file is waited for, as by the watcher.
+// whatever its content. A missing file is waited for, as by the watcher,
+// and the reload owed the same way.
 func (r *reloader) again() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -130,7 +131,9 @@ func (r *reloader) againLocked() {
 		r.putOffLocked()
 		return
 	}
-	r.try(onRetry)
+	if r.try(onRetry).Missing {
+		r.owed = true // read when it is back, whatever it then holds
+	}
 }
 
 // try makes an attempt, remembers whether it was refused, and reports it.
