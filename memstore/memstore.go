@@ -26,7 +26,8 @@
 //     shard, the one that would reach rest first (the cheapest to forget:
 //     forgetting it hands that key a fresh allowance early). Evictions counts
 //     them.
-//   - The sliding window log holds at most Rate times per key.
+//   - The sliding window log holds at most Rate times per key (Rate+1
+//     after a forced charge past the limit, Limiter.Report).
 //
 // The store keeps one state per Request.Namespace+Key: a sluice.Limiter
 // names its algorithm and limit in the namespace, so limiters sharing a
