@@ -150,6 +150,20 @@ func TestRetryTransportGivesUp(t *testing.T) {
 			t.Errorf("server saw %d requests, want 2", got)
 		}
 	})
+	// A date past 2262 (beyond nanoseconds since 1970 in an int64) is as
+	// far as it says: given up at once, not read as a wait of 0.
+	t.Run("Retry-After in the year 9999", func(t *testing.T) {
+		srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}})
+		inBubble(t, func(t *testing.T) {
+			code, _, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
+			if code != http.StatusTooManyRequests || took != 0 {
+				t.Errorf("got %d after %v, want the 429 at once", code, took)
+			}
+		})
+		if got := srv.hits.Load(); got != 1 {
+			t.Errorf("server saw %d requests, want 1", got)
+		}
+	})
 	t.Run("context deadline before the wait ends", func(t *testing.T) {
 		srv := newScripted(t, tooLong)
 		inBubble(t, func(t *testing.T) {
