@@ -119,6 +119,8 @@ type GRPCOptions struct {
 	MaxCalls int
 	// UnreadTimeout: 0 means UnreadTimeout (tests shorten it).
 	UnreadTimeout time.Duration
+	// MaxUnreadTotal: 0 means MaxUnreadTotal (tests lower it).
+	MaxUnreadTotal int
 }
 
 // GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
@@ -159,6 +161,9 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	def(&o.StopGrace, DefaultStopGrace)
 	def(&o.ConnectionTimeout, DefaultConnectionTimeout)
 	def(&o.UnreadTimeout, UnreadTimeout)
+	if o.MaxUnreadTotal <= 0 {
+		o.MaxUnreadTotal = MaxUnreadTotal
+	}
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
@@ -196,8 +201,8 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	}
 	g := &GRPC{health: health.NewServer(), gate: gate}
 	// Every connection keeps the account of its answers waiting for
-	// window (MaxUnreadAnswers).
-	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread, timeout: o.UnreadTimeout}))
+	// window (MaxUnreadAnswers, MaxUnreadTotal over all).
+	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread, timeout: o.UnreadTimeout, budget: newUnreadBudget(o.MaxUnreadTotal)}))
 	g.srv = grpc.NewServer(opts...)
 	g.grace.Store(int64(o.StopGrace))
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})

@@ -25,10 +25,7 @@ import (
 // the listener cut the clients' connections and failed 9 calls in 10.
 func TestGRPCUnreadSmallWindows(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{headers: true, grpc: server.GRPCOptions{MaxCalls: 10_000}})
-	req := &rlsv3.RateLimitRequest{Domain: "web"}
-	for i := range server.MaxDescriptors {
-		req.Descriptors = append(req.Descriptors, desc("user", "u"+strconv.Itoa(i)))
-	}
+	req := largeRequest()
 	for _, c := range []struct {
 		name string
 		opts []grpc.DialOption
@@ -36,35 +33,53 @@ func TestGRPCUnreadSmallWindows(t *testing.T) {
 		{"default windows", nil},
 		{"64 KiB windows", []grpc.DialOption{grpc.WithInitialWindowSize(1<<16 - 1), grpc.WithInitialConnWindowSize(1<<16 - 1)}},
 	} {
-		conn, err := grpc.NewClient(env.conn.Target(), append(c.opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := rlsv3.NewRateLimitServiceClient(conn)
 		const rounds = 2
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var failed int
-		var firstErr error
-		for range server.DefaultMaxConcurrentStreams {
-			wg.Go(func() {
-				for range rounds {
-					if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
-						mu.Lock()
-						failed++
-						firstErr = err
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		conn.Close()
-		if failed != 0 {
-			t.Errorf("%s: %d of %d calls failed (%v), want none", c.name, failed, rounds*server.DefaultMaxConcurrentStreams, firstErr)
+		if failed, err := readAnswers(t, env, c.opts, req, server.DefaultMaxConcurrentStreams, rounds); failed != 0 {
+			t.Errorf("%s: %d of %d calls failed (%v), want none", c.name, failed, rounds*server.DefaultMaxConcurrentStreams, err)
 		}
 	}
 	if got := env.grpc.ClosedUnread(); got != 0 {
 		t.Errorf("ClosedUnread() = %d after clients that read every answer, want 0", got)
 	}
+}
+
+// largeRequest is a rate limit request of server.MaxDescriptors
+// descriptors, whose answer (with headers) is large.
+func largeRequest() *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "web"}
+	for i := range server.MaxDescriptors {
+		req.Descriptors = append(req.Descriptors, desc("user", "u"+strconv.Itoa(i)))
+	}
+	return req
+}
+
+// readAnswers opens a grpc-go client of env with opts, from which each of
+// callers goroutines makes rounds calls of req, reading every answer; it
+// returns the calls that failed and the last error.
+func readAnswers(t *testing.T, env *rlsEnv, opts []grpc.DialOption, req *rlsv3.RateLimitRequest, callers, rounds int) (int, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(env.conn.Target(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed int
+	var lastErr error
+	for range callers {
+		wg.Go(func() {
+			for range rounds {
+				if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
+					mu.Lock()
+					failed++
+					lastErr = err
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return failed, lastErr
 }

@@ -160,3 +160,23 @@ func TestGRPCUnreadTrickle(t *testing.T) {
 		t.Errorf("ClosedUnread() = %d, want 1", got)
 	}
 }
+
+// alive sends a PING and reads frames until its ACK: it returns the read
+// error that ended the connection before, if it ended.
+func (u *unreadClient) alive() error {
+	if err := u.fr.WritePing(false, [8]byte{'u', 'n', 'r', 'e', 'a', 'd'}); err != nil {
+		return err
+	}
+	if err := u.bw.Flush(); err != nil {
+		return err
+	}
+	for {
+		f, err := u.read()
+		if err != nil {
+			return err
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			return nil
+		}
+	}
+}

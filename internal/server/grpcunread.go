@@ -26,7 +26,8 @@ import (
 // grpc-go client's windows are 64 KiB until its estimate grows them, so
 // with many calls in flight its connection window is used up and topped
 // up over and over; what a client that reads never does is leave more
-// than MaxUnreadAnswers waiting for UnreadTimeout. Envoy grants windows
+// than MaxUnreadAnswers waiting for UnreadTimeout. Over all connections,
+// MaxUnreadTotal bounds them. Envoy grants windows
 // of 16 MiB a call and 24 MiB a connection by default (64 KiB at least).
 // The stream cap stays where it is, since an Envoy reaching it queues
 // its calls in its own codec rather than open another connection (as
@@ -35,14 +36,25 @@ import (
 // a streaming call's unsent messages, not how many calls).
 const MaxUnreadAnswers = 100
 
+// MaxUnreadTotal bounds the answers waiting for window over all the
+// connections of the gRPC listener that leave more than MaxUnreadAnswers
+// waiting (unreadBudget): past it, those waiting longest are closed at
+// once rather than after UnreadTimeout. Ten connections' worth of
+// answers (25 MB), where each connection may otherwise hold its
+// DefaultMaxConcurrentStreams answers for UnreadTimeout, over up to
+// max_connections (10,000 by default) connections: 25 GB.
+const MaxUnreadTotal = 10 * DefaultMaxConcurrentStreams
+
 // UnreadTimeout is how long a connection may leave more than
 // MaxUnreadAnswers answers waiting for window, on end, before it is
 // closed: the keepalive timeout, the time a client is given to answer.
 const UnreadTimeout = DefaultKeepaliveTimeout
 
 // errUnread ends a connection that left more than MaxUnreadAnswers
-// answers waiting for window for UnreadTimeout.
-var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers) + " answers waiting for the client's flow-control window for " + UnreadTimeout.String())
+// answers waiting for window for UnreadTimeout, or that the listener's
+// MaxUnreadTotal closed.
+var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers) + " answers waiting for the client's flow-control window for " + UnreadTimeout.String() +
+	", or the longest waiting of more than " + strconv.Itoa(MaxUnreadTotal) + " over all connections")
 
 // unreadCreds are the listener's credentials (insecure ones for
 // plaintext) with each connection, once handshaken, an unreadConn.
@@ -50,6 +62,7 @@ type unreadCreds struct {
 	credentials.TransportCredentials
 	closed  *atomic.Uint64 // connections closed for their unread answers
 	timeout time.Duration  // UnreadTimeout, shorter in tests
+	budget  *unreadBudget  // MaxUnreadTotal, lower in tests
 }
 
 func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -57,11 +70,11 @@ func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return conn, info, err
 	}
-	return newUnreadConn(conn, c.closed, c.timeout), info, nil
+	return newUnreadConn(conn, c.closed, c.timeout, c.budget), info, nil
 }
 
 func (c unreadCreds) Clone() credentials.TransportCredentials {
-	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed, timeout: c.timeout}
+	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed, timeout: c.timeout, budget: c.budget}
 }
 
 // HTTP/2 frame types and flags (RFC 9113 §6) the accounting reads.
@@ -105,6 +118,8 @@ type unreadConn struct {
 	net.Conn
 	closed  *atomic.Uint64
 	timeout time.Duration
+	budget  *unreadBudget
+	entry   budgetEntry // under budget.mu
 
 	mu        sync.Mutex
 	in, out   frameScanner
@@ -116,8 +131,10 @@ type unreadConn struct {
 	timer     *time.Timer // the clock: running from more than MaxUnreadAnswers waiting
 	timerGen  uint64      // clocks started, the running one's number
 	backlog   int         // answers begun before the clock started, not ended
-	over      bool        // the timer fired: the connection is closed
+	over      bool        // the connection was closed for its answers
 	shut      bool        // Close was called
+	counted   bool        // the budget lists it (its clock runs)
+	charged   int         // the answers waiting the budget counts
 }
 
 // flowStream is a call of the connection: its window left, whether its
@@ -128,8 +145,8 @@ type flowStream struct {
 	gen     uint64
 }
 
-func newUnreadConn(c net.Conn, closed *atomic.Uint64, timeout time.Duration) *unreadConn {
-	u := &unreadConn{Conn: c, closed: closed, timeout: timeout, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
+func newUnreadConn(c net.Conn, closed *atomic.Uint64, timeout time.Duration, budget *unreadBudget) *unreadConn {
+	u := &unreadConn{Conn: c, closed: closed, timeout: timeout, budget: budget, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
 	u.in.skip = len(clientPreface)
 	return u
 }
@@ -154,29 +171,74 @@ func (u *unreadConn) Write(p []byte) (int, error) {
 
 // account scans b with s, passing its frames to f, starts the clock as
 // more than MaxUnreadAnswers answers wait for window, stops it as its
-// backlog drains, and reports whether the connection was closed for them.
+// backlog drains, tells the budget, closes the connections the budget
+// has closed, and reports whether this one was closed for its answers.
 func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	s.scan(b, f)
+	if u.over || u.shut {
+		over := u.over
+		u.mu.Unlock()
+		return over
+	}
 	held := u.exhausted
 	if u.window <= 0 {
 		held = u.started
-	}
-	if u.over || u.shut {
-		return u.over
 	}
 	if u.timer != nil && u.backlog <= MaxUnreadAnswers {
 		u.timer.Stop()
 		u.timer = nil
 	}
+	started := false
 	if u.timer == nil && held > MaxUnreadAnswers {
 		u.timerGen++
 		u.backlog = u.started
 		gen := u.timerGen
 		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
+		started = true
 	}
-	return false
+	running := u.timer != nil
+	if !running {
+		held = 0
+	}
+	var closing []*unreadConn
+	if running != u.counted || started || held != u.charged {
+		u.counted, u.charged = running, held
+		closing = u.budget.update(u, running, started, held)
+	}
+	for _, v := range closing {
+		if v == u {
+			u.stop()
+		}
+	}
+	over := u.over
+	u.mu.Unlock()
+	for _, v := range closing {
+		if v == u {
+			u.closed.Add(1)
+			u.Conn.Close()
+		} else {
+			v.evict()
+		}
+	}
+	return over
+}
+
+// stop marks the connection closed for its answers and stops its clock.
+func (u *unreadConn) stop() {
+	u.over = true
+	if u.timer != nil {
+		u.timer.Stop()
+		u.timer = nil
+	}
+}
+
+// uncount takes the connection out of the budget.
+func (u *unreadConn) uncount() {
+	if u.counted {
+		u.counted, u.charged = false, 0
+		u.budget.update(u, false, false, 0)
+	}
 }
 
 // expire closes the connection, counted once, if gen is the clock still
@@ -186,7 +248,8 @@ func (u *unreadConn) expire(gen uint64) {
 	u.mu.Lock()
 	fire := u.timer != nil && u.timerGen == gen && !u.shut
 	if fire {
-		u.over, u.timer = true, nil
+		u.stop()
+		u.uncount()
 	}
 	u.mu.Unlock()
 	if fire {
@@ -203,6 +266,7 @@ func (u *unreadConn) Close() error {
 		u.timer.Stop()
 		u.timer = nil
 	}
+	u.uncount()
 	u.mu.Unlock()
 	return u.Conn.Close()
 }
@@ -363,5 +427,6 @@ func (s *frameScanner) scan(b []byte, f func(h frameHeader, payload []byte)) {
 }
 
 // ClosedUnread returns how many connections were closed for leaving more
-// than MaxUnreadAnswers answers waiting for window for the unread timeout.
+// than MaxUnreadAnswers answers waiting for window for the unread timeout,
+// or for MaxUnreadTotal.
 func (g *GRPC) ClosedUnread() uint64 { return g.unread.Load() }

@@ -44,7 +44,7 @@ func FuzzUnreadAccount(f *testing.F) {
 		if whole, cut := frames(false), frames(true); fmt.Sprint(whole) != fmt.Sprint(cut) {
 			t.Fatalf("in pieces: %q\nwhole: %q", cut, whole)
 		}
-		u := newUnreadConn(nil, nil, 0)
+		u := newUnreadConn(nil, nil, 0, newUnreadBudget(MaxUnreadTotal))
 		u.in.skip = 0
 		rnd := rand.New(rand.NewPCG(seed, 2))
 		for rest := data; len(rest) > 0; {

@@ -125,7 +125,7 @@ func BenchmarkUnreadAccount(b *testing.B) {
 			p = p[9+(int(p[0])<<16|int(p[1])<<8|int(p[2])):]
 		}
 	}
-	u := newUnreadConn(nil, new(atomic.Uint64), UnreadTimeout)
+	u := newUnreadConn(nil, new(atomic.Uint64), UnreadTimeout, newUnreadBudget(MaxUnreadTotal))
 	u.in.skip = 0
 	ib, ob := in.Bytes(), out.Bytes()
 	b.ReportAllocs()
@@ -154,7 +154,7 @@ func TestUnreadTimeout(t *testing.T) {
 		server, client := net.Pipe()
 		defer client.Close()
 		var closed atomic.Uint64
-		u := newUnreadConn(server, &closed, timeout)
+		u := newUnreadConn(server, &closed, timeout, newUnreadBudget(MaxUnreadTotal))
 		u.in.skip = 0
 		var in, out bytes.Buffer
 		fin, fout := http2.NewFramer(&in, nil), http2.NewFramer(&out, nil)

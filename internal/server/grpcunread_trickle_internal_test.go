@@ -50,7 +50,7 @@ func TestUnreadTrickle(t *testing.T) {
 				server, client := net.Pipe()
 				defer client.Close()
 				var closed atomic.Uint64
-				u := newUnreadConn(server, &closed, timeout)
+				u := newUnreadConn(server, &closed, timeout, newUnreadBudget(MaxUnreadTotal))
 				u.in.skip = 0
 				defer u.Close()
 				var in, out bytes.Buffer
