@@ -88,7 +88,7 @@ func (d *Daemon) apply(data []byte) error {
 	}
 	old := d.cur.Load()
 	if keys := restartOnly(old.cfg, cfg); len(keys) > 0 {
-		return restartError(d.opts.ConfigPath, keys)
+		return restartError(d.opts.ConfigPath, keys, cfg)
 	}
 	// The listeners' certificates, keys and client CAs are read again (the
 	// tls: blocks themselves need a restart to change): a renewed
@@ -278,9 +278,18 @@ func listenerChanges(block string, old, new *config.Listener) []string {
 // needing a restart.
 var errRestartOnly = errors.New("needs a restart")
 
-func restartError(file string, keys []string) error {
+// restartError names the keys and, for those written in cfg (the config
+// refused), their lines.
+func restartError(file string, keys []string, cfg *config.Config) error {
+	named := make([]string, len(keys))
+	for i, k := range keys {
+		named[i] = k
+		if cfg.Has(k) {
+			named[i] += fmt.Sprintf(" (line %d)", cfg.Line(k))
+		}
+	}
 	return fmt.Errorf("daemon: reload %s: %s changed: %w (the running config stays; restart sluice to apply it)",
-		file, strings.Join(keys, ", "), errRestartOnly)
+		file, strings.Join(named, ", "), errRestartOnly)
 }
 
 // watchConfig runs, in goroutines of wg until ctx is done, the watch of

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -40,5 +41,23 @@ func TestRestartOnlyNamesKeys(t *testing.T) {
 	// it brought (defaults included), never the bare block.
 	if got := restartOnly(old, parse("store: {max_keys: 1000}\nrules: [{name: a, rate: 1/s}]\n")); len(got) == 0 || got[0] != "store.type" || slices.Contains(got, "store") {
 		t.Errorf("type: restartOnly = %v, want store.type first and the redis keys", got)
+	}
+}
+
+// TestRestartRefusalNamesLines: a reload refused for changing keys that
+// need a restart names, with the file, the line of each key in the new
+// file, as every other refusal does; a key left out (a block removed) has
+// none to name.
+func TestRestartRefusalNamesLines(t *testing.T) {
+	td := startDaemon(t, "listen: 127.0.0.1:0\nproxy: {listen: 127.0.0.1:0, upstream: \"http://127.0.0.1:9\"}\nrules:\n  - {name: a, rate: 1/s}\n")
+	mustWrite(t, td.path, "listen: 127.0.0.1:1\nstore:\n  max_keys: 1000\nrules:\n  - {name: a, rate: 1/s}\n")
+	err := td.d.Reload()
+	if err == nil {
+		t.Fatal("reload changing listen and store.max_keys and removing proxy: applied, want refused")
+	}
+	for _, want := range []string{td.path + ": ", "listen (line 1)", "store.max_keys (line 3)", ", proxy, "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
 	}
 }
