@@ -120,7 +120,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
 	}
-	retryable := t.retryable(req)
+	// A request sent once, unsafe to repeat or on a transport whose
+	// retries are off, takes nothing from the budget (see below).
+	retryable := maxAttempts > 1 && t.retryable(req)
 	if !retryable {
 		maxAttempts = 1
 	}

@@ -10,7 +10,8 @@ import (
 // fraction of the requests recently answered, as gRPC's retry throttling
 // does. It holds tokens, at most maxTokens and that many at the start: each
 // 429/503 answer to a request the transport may retry takes one (one never
-// retried, such as a plain POST, takes none), each success (an answer below 400) gives back
+// retried, such as a plain POST or any request of a transport with
+// MaxAttempts 1, takes none), each success (an answer below 400) gives back
 // ratio, and a retry is allowed only while more than half of maxTokens
 // remain. Other error answers (404, 500…), which are not retried, neither
 // take nor give back, as gRPC counts only retryable failures and OK

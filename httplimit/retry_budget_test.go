@@ -215,3 +215,29 @@ func TestRetryBudgetNotRetriedRequestsAreNeutral(t *testing.T) {
 		}
 	})
 }
+
+// A transport with retries disabled (MaxAttempts 1) retries nothing, so
+// its refusals take nothing from a budget it shares with others: they
+// would only stop the others' retries.
+func TestRetryBudgetNoRetriesTransportIsNeutral(t *testing.T) {
+	var script []answer
+	for range 10 {
+		script = append(script, answer{http.StatusTooManyRequests, nil}, answer{http.StatusServiceUnavailable, nil})
+	}
+	srv := newScripted(t, script...)
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	inBubble(t, func(t *testing.T) {
+		once := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 1}
+		for range 20 {
+			if code, _, _ := do(t, once, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+				t.Fatalf("GET: %d, want the 429 or 503 as it came (not retried)", code)
+			}
+		}
+		if got := budget.Tokens(); got != 10 {
+			t.Errorf("tokens after 20 refusals through a transport with MaxAttempts 1: got %v, want 10 (none taken)", got)
+		}
+	})
+	if got := srv.hits.Load(); got != 20 {
+		t.Errorf("server saw %d requests, want 20 (none retried)", got)
+	}
+}
