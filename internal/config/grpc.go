@@ -27,6 +27,11 @@ type GRPCConfig struct {
 	// OVER_LIMIT); "unavailable" answers gRPC UNAVAILABLE (503 on /json),
 	// so that Envoy's failure_mode_deny decides.
 	OnError string `yaml:"on_error"`
+	// MergeDomains lets a domain appear in several descriptor files, as
+	// the reference service's MERGE_DOMAIN_CONFIG: their top-level
+	// descriptors are put together. Default false: a domain lives in one
+	// file.
+	MergeDomains bool `yaml:"merge_domains"`
 	// MaxConnections caps the client connections held at once, as in api:
 	// and proxy:. Default listener.DefaultMaxConnections (10000).
 	MaxConnections int `yaml:"max_connections"`

@@ -25,7 +25,7 @@ func LoadDescriptors(cfg *config.Config) (*descriptors.Set, error) {
 	if cfg.GRPC == nil {
 		return nil, nil
 	}
-	set, err := descriptors.Load(cfg.GRPC.Config)
+	set, err := descriptors.LoadWith(cfg.GRPC.Config, descriptors.LoadOptions{MergeDomains: cfg.GRPC.MergeDomains})
 	if err != nil {
 		return nil, err
 	}

@@ -275,6 +275,8 @@ type node struct {
 	share    bool   // share_threshold
 	v2m      bool   // value_to_metric
 	detailed bool   // detailed_metric
+	line     int    // of the descriptor in its file
+	at       string // its place in the file: "descriptors[1]"
 }
 
 type wildcard struct {

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,152 +24,6 @@ const (
 	maxDepth    = 64      // nesting of descriptors
 	MaxShards   = rules.MaxShards
 )
-
-// Listed reports whether Load reads the file named name in a listed
-// directory: a YAML file (*.yaml, *.yml) that is not hidden.
-func Listed(name string) bool {
-	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
-}
-
-// Load reads the descriptor files named by paths: each a file, or a
-// directory whose YAML files (*.yaml, *.yml; not hidden ones, such as the
-// ..data links of a Kubernetes ConfigMap volume) are all read, in name
-// order; a listed directory with none is an error. Every problem of every
-// file is reported in one rules.ParseErrors, each naming its file and
-// line; on any problem Load returns no Set. A domain may appear in one
-// file only. The entries of a listed directory that are not read, but for
-// hidden ones, are named by the Set's Skipped.
-func Load(paths []string) (*Set, error) {
-	var files, notRead []string
-	var errs rules.ParseErrors
-	for _, p := range paths {
-		fi, err := os.Stat(p)
-		if err != nil {
-			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
-			continue
-		}
-		if !fi.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
-			continue
-		}
-		read, dirs, others := 0, 0, 0
-		for _, e := range ents {
-			n := e.Name()
-			if strings.HasPrefix(n, ".") {
-				continue
-			}
-			full := filepath.Join(p, n)
-			fi, err := os.Stat(full)
-			switch {
-			case err != nil:
-				continue // a dangling link
-			case fi.IsDir():
-				dirs++
-				notRead = append(notRead, full)
-				continue
-			case !Listed(n):
-				others++
-				notRead = append(notRead, full)
-				continue
-			}
-			files = append(files, full)
-			read++
-		}
-		if read == 0 {
-			// Not a config without limits: the reference service reads
-			// every file of its directory, subdirectories included, so a
-			// directory it served may hold none that is read here.
-			errs = append(errs, &rules.ParseError{File: p, Msg: "no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read" + skipped(dirs, others)})
-		}
-	}
-	s := &Set{domains: map[string]*node{}, skipped: notRead}
-	where := map[string]string{}
-	h := sha256.New()
-	for _, f := range files {
-		data, err := readFile(f)
-		if err != nil {
-			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
-			continue
-		}
-		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(data))
-		h.Write(data)
-		d, err := parseFile(f, data)
-		if err != nil {
-			var pe rules.ParseErrors
-			if errors.As(err, &pe) {
-				errs = append(errs, pe...)
-			} else {
-				errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
-			}
-			continue
-		}
-		if prev, ok := where[d.domain]; ok {
-			errs = append(errs, &rules.ParseError{File: f, Line: d.line, Key: "domain",
-				Msg: fmt.Sprintf("domain %q is already configured in %s: a domain lives in one file", d.domain, prev)})
-			continue
-		}
-		where[d.domain] = f
-		s.domains[d.domain] = d.root
-		s.order = append(s.order, d.domain)
-		s.rules += d.rules
-		s.files = append(s.files, f)
-	}
-	if len(errs) > 0 {
-		return nil, errs // in file order, each file's problems by line
-	}
-	h.Sum(s.digest[:0])
-	return s, nil
-}
-
-// skipped describes the entries of a directory that were not read, or "".
-func skipped(dirs, others int) string {
-	var parts []string
-	plural := func(n int, one, many string) string {
-		if n == 1 {
-			return "1 " + one
-		}
-		return fmt.Sprintf("%d %s", n, many)
-	}
-	if dirs > 0 {
-		parts = append(parts, plural(dirs, "subdirectory", "subdirectories"))
-	}
-	if others > 0 {
-		parts = append(parts, plural(others, "other file", "other files"))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (skipped: " + strings.Join(parts, ", ") + ")"
-}
-
-func fileErr(err error) string {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
-}
-
-func readFile(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, errors.New(fileErr(err))
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, errors.New(fileErr(err))
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("file larger than %d bytes", MaxFileSize)
-	}
-	return data, nil
-}
 
 // Parse reads one descriptor file's content (file names it in errors) and
 // returns it as a Set of its one domain.
@@ -337,6 +188,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	}
 	nd := newNode(k, v)
 	nd.share, nd.v2m, nd.detailed = share, v2m, detailed
+	nd.line, nd.at = item.Line, key
 	ck := childKey(k, v)
 	full := k
 	if v != "" {

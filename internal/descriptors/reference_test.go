@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -149,5 +150,54 @@ func TestLoadNamesTheFilesNotRead(t *testing.T) {
 	s, err = Load([]string{filepath.Join(dir, "edge.yaml")})
 	if err != nil || len(s.Skipped()) != 0 {
 		t.Errorf("Load(a file).Skipped() = %q, %v; want none", s.Skipped(), err)
+	}
+}
+
+// TestLoadMergeDomains: with MergeDomains (the reference service's
+// MERGE_DOMAIN_CONFIG), the files of one domain add their descriptors to
+// it, in file order; a top-level descriptor given in two of them is an
+// error naming the second, as there (it merges the top level only).
+// Without it, a domain in two files is an error.
+func TestLoadMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a.yaml", "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: x*\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	b := write("b.yaml", "domain: d\ndescriptors:\n  - key: k2\n    value: v\n    descriptors:\n      - key: u\n        rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: p\n    value: y*\n    rate_limit: {unit: second, requests_per_unit: 4}\n")
+	o := write("other.yaml", "domain: o\n")
+	if _, err := Load([]string{a, b}); err == nil || !strings.Contains(err.Error(), `domain "d" is already configured in`) {
+		t.Errorf("Load of a domain in two files: %v, want refused", err)
+	}
+	s, err := LoadWith([]string{a, b, o}, LoadOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatalf("LoadWith(MergeDomains): %v", err)
+	}
+	if s.Domains() != 2 || s.Rules() != 4 || len(s.Files()) != 3 {
+		t.Errorf("merged: %d domains, %d rules, files %v; want 2, 4 and the 3 files", s.Domains(), s.Rules(), s.Files())
+	}
+	for _, tc := range []struct {
+		entries []Entry
+		want    uint32
+	}{
+		{[]Entry{{"k1", "any"}}, 1},
+		{[]Entry{{"p", "x1"}}, 2},
+		{[]Entry{{"k2", "v"}, {"u", "me"}}, 3},
+		{[]Entry{{"p", "y1"}}, 4},
+	} {
+		var m Match
+		s.Lookup("d", tc.entries, &m)
+		if m.Rule == nil || m.Rule.RequestsPerUnit != tc.want {
+			t.Errorf("merged Lookup(%v) = %+v, want %d per unit", tc.entries, m.Rule, tc.want)
+		}
+	}
+	c := write("c.yaml", "domain: d\ndescriptors:\n  - key: k3\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: k1\n    rate_limit: {unit: hour, requests_per_unit: 6}\n")
+	_, err = LoadWith([]string{a, c}, LoadOptions{MergeDomains: true})
+	if want := c + `:5: descriptors[1]: duplicate descriptor "k1": the same key and value twice at one level (domain "d" merged from ` + a + ")"; err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MergeDomains) of a descriptor in two files: %v, want %q", err, want)
 	}
 }

@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestEnvoyWarnsOfEntriesNotRead: serve logs each entry of a listed
+// directory it does not read, at startup and on every reload: the
+// reference service reads every file under its directory, so each may
+// hold a domain it served, which Sluice would answer OK, unknown.
+func TestEnvoyWarnsOfEntriesNotRead(t *testing.T) {
+	dir := t.TempDir()
+	descDir := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(descDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shop := filepath.Join(descDir, "shop.yaml")
+	other := filepath.Join(descDir, "other.conf")
+	for p, s := range map[string]string{shop: envoyDescriptors, other: "domain: other\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemonFile(t, path)
+	if want := "warning: " + other + ": not read"; !strings.Contains(td.logs.String(), want) {
+		t.Errorf("startup logs lack %q:\n%s", want, td.logs.String())
+	}
+	sub := filepath.Join(descDir, "team")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, shop, envoyDescriptors+"  - key: coupon\n    rate_limit: {unit: year, requests_per_unit: 1}\n")
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload: %v", r.Err)
+	}
+	if want := "warning: " + sub + ": not read: a subdirectory"; !strings.Contains(td.logs.String(), want) {
+		t.Errorf("logs after the reload lack %q:\n%s", want, td.logs.String())
+	}
+}
+
+// TestEnvoyMergeDomains: with grpc.merge_domains, as with the reference
+// service's MERGE_DOMAIN_CONFIG, a domain's descriptors may come from
+// several files; without it, such files are refused.
+func TestEnvoyMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	descDir := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(descDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]string{
+		"a.yaml": "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+		"b.yaml": "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(descDir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configLoad(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDescriptors(cfg); err == nil || !strings.Contains(err.Error(), `domain "d" is already configured in`) {
+		t.Errorf("a domain in two files without merge_domains: %v, want refused", err)
+	}
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [ratelimit]\n  merge_domains: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ed := dialEnvoy(t, startDaemonFile(t, path))
+	for key, want := range map[string]uint32{"a": 1, "b": 2} {
+		if r := ed.ask("d", entries(key, "x")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != want {
+			t.Errorf("merged domain, key %s: %v, want %d a minute", key, r.Statuses[0], want)
+		}
+	}
+}

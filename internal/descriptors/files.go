@@ -1,0 +1,210 @@
+package descriptors
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// This file reads the listed files and directories and puts their domains
+// together; load.go parses one file.
+
+// Listed reports whether Load reads the file named name in a listed
+// directory: a YAML file (*.yaml, *.yml) that is not hidden.
+func Listed(name string) bool {
+	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+}
+
+// Load reads the descriptor files named by paths: each a file, or a
+// directory whose YAML files (*.yaml, *.yml; not hidden ones, such as the
+// ..data links of a Kubernetes ConfigMap volume) are all read, in name
+// order; a listed directory with none is an error. Every problem of every
+// file is reported in one rules.ParseErrors, each naming its file and
+// line; on any problem Load returns no Set. A domain may appear in one
+// file only. The entries of a listed directory that are not read, but for
+// hidden ones, are named by the Set's Skipped.
+func Load(paths []string) (*Set, error) { return LoadWith(paths, LoadOptions{}) }
+
+// LoadOptions are the options of LoadWith.
+type LoadOptions struct {
+	// MergeDomains lets a domain appear in several files, as the reference
+	// service's MERGE_DOMAIN_CONFIG: each file's top-level descriptors are
+	// added to the domain, in file order, a key and value given twice at
+	// the top level being an error (the reference merges the top level
+	// only).
+	MergeDomains bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(paths []string, o LoadOptions) (*Set, error) {
+	var files, notRead []string
+	var errs rules.ParseErrors
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
+			continue
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: p, Msg: fileErr(err)})
+			continue
+		}
+		read, dirs, others := 0, 0, 0
+		for _, e := range ents {
+			n := e.Name()
+			if strings.HasPrefix(n, ".") {
+				continue
+			}
+			full := filepath.Join(p, n)
+			fi, err := os.Stat(full)
+			switch {
+			case err != nil:
+				continue // a dangling link
+			case fi.IsDir():
+				dirs++
+				notRead = append(notRead, full)
+				continue
+			case !Listed(n):
+				others++
+				notRead = append(notRead, full)
+				continue
+			}
+			files = append(files, full)
+			read++
+		}
+		if read == 0 {
+			// Not a config without limits: the reference service reads
+			// every file of its directory, subdirectories included, so a
+			// directory it served may hold none that is read here.
+			errs = append(errs, &rules.ParseError{File: p, Msg: "no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read" + skipped(dirs, others)})
+		}
+	}
+	s := &Set{domains: map[string]*node{}, skipped: notRead}
+	where := map[string]string{}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := readFile(f)
+		if err != nil {
+			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
+			continue
+		}
+		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(data))
+		h.Write(data)
+		d, err := parseFile(f, data)
+		if err != nil {
+			var pe rules.ParseErrors
+			if errors.As(err, &pe) {
+				errs = append(errs, pe...)
+			} else {
+				errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
+			}
+			continue
+		}
+		if prev, ok := where[d.domain]; ok {
+			if !o.MergeDomains {
+				errs = append(errs, &rules.ParseError{File: f, Line: d.line, Key: "domain",
+					Msg: fmt.Sprintf("domain %q is already configured in %s: a domain lives in one file (unless grpc.merge_domains)", d.domain, prev)})
+				continue
+			}
+			if es := merge(s.domains[d.domain], d.root, f, fmt.Sprintf("domain %q merged from %s", d.domain, prev)); len(es) > 0 {
+				errs = append(errs, es...)
+				continue
+			}
+			s.rules += d.rules
+			s.files = append(s.files, f)
+			continue
+		}
+		where[d.domain] = f
+		s.domains[d.domain] = d.root
+		s.order = append(s.order, d.domain)
+		s.rules += d.rules
+		s.files = append(s.files, f)
+	}
+	if len(errs) > 0 {
+		return nil, errs // in file order, each file's problems by line
+	}
+	h.Sum(s.digest[:0])
+	return s, nil
+}
+
+// skipped describes the entries of a directory that were not read, or "".
+func skipped(dirs, others int) string {
+	var parts []string
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	if dirs > 0 {
+		parts = append(parts, plural(dirs, "subdirectory", "subdirectories"))
+	}
+	if others > 0 {
+		parts = append(parts, plural(others, "other file", "other files"))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (skipped: " + strings.Join(parts, ", ") + ")"
+}
+
+func fileErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, errors.New(fileErr(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, errors.New(fileErr(err))
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("file larger than %d bytes", MaxFileSize)
+	}
+	return data, nil
+}
+
+// merge adds the top-level descriptors of src, read from file, to dst,
+// the same domain's; a key and value dst has already is an error (the
+// reference service merges the top level only), and nothing is added.
+func merge(dst, src *node, file, from string) rules.ParseErrors {
+	var es rules.ParseErrors
+	for _, n := range src.order {
+		if _, dup := dst.children[childKey(n.key, n.value)]; dup {
+			full := n.key
+			if n.value != "" {
+				full += "_" + n.value
+			}
+			es = append(es, &rules.ParseError{File: file, Line: n.line, Key: n.at,
+				Msg: fmt.Sprintf("duplicate descriptor %q: the same key and value twice at one level (%s)", full, from)})
+		}
+	}
+	if len(es) > 0 {
+		return es
+	}
+	for _, n := range src.order {
+		dst.children[childKey(n.key, n.value)] = n
+		dst.order = append(dst.order, n)
+	}
+	dst.wild = append(dst.wild, src.wild...)
+	return nil
+}
