@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -98,5 +100,35 @@ func TestReloadUnderTraffic(t *testing.T) {
 	wg.Wait()
 	if got := allowed.Load(); got != 300 {
 		t.Errorf("admitted %d requests of keep (300/h) across 30 reloads, want 300", got)
+	}
+}
+
+// TestReloadActionKeepsCounters: as docs/config.md says, a rule whose
+// limit is unchanged keeps its counters when its action changes (reject
+// to shadow), but one without algorithm: starts fresh when its action
+// changes to delay, whose default algorithm is another (leaky_bucket).
+func TestReloadActionKeepsCounters(t *testing.T) {
+	const rule = "listen: 127.0.0.1:0\nrules:\n  - {name: r, rate: 3/h%s}\n"
+	td := startDaemon(t, fmt.Sprintf(rule, ""))
+	for i, tc := range []struct {
+		action string
+		kept   bool
+	}{
+		{", action: shadow", true},
+		{", action: delay", false},
+	} {
+		used := fmt.Sprintf("used-%d", i)
+		check(t, td.api, "r", used, 2)
+		if err := os.WriteFile(td.path, []byte(fmt.Sprintf(rule, tc.action)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := td.d.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := check(t, td.api, "r", used, 1)
+		fresh, _ := check(t, td.api, "r", fmt.Sprintf("fresh-%d", i), 1)
+		if kept := a.Remaining < fresh.Remaining; kept != tc.kept {
+			t.Errorf("after the reload to%s: a key used before has %d remaining, a fresh one %d; want kept=%v", tc.action, a.Remaining, fresh.Remaining, tc.kept)
+		}
 	}
 }
