@@ -143,7 +143,8 @@ func (d *decoder) duration(key string, v *yaml.Node) (time.Duration, bool) {
 	return x, true
 }
 
-// parsePrefix reads a CIDR, or a single address as a /32 or /128.
+// parsePrefix reads a CIDR, or a single address as a /32 or /128; an
+// IPv4-mapped one (::ffff:10.0.0.0/104) as the IPv4 prefix it maps.
 func parsePrefix(s string) (netip.Prefix, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
@@ -159,6 +160,11 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	if p.Masked() != p {
 		return netip.Prefix{}, fmt.Errorf("%q has bits set past the prefix length; did you mean %s?", s, p.Masked())
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		// IPv4-mapped, as a dual-stack listener shows a peer: the IPv4
+		// prefix it stands for, since addresses are compared unmapped.
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96), nil
 	}
 	return p, nil
 }
