@@ -201,3 +201,13 @@ func TestLoadMergeDomains(t *testing.T) {
 		t.Errorf("LoadWith(MergeDomains) of a descriptor in two files: %v, want %q", err, want)
 	}
 }
+
+// TestParseRefusesUnitMultiplier: unit_multiplier is a field of Envoy's
+// limit override only; the reference service's files have no such key
+// and it refuses the file (unknown key), as Sluice does.
+func TestParseRefusesUnitMultiplier(t *testing.T) {
+	_, err := Parse("f.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 5}\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "f.yaml:4: descriptors[0].rate_limit.unit_multiplier: unknown key") {
+		t.Errorf("Parse(a rate_limit with unit_multiplier) = %v, want an unknown key at line 4", err)
+	}
+}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"testing"
@@ -135,5 +136,28 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+// TestCurrentLimitOfTheRule: current_limit carries the rule's name,
+// requests_per_unit and unit, as the reference service fills it (Envoy
+// names the quota policy of its X-RateLimit-Limit header after it).
+func TestCurrentLimitOfTheRule(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 7, name: per_user}
+  - key: ip
+    rate_limit: {unit: day, requests_per_unit: 9}
+`), envOpts{})
+	r := e.call(t, "p", 0, desc("user", "u"), desc("ip", "i"))
+	for i, want := range []*rlsv3.RateLimitResponse_RateLimit{
+		{Name: "per_user", RequestsPerUnit: 7, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{RequestsPerUnit: 9, Unit: rlsv3.RateLimitResponse_RateLimit_DAY},
+	} {
+		got := r.Statuses[i].CurrentLimit
+		if got.GetName() != want.Name || got.GetRequestsPerUnit() != want.RequestsPerUnit || got.GetUnit() != want.Unit || got.GetUnitMultiplier() != nil {
+			t.Errorf("status %d: current_limit = %v, want %v", i, got, want)
+		}
 	}
 }
