@@ -162,7 +162,9 @@ func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
 // String formats e as one forwarded-element, quoting values that are not
 // tokens, such as `for="[2001:db8::1]:80";proto=https`. ParseForwarded
-// reads it back unchanged.
+// reads it back unchanged, provided the values hold no control characters
+// (bytes below 0x20 other than tab, and 0x7F), which no quoted string can
+// carry: such an element is written as it is, and does not parse.
 func (e Element) String() string {
 	var b strings.Builder
 	for _, kv := range [...][2]string{{"for", e.For}, {"by", e.By}, {"host", e.Host}, {"proto", e.Proto}} {
