@@ -113,7 +113,12 @@ const (
 // not stop it, since the count of answers waiting falls for a moment on
 // any window, until the server has sent what it lets through: a byte of
 // window every few seconds kept the clock from running out, and the
-// answers waiting, indefinitely.
+// answers waiting, indefinitely. A call whose answer is a stream that
+// stays open (health's Watch, reflection) is in the backlog until it
+// ends, which it may never do: a client with more than MaxUnreadAnswers
+// of them open on a connection whose window ran out for a moment is
+// closed after the timeout even though it reads (an answer's messages
+// are not followed, to tell one sent whole from one waiting).
 type unreadConn struct {
 	net.Conn
 	closed  *atomic.Uint64
