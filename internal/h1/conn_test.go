@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,16 +60,18 @@ func waitClosed(t *testing.T, c net.Conn) {
 func TestTimeoutsAndStates(t *testing.T) {
 	var st states
 	srv := &http.Server{Handler: echo, ReadHeaderTimeout: 50 * time.Millisecond, IdleTimeout: 50 * time.Millisecond, ConnState: st.record}
-	front := serveWith(t, srv, true)
+	front, let := serveGated(t, srv, true)
 
 	c1, _ := net.Dial("tcp", front) // headers never end
 	defer c1.Close()
 	io.WriteString(c1, "GET / HTTP/1.1\r\nHost: x\r\n")
+	let()
 	waitClosed(t, c1)
 
 	c2, _ := net.Dial("tcp", front) // one request, then idle
 	defer c2.Close()
-	io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // whole before the front accepts it (see gatedListener)
+	let()
 	if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %v", resp, err)
 	}
@@ -110,15 +113,21 @@ func TestTimeoutsAfterRequests(t *testing.T) {
 		{"idle", time.Hour, 50 * time.Millisecond, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			front := serveWith(t, &http.Server{Handler: echo, ReadHeaderTimeout: tc.rht, IdleTimeout: tc.idle}, true)
+			front, let := serveGated(t, &http.Server{Handler: echo, ReadHeaderTimeout: tc.rht, IdleTimeout: tc.idle}, true)
 			c, err := net.Dial("tcp", front)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
 			br := bufio.NewReader(c)
+			// The three requests at once, before the front accepts the
+			// connection (see gatedListener): each head is whole in its
+			// buffer when read, and no idle wait comes between them. Sent
+			// one after the other's answer, each raced the 50ms idle
+			// timeout on a loaded machine.
+			io.WriteString(c, strings.Repeat("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 3))
+			let()
 			for i := range 3 {
-				io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 				if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
 					t.Fatalf("request %d: %v %v", i, resp, err)
 				} else {

@@ -27,6 +27,13 @@ func serveWith(t *testing.T, srv *http.Server, fast bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, srv, fast, ln)
+}
+
+// serveOn serves srv on ln (by the front if fast) until the test ends, and
+// returns ln's address.
+func serveOn(t *testing.T, srv *http.Server, fast bool, ln net.Listener) string {
+	t.Helper()
 	done := make(chan struct{})
 	if fast {
 		f := h1.New(srv)

@@ -40,13 +40,18 @@ func TestWatchOutlivesHeaderTimeout(t *testing.T) {
 					gone <- false
 				}
 			})
-			front := serveWith(t, &http.Server{Handler: h, ReadHeaderTimeout: rht}, fast)
+			front, let := serveGated(t, &http.Server{Handler: h, ReadHeaderTimeout: rht}, fast)
 			c, err := net.Dial("tcp", front)
 			if err != nil {
 				t.Fatal(err)
 			}
-			io.WriteString(c, "GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
-			<-held
+			io.WriteString(c, "GET /held HTTP/1.1\r\nHost: x\r\n\r\n") // whole before the server accepts it (see gatedListener)
+			let()
+			select {
+			case <-held:
+			case <-time.After(time.Minute): // a bound, not a threshold: the test fails if it is reached
+				t.Fatal("the request never reached the handler")
+			}
 			c.Close()
 			if !<-gone {
 				t.Errorf("the client closed its connection while its request was held past ReadHeaderTimeout: the watched context was never cancelled")
