@@ -44,8 +44,8 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 //   - what the server asked for: Retry-After (seconds or an HTTP date, read
 //     against the answer's Date), else the largest t of the RateLimit
 //     field's exhausted (r=0) limits (the IETF httpapi draft's field, as
-//     SetHeaders writes it), else RateLimit-Reset or X-RateLimit-Reset (see
-//     ServerWait); else
+//     SetHeaders writes it; or the draft 07 form's reset when remaining=0),
+//     else RateLimit-Reset or X-RateLimit-Reset (see ServerWait); else
 //   - an exponential back-off with full jitter: a random wait in
 //     [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)) before retry n.
 //

@@ -15,7 +15,9 @@ import (
 //     answer's Date field when it has a valid one (the server's clock, as
 //     the date was written by it), else against now;
 //   - the RateLimit field (the IETF httpapi draft's): the largest t of its
-//     items whose r is 0;
+//     items whose r is 0; or, in the draft's version 07 form, a Dictionary
+//     such as "limit=100, remaining=0, reset=30", reset when remaining is
+//     0;
 //   - RateLimit-Reset, the draft's earlier field: seconds;
 //   - X-RateLimit-Reset: below 10⁹, seconds; from 10⁹ on (2001 and later),
 //     a Unix time in seconds, read against Date as a date is. A fraction
@@ -42,6 +44,9 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	}
 	if vs := h.Values(HeaderRateLimit); len(vs) > 0 {
 		if wait, ok := RateLimitReset(vs...); ok {
+			return wait, true
+		}
+		if wait, ok := draft7Reset(vs); ok {
 			return wait, true
 		}
 	}
@@ -231,6 +236,44 @@ func RateLimitReset(fields ...string) (wait time.Duration, ok bool) {
 		}
 	}
 	return wait, ok
+}
+
+// draft7Reset reads the RateLimit field of the draft's version 07, an RFC
+// 9651 Dictionary such as `limit=100, remaining=0, reset=30` (several
+// field lines are one dictionary, a key given again replaces its value):
+// reset, in seconds, when remaining is 0. Members that are not key=value
+// (a later draft's list items) are skipped; a value that is not a
+// non-negative integer makes its key absent.
+func draft7Reset(fields []string) (wait time.Duration, ok bool) {
+	remaining, reset := int64(-1), int64(-1)
+	for _, f := range fields {
+		for len(f) > 0 {
+			end := skipValue(f, 0)
+			member := f[:end]
+			for end < len(f) && f[end] != ',' { // the member's parameters
+				end = skipValue(f, end+1)
+			}
+			f = f[min(end+1, len(f)):]
+			k, v, isPair := strings.Cut(member, "=")
+			if !isPair {
+				continue
+			}
+			n, err := strconv.ParseInt(trimSpace(v), 10, 64)
+			if err != nil || n < 0 {
+				n = -1
+			}
+			switch trimSpace(k) {
+			case "remaining":
+				remaining = n
+			case "reset":
+				reset = n
+			}
+		}
+	}
+	if remaining != 0 || reset < 0 {
+		return 0, false
+	}
+	return seconds(uint64(reset)), true
 }
 
 // skipSFItem consumes one list member of s (up to a comma outside a quoted

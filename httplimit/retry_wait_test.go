@@ -210,3 +210,45 @@ func TestServerWaitFarDates(t *testing.T) {
 		}
 	}
 }
+
+// The RateLimit field of the draft's version 07 (2023), an RFC 9651
+// Dictionary such as `limit=100, remaining=0, reset=30`, which many
+// servers still send: reset is the wait when remaining is 0.
+func TestServerWaitDraft7(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		header map[string]string
+		want   time.Duration
+		ok     bool
+	}{
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=30"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit": "limit=100,remaining=0,reset=30"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit": "reset=30, remaining=0"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=0"}, 0, true},
+		{map[string]string{"RateLimit": "limit=100, remaining=5, reset=30"}, 0, false},
+		{map[string]string{"RateLimit": "limit=100, reset=30"}, 0, false},
+		{map[string]string{"RateLimit": "limit=100, remaining=0"}, 0, false},
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=-3"}, 0, false},
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=1.5"}, 0, false},
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=30", "Retry-After": "7"}, 7 * time.Second, true},
+		{map[string]string{"RateLimit": "limit=100, remaining=0, reset=30", "RateLimit-Reset": "9"}, 30 * time.Second, true},
+		{map[string]string{"RateLimit": "limit=100, remaining=3, reset=30", "RateLimit-Reset": "9"}, 9 * time.Second, true},
+		// A draft-11 list is not read as a dictionary, nor the reverse.
+		{map[string]string{"RateLimit": `"remaining";r=1;t=30`}, 0, false},
+		{map[string]string{"RateLimit": `"api";r=0;t=4`}, 4 * time.Second, true},
+	}
+	for _, tc := range tests {
+		h := http.Header{}
+		for k, v := range tc.header {
+			h.Set(k, v)
+		}
+		if got, ok := httplimit.ServerWait(h, now); got != tc.want || ok != tc.ok {
+			t.Errorf("ServerWait(%v) = %v, %v; want %v, %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+	// Two field lines are one dictionary.
+	h := http.Header{"Ratelimit": {"limit=100, remaining=0", "reset=12"}}
+	if got, ok := httplimit.ServerWait(h, now); got != 12*time.Second || !ok {
+		t.Errorf("ServerWait(%v) = %v, %v; want 12s, true", h, got, ok)
+	}
+}
