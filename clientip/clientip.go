@@ -12,7 +12,11 @@
 //     are trusted too; the first untrusted address is the client. Several
 //     X-Forwarded-For header lines count as one list, in order.
 //  3. Without X-Forwarded-For, the for= parameters of the Forwarded header
-//     are walked the same way.
+//     are walked the same way. A request with both is read by its
+//     X-Forwarded-For alone, so a trusted proxy that writes only Forwarded
+//     must drop or overwrite the X-Forwarded-For a client sends:
+//     otherwise that header reaches the Resolver as the client wrote it,
+//     and the client picks its own address.
 //  4. When the walk meets a hop it cannot read (garbage, "unknown", an
 //     obfuscated identifier such as "_hidden", an element without for=),
 //     it stops and answers the nearest address it knows: the last trusted
@@ -21,7 +25,8 @@
 //  5. When every hop is trusted, the leftmost is the answer.
 //
 // Addresses are returned without zone, and IPv4-mapped IPv6 addresses as
-// IPv4. ClientIP returns the full address (it is what X-Forwarded-For
+// IPv4; a trusted prefix in IPv4-mapped form (::ffff:10.0.0.0/104) trusts
+// the IPv4 addresses it maps (10.0.0.0/8). ClientIP returns the full address (it is what X-Forwarded-For
 // carries upstream); a rate-limit key counts a prefix of it (Prefixes): by
 // default an IPv6 client's /64, since one host usually holds a whole /64.
 //
@@ -39,7 +44,8 @@ import (
 )
 
 // Resolver finds client addresses. Trusted lists the proxies whose
-// forwarding headers are believed. The zero value trusts nobody and
+// forwarding headers are believed; an IPv4 proxy may be listed in either
+// form, 10.0.0.0/8 or ::ffff:10.0.0.0/104. The zero value trusts nobody and
 // returns the connection's address. A Resolver is safe for concurrent use
 // as long as Trusted is not modified.
 type Resolver struct {
@@ -65,11 +71,22 @@ func (r Resolver) ClientIP(req *http.Request) netip.Addr {
 	return peer
 }
 
-// trusted reports whether a lies within a trusted prefix.
+// trusted reports whether a lies within a trusted prefix. a is unmapped
+// (see normalize), so an IPv4 address also matches a prefix written in
+// IPv4-mapped form, ::ffff:10.0.0.0/104, as the IPv4 prefix it stands for
+// (10.0.0.0/8); an IPv6 prefix that merely covers the mapped range, such
+// as ::/0, does not make IPv4 addresses trusted.
 func (r Resolver) trusted(a netip.Addr) bool {
 	for _, p := range r.Trusted {
 		if p.Contains(a) {
 			return true
+		}
+	}
+	if a.Is4() {
+		for _, p := range r.Trusted {
+			if p.Addr().Is4In6() && p.Bits() >= 96 && netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Contains(a) {
+				return true
+			}
 		}
 	}
 	return false

@@ -257,3 +257,31 @@ func ExampleResolver_ClientIP() {
 	// 198.51.100.7
 	// 203.0.113.9
 }
+
+// A trusted prefix written in IPv4-mapped IPv6 form (::ffff:10.0.0.0/104,
+// as a dual-stack listener shows a peer: [::ffff:10.0.0.7]:port) trusts
+// the IPv4 addresses it maps, as addresses are compared unmapped; an IPv6
+// prefix that merely contains the mapped range (::/0) trusts no IPv4
+// address.
+func TestTrustedMappedPrefix(t *testing.T) {
+	mapped := Resolver{Trusted: prefixes("::ffff:10.0.0.0/104", "::ffff:192.168.1.7/128")}
+	tests := []struct {
+		name string
+		r    Resolver
+		req  *http.Request
+		want string
+	}{
+		{"IPv4 peer in a mapped prefix", mapped, req("10.0.0.1:5555", "X-Forwarded-For: 198.51.100.7"), "198.51.100.7"},
+		{"mapped peer in a mapped prefix", mapped, req("[::ffff:10.0.0.1]:5555", "X-Forwarded-For: 198.51.100.7"), "198.51.100.7"},
+		{"mapped single address", mapped, req("192.168.1.7:5555", "X-Forwarded-For: 198.51.100.7"), "198.51.100.7"},
+		{"trusted hops in a mapped prefix skipped", mapped, req("10.0.0.1:5555", "X-Forwarded-For: 198.51.100.7, 10.2.3.4"), "198.51.100.7"},
+		{"Forwarded through a mapped prefix", mapped, req("10.0.0.1:5555", "Forwarded: for=198.51.100.8"), "198.51.100.8"},
+		{"outside the mapped prefix", mapped, req("11.0.0.1:5555", "X-Forwarded-For: 198.51.100.7"), "11.0.0.1"},
+		{"::/0 trusts no IPv4 peer", Resolver{Trusted: prefixes("::/0")}, req("10.0.0.1:5555", "X-Forwarded-For: 198.51.100.7"), "10.0.0.1"},
+	}
+	for _, tt := range tests {
+		if got := tt.r.ClientIP(tt.req); got != netip.MustParseAddr(tt.want) {
+			t.Errorf("%s: ClientIP(RemoteAddr %q, %v) with trusted %v = %v, want %v", tt.name, tt.req.RemoteAddr, tt.req.Header, tt.r.Trusted, got, tt.want)
+		}
+	}
+}
