@@ -89,7 +89,8 @@ type Resetter interface {
 // Refunder is an optional method of a Store, for giving units back: work
 // that was counted and then not done, such as a request admitted by some
 // rules and then dropped (a queue that refused it), or Envoy's negative
-// hits. memstore and redisstore implement it.
+// hits. memstore and redisstore implement it, and the fleet decorators
+// over them.
 //
 // Refund gives back r.Cost units of r.Limit's allowance to
 // r.Namespace+r.Key at r.Now, as Algorithm.Refund says per algorithm:

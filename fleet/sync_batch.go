@@ -158,6 +158,12 @@ func (s *Sync) Forget(match func(namespace, key string) bool) error {
 		}
 	}
 	s.mu.Unlock()
+	return s.letGo(gone)
+}
+
+// letGo sends the hits not yet sent of the entries gone, in one batch,
+// and lets them go (see Forget). The caller holds the flushing token.
+func (s *Sync) letGo(gone []*syncEntry) error {
 	var ops []redisstore.SyncOp
 	var sent []*syncEntry
 	for _, e := range gone {

@@ -1,0 +1,158 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The decorators give units back (sluice.Refunder) through the store they
+// wrap, which holds the counts: Sync sends the key's hits not yet sent
+// first and lets its view go; Lease gives back the units it holds for
+// the key first, so that its next request asks the store; the OverLimitCache
+// drops the key's remembered refusal; the Fallback gives back where it
+// decides. Over a store without Refund they give nothing back and return
+// an error wrapping errors.ErrUnsupported.
+var (
+	_ sluice.Refunder = (*Sync)(nil)
+	_ sluice.Refunder = (*Lease)(nil)
+	_ sluice.Refunder = (*OverLimitCache)(nil)
+	_ sluice.Refunder = (*Fallback)(nil)
+)
+
+// refunderOf returns s's Refund, or an error wrapping
+// errors.ErrUnsupported naming the decorator (who) when s has none.
+func refunderOf(s sluice.Store, who string, r *sluice.Request) (sluice.Refunder, error) {
+	if rf, ok := s.(sluice.Refunder); ok {
+		return rf, nil
+	}
+	return nil, fmt.Errorf("fleet: %s: refund %q: the store behind it (%T): %w", who, r.Key, s, errors.ErrUnsupported)
+}
+
+// Refund gives r.Cost units back to r's key in the shared store
+// (sluice.Refunder). For a key Sync decides locally, the key's hits not
+// yet sent go first, in a batch of their own (else the shared store
+// could find less to give back than the instance counted), and the key's
+// view is let go: its next decision reads the key again (a cold
+// decision, in the shared store), so this instance sees the units back
+// at once; other instances see them at their next read of the key,
+// within two intervals, as they see each other's hits. If that batch
+// fails, its hits are sent again with the next one, and the refund may
+// then find less to give back.
+func (s *Sync) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	rf, err := refunderOf(s.inner, "sync", &r)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	if s.applies(&r) {
+		if _, err := check(&r); err != nil {
+			return sluice.Decision{}, fmt.Errorf("fleet: sync: refund %q: %w", r.Key, err)
+		}
+		s.forgetKey(keyOf(&r))
+	}
+	return rf.Refund(ctx, r)
+}
+
+// forgetKey is Forget for one key: its hits not yet sent go in a batch,
+// and its entry goes. The batch's error is not returned: its hits go
+// again with the next batch.
+func (s *Sync) forgetKey(k nsKey) {
+	if s.closed.Load() {
+		return
+	}
+	s.flushing <- struct{}{}
+	defer func() { <-s.flushing }()
+	s.mu.Lock()
+	e := s.keys[k]
+	s.mu.Unlock()
+	if e != nil {
+		_ = s.letGo([]*syncEntry{e})
+	}
+}
+
+// Refund gives r.Cost units back to r's key in the shared store
+// (sluice.Refunder), where the units the instance spent were counted.
+// The units the instance holds for the key go back first (as before a
+// report it charges there), so that its next request reserves again and
+// sees the store's state after the refund: its figures, and its note that
+// the store had nothing left, would otherwise be the last grant's.
+func (l *Lease) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	rf, err := refunderOf(l.inner, "lease", &r)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	if !l.applies(&r) {
+		return rf.Refund(ctx, r)
+	}
+	if _, err := check(&r); err != nil {
+		return sluice.Decision{}, fmt.Errorf("fleet: lease: refund %q: %w", r.Key, err)
+	}
+	l.mu.Lock()
+	e := l.keys[keyOf(&r)]
+	l.mu.Unlock()
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.dead.Load() {
+			if err := l.giveUp(ctx, e, r.Now); err != nil {
+				return sluice.Decision{}, fmt.Errorf("fleet: lease: refund %q: %w", r.Key, err)
+			}
+		}
+	}
+	return rf.Refund(ctx, r)
+}
+
+// Refund gives r.Cost units back to r's key in the store
+// (sluice.Refunder) and forgets the key's remembered refusal, so that
+// the cache never refuses what the store would now admit. A refusal
+// asked for before the refund and remembered after it is dropped too (as
+// for Reset). Only this cache forgets: another instance's cache in front
+// of the same store still refuses the key until the RetryAfter it
+// remembered.
+func (c *OverLimitCache) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	rf, err := refunderOf(c.inner, "over-limit cache", &r)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	d, err := rf.Refund(ctx, r)
+	// Forgotten whatever the store answered: a refund that failed may
+	// have been given back, and dropping a refusal is always safe.
+	k := olKey{ns: r.Namespace, key: r.Key, alg: r.Algorithm, limit: r.Limit}
+	sh := c.shard(&k)
+	sh.mu.Lock()
+	c.resets.Add(1)
+	if _, ok := sh.m[k]; ok {
+		delete(sh.m, k)
+		sh.dels++
+	}
+	sh.mu.Unlock()
+	if err != nil {
+		c.failed(ctx, err)
+	}
+	return d, err
+}
+
+// Refund gives r.Cost units back where the Fallback decides
+// (sluice.Refunder): in the shared store, or in local mode in memory, at
+// the local share. A refund the shared store cannot make is not made in
+// memory (the units were counted in the store): it returns the store's
+// error, and the Fallback moves to local mode as for a Take. In store
+// mode over a store without Refund, the error wraps
+// errors.ErrUnsupported.
+func (f *Fallback) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if f.Mode() == ModeStore {
+		rf, err := refunderOf(f.primary, "fallback", &r)
+		if err != nil {
+			return sluice.Decision{}, err
+		}
+		d, err := rf.Refund(ctx, r)
+		if err != nil {
+			f.failed(ctx, err)
+		}
+		return d, err
+	}
+	r.Limit = LocalLimit(r.Limit, int(f.n))
+	return f.local.Refund(ctx, r)
+}
