@@ -22,6 +22,11 @@ type GRPCConfig struct {
 	// service's SHADOW_MODE: every limit is counted and reported, none
 	// denies. Default false.
 	ShadowMode bool `yaml:"shadow_mode"`
+	// QuotaMode puts the whole service in quota mode, as the reference
+	// service's QUOTA_MODE: every descriptor is decided as one with
+	// quota_mode, a request being over the limit only when all its
+	// descriptors are. Default false.
+	QuotaMode bool `yaml:"quota_mode"`
 	// OnError is what the service answers when the store cannot decide:
 	// "" (default) answers as store.on_error says (allow: OK, deny:
 	// OVER_LIMIT); "unavailable" answers gRPC UNAVAILABLE (503 on /json),

@@ -92,6 +92,7 @@ func (d *Daemon) newRLS(cfg *config.Config) (*server.RLS, error) {
 		Metrics:      d.metrics,
 		Headers:      cfg.GRPC.ResponseHeaders,
 		Shadow:       cfg.GRPC.ShadowMode,
+		Quota:        cfg.GRPC.QuotaMode,
 		Unavailable:  cfg.GRPC.OnError == config.GRPCOnErrorUnavailable,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,

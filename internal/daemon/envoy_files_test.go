@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,5 +83,25 @@ func TestEnvoyMergeDomains(t *testing.T) {
 		if r := ed.ask("d", entries(key, "x")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != want {
 			t.Errorf("merged domain, key %s: %v, want %d a minute", key, r.Statuses[0], want)
 		}
+	}
+}
+
+// TestEnvoyGlobalQuotaMode: grpc.quota_mode puts every descriptor in
+// quota mode: a user over its limit is let through while the region
+// descriptor of the same request is under its own.
+func TestEnvoyGlobalQuotaMode(t *testing.T) {
+	ed := startEnvoyDaemon(t, "  quota_mode: true\n") // inside the grpc: block
+	for i := range 4 {
+		r := ed.ask("shop", entries("tenant", "t", "user", "u"), entries("region", "eu"))
+		wantUser := rlsv3.RateLimitResponse_OK
+		if i == 3 {
+			wantUser = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].Code != wantUser || r.Statuses[1].Code != rlsv3.RateLimitResponse_OK {
+			t.Errorf("call %d, user limit 3, region 100: %v, statuses %v; want OK overall, user %v", i+1, r.OverallCode, r.Statuses, wantUser)
+		}
+	}
+	if r := ed.ask("shop", entries("tenant", "t", "user", "u")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("the user alone, over: %v, want OVER_LIMIT (every quota descriptor over)", r.OverallCode)
 	}
 }

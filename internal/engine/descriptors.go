@@ -22,11 +22,20 @@ type Descriptor struct {
 	// Shadow decides the descriptor as one with shadow_mode whatever its
 	// rule says (the service's global shadow mode).
 	Shadow bool
+	// Quota decides the descriptor as one with quota_mode whatever its
+	// rule says (the service's global quota mode). With it, a descriptor
+	// without a rule is one of the request's quota descriptors that is
+	// never over, as in the reference service.
+	Quota bool
 }
 
 // shadow reports whether d never denies: its rule's shadow_mode, or the
 // service's.
 func (d *Descriptor) shadow() bool { return d.Shadow || d.Rule.Shadow }
+
+// quota reports whether d denies only with every quota descriptor of the
+// request: its rule's quota_mode, or the service's.
+func (d *Descriptor) quota() bool { return d.Quota || (d.Rule != nil && d.Rule.Quota) }
 
 // DescriptorStatus is what one descriptor decided.
 type DescriptorStatus struct {
@@ -85,12 +94,17 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		st[i] = DescriptorStatus{}
 		r := ds[i].Rule
 		switch {
-		case r == nil || r.Unlimited:
+		case r == nil:
+			if ds[i].Quota {
+				quotas++ // never over, as the reference service counts it
+			}
+			continue
+		case r.Unlimited:
 			continue
 		case r.RequestsPerUnit == 0:
 			st[i].Over = true
 			switch {
-			case r.Quota:
+			case ds[i].quota():
 				quotas++
 				if !ds[i].shadow() {
 					quotaOver++
@@ -103,7 +117,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		// A quota descriptor in shadow mode is one of the request's quota
 		// descriptors that is never over (it answers OK), as in the
 		// reference service: while one applies, the quotas do not deny.
-		if r.Quota {
+		if ds[i].quota() {
 			quotas++
 		}
 		if r.Report {
@@ -125,10 +139,9 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		for j, i := range reports {
 			d := a.ds[j]
 			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
-			r := ds[i].Rule
 			switch {
 			case d.Allowed || ds[i].shadow():
-			case r.Quota:
+			case ds[i].quota():
 				quotaOver++
 			default:
 				hard = true
@@ -160,11 +173,10 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			if d.Allowed {
 				continue
 			}
-			r := ds[i].Rule
 			switch {
 			case ds[i].shadow():
 				soft++
-			case r.Quota:
+			case ds[i].quota():
 				over++
 				soft++
 			default:

@@ -64,6 +64,11 @@ type RLSOptions struct {
 	// its limit still says OVER_LIMIT. A store failure is still answered
 	// as on_error says.
 	Shadow bool
+	// Quota puts the whole service in quota mode (the reference service's
+	// QUOTA_MODE): every descriptor is decided as one with quota_mode, a
+	// request being over the limit only when all its descriptors are (one
+	// without a limit counting as one under it).
+	Quota bool
 	// Unavailable answers gRPC UNAVAILABLE (and 503 on /json) when the
 	// store cannot decide, instead of the engine's on_error answer, so
 	// that Envoy's failure_mode_deny decides.
@@ -178,6 +183,13 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		}
 	} else {
 		s.envoy.UnknownDomain()
+	}
+	if s.o.Quota {
+		// Every descriptor, one without a limit included (never over), as
+		// the reference service's QUOTA_MODE counts them.
+		for i := range ds {
+			ds[i].Quota = true
+		}
 	}
 	res := s.o.Engine().DecideDescriptors(ctx, ds, st)
 	if res.Err != nil { // the client went away before the store answered
@@ -317,7 +329,7 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		// fraction would send clients back before the window ends.
 		ss.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(untilReset(r, d, now))}
 		if withHeaders {
-			pick.add(i, r, resp.Statuses, st)
+			pick.add(i, r.Quota || s.o.Quota, resp.Statuses, st)
 		}
 	}
 	if tight := pick.index(); tight >= 0 {

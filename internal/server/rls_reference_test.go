@@ -161,3 +161,40 @@ descriptors:
 		}
 	}
 }
+
+// TestGlobalQuotaMode: with the service in quota mode (the reference
+// service's QUOTA_MODE), every descriptor is decided as one with
+// quota_mode: a request is over the limit only when all its descriptors
+// are. As in the reference, a descriptor without a limit (no match,
+// replaced) is one of them that is never over; an unlimited one is not.
+func TestGlobalQuotaMode(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+`), envOpts{quota: true, headers: true})
+			e.expect(t, "a and b under", []string{"O:OO"}, "p", desc("a", "x"), desc("b", "x"))
+			e.expect(t, "a over, b under", []string{"O:XO"}, "p", desc("a", "x"), desc("b", "y"))
+			if got := e.remaining(t, "p", "b", "y"); got != 0 {
+				t.Errorf("b=y remaining = %d, want 0: counted by the request it admitted", got)
+			}
+			r := e.expect(t, "a and b over", []string{"X:XX"}, "p", desc("a", "x"), desc("b", "y"))
+			var retry bool
+			for _, h := range r.ResponseHeadersToAdd {
+				retry = retry || h.Key == "Retry-After"
+			}
+			if !retry {
+				t.Errorf("a and b over: headers %v, want a Retry-After", r.ResponseHeadersToAdd)
+			}
+			e.expect(t, "a over with a descriptor matching nothing", []string{"O:XO"}, "p", desc("a", "x"), desc("none", "z"))
+			e.expect(t, "a over with an unlimited descriptor", []string{"X:XO"}, "p", desc("a", "x"), desc("free", "z"))
+			e.expect(t, "a over alone", []string{"X:X"}, "p", desc("a", "x"))
+		})
+	}
+}

@@ -103,6 +103,7 @@ type envOpts struct {
 	unavailable bool
 	headers     bool
 	shadow      bool
+	quota       bool
 	now         func() time.Time                   // nil: always tMid
 	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
 	grpc        server.GRPCOptions
@@ -127,7 +128,7 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	box := &setBox{s: set}
 	rls, err := server.NewRLS(server.RLSOptions{
 		Engine: func() *engine.Engine { return eng }, Descriptors: box.get, Metrics: m,
-		Headers: o.headers, Unavailable: o.unavailable, Shadow: o.shadow, Now: o.now,
+		Headers: o.headers, Unavailable: o.unavailable, Shadow: o.shadow, Quota: o.quota, Now: o.now,
 	})
 	if err != nil {
 		t.Fatal(err)

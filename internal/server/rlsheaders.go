@@ -11,7 +11,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
@@ -27,14 +26,14 @@ type headerPick struct {
 	hardWait, quotaWait time.Duration
 }
 
-func (p *headerPick) add(i int, r *descriptors.Rule, ss []*rlsv3.RateLimitResponse_DescriptorStatus, st []engine.DescriptorStatus) {
+func (p *headerPick) add(i int, quota bool, ss []*rlsv3.RateLimitResponse_DescriptorStatus, st []engine.DescriptorStatus) {
 	a := ss[i]
 	over := a.Code == rlsv3.RateLimitResponse_OVER_LIMIT
-	if r.Quota {
+	if quota {
 		p.quotas++
 	}
 	switch {
-	case over && r.Quota:
+	case over && quota:
 		p.quotasOver++
 		if w := retryWait(a, st[i].Decision); p.quota == 0 || w < p.quotaWait {
 			p.quota, p.quotaWait = i+1, w
