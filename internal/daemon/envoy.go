@@ -176,21 +176,24 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 // is, when the Redis user's ACL lacks a command that set needs (shards:
 // auto, see redisNeeds), or when the fleet cannot route its rules.
 func (d *Daemon) useDescriptors(old *generation, set *descriptors.Set) error {
-	var needs []redisstore.Need
-	if d.lazy != nil {
-		// As in apply: a connection to Redis made meanwhile waits, then
-		// checks the needs left in force.
-		defer d.lazy.hold()()
-		needs = redisNeeds(old.cfg, set, redisPrefix(old.cfg))
-		if err := d.lazy.check(context.Background(), needs); err != nil {
-			return fmt.Errorf("daemon: descriptors: store.redis: %w; %s", err, refusalHint(err))
-		}
-	}
 	var rt *routes
 	if d.fleet != nil {
 		var err error
 		if rt, err = d.fleet.prepare(old.rules, set); err != nil {
 			return err
+		}
+	}
+	var needs []redisstore.Need
+	if d.lazy != nil {
+		// As in apply: asked last, a connection to Redis made meanwhile
+		// waits, then checks the needs left in force.
+		defer d.lazy.hold()()
+		needs = redisNeeds(old.cfg, set, redisPrefix(old.cfg))
+		if err := d.lazy.check(context.Background(), needs); err != nil {
+			if rt != nil {
+				d.fleet.discard()
+			}
+			return fmt.Errorf("daemon: descriptors: store.redis: %w; %s", err, refusalHint(err))
 		}
 	}
 	gen := *old

@@ -190,17 +190,32 @@ func (f *fleetStore) prepare(set *rules.Set, descs *descriptors.Set) (*routes, e
 		}
 	})
 	if err != nil {
-		closeSyncs, closeLeases := f.unusedLocked(f.routes.Load())
-		now := f.now()
-		for s := range closeSyncs {
-			s.Close() // new: nothing to hand back, nothing counted
-		}
-		for l := range closeLeases {
-			l.CloseAt(now)
-		}
+		f.discardLocked()
 		return nil, err
 	}
 	return newRoutes(modes), nil
+}
+
+// discard closes the decorators prepare built for routes that are not put
+// in force after all (a reload refused once they were prepared).
+func (f *fleetStore) discard() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.discardLocked()
+}
+
+// discardLocked is discard with f.mu held: the decorators the routes in
+// force do not use were built by prepare since, and have nothing to hand
+// back, nothing counted.
+func (f *fleetStore) discardLocked() {
+	closeSyncs, closeLeases := f.unusedLocked(f.routes.Load())
+	now := f.now()
+	for s := range closeSyncs {
+		s.Close()
+	}
+	for l := range closeLeases {
+		l.CloseAt(now)
+	}
 }
 
 // use puts next in force and retires what the routes it replaces used and

@@ -102,24 +102,28 @@ func (d *Daemon) apply(data []byte) error {
 			return fmt.Errorf("daemon: reload: %w", err)
 		}
 	}
-	var needs []redisstore.Need
-	if d.lazy != nil {
-		// A rule may bring a feature whose commands the user's ACL
-		// lacks (redisNeeds): refused, as at startup. A connection to
-		// Redis made before the reload is decided waits for it, then
-		// checks the needs it left in force (see lazyRedis.connect).
-		defer d.lazy.hold()()
-		descs, _ := LoadDescriptors(cfg) // an error is told when the rules are built
-		needs = redisNeeds(cfg, descs, redisPrefix(cfg))
-		if err := d.lazy.check(context.Background(), needs); err != nil {
-			return fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))
-		}
-	}
 	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
 	var rt *routes
 	if err == nil && d.fleet != nil {
 		rt, err = d.fleet.prepare(gen.rules, gen.descs)
+	}
+	var needs []redisstore.Need
+	if err == nil && d.lazy != nil {
+		// A rule may bring a feature whose commands the user's ACL
+		// lacks (redisNeeds): refused, as at startup. Asked last, as
+		// nothing else can refuse the reload after it: the check that
+		// passes makes these the needs /readyz checks. A connection to
+		// Redis made before the reload is decided waits for it, then
+		// checks the needs it left in force (see lazyRedis.connect).
+		defer d.lazy.hold()()
+		needs = redisNeeds(cfg, gen.descs, redisPrefix(cfg))
+		if err = d.lazy.check(context.Background(), needs); err != nil {
+			err = fmt.Errorf("daemon: reload: store.redis: %w; %s", err, refusalHint(err))
+			if rt != nil {
+				d.fleet.discard()
+			}
+		}
 	}
 	if err != nil {
 		// The new engine made hot-key summaries and decision counters

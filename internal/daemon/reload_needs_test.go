@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // A reload refused after the ACL needs of its config were taken (here over
@@ -105,5 +108,79 @@ func TestDescriptorReloadChecksRedisNeeds(t *testing.T) {
 	}
 	if !autoInForce() {
 		t.Errorf("after the descriptor reload, the shards: auto descriptor is not in force")
+	}
+}
+
+// A reload refused after its ACL check passed (here over a broken
+// descriptor file, found when the rules are built) leaves the needs that
+// /readyz checks those of the config in force. The check made them the
+// store's as soon as it passed: a deploy that dropped the defer rule and
+// was refused left /readyz ready while the defer rule still in force
+// failed NOPERM (its commands no longer checked), and one that added a
+// defer rule made /readyz fail for a rule never in force.
+func TestRefusedReloadKeepsReadyzNeeds(t *testing.T) {
+	rs := redistest.StartServer(t)
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "deferer", "on", ">pw", "~sluice:*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	desc := filepath.Join(dir, "ratelimit.yaml")
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	broken := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n"
+	grpc := "grpc: {listen: 127.0.0.1:0, config: [ratelimit.yaml]}\n"
+	path := filepath.Join(dir, "sluice.yaml")
+	write(desc, good)
+	write(path, needsConfig([]string{rs.Addr}, false, "deferer", "defer")+grpc)
+	td := startDaemonFile(t, path)
+	ping := func() error { return td.d.lazy.Ping(context.Background()) }
+	if err := ping(); err != nil {
+		t.Fatalf("Ping with the ACL allowing all: %v", err)
+	}
+
+	// A deploy that drops the defer rule and breaks the descriptor file:
+	// refused, the defer rule stays in force.
+	write(desc, broken)
+	write(path, needsConfig([]string{rs.Addr}, false, "deferer")+grpc)
+	if err := td.d.Reload(); err == nil || !strings.Contains(err.Error(), "fortnight") {
+		t.Fatalf("reload with a broken descriptor file: %v; want it refused over the file", err)
+	}
+	if td.d.engine().Rules().Rule("jobs") == nil {
+		t.Fatal("after the refused reload, rule jobs is no longer in force")
+	}
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "deferer", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(); !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), "XREADGROUP") {
+		t.Errorf("Ping once the ACL lacks XREADGROUP, the defer rule in force: %v; want ErrAuth naming XREADGROUP", err)
+	}
+
+	// The other way: in force without the defer rule, a refused reload
+	// that adds it leaves /readyz blind to XREADGROUP.
+	write(desc, good)
+	if err := td.d.Reload(); err != nil {
+		t.Fatalf("reload dropping the defer rule: %v", err)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("Ping without the defer rule in force: %v", err)
+	}
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "deferer", "+xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	write(desc, broken)
+	write(path, needsConfig([]string{rs.Addr}, false, "deferer", "defer")+grpc)
+	if err := td.d.Reload(); err == nil || !strings.Contains(err.Error(), "fortnight") {
+		t.Fatalf("reload adding the defer rule with a broken descriptor file: %v; want it refused over the file", err)
+	}
+	if _, err := redistest.Do(rs.Addr, "ACL", "SETUSER", "deferer", "-xreadgroup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(); err != nil {
+		t.Errorf("Ping once the ACL lacks XREADGROUP, no defer rule in force: %v; want nil", err)
 	}
 }
