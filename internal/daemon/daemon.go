@@ -211,7 +211,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 		if w := d.watcher; w != nil {
 			d.reloader.writing = func() bool { writing, _ := w.writing(); return writing }
 		}
-		d.reloader.named = d.namedDigest
+		d.reloader.named, d.reloader.namedWriting = d.namedDigest, d.namedWriting
 	}
 	if cfg.GRPC != nil {
 		// The descriptor files are watched whether or not the main config

@@ -226,9 +226,10 @@ func (d *Daemon) watchDescriptors(ctx context.Context, wg *sync.WaitGroup) {
 		// A config change refused over a broken descriptor file is tried
 		// again first, once the descriptors load and differ: applied, it
 		// brings them with it, rather than the fix landing alone over the
-		// old config.
-		if d.reloader != nil && d.descriptorsChanged() {
-			d.reloader.retryFailed()
+		// old config. So is one put off while a descriptor file was
+		// being written.
+		if d.reloader != nil {
+			d.reloader.retry(d.descriptorsChanged)
 		}
 		d.reloadDescriptors()
 	})

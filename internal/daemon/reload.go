@@ -30,7 +30,8 @@ type ReloadResult struct {
 	// writer closes it (or after maxWriteWait). The reloads of the watcher
 	// wait, and so do those a change to a file the config names (a
 	// certificate, the token, a descriptor file) triggers; Reload
-	// (SIGHUP) reads the file as it is.
+	// (SIGHUP) reads the file as it is. The same while one of the files
+	// the config names is being written in place.
 	Writing bool
 	// Missing reports that the file was not there (as while a tool
 	// replaces it by deleting it first, or a ConfigMap's ..data swap to a
@@ -392,4 +393,18 @@ func (d *Daemon) namedDigest() [sha256.Size]byte {
 		paths = append(paths, cfg.GRPC.Config...)
 	}
 	return filesDigest(slices.DeleteFunc(paths, func(p string) bool { return p == "" }))
+}
+
+// namedWriting reports whether one of the files of namedDigest is being
+// written in place (see configWatcher.writing): a reload then waits.
+func (d *Daemon) namedWriting() bool {
+	for _, w := range []*configWatcher{d.certWatcher, d.tokenWatcher, d.descWatcher} {
+		if w == nil {
+			continue
+		}
+		if writing, _ := w.writing(); writing {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -164,5 +165,63 @@ func TestTokenRotatedWhileConfigMissing(t *testing.T) {
 	}
 	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
 		t.Errorf("with the rotated token: %d, want 200", got)
+	}
+}
+
+// TestConfigReloadWaitsForNamedWriter: a config change that comes while a
+// file it names (here a descriptor file) is being written in place waits
+// for that writer as well: the reload reads the descriptor files, and
+// used to apply the part written so far as the whole domain, with the new
+// config, until the writer closed the file. Once it has, the two apply.
+func TestConfigReloadWaitsForNamedWriter(t *testing.T) {
+	const (
+		head = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+		k2   = "  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+		conf = "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [rl/d.yaml]\nrules:\n  - {name: keep, rate: %s}\n"
+	)
+	dir := t.TempDir()
+	mustMkdir(t, filepath.Join(dir, "rl"))
+	file := filepath.Join(dir, "rl", "d.yaml")
+	mustWrite(t, file, head+k2)
+	path := filepath.Join(dir, "sluice.yaml")
+	mustWrite(t, path, fmt.Sprintf(conf, "3/m"))
+	td := startDaemonFile(t, path)
+
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(head); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.nextAttempt(); !r.Writing {
+		t.Fatalf("descriptor file half-written and open: %+v, want its reload put off (Writing)", r)
+	}
+	replaceFile(t, path, fmt.Sprintf(conf, "5/m"))
+	for {
+		r := td.nextAttempt()
+		if !r.Writing {
+			t.Fatalf("config change while a descriptor file is being written: %+v, want it put off (Writing)", r)
+		}
+		if strings.Contains(td.logs.String(), "a file the config names is being written in place") {
+			break
+		}
+	}
+	if got, rate := td.d.descriptorSet().Rules(), td.d.Config().Rules[0].Rate; got != 2 || rate != "3/m" {
+		t.Fatalf("while the descriptor file is being written: %d limits and rate %s in force, want the 2 and 3/m of before", got, rate)
+	}
+
+	if _, err := f.WriteString(k2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the config change applied once the descriptor file is whole", func() bool {
+		return td.d.Config().Rules[0].Rate == "5/m"
+	})
+	if got := td.d.descriptorSet().Rules(); got != 2 {
+		t.Errorf("limits in force with the new config: %d, want 2", got)
 	}
 }

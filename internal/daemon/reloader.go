@@ -27,6 +27,9 @@ type reloader struct {
 	// named digests the other files a reload reads (Daemon.namedDigest);
 	// nil: a refused config is tried again whenever it is asked for.
 	named func() [sha256.Size]byte
+	// namedWriting reports whether one of those files is being written
+	// in place (Daemon.namedWriting); nil: never known to be.
+	namedWriting func() bool
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
@@ -35,6 +38,9 @@ type reloader struct {
 	failedNamed [sha256.Size]byte
 	waiting     bool // put off since the last attempt (logged once)
 	missing     bool // found missing since it was last read (logged once)
+	// waitingNamed: put off for a file it names since it was last
+	// applied or refused (logged once).
+	waitingNamed bool
 	// owed: a reload of the file even if unchanged (again) was put off
 	// while it was being written; the next attempt reads it whatever
 	// its content.
@@ -98,14 +104,23 @@ func (r *reloader) putOffLocked() {
 // descriptor files, the certificates, the token) have changed since: they
 // may have been fixed. Not otherwise: the same refusal would be logged
 // and counted again at every event in their directories. It reports
-// whether it tried, or put the try off (see again).
-func (r *reloader) retryFailed() bool {
+// whether it tried, or put the try off (see again). A reload owed (put
+// off while a file was being written) is tried whatever the files hold.
+func (r *reloader) retryFailed() bool { return r.retry(nil) }
+
+// retry is retryFailed, where changed, unless nil, must also report true
+// for a refused config to be tried again (the descriptors in force differ
+// from what their files now load).
+func (r *reloader) retry(changed func() bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.failed {
+	switch {
+	case r.owed:
+	case !r.failed:
 		return false
-	}
-	if r.named != nil && r.named() == r.failedNamed {
+	case changed != nil && !changed():
+		return false
+	case r.named != nil && r.named() == r.failedNamed:
 		r.log.Debug("config refused earlier, and the files it names are unchanged since: not tried again", "file", r.path)
 		return false
 	}
@@ -140,7 +155,7 @@ func (r *reloader) againLocked() {
 func (r *reloader) try(kind attemptKind) ReloadResult {
 	r.waiting = false
 	res := r.attempt(kind)
-	if !res.Unchanged && !res.Missing {
+	if !res.Unchanged && !res.Missing && !res.Writing {
 		r.failed = res.Err != nil
 	}
 	if r.notify != nil {
@@ -186,6 +201,20 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
 		return ReloadResult{Unchanged: true}
 	}
+	if kind != onSignal && r.namedWriting != nil && r.namedWriting() {
+		// A certificate, the token or a descriptor file that the
+		// reload reads is being written in place: it may hold the
+		// first part of what is written (the first limits of a domain,
+		// part of a CA bundle). Owed, the reload is made when its
+		// writer has closed it (its watcher tries it again).
+		if !r.waitingNamed {
+			r.log.Info("a file the config names is being written in place: the reload waits for its writer to close it", "file", r.path)
+			r.waitingNamed = true
+		}
+		r.owed = true
+		return ReloadResult{Writing: true}
+	}
+	r.waitingNamed = false
 	r.lastHash = h
 	var named [sha256.Size]byte
 	if r.named != nil {
