@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,18 @@ func (f *fleetStore) Take(ctx context.Context, r sluice.Request) (sluice.Decisio
 	rt, sh := f.enter()
 	defer rt.leave(sh)
 	return rt.route(r.Key, f.redis).Take(ctx, r)
+}
+
+// Refund gives units back (sluice.Refunder) through the store of r's
+// rule's mode: Redis, or the rule's sync or lease decorator.
+func (f *fleetStore) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	rt, sh := f.enter()
+	defer rt.leave(sh)
+	rf, ok := rt.route(r.Key, f.redis).(sluice.Refunder)
+	if !ok {
+		return sluice.Decision{}, fmt.Errorf("daemon: refund %q: %w", r.Key, errors.ErrUnsupported)
+	}
+	return rf.Refund(ctx, r)
 }
 
 // TakeAll implements sluice.Store. Requests of one mode are decided by one

@@ -378,6 +378,15 @@ func (l *lazyRedis) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluic
 	return s.TakeAll(ctx, rs, ds)
 }
 
+// Refund gives units back (sluice.Refunder), once connected.
+func (l *lazyRedis) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	s := l.s.Load()
+	if s == nil {
+		return sluice.Decision{}, errNotConnected
+	}
+	return s.Refund(ctx, r)
+}
+
 func (l *lazyRedis) Reset(ctx context.Context, r sluice.Request) error {
 	s := l.s.Load()
 	if s == nil {

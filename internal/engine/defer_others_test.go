@@ -168,3 +168,55 @@ func TestAdmitOrDeferStoreFails(t *testing.T) {
 		}
 	}
 }
+
+// TestNotQueuedGivesBack: a Deferrable request AdmitOrDefer charged its
+// other enforcing rules for, and that the edge then did not queue, gets
+// those charges back, once; a request AdmitOrDefer charged nothing for
+// gives nothing back.
+func TestNotQueuedGivesBack(t *testing.T) {
+	clk := &clock{t: t0}
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerHour(1), rules.Defer, 0)
+	wide := rule("wide", sluice.TokenBucket, sluice.PerHour(3), rules.Reject, 0)
+	ip := rule("ip", sluice.SlidingWindowLog, sluice.PerHour(2), rules.Reject, 0)
+	e, _ := newEngine(t, "", clk.Now, jobs, wide, ip)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: wide, Key: "wide"}, {Rule: ip, Key: "ip|1.2.3.4"}}
+	remaining := func() (int64, int64) {
+		t.Helper()
+		return e.Check(context.Background(), wide, "wide", 0).Decision.Remaining, e.Check(context.Background(), ip, "ip|1.2.3.4", 0).Decision.Remaining
+	}
+	ctx := context.Background()
+	if res := e.AdmitOrDefer(ctx, ms, 1); !res.Allowed {
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	for i := range 3 {
+		res := e.AdmitOrDefer(ctx, ms, 1)
+		if !res.Deferrable {
+			t.Fatalf("#%d: deferrable %v, want deferrable (jobs spent, the others given back)", i, res.Deferrable)
+		}
+		if w, p := remaining(); w != 1 || p != 0 {
+			t.Fatalf("#%d charged: wide %d ip %d remaining, want 1 0", i, w, p)
+		}
+		e.NotQueued(ctx, &res)
+		if w, p := remaining(); w != 2 || p != 1 {
+			t.Fatalf("#%d not queued: wide %d ip %d remaining, want 2 1 (as before it)", i, w, p)
+		}
+		e.NotQueued(ctx, &res) // once only
+		if w, p := remaining(); w != 2 || p != 1 {
+			t.Fatalf("#%d NotQueued again: wide %d ip %d remaining, want 2 1 (given back once)", i, w, p)
+		}
+	}
+	// Refused by ip (spent by another request): nothing charged, nothing
+	// given back.
+	other := []rules.Match{{Rule: ip, Key: "ip|1.2.3.4"}}
+	if res := e.Admit(ctx, other, 1); !res.Allowed {
+		t.Fatalf("ip's last unit: %+v, want allowed", res)
+	}
+	res := e.AdmitOrDefer(ctx, ms, 1)
+	if res.Deferrable {
+		t.Fatalf("ip spent: deferrable, want ip's refusal")
+	}
+	e.NotQueued(ctx, &res)
+	if w, p := remaining(); w != 2 || p != 0 {
+		t.Errorf("after NotQueued of a refused request: wide %d ip %d remaining, want 2 0 (nothing given back)", w, p)
+	}
+}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -15,7 +17,8 @@ import (
 // they are charged for it then, all or nothing (chargeOthers), and the
 // request stays Deferrable only if they all allowed it; if one refuses,
 // the Result is that rule's refusal, Deferrable false, nothing charged.
-// The defer rules are not charged: the replay asks them.
+// The defer rules are not charged: the replay asks them. An edge that
+// then does not queue the request gives the charge back with NotQueued.
 func (e *Engine) AdmitOrDefer(ctx context.Context, ms []rules.Match, cost int64) Result {
 	return e.admit(ctx, ms, cost, true)
 }
@@ -25,7 +28,8 @@ func (e *Engine) AdmitOrDefer(ctx context.Context, ms []rules.Match, cost int64)
 // a: all or nothing, in one TakeAll (a Take for one), as Admit takes them
 // for an admitted request, at the decision's instant. They all allow it:
 // they are charged, a holds their decisions, and res stays Deferrable
-// (its figures the defer rule's). One refuses: nothing is charged and res
+// (its figures the defer rule's), keeping the requests charged for
+// NotQueued. One refuses: nothing is charged and res
 // becomes that rule's refusal (the longest RetryAfter if several), not
 // Deferrable. The store fails: on_error allow lets it pass them, charged
 // nothing (counted as a fallback to allow); deny makes res the store
@@ -80,10 +84,41 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 		}
 	}
 	if best < 0 {
+		res.charged = append(res.charged[:0], p.rs...)
 		return
 	}
 	res.Deferrable = false
 	res.Rule, res.DeniedBy, res.Decision, res.DeniedKey = a.rules[best], a.rules[best], a.ds[best], a.keys[best]
+}
+
+// NotQueued gives back what AdmitOrDefer charged the other enforcing
+// rules for res, a Deferrable request the edge did not queue after all
+// (its body too large, the queue full, Redis refusing it): their counts
+// are as if it had never come, since nothing served it. Each charge is
+// given back at the present instant (sluice.Refunder): never more than
+// the key counts, and nothing once its window has ended. A store that
+// cannot give back (down, or without Refund) is counted and logged as a
+// store failure: the charge then stays. It runs at most once per res;
+// after a request the edge queued, or one AdmitOrDefer charged nothing
+// for, it does nothing.
+func (e *Engine) NotQueued(ctx context.Context, res *Result) {
+	charged := res.charged
+	res.charged = nil
+	if len(charged) == 0 {
+		return
+	}
+	rf, ok := e.store.(sluice.Refunder)
+	if !ok {
+		e.storeFailed(fmt.Errorf("engine: give back a deferred request's charges: the store (%T): %w", e.store, errors.ErrUnsupported))
+		return
+	}
+	now := e.now()
+	for _, r := range charged {
+		r.Now = now
+		if _, err := rf.Refund(ctx, r); err != nil && !clientGone(ctx) {
+			e.storeFailed(fmt.Errorf("engine: give back a deferred request's charge of %q: %w", r.Key, err))
+		}
+	}
 }
 
 // Queued charges the shadow rules of ms for a request that Admit refused

@@ -21,8 +21,17 @@ import (
 // keys, the first that denied), with the rule's other keys of r beside it,
 // so that its replay waits for every one of them. Queued, it charges the
 // shadow rules of ms (Engine.Queued). Its other enforcing rules were
-// charged by Engine.AdmitOrDefer; not queued, they keep that charge.
+// charged by Engine.AdmitOrDefer; not queued (413, the queue full, Redis
+// refusing it, or refused as without defer), they are given that charge
+// back (Engine.NotQueued). Maybe queued (the outcome unknown), they keep
+// it.
 func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Addr, e *engine.Engine, res *engine.Result, ms []rules.Match) bool {
+	kept := false // queued, or maybe: the charge stays
+	defer func() {
+		if !kept {
+			e.NotQueued(context.WithoutCancel(r.Context()), res)
+		}
+	}()
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)
 	if rule == nil || res.DeniedKey == "" {
 		return false
@@ -66,6 +75,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, keys, r, h, body)
 	var unknown *deferq.OutcomeUnknownError
 	if errors.As(err, &unknown) {
+		kept = true
 		// Maybe queued: a 429 would have the client send it again.
 		p.logDefer(rule.Name, err)
 		res.SetHeaders(w.Header())
@@ -78,6 +88,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		}
 		return false
 	}
+	kept = true
 	// Served later: the shadow rules it matched are charged now, once
 	// (the replay asks the defer rule alone), even if the client has
 	// gone meanwhile, since its request is queued.
