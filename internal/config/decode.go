@@ -244,6 +244,18 @@ func (d *decoder) mapping(key string, n *yaml.Node, si *structInfo, v reflect.Va
 	return d.Mapping(key, n, si.names, func(name, path string, k, val *yaml.Node) {
 		f := si.byName[name]
 		if f == nil {
+			if r, clean, ok := yamlnode.Invisible(name); ok {
+				// A zero-width space pasted in, a byte order mark of a
+				// file joined to another: the key looks like one it is not.
+				msg := fmt.Sprintf("unknown key: it holds an invisible character, %U", r)
+				if si.byName[clean] != nil {
+					msg += fmt.Sprintf(" (did you mean %q?)", clean)
+				}
+				d.Fail(k, yamlnode.Join(key, strconv.Quote(name)), "%s", msg)
+				return
+			}
+		}
+		if f == nil {
 			msg := "unknown key"
 			if s := suggest(name, si.names); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)

@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -23,6 +24,14 @@ type fields map[string]func(key string, v *yaml.Node)
 func (d *decoder) mapping(key string, n *yaml.Node, fs fields) {
 	d.Mapping(key, n, sortedKeys(fs), func(name, path string, k, v *yaml.Node) {
 		f := fs[name]
+		if r, clean, ok := yamlnode.Invisible(name); f == nil && ok {
+			msg := fmt.Sprintf("unknown key: it holds an invisible character, %U", r)
+			if fs[clean] != nil {
+				msg += fmt.Sprintf(" (did you mean %q?)", clean)
+			}
+			d.Fail(k, yamlnode.Join(key, strconv.Quote(name)), "%s", msg)
+			return
+		}
 		if f == nil {
 			d.Fail(k, path, "unknown key (want one of %s)", strings.Join(sortedKeys(fs), ", "))
 			return

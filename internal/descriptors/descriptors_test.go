@@ -301,6 +301,7 @@ func TestParseErrors(t *testing.T) {
 		want      []string // substrings, each of one error line, in order
 	}{
 		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {}\n", []string{"test.yaml:4: descriptors[0].rate_limt: unknown key"}},
+		{"invisible character in a key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {\"unit\u200b\": second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].rate_limit."unit\u200b": unknown key: it holds an invisible character, U+200B (did you mean "unit"?)`, "rate_limit.unit: missing"}},
 		{"unknown rate_limit key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n", []string{"test.yaml:4: descriptors[0].rate_limit.burst: unknown key"}},
 		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", []string{`test.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`}},
 		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].rate_limit.unit: missing"}},

@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 		"domain: &a d\ndescriptors: [*a]\n",
 		"domain: d\ndescriptors:\n  - &b {key: k, rate_limit: &r {unit: second, requests_per_unit: 1}}\n  - {<<: [*b, *r], key: j, rate_limit: {<<: *r, name: n}}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: year, requests_per_unit: 4294967295}\n",
+		// Keys holding an invisible character (named as such).
+		"domain: d\ndescriptors:\n  - key: k\n    \"rate_limit\u00a0\": {unit: second}\n    \"\ufeffvalue\": v\n",
 	} {
 		f.Add(s)
 	}

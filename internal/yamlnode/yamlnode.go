@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -208,6 +209,28 @@ func KindName(n *yaml.Node) string {
 		return fmt.Sprintf("the value %q", n.Value)
 	}
 	return "an alias"
+}
+
+// Invisible finds in name, a key, a character that does not show, or
+// shows as a space: a format character (a zero-width space, a byte order
+// mark), a space other than the ASCII one, a control character. It
+// returns the first, and name without them, for a problem to say why a
+// key that looks known is not.
+func Invisible(name string) (first rune, clean string, ok bool) {
+	hidden := func(r rune) bool {
+		return r != ' ' && (unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) || !unicode.IsGraphic(r))
+	}
+	for _, r := range name {
+		if hidden(r) {
+			return r, strings.Map(func(r rune) rune {
+				if hidden(r) {
+					return -1
+				}
+				return r
+			}, name), true
+		}
+	}
+	return 0, name, false
 }
 
 // Join returns the key path of name below path.
