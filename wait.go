@@ -33,14 +33,19 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // WaitN first asks the store at cost 0 when its queue's last slot leaves:
 // a second store call, and two waiters of one key racing between the
 // question and the take can still take a slot that leaves too late; that
-// slot is not given back.
+// slot is given back, as below.
 //
-// It returns ctx.Err() if ctx ends first (a leaky bucket slot already
-// taken is not given back; a ctx ended before the call takes nothing), but
-// the decision and no error if the slot has left by the time WaitN sees
-// ctx end (both at once, or its goroutine scheduled late): the request is
-// counted and may proceed. It returns ErrNeverAllowed if n exceeds what
-// the limit can ever admit.
+// It returns ctx.Err() if ctx ends first (a ctx ended before the call
+// takes nothing), but the decision and no error if the slot has left by
+// the time WaitN sees ctx end (both at once, its goroutine scheduled late,
+// or the Limiter's clock past the slot's time): the request is counted and
+// may proceed. A leaky bucket slot taken and not yet left when the wait
+// fails is given back to a store that implements Refunder (memstore and
+// redisstore do, and the fleet decorators over them), on a context of its
+// own bounded by a second: nobody will leave in it, so the requests behind
+// it move up one place (see Algorithm.Refund); on another store, or if the
+// refund fails, it stays taken. It returns ErrNeverAllowed if n exceeds
+// what the limit can ever admit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	deadline, hasDeadline := ctx.Deadline()
 	var d Decision
@@ -54,6 +59,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		left := time.Until(deadline)
 		bounded := hasDeadline && n > 0 && l.alg == LeakyBucket && l.mayOutlast(n, left)
 		wt, within := l.store.(WithinTaker)
+		c := l.cur.Load()   // the limit the take counts under, to give back under
 		var asked time.Time // when the take was asked
 		if bounded && within {
 			var late bool
@@ -94,7 +100,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		}
 		if d.Allowed && bounded && !within && wait > 0 && wait >= time.Until(deadline) {
 			// Another waiter took the slot overQueue saw: this one is
-			// counted, and leaves too late.
+			// counted, and leaves too late; nobody will leave in it.
+			l.giveBack(ctx, c, key, n)
 			return d, pastDeadline(key, wait)
 		}
 		if !d.Allowed {
@@ -120,6 +127,15 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 						return d, nil
 					default:
 					}
+					if l.clock().Sub(asked) >= d.Delay {
+						// Its time came by the Limiter's clock (this
+						// goroutine ran late): the same.
+						t.Stop()
+						return d, nil
+					}
+					// The slot has not left and nobody will leave in
+					// it: the queue behind it moves up.
+					l.giveBack(ctx, c, key, n)
 				}
 				t.Stop()
 				return d, ctx.Err()
@@ -130,6 +146,29 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 			return d, nil
 		}
 	}
+}
+
+// refundTimeout bounds WaitN's giving back of a slot it will not use:
+// the caller's context has ended, so the refund runs on a context of its
+// own (with the caller's values).
+const refundTimeout = time.Second
+
+// giveBack gives the n units of a leaky bucket slot, taken for key under
+// c and not yet left, back to a store with Refunder (a wait abandoned:
+// nobody will leave in the slot, and the requests behind it move up one
+// place). A store without it keeps the slot, as does a limit changed
+// since the take. The refund's outcome is not reported: the wait has
+// failed either way, and a slot not given back only delays the queue.
+func (l *Limiter) giveBack(ctx context.Context, c *current, key string, n int64) {
+	rf, ok := l.store.(Refunder)
+	if !ok || n == 0 || c == nil || l.cur.Load() != c {
+		return
+	}
+	r := c.req
+	r.Key, r.Cost, r.Now = key, n, l.clock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+	defer cancel()
+	_, _ = rf.Refund(rctx, r)
 }
 
 // takeWithin takes a leaky bucket slot for a request of cost n for key
