@@ -154,7 +154,7 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 	}
 	err = ask()
 	if err != nil && !rueidis.IsRedisNil(err) && err != errFound404 {
-		if notSent(err) {
+		if notSent(err) || refused(err) {
 			return "", fmt.Errorf("deferq: enqueue: %w: %w", sluice.ErrStoreUnavailable, err)
 		}
 		// Sent, maybe run: ask again, under the same id.
@@ -196,6 +196,20 @@ var errFound404 = errors.New("deferq: id answered 404 before it was queued")
 func notSent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// refused reports that err is Redis's own answer to the first ask, an
+// error reply (OOM at maxmemory, READONLY, LOADING, BUSY, NOPERM): the
+// reply was not lost, and the script queued nothing. Redis refuses a
+// script that way before it runs or at its first write (enqueue.lua's
+// XADD: a script that has written nothing may still be refused for
+// memory), and every error enqueue.lua can meet after its XADD needs
+// its keys written over by hand with another type. Only the first ask's:
+// after a lost reply, the second may be refused while the first, queued,
+// is still on its way.
+func refused(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }
 
 // OutcomeUnknownError is Enqueue's answer when it cannot tell whether the
