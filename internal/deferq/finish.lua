@@ -9,7 +9,8 @@
 --       11 the send's token (unique per send), 12 max back-off (ms),
 --       13 the upstream's wait (ms, 0: none)
 -- Returns the state recorded: 'delivered', 'failed:N' (retry in N ms),
--- 'dead_lettered', or the state already there if it was settled or this
+-- 'dead_lettered', 'lost' (the entry is no longer pending: nothing
+-- recorded), or the state already there if it was settled or this
 -- send's outcome was recorded already (a reply lost on its way back, the
 -- worker records it again: the attempt counts once, and the answer is the
 -- first one's).
@@ -31,6 +32,14 @@ if ARGV[11] ~= '' and redis.call('HGET', KEYS[2], 'send') == ARGV[11] then
     return 'failed:' .. (redis.call('HGET', KEYS[2], 'wait') or '0')
   end
   return state
+end
+-- A request no longer pending in the group is gone (Redis lost its data,
+-- or the group was deleted): nothing will try it again, and nothing is
+-- written for it, so that no record says it will be, for ever (a record
+-- made anew here would have no expiry). pcall: the group may be gone too.
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(p) ~= 'table' or p.err or #p == 0 then
+  return 'lost'
 end
 local outcome = ARGV[4]
 local attempts

@@ -78,6 +78,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 		return result{e: e, after: time.Second} // record it next turn; never send again
 	}
 	e.unrecorded = nil
+	o.Logger.Debug("defer: recorded", "rule", w.name, "id", e.id, "state", state)
 	if wait, ok := strings.CutPrefix(state, "failed:"); ok {
 		// The back-off of the attempts counted in Redis (finish.lua).
 		w.q.m.retried(w.name)
@@ -100,7 +101,8 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 
 // record records out, the outcome of a send of e, in Redis (finish.lua)
 // and returns the state recorded: "delivered", "failed:N" (retry in N ms),
-// "dead_lettered".
+// "dead_lettered", or "lost" (e is no longer pending: Redis lost its data;
+// nothing recorded, and e is let go).
 func (w *worker) record(ctx context.Context, e *entry, out *outcome) (string, error) {
 	o := &w.q.o
 	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
