@@ -55,3 +55,29 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// A password written in the file whose characters read as a ${VAR} that
+// cannot be expanded (a generated password holding ${) is refused without
+// any part of it in the problem, which says where the ${ is and how to
+// write it literally.
+func TestExpandProblemsHidePasswords(t *testing.T) {
+	for _, pw := range []string{"x9${Qz7", "x9${Qz-7}w", "x9${QZSECRETUNSET}w", "x9${QZSECRETUNSET:-${Q}}w"} {
+		for _, key := range []string{"password", "sentinel_password"} {
+			y := "store:\n  type: redis\n  redis:\n    addrs: [h:1]\n    sentinel: m\n    " + key + ": '" + pw + "'\n"
+			_, err := Parse("c.yaml", []byte(y))
+			if err == nil {
+				t.Errorf("%s %q: parsed, want refused", key, pw)
+				continue
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "c.yaml:6: store.redis."+key+": ") || !strings.Contains(msg, "character 3") || !strings.Contains(msg, "$${") {
+				t.Errorf("%s %q: %v\nwant a problem at c.yaml:6 naming character 3 and $${", key, pw, msg)
+			}
+			for _, part := range []string{"x9", "Qz", "QZSECRET"} {
+				if strings.Contains(msg, part) {
+					t.Errorf("%s %q: %v\nholds %q, part of the password", key, pw, msg, part)
+				}
+			}
+		}
+	}
+}
