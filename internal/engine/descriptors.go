@@ -27,6 +27,10 @@ type Descriptor struct {
 	// without a rule is one of the request's quota descriptors that is
 	// never over, as in the reference service.
 	Quota bool
+	// Negative gives Cost back to the rule's counter instead of taking
+	// it (Envoy's is_negative_hits): never more than the counter holds,
+	// answered OK whatever the counter says (see giveBackDescriptors).
+	Negative bool
 }
 
 // shadow reports whether d never denies: its rule's shadow_mode, or the
@@ -79,15 +83,17 @@ type DescriptorsResult struct {
 // left out and the others taken again, so that an allowed request is
 // counted by every descriptor that admitted it; that second round trip
 // happens only then. Unlimited descriptors and descriptors with
-// requests_per_unit 0 never reach the store.
+// requests_per_unit 0 never reach the store. Negative descriptors give
+// their hits back first, whatever the others decide, and never deny.
 func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus) DescriptorsResult {
 	now := e.now()
 	a := getAttempt()
 	defer putAttempt(a)
 	defer e.observeDescriptors(a, now)
-	var idx, ridx [16]int
+	var idx, ridx, nidx [16]int
 	active := idx[:0]   // indexes into ds of the descriptors going to the store
 	reports := ridx[:0] // …of those with report: true, charged first
+	back := nidx[:0]    // …of the negative ones, given back before
 	quotas, quotaOver := 0, 0
 	hard := false
 	for i := range ds {
@@ -100,6 +106,14 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 			}
 			continue
 		case r.Unlimited:
+			continue
+		case ds[i].Negative:
+			if r.RequestsPerUnit > 0 {
+				back = append(back, i)
+			}
+			if ds[i].quota() {
+				quotas++ // answered OK: never over, as the reference service counts it
+			}
 			continue
 		case r.RequestsPerUnit == 0:
 			st[i].Over = true
@@ -127,6 +141,9 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 	}
 	res := DescriptorsResult{Now: now}
+	if len(back) > 0 {
+		e.giveBackDescriptors(ctx, ds, st, back, now)
+	}
 	if len(reports) > 0 {
 		// Reports are charged whatever the other descriptors decide, even
 		// past their limit (the overage is debt); one that is over (in
@@ -377,6 +394,10 @@ func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus, denied
 	for i := range ds {
 		r := ds[i].Rule
 		if r == nil || ds[i].Metrics == nil {
+			continue
+		}
+		if ds[i].Negative {
+			ds[i].Metrics.GaveBack(max(ds[i].Cost, 0))
 			continue
 		}
 		var near int64

@@ -167,7 +167,7 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 				}
 				replaced[name] = true
 			}
-			ds[i] = engine.Descriptor{Rule: m.Rule, Cost: hits(req, d), Shadow: s.o.Shadow}
+			ds[i] = engine.Descriptor{Rule: m.Rule, Cost: hits(req, d), Shadow: s.o.Shadow, Negative: d.GetIsNegativeHits()}
 			if !m.Rule.Unlimited && m.Rule.RequestsPerUnit > 0 {
 				ds[i].Key = m.StoreKey(entries)
 			}
@@ -245,7 +245,8 @@ func putScratch(sc *scratch) {
 }
 
 // hits returns what descriptor d of req asks for: its own hits_addend
-// (0 checks without counting), else the request's (0 means 1).
+// (0 checks without counting), else the request's (0 means 1); with
+// is_negative_hits, what it gives back.
 func hits(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int64 {
 	if h := d.GetHitsAddend(); h != nil {
 		return int64(h.GetValue()) // validate bounds it
@@ -268,9 +269,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		}
 		if len(d.Entries) > MaxEntries {
 			return fmt.Errorf("descriptors[%d]: too many entries, at most %d", i, MaxEntries)
-		}
-		if d.GetIsNegativeHits() {
-			return fmt.Errorf("descriptors[%d]: is_negative_hits (giving hits back) is not supported", i)
 		}
 		if h := d.GetHitsAddend(); h != nil && h.GetValue() > math.MaxInt64/2 {
 			return fmt.Errorf("descriptors[%d]: hits_addend %d is too large", i, h.GetValue())

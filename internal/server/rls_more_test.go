@@ -127,13 +127,10 @@ func TestBadRequests(t *testing.T) {
 	for i := range many {
 		many[i] = desc("user", "x")
 	}
-	neg := desc("user", "x")
-	neg.IsNegativeHits = true
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"empty domain":     {Descriptors: []*descriptorPB{desc("user", "x")}},
 		"no descriptors":   {Domain: "web"},
 		"too many":         {Domain: "web", Descriptors: many},
-		"negative hits":    {Domain: "web", Descriptors: []*descriptorPB{neg}},
 		"huge hits_addend": {Domain: "web", Descriptors: []*descriptorPB{withHits(desc("user", "x"), 1<<63)}},
 	} {
 		_, err := e.client.ShouldRateLimit(context.Background(), req)

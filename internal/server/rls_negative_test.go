@@ -1,0 +1,67 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// TestNegativeHits: a descriptor with is_negative_hits gives its
+// hits_addend back to its limit's counter (never below zero), is answered
+// OK whatever the counter says, and is counted in
+// sluice_envoy_negative_hits_total, not in sluice_envoy_hits_total; as in
+// the reference service. It gives back even when another descriptor
+// refuses the request. Over memory and Redis.
+func TestNegativeHits(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second, Prefix: fmt.Sprintf("neg%d:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	for _, st := range []struct {
+		name string
+		s    sluice.Store
+	}{{"memory", memstore.New(memstore.Options{})}, {"redis", rs}} {
+		t.Run(st.name, func(t *testing.T) {
+			e := startRLS(t, st.s, writeConf(t, plainConf), envOpts{})
+			back := func(n uint64) *descriptorPB {
+				d := withHits(desc("user", "ann"), n)
+				d.IsNegativeHits = true
+				return d
+			}
+			e.expect(t, "ann to the limit", []string{"O:O", "O:O", "X:X"}, "web", desc("user", "ann"))
+			r := e.call(t, "web", 0, back(1))
+			if codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != 1 {
+				t.Fatalf("a negative hit at the limit: %s, remaining %d; want O:O, remaining 1", codesOf(r), r.Statuses[0].LimitRemaining)
+			}
+			e.expect(t, "ann after one hit given back", []string{"O:O", "X:X"}, "web", desc("user", "ann"))
+			// More than counted: the counter goes to 0, no lower.
+			if r := e.call(t, "web", 0, back(5)); codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != 2 {
+				t.Fatalf("5 negative hits on 2 counted: %s, remaining %d; want O:O, remaining 2", codesOf(r), r.Statuses[0].LimitRemaining)
+			}
+			e.expect(t, "ann after all given back", []string{"O:O", "O:O", "X:X"}, "web", desc("user", "ann"))
+			// Beside a descriptor over its limit: the request is refused,
+			// the negative one answered OK and given back all the same.
+			e.expect(t, "bob to the limit", []string{"O:O", "O:O", "X:X"}, "web", desc("user", "bob"))
+			if r := e.call(t, "web", 0, desc("user", "bob"), back(1)); codesOf(r) != "X:XO" {
+				t.Fatalf("a negative hit beside an over-limit descriptor: %s, want X:XO", codesOf(r))
+			}
+			e.expect(t, "ann after that", []string{"O:O", "X:X"}, "web", desc("user", "ann"))
+			m := metricstest.Gather(t, e.reg)
+			if got := m[`sluice_envoy_negative_hits_total{descriptor="user",domain="web"}`]; got != 7 {
+				t.Errorf("negative hits counted %v, want 7 (1 + 5 + 1)", got)
+			}
+			if got := m[`sluice_envoy_hits_total{descriptor="user",domain="web"}`]; got != 14 {
+				t.Errorf("hits counted %v, want 14 (the positive ones only: ann's 10, bob's 4)", got)
+			}
+		})
+	}
+}
