@@ -65,3 +65,52 @@ func TestNegativeHits(t *testing.T) {
 		})
 	}
 }
+
+// TestNegativeHitsSharded: on a sharded descriptor (shards: 3, 10 of 30
+// each, taken in turn) a negative hit goes back to the shard whose turn it
+// is, as a hit would be taken there: after three hits (one per shard) it
+// empties shard 0 again, whose figure, scaled by 3, is the whole limit;
+// and it gives back nothing on a shard that counted nothing.
+func TestNegativeHitsSharded(t *testing.T) {
+	const conf = `domain: d
+descriptors:
+  - key: sharded
+    shards: 3
+    rate_limit: {unit: minute, requests_per_unit: 30}
+`
+	for _, kind := range []string{"redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			st := newStore(t, kind).(*redisstore.Store)
+			e := startRLS(t, st, writeConf(t, conf), envOpts{shard: st.Shard})
+			e.expect(t, "a hit on each shard", []string{"O:O", "O:O", "O:O"}, "d", desc("sharded", "s"))
+			neg := desc("sharded", "s")
+			neg.IsNegativeHits = true
+			if r := e.call(t, "d", 0, neg); codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != 30 {
+				t.Fatalf("a negative hit on shard 0: %s, remaining %d; want O:O, 30 (shard 0 empty again, × 3)", codesOf(r), r.Statuses[0].LimitRemaining)
+			}
+			// Shards 1 and 2 still hold their hit: 9 left each, × 3.
+			for i := 1; i <= 2; i++ {
+				if got := e.remaining(t, "d", "sharded", "s"); got != 27 {
+					t.Errorf("check on shard %d: %d left, want 27 (its hit kept)", i, got)
+				}
+			}
+		})
+	}
+}
+
+// TestNegativeQuotaDescriptorNeverOver: a quota_mode descriptor with
+// is_negative_hits answers OK, so while one applies, the request's quota
+// descriptors are not all over and do not deny it, as a quota descriptor
+// in shadow_mode (the reference's overall code follows the statuses).
+func TestNegativeQuotaDescriptorNeverOver(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{})
+	e.expect(t, "q to its limit", []string{"O:O", "X:X"}, "p", desc("q", "x"))
+	neg := desc("q", "y")
+	neg.IsNegativeHits = true
+	e.expect(t, "q over beside a negative quota descriptor", []string{"O:XO"}, "p", desc("q", "x"), neg)
+}
