@@ -123,14 +123,16 @@ func TestDelayQueueBusyCostTwo(t *testing.T) {
 
 // TestAdmitLeftWhileWaiting: what a client that leaves during a wait
 // leaves behind. Under a leaky bucket the request was admitted before it
-// waited its Delay: its place in the queue and its other rules' counts
-// stay taken (the next request queues behind it). Waiting for a slot
-// under another algorithm, it had taken nothing.
+// waited its Delay: its place in the queue, which has not left, is given
+// back (the store has Refunder), so the next request takes it; its other
+// rules' counts stay taken. It used to keep the place, and the next
+// request queued behind a place nobody would leave in. Waiting for a
+// slot under another algorithm, it had taken nothing.
 func TestAdmitLeftWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(3), rules.Delay, 5*time.Second)
 		hourly := rule("hourly", sluice.FixedWindow, sluice.PerHour(100), rules.Reject, 0)
-		e, _ := newEngine(t, "", nil, shaped, hourly)
+		e, reg := newEngine(t, "", nil, shaped, hourly)
 		ms := []rules.Match{{Rule: shaped, Key: "s"}, {Rule: hourly, Key: "h"}}
 		if res := e.Admit(context.Background(), ms, 1); !res.Allowed || res.Waited != 0 {
 			t.Fatalf("first request: allowed %v after %v, want allowed at once", res.Allowed, res.Waited)
@@ -141,13 +143,16 @@ func TestAdmitLeftWhileWaiting(t *testing.T) {
 		if res.Allowed || !errors.Is(res.Err, context.DeadlineExceeded) || res.Waited != 500*time.Millisecond {
 			t.Fatalf("second request, gone after 500ms of its 1s delay: allowed %v err %v after %v; want ended after 500ms", res.Allowed, res.Err, res.Waited)
 		}
-		// At 500ms the queue holds the gone request's place (leaving at
-		// 1s): a new request leaves at 2s.
-		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 1500*time.Millisecond {
-			t.Errorf("third request at 500ms: allowed %v with delay %v, want delay 1.5s (behind the gone request's place)", res.Allowed, res.Decision.Delay)
+		// At 500ms the gone request's place (leaving at 1s) is free
+		// again: a new request takes it.
+		if res := e.Decide(context.Background(), ms, 1); !res.Allowed || res.Decision.Delay != 500*time.Millisecond {
+			t.Errorf("third request at 500ms: allowed %v with delay %v, want delay 500ms (the gone request's place, at 1s)", res.Allowed, res.Decision.Delay)
 		}
 		if res := e.Decide(context.Background(), ms[1:], 0); res.Decision.Remaining != 97 {
 			t.Errorf("hourly rule after 3 admitted requests, one gone: %d remaining, want 97", res.Decision.Remaining)
+		}
+		if got := metricstest.Gather(t, reg)[`sluice_delay_given_back_total{rule="shaped"}`]; got != 1 {
+			t.Errorf(`sluice_delay_given_back_total{rule="shaped"} = %v, want 1 (the gone request's place)`, got)
 		}
 
 		slow := rule("slow", sluice.FixedWindow, sluice.PerMinute(1), rules.Delay, 2*time.Minute)

@@ -29,14 +29,18 @@
 //     wait for its first place to leave).
 //     Otherwise it is denied
 //     (429). Waiting ends early, denied, when the request's context ends;
-//     a request that was waiting out a leaky bucket's Delay keeps what it
-//     took (its place in the queue, its other rules' counts), one waiting
-//     for a slot has taken nothing (TestAdmitLeftWhileWaiting). A
+//     a request that was waiting out a leaky bucket's Delay gives its
+//     place in the queue back, if it has not left, to a store with
+//     sluice.Refunder (giveBack), and keeps its other rules' counts; one
+//     waiting for a slot has taken nothing (TestAdmitLeftWhileWaiting). A
 //     request whose leaky bucket slot would leave later than MaxDelay is
 //     denied having taken nothing (when the queue, burst × period / rate,
 //     is longer than MaxDelay, the bucket is first asked at cost 0 when its
 //     queue's last request leaves: see overQueue; its other rules are then
-//     neither asked nor counted in the metrics). Under action reject, a
+//     neither asked nor counted in the metrics; a request of the key that
+//     took the slot it was told of between the question and the take
+//     leaves it one past MaxDelay, counted: it is denied, and gives back
+//     all it took to a store with sluice.Refunder). Under action reject, a
 //     leaky bucket admits immediately (it polices rather than shapes).
 //   - Action defer is decided as reject; when every rule that denied is a
 //     defer rule, Result.Deferrable is set and the reverse proxy queues the
@@ -304,7 +308,9 @@ func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferr
 				// The slot is taken but lies beyond max_delay: a
 				// request of the same key took its place between
 				// overQueue's question and this take (or the queue is
-				// sharded, which overQueue does not ask).
+				// sharded, which overQueue does not ask). Refused, it
+				// gives back all it took.
+				e.giveBack(ctx, a, e.now().Sub(res.at), true)
 				res.Allowed = false
 				res.Rule, res.DeniedBy = res.delayer, res.delayer
 				res.Decision = a.decisionOf(res.delayer)
@@ -328,6 +334,10 @@ func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferr
 			return res
 		}
 		if err := ctxtime.Sleep(ctx, wait); err != nil {
+			if res.Allowed {
+				// Gone while waiting out its slot's Delay.
+				e.giveBack(ctx, a, e.now().Sub(res.at), false)
+			}
 			res.Allowed = false
 			res.Err = err
 			res.Waited = max(e.now().Sub(start), slept)

@@ -25,7 +25,8 @@ import (
 // round trip; a queue no longer than max_delay is bounded by the store
 // itself. Two requests of one key racing between the question and the
 // take can still meet Admit's later check (the slot taken, the request
-// refused), as before.
+// refused), as before; the refused one then gives back what it took, on a
+// store with sluice.Refunder (giveBack).
 
 // overQueue decides, without counting, whether a delay rule of ms refuses
 // a request of cost c that has already waited elapsed. ok reports that it

@@ -45,6 +45,7 @@ type Metrics struct {
 	delay     prometheus.Histogram
 	reloads   *prometheus.CounterVec
 	ambiguous *prometheus.CounterVec
+	givenBack *prometheus.CounterVec
 
 	mu    sync.RWMutex
 	rules map[string]*Rule
@@ -60,6 +61,7 @@ type Metrics struct {
 type Rule struct {
 	allowed, denied, shadowDenied prometheus.Counter
 	ambiguous                     prometheus.Counter
+	givenBack                     prometheus.Counter
 }
 
 // New creates the collectors and registers them on reg. It panics if they
@@ -98,9 +100,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_ambiguous_keys_total",
 			Help: "Requests refused (400 ambiguous_key) because their key part for the rule was sent under another spelling of its name or with more than 4 values.",
 		}, []string{"rule"}),
+		givenBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_delay_given_back_total",
+			Help: "Leaky bucket slots given back, per rule: taken by a request that then did not leave in them (its client went away while it waited under action delay, or it was refused, its slot past max_delay).",
+		}, []string{"rule"}),
 		rules: map[string]*Rule{},
 	}
-	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads, m.ambiguous)
+	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads, m.ambiguous, m.givenBack)
 	// Show both reload results and both fallback policies from the start, at 0.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
@@ -129,6 +135,7 @@ func (m *Metrics) Rule(name string) *Rule {
 			denied:       m.decisions.WithLabelValues(name, Denied),
 			shadowDenied: m.decisions.WithLabelValues(name, ShadowDenied),
 			ambiguous:    m.ambiguous.WithLabelValues(name),
+			givenBack:    m.givenBack.WithLabelValues(name),
 		}
 		m.rules[name] = r
 	}
@@ -164,6 +171,7 @@ func (m *Metrics) ForgetRules(names []string) {
 			m.decisions.DeleteLabelValues(n, res)
 		}
 		m.ambiguous.DeleteLabelValues(n)
+		m.givenBack.DeleteLabelValues(n)
 	}
 }
 
@@ -192,6 +200,14 @@ func (r *Rule) ShadowDenied() {
 func (r *Rule) Ambiguous() {
 	if r != nil {
 		r.ambiguous.Inc()
+	}
+}
+
+// GivenBack counts one leaky bucket slot given back (a request that did
+// not leave in it).
+func (r *Rule) GivenBack() {
+	if r != nil {
+		r.givenBack.Inc()
 	}
 }
 

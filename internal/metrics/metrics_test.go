@@ -22,6 +22,7 @@ func TestMetricsNamesAndValues(t *testing.T) {
 	r.Allowed()
 	r.Denied()
 	r.ShadowDenied()
+	r.GivenBack()
 	m.StoreError()
 	m.Fallback("allow")
 	m.ObserveDecision(50 * time.Microsecond)
@@ -46,6 +47,7 @@ func TestMetricsNamesAndValues(t *testing.T) {
 		`sluice_memstore_keys`:                                        7,
 		`sluice_decision_duration_seconds_count`:                      1,
 		`sluice_delay_seconds_count`:                                  1,
+		`sluice_delay_given_back_total{rule="login"}`:                 1,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("after traffic, %s = %v (present %v), want %v", name, v, ok, want)
@@ -58,6 +60,7 @@ func TestNilMetricsIsNoop(t *testing.T) {
 	r := m.Rule("x")
 	r.Allowed()
 	r.Denied()
+	r.GivenBack()
 	m.StoreError()
 	m.Reload(true)
 	m.ObserveDecision(time.Millisecond)

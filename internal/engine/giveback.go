@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// refundTimeout bounds the giving back of what a request counted and will
+// not use: its context may have ended (the client went away), so the
+// refund runs on a context of its own, with the request's values.
+const refundTimeout = time.Second
+
+// giveBack gives back to a store with sluice.Refunder what a's decision
+// counted for a request that will not be served, since after that
+// decision: everything when all is set (a request refused after it was
+// counted consumes nothing), else only the leaky bucket slots that have
+// not left yet (a request gone while it waited out its Delay: nobody will
+// leave in them, and the requests queued behind move up; a slot whose
+// time has come is kept, and so are the other rules' counts). Each leaky
+// bucket slot given back is counted in sluice_delay_given_back_total. On
+// a store without Refunder, or if the refund fails, everything stays
+// counted, as before stores could give back.
+func (e *Engine) giveBack(ctx context.Context, a *attempt, since time.Duration, all bool) {
+	rf, ok := e.store.(sluice.Refunder)
+	if !ok {
+		return
+	}
+	var rctx context.Context
+	var now time.Time
+	for i := range a.rs {
+		r, d := &a.rs[i], &a.ds[i]
+		slot := r.Algorithm == sluice.LeakyBucket && d.Delay > since
+		if r.Cost <= 0 || r.Force || !d.Allowed || !all && !slot {
+			continue
+		}
+		if rctx == nil {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+			defer cancel()
+			now = e.now()
+		}
+		q := *r
+		q.Now = now
+		if _, err := rf.Refund(rctx, q); err == nil && r.Algorithm == sluice.LeakyBucket {
+			e.ruleMetrics(a.rules[i]).GivenBack()
+		}
+	}
+}
