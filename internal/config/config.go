@@ -450,6 +450,14 @@ func (d *decoder) explicitZeros(c *Config) {
 		if sp.Action == "delay" {
 			zero(rule+"max_delay", int64(sp.MaxDelay), "a delay rule holds a request for a slot up to max_delay; give a time such as 1s, or use action: reject to hold none")
 		}
+		// Off when left out, but out of their ranges, as shards: 1 is.
+		zero(rule+"sync", int64(sp.Sync), "a soft limit reconciles every 1ms to 1m")
+		if sp.Lease.IsZero() {
+			zero(rule+"lease", 0, "a lease reserves 1 or more at a time, or auto")
+		}
+		if sp.Shards.IsZero() {
+			zero(rule+"shards", 0, "a key's counter is split over 2 to 1024 Redis keys, or auto")
+		}
 		if sp.Defer != nil {
 			zero(rule+"defer.max_queue", int64(sp.Defer.MaxQueue), "give the requests the rule may queue, such as 10000")
 			zero(rule+"defer.max_body_bytes", sp.Defer.MaxBodyBytes, "give the largest body queued, such as 1048576")
