@@ -80,6 +80,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,7 +166,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Consumer names this instance in the consumer groups; default
 	// hostname-pid-random (unique per process: never reuse a dead
-	// instance's name, or its pending entries look alive).
+	// instance's name, or its pending entries look alive). A rule's
+	// worker started again (a reload removed the rule and brought it
+	// back) is named Consumer-N.
 	Consumer string
 	// ClaimIdle is how long an entry pending with a silent instance waits
 	// before another claims it; default 30s.
@@ -313,6 +316,12 @@ type Queue struct {
 	mu      sync.Mutex
 	rules   map[string]*Rule
 	workers map[string]*worker
+	// started counts the workers started per rule: a rule a reload
+	// removed and brought back gets a consumer name of its own
+	// (Consumer-N), so that the old worker, finishing its sends, lets go
+	// of its own entries only, not the new one's (a send in flight among
+	// them, which another instance would then claim and send again).
+	started map[string]int
 	runCtx  context.Context
 	wg      sync.WaitGroup
 
@@ -328,7 +337,7 @@ func New(o Options) (*Queue, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	q := &Queue{o: o, rules: map[string]*Rule{}, workers: map[string]*worker{}}
+	q := &Queue{o: o, rules: map[string]*Rule{}, workers: map[string]*worker{}, started: map[string]int{}}
 	q.upstream.Store(o.Upstream)
 	q.m = newMetrics(q, o.Registerer)
 	return q, nil
@@ -367,7 +376,12 @@ func (q *Queue) startLocked() {
 		if _, ok := q.workers[name]; ok {
 			continue
 		}
-		w := newWorker(q, r)
+		consumer := q.o.Consumer
+		if n := q.started[name]; n > 0 {
+			consumer += "-" + strconv.Itoa(n)
+		}
+		q.started[name]++
+		w := newWorker(q, r, consumer)
 		q.workers[name] = w
 		q.wg.Go(func() { w.run(q.runCtx) })
 	}

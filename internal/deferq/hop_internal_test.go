@@ -16,7 +16,7 @@ func TestReplayRequestDropsStoredHopHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorker(q, &Rule{Name: "jobs"})
+	w := newWorker(q, &Rule{Name: "jobs"}, q.o.Consumer)
 	e := &entry{id: Tag("jobs") + "-00000000000000000000", method: "POST", uri: "/job", body: "job",
 		header: `{"Connection":["HTTP2-Settings, X-Hop"],"Upgrade":["h2c"],"Http2-Settings":["AAMAAABkAARAAAAAAAIAAAAA"],` +
 			`"X-Hop":["next hop"],"Keep-Alive":["timeout=5"],"X-Kept":["yes"]}`}

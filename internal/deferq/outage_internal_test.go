@@ -25,7 +25,7 @@ func TestDefaultRetriesOutliveOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorker(q, q.Rule("jobs"))
+	w := newWorker(q, q.Rule("jobs"), q.o.Consumer)
 	if err := c.Do(ctx, c.B().XgroupCreate().Key(w.base+"q").Group(group).Id("0").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func TestEnqueueWakesReader(t *testing.T) {
 	})
 
 	q, _ := jobsQueue(t)
-	w := newWorker(q, q.Rule("jobs"))
+	w := newWorker(q, q.Rule("jobs"), q.o.Consumer)
 	q.mu.Lock()
 	q.workers["jobs"] = w // as Run would, without its reader
 	q.mu.Unlock()

@@ -22,7 +22,7 @@ import (
 func (w *worker) read(ctx context.Context) {
 	c := w.q.o.Connect() // run waited for it
 	q := w.base + "q"
-	me := w.q.o.Consumer
+	me := w.consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
 	// New entries are read by read.lua, which cannot block (a script
 	// never does): an empty read waits before the next, 100 ms at first,
@@ -144,7 +144,7 @@ func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	bound := strconv.FormatInt(2*w.q.o.ClaimIdle.Milliseconds(), 10)
-	if err := pruneScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.q.o.Consumer, bound}).Error(); err != nil && ctx.Err() == nil {
+	if err := pruneScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.consumer, bound}).Error(); err != nil && ctx.Err() == nil {
 		w.q.o.Logger.Warn("defer: prune consumers", "rule", w.name, "err", err)
 	}
 }

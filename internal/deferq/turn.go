@@ -28,7 +28,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	}
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, o.Consumer, e.sid, e.id,
+		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, w.consumer, e.sid, e.id,
 			strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)

@@ -60,8 +60,11 @@ type worker struct {
 	q    *Queue
 	rule atomic.Pointer[Rule]
 	name string
-	tag  string // Tag(name): every id of the rule starts with it
-	base string // the rule's key prefix, through "}:"
+	// consumer names this worker in the rule's group: Options.Consumer,
+	// with -N after it for the N-th worker of the rule since (Queue.started).
+	consumer string
+	tag      string // Tag(name): every id of the rule starts with it
+	base     string // the rule's key prefix, through "}:"
 
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -114,17 +117,18 @@ type result struct {
 	after time.Duration // otherwise: try again after this long
 }
 
-func newWorker(q *Queue, r *Rule) *worker {
+func newWorker(q *Queue, r *Rule, consumer string) *worker {
 	w := &worker{
-		q:    q,
-		name: r.Name,
-		tag:  Tag(r.Name),
-		base: q.base(Tag(r.Name)),
-		quit: make(chan struct{}),
-		in:   make(chan []*entry),
-		done: make(chan result),
-		room: make(chan struct{}, 1),
-		kick: make(chan struct{}, 1),
+		q:        q,
+		name:     r.Name,
+		consumer: consumer,
+		tag:      Tag(r.Name),
+		base:     q.base(Tag(r.Name)),
+		quit:     make(chan struct{}),
+		in:       make(chan []*entry),
+		done:     make(chan result),
+		room:     make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
 	}
 	w.rule.Store(r)
 	return w
@@ -174,11 +178,12 @@ func (w *worker) release(parent context.Context, c rueidis.Client) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
 	defer cancel()
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
-	n, err := releaseScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.q.o.Consumer, idle}).AsInt64()
+	n, err := releaseScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.consumer, idle}).AsInt64()
 	if err != nil {
 		w.q.o.Logger.Warn("defer: let go of the requests held at shutdown (others claim them after claim_idle)", "rule", w.name, "err", err)
 		return
 	}
+	w.q.o.Logger.Debug("defer: released", "rule", w.name, "requests", n)
 	if n > 0 {
 		w.q.o.Logger.Info("defer: requests held let go at shutdown, for another instance to send", "rule", w.name, "requests", n)
 	}
@@ -295,7 +300,7 @@ func (w *worker) keepClaimed(ctx context.Context, bySID map[string]*entry) {
 	for len(ids) > 0 {
 		n := min(len(ids), 100)
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := keepScript.Exec(ctx, c, []string{w.base + "q"}, append([]string{group, w.q.o.Consumer}, ids[:n]...)).Error()
+		err := keepScript.Exec(ctx, c, []string{w.base + "q"}, append([]string{group, w.consumer}, ids[:n]...)).Error()
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.q.o.Logger.Warn("defer: keep entries claimed", "rule", w.name, "err", err)
