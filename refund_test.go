@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -248,4 +249,24 @@ func TestRefundErrors(t *testing.T) {
 	if _, _, err := sluice.TokenBucket.Refund(&st, sluice.Limit{}, sluicetest.T0, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("Refund under the zero Limit: error %v, want ErrInvalidLimit", err)
 	}
+}
+
+// A request admitted and then not served gives its units back.
+func ExampleAlgorithm_Refund() {
+	var st sluice.State
+	l := sluice.PerMinute(3)
+	now := sluicetest.T0
+	for range 3 {
+		sluice.FixedWindow.Take(&st, l, now, 1)
+	}
+	d, _, _ := sluice.FixedWindow.Take(&st, l, now, 1)
+	fmt.Println("fourth:", d.Allowed)
+	d, _, _ = sluice.FixedWindow.Refund(&st, l, now, 1) // one of the three was dropped
+	fmt.Println("after a refund of 1, remaining:", d.Remaining)
+	d, _, _ = sluice.FixedWindow.Refund(&st, l, now, 10) // never more than counted
+	fmt.Println("after a refund of 10, remaining:", d.Remaining)
+	// Output:
+	// fourth: false
+	// after a refund of 1, remaining: 1
+	// after a refund of 10, remaining: 3
 }
