@@ -76,13 +76,49 @@ func pendingWith(t testing.TB, c rueidis.Client, rule, consumer string) int64 {
 	return 0
 }
 
+// survivorOptions are those of the instance that takes over a killed one's
+// requests: the default claim idle and delivery timeout (30 s, 10 s), so
+// that a send a loaded machine answers late is not cut off and sent again.
+// Such a retry is the queue's documented behaviour (an attempt without an
+// answer within DeliveryTimeout is retried with the same Idempotency-Key),
+// but it counts twice at the upstream, and these tests count the sends of
+// a takeover. With a 400 ms timeout, one answer 600 ms late failed them.
+// The killed instance's entries are aged (ageHeld) rather than waited for.
+func survivorOptions(c rueidis.Client, upstream string) deferq.Options {
+	u, _ := url.Parse(upstream)
+	return deferq.Options{Client: c, Upstream: u}
+}
+
+// ageHeld makes the entries of rule pending with consumer, a killed
+// instance, idle for an hour, as if it had died an hour ago: the next
+// claim round of a live instance takes them, whatever its claim idle.
+func ageHeld(t *testing.T, c rueidis.Client, rule, consumer string) {
+	t.Helper()
+	ctx := context.Background()
+	stream := "sluice:defer:{" + deferq.Tag(rule) + "}:q"
+	ps, err := c.Do(ctx, c.B().Xpending().Key(stream).Group("sluice").Start("-").End("+").Count(10_000).Consumer(consumer).Build()).ToArray()
+	if err != nil {
+		t.Fatalf("XPENDING %s: %v", consumer, err)
+	}
+	for _, p := range ps {
+		e, _ := p.ToArray()
+		if len(e) == 0 {
+			continue
+		}
+		id, _ := e[0].ToString()
+		if err := c.Do(ctx, c.B().Xclaim().Key(stream).Group("sluice").Consumer(consumer).MinIdleTime("0").Id(id).Idle(time.Hour.Milliseconds()).Justid().Build()).Error(); err != nil {
+			t.Fatalf("XCLAIM %s IDLE: %v", id, err)
+		}
+	}
+}
+
 // An instance reads queued requests and is SIGKILLed while holding them:
 // another instance claims them once idle and delivers each exactly once.
 func TestKilledInstanceHolding(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Second, DeliveryTimeout: 400 * time.Millisecond})
+	q, err := deferq.New(survivorOptions(c, up.srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +134,7 @@ func TestKilledInstanceHolding(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim.Wait()
+	ageHeld(t, c, "jobs", "victim")
 	start(t, q) // the survivor
 	waitFor(t, "every request delivered", time.Minute, func() bool {
 		got, _ := up.snapshot()
@@ -137,7 +174,7 @@ func TestKilledInstanceInFlight(t *testing.T) {
 		return http.StatusOK
 	})
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Second, DeliveryTimeout: 400 * time.Millisecond})
+	q, err := deferq.New(survivorOptions(c, up.srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +188,7 @@ func TestKilledInstanceInFlight(t *testing.T) {
 	victim.Process.Kill()
 	victim.Wait()
 	close(hold)
+	ageHeld(t, c, "jobs", "victim")
 	start(t, q)
 	waitFor(t, "every id delivered", time.Minute, func() bool {
 		_, byKey := up.snapshot()
