@@ -41,7 +41,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	}
 
 	// "gone" delivers one request, then stops: a consumer holding nothing.
-	gone, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "gone", ClaimIdle: time.Minute, DeliveryTimeout: time.Second})
+	gone, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "gone", ClaimIdle: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	cancel()
 	<-done
 	// "holder" reads a request by hand and never settles it.
-	enqueue(t, gone, "p", "k2", http.MethodPost, "/two", []byte("2"))
+	held := enqueue(t, gone, "p", "k2", http.MethodPost, "/two", []byte("2"))
 	if err := c.Do(context.Background(), c.B().Xreadgroup().Group("sluice", "holder").Count(1).Streams().Key(stream).Id(">").Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatal(err)
 	}
@@ -62,16 +62,22 @@ func TestPruneGoneConsumers(t *testing.T) {
 		t.Fatalf("consumers %v, want gone holding 0 and holder 1", m)
 	}
 
-	// "live" runs with a short ClaimIdle: gone goes after 2 s idle; holder
-	// stays until live claims its entry (idle 1 s) and delivers it, then
-	// goes too.
-	live, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "live", ClaimIdle: time.Second, DeliveryTimeout: 400 * time.Millisecond})
+	// "live" runs with a short ClaimIdle: gone goes after 4 s idle; holder
+	// stays until live claims its entry (idle 2 s) and delivers it, then
+	// goes too. Its delivery timeout, under ClaimIdle/2, is what a short
+	// ClaimIdle costs: a send answered later is cut off and sent again
+	// (the queue's documented retry), which counts twice below; at 400 ms
+	// (ClaimIdle 1 s) an answer 600 ms late on a loaded machine did.
+	live, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "live", ClaimIdle: 2 * time.Second, DeliveryTimeout: 900 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	live.SetRules(rules)
 	start(t, live)
-	waitFor(t, "the held request delivered by live", 30*time.Second, func() bool { got, _ := up.snapshot(); return len(got) == 2 })
+	waitFor(t, "the held request delivered by live", 30*time.Second, func() bool {
+		st, err := live.Status(context.Background(), held)
+		return err == nil && st.State == "delivered"
+	})
 	waitFor(t, "gone and holder pruned", 30*time.Second, func() bool {
 		m := consumers()
 		_, g := m["gone"]
