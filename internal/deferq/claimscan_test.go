@@ -56,14 +56,14 @@ func TestClaimReachesPastLiveEntries(t *testing.T) {
 			}
 			select {
 			case <-keep.Done():
-			case <-time.After(100 * time.Millisecond): // a live instance's heartbeat, faster than claim_idle
+			case <-time.After(100 * time.Millisecond): // a live instance's heartbeat, 40 times as often as claim_idle
 			}
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
 
 	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
-		ClaimIdle: 2 * time.Second, DeliveryTimeout: 500 * time.Millisecond})
+		ClaimIdle: 4 * time.Second, DeliveryTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,14 @@ func TestClaimReachesPastLiveEntries(t *testing.T) {
 		if d.path != "/orphan" {
 			t.Errorf("delivered %s, want /orphan", d.path)
 		}
-	case <-time.After(30 * time.Second): // a bound: with claim_idle 2s it comes within a few rounds of 0.5s
+	case <-time.After(30 * time.Second): // a bound: with claim_idle 4s it comes within a few rounds of 1s
 		t.Fatalf("the dead instance's request, behind %d held by live instances, was not claimed", held)
+	}
+	// What the test is about: the live instances' entries stayed theirs.
+	// Had the heartbeat above stalled past claim_idle, a would have
+	// claimed them too (and dead-lettered them, not being requests),
+	// reaching the dead instance's request without scanning past them.
+	if n := pendingWith(t, c, "jobs", "alive"); n != held {
+		t.Errorf("the live instances hold %d entries, want %d: their heartbeat stalled past claim_idle and the scan was not tested", n, held)
 	}
 }
