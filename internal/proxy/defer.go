@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -15,8 +16,9 @@ import (
 )
 
 // deferRequest queues r on the rule that denied it and answers 202 (503
-// when it cannot tell whether r was queued); it returns false (nothing
-// written) when r must be refused as without defer. r is queued under the
+// when it cannot tell whether r was queued; 408 or 400, as forward does,
+// when r's body cannot be read whole); it returns false (nothing written)
+// when r must be refused as without defer. r is queued under the
 // key that denied it (res.DeniedKey: of a rule counting r under several
 // keys, the first that denied), with the rule's other keys of r beside it,
 // so that its replay waits for every one of them. Queued, it charges the
@@ -53,6 +55,15 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 			b, _ := json.Marshal(map[string]any{"error": "body_too_large", "rule": rule.Name,
 				"message": "over the rate limit, and the body is too large to be deferred (defer.max_body_bytes is " + strconv.FormatInt(rule.MaxBody(), 10) + ")"})
 			w.Write(append(b, '\n'))
+			return true
+		}
+		if !errors.Is(err, deferq.ErrBusy) {
+			// The client's body could not be read whole (stalled past
+			// body_read_timeout, malformed chunked, cut off): nothing is
+			// queued, and the answer is the one forward gives such a
+			// body, 408 or 400, its connection closed, not a 429 that
+			// tells the client to send again later.
+			p.fail(w, r, res, fmt.Errorf("%w: %w", errClientBody, err))
 			return true
 		}
 		return false
