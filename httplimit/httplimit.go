@@ -141,8 +141,10 @@ type rule struct {
 // store's round trip is part of it, not added to it); a denied one gets the denying rule's
 // headers and the 429 answer of WriteLimited and never reaches the next
 // handler. If the client goes away during a Delay, the next handler is not
-// called (the request stays counted: it was admitted). A request no rule
-// applies to passes, without headers.
+// called; the request stays counted (it was admitted), except for its
+// leaky bucket places that have not left, which are given back on a store
+// with sluice.Refunder, so the requests queued behind move up. A request
+// no rule applies to passes, without headers.
 //
 // The tightest rule is the one that denied (the longest RetryAfter if
 // several did), else the one with the lowest Remaining, ties going to the
@@ -352,6 +354,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	}
 	if delay > 0 && ctxtime.Sleep(r.Context(), delay) != nil {
+		// The client went away: its places in the queues are free.
+		since := m.rules[idx[0]].Limiter.Now().Sub(asked)
+		if ds == nil {
+			m.giveBack(r.Context(), idx, []sluice.Request{one}, []sluice.Decision{oneD}, since)
+		} else {
+			m.giveBack(r.Context(), idx, reqs, ds, since)
+		}
 		return
 	}
 	next.ServeHTTP(w, r)

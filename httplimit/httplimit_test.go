@@ -355,25 +355,73 @@ func TestMiddlewareLeakyBucketShapes(t *testing.T) {
 	})
 }
 
+// noRefundStore hides every optional method of its store, Refunder among
+// them: a store of one's own with Take and TakeAll only.
+type noRefundStore struct{ sluice.Store }
+
 // A client that goes away while its request waits out its Delay never
-// reaches the handler, and its place in the queue stays taken: the next
-// request queues behind it.
+// reaches the handler, and gives its place in the queue back (the store
+// has Refunder): the next request takes it. It used to keep the place,
+// and the next request queued behind it, as it still does on a store
+// without Refunder.
 func TestMiddlewareLeakyBucketClientGone(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store sluice.Store
+		want  []time.Duration
+	}{
+		{"memstore", memstore.New(memstore.Options{}), []time.Duration{0, 250 * time.Millisecond}},
+		{"no Refunder", noRefundStore{memstore.New(memstore.Options{})}, []time.Duration{0, 500 * time.Millisecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lim := mustLimiter(t, c.store, sluice.LeakyBucket, sluice.PerSecond(4).WithBurst(3))
+				start := time.Now()
+				var passed []time.Duration
+				h := httplimit.Middleware(httplimit.Options{Limiter: lim})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+					passed = append(passed, time.Since(start))
+				}))
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // leaves at once
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx)) // its place leaves at 250ms
+				// At 100ms, the next request takes the gone one's place,
+				// or queues behind it.
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+				if fmt.Sprint(passed) != fmt.Sprint(c.want) {
+					t.Errorf("%s: handler reached at %v, want %v (the second client left during its delay)", c.name, passed, c.want)
+				}
+			})
+		})
+	}
+}
+
+// With several rules, a client gone during its Delay gives back only the
+// leaky bucket place that has not left: the other rules keep its count.
+func TestMiddlewareClientGoneKeepsOtherCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.LeakyBucket, sluice.PerSecond(4).WithBurst(3))
+		s := memstore.New(memstore.Options{})
+		shaped := mustLimiter(t, s, sluice.LeakyBucket, sluice.PerSecond(4).WithBurst(3))
+		hourly := mustLimiter(t, s, sluice.FixedWindow, sluice.PerHour(100))
+		all := func(*http.Request) (string, bool) { return "k", true }
 		start := time.Now()
 		var passed []time.Duration
-		h := httplimit.Middleware(httplimit.Options{Limiter: lim})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		h := httplimit.Middleware(httplimit.Options{Rules: []httplimit.Rule{
+			{Name: "shaped", Limiter: shaped, KeyFunc: all},
+			{Name: "hourly", Limiter: hourly, KeyFunc: all},
+		}})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			passed = append(passed, time.Since(start))
 		}))
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // leaves at once
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx)) // its place leaves at 250ms
-		// At 100ms, the next request queues behind the gone one's place.
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-		if want := []time.Duration{0, 500 * time.Millisecond}; fmt.Sprint(passed) != fmt.Sprint(want) {
-			t.Errorf("handler reached at %v, want %v (the second client left during its delay; its place stayed taken)", passed, want)
+		if want := []time.Duration{0, 250 * time.Millisecond}; fmt.Sprint(passed) != fmt.Sprint(want) {
+			t.Errorf("handler reached at %v, want %v (the gone client's place taken by the next)", passed, want)
+		}
+		if d, err := hourly.AllowN(context.Background(), "hourly:k", 0); err != nil || d.Remaining != 97 {
+			t.Errorf("hourly rule after 3 requests, one gone: %+v, %v; want 97 remaining (the gone one counted)", d, err)
 		}
 	})
 }
