@@ -65,6 +65,16 @@ func StartServer(tb testing.TB) *Server {
 	return s
 }
 
+// StartServerWith is StartServer with more redis-server arguments, which
+// come after the defaults and so override them (for persistence:
+// "--appendonly", "yes"). Its data directory is kept across Restart.
+func StartServerWith(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s := newServerWith(tb, args)
+	tb.Cleanup(s.close)
+	return s
+}
+
 // StartMain starts a redis-server for a TestMain, which has no testing.TB
 // (runnable Examples that need Redis read its Addr). The caller stops it
 // (Stop) when m.Run returns; Restart must not be used on it. The error
@@ -319,7 +329,8 @@ func (s *Server) stop(hold bool) {
 }
 
 // Restart starts the server again on the same port (after Stop) and waits
-// until it is ready. The data is gone: there is no persistence.
+// until it is ready. The data is gone, unless StartServerWith turned
+// persistence on.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	if err := s.restart(); err != nil {
