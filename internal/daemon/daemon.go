@@ -115,6 +115,7 @@ type Daemon struct {
 	staleAtStart bool
 	reloadMu     sync.Mutex        // serialises apply; the shutdown takes it before the store closes
 	descRefused  [sha256.Size]byte // filesDigest of the descriptor files last refused (reloadMu)
+	descMissing  bool              // a descriptor path found missing since they were last read (reloadMu; logged once)
 	ran          atomic.Bool
 	// stopping: the shutdown has begun (or Close was called). A reload
 	// asked for from then on is refused (ErrShuttingDown); one already

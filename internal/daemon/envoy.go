@@ -129,6 +129,23 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	if old.cfg.GRPC == nil {
 		return ReloadResult{Unchanged: true}
 	}
+	for _, p := range old.cfg.GRPC.Config {
+		if missing(p) {
+			// Deleted before it is written again, or a ..data swap to
+			// a version without it: waited for, as the config file is
+			// (its return is an event, or the watcher's 2 s look).
+			if !d.descMissing {
+				d.log.Warn("descriptor file is missing: the descriptors in force stay; they are reloaded when it is back", "path", p)
+				d.descMissing = true
+			}
+			res := ReloadResult{Missing: true}
+			if d.opts.OnReload != nil {
+				d.opts.OnReload(res)
+			}
+			return res
+		}
+	}
+	d.descMissing = false
 	seen := filesDigest(old.cfg.GRPC.Config)
 	set, err := LoadDescriptors(old.cfg)
 	res := ReloadResult{Err: err}

@@ -33,7 +33,8 @@ type ReloadResult struct {
 	// (SIGHUP) reads the file as it is. The same while one of the files
 	// the config names is being written in place.
 	Writing bool
-	// Missing reports that the file was not there (as while a tool
+	// Missing reports that the file (for a reload of the descriptors, a
+	// path grpc.config names) was not there (as while a tool
 	// replaces it by deleting it first, or a ConfigMap's ..data swap to a
 	// version without it): nothing was read, refused or counted, the
 	// running config stays, and the file is reloaded when it is back.

@@ -225,3 +225,45 @@ func TestConfigReloadWaitsForNamedWriter(t *testing.T) {
 		t.Errorf("limits in force with the new config: %d, want 2", got)
 	}
 }
+
+// TestDescriptorFileMissingWaited: a descriptor file that grpc.config
+// names, missing when its watcher looks (a tool that deletes it before
+// writing it again, a ConfigMap's ..data swap to a version without it),
+// is waited for as the config file is: nothing refused or counted, one
+// warning, the descriptors in force stay, and the file is read when it is
+// back. It was refused, logged as an error and counted as a failure.
+func TestDescriptorFileMissingWaited(t *testing.T) {
+	const (
+		head = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+		k2   = "  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	mustWrite(t, file, head)
+	path := filepath.Join(dir, "sluice.yaml")
+	mustWrite(t, path, "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [d.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n")
+	td := startDaemonFile(t, path)
+
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.nextLook(); !r.Missing {
+		t.Fatalf("descriptor file removed: %+v, want it waited for (Missing)", r)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted while the descriptor file is missing: %v, want 0", got)
+	}
+	if got := td.d.descriptorSet().Rules(); got != 1 {
+		t.Errorf("limits in force while the descriptor file is missing: %d, want the 1 of before", got)
+	}
+	if n := strings.Count(td.logs.String(), "descriptor file is missing"); n != 1 {
+		t.Errorf("the missing descriptor file logged %d times, want once", n)
+	}
+	mustWrite(t, file, head+k2)
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("descriptor reload once the file is back: %v", r.Err)
+	}
+	if got := td.d.descriptorSet().Rules(); got != 2 {
+		t.Errorf("limits in force once the file is back: %d, want 2", got)
+	}
+}
