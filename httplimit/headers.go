@@ -54,7 +54,11 @@ const (
 // available quota) and t (the effective window, whole seconds). t is the
 // time until the limit is full again when d is allowed, and d.RetryAfter
 // rounded up when it is denied, so that Retry-After never points before the
-// end of the effective window (draft section 6).
+// end of the effective window (draft section 6). For every algorithm but
+// fixed_window, units come back before the limit is full, so t is longer
+// than the draft's effective window (the time within which the client can
+// use no more than r): a client following it is slower than it need be,
+// never refused.
 //
 // With a burst larger than the rate (or a leaky bucket, which admits
 // Burst+1 at once), the limit can admit more at an instant than Rate: the
