@@ -312,6 +312,7 @@ func (s *Server) stop(hold bool) {
 		return
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Process.Signal(syscall.SIGCONT) // a paused server (Pause) takes the SIGTERM now
 	timer := time.NewTimer(startTimeout)
 	defer timer.Stop()
 	select {

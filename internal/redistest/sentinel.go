@@ -26,6 +26,13 @@ func StartSentinel(tb testing.TB, master *Server) string {
 // master's INFO).
 func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
 	tb.Helper()
+	return startSentinel(tb, master, downAfter, replicas, "", "").Addr
+}
+
+// StartSentinelServer is StartSentinelFor returning the Sentinel's
+// process, for tests that stop, restart or pause it.
+func StartSentinelServer(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) *Server {
+	tb.Helper()
 	return startSentinel(tb, master, downAfter, replicas, "", "")
 }
 
@@ -37,10 +44,10 @@ func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, re
 // DoAuth reaches the Sentinel.
 func StartSentinelAuth(tb testing.TB, master *Server, masterPass, sentinelPass string) string {
 	tb.Helper()
-	return startSentinel(tb, master, 5*time.Second, nil, masterPass, sentinelPass)
+	return startSentinel(tb, master, 5*time.Second, nil, masterPass, sentinelPass).Addr
 }
 
-func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server, masterPass, sentinelPass string) string {
+func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server, masterPass, sentinelPass string) *Server {
 	tb.Helper()
 	host, port, _ := net.SplitHostPort(master.Addr)
 	var lastErr error
@@ -87,7 +94,7 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 				}
 			}
 			if ok {
-				return s.Addr
+				return s
 			}
 			if time.Now().After(deadline) {
 				tb.Fatalf("redistest: sentinel %s does not know its master %s and replicas: %q %v", s.Addr, master.Addr, got, err)
@@ -96,7 +103,7 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 		}
 	}
 	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
-	return ""
+	return nil
 }
 
 // StartReplica starts a redis-server replicating master and waits until
