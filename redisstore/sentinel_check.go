@@ -12,6 +12,21 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// sentinelDialer is the dialer of the client's connections to the
+// Sentinels: the connect and handshake bounded by timeout, as to Redis,
+// and KeepAlive set, which makes rueidis PING an idle connection every
+// KeepAlive and close it when the answer takes longer than its write
+// timeout (max(timeout, 1s)); the client then asks the next Sentinel for
+// the master and listens there. Left zero, as rueidis leaves it for the
+// Sentinels, a hung Sentinel's connection (or one cut off silently) stayed
+// up for ever: the client heard of no failover on it and stayed on the old
+// master, which lives on as a replica answering READONLY. (rueidis's
+// TopologyRefreshInterval, a periodic ask, is no cure without it: its
+// commands to such a Sentinel wait for ever, holding the lock Close takes.)
+func sentinelDialer(timeout time.Duration) net.Dialer {
+	return net.Dialer{Timeout: timeout, KeepAlive: rueidis.DefaultTCPKeepAlive}
+}
+
 // sentinelChannels are the channels the client subscribes to on a
 // Sentinel to hear of failovers (rueidis's listWatch), in one SUBSCRIBE:
 // a Sentinel whose ACL refuses its user one of them refuses it whole,
