@@ -55,16 +55,44 @@ func (d *Daemon) certsChanged() {
 // reloadCerts reads the listeners' TLS files again after a change to them.
 // Each listener is on its own: one whose files now make another
 // certificate or client CA serves it from its next handshake; one whose
-// files do not load (a certificate whose key is not written yet, a file
-// gone) keeps what it serves, and the error, naming the file, is logged.
+// files do not load (a certificate whose key is not written yet) keeps
+// what it serves, and the error, naming the file, is logged.
 // The next change to the files tries again.
+//
+// A file missing (deleted before it is written again, a Secret's ..data
+// swap to a version without it) is waited for as the config file is: one
+// warning, and the listener's files are read when it is back.
 func (d *Daemon) reloadCerts() {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	for _, l := range d.tls {
+		if p := missingOf(l.Options().Cert, l.Options().Key, l.Options().ClientCA); p != "" {
+			if !d.certMissing[p] {
+				d.log.Warn("tls: certificate file is missing: the certificate in force stays; it is read again when the file is back", "listener", l.name, "file", p)
+				if d.certMissing == nil {
+					d.certMissing = map[string]bool{}
+				}
+				d.certMissing[p] = true
+			}
+			continue
+		}
+		for _, p := range []string{l.Options().Cert, l.Options().Key, l.Options().ClientCA} {
+			delete(d.certMissing, p)
+		}
 		changed, err := l.Reload()
 		d.certsInForce(l, changed, err)
 	}
+}
+
+// missingOf returns the first of paths (empty ones aside) that is
+// missing, or "".
+func missingOf(paths ...string) string {
+	for _, p := range paths {
+		if p != "" && missing(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // certsInForce logs what l serves after a reading of its files: the error

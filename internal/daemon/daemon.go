@@ -116,6 +116,7 @@ type Daemon struct {
 	reloadMu     sync.Mutex        // serialises apply; the shutdown takes it before the store closes
 	descRefused  [sha256.Size]byte // filesDigest of the descriptor files last refused (reloadMu)
 	descMissing  bool              // a descriptor path found missing since they were last read (reloadMu; logged once)
+	certMissing  map[string]bool   // the tls: files found missing since they were last read (reloadMu; logged once)
 	ran          atomic.Bool
 	// stopping: the shutdown has begun (or Close was called). A reload
 	// asked for from then on is refused (ErrShuttingDown); one already
@@ -212,7 +213,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 		if w := d.watcher; w != nil {
 			d.reloader.writing = func() bool { writing, _ := w.writing(); return writing }
 		}
-		d.reloader.named, d.reloader.namedWriting = d.namedDigest, d.namedWriting
+		d.reloader.named, d.reloader.namedWriting, d.reloader.namedGone = d.namedDigest, d.namedWriting, d.namedGone
 	}
 	if cfg.GRPC != nil {
 		// The descriptor files are watched whether or not the main config

@@ -377,12 +377,11 @@ func (d *Daemon) tokenChanged() {
 	d.reloader.again()
 }
 
-// namedDigest digests the files besides the config that a reload reads,
-// as the config in force names them (changing their paths needs a
-// restart): the listeners' certificates, keys and client CAs, the token
-// file and the Envoy descriptor files. A refused config is tried again
-// when it changed (reloader.retryFailed).
-func (d *Daemon) namedDigest() [sha256.Size]byte {
+// namedPaths are the files besides the config that a reload reads, as
+// the config in force names them (changing their paths needs a restart):
+// the listeners' certificates, keys and client CAs, the token file and
+// the Envoy descriptor files.
+func (d *Daemon) namedPaths() []string {
 	var paths []string
 	for _, l := range d.tls {
 		o := l.Options()
@@ -393,7 +392,22 @@ func (d *Daemon) namedDigest() [sha256.Size]byte {
 	if cfg.GRPC != nil {
 		paths = append(paths, cfg.GRPC.Config...)
 	}
-	return filesDigest(slices.DeleteFunc(paths, func(p string) bool { return p == "" }))
+	return slices.DeleteFunc(paths, func(p string) bool { return p == "" })
+}
+
+// namedDigest digests the files of namedPaths: a refused config is tried
+// again when it changed (reloader.retryFailed).
+func (d *Daemon) namedDigest() [sha256.Size]byte { return filesDigest(d.namedPaths()) }
+
+// namedGone returns a file of namedPaths that is missing, or "": a reload
+// then waits for it.
+func (d *Daemon) namedGone() string {
+	for _, p := range d.namedPaths() {
+		if missing(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // namedWriting reports whether one of the files of namedDigest is being

@@ -267,3 +267,52 @@ func TestDescriptorFileMissingWaited(t *testing.T) {
 		t.Errorf("limits in force once the file is back: %d, want 2", got)
 	}
 }
+
+// TestTokenAndCertMissingWaited: api.token_file and a tls: file missing
+// when their watcher looks (deleted before being written again, a Secret's
+// ..data swap to a version without them) are waited for as the config
+// file is: one warning each, nothing refused or counted, the token and
+// certificate in force stay, and the files are read when they are back.
+// The token's went to a reload refused and counted as a failure, the
+// certificate's to an error line.
+func TestTokenAndCertMissingWaited(t *testing.T) {
+	rd, ca, certFile, keyFile, _ := startRotatedFiles(t)
+	if err := os.Remove(certFile); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the missing certificate file seen", func() bool {
+		l := rd.logs.String()
+		return strings.Contains(l, "certificate file is missing") || strings.Contains(l, "certificate files not reloaded")
+	})
+	if l := rd.logs.String(); strings.Contains(l, "certificate files not reloaded") || strings.Count(l, "certificate file is missing") != 1 {
+		t.Errorf("a missing certificate file: want one warning that it is missing, no error:\n%s", l)
+	}
+	second := ca.Server(t)
+	replace(t, keyFile, read(t, second.KeyFile))
+	mustWrite(t, certFile, string(read(t, second.CertFile)))
+	rd.waitServed(t, "the certificate back, renewed", second)
+
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
+	if err := os.Remove(token); err != nil {
+		t.Fatal(err)
+	}
+	failures := func() float64 { return td.metric("sluice_config_reloads_total", "result", "failure") }
+	waitFor(t, "the missing token file seen", func() bool {
+		return failures() > 0 || strings.Contains(td.logs.String(), "a file the config names is missing")
+	})
+	if got := failures(); got != 0 {
+		t.Errorf("failures counted with the token file missing: %v, want 0", got)
+	}
+	if got := checkWith(t, td, "first-token"); got != http.StatusOK {
+		t.Errorf("the token in force while its file is missing: %d, want 200", got)
+	}
+	mustWrite(t, token, "second-token\n")
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("reload once the token file is back: %v", r.Err)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("with the token back, rotated: %d, want 200", got)
+	}
+}

@@ -30,6 +30,9 @@ type reloader struct {
 	// namedWriting reports whether one of those files is being written
 	// in place (Daemon.namedWriting); nil: never known to be.
 	namedWriting func() bool
+	// namedGone returns one of those files that is missing, or ""
+	// (Daemon.namedGone); nil: never known to be.
+	namedGone func() string
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
@@ -41,6 +44,9 @@ type reloader struct {
 	// waitingNamed: put off for a file it names since it was last
 	// applied or refused (logged once).
 	waitingNamed bool
+	// goneNamed: put off for a file it names found missing since it was
+	// last applied or refused (logged once).
+	goneNamed bool
 	// owed: a reload of the file even if unchanged (again) was put off
 	// while it was being written; the next attempt reads it whatever
 	// its content.
@@ -120,6 +126,8 @@ func (r *reloader) retry(changed func() bool) bool {
 		return false
 	case changed != nil && !changed():
 		return false
+	case r.namedGone != nil && r.namedGone() != "":
+		return false // tried again when it is back: it changes the digest
 	case r.named != nil && r.named() == r.failedNamed:
 		r.log.Debug("config refused earlier, and the files it names are unchanged since: not tried again", "file", r.path)
 		return false
@@ -201,6 +209,22 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
 		return ReloadResult{Unchanged: true}
 	}
+	if kind != onSignal && r.namedGone != nil {
+		if p := r.namedGone(); p != "" {
+			// A certificate, the token or a descriptor file that the
+			// reload reads is missing (deleted before it is written
+			// again, a Secret's ..data swap to a version without it):
+			// waited for as the config file is. Owed, the reload is
+			// made when it is back (its watcher tries it again).
+			if !r.goneNamed {
+				r.log.Warn("a file the config names is missing: the running config stays; it is reloaded when the file is back", "file", r.path, "missing", p)
+				r.goneNamed = true
+			}
+			r.owed = true
+			return ReloadResult{Missing: true}
+		}
+	}
+	r.goneNamed = false
 	if kind != onSignal && r.namedWriting != nil && r.namedWriting() {
 		// A certificate, the token or a descriptor file that the
 		// reload reads is being written in place: it may hold the
