@@ -357,6 +357,11 @@ func (q *Queue) SetRules(rs []Rule) {
 		r := rs[i]
 		next[r.Name] = &r
 	}
+	for name := range q.rules {
+		if _, ok := next[name]; !ok {
+			go q.warnStranded(name)
+		}
+	}
 	q.rules = next
 	for name, w := range q.workers {
 		if r, ok := next[name]; ok {
@@ -369,6 +374,20 @@ func (q *Queue) SetRules(rs []Rule) {
 	if q.runCtx != nil {
 		q.startLocked()
 	}
+}
+
+// warnStranded logs what a defer rule removed (renamed, its action
+// changed) leaves queued: those requests wait in Redis, unsent and out of
+// the metrics, until a defer rule of that name comes back.
+func (q *Queue) warnStranded(rule string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, age, err := q.Depth(ctx, rule)
+	if err != nil || n == 0 {
+		return
+	}
+	q.o.Logger.Warn("defer: rule removed with requests queued: they wait in Redis, unsent, until a defer rule of this name comes back",
+		"rule", rule, "requests", n, "oldest_age", age.Round(time.Second))
 }
 
 func (q *Queue) startLocked() {
