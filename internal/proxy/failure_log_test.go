@@ -1,8 +1,11 @@
 package proxy_test
 
 import (
+	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -97,4 +101,68 @@ func TestDeferFailuresLogOnceASecond(t *testing.T) {
 	if lines := out.Lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=9") {
 		t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=9: %.400q", len(lines), lines)
 	}
+}
+
+// TestCutAnswersLogOnceASecond: an answer the upstream cuts short is
+// logged (ReverseProxy's error log) at most once a second, with how many
+// went unlogged, on every engine: each wrote a warning, so a failing
+// upstream wrote one line per request, and so could a client (its body
+// stalled while the upstream streamed it back: the answer is cut off).
+func TestCutAnswersLogOnceASecond(t *testing.T) {
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nthe first 25 bytes of 100")
+			brw.Flush()
+		}))
+		t.Cleanup(up.Close)
+		var out redistest.SyncBuffer
+		var clock atomic.Int64
+		clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+		s := startOn(t, ec, up.URL, engineOpts{proxy: proxy.Options{
+			Logger: slog.New(slog.NewTextHandler(&out, nil)),
+			Now:    func() time.Time { return time.Unix(0, clock.Load()) },
+		}})
+		cut := func() {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), safety)
+			defer cancel()
+			req := request(t, s, "POST", "/download", "payload") // a body: ReverseProxy's path
+			// The client sees it cut too: no answer (its head and first
+			// bytes go out in one write), or a body that ends early.
+			if resp, err := s.client.Do(req.WithContext(ctx)); err == nil {
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil {
+					t.Fatalf("cut answer read whole: %d %q", resp.StatusCode, b)
+				}
+			}
+			eventually(t, "the proxy's handler returns", func() bool { return s.active.Load() == 0 })
+		}
+		lines := func() (ls []string) {
+			for _, l := range out.Lines() {
+				if strings.Contains(l, "read error during body copy") {
+					ls = append(ls, l)
+				}
+			}
+			return ls
+		}
+		for range 5 {
+			cut()
+		}
+		if ls := lines(); len(ls) != 1 {
+			t.Fatalf("5 cut answers in one second logged %d lines, want 1: %q", len(ls), ls)
+		}
+		clock.Add(int64(time.Second))
+		cut()
+		if ls := lines(); len(ls) != 2 || !strings.Contains(ls[1], "suppressed=4") {
+			t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(ls), ls)
+		}
+	})
 }

@@ -185,7 +185,10 @@ func New(o Options) (*Proxy, error) {
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		BufferPool:     bufferPool{},
-		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		// Its lines (an answer the upstream cut short, or one cut off
+		// because the client's body stalled while the upstream streamed it
+		// back) come one a request: at most one a second of each kind.
+		ErrorLog: logthrottle.NewLogLogger(o.Logger, slog.LevelWarn, o.Now, "read error during body copy"),
 	}
 	return p, nil
 }
