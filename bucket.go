@@ -22,13 +22,20 @@ func tokenBucket(st *State, p *params, now, cost int64, force bool, o *outcome) 
 		}
 	}
 	takeDebt(p, now, &debt, cost, force, o)
-	st.T = max(st.T, now)
-	st.N = debt
 	// At rest once the debt has refilled from the last refill, which a
 	// request from before it (a clock behind the others') does not move
 	// back: counted from its own now, a store keeping state by the
-	// requests' time would drop the key early and forget its debt.
-	o.idle = st.T + o.reset
+	// requests' time would drop the key early and forget its debt. Its
+	// waits run from the last refill too, told on its own clock.
+	o.idle = max(st.T, now) + o.reset
+	if ahead := st.T - now; ahead > 0 && debt > 0 {
+		o.reset += ahead
+		if o.retry >= 0 {
+			o.retry += ahead
+		}
+	}
+	st.T = max(st.T, now)
+	st.N = debt
 }
 
 // gcra keeps the theoretical arrival time: the instant the bucket is full

@@ -5,7 +5,9 @@ import "sort"
 // Per key, time never runs backwards in the window algorithms: a request
 // older than the key's newest state is counted at that state's time. (The
 // buckets need no such rule.) This keeps a store fed by clocks a little
-// apart consistent instead of resetting counters.
+// apart consistent instead of resetting counters. Its waits (retry, reset)
+// are still told from its own now: retried that much later on its clock,
+// it is admitted.
 
 // fixedWindow counts in windows [w×Period, (w+1)×Period) since the epoch.
 func fixedWindow(st *State, p *params, now, cost int64, force bool, o *outcome) {
@@ -41,20 +43,24 @@ func fixedWindow(st *State, p *params, now, cost int64, force bool, o *outcome) 
 // Rate+1 entries in the window nothing is admitted, and with Rate or fewer
 // they are the newest), exactly as the whole log would.
 func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
+	// at is the instant the request is counted at: now, or the log's
+	// newest time when later (see the top of this file). Its waits are
+	// told from its own now.
+	at := now
 	if n := len(st.Log); n > 0 && st.Log[n-1] > now {
-		now = st.Log[n-1]
+		at = st.Log[n-1]
 	}
-	cut := now - p.period
+	cut := at - p.period
 	st.Log = st.Log[expired(st.Log, cut):]
 	switch n := int64(len(st.Log)); {
 	case cost <= p.rate && n+cost <= p.rate:
 		o.allowed = true
 		for range cost {
-			st.Log = append(st.Log, now)
+			st.Log = append(st.Log, at)
 		}
 	case force:
 		for range min(cost, p.rate+1) {
-			st.Log = append(st.Log, now)
+			st.Log = append(st.Log, at)
 		}
 		if n = int64(len(st.Log)); n > p.rate+1 {
 			// Only the newest Rate+1 entries decide anything from now on.
@@ -69,7 +75,7 @@ func slidingLog(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	}
 	n := len(st.Log)
 	o.remaining = max(0, p.rate-int64(n))
-	o.idle = now
+	o.idle = at
 	if n > 0 {
 		o.idle = st.Log[n-1] + p.period
 		o.reset = o.idle - now
@@ -161,8 +167,12 @@ func slidingCounter(st *State, p *params, now, cost int64, force bool, o *outcom
 func slidingCounter1(st *State, p *params, now, cost int64, force bool, o *outcome) {
 	l := p.period
 	k := floorDiv(now, l)
+	// A request before the newest window is counted at its start (see
+	// the top of this file), its waits told from its own now: behind.
+	behind := int64(0)
 	if k < st.T {
 		k = st.T
+		behind = k*l - now
 		now = k * l
 	}
 	switch {
@@ -190,7 +200,10 @@ func slidingCounter1(st *State, p *params, now, cost int64, force bool, o *outco
 	}
 	o.remaining = max(0, p.rate-est)
 	if est > 0 {
-		o.reset = counterWait1(st, p, now, p.rate)
+		o.reset = counterWait1(st, p, now, p.rate) + behind
+	}
+	if o.retry >= 0 {
+		o.retry += behind
 	}
 	o.idle = (st.T + 2) * l
 }
@@ -233,8 +246,10 @@ func slidingCounterN(st *State, p *params, now, cost int64, force bool, o *outco
 	s, l := p.segments, p.period/p.segments
 	c := counts{st: st, s: s}
 	k := floorDiv(now, l)
+	behind := int64(0) // as in slidingCounter1
 	if k < st.T {
 		k = st.T
+		behind = k*l - now
 		now = k * l
 	}
 	c.advance(k)
@@ -261,7 +276,10 @@ func slidingCounterN(st *State, p *params, now, cost int64, force bool, o *outco
 	}
 	o.remaining = max(0, p.rate-est)
 	if est > 0 {
-		o.reset = counterWait(c, p, k, now, p.rate)
+		o.reset = counterWait(c, p, k, now, p.rate) + behind
+	}
+	if o.retry >= 0 {
+		o.retry += behind
 	}
 	o.idle = (st.T + s + 1) * l
 }

@@ -20,6 +20,9 @@ else
 end
 local rate, period, tick, cost = ARGV[5] + 0, ARGV[7] + 0, ARGV[9] + 0, ARGV[10] + 0
 local now = (us - us % tick) / tick
+-- now becomes the time the request is counted at (the log's newest, if
+-- later); its waits are told from its own clock, asked.
+local asked = now
 
 -- nm formats an integer exactly: Lua prints those below 10^14 by itself,
 -- string.format the larger (times in ticks).
@@ -95,13 +98,13 @@ else
   end
   local t = lastT
   if lo < N - 1 then t = tonumber(redis.call('HGET', key, 't' .. nm(T + lo))) or 0 end
-  retry = t + period - now
+  retry = t + period - asked
 end
 
 local idle, reset = now, 0
 if N > 0 then
   idle = lastT + period
-  reset = idle - now
+  reset = idle - asked
 end
 
 if dels then

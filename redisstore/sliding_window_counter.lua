@@ -62,8 +62,12 @@ end
 STEP[5] = function(o, rate, burst, period, s, now, cost, force)
   local l = tdiv(period, s)
   local k = fdiv(now, l)
+  -- Counted at the newest sub-window's start, its waits told from its own
+  -- clock: behind.
+  local behind = 0
   if k < o.T then
     k = o.T
+    behind = k * l - now
     now = k * l
   end
   cadvance(o, s, k)
@@ -86,6 +90,7 @@ STEP[5] = function(o, rate, burst, period, s, now, cost, force)
   else
     retry = counterWait(o, rate, s, l, k, now, cost)
   end
-  if est > 0 then reset = counterWait(o, rate, s, l, k, now, rate) end
+  if est > 0 then reset = counterWait(o, rate, s, l, k, now, rate) + behind end
+  if not allowed and retry >= 0 then retry = retry + behind end
   return allowed, max(0, rate - est), retry, reset, 0, (o.T + s + 1) * l, k
 end

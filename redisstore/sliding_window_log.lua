@@ -81,6 +81,9 @@ local function logAppend(o, now, lastT, lastE, n, c)
 end
 
 STEP[4] = function(o, rate, burst, period, segments, now, cost, force)
+  -- now becomes the time the request is counted at; its waits are told
+  -- from its own clock, asked.
+  local asked = now
   local lastT, lastE
   if o.N > 0 then
     lastT, lastE = runAt(o, o.N - 1)
@@ -120,16 +123,16 @@ STEP[4] = function(o, rate, burst, period, segments, now, cost, force)
       o.M = target
       n = rate + 1
     end
-    retry = unitTime(o, n - rate) + period - now -- for a cost of 1
+    retry = unitTime(o, n - rate) + period - asked -- for a cost of 1
   elseif cost > rate then
     retry = -1
   else
-    retry = unitTime(o, n + cost - rate - 1) + period - now
+    retry = unitTime(o, n + cost - rate - 1) + period - asked
   end
   local idle = now
   if o.N > 0 then
     idle = runT(o, o.N - 1) + period
-    reset = idle - now
+    reset = idle - asked
   end
   return allowed, max(0, rate - n), retry, reset, 0, idle, now
 end

@@ -12,10 +12,16 @@ STEP[1] = function(o, rate, burst, period, segments, now, cost, force)
     end
   end
   local d, allowed, remaining, retry, reset, delay, idle, mark = takeDebt(rate, burst, period, now, debt, cost, force)
+  local ahead = o.T - now
   o.T = max(o.T, now)
   o.N = d
-  -- At rest once refilled from the last refill, not from a request before it.
+  -- At rest once refilled from the last refill, not from a request before
+  -- it; that request's waits run from the last refill too, on its clock.
   idle = o.T + reset
+  if ahead > 0 and d > 0 then
+    reset = reset + ahead
+    if not allowed and retry >= 0 then retry = retry + ahead end
+  end
   -- For a refund (REFUND[1]): the tick the debt before this request would
   -- have refilled by, rounded down.
   mark = o.T + fdiv(debt, rate)
