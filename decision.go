@@ -18,7 +18,9 @@ type Decision struct {
 	// same instant.
 	Remaining int64
 	// RetryAfter is 0 when admitted; otherwise how long until the same
-	// request would be admitted if nothing else arrived, or Never.
+	// request would be admitted if nothing else arrived, or Never. Like
+	// ResetAfter, it is told on the request's clock (its Now), even when
+	// the key's state was left by a clock ahead of it.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the limit is back at full capacity if
 	// nothing else arrives (the window or bucket is "full again").
