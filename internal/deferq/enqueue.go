@@ -98,7 +98,10 @@ var enqueueScript = rueidis.NewLuaScript(enqueueLua)
 // request queued or not: Enqueue then runs the script again with the same
 // id, which queues it at most once (enqueue.lua is idempotent by id), and
 // answers from that second reply. Only when Redis does not answer that
-// either does the outcome stay unknown.
+// either does the outcome stay unknown. The asks are not cut short when
+// ctx is cancelled (the client left: its request may be queued all the
+// same); a ctx cancelled before anything is sent returns its error, the
+// request not queued.
 func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http.Request, header http.Header, body []byte) (string, error) {
 	ru := q.Rule(rule)
 	if ru == nil {
@@ -143,8 +146,15 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 	rkeys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
 	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
 		strconv.FormatInt(queuedTTL.Milliseconds(), 10), also}
+	if err := ctx.Err(); err != nil {
+		// The client left before anything was sent: not queued, and no
+		// doubt about it.
+		return "", fmt.Errorf("deferq: enqueue on rule %q: client gone, not queued: %w", rule, err)
+	}
 	ask := func() error { // one ask, bounded: a Redis that never answers costs EnqueueTimeout
-		actx, cancel := context.WithTimeout(ctx, q.o.EnqueueTimeout)
+		// Not cut short by the client leaving: once sent, the request may
+		// be queued, and Enqueue must know whether it is.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.o.EnqueueTimeout)
 		defer cancel()
 		res := enqueueScript.Exec(actx, c, rkeys, args)
 		if _, err := res.AsInt64(); err == nil {

@@ -8,35 +8,49 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// Enqueues whose reply is lost (a Redis that times out, clients that hang
-// up while their request is queued) log one line a second, with how many
-// were left out, as the other failures to defer: each used to log its
-// own, a line per over-limit request while Redis was slow.
+// Enqueues whose reply is lost (a Redis that times out) log one line a
+// second, with how many were left out, as the other failures to defer:
+// each used to log its own, a line per over-limit request while Redis was
+// slow.
 func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var logged redistest.SyncBuffer
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Logger: slog.New(slog.NewTextHandler(&logged, nil)),
-		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	// As TestEnqueueRedisStuck: the client keeps its connection to a
+	// stopped Redis; each ask gives up after EnqueueTimeout.
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true,
+		ForceSingleClient: true, ConnWriteTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	warmUp(t, c)
+	q, err := deferq.New(deferq.Options{Client: c, Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		EnqueueTimeout: 10 * time.Millisecond, Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.SetRules([]deferq.Rule{{Name: "jobs"}})
-	gone, cancel := context.WithCancel(context.Background())
-	cancel() // the client hung up: no reply comes
+	if err := syscall.Kill(srv.PID(), syscall.SIGSTOP); err != nil { // no reply comes
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(srv.PID(), syscall.SIGCONT) })
 	enq := func() {
 		t.Helper()
 		r := httptest.NewRequest(http.MethodPost, "/job", strings.NewReader("job"))
 		var unknown *deferq.OutcomeUnknownError
-		if _, err := q.Enqueue(gone, "jobs", []string{"k"}, r, r.Header, []byte("job")); !errors.As(err, &unknown) {
+		if _, err := q.Enqueue(context.Background(), "jobs", []string{"k"}, r, r.Header, []byte("job")); !errors.As(err, &unknown) {
 			t.Fatalf("Enqueue with no reply = %v, want an *OutcomeUnknownError", err)
 		}
 	}

@@ -94,7 +94,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		return true
 	}
 	if err != nil {
-		if !errors.Is(err, deferq.ErrQueueFull) && !errors.Is(err, deferq.ErrHeadTooLarge) { // the client's doing, or the rule's
+		if !errors.Is(err, deferq.ErrQueueFull) && !errors.Is(err, deferq.ErrHeadTooLarge) && r.Context().Err() == nil { // the client's doing (or gone), or the rule's
 			p.logDefer(rule.Name, err)
 		}
 		return false
