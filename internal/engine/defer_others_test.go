@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
@@ -218,5 +219,49 @@ func TestNotQueuedGivesBack(t *testing.T) {
 	e.NotQueued(ctx, &res)
 	if w, p := remaining(); w != 2 || p != 0 {
 		t.Errorf("after NotQueued of a refused request: wide %d ip %d remaining, want 2 0 (nothing given back)", w, p)
+	}
+}
+
+// TestNotQueuedAfterWindowEnded: a charge whose window has ended by the
+// time the edge gives it back (a body that trickled in past the window's
+// end, then failed) is not given back: a fixed window's refund would
+// lower the new window's count, and a sliding window's would drop the
+// newest requests' times, units the client spent since, so a client could
+// move its allowance into a later window at will. A token bucket's charge
+// is still given back (its refill is as if it had never come).
+func TestNotQueuedAfterWindowEnded(t *testing.T) {
+	clk := &clock{t: t0.Add(59 * time.Minute)} // a minute before the hour's window ends
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerDay(1), rules.Defer, 0)
+	fixed := rule("fixed", sluice.FixedWindow, sluice.PerHour(3), rules.Reject, 0)
+	logged := rule("log", sluice.SlidingWindowLog, sluice.PerHour(3), rules.Reject, 0)
+	bucket := rule("bucket", sluice.TokenBucket, sluice.PerDay(3), rules.Reject, 0)
+	e, _ := newEngine(t, "", clk.Now, jobs, fixed, logged, bucket)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: fixed, Key: "fixed"}, {Rule: logged, Key: "log"}, {Rule: bucket, Key: "bucket"}}
+	remaining := func(i int) int64 {
+		t.Helper()
+		return e.Check(context.Background(), ms[i].Rule, ms[i].Key, 0).Decision.Remaining
+	}
+	ctx := context.Background()
+	if res := e.AdmitOrDefer(ctx, ms, 1); !res.Allowed {
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	res := e.AdmitOrDefer(ctx, ms, 1) // jobs spent: deferrable, the others charged
+	if !res.Deferrable {
+		t.Fatalf("second: deferrable %v, want deferrable", res.Deferrable)
+	}
+	// Past both windows' end (the log's charges at 10:59 leave at 11:59),
+	// another client spends units of each.
+	clk.Add(61 * time.Minute)
+	other := []rules.Match{ms[1], ms[2], ms[3]}
+	if r := e.Admit(ctx, other, 1); !r.Allowed {
+		t.Fatalf("another request at 12:00: %+v, want allowed", r)
+	}
+	f, l, b := remaining(1), remaining(2), remaining(3)
+	if f != 2 || l != 2 || b != 0 {
+		t.Fatalf("before NotQueued: fixed %d log %d bucket %d remaining, want 2 2 0", f, l, b)
+	}
+	e.NotQueued(ctx, &res)
+	if f, l, b := remaining(1), remaining(2), remaining(3); f != 2 || l != 2 || b != 1 {
+		t.Errorf("NotQueued after the windows ended: fixed %d log %d bucket %d remaining, want 2 2 1 (the windows' new counts kept, the bucket given its token)", f, l, b)
 	}
 }

@@ -96,9 +96,9 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 // (its body too large, the queue full, Redis refusing it): their counts
 // are as if it had never come, since nothing served it. Each charge is
 // given back at the present instant (sluice.Refunder): never more than
-// the key counts, and nothing once its window has ended. A store that
-// cannot give back (down, or without Refund) is counted and logged as a
-// store failure: the charge then stays. It runs at most once per res;
+// the key counts, and nothing once its window has ended (windowEnded). A
+// store that cannot give back (down, or without Refund) is counted and
+// logged as a store failure: the charge then stays. It runs at most once per res;
 // after a request the edge queued, or one AdmitOrDefer charged nothing
 // for, it does nothing.
 func (e *Engine) NotQueued(ctx context.Context, res *Result) {
@@ -114,11 +114,43 @@ func (e *Engine) NotQueued(ctx context.Context, res *Result) {
 	}
 	now := e.now()
 	for _, r := range charged {
+		if windowEnded(&r, now) {
+			continue
+		}
 		r.Now = now
 		if _, err := rf.Refund(ctx, r); err != nil && !clientGone(ctx) {
 			e.storeFailed(fmt.Errorf("engine: give back a deferred request's charge of %q: %w", r.Key, err))
 		}
 	}
+}
+
+// windowEnded reports whether the window that counted r, charged at
+// r.Now, has ended by now: a fixed window's, or (for the sliding windows)
+// r's own, a Period after it. Its charge is then no longer counted as
+// such: a refund would lower the count of a later window (the fixed
+// window's) or drop the times of requests made since (the log's, the
+// counter's newest sub-window), units spent after it, which a client that
+// chooses when a request fails (a body trickled in past the window's end)
+// would move into a later window at will. The buckets' refunds are as if
+// the charge had never come at any time.
+func windowEnded(r *sluice.Request, now time.Time) bool {
+	switch r.Algorithm {
+	case sluice.FixedWindow:
+		p := r.Limit.Period.Microseconds()
+		return p > 0 && floorDiv(r.Now.UnixMicro(), p) != floorDiv(now.UnixMicro(), p)
+	case sluice.SlidingWindowLog, sluice.SlidingWindowCounter:
+		return now.Sub(r.Now) >= r.Limit.Period
+	}
+	return false
+}
+
+// floorDiv is a / b rounded toward minus infinity (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // Queued charges the shadow rules of ms for a request that Admit refused
