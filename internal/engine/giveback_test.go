@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/storetest"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // refundGated is storetest.Gated with memstore's sluice.Refunder.
@@ -67,6 +68,50 @@ func TestDelayRaceLoserGivesBack(t *testing.T) {
 		}
 		if got := metricstest.Gather(t, reg)[`sluice_delay_given_back_total{rule="shaped"}`]; got != 1 {
 			t.Errorf(`sluice_delay_given_back_total{rule="shaped"} = %v, want 1 (the loser's slot)`, got)
+		}
+	})
+}
+
+// TestGoneKeepsSlotThatLeft: a request delayed by two leaky bucket rules
+// waits for the later slot; gone between the two, it gives back the slot
+// not yet left (slow's) and keeps the one whose time came (fast's): given
+// back, that one would move fast's queue up a place although its request
+// left in it, and the queue behind would leave a spacing early.
+func TestGoneKeepsSlotThatLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fast := rule("fast", sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20), rules.Delay, 5*time.Second)
+		slow := rule("slow", sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(5), rules.Delay, 5*time.Second)
+		reg := prometheus.NewRegistry()
+		e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: &rules.Set{Rules: []*rules.Rule{fast, slow}}, Metrics: metrics.New(reg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := []rules.Match{{Rule: fast, Key: "f"}, {Rule: slow, Key: "s"}}
+		if res := e.Decide(context.Background(), ms, 1); !res.Allowed { // slots leaving now
+			t.Fatal("first request: denied")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan engine.Result)
+		go func() { done <- e.Admit(ctx, ms, 1) }() // fast's slot at 100ms, slow's at 1s
+		synctest.Wait()
+		for i := range 9 { // fast's slots at 200ms … 1s
+			if res := e.Decide(context.Background(), ms[:1], 1); !res.Allowed {
+				t.Fatalf("fast request %d: denied", i)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+		if res := <-done; res.Allowed {
+			t.Fatal("request gone at 500ms: allowed")
+		}
+		// At 500ms fast's queue holds the slots up to 1s (the gone
+		// request's, at 100ms, has left): a new one leaves at 1.1s.
+		if res := e.Decide(context.Background(), ms[:1], 1); !res.Allowed || res.Decision.Delay != 600*time.Millisecond {
+			t.Errorf("fast request at 500ms: allowed %v with delay %v, want delay 600ms (the slot that left kept)", res.Allowed, res.Decision.Delay)
+		}
+		g := metricstest.Gather(t, reg)
+		if f, s := g[`sluice_delay_given_back_total{rule="fast"}`], g[`sluice_delay_given_back_total{rule="slow"}`]; f != 0 || s != 1 {
+			t.Errorf("sluice_delay_given_back_total: fast %v slow %v, want 0 1", f, s)
 		}
 	})
 }
