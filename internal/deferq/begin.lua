@@ -66,6 +66,12 @@ for _ = 1, 100 do
     turn = true -- ID lost its place in the list: it goes unordered rather than never
     break
   end
+  if rec[1] == 'queued' or rec[1] == 'failed' then
+    -- Gone while its record says it waits (trimmed from the stream by
+    -- hand before it was read): nothing will send it, and its record
+    -- would say 'queued' until it expired.
+    redis.call('DEL', base .. head)
+  end
   redis.call('LPOP', KEYS[3])
 end
 if not turn then
