@@ -281,7 +281,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gone = res.Err != nil && r.Context().Err() != nil
 	}
 	if gone {
-		return // the client went away while waiting
+		// The client went away while waiting: not queued, so the
+		// charges AdmitOrDefer made for a deferrable request go back.
+		e.NotQueued(context.WithoutCancel(r.Context()), &res)
+		return
 	}
 	if !res.Allowed {
 		if res.Deferrable && p.o.Defer != nil && p.deferRequest(w, r, ip, e, &res, ms) {
