@@ -265,3 +265,51 @@ func TestNotQueuedAfterWindowEnded(t *testing.T) {
 		t.Errorf("NotQueued after the windows ended: fixed %d log %d bucket %d remaining, want 2 2 1 (the windows' new counts kept, the bucket given its token)", f, l, b)
 	}
 }
+
+// TestNotQueuedAfterChargeLapsed: a bucket's charge given back after its
+// effect may have lapsed gives back more than it took, so it is not given
+// back: a leaky bucket place that has left (given back, the queue moves
+// up a place nobody left in), or a token that has had time to come back
+// (the bucket full again meanwhile, the refund adds it on top). Given
+// back while its place has not left, or before a token could come back,
+// it is.
+func TestNotQueuedAfterChargeLapsed(t *testing.T) {
+	clk := &clock{t: t0}
+	jobs := rule("jobs", sluice.FixedWindow, sluice.PerDay(1), rules.Defer, 0)
+	shaped := rule("shaped", sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20), rules.Delay, time.Second)
+	bucket := rule("bucket", sluice.TokenBucket, sluice.PerSecond(10), rules.Reject, 0)
+	e, _ := newEngine(t, "", clk.Now, jobs, shaped, bucket)
+	ms := []rules.Match{{Rule: jobs, Key: "jobs"}, {Rule: shaped, Key: "shaped"}, {Rule: bucket, Key: "bucket"}}
+	ctx := context.Background()
+	if res := e.AdmitOrDefer(ctx, ms, 1); !res.Allowed { // shaped's place leaves now
+		t.Fatalf("first: %+v, want allowed", res)
+	}
+	res := e.AdmitOrDefer(ctx, ms, 1) // jobs spent: shaped's place at 100ms, a token taken
+	if !res.Deferrable {
+		t.Fatalf("second: deferrable %v, want deferrable", res.Deferrable)
+	}
+	kept := e.AdmitOrDefer(ctx, ms, 1) // the same: shaped's place at 200ms, a token
+	if !kept.Deferrable {
+		t.Fatalf("third: deferrable %v, want deferrable", kept.Deferrable)
+	}
+	e.NotQueued(ctx, &kept) // at once: its token back
+	if d := e.Check(ctx, bucket, "bucket", 0).Decision; d.Remaining != 8 {
+		t.Fatalf("bucket after a token given back at once: %d remaining, want 8", d.Remaining)
+	}
+	// At 1s, shaped's place at 100ms has left and the bucket is full
+	// again; others take a place and the bucket's tokens.
+	clk.Add(time.Second)
+	if r := e.Admit(ctx, ms[1:2], 1); !r.Allowed || r.Decision.Delay != 0 {
+		t.Fatalf("shaped at 1s: %+v, want admitted at once", r)
+	}
+	if r := e.Admit(ctx, ms[2:], 10); !r.Allowed {
+		t.Fatalf("bucket's 10 tokens at 1s: %+v, want admitted", r)
+	}
+	e.NotQueued(ctx, &res)
+	if r := e.Decide(ctx, ms[1:2], 1); !r.Allowed || r.Decision.Delay != 100*time.Millisecond {
+		t.Errorf("shaped after NotQueued of a place that left: delay %v, want 100ms (the place taken at 1s kept)", r.Decision.Delay)
+	}
+	if d := e.Check(ctx, bucket, "bucket", 0).Decision; d.Remaining != 0 {
+		t.Errorf("bucket after NotQueued of a token that came back: %d remaining, want 0", d.Remaining)
+	}
+}

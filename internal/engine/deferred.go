@@ -85,6 +85,10 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 	}
 	if best < 0 {
 		res.charged = append(res.charged[:0], p.rs...)
+		res.delays = res.delays[:0]
+		for j := range p.ds {
+			res.delays = append(res.delays, p.ds[j].Delay)
+		}
 		return
 	}
 	res.Deferrable = false
@@ -96,14 +100,14 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 // (its body too large, the queue full, Redis refusing it): their counts
 // are as if it had never come, since nothing served it. Each charge is
 // given back at the present instant (sluice.Refunder): never more than
-// the key counts, and nothing once its window has ended (windowEnded). A
+// the key counts, and nothing once it may have lapsed (lapsed). A
 // store that cannot give back (down, or without Refund) is counted and
 // logged as a store failure: the charge then stays. It runs at most once per res;
 // after a request the edge queued, or one AdmitOrDefer charged nothing
 // for, it does nothing.
 func (e *Engine) NotQueued(ctx context.Context, res *Result) {
-	charged := res.charged
-	res.charged = nil
+	charged, delays := res.charged, res.delays
+	res.charged, res.delays = nil, nil
 	if len(charged) == 0 {
 		return
 	}
@@ -113,8 +117,8 @@ func (e *Engine) NotQueued(ctx context.Context, res *Result) {
 		return
 	}
 	now := e.now()
-	for _, r := range charged {
-		if windowEnded(&r, now) {
+	for i, r := range charged {
+		if lapsed(&r, delays[i], now) {
 			continue
 		}
 		r.Now = now
@@ -124,24 +128,49 @@ func (e *Engine) NotQueued(ctx context.Context, res *Result) {
 	}
 }
 
-// windowEnded reports whether the window that counted r, charged at
-// r.Now, has ended by now: a fixed window's, or (for the sliding windows)
-// r's own, a Period after it. Its charge is then no longer counted as
-// such: a refund would lower the count of a later window (the fixed
-// window's) or drop the times of requests made since (the log's, the
-// counter's newest sub-window), units spent after it, which a client that
-// chooses when a request fails (a body trickled in past the window's end)
-// would move into a later window at will. The buckets' refunds are as if
-// the charge had never come at any time.
-func windowEnded(r *sluice.Request, now time.Time) bool {
+// lapsed reports whether the charge r, made at r.Now (its Delay delay),
+// may no longer be wholly in the key's count by now, so that giving it
+// back could give more than it took: a fixed window's that ended (the
+// refund would lower the next window's count), a sliding window's a
+// Period old (it would drop the times of requests made since); a leaky
+// bucket's place that has left (the queue would move up a place someone
+// left in), or a bucket's token that has had time to come back (the
+// bucket may have been full since, and the refund would add a token on
+// top): after cost × Period / Rate. Such a charge is kept: a client that
+// chooses when its request fails (a body trickled in, then cut) would
+// otherwise move its allowance into a later window, or bank tokens past
+// the burst, at will.
+func lapsed(r *sluice.Request, delay time.Duration, now time.Time) bool {
+	l := &r.Limit
+	if l.Rate <= 0 || l.Period <= 0 {
+		return false
+	}
+	since := now.Sub(r.Now)
 	switch r.Algorithm {
 	case sluice.FixedWindow:
-		p := r.Limit.Period.Microseconds()
+		p := l.Period.Microseconds()
 		return p > 0 && floorDiv(r.Now.UnixMicro(), p) != floorDiv(now.UnixMicro(), p)
 	case sluice.SlidingWindowLog, sluice.SlidingWindowCounter:
-		return now.Sub(r.Now) >= r.Limit.Period
+		return since >= l.Period
+	case sluice.TokenBucket, sluice.GCRA:
+		return since >= refill(l, r.Cost)
+	case sluice.LeakyBucket:
+		return since >= delay
 	}
 	return false
+}
+
+// refill is the time cost units of l take to come back: cost × Period /
+// Rate, at most a day past the Period (no overflow).
+func refill(l *sluice.Limit, cost int64) time.Duration {
+	per := l.Period / time.Duration(l.Rate)
+	if per <= 0 {
+		return 0
+	}
+	if cost > int64((l.Period+24*time.Hour)/per) {
+		return l.Period + 24*time.Hour
+	}
+	return time.Duration(cost) * per
 }
 
 // floorDiv is a / b rounded toward minus infinity (b > 0).

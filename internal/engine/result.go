@@ -51,6 +51,8 @@ type Result struct {
 	undecided bool // the client went away before the store decided: no rule has a verdict
 	queueing  bool // AdmitOrDefer: the edge queues it if Deferrable (and Queued logs its shadow rules)
 	// charged are the requests AdmitOrDefer charged the other enforcing
-	// rules for a Deferrable request (chargeOthers), for NotQueued.
+	// rules for a Deferrable request (chargeOthers), for NotQueued, and
+	// delays the Delay of each (a leaky bucket place's).
 	charged []sluice.Request
+	delays  []time.Duration
 }
