@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -76,4 +77,45 @@ func TestDeadlineIsAStoreFailure(t *testing.T) {
 				tc.policy, hits.Load(), w.Code, storeErrs.Load(), logs.String(), tc.wantHits, tc.wantCode)
 		}
 	}
+}
+
+// With two leaky bucket rules, a client gone while it waits for the later
+// place gives back only that one: the earlier place has left (its time
+// came), and given back it would move its queue up a place, the requests
+// behind it then leaving a spacing early.
+func TestMiddlewareClientGoneKeepsPlaceThatLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Options{})
+		fast := mustLimiter(t, s, sluice.LeakyBucket, sluice.PerSecond(10).WithBurst(20))
+		slow := mustLimiter(t, s, sluice.LeakyBucket, sluice.PerSecond(1).WithBurst(5))
+		all := func(*http.Request) (string, bool) { return "k", true }
+		h := httplimit.Middleware(httplimit.Options{Rules: []httplimit.Rule{
+			{Name: "fast", Limiter: fast, KeyFunc: all},
+			{Name: "slow", Limiter: slow, KeyFunc: all},
+		}})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // leaves at once
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { // fast's place at 100ms, slow's at 1s: gone at 500ms
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			close(done)
+		}()
+		synctest.Wait()
+		for i := range 9 { // fast's places at 200ms … 1s
+			if d, err := fast.AllowN(context.Background(), "fast:k", 1); err != nil || !d.Allowed {
+				t.Fatalf("fast request %d: %+v, %v", i, d, err)
+			}
+		}
+		<-done
+		// At 500ms fast's queue holds the places up to 1s (the gone
+		// request's, at 100ms, has left): a new one leaves at 1.1s.
+		if d, err := fast.AllowN(context.Background(), "fast:k", 1); err != nil || d.Delay != 600*time.Millisecond {
+			t.Errorf("fast request at 500ms: %+v, %v; want Delay 600ms (the place that left kept)", d, err)
+		}
+		// slow's next place is the gone client's, at 1s (not 2s).
+		if d, err := slow.AllowN(context.Background(), "slow:k", 1); err != nil || d.Delay != 500*time.Millisecond {
+			t.Errorf("slow request at 500ms: %+v, %v; want Delay 500ms (the gone client's place given back)", d, err)
+		}
+	})
 }
