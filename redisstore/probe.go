@@ -299,3 +299,20 @@ func (s *Store) masterKeys(ctx context.Context) ([]probeTarget, error) {
 	}
 	return ts, nil
 }
+
+// writableLua runs a write command that changes nothing (no state has
+// the field): a replica refuses it (READONLY), as it refuses every
+// decision, where PING and the ACL probe, which do not write, pass.
+// HDEL is one of the scripts' commands, so the ACL lets the user run it.
+var writableLua = rueidis.NewLuaScript(`return redis.call('HDEL', KEYS[1], 'sluice:writable')`)
+
+// writable returns the error of Redis refusing a write (READONLY on a
+// replica, or the like), else nil. A key of another type (WRONGTYPE)
+// has taken the write command: nil.
+func (s *Store) writable(ctx context.Context) error {
+	err := writableLua.Exec(ctx, s.c, []string{s.Key("acl-probe")}, nil).Error()
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "WRONGTYPE") { // Redis 7 starts with it, 5 and 6 with ERR
+		return nil
+	}
+	return err
+}

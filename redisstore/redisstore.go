@@ -401,8 +401,10 @@ func (s *Store) client() (rueidis.Client, func()) {
 func (s *Store) landed() { s.flying.Add(-1) }
 
 // Ping checks that Redis answers within the timeout (for readiness probes),
-// and that its ACL still lets the user run the store's scripts: a user
-// that lost them (every decision failing NOPERM) fails with ErrAuth.
+// that it takes writes (not a replica: a demoted master, before the store
+// hears of the failover), and that its ACL still lets the user run the
+// store's scripts: a user that lost them (every decision failing NOPERM)
+// fails with ErrAuth.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -424,7 +426,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: ping: %w: %w", sluice.ErrStoreUnavailable, err)
 	}
-	return s.probe(ctx, "ping")
+	if err := s.probe(ctx, "ping"); err != nil {
+		return err
+	}
+	// After the probe, which tells a NOPERM for what it is (ErrAuth).
+	if err := s.writable(ctx); err != nil {
+		return fmt.Errorf("redisstore: ping: %w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	return nil
 }
 
 // Refunds returns how many cross-slot TakeAll calls had to give back what
