@@ -276,8 +276,22 @@ func (w *worker) dispatch(ctx context.Context) {
 			w.keepClaimed(ctx, bySID)
 		case <-ctx.Done():
 			for inflight > 0 { // let turns in flight record their outcome
-				<-w.done
+				r := <-w.done
+				r.e.busy = false
 				inflight--
+			}
+			// Outcomes Redis did not take yet, waiting for their turn to
+			// record them again: recorded now, or the release lets their
+			// requests go, and another instance sends them again. Asked
+			// again until Redis takes them (a connection the outage broke
+			// fails the first ask after it), 5 s in all.
+			deadline := time.Now().Add(5 * time.Second)
+			for _, e := range bySID {
+				for e.unrecorded != nil && time.Now().Before(deadline) {
+					if w.turn(ctx, e); e.unrecorded != nil {
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
 			}
 			return
 		}
