@@ -61,7 +61,8 @@ store:
   type: redis
   redis: {addrs: [%s], timeout: 2s}
 defer:
-  claim_idle: 2s
+  claim_idle: 6s          # the survivor takes the victim's requests over 6s after its death
+  delivery_timeout: 2900ms # not the 2s default of a 6s claim_idle: a loaded machine's late answer is no resend
 rules:
   - name: jobs
     key: ["header:X-Tenant"]
