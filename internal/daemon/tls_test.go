@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
@@ -257,23 +258,5 @@ func TestTLSHandshakeErrorsLogOnceASecond(t *testing.T) {
 			t.Fatalf("after a failed handshake: %v, want the daemon to close the connection", err)
 		}
 	}
-	handshakes := func() (lines []string) {
-		for _, l := range td.logs.Lines() {
-			if strings.Contains(l, "TLS handshake error") {
-				lines = append(lines, l)
-			}
-		}
-		return lines
-	}
-	for range 5 {
-		bad()
-	}
-	if lines := handshakes(); len(lines) != 1 {
-		t.Fatalf("5 failed handshakes in one second logged %d lines, want 1: %q", len(lines), lines)
-	}
-	clock.Add(int64(time.Second))
-	bad()
-	if lines := handshakes(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=4") {
-		t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(lines), lines)
-	}
+	logtest.OncePerSecond(t, "failed handshakes", "TLS handshake error", 5, td.logs.Lines, bad, func() { clock.Add(int64(time.Second)) })
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -54,26 +55,7 @@ func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
 			t.Fatalf("Enqueue with no reply = %v, want an *OutcomeUnknownError", err)
 		}
 	}
-	lost := func() []string {
-		var out []string
-		for _, l := range logged.Lines() {
-			if strings.Contains(l, "reply lost") {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	for range 10 {
-		enq()
-	}
-	if l := lost(); len(l) != 1 {
-		t.Fatalf("10 lost replies in one second logged %d lines, want 1: %q", len(l), l)
-	}
-	clock.Add(int64(time.Second))
-	enq()
-	if l := lost(); len(l) != 2 || !strings.Contains(l[1], "suppressed=9") {
-		t.Fatalf("one a second later: %d lines, want 2, the second with suppressed=9: %q", len(l), l)
-	}
+	logtest.OncePerSecond(t, "lost replies", "reply lost", 10, logged.Lines, enq, func() { clock.Add(int64(time.Second)) })
 }
 
 // Requests dead-lettered (an upstream down, every attempt failing) log one

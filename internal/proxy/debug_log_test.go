@@ -6,12 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -45,25 +45,7 @@ func TestStalledBodiesLogOnceASecond(t *testing.T) {
 				t.Fatalf("stalled body: %d %q, want 408", resp.StatusCode, body)
 			}
 		}
-		stalled := func() (lines []string) {
-			for _, l := range out.Lines() {
-				if strings.Contains(l, "client body stalled") {
-					lines = append(lines, l)
-				}
-			}
-			return lines
-		}
-		for range 5 {
-			stall()
-		}
-		if lines := stalled(); len(lines) != 1 {
-			t.Fatalf("5 stalled bodies in one second logged %d lines, want 1: %q", len(lines), lines)
-		}
-		clock.Add(int64(time.Second))
-		stall()
-		if lines := stalled(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=4") {
-			t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(lines), lines)
-		}
+		logtest.OncePerSecond(t, "stalled bodies", "client body stalled", 5, out.Lines, stall, func() { clock.Add(int64(time.Second)) })
 	})
 }
 
@@ -91,24 +73,6 @@ func TestUnreadableBodiesLogOnceASecond(t *testing.T) {
 			}
 			c.Close()
 		}
-		unreadable := func() (lines []string) {
-			for _, l := range out.Lines() {
-				if strings.Contains(l, "client body unreadable") {
-					lines = append(lines, l)
-				}
-			}
-			return lines
-		}
-		for range 5 {
-			bad()
-		}
-		if lines := unreadable(); len(lines) != 1 {
-			t.Fatalf("5 unreadable bodies in one second logged %d lines, want 1: %q", len(lines), lines)
-		}
-		clock.Add(int64(time.Second))
-		bad()
-		if lines := unreadable(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=4") {
-			t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(lines), lines)
-		}
+		logtest.OncePerSecond(t, "unreadable bodies", "client body unreadable", 5, out.Lines, bad, func() { clock.Add(int64(time.Second)) })
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -145,24 +146,6 @@ func TestCutAnswersLogOnceASecond(t *testing.T) {
 			}
 			eventually(t, "the proxy's handler returns", func() bool { return s.active.Load() == 0 })
 		}
-		lines := func() (ls []string) {
-			for _, l := range out.Lines() {
-				if strings.Contains(l, "read error during body copy") {
-					ls = append(ls, l)
-				}
-			}
-			return ls
-		}
-		for range 5 {
-			cut()
-		}
-		if ls := lines(); len(ls) != 1 {
-			t.Fatalf("5 cut answers in one second logged %d lines, want 1: %q", len(ls), ls)
-		}
-		clock.Add(int64(time.Second))
-		cut()
-		if ls := lines(); len(ls) != 2 || !strings.Contains(ls[1], "suppressed=4") {
-			t.Fatalf("one more a second later: %d lines, want 2, the second with suppressed=4: %q", len(ls), ls)
-		}
+		logtest.OncePerSecond(t, "cut answers", "read error during body copy", 5, out.Lines, cut, func() { clock.Add(int64(time.Second)) })
 	})
 }
