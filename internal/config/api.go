@@ -59,7 +59,7 @@ func (a *APIConfig) check(ck *checker, block string) {
 	a.Listener.check(ck, block)
 	if a.TokenFile != "" {
 		n := len(ck.errs)
-		ck.regular(block+".token_file", a.TokenFile)
+		ck.secretFile(block+".token_file", a.TokenFile, "the token")
 		if len(ck.errs) == n {
 			if _, err := ReadToken(a.TokenFile); err != nil {
 				ck.fail(block+".token_file", "%s: %v", a.TokenFile, err)

@@ -170,7 +170,7 @@ func ReadFile(path string) ([]byte, error) {
 //
 // The error, if any, is Errors, listing every problem found.
 func Parse(file string, data []byte) (*Config, error) {
-	d := &decoder{Walker: yamlnode.NewWalker(file, "config", maxNodes), lookup: os.LookupEnv, lines: map[string]int{}}
+	d := &decoder{Walker: yamlnode.NewWalker(file, "config", maxNodes), lookup: os.LookupEnv, lines: map[string]int{}, expanded: map[string]string{}}
 	c := &Config{File: file}
 	if len(data) > MaxConfigBytes {
 		return nil, Errors{{File: file, Msg: fmt.Sprintf("config is larger than %d bytes", MaxConfigBytes)}}
@@ -185,7 +185,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		d.explicitZeros(c)
 		c.applyDefaults()
 		var ves rules.ParseErrors
-		if err := c.validate(d.lines); errors.As(err, &ves) {
+		if err := c.validate(d.lines, d.expanded); errors.As(err, &ves) {
 			decodeErrs := d.Errs
 			for _, e := range ves {
 				if !related(decodeErrs, e.Key) {
@@ -261,15 +261,15 @@ func (c *Config) applyDefaults() {
 // Validate checks c, which must have its defaults applied (Parse does
 // both), and compiles its rules. The error, if any, is Errors; on a Config
 // built in Go rather than read from a file its lines are 0.
-func (c *Config) Validate() error { return c.validate(nil) }
+func (c *Config) Validate() error { return c.validate(nil, nil) }
 
 // RuleSet compiles c's rules.
 func (c *Config) RuleSet() (*rules.Set, error) {
 	return rules.CompileWith(c.File, c.Rules, rules.Options{IP: c.ClientIP.Prefixes()})
 }
 
-func (c *Config) validate(lines map[string]int) error {
-	ck := &checker{file: c.File, lines: lines, listeners: map[string]string{}}
+func (c *Config) validate(lines map[string]int, expanded map[string]string) error {
+	ck := &checker{file: c.File, lines: lines, expanded: expanded, listeners: map[string]string{}}
 	ck.addr("listen", c.Listen)
 	ck.listeners[c.Listen] = "listen"
 	switch c.LogLevel {
@@ -300,6 +300,7 @@ func (c *Config) validate(lines map[string]int) error {
 type checker struct {
 	file      string
 	lines     map[string]int
+	expanded  map[string]string // key path → its text, when it took an environment variable
 	errs      rules.ParseErrors
 	listeners map[string]string // address → key, to refuse one address twice
 }
@@ -336,6 +337,22 @@ func (ck *checker) between(key string, x, lo, hi time.Duration) {
 
 // regular checks that path names a regular file.
 func (ck *checker) regular(key, path string) { ck.path(key, path, false) }
+
+// secretFile checks, as regular, that path names a regular file, path
+// naming a secret (a token, a private key). When it came from the
+// environment and names nothing, the variable may hold the secret itself
+// rather than a path, so the problem names the text written in the
+// config (${API_TOKEN}) instead: check-config prints it and every refused
+// reload logs it.
+func (ck *checker) secretFile(key, path, what string) {
+	if text, ok := ck.expanded[key]; ok {
+		if _, err := os.Stat(path); err != nil {
+			ck.fail(key, "%s: %v (the path it expands to is not shown: the variable may hold %s itself, where the path of a file holding it goes)", text, errors.Unwrap(err), what)
+			return
+		}
+	}
+	ck.regular(key, path)
+}
 
 // path checks that path names a regular file or, with dirOK, a directory.
 func (ck *checker) path(key, path string, dirOK bool) {

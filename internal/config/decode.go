@@ -33,6 +33,10 @@ type decoder struct {
 	yamlnode.Walker
 	lookup func(string) (string, bool)
 	lines  map[string]int // key path → line of its key
+	// expanded holds the text, as written, of each key path whose value
+	// took something from the environment (${VAR}), for problems to name
+	// instead of a value that may be a secret.
+	expanded map[string]string
 }
 
 // field is one key of a struct: its name and where it is in the struct.

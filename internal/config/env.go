@@ -76,6 +76,9 @@ func (d *decoder) expand(key string, n *yaml.Node) (string, bool) {
 			continue
 		}
 		b.WriteString(val)
+		if d.expanded != nil {
+			d.expanded[key] = n.Value
+		}
 	}
 	return b.String(), ok
 }

@@ -95,7 +95,7 @@ func (t *TLSConfig) check(ck *checker, key string) {
 	if t.Key == "" {
 		ck.fail(key+".key", "missing: TLS needs a private key file (PEM), such as server-key.pem")
 	} else {
-		ck.regular(key+".key", t.Key)
+		ck.secretFile(key+".key", t.Key, "the private key")
 	}
 	if t.ClientCA != "" {
 		ck.regular(key+".client_ca", t.ClientCA)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,44 @@ func TestExpandProblemsHidePasswords(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A key naming a secret file (api.token_file, a TLS private key) whose
+// value comes from the environment, when the variable holds the secret
+// itself rather than a path (API_TOKEN=the token), names no file: the
+// problem, printed by check-config and logged by every refused reload,
+// names the text written in the config (${API_TOKEN}) instead of the
+// path it expands to.
+func TestSecretFileFromEnvHidden(t *testing.T) {
+	const secret = "s3cr3tTok/en+x"
+	t.Setenv("SLUICE_T_TOK", secret)
+	t.Setenv("SLUICE_T_KEY", "-----BEGIN PRIVATE KEY-----\nMIIs3cr3tTok\n-----END PRIVATE KEY-----\n")
+	dir := t.TempDir()
+	cert := filepath.Join(dir, "c.pem")
+	mustWriteFile(t, cert, "x")
+	tls := "{cert: " + cert + ", key: \"${SLUICE_T_KEY}\"}"
+	for _, tc := range []struct{ yaml, want string }{
+		{"api:\n  token_file: ${SLUICE_T_TOK}\n", "c.yaml:2: api.token_file: ${SLUICE_T_TOK}: no such file"},
+		{"api:\n  token_file: /run/secrets/${SLUICE_T_TOK}\n", "c.yaml:2: api.token_file: /run/secrets/${SLUICE_T_TOK}: no such file"},
+		{"api:\n  tls: " + tls + "\n", "c.yaml:2: api.tls.key: ${SLUICE_T_KEY}: no such file"},
+		{"proxy:\n  listen: 127.0.0.1:0\n  upstream: http://127.0.0.1:1\n  tls: " + tls + "\n", "c.yaml:4: proxy.tls.key: ${SLUICE_T_KEY}: no such file"},
+		{"grpc:\n  listen: 127.0.0.1:0\n  config: [" + dir + "]\n  tls: " + tls + "\n", "c.yaml:4: grpc.tls.key: ${SLUICE_T_KEY}: no such file"},
+		{"store:\n  type: redis\n  redis:\n    addrs: [h:1]\n    tls: " + tls + "\n", "c.yaml:5: store.redis.tls.key: ${SLUICE_T_KEY}: no such file"},
+	} {
+		_, err := Parse("c.yaml", []byte(tc.yaml))
+		if err == nil {
+			t.Errorf("Parse(%q) = nil, want refused", tc.yaml)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "s3cr3tTok") || !strings.Contains(msg, tc.want) {
+			t.Errorf("Parse(%q) = %v\nwant %q, without the secret", tc.yaml, msg, tc.want)
+		}
+	}
+	// A path written out, or from the environment and found, is named
+	// as it always was.
+	_, err := Parse(filepath.Join(dir, "c.yaml"), []byte("api:\n  token_file: nofile\n"))
+	if want := filepath.Join(dir, "nofile") + ": no such file"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("token_file: nofile: %v, want %q", err, want)
 	}
 }

@@ -33,10 +33,13 @@ func (t *RedisTLS) check(ck *checker) {
 	case t.Key != "" && t.Cert == "":
 		ck.fail(key+".cert", "missing: cert and key go together (a client certificate and its private key)")
 	}
-	for _, f := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}} {
+	for _, f := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}} {
 		if f.path != "" {
 			ck.regular(key+"."+f.name, f.path)
 		}
+	}
+	if t.Key != "" {
+		ck.secretFile(key+".key", t.Key, "the private key")
 	}
 }
 
