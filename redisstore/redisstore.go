@@ -260,7 +260,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.Sentinel != "" {
 		c := o.sentinelCredentials()
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.Sentinel, Username: c.Username, Password: c.Password, TLSConfig: o.TLS,
-			Dialer: sentinelDialer(o.Timeout)}
+			Dialer: sentinelDialer(o)}
 	}
 	type result struct {
 		c, solo rueidis.Client

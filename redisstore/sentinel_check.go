@@ -13,7 +13,12 @@ import (
 )
 
 // sentinelDialer is the dialer of the client's connections to the
-// Sentinels: the connect and handshake bounded by timeout, as to Redis,
+// Sentinels: the connect and handshake bounded by the timeout, as to
+// Redis, or with several Sentinels by a share of New's bound (the
+// timeout, at least a second) that leaves room for the next Sentinel and
+// the master when one hangs (it accepts connections, the kernel
+// completing them, and never answers: the client waits out the bound
+// before it asks the next, and a wait of New's whole bound failed New);
 // and KeepAlive set, which makes rueidis PING an idle connection every
 // KeepAlive and close it when the answer takes longer than its write
 // timeout (max(timeout, 1s)); the client then asks the next Sentinel for
@@ -23,7 +28,11 @@ import (
 // master, which lives on as a replica answering READONLY. (rueidis's
 // TopologyRefreshInterval, a periodic ask, is no cure without it: its
 // commands to such a Sentinel wait for ever, holding the lock Close takes.)
-func sentinelDialer(timeout time.Duration) net.Dialer {
+func sentinelDialer(o Options) net.Dialer {
+	timeout := o.Timeout
+	if n := len(o.Addrs); n > 1 {
+		timeout = min(timeout, max(o.Timeout, time.Second)/time.Duration(n+1))
+	}
 	return net.Dialer{Timeout: timeout, KeepAlive: rueidis.DefaultTCPKeepAlive}
 }
 

@@ -107,3 +107,29 @@ func onReplica(t *testing.T, s *redisstore.Store, replica *redistest.Server, dea
 		time.Sleep(10 * time.Millisecond) // a steady client
 	}
 }
+
+// TestSentinelHungAtStart starts a store whose first Sentinel is frozen
+// (it accepts connections, the kernel completing them, and never
+// answers): New must go on to the next Sentinel and connect, with the
+// timeout at a second as with the default. Before, the handshake with
+// the frozen one took the whole of New's bound (the timeout, at least a
+// second), so New failed, and the daemon, retrying, never connected.
+func TestSentinelHungAtStart(t *testing.T) {
+	master := redistest.StartServer(t)
+	hung := redistest.StartSentinelServer(t, master, 5*time.Second, nil)
+	other := redistest.StartSentinel(t, master)
+	hung.Pause()
+	for _, timeout := range []time.Duration{redisstore.DefaultTimeout, time.Second} {
+		start := time.Now()
+		s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{hung.Addr, other}, Sentinel: "mymaster", Timeout: timeout})
+		if err != nil {
+			t.Fatalf("New with timeout %v, the first Sentinel hung: %v", timeout, err)
+		}
+		t.Logf("timeout %v: connected in %v", timeout, time.Since(start))
+		_, err = s.Take(context.Background(), req(fmt.Sprint("hung-", timeout), 0))
+		s.Close()
+		if err != nil {
+			t.Fatalf("Take with timeout %v, the first Sentinel hung: %v", timeout, err)
+		}
+	}
+}
