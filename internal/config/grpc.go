@@ -1,8 +1,11 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/listener"
 )
 
@@ -64,8 +67,14 @@ func (g *GRPCConfig) check(ck *checker) {
 	if len(g.Config) == 0 {
 		ck.fail("grpc.config", "missing: list the Envoy descriptor files, such as [ratelimit.yaml]")
 	}
+	var read []readBy
 	for i, p := range g.Config {
-		ck.path("grpc.config["+strconv.Itoa(i)+"]", p, true)
+		key := "grpc.config[" + strconv.Itoa(i) + "]"
+		n := len(ck.errs)
+		ck.path(key, p, true)
+		if len(ck.errs) == n {
+			read = ck.readOnce(key, p, read)
+		}
 	}
 	if g.TLS != nil {
 		g.TLS.check(ck, "grpc.tls")
@@ -76,4 +85,66 @@ func (g *GRPCConfig) check(ck *checker) {
 	if g.OnError != "" && g.OnError != GRPCOnErrorUnavailable {
 		ck.fail("grpc.on_error", "%q: want unavailable, or leave it out to answer as store.on_error says", g.OnError)
 	}
+}
+
+// readBy is a descriptor file, or a listed directory, and the
+// grpc.config entry that reads it.
+type readBy struct {
+	fi   os.FileInfo
+	key  string // grpc.config[i]
+	path string // the entry's path, when a directory that holds fi
+}
+
+// readOnce checks that the grpc.config entry key, path p (a file, or a
+// directory whose *.yaml and *.yml files are read), reads no file that an
+// entry before it, in read, reads already: listed twice, the file's domain
+// would be "already configured" in itself, and the likely cause, a typo
+// for another file, would leave that file's domain unserved. It returns
+// read with p's files added.
+func (ck *checker) readOnce(key, p string, read []readBy) []readBy {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return read
+	}
+	seen := func(fi os.FileInfo) *readBy {
+		for i := range read {
+			if os.SameFile(read[i].fi, fi) {
+				return &read[i]
+			}
+		}
+		return nil
+	}
+	if r := seen(fi); r != nil {
+		ck.fail(key, "%s is read already, by %s: list each descriptor file once", p, r.by())
+		return read
+	}
+	if !fi.IsDir() {
+		return append(read, readBy{fi: fi, key: key})
+	}
+	read = append(read, readBy{fi: fi, key: key, path: p})
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return read
+	}
+	for _, e := range ents {
+		full := filepath.Join(p, e.Name())
+		fi, err := os.Stat(full)
+		if !descriptors.Listed(e.Name()) || err != nil || fi.IsDir() {
+			continue
+		}
+		if r := seen(fi); r != nil {
+			ck.fail(key, "%s reads %s, which %s reads already; list each descriptor file once", p, full, r.by())
+			return read
+		}
+		read = append(read, readBy{fi: fi, key: key, path: p})
+	}
+	return read
+}
+
+// by names the entry that reads r: its key, and the directory.
+func (r *readBy) by() string {
+	if r.path != "" {
+		return r.key + " (" + r.path + ")"
+	}
+	return r.key
 }
