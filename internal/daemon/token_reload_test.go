@@ -74,3 +74,25 @@ func rulesWith(t *testing.T, td *testDaemon, token string) string {
 	t.Helper()
 	return get(t, td.api+"/v1/rules", "Authorization", "Bearer "+token).body
 }
+
+// TestTokenFileFromEnvNotLogged: a config whose api.token_file takes a
+// variable that holds the token itself, not a path, is refused, and
+// neither the error nor the refused reload's log line holds the token:
+// they name the text written (${VAR}) instead.
+func TestTokenFileFromEnvNotLogged(t *testing.T) {
+	const secret = "tok-in-env-9f3a"
+	t.Setenv("SLUICE_T_API_TOKEN", secret)
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
+
+	mustWrite(t, td.path, tokenConfig("${SLUICE_T_API_TOKEN}", "  - {name: keep, rate: 100/m}\n"))
+	err := td.d.Reload()
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "api.token_file: ${SLUICE_T_API_TOKEN}: no such file") {
+		t.Fatalf("Reload = %v, want refused at api.token_file naming ${SLUICE_T_API_TOKEN}, not the token", err)
+	}
+	logs := td.logs.String()
+	if strings.Contains(logs, secret) || !strings.Contains(logs, "${SLUICE_T_API_TOKEN}") {
+		t.Errorf("logs hold the token, or lack the refused reload naming ${SLUICE_T_API_TOKEN}:\n%s", logs)
+	}
+}
