@@ -27,7 +27,8 @@ func Listed(name string) bool {
 // order; a listed directory with none is an error. Every problem of every
 // file is reported in one rules.ParseErrors, each naming its file and
 // line; on any problem Load returns no Set. A domain may appear in one
-// file only. The entries of a listed directory that are not read, but for
+// file only, and a file is read once: one named twice (listed twice, or
+// beside its directory, or by two links) is an error. The entries of a listed directory that are not read, but for
 // hidden ones, are named by the Set's Skipped.
 func Load(paths []string) (*Set, error) { return LoadWith(paths, LoadOptions{}) }
 
@@ -93,7 +94,18 @@ func LoadWith(paths []string, o LoadOptions) (*Set, error) {
 	s := &Set{domains: map[string]*node{}, skipped: notRead}
 	where := map[string]string{}
 	h := sha256.New()
+	var read []fileRead // each file read, to refuse one read twice
 	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			if prev := sameFile(read, fi); prev == f {
+				errs = append(errs, &rules.ParseError{File: f, Msg: "read twice: grpc.config lists it twice, or beside its directory: list each file once"})
+				continue
+			} else if prev != "" {
+				errs = append(errs, &rules.ParseError{File: f, Msg: "the same file as " + prev + ", read already: list each file once"})
+				continue
+			}
+			read = append(read, fileRead{f, fi})
+		}
 		data, err := readFile(f)
 		if err != nil {
 			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
@@ -136,6 +148,22 @@ func LoadWith(paths []string, o LoadOptions) (*Set, error) {
 	}
 	h.Sum(s.digest[:0])
 	return s, nil
+}
+
+// fileRead is a descriptor file read, by the name it was read by.
+type fileRead struct {
+	name string
+	fi   os.FileInfo
+}
+
+// sameFile returns the name by which the file fi was read, or "".
+func sameFile(read []fileRead, fi os.FileInfo) string {
+	for _, r := range read {
+		if os.SameFile(r.fi, fi) {
+			return r.name
+		}
+	}
+	return ""
 }
 
 // skipped describes the entries of a directory that were not read, or "".
