@@ -93,6 +93,7 @@ type readBy struct {
 	fi   os.FileInfo
 	key  string // grpc.config[i]
 	path string // the entry's path, when a directory that holds fi
+	name string // the file's path in that directory
 }
 
 // readOnce checks that the grpc.config entry key, path p (a file, or a
@@ -132,11 +133,14 @@ func (ck *checker) readOnce(key, p string, read []readBy) []readBy {
 		if !descriptors.Listed(e.Name()) || err != nil || fi.IsDir() {
 			continue
 		}
-		if r := seen(fi); r != nil {
+		if r := seen(fi); r != nil && r.key == key {
+			ck.fail(key, "%s holds %s and %s, one file under two names: its domain would be read twice; list each descriptor file once", p, r.name, full)
+			return read
+		} else if r != nil {
 			ck.fail(key, "%s reads %s, which %s reads already; list each descriptor file once", p, full, r.by())
 			return read
 		}
-		read = append(read, readBy{fi: fi, key: key, path: p})
+		read = append(read, readBy{fi: fi, key: key, path: p, name: full})
 	}
 	return read
 }

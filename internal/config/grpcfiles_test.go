@@ -25,6 +25,14 @@ func TestGRPCConfigFileTwice(t *testing.T) {
 	if err := os.Symlink("dd", filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
+	ee := filepath.Join(dir, "ee")
+	if err := os.Mkdir(ee, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteFile(t, filepath.Join(ee, "x.yaml"), "domain: x\n")
+	if err := os.Symlink("x.yaml", filepath.Join(ee, "y.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	cfg := filepath.Join(dir, "sluice.yaml")
 	for _, tc := range []struct {
 		list string
@@ -37,6 +45,7 @@ func TestGRPCConfigFileTwice(t *testing.T) {
 		{"[dd, dd/b.yaml]", "sluice.yaml:5: grpc.config[1]: " + dd + "/b.yaml is read already, by grpc.config[0] (" + dd + ")"},
 		{"[dd/b.yaml, dd]", "sluice.yaml:5: grpc.config[1]: " + dd + " reads " + dd + "/b.yaml, which grpc.config[0] reads already"},
 		{"[dd, link]", "sluice.yaml:5: grpc.config[1]: " + dir + "/link is read already, by grpc.config[0] (" + dd + ")"},
+		{"[ee]", "sluice.yaml:4: grpc.config[0]: " + ee + " holds " + ee + "/x.yaml and " + ee + "/y.yaml, one file under two names"},
 	} {
 		y := "grpc:\n  listen: 127.0.0.1:0\n  config:\n    " + strings.ReplaceAll(tc.list, ", ", "\n    - ")
 		y = strings.Replace(y, "config:\n    [", "config:\n    - ", 1)
