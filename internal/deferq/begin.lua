@@ -5,7 +5,9 @@
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
 -- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID),
 --       5 how long the record of a request still queued lasts (ms)
--- Returns 'ok', 'wait' (an older request of the key goes first), 'later:N'
+-- Returns 'ok', 'wait' (an older request of the key goes first; 'wait:SID'
+-- when another consumer holds it, SID its entry, which this one claims if
+-- that consumer is silent), 'later:N'
 -- (a failed request whose next attempt is N ms away: its back-off holds
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
 -- (already settled; cleaned up).
@@ -53,14 +55,22 @@ for _ = 1, 100 do
     break
   end
   local rec = redis.call('HMGET', base .. head, 'state', 'sid')
+  local elsewhere
   local live = rec[1] == 'queued' or rec[1] == 'failed'
   if live and rec[2] then
     -- An entry older than ours was read before ours: if it is still in
     -- the stream, it is pending with some consumer.
-    live = #redis.call('XPENDING', KEYS[1], ARGV[1], rec[2], rec[2], 1) == 1
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], rec[2], rec[2], 1)
+    live = #p == 1
+    if live and p[1][2] ~= ARGV[2] then
+      elsewhere = rec[2]
+    end
   end
   if live then
     if redis.call('LPOS', KEYS[3], ARGV[4]) then
+      if elsewhere then
+        return 'wait:' .. elsewhere
+      end
       return 'wait'
     end
     turn = true -- ID lost its place in the list: it goes unordered rather than never

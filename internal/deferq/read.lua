@@ -1,19 +1,37 @@
 -- Read entries of the stream for this consumer, bounded by their bodies:
--- new ones (XREADGROUP, mode 'new') or those idle with a silent consumer
--- (XAUTOCLAIM, mode 'claim'). An entry whose body is over the rule's
--- bound in force (max_body_bytes, lowered by a reload since it was queued)
--- comes back without its body, header and uri, marked 'over' with the
+-- new ones (XREADGROUP, mode 'new'), those idle with a silent consumer
+-- (XAUTOCLAIM, mode 'claim') or one of them, entry ARGV[7] (XCLAIM, mode
+-- 'one': the oldest request of a key whose later one this consumer
+-- holds). An entry whose body is over the rule's bound in force
+-- (max_body_bytes, lowered by a reload since it was queued) comes back
+-- without its body, header and uri, marked 'over' with the
 -- body's length, so that the instance never reads more than it may hold;
 -- it dead-letters that entry (finish.lua), which is its now.
 -- KEYS: 1 stream
--- ARGV: 1 group, 2 consumer, 3 mode ('new' or 'claim'), 4 count,
---       5 max body bytes, 6 claim: min idle (ms), 7 claim: start
+-- ARGV: 1 group, 2 consumer, 3 mode ('new', 'claim' or 'one'), 4 count,
+--       5 max body bytes, 6 claim, one: min idle (ms), 7 claim: start; one:
+--       the entry, 8 one: a held entry to let go if it was claimed (optional)
 -- Returns {cursor, entries}: cursor is XAUTOCLAIM's next start ('' for
--- 'new'), entries as XRANGE gives them.
+-- 'new' and 'one'), entries as XRANGE gives them.
 local es, cursor
 if ARGV[3] == 'claim' then
   local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], ARGV[7], 'COUNT', ARGV[4])
   cursor, es = r[1], r[2]
+elseif ARGV[3] == 'one' then
+  cursor, es = '', {}
+  for _, e in ipairs(redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], ARGV[7])) do
+    if type(e) == 'table' then -- not one deleted while pending (Redis 6.2)
+      es[#es + 1] = e
+    end
+  end
+  if #es > 0 and ARGV[8] then
+    -- Room for it made in the same step: the held entry ARGV[8] is let
+    -- go (release.lua) for a later claim, here or elsewhere.
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[8], ARGV[8], 1)
+    if #p == 1 and p[1][2] == ARGV[2] then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[8], 'IDLE', ARGV[6], 'JUSTID')
+    end
+  end
 else
   local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
   cursor, es = '', {}

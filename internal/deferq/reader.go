@@ -36,7 +36,8 @@ func (w *worker) read(ctx context.Context) {
 	var lastClaim, lastPrune time.Time
 	// cursor is where the scan of the pending list for entries to claim
 	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call,
-	// so a round of 10 calls covers 10,000, and the next round takes up
+	// so a round of 10 calls covers up to 10,000 (fewer when the room left
+	// is under 100 entries), and the next round takes up
 	// where it stopped, so that every pending entry is looked at, however
 	// many live instances hold before a dead one's.
 	cursor := "0-0"
@@ -47,12 +48,17 @@ func (w *worker) read(ctx context.Context) {
 		}
 		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
 			lastClaim = time.Now()
-			// Not bounded by capacity: a held entry may wait for an
-			// older one of its key that only a claim brings back, and
-			// what a silent instance left pending is at most what it
-			// held, within its own bound.
+			// Bounded by capacity, as new entries are: several silent
+			// instances may have left as much as each held. The rest
+			// stay pending for a later round, here or elsewhere. A held
+			// entry waiting for an older one of its key that a silent
+			// instance holds claims that one itself (claimHead).
 			for range 10 { // at most 1000 entries claimed, 10,000 looked at, per round
-				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", "100", bound(), idle, cursor}).ToArray()
+				n := w.capacity()
+				if n < 1 {
+					break // the cursor stays: the next round goes on from it
+				}
+				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", strconv.FormatInt(n, 10), bound(), idle, cursor}).ToArray()
 				if err != nil || len(arr) < 2 {
 					if err != nil && ctx.Err() == nil {
 						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
@@ -113,6 +119,41 @@ func (w *worker) read(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// claimHead is e's turn when an older request of its key, entry sid, is
+// held by another consumer: e waits for it, and if that consumer is
+// silent (sid idle for ClaimIdle, as a claim round asks), sid is claimed
+// here, or e could wait for ever on an instance whose bound its held
+// entries fill. If there is no room for sid (counted at its largest), e
+// is let go in the same script (as at shutdown: it was not sent) for a
+// later claim, here or elsewhere.
+func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
+	wait := result{e: e, after: 250 * time.Millisecond}
+	c := w.q.o.Connect()
+	r := w.rule.Load()
+	args := []string{group, w.consumer, "one", "1", strconv.FormatInt(r.MaxBody(), 10),
+		strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10), sid}
+	full := w.held.Load()+1 > MaxHeld || w.heldBytes.Load()+r.MaxBody()+MaxHeadBytes > w.q.o.MaxHeldBytes
+	if full {
+		args = append(args, e.sid)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	arr, err := readScript.Exec(rctx, c, []string{w.base + "q"}, args).ToArray()
+	cancel()
+	if err != nil || len(arr) < 2 {
+		return wait
+	}
+	es, _ := arr[1].AsXRange()
+	if len(es) == 0 {
+		return wait // its holder is alive, or it is gone
+	}
+	w.q.m.claimed(w.name, len(es))
+	if !w.send(ctx, es) || !full {
+		return wait
+	}
+	w.q.o.Logger.Debug("defer: let go to stay within the bound", "rule", w.name, "id", e.id)
+	return result{e: e, drop: true}
 }
 
 // idle waits d after an empty read, or less if this instance queues a

@@ -39,6 +39,8 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 			return result{e: e, drop: true}
 		case verdict == "wait":
 			return result{e: e, after: 250 * time.Millisecond}
+		case strings.HasPrefix(verdict, "wait:"):
+			return w.claimHead(ctx, e, strings.TrimPrefix(verdict, "wait:"))
 		case strings.HasPrefix(verdict, "later:"):
 			ms, _ := strconv.ParseInt(strings.TrimPrefix(verdict, "later:"), 10, 64)
 			return result{e: e, after: max(time.Duration(ms)*time.Millisecond, time.Millisecond)}
