@@ -4,10 +4,11 @@
 -- claims it again, so its idle time restarts.
 -- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
 -- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID),
---       5 how long the record of a request still queued lasts (ms)
+--       5 how long the record of a request still queued lasts (ms),
+--       6 claim idle (ms)
 -- Returns 'ok', 'wait' (an older request of the key goes first; 'wait:SID'
--- when another consumer holds it, SID its entry, which this one claims if
--- that consumer is silent), 'later:N'
+-- when another consumer holds it and has been silent for the claim idle
+-- time, SID its entry, which this one claims), 'later:N'
 -- (a failed request whose next attempt is N ms away: its back-off holds
 -- for whoever holds it now), 'lost' (another consumer holds it) or 'final'
 -- (already settled; cleaned up).
@@ -62,7 +63,7 @@ for _ = 1, 100 do
     -- the stream, it is pending with some consumer.
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], rec[2], rec[2], 1)
     live = #p == 1
-    if live and p[1][2] ~= ARGV[2] then
+    if live and p[1][2] ~= ARGV[2] and p[1][3] >= tonumber(ARGV[6]) then
       elsewhere = rec[2]
     end
   end

@@ -35,11 +35,12 @@ func (w *worker) read(ctx context.Context) {
 	bound := func() string { return strconv.FormatInt(w.rule.Load().MaxBody(), 10) }
 	var lastClaim, lastPrune time.Time
 	// cursor is where the scan of the pending list for entries to claim
-	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call,
-	// so a round of 10 calls covers up to 10,000 (fewer when the room left
-	// is under 100 entries), and the next round takes up
-	// where it stopped, so that every pending entry is looked at, however
-	// many live instances hold before a dead one's.
+	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call
+	// (COUNT the room left, at most 100), so a round of calls covers
+	// 10,000 (in at most 100 calls: fewer while the room left is under 10
+	// entries), and the next round takes up where it stopped, so that
+	// every pending entry is looked at, however many live instances hold
+	// before a dead one's.
 	cursor := "0-0"
 	for ctx.Err() == nil {
 		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
@@ -53,11 +54,12 @@ func (w *worker) read(ctx context.Context) {
 			// stay pending for a later round, here or elsewhere. A held
 			// entry waiting for an older one of its key that a silent
 			// instance holds claims that one itself (claimHead).
-			for range 10 { // at most 1000 entries claimed, 10,000 looked at, per round
+			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
 				n := w.capacity()
 				if n < 1 {
 					break // the cursor stays: the next round goes on from it
 				}
+				looked += 10 * n
 				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", strconv.FormatInt(n, 10), bound(), idle, cursor}).ToArray()
 				if err != nil || len(arr) < 2 {
 					if err != nil && ctx.Err() == nil {
@@ -122,9 +124,9 @@ func (w *worker) read(ctx context.Context) {
 }
 
 // claimHead is e's turn when an older request of its key, entry sid, is
-// held by another consumer: e waits for it, and if that consumer is
-// silent (sid idle for ClaimIdle, as a claim round asks), sid is claimed
-// here, or e could wait for ever on an instance whose bound its held
+// held by another consumer silent for ClaimIdle (begin.lua): e waits for
+// it, and sid is claimed here (if still idle that long, as a claim round
+// asks), or e could wait for ever on an instance whose bound its held
 // entries fill. If there is no room for sid (counted at its largest), e
 // is let go in the same script (as at shutdown: it was not sent) for a
 // later claim, here or elsewhere.

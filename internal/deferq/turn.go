@@ -29,7 +29,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, w.consumer, e.sid, e.id,
-			strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToString()
+			strconv.FormatInt(queuedTTL.Milliseconds(), 10), strconv.FormatInt(o.ClaimIdle.Milliseconds(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
 		switch {
