@@ -23,7 +23,8 @@
 // Each instance is one consumer of the rule's group. It reads new entries
 // (XREADGROUP) while it holds fewer than MaxHeld and their bytes fit in
 // Options.MaxHeldBytes, claims entries left pending by a dead instance once they
-// have been idle for ClaimIdle (XAUTOCLAIM), both in read.lua, which leaves
+// have been idle for ClaimIdle (XAUTOCLAIM) within the same bound, both
+// in read.lua, which leaves
 // in Redis the body of an entry over the rule's MaxBodyBytes in force (a
 // reload lowered it since the entry was queued): such an entry is
 // dead-lettered unsent, and a read is bounded by the bound in force. It
@@ -184,14 +185,13 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Concurrency bounds the deliveries in flight per rule; default 16.
 	Concurrency int
-	// MaxHeldBytes bounds the bytes of the new requests (bodies, headers,
-	// targets) one instance reads into memory per rule while it holds
-	// others; default DefaultMaxHeldBytes. An entry not yet read counts as
-	// the rule's MaxBodyBytes plus MaxHeadBytes, so at most
-	// MaxHeldBytes/(MaxBodyBytes+MaxHeadBytes) are read at once (at least
-	// one while none is held); the rest wait in
-	// Redis. Requests claimed from a silent instance come on top: at most
-	// what that instance held.
+	// MaxHeldBytes bounds the bytes of the requests (bodies, headers,
+	// targets) one instance reads or claims into memory per rule while it
+	// holds others; default DefaultMaxHeldBytes. An entry not yet read
+	// counts as the rule's MaxBodyBytes plus MaxHeadBytes, so at most
+	// MaxHeldBytes/(MaxBodyBytes+MaxHeadBytes) are read or claimed at once
+	// (at least one while none is held); the rest wait in Redis, new ones
+	// unread, a silent instance's pending with it.
 	MaxHeldBytes int64
 	// MaxBufferedBytes bounds the bytes of the request bodies ReadBody
 	// holds at once, read or being read, over all rules: a body whose
