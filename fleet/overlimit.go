@@ -76,6 +76,14 @@ type OverLimitOptions struct {
 // have seen as used; such a refusal is remembered until its RetryAfter as
 // the store itself said it.
 //
+// A refund (sluice.Refunder) makes the key admit again before its refusal
+// ends. A refund through this cache (Refund) forgets the key; one made
+// through another instance reaches this cache only through a feed of the
+// store's refunds: ForgetKey, Pause and Resume, which
+// redisstore.Store.WatchRefunds calls (see overlimit_watch.go). Without
+// one, a fleet that refunds keeps refusing a key refunded elsewhere until
+// the refusal's end.
+//
 // # What a remembered refusal answers
 //
 // A hit returns Allowed false, Limit, RetryAfter until t + r (exact for
@@ -107,7 +115,7 @@ type OverLimitCache struct {
 	seed   maphash.Seed
 	shards [overLimitShards]olShard
 	per    int           // entries per shard
-	gen    atomic.Uint64 // bumped by Forget: entries of older generations are gone
+	gen    atomic.Uint64 // bumped by Forget (by 2), Pause and Resume: entries of older generations are gone; odd while paused
 	resets atomic.Uint64 // bumped by Reset, under the key's shard lock
 	hits   atomic.Uint64
 	stored atomic.Uint64
@@ -201,7 +209,7 @@ func (c *OverLimitCache) Len() int {
 
 // Forget drops every remembered refusal, as if the cache were new: for a
 // store that lost its data. Store errors call it.
-func (c *OverLimitCache) Forget() { c.gen.Add(1) }
+func (c *OverLimitCache) Forget() { c.gen.Add(2) }
 
 func (c *OverLimitCache) shard(k *olKey) *olShard {
 	return &c.shards[maphash.String(c.seed, k.key)%overLimitShards]
@@ -307,8 +315,10 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision, at olEp
 	sh := c.shard(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if c.resets.Load() != at.resets || c.gen.Load() != at.gen {
-		return // a Reset (maybe of this key) or a Forget since the store was asked
+	if c.resets.Load() != at.resets || c.gen.Load() != at.gen || at.gen&1 != 0 {
+		// A Reset or a refund (maybe of this key) or a Forget since the
+		// store was asked, or paused (see Pause).
+		return
 	}
 	if old, ok := sh.m[k]; ok && old.gen == e.gen && now < old.until {
 		// Keep the refusal that covers more requests: the smaller cost,

@@ -109,8 +109,9 @@ func (l *Lease) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, 
 // the cache never refuses what the store would now admit. A refusal
 // asked for before the refund and remembered after it is dropped too (as
 // for Reset). Only this cache forgets: another instance's cache in front
-// of the same store still refuses the key until the RetryAfter it
-// remembered.
+// of the same store learns of the refund only through a feed of the
+// store's refunds (ForgetKey; redisstore.Store.WatchRefunds), and
+// without one still refuses the key until the RetryAfter it remembered.
 func (c *OverLimitCache) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	rf, err := refunderOf(c.inner, "over-limit cache", &r)
 	if err != nil {

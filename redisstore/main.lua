@@ -7,6 +7,9 @@
 -- request 9 values: algorithm, rate, burst, period (ticks), segments, tick
 -- (µs), cost, now (µs since the epoch), mark (refund; in the other modes
 -- 1 forces the charge, sluice's Request.Force).
+-- After the requests' values, a give may carry a channel and a message:
+-- the script then PUBLISHes the message on the channel once the refund is
+-- saved (redisstore's Options.PublishRefunds).
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund; for a
 -- give, those of a request of cost 0 right after it.
@@ -75,5 +78,9 @@ for i = 1, #KEYS do
 end
 if (mode == 'take' and ok) or mode == 'refund' or mode == 'give' then
   for _, o in ipairs(order) do save(o, o.ttl) end
+end
+local pub = 3 + #KEYS * 9
+if mode == 'give' and ARGV[pub + 2] then
+  redis.call('PUBLISH', ARGV[pub + 1], ARGV[pub + 2])
 end
 return out

@@ -108,6 +108,10 @@ type check struct {
 // that an error names it ("CLUSTER INFO").
 var containers = []string{"ACL", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "FUNCTION", "MEMORY", "OBJECT", "SCRIPT", "XGROUP", "XINFO"}
 
+// channelCommands are the commands whose arguments the ACL reads as
+// channels (&pattern), not keys.
+var channelCommands = []string{"PUBLISH", "SUBSCRIBE", "PSUBSCRIBE", "SPUBLISH", "SSUBSCRIBE"}
+
 // nameLen is how many of argv name the command: 2 for a container's
 // subcommand, else 1.
 func (c check) nameLen() int {
@@ -135,6 +139,10 @@ func (s *Store) checks(key string, needs []Need) []check {
 			// The scripts read Redis's clock only with RedisTime.
 		case c == "TIME":
 			cs = append(cs, check{scripts, []string{c}})
+		case c == "PUBLISH" && !s.opts.PublishRefunds:
+			// Only a refund with PublishRefunds publishes.
+		case c == "PUBLISH":
+			cs = append(cs, check{"the refunds published to the fleet (PublishRefunds)", []string{c, s.RefundChannel()}})
 		default:
 			cs = append(cs, check{scripts, []string{c, key}})
 		}
@@ -215,6 +223,9 @@ func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 			if bad[j+1] == 2 {
 				// The command is allowed, not on these keys.
 				n = c.name() + " on the keys of `" + strings.Join(c.argv, " ") + "` (for " + c.feature + ")"
+				if slices.Contains(channelCommands, c.name()) {
+					n = c.name() + " on the channel " + strings.Join(c.argv[1:], " ") + " (for " + c.feature + ")"
+				}
 			}
 			if !slices.Contains(names, n) {
 				names = append(names, n)

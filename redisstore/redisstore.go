@@ -132,6 +132,12 @@ type Options struct {
 	// them again (or those of the last Require). New always checks the
 	// store's own: its scripts' commands and Ping's.
 	Needs []Need
+	// PublishRefunds makes every Refund also publish its key on
+	// RefundChannel, in the same script (atomically with the refund),
+	// for the fleet's over-limit caches (see WatchRefunds): one PUBLISH
+	// per refund, of the key's namespace and name. New then checks that
+	// the user may PUBLISH on that channel.
+	PublishRefunds bool
 	// AlwaysPipeline sends every call of a single-node store through the
 	// pipelining client, even a call made while no other is in flight
 	// (which otherwise goes through the solo client, see New): the store

@@ -13,7 +13,8 @@ var _ sluice.Refunder = (*Store)(nil)
 // general script runs sluice.Algorithm.Refund's Lua twin on the key,
 // atomically, in one round trip, on Redis' clock with Options.RedisTime.
 // A failure wraps sluice.ErrStoreUnavailable; a refund that timed out
-// may have been given back or not.
+// may have been given back or not. With Options.PublishRefunds, the
+// script also publishes the key on RefundChannel (see WatchRefunds).
 func (s *Store) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	r.Force = false
 	var q request
@@ -21,7 +22,11 @@ func (s *Store) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, 
 		return sluice.Decision{}, fmt.Errorf("redisstore: refund %q: %w", r.Key, err)
 	}
 	ctx = s.deadlines.bound(ctx)
-	rps, err := s.exec(ctx, s.all, []string{q.key}, append([]string{"give", s.useTime, s.margin}, q.args[:]...), 1)
+	args := append([]string{"give", s.useTime, s.margin}, q.args[:]...)
+	if s.opts.PublishRefunds {
+		args = append(args, s.RefundChannel(), refundMessage(r.Namespace, r.Key))
+	}
+	rps, err := s.exec(ctx, s.all, []string{q.key}, args, 1)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redisstore: refund %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
 	}

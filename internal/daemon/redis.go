@@ -74,6 +74,8 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 
 		MaxFlushDelay: r.MaxFlushDelay,
 		Needs:         redisNeeds(cfg, descs, redisPrefix(cfg)),
+		// For the other instances' over-limit caches (see below).
+		PublishRefunds: true,
 	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("daemon: store.redis: %w", err)
@@ -90,6 +92,24 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	d.fleet = fs
 	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
 	d.store = cache
+	// A refund made through another instance is published by its script
+	// and heard here: the cache forgets the key. The cache answers only
+	// while subscribed (paused until the store connects and Redis
+	// confirms the subscription, and whenever it is cut). Connected at
+	// startup, the daemon starts with the cache subscribed, waiting for
+	// it as long as for the connection.
+	feed := &refundFeed{OverLimitCache: cache, live: make(chan struct{})}
+	lazy.watchRefunds(feed)
+	if lazy.Connected() {
+		t := time.NewTimer(max(r.Timeout, time.Second))
+		select {
+		case <-feed.live:
+		case <-t.C:
+			d.log.Warn("over-limit cache: Redis has not confirmed the subscription to refunds yet; every request goes to Redis until it does", "channel", redisstore.RefundChannelOf(redisPrefix(cfg)))
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	d.ping = lazy.Ping
 	d.watchRedis = watchRunIDs(lazy, func() {
 		// The decorators first: a refusal they decide from the old state
@@ -192,6 +212,19 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 	}
 }
 
+// refundFeed is the over-limit cache as redisstore.Store.WatchRefunds
+// tells it of refunds; live is closed at its first Resume (subscribed).
+type refundFeed struct {
+	*fleet.OverLimitCache
+	once sync.Once
+	live chan struct{}
+}
+
+func (f *refundFeed) Resume() {
+	f.OverLimitCache.Resume()
+	f.once.Do(func() { close(f.live) })
+}
+
 // lazyRedis is a redisstore.Store that may not be connected yet: until it
 // is, every call fails with sluice.ErrStoreUnavailable, and a goroutine
 // tries to connect every ConnectRetry.
@@ -199,6 +232,8 @@ type lazyRedis struct {
 	s      atomic.Pointer[redisstore.Store]
 	ids    atomic.Pointer[string] // the servers' run_ids when it connected (watchRunIDs)
 	cancel context.CancelFunc
+	ctx    context.Context // done at Close
+	up     chan struct{}   // closed once s is set
 	wg     sync.WaitGroup
 
 	// mu orders a reload's check and setNeeds (see hold) with connect's
@@ -242,9 +277,9 @@ func refusalHint(err error) string {
 // and returns start.Err(); the store it returns
 // otherwise keeps trying whatever becomes of start.
 func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
-	l := &lazyRedis{needs: &o.Needs}
+	l := &lazyRedis{needs: &o.Needs, up: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
+	l.ctx, l.cancel = ctx, cancel
 	err := l.connect(start, o)
 	if err := start.Err(); err != nil {
 		// Connected or not, the startup has stopped.
@@ -316,6 +351,7 @@ func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
 		l.mu.Lock()
 		if l.needs == needs {
 			l.s.Store(s)
+			close(l.up)
 			l.mu.Unlock()
 			return nil
 		}
@@ -358,6 +394,21 @@ func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 // need refused, or let one through that it does). The caller holds l
 // (hold) since its check.
 func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs = &needs }
+
+// watchRefunds tells lst of the refunds published to the fleet
+// (redisstore.Store.WatchRefunds) from when the store connects until
+// Close; lst is paused until then.
+func (l *lazyRedis) watchRefunds(lst redisstore.RefundListener) {
+	lst.Pause()
+	l.wg.Go(func() {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.up:
+		}
+		_ = l.s.Load().WatchRefunds(l.ctx, lst)
+	})
+}
 
 // Connected reports whether the store has connected.
 func (l *lazyRedis) Connected() bool { return l.s.Load() != nil }

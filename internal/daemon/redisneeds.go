@@ -13,7 +13,8 @@ import (
 // redisNeeds returns what the daemon of cfg runs in Redis besides the
 // store's scripts and Ping, for the store's ACL check at startup
 // (redisstore.Options.Needs), keys under prefix: INFO server (the
-// restart watch, always), the deferral queue's commands when a rule has
+// restart watch, always), SUBSCRIBE on prefix+"refunds" (the over-limit
+// cache's feed of refunds, always), the deferral queue's commands when a rule has
 // action: defer, and the fleet's hot-key sets' when a rule or Envoy
 // descriptor has shards: auto. A user whose ACL lacks one of them is
 // refused at startup, naming the command and what needs it, rather than
@@ -27,6 +28,11 @@ func redisNeeds(cfg *config.Config, descs *descriptors.Set, prefix string) []red
 	needs := []redisstore.Need{{
 		Feature:  fmt.Sprintf("the restart watch, every %v", RedisWatchInterval),
 		Commands: [][]string{{"INFO", "server"}},
+	}, {
+		// The store's refunds PUBLISH there (redisstore.Options.PublishRefunds,
+		// checked by the store itself).
+		Feature:  "the over-limit cache, told of the other instances' refunds",
+		Commands: [][]string{{"SUBSCRIBE", redisstore.RefundChannelOf(prefix)}},
 	}}
 	var deferred, auto []string
 	for i := range cfg.Rules {

@@ -1,0 +1,128 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Refunds seen by the fleet
+//
+// An over-limit cache (fleet.OverLimitCache) relies on a key it saw
+// refused staying refused until the RetryAfter it remembered; a refund
+// (Refund) breaks that, and the cache of an instance other than the one
+// that refunded cannot see it. With Options.PublishRefunds, the refund's
+// script PUBLISHes the key on RefundChannel atomically with the refund
+// (on a Cluster, PUBLISH reaches the subscribers of every node), and
+// WatchRefunds, on each instance, subscribes to it on a connection of its
+// own and tells the cache to forget the key.
+
+// RefundListener is told what WatchRefunds sees; fleet.OverLimitCache is
+// one.
+type RefundListener interface {
+	// ForgetKey is called for each refund published, with its key's
+	// namespace and name.
+	ForgetKey(ns, key string)
+	// Pause is called whenever the subscription is not (yet, or any
+	// longer) confirmed: refunds may go unseen until Resume.
+	Pause()
+	// Resume is called each time the subscription is confirmed: from
+	// then on every refund published is seen.
+	Resume()
+}
+
+// refundWatchRetry bounds the wait between two subscriptions after one
+// failed or was cut; it starts at a hundredth of it and doubles.
+const refundWatchRetry = time.Second
+
+// RefundChannel is the channel on which refunds are published
+// (Options.PublishRefunds): RefundChannelOf the key prefix.
+func (s *Store) RefundChannel() string { return RefundChannelOf(s.opts.Prefix) }
+
+// RefundChannelOf is the RefundChannel of a store whose keys start with
+// prefix (Options.Prefix): prefix then "refunds", for an ACL's &pattern.
+func RefundChannelOf(prefix string) string { return prefix + "refunds" }
+
+// refundMessage is what a refund of ns+key publishes: the namespace's
+// length in decimal, ":", the namespace, the key. Its size is the key's.
+func refundMessage(ns, key string) string {
+	return strconv.Itoa(len(ns)) + ":" + ns + key
+}
+
+// parseRefundMessage reads a refundMessage.
+func parseRefundMessage(m string) (ns, key string, ok bool) {
+	i := strings.IndexByte(m, ':')
+	if i < 1 {
+		return "", "", false
+	}
+	n, err := strconv.Atoi(m[:i])
+	if err != nil || n < 0 || n > len(m)-i-1 || m[:i] != strconv.Itoa(n) {
+		return "", "", false
+	}
+	return m[i+1 : i+1+n], m[i+1+n:], true
+}
+
+// WatchRefunds subscribes to RefundChannel on a connection of its own and
+// tells l of every refund published there (see RefundListener), until ctx
+// is done; it returns ctx's error. It calls l.Pause first and when it
+// returns, and whenever the subscription is lost (the connection cut,
+// Redis down): then it subscribes again, waiting up to a second between
+// attempts, and calls l.Resume once Redis confirms. A message on the
+// channel that is not a refund's (someone else publishing) makes l pause
+// and resume: its key is unknown.
+//
+// A refund published while the connection is cut but before the client
+// sees it closed is not seen: the listener is told only once it is
+// (rueidis notices a silent cut by its keepalive).
+func (s *Store) WatchRefunds(ctx context.Context, l RefundListener) error {
+	l.Pause()
+	defer l.Pause()
+	ch := s.RefundChannel()
+	wait := refundWatchRetry / 100
+	for {
+		var confirmed atomic.Bool
+		hctx := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+			if p.Channel != ch {
+				return
+			}
+			switch p.Kind {
+			case "subscribe":
+				confirmed.Store(true)
+				l.Resume()
+			case "unsubscribe":
+				l.Pause()
+			}
+		})
+		hctx = rueidis.WithOnReceiveReturnHook(hctx, func(err error, _ rueidis.CommandClient) error {
+			l.Pause()
+			return err
+		})
+		dc, release := s.c.Dedicate()
+		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
+			if ns, key, ok := parseRefundMessage(m.Message); ok {
+				l.ForgetKey(ns, key)
+			} else {
+				l.Pause()
+				l.Resume()
+			}
+		})
+		l.Pause()
+		release()
+		if confirmed.Load() {
+			wait = refundWatchRetry / 100
+		} else {
+			wait = min(2*wait, refundWatchRetry)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
