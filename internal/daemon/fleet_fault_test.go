@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -83,10 +85,12 @@ rules:
 }
 
 // TestLocalModeAfterRefusal: what a key Redis refused gets once Redis
-// stops. Until a call fails the over-limit cache still refuses it (no call
-// reaches Redis); the first failed call, on any key, moves the daemon to
-// local mode and empties the cache, and the key then gets its local share,
-// counted from empty.
+// stops. The over-limit cache's subscription to refunds is cut with
+// Redis's connections, which empties and pauses the cache (a refund
+// made meanwhile would go unseen): the key's next request goes to Redis
+// and fails, which moves the daemon to local mode, and the key then gets
+// its local share, counted from empty. (Before the cache subscribed, it
+// kept refusing the key until a call failed.)
 func TestLocalModeAfterRefusal(t *testing.T) {
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -104,21 +108,29 @@ rules:
 	if n := allowedOf(t, td.api, "r", "k", 6); n != 4 {
 		t.Fatalf("Redis up: %d of 6 allowed, want 4", n)
 	}
+	cache := td.d.fallback.Unwrap().(*fleet.OverLimitCache)
+	if cache.Paused() || cache.Len() != 1 {
+		t.Fatalf("Redis up: cache paused %v with %d keys; want live with the key refused", cache.Paused(), cache.Len())
+	}
 	rs.Stop()
-	if n := allowedOf(t, td.api, "r", "k", 2); n != 0 {
-		t.Fatalf("Redis stopped, no call failed yet: %d of 2 allowed, want 0 (the cache's refusals)", n)
+	deadline := time.Now().Add(time.Minute)
+	for !cache.Paused() {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis stopped: the over-limit cache never paused")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if v := td.metric("sluice_store_local"); v != 0 {
 		t.Fatalf("sluice_store_local = %v before any call failed, want 0", v)
 	}
-	if n := allowedOf(t, td.api, "r", "other", 1); n != 1 {
-		t.Fatalf("Redis stopped, a new key: %d of 1 allowed, want 1 (local mode)", n)
+	if n := allowedOf(t, td.api, "r", "k", 3); n != 2 {
+		t.Fatalf("Redis stopped: %d of 3 allowed, want the local share 4/2 = 2 (the cache paused: the first call failed)", n)
 	}
 	if v := td.metric("sluice_store_local"); v != 1 {
 		t.Fatalf("sluice_store_local = %v after a failed call, want 1", v)
 	}
-	if n := allowedOf(t, td.api, "r", "k", 3); n != 2 {
-		t.Fatalf("Redis stopped: %d of 3 allowed, want the local share 4/2 = 2", n)
+	if n := allowedOf(t, td.api, "r", "other", 1); n != 1 {
+		t.Fatalf("Redis stopped, a new key: %d of 1 allowed, want 1 (local mode)", n)
 	}
 	if got := get(t, td.api+"/readyz"); got.status != http.StatusServiceUnavailable {
 		t.Fatalf("GET /readyz in local mode: %d", got.status)

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // Two daemons over one Redis (and one Cluster): B's over-limit cache
@@ -56,5 +59,28 @@ func TestEnvoyNegativeHitsReachOtherInstance(t *testing.T) {
 				t.Fatalf("B: after the unit given back was used: %v; want OVER_LIMIT", c)
 			}
 		})
+	}
+}
+
+// A Redis user without the refunds' channel (Redis 7 gives new users
+// none) is a startup error naming PUBLISH and SUBSCRIBE on it: the
+// daemon's refunds publish there and its over-limit cache subscribes.
+// With the channel granted, it starts.
+func TestRedisACLRefundChannel(t *testing.T) {
+	addr := redistest.StartServer(t).Addr
+	for _, u := range [][]string{{"nochan", "resetchannels"}, {"chan", "resetchannels", "&sluice:refunds"}} {
+		args := append([]string{"ACL", "SETUSER", u[0], "on", ">pw", "~sluice:*", "+@all"}, u[1:]...)
+		if _, err := redistest.Do(addr, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := newWith(t, needsConfig([]string{addr}, false, "nochan"))
+	for _, w := range []string{"PUBLISH on the channel sluice:refunds", "SUBSCRIBE on the channel sluice:refunds (for the over-limit cache", `user "nochan"`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("New with user nochan: %v; want an error naming %q", err, w)
+		}
+	}
+	if err := newWith(t, needsConfig([]string{addr}, false, "chan")); err != nil {
+		t.Errorf("New with user chan (&sluice:refunds): %v; want started", err)
 	}
 }
