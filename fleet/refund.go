@@ -9,8 +9,8 @@ import (
 )
 
 // The decorators give units back (sluice.Refunder) through the store they
-// wrap, which holds the counts: Sync sends the key's hits not yet sent
-// first and lets its view go; Lease gives back the units it holds for
+// wrap, which holds the counts: Sync takes them out of the key's hits not
+// yet sent first (see sync_refund.go); Lease gives back the units it holds for
 // the key first, so that its next request asks the store; the OverLimitCache
 // drops the key's remembered refusal; the Fallback gives back where it
 // decides. Over a store without Refund they give nothing back and return
@@ -29,47 +29,6 @@ func refunderOf(s sluice.Store, who string, r *sluice.Request) (sluice.Refunder,
 		return rf, nil
 	}
 	return nil, fmt.Errorf("fleet: %s: refund %q: the store behind it (%T): %w", who, r.Key, s, errors.ErrUnsupported)
-}
-
-// Refund gives r.Cost units back to r's key in the shared store
-// (sluice.Refunder). For a key Sync decides locally, the key's hits not
-// yet sent go first, in a batch of their own (else the shared store
-// could find less to give back than the instance counted), and the key's
-// view is let go: its next decision reads the key again (a cold
-// decision, in the shared store), so this instance sees the units back
-// at once; other instances see them at their next read of the key,
-// within two intervals, as they see each other's hits. If that batch
-// fails, its hits are sent again with the next one, and the refund may
-// then find less to give back.
-func (s *Sync) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	rf, err := refunderOf(s.inner, "sync", &r)
-	if err != nil {
-		return sluice.Decision{}, err
-	}
-	if s.applies(&r) {
-		if _, err := check(&r); err != nil {
-			return sluice.Decision{}, fmt.Errorf("fleet: sync: refund %q: %w", r.Key, err)
-		}
-		s.forgetKey(keyOf(&r))
-	}
-	return rf.Refund(ctx, r)
-}
-
-// forgetKey is Forget for one key: its hits not yet sent go in a batch,
-// and its entry goes. The batch's error is not returned: its hits go
-// again with the next batch.
-func (s *Sync) forgetKey(k nsKey) {
-	if s.closed.Load() {
-		return
-	}
-	s.flushing <- struct{}{}
-	defer func() { <-s.flushing }()
-	s.mu.Lock()
-	e := s.keys[k]
-	s.mu.Unlock()
-	if e != nil {
-		_ = s.letGo([]*syncEntry{e})
-	}
 }
 
 // Refund gives r.Cost units back to r's key in the shared store

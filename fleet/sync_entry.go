@@ -33,6 +33,10 @@ type syncEntry struct {
 	mu   sync.Mutex
 	view sluice.State
 	hits []redisstore.Hit // admitted since the last snapshot
+	// held: a bucket's units in hits (its hits are debt, net of the
+	// refill): those a refund can take back without the store (see
+	// Sync.refundLocal).
+	held int64
 	// doubts are the ops of batches that failed with hits: each may have
 	// counted its hits or not. They are sent again, as they are (same
 	// Seq), before the key's newer hits, until a reply says they counted
@@ -93,6 +97,7 @@ func (e *syncEntry) decide(r *sluice.Request, us int64, st *sluice.State, d *slu
 			// state's cap counts as reaching it (see
 			// sluice.Algorithm.Charge), and so adds less.
 			e.record(redisstore.Hit{At: us, Cost: debtAt(e.alg, &e.ticks, st, floorDiv(us, e.ticks.Tick)) - before})
+			e.held = min(e.held+r.Cost, capCost(e.alg, &e.ticks))
 			return nil
 		}
 		// Counted in the view's window, which may be ahead of now; adding
@@ -172,7 +177,7 @@ func (s *Sync) snapshot(e *syncEntry, ops []redisstore.SyncOp) []redisstore.Sync
 	op := redisstore.SyncOp{Namespace: e.key.ns, Key: e.key.key, Algorithm: e.alg, Limit: e.limit}
 	if len(e.hits) > 0 && e.before() == nil {
 		op.Hits, op.Writer, op.Seq = e.hits, s.writer, s.seq.Add(1)
-		e.hits = nil
+		e.hits, e.held = nil, 0
 	}
 	return append(ops, op)
 }
