@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,20 +84,100 @@ func TestSyncRefundTakesLocalHitsFirst(t *testing.T) {
 }
 
 // gatedSync holds the next batch (Sync call) once armed, until release is
-// closed.
+// closed, and notes a refund that reaches it while it holds one.
 type gatedSync struct {
 	*redisstore.Store
-	armed   atomic.Bool
-	entered chan struct{}
-	release chan struct{}
+	armed    atomic.Bool
+	holding  atomic.Bool // a batch is held (the test clears it before release)
+	overtook atomic.Bool // a refund reached the store while a batch was held
+	entered  chan struct{}
+	release  chan struct{}
 }
 
 func (g *gatedSync) Sync(ctx context.Context, ops []redisstore.SyncOp) error {
 	if g.armed.Swap(false) {
+		g.holding.Store(true)
 		close(g.entered)
 		<-g.release
 	}
 	return g.Store.Sync(ctx, ops)
+}
+
+func (g *gatedSync) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if g.holding.Load() {
+		g.overtook.Store(true)
+	}
+	return g.Store.Refund(ctx, r)
+}
+
+// doneWatched is a context that tells (called) when someone first waits
+// on it.
+type doneWatched struct {
+	context.Context
+	once   sync.Once
+	called chan struct{}
+}
+
+func (c *doneWatched) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.called) })
+	return c.Context.Done()
+}
+
+// TestSyncRefundAfterHitsInFlight: a refund of more units than the key's
+// hits not yet sent, while a batch carrying its earlier hits is on its
+// way, gives back in the store only once that batch has landed: reaching
+// the store first, it would find less to give back (the hits in flight
+// not counted yet) and the batch would then count them after it.
+func TestSyncRefundAfterHitsInFlight(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rs := openShared(t, []string{srv.Addr}, false)
+	g := &gatedSync{Store: rs, entered: make(chan struct{}), release: make(chan struct{})}
+	sy := newSync(t, g, fleet.SyncOptions{Interval: time.Hour})
+	ctx := context.Background()
+	r := sluice.Request{Key: fmt.Sprintf("sync-refund-inflight/%d", time.Now().UnixNano()), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(10), Cost: 1, Now: sluicetest.T0}
+	// Two decided in the store, three locally.
+	for i := range 5 {
+		if d, err := sy.Take(ctx, r); err != nil || !d.Allowed {
+			t.Fatalf("take #%d = %+v, %v", i, d, err)
+		}
+	}
+	g.armed.Store(true)
+	flushed := make(chan error, 1)
+	go func() { flushed <- sy.Flush() }()
+	<-g.entered // the three local hits are on their way
+	wctx := &doneWatched{Context: ctx, called: make(chan struct{})}
+	refunded := make(chan error, 1)
+	q := r
+	q.Cost = 4
+	go func() {
+		_, err := sy.Refund(wctx, q)
+		refunded <- err
+	}()
+	// Release the batch once the refund waits (on its context) or, if it
+	// does not wait, once it has reached the store and returned.
+	var err error
+	select {
+	case <-wctx.called:
+		g.holding.Store(false)
+		close(g.release)
+		err = <-refunded
+	case err = <-refunded:
+		g.holding.Store(false)
+		close(g.release)
+	}
+	if err != nil {
+		t.Fatalf("Refund(4): %v", err)
+	}
+	if g.overtook.Load() {
+		t.Error("the refund reached the store while the batch with the key's hits was on its way")
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	q.Cost = 0
+	if d, err := rs.Take(ctx, q); err != nil || d.Remaining != 9 {
+		t.Errorf("the store after 5 admitted and Refund(4): Remaining %d, %v; want 9", d.Remaining, err)
+	}
 }
 
 // TestSyncRefundHonoursContext: a refund that must wait for a batch in
