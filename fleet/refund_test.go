@@ -22,33 +22,8 @@ import (
 func TestRefunderConformance(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rs := openShared(t, []string{srv.Addr}, false)
-	sy := newSync(t, rs, fleet.SyncOptions{Interval: 20 * time.Millisecond})
-	// Leases on the windows only: on the buckets their figures are the
-	// grant's, not exact (see TestLeaseConformance).
-	le := newLease(t, rs, fleet.LeaseOptions{Applies: func(r sluice.Request) bool {
-		return r.Algorithm == sluice.FixedWindow || r.Algorithm == sluice.SlidingWindowCounter
-	}})
 	leBuckets := newLease(t, rs, fleet.LeaseOptions{})
-	fallback := func(s sluice.Store, o fleet.FallbackOptions) sluice.Store {
-		f := fleet.NewFallback(s, o)
-		t.Cleanup(f.Close)
-		return f
-	}
-	cache := func(s sluice.Store) sluice.Store { return fleet.NewOverLimitCache(s, fleet.OverLimitOptions{}) }
-	down := func(context.Context) error { return sluice.ErrStoreUnavailable }
-	for _, st := range []struct {
-		name string
-		s    sluice.Store
-	}{
-		{"Sync", sy},
-		{"Lease", le},
-		{"OverLimitCache", cache(rs)},
-		{"Fallback", fallback(rs, fleet.FallbackOptions{})},
-		{"Fallback/local", fallback(rs, fleet.FallbackOptions{StartLocal: true, Probe: down})},
-		{"Fallback/OverLimitCache/Redis", fallback(cache(rs), fleet.FallbackOptions{})},
-		{"Fallback/OverLimitCache/Sync", fallback(cache(sy), fleet.FallbackOptions{})},
-		{"Fallback/OverLimitCache/Lease", fallback(cache(le), fleet.FallbackOptions{})},
-	} {
+	for _, st := range decoratorStacks(t, rs) {
 		t.Run(st.name, func(t *testing.T) {
 			sluicetest.RunRefunder(t, func(*testing.T) sluice.Store { return st.s })
 		})
