@@ -104,8 +104,10 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 // store that cannot give back (down, or without Refund) is counted and
 // logged as a store failure: the charge then stays. It runs at most once per res;
 // after a request the edge queued, or one AdmitOrDefer charged nothing
-// for, it does nothing.
+// for, it does nothing. It gives back even if ctx has ended (the client
+// gone): it keeps only ctx's values.
 func (e *Engine) NotQueued(ctx context.Context, res *Result) {
+	ctx = context.WithoutCancel(ctx)
 	charged, delays := res.charged, res.delays
 	res.charged, res.delays = nil, nil
 	if len(charged) == 0 {
@@ -122,7 +124,7 @@ func (e *Engine) NotQueued(ctx context.Context, res *Result) {
 			continue
 		}
 		r.Now = now
-		if _, err := rf.Refund(ctx, r); err != nil && !clientGone(ctx) {
+		if _, err := rf.Refund(ctx, r); err != nil {
 			e.storeFailed(fmt.Errorf("engine: give back a deferred request's charge of %q: %w", r.Key, err))
 		}
 	}

@@ -31,7 +31,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	kept := false // queued, or maybe: the charge stays
 	defer func() {
 		if !kept {
-			e.NotQueued(context.WithoutCancel(r.Context()), res)
+			e.NotQueued(r.Context(), res)
 		}
 	}()
 	rule := p.o.Defer.Rule(res.DeniedBy.Name)

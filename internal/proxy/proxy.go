@@ -283,7 +283,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if gone {
 		// The client went away while waiting: not queued, so the
 		// charges AdmitOrDefer made for a deferrable request go back.
-		e.NotQueued(context.WithoutCancel(r.Context()), &res)
+		e.NotQueued(r.Context(), &res)
 		return
 	}
 	if !res.Allowed {
