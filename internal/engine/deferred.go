@@ -105,9 +105,9 @@ func (e *Engine) chargeOthers(ctx context.Context, a *attempt, res *Result) {
 // logged as a store failure: the charge then stays. It runs at most once per res;
 // after a request the edge queued, or one AdmitOrDefer charged nothing
 // for, it does nothing. It gives back even if ctx has ended (the client
-// gone): it keeps only ctx's values.
+// gone): it keeps only ctx's values, and takes at most refundTimeout, as
+// every give-back does.
 func (e *Engine) NotQueued(ctx context.Context, res *Result) {
-	ctx = context.WithoutCancel(ctx)
 	charged, delays := res.charged, res.delays
 	res.charged, res.delays = nil, nil
 	if len(charged) == 0 {
@@ -118,6 +118,8 @@ func (e *Engine) NotQueued(ctx context.Context, res *Result) {
 		e.storeFailed(fmt.Errorf("engine: give back a deferred request's charges: the store (%T): %w", e.store, errors.ErrUnsupported))
 		return
 	}
+	ctx, cancel := refundContext(ctx)
+	defer cancel()
 	now := e.now()
 	for i, r := range charged {
 		if lapsed(&r, delays[i], now) {

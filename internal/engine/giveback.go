@@ -12,6 +12,12 @@ import (
 // refund runs on a context of its own, with the request's values.
 const refundTimeout = time.Second
 
+// refundContext is the context a give-back runs on: ctx's values, not its
+// end (the client may be gone), bounded by refundTimeout.
+func refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+}
+
 // giveBack gives back to a store with sluice.Refunder what a's decision
 // counted for a request that will not be served, since after that
 // decision: everything when all is set (a request refused after it was
@@ -37,7 +43,7 @@ func (e *Engine) giveBack(ctx context.Context, a *attempt, since time.Duration, 
 		}
 		if rctx == nil {
 			var cancel context.CancelFunc
-			rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+			rctx, cancel = refundContext(ctx)
 			defer cancel()
 			now = e.now()
 		}
