@@ -321,9 +321,30 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 	}
 	c.lim = p.maxHeader
 	defer func() { c.lim = -1 }()
-	if err := p.awaitAnswer(c, r, now); err != nil {
+	if p.firstWait() < p.rht {
+		c.awaitFor(r, now.Add(p.rht))
+	}
+	resp, err := p.readAnswer(w, c, r)
+	if c.endAwait(r) {
+		return nil, errClientGone
+	}
+	if err != nil {
 		return nil, err
 	}
+	if p.rht > 0 && resp.Body != http.NoBody && (resp.ContentLength < 0 || int64(c.br.Buffered()) < resp.ContentLength) {
+		// The body is still to come: it streams without a
+		// deadline, its client watched once the request is
+		// WatchClientAfter old (watch.go). (A body already in the
+		// buffer needs no read; the next request on c sets its
+		// own deadline.)
+		c.streamFor(r.Context())
+	}
+	return resp, nil
+}
+
+// readAnswer reads the head of the answer to r on c: 1xx answers (103
+// Early Hints) are relayed to w as ReverseProxy does.
+func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*http.Response, error) {
 	for {
 		var resp *http.Response
 		simple := false
@@ -358,14 +379,6 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 			clear(h)
 			c.lim = p.maxHeader
 			continue
-		}
-		if p.rht > 0 && resp.Body != http.NoBody && (resp.ContentLength < 0 || int64(c.br.Buffered()) < resp.ContentLength) {
-			// The body is still to come: it streams without a
-			// deadline, its client watched once the request is
-			// WatchClientAfter old (watch.go). (A body already in the
-			// buffer needs no read; the next request on c sets its
-			// own deadline.)
-			c.streamFor(r.Context())
 		}
 		return resp, nil
 	}

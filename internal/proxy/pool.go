@@ -66,6 +66,14 @@ type upConn struct {
 	client  context.Context
 	unwatch func()
 	unabort func() bool
+	// While an answer's head is read (watch.go: awaitFor): the request,
+	// until the short deadline set at its start (firstWait) makes Read
+	// watch its client and wait on until awaitUntil; then what stops
+	// that watch.
+	await       *http.Request
+	awaitUntil  time.Time
+	unwatchHead func()
+	unabortHead func() bool
 	// sc and peek tell whether the socket holds bytes (or an EOF) while
 	// the connection is idle (pending); peek is bound once, as abort.
 	sc     syscall.RawConn
@@ -111,13 +119,19 @@ func (c *upConn) Read(p []byte) (int, error) {
 		c.out = c.out[:0]
 	} else {
 		n, err = c.nc.Read(p)
-		if n == 0 && c.client != nil && err != nil && isTimeout(err) && !c.aborted.Load() {
-			// A body still streaming when the deadline set at its
-			// request's start passes: its client is watched from now
-			// on (watch.go), and the read waits on without a deadline.
+	}
+	if n == 0 && err != nil && (c.await != nil || c.client != nil) && isTimeout(err) && !c.aborted.Load() {
+		// An answer's head, or its body still streaming, when the
+		// deadline set at its request's start passes: its client is
+		// watched from now on (watch.go), and the read waits on, for
+		// a head until response_header_timeout, for a body without a
+		// deadline.
+		if c.await != nil {
+			c.awaitClient()
+		} else {
 			c.watchClient()
-			n, err = c.nc.Read(p)
 		}
+		n, err = c.nc.Read(p)
 	}
 	if c.lim >= 0 {
 		c.lim -= int64(n)

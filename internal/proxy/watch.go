@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,7 @@ import (
 // to it, and its upstream request held until the upstream sends
 // something. The fast path watches (h1.Watch) only once a request is
 // slow, as nginx watches its client between upstream reads: while it
-// waits for the answer (awaitAnswer), and while the answer's body streams
+// waits for the answer's head (awaitFor), and while the answer's body streams
 // (streamFor) — both armed by the read deadline the request set at its
 // start, so that the common quick answer pays nothing for them. On
 // net/http's server (TLS), which watches its clients itself, the request's
@@ -48,38 +47,47 @@ func (p *Proxy) firstWait() time.Duration {
 }
 
 // errClientGone ends a round trip whose client went away while the
-// upstream had not answered (awaitAnswer).
+// upstream had not answered (awaitFor).
 var errClientGone = errors.New("proxy: the client went away before the upstream answered")
 
-// awaitAnswer waits for the first byte of the upstream's answer on c
-// (read into c.br, from which the answer is parsed). If WatchClientAfter
-// passes first, it watches r's client (h1.Watch) while it waits on, until
-// response_header_timeout from the request's start (now): a client that
-// goes away then closes c and ends the round trip with errClientGone.
-func (p *Proxy) awaitAnswer(c *upConn, r *http.Request, now time.Time) error {
-	if p.firstWait() == p.rht || c.br.Buffered() > 0 {
-		return nil // the parse's own reads wait, under rht
-	}
-	_, err := c.br.Peek(1)
-	var ne net.Error
-	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
-		return nil // the answer's first byte, or an error the parse meets again
-	}
-	ctx, stopWatch := h1.Watch(r.Context())
-	defer stopWatch()
-	stopAbort := context.AfterFunc(ctx, c.abort)
-	watching()
-	// The deadline of the rest of the wait; c.rdl is left zero, so that
-	// the next request on c sets its own short one.
+// awaitFor is called before the head of the answer to r is read on c,
+// under the short deadline firstWait set at r's start: if that passes
+// before the head is whole (the upstream is slow to answer, or sent a 103
+// Early Hints or part of its head at once and the rest later), c.Read
+// calls awaitClient, which watches r's client while the head is awaited
+// on until until (response_header_timeout from r's start). Call endAwait
+// once the head is read or failed.
+func (c *upConn) awaitFor(r *http.Request, until time.Time) {
+	c.await, c.awaitUntil = r, until
+}
+
+// awaitClient watches the client of c.await (h1.Watch) for the rest of
+// the wait for its answer's head: a client that goes away aborts c, whose
+// read then fails (endAwait reports it).
+func (c *upConn) awaitClient() {
+	ctx, unwatch := h1.Watch(c.await.Context())
+	c.await = nil
+	c.unabortHead = context.AfterFunc(ctx, c.abort)
+	c.unwatchHead = unwatch
+	// c.rdl is left zero, so that the next request on c sets its own
+	// short deadline.
 	c.rdl = time.Time{}
-	c.setReadDeadline(now.Add(p.rht))
-	_, err = c.br.Peek(1)
-	if !stopAbort() && r.Context().Err() == nil {
-		// The client went away (if r's context is done, the caller
-		// sees that): c's deadline is past, its answer unread.
-		return errClientGone
+	c.setReadDeadline(c.awaitUntil)
+	watching()
+}
+
+// endAwait ends what awaitFor started; gone reports that r's client went
+// away while its answer's head was awaited (c's deadline is then past, the
+// answer unread; if r's context is done, the caller sees that instead).
+func (c *upConn) endAwait(r *http.Request) (gone bool) {
+	c.await = nil
+	if c.unwatchHead == nil {
+		return false
 	}
-	return nil // the answer's first byte, or an error the parse meets again
+	gone = !c.unabortHead() && r.Context().Err() == nil
+	c.unwatchHead()
+	c.unabortHead, c.unwatchHead = nil, nil
+	return gone
 }
 
 // streamFor is called when the body of the answer to the request whose
@@ -87,7 +95,7 @@ func (p *Proxy) awaitAnswer(c *upConn, r *http.Request, now time.Time) error {
 // body streams, from the request's WatchClientAfter on (c.Read starts the
 // watch when the deadline set at the request's start passes: no timer
 // update or system call per request or per piece), or at once if the
-// answer's head took longer than that (awaitAnswer lifted the deadline).
+// answer's head took longer than that (awaitClient lifted the deadline).
 // Call endStream when the body is read.
 func (c *upConn) streamFor(ctx context.Context) {
 	c.client = ctx
@@ -121,7 +129,7 @@ func (c *upConn) endStream() {
 }
 
 // testHookWatching, set by tests only (export_test.go), runs when the
-// fast path starts watching a client (awaitAnswer, watchClient), so that
+// fast path starts watching a client (awaitClient, watchClient), so that
 // a test can act while it is watched without waiting out
 // WatchClientAfter by the clock.
 var testHookWatching atomic.Pointer[func()]
