@@ -1,0 +1,81 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deferq"
+	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// A deferred request is replayed with the X-Forwarded-* the proxy set,
+// as a forwarded one is sent with them, also when the client's Connection
+// header names them: a client must not strip them (the upstream would take
+// the replay for the proxy's own request, or for a client of its choosing).
+// Connection names the client's own hop-by-hop headers, never the proxy's.
+func TestDeferredKeepsForwardingHeaders(t *testing.T) {
+	srv := redistest.StartServer(t)
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		replayed := make(chan http.Header, 1)
+		up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Sluice-Deferred-Id") != "" {
+				replayed <- r.Header.Clone()
+			}
+		})
+		upURL, err := url.Parse(up.srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := deferq.New(deferq.Options{Client: c, Upstream: upURL,
+			Prefix: strings.NewReplacer(" ", "", "(", "", ")", "", ",", "", "/", "").Replace(ec.name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
+			return sluice.Decision{Allowed: true}, nil
+		}}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { q.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}},
+			proxy: proxy.Options{Defer: q}})
+		if resp, body := s.do(t, request(t, s, "POST", "/job", "first")); resp.StatusCode != 200 {
+			t.Fatalf("first request: %d %s, want 200 (under the limit)", resp.StatusCode, body)
+		}
+		req := request(t, s, "POST", "/job", "second")
+		req.Host = "api.example"
+		req.Header.Set("Connection", "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto")
+		if resp, body := s.do(t, req); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("second request: %d %s, want 202 (deferred)", resp.StatusCode, body)
+		}
+		var h http.Header
+		select {
+		case h = <-replayed:
+		case <-time.After(safety): // a hang detector
+			t.Fatal("the deferred request was never replayed")
+		}
+		proto := "http"
+		if ec.tls {
+			proto = "https"
+		}
+		if xff, xfh, xfp := h.Values("X-Forwarded-For"), h.Values("X-Forwarded-Host"), h.Values("X-Forwarded-Proto"); len(xff) != 1 || xff[0] != "127.0.0.1" ||
+			len(xfh) != 1 || xfh[0] != "api.example" || len(xfp) != 1 || xfp[0] != proto {
+			t.Errorf("replay: X-Forwarded-For %q, X-Forwarded-Host %q, X-Forwarded-Proto %q; want [127.0.0.1] [api.example] [%s], which the client's Connection named", xff, xfh, xfp, proto)
+		}
+	})
+}
