@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -68,7 +69,12 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		}
 		return false
 	}
+	// The client's hop-by-hop headers go before the proxy's own are set,
+	// as ReverseProxy drops them before Rewrite: a Connection header that
+	// names X-Forwarded-For would otherwise have the queue drop the
+	// proxy's (it drops what Connection names), and the replay go without.
 	h := r.Header.Clone()
+	hop.Drop(h)
 	for k := range h {
 		if forwardingHeader(k) {
 			delete(h, k)
