@@ -91,10 +91,10 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 	t := s.shardTags(r.Key, n)
 	i := int(t.rr.Add(1) % uint64(n))
 	l := ShardLimit(r.Algorithm, r.Limit, n, i)
-	if r.Cost > capacity(r.Algorithm, l) && i > 0 {
+	if r.Cost > Capacity(r.Algorithm, l) && i > 0 {
 		// Too large for this shard, which would answer Never: the
 		// first shard's share is the largest, and may hold it.
-		if l0 := ShardLimit(r.Algorithm, r.Limit, n, 0); r.Cost <= capacity(r.Algorithm, l0) {
+		if l0 := ShardLimit(r.Algorithm, r.Limit, n, 0); r.Cost <= Capacity(r.Algorithm, l0) {
 			i, l = 0, l0
 		}
 	}
@@ -113,9 +113,12 @@ func ShardNamespace(ns string) string { return ns + shardMark }
 
 const shardMark = "shard|"
 
-// capacity is the largest cost l ever admits under algorithm a: past it a
-// request is refused with sluice.Never.
-func capacity(a sluice.Algorithm, l sluice.Limit) int64 {
+// Capacity is the largest cost l ever admits under algorithm a at once
+// (past it a request is refused with sluice.Never): the rate for the
+// windows, the burst for the buckets, the queue (burst + 1) for the leaky
+// bucket. It is also the Remaining of a key at rest, so Capacity less a
+// Decision's Remaining is what the key has used.
+func Capacity(a sluice.Algorithm, l sluice.Limit) int64 {
 	switch a {
 	case sluice.TokenBucket, sluice.GCRA:
 		return l.BurstOrRate()
@@ -151,6 +154,25 @@ func (s *Store) Spread(r sluice.Request, n int) []sluice.Request {
 		q := r
 		q.Namespace, q.Key, q.Limit, q.Cost = ShardNamespace(r.Namespace), t.keys[i], ShardLimit(r.Algorithm, r.Limit, n, i), c
 		out = append(out, q)
+	}
+	return out
+}
+
+// Shards returns r sent to each of the n shards of its key, in shard order,
+// each with its share of the limit and r's cost (n capped as Shard caps it),
+// or nil when the key is not sharded (n below 2): with a cost of 0, the
+// questions that read what every shard has used, without counting.
+func (s *Store) Shards(r sluice.Request, n int) []sluice.Request {
+	n = shardCount(r.Algorithm, r.Limit, n)
+	if n < 2 {
+		return nil
+	}
+	t := s.shardTags(r.Key, n)
+	out := make([]sluice.Request, n)
+	for i := range n {
+		q := r
+		q.Namespace, q.Key, q.Limit = ShardNamespace(r.Namespace), t.keys[i], ShardLimit(r.Algorithm, r.Limit, n, i)
+		out[i] = q
 	}
 	return out
 }
