@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"slices"
 	"strconv"
@@ -44,23 +45,53 @@ const maxFleetHot = 1000
 
 // shareHot adds ARGV[2…] (this instance's hot keys) to the set KEYS[1]
 // until ARGV[1] ms from now, drops the members that expired and, past
-// maxFleetHot, those that expire first, and returns the others.
+// maxFleetHot, those that expire first, and returns the others (the
+// fleet's set), the keys it added that were not members (added) and those
+// it dropped (gone): one script, so each key joins and leaves the set at
+// one call of one instance, which seeds its counters (hotseed.go). The set
+// itself expires twice ARGV[1] after the last key was added, so that its
+// last members are dropped, and told of, by a call before it does.
 var shareHot = rueidis.NewLuaScript(shareHotLua)
 
 var shareHotLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local added = {}
 for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  if redis.call('ZADD', KEYS[1], now + ttl, ARGV[i]) == 1 then
+    added[#added + 1] = ARGV[i]
+  end
 end
 if #ARGV > 1 then
+  for _, k in ipairs(redis.call('ZRANGE', KEYS[1], 0, -` + strconv.Itoa(maxFleetHot+1) + `)) do
+    gone[#gone + 1] = k
+  end
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -` + strconv.Itoa(maxFleetHot+1) + `)
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 end
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+return {redis.call('ZRANGE', KEYS[1], 0, -1), added, gone}
 `
+
+// shareReply reads shareHot's reply.
+func shareReply(res rueidis.RedisResult) (fleet, added, gone []string, err error) {
+	parts, err := res.ToArray()
+	if err == nil && len(parts) != 3 {
+		err = errors.New("hot keys: malformed reply")
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lists := [3][]string{}
+	for i := range parts {
+		if lists[i], err = parts[i].AsStrSlice(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return lists[0], lists[1], lists[2], nil
+}
 
 // shareHotCall matches a command of shareHotLua and whether it runs on
 // KEYS[1].
@@ -96,6 +127,7 @@ func (d *Daemon) refreshHot(now time.Time) {
 	if s == nil || auto == nil {
 		return
 	}
+	var moves []hotMove
 	d.hot.Share(func(rule string, local []string) ([]string, bool) {
 		ttl, ok := (*auto)[rule]
 		if !ok {
@@ -104,13 +136,15 @@ func (d *Daemon) refreshHot(now time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), HotKeysRefresh)
 		defer cancel()
 		args := append([]string{strconv.FormatInt(ttl.Milliseconds(), 10)}, local...)
-		fleet, err := shareHot.Exec(ctx, s.Client(), []string{d.hotPrefix + rule}, args).AsStrSlice()
+		fleet, added, gone, err := shareReply(shareHot.Exec(ctx, s.Client(), []string{d.hotPrefix + rule}, args))
 		if err != nil {
 			d.log.Debug("hot keys: sharing with the fleet", "rule", rule, "err", err)
 			return nil, false
 		}
+		moves = appendMoves(moves, rule, added, gone)
 		return fleet, true
 	})
+	d.seed(s, moves, now)
 }
 
 // shareTTL is how long a key of a rule of algorithm a and limit l stays in

@@ -1,0 +1,175 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Seeding a key's counters when shards: auto moves it
+//
+// A key that turns hot moves from its own counter to its shards; left
+// empty, the shards would admit their whole limit on top of what the key
+// had used in the window: up to one extra limit. Coming back, its own key
+// (at rest: it stays on its shards until then) would do the same on top
+// of what the shards had counted. So the instance whose exchange adds the
+// key to the fleet's set (one call of one instance: shareHot) charges its
+// shards with what its own key has used, split as the limit is, and the
+// one whose exchange drops it charges its own key with what the shards
+// have used together. "Used" is the counter's capacity less the Remaining
+// of a question of cost 0, which counts nothing; the charge is a forced
+// one (a report's), added to whatever the counter holds: decisions made on
+// it meanwhile keep their count. Both run through the engine's store, as
+// the key's decisions do.
+//
+// What it cannot make exact: the question and the charge are two calls on
+// other Cluster slots than the decisions', and the other instances switch
+// at their own refresh, up to HotKeysRefresh (and an exchange) later. What
+// those admit on the old counter after the question is not carried over:
+// at most what they admit in about a second, never more than one limit
+// (nothing in a steady overload, where the old counter is out). A
+// key's used units are charged at the move's instant: a sliding log's or
+// a sliding window counter's then count from it rather than from when they
+// were admitted, so for up to a period the key may admit less (by at most
+// what it had used). A debt past the limit is not carried (Remaining stops
+// at 0), and a failed seed (Redis away, or seeds past seedTimeout) leaves
+// the move as unseeded: up to one extra limit.
+
+// seedTimeout bounds the seeds of one refresh together: a refresh waits
+// for them, and the next one is due HotKeysRefresh later.
+const seedTimeout = HotKeysRefresh / 2
+
+// hotMove is a key of a rule (by summary name: a rule's name, or a
+// descriptor's "envoy/DOMAIN/PATH") that joined the fleet's set at this
+// instance's exchange (hot: onto its shards) or left it (back to its own
+// key).
+type hotMove struct {
+	rule, key string
+	hot       bool
+}
+
+// appendMoves adds the moves of one exchange of rule's set: the keys it
+// added and those it dropped, a key in both (dropped as expired, added
+// back by this instance) moving nowhere.
+func appendMoves(ms []hotMove, rule string, added, gone []string) []hotMove {
+	for _, k := range added {
+		if !slices.Contains(gone, k) {
+			ms = append(ms, hotMove{rule: rule, key: k, hot: true})
+		}
+	}
+	for _, k := range gone {
+		if !slices.Contains(added, k) {
+			ms = append(ms, hotMove{rule: rule, key: k})
+		}
+	}
+	return ms
+}
+
+// seed seeds the counters of the keys moved (see above), at now. Nothing
+// is sharded while the daemon decides in memory, so nothing is seeded then.
+func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
+	if len(ms) == 0 || d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
+		return
+	}
+	n := s.Masters()
+	if n < 2 {
+		return
+	}
+	gen := d.cur.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	defer cancel()
+	for _, m := range ms {
+		req, ok := hotRequest(gen, m.rule, m.key)
+		if !ok {
+			continue
+		}
+		req.Now = now
+		var err error
+		if m.hot {
+			err = seedShards(ctx, gen.eng.Store(), s, req, n)
+		} else {
+			err = seedKey(ctx, gen.eng.Store(), s, req, n)
+		}
+		if err != nil {
+			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
+		}
+	}
+}
+
+// hotRequest is the request of key, as summary rule reports it, in gen: a
+// rule's key is the store key, a descriptor's lacks its head. A key the
+// summary shows digested (too long, or not UTF-8: "…" and 16 hex digits)
+// cannot be rebuilt, nor can one of a rule gone or no longer shards: auto.
+func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
+	if digested(key) {
+		return sluice.Request{}, false
+	}
+	if r := gen.rules.Rule(rule); r != nil {
+		return sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit}, r.Shards.Auto
+	}
+	var req sluice.Request
+	found := false
+	gen.descs.Each(func(r *descriptors.Rule) {
+		if !found && r.Shards.Auto && r.FullName() == rule {
+			req, found = sluice.Request{Key: r.Head() + key, Algorithm: r.Algorithm, Limit: r.Limit}, true
+		}
+	})
+	return req, found
+}
+
+// digested reports whether key ends as the summary writes a key it cannot
+// keep as it is: "…" and 16 lowercase hex digits.
+func digested(key string) bool {
+	i := len(key) - 16
+	if i < len("…") || !strings.HasSuffix(key[:i], "…") {
+		return false
+	}
+	return strings.Trim(key[i:], "0123456789abcdef") == ""
+}
+
+// seedShards charges req's n shards with what its own key has used, each
+// its share.
+func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
+	d, err := st.Take(ctx, req) // req.Cost is 0: a question
+	if err != nil {
+		return err
+	}
+	used := redisstore.Capacity(req.Algorithm, req.Limit) - d.Remaining
+	if used <= 0 {
+		return nil
+	}
+	req.Cost, req.Force = used, true
+	parts := s.Spread(req, n)
+	if len(parts) == 0 || parts[0].Namespace == req.Namespace {
+		return nil // not sharded: nothing moved
+	}
+	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
+}
+
+// seedKey charges req's own key with what its n shards have used together.
+func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
+	peeks := s.Shards(req, n) // req.Cost is 0: questions
+	if len(peeks) == 0 {
+		return nil
+	}
+	ds := make([]sluice.Decision, len(peeks))
+	if err := st.TakeAll(ctx, peeks, ds); err != nil {
+		return err
+	}
+	var used int64
+	for i, p := range peeks {
+		used += max(0, redisstore.Capacity(p.Algorithm, p.Limit)-ds[i].Remaining)
+	}
+	if used <= 0 {
+		return nil
+	}
+	req.Cost, req.Force = used, true
+	_, err := st.Take(ctx, req)
+	return err
+}

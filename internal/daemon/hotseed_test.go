@@ -1,0 +1,254 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/hotkeys"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// A key that shards: auto moves to its shards, or back, keeps what it used:
+// across both moves the fleet admits its limit in the window, not more.
+// The shards of a key going hot used to start empty, and its own key
+// coming back to start at rest while its shards had counted in the
+// window: each move could admit one extra limit. Now the instance that
+// adds the key to the fleet's set seeds its shards with what its own key
+// used, and the one that takes it out seeds its own key with what the
+// shards used.
+//
+// Two instances, one rule per algorithm, 60 a day (the leaky bucket's
+// queue holds 61), on a 3-node Cluster, in steady overload: every request
+// beyond what the key has left is refused. Decisions are on Redis's
+// clock, which does not move here: the time the test lets pass passes for
+// the hot-key summaries (the refreshes' now), for the fleet's set (its
+// members moved earlier) and for the key's own counter, which the key's
+// horizon brings to rest (it is reset: nothing used it meanwhile).
+//
+// Tolerance: none. The moves' arithmetic is exact here: 40 used of 60 is
+// seeded as 14, 13 and 13 on shares of 20 each; 30 requests spread
+// round-robin, 10 on each shard, take the 20 left.
+func TestAutoShardsMoveKeepsCount(t *testing.T) {
+	c := redistest.StartCluster(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	var rulesYAML strings.Builder
+	for _, a := range sluice.Algorithms() {
+		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto}\n", strings.ReplaceAll(a.String(), "_", "-"), a)
+	}
+	yaml := fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], cluster: true, timeout: 2s}
+rules:
+%s`, strings.Join(c.Addrs, ", "), rulesYAML.String())
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	var now atomic.Pointer[time.Time]
+	now.Store(&t0)
+	// Not Run: the test refreshes the hot sets itself, at its own now.
+	open := func() *Daemon {
+		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *now.Load() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if s := d.lazy.s.Load(); s == nil || s.Masters() != 3 {
+			t.Fatalf("store %v, want connected to 3 masters", s)
+		}
+		return d
+	}
+	a, b := open(), open()
+	s := a.lazy.s.Load()
+	ctx := context.Background()
+	type ruleCase struct {
+		name  string
+		key   string
+		limit int // what the key admits in the window
+		total int
+	}
+	var cases []*ruleCase
+	for _, r := range a.engine().Rules().Rules {
+		limit := int(r.Limit.Rate)
+		if r.Algorithm == sluice.LeakyBucket {
+			limit = int(r.Limit.BurstOrRate()) + 1
+		}
+		cases = append(cases, &ruleCase{name: r.Name, key: r.Name + "|" + r.Fingerprint + "|tenant", limit: limit})
+	}
+	// advance moves Redis's clock on by dt for the fleet's set of rule.
+	advance := func(rule string, dt time.Duration) {
+		t.Helper()
+		set := a.hotPrefix + rule
+		m, err := s.Client().Do(ctx, s.Client().B().Zrange().Key(set).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range m {
+			cmd := s.Client().B().Zadd().Key(set).Xx().ScoreMember().ScoreMember(z.Score-float64(dt.Milliseconds()), z.Member).Build()
+			if err := s.Client().Do(ctx, cmd).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// refresh refreshes d's hot sets at at, after traffic of the key seen
+	// elsewhere (requests of cost 2, decided or not) when hot.
+	refresh := func(d *Daemon, at time.Time, hot bool) {
+		t.Helper()
+		now.Store(&at)
+		if hot {
+			for _, rc := range cases {
+				for range 8000 {
+					d.hot.Rule(rc.name).Observe(rc.key, 2, at)
+				}
+			}
+		}
+		d.refreshHot(at)
+	}
+	decide := func(d *Daemon, step string, n int, want func(rc *ruleCase) int, sharded bool) {
+		t.Helper()
+		e := d.engine()
+		for _, rc := range cases {
+			if got := d.hot.Rule(rc.name).IsHot(rc.key); got != sharded {
+				t.Errorf("%s, %s: IsHot = %v, want %v", rc.name, step, got, sharded)
+			}
+			r := e.Rules().Rule(rc.name)
+			admitted := 0
+			for range n {
+				if e.Check(ctx, r, rc.key, 1).Allowed {
+					admitted++
+				}
+			}
+			rc.total += admitted
+			if w := want(rc); admitted != w {
+				t.Errorf("%s, %s: admitted %d of %d, want %d", rc.name, step, admitted, n, w)
+			}
+		}
+	}
+	// Cold: the key's own counter, 40 used.
+	refresh(a, t0, false)
+	refresh(b, t0, false)
+	decide(a, "cold", 40, func(*ruleCase) int { return 40 }, false)
+	// Hot on both instances (a first: it adds the key to the fleet's set
+	// and seeds the shards; b finds it there): what is left is the key's
+	// limit less 40, not a fresh limit.
+	refresh(a, t0, true)
+	refresh(b, t0, true)
+	decide(a, "hot, instance a", 15, func(*ruleCase) int { return 15 }, true)
+	decide(b, "hot, instance b", 15, func(rc *ruleCase) int { return rc.limit - 40 - 15 }, true)
+	// Cold for the fleet past the key's time in its set: the key's own
+	// counter has come to rest (untouched since the key went hot), the
+	// shards are full.
+	later := t0
+	for _, rc := range cases {
+		ttl := (*a.hotAuto.Load())[rc.name]
+		advance(rc.name, ttl+time.Minute)
+		later = later.Add(max(0, t0.Add(ttl+time.Minute).Sub(later)))
+		r := a.engine().Rules().Rule(rc.name)
+		if err := s.Reset(ctx, sluice.Request{Key: rc.key, Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh(a, later, false)
+	refresh(b, later, false)
+	decide(b, "cold again", 100, func(*ruleCase) int { return 0 }, false)
+	for _, rc := range cases {
+		if rc.total != rc.limit {
+			t.Errorf("%s: admitted %d in the window over two moves, want its limit %d", rc.name, rc.total, rc.limit)
+		}
+	}
+}
+
+// The seeds rebuild a key's request from its summary's name and its text
+// as the summary reports it: a rule's key is its store key, a
+// descriptor's lacks the descriptor's head; a key written digested (too
+// long, or not UTF-8) cannot be rebuilt and is left alone, as is one of a
+// rule without shards: auto.
+func TestHotRequest(t *testing.T) {
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "ratelimit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	desc := "domain: hot\ndescriptors:\n  - key: user\n    shards: auto\n    rate_limit: {unit: minute, requests_per_unit: 70}\n"
+	if err := os.WriteFile(filepath.Join(dir, "ratelimit", "hot.yaml"), []byte(desc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	yaml := fmt.Sprintf(`
+listen: 127.0.0.1:0
+grpc: {listen: 127.0.0.1:0, config: [ratelimit]}
+store:
+  type: redis
+  redis: {addrs: [%s], timeout: 2s}
+rules:
+  - {name: auto, rate: 50/h, algorithm: gcra, shards: auto}
+  - {name: fixed, rate: 50/h, shards: 3}
+`, srv.Addr)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{ConfigPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	gen := d.cur.Load()
+	var m descriptors.Match
+	entries := []descriptors.Entry{{Key: "user", Value: "busy"}}
+	d.descriptorSet().Lookup("hot", entries, &m)
+	if m.Rule == nil || !m.Rule.Shards.Auto {
+		t.Fatalf("descriptor user: %+v, want shards: auto", m.Rule)
+	}
+	storeKey := m.StoreKey(entries)
+	auto := gen.rules.Rule("auto")
+	ruleKey := "auto|" + auto.Fingerprint + "|tenant"
+	for _, c := range []struct {
+		rule, key string
+		want      sluice.Request
+		ok        bool
+	}{
+		{"auto", ruleKey, sluice.Request{Key: ruleKey, Algorithm: sluice.GCRA, Limit: auto.Limit}, true},
+		{"envoy/hot/user", strings.TrimPrefix(storeKey, m.Rule.Head()), sluice.Request{Key: storeKey, Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit}, true},
+		{"fixed", "fixed|" + gen.rules.Rule("fixed").Fingerprint + "|tenant", sluice.Request{}, false},
+		{"gone", "gone|0|tenant", sluice.Request{}, false},
+		{"auto", ruleKey + "…0123456789abcdef", sluice.Request{}, false},
+	} {
+		got, ok := hotRequest(gen, c.rule, c.key)
+		if ok != c.ok || ok && got != c.want {
+			t.Errorf("hotRequest(%q, %q) = %+v, %v; want %+v, %v", c.rule, c.key, got, ok, c.want, c.ok)
+		}
+	}
+	// Just not digested: the hex digits are 15, or not lowercase, or
+	// not after "…".
+	for _, k := range []string{"k…0123456789abcde", "k…0123456789ABCDEF", "k.0123456789abcdef", "0123456789abcdef"} {
+		if digested(k) {
+			t.Errorf("digested(%q) = true, want false", k)
+		}
+	}
+	sum := hotkeys.New(hotkeys.Options{Sample: 1})
+	long := "auto|x|" + strings.Repeat("é", 200)
+	now := time.Now()
+	sum.Observe(long, 1, now)
+	if top, _ := sum.Top(1, now); len(top) != 1 || !digested(top[0].Key) {
+		t.Errorf("the summary's text of a key of %d bytes: %+v, want it digested", len(long), top)
+	}
+}
