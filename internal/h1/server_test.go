@@ -113,8 +113,8 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 // The front answers as net/http's server does for what handlers do:
-// lengths, chunking, flushing, sniffing, HEAD, bodiless statuses, 1xx,
-// trailers, HTTP/1.0, Connection: close, an aborted handler.
+// lengths, chunking, flushing, sniffing, HEAD, bodiless statuses, 1xx
+// (without framing headers), trailers, HTTP/1.0, Connection: close, an aborted handler.
 func TestAnswersAsNetHTTP(t *testing.T) {
 	big := strings.Repeat("0123456789", 500)
 	handlers := map[string]http.HandlerFunc{
@@ -169,6 +169,16 @@ func TestAnswersAsNetHTTP(t *testing.T) {
 		"/103": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Link", "</a>")
 			w.WriteHeader(103)
+			io.WriteString(w, "ok")
+		},
+		"/103framed": func(w http.ResponseWriter, r *http.Request) {
+			// A 1xx has no content: net/http leaves its framing out
+			// (RFC 9112 §6.1: never a Transfer-Encoding on a 1xx).
+			w.Header().Set("Link", "</a>")
+			w.Header().Set("Content-Length", "2")
+			w.Header().Set("Transfer-Encoding", "chunked")
+			w.WriteHeader(103)
+			w.Header().Del("Transfer-Encoding")
 			io.WriteString(w, "ok")
 		},
 		"/trailer": func(w http.ResponseWriter, r *http.Request) {
