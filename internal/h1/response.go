@@ -110,9 +110,10 @@ func (w *response) WriteHeader(code int) {
 		panic("h1: invalid WriteHeader code " + strconv.Itoa(code))
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		// 1xx: written and flushed at once, as net/http does.
+		// 1xx: written and flushed at once, as net/http does, and as
+		// it does without framing headers: a 1xx has no content.
 		w.writeStatus(code)
-		writeHeaders(w.bw, w.h, nil)
+		writeHeaders(w.bw, w.h, noBodyFraming)
 		w.bw.WriteString("\r\n")
 		w.flushConn()
 		return
@@ -132,6 +133,10 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.snapshot()
 }
+
+// noBodyFraming skips the headers net/http leaves out of a 1xx answer
+// (its excludedHeadersNoBody).
+func noBodyFraming(k string) bool { return k == "Content-Length" || k == "Transfer-Encoding" }
 
 func (w *response) Write(p []byte) (int, error) {
 	if !w.wroteHeader {
