@@ -65,24 +65,24 @@ type OverLimitOptions struct {
 // never answered from the cache, nor is one outside sluice.MinTime …
 // sluice.MaxTime (the store refuses it).
 //
-// Two events can make the store admit earlier than it said, and the cache
-// guards against both as far as it can see them: the store losing its data
-// (a Redis restart without persistence, a failover to a replica that lagged)
-// — every store error makes the cache forget everything, since the store
-// may come back without its state; a restart between two calls fails no
-// call, so a caller that can see it (redisstore.Store.RunIDs changing, as
-// the daemon checks every second) calls Forget — and, on Redis Cluster, a TakeAll across
-// slots refunding what it briefly took, which the store's other clients may
-// have seen as used; such a refusal is remembered until its RetryAfter as
-// the store itself said it.
+// The store losing its data (a Redis restart without persistence, a
+// failover to a replica that lagged) can make it admit earlier than it
+// said, and the cache guards against it as far as it can see it: every
+// store error makes the cache forget everything, since the store may come
+// back without its state; a restart between two calls fails no call, so a
+// caller that can see it (redisstore.Store.RunIDs changing, as the daemon
+// checks every second) calls Forget.
 //
-// A refund (sluice.Refunder) makes the key admit again before its refusal
-// ends. A refund through this cache (Refund) forgets the key; one made
-// through another instance reaches this cache only through a feed of the
-// store's refunds: ForgetKey, Pause and Resume, which
+// A give-back makes the key admit again before its refusal ends: a refund
+// (sluice.Refunder), and with redisstore, on Redis Cluster, a TakeAll
+// across slots refunding what it briefly took (which the store's other
+// clients may have seen as used), and a Lease's units handed back. A
+// refund through this cache (Refund) forgets the key; the others, and
+// those made through another instance, reach this cache only through a
+// feed of the store's give-backs: ForgetKey, Pause and Resume, which
 // redisstore.Store.WatchRefunds calls (see overlimit_watch.go). Without
-// one, a fleet that refunds keeps refusing a key refunded elsewhere until
-// the refusal's end.
+// one, a fleet that gives back keeps refusing such a key until the
+// refusal's end.
 //
 // # What a remembered refusal answers
 //

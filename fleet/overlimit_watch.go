@@ -3,16 +3,19 @@ package fleet
 // # Refunds made elsewhere
 //
 // A refund (sluice.Refunder) breaks the monotony the cache relies on: the
-// key admits again before its remembered refusal ends. A refund made
-// through this cache drops its key's refusal (Refund); one made through
-// another instance's store cannot be seen here, so an instance in a fleet
-// learns of it from the store: redisstore.Store.WatchRefunds subscribes to
-// the refunds its fleet's stores publish (redisstore.Options.PublishRefunds)
-// and calls ForgetKey for each, Resume once subscribed and Pause whenever
-// it is not (connecting, after a disconnect). While paused the cache
-// answers nothing from its memory and remembers nothing, and each Pause
-// and Resume forgets everything: a refund published while the instance
-// was not listening can leave no refusal behind.
+// key admits again before its remembered refusal ends; so do a Lease's
+// units handed back and a cross-slot TakeAll's refund in Redis. A refund
+// made through this cache drops its key's refusal (Refund); one made
+// through another instance's store cannot be seen here, so an instance in
+// a fleet learns of it from the store: redisstore.Store.WatchRefunds
+// subscribes to the give-backs its fleet's stores publish
+// (redisstore.Options.PublishRefunds: refunds, leases handed back,
+// cross-slot refunds) and calls ForgetKey for each, Resume once
+// subscribed and Pause whenever it is not (connecting, after a
+// disconnect). While paused the cache answers nothing from its memory
+// and remembers nothing, and each Pause and Resume forgets everything: a
+// refund published while the instance was not listening can leave no
+// refusal behind.
 
 // ForgetKey drops every remembered refusal of key in namespace ns (for
 // every algorithm and limit), and the refusals asked for before it and

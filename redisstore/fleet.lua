@@ -23,9 +23,13 @@
 --           Returns {state read-after ('' if none), now}.
 --   grant:  ARGV[9] want: reserve up to want units at now; ARGV[10],
 --           ARGV[11]: units of an expired lease and their window, given
---           back first (as return does). Returns {granted, state after, now}.
+--           back first (as return does); ARGV[12], ARGV[13], if present:
+--           a channel and a message, PUBLISHed if that gave any unit
+--           back (redisstore's Options.PublishRefunds). Returns
+--           {granted, state after, now}.
 --   return: ARGV[9] units, ARGV[10] the window (T) they were granted in:
---           give back units not spent. Returns {0, state after, now}.
+--           give back units not spent; ARGV[11], ARGV[12], if present,
+--           as grant's ARGV[12], ARGV[13]. Returns {0, state after, now}.
 --   take:   ARGV[9] cost: Take's step, exactly (the request is counted if
 --           it fits). Returns {state read ('' if none), state after, now};
 --           the caller derives the Decision from the state read.
@@ -112,27 +116,44 @@ end
 
 local now = fdiv(us, tick)
 local out = 0
--- giveBack returns units not spent, granted in window w.
+-- giveBack returns units not spent, granted in window w; it reports
+-- whether that left the key counting less at now (so admitting sooner).
 local function giveBack(units, w)
-  if units <= 0 then return end
+  if units <= 0 then return false end
+  local had
   if alg == 6 then
     local q, r = debt2(now)
+    had = q > 0 or r > 0
     local uq, ur = fdiv(units * period, rate), (units * period) % rate
     q, r = addDebt2(q - uq, r, -ur)
     if q < 0 then q, r = 0, 0 end
     N, T = r, now + q
   elseif alg == 1 then
-    local d = debt(now) - units * period
+    local d = debt(now)
+    had = d > 0
+    d = d - units * period
     if d < 0 then d = 0 end
     setDebt(now, d)
-  elseif w == T then
-    N = N - units
-    if N < 0 then N = 0 end
-  elseif alg == 5 and w == T - 1 then
-    M = M - units
-    if M < 0 then M = 0 end
+  else
+    -- A window's units count while it is now's, the counter's in the
+    -- next one too (grant's now: never before T).
+    local cw = fdiv(now, period)
+    if cw < T then cw = T end
+    if w == T then
+      had = N > 0 and (w == cw or (alg == 5 and w == cw - 1))
+      N = N - units
+      if N < 0 then N = 0 end
+    elseif alg == 5 and w == T - 1 then
+      had = M > 0 and T == cw
+      M = M - units
+      if M < 0 then M = 0 end
+    end
   end
+  return had or false
 end
+-- gave is whether a give-back gave units back; pub the argument after
+-- the mode's, where its channel and message start.
+local gave, pub = false, 0
 local seen -- the op's number, to record for its writer
 if mode == 'sync' then
   if #ARGV == 10 then return {v or '', us} end
@@ -177,7 +198,7 @@ if mode == 'sync' then
   end
 elseif mode == 'grant' then
   local want = ARGV[9] + 0
-  giveBack(ARGV[10] + 0, ARGV[11] + 0)
+  gave, pub = giveBack(ARGV[10] + 0, ARGV[11] + 0), 12
   local avail
   if alg == 6 then
     -- What the burst leaves free of the debt, when the debt is under it
@@ -238,7 +259,7 @@ elseif mode == 'take' then
     if cost <= rate and est + cost <= rate then N = N + cost end
   end
 else -- return
-  giveBack(ARGV[9] + 0, ARGV[10] + 0)
+  gave, pub = giveBack(ARGV[9] + 0, ARGV[10] + 0), 11
 end
 -- Save, to expire the margin after the state is at rest.
 local idle
@@ -268,6 +289,10 @@ if seen then
   -- would leave it at rest too.
   redis.call('HSET', KEYS[2], ARGV[9], seen)
   redis.call('PEXPIRE', KEYS[2], ms)
+end
+if gave and ARGV[pub + 1] then
+  -- The key admits again: the fleet's over-limit caches forget it.
+  redis.call('PUBLISH', ARGV[pub], ARGV[pub + 1])
 end
 if mode == 'sync' then return {s, us} end
 if mode == 'take' then return {v or '', s, us} end

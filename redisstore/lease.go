@@ -26,7 +26,10 @@ type Grant struct {
 // with Options.RedisTime), atomically: they are counted as taken, and the
 // caller may admit that many requests on its own. It grants what is left
 // when that is less than asked, down to 0. Before, it gives back the
-// expired units of back, if any (back.Key, Algorithm and Limit are r's).
+// expired units of back, if any (back.Key, Algorithm and Limit are r's);
+// with Options.PublishRefunds, a give-back that left the key counting
+// less also publishes the key on RefundChannel, in the same script, as
+// Refund does.
 func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Grant, error) {
 	now, err := s.nowArg(r.Now)
 	if err != nil {
@@ -35,11 +38,14 @@ func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Gra
 	if r.Cost < 0 {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %d is negative", r.Key, sluice.ErrInvalidCost, r.Cost)
 	}
-	args, err := s.fleetArgs("grant", r.Algorithm, r.Limit, now, 3)
+	args, err := s.fleetArgs("grant", r.Algorithm, r.Limit, now, 5)
 	if err != nil {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w", r.Key, err)
 	}
 	args = append(args, luaCost(r.Cost), strconv.FormatInt(max(0, back.Units), 10), strconv.FormatInt(back.Window, 10))
+	if s.opts.PublishRefunds && back.Units > 0 {
+		args = append(args, s.RefundChannel(), refundMessage(r.Namespace, r.Key))
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args))
@@ -85,7 +91,9 @@ type ReturnOp struct {
 	Now       time.Time // the clock of the grant; ignored with Options.RedisTime
 }
 
-// Return gives back unspent leases, in one pipelined round trip.
+// Return gives back unspent leases, in one pipelined round trip. With
+// Options.PublishRefunds, each give-back that left its key counting less
+// also publishes the key on RefundChannel, in its script, as Refund does.
 func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
 	execs := make([]rueidis.LuaExec, 0, len(ops))
 	var errs []error
@@ -93,13 +101,16 @@ func (s *Store) Return(ctx context.Context, ops []ReturnOp) error {
 		now, err := s.nowArg(op.Now)
 		var args []string
 		if err == nil {
-			args, err = s.fleetArgs("return", op.Algorithm, op.Limit, now, 2)
+			args, err = s.fleetArgs("return", op.Algorithm, op.Limit, now, 4)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("redisstore: return %q: %w", op.Key, err))
 			continue
 		}
 		args = append(args, strconv.FormatInt(op.Units, 10), strconv.FormatInt(op.Window, 10))
+		if s.opts.PublishRefunds {
+			args = append(args, s.RefundChannel(), refundMessage(op.Namespace, op.Key))
+		}
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.KeyOf(&sluice.Request{Namespace: op.Namespace, Key: op.Key})}, Args: args})
 	}
 	if len(execs) > 0 {

@@ -7,9 +7,10 @@
 -- request 9 values: algorithm, rate, burst, period (ticks), segments, tick
 -- (µs), cost, now (µs since the epoch), mark (refund; in the other modes
 -- 1 forces the charge, sluice's Request.Force).
--- After the requests' values, a give may carry a channel and a message:
--- the script then PUBLISHes the message on the channel once the refund is
--- saved (redisstore's Options.PublishRefunds).
+-- After the requests' values, a give or a refund may carry a channel and
+-- a message per key: the script then PUBLISHes each key's message on the
+-- channel (once per key) when the refund is saved (redisstore's
+-- Options.PublishRefunds).
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund; for a
 -- give, those of a request of cost 0 right after it.
@@ -80,7 +81,14 @@ if (mode == 'take' and ok) or mode == 'refund' or mode == 'give' then
   for _, o in ipairs(order) do save(o, o.ttl) end
 end
 local pub = 3 + #KEYS * 9
-if mode == 'give' and ARGV[pub + 2] then
-  redis.call('PUBLISH', ARGV[pub + 1], ARGV[pub + 2])
+if (mode == 'give' or mode == 'refund') and ARGV[pub + 1] then
+  local sent = {}
+  for i = 1, #KEYS do
+    local m = ARGV[pub + 1 + i]
+    if not sent[m] then
+      sent[m] = true
+      redis.call('PUBLISH', ARGV[pub + 1], m)
+    end
+  end
 end
 return out

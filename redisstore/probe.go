@@ -140,7 +140,7 @@ func (s *Store) checks(key string, needs []Need) []check {
 		case c == "TIME":
 			cs = append(cs, check{scripts, []string{c}})
 		case c == "PUBLISH" && !s.opts.PublishRefunds:
-			// Only a refund with PublishRefunds publishes.
+			// Only a give-back with PublishRefunds publishes.
 		case c == "PUBLISH":
 			cs = append(cs, check{"the refunds published to the fleet (PublishRefunds)", []string{c, s.RefundChannel()}})
 		default:

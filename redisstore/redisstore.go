@@ -57,7 +57,9 @@
 // refunded: each algorithm gives back what the request took (tokens, a
 // window's count, log entries, a queue slot), exactly so when nothing else
 // touched the key in between. Between the take and the refund, other
-// clients may briefly see that quota as used. A refund never gives back
+// clients may briefly see that quota as used (with Options.PublishRefunds
+// the refund publishes its keys, so that the fleet's over-limit caches
+// forget a refusal seen meanwhile). A refund never gives back
 // more than the request left in the key: when another client's request
 // came in between and found the bucket refilled (the queue leaked) by
 // less than it would have been without the take, the buckets and GCRA
@@ -132,10 +134,13 @@ type Options struct {
 	// them again (or those of the last Require). New always checks the
 	// store's own: its scripts' commands and Ping's.
 	Needs []Need
-	// PublishRefunds makes every Refund also publish its key on
-	// RefundChannel, in the same script (atomically with the refund),
-	// for the fleet's over-limit caches (see WatchRefunds): one PUBLISH
-	// per refund, of the key's namespace and name. New then checks that
+	// PublishRefunds makes every give-back of units also publish its
+	// key on RefundChannel, in the same script (atomically with it), for
+	// the fleet's over-limit caches (see WatchRefunds): each Refund, what
+	// a cross-slot TakeAll gives back when a slot refused after the
+	// check, and a lease's units given back (Return, and the expired
+	// units Lease gives back first) that left the key counting less; one
+	// PUBLISH per key, of its namespace and name. New then checks that
 	// the user may PUBLISH on that channel.
 	PublishRefunds bool
 	// AlwaysPipeline sends every call of a single-node store through the

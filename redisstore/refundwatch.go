@@ -14,12 +14,15 @@ import (
 //
 // An over-limit cache (fleet.OverLimitCache) relies on a key it saw
 // refused staying refused until the RetryAfter it remembered; a refund
-// (Refund) breaks that, and the cache of an instance other than the one
-// that refunded cannot see it. With Options.PublishRefunds, the refund's
-// script PUBLISHes the key on RefundChannel atomically with the refund
-// (on a Cluster, PUBLISH reaches the subscribers of every node), and
-// WatchRefunds, on each instance, subscribes to it on a connection of its
-// own and tells the cache to forget the key.
+// (Refund) breaks that, and so do the other give-backs: a cross-slot
+// TakeAll's of what it counted when a later slot refused, and a lease's
+// units handed back (Return, Lease's expired units); the cache of an
+// instance other than the one that gave back cannot see them. With
+// Options.PublishRefunds, the give-back's script PUBLISHes the key on
+// RefundChannel atomically with it (on a Cluster, PUBLISH reaches the
+// subscribers of every node), and WatchRefunds, on each instance,
+// subscribes to it on a connection of its own and tells the cache to
+// forget the key.
 
 // RefundListener is told what WatchRefunds sees; fleet.OverLimitCache is
 // one.

@@ -16,7 +16,8 @@ import (
 // user whom Redis's ACL keeps from it (the command, or the channel:
 // Redis 7 gives new users no channel) is refused by New naming PUBLISH,
 // rather than connecting and failing every refund NOPERM after giving
-// the units back. Without PublishRefunds it is not asked for; and
+// the units back. Without PublishRefunds it is not asked for (and
+// nothing publishes: a lease's units given back neither); and
 // WatchRefunds' SUBSCRIBE is asked for as a Need (the daemon's).
 func TestACLPublishRefunds(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -59,6 +60,15 @@ func TestACLPublishRefunds(t *testing.T) {
 		}
 		if _, err := s.Refund(context.Background(), r); err != nil {
 			t.Errorf("user %s: Refund: %v", tc.user, err)
+		}
+		// A lease's units given back publish as a refund does.
+		g, err := s.Lease(context.Background(), r, redisstore.ReturnOp{})
+		if err != nil || g.Units != 1 {
+			t.Errorf("user %s: Lease = %+v, %v; want 1 unit", tc.user, g, err)
+		}
+		back := redisstore.ReturnOp{Key: r.Key, Algorithm: r.Algorithm, Limit: r.Limit, Units: 1, Now: r.Now}
+		if err := s.Return(context.Background(), []redisstore.ReturnOp{back}); err != nil {
+			t.Errorf("user %s: Return: %v", tc.user, err)
 		}
 		s.Close()
 	}

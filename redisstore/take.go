@@ -15,6 +15,8 @@ import (
 // request is a sluice.Request checked and converted to script arguments.
 type request struct {
 	key   string // Redis key
+	ns    string // the request's Namespace and Key, for refundMessage
+	name  string
 	ticks sluice.Ticks
 	args  [9]string
 }
@@ -40,6 +42,7 @@ func (s *Store) prepare(r *sluice.Request, q *request) error {
 		}
 	}
 	q.key = s.KeyOf(r)
+	q.ns, q.name = r.Namespace, r.Key
 	q.ticks = t
 	q.args = [9]string{
 		strconv.Itoa(int(r.Algorithm)),

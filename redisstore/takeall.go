@@ -122,10 +122,17 @@ func (s *Store) allErr(rs []sluice.Request, err error) error {
 	return fmt.Errorf("redisstore: take all %q: %w: %w", keys, sluice.ErrStoreUnavailable, err)
 }
 
-// run executes the all-algorithms script over the requests qs[g...].
+// run executes the all-algorithms script over the requests qs[g...]. A
+// refund with Options.PublishRefunds also publishes each key given back
+// on RefundChannel, in the script, as Refund does.
 func (s *Store) run(ctx context.Context, mode string, qs []request, g []int, marks []reply) ([]reply, error) {
 	keys := make([]string, len(g))
-	args := make([]string, 0, 3+9*len(g))
+	publish := mode == "refund" && s.opts.PublishRefunds
+	n := 3 + 9*len(g)
+	if publish {
+		n += 1 + len(g)
+	}
+	args := make([]string, 0, n)
 	args = append(args, mode, s.useTime, s.margin)
 	for j, i := range g {
 		keys[j] = qs[i].key
@@ -135,7 +142,13 @@ func (s *Store) run(ctx context.Context, mode string, qs []request, g []int, mar
 		}
 		args = append(args, a[:]...)
 	}
-	n := len(g)
+	if publish {
+		args = append(args, s.RefundChannel())
+		for _, i := range g {
+			args = append(args, refundMessage(qs[i].ns, qs[i].name))
+		}
+	}
+	n = len(g)
 	if mode == "refund" {
 		n = 0
 	}
