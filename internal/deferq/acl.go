@@ -64,7 +64,7 @@ var scriptsKeys = []struct {
 	{malformedLua, []string{"q", "dead"}},
 	{readLua, []string{"q"}},
 	{releaseLua, []string{"q"}},
-	{statusLua, []string{"s"}},
+	{statusLua, []string{"s", "q"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by

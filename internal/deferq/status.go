@@ -33,7 +33,9 @@ type Status struct {
 }
 
 // Status reads where id stands: ErrBadID for a string that is no id,
-// ErrUnknownID for an id never issued or whose record has expired.
+// ErrUnknownID for an id never issued, whose record has expired, or whose
+// request is gone from the stream (deleted or trimmed by hand before an
+// instance read it: nothing will send it).
 //
 // ErrUnknownID is final for StatusTTL: it leaves a mark in Redis that an
 // enqueue of id arriving later (one whose outcome was unknown, still on
@@ -52,12 +54,14 @@ func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
 	}
 	key := q.base(tag) + "s:" + id
 	m, err := c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
-	if err == nil && len(m) == 0 {
-		// No record: look again and mark it in one step (a plain read
-		// first, so that reading a record writes nothing, even to a Redis
-		// out of memory).
+	if err == nil && (len(m) == 0 || m["state"] == "queued" || m["state"] == "failed") {
+		// No record, or one of a request that may be gone (its entry
+		// deleted or trimmed by hand): look again, and mark it in the
+		// same step if there is none or it is gone. A plain read first,
+		// so that reading a settled record writes nothing, even to a
+		// Redis out of memory (nor does the script for a request waiting).
 		ttl := strconv.FormatInt(q.o.StatusTTL.Milliseconds(), 10)
-		m, err = statusScript.Exec(ctx, c, []string{key}, []string{ttl}).AsStrMap()
+		m, err = statusScript.Exec(ctx, c, []string{key, q.base(tag) + "q"}, []string{ttl, group}).AsStrMap()
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("deferq: status: %w: %w", sluice.ErrStoreUnavailable, err)

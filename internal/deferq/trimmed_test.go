@@ -43,3 +43,73 @@ func TestTrimmedRequestLeavesNoStatus(t *testing.T) {
 		t.Errorf("status of the request trimmed away, once its key went on: %+v, %v; want ErrUnknownID", st, err)
 	}
 }
+
+// The last request of its key trimmed or deleted from the stream by hand
+// before any instance read it has no later request to find it gone: its
+// record read "queued" until it expired, 7 days on, for a request nothing
+// will send. GET /v1/deferred/ID answers 404 for it, as for a request
+// Redis lost; one pending with a consumer (held: its holder sends it) and
+// one still in the stream read "queued". The key's next request goes on.
+func TestTrimmedLastRequestUnknown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	up := newUpstream(t, nil)
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	ctx := context.Background()
+	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
+	sid := func(id string) string {
+		v, err := c.Do(ctx, c.B().Hget().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:s:"+id).Field("sid").Build()).ToString()
+		if err != nil {
+			t.Fatalf("HGET sid of %s: %v", id, err)
+		}
+		return v
+	}
+	if err := c.Do(ctx, c.B().XgroupCreate().Key(stream).Group("sluice").Id("0").Mkstream().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	held := enqueue(t, q, "jobs", "h", http.MethodPost, "/held", []byte("h"))
+	if err := c.Do(ctx, c.B().Xreadgroup().Group("sluice", "holder").Count(1).Streams().Key(stream).Id(">").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := enqueue(t, q, "jobs", "d", http.MethodPost, "/deleted", []byte("d"))
+	trimmed := enqueue(t, q, "jobs", "t", http.MethodPost, "/trimmed", []byte("t"))
+	kept := enqueue(t, q, "jobs", "k", http.MethodPost, "/kept", []byte("k"))
+	for _, id := range []string{held, deleted} {
+		if err := c.Do(ctx, c.B().Xdel().Key(stream).Id(sid(id)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(ctx, c.B().Xtrim().Key(stream).Minid().Threshold(sid(kept)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, id, want string
+	}{
+		{"held by a consumer, deleted from the stream", held, "queued"},
+		{"deleted unread", deleted, ""},
+		{"trimmed unread", trimmed, ""},
+		{"in the stream", kept, "queued"},
+	} {
+		st, err := q.Status(ctx, tc.id)
+		switch {
+		case tc.want == "" && !errors.Is(err, deferq.ErrUnknownID):
+			t.Errorf("Status of the request %s: %+v, %v; want ErrUnknownID (nothing will send it)", tc.name, st, err)
+		case tc.want != "" && (err != nil || st.State != tc.want):
+			t.Errorf("Status of the request %s: %+v, %v; want state %s", tc.name, st, err, tc.want)
+		}
+	}
+	// Answered 404 once, it stays so; the key's next request goes on.
+	if st, err := q.Status(ctx, trimmed); !errors.Is(err, deferq.ErrUnknownID) {
+		t.Errorf("Status of the trimmed request, asked again: %+v, %v; want ErrUnknownID", st, err)
+	}
+	next := enqueue(t, q, "jobs", "t", http.MethodPost, "/next", []byte("n"))
+	start(t, q)
+	waitFor(t, "the trimmed key's next request delivered", time.Minute, func() bool {
+		st, err := q.Status(ctx, next)
+		return err == nil && st.State == "delivered"
+	})
+}
