@@ -1,0 +1,139 @@
+package sluice_test
+
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// nextUnit is, by search over the pure algorithm, how long after now
+// until the Remaining of st (the state right after a decision at now)
+// grows by one if nothing else arrives; for a full limit, after spending
+// one unit at now (the time that unit takes to come back).
+func nextUnit(t *testing.T, alg sluice.Algorithm, l sluice.Limit, st sluice.State, now time.Time, full bool) time.Duration {
+	t.Helper()
+	if full {
+		st = st.Clone()
+		if _, _, err := alg.Take(&st, l, now, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(w time.Duration) int64 {
+		c := st.Clone()
+		d, _, err := alg.Take(&c, l, now.Add(w), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	r := at(0)
+	hi := 2*l.Period + 2*time.Duration(l.BurstOrRate()+1)*l.Period/time.Duration(l.Rate) + time.Hour
+	hi /= time.Microsecond
+	n := sort.Search(int(hi), func(i int) bool { return at(time.Duration(i)*time.Microsecond) > r })
+	if n == int(hi) {
+		t.Fatalf("%s %v: Remaining %d never grows", alg, l, r)
+	}
+	return time.Duration(n) * time.Microsecond
+}
+
+// TestNextAfter steps the pure algorithms through random traces (takes,
+// charges past the limit, now and then a request from a clock behind the
+// key's) and checks NextAfter against the time the next unit comes back,
+// found by search: never shorter, and for the buckets, GCRA and the fixed
+// window the same or a tick more (these limits count in ticks of 1 µs)
+// whenever the request was on the key's clock; for every algorithm the
+// same on a refusal for want of one unit.
+func TestNextAfter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	limits := []sluice.Limit{
+		sluice.PerMinute(10), sluice.PerSecond(3), sluice.Every(5, 250*time.Millisecond).WithBurst(2),
+		sluice.PerSecond(7).WithBurst(12), sluice.PerMinute(10).WithSegments(4), sluice.Every(3, 7*time.Millisecond),
+	}
+	big := sluice.PerDay(1_000_000) // in ticks of 10 µs
+	exact := map[sluice.Algorithm]bool{sluice.TokenBucket: true, sluice.GCRA: true, sluice.LeakyBucket: true, sluice.FixedWindow: true}
+	var checked, exactChecked, fullChecked, refusals int
+	for _, alg := range sluice.Algorithms() {
+		for _, l := range append(limits, big) {
+			n := 300
+			if l == big {
+				n = 30 // a search over days
+				if alg == sluice.SlidingWindowLog {
+					n = 0 // its charges log a million entries
+				}
+			}
+			for range n {
+				st, now := behindState(rng, alg, l)
+				if rng.IntN(10) == 0 {
+					st = sluice.State{} // a new key: full
+				}
+				behind := time.Duration(0)
+				if rng.IntN(4) == 0 {
+					behind = time.Duration(rng.Int64N(int64(l.Period)/1000)) * time.Microsecond
+				}
+				at := now.Add(-behind)
+				cost := rng.Int64N(3)
+				force := rng.IntN(6) == 0
+				probe := st.Clone()
+				var d sluice.Decision
+				var err error
+				if force {
+					d, _, err = alg.Charge(&probe, l, at, cost)
+				} else {
+					d, _, err = alg.Take(&probe, l, at, cost)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				full := d.ResetAfter == 0
+				// The algorithms count in ticks; a request's now, in µs,
+				// is rounded to one, so the search below can find a unit
+				// back up to a tick less a µs before the tick says.
+				tick, slack := time.Microsecond, time.Duration(0)
+				if l.Period == 24*time.Hour {
+					tick = 10 * time.Microsecond
+					slack = tick - time.Microsecond
+				}
+				want := nextUnit(t, alg, l, probe, at, full)
+				got := alg.NextAfter(d, l)
+				checked++
+				if full {
+					fullChecked++
+				}
+				if !d.Allowed && cost == 0 {
+					// A query refused while a charge's debt is past the
+					// limit: its RetryAfter, when a query is admitted,
+					// bounds t (before the unit comes back).
+					if w := min(want, d.RetryAfter); got < w-slack || got > w+slack {
+						t.Fatalf("%s %v: after %+v (a query, force %v), NextAfter = %v, want %v", alg, l, d, force, got, min(want, d.RetryAfter))
+					}
+					continue
+				}
+				// A full window asked from a clock behind the key's counts
+				// a unit spent now in the key's newer window, which the
+				// decision does not tell: NextAfter's Period is short by
+				// up to how far behind (documented).
+				aheadWindow := full && behind > 0 && (alg == sluice.FixedWindow || alg == sluice.SlidingWindowCounter)
+				if got < want-slack && !aheadWindow {
+					t.Fatalf("%s %v: after %+v (cost %d, force %v, %v behind), NextAfter = %v, but Remaining grows after %v", alg, l, d, cost, force, behind, got, want)
+				}
+				oneShort := !d.Allowed && !force && cost == 1 && d.Remaining == 0
+				if oneShort {
+					refusals++
+				}
+				if (exact[alg] && behind == 0 && !(alg == sluice.FixedWindow && full)) || oneShort {
+					exactChecked++
+					if got > want+tick {
+						t.Fatalf("%s %v: after %+v (cost %d, force %v), NextAfter = %v, want %v (or a tick more)", alg, l, d, cost, force, got, want)
+					}
+				}
+			}
+		}
+	}
+	if exactChecked < checked/3 || fullChecked < 100 || refusals < 200 {
+		t.Fatalf("checked %d decisions: %d exactly, %d full, %d refusals for one unit: too few", checked, exactChecked, fullChecked, refusals)
+	}
+	t.Logf("checked %d decisions: %d exactly, %d full, %d refusals for one unit", checked, exactChecked, fullChecked, refusals)
+}
