@@ -49,7 +49,7 @@ func ExampleMiddleware() {
 func ExampleSetHeaders() {
 	h := http.Header{}
 	d := sluice.Decision{Allowed: true, Limit: 100, Remaining: 41, ResetAfter: 36200 * time.Millisecond}
-	httplimit.SetHeaders(h, d, "api", sluice.PerMinute(100))
+	httplimit.SetHeaders(h, d, "api", sluice.FixedWindow, sluice.PerMinute(100))
 	for _, k := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"} {
 		fmt.Printf("%s: %s\n", k, h.Get(k))
 	}
@@ -123,7 +123,7 @@ func ExampleOptions_rules() {
 	// /login 200 "login";r=1;t=60
 	// /login 200 "login";r=0;t=60
 	// /login 429 "login";r=0;t=60
-	// / 200 "ip";r=93;t=5
+	// / 200 "ip";r=93;t=1
 }
 
 // Behind a load balancer: count the client it forwards for, believing
@@ -163,7 +163,7 @@ func Example_byHand() {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		httplimit.SetHeaders(w.Header(), d, "tenant", lim.Limit())
+		httplimit.SetHeaders(w.Header(), d, "tenant", lim.Algorithm(), lim.Limit())
 		if !d.Allowed {
 			httplimit.WriteLimited(w, "tenant", d)
 			return

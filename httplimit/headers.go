@@ -37,28 +37,38 @@ const (
 	keyXRetryAfter = "X-Ratelimit-Retry-After"
 )
 
-// SetHeaders sets the rate-limit response headers of d, decided under limit
-// by the policy (rule) named policy, on h, replacing any earlier values:
+// SetHeaders sets the rate-limit response headers of d, decided by alg
+// under limit by the policy (rule) named policy, on h, replacing any
+// earlier values:
 //
 //	X-RateLimit-Limit:     limit.Rate
 //	X-RateLimit-Remaining: d.Remaining, at most limit.Rate
 //	X-RateLimit-Reset:     seconds until the limit is full again (d.ResetAfter, rounded up)
 //	RateLimit-Policy:      "policy";q=<Rate>;w=<Period in seconds, rounded up, at least 1>
-//	RateLimit:             "policy";r=<Remaining>;t=<seconds>
+//	RateLimit:             "policy";r=<Remaining>;t=<seconds until Remaining grows>
 //
 // The last two are the structured fields (RFC 9651 Lists) of the IETF
 // HTTPAPI working group's "RateLimit header fields for HTTP",
 // draft-ietf-httpapi-ratelimit-headers-11 (May 2026), sections 3 and 4: the
 // policy item is a String naming the policy, with q (quota) and w (window,
 // whole seconds); the service limit item names the same policy, with r (the
-// available quota) and t (the effective window, whole seconds). t is the
-// time until the limit is full again when d is allowed, and d.RetryAfter
-// rounded up when it is denied, so that Retry-After never points before the
-// end of the effective window (draft section 6). For every algorithm but
-// fixed_window, units come back before the limit is full, so t is longer
-// than the draft's effective window (the time within which the client can
-// use no more than r): a client following it is slower than it need be,
-// never refused.
+// available quota) and t (the effective window, whole seconds: the time
+// within which the client can use no more than r). t is
+// alg.NextAfter(d, limit), rounded up: the time until the next unit is
+// made available, after which the client could use more than r. It is
+// exact (to the second, rounded up) for token_bucket, gcra, leaky_bucket
+// and fixed_window; for sliding_window_log and sliding_window_counter,
+// whose decision does not carry when the oldest counted unit leaves, it is
+// the time until the limit is full again, longer than the draft's (a
+// client following it is slower than it need be, never refused), except on
+// a refusal for want of one unit, where it is exact for them too. On a
+// limit that is full, t is the time a unit spent now takes to come back
+// (Period/Rate for the buckets, about Period for the windows): the client
+// can use r at once, and no more until then. On a denied decision t is
+// never past d.RetryAfter, so that Retry-After never points before the end
+// of the effective window (draft section 6). An invalid alg (0), for a
+// decision that is not one alg made under limit (a sharded key's estimate),
+// sends the time until full (bounded by a denial's RetryAfter) as t.
 //
 // With a burst larger than the rate (or a leaky bucket, which admits
 // Burst+1 at once), the limit can admit more at an instant than Rate: the
@@ -70,7 +80,7 @@ const (
 // The policy name is sent as an sf-string: characters outside printable
 // ASCII are replaced by '_', and '"' and '\' are escaped. q and r are at
 // most 999,999,999,999,999, the largest sf-integer.
-func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Limit) {
+func SetHeaders(h http.Header, d sluice.Decision, policy string, alg sluice.Algorithm, limit sluice.Limit) {
 	// The five values are built in the text of one headerValues and
 	// become substrings of it: one allocation per response, not ten (the
 	// proxy and forward-auth set these on every response a rule applied
@@ -78,10 +88,7 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, limit sluice.Li
 	hv := new(headerValues)
 	remaining := min(max(d.Remaining, 0), limit.Rate)
 	reset := ceilSeconds(d.ResetAfter)
-	t := reset
-	if !d.Allowed && d.RetryAfter >= 0 {
-		t = ceilSeconds(d.RetryAfter)
-	}
+	t := ceilSeconds(alg.NextAfter(d, limit))
 	var end [5]int
 	b := strconv.AppendInt(hv.text[:0], limit.Rate, 10)
 	end[0] = len(b)

@@ -46,7 +46,7 @@ func TestRemainingNeverExceedsLimit(t *testing.T) {
 			t.Fatalf("%v %v: first decision %+v, %v; want Remaining %d", c.alg, c.lim, d, err, c.full)
 		}
 		h := http.Header{}
-		SetHeaders(h, d, "p", c.lim)
+		SetHeaders(h, d, "p", c.alg, c.lim)
 		if h.Get(HeaderLimit) != "10" || h.Get(HeaderRemaining) != "10" {
 			t.Errorf("%v %v: Limit %s, Remaining %s; want 10 and 10", c.alg, c.lim, h.Get(HeaderLimit), h.Get(HeaderRemaining))
 		}
@@ -82,7 +82,7 @@ func TestStructuredFields(t *testing.T) {
 		{"beyond an sf-integer", sluice.Decision{Allowed: true, Remaining: huge.Rate}, "huge", huge, 999_999_999_999_999, 999_999_999_999_999},
 	} {
 		h := http.Header{}
-		SetHeaders(h, tc.d, tc.policy, tc.lim)
+		SetHeaders(h, tc.d, tc.policy, 0, tc.lim)
 		for _, f := range []struct {
 			field string
 			keys  []string
@@ -191,6 +191,49 @@ func TestRetryAfterNeverZero(t *testing.T) {
 		}
 		if s, ms := RetryAfterSeconds(d), RetryAfterMillis(d); s < 1 || ms < 1 || ms > s*1000 {
 			t.Errorf("%v: cost 5 under 2/m (%+v): Retry-After %d s, retry_after_ms %d; want both at least 1, the milliseconds within the seconds", alg, d, s, ms)
+		}
+	}
+}
+
+// TestRateLimitTIsTheNextUnit: the RateLimit field's t is the draft's
+// effective window, the seconds until Remaining grows (the next unit made
+// available), not until the limit is full again (X-RateLimit-Reset). A
+// 10/m limit after three requests 1 s apart: the buckets and GCRA have
+// their next token 4 s later (the first one's, 6 s after it), full again
+// only 16 s later; the fixed window (at the start of a minute) has both at its end;
+// the sliding windows, whose decision does not carry when the oldest unit
+// leaves, keep the time until full.
+func TestRateLimitTIsTheNextUnit(t *testing.T) {
+	start := time.Unix(1_700_000_040, 0) // the start of a minute
+	for _, c := range []struct {
+		alg        sluice.Algorithm
+		reset, rlt string
+	}{
+		{sluice.TokenBucket, "16", `"p";r=7;t=4`},
+		{sluice.GCRA, "16", `"p";r=7;t=4`},
+		{sluice.LeakyBucket, "16", `"p";r=7;t=4`},
+		{sluice.FixedWindow, "58", `"p";r=7;t=58`},
+		{sluice.SlidingWindowLog, "60", `"p";r=7;t=60`},
+	} {
+		lim := sluice.PerMinute(10)
+		if c.alg == sluice.LeakyBucket {
+			lim = lim.WithBurst(9) // 10 at once, as the others
+		}
+		var st sluice.State
+		var d sluice.Decision
+		for i := range 3 {
+			var err error
+			if d, _, err = c.alg.Take(&st, lim, start.Add(time.Duration(i)*time.Second), 1); err != nil || !d.Allowed {
+				t.Fatalf("%v: request %d: %+v, %v", c.alg, i, d, err)
+			}
+		}
+		h := http.Header{}
+		SetHeaders(h, d, "p", c.alg, lim)
+		if got := h.Get(HeaderReset); got != c.reset {
+			t.Errorf("%v: X-RateLimit-Reset %s, want %s (until full)", c.alg, got, c.reset)
+		}
+		if got := h.Get(HeaderRateLimit); got != c.rlt {
+			t.Errorf("%v: RateLimit %q, want %q", c.alg, got, c.rlt)
 		}
 	}
 }

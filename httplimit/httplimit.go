@@ -326,13 +326,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	d, lim, t := &oneD, &one.Limit, 0
+	d, q, t := &oneD, &one, 0
 	if ds != nil {
 		t = tightest(ds)
-		d, lim = &ds[t], &reqs[t].Limit
+		d, q = &ds[t], &reqs[t]
 	}
 	ru := &m.rules[idx[t]]
-	SetHeaders(w.Header(), *d, ru.Name, *lim)
+	SetHeaders(w.Header(), *d, ru.Name, q.Algorithm, q.Limit)
 	if !d.Allowed {
 		if m.opts.DenyHandler != nil {
 			m.opts.DenyHandler(w, r, *d)

@@ -28,6 +28,7 @@ func TestSetHeaders(t *testing.T) {
 		name   string
 		d      sluice.Decision
 		policy string
+		alg    sluice.Algorithm // 0: a decision of no known algorithm
 		limit  sluice.Limit
 		want   map[string]string
 	}{
@@ -73,7 +74,7 @@ func TestSetHeaders(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
 			h.Set("RateLimit", "stale")
-			httplimit.SetHeaders(h, tc.d, tc.policy, tc.limit)
+			httplimit.SetHeaders(h, tc.d, tc.policy, tc.alg, tc.limit)
 			for k, want := range tc.want {
 				if got := h.Values(k); len(got) != 1 || got[0] != want {
 					t.Errorf("SetHeaders(%+v, %q): %s = %q, want [%q]", tc.d, tc.policy, k, got, want)

@@ -209,7 +209,9 @@ func seconds(s uint64) time.Duration {
 // service limit field, an RFC 9651 List such as `"api";r=0;t=37`; several
 // field lines are one list) and returns the largest t, in seconds, among
 // the items whose remaining quota r is 0: how long until every exhausted
-// limit has room again. ok is false when no item has r=0 and a valid t.
+// limit has room again (t is the draft's effective window: at r=0, the
+// time until the next unit is made available, which is what SetHeaders
+// sends). ok is false when no item has r=0 and a valid t.
 // Items it cannot parse are skipped.
 func RateLimitReset(fields ...string) (wait time.Duration, ok bool) {
 	for _, f := range fields {

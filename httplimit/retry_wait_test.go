@@ -111,7 +111,8 @@ func TestServerWait(t *testing.T) {
 }
 
 // The RateLimit field SetHeaders writes reads back: for a denied decision
-// (r=0) its t is the rounded-up RetryAfter, whatever the policy's name.
+// (r=0) of no known algorithm its t is the rounded-up RetryAfter (never
+// past the time until full, ResetAfter), whatever the policy's name.
 func FuzzRateLimitReset(f *testing.F) {
 	f.Add("api", int64(0), int64(1500))
 	f.Add(`a"b\c,d;e=f`, int64(0), int64(37000))
@@ -120,13 +121,14 @@ func FuzzRateLimitReset(f *testing.F) {
 		if remaining < 0 || retryMs < 0 || retryMs > 1<<40 {
 			return
 		}
+		retry := time.Duration(retryMs) * time.Millisecond
 		d := sluice.Decision{Allowed: remaining > 0, Remaining: remaining,
-			RetryAfter: time.Duration(retryMs) * time.Millisecond, ResetAfter: time.Minute}
+			RetryAfter: retry, ResetAfter: max(time.Minute, retry)}
 		if d.Allowed {
 			d.RetryAfter = 0
 		}
 		h := http.Header{}
-		httplimit.SetHeaders(h, d, policy, sluice.PerMinute(10))
+		httplimit.SetHeaders(h, d, policy, 0, sluice.PerMinute(10))
 		got, ok := httplimit.RateLimitReset(h.Values("RateLimit")...)
 		if !d.Allowed {
 			want := time.Duration(httplimit.RetryAfterSeconds(d)) * time.Second
@@ -250,5 +252,29 @@ func TestServerWaitDraft7(t *testing.T) {
 	h := http.Header{"Ratelimit": {"limit=100, remaining=0", "reset=12"}}
 	if got, ok := httplimit.ServerWait(h, now); got != 12*time.Second || !ok {
 		t.Errorf("ServerWait(%v) = %v, %v; want 12s, true", h, got, ok)
+	}
+}
+
+// A client reading the RateLimit field of an exhausted token bucket (no
+// Retry-After, as on a 200 that spent the last token) waits for the next
+// token, not until the bucket is full: 10/m spent at once has a token
+// back in 6 s, full only in 60 s.
+func TestServerWaitReadsTheNextUnit(t *testing.T) {
+	var st sluice.State
+	now := time.Unix(1_700_000_000, 0)
+	var d sluice.Decision
+	for range 10 {
+		d, _, _ = sluice.TokenBucket.Take(&st, sluice.PerMinute(10), now, 1)
+	}
+	if !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the 10th request: %+v, want the last token", d)
+	}
+	h := http.Header{}
+	httplimit.SetHeaders(h, d, "api", sluice.TokenBucket, sluice.PerMinute(10))
+	if got, ok := httplimit.ServerWait(h, now); got != 6*time.Second || !ok {
+		t.Errorf("ServerWait(%v) = %v, %v; want 6s, true (the next token)", h, got, ok)
+	}
+	if got := h.Get("X-RateLimit-Reset"); got != "60" {
+		t.Errorf("X-RateLimit-Reset %s, want 60 (until full)", got)
 	}
 }

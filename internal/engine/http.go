@@ -12,12 +12,19 @@ import (
 
 // SetHeaders sets the rate-limit headers of res (the tightest enforcing
 // rule's figures) on h; it sets nothing when no enforcing rule applied or
-// the store failed.
+// the store failed. A rule whose keys may be sharded (shards: N or auto)
+// has a decision that is one shard's, its Remaining scaled up (unshard):
+// the RateLimit field's t is then not derived from it as from one key's
+// (httplimit.SetHeaders with no algorithm), but is the time until full.
 func (res *Result) SetHeaders(h http.Header) {
 	if res.Rule == nil || res.StoreErr != nil {
 		return
 	}
-	httplimit.SetHeaders(h, res.Decision, res.Rule.Name, res.Rule.Limit)
+	alg := res.Rule.Algorithm
+	if !res.Rule.Shards.IsZero() {
+		alg = 0
+	}
+	httplimit.SetHeaders(h, res.Decision, res.Rule.Name, alg, res.Rule.Limit)
 }
 
 // WriteDenied writes the answer for a request res did not allow: 503 with

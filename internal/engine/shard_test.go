@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,30 @@ func TestAutoShardsLongKey(t *testing.T) {
 		if sharded.Load() != before+1 {
 			top := hot.Top(3, t0)
 			t.Errorf("key of %d bytes at ~554/s: not sharded; hot keys %+v", len(key), top)
+		}
+	}
+}
+
+// The RateLimit field's t is the next token for a rule's own key, but for
+// a rule whose keys may be sharded the decision is one shard's with its
+// Remaining scaled up, from which the next token cannot be told: t is then
+// the time until full, as X-RateLimit-Reset.
+func TestShardedRuleSendsTUntilFull(t *testing.T) {
+	d := sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 16 * time.Second}
+	for _, c := range []struct {
+		shards rules.AutoCount
+		want   string
+	}{
+		{rules.AutoCount{}, `"r";r=7;t=4`},
+		{rules.AutoCount{N: 2}, `"r";r=7;t=16`},
+		{rules.AutoCount{Auto: true}, `"r";r=7;t=16`},
+	} {
+		r := &rules.Rule{Name: "r", Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(10), Shards: c.shards}
+		res := engine.Result{Allowed: true, Rule: r, Decision: d}
+		h := http.Header{}
+		res.SetHeaders(h)
+		if got := h.Get("RateLimit"); got != c.want {
+			t.Errorf("shards %v: RateLimit %q, want %q", c.shards, got, c.want)
 		}
 	}
 }
