@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -13,6 +14,8 @@ import (
 // the fleet can admit them in the same window; with SIGKILL they would be
 // held by nobody until the window ends.
 func TestFleetSIGTERMReturnsUnits(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 log_level: warn
@@ -51,6 +54,8 @@ rules:
 // with SIGKILL, the instance takes them with it: the fleet admits them a
 // second time, on top of the limit (the README says so).
 func TestFleetSyncHitsAtExit(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, c := range []struct {
 		sig  syscall.Signal
 		want int // b admits
@@ -96,6 +101,8 @@ rules:
 // The fleet then admits less than the limit, by at most the units given
 // back, never more (the README says so).
 func TestFleetSIGTERMUnitsAfterRefusal(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 log_level: warn

@@ -20,6 +20,8 @@ import (
 // tlsRedisConfig writes a config for a Redis at addr with tls: true and
 // creds, with a rule of 2 an hour.
 func tlsRedisConfig(t *testing.T, addr, creds string) string {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	conf := fmt.Sprintf(`listen: 127.0.0.1:0
@@ -132,6 +134,8 @@ func TestServeRedisTLS(t *testing.T) {
 // redisTLSFilesConfig writes, in dir, a config for a Redis at addr with
 // store.redis.tls set to the flow mapping tlsMap, with a rule of 2 an hour.
 func redisTLSFilesConfig(t *testing.T, dir, addr, tlsMap string) string {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	t.Helper()
 	path := filepath.Join(dir, fmt.Sprintf("sluice-%d.yaml", time.Now().UnixNano()))
 	conf := fmt.Sprintf(`listen: 127.0.0.1:0

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -21,6 +22,8 @@ import (
 // retry, or a dead letter, and the dead letters are the dead-letter
 // stream's length.
 func TestDeferredMetricsTruth(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	var mu sync.Mutex
 	answered := map[string]int{} // the upstream's answers to replays, by status class or status

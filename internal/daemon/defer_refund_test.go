@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -14,6 +15,8 @@ import (
 // the request. Kept, a client whose requests a full queue turned away
 // spent its per-IP allowance on requests nobody served.
 func TestDeferFullQueueGivesBack(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	up := startUpstream(t)
 	cfg := proxyConfig(up.url, fmt.Sprintf(`

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -19,6 +20,8 @@ import (
 // shadow rule, a deferred one charged none, neither queued nor replayed,
 // and the shadow rule under-reported what it would refuse once enforced.
 func TestDeferChargesShadowOnce(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	up := startUpstream(t)
 	const jobs = `

@@ -18,6 +18,8 @@ import (
 // (on_error: deny, so that only Redis admits: the first call on the
 // connection to the old server may fail.)
 func TestOverLimitCacheRedisRestarted(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -50,6 +52,8 @@ rules:
 // TestOverLimitCacheReloadRaisesRate: a refusal cached under a rule's old
 // rate must not outlive a reload that raises it.
 func TestOverLimitCacheReloadRaisesRate(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	base := fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -92,6 +96,8 @@ rules:
 // its local share, counted from empty. (Before the cache subscribed, it
 // kept refusing the key until a call failed.)
 func TestLocalModeAfterRefusal(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -145,6 +151,8 @@ rules:
 // it; and it never counted the unit "held" holds: spent, it would take the
 // fleet past the limit on the new server.
 func TestLeaseRedisRestarted(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -192,6 +200,8 @@ rules:
 // over-limit cache nor a lease may go on refusing it, and a lease's units
 // from the old server are not spent on the new one.
 func TestRedisReplacedByAnother(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	a, b := redistest.StartServer(t), redistest.StartServer(t)
 	sw := redistest.NewSwitch(t, a.Addr)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -242,6 +252,8 @@ rules:
 // is reachable again, it counts exactly what the daemon admitted, never
 // more than the limit.
 func TestLeaseHeldThroughOutage(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	gate := redistest.NewGate(t, rs.Addr)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -289,6 +301,8 @@ rules:
 // key: neither the cache nor the view, read from the old server and good
 // for two intervals (here minutes), may go on refusing it.
 func TestSyncRedisRestarted(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

@@ -45,6 +45,8 @@ const (
 // and those units, and keep them (a counter that vanished, or came back
 // at 0 with the interval, would read as a reset and lose them).
 func TestFleetMetricsRetired(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	probe := probeRedis(t, rs.Addr)
 	td := startDaemon(t, metricsConfig(rs.Addr, softRule+hardRule))
@@ -136,6 +138,8 @@ func commandsRun(t *testing.T, addr string) int64 {
 // and costs no Redis command; the mode gauge follows a reload that
 // changes a rule's mode and drops a rule the reload removes.
 func TestFleetMetricsMove(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, metricsConfig(rs.Addr, softRule+hardRule))
 	for rule, mode := range map[string]string{"other": "exact", "soft": "sync", "hard": "lease"} {
@@ -246,6 +250,8 @@ func TestFleetMetricsMove(t *testing.T) {
 // TestFleetMetricsShutdown: the units a lease holds at shutdown go back
 // to Redis and are counted.
 func TestFleetMetricsShutdown(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	probe := probeRedis(t, rs.Addr)
 	td := startDaemon(t, metricsConfig(rs.Addr, hardRule))
@@ -269,6 +275,8 @@ func TestFleetMetricsShutdown(t *testing.T) {
 // show; once Redis answers again both show the daemon back on Redis, and
 // the switch is counted once.
 func TestLocalModeShows(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

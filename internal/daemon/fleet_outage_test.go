@@ -16,6 +16,8 @@ import (
 // requests decided in local mode meanwhile (on_error: local) are not
 // charged to Redis afterwards.
 func TestSyncHitsAcrossOutage(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	gate := redistest.NewGate(t, rs.Addr)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -79,6 +81,8 @@ rules:
 // held (the new master's run_id differs), so it admits at most the limit
 // in all.
 func TestSentinelFailoverDaemon(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	master := redistest.StartServer(t)
 	replica := redistest.StartReplica(t, master)
 	sentinel := redistest.StartSentinelFor(t, master, time.Second, []*redistest.Server{replica})

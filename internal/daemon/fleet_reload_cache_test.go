@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -15,6 +16,10 @@ import (
 // the count in Redis is the same, and a refusal Redis would make stays
 // right.
 func TestOverLimitCacheReloadRule(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	conf := func(rule string) string {
 		return fmt.Sprintf("listen: 127.0.0.1:0\nstore:\n  type: redis\n  redis: {addrs: [%s], timeout: 2s}\nrules:\n  - name: r\n%s", rs.Addr, rule)

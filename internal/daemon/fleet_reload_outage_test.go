@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -15,6 +16,8 @@ import (
 // sent them once, failed, and dropped them: Redis never counted them, and
 // the fleet could admit that many again.
 func TestSyncReloadDuringOutage(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	gate := redistest.NewGate(t, rs.Addr)
 	conf := func(iv string) string { return outageConf(gate.Addr, iv) }
@@ -28,6 +31,8 @@ func TestSyncReloadDuringOutage(t *testing.T) {
 // an interval a reload closed still wait for Redis tries them once more
 // and stops; they are lost, as at any shutdown while Redis is down.
 func TestSyncReloadDuringOutageShutdown(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	gate := redistest.NewGate(t, rs.Addr)
 	td := startDaemon(t, outageConf(gate.Addr, "1m"))

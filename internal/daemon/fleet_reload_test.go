@@ -120,6 +120,8 @@ func syncLoops() int {
 // their state (their hits still pending, their units still held, their
 // next decisions local).
 func TestFleetReloadRetires(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	probe := probeRedis(t, rs.Addr)
 	started, loops := time.Now(), syncLoops() // loops: of earlier tests, ending
@@ -223,6 +225,8 @@ type fleet1m struct {
 // must not be lost, so Redis ends with exactly the requests admitted, every
 // local hit sent and every unit held given back.
 func TestFleetReloadInFlight(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	probe := probeRedis(t, rs.Addr)
 	conf := func(mode string) string {

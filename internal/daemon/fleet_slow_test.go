@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -39,6 +40,8 @@ func pause(t *testing.T, rs *redistest.Server) (resume func()) {
 // decisions go back to it, the calls that timed out included (they ran
 // late: counted, as the README says).
 func TestSlowRedisOnError(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, c := range []struct {
 		policy  string
 		status  int
@@ -105,6 +108,8 @@ rules:
 // restart (its Redis watch, within a second), the next decision must not
 // fail on one of them (with on_error: deny, a 503 for nothing).
 func TestIdleRestartNoError(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

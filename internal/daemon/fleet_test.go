@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -30,6 +31,8 @@ func allowedOf(t *testing.T, api, rule, key string, n int) int {
 // /readyz fails, and once Redis is up the daemon connects, /readyz passes
 // and decisions go to Redis.
 func TestStartWithoutRedisLocal(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	rs.Stop()
 	td := startDaemon(t, fmt.Sprintf(`
@@ -162,6 +165,8 @@ rules:
 // up to 1 let one instance admit one request per shard, 16 where the
 // share is 10 (a fleet of 10 admitting 160 of a limit of 100).
 func TestShardsLocalFallback(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

@@ -39,6 +39,9 @@ import (
 // round-robin, 10 on each shard, take the 20 left.
 func TestAutoShardsMoveKeepsCount(t *testing.T) {
 	c := redistest.StartCluster(t)
+	// The fixed window and the counter count in days since the epoch:
+	// not across midnight UTC.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	var rulesYAML strings.Builder
 	for _, a := range sluice.Algorithms() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -16,6 +17,8 @@ import (
 // read before the mode gauge, which only goes from local to Redis here,
 // so a 200 followed by a gauge of 1 is a 200 given in local mode.
 func TestLocalModeNotReady(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -51,6 +52,8 @@ rules:
 // refused, which an unconnected store failing open would not do), on a
 // single node and on a 3-master Cluster.
 func TestRedisAuthConnects(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			addrs := []string{}
@@ -78,6 +81,8 @@ func TestRedisAuthConnects(t *testing.T) {
 // fix, not a daemon that starts, fails open on every request and logs that
 // Redis "does not answer" (or, for the ACL, whose /readyz passes).
 func TestRedisAuthRefusedAtStartup(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			addrs := []string{}
@@ -123,6 +128,8 @@ func TestRedisAuthRefusedAtStartup(t *testing.T) {
 // naming Redis's NOPERM, where it passed (PING still answered) while every
 // decision failed; it passes again once the ACL is back.
 func TestRedisACLLostReady(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	addr := redistest.StartServer(t).Addr
 	secureRedis(t, []string{addr})
 	td := startDaemon(t, authConfig([]string{addr}, false, ", username: lim, password: limpw"))

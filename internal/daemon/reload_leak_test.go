@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -17,6 +18,8 @@ import (
 // certificate, the token — leave no goroutine or descriptor behind: after
 // 30 of them the daemon holds what it held after 3.
 func TestReloadsLeaveNothing(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	ca := tlstest.NewCA(t, "server")
 	dir := t.TempDir()
@@ -80,6 +83,8 @@ rules:
 // goroutine or descriptor behind (reconnections, the fallback's probe,
 // sync batches and leases that failed), for on_error allow and local.
 func TestRedisBouncesLeaveNothing(t *testing.T) {
+	// Its fixed windows count in days since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	for _, onError := range []string{"allow", "local"} {
 		t.Run(onError, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -21,6 +22,7 @@ import (
 // it happens in, never more; here a fixed window of 90 a day, saturated.
 func TestReloadShardCount(t *testing.T) {
 	rs := redistest.StartServer(t)
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute) // one day's window throughout
 	conf := func(shards string) string {
 		return fmt.Sprintf(`
 listen: 127.0.0.1:0

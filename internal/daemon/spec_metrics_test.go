@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestSpecMetricsScraped scrapes a real daemon's GET /metrics over HTTP, as
@@ -17,6 +20,8 @@ import (
 // exact label names and label values, and its value against what the
 // clients were answered.
 func TestSpecMetricsScraped(t *testing.T) {
+	// Its fixed windows count in hours since the epoch: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	up := startUpstream(t)
 	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
 proxy: {listen: 127.0.0.1:0, upstream: %s}
