@@ -55,13 +55,14 @@ func (w *worker) read(ctx context.Context) {
 			// entry waiting for an older one of its key that a silent
 			// instance holds claims that one itself (claimHead).
 			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
-				n := w.capacity()
-				if n < 1 {
+				g := w.reserve(100)
+				if g.n < 1 {
 					break // the cursor stays: the next round goes on from it
 				}
-				looked += 10 * n
-				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", strconv.FormatInt(n, 10), bound(), idle, cursor}).ToArray()
+				looked += 10 * g.n
+				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", strconv.FormatInt(g.n, 10), bound(), idle, cursor}).ToArray()
 				if err != nil || len(arr) < 2 {
+					w.giveBack(&g)
 					if err != nil && ctx.Err() == nil {
 						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
 					}
@@ -71,9 +72,9 @@ func (w *worker) read(ctx context.Context) {
 				es, _ := arr[1].AsXRange()
 				if len(es) > 0 {
 					w.q.m.claimed(w.name, len(es))
-					if !w.send(ctx, es) {
-						return
-					}
+				}
+				if !w.send(ctx, es, &g) {
+					return
 				}
 				if cursor, _ = arr[0].ToString(); cursor == "0-0" || cursor == "" {
 					cursor = "0-0" // the whole list looked at: the next round starts again
@@ -81,8 +82,8 @@ func (w *worker) read(ctx context.Context) {
 				}
 			}
 		}
-		n := w.capacity()
-		if n < 1 {
+		g := w.reserve(100)
+		if g.n < 1 {
 			select {
 			case <-w.room:
 			case <-time.After(time.Second):
@@ -91,12 +92,13 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "new", strconv.FormatInt(n, 10), bound()}).ToArray()
+		arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound()}).ToArray()
 		var es []rueidis.XRangeEntry
 		if err == nil && len(arr) == 2 {
 			es, err = arr[1].AsXRange()
 		}
 		if err != nil {
+			w.giveBack(&g)
 			if ctx.Err() != nil {
 				return
 			}
@@ -110,6 +112,7 @@ func (w *worker) read(ctx context.Context) {
 			continue
 		}
 		if len(es) == 0 {
+			w.giveBack(&g)
 			if !w.idle(ctx, poll) {
 				return
 			}
@@ -117,7 +120,7 @@ func (w *worker) read(ctx context.Context) {
 			continue
 		}
 		poll = minPoll
-		if !w.send(ctx, es) {
+		if !w.send(ctx, es, &g) {
 			return
 		}
 	}
@@ -129,30 +132,50 @@ func (w *worker) read(ctx context.Context) {
 // asks), or e could wait for ever on an instance whose bound its held
 // entries fill. If there is no room for sid (counted at its largest), e
 // is let go in the same script (as at shutdown: it was not sent) for a
-// later claim, here or elsewhere.
+// later claim, here or elsewhere, and sid takes its place; if sid does
+// not fit even there (the others held fill the bound), e is let go
+// alone, and sid waits for a claim round with room.
 func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 	wait := result{e: e, after: 250 * time.Millisecond}
 	c := w.q.o.Connect()
-	r := w.rule.Load()
-	args := []string{group, w.consumer, "one", "1", strconv.FormatInt(r.MaxBody(), 10),
-		strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10), sid}
-	full := w.held.Load()+1 > MaxHeld || w.heldBytes.Load()+r.MaxBody()+MaxHeadBytes > w.q.o.MaxHeldBytes
-	if full {
+	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
+	args := []string{group, w.consumer, "one", "1", strconv.FormatInt(w.rule.Load().MaxBody(), 10), idle, sid}
+	g := w.reserve(1)
+	swap := g.n == 0
+	if swap {
+		if g = w.reserveFor(e); g.n == 0 {
+			return w.letGo(ctx, e, idle)
+		}
 		args = append(args, e.sid)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	arr, err := readScript.Exec(rctx, c, []string{w.base + "q"}, args).ToArray()
 	cancel()
-	if err != nil || len(arr) < 2 {
-		return wait
+	var es []rueidis.XRangeEntry
+	if err == nil && len(arr) == 2 {
+		es, _ = arr[1].AsXRange()
 	}
-	es, _ := arr[1].AsXRange()
-	if len(es) == 0 {
-		return wait // its holder is alive, or it is gone
+	if len(es) == 0 { // its holder is alive, or it is gone (or Redis did not answer)
+		w.restore(e, &g)
+		w.giveBack(&g)
+		return wait
 	}
 	w.q.m.claimed(w.name, len(es))
-	if !w.send(ctx, es) || !full {
+	if !w.send(ctx, es, &g) || !swap {
 		return wait
+	}
+	w.q.o.Logger.Debug("defer: let go to stay within the bound", "rule", w.name, "id", e.id)
+	return result{e: e, drop: true}
+}
+
+// letGo lets go of e, held (release.lua), to make room within the bound,
+// for a later claim here or elsewhere.
+func (w *worker) letGo(ctx context.Context, e *entry, idle string) result {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := releaseScript.Exec(rctx, w.q.o.Connect(), []string{w.base + "q"}, []string{group, w.consumer, idle, e.sid}).Error()
+	if err != nil {
+		return result{e: e, after: 250 * time.Millisecond}
 	}
 	w.q.o.Logger.Debug("defer: let go to stay within the bound", "rule", w.name, "id", e.id)
 	return result{e: e, drop: true}
@@ -192,27 +215,12 @@ func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 	}
 }
 
-// capacity is how many more new entries this instance may read for the
-// rule now, at most 100: fewer than MaxHeld held in all, and their bytes under
-// MaxHeldBytes, each entry not yet read counted at the rule's largest
-// body plus the most an entry holds besides it (target, headers, keys and
-// ids), MaxHeadBytes (its size is not
-// known before it is read). At least one while
-// none is held, so that a rule whose bodies may be larger than
-// MaxHeldBytes still moves, one at a time.
-func (w *worker) capacity() int64 {
-	held := w.held.Load()
-	n := min(100, MaxHeld-held, (w.q.o.MaxHeldBytes-w.heldBytes.Load())/(w.rule.Load().MaxBody()+MaxHeadBytes))
-	if held == 0 {
-		n = max(n, 1)
-	}
-	return n
-}
-
-// send hands the entries read to the dispatcher, counted as held from
-// now, so that the next capacity sees them. An entry that is not a queued
-// request of the rule is dead-lettered instead (malformed).
-func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
+// send hands the entries read to the dispatcher, each in one of the
+// places g reserved for them, at its size; the places left are given
+// back. An entry that is not a queued request of the rule is
+// dead-lettered instead (malformed).
+func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry, g *grant) bool {
+	defer w.giveBack(g)
 	batch := make([]*entry, 0, len(es))
 	for _, x := range es {
 		f := x.FieldValues
@@ -233,7 +241,7 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry) bool {
 			w.overBound(ctx, e, n)
 			continue
 		}
-		w.hold(e, 1)
+		w.take(g, e)
 		batch = append(batch, e)
 	}
 	if len(batch) == 0 {

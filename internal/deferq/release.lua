@@ -2,9 +2,19 @@
 -- pending with it is claimed again for it with its idle time set to the
 -- claim time, so that the next claim round of another instance takes it
 -- (XAUTOCLAIM), rather than one claim_idle later, as for a consumer that
--- died. Returns how many entries were let go.
+-- died. With ARGV[4], that entry alone (a held request let go to stay
+-- within the bound), if it is still pending with this consumer.
+-- Returns how many entries were let go.
 -- KEYS: 1 stream
--- ARGV: 1 group, 2 consumer, 3 claim time (ms)
+-- ARGV: 1 group, 2 consumer, 3 claim time (ms), 4 one entry (optional)
+if ARGV[4] then
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[4], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[4], 'IDLE', ARGV[3], 'JUSTID')
+    return 1
+  end
+  return 0
+end
 local start, n = '-', 0
 while true do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], start, '+', 100, ARGV[2])

@@ -75,9 +75,12 @@ type worker struct {
 	// kick wakes the reader out of its idle poll: this instance has just
 	// queued a request of the rule (Enqueue).
 	kick chan struct{}
-	held atomic.Int64 // entries held (read, not yet settled or lost)
-	// heldBytes is their size (entry.size), bounded by MaxHeldBytes.
+	held atomic.Int64 // entries held (read, not yet settled or lost), and places reserved (held.go)
+	// heldBytes is their size (entry.size; a place reserved at the
+	// largest), bounded by MaxHeldBytes.
 	heldBytes atomic.Int64
+	// admit serialises what adds to held and heldBytes (reserve).
+	admit sync.Mutex
 }
 
 // entry is one queued request this instance holds.
@@ -88,6 +91,9 @@ type entry struct {
 	body                string
 	notBefore           time.Time
 	busy                bool
+	// unheld: e gave its place to the entry it claimed and was let go for
+	// (reserveFor); it no longer counts as held.
+	unheld bool
 	// unrecorded is an outcome the upstream produced but Redis did not
 	// take yet: recorded on the next turn instead of sending again.
 	unrecorded *outcome
@@ -186,19 +192,6 @@ func (w *worker) release(parent context.Context, c rueidis.Client) {
 	w.q.o.Logger.Debug("defer: released", "rule", w.name, "requests", n)
 	if n > 0 {
 		w.q.o.Logger.Info("defer: requests held let go at shutdown, for another instance to send", "rule", w.name, "requests", n)
-	}
-}
-
-// hold counts e as held (d = 1) or no longer (d = -1); then there is room
-// for the reader.
-func (w *worker) hold(e *entry, d int64) {
-	w.held.Add(d)
-	w.heldBytes.Add(d * e.size())
-	if d < 0 {
-		select {
-		case w.room <- struct{}{}:
-		default:
-		}
 	}
 }
 
