@@ -26,7 +26,7 @@ proxy:
 
 func TestProxyLimitsAndHeaders(t *testing.T) {
 	up := startUpstream(t)
-	td := startDaemon(t, proxyConfig(up.url, `
+	td := startDaemonAligned(t, proxyConfig(up.url, `
 rules:
   - name: per-ip
     match: {path: /api/*}
@@ -92,7 +92,7 @@ rules:
 `
 	t.Run("spoofed X-Forwarded-For from an untrusted peer is ignored", func(t *testing.T) {
 		up := startUpstream(t)
-		td := startDaemon(t, proxyConfig(up.url, rule))
+		td := startDaemonAligned(t, proxyConfig(up.url, rule))
 		if r := get(t, td.proxy+"/", "X-Forwarded-For", "203.0.113.1"); r.status != http.StatusOK {
 			t.Fatalf("first request: status %d, want 200", r.status)
 		}
@@ -112,7 +112,7 @@ rules:
 	})
 	t.Run("X-Forwarded-For from a trusted proxy is honoured", func(t *testing.T) {
 		up := startUpstream(t)
-		td := startDaemon(t, proxyConfig(up.url, `
+		td := startDaemonAligned(t, proxyConfig(up.url, `
 client_ip:
   trusted_proxies: [127.0.0.0/8]
 `+rule))
@@ -258,7 +258,7 @@ func newUpstreamFunc(t *testing.T, f http.HandlerFunc) string {
 
 func TestShadowMode(t *testing.T) {
 	up := startUpstream(t)
-	td := startDaemon(t, proxyConfig(up.url, `
+	td := startDaemonAligned(t, proxyConfig(up.url, `
 rules:
   - name: watching
     key: [ip]
@@ -384,7 +384,7 @@ rules:
     rate: 1/m
     algorithm: fixed_window
 `
-	td := startDaemon(t, base)
+	td := startDaemonAligned(t, base)
 	ask := func(client, uri string) int {
 		return do(t, http.MethodGet, td.api+"/v1/forward-auth", "",
 			"X-Forwarded-For", client, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", uri).status
@@ -436,7 +436,7 @@ rules:
     rate: 3/m
     algorithm: fixed_window
 `
-	td := startDaemon(t, proxyConfig(a.url, rule))
+	td := startDaemonAligned(t, proxyConfig(a.url, rule))
 	if r := get(t, td.proxy+"/"); r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "2" {
 		t.Fatalf("via upstream a: %d remaining %q, want 200 remaining 2", r.status, r.header.Get("X-RateLimit-Remaining"))
 	}

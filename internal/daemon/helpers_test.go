@@ -52,6 +52,31 @@ func startDaemonFile(t testing.TB, path string) *testDaemon {
 	return startDaemonWith(t, path, nil)
 }
 
+// startDaemonAligned is startDaemon on a clock (Options.Now) that reads
+// the start of the current UTC day when the daemon starts, then runs as
+// the wall clock does. For the tests that count a memory store's
+// decisions of a rule with a window of a minute: on the wall clock, a
+// minute's boundary falling between two of their requests frees a unit
+// (a fixed window starts over; a sliding window counter's estimate of the
+// window before drops by one) and fails them, about once in 60 s / the
+// time they take. On this clock none falls in their first minute.
+func startDaemonAligned(t testing.TB, yaml string) *testDaemon {
+	t.Helper()
+	return startDaemonFrom(t, yaml, time.Now().UTC().Truncate(24*time.Hour))
+}
+
+// startDaemonFrom is startDaemon on a clock that reads t0 when the daemon
+// starts, then runs as the wall clock does.
+func startDaemonFrom(t testing.TB, yaml string, t0 time.Time) *testDaemon {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	return startDaemonWith(t, path, func(o *Options) { o.Now = func() time.Time { return t0.Add(time.Since(start)) } })
+}
+
 // startDaemonWith is startDaemonFile with set, if not nil, changing the
 // daemon's Options first.
 func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon {
