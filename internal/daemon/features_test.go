@@ -221,6 +221,7 @@ rules:
     action: defer
     defer: {max_body_bytes: 64, max_queue: 100}
 `, rs.Addr)))
+	td.waitConnected()
 	ids := map[string]string{} // id → body sent
 	for i := range 12 {
 		body := "order-" + strconv.Itoa(i)

@@ -133,6 +133,24 @@ func (td *testDaemon) stop() error {
 	}
 }
 
+// waitConnected waits until the daemon has connected to Redis. It tries
+// once while it starts, for the store's timeout (at least a second), then
+// every ConnectRetry, and until it has connected every decision fails
+// (store.on_error applies): on a loaded machine that first try can miss a
+// test's 2s timeout (TestDeferThroughProxy's did at a load average of 30,
+// and its requests were all let through, none deferred). A test whose
+// requests must be decided in Redis from the first waits for this.
+func (td *testDaemon) waitConnected() {
+	td.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !td.d.lazy.Connected() {
+		if time.Now().After(deadline) {
+			td.t.Fatal("not connected to Redis 30s after the start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitReload waits for the next reload attempt that did something: not
 // one that found the content unchanged, nor one put off while the file
 // was being written, nor one that found it missing.
