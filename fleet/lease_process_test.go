@@ -84,8 +84,12 @@ func leaseProcesses(t *testing.T, addrs []string, cluster bool) {
 					if a > R {
 						t.Errorf("window %d: admitted %d, over the limit %d", w, a, R)
 					}
-					if w == full && a < R*9/10 {
-						t.Errorf("window %d (covered whole): admitted %d, under 90%% of %d", w, a, R)
+					// A window sent fewer than 90% of the limit (the
+					// workers fell behind their schedule on a loaded
+					// machine) admits them all: units held elsewhere
+					// refuse none before the limit is reserved.
+					if sentW := tot.SentByWindow[w]; w == full && a < min(R*9/10, sentW) {
+						t.Errorf("window %d (covered whole): admitted %d of %d sent, under 90%% of %d", w, a, sentW, R)
 					}
 				}
 			default:
@@ -96,8 +100,10 @@ func leaseProcesses(t *testing.T, addrs []string, cluster bool) {
 				if float64(admitted) > allowance+1 {
 					t.Errorf("admitted %d, over the allowance %.0f", admitted, allowance)
 				}
-				if float64(admitted) < 0.9*allowance {
-					t.Errorf("admitted %d, under 90%% of the allowance %.0f", admitted, allowance)
+				// Or of what was sent, when a loaded machine held the
+				// workers under the rate.
+				if float64(admitted) < 0.9*min(allowance, float64(decisions)) {
+					t.Errorf("admitted %d of %d sent, under 90%% of the allowance %.0f", admitted, decisions, allowance)
 				}
 			}
 		})

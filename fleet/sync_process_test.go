@@ -47,6 +47,7 @@ type workerSpec struct {
 type workerResult struct {
 	Decisions, Admitted int64
 	ByWindow            map[int64]int64 // admitted per window (fixed window)
+	SentByWindow        map[int64]int64 // decisions per window (fixed window)
 	First, Last         time.Time       // first and last admission
 	MaxGap, MaxRTT      time.Duration   // sync: between batches, of a batch
 	Batches, Calls      uint64          // sync batches, lease reservations
@@ -67,7 +68,7 @@ func TestHelperFleetWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	res := workerResult{ByWindow: map[int64]int64{}}
+	res := workerResult{ByWindow: map[int64]int64{}, SentByWindow: map[int64]int64{}}
 	var mu sync.Mutex
 	var lastBatch time.Time
 	var store sluice.Store
@@ -114,6 +115,7 @@ func TestHelperFleetWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Decisions++
+		res.SentByWindow[now.UnixMicro()/period.Microseconds()]++
 		if d.Allowed {
 			res.Admitted++
 			res.ByWindow[now.UnixMicro()/period.Microseconds()]++
@@ -164,11 +166,11 @@ func runWorkers(t *testing.T, n int, sp workerSpec) []workerResult {
 	return results
 }
 
-// fleetTotal adds up the workers' results: counts summed, admissions per
-// window summed, the first and last admission of any, the worst gap,
-// batch and overshoot of any.
+// fleetTotal adds up the workers' results: counts summed, decisions and
+// admissions per window summed, the first and last admission of any, the
+// worst gap, batch and overshoot of any.
 func fleetTotal(rs []workerResult) workerResult {
-	tot := workerResult{ByWindow: map[int64]int64{}, First: rs[0].First, Last: rs[0].Last}
+	tot := workerResult{ByWindow: map[int64]int64{}, SentByWindow: map[int64]int64{}, First: rs[0].First, Last: rs[0].Last}
 	for _, r := range rs {
 		tot.Decisions += r.Decisions
 		tot.Admitted += r.Admitted
@@ -178,6 +180,9 @@ func fleetTotal(rs []workerResult) workerResult {
 		tot.Observed = max(tot.Observed, r.Observed)
 		for w, a := range r.ByWindow {
 			tot.ByWindow[w] += a
+		}
+		for w, n := range r.SentByWindow {
+			tot.SentByWindow[w] += n
 		}
 		if r.First.Before(tot.First) {
 			tot.First = r.First
@@ -222,7 +227,8 @@ func startAt(c processCase, long bool) time.Time {
 // Redis at 10x overload. Each window's admissions must stay within the
 // limit plus the formula of Sync's documentation, computed with the largest
 // gap between batches and the slowest batch the workers saw; the window the
-// run covers whole must reach the limit.
+// run covers whole must reach the limit (or admit all it was sent, when a
+// loaded machine held the workers under the limit's rate).
 func TestSyncProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	syncProcesses(t, []string{srv.Addr}, false)
@@ -268,8 +274,13 @@ func syncProcesses(t *testing.T, addrs []string, cluster bool) {
 					if over > bound+n {
 						t.Errorf("window %d: admitted %d, overshoot %.0f above the bound %.1f", w, a, over, bound)
 					}
-					if w == full && over < 0 {
-						t.Errorf("window %d (covered whole): admitted %d, under the limit %d", w, a, c.limit.Rate)
+					// A view never counts more than Redis and this instance
+					// admitted, so no request is refused below the limit:
+					// a window sent fewer (the workers fell behind their
+					// schedule: a -race run at a load average of 30 sent
+					// 168 of the 2000 req/s) admits them all.
+					if sentW := tot.SentByWindow[w]; w == full && a < min(c.limit.Rate, sentW) {
+						t.Errorf("window %d (covered whole): admitted %d of %d sent, under the limit %d", w, a, sentW, c.limit.Rate)
 					}
 				}
 			default: // buckets: within burst + rate × the time admissions span
@@ -285,9 +296,11 @@ func syncProcesses(t *testing.T, addrs []string, cluster bool) {
 				// behind their schedule and stall for hundreds of ms (a
 				// make test run at load average 19 sent 1315 of the 2000
 				// req/s and admitted 11% under), so the bound is half the
-				// limit; the figures above are logged for the docs.
-				if over < -R/2 {
-					t.Errorf("admitted %d, far under the allowance %.0f", admitted, allowance)
+				// limit below the allowance, or below what was sent when
+				// that is less (at a load average of 30, 168 of the 2000
+				// req/s); the figures above are logged for the docs.
+				if want := min(allowance, float64(decisions)); float64(admitted) < want-R/2 {
+					t.Errorf("admitted %d of %d sent, far under the allowance %.0f", admitted, decisions, allowance)
 				}
 			}
 		})
