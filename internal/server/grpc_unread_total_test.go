@@ -45,8 +45,9 @@ func TestGRPCUnreadTotal(t *testing.T) {
 // waiting for its connection's window for a moment, over and over: on a
 // listener where connections that do not read theirs already leave close
 // to the bound (MaxUnreadTotal, lowered here to 1,200) waiting, it is
-// never the one closed, since its answers keep being sent (it starts
-// anew to wait), while theirs wait on; only theirs are.
+// never the one closed, since each window it grants lets its answers
+// through (it leaves none waiting for a moment, and starts anew to wait),
+// while theirs wait on; only theirs are.
 func TestGRPCUnreadTotalReaders(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{headers: true, grpc: server.GRPCOptions{
 		MaxCalls: 10_000, UnreadTimeout: time.Hour, MaxUnreadTotal: 1200,
@@ -75,5 +76,33 @@ func TestGRPCUnreadTotalReaders(t *testing.T) {
 	t.Logf("%d of %d non-readers closed for the bound while the reader's answers waited for window", closed, len(idle))
 	if got := env.grpc.ClosedUnread(); got != uint64(closed) {
 		t.Errorf("ClosedUnread() = %d, want the %d non-readers closed", got, closed)
+	}
+}
+
+// TestGRPCUnreadTotalSmall: connections that leave MaxUnreadAnswers or
+// fewer answers waiting each, and so are never closed for the unread
+// timeout, count toward the listener's bound (MaxUnreadTotal, lowered
+// here to 500) too: the sixth of six leaving 100 each takes the count
+// past it, and the first, waiting longest, is closed. They did not
+// count: 100 answers (~300 KB) on each of up to grpc.max_connections
+// (10,000) connections held some 3 GB until the connections' age.
+func TestGRPCUnreadTotalSmall(t *testing.T) {
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{
+		MaxCalls: 10_000, MaxUnreadTotal: 500,
+	}})
+	clients := make([]*unreadClient, 6)
+	for i := range clients {
+		clients[i] = dialUnread(t, env, 8)
+		if err := clients[i].begin(server.MaxUnreadAnswers); err != nil {
+			t.Fatalf("client %d: %d calls: %v before their answers began", i, server.MaxUnreadAnswers, err)
+		}
+	}
+	for i, u := range clients {
+		if err := u.alive(); (err == nil) != (i > 0) {
+			t.Errorf("client %d: read error %v, want the connection open %v", i, err, i > 0)
+		}
+	}
+	if got := env.grpc.ClosedUnread(); got != 1 {
+		t.Errorf("ClosedUnread() = %d, want 1", got)
 	}
 }

@@ -44,8 +44,9 @@ func dialUnread(t *testing.T, env *rlsEnv, window uint32) *unreadClient {
 }
 
 // begin sends n rate limit calls and reads frames until each has its
-// answer's HEADERS; it returns the read error that ended the connection
-// before then, if it ended.
+// answer's HEADERS and first DATA (so that the server has accounted the
+// window that DATA used); it returns the read error that ended the
+// connection before then, if it ended.
 func (u *unreadClient) begin(n int) error {
 	u.t.Helper()
 	block, body := callBlock(), requestBody(u.t)
@@ -62,15 +63,22 @@ func (u *unreadClient) begin(n int) error {
 	if err := u.bw.Flush(); err != nil {
 		return err
 	}
-	for begun := 0; begun < n; {
+	begun, data := map[uint32]bool{}, map[uint32]bool{}
+	for len(begun) < n || len(data) < n {
 		f, err := u.read()
 		if err != nil {
 			return err
 		}
-		if h, ok := f.(*http2.HeadersFrame); ok && !h.StreamEnded() {
-			begun++
-		} else if _, ok := f.(*http2.RSTStreamFrame); ok {
-			u.t.Fatalf("call %d reset, want its answer begun", f.Header().StreamID)
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				u.t.Fatalf("call %d ended, want its answer waiting", f.StreamID)
+			}
+			begun[f.StreamID] = true
+		case *http2.DataFrame:
+			data[f.StreamID] = true
+		case *http2.RSTStreamFrame:
+			u.t.Fatalf("call %d reset, want its answer begun", f.StreamID)
 		}
 	}
 	return nil

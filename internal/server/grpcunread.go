@@ -37,12 +37,14 @@ import (
 const MaxUnreadAnswers = 100
 
 // MaxUnreadTotal bounds the answers waiting for window over all the
-// connections of the gRPC listener that leave more than MaxUnreadAnswers
-// waiting (unreadBudget): past it, those waiting longest are closed at
-// once rather than after UnreadTimeout. Ten connections' worth of
-// answers (25 MB), where each connection may otherwise hold its
-// DefaultMaxConcurrentStreams answers for UnreadTimeout, over up to
-// max_connections (10,000 by default) connections: 25 GB.
+// connections of the gRPC listener, however few each leaves waiting
+// (unreadBudget): past it, the connections that have left answers
+// waiting longest are closed at once, rather than after UnreadTimeout or,
+// for those leaving MaxUnreadAnswers or fewer, never. Ten connections'
+// worth of answers (25 MB), where each connection may otherwise hold its
+// DefaultMaxConcurrentStreams answers for UnreadTimeout, or
+// MaxUnreadAnswers until its age, over up to max_connections (10,000 by
+// default) connections: 25 GB, or 3 GB for minutes.
 const MaxUnreadTotal = 10 * DefaultMaxConcurrentStreams
 
 // UnreadTimeout is how long a connection may leave more than
@@ -113,7 +115,9 @@ const (
 // not stop it, since the count of answers waiting falls for a moment on
 // any window, until the server has sent what it lets through: a byte of
 // window every few seconds kept the clock from running out, and the
-// answers waiting, indefinitely. A call whose answer is a stream that
+// answers waiting, indefinitely. Every answer waiting, the clock running
+// or not, counts toward the listener's bound (unreadBudget). A call
+// whose answer is a stream that
 // stays open (health's Watch, reflection) is in the backlog until it
 // ends, which it may never do: a client with more than MaxUnreadAnswers
 // of them open on a connection whose window ran out for a moment is
@@ -138,7 +142,6 @@ type unreadConn struct {
 	backlog   int         // answers begun before the clock started, not ended
 	over      bool        // the connection was closed for its answers
 	shut      bool        // Close was called
-	counted   bool        // the budget lists it (its clock runs)
 	charged   int         // the answers waiting the budget counts
 }
 
@@ -176,8 +179,9 @@ func (u *unreadConn) Write(p []byte) (int, error) {
 
 // account scans b with s, passing its frames to f, starts the clock as
 // more than MaxUnreadAnswers answers wait for window, stops it as its
-// backlog drains, tells the budget, closes the connections the budget
-// has closed, and reports whether this one was closed for its answers.
+// backlog drains, tells the budget the answers waiting, closes the
+// connections the budget has closed, and reports whether this one was
+// closed for its answers.
 func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
 	u.mu.Lock()
 	s.scan(b, f)
@@ -194,22 +198,16 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 		u.timer.Stop()
 		u.timer = nil
 	}
-	started := false
 	if u.timer == nil && held > MaxUnreadAnswers {
 		u.timerGen++
 		u.backlog = u.started
 		gen := u.timerGen
 		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
-		started = true
-	}
-	running := u.timer != nil
-	if !running {
-		held = 0
 	}
 	var closing []*unreadConn
-	if running != u.counted || started || held != u.charged {
-		u.counted, u.charged = running, held
-		closing = u.budget.update(u, running, started, held)
+	if held != u.charged {
+		u.charged = held
+		closing = u.budget.update(u, held)
 	}
 	for _, v := range closing {
 		if v == u {
@@ -240,9 +238,9 @@ func (u *unreadConn) stop() {
 
 // uncount takes the connection out of the budget.
 func (u *unreadConn) uncount() {
-	if u.counted {
-		u.counted, u.charged = false, 0
-		u.budget.update(u, false, false, 0)
+	if u.charged != 0 {
+		u.charged = 0
+		u.budget.update(u, 0)
 	}
 }
 

@@ -3,24 +3,25 @@ package server
 import "sync"
 
 // unreadBudget bounds the answers waiting for window over all the
-// connections of a listener (MaxUnreadTotal). A connection counts toward
-// it while its clock runs (more than MaxUnreadAnswers of its answers
-// waited, and those it started with are not yet sent), with the answers
-// waiting now; when all of them together leave more than the bound, the
-// ones whose clock has run longest are closed, at once, until the rest
-// are within it. Those waiting longest, not those leaving the most:
-// a client that reads its answers, with small windows and many calls in
-// flight, may leave as many waiting at a moment as one that reads none
-// (up to its calls in flight), but its clock keeps starting anew, as the
-// answers it started with are sent, where a client not reading keeps the
-// one clock until it is closed. A connection whose clock does not run
-// (Envoy's, whose windows are 16 MiB a call) never counts.
+// connections of a listener (MaxUnreadTotal), each with the answers it
+// leaves waiting now, however few: when all of them together leave more
+// than the bound, the ones that have left answers waiting longest, on
+// end, are closed, at once, until the rest are within it. Those waiting
+// longest, not those leaving the most: a client that reads its answers,
+// with small windows and many calls in flight, may leave as many waiting
+// at a moment as one that reads none (up to its calls in flight), but
+// each window it grants lets its answers through, which leaves none
+// waiting for a moment and puts it last, where a client not reading
+// keeps its place until it is closed. A connection leaving none waiting
+// (Envoy's, whose windows are 16 MiB a call) never counts. Connections
+// leaving 100 or fewer waiting used not to count either: 10,000 of them
+// held some 3 GB.
 type unreadBudget struct {
 	max int
 
 	mu         sync.Mutex
 	total      int         // answers waiting on the connections listed
-	head, tail *unreadConn // the connections whose clock runs, oldest first
+	head, tail *unreadConn // the connections leaving answers waiting, longest first
 }
 
 func newUnreadBudget(max int) *unreadBudget { return &unreadBudget{max: max} }
@@ -29,26 +30,25 @@ func newUnreadBudget(max int) *unreadBudget { return &unreadBudget{max: max} }
 // under the budget's mu.
 type budgetEntry struct {
 	prev, next *unreadConn
-	listed     bool // its clock runs: it is in the list
+	listed     bool // it leaves answers waiting: it is in the list
 	evicted    bool // closed for the budget
 	charged    int  // its answers waiting, as counted in total
 }
 
-// update records that u's clock runs or not (started: it started anew),
-// with n answers waiting, and returns the connections to close (u among
-// them, perhaps) for the bound, which it no longer counts. Call it with
-// u.mu held.
-func (b *unreadBudget) update(u *unreadConn, running, started bool, n int) []*unreadConn {
+// update records that u leaves n answers waiting (listed last if it left
+// none) and returns the connections to close (u among them, perhaps) for
+// the bound, which it no longer counts. Call it with u.mu held.
+func (b *unreadBudget) update(u *unreadConn, n int) []*unreadConn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := &u.entry
 	if e.evicted {
 		return nil
 	}
-	if e.listed && (!running || started) {
-		b.unlink(u)
-	}
-	if !running {
+	if n == 0 {
+		if e.listed {
+			b.unlink(u)
+		}
 		return nil
 	}
 	if !e.listed {

@@ -4,10 +4,11 @@ import (
 	"testing"
 )
 
-// TestUnreadBudget: the budget counts the answers waiting on the
-// connections whose clock runs, lists them by the start of their clock
-// (a clock started anew goes last), and, past its bound, gives up those
-// listed first until the rest are within it, counting them no more.
+// TestUnreadBudget: the budget counts the answers waiting on each
+// connection, lists the connections by how long they have left answers
+// waiting on end (one that left none goes last when it leaves some
+// again), and, past its bound, gives up those listed first until the
+// rest are within it, counting them no more.
 func TestUnreadBudget(t *testing.T) {
 	b := newUnreadBudget(500)
 	a, c, d := &unreadConn{}, &unreadConn{}, &unreadConn{}
@@ -25,14 +26,15 @@ func TestUnreadBudget(t *testing.T) {
 			t.Fatalf("after %s: closing %q, total %d, list %q; want %q, %d, %q", step, got, b.total, order, want, total, list)
 		}
 	}
-	check("a at 300", b.update(a, true, true, 300), "", 300, "a")
-	check("c at 150", b.update(c, true, true, 150), "", 450, "ac")
-	check("a at 250", b.update(a, true, false, 250), "", 400, "ac")
-	check("a anew at 260", b.update(a, true, true, 260), "", 410, "ca")
-	check("d at 200", b.update(d, true, true, 200), "c", 460, "ad")
-	check("c again", b.update(c, true, true, 400), "", 460, "ad")
-	check("d stopped", b.update(d, false, false, 0), "", 260, "a")
-	check("d at 600", b.update(d, true, true, 600), "ad", 0, "")
+	check("a at 300", b.update(a, 300), "", 300, "a")
+	check("c at 150", b.update(c, 150), "", 450, "ac")
+	check("a at 250", b.update(a, 250), "", 400, "ac")
+	check("a at 0", b.update(a, 0), "", 150, "c")
+	check("a at 260", b.update(a, 260), "", 410, "ca")
+	check("d at 200", b.update(d, 200), "c", 460, "ad")
+	check("c again", b.update(c, 400), "", 460, "ad")
+	check("d at 0", b.update(d, 0), "", 260, "a")
+	check("d at 600", b.update(d, 600), "ad", 0, "")
 	for _, v := range []*unreadConn{a, c, d} {
 		if !v.entry.evicted || v.entry.listed || v.entry.charged != 0 {
 			t.Errorf("%s: %+v, want evicted, unlisted, nothing counted", names[v], v.entry)
