@@ -102,27 +102,34 @@ const (
 // flow-control account of the server's answers, from the frame headers
 // (and SETTINGS and WINDOW_UPDATE payloads) that pass, as the client
 // grants windows and the server sends: which calls' answers have begun,
-// and how much window is left to each call and to the connection. It
-// closes the connection when more than MaxUnreadAnswers begun answers
-// have no window left. Read (grpc-go's reader) and Write (its writer)
-// run on two goroutines; the account is under mu. What it reads is
-// read as grpc-go reads it, so its windows are never smaller than
-// grpc-go's own: it does not count an answer as waiting that grpc-go
-// would send. More than MaxUnreadAnswers waiting starts a clock, which
-// closes the connection after the timeout unless the answers begun
-// before it started are down to MaxUnreadAnswers first: the backlog
+// and how much window is left to each call and to the connection. Read
+// (grpc-go's reader) and Write (its writer) run on two goroutines; the
+// account is under mu. What it reads is read as grpc-go reads it, so its
+// windows are never smaller than grpc-go's own: it does not count an
+// answer as waiting that grpc-go would send.
+//
+// An answer waits when its call's window is used up, or the connection's
+// is, unless it is idle: a streaming call whose last message went out
+// whole (a DATA frame, not empty, shorter than grpc-go's frames, 16 KiB,
+// that left both windows open, which grpc-go sends only as a message's
+// end) and that the client has sent nothing on since, so that nothing of
+// it is known to wait (a health Watch between two statuses; reflection
+// between two requests, since a request makes it count again). A
+// Watch's next status, a few bytes, may wait unseen. Without it, a
+// client reading its answers with more than MaxUnreadAnswers such calls
+// open had them counted, and kept in the clock's backlog (below) until
+// they ended, whenever its connection's window ran out for a moment, and
+// was closed after the timeout.
+//
+// More than MaxUnreadAnswers waiting starts a clock, which closes the
+// connection after the timeout unless those of its answers that waited
+// when it started are down to MaxUnreadAnswers first: the backlog
 // drained, those answers sent whole (or reset). A window granted does
 // not stop it, since the count of answers waiting falls for a moment on
 // any window, until the server has sent what it lets through: a byte of
 // window every few seconds kept the clock from running out, and the
 // answers waiting, indefinitely. Every answer waiting, the clock running
-// or not, counts toward the listener's bound (unreadBudget). A call
-// whose answer is a stream that
-// stays open (health's Watch, reflection) is in the backlog until it
-// ends, which it may never do: a client with more than MaxUnreadAnswers
-// of them open on a connection whose window ran out for a moment is
-// closed after the timeout even though it reads (an answer's messages
-// are not followed, to tell one sent whole from one waiting).
+// or not, counts toward the listener's bound (unreadBudget).
 type unreadConn struct {
 	net.Conn
 	closed  *atomic.Uint64
@@ -137,21 +144,34 @@ type unreadConn struct {
 	streams   map[uint32]flowStream
 	started   int         // streams whose answer has begun
 	exhausted int         // of them, those with no window of their own left
+	idle      int         // of them, those idle with window of their own left
+	flagged   int         // streams idle, window or not
 	timer     *time.Timer // the clock: running from more than MaxUnreadAnswers waiting
 	timerGen  uint64      // clocks started, the running one's number
-	backlog   int         // answers begun before the clock started, not ended
+	backlog   int         // answers waiting when the clock started, not since ended or idle
 	over      bool        // the connection was closed for its answers
 	shut      bool        // Close was called
 	charged   int         // the answers waiting the budget counts
 }
 
 // flowStream is a call of the connection: its window left, whether its
-// answer has begun, and the clock running when it began (timerGen).
+// answer has begun, whether it is idle, and whether it is in the
+// running clock's backlog.
 type flowStream struct {
 	window  int64
 	started bool
-	gen     uint64
+	idle    bool
+	backlog bool
 }
+
+// waiting reports whether st's answer may wait for window: begun, and its
+// own window used up or not idle (then it waits when the connection's
+// window is used up).
+func (st flowStream) waiting() bool { return st.started && (st.window <= 0 || !st.idle) }
+
+// maxDataFrame is the size of grpc-go's DATA frames (http2MaxFrameLen):
+// one shorter, which leaves windows open, ends a message.
+const maxDataFrame = 16 << 10
 
 func newUnreadConn(c net.Conn, closed *atomic.Uint64, timeout time.Duration, budget *unreadBudget) *unreadConn {
 	u := &unreadConn{Conn: c, closed: closed, timeout: timeout, budget: budget, initial: defaultWindow, window: defaultWindow, streams: map[uint32]flowStream{}}
@@ -192,17 +212,14 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	}
 	held := u.exhausted
 	if u.window <= 0 {
-		held = u.started
+		held = u.started - u.idle
 	}
 	if u.timer != nil && u.backlog <= MaxUnreadAnswers {
 		u.timer.Stop()
 		u.timer = nil
 	}
 	if u.timer == nil && held > MaxUnreadAnswers {
-		u.timerGen++
-		u.backlog = u.started
-		gen := u.timerGen
-		u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
+		u.startClock()
 	}
 	var closing []*unreadConn
 	if held != u.charged {
@@ -227,6 +244,24 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	return over
 }
 
+// startClock starts the clock, with the answers waiting now as its
+// backlog.
+func (u *unreadConn) startClock() {
+	u.timerGen++
+	u.backlog = 0
+	for id, st := range u.streams {
+		if w := st.waiting(); w || st.backlog {
+			st.backlog = w
+			u.streams[id] = st
+			if w {
+				u.backlog++
+			}
+		}
+	}
+	gen := u.timerGen
+	u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
+}
+
 // stop marks the connection closed for its answers and stops its clock.
 func (u *unreadConn) stop() {
 	u.over = true
@@ -245,8 +280,8 @@ func (u *unreadConn) uncount() {
 }
 
 // expire closes the connection, counted once, if gen is the clock still
-// running: more than MaxUnreadAnswers answers begun before it started
-// still wait.
+// running: more than MaxUnreadAnswers answers that waited when it
+// started still wait.
 func (u *unreadConn) expire(gen uint64) {
 	u.mu.Lock()
 	fire := u.timer != nil && u.timerGen == gen && !u.shut
@@ -281,6 +316,16 @@ func (u *unreadConn) received(h frameHeader, payload []byte) {
 		if _, ok := u.streams[h.stream]; !ok && h.stream%2 == 1 {
 			u.streams[h.stream] = flowStream{window: u.initial}
 		}
+	case frameData:
+		// A request: its answer may come, and wait, unseen.
+		if u.flagged == 0 {
+			return
+		}
+		if st, ok := u.streams[h.stream]; ok && st.idle {
+			nst := st
+			nst.idle = false
+			u.set(h.stream, st, nst)
+		}
 	case frameRSTStream:
 		u.end(h.stream)
 	case frameWindowUpdate:
@@ -291,7 +336,9 @@ func (u *unreadConn) received(h frameHeader, payload []byte) {
 		if h.stream == 0 {
 			u.window += inc
 		} else if st, ok := u.streams[h.stream]; ok {
-			u.setWindow(h.stream, st, st.window+inc)
+			nst := st
+			nst.window += inc
+			u.set(h.stream, st, nst)
 		}
 	case frameSettings:
 		if h.flags&flagAck != 0 {
@@ -303,7 +350,9 @@ func (u *unreadConn) received(h frameHeader, payload []byte) {
 				delta := v - u.initial
 				u.initial = v
 				for id, st := range u.streams {
-					u.setWindow(id, st, st.window+delta)
+					nst := st
+					nst.window += delta
+					u.set(id, st, nst)
 				}
 			}
 		}
@@ -316,7 +365,10 @@ func (u *unreadConn) sent(h frameHeader, _ []byte) {
 	case frameData:
 		u.window -= int64(h.length)
 		if st, ok := u.streams[h.stream]; ok {
-			u.setWindow(h.stream, st, st.window-int64(h.length))
+			nst := st
+			nst.window -= int64(h.length)
+			nst.idle = h.length > 0 && h.length < maxDataFrame && nst.window > 0 && u.window > 0
+			u.set(h.stream, st, nst)
 		}
 		if h.flags&flagEndStream != 0 {
 			u.end(h.stream)
@@ -325,29 +377,43 @@ func (u *unreadConn) sent(h frameHeader, _ []byte) {
 		if h.flags&flagEndStream != 0 {
 			u.end(h.stream)
 		} else if st, ok := u.streams[h.stream]; ok && !st.started {
-			st.started, st.gen = true, u.timerGen
-			u.streams[h.stream] = st
-			u.started++
-			if st.window <= 0 {
-				u.exhausted++
-			}
+			nst := st
+			nst.started = true
+			u.set(h.stream, st, nst)
 		}
 	case frameRSTStream:
 		u.end(h.stream)
 	}
 }
 
-// setWindow sets the window left to stream id, st, to w.
-func (u *unreadConn) setWindow(id uint32, st flowStream, w int64) {
-	if st.started && (st.window <= 0) != (w <= 0) {
-		if w <= 0 {
-			u.exhausted++
-		} else {
-			u.exhausted--
+// set replaces stream id's account, st, by nst, keeping the counts: a
+// stream leaves the clock's backlog once its answer no longer waits.
+func (u *unreadConn) set(id uint32, st, nst flowStream) {
+	u.tally(st, -1)
+	u.tally(nst, 1)
+	if nst.backlog && !nst.waiting() {
+		nst.backlog = false
+		if u.timer != nil {
+			u.backlog--
 		}
 	}
-	st.window = w
-	u.streams[id] = st
+	u.streams[id] = nst
+}
+
+// tally adds d times st to the counts of answers begun, exhausted, idle.
+func (u *unreadConn) tally(st flowStream, d int) {
+	if !st.started {
+		return
+	}
+	if st.idle {
+		u.flagged += d
+	}
+	u.started += d
+	if st.window <= 0 {
+		u.exhausted += d
+	} else if st.idle {
+		u.idle += d
+	}
 }
 
 // end forgets the stream id: it ended (its trailers, or a reset).
@@ -356,14 +422,9 @@ func (u *unreadConn) end(id uint32) {
 	if !ok {
 		return
 	}
-	if st.started {
-		u.started--
-		if st.window <= 0 {
-			u.exhausted--
-		}
-		if u.timer != nil && st.gen < u.timerGen {
-			u.backlog--
-		}
+	u.tally(st, -1)
+	if st.backlog && u.timer != nil {
+		u.backlog--
 	}
 	delete(u.streams, id)
 }

@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
 
 // FuzzUnreadAccount: any bytes, as a client's (after the preface) and as
 // the server's, fed in pieces of any size, give the frames they give fed
-// whole, and the account stays consistent: never more exhausted answers
-// than begun ones, nor more begun than calls known, none negative.
+// whole, and the account stays consistent: its counts of answers begun,
+// exhausted and idle, and of the clock's backlog, are those of its calls.
 func FuzzUnreadAccount(f *testing.F) {
 	var b bytes.Buffer
 	fr := http2.NewFramer(&b, nil)
@@ -44,8 +45,13 @@ func FuzzUnreadAccount(f *testing.F) {
 		if whole, cut := frames(false), frames(true); fmt.Sprint(whole) != fmt.Sprint(cut) {
 			t.Fatalf("in pieces: %q\nwhole: %q", cut, whole)
 		}
-		u := newUnreadConn(nil, nil, 0, newUnreadBudget(MaxUnreadTotal))
+		u := newUnreadConn(nil, nil, time.Hour, newUnreadBudget(MaxUnreadTotal))
 		u.in.skip = 0
+		defer func() {
+			if u.timer != nil {
+				u.timer.Stop()
+			}
+		}()
 		rnd := rand.New(rand.NewPCG(seed, 2))
 		for rest := data; len(rest) > 0; {
 			n := 1 + rnd.IntN(len(rest))
@@ -54,8 +60,38 @@ func FuzzUnreadAccount(f *testing.F) {
 			u.in.scan(rest[:n], u.received)
 			u.out.scan(rest[:n], u.sent)
 			rest = rest[n:]
-			if u.exhausted < 0 || u.started < u.exhausted || len(u.streams) < u.started {
-				t.Fatalf("account: %d exhausted, %d begun, %d calls", u.exhausted, u.started, len(u.streams))
+			// The clock, started and stopped at random (it never fires).
+			if rnd.IntN(3) == 0 {
+				if u.timer == nil {
+					u.startClock()
+				} else {
+					u.timer.Stop()
+					u.timer = nil
+				}
+			}
+			var started, exhausted, idle, flagged, backlog int
+			for _, st := range u.streams {
+				if st.started {
+					started++
+					if st.idle {
+						flagged++
+					}
+					if st.window <= 0 {
+						exhausted++
+					} else if st.idle {
+						idle++
+					}
+				}
+				if st.backlog && st.waiting() {
+					backlog++
+				}
+			}
+			if u.started != started || u.exhausted != exhausted || u.idle != idle || u.flagged != flagged {
+				t.Fatalf("account: %d begun, %d exhausted, %d idle, %d flagged; the calls say %d, %d, %d, %d",
+					u.started, u.exhausted, u.idle, u.flagged, started, exhausted, idle, flagged)
+			}
+			if u.timer != nil && u.backlog != backlog {
+				t.Fatalf("account: backlog %d, the calls say %d", u.backlog, backlog)
 			}
 		}
 	})
