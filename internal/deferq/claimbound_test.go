@@ -20,13 +20,19 @@ import (
 // boundQueue is an instance named consumer replaying rule "big" (bodies
 // up to 512 KiB) from Redis c, holding at most room bytes, whose limit
 // lets requests go once open is set; log (nil: none) receives its logs.
+// Its claim rounds come every 3 s (ClaimIdle/4), and its sends are cut off
+// after 5 s (under ClaimIdle/2): a send cut off is sent again, which the
+// tests count as a second arrival. It was 1 s (ClaimIdle 4 s), which a
+// 300 KiB send on a loaded machine can take. A margin, not a cure: a
+// send here cannot have minutes while claim rounds come every few
+// seconds.
 func boundQueue(t *testing.T, c rueidis.Client, up *upstream, consumer string, room int64, open *atomic.Bool, log slog.Handler) *deferq.Queue {
 	t.Helper()
 	if log == nil {
 		log = slog.DiscardHandler
 	}
 	q, err := deferq.New(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room,
-		ClaimIdle: 4 * time.Second, DeliveryTimeout: time.Second, Logger: slog.New(log)})
+		ClaimIdle: 12 * time.Second, DeliveryTimeout: 5 * time.Second, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
