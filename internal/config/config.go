@@ -98,8 +98,9 @@ const (
 
 	// MaxConfigBytes bounds the size of a config file.
 	MaxConfigBytes = 4 << 20
-	// maxNodes bounds the YAML nodes visited, aliases expanded, so that a
-	// small file of nested aliases cannot make the decoder run for ever.
+	// maxNodes bounds the YAML nodes that aliases add to those of the
+	// file (which its size bounds) as the decoder visits them, so that a
+	// small file of nested aliases cannot make it run for ever.
 	maxNodes = 100_000
 	// maxProblems bounds the problems reported for one file.
 	maxProblems = 100
@@ -179,6 +180,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Own(root)
 	if d.config(root, c) {
 		// Validate what decoded, leaving out problems of keys that did not
 		// decode (a rate of the wrong type is not also "missing").

@@ -43,6 +43,26 @@ func NewWalker(file, what string, max int) Walker {
 	return Walker{File: file, what: what, max: max, budget: max}
 }
 
+// Own adds to the budget the nodes of the document at root, aliases not
+// followed: those a file holds itself are bounded by its size, so that
+// the budget bounds only what its aliases add and a large file without
+// aliases is read whole. Call it once, before the walk.
+func (w *Walker) Own(root *yaml.Node) {
+	n := 0
+	stack := []*yaml.Node{root}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if x == nil {
+			continue
+		}
+		n++
+		stack = append(stack, x.Content...)
+	}
+	w.max += n
+	w.budget += n
+}
+
 // Fail records a problem at n's line (0 when n is nil) under key.
 func (w *Walker) Fail(n *yaml.Node, key, format string, args ...any) {
 	line := 0

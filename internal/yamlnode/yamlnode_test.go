@@ -228,3 +228,36 @@ func TestSyntaxTab(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnBudget: the nodes of the document itself are added to the
+// budget, which then bounds only what aliases add.
+func TestOwnBudget(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("a: &x [1, 2, 3]\nb: *x\nc: *x\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	root := doc.Content[0]
+	walk := func(w *Walker) {
+		w.Mapping("", root, []string{"a", "b", "c"}, func(name, path string, k, v *yaml.Node) {
+			if l := w.Resolve(path, v); l != nil {
+				for _, item := range l.Content {
+					w.Resolve(path, item)
+				}
+			}
+		})
+	}
+	// The file holds 10 nodes (the mapping, 3 keys, the list, its 3
+	// items, 2 aliases); the walk visits 13 values: 1 + 3×(1+3).
+	w := NewWalker("o.yaml", "file", 4)
+	w.Own(root)
+	walk(&w)
+	if w.Spent() || len(w.Errs) != 0 {
+		t.Fatalf("budget 4 + own 10, 13 values visited: spent %v, Errs %v; want neither", w.Spent(), w.Errs)
+	}
+	w = NewWalker("o.yaml", "file", 1)
+	w.Own(root)
+	walk(&w)
+	if got, want := fmt.Sprint(w.Errs), "o.yaml:1: c: file too large: more than 11 values (aliases expanded)"; !w.Spent() || got != want {
+		t.Fatalf("budget 1 + own 10, 13 values visited: spent %v, Errs %s; want %s", w.Spent(), got, want)
+	}
+}
