@@ -55,3 +55,49 @@ func BenchmarkParseLarge(b *testing.B) {
 		}
 	}
 }
+
+// longLists returns a config of one rule whose match.methods and key list
+// n different items each.
+func longLists(n int) []byte {
+	var b strings.Builder
+	b.WriteString("rules:\n  - name: a\n    rate: 1/s\n    match: {methods: [")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "M%d", i)
+	}
+	b.WriteString("]}\n    key: [")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "header:X-%d", i)
+	}
+	b.WriteString("]\n")
+	return []byte(b.String())
+}
+
+func BenchmarkParseLongLists(b *testing.B) {
+	data := longLists(10000)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse("lists.yaml", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseManyProblems(b *testing.B) {
+	// Every rule has a value of the wrong type and a bad rate: the
+	// problems of validation are weighed against those of decoding.
+	data := []byte(strings.ReplaceAll(string(bigConfig(5000)), "/s\n", "/q\n    burst: x\n"))
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse("problems.yaml", data); err == nil {
+			b.Fatal("Parse: no problems")
+		}
+	}
+}
