@@ -188,9 +188,9 @@ func Parse(file string, data []byte) (*Config, error) {
 		c.applyDefaults()
 		var ves rules.ParseErrors
 		if err := c.validate(d.lines, d.expanded); errors.As(err, &ves) {
-			decodeErrs := d.Errs
+			failed := failedKeys(d.Errs)
 			for _, e := range ves {
-				if !related(decodeErrs, e.Key) {
+				if !failed.related(e.Key) {
 					d.Errs = append(d.Errs, e)
 				}
 			}
@@ -223,23 +223,6 @@ func (d *decoder) config(root *yaml.Node, c *Config) bool {
 	}
 	d.structure("", root, reflect.ValueOf(c).Elem())
 	return !d.Spent()
-}
-
-// related reports whether key is, contains or is contained in a key that
-// failed to decode.
-func related(errs rules.ParseErrors, key string) bool {
-	for _, e := range errs {
-		b := e.Key
-		if key == b || under(key, b) || under(b, key) {
-			return true
-		}
-	}
-	return false
-}
-
-// under reports whether key lies below parent ("a.b" and "a[1]" lie below "a").
-func under(key, parent string) bool {
-	return len(key) > len(parent) && strings.HasPrefix(key, parent) && (key[len(parent)] == '.' || key[len(parent)] == '[')
 }
 
 // applyDefaults fills in every value left zero, block by block.
@@ -413,11 +396,13 @@ func setDefault[T comparable](x *T, v T) {
 // Every such key is listed here, and the strings whose default is not
 // empty: store.on_error: "" would quietly fail open.
 func (d *decoder) explicitZeros(c *Config) {
+	failed := failedKeys(d.Errs)
 	zero := func(key string, v int64, what string) {
 		// A value that did not decode stays 0: its problem is told.
-		if l, ok := d.lines[key]; ok && v == 0 && !related(d.Errs, key) {
+		if l, ok := d.lines[key]; ok && v == 0 && !failed.related(key) {
 			d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
 				Msg: "0 is not allowed: " + what + " (leave the key out for the default)"})
+			failed.add(key)
 		}
 	}
 	listener := func(block string, l *Listener) {
@@ -443,9 +428,10 @@ func (d *decoder) explicitZeros(c *Config) {
 	zero("client_ip.ipv6_prefix", int64(c.ClientIP.IPv6Prefix), "an ip key counts 1 to 128 bits of an IPv6 address (64: its /64)")
 	zero("client_ip.ipv4_prefix", int64(c.ClientIP.IPv4Prefix), "an ip key counts 1 to 32 bits of an IPv4 address (32: the address)")
 	empty := func(key, v, what string) {
-		if l, ok := d.lines[key]; ok && v == "" && !related(d.Errs, key) {
+		if l, ok := d.lines[key]; ok && v == "" && !failed.related(key) {
 			d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
 				Msg: "empty is not allowed: " + what + " (leave the key out for the default)"})
+			failed.add(key)
 		}
 	}
 	// As ${VAR} gives for a variable set but empty: on_error would
