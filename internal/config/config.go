@@ -119,12 +119,15 @@ func Example() []byte { return bytes.Clone(example) }
 // "rules[2].sync") in the file c was parsed from, or of its nearest
 // enclosing key that was written, or 0 (a Config built in Go). Use it to
 // name lines in errors found after Parse.
-func (c *Config) Line(key string) int { return lineOf(c.lines, key) }
+func (c *Config) Line(key string) int {
+	l, _ := lineIn(c.lines, c.Rules, key)
+	return l
+}
 
 // Has reports whether the key path key was written in the file c was
 // parsed from (false for a Config built in Go).
 func (c *Config) Has(key string) bool {
-	_, ok := c.lines[key]
+	_, ok := lineIn(c.lines, c.Rules, key)
 	return ok
 }
 
@@ -254,7 +257,7 @@ func (c *Config) RuleSet() (*rules.Set, error) {
 }
 
 func (c *Config) validate(lines map[string]int, expanded map[string]string) error {
-	ck := &checker{file: c.File, lines: lines, expanded: expanded, listeners: map[string]string{}}
+	ck := &checker{file: c.File, lines: lines, rules: c.Rules, expanded: expanded, listeners: map[string]string{}}
 	ck.addr("listen", c.Listen)
 	ck.listeners[c.Listen] = "listen"
 	switch c.LogLevel {
@@ -285,13 +288,14 @@ func (c *Config) validate(lines map[string]int, expanded map[string]string) erro
 type checker struct {
 	file      string
 	lines     map[string]int
+	rules     []rules.Spec      // their Lines hold the lines of the keys below them
 	expanded  map[string]string // key path → its text, when it took an environment variable
 	errs      rules.ParseErrors
 	listeners map[string]string // address → key, to refuse one address twice
 }
 
 func (ck *checker) fail(key, format string, args ...any) {
-	ck.errs = append(ck.errs, &rules.ParseError{File: ck.file, Line: lineOf(ck.lines, key), Key: key, Msg: fmt.Sprintf(format, args...)})
+	ck.errs = append(ck.errs, &rules.ParseError{File: ck.file, Line: ck.line(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
 // addr checks a host:port listen or dial address.
@@ -348,21 +352,6 @@ func (ck *checker) path(key, path string, dirOK bool) {
 	} else if !fi.Mode().IsRegular() && !(dirOK && fi.IsDir()) {
 		ck.fail(key, "%s is not a regular file", path)
 	}
-}
-
-// lineOf finds the line of key, or of its nearest enclosing key.
-func lineOf(lines map[string]int, key string) int {
-	for key != "" {
-		if l, ok := lines[key]; ok {
-			return l
-		}
-		i := strings.LastIndexAny(key, ".[")
-		if i < 0 {
-			break
-		}
-		key = key[:i]
-	}
-	return 0
 }
 
 // addrProblem returns what is wrong with a host:port listen or dial
@@ -449,7 +438,16 @@ func (d *decoder) explicitZeros(c *Config) {
 	zero("defer.status_ttl", int64(c.Defer.StatusTTL), "an outcome must stay readable for a while; give a time such as 24h")
 	zero("shutdown_timeout", int64(c.ShutdownTimeout), "a shutdown must be bounded; give a time such as 10s")
 	for i := range c.Rules {
-		sp, rule := &c.Rules[i], "rules["+strconv.Itoa(i)+"]."
+		sp := &c.Rules[i]
+		rule := "rules[" + strconv.Itoa(i) + "]."
+		// Their lines are the rule's (see lineIn).
+		zero := func(key string, v int64, what string) {
+			if l, ok := sp.Lines[strings.TrimPrefix(key, rule)]; ok && v == 0 && !failed.related(key) {
+				d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: l, Key: key,
+					Msg: "0 is not allowed: " + what + " (leave the key out for the default)"})
+				failed.add(key)
+			}
+		}
 		zero(rule+"burst", sp.Burst, "a burst of 0 admits nothing; give the requests admitted at once, such as the rate")
 		zero(rule+"segments", int64(sp.Segments), "a window is counted in 1 to 1024 segments")
 		if sp.Action == "delay" {
