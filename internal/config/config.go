@@ -174,7 +174,7 @@ func ReadFile(path string) ([]byte, error) {
 //
 // The error, if any, is Errors, listing every problem found.
 func Parse(file string, data []byte) (*Config, error) {
-	d := &decoder{Walker: yamlnode.NewWalker(file, "config", maxNodes), lookup: os.LookupEnv, lines: map[string]int{}, expanded: map[string]string{}}
+	d := newDecoder(file)
 	c := &Config{File: file}
 	if len(data) > MaxConfigBytes {
 		return nil, Errors{{File: file, Msg: fmt.Sprintf("config is larger than %d bytes", MaxConfigBytes)}}
