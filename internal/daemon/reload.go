@@ -399,11 +399,24 @@ func (d *Daemon) namedPaths() []string {
 // again when it changed (reloader.retryFailed).
 func (d *Daemon) namedDigest() [sha256.Size]byte { return filesDigest(d.namedPaths()) }
 
-// namedGone returns a file of namedPaths that is missing, or "": a reload
-// then waits for it.
-func (d *Daemon) namedGone() string {
+// namedGone returns a file of namedPaths that is missing and that the
+// config in data names too (any, for nil data), or "": a reload of data
+// then waits for it. A config that names it no more (its reference taken
+// out while it is missing) does not wait for it: it is read at once.
+func (d *Daemon) namedGone(data []byte) string {
+	var names []string // those data names, once read
+	read := false
 	for _, p := range d.namedPaths() {
-		if missing(p) {
+		if !missing(p) {
+			continue
+		}
+		if data == nil {
+			return p
+		}
+		if !read {
+			names, read = config.NamedFiles(d.opts.ConfigPath, data), true
+		}
+		if slices.Contains(names, p) {
 			return p
 		}
 	}

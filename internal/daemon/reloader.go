@@ -30,9 +30,10 @@ type reloader struct {
 	// namedWriting reports whether one of those files is being written
 	// in place (Daemon.namedWriting); nil: never known to be.
 	namedWriting func() bool
-	// namedGone returns one of those files that is missing, or ""
-	// (Daemon.namedGone); nil: never known to be.
-	namedGone func() string
+	// namedGone returns one of those files that is missing and that the
+	// config in data, about to be read, names too (any, for nil data), or
+	// "" (Daemon.namedGone); nil: never known to be.
+	namedGone func(data []byte) string
 
 	mu       sync.Mutex
 	lastHash [sha256.Size]byte // content last tried, applied or refused
@@ -45,8 +46,10 @@ type reloader struct {
 	// applied or refused (logged once).
 	waitingNamed bool
 	// goneNamed: put off for a file it names found missing since it was
-	// last applied or refused (logged once).
+	// last applied or refused (logged once, and once more for each new
+	// content put off: goneHash).
 	goneNamed bool
+	goneHash  [sha256.Size]byte
 	// owed: a reload of the file even if unchanged (again) was put off
 	// while it was being written; the next attempt reads it whatever
 	// its content.
@@ -126,7 +129,7 @@ func (r *reloader) retry(changed func() bool) bool {
 		return false
 	case changed != nil && !changed():
 		return false
-	case r.namedGone != nil && r.namedGone() != "":
+	case r.namedGone != nil && r.namedGone(nil) != "":
 		return false // tried again when it is back: it changes the digest
 	case r.named != nil && r.named() == r.failedNamed:
 		r.log.Debug("config refused earlier, and the files it names are unchanged since: not tried again", "file", r.path)
@@ -210,16 +213,22 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		return ReloadResult{Unchanged: true}
 	}
 	if kind != onSignal && r.namedGone != nil {
-		if p := r.namedGone(); p != "" {
+		if p := r.namedGone(data); p != "" {
 			// A certificate, the token or a descriptor file that the
 			// reload reads is missing (deleted before it is written
 			// again, a Secret's ..data swap to a version without it):
 			// waited for as the config file is. Owed, the reload is
-			// made when it is back (its watcher tries it again).
-			if !r.goneNamed {
+			// made when it is back (its watcher tries it again). A
+			// config edited meanwhile waits too, if it still names the
+			// file, and is said to: waited for in silence, the edit
+			// would seem lost.
+			switch {
+			case !r.goneNamed:
 				r.log.Warn("a file the config names is missing: the running config stays; it is reloaded when the file is back", "file", r.path, "missing", p)
-				r.goneNamed = true
+			case h != r.goneHash:
+				r.log.Warn("config changed while a file it names is missing: the change is applied when the file is back", "file", r.path, "missing", p)
 			}
+			r.goneNamed, r.goneHash = true, h
 			r.owed = true
 			return ReloadResult{Missing: true}
 		}

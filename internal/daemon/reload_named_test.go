@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lookUntil reads reload attempts until said holds of the logs after one,
+// failing on an attempt that applied or refused the config, and when
+// none comes within 10 s: a change waited for in silence.
+func (td *testDaemon) lookUntil(what string, said func(logs string) bool) {
+	td.t.Helper()
+	for !said(td.logs.String()) {
+		select {
+		case r := <-td.reloads:
+			if !r.Missing && !r.Writing && !r.Unchanged {
+				td.t.Fatalf("%s: reload attempt %+v, want it waited for (Missing)", what, r)
+			}
+		case <-time.After(10 * time.Second):
+			td.t.Fatalf("%s: nothing said within 10s", what)
+		}
+	}
+}
+
+// TestConfigEditedWhileNamedFileMissing: while a file the config names is
+// missing (api.token_file here), a reload waits for it. An edit made to
+// the config meanwhile is not waited for in silence: one that still names
+// the file is said to wait, once for each new content; one that names it
+// no more does not wait for it, and is applied (here refused, and the
+// refusal says why: api.token_file needs a restart); and the edit waiting
+// when the file is back is applied then.
+func TestConfigEditedWhileNamedFileMissing(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
+	const missing, edited = "a file the config names is missing", "config changed while a file it names is missing"
+	mustRemove(t, token)
+	td.lookUntil("the token file removed", func(l string) bool { return strings.Count(l, missing) == 1 })
+
+	replaceFile(t, td.path, tokenConfig(token, "  - {name: keep, rate: 200/m}\n"))
+	td.lookUntil("an edit that still names the token file", func(l string) bool { return strings.Count(l, edited) == 1 })
+	replaceFile(t, td.path, tokenConfig(token, "  - {name: keep, rate: 250/m}\n"))
+	td.lookUntil("a second edit that still names it", func(l string) bool { return strings.Count(l, edited) == 2 })
+
+	replaceFile(t, td.path, "listen: 127.0.0.1:0\nrules:\n  - {name: keep, rate: 200/m}\n")
+	r := td.nextLook()
+	for r.Missing {
+		r = td.nextLook()
+	}
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "api.token_file") || !strings.Contains(r.Err.Error(), "restart") {
+		t.Fatalf("an edit that names the missing token file no more: %+v, want refused: api.token_file needs a restart", r)
+	}
+
+	// Named again: a new wait, said as the first.
+	replaceFile(t, td.path, tokenConfig(token, "  - {name: keep, rate: 300/m}\n"))
+	td.lookUntil("an edit naming the token file again", func(l string) bool { return strings.Count(l, missing) == 2 })
+	if got := td.d.Config().Rules[0].Rate; got != "100/m" {
+		t.Errorf("rate in force while the token file is missing: %s, want 100/m", got)
+	}
+	mustWrite(t, token, "second-token\n")
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("the token file back: %v, want the edit applied", r.Err)
+	}
+	if got := td.d.Config().Rules[0].Rate; got != "300/m" {
+		t.Errorf("rate in force once the token file is back: %s, want 300/m", got)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("the token back, rotated: %d, want 200", got)
+	}
+	if n := strings.Count(td.logs.String(), edited); n != 2 {
+		t.Errorf("%d lines say the config changed while the file is missing, want 2 (one per edit)", n)
+	}
+}
