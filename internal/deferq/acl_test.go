@@ -49,7 +49,7 @@ func TestCommandsSuffice(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 2, Backoff: 5 * time.Millisecond})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 2, Backoff: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

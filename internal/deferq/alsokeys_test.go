@@ -17,7 +17,7 @@ func TestMalformedKeysDeadLettered(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestTakenOverRetryWaitsForNextAttempt(t *testing.T) {
 	opts := func(consumer string) deferq.Options {
 		return deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.URL)}
 	}
-	a, err := deferq.New(opts("a"))
+	a, err := newQueue(opts("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestTakenOverRetryWaitsForNextAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("next_attempt_at %q: %v", st.NextAttempt, err)
 	}
-	b, err := deferq.New(opts("b"))
+	b, err := newQueue(opts("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRetryAfterForms(t *testing.T) {
 				w.WriteHeader(http.StatusTooManyRequests)
 			}))
 			t.Cleanup(up.Close)
-			q, err := deferq.New(deferq.Options{Client: c, Consumer: tc.name, Upstream: mustURL(t, up.URL), Prefix: "retry-" + tc.name + ":"})
+			q, err := newQueue(deferq.Options{Client: c, Consumer: tc.name, Upstream: mustURL(t, up.URL), Prefix: "retry-" + tc.name + ":"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestTakenOverBackoffContinues(t *testing.T) {
 	run := func(consumer string, sends int64) {
 		t.Helper()
 		var taken atomic.Int64
-		q, err := deferq.New(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL),
+		q, err := newQueue(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL),
 			MaxAttempts: 10, Backoff: backoff, MaxBackoff: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func TestTakenOverBackoffContinues(t *testing.T) {
 		cancel()
 		<-done // the outcome of the last send is recorded
 	}
-	a, err := deferq.New(deferq.Options{Client: c})
+	a, err := newQueue(deferq.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // parallel goroutines against a real redis-server.
 func BenchmarkEnqueue(b *testing.B) {
 	srv := redistest.StartServer(b)
-	q, err := deferq.New(deferq.Options{Client: client(b, srv.Addr), Upstream: mustURL(b, "http://127.0.0.1:1")})
+	q, err := newQueue(deferq.Options{Client: client(b, srv.Addr), Upstream: mustURL(b, "http://127.0.0.1:1")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func BenchmarkReplay(b *testing.B) {
 	var got atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
 	b.Cleanup(up.Close)
-	q, err := deferq.New(deferq.Options{Client: client(b, srv.Addr), Upstream: mustURL(b, up.URL), Concurrency: 32})
+	q, err := newQueue(deferq.Options{Client: client(b, srv.Addr), Upstream: mustURL(b, up.URL), Concurrency: 32})
 	if err != nil {
 		b.Fatal(err)
 	}

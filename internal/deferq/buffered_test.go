@@ -20,7 +20,7 @@ import (
 // while it is read, its length once read, nothing once released.
 func TestBufferedBodiesBounded(t *testing.T) {
 	srv := redistest.StartServer(t)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), MaxBufferedBytes: 10})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), MaxBufferedBytes: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

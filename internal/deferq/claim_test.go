@@ -75,7 +75,7 @@ func TestHeldEntryClaimedByAnotherStaysThere(t *testing.T) {
 	up := newUpstream(t, nil)
 	log := make(turnLog, 1000)
 	var taken atomic.Bool // the request has been claimed by b: the limit admits it
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: 3 * time.Second, DeliveryTimeout: time.Second, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func boundQueue(t *testing.T, c rueidis.Client, up *upstream, consumer string, r
 	if log == nil {
 		log = slog.DiscardHandler
 	}
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room,
+	q, err := newQueue(deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room,
 		ClaimIdle: 12 * time.Second, DeliveryTimeout: 5 * time.Second, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func TestClaimReachesPastLiveEntries(t *testing.T) {
 	}()
 	t.Cleanup(func() { stop(); <-done })
 
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: 4 * time.Second, DeliveryTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestOrderOnCluster(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: time.Hour, DeliveryTimeout: 10 * time.Minute}) // one instance: no claims; no send cut off and sent again, out of order
 	if err != nil {
 		t.Fatal(err)

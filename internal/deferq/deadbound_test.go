@@ -19,7 +19,7 @@ func TestDeadLettersBoundedByMaxQueue(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, func(delivery, int) int { return http.StatusInternalServerError })
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,17 @@ func mustURL(t testing.TB, s string) *url.URL {
 	return u
 }
 
+// newQueue is deferq.New with an EnqueueTimeout of a minute unless o sets
+// one: the default, 2 s per ask, is a deadline a loaded machine can miss
+// (an enqueue failed so, "outcome unknown", beside CPU hogs), and the
+// tests about it set their own.
+func newQueue(o deferq.Options) (*deferq.Queue, error) {
+	if o.EnqueueTimeout == 0 {
+		o.EnqueueTimeout = time.Minute
+	}
+	return deferq.New(o)
+}
+
 // start runs q until the test ends.
 func start(t testing.TB, q *deferq.Queue) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -161,7 +172,7 @@ func TestReplayRateOrderBodies(t *testing.T) {
 	up := newUpstream(t, nil)
 	clk := newClock()
 	var denied atomic.Int64
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL+"/base")})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL+"/base")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +242,7 @@ func TestRetriesAndDeadLetters(t *testing.T) {
 		return http.StatusBadRequest
 	})
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 3, Backoff: 5 * time.Millisecond})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxAttempts: 3, Backoff: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +280,7 @@ func TestRetriesAndDeadLetters(t *testing.T) {
 // unknown id, a malformed id.
 func TestBadInput(t *testing.T) {
 	srv := redistest.StartServer(t)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, "http://127.0.0.1:1")})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, "http://127.0.0.1:1")})
 	if err != nil {
 		t.Fatal(err)
 	}

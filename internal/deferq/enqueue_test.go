@@ -40,7 +40,7 @@ func TestEnqueueReplyLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enqueue whose reply was lost = %v; want its id: the request is queued and will be replayed", err)
 	}
-	st, err := deferq.New(deferq.Options{Client: direct})
+	st, err := newQueue(deferq.Options{Client: direct})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestEnqueueOutcomeUnknown(t *testing.T) {
 		t.Fatalf("Enqueue with its reply lost and Redis gone = %v; want an *OutcomeUnknownError", err)
 	}
 	direct := client(t, srv.Addr)
-	st, err := deferq.New(deferq.Options{Client: direct})
+	st, err := newQueue(deferq.Options{Client: direct})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func cutQueue(t *testing.T, marker string, gone bool) (*redistest.Server, *redis
 	srv := redistest.StartServer(t)
 	x := redistest.NewCutter(t, srv.Addr, marker, gone)
 	c := x.Client(t)
-	q, err := deferq.New(deferq.Options{Client: c})
+	q, err := newQueue(deferq.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestEnqueueRedisStuck(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	warmUp(t, c)
-	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
+	q, err := newQueue(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestEnqueueRedisStuck(t *testing.T) {
 // test when it did.)
 func warmUp(t *testing.T, c rueidis.Client) {
 	t.Helper()
-	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: time.Minute})
+	q, err := newQueue(deferq.Options{Client: c, EnqueueTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestEnqueueLateAfterNotFound(t *testing.T) {
 	x := redistest.NewHolder(t, srv.Addr, "late-key")
 	c := x.Client(t)
 	warmUp(t, c)
-	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
+	q, err := newQueue(deferq.Options{Client: c, EnqueueTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestEnqueueLateAfterNotFound(t *testing.T) {
 	// The client looks where the 503 pointed, through another connection
 	// (or another instance) that Redis answers at once.
 	direct := client(t, srv.Addr)
-	st, err := deferq.New(deferq.Options{Client: direct})
+	st, err := newQueue(deferq.Options{Client: direct})
 	if err != nil {
 		t.Fatal(err)
 	}

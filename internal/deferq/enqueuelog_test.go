@@ -37,7 +37,7 @@ func TestEnqueueReplyLostLoggedOnceASecond(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	warmUp(t, c)
-	q, err := deferq.New(deferq.Options{Client: c, Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+	q, err := newQueue(deferq.Options{Client: c, Logger: slog.New(slog.NewTextHandler(&logged, nil)),
 		EnqueueTimeout: 10 * time.Millisecond, Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestDeadLettersLoggedOnceASecond(t *testing.T) {
 	up := newUpstream(t, func(delivery, int) int { return http.StatusInternalServerError })
 	var logged redistest.SyncBuffer
 	frozen := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1,
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1,
 		Logger: slog.New(slog.NewTextHandler(&logged, nil)), Now: func() time.Time { return frozen }})
 	if err != nil {
 		t.Fatal(err)

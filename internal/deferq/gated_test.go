@@ -28,7 +28,7 @@ func newGated(t *testing.T, maxHeld int64) *gated {
 	t.Helper()
 	srv := redistest.StartServer(t)
 	g := &gated{up: newUpstream(t, nil), c: client(t, srv.Addr)}
-	q, err := deferq.New(deferq.Options{Client: g.c, Upstream: mustURL(t, g.up.srv.URL), MaxHeldBytes: maxHeld})
+	q, err := newQueue(deferq.Options{Client: g.c, Upstream: mustURL(t, g.up.srv.URL), MaxHeldBytes: maxHeld})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestEnqueueClientGone(t *testing.T) {
 	x := redistest.NewHolder(t, srv.Addr, "gone-key")
 	c := x.Client(t)
 	warmUp(t, c)
-	q, err := deferq.New(deferq.Options{Client: c, EnqueueTimeout: time.Minute})
+	q, err := newQueue(deferq.Options{Client: c, EnqueueTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestHeldBytesCountHeaders(t *testing.T) {
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
 	const room = 4 << 20
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestHeldBytesCountHeaders(t *testing.T) {
 // for every entry. One just under it is.
 func TestEnqueueHeadTooLarge(t *testing.T) {
 	srv := redistest.StartServer(t)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr)})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestHeldBytesCountKeys(t *testing.T) {
 	c := client(t, srv.Addr)
 	const body = 1 << 10
 	const room = 3*(body+deferq.MaxHeadBytes) + 1<<10
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: room})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func TestReplayTakesEveryKey(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL)})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func child() {
 		os.Exit(2)
 	}
 	u, _ := url.Parse(os.Getenv("DEFERQ_UPSTREAM"))
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: u, Consumer: "victim", ClaimIdle: 10 * time.Second, DeliveryTimeout: 4 * time.Second, Concurrency: 1})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: u, Consumer: "victim", ClaimIdle: 10 * time.Second, DeliveryTimeout: 4 * time.Second, Concurrency: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
@@ -118,7 +118,7 @@ func TestKilledInstanceHolding(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := deferq.New(survivorOptions(c, up.srv.URL))
+	q, err := newQueue(survivorOptions(c, up.srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestKilledInstanceInFlight(t *testing.T) {
 		return http.StatusOK
 	})
 	c := client(t, srv.Addr)
-	q, err := deferq.New(survivorOptions(c, up.srv.URL))
+	q, err := newQueue(survivorOptions(c, up.srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestRedisDataLostLeavesNoStatus(t *testing.T) {
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
 	log := make(turnLog, 1000)
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: 3 * time.Second, DeliveryTimeout: time.Second, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func TestRedisDataLostInFlight(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	log := make(recordLog, 10)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.URL), Logger: slog.New(log)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.URL), Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestLoweredBodyBoundReadBounded(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 2 << 20})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), MaxHeldBytes: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

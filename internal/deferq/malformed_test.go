@@ -21,7 +21,7 @@ func TestMalformedEntryDeadLettered(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: 3 * time.Second, DeliveryTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 func TestEnqueueRedisFull(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
-	q, err := deferq.New(deferq.Options{Client: c})
+	q, err := newQueue(deferq.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}

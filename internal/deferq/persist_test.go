@@ -24,7 +24,7 @@ func TestRedisCrashWithPersistence(t *testing.T) {
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
 	var open atomic.Bool
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Hour})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,9 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// jobsQueue returns a Queue with the default options and one rule, jobs,
-// on a Redis of its own, and its client.
+// jobsQueue returns a Queue with the default options (but an
+// EnqueueTimeout of a minute: 2 s is a deadline a loaded machine can
+// miss) and one rule, jobs, on a Redis of its own, and its client.
 func jobsQueue(t *testing.T) (*Queue, rueidis.Client) {
 	t.Helper()
 	srv := redistest.StartServer(t)
@@ -25,7 +26,7 @@ func jobsQueue(t *testing.T) (*Queue, rueidis.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}})
+	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, EnqueueTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

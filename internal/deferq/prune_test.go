@@ -53,7 +53,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	// slow is an instance whose sends have minutes: its deliveries do not
 	// depend on how loaded the machine is.
 	slow := func(name string) *deferq.Queue {
-		q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: name,
+		q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: name,
 			ClaimIdle: time.Hour, DeliveryTimeout: 10 * time.Minute, EnqueueTimeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	// live reads one request, which its limit never lets go: holding it,
 	// it has no room for more.
 	enqueue(t, gone, "p", "k0", http.MethodPost, "/zero", []byte("0"))
-	live, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "live",
+	live, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), Consumer: "live",
 		ClaimIdle: 2 * time.Second, DeliveryTimeout: 900 * time.Millisecond, MaxHeldBytes: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func TestReloadReaddedKeepsNewWorkersEntries(t *testing.T) {
 	}()
 	log := make(msgLog, 10000)
 	const claimIdle = 30 * time.Second
-	q, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.URL), ClaimIdle: claimIdle, Logger: slog.New(log)})
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.URL), ClaimIdle: claimIdle, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}

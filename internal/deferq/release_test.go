@@ -33,7 +33,7 @@ func TestShutdownReleasesHeld(t *testing.T) {
 		}
 		return sluice.Decision{RetryAfter: time.Hour}, nil
 	}
-	a, err := deferq.New(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL), ClaimIdle: claimIdle, Logger: slog.New(log)})
+	a, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL), ClaimIdle: claimIdle, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestShutdownReleasesHeld(t *testing.T) {
 	}
 
 	open.Store(true)
-	b, err := deferq.New(deferq.Options{Client: c, Consumer: "b", Upstream: mustURL(t, up.srv.URL), ClaimIdle: claimIdle})
+	b, err := newQueue(deferq.Options{Client: c, Consumer: "b", Upstream: mustURL(t, up.srv.URL), ClaimIdle: claimIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestShutdownClosesUpstreamConnections(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.URL)})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}

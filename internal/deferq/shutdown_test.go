@@ -37,7 +37,7 @@ func TestShutdownFinishesSendInFlight(t *testing.T) {
 		<-hold
 		return http.StatusCreated
 	})
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1,
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Upstream: mustURL(t, up.srv.URL), MaxAttempts: 1,
 		Transport: cancelAware{&http.Transport{}}})
 	if err != nil {
 		t.Fatal(err)

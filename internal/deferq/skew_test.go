@@ -30,7 +30,7 @@ func TestBackoffIgnoresInstanceClocks(t *testing.T) {
 		return deferq.Options{Client: c, Consumer: consumer, Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Second,
 			DeliveryTimeout: 400 * time.Millisecond, Now: func() time.Time { return time.Now().Add(skew) }}
 	}
-	a, err := deferq.New(opts("a", time.Hour)) // an hour ahead
+	a, err := newQueue(opts("a", time.Hour)) // an hour ahead
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestBackoffIgnoresInstanceClocks(t *testing.T) {
 	})
 	cancel() // a stops holding it
 	<-done
-	b, err := deferq.New(opts("b", 0))
+	b, err := newQueue(opts("b", 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestExpiredRecordReadStillDelivered(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestStatusRedisErrorNotShown(t *testing.T) {
 	var logged bytes.Buffer
 	var connected atomic.Bool
 	connected.Store(true)
-	q, err := deferq.New(deferq.Options{Connect: func() rueidis.Client {
+	q, err := newQueue(deferq.Options{Connect: func() rueidis.Client {
 		if connected.Load() {
 			return c
 		}
@@ -112,7 +112,7 @@ func TestStatusErrorsLogOnceASecond(t *testing.T) {
 	var logged redistest.SyncBuffer
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
-	q, err := deferq.New(deferq.Options{Connect: func() rueidis.Client { return nil },
+	q, err := newQueue(deferq.Options{Connect: func() rueidis.Client { return nil },
 		Upstream: mustURL(t, "http://127.0.0.1:1"), Logger: slog.New(slog.NewTextHandler(&logged, nil)),
 		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	if err != nil {

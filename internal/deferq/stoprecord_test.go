@@ -30,7 +30,7 @@ func TestStopRecordsPendingOutcome(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	log := make(wordLog, 1000)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.URL), Logger: slog.New(log)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.URL), Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestStopRecordsPendingOutcome(t *testing.T) {
 	gate.Open()
 	cancel() // stopped before the turn that records it again (a second on)
 	<-done
-	st, err := deferq.New(deferq.Options{Client: direct})
+	st, err := newQueue(deferq.Options{Client: direct})
 	if err != nil {
 		t.Fatal(err)
 	}

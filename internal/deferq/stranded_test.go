@@ -37,7 +37,7 @@ func (h wordLog) Handle(_ context.Context, r slog.Record) error {
 func TestRemovedRuleWithQueueWarns(t *testing.T) {
 	srv := redistest.StartServer(t)
 	log := make(wordLog, 1000)
-	q, err := deferq.New(deferq.Options{Client: client(t, srv.Addr), Logger: slog.New(log)})
+	q, err := newQueue(deferq.Options{Client: client(t, srv.Addr), Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}

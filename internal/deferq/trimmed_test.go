@@ -19,7 +19,7 @@ func TestTrimmedRequestLeavesNoStatus(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestTrimmedLastRequestUnknown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
 	up := newUpstream(t, nil)
-	q, err := deferq.New(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
 	if err != nil {
 		t.Fatal(err)
 	}
