@@ -76,6 +76,12 @@ func (d *Daemon) engineOptions(o engine.Options) engine.Options {
 			}
 			return []sluice.Request{r}
 		}
+		o.Shards = func(r sluice.Request, n int) []sluice.Request {
+			if s := d.lazy.s.Load(); s != nil && (d.fallback == nil || d.fallback.Mode() != fleet.ModeLocal) {
+				return s.Shards(r, n)
+			}
+			return nil
+		}
 		o.AutoShards = func() int {
 			if s := d.lazy.s.Load(); s != nil {
 				return s.Masters()

@@ -129,6 +129,14 @@ type Options struct {
 	// (redisstore.Store.Spread): a sharded report is charged so, as debt
 	// on the whole key. Without it a report goes to one shard.
 	Spread func(r sluice.Request, n int) []sluice.Request
+	// Shards, if set, returns r sent to each of the n shards of its key,
+	// in shard order, each with its share of the limit (nil when the key
+	// is not sharded; redisstore.Store.Shards): a sharded refund (Envoy's
+	// negative hits) first asks every shard what it has used, so that it
+	// gives back as much as the shards together count. Without it the
+	// refund goes to one shard (or Spread's parts), which may give back
+	// less than that.
+	Shards func(r sluice.Request, n int) []sluice.Request
 	// AutoShards returns the number of shards of a hot key under
 	// shards: auto (the Cluster's masters); nil or below 2, shards: auto
 	// shards nothing.
@@ -149,6 +157,7 @@ type Engine struct {
 	hotKeys  *hotkeys.Set // for the summaries of descriptors with shards: auto
 	shard    func(r *sluice.Request, n int) int
 	spreadf  func(r sluice.Request, n int) []sluice.Request
+	shards   func(r sluice.Request, n int) []sluice.Request
 	auto     func() int
 	log      *slog.Logger
 	now      func() time.Time
@@ -162,7 +171,7 @@ func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, fmt.Errorf("engine: nil store")
 	}
-	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, spreadf: o.Spread, auto: o.AutoShards}
+	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, spreadf: o.Spread, shards: o.Shards, auto: o.AutoShards}
 	switch o.OnError {
 	case "", OnErrorAllow, OnErrorLocal:
 		e.failOpen = true

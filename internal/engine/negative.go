@@ -33,7 +33,8 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []
 
 // giveBackDescriptor gives d's hits back to its counter. A sharded rule's
 // hits go back over its shards as a report's are charged (Options.Spread,
-// each its share), or to one shard.
+// each its share), or to one shard; with Options.Shards, what a shard
+// has not counted goes to the others that have (see shardedParts).
 func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time.Time) (sluice.Decision, error) {
 	rf, ok := e.store.(sluice.Refunder)
 	if !ok {
@@ -54,10 +55,18 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 		return rf.Refund(ctx, req)
 	}
 	var parts []sluice.Request
-	if e.spreadf != nil && req.Cost >= 2 {
-		parts = e.spreadf(req, n)
+	if e.shards != nil {
+		var err error
+		if parts, n, err = e.shardedParts(ctx, req, n); err != nil {
+			return sluice.Decision{}, err
+		}
 	}
-	if len(parts) < 2 {
+	if parts == nil && e.spreadf != nil && req.Cost >= 2 {
+		if parts = e.spreadf(req, n); len(parts) < 2 {
+			parts = nil
+		}
+	}
+	if parts == nil {
 		n = e.shard(&req, n)
 		out, err := rf.Refund(ctx, req)
 		if err == nil && n > 1 {
@@ -79,4 +88,90 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 	}
 	unshard(&out, r.Limit, n)
 	return out, nil
+}
+
+// shardedParts returns the refunds of req's hits over its n shards (n
+// capped as the shards are), so that they give back as many as the
+// shards count together, up to req.Cost: it asks every shard what it has
+// used (one TakeAll of cost 0), gives each its share as before (the
+// shard whose turn it is, or Spread's part) as far as it has used it,
+// and the rest to the shards that have used more than their share, from
+// the one whose turn it is on. A shard's refund never gives back more than it counts,
+// so one that counted less than its share gave back less, and the hits
+// stayed counted elsewhere. Shards with nothing to give back are left
+// out; when no shard has used anything, the shard whose turn it is gets
+// the whole cost (it gives back nothing, and answers). It returns no
+// parts (and n) when the key is not sharded: req then goes to one shard.
+func (e *Engine) shardedParts(ctx context.Context, req sluice.Request, n int) ([]sluice.Request, int, error) {
+	q := req
+	q.Cost = 0
+	peeks := e.shards(q, n)
+	if len(peeks) < 2 {
+		return nil, n, nil
+	}
+	ds := make([]sluice.Decision, len(peeks))
+	if err := e.store.TakeAll(ctx, peeks, ds); err != nil {
+		return nil, n, err
+	}
+	turn := req
+	e.shard(&turn, n)
+	first := 0
+	for i, p := range peeks {
+		if p.Key == turn.Key && p.Namespace == turn.Namespace {
+			first = i
+		}
+	}
+	want := make([]int64, len(peeks)) // each shard's share, as before
+	var sp []sluice.Request
+	if e.spreadf != nil && req.Cost >= 2 {
+		sp = e.spreadf(req, n)
+	}
+	if len(sp) >= 2 && len(sp) <= len(peeks) {
+		for i := range sp {
+			want[i] = sp[i].Cost // in shard order, from shard 0
+		}
+	} else {
+		want[first] = req.Cost
+	}
+	cost := make([]int64, len(peeks))
+	more := make([]int64, len(peeks)) // what each may give back past its share
+	left := req.Cost
+	for i, p := range peeks {
+		used := max(0, capacity(p.Algorithm, p.Limit)-ds[i].Remaining)
+		cost[i] = min(want[i], used)
+		more[i] = used - cost[i]
+		left -= cost[i]
+	}
+	for k := 0; k < len(peeks) && left > 0; k++ {
+		i := (first + k) % len(peeks)
+		x := min(left, more[i])
+		cost[i] += x
+		left -= x
+	}
+	var parts []sluice.Request
+	for i, p := range peeks {
+		if cost[i] > 0 {
+			p.Cost, p.Now = cost[i], req.Now
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		p := peeks[first]
+		p.Cost, p.Now = req.Cost, req.Now
+		parts = append(parts, p)
+	}
+	return parts, len(peeks), nil
+}
+
+// capacity is the largest cost limit l ever admits under algorithm a,
+// and the Remaining of a key at rest (redisstore.Capacity): capacity less
+// a decision's Remaining is what the key has used.
+func capacity(a sluice.Algorithm, l sluice.Limit) int64 {
+	switch a {
+	case sluice.TokenBucket, sluice.GCRA:
+		return l.BurstOrRate()
+	case sluice.LeakyBucket:
+		return l.BurstOrRate() + 1
+	}
+	return l.Rate
 }

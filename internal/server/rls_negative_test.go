@@ -69,8 +69,8 @@ func TestNegativeHits(t *testing.T) {
 // TestNegativeHitsSharded: on a sharded descriptor (shards: 3, 10 of 30
 // each, taken in turn) a negative hit goes back to the shard whose turn it
 // is, as a hit would be taken there: after three hits (one per shard) it
-// empties shard 0 again, whose figure, scaled by 3, is the whole limit;
-// and it gives back nothing on a shard that counted nothing.
+// empties shard 0 again, whose figure, scaled by 3, is the whole limit
+// (see TestNegativeHitsShardedExact for a shard that counted nothing).
 func TestNegativeHitsSharded(t *testing.T) {
 	const conf = `domain: d
 descriptors:
@@ -81,7 +81,7 @@ descriptors:
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			st := newStore(t, kind).(*redisstore.Store)
-			e := startRLS(t, st, writeConf(t, conf), envOpts{shard: st.Shard})
+			e := startRLS(t, st, writeConf(t, conf), envOpts{shard: st.Shard, spread: st.Spread, shards: st.Shards})
 			e.expect(t, "a hit on each shard", []string{"O:O", "O:O", "O:O"}, "d", desc("sharded", "s"))
 			neg := desc("sharded", "s")
 			neg.IsNegativeHits = true
@@ -94,6 +94,50 @@ descriptors:
 					t.Errorf("check on shard %d: %d left, want 27 (its hit kept)", i, got)
 				}
 			}
+		})
+	}
+}
+
+// TestNegativeHitsShardedExact: on a sharded descriptor (shards: 3, 10 of
+// 30 each) negative hits give back as many hits as the shards together
+// count, whichever shards counted them: one hit taken on one shard, then
+// given back while it is another's turn (that shard counted nothing, and
+// gave nothing back: one hit stayed counted); three taken at once on one
+// shard, then given back (over every shard, each its share: two stayed
+// counted). After each, every shard is empty: 30 left on each (× 3).
+func TestNegativeHitsShardedExact(t *testing.T) {
+	const conf = `domain: d
+descriptors:
+  - key: sharded
+    shards: 3
+    rate_limit: {unit: minute, requests_per_unit: 30}
+`
+	for _, kind := range []string{"redis", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			st := newStore(t, kind).(*redisstore.Store)
+			e := startRLS(t, st, writeConf(t, conf), envOpts{shard: st.Shard, spread: st.Spread, shards: st.Shards})
+			neg := func(hits uint64) {
+				t.Helper()
+				d := withHits(desc("sharded", "s"), hits)
+				d.IsNegativeHits = true
+				if r := e.call(t, "d", 0, d); codesOf(r) != "O:O" {
+					t.Fatalf("%d negative hits: %s; want O:O", hits, codesOf(r))
+				}
+			}
+			empty := func(after string) {
+				t.Helper()
+				for i := range 3 {
+					if got := e.remaining(t, "d", "sharded", "s"); got != 30 {
+						t.Errorf("after %s, check %d: %d left, want 30 (every shard empty)", after, i+1, got)
+					}
+				}
+			}
+			e.expect(t, "a hit", []string{"O:O"}, "d", withHits(desc("sharded", "s"), 1))
+			neg(1)
+			empty("a hit given back on the next shard's turn")
+			e.expect(t, "three hits at once", []string{"O:O"}, "d", withHits(desc("sharded", "s"), 3))
+			neg(3)
+			empty("three hits given back")
 		})
 	}
 }

@@ -104,8 +104,10 @@ type envOpts struct {
 	headers     bool
 	shadow      bool
 	quota       bool
-	now         func() time.Time                   // nil: always tMid
-	shard       func(r *sluice.Request, n int) int // engine.Options.Shard
+	now         func() time.Time                               // nil: always tMid
+	shard       func(r *sluice.Request, n int) int             // engine.Options.Shard
+	spread      func(r sluice.Request, n int) []sluice.Request // engine.Options.Spread
+	shards      func(r sluice.Request, n int) []sluice.Request // engine.Options.Shards
 	grpc        server.GRPCOptions
 	// listen wraps the gRPC listener's net.Listener, given the metrics
 	// (the daemon's listener.Wrap); nil serves on it as it is.
@@ -121,7 +123,7 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if o.now == nil {
 		o.now = func() time.Time { return tMid }
 	}
-	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now, Shard: o.shard})
+	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now, Shard: o.shard, Spread: o.spread, Shards: o.shards})
 	if err != nil {
 		t.Fatal(err)
 	}
