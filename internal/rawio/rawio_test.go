@@ -208,3 +208,27 @@ func TestWriteRead(t *testing.T) {
 		t.Fatalf("after the peer closed: %v, want EOF or ECONNRESET", err)
 	}
 }
+
+// WriteRead writes its request whole even when the read deadline has
+// passed before it is called, then fails the read with the timeout: the
+// deadline bounds the wait for the answer, not the sending of the request.
+// (A request held for WriteRead whose connection took longer to dial
+// than the proxy's first wait was never sent, and the proxy then waited
+// response_header_timeout for an answer to nothing.)
+func TestWriteReadPastDeadline(t *testing.T) {
+	c, s := pair(t)
+	rc, ok := c.(*rawio.Conn)
+	if !ok {
+		t.Skip("no raw connections on " + runtime.GOOS)
+	}
+	c.SetReadDeadline(time.Now().Add(-time.Second))
+	_, err := rc.WriteRead([]byte("request"), make([]byte, 64))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("WriteRead past the read deadline = %v, want a timeout", err)
+	}
+	s.SetReadDeadline(time.Now().Add(30 * time.Second)) // a hang detector
+	got := make([]byte, len("request"))
+	if _, err := io.ReadFull(s, got); err != nil || string(got) != "request" {
+		t.Fatalf("the peer got %q, %v; want the request, sent whatever the read deadline", got, err)
+	}
+}
