@@ -138,7 +138,9 @@ func (c *Conn) writeWith(p []byte, f func(fd uintptr) bool) (int, error) {
 // system call per exchange). The poller's readiness is reset before w
 // goes out, so an answer arriving at any time after it wakes the wait;
 // bytes that came before w (none, in a request-answer protocol) are read
-// with the answer once it arrives. No Write may run meanwhile.
+// with the answer once it arrives. A read deadline that has passed still
+// lets w go out (only a write deadline stops it), then fails the read. No
+// Write may run meanwhile.
 func (c *Conn) WriteRead(w, p []byte) (int, error) {
 	if len(p) == 0 {
 		if _, err := c.Write(w); err != nil {
@@ -151,12 +153,22 @@ func (c *Conn) WriteRead(w, p []byte) (int, error) {
 	c.r.p, c.r.n, c.r.err, c.r.first = p, 0, nil, w
 	err := c.rc.Read(c.r.f)
 	n, rest := c.r.n, c.r.first
+	// The poller refused the read before the callback ran (its deadline
+	// had passed): w is unsent. The read deadline bounds the wait for
+	// the answer, not the sending of w.
+	unsent := err != nil && len(rest) > 0
 	if err == nil {
 		err = c.r.err
 	}
 	c.r.p, c.r.err, c.r.first = nil, nil, nil
 	c.wmu.Unlock()
 	c.rmu.Unlock()
+	if unsent {
+		if _, werr := c.Write(rest); werr != nil {
+			return 0, werr
+		}
+		return 0, err
+	}
 	if err != nil || len(rest) == 0 {
 		return n, err
 	}
