@@ -3,7 +3,10 @@ package hop
 import (
 	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestNamed(t *testing.T) {
@@ -39,5 +42,34 @@ func TestDrop(t *testing.T) {
 	want := http.Header{"Authorization": {"Bearer t"}, "Content-Length": {"3"}, "X-Kept": {"2"}}
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("after Drop: %v, want %v", h, want)
+	}
+}
+
+// Drop takes time in proportion to the header, however many names the
+// Connection header lists (a client writes it): each named header goes,
+// the others stay. Looking up the whole list for each header costs the
+// product, minutes for a header of a megabyte; the wait below is a hang
+// detector, far above the milliseconds it takes.
+func TestDropManyNames(t *testing.T) {
+	const n = 100_000
+	h := http.Header{"X-Kept": {"1"}}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "x-h" + strconv.Itoa(i)
+		h[http.CanonicalHeaderKey(names[i])] = []string{"v"}
+	}
+	h["Connection"] = []string{strings.Join(names, ", ")}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Drop(h)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Drop of %d headers, all named by Connection, still running after 30s", n)
+	}
+	if want := (http.Header{"X-Kept": {"1"}}); !reflect.DeepEqual(h, want) {
+		t.Errorf("after Drop: %d headers (X-Kept %q), want only X-Kept", len(h), h["X-Kept"])
 	}
 }
