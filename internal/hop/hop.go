@@ -38,12 +38,58 @@ func Named(cv []string, k string) bool {
 	return false
 }
 
+// Names is the set of header names a message's Connection values name,
+// made once per message (NewNames) so that checking each of its headers
+// (Has) takes time that does not grow with the number of names: Named
+// looks through them all for each header, and a client can write tens of
+// thousands of them (the checks of a header of a megabyte, each header
+// named, then took a minute). The zero Names holds no name.
+type Names struct {
+	cv  []string            // few names (fewNames): looked through, as Named
+	set map[string]struct{} // more: their canonical forms
+}
+
+// fewNames is how many comma-separated fields Names looks through for
+// each header without making a set (none allocated: Connection:
+// keep-alive, close, upgrade and the like).
+const fewNames = 8
+
+// NewNames returns the names the Connection values cv name.
+func NewNames(cv []string) Names {
+	fields := 0
+	for _, v := range cv {
+		fields += strings.Count(v, ",") + 1
+	}
+	if fields <= fewNames {
+		return Names{cv: cv}
+	}
+	set := make(map[string]struct{}, fields)
+	for _, v := range cv {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				set[textproto.CanonicalMIMEHeaderKey(f)] = struct{}{}
+			}
+		}
+	}
+	return Names{set: set}
+}
+
+// Has reports whether the names hold the canonical header name k, in any
+// case (as Named does, for ASCII names: a header name is ASCII).
+func (n Names) Has(k string) bool {
+	if n.set != nil {
+		_, ok := n.set[k]
+		return ok
+	}
+	return len(n.cv) > 0 && Named(n.cv, k)
+}
+
 // Drop removes h's hop-by-hop headers: those its Connection names, and
 // the fixed ones (Is).
 func Drop(h http.Header) {
-	conn := h["Connection"]
+	names := NewNames(h["Connection"])
 	for k := range h {
-		if Is(k) || len(conn) > 0 && Named(conn, k) {
+		if Is(k) || names.Has(k) {
 			delete(h, k)
 		}
 	}

@@ -24,6 +24,21 @@ func TestNamed(t *testing.T) {
 	}
 }
 
+// Names answers as Named does, with few names (looked through) and with
+// many (a set).
+func TestNamesAsNamed(t *testing.T) {
+	few := []string{"keep-alive, X-Hop", " ,x-other ,"}
+	many := append([]string{"a, b, c, d, e, f, g, h, i"}, few...)
+	for _, cv := range [][]string{nil, few, many} {
+		names := NewNames(cv)
+		for _, k := range []string{"Keep-Alive", "X-Hop", "X-Other", "X-Ho", "", "Accept", "A", "I"} {
+			if got, want := names.Has(k), Named(cv, k); got != want {
+				t.Errorf("NewNames(%q).Has(%q) = %v, want %v (Named)", cv, k, got, want)
+			}
+		}
+	}
+}
+
 func TestDrop(t *testing.T) {
 	h := http.Header{
 		"Connection":          {"X-Hop, upgrade"},

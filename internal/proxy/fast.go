@@ -73,12 +73,12 @@ func ishex(c byte) bool {
 }
 
 // dropRequestHeader reports whether the incoming header k is not
-// forwarded on the fast path.
-func dropRequestHeader(k string, conn []string) bool {
+// forwarded on the fast path; conn: what the request's Connection names.
+func dropRequestHeader(k string, conn hop.Names) bool {
 	if hop.Is(k) || k == "Content-Length" || k == "Host" || forwardingHeader(k) {
 		return true
 	}
-	return len(conn) > 0 && hop.Named(conn, k)
+	return conn.Has(k)
 }
 
 // forwardingHeader reports whether the request header k is a forwarding
@@ -163,7 +163,7 @@ func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
 		bw.WriteString(p.o.Upstream.Host)
 	}
 	bw.WriteString("\r\n")
-	conn := r.Header["Connection"]
+	conn := hop.NewNames(r.Header["Connection"])
 	// Header names and values were checked by net/http's server (no
 	// CR, LF or NUL), so they are written as they came.
 	for k, vv := range r.Header {
@@ -247,9 +247,9 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		return
 	}
 	h := w.Header()
-	conn := resp.Header["Connection"]
+	conn := hop.NewNames(resp.Header["Connection"])
 	for k, vv := range resp.Header {
-		if hop.Is(k) || len(conn) > 0 && hop.Named(conn, k) {
+		if hop.Is(k) || conn.Has(k) {
 			continue
 		}
 		h[k] = vv
