@@ -48,19 +48,22 @@ func NewWalker(file, what string, max int) Walker {
 // the budget bounds only what its aliases add and a large file without
 // aliases is read whole. Call it once, before the walk.
 func (w *Walker) Own(root *yaml.Node) {
-	n := 0
-	stack := []*yaml.Node{root}
-	for len(stack) > 0 {
-		x := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if x == nil {
-			continue
-		}
-		n++
-		stack = append(stack, x.Content...)
-	}
+	n := nodes(root)
 	w.max += n
 	w.budget += n
+}
+
+// nodes counts the nodes of the tree at n, aliases not followed. The
+// recursion is as deep as the document, which yaml.v3 bounds (10,000).
+func nodes(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	c := 1
+	for _, x := range n.Content {
+		c += nodes(x)
+	}
+	return c
 }
 
 // Fail records a problem at n's line (0 when n is nil) under key.
