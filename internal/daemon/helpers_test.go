@@ -96,10 +96,12 @@ func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon 
 	if set != nil {
 		set(&opts)
 	}
+	began := time.Now()
 	td.d, err = New(cfg, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	took := time.Since(began)
 	a := td.d.Addrs()
 	td.api = "http://" + a.API
 	if a.Proxy != "" {
@@ -116,7 +118,30 @@ func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon 
 			t.Logf("daemon logs:\n%s", td.logs.String())
 		}
 	})
+	if td.d.lazy != nil && !td.d.lazy.Connected() && took >= time.Second {
+		td.awaitRedisRetry()
+	}
 	return td
+}
+
+// awaitRedisRetry waits, after a start whose one try at Redis timed out
+// (New took its bound, a second at least; a refused connection fails at
+// once), for the daemon's next try, a ConnectRetry later: until it has
+// connected, or has logged that Redis does not answer or refused it. On a
+// loaded machine that first try can miss a test's 2s timeout with Redis
+// up (at a load average of 30 TestDeferThroughProxy's did: every request
+// was let through on the store error), and until the daemon connects
+// every decision fails; a test that starts a daemon on a Redis that is up
+// means it to decide there from its first request. A Redis down or hung
+// on purpose fails the next try too, and the test goes on as before.
+func (td *testDaemon) awaitRedisRetry() {
+	deadline := time.Now().Add(30 * time.Second)
+	for !td.d.lazy.Connected() && time.Now().Before(deadline) {
+		if l := td.logs.String(); strings.Contains(l, "Redis does not answer; retrying") || strings.Contains(l, "Redis refused the connection") {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // stop cancels Run and returns its result (once; later calls return nil).
