@@ -80,7 +80,7 @@ func leaseProcesses(t *testing.T, addrs []string, cluster bool) {
 					full--
 				}
 				for w, a := range windows {
-					t.Logf("window %d: admitted %d of %d (%.1f%%)", w, a, R, 100*float64(a)/float64(R))
+					t.Logf("window %d: admitted %d of %d (%.1f%%), %d sent", w, a, R, 100*float64(a)/float64(R), tot.SentByWindow[w])
 					if a > R {
 						t.Errorf("window %d: admitted %d, over the limit %d", w, a, R)
 					}

@@ -269,8 +269,8 @@ func syncProcesses(t *testing.T, addrs []string, cluster bool) {
 				}
 				for w, a := range windows {
 					over := float64(a) - R
-					t.Logf("fixed_window %v, sync %v, %d processes at %dx (%.0f req/s sent): window %d admitted %d: overshoot %.0f = %.2f%% of the limit; formula %.1f (%.2f%%) with the measured gap %v and batch %v, %.1f (%.2f%%) nominal; largest overshoot a batch saw %d",
-						c.limit, c.interval, n, overload, sent, w, a, over, 100*over/R, bound, 100*bound/R, gap, rtt, nominal, 100*nominal/R, observed)
+					t.Logf("fixed_window %v, sync %v, %d processes at %dx (%.0f req/s sent): window %d admitted %d of %d sent: overshoot %.0f = %.2f%% of the limit; formula %.1f (%.2f%%) with the measured gap %v and batch %v, %.1f (%.2f%%) nominal; largest overshoot a batch saw %d",
+						c.limit, c.interval, n, overload, sent, w, a, tot.SentByWindow[w], over, 100*over/R, bound, 100*bound/R, gap, rtt, nominal, 100*nominal/R, observed)
 					if over > bound+n {
 						t.Errorf("window %d: admitted %d, overshoot %.0f above the bound %.1f", w, a, over, bound)
 					}
