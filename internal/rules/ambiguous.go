@@ -183,30 +183,28 @@ func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous
 }
 
 // cookieValue returns the value of cookie name in h, as Request.Cookie
-// reads it, or ok=false; multi when name is sent more than once with
-// different values (on one Cookie line or two: browsers do, for cookies
-// of one name set for different paths or domains); ambiguous when a
-// cookie name apps read as it is sent: PHP URL-decodes cookie names and
-// reads them as query names (nameAlias).
+// reads it (cookiePart) but past its cap on the number of cookies, or
+// ok=false; multi when name is sent more than once with different values
+// (on one Cookie line or two: browsers do, for cookies of one name set
+// for different paths or domains); ambiguous when a cookie name apps read
+// as it is sent: PHP URL-decodes cookie names and reads them as query
+// names (nameAlias).
 func cookieValue(req *http.Request, name string) (value string, ok, multi, ambiguous bool) {
-	n, first := 0, ""
 	for _, line := range req.Header["Cookie"] {
 		for line != "" {
 			var part string
 			part, line, _ = strings.Cut(line, ";")
-			k, v, _ := strings.Cut(part, "=")
-			k = textproto.TrimString(k)
-			if k == "" {
-				continue
-			}
-			if k == name {
-				if v = textproto.TrimString(v); n == 0 {
-					first = v
-				} else if v != first {
+			k, v, named := cookiePart(part, name)
+			if named {
+				if !ok {
+					value, ok = v, true
+				} else if v != value {
 					multi = true
 				}
-				n++
 				continue
+			}
+			if k == "" || k == name {
+				continue // empty, or name's with a value no cookie may hold (skipped, as net/http does)
 			}
 			if strings.ContainsAny(k, "%+") {
 				if u, err := url.QueryUnescape(k); err == nil {
@@ -218,11 +216,32 @@ func cookieValue(req *http.Request, name string) (value string, ok, multi, ambig
 			}
 		}
 	}
-	c, err := req.Cookie(name)
-	if err != nil {
-		return "", false, false, false
+	return value, ok, multi, false
+}
+
+// cookiePart reads one ';'-separated part of a Cookie header as net/http's
+// Request.Cookie does — the part trimmed, its name trimmed, the value's
+// double quotes stripped, and a value with a byte a cookie may not hold
+// skipped — and reports whether it is a cookie named name with a value
+// (v). k is the part's name. Read part by part, the header has no cap on
+// its cookies: net/http finds none in a header of more than 3000
+// (httpcookiemaxnum), which would let a client pad its Cookie header to
+// hide its key from a rule while the app behind, which has no such cap
+// (PHP, Node, Python, Java), reads it.
+func cookiePart(part, name string) (k, v string, named bool) {
+	k, v, _ = strings.Cut(textproto.TrimString(part), "=")
+	if k = textproto.TrimString(k); k != name {
+		return k, "", false
 	}
-	return c.Value, true, multi, false
+	if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == ';' || c == '\\' {
+			return k, "", false
+		}
+	}
+	return k, v, true
 }
 
 // validEscapes reports whether url.QueryUnescape(v) succeeds, without

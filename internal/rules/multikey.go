@@ -47,9 +47,15 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
 			queryValue(q, p.Name, &vs)
 		case PartCookie:
-			for _, c := range req.CookiesNamed(p.Name) {
-				if !slices.Contains(vs, c.Value) {
-					vs = append(vs, c.Value)
+			// Read part by part, as cookieValue: net/http's
+			// CookiesNamed finds none past its cap (cookiePart).
+			for _, line := range req.Header["Cookie"] {
+				for line != "" {
+					var part string
+					part, line, _ = strings.Cut(line, ";")
+					if _, v, named := cookiePart(part, p.Name); named && !slices.Contains(vs, v) {
+						vs = append(vs, v)
+					}
 				}
 			}
 		case PartMethod:
