@@ -130,7 +130,7 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	if len(keys) == 0 {
 		keys = []string{"ip"}
 	}
-	parts := make(map[Part]int, len(keys)) // part → times listed before
+	parts := make(map[Part]bool, len(keys))
 	for j, k := range keys {
 		key := "key[" + strconv.Itoa(j) + "]"
 		if len(sp.Key) == 0 {
@@ -141,11 +141,12 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 			f(key, "%v", err)
 			continue
 		}
-		// Told once for each time listed before, as the rule fails anyway.
-		for range parts[p] {
+		// Told once for each item that repeats one before it, not once
+		// for each copy before it: n copies made n²/2 problems.
+		if parts[p] {
 			f(key, "key part %q listed twice", k)
 		}
-		parts[p]++
+		parts[p] = true
 		r.Key = append(r.Key, p)
 	}
 
