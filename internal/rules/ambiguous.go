@@ -136,6 +136,7 @@ func foldParamByte(c byte) byte {
 // one.
 func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous bool) {
 	found := false
+	var seen map[string]struct{} // *all's values, once there are many (appendNew)
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
@@ -174,8 +175,8 @@ func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous
 		}
 		if v != value {
 			multi = true
-			if all != nil && !slices.Contains(*all, v) {
-				*all = append(*all, v)
+			if all != nil {
+				*all, seen = appendNew(*all, v, seen)
 			}
 		}
 	}
@@ -288,4 +289,30 @@ func allSame(vs []string) bool {
 		}
 	}
 	return true
+}
+
+// appendNew appends v to the distinct values vs unless it is there
+// already, looking it up in seen once vs holds more than a few (seen is
+// made then, and returned for the next call): a request sending a
+// parameter with very many values takes time in proportion to them, not
+// to their square.
+func appendNew(vs []string, v string, seen map[string]struct{}) ([]string, map[string]struct{}) {
+	const few = 8
+	if seen == nil {
+		if slices.Contains(vs, v) {
+			return vs, nil
+		}
+		if vs = append(vs, v); len(vs) > few {
+			seen = make(map[string]struct{}, 2*len(vs))
+			for _, s := range vs {
+				seen[s] = struct{}{}
+			}
+		}
+		return vs, seen
+	}
+	if _, ok := seen[v]; ok {
+		return vs, seen
+	}
+	seen[v] = struct{}{}
+	return append(vs, v), seen
 }

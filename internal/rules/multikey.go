@@ -39,9 +39,7 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				break
 			}
 			for _, v := range req.Header[p.Name] {
-				if !slices.Contains(vs, v) {
-					vs = append(vs, v)
-				}
+				vs = addValue(vs, v)
 			}
 		case PartQuery:
 			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
@@ -53,8 +51,8 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				for line != "" {
 					var part string
 					part, line, _ = strings.Cut(line, ";")
-					if _, v, named := cookiePart(part, p.Name); named && !slices.Contains(vs, v) {
-						vs = append(vs, v)
+					if _, v, named := cookiePart(part, p.Name); named {
+						vs = addValue(vs, v)
 					}
 				}
 			}
@@ -63,7 +61,7 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 		case PartPath:
 			vs = []string{path}
 		}
-		vs = slices.DeleteFunc(vs, func(v string) bool { return v == "" })
+		vs = slices.DeleteFunc(vs, func(v string) bool { return v == "" }) // queryValue's
 		if len(vs) == 0 {
 			return dst, nil // missing: r does not apply
 		}
@@ -88,4 +86,16 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 		}
 	}
 	return dst, nil
+}
+
+// addValue appends v to the distinct values vs of a key part unless it is
+// there already or empty (no key), or vs holds more than MaxKeysPerRule
+// already (the part is refused as too many): a look through at most that
+// many for each value, so that a request sending very many takes time in
+// proportion to them, not to their square.
+func addValue(vs []string, v string) []string {
+	if v == "" || len(vs) > MaxKeysPerRule || slices.Contains(vs, v) {
+		return vs
+	}
+	return append(vs, v)
 }
