@@ -305,7 +305,7 @@ func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 				continue
 			}
 		} else if !d.value(k, item, e) && et == prefixType {
-			e.SetZero() // what it held is the next item's
+			e.SetZero() // its slot is the next item's
 			continue
 		}
 		kept++
