@@ -33,7 +33,7 @@ type Options struct {
 	// body; 0: none.
 	BodyReadTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long; 0: none
-	// (net/http then uses ReadHeaderTimeout).
+	// (net/http falls back on ReadTimeout, which Server leaves unset).
 	IdleTimeout time.Duration
 	// SendTimeout is the longest a write to the client may go without
 	// progress (the client reads nothing): the connection is then closed
