@@ -74,3 +74,40 @@ func TestConfigEditedWhileNamedFileMissing(t *testing.T) {
 		t.Errorf("%d lines say the config changed while the file is missing, want 2 (one per edit)", n)
 	}
 }
+
+// TestConfigEditedWhileDescriptorFileMissing: as
+// TestConfigEditedWhileNamedFileMissing, for a descriptor file that
+// grpc.config names: edits made while it is missing wait for it, each
+// said to, and the last is applied with it once it is back.
+func TestConfigEditedWhileDescriptorFileMissing(t *testing.T) {
+	const desc = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	config := func(rate string) string {
+		return "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [d.yaml]\nrules:\n  - {name: keep, rate: " + rate + "}\n"
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	mustWrite(t, file, desc)
+	path := filepath.Join(dir, "sluice.yaml")
+	mustWrite(t, path, config("3/m"))
+	td := startDaemonFile(t, path)
+	const missing, edited = "a file the config names is missing", "config changed while a file it names is missing"
+	mustRemove(t, file)
+	td.lookUntil("the descriptor file removed", func(l string) bool { return strings.Contains(l, "descriptor file is missing") })
+
+	replaceFile(t, path, config("5/m"))
+	td.lookUntil("an edit that still names the descriptor file", func(l string) bool { return strings.Count(l, missing) == 1 })
+	replaceFile(t, path, config("6/m"))
+	td.lookUntil("a second edit", func(l string) bool { return strings.Count(l, edited) == 1 })
+	if got := td.d.Config().Rules[0].Rate; got != "3/m" {
+		t.Errorf("rate in force while the descriptor file is missing: %s, want 3/m", got)
+	}
+	mustWrite(t, file, desc)
+	for td.d.Config().Rules[0].Rate != "6/m" {
+		if r := td.nextLook(); r.Err != nil {
+			t.Fatalf("the descriptor file back: %v, want the edit applied", r.Err)
+		}
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted: %v, want 0", got)
+	}
+}
