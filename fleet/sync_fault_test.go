@@ -23,8 +23,12 @@ func TestSyncFlushClusterNodeDown(t *testing.T) {
 	s := newSync(t, rs, fleet.SyncOptions{Interval: time.Hour}) // batches only when flushed
 	ctx := context.Background()
 	const keys = 12
+	// One instant, at an hour's start: on the clock, an hour ending during
+	// the test (seconds: a master stops and restarts) moved the keys'
+	// window, and the counts it reads were of the new one.
+	t0 := time.Now().Truncate(time.Hour)
 	req := func(i int) sluice.Request {
-		return sluice.Request{Key: fmt.Sprint("half/", i), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1, Now: time.Now()}
+		return sluice.Request{Key: fmt.Sprint("half/", i), Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1000), Cost: 1, Now: t0}
 	}
 	takeAll := func(n int) {
 		t.Helper()
