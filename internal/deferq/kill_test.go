@@ -27,7 +27,10 @@ func child() {
 		os.Exit(2)
 	}
 	u, _ := url.Parse(os.Getenv("DEFERQ_UPSTREAM"))
-	q, err := newQueue(deferq.Options{Client: c, Upstream: u, Consumer: "victim", ClaimIdle: 10 * time.Second, DeliveryTimeout: 4 * time.Second, Concurrency: 1})
+	// Its sends are not cut off (10 min): one cut off while the test waited
+	// to kill it (4 s, once) was sent again, a third arrival. The survivor
+	// takes its requests over by ageHeld, whatever the claim idle.
+	q, err := newQueue(deferq.Options{Client: c, Upstream: u, Consumer: "victim", ClaimIdle: time.Hour, DeliveryTimeout: 10 * time.Minute, Concurrency: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
