@@ -95,7 +95,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.grpcSrv = g
 		_ = d.metrics.GaugeFunc("sluice_grpc_calls_waiting", "gRPC calls on the grpc listener whose request has not come yet, over all its connections.",
 			func() float64 { return float64(g.Calls()) })
-		_ = d.metrics.CounterFunc("sluice_grpc_calls_refused_total", "gRPC calls refused (RESOURCE_EXHAUSTED) because the grpc listener held its most calls waiting for their request.",
+		_ = d.metrics.CounterFunc("sluice_grpc_calls_refused_total", "gRPC calls refused (RESOURCE_EXHAUSTED) because the grpc listener held its most calls waiting for their request, or, for health and reflection calls, which count until they end, half that.",
 			func() float64 { return float64(g.CallsRefused()) })
 		_ = d.metrics.CounterFunc("sluice_grpc_connections_closed_unread_total", "gRPC connections closed because more of their answers than the listener keeps waited for the client's flow-control window: over 100 for 10 s on end, or, when all connections together leave over 10,000 waiting, those waiting longest, at once.",
 			func() float64 { return float64(g.ClosedUnread()) })

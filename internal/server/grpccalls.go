@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -37,15 +38,23 @@ const reapEvery = 64
 // come (arrived); a call that ended otherwise (its client reset it or went
 // away; a health check or reflection call) is reaped from the list when
 // the list is full, or when Calls is read. A streaming call (health Watch,
-// reflection) counts while it lasts.
+// reflection) counts while it lasts, so calls other than the rate limit
+// service's may hold at most half of max: 1,000 Watch calls from one
+// client (its connection carries as many), reading their statuses,
+// otherwise had every rate limit call of the listener refused for as long
+// as they lasted, which may be for ever.
 type callGate struct {
 	max     int
 	refused atomic.Uint64
 	mu      sync.Mutex
 	list    waiting // sentinel of a ring of the calls counted
 	n       int     // calls in the ring
+	others  int     // of them, calls other than the rate limit service's
 	skip    int     // refusals to go before the next reap
 }
+
+// rlsMethod is the rate limit service's method, as grpc-go names it.
+var rlsMethod = "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"
 
 func newCallGate(max int) *callGate {
 	g := &callGate{max: max}
@@ -60,6 +69,7 @@ type callKey struct{}
 type waiting struct {
 	context.Context
 	prev, next *waiting
+	other      bool // a call other than the rate limit service's
 }
 
 func (w *waiting) Value(key any) any {
@@ -73,25 +83,42 @@ func errCalls(max int) error {
 	return status.Error(codes.ResourceExhausted, "server: "+strconv.Itoa(max)+" calls waiting for their request, the most this listener holds")
 }
 
-// tap lists a new call, or refuses it when max are listed and alive. ctx
+func errOthers(max int) error {
+	return status.Error(codes.ResourceExhausted, "server: "+strconv.Itoa(max)+" health and reflection calls, the most this listener holds")
+}
+
+// fullLocked reports whether a call (other: not the rate limit service's)
+// must be refused.
+func (g *callGate) fullLocked(other bool) bool {
+	return g.n >= g.max || other && g.others >= g.max/2
+}
+
+// tap lists a new call, or refuses it when max are listed and alive (or,
+// for a call other than the rate limit service's, max/2 such calls). ctx
 // is the call's stream's own: grpc-go cancels it when the call ends.
-func (g *callGate) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	w := &waiting{Context: ctx}
+func (g *callGate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	w := &waiting{Context: ctx, other: info != nil && info.FullMethodName != rlsMethod}
 	g.mu.Lock()
 	// Reap when full, but after a futile reap only every reapEvery
 	// refusals, or once the oldest call counted has ended.
-	if g.n >= g.max && (g.skip == 0 || g.list.prev.Context.Err() != nil) && g.reapLocked() == 0 {
+	if g.fullLocked(w.other) && (g.skip == 0 || g.list.prev.Context.Err() != nil) && g.reapLocked() == 0 {
 		g.skip = reapEvery
 	}
-	if g.n >= g.max {
+	if g.fullLocked(w.other) {
 		g.skip--
 		g.mu.Unlock()
 		g.refused.Add(1)
+		if g.n < g.max {
+			return nil, errOthers(g.max / 2)
+		}
 		return nil, errCalls(g.max)
 	}
 	w.prev, w.next = &g.list, g.list.next
 	w.next.prev, g.list.next = w, w
 	g.n++
+	if w.other {
+		g.others++
+	}
 	g.mu.Unlock()
 	return w, nil
 }
@@ -101,6 +128,9 @@ func (g *callGate) unlinkLocked(w *waiting) {
 	w.prev.next, w.next.prev = w.next, w.prev
 	w.prev, w.next = nil, nil
 	g.n--
+	if w.other {
+		g.others--
+	}
 }
 
 // reapLocked takes the calls that have ended out of the ring and returns

@@ -3,6 +3,10 @@ package server
 import (
 	"context"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // TestCallGate: the gate counts calls until their request comes or they
@@ -54,5 +58,39 @@ func TestCallGate(t *testing.T) {
 	}
 	if !admitted {
 		t.Fatal("no call admitted after a call ended")
+	}
+}
+
+// TestCallGateOthers: calls other than the rate limit service's take at
+// most half of max, the rate limit service's the rest, and an other call
+// that ended makes room for the next.
+func TestCallGateOthers(t *testing.T) {
+	g := newCallGate(4)
+	watch := &tap.Info{FullMethodName: "/grpc.health.v1.Health/Watch"}
+	rls := &tap.Info{FullMethodName: rlsMethod}
+	first, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, ctx := range []context.Context{first, context.Background()} {
+		if _, err := g.tap(ctx, watch); err != nil {
+			t.Fatalf("other call %d of max 4: %v", i+1, err)
+		}
+	}
+	if _, err := g.tap(context.Background(), watch); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 3rd other call at max 4: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	for i := range 2 {
+		if _, err := g.tap(context.Background(), rls); err != nil {
+			t.Fatalf("rate limit call %d beside 2 others, max 4: %v", i+1, err)
+		}
+	}
+	if _, err := g.tap(context.Background(), rls); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a rate limit call at max 4: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	cancel() // the oldest other call ended
+	if _, err := g.tap(context.Background(), watch); err != nil {
+		t.Fatalf("an other call after one ended: %v, want admitted", err)
+	}
+	if g.refused.Load() != 2 || g.others != 2 || g.n != 4 {
+		t.Errorf("refused %d, others %d, counted %d; want 2, 2, 4", g.refused.Load(), g.others, g.n)
 	}
 }
