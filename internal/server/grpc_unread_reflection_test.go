@@ -22,7 +22,8 @@ import (
 // size. They went to grpc-go's buffer pool, whose sizes jump from 32 KB
 // to 1 MB: each waiting answer held 1 MB (measured, 1,030 KB a call), so
 // 100 MB a connection, which its 100 answers never get closed for, and
-// 10 GB for the listener's 10,000.
+// 1 GB for the listener's (reflection calls count toward MaxCalls while
+// they last, and now take at most half of it: 500 MB, now 27 MB).
 func TestGRPCUnreadReflection(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{MaxCalls: 10_000}})
 	msg, err := proto.Marshal(&refpb.ServerReflectionRequest{MessageRequest: &refpb.ServerReflectionRequest_FileContainingSymbol{
