@@ -33,7 +33,7 @@ type LeaseStore interface {
 // store said a unit frees up (the end of the window, or the time a bucket
 // refills enough for a chunk), so a key over its limit costs no round trip
 // per request. Quota given back by another instance's Close meanwhile waits
-// for that time.
+// for that time, unless the instance is told of it (ForgetKey).
 //
 // It handles token_bucket, gcra, fixed_window and sliding_window_counter
 // with one segment (see Sync for why not the others); a lease of the
@@ -190,6 +190,9 @@ func (l *Lease) giveUp(ctx context.Context, e *leaseEntry, now time.Time) error 
 // held.
 func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, need int64, d *sluice.Decision) error {
 	us := r.Now.UnixMicro()
+	if e.given.Load() && e.given.Swap(false) {
+		e.denyUntil, e.denyNeed = 0, 0 // units given back elsewhere (ForgetKey)
+	}
 	if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
 		e.units = min(e.units, e.valid(us))
 	}
@@ -380,4 +383,20 @@ func (l *Lease) giveBack(entries []*leaseEntry, now time.Time, forget bool) erro
 		}
 	}
 	return err
+}
+
+// ForgetKey ends the local refusal of key in namespace ns, for units of
+// it given back elsewhere (another instance's CloseAt or ForgetAt, a
+// refund: what redisstore.Store.WatchRefunds tells of, as it tells an
+// OverLimitCache): a request of the key that the units held do not cover
+// asks the store again, rather than being refused until the time the
+// store said a unit frees up. The units held stay. It does not wait for
+// a decision of the key under way: a refusal that decision leaves ends
+// with the key's next decision.
+func (l *Lease) ForgetKey(ns, key string) {
+	l.mu.Lock()
+	if e := l.keys[nsKey{ns, key}]; e != nil {
+		e.given.Store(true)
+	}
+	l.mu.Unlock()
 }

@@ -33,6 +33,9 @@ type leaseEntry struct {
 	skew      int64        // µs: the instance's clock minus the store's, at it
 	denyUntil int64        // µs: the store has nothing for us until then…
 	denyNeed  int64        // …for requests needing this many units or more
+	// given: units of the key were given back elsewhere since (ForgetKey),
+	// so denyUntil no longer holds; read and cleared under mu.
+	given atomic.Bool
 }
 
 // retry is how long from us until the store's state at the last grant, with

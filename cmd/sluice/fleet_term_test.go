@@ -97,9 +97,9 @@ rules:
 // TestFleetSIGTERMUnitsAfterRefusal: the units a stopping instance gives
 // back reach the instances that ask Redis; one that Redis had nothing
 // left for refuses on its own (its lease, then its over-limit cache)
-// until a unit frees up there, the window's end, and does not see them.
-// The fleet then admits less than the limit, by at most the units given
-// back, never more (the README says so).
+// until the give-back's message reaches it, then asks Redis again. The
+// fleet admits at most the limit, and at least the limit less the units
+// given back (b's requests may all come before the message).
 func TestFleetSIGTERMUnitsAfterRefusal(t *testing.T) {
 	// Its fixed windows count in hours since the epoch: not across an edge.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
@@ -132,5 +132,5 @@ rules:
 	if admitted+after > 10 || admitted+after < 10-4 {
 		t.Fatalf("the fleet admitted %d in the window, want between 6 (the limit less a's 4 units given back) and the limit 10", admitted+after)
 	}
-	t.Logf("b admitted %d of a's 4 units given back (it refuses on its own until the window ends)", after)
+	t.Logf("b admitted %d of a's 4 units given back (it refuses on its own until told of them)", after)
 }

@@ -332,6 +332,17 @@ func (f *fleetStore) Lost() error {
 	return errors.Join(errs...)
 }
 
+// ForgetKey tells the leases that units of key in namespace ns were given
+// back in Redis elsewhere (fleet.Lease.ForgetKey): one refusing the key
+// on its own asks Redis again.
+func (f *fleetStore) ForgetKey(ns, key string) {
+	f.mu.Lock()
+	for _, l := range f.leases {
+		l.ForgetKey(ns, key)
+	}
+	f.mu.Unlock()
+}
+
 // Close hands back the local state (sync: hits not sent; lease: units
 // held and still good on the decisions' clock); the shared store stays
 // open. Call it after the last decision.

@@ -98,7 +98,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	// confirms the subscription, and whenever it is cut). Connected at
 	// startup, the daemon starts with the cache subscribed, waiting for
 	// it as long as for the connection.
-	feed := &refundFeed{OverLimitCache: cache, live: make(chan struct{})}
+	feed := &refundFeed{OverLimitCache: cache, fleet: fs, live: make(chan struct{})}
 	lazy.watchRefunds(feed)
 	if lazy.Connected() {
 		t := time.NewTimer(max(r.Timeout, time.Second))
@@ -214,10 +214,21 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 
 // refundFeed is the over-limit cache as redisstore.Store.WatchRefunds
 // tells it of refunds; live is closed at its first Resume (subscribed).
+// The leases (fleet) are told of each key too: one refusing a key on its
+// own asks Redis again.
 type refundFeed struct {
 	*fleet.OverLimitCache
-	once sync.Once
-	live chan struct{}
+	fleet *fleetStore
+	once  sync.Once
+	live  chan struct{}
+}
+
+// ForgetKey tells the leases before the cache: a request the cache lets
+// through once it forgot must not find a lease still refusing on its
+// own, whose refusal the cache would remember again.
+func (f *refundFeed) ForgetKey(ns, key string) {
+	f.fleet.ForgetKey(ns, key)
+	f.OverLimitCache.ForgetKey(ns, key)
 }
 
 func (f *refundFeed) Resume() {
