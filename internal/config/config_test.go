@@ -435,6 +435,10 @@ func FuzzParseConfig(f *testing.F) {
 	for _, tls := range []string{"true", "{}", "{ca: a.pem, cert: c.pem}", "maybe", "[x]", "&t {server_name: r}", "${SLUICE_TEST_UNSET_TLS:-true}"} {
 		f.Add([]byte("store:\n  type: redis\n  redis:\n    addrs: [127.0.0.1:6379]\n    tls: " + tls + "\n"))
 	}
+	// grpc.xds.node_metadata: a mapping of strings, or not.
+	for _, md := range []string{"{}", "{a: b, c: 1}", "~", "[a]", "{a: {b: c}}", "&m {a: b}", "{<<: {a: b}}", "{\"\": x}"} {
+		f.Add([]byte("grpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: h:1\n    node_metadata: " + md + "\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.yaml", data)
 		if err != nil {

@@ -19,7 +19,8 @@ import (
 
 // The decoder walks the YAML nodes into the config structs, reading each
 // struct's `yaml:"name"` tags as the keys it accepts. It knows these field
-// types: string, bool, int, int64, time.Duration, netip.Prefix, any type
+// types: string, bool, int, int64, time.Duration, netip.Prefix, maps of
+// strings to strings (a mapping of any keys), any type
 // whose pointer implements encoding.TextUnmarshaler (such as
 // rules.AutoCount), structs (a mapping; one whose pointer is a boolSetter
 // also a boolean), pointers to structs (nil when the
@@ -171,6 +172,11 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 		return ok
 	case reflect.Slice:
 		return d.slice(key, n, v)
+	case reflect.Map:
+		if t.Key().Kind() != reflect.String || t.Elem().Kind() != reflect.String {
+			break
+		}
+		return d.strings(key, n, v)
 	case reflect.Struct:
 		return d.structure(key, n, v)
 	case reflect.Pointer:
@@ -322,6 +328,23 @@ func (d *decoder) line(path string, l int) {
 		return
 	}
 	d.lines[path] = l
+}
+
+// strings decodes the mapping n, of any keys with string values, into the
+// map v (grpc.xds.node_metadata). A mapping given, even empty, makes a
+// non-nil map.
+func (d *decoder) strings(key string, n *yaml.Node, v reflect.Value) bool {
+	out := reflect.MakeMap(v.Type())
+	ok := d.Mapping(key, n, []string{"any name: a string"}, func(name, path string, k, val *yaml.Node) {
+		d.line(path, k.Line)
+		if s, ok := d.str(path, val); ok {
+			out.SetMapIndex(reflect.ValueOf(name).Convert(v.Type().Key()), reflect.ValueOf(s).Convert(v.Type().Elem()))
+		}
+	})
+	if ok {
+		v.Set(out)
+	}
+	return ok
 }
 
 // isNull reports whether n, aliases followed, is a null value.

@@ -13,8 +13,12 @@ import (
 type GRPCConfig struct {
 	Listen string `yaml:"listen"` // required, host:port
 	// Config lists the Envoy-format descriptor files, or directories of
-	// them, resolved against the config file's directory.
+	// them, resolved against the config file's directory. Config or XDS
+	// is required, not both.
 	Config []string `yaml:"config"`
+	// XDS, if set, takes the descriptors from an xDS management server
+	// instead of files.
+	XDS *XDSConfig `yaml:"xds"`
 	// TLS, if set, serves the gRPC service over TLS (mTLS with ClientCA).
 	TLS *TLSConfig `yaml:"tls"`
 	// ResponseHeaders adds the rate-limit headers (RateLimit-*,
@@ -56,6 +60,9 @@ func (g *GRPCConfig) defaults(file string) {
 	if g.TLS != nil {
 		g.TLS.defaults(file)
 	}
+	if g.XDS != nil {
+		g.XDS.defaults(file)
+	}
 }
 
 func (g *GRPCConfig) check(ck *checker) {
@@ -64,8 +71,13 @@ func (g *GRPCConfig) check(ck *checker) {
 	} else {
 		ck.listen("grpc.listen", g.Listen)
 	}
-	if len(g.Config) == 0 {
-		ck.fail("grpc.config", "missing: list the Envoy descriptor files, such as [ratelimit.yaml]")
+	switch {
+	case g.XDS != nil && g.Config != nil:
+		ck.fail("grpc.xds", "grpc.config and grpc.xds exclude each other: the descriptors come from files or from an xDS server, not both (the reference service's CONFIG_TYPE is FILE or GRPC_XDS_SOTW)")
+	case g.XDS != nil:
+		g.XDS.check(ck)
+	case len(g.Config) == 0:
+		ck.fail("grpc.config", "missing: list the Envoy descriptor files, such as [ratelimit.yaml], or give grpc.xds")
 	}
 	var read []readBy
 	for i, p := range g.Config {

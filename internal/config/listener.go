@@ -140,6 +140,7 @@ func (c *Config) TLSProblems() error {
 		each("grpc.tls", c.GRPC.TLS)
 	}
 	es = append(es, c.redisTLSProblems()...)
+	es = append(es, c.xdsTLSProblems()...)
 	return es.Err()
 }
 
