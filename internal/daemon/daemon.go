@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +107,9 @@ type Daemon struct {
 	grpcDone             chan error         // receives Serve's result
 	descWatcher          *configWatcher     // the descriptor files; nil without grpc
 	tokenWatcher         *configWatcher     // api.token_file; nil without one, or without a config file
+	xds                  bool               // grpc.xds: the descriptors come from an xDS server
+	xdsTLS               *tls.Config        // grpc.xds.tls's client config; nil for plaintext
+	xdsApplied           atomic.Bool        // a config from the xDS server is in force (/readyz)
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath
@@ -178,6 +182,10 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 		d.closeStore()
 		return nil, err
 	}
+	if err := d.openXDS(cfg); err != nil {
+		d.closeStore()
+		return nil, err
+	}
 	gen, err := d.build(cfg, nil)
 	var rt *routes
 	if err == nil && d.fleet != nil {
@@ -215,7 +223,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 		}
 		d.reloader.named, d.reloader.namedWriting, d.reloader.namedGone = d.namedDigest, d.namedWriting, d.namedGone
 	}
-	if cfg.GRPC != nil {
+	if cfg.GRPC != nil && !usesXDS(cfg) {
 		// The descriptor files are watched whether or not the main config
 		// is: they change more often than it does.
 		if d.descWatcher, err = newConfigWatcher(cfg.GRPC.Config...); err != nil {
@@ -319,6 +327,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.descWatcher != nil {
 		defer d.descWatcher.Close()
 		d.watchDescriptors(watchCtx, &wg)
+	}
+	if d.xds {
+		d.runXDS(watchCtx, &wg)
 	}
 
 	if d.tokenWatcher != nil {

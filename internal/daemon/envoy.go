@@ -107,7 +107,7 @@ func (d *Daemon) newRLS(cfg *config.Config) (*server.RLS, error) {
 // force, read again, load and differ from the descriptors in force.
 func (d *Daemon) descriptorsChanged() bool {
 	cur := d.cur.Load()
-	if cur.cfg.GRPC == nil {
+	if cur.cfg.GRPC == nil || usesXDS(cur.cfg) {
 		return false
 	}
 	set, err := LoadDescriptors(cur.cfg)
@@ -126,8 +126,8 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		return ReloadResult{Err: ErrShuttingDown}
 	}
 	old := d.cur.Load()
-	if old.cfg.GRPC == nil {
-		return ReloadResult{Unchanged: true}
+	if old.cfg.GRPC == nil || usesXDS(old.cfg) {
+		return ReloadResult{Unchanged: true} // no files: the xDS server sends changes
 	}
 	for _, p := range old.cfg.GRPC.Config {
 		if missing(p) {

@@ -208,6 +208,9 @@ func restartOnly(old, new *config.Config) []string {
 		if !reflect.DeepEqual(old.GRPC.Config, new.GRPC.Config) {
 			keys = append(keys, "grpc.config")
 		}
+		if !reflect.DeepEqual(old.GRPC.XDS, new.GRPC.XDS) {
+			keys = append(keys, "grpc.xds") // the subscription is made at startup
+		}
 		if !reflect.DeepEqual(old.GRPC.TLS, new.GRPC.TLS) {
 			keys = append(keys, "grpc.tls")
 		}

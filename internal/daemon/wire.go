@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -40,8 +41,15 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	gen := &generation{cfg: cfg, rules: set, eng: eng}
-	if gen.descs, err = LoadDescriptors(cfg); err != nil {
-		return nil, err
+	switch {
+	case usesXDS(cfg) && old != nil:
+		gen.descs = old.descs // the xDS server's, in force
+	case usesXDS(cfg):
+		gen.descs, _ = descriptors.FromDocs(nil, descriptors.LoadOptions{}) // none until the server's first config
+	default:
+		if gen.descs, err = LoadDescriptors(cfg); err != nil {
+			return nil, err
+		}
 	}
 	if gen.rls, err = d.newRLS(cfg); err != nil {
 		return nil, err
@@ -51,7 +59,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		Engine:       d.engine,
 		ClientIP:     ips,
 		DenyStatus:   cfg.ForwardAuth.DenyStatus,
-		Ready:        d.ping,
+		Ready:        d.ready,
 		Gatherer:     d.reg,
 		KeyMetrics:   []string{hotkeys.KeyRateMetric},
 		KeySeries:    d.metrics.ClientSeries,

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -91,63 +92,112 @@ func LoadWith(paths []string, o LoadOptions) (*Set, error) {
 			errs = append(errs, &rules.ParseError{File: p, Msg: "no descriptor file: only the *.yaml and *.yml files directly in a listed directory are read" + skipped(dirs, others)})
 		}
 	}
-	s := &Set{domains: map[string]*node{}, skipped: notRead}
-	where := map[string]string{}
-	h := sha256.New()
+	a := newAssembler(o)
+	a.s.skipped = notRead
+	a.errs = errs
 	var read []fileRead // each file read, to refuse one read twice
 	for _, f := range files {
 		if fi, err := os.Stat(f); err == nil {
 			if prev := sameFile(read, fi); prev == f {
-				errs = append(errs, &rules.ParseError{File: f, Msg: "read twice: grpc.config lists it twice, or beside its directory: list each file once"})
+				a.errs = append(a.errs, &rules.ParseError{File: f, Msg: "read twice: grpc.config lists it twice, or beside its directory: list each file once"})
 				continue
 			} else if prev != "" {
-				errs = append(errs, &rules.ParseError{File: f, Msg: "the same file as " + prev + ", read already: list each file once"})
+				a.errs = append(a.errs, &rules.ParseError{File: f, Msg: "the same file as " + prev + ", read already: list each file once"})
 				continue
 			}
 			read = append(read, fileRead{f, fi})
 		}
 		data, err := readFile(f)
 		if err != nil {
-			errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
+			a.errs = append(a.errs, &rules.ParseError{File: f, Msg: err.Error()})
 			continue
 		}
-		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(data))
-		h.Write(data)
-		d, err := parseFile(f, data)
-		if err != nil {
-			var pe rules.ParseErrors
-			if errors.As(err, &pe) {
-				errs = append(errs, pe...)
-			} else {
-				errs = append(errs, &rules.ParseError{File: f, Msg: err.Error()})
-			}
+		a.add(f, data)
+	}
+	return a.finish()
+}
+
+// Doc is one domain's descriptor config held in memory, in the file
+// format: Name names it in problems, as a file's path does.
+type Doc struct {
+	Name string
+	Data []byte
+}
+
+// FromDocs is LoadWith for configs held in memory (such as those an xDS
+// server sends): each doc is parsed as a file is, with the same rules and
+// the same problems, and the docs are put together as files are, in
+// order. On any problem it returns no Set, and every problem, each naming
+// its doc.
+func FromDocs(docs []Doc, o LoadOptions) (*Set, error) {
+	a := newAssembler(o)
+	for _, d := range docs {
+		if len(d.Data) > MaxFileSize {
+			a.errs = append(a.errs, &rules.ParseError{File: d.Name, Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)})
 			continue
 		}
-		if prev, ok := where[d.domain]; ok {
-			if !o.MergeDomains {
-				errs = append(errs, &rules.ParseError{File: f, Line: d.line, Key: "domain",
-					Msg: fmt.Sprintf("domain %q is already configured in %s: a domain lives in one file (unless grpc.merge_domains)", d.domain, prev)})
-				continue
-			}
-			if es := merge(s.domains[d.domain], d.root, f, fmt.Sprintf("domain %q merged from %s", d.domain, prev)); len(es) > 0 {
-				errs = append(errs, es...)
-				continue
-			}
-			s.rules += d.rules
-			s.files = append(s.files, f)
-			continue
+		a.add(d.Name, d.Data)
+	}
+	return a.finish()
+}
+
+// assembler puts parsed descriptor files together into a Set.
+type assembler struct {
+	o     LoadOptions
+	s     *Set
+	where map[string]string // domain → the file it was first read from
+	h     hash.Hash
+	errs  rules.ParseErrors
+}
+
+func newAssembler(o LoadOptions) *assembler {
+	return &assembler{o: o, s: &Set{domains: map[string]*node{}}, where: map[string]string{}, h: sha256.New()}
+}
+
+// add parses the file f's content data and adds its domain.
+func (a *assembler) add(f string, data []byte) {
+	s := a.s
+	fmt.Fprintf(a.h, "%d:%s%d:", len(f), f, len(data))
+	a.h.Write(data)
+	d, err := parseFile(f, data)
+	if err != nil {
+		var pe rules.ParseErrors
+		if errors.As(err, &pe) {
+			a.errs = append(a.errs, pe...)
+		} else {
+			a.errs = append(a.errs, &rules.ParseError{File: f, Msg: err.Error()})
 		}
-		where[d.domain] = f
-		s.domains[d.domain] = d.root
-		s.order = append(s.order, d.domain)
+		return
+	}
+	if prev, ok := a.where[d.domain]; ok {
+		if !a.o.MergeDomains {
+			a.errs = append(a.errs, &rules.ParseError{File: f, Line: d.line, Key: "domain",
+				Msg: fmt.Sprintf("domain %q is already configured in %s: a domain lives in one file (unless grpc.merge_domains)", d.domain, prev)})
+			return
+		}
+		if es := merge(s.domains[d.domain], d.root, f, fmt.Sprintf("domain %q merged from %s", d.domain, prev)); len(es) > 0 {
+			a.errs = append(a.errs, es...)
+			return
+		}
 		s.rules += d.rules
 		s.files = append(s.files, f)
+		return
 	}
-	if len(errs) > 0 {
-		return nil, errs // in file order, each file's problems by line
+	a.where[d.domain] = f
+	s.domains[d.domain] = d.root
+	s.order = append(s.order, d.domain)
+	s.rules += d.rules
+	s.files = append(s.files, f)
+}
+
+// finish returns the Set, or every problem (in file order, each file's by
+// line).
+func (a *assembler) finish() (*Set, error) {
+	if len(a.errs) > 0 {
+		return nil, a.errs
 	}
-	h.Sum(s.digest[:0])
-	return s, nil
+	a.h.Sum(a.s.digest[:0])
+	return a.s, nil
 }
 
 // fileRead is a descriptor file read, by the name it was read by.

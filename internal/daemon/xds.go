@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsconf"
+)
+
+// This file takes the descriptors from an xDS management server
+// (grpc.xds): server.RunXDS subscribes, applyXDS puts each config in
+// force as a reload of the descriptor files does.
+
+// usesXDS reports whether cfg's descriptors come from an xDS server.
+func usesXDS(cfg *config.Config) bool { return cfg.GRPC != nil && cfg.GRPC.XDS != nil }
+
+// errNoXDSConfig is /readyz's answer until the xDS server's first config
+// is applied.
+var errNoXDSConfig = errors.New("no descriptor config from the xDS server (grpc.xds.server) yet")
+
+// openXDS reads grpc.xds.tls's files, so that a broken one stops the
+// startup as a listener's does.
+func (d *Daemon) openXDS(cfg *config.Config) error {
+	if !usesXDS(cfg) {
+		return nil
+	}
+	d.xds = true
+	if t := cfg.GRPC.XDS.TLS; t != nil {
+		c, err := tlsconf.LoadClient(t.ClientOptions())
+		if err != nil {
+			return fmt.Errorf("daemon: grpc.xds.tls: %w", err)
+		}
+		d.xdsTLS = c
+	}
+	return nil
+}
+
+// runXDS subscribes, in a goroutine of wg until ctx is done, to the xDS
+// server of grpc.xds (a block that needs a restart to change).
+func (d *Daemon) runXDS(ctx context.Context, wg *sync.WaitGroup) {
+	x := d.Config().GRPC.XDS
+	var tc *tls.Config
+	if d.xdsTLS != nil {
+		tc = d.xdsTLS.Clone()
+	}
+	o := server.XDSOptions{
+		Server:       x.Server,
+		NodeID:       x.NodeID,
+		NodeMetadata: x.NodeMetadata,
+		TLS:          tc,
+		Retry:        x.Retry,
+		Apply:        d.applyXDS,
+		Logger:       d.log,
+	}
+	wg.Go(func() {
+		if err := server.RunXDS(ctx, o); err != nil {
+			d.log.Error("xDS subscription not made: no descriptors", "err", err)
+		}
+	})
+}
+
+// applyXDS puts in force the descriptor configs of one xDS response, all
+// of them or none: checked as files are (the problems name the
+// RateLimitConfig and key), and refused, the descriptors in force
+// staying, as a reload of the files is; counted as a reload either way.
+func (d *Daemon) applyXDS(version string, docs []descriptors.Doc) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	if d.stopping.Load() {
+		return ErrShuttingDown
+	}
+	old := d.cur.Load()
+	set, err := descriptors.FromDocs(docs, descriptors.LoadOptions{MergeDomains: old.cfg.GRPC.MergeDomains})
+	if err != nil {
+		var es rules.ParseErrors
+		if errors.As(err, &es) {
+			for _, e := range es {
+				e.Line = 0 // of the YAML the resource was turned into: it means nothing to its author
+			}
+		}
+		d.metrics.Reload(false)
+		return err
+	}
+	if d.xdsApplied.Load() && set.Digest() == old.descs.Digest() {
+		return nil
+	}
+	if err := d.useDescriptors(old, set); err != nil {
+		d.metrics.Reload(false)
+		return err
+	}
+	d.xdsApplied.Store(true)
+	d.metrics.Reload(true)
+	d.log.Info("descriptors applied from the xDS server", "version", version, "domains", set.Domains(), "rules", set.Rules())
+	return nil
+}
+
+// ready is /readyz's question: with grpc.xds, a descriptor config from
+// the xDS server is in force; and the store answers.
+func (d *Daemon) ready(ctx context.Context) error {
+	if d.xds && !d.xdsApplied.Load() {
+		return errNoXDSConfig
+	}
+	if d.ping != nil {
+		return d.ping(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/internal/descriptors"
+)
+
+// XDSTypeURL is the resource type the subscription asks for: the
+// reference rate limit service's descriptor config.
+const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// xdsMaxMessage bounds one response of the xDS server.
+const xdsMaxMessage = 64 << 20
+
+// XDSOptions configure RunXDS.
+type XDSOptions struct {
+	// Server is the management server's host:port.
+	Server string
+	// NodeID and NodeMetadata are the node the server keys its
+	// snapshots by.
+	NodeID       string
+	NodeMetadata map[string]string
+	// TLS, if set, dials the server over TLS; nil dials plaintext.
+	TLS *tls.Config
+	// Retry is the wait before subscribing again when the stream breaks
+	// or cannot be opened. It must be positive.
+	Retry time.Duration
+	// Apply puts in force the configs of one response: version is the
+	// response's, each doc one RateLimitConfig in the descriptor file
+	// format, named by XDSDocName. An error refuses them (the configs in
+	// force stay): the response is NACKed with the error's text. Apply is
+	// called from one goroutine at a time.
+	Apply func(version string, docs []descriptors.Doc) error
+	// Logger receives the subscription's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// RunXDS subscribes to the RateLimitConfig resources of an xDS management
+// server, state of the world over ADS (as the reference service's
+// CONFIG_TYPE=GRPC_XDS_SOTW), until ctx is done: each response is handed
+// to Apply, then ACKed, or NACKed with Apply's error. When the stream
+// breaks it subscribes again after Retry, sending the version last
+// applied. It returns nil once ctx is done, or an error for options it
+// cannot use.
+func RunXDS(ctx context.Context, o XDSOptions) error {
+	if o.Retry <= 0 || o.Apply == nil {
+		return errors.New("server: xds: Retry and Apply are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	conn, err := grpc.NewClient(o.Server, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdsMaxMessage)))
+	if err != nil {
+		return fmt.Errorf("server: xds: %s: %w", o.Server, err)
+	}
+	defer conn.Close()
+	c := &xdsClient{o: o, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), node: xdsNode(o)}
+	for {
+		err := c.subscribe(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		o.Logger.Warn("xDS subscription broken: the descriptors in force stay; subscribing again", "server", o.Server, "retry", o.Retry, "err", err)
+		t := time.NewTimer(o.Retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// xdsClient is one subscription's state across its streams.
+type xdsClient struct {
+	o       XDSOptions
+	ads     discovery.AggregatedDiscoveryServiceClient
+	node    *corev3.Node
+	version string // of the configs last applied; "" before the first
+	// refused is the responseDigest of the response last refused, and
+	// refusedErr why (nil once a response is applied).
+	refused    [sha256.Size]byte
+	refusedErr error
+}
+
+// responseDigest is a SHA-256 of what resp sends: its type, version and
+// resources.
+func responseDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	h := sha256.New()
+	for _, s := range []string{resp.GetTypeUrl(), resp.GetVersionInfo()} {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	for _, a := range resp.GetResources() {
+		fmt.Fprintf(h, "%d:%s%d:", len(a.GetTypeUrl()), a.GetTypeUrl(), len(a.GetValue()))
+		h.Write(a.GetValue())
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+func xdsNode(o XDSOptions) *corev3.Node {
+	n := &corev3.Node{Id: o.NodeID}
+	if len(o.NodeMetadata) > 0 {
+		fields := make(map[string]*structpb.Value, len(o.NodeMetadata))
+		for k, v := range o.NodeMetadata {
+			fields[k] = structpb.NewStringValue(v)
+		}
+		n.Metadata = &structpb.Struct{Fields: fields}
+	}
+	return n
+}
+
+// subscribe opens one stream and serves it until it breaks (or ctx is
+// done), returning why.
+func (c *xdsClient) subscribe(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.ads.StreamAggregatedResources(sctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{VersionInfo: c.version, Node: c.node, TypeUrl: XDSTypeURL}); err != nil {
+		return err
+	}
+	c.o.Logger.Info("xDS subscription made", "server", c.o.Server, "node_id", c.node.GetId(), "version", c.version)
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
+		sum := responseDigest(resp)
+		switch {
+		case c.refusedErr != nil && sum == c.refused:
+			// The config refused last, sent again: a server that answers
+			// every NACK with the snapshot it holds (go-control-plane's
+			// snapshot cache does) would otherwise spin with us. The
+			// NACK waits Retry; it is neither applied, logged nor
+			// counted again.
+			t := time.NewTimer(c.o.Retry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			req.VersionInfo = c.version
+			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr.Error()}
+		default:
+			if err := c.apply(resp); err != nil {
+				c.o.Logger.Error("xDS config refused (NACK): the descriptors in force stay", "version", resp.GetVersionInfo(), "problem", err.Error())
+				c.refused, c.refusedErr = sum, err
+				req.VersionInfo = c.version
+				req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+			} else {
+				c.refusedErr = nil
+				c.version = resp.GetVersionInfo()
+				req.VersionInfo = c.version
+			}
+		}
+		if err := st.Send(req); err != nil {
+			return err
+		}
+	}
+}
+
+// apply converts the resources of resp and hands them to Apply.
+func (c *xdsClient) apply(resp *discovery.DiscoveryResponse) error {
+	if resp.GetTypeUrl() != XDSTypeURL {
+		return fmt.Errorf("type %s: not subscribed to (want %s)", resp.GetTypeUrl(), XDSTypeURL)
+	}
+	docs := make([]descriptors.Doc, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		if a.GetTypeUrl() != XDSTypeURL {
+			return fmt.Errorf("resources[%d]: type %s, want %s", i, a.GetTypeUrl(), XDSTypeURL)
+		}
+		var rc rlsconf.RateLimitConfig
+		if err := proto.Unmarshal(a.GetValue(), &rc); err != nil {
+			return fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		d, err := xdsDoc(&rc)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, d)
+	}
+	return c.o.Apply(resp.GetVersionInfo(), docs)
+}

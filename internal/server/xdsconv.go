@@ -1,0 +1,94 @@
+package server
+
+import (
+	"fmt"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/descriptors"
+)
+
+// This file turns the RateLimitConfig resources of an xDS server into
+// descriptor configs in the file format, so that they are read, checked
+// and matched exactly as files are; xds.go subscribes to them.
+
+// xdsDoc returns c as a descriptor file named by its resource name.
+func xdsDoc(c *rlsconf.RateLimitConfig) (descriptors.Doc, error) {
+	f := docFile{Domain: c.GetDomain(), Descriptors: docDescriptors(c.GetDescriptors())}
+	data, err := yaml.Marshal(&f)
+	if err != nil {
+		return descriptors.Doc{}, fmt.Errorf("RateLimitConfig %q: %w", c.GetName(), err)
+	}
+	return descriptors.Doc{Name: XDSDocName(c.GetName()), Data: data}, nil
+}
+
+// XDSDocName is how the problems of the RateLimitConfig named name start.
+func XDSDocName(name string) string { return fmt.Sprintf("RateLimitConfig %q", name) }
+
+// docFile and the types below are the file format's keys that a
+// RateLimitConfig carries; left out when zero, as a file leaves them out.
+type docFile struct {
+	Domain      string          `yaml:"domain"`
+	Descriptors []docDescriptor `yaml:"descriptors,omitempty"`
+}
+
+type docDescriptor struct {
+	Key            string          `yaml:"key"`
+	Value          string          `yaml:"value,omitempty"`
+	RateLimit      *docRateLimit   `yaml:"rate_limit,omitempty"`
+	Descriptors    []docDescriptor `yaml:"descriptors,omitempty"`
+	ShadowMode     bool            `yaml:"shadow_mode,omitempty"`
+	DetailedMetric bool            `yaml:"detailed_metric,omitempty"`
+}
+
+type docRateLimit struct {
+	Unit            string       `yaml:"unit,omitempty"`
+	RequestsPerUnit *uint32      `yaml:"requests_per_unit,omitempty"`
+	Unlimited       bool         `yaml:"unlimited,omitempty"`
+	Name            string       `yaml:"name,omitempty"`
+	Replaces        []docReplace `yaml:"replaces,omitempty"`
+}
+
+type docReplace struct {
+	Name string `yaml:"name"`
+}
+
+func docDescriptors(ds []*rlsconf.RateLimitDescriptor) []docDescriptor {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]docDescriptor, len(ds))
+	for i, d := range ds {
+		out[i] = docDescriptor{
+			Key:            d.GetKey(),
+			Value:          d.GetValue(),
+			RateLimit:      docPolicy(d.GetRateLimit()),
+			Descriptors:    docDescriptors(d.GetDescriptors()),
+			ShadowMode:     d.GetShadowMode(),
+			DetailedMetric: d.GetDetailedMetric(),
+		}
+	}
+	return out
+}
+
+func docPolicy(p *rlsconf.RateLimitPolicy) *docRateLimit {
+	if p == nil {
+		return nil
+	}
+	r := &docRateLimit{Unlimited: p.GetUnlimited(), Name: p.GetName()}
+	if u := p.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
+		// SECOND…YEAR, read in any case; an enum value this version of
+		// the protocol does not name is its number, refused as a unit.
+		r.Unit = u.String()
+	}
+	if n := p.GetRequestsPerUnit(); !r.Unlimited || n != 0 {
+		// proto3 cannot tell 0 from absent: 0 is a limit of none (a
+		// block list), as the reference service reads it.
+		r.RequestsPerUnit = &n
+	}
+	for _, rp := range p.GetReplaces() {
+		r.Replaces = append(r.Replaces, docReplace{Name: rp.GetName()})
+	}
+	return r
+}
