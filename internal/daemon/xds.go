@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/descriptors"
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -79,12 +78,6 @@ func (d *Daemon) applyXDS(version string, docs []descriptors.Doc) error {
 	old := d.cur.Load()
 	set, err := descriptors.FromDocs(docs, descriptors.LoadOptions{MergeDomains: old.cfg.GRPC.MergeDomains})
 	if err != nil {
-		var es rules.ParseErrors
-		if errors.As(err, &es) {
-			for _, e := range es {
-				e.Line = 0 // of the YAML the resource was turned into: it means nothing to its author
-			}
-		}
 		d.metrics.Reload(false)
 		return err
 	}

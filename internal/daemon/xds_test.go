@@ -283,3 +283,38 @@ func TestXDSServerRestart(t *testing.T) {
 		t.Errorf("after the restart, shop tenant=acme limit %d, want 5", got)
 	}
 }
+
+// A reload of the config file keeps the descriptors from the xDS server;
+// grpc.xds needs a restart to change.
+func TestXDSConfigFileReload(t *testing.T) {
+	x := startXDSServer(t)
+	ed := startXDSDaemon(t, x)
+	x.set("v1", rlc("shop", "shop", perDay("tenant", "acme", 2)))
+	x.waitACK("v1")
+	data, err := os.ReadFile(ed.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ed.path, append(data, "  response_headers: true\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ed.d.Reload(); err != nil {
+		t.Fatalf("Reload with response_headers added: %v", err)
+	}
+	if !ed.d.Config().GRPC.ResponseHeaders {
+		t.Fatal("after the reload, grpc.response_headers is not in force")
+	}
+	if got := ed.limitOf("shop", "tenant", "acme"); got != 2 {
+		t.Errorf("after a reload of the config file, shop tenant=acme limit %d, want 2 (the xDS server's)", got)
+	}
+	changed := strings.Replace(string(data), "retry: 10ms", "retry: 20ms", 1)
+	if err := os.WriteFile(ed.path, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ed.d.Reload(); err == nil || !strings.Contains(err.Error(), "grpc.xds") {
+		t.Errorf("Reload with grpc.xds.retry changed = %v, want a refusal naming grpc.xds", err)
+	}
+	if got := ed.limitOf("shop", "tenant", "acme"); got != 2 {
+		t.Errorf("after a refused reload, shop tenant=acme limit %d, want 2", got)
+	}
+}

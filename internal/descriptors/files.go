@@ -124,11 +124,12 @@ type Doc struct {
 	Data []byte
 }
 
-// FromDocs is LoadWith for configs held in memory (such as those an xDS
-// server sends): each doc is parsed as a file is, with the same rules and
-// the same problems, and the docs are put together as files are, in
-// order. On any problem it returns no Set, and every problem, each naming
-// its doc.
+// FromDocs is LoadWith for configs made by a program (such as those an
+// xDS server sends, turned into the file format): each doc is parsed as a
+// file is, with the same rules and the same problems, and the docs are
+// put together as files are, in order. On any problem it returns no Set,
+// and every problem, each naming its doc and key but no line (the lines
+// are the program's, not the author's).
 func FromDocs(docs []Doc, o LoadOptions) (*Set, error) {
 	a := newAssembler(o)
 	for _, d := range docs {
@@ -137,6 +138,9 @@ func FromDocs(docs []Doc, o LoadOptions) (*Set, error) {
 			continue
 		}
 		a.add(d.Name, d.Data)
+	}
+	for _, e := range a.errs {
+		e.Line = 0
 	}
 	return a.finish()
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,6 +16,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,8 +30,12 @@ import (
 // reference rate limit service's descriptor config.
 const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
-// xdsMaxMessage bounds one response of the xDS server.
-const xdsMaxMessage = 64 << 20
+// xdsMaxMessage bounds one response of the xDS server, xdsMaxDetail the
+// problems a NACK tells it (the log has them all).
+const (
+	xdsMaxMessage = 64 << 20
+	xdsMaxDetail  = 16 << 10
+)
 
 // XDSOptions configure RunXDS.
 type XDSOptions struct {
@@ -72,7 +79,13 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 		creds = credentials.NewTLS(o.TLS)
 	}
 	conn, err := grpc.NewClient(o.Server, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdsMaxMessage)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdsMaxMessage)),
+		// The connection is made again every Retry too, not on gRPC's
+		// backoff, which grows to two minutes over a long outage.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: o.Retry, Multiplier: 1, MaxDelay: o.Retry},
+			MinConnectTimeout: 20 * time.Second,
+		}))
 	if err != nil {
 		return fmt.Errorf("server: xds: %s: %w", o.Server, err)
 	}
@@ -106,16 +119,17 @@ type xdsClient struct {
 	refusedErr error
 }
 
-// responseDigest is a SHA-256 of what resp sends: its type, version and
-// resources.
-func responseDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+// responseDigest is a SHA-256 of a response: its version and configs,
+// or why they could not be read.
+func responseDigest(version string, docs []descriptors.Doc, err error) [sha256.Size]byte {
 	h := sha256.New()
-	for _, s := range []string{resp.GetTypeUrl(), resp.GetVersionInfo()} {
-		fmt.Fprintf(h, "%d:%s", len(s), s)
+	fmt.Fprintf(h, "%d:%s", len(version), version)
+	if err != nil {
+		fmt.Fprintf(h, "error:%s", err)
 	}
-	for _, a := range resp.GetResources() {
-		fmt.Fprintf(h, "%d:%s%d:", len(a.GetTypeUrl()), a.GetTypeUrl(), len(a.GetValue()))
-		h.Write(a.GetValue())
+	for _, d := range docs {
+		fmt.Fprintf(h, "%d:%s%d:", len(d.Name), d.Name, len(d.Data))
+		h.Write(d.Data)
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -153,7 +167,8 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			return err
 		}
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
-		sum := responseDigest(resp)
+		docs, err := decodeResponse(resp)
+		sum := responseDigest(resp.GetVersionInfo(), docs, err)
 		switch {
 		case c.refusedErr != nil && sum == c.refused:
 			// The config refused last, sent again: a server that answers
@@ -168,19 +183,26 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 				return ctx.Err()
 			case <-t.C:
 			}
-			req.VersionInfo = c.version
-			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: c.refusedErr.Error()}
+			err = c.refusedErr
+		case err == nil:
+			err = c.o.Apply(resp.GetVersionInfo(), docs)
+			fallthrough
 		default:
-			if err := c.apply(resp); err != nil {
+			if err != nil {
 				c.o.Logger.Error("xDS config refused (NACK): the descriptors in force stay", "version", resp.GetVersionInfo(), "problem", err.Error())
 				c.refused, c.refusedErr = sum, err
-				req.VersionInfo = c.version
-				req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 			} else {
 				c.refusedErr = nil
 				c.version = resp.GetVersionInfo()
-				req.VersionInfo = c.version
 			}
+		}
+		req.VersionInfo = c.version
+		if err != nil {
+			msg := err.Error()
+			if len(msg) > xdsMaxDetail {
+				msg = strings.ToValidUTF8(msg[:xdsMaxDetail], "") + " …"
+			}
+			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg}
 		}
 		if err := st.Send(req); err != nil {
 			return err
@@ -188,25 +210,37 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 	}
 }
 
-// apply converts the resources of resp and hands them to Apply.
-func (c *xdsClient) apply(resp *discovery.DiscoveryResponse) error {
+// decodeResponse returns the RateLimitConfigs of resp as descriptor
+// files, in the order of their names (a server may send them in any
+// order: the order decides which of two configs of one domain is named
+// the duplicate, and the order merge_domains puts them together in).
+func decodeResponse(resp *discovery.DiscoveryResponse) ([]descriptors.Doc, error) {
 	if resp.GetTypeUrl() != XDSTypeURL {
-		return fmt.Errorf("type %s: not subscribed to (want %s)", resp.GetTypeUrl(), XDSTypeURL)
+		return nil, fmt.Errorf("type %s: not subscribed to (want %s)", resp.GetTypeUrl(), XDSTypeURL)
 	}
-	docs := make([]descriptors.Doc, 0, len(resp.GetResources()))
+	type named struct {
+		name string
+		doc  descriptors.Doc
+	}
+	all := make([]named, 0, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
 		if a.GetTypeUrl() != XDSTypeURL {
-			return fmt.Errorf("resources[%d]: type %s, want %s", i, a.GetTypeUrl(), XDSTypeURL)
+			return nil, fmt.Errorf("resources[%d]: type %s, want %s", i, a.GetTypeUrl(), XDSTypeURL)
 		}
 		var rc rlsconf.RateLimitConfig
 		if err := proto.Unmarshal(a.GetValue(), &rc); err != nil {
-			return fmt.Errorf("resources[%d]: %w", i, err)
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}
 		d, err := xdsDoc(&rc)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		docs = append(docs, d)
+		all = append(all, named{rc.GetName(), d})
 	}
-	return c.o.Apply(resp.GetVersionInfo(), docs)
+	slices.SortStableFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	docs := make([]descriptors.Doc, len(all))
+	for i, n := range all {
+		docs[i] = n.doc
+	}
+	return docs, nil
 }
