@@ -79,7 +79,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, w) // valid, but a domain may be lost
 	}
 	sum := summary(cfg) // ends in "; grpc ADDR" with a grpc block
-	if descs != nil {
+	if cfg.GRPC != nil && cfg.GRPC.XDS != nil {
+		sum += fmt.Sprintf(" (descriptors from the xDS server %s, node %s)", cfg.GRPC.XDS.Server, cfg.GRPC.XDS.NodeID)
+	} else if descs != nil {
 		shadow := ""
 		if cfg.GRPC.ShadowMode {
 			shadow = "; shadow mode: no limit denies"
