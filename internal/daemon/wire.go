@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -45,7 +44,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 	case usesXDS(cfg) && old != nil:
 		gen.descs = old.descs // the xDS server's, in force
 	case usesXDS(cfg):
-		gen.descs, _ = descriptors.FromDocs(nil, descriptors.LoadOptions{}) // none until the server's first config
+		gen.descs = nil // none until the server's first config: the service answers UNAVAILABLE
 	default:
 		if gen.descs, err = LoadDescriptors(cfg); err != nil {
 			return nil, err

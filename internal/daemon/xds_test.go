@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -18,6 +19,8 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const xdsNodeID = "sluice-test"
@@ -162,6 +165,11 @@ func TestXDSConfigApplied(t *testing.T) {
 	}
 	if r := get(t, ed.api+"/readyz"); r.status != 503 || !strings.Contains(r.body, "xDS") {
 		t.Fatalf("/readyz before the first config = %d %q, want 503 naming the xDS server", r.status, r.body)
+	}
+	// Until then, the service answers UNAVAILABLE: Envoy's
+	// failure_mode_deny decides, as while the reference service waits.
+	if _, err := ed.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("tenant", "acme")}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("ShouldRateLimit before the first config = %v, want UNAVAILABLE", err)
 	}
 
 	x.set("v1",

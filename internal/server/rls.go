@@ -45,7 +45,8 @@ type RLSOptions struct {
 	// Engine returns the engine in force (its store, on_error policy and
 	// metrics decide the descriptors). Called once per request.
 	Engine func() *engine.Engine
-	// Descriptors returns the descriptor config in force. Called once per
+	// Descriptors returns the descriptor config in force, or nil while
+	// there is none yet (answered UNAVAILABLE). Called once per
 	// request; the daemon swaps it atomically on reload.
 	Descriptors func() *descriptors.Set
 	// Metrics receives the per-domain, per-descriptor counters; nil
@@ -110,13 +111,19 @@ func NewRLS(o RLSOptions) (*RLS, error) {
 // errStore marks a store failure answered as UNAVAILABLE.
 var errStore = errors.New("store unavailable")
 
+// errNoConfig is the answer, UNAVAILABLE, while Descriptors returns nil:
+// no descriptor config yet, so that Envoy's failure_mode_deny decides, as
+// it does while the reference service waits for its first config from
+// an xDS server (it does not listen until then).
+var errNoConfig = errors.New("no descriptor config yet: the xDS server has sent none")
+
 // ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	switch {
 	case err == nil:
 		return resp, nil
-	case errors.Is(err, errStore):
+	case errors.Is(err, errStore), errors.Is(err, errNoConfig):
 		return nil, status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return nil, status.FromContextError(err).Err()
@@ -135,6 +142,9 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		return nil, err
 	}
 	set := s.o.Descriptors()
+	if set == nil {
+		return nil, errNoConfig
+	}
 	domain := req.GetDomain()
 	sc := getScratch(len(req.Descriptors))
 	defer putScratch(sc)
@@ -403,7 +413,7 @@ func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		code, msg := http.StatusBadRequest, err.Error()
 		switch {
-		case errors.Is(err, errStore):
+		case errors.Is(err, errStore), errors.Is(err, errNoConfig):
 			code = http.StatusServiceUnavailable
 		case errors.Is(err, context.Canceled):
 			code, msg = StatusClientClosedRequest, errGone.msg
