@@ -117,7 +117,8 @@ func fencedBlocks(t testing.TB, open *regexp.Regexp, lang string) []fencedBlock 
 // the files it names beside it, so that it loads as it would on a
 // machine that has them: a certificate, key and CA for every tls block, a
 // token for api.token_file, an Envoy descriptor file (or a directory of
-// one) for every grpc.config entry. Absolute paths are moved under dir.
+// one) for every grpc.config entry, and the client's files of
+// store.redis.tls and grpc.xds.tls. Absolute paths are moved under dir.
 // It returns the config's path.
 func WriteConfig(t testing.TB, dir, text string) string {
 	t.Helper()
@@ -165,9 +166,15 @@ func WriteConfig(t testing.TB, dir, text string) string {
 			}
 		}
 	}
+	grpc, _ := doc["grpc"].(map[string]any)
+	xds, _ := grpc["xds"].(map[string]any)
 	store, _ := doc["store"].(map[string]any)
 	redis, _ := store["redis"].(map[string]any)
-	if tls, ok := redis["tls"].(map[string]any); ok {
+	for _, tls := range []any{redis["tls"], xds["tls"]} {
+		tls, ok := tls.(map[string]any)
+		if !ok {
+			continue
+		}
 		for field, data := range map[string][]byte{"ca": cert, "cert": cert, "key": key} {
 			if p, ok := tls[field].(string); ok {
 				write(local(p), data)
