@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +21,10 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
 const xdsNodeID = "sluice-test"
@@ -33,13 +37,14 @@ type xdsServer struct {
 	addr  string
 	cache cachev3.SnapshotCache
 	reqs  chan *discovery.DiscoveryRequest
+	opts  []grpc.ServerOption
 	mu    sync.Mutex
 	srv   *grpc.Server
 }
 
-func startXDSServer(t *testing.T) *xdsServer {
+func startXDSServer(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
 	t.Helper()
-	x := &xdsServer{t: t, cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), reqs: make(chan *discovery.DiscoveryRequest, 100)}
+	x := &xdsServer{t: t, cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), reqs: make(chan *discovery.DiscoveryRequest, 100), opts: opts}
 	x.serve("127.0.0.1:0")
 	t.Cleanup(x.stop)
 	return x
@@ -56,7 +61,7 @@ func (x *xdsServer) serve(addr string) {
 		x.reqs <- r
 		return nil
 	}}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(x.opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(context.Background(), x.cache, cb))
 	x.mu.Lock()
 	x.addr, x.srv = ln.Addr().String(), srv
@@ -122,11 +127,14 @@ func perDay(key, value string, n uint32) *rlsconf.RateLimitDescriptor {
 }
 
 // startXDSDaemon runs the daemon, on the memory store, with its
-// descriptors from x.
-func startXDSDaemon(t *testing.T, x *xdsServer) *envoyDaemon {
+// descriptors from x; more is added to the grpc.xds block.
+func startXDSDaemon(t *testing.T, x *xdsServer, more ...string) *envoyDaemon {
 	t.Helper()
 	yaml := "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: " + x.addr +
 		"\n    node_id: " + xdsNodeID + "\n    node_metadata: {zone: test}\n    retry: 10ms\n"
+	for _, m := range more {
+		yaml += "    " + m + "\n"
+	}
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -324,5 +332,26 @@ func TestXDSConfigFileReload(t *testing.T) {
 	}
 	if got := ed.limitOf("shop", "tenant", "acme"); got != 2 {
 		t.Errorf("after a refused reload, shop tenant=acme limit %d, want 2", got)
+	}
+}
+
+// grpc.xds.tls: the subscription is made over TLS to a server that
+// requires a client certificate signed by its CA, and verifies the
+// server's for server_name.
+func TestXDSOverMutualTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "xds-ca")
+	srvCert := ca.Server(t)
+	client := ca.Client(t, "sluice", []string{"sluice"})
+	x := startXDSServer(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{srvCert.TLS},
+		ClientCAs:    ca.Pool(),
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	})))
+	ed := startXDSDaemon(t, x, "tls: {ca: "+ca.File+", cert: "+client.CertFile+", key: "+client.KeyFile+", server_name: localhost}")
+	x.set("v1", rlc("shop", "shop", perDay("tenant", "acme", 3)))
+	x.waitACK("v1")
+	if got := ed.limitOf("shop", "tenant", "acme"); got != 3 {
+		t.Errorf("over mTLS, shop tenant=acme limit %d, want 3", got)
 	}
 }
