@@ -179,6 +179,9 @@ func TestXDSConfigApplied(t *testing.T) {
 	if _, err := ed.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("tenant", "acme")}}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("ShouldRateLimit before the first config = %v, want UNAVAILABLE", err)
 	}
+	if r := do(t, "POST", ed.api+"/json", `{"domain":"shop","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}]}`); r.status != 503 {
+		t.Fatalf("POST /json before the first config = %d %q, want 503", r.status, r.body)
+	}
 
 	x.set("v1",
 		rlc("shop", "shop", perDay("tenant", "acme", 2),
