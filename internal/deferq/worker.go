@@ -199,34 +199,17 @@ func (w *worker) release(parent context.Context, c rueidis.Client) {
 // every key when it is due, at most Concurrency at once, and keeps the held
 // entries claimed.
 func (w *worker) dispatch(ctx context.Context) {
-	byKey := map[string][]*entry{}
-	bySID := map[string]*entry{}
+	h := newHolding(w)
 	inflight := 0
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	heartbeat := time.NewTicker(w.q.o.ClaimIdle / 3)
 	defer heartbeat.Stop()
-	remove := func(e *entry) {
-		delete(bySID, e.sid)
-		l := byKey[e.key]
-		for i, x := range l {
-			if x == e {
-				l = append(l[:i], l[i+1:]...)
-				break
-			}
-		}
-		if len(l) == 0 {
-			delete(byKey, e.key)
-		} else {
-			byKey[e.key] = l
-		}
-		w.hold(e, -1)
-	}
 	for {
 		// Start what is due; arm the timer for the next due head.
 		now := time.Now()
 		next := time.Time{}
-		for _, l := range byKey {
+		for _, l := range h.byKey {
 			e := l[0]
 			if e.busy {
 				continue
@@ -248,25 +231,16 @@ func (w *worker) dispatch(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case es := <-w.in:
-			for _, e := range es {
-				if _, ok := bySID[e.sid]; ok {
-					w.hold(e, -1) // held already
-					continue
-				}
-				bySID[e.sid] = e
-				byKey[e.key] = insertOrdered(byKey[e.key], e)
-			}
+			h.add(es)
 		case r := <-w.done:
 			inflight--
-			r.e.busy = false
-			if r.drop {
-				remove(r.e)
-			} else {
+			h.ended(r.e, r.drop)
+			if !r.drop {
 				r.e.notBefore = time.Now().Add(r.after)
 			}
 		case <-timer.C:
 		case <-heartbeat.C:
-			w.keepClaimed(ctx, bySID)
+			w.keepClaimed(ctx, h.bySID)
 		case <-ctx.Done():
 			for inflight > 0 { // let turns in flight record their outcome
 				r := <-w.done
@@ -279,7 +253,7 @@ func (w *worker) dispatch(ctx context.Context) {
 			// again until Redis takes them (a connection the outage broke
 			// fails the first ask after it), 5 s in all.
 			deadline := time.Now().Add(5 * time.Second)
-			for _, e := range bySID {
+			for _, e := range h.bySID {
 				for e.unrecorded != nil && time.Now().Before(deadline) {
 					if w.turn(ctx, e); e.unrecorded != nil {
 						time.Sleep(100 * time.Millisecond)
