@@ -16,7 +16,7 @@ import (
 // and the commands the queue sends by itself, are added.
 func Commands(prefix string) [][]string {
 	b := prefix + "{" + Tag("acl-probe") + "}:"
-	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h"}
+	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t"}
 	var cmds [][]string
 	add := func(argv []string) {
 		for _, c := range cmds {
@@ -26,7 +26,7 @@ func Commands(prefix string) [][]string {
 		}
 		cmds = append(cmds, argv)
 	}
-	for _, k := range []string{"q", "dead", "s", "k"} {
+	for _, k := range []string{"q", "dead", "s", "k", "r"} {
 		add([]string{"EVALSHA", strings.Repeat("0", 40), "1", keyOf[k]})
 		add([]string{"EVAL", "return 0", "1", keyOf[k]})
 	}
@@ -51,7 +51,7 @@ func Commands(prefix string) [][]string {
 
 // scriptsKeys are the scripts with the kind of each of their KEYS, as
 // their callers pass them: q the stream, dead the dead-letter stream, s
-// a request's hash, k a limiter key's list.
+// a request's hash, k a limiter key's list, r a read's record.
 var scriptsKeys = []struct {
 	src  string
 	keys []string
@@ -62,7 +62,7 @@ var scriptsKeys = []struct {
 	{keepLua, []string{"q"}},
 	{pruneLua, []string{"q"}},
 	{malformedLua, []string{"q", "dead"}},
-	{readLua, []string{"q"}},
+	{readLua, []string{"q", "r"}},
 	{releaseLua, []string{"q"}},
 	{statusLua, []string{"s", "q"}},
 }

@@ -26,12 +26,11 @@ func TestLetGoClaimedBackBeforeTurnEnds(t *testing.T) {
 	}
 	// The reader's claim round, before the turn's end reaches dispatch.
 	g := w.reserve(100)
-	arr, err := readScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.consumer, "claim", strconv.FormatInt(g.n, 10),
-		strconv.FormatInt(w.rule.Load().MaxBody(), 10), idle, "0-0"}).ToArray()
+	_, xs, err := w.readEntries(ctx, c, []string{group, w.consumer, "claim", strconv.FormatInt(g.n, 10),
+		strconv.FormatInt(w.rule.Load().MaxBody(), 10), idle, "0-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	xs, _ := arr[1].AsXRange()
 	got := make(chan []*entry, 1)
 	go func() { got <- <-w.in }()
 	if !w.send(ctx, xs, &g) {

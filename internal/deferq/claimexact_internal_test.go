@@ -21,7 +21,12 @@ import (
 // entries, counted as held, are returned) of body size tailSize.
 func heads(t *testing.T, room int64, n, headSize, tailSize int) (*worker, rueidis.Client, []*entry, []string) {
 	t.Helper()
-	srv := redistest.StartServer(t)
+	return headsAt(t, redistest.StartServer(t), room, n, headSize, tailSize)
+}
+
+// headsAt is heads on srv.
+func headsAt(t *testing.T, srv *redistest.Server, room int64, n, headSize, tailSize int) (*worker, rueidis.Client, []*entry, []string) {
+	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
 		t.Fatal(err)

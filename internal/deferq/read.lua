@@ -7,14 +7,34 @@
 -- without its body, header and uri, marked 'over' with the
 -- body's length, so that the instance never reads more than it may hold;
 -- it dead-letters that entry (finish.lua), which is its now.
--- KEYS: 1 stream
+-- A read that returns entries records their ids under its token (KEYS[2],
+-- for the claim idle time): asked again under the same token (its reply
+-- was lost: the connection was cut after it ran), it reads nothing new
+-- and returns those entries again, those still pending with this
+-- consumer, claimed again for it, rather than leave them pending with it
+-- and held by nobody until the claim idle time.
+-- KEYS: 1 stream, 2 the read's record (the token's)
 -- ARGV: 1 group, 2 consumer, 3 mode ('new', 'claim' or 'one'), 4 count,
---       5 max body bytes, 6 claim, one: min idle (ms), 7 claim: start; one:
---       the entry, 8 one: a held entry to let go if it was claimed (optional)
+--       5 max body bytes, 6 claim idle (ms): claim, one: the min idle;
+--       the record's life, 7 claim: start; one: the entry, 8 one: a held
+--       entry to let go if it was claimed (optional)
 -- Returns {cursor, entries}: cursor is XAUTOCLAIM's next start ('' for
 -- 'new' and 'one'), entries as XRANGE gives them.
 local es, cursor
-if ARGV[3] == 'claim' then
+local rec = redis.call('LRANGE', KEYS[2], 0, -1)
+if #rec > 0 then
+  cursor, es = rec[1], {}
+  for i = 2, #rec do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], rec[i], rec[i], 1)
+    if #p == 1 and p[1][2] == ARGV[2] then
+      for _, e in ipairs(redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, rec[i])) do
+        if type(e) == 'table' then
+          es[#es + 1] = e
+        end
+      end
+    end
+  end
+elseif ARGV[3] == 'claim' then
   local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], ARGV[7], 'COUNT', ARGV[4])
   cursor, es = r[1], r[2]
 elseif ARGV[3] == 'one' then
@@ -38,6 +58,14 @@ else
   if r then
     es = r[1][2]
   end
+end
+if #rec == 0 and #es > 0 then
+  local ids = {cursor}
+  for _, e in ipairs(es) do
+    ids[#ids + 1] = e[1]
+  end
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
 end
 local bound = tonumber(ARGV[5])
 local out = {}

@@ -60,23 +60,22 @@ func (w *worker) read(ctx context.Context) {
 					break // the cursor stays: the next round goes on from it
 				}
 				looked += 10 * g.n
-				arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "claim", strconv.FormatInt(g.n, 10), bound(), idle, cursor}).ToArray()
-				if err != nil || len(arr) < 2 {
+				next, es, err := w.readEntries(ctx, c, []string{group, me, "claim", strconv.FormatInt(g.n, 10), bound(), idle, cursor})
+				if err != nil {
 					w.giveBack(&g)
-					if err != nil && ctx.Err() == nil {
+					if ctx.Err() == nil {
 						w.q.o.Logger.Warn("defer: xautoclaim", "rule", w.name, "err", err)
 					}
 					cursor = "0-0"
 					break
 				}
-				es, _ := arr[1].AsXRange()
 				if len(es) > 0 {
 					w.q.m.claimed(w.name, len(es))
 				}
 				if !w.send(ctx, es, &g) {
 					return
 				}
-				if cursor, _ = arr[0].ToString(); cursor == "0-0" || cursor == "" {
+				if cursor = next; cursor == "0-0" || cursor == "" {
 					cursor = "0-0" // the whole list looked at: the next round starts again
 					break
 				}
@@ -92,11 +91,7 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		arr, err := readScript.Exec(ctx, c, []string{q}, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound()}).ToArray()
-		var es []rueidis.XRangeEntry
-		if err == nil && len(arr) == 2 {
-			es, err = arr[1].AsXRange()
-		}
+		_, es, err := w.readEntries(ctx, c, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound(), idle, ""})
 		if err != nil {
 			w.giveBack(&g)
 			if ctx.Err() != nil {
@@ -149,12 +144,8 @@ func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 		args = append(args, e.sid)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	arr, err := readScript.Exec(rctx, c, []string{w.base + "q"}, args).ToArray()
+	_, es, _ := w.readEntries(rctx, c, args)
 	cancel()
-	var es []rueidis.XRangeEntry
-	if err == nil && len(arr) == 2 {
-		es, _ = arr[1].AsXRange()
-	}
 	if len(es) == 0 { // its holder is alive, or it is gone (or Redis did not answer)
 		w.restore(e, &g)
 		w.giveBack(&g)
@@ -166,6 +157,37 @@ func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 	}
 	w.q.o.Logger.Debug("defer: let go to stay within the bound", "rule", w.name, "id", e.id)
 	return result{e: e, drop: true}
+}
+
+// readEntries runs read.lua (args: its ARGV) under a token of its own.
+// If its reply is lost (an error that is not Redis's answer: the
+// connection cut, perhaps after Redis ran it), it asks again under the
+// same token, for up to ClaimIdle/2 while ctx lasts: read.lua then returns
+// the entries it read the first time, if it ran, rather than leave them
+// pending with this instance and held by nobody until ClaimIdle (and a
+// claimed head, its key's later requests waiting behind it).
+func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []string) (string, []rueidis.XRangeEntry, error) {
+	keys := []string{w.base + "q", w.base + "r:" + randHex(8)}
+	deadline := time.Now().Add(w.q.o.ClaimIdle / 2)
+	wait := 50 * time.Millisecond
+	for {
+		arr, err := readScript.Exec(ctx, c, keys, args).ToArray()
+		if err == nil {
+			if len(arr) != 2 {
+				return "", nil, fmt.Errorf("read.lua: %d values, want 2", len(arr))
+			}
+			cursor, _ := arr[0].ToString()
+			es, err := arr[1].AsXRange()
+			return cursor, es, err
+		}
+		if _, ok := rueidis.IsRedisErr(err); ok || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return "", nil, err
+		}
+		if ctxtime.Sleep(ctx, wait) != nil {
+			return "", nil, err
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // letGo lets go of e, held (release.lua), to make room within the bound,
