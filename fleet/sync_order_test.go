@@ -64,8 +64,9 @@ func TestSyncSuccessorOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			gate := redistest.NewGate(t, srv.Addr)
-			// A short timeout: a batch through the shut gate fails sooner.
-			rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{gate.Addr}, Timeout: time.Second})
+			// fleet.OpenRedis's generous timeout: the calls made with the
+			// gate open must succeed, and a shut gate fails calls at once.
+			rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{gate.Addr}})
 			s := newSync(t, rs, fleet.SyncOptions{Interval: time.Hour}) // batches only when flushed
 			ctx := context.Background()
 			admitted := 0
