@@ -22,7 +22,9 @@ import (
 func TestDemotedMasterReadOnly(t *testing.T) {
 	srv := redistest.StartServer(t)
 	other := redistest.StartServer(t)
-	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	// fleet.OpenRedis's generous timeout: every call must be answered,
+	// READONLY on the replica, which comes at once.
+	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	fb := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping, ProbeInterval: 10 * time.Millisecond})
 	t.Cleanup(fb.Close)
 	ctx := context.Background()
