@@ -59,6 +59,21 @@ func (a Algorithm) ValidateLimit(l Limit) error {
 	return nil
 }
 
+// Capacity is the largest cost l ever admits under a at once (past it a
+// request is refused with RetryAfter Never): the rate for the windows, the
+// burst for the token bucket and GCRA, the queue (burst + 1) for the leaky
+// bucket. It is also the Remaining of a key at rest, so Capacity less a
+// Decision's Remaining is what the key has used.
+func (a Algorithm) Capacity(l Limit) int64 {
+	switch a {
+	case TokenBucket, GCRA:
+		return l.BurstOrRate()
+	case LeakyBucket:
+		return l.BurstOrRate() + 1
+	}
+	return l.Rate
+}
+
 // UsesLog, for store authors, reports whether a keeps its state in State.Log under l, which
 // tells a store it may want to keep such keys apart.
 func (a Algorithm) UsesLog(l Limit) bool {

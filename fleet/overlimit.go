@@ -253,21 +253,10 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 		RetryAfter: time.Duration(e.until-now) * time.Microsecond,
 		ResetAfter: time.Duration(max(0, e.reset-now)) * time.Microsecond,
 	}
-	if r.Cost > capacity(r.Algorithm, &r.Limit) {
+	if r.Cost > r.Algorithm.Capacity(r.Limit) {
 		d.RetryAfter = sluice.Never
 	}
 	return true
-}
-
-// capacity is the largest cost the limit can ever admit at once.
-func capacity(a sluice.Algorithm, l *sluice.Limit) int64 {
-	switch a {
-	case sluice.TokenBucket, sluice.GCRA:
-		return l.BurstOrRate()
-	case sluice.LeakyBucket:
-		return l.BurstOrRate() + 1
-	}
-	return l.Rate
 }
 
 // olEpoch is what a refusal is remembered against: the generation and the

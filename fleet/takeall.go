@@ -74,7 +74,7 @@ func takeRest(ctx context.Context, inner sluice.Store, rs []sluice.Request, ds [
 				// the limit is full again it does (never early), and
 				// past the capacity never.
 				ds[i].RetryAfter = rds[j].ResetAfter
-				if rs[i].Cost > capacity(rs[i].Algorithm, &rs[i].Limit) {
+				if rs[i].Cost > rs[i].Algorithm.Capacity(rs[i].Limit) {
 					ds[i].RetryAfter = sluice.Never
 				}
 			}

@@ -91,10 +91,10 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 	t := s.shardTags(r.Key, n)
 	i := int(t.rr.Add(1) % uint64(n))
 	l := ShardLimit(r.Algorithm, r.Limit, n, i)
-	if r.Cost > Capacity(r.Algorithm, l) && i > 0 {
+	if r.Cost > r.Algorithm.Capacity(l) && i > 0 {
 		// Too large for this shard, which would answer Never: the
 		// first shard's share is the largest, and may hold it.
-		if l0 := ShardLimit(r.Algorithm, r.Limit, n, 0); r.Cost <= Capacity(r.Algorithm, l0) {
+		if l0 := ShardLimit(r.Algorithm, r.Limit, n, 0); r.Cost <= r.Algorithm.Capacity(l0) {
 			i, l = 0, l0
 		}
 	}
@@ -112,21 +112,6 @@ func (s *Store) Shard(r *sluice.Request, n int) int {
 func ShardNamespace(ns string) string { return ns + shardMark }
 
 const shardMark = "shard|"
-
-// Capacity is the largest cost l ever admits under algorithm a at once
-// (past it a request is refused with sluice.Never): the rate for the
-// windows, the burst for the buckets, the queue (burst + 1) for the leaky
-// bucket. It is also the Remaining of a key at rest, so Capacity less a
-// Decision's Remaining is what the key has used.
-func Capacity(a sluice.Algorithm, l sluice.Limit) int64 {
-	switch a {
-	case sluice.TokenBucket, sluice.GCRA:
-		return l.BurstOrRate()
-	case sluice.LeakyBucket:
-		return l.BurstOrRate() + 1
-	}
-	return l.Rate
-}
 
 // Spread returns r split over every shard of its key, for a charge that
 // must weigh on the key as a whole: a report past the limit

@@ -140,7 +140,7 @@ func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req s
 	if err != nil {
 		return err
 	}
-	used := redisstore.Capacity(req.Algorithm, req.Limit) - d.Remaining
+	used := req.Algorithm.Capacity(req.Limit) - d.Remaining
 	if used <= 0 {
 		return nil
 	}
@@ -164,7 +164,7 @@ func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req slui
 	}
 	var used int64
 	for i, p := range peeks {
-		used += max(0, redisstore.Capacity(p.Algorithm, p.Limit)-ds[i].Remaining)
+		used += max(0, p.Algorithm.Capacity(p.Limit)-ds[i].Remaining)
 	}
 	if used <= 0 {
 		return nil

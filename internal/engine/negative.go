@@ -137,7 +137,7 @@ func (e *Engine) shardedParts(ctx context.Context, req sluice.Request, n int) ([
 	more := make([]int64, len(peeks)) // what each may give back past its share
 	left := req.Cost
 	for i, p := range peeks {
-		used := max(0, capacity(p.Algorithm, p.Limit)-ds[i].Remaining)
+		used := max(0, p.Algorithm.Capacity(p.Limit)-ds[i].Remaining)
 		cost[i] = min(want[i], used)
 		more[i] = used - cost[i]
 		left -= cost[i]
@@ -161,17 +161,4 @@ func (e *Engine) shardedParts(ctx context.Context, req sluice.Request, n int) ([
 		parts = append(parts, p)
 	}
 	return parts, len(peeks), nil
-}
-
-// capacity is the largest cost limit l ever admits under algorithm a,
-// and the Remaining of a key at rest (redisstore.Capacity): capacity less
-// a decision's Remaining is what the key has used.
-func capacity(a sluice.Algorithm, l sluice.Limit) int64 {
-	switch a {
-	case sluice.TokenBucket, sluice.GCRA:
-		return l.BurstOrRate()
-	case sluice.LeakyBucket:
-		return l.BurstOrRate() + 1
-	}
-	return l.Rate
 }
