@@ -38,6 +38,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -88,31 +89,38 @@ func (o Options) withDefaults() Options {
 }
 
 // Summary is the heavy-hitter summary of one rule. It is safe for
-// concurrent use; its memory is fixed at New (Stripes × Capacity entries,
-// each holding at most MaxKeyBytes of key).
+// concurrent use. Its memory is bounded (Stripes × Capacity entries, each
+// holding at most MaxKeyBytes of key) and taken as keys come: a Summary
+// that has observed nothing holds no stripe, and a stripe's arrays grow
+// with its keys, up to Capacity (a daemon keeps one per rule, whether
+// traffic reaches the rule or not).
 type Summary struct {
-	stripes []stripe
-	tau     float64 // seconds
-	sample  uint64
-	weight  float64
-	maxKey  int
-	seed    maphash.Seed
+	stripes  atomic.Pointer[[]stripe] // nil until the first observation
+	n        int                      // stripes
+	capacity int
+	tau      float64 // seconds
+	sample   uint64
+	weight   float64
+	maxKey   int
+	seed     maphash.Seed
 }
 
 // stripe is one Space-Saving summary, padded against false sharing. Its
 // entries sit in fixed slots; heap orders the slots by count (a min-heap)
 // and table finds a slot by key hash (open addressing, linear probing), so
-// moving an entry in the heap touches no hash table.
+// moving an entry in the heap touches no hash table. The three arrays grow
+// together (grow) until entries holds capacity slots.
 type stripe struct {
-	mu      sync.Mutex
-	t0      int64   // ns: the instant of weight 1
-	last    int64   // ns: the latest observation: the stripe's time never runs back
-	total   float64 // the decayed weight of every observation
-	entries []entry
-	heap    []int32 // slots, a min-heap on count
-	table   []int32 // slot+1 by hash; 0 is empty
-	mask    uint64
-	_       [64]byte
+	mu       sync.Mutex
+	t0       int64   // ns: the instant of weight 1
+	last     int64   // ns: the latest observation: the stripe's time never runs back
+	total    float64 // the decayed weight of every observation
+	entries  []entry
+	heap     []int32 // slots, a min-heap on count
+	table    []int32 // slot+1 by hash; 0 is empty
+	mask     uint64
+	capacity int // of entries, at most: Options.Capacity
+	_        [64]byte
 }
 
 type entry struct {
@@ -123,29 +131,64 @@ type entry struct {
 	pos   int32   // index in heap
 }
 
-// New returns an empty Summary.
+// New returns an empty Summary. It allocates its stripes at its first
+// observation, and each stripe its entries as keys come.
 func New(o Options) *Summary {
 	o = o.withDefaults()
-	s := &Summary{
-		stripes: make([]stripe, o.Stripes),
-		tau:     o.HalfLife.Seconds() / math.Ln2,
-		sample:  uint64(o.Sample),
-		weight:  float64(o.Sample),
-		maxKey:  o.MaxKeyBytes,
-		seed:    maphash.MakeSeed(),
+	return &Summary{
+		n:        o.Stripes,
+		capacity: o.Capacity,
+		tau:      o.HalfLife.Seconds() / math.Ln2,
+		sample:   uint64(o.Sample),
+		weight:   float64(o.Sample),
+		maxKey:   o.MaxKeyBytes,
+		seed:     maphash.MakeSeed(),
 	}
+}
+
+// loaded returns the stripes, nil before the first observation.
+func (s *Summary) loaded() []stripe {
+	if p := s.stripes.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// alloc returns the stripes, making them if no observation has yet.
+func (s *Summary) alloc() []stripe {
+	st := make([]stripe, s.n)
+	for i := range st {
+		st[i].capacity = s.capacity
+	}
+	if s.stripes.CompareAndSwap(nil, &st) {
+		return st
+	}
+	return *s.stripes.Load()
+}
+
+// firstSlots is how many entries a stripe makes room for at its first key;
+// it doubles them as keys come, up to capacity.
+const firstSlots = 4
+
+// grow makes room for more entries (st.mu held, entries full, fewer than
+// capacity): twice as many, up to capacity, with a heap and a table to
+// match (the table 4 times the entries, a power of 2, filled again).
+func (st *stripe) grow() {
+	n := min(st.capacity, max(firstSlots, 2*cap(st.entries)))
+	entries := make([]entry, len(st.entries), n)
+	copy(entries, st.entries)
+	heap := make([]int32, len(st.heap), n)
+	copy(heap, st.heap)
 	size := 4
-	for size < 4*o.Capacity {
+	for size < 4*n {
 		size *= 2
 	}
-	for i := range s.stripes {
-		st := &s.stripes[i]
-		st.entries = make([]entry, 0, o.Capacity)
-		st.heap = make([]int32, 0, o.Capacity)
-		st.table = make([]int32, size)
-		st.mask = uint64(size - 1)
+	st.entries, st.heap = entries, heap
+	st.table = make([]int32, size)
+	st.mask = uint64(size - 1)
+	for j := range st.entries {
+		st.insert(st.entries[j].hash, int32(j))
 	}
-	return s
 }
 
 // rescaleAt is the exponent (in units of Tau) past which a stripe rescales
@@ -162,9 +205,13 @@ func (s *Summary) Observe(key string, cost int64, now time.Time) {
 		cost = 1
 	}
 	h := maphash.String(s.seed, key)
-	n := uint64(len(s.stripes))
+	stripes := s.loaded()
+	if stripes == nil {
+		stripes = s.alloc()
+	}
+	n := uint64(len(stripes))
 	i := (r / s.sample) % n
-	st := &s.stripes[i]
+	st := &stripes[i]
 	// A busy stripe is skipped: any stripe will do, and waiting is what
 	// costs under contention.
 	for tries := uint64(1); !st.mu.TryLock(); tries++ {
@@ -176,7 +223,7 @@ func (s *Summary) Observe(key string, cost int64, now time.Time) {
 		if i == n {
 			i = 0
 		}
-		st = &s.stripes[i]
+		st = &stripes[i]
 	}
 	st.add(h, key, s.weight*float64(cost), now.UnixNano(), s.tau, s.maxKey)
 	st.mu.Unlock()
@@ -206,7 +253,10 @@ func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, m
 		st.down(int(e.pos))
 		return
 	}
-	if len(st.entries) < cap(st.entries) {
+	if len(st.entries) < st.capacity {
+		if len(st.entries) == cap(st.entries) {
+			st.grow()
+		}
 		j := int32(len(st.entries))
 		st.entries = append(st.entries, entry{hash: h, key: appendKey(nil, key, maxKey), count: w, pos: j})
 		st.heap = append(st.heap, j)
@@ -227,6 +277,9 @@ func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, m
 
 // find returns the slot of hash h, or -1.
 func (st *stripe) find(h uint64) int32 {
+	if st.table == nil { // no key yet
+		return -1
+	}
 	for i := h & st.mask; ; i = (i + 1) & st.mask {
 		v := st.table[i]
 		if v == 0 {
@@ -389,20 +442,24 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 	// By text, not by hash: two keys reported alike (a crafted key equal
 	// to another's truncated text) are one line, never two series with
 	// the same labels.
+	stripes := s.loaded()
+	if stripes == nil { // nothing observed
+		return []Key{}, 0
+	}
 	keys := map[string]*agg{}
 	var total, lows float64
 	// The figures at now, never at an instant before the latest
 	// observation (a wall clock stepped back would scale the counts up:
 	// 64 times for a minute, +Inf for hours).
 	t := now.UnixNano()
-	for i := range s.stripes {
-		st := &s.stripes[i]
+	for i := range stripes {
+		st := &stripes[i]
 		st.mu.Lock()
 		t = max(t, st.last)
 		st.mu.Unlock()
 	}
-	for i := range s.stripes {
-		st := &s.stripes[i]
+	for i := range stripes {
+		st := &stripes[i]
 		st.mu.Lock()
 		// The decay from t0 to now, in the stripe's units.
 		f := math.Exp(-float64(t-st.t0) / 1e9 / s.tau)
@@ -414,7 +471,7 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 		// smallest count (Space-Saving); a stripe not yet full has
 		// evicted nothing, so a key it lacks never came to it.
 		var low float64
-		if len(st.entries) == cap(st.entries) && len(st.heap) > 0 {
+		if len(st.entries) == st.capacity && len(st.heap) > 0 {
 			low = st.entries[st.heap[0]].count * f
 		}
 		lows += low

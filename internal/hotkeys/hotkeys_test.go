@@ -99,8 +99,8 @@ func TestBounded(t *testing.T) {
 		s.Observe(strconv.Itoa(i), 1, t0)
 	}
 	n := 0
-	for i := range s.stripes {
-		st := &s.stripes[i]
+	for i := range s.loaded() {
+		st := &s.loaded()[i]
 		n += len(st.entries)
 		used := 0
 		for _, v := range st.table {
@@ -273,7 +273,7 @@ func BenchmarkMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc), "B/rule")
-		b.ReportMetric(float64(len(s.stripes)), "stripes")
+		b.ReportMetric(float64(s.n), "stripes")
 		runtime.KeepAlive(s)
 	}
 }

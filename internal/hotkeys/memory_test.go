@@ -21,8 +21,8 @@ func TestLongKeysKeptInBoundedBuffers(t *testing.T) {
 		s.Observe(pad+strconv.Itoa(i), 1, t0.Add(time.Duration(i)*time.Microsecond))
 	}
 	n := 0
-	for i := range s.stripes {
-		for _, e := range s.stripes[i].entries {
+	for i := range s.loaded() {
+		for _, e := range s.loaded()[i].entries {
 			n++
 			if len(e.key) > DefaultMaxKeyBytes+keyText || cap(e.key) > 288 {
 				t.Fatalf("an entry holds %d bytes of key in a buffer of %d; want at most %d in at most 288", len(e.key), cap(e.key), DefaultMaxKeyBytes+keyText)
