@@ -62,7 +62,7 @@ var scriptsKeys = []struct {
 	{keepLua, []string{"q"}},
 	{pruneLua, []string{"q"}},
 	{malformedLua, []string{"q", "dead"}},
-	{readLua, []string{"q", "r"}},
+	{readLua, []string{"q", "r", "r"}},
 	{releaseLua, []string{"q"}},
 	{statusLua, []string{"s", "q"}},
 }

@@ -27,7 +27,7 @@ func TestLetGoClaimedBackBeforeTurnEnds(t *testing.T) {
 	// The reader's claim round, before the turn's end reaches dispatch.
 	g := w.reserve(100)
 	_, xs, err := w.readEntries(ctx, c, []string{group, w.consumer, "claim", strconv.FormatInt(g.n, 10),
-		strconv.FormatInt(w.rule.Load().MaxBody(), 10), idle, "0-0"})
+		strconv.FormatInt(w.rule.Load().MaxBody(), 10), idle, "0-0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func TestReadReplyLost(t *testing.T) {
 			if mode == "claim" {
 				idle = "1000" // "a" silent for an hour
 			}
-			_, es, err := w.readEntries(ctx, cc, []string{group, "t", mode, "100", "1048576", idle, "0-0"})
+			_, es, err := w.readEntries(ctx, cc, []string{group, "t", mode, "100", "1048576", idle, "0-0"}, nil)
 			if !x.Cut() {
 				t.Fatal("no reply was lost")
 			}
@@ -121,5 +121,31 @@ func TestReadReplyLost(t *testing.T) {
 				t.Errorf("new read: %d entries, want the 2 queued", len(es))
 			}
 		})
+	}
+}
+
+// The record of a read (its entries, for a read asked again) lasts until
+// the reader's next read, whose reply tells that the last one's came: it
+// is not left for ClaimIdle, one key per read of the reader.
+func TestReadRecordForgotten(t *testing.T) {
+	w, c, _, _ := heads(t, 1<<30, 1, 1, 1)
+	ctx := context.Background()
+	var record string
+	_, es, err := w.readEntries(ctx, c, []string{group, "t", "claim", "100", "1048576", "1000", "0-0"}, &record)
+	if err != nil || len(es) != 1 || record == "" {
+		t.Fatalf("claim round: %d entries, %v, record %q; want the silent one's, recorded", len(es), err, record)
+	}
+	if n, err := c.Do(ctx, c.B().Exists().Key(record).Build()).AsInt64(); err != nil || n != 1 {
+		t.Fatalf("EXISTS %s = %d, %v; want the read recorded", record, n, err)
+	}
+	first := record
+	if _, es, err = w.readEntries(ctx, c, []string{group, "t", "new", "100", "1048576", "1000", ""}, &record); err != nil || len(es) != 0 {
+		t.Fatalf("new read: %d entries, %v; want none", len(es), err)
+	}
+	if n, err := c.Do(ctx, c.B().Exists().Key(first).Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s = %d, %v after the next read; want it deleted", first, n, err)
+	}
+	if record != "" {
+		t.Errorf("record %q after a read that returned nothing, want none", record)
 	}
 }

@@ -12,7 +12,7 @@
 //	sluice:defer:{T}:dead       the dead-letter stream
 //	sluice:defer:{T}:s:ID       a hash: where request ID stands (state, upstream status, attempts)
 //	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
-//	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), for ClaimIdle
+//	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
 //
 // where T is a digest of the rule's name (so a reload that changes the
 // rule's rate keeps its queue) and H a digest of the limiter key. The id

@@ -13,13 +13,18 @@
 -- and returns those entries again, those still pending with this
 -- consumer, claimed again for it, rather than leave them pending with it
 -- and held by nobody until the claim idle time.
--- KEYS: 1 stream, 2 the read's record (the token's)
+-- The reader's next read deletes that record (KEYS[3]): its reply came.
+-- KEYS: 1 stream, 2 the read's record (the token's), 3 the record of the
+--       read before, to delete (optional)
 -- ARGV: 1 group, 2 consumer, 3 mode ('new', 'claim' or 'one'), 4 count,
 --       5 max body bytes, 6 claim idle (ms): claim, one: the min idle;
 --       the record's life, 7 claim: start; one: the entry, 8 one: a held
 --       entry to let go if it was claimed (optional)
 -- Returns {cursor, entries}: cursor is XAUTOCLAIM's next start ('' for
 -- 'new' and 'one'), entries as XRANGE gives them.
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+end
 local es, cursor
 local rec = redis.call('LRANGE', KEYS[2], 0, -1)
 if #rec > 0 then

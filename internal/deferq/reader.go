@@ -42,6 +42,9 @@ func (w *worker) read(ctx context.Context) {
 	// every pending entry is looked at, however many live instances hold
 	// before a dead one's.
 	cursor := "0-0"
+	// record is the key of the last read's record (readEntries), which
+	// the next read deletes: its reply came.
+	var record string
 	for ctx.Err() == nil {
 		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
 			lastPrune = time.Now()
@@ -60,7 +63,7 @@ func (w *worker) read(ctx context.Context) {
 					break // the cursor stays: the next round goes on from it
 				}
 				looked += 10 * g.n
-				next, es, err := w.readEntries(ctx, c, []string{group, me, "claim", strconv.FormatInt(g.n, 10), bound(), idle, cursor})
+				next, es, err := w.readEntries(ctx, c, []string{group, me, "claim", strconv.FormatInt(g.n, 10), bound(), idle, cursor}, &record)
 				if err != nil {
 					w.giveBack(&g)
 					if ctx.Err() == nil {
@@ -91,7 +94,7 @@ func (w *worker) read(ctx context.Context) {
 			}
 			continue
 		}
-		_, es, err := w.readEntries(ctx, c, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound(), idle, ""})
+		_, es, err := w.readEntries(ctx, c, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound(), idle, ""}, &record)
 		if err != nil {
 			w.giveBack(&g)
 			if ctx.Err() != nil {
@@ -144,7 +147,7 @@ func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 		args = append(args, e.sid)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, es, _ := w.readEntries(rctx, c, args)
+	_, es, _ := w.readEntries(rctx, c, args, nil)
 	cancel()
 	if len(es) == 0 { // its holder is alive, or it is gone (or Redis did not answer)
 		w.restore(e, &g)
@@ -165,22 +168,37 @@ func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 // same token, for up to ClaimIdle/2 while ctx lasts: read.lua then returns
 // the entries it read the first time, if it ran, rather than leave them
 // pending with this instance and held by nobody until ClaimIdle (and a
-// claimed head, its key's later requests waiting behind it).
-func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []string) (string, []rueidis.XRangeEntry, error) {
+// claimed head, its key's later requests waiting behind it). With
+// record (the reader's reads, one after another), the record of the read
+// before is deleted, and *record becomes this one's (if it may exist);
+// else the record expires after ClaimIdle.
+func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []string, record *string) (string, []rueidis.XRangeEntry, error) {
 	keys := []string{w.base + "q", w.base + "r:" + randHex(8)}
+	if record != nil && *record != "" {
+		keys = append(keys, *record)
+	}
 	deadline := time.Now().Add(w.q.o.ClaimIdle / 2)
 	wait := 50 * time.Millisecond
 	for {
 		arr, err := readScript.Exec(ctx, c, keys, args).ToArray()
 		if err == nil {
+			if record != nil {
+				*record = ""
+			}
 			if len(arr) != 2 {
 				return "", nil, fmt.Errorf("read.lua: %d values, want 2", len(arr))
 			}
 			cursor, _ := arr[0].ToString()
 			es, err := arr[1].AsXRange()
+			if record != nil && len(es) > 0 {
+				*record = keys[1]
+			}
 			return cursor, es, err
 		}
 		if _, ok := rueidis.IsRedisErr(err); ok || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			if record != nil && !ok {
+				*record = keys[1] // it may have run
+			}
 			return "", nil, err
 		}
 		if ctxtime.Sleep(ctx, wait) != nil {
