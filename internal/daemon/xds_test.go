@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -182,6 +184,12 @@ func TestXDSConfigApplied(t *testing.T) {
 	if r := do(t, "POST", ed.api+"/json", `{"domain":"shop","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}]}`); r.status != 503 {
 		t.Fatalf("POST /json before the first config = %d %q, want 503", r.status, r.body)
 	}
+	// As the reference service's probes see it while it does not listen:
+	// its health path and gRPC health fail.
+	if r := get(t, ed.api+"/healthcheck"); r.status != 503 {
+		t.Fatalf("/healthcheck before the first config = %d %q, want 503", r.status, r.body)
+	}
+	ed.wantHealth("ratelimit", healthpb.HealthCheckResponse_NOT_SERVING)
 
 	x.set("v1",
 		rlc("shop", "shop", perDay("tenant", "acme", 2),
@@ -192,6 +200,11 @@ func TestXDSConfigApplied(t *testing.T) {
 	if r := get(t, ed.api+"/readyz"); r.status != 200 {
 		t.Fatalf("/readyz after the first config = %d %q, want 200", r.status, r.body)
 	}
+	if r := get(t, ed.api+"/healthcheck"); r.status != 200 || r.body != "OK" {
+		t.Fatalf("/healthcheck after the first config = %d %q, want 200 OK", r.status, r.body)
+	}
+	ed.wantHealth("ratelimit", healthpb.HealthCheckResponse_SERVING)
+	ed.wantHealth("", healthpb.HealthCheckResponse_SERVING)
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := ed.code("shop", "tenant", "acme"); got != want {
 			t.Errorf("shop tenant=acme, request %d: %v, want %v", i+1, got, want)
@@ -356,5 +369,19 @@ func TestXDSOverMutualTLS(t *testing.T) {
 	x.waitACK("v1")
 	if got := ed.limitOf("shop", "tenant", "acme"); got != 3 {
 		t.Errorf("over mTLS, shop tenant=acme limit %d, want 3", got)
+	}
+}
+
+// wantHealth checks the gRPC health status of service.
+func (ed *envoyDaemon) wantHealth(service string, want healthpb.HealthCheckResponse_ServingStatus) {
+	ed.t.Helper()
+	conn, err := grpc.NewClient(ed.d.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		ed.t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+	if err != nil || r.GetStatus() != want {
+		ed.t.Fatalf("gRPC health of %q = %v, %v; want %v", service, r.GetStatus(), err, want)
 	}
 }
