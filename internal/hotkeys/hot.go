@@ -57,21 +57,41 @@ func (h *Hot) empty() bool {
 // more (Rate less Error: a key new to a full stripe inherits the count of
 // the key it replaced, so a key seen once in a flood of distinct keys may
 // read as fast as any), and stays hot while its Rate is Off or more.
+//
+// A rule with no hot key, the common case, costs nothing each time: its
+// set is then noKeys, shared, and Update allocates nothing.
 func (h *Hot) Update(top []Key) []string {
 	old := h.set.Load()
-	m := make(map[string]struct{})
+	var m map[string]struct{}
 	for _, k := range top {
 		was := false
 		if old != nil {
 			_, was = (*old)[k.Key]
 		}
 		if k.Rate-k.Error >= h.On || was && k.Rate >= h.Off {
+			if m == nil {
+				m = make(map[string]struct{})
+			}
 			m[k.Key] = struct{}{}
 		}
 	}
+	if m == nil {
+		h.set.Store(&noKeys)
+		return []string{}
+	}
+	return h.store(m)
+}
+
+// store makes m this instance's set (in a variable of its own: taking the
+// address of Update's m would move it to the heap on every call).
+func (h *Hot) store(m map[string]struct{}) []string {
 	h.set.Store(&m)
 	return sorted(&m)
 }
+
+// noKeys is the set of a rule with no hot key, shared by all: a set
+// stored is never written to.
+var noKeys = map[string]struct{}{}
 
 // Local returns the keys this instance finds hot, sorted.
 func (h *Hot) Local() []string { return sorted(h.set.Load()) }

@@ -171,3 +171,26 @@ func TestObserveWarmNoAllocs(t *testing.T) {
 		t.Fatalf("Observe on full stripes: %v allocations, want 0", n)
 	}
 }
+
+// A rule with no hot key costs nothing at each refresh: Update allocates
+// nothing, still answers an empty (not nil) list, as does Local, and a key
+// that turns hot later is found.
+func TestUpdateNothingHotAllocatesNothing(t *testing.T) {
+	h := Hot{On: 100, Off: 50}
+	cold := []Key{{Key: "a", Rate: 10}, {Key: "b", Rate: 99, Error: 5}}
+	if n := testing.AllocsPerRun(100, func() { h.Update(cold) }); n != 0 {
+		t.Errorf("Update with nothing hot: %v allocations, want 0", n)
+	}
+	if got := h.Update(nil); got == nil || len(got) != 0 {
+		t.Errorf("Update(nil) = %#v, want an empty list", got)
+	}
+	if got := h.Local(); got == nil || len(got) != 0 {
+		t.Errorf("Local = %#v, want an empty list", got)
+	}
+	if got := h.Update([]Key{{Key: "a", Rate: 150}}); len(got) != 1 || got[0] != "a" || !h.Has("a") {
+		t.Errorf("Update with a hot: %v, Has(a) %v", got, h.Has("a"))
+	}
+	if got := h.Update(cold); len(got) != 0 || h.Has("a") {
+		t.Errorf("a cooled down: %v, Has(a) %v", got, h.Has("a"))
+	}
+}
