@@ -26,6 +26,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/doctest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
@@ -383,5 +385,29 @@ func (ed *envoyDaemon) wantHealth(service string, want healthpb.HealthCheckRespo
 	r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
 	if err != nil || r.GetStatus() != want {
 		ed.t.Fatalf("gRPC health of %q = %v, %v; want %v", service, r.GetStatus(), err, want)
+	}
+}
+
+// TestEnvoyGatewayExample: the example of examples/envoy-gateway loads
+// (with the certificate files it names made beside it) and takes its
+// descriptors from the xDS server it says.
+func TestEnvoyGatewayExample(t *testing.T) {
+	text, err := os.ReadFile("../../examples/envoy-gateway/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(doctest.WriteConfig(t, t.TempDir(), string(text)))
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	if err := config.Unsupported(cfg); err != nil {
+		t.Fatalf("Unsupported: %v", err)
+	}
+	if err := cfg.TLSProblems(); err != nil {
+		t.Fatalf("TLSProblems: %v", err)
+	}
+	x := cfg.GRPC.XDS
+	if x == nil || x.Server != "envoy-gateway:18001" || x.NodeID != "envoy-ratelimit" || x.TLS == nil || cfg.GRPC.Config != nil {
+		t.Fatalf("grpc = %+v, want the descriptors from envoy-gateway:18001, node envoy-ratelimit, over TLS", cfg.GRPC)
 	}
 }
