@@ -93,9 +93,6 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		}
 		g := server.NewGRPC(d.rls, gopts)
 		d.grpcSrv = g
-		if d.xds {
-			g.SetServing(false) // until the xDS server's first config (applyXDS)
-		}
 		_ = d.metrics.GaugeFunc("sluice_grpc_calls_waiting", "gRPC calls on the grpc listener whose request has not come yet, over all its connections.",
 			func() float64 { return float64(g.Calls()) })
 		_ = d.metrics.CounterFunc("sluice_grpc_calls_refused_total", "gRPC calls refused (RESOURCE_EXHAUSTED) because the grpc listener held its most calls waiting for their request, or, for health and reflection calls, which count until they end, half that.",

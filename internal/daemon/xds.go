@@ -88,9 +88,7 @@ func (d *Daemon) applyXDS(version string, docs []descriptors.Doc) error {
 		d.metrics.Reload(false)
 		return err
 	}
-	if !d.xdsApplied.Swap(true) && d.grpcSrv != nil {
-		d.grpcSrv.SetServing(true)
-	}
+	d.xdsApplied.Store(true)
 	d.metrics.Reload(true)
 	d.log.Info("descriptors applied from the xDS server", "version", version, "domains", set.Domains(), "rules", set.Rules())
 	return nil

@@ -186,12 +186,15 @@ func TestXDSConfigApplied(t *testing.T) {
 	if r := do(t, "POST", ed.api+"/json", `{"domain":"shop","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}]}`); r.status != 503 {
 		t.Fatalf("POST /json before the first config = %d %q, want 503", r.status, r.body)
 	}
-	// As the reference service's probes see it while it does not listen:
-	// its health path and gRPC health fail.
-	if r := get(t, ed.api+"/healthcheck"); r.status != 503 {
-		t.Fatalf("/healthcheck before the first config = %d %q, want 503", r.status, r.body)
+	// The probes pass, as they do on the reference service as Envoy
+	// Gateway deploys it (FORCE_START_WITHOUT_INITIAL_CONFIG=true, healthy
+	// without a config): its startup and liveness probes, on
+	// /healthcheck, must not restart a pod whose server has no rate limit
+	// config to send yet.
+	if r := get(t, ed.api+"/healthcheck"); r.status != 200 || r.body != "OK" {
+		t.Fatalf("/healthcheck before the first config = %d %q, want 200 OK", r.status, r.body)
 	}
-	ed.wantHealth("ratelimit", healthpb.HealthCheckResponse_NOT_SERVING)
+	ed.wantHealth("ratelimit", healthpb.HealthCheckResponse_SERVING)
 
 	x.set("v1",
 		rlc("shop", "shop", perDay("tenant", "acme", 2),
@@ -409,5 +412,8 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	x := cfg.GRPC.XDS
 	if x == nil || x.Server != "envoy-gateway:18001" || x.NodeID != "envoy-ratelimit" || x.TLS == nil || cfg.GRPC.Config != nil {
 		t.Fatalf("grpc = %+v, want the descriptors from envoy-gateway:18001, node envoy-ratelimit, over TLS", cfg.GRPC)
+	}
+	if cfg.GRPC.TLS == nil || cfg.GRPC.TLS.ClientCA == "" {
+		t.Errorf("grpc.tls = %+v, want mTLS for the proxies' calls, as Envoy Gateway's deployment serves them", cfg.GRPC.TLS)
 	}
 }

@@ -126,10 +126,11 @@ func WriteConfig(t testing.TB, dir, text string) string {
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		t.Fatalf("not YAML: %v\n%s", err, text)
 	}
+	moved := map[string]bool{} // absolute paths moved under dir (a path named twice is moved once)
 	local := func(p string) string {
-		if filepath.IsAbs(p) {
+		if filepath.IsAbs(p) && !moved[p] {
+			moved[p] = true
 			text = strings.ReplaceAll(text, p, filepath.Join(dir, p))
-			return filepath.Join(dir, p)
 		}
 		return filepath.Join(dir, p)
 	}

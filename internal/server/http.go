@@ -9,8 +9,7 @@
 //	GET  /readyz            200 when the store is reachable, else 503
 //	GET  /metrics           Prometheus, from the injected registry
 //	POST /json              the Envoy rate limit service's HTTP form (with Options.Envoy)
-//	GET  /healthcheck       200 "OK" while the process serves (with Options.Envoy), the reference service's health path;
-//	                        503 until the Envoy service has a descriptor config (an xDS server's first)
+//	GET  /healthcheck       200 "OK" while the process serves (with Options.Envoy), the reference service's health path
 //
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 403 for a
 // browser's request for a web page (Sec-Fetch-Site, Origin), of any site,
@@ -263,12 +262,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !getOrHead(r) {
 			h.fail(w, errMethod("GET, HEAD"))
-			return
-		}
-		if !h.o.Envoy.Configured() {
-			// The reference service does not listen until its first
-			// config: its probes fail.
-			h.fail(w, &apiError{status: http.StatusServiceUnavailable, msg: errNoConfig.Error()})
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

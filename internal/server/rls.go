@@ -108,11 +108,6 @@ func NewRLS(o RLSOptions) (*RLS, error) {
 	return &RLS{o: o, envoy: o.Metrics.Envoy()}, nil
 }
 
-// Configured reports whether a descriptor config is in force: until then
-// (an xDS server's first config awaited) calls are answered UNAVAILABLE
-// and GET /healthcheck 503.
-func (s *RLS) Configured() bool { return s.o.Descriptors() != nil }
-
 // errStore marks a store failure answered as UNAVAILABLE.
 var errStore = errors.New("store unavailable")
 
