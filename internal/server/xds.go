@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -35,6 +36,7 @@ const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitC
 const (
 	xdsMaxMessage = 64 << 20
 	xdsMaxDetail  = 16 << 10
+	xdsKeepalive  = 6 * time.Minute
 )
 
 // XDSOptions configure RunXDS.
@@ -85,7 +87,14 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: o.Retry, Multiplier: 1, MaxDelay: o.Retry},
 			MinConnectTimeout: 20 * time.Second,
-		}))
+		}),
+		// The stream is quiet between versions: a server whose host
+		// vanished (no FIN, no RST) would hold it open, unnoticed, and
+		// no version would come again. A ping after xdsKeepalive of
+		// silence finds it; less often than gRPC servers' default
+		// enforcement (5 minutes), which closes the connection of a
+		// client that pings more.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: xdsKeepalive, Timeout: 20 * time.Second}))
 	if err != nil {
 		return fmt.Errorf("server: xds: %s: %w", o.Server, err)
 	}
