@@ -25,8 +25,13 @@ import (
 // have used together. "Used" is the counter's capacity less the Remaining
 // of a question of cost 0, which counts nothing; the charge is a forced
 // one (a report's), added to whatever the counter holds: decisions made on
-// it meanwhile keep their count. Both run through the engine's store, as
-// the key's decisions do.
+// it meanwhile keep their count. The question is asked of Redis itself:
+// the engine's store sends a lease rule's to the instance's lease, which
+// answers from the units it holds (a sync rule's, from its local count),
+// not from what the fleet used. The charge runs through the engine's
+// store, as the key's decisions do (a lease gives back what it holds of
+// the key first). Units that instances hold unspent are counted used:
+// the seed errs toward admitting less.
 //
 // What it cannot make exact: the question and the charge are two calls on
 // other Cluster slots than the decisions', and the other instances switch
@@ -133,10 +138,10 @@ func digested(key string) bool {
 	return strings.Trim(key[i:], "0123456789abcdef") == ""
 }
 
-// seedShards charges req's n shards with what its own key has used, each
-// its share.
+// seedShards charges req's n shards (through st) with what its own key
+// has used in Redis (s), each its share.
 func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
-	d, err := st.Take(ctx, req) // req.Cost is 0: a question
+	d, err := s.Take(ctx, req) // req.Cost is 0: a question
 	if err != nil {
 		return err
 	}
@@ -152,14 +157,15 @@ func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req s
 	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
 }
 
-// seedKey charges req's own key with what its n shards have used together.
+// seedKey charges req's own key (through st) with what its n shards have
+// used together in Redis (s).
 func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
 	peeks := s.Shards(req, n) // req.Cost is 0: questions
 	if len(peeks) == 0 {
 		return nil
 	}
 	ds := make([]sluice.Decision, len(peeks))
-	if err := st.TakeAll(ctx, peeks, ds); err != nil {
+	if err := s.TakeAll(ctx, peeks, ds); err != nil {
 		return err
 	}
 	var used int64
