@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,7 @@ type workerResult struct {
 	Decisions, Admitted int64
 	ByWindow            map[int64]int64 // admitted per window (fixed window)
 	SentByWindow        map[int64]int64 // decisions per window (fixed window)
+	At                  []int64         // each decision's instant, µs (see exactAdmits)
 	First, Last         time.Time       // first and last admission
 	MaxGap, MaxRTT      time.Duration   // sync: between batches, of a batch
 	Batches, Calls      uint64          // sync batches, lease reservations
@@ -116,6 +118,7 @@ func TestHelperFleetWorker(t *testing.T) {
 		}
 		res.Decisions++
 		res.SentByWindow[now.UnixMicro()/period.Microseconds()]++
+		res.At = append(res.At, now.UnixMicro())
 		if d.Allowed {
 			res.Admitted++
 			res.ByWindow[now.UnixMicro()/period.Microseconds()]++
@@ -184,6 +187,7 @@ func fleetTotal(rs []workerResult) workerResult {
 		for w, n := range r.SentByWindow {
 			tot.SentByWindow[w] += n
 		}
+		tot.At = append(tot.At, r.At...)
 		if r.First.Before(tot.First) {
 			tot.First = r.First
 		}
@@ -192,6 +196,31 @@ func fleetTotal(rs []workerResult) workerResult {
 		}
 	}
 	return tot
+}
+
+// exactAdmits is how many of the requests sent at the instants at (µs, in
+// any order) one exact limiter of alg and l admits: the most a fleet may
+// admit of them, and what a bucket's lower bound is measured against. The
+// allowance (burst + rate × the time the admissions span) assumes steady
+// requests; a loaded machine stalls the workers for longer than the
+// bucket takes to fill, and the refill of those stalls is lost to any
+// limiter (a -race run sent 1,347 requests, the allowance 1,343, and a
+// fleet of leases admitted 1,032).
+func exactAdmits(t *testing.T, alg sluice.Algorithm, l sluice.Limit, at []int64) int64 {
+	t.Helper()
+	at = slices.Sorted(slices.Values(at))
+	var st sluice.State
+	var d sluice.Decision
+	n := int64(0)
+	for _, now := range at {
+		if _, err := alg.TakeMicro(&d, &st, &l, now, 1); err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			n++
+		}
+	}
+	return n
 }
 
 type processCase struct {
@@ -299,8 +328,10 @@ func syncProcesses(t *testing.T, addrs []string, cluster bool) {
 				// limit below the allowance, or below what was sent when
 				// that is less (at a load average of 30, 168 of the 2000
 				// req/s); the figures above are logged for the docs.
-				if want := min(allowance, float64(decisions)); float64(admitted) < want-R/2 {
-					t.Errorf("admitted %d of %d sent, far under the allowance %.0f", admitted, decisions, allowance)
+				exact := exactAdmits(t, alg, c.limit, tot.At)
+				t.Logf("of the %d sent an exact limiter admits %d", decisions, exact)
+				if float64(admitted) < float64(exact)-R/2 {
+					t.Errorf("admitted %d of %d sent, far under the %d an exact limiter admits of them (allowance %.0f)", admitted, decisions, exact, allowance)
 				}
 			}
 		})
