@@ -306,6 +306,14 @@ func TestXDSServerRestart(t *testing.T) {
 	if r := get(t, ed.api+"/readyz"); r.status != 200 {
 		t.Errorf("/readyz with the xDS server down = %d %q, want 200 (a config is in force)", r.status, r.body)
 	}
+	// Tried again and again while the server is away.
+	broken := func() int { return strings.Count(ed.logs.String(), `msg="xDS subscription broken`) }
+	for deadline := time.Now().Add(30 * time.Second); broken() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon logged %d broken subscriptions in 30s with the server away, want it to try every retry (10ms)", broken())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the condition, not waiting for it to happen
+	}
 
 	// Back on the same address with a new version: the daemon subscribes
 	// again, saying the version it holds, and applies the new one.
@@ -318,6 +326,15 @@ func TestXDSServerRestart(t *testing.T) {
 	x.waitACK("v2")
 	if got := ed.limitOf("shop", "tenant", "acme"); got != 5 {
 		t.Errorf("after the restart, shop tenant=acme limit %d, want 5", got)
+	}
+	// The outage is told once, at WARN, however many times the daemon
+	// tried meanwhile, and its end at INFO.
+	logs := ed.logs.String()
+	if n := strings.Count(logs, `level=WARN msg="xDS subscription broken`); n != 1 {
+		t.Errorf("the outage logged %d times at WARN, want once", n)
+	}
+	if n := strings.Count(logs, `msg="xDS server answers"`); n != 2 {
+		t.Errorf("the server's answers logged %d times, want twice (at the start, after the outage)", n)
 	}
 }
 

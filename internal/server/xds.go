@@ -105,7 +105,14 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		o.Logger.Warn("xDS subscription broken: the descriptors in force stay; subscribing again", "server", o.Server, "retry", o.Retry, "err", err)
+		// Logged once an outage, not every Retry while it lasts: told
+		// again (at Info) once a response comes.
+		log := o.Logger.Warn
+		if c.failing {
+			log = o.Logger.Debug
+		}
+		c.failing = true
+		log("xDS subscription broken: the descriptors in force stay; subscribing again every retry", "server", o.Server, "retry", o.Retry, "err", err)
 		t := time.NewTimer(o.Retry)
 		select {
 		case <-ctx.Done():
@@ -122,6 +129,9 @@ type xdsClient struct {
 	ads     discovery.AggregatedDiscoveryServiceClient
 	node    *corev3.Node
 	version string // of the configs last applied; "" before the first
+	// failing: a stream broke, and no response came since (its outage
+	// is logged once); answered: a response came once.
+	failing, answered bool
 	// refused is the responseDigest of the response last refused, and
 	// refusedErr why (nil once a response is applied).
 	refused    [sha256.Size]byte
@@ -169,11 +179,15 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 	if err := st.Send(&discovery.DiscoveryRequest{VersionInfo: c.version, Node: c.node, TypeUrl: XDSTypeURL}); err != nil {
 		return err
 	}
-	c.o.Logger.Info("xDS subscription made", "server", c.o.Server, "node_id", c.node.GetId(), "version", c.version)
+	c.o.Logger.Debug("xDS subscription sent", "server", c.o.Server, "node_id", c.node.GetId(), "version", c.version)
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return err
+		}
+		if c.failing || !c.answered {
+			c.o.Logger.Info("xDS server answers", "server", c.o.Server, "node_id", c.node.GetId(), "version", resp.GetVersionInfo())
+			c.failing, c.answered = false, true
 		}
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
 		docs, err := decodeResponse(resp)
