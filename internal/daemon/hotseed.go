@@ -24,8 +24,16 @@ import (
 // one whose exchange drops it charges its own key with what the shards
 // have used together. "Used" is the counter's capacity less the Remaining
 // of a question of cost 0, which counts nothing; the charge is a forced
-// one (a report's), added to whatever the counter holds: decisions made on
-// it meanwhile keep their count. The question is asked of Redis itself:
+// one (a report's), of what the counter moved to lacks of that (each
+// shard of its share): it is brought up to what the key used, not
+// charged it on top of what it holds. A counter moved to is at rest but
+// when the key comes back before it is: a key dropped by the set's bound
+// (maxFleetHot) while in use, or hot again within a horizon of leaving its
+// shards. Charged on top, both counters then held what the key used
+// twice (40 used of 60, and both read full: TestAutoShardsBoundDropChargedOnce).
+// What the seeding instance decides on the counter it moved to between
+// its switch (the exchange) and the seed's questions, milliseconds, counts
+// toward what the key used. The questions are asked of Redis itself:
 // the engine's store sends a lease rule's to the instance's lease, which
 // answers from the units it holds (a sync rule's, from its local count),
 // not from what the fleet used. The charge runs through the engine's
@@ -138,8 +146,8 @@ func digested(key string) bool {
 	return strings.Trim(key[i:], "0123456789abcdef") == ""
 }
 
-// seedShards charges req's n shards (through st) with what its own key
-// has used in Redis (s), each its share.
+// seedShards charges req's n shards (through st) with what they lack of
+// what its own key has used in Redis (s), each of its share.
 func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
 	d, err := s.Take(ctx, req) // req.Cost is 0: a question
 	if err != nil {
@@ -149,33 +157,69 @@ func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req s
 	if used <= 0 {
 		return nil
 	}
-	req.Cost, req.Force = used, true
-	parts := s.Spread(req, n)
+	peeks, held, err := shardsUsed(ctx, s, req, n)
+	if err != nil || len(peeks) == 0 {
+		return err
+	}
+	q := req
+	q.Cost, q.Force = used, true
+	var parts []sluice.Request
+	for _, p := range s.Spread(q, n) {
+		for i, k := range peeks {
+			if k.Namespace == p.Namespace && k.Key == p.Key {
+				p.Cost -= held[i]
+			}
+		}
+		if p.Cost > 0 {
+			parts = append(parts, p)
+		}
+	}
 	if len(parts) == 0 || parts[0].Namespace == req.Namespace {
-		return nil // not sharded: nothing moved
+		return nil // nothing lacking, or not sharded: nothing moved
 	}
 	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
 }
 
-// seedKey charges req's own key (through st) with what its n shards have
-// used together in Redis (s).
-func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
-	peeks := s.Shards(req, n) // req.Cost is 0: questions
+// shardsUsed returns req's n shards, as questions (req.Cost is 0), and
+// what each has used in Redis (s).
+func shardsUsed(ctx context.Context, s *redisstore.Store, req sluice.Request, n int) ([]sluice.Request, []int64, error) {
+	peeks := s.Shards(req, n)
 	if len(peeks) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	ds := make([]sluice.Decision, len(peeks))
 	if err := s.TakeAll(ctx, peeks, ds); err != nil {
+		return nil, nil, err
+	}
+	used := make([]int64, len(peeks))
+	for i, p := range peeks {
+		used[i] = max(0, p.Algorithm.Capacity(p.Limit)-ds[i].Remaining)
+	}
+	return peeks, used, nil
+}
+
+// seedKey charges req's own key (through st) with what it lacks of what
+// its n shards have used together in Redis (s).
+func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
+	_, held, err := shardsUsed(ctx, s, req, n)
+	if err != nil {
 		return err
 	}
 	var used int64
-	for i, p := range peeks {
-		used += max(0, p.Algorithm.Capacity(p.Limit)-ds[i].Remaining)
+	for _, u := range held {
+		used += u
 	}
 	if used <= 0 {
 		return nil
 	}
+	d, err := s.Take(ctx, req) // req.Cost is 0: a question
+	if err != nil {
+		return err
+	}
+	if used -= max(0, req.Algorithm.Capacity(req.Limit)-d.Remaining); used <= 0 {
+		return nil
+	}
 	req.Cost, req.Force = used, true
-	_, err := st.Take(ctx, req)
+	_, err = st.Take(ctx, req)
 	return err
 }
