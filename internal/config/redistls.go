@@ -25,21 +25,24 @@ type RedisTLS struct {
 // setBool is tls: true or false; a mapping sets it true (see decoder).
 func (t *RedisTLS) setBool(b bool) { t.On = b }
 
-func (t *RedisTLS) check(ck *checker) {
-	const key = "store.redis.tls"
+func (t *RedisTLS) check(ck *checker) { checkClientTLS(ck, "store.redis.tls", t.ClientOptions()) }
+
+// checkClientTLS checks the files of a client TLS block at key (ca, cert,
+// key): cert and key together, each a regular file, the key a secret one.
+func checkClientTLS(ck *checker, key string, o tlsconf.ClientOptions) {
 	switch {
-	case t.Cert != "" && t.Key == "":
+	case o.Cert != "" && o.Key == "":
 		ck.fail(key+".key", "missing: cert and key go together (a client certificate and its private key)")
-	case t.Key != "" && t.Cert == "":
+	case o.Key != "" && o.Cert == "":
 		ck.fail(key+".cert", "missing: cert and key go together (a client certificate and its private key)")
 	}
-	for _, f := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}} {
+	for _, f := range []struct{ name, path string }{{"ca", o.CA}, {"cert", o.Cert}} {
 		if f.path != "" {
 			ck.regular(key+"."+f.name, f.path)
 		}
 	}
-	if t.Key != "" {
-		ck.secretFile(key+".key", t.Key, "the private key")
+	if o.Key != "" {
+		ck.secretFile(key+".key", o.Key, "the private key")
 	}
 }
 
@@ -55,13 +58,19 @@ func (c *Config) redisTLSProblems() Errors {
 	if c.Store.Type != StoreRedis || !t.On {
 		return nil
 	}
-	_, err := tlsconf.LoadClient(t.ClientOptions())
+	return c.clientTLSProblems("store.redis.tls", t.ClientOptions())
+}
+
+// clientTLSProblems loads the files of the client TLS block at key as the
+// daemon does, and reports each that is not what its key says.
+func (c *Config) clientTLSProblems(key string, o tlsconf.ClientOptions) Errors {
+	_, err := tlsconf.LoadClient(o)
 	if err == nil {
 		return nil
 	}
 	var es Errors
 	for _, e := range unjoin(err) {
-		k := "store.redis.tls"
+		k := key
 		var te *tlsconf.Error
 		if errors.As(e, &te) {
 			k += "." + te.Field

@@ -1,10 +1,8 @@
 package config
 
 import (
-	"errors"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -79,24 +77,8 @@ func (x *XDSConfig) check(ck *checker) {
 			ck.fail("grpc.xds.node_metadata", "an empty key: name each metadata field")
 		}
 	}
-	t := x.TLS
-	if t == nil {
-		return
-	}
-	const key = "grpc.xds.tls"
-	switch {
-	case t.Cert != "" && t.Key == "":
-		ck.fail(key+".key", "missing: cert and key go together (a client certificate and its private key)")
-	case t.Key != "" && t.Cert == "":
-		ck.fail(key+".cert", "missing: cert and key go together (a client certificate and its private key)")
-	}
-	for _, f := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}} {
-		if f.path != "" {
-			ck.regular(key+"."+f.name, f.path)
-		}
-	}
-	if t.Key != "" {
-		ck.secretFile(key+".key", t.Key, "the private key")
+	if x.TLS != nil {
+		checkClientTLS(ck, "grpc.xds.tls", x.TLS.ClientOptions())
 	}
 }
 
@@ -106,18 +88,5 @@ func (c *Config) xdsTLSProblems() Errors {
 	if c.GRPC == nil || c.GRPC.XDS == nil || c.GRPC.XDS.TLS == nil {
 		return nil
 	}
-	_, err := tlsconf.LoadClient(c.GRPC.XDS.TLS.ClientOptions())
-	if err == nil {
-		return nil
-	}
-	var es Errors
-	for _, e := range unjoin(err) {
-		k := "grpc.xds.tls"
-		var te *tlsconf.Error
-		if errors.As(e, &te) {
-			k += "." + te.Field
-		}
-		es = append(es, &rules.ParseError{File: c.File, Line: c.Line(k), Key: k, Msg: e.Error()})
-	}
-	return es
+	return c.clientTLSProblems("grpc.xds.tls", c.GRPC.XDS.TLS.ClientOptions())
 }
