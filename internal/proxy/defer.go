@@ -76,7 +76,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	h := r.Header.Clone()
 	hop.Drop(h)
 	for k := range h {
-		if forwardingHeader(k) {
+		if proxyHeader(k) {
 			delete(h, k)
 		}
 	}

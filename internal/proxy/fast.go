@@ -75,23 +75,34 @@ func ishex(c byte) bool {
 // dropRequestHeader reports whether the incoming header k is not
 // forwarded on the fast path; conn: what the request's Connection names.
 func dropRequestHeader(k string, conn hop.Names) bool {
-	if hop.Is(k) || k == "Content-Length" || k == "Host" || forwardingHeader(k) {
+	if hop.Is(k) || k == "Content-Length" || k == "Host" || proxyHeader(k) {
 		return true
 	}
 	return conn.Has(k)
 }
 
-// forwardingHeader reports whether the request header k is a forwarding
-// header (Forwarded, X-Forwarded-*) as CGI and WSGI servers read header
-// names (RFC 3875 §4.1.18: any case, '_' for '-'), so that a client's
-// X_Forwarded_For is dropped with its X-Forwarded-For: those servers would
-// read it as the proxy's.
-func forwardingHeader(k string) bool {
-	const xf, f = "x-forwarded-", "forwarded"
-	if len(k) < len(f) || k[0] != 'X' && k[0] != 'x' && k[0] != 'F' && k[0] != 'f' {
+// proxyHeader reports whether the request header k is one only the
+// proxy may set, which a client's request never carries upstream: a
+// forwarding header (Forwarded, X-Forwarded-*), or Sluice-Deferred-Id,
+// by which the upstream knows the replay of a deferred request (a client's
+// own would pass a live request off as a replay, or as another's). Names
+// are read as CGI and WSGI servers read them (RFC 3875 §4.1.18: any case,
+// '_' for '-'), so that a client's X_Forwarded_For is dropped with its
+// X-Forwarded-For: those servers would read it as the proxy's.
+func proxyHeader(k string) bool {
+	const xf, f, id = "x-forwarded-", "forwarded", "sluice-deferred-id"
+	if len(k) < len(f) {
 		return false
 	}
-	return len(k) >= len(xf) && sameName(k[:len(xf)], xf) || len(k) == len(f) && sameName(k, f)
+	switch k[0] {
+	case 'X', 'x':
+		return len(k) >= len(xf) && sameName(k[:len(xf)], xf)
+	case 'F', 'f':
+		return len(k) == len(f) && sameName(k, f)
+	case 'S', 's':
+		return len(k) == len(id) && sameName(k, id)
+	}
+	return false
 }
 
 // sameName reports whether k (as long as lower) is lower in any case, '_'

@@ -50,7 +50,8 @@
 //     header), X-Forwarded-Proto to http or https, X-Forwarded-Host to the
 //     incoming Host. Incoming Forwarded / X-Forwarded-* headers are
 //     dropped, also spelled with '_' (X_Forwarded_For), which CGI and
-//     WSGI servers read alike.
+//     WSGI servers read alike; so is a client's Sluice-Deferred-Id, which
+//     only the replay of a deferred request carries (package deferq).
 //   - The upstream's unreachability answers 502, a response header timeout
 //     504, both with a JSON error body. A request body that stalls for the
 //     listener's body_read_timeout (package listener) abandons the upstream
@@ -377,15 +378,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	info, _ := pr.In.Context().Value(ctxKey{}).(forwardInfo)
 	h := pr.Out.Header
 	for k := range h {
-		if forwardingHeader(k) {
-			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so
+		if proxyHeader(k) {
+			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so, but not Sluice-Deferred-Id
 		}
 	}
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
 		for k := range t {
-			if forwardingHeader(k) {
-				delete(t, k) // as in the head: a trailer must not say who the client is either
+			if proxyHeader(k) {
+				delete(t, k) // as in the head: a trailer must not say who the client is, or pass for a replay, either
 			}
 		}
 		info.body.in, info.body.out = pr.In.Trailer, t
