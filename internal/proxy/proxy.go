@@ -88,6 +88,11 @@ const (
 	DefaultResponseHeaderTimeout = 60 * time.Second
 	DefaultIdleConnTimeout       = 90 * time.Second
 	DefaultMaxIdleConnsPerHost   = 256
+	// DefaultTunnelIdleTimeout: as HAProxy's documented timeout tunnel;
+	// nginx closes a tunnel idle for proxy_read_timeout (60s), Envoy a
+	// stream idle for stream_idle_timeout (5m), which cuts WebSockets
+	// whose applications ping less often.
+	DefaultTunnelIdleTimeout = time.Hour
 	// DefaultMaxResponseHeaderBytes bounds the upstream's response
 	// headers; over it the client gets 502.
 	DefaultMaxResponseHeaderBytes = 1 << 20
@@ -114,6 +119,11 @@ type Options struct {
 	// headers after the request is sent; 0 means
 	// DefaultResponseHeaderTimeout. The body streams without a limit.
 	ResponseHeaderTimeout time.Duration
+	// TunnelIdleTimeout closes an upgraded connection (a WebSocket)
+	// through which nothing has passed, either way, for that long, so
+	// that an idle tunnel does not hold its client connection (and its
+	// max_connections slot) for ever; 0 means DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout time.Duration
 	// Transport, if set, replaces the transport built from the timeouts
 	// above (tests, TLS settings).
 	Transport http.RoundTripper
