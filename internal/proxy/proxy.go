@@ -26,7 +26,9 @@
 //   - Streaming: a response of unknown length (chunked) or of type
 //     text/event-stream is flushed as it arrives, so server-sent events
 //     and long polls work; one of known length goes out in one write.
-//     WebSocket and other Upgrade requests are passed through, but never
+//     WebSocket and other Upgrade requests are passed through (a tunnel
+//     through which nothing passes for TunnelIdleTimeout is closed both
+//     ways: tunnel.go), but never
 //     an upgrade to HTTP/2: Upgrade: h2c and HTTP2-Settings are dropped
 //     and the request forwarded as plain HTTP/1.1 (h2c.go). An HTTP/2
 //     extended CONNECT (RFC 8441, offered only under
@@ -146,10 +148,12 @@ type Proxy struct {
 	pool      *pool
 	rht       time.Duration
 	maxHeader int64
-	upLog     logthrottle.Throttle // upstream failures: logged once a second
-	deferLog  logthrottle.Throttle // failures to defer: logged once a second
-	stallLog  logthrottle.Throttle // client bodies stalled (debug): once a second
-	badLog    logthrottle.Throttle // client bodies unreadable (debug): once a second
+	// tunnelIdle closes an upgraded connection idle for that long (tunnel.go).
+	tunnelIdle time.Duration
+	upLog      logthrottle.Throttle // upstream failures: logged once a second
+	deferLog   logthrottle.Throttle // failures to defer: logged once a second
+	stallLog   logthrottle.Throttle // client bodies stalled (debug): once a second
+	badLog     logthrottle.Throttle // client bodies unreadable (debug): once a second
 }
 
 type ctxKey struct{}
@@ -171,7 +175,10 @@ func New(o Options) (*Proxy, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	p := &Proxy{o: o, maxHeader: DefaultMaxResponseHeaderBytes}
+	p := &Proxy{o: o, maxHeader: DefaultMaxResponseHeaderBytes, tunnelIdle: o.TunnelIdleTimeout}
+	if p.tunnelIdle <= 0 {
+		p.tunnelIdle = DefaultTunnelIdleTimeout
+	}
 	if o.Transport == nil {
 		t := newTransport(o)
 		o.Transport, p.o.Transport = t, t
@@ -424,6 +431,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// got of it: the upstream saw a truncated request, so its answer
 		// is not relayed (upstreamError answers 408).
 		return listener.ErrBodyTimeout
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		p.boundTunnel(resp) // tunnel.go
 	}
 	if resp.StatusCode == http.StatusNotModified {
 		// As net/http's HTTP/1 server (and the h1 front) drop it: its
