@@ -406,6 +406,7 @@ func (d *decoder) explicitZeros(c *Config) {
 		listener("proxy", &c.Proxy.Listener)
 		zero("proxy.dial_timeout", int64(c.Proxy.DialTimeout), "connecting to the upstream must be bounded; give a time such as 5s")
 		zero("proxy.response_header_timeout", int64(c.Proxy.ResponseHeaderTimeout), "the wait for the upstream's answer must be bounded; give a time such as 60s")
+		zero("proxy.tunnel_idle_timeout", int64(c.Proxy.TunnelIdleTimeout), "an idle WebSocket or other upgraded connection must be closed; give a time such as 1h")
 	}
 	zero("store.expected_instances", int64(c.Store.ExpectedInstances), "give the number of instances sharing the store, such as 1")
 	zero("store.redis.timeout", int64(c.Store.Redis.Timeout), "a Redis call must be bounded; give a time such as 50ms")

@@ -147,7 +147,7 @@ func TestParseConfigFull(t *testing.T) {
 		},
 		Proxy: &ProxyConfig{
 			Listen: "127.0.0.1:8000", Upstream: "http://127.0.0.1:9000",
-			DialTimeout: 2 * time.Second, ResponseHeaderTimeout: 30 * time.Second,
+			DialTimeout: 2 * time.Second, ResponseHeaderTimeout: 30 * time.Second, TunnelIdleTimeout: 10 * time.Minute,
 			Listener: Listener{ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 20 * time.Second, IdleTimeout: time.Minute, SendTimeout: listener.DefaultSendTimeout, MaxConnections: 5000,
 				TLS: &TLSConfig{Cert: "testdata/config/tls/server.pem", Key: "testdata/config/tls/server-key.pem"}},
 		},
@@ -172,7 +172,7 @@ func TestParseConfigFull(t *testing.T) {
 		Defer: DeferConfig{ClaimIdle: time.Minute, DeliveryTimeout: 15 * time.Second, MaxAttempts: 8,
 			Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Minute, Concurrency: 32, StatusTTL: 48 * time.Hour},
 	}
-	for key, line := range map[string]int{"store.redis.db": 28, "grpc": 22, "grpc.config[0]": 24, "rules[1].sync": 63, "rules[1]": 56, "store.redis.nope": 28, "nope": 0, "api.tls.client_sans[0]": 10} {
+	for key, line := range map[string]int{"store.redis.db": 29, "grpc": 23, "grpc.config[0]": 25, "rules[1].sync": 64, "rules[1]": 57, "store.redis.nope": 29, "nope": 0, "api.tls.client_sans[0]": 10} {
 		if got := cfg.Line(key); got != line {
 			t.Errorf("Line(%q) = %d, want %d", key, got, line)
 		}
@@ -201,8 +201,8 @@ func TestParseConfigFull(t *testing.T) {
 		sp.Sync != 50*time.Millisecond || sp.Shards != (rules.AutoCount{N: 4}) {
 		t.Errorf("rules[1] = %+v", sp)
 	}
-	if sp.Line != 56 || sp.Lines["rate"] != 59 || sp.Lines["key[1]"] != 58 || sp.Lines["match.path"] != 57 {
-		t.Errorf("rules[1] lines: Line %d, Lines %v; want 56, rate 59, key[1] 58, match.path 57", sp.Line, sp.Lines)
+	if sp.Line != 57 || sp.Lines["rate"] != 60 || sp.Lines["key[1]"] != 59 || sp.Lines["match.path"] != 58 {
+		t.Errorf("rules[1] lines: Line %d, Lines %v; want 57, rate 60, key[1] 59, match.path 58", sp.Line, sp.Lines)
 	}
 	if r := cfg.Rules[2]; !r.Match.CaseInsensitive {
 		t.Errorf("rules[2].match.case_insensitive = false, want true")

@@ -20,6 +20,10 @@ type ProxyConfig struct {
 	// proxy.DefaultResponseHeaderTimeout (60s); the body streams without a
 	// deadline.
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// TunnelIdleTimeout closes an upgraded connection (a WebSocket)
+	// through which nothing has passed, either way, for that long.
+	// Default proxy.DefaultTunnelIdleTimeout (1h).
+	TunnelIdleTimeout time.Duration `yaml:"tunnel_idle_timeout"`
 	// Listener is the client side: read_header_timeout, idle_timeout,
 	// body_read_timeout, max_connections, tls.
 	Listener `yaml:",inline"`
@@ -28,6 +32,7 @@ type ProxyConfig struct {
 func (p *ProxyConfig) defaults(file string) {
 	setDefault(&p.DialTimeout, proxy.DefaultDialTimeout)
 	setDefault(&p.ResponseHeaderTimeout, proxy.DefaultResponseHeaderTimeout)
+	setDefault(&p.TunnelIdleTimeout, proxy.DefaultTunnelIdleTimeout)
 	p.Listener.defaults(file)
 }
 
@@ -44,6 +49,7 @@ func (p *ProxyConfig) check(ck *checker) {
 	}
 	ck.between("proxy.dial_timeout", p.DialTimeout, time.Millisecond, time.Hour)
 	ck.between("proxy.response_header_timeout", p.ResponseHeaderTimeout, time.Millisecond, time.Hour)
+	ck.between("proxy.tunnel_idle_timeout", p.TunnelIdleTimeout, time.Millisecond, 24*time.Hour)
 	p.Listener.check(ck, "proxy")
 }
 

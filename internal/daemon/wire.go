@@ -98,6 +98,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		ClientIP:              ips,
 		DialTimeout:           cfg.Proxy.DialTimeout,
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
+		TunnelIdleTimeout:     cfg.Proxy.TunnelIdleTimeout,
 		Logger:                d.log,
 		Defer:                 d.deferq,
 	})
@@ -113,5 +114,6 @@ func sameProxy(a, b *config.Config) bool {
 		a.Proxy.Upstream == b.Proxy.Upstream &&
 		a.Proxy.DialTimeout == b.Proxy.DialTimeout &&
 		a.Proxy.ResponseHeaderTimeout == b.Proxy.ResponseHeaderTimeout &&
+		a.Proxy.TunnelIdleTimeout == b.Proxy.TunnelIdleTimeout &&
 		reflect.DeepEqual(a.ClientIP, b.ClientIP)
 }
