@@ -24,8 +24,8 @@ import (
 // one whose exchange drops it charges its own key with what the shards
 // have used together. "Used" is the counter's capacity less the Remaining
 // of a question of cost 0, which counts nothing; the charge is a forced
-// one (a report's), of what the counter moved to lacks of that (each
-// shard of its share): it is brought up to what the key used, not
+// one (a report's), of what the counter moved to lacks of that (the
+// shards together): it is brought up to what the key used, not
 // charged it on top of what it holds. A counter moved to is at rest but
 // when the key comes back before it is: a key dropped by the set's bound
 // (maxFleetHot) while in use, or hot again within a horizon of leaving its
@@ -146,8 +146,9 @@ func digested(key string) bool {
 	return strings.Trim(key[i:], "0123456789abcdef") == ""
 }
 
-// seedShards charges req's n shards (through st) with what they lack of
-// what its own key has used in Redis (s), each of its share.
+// seedShards charges req's n shards (through st) with what they lack
+// together of what its own key has used in Redis (s), split as the limit
+// is.
 func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
 	d, err := s.Take(ctx, req) // req.Cost is 0: a question
 	if err != nil {
@@ -157,25 +158,20 @@ func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req s
 	if used <= 0 {
 		return nil
 	}
-	peeks, held, err := shardsUsed(ctx, s, req, n)
-	if err != nil || len(peeks) == 0 {
+	_, held, err := shardsUsed(ctx, s, req, n)
+	if err != nil {
 		return err
 	}
-	q := req
-	q.Cost, q.Force = used, true
-	var parts []sluice.Request
-	for _, p := range s.Spread(q, n) {
-		for i, k := range peeks {
-			if k.Namespace == p.Namespace && k.Key == p.Key {
-				p.Cost -= held[i]
-			}
-		}
-		if p.Cost > 0 {
-			parts = append(parts, p)
-		}
+	for _, h := range held {
+		used -= h
 	}
+	if used <= 0 {
+		return nil
+	}
+	req.Cost, req.Force = used, true
+	parts := s.Spread(req, n)
 	if len(parts) == 0 || parts[0].Namespace == req.Namespace {
-		return nil // nothing lacking, or not sharded: nothing moved
+		return nil // not sharded: nothing moved
 	}
 	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
 }
