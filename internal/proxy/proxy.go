@@ -43,7 +43,13 @@
 //     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
 //     headers (and those Connection names) both ways, bound the upstream's
 //     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
-//     request paths to the upstream URL's path the same way.
+//     request paths to the upstream URL's path the same way. Known gap,
+//     alike on both: the headers an upstream answer's Connection names
+//     pass when it also says close (Connection: close, X-Foo), as through
+//     ReverseProxy alone: http.ReadResponse, which the Transport and the
+//     fast path's fallback read with, deletes the whole Connection header
+//     then, before the proxy sees what it names; the fast path's own
+//     reader does the same so that the paths agree.
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
