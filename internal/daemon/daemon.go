@@ -110,6 +110,8 @@ type Daemon struct {
 	xds                  bool               // grpc.xds: the descriptors come from an xDS server
 	xdsTLS               *tls.Config        // grpc.xds.tls's client config; nil for plaintext
 	xdsApplied           atomic.Bool        // a config from the xDS server is in force (/readyz)
+	xdsDocs              []descriptors.Doc  // the xDS server's configs in force (under reloadMu)
+	xdsEpoch             atomic.Uint64      // counts reloads changing grpc.merge_domains (XDSOptions.Epoch)
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath

@@ -143,6 +143,9 @@ func (d *Daemon) apply(data []byte) error {
 		return err
 	}
 	d.cur.Store(gen)
+	if usesXDS(cfg) && cfg.GRPC.MergeDomains != old.cfg.GRPC.MergeDomains {
+		d.xdsEpoch.Add(1) // a config of the xDS server refused may now pass
+	}
 	d.warnNotRead(gen.descs)
 	if d.lazy != nil {
 		// Checked when the store connects, if it has not yet.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -43,6 +44,13 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 	switch {
 	case usesXDS(cfg) && old != nil:
 		gen.descs = old.descs // the xDS server's, in force
+		if d.xdsDocs != nil && cfg.GRPC.MergeDomains != old.cfg.GRPC.MergeDomains {
+			// Read again as the files would be: turned off over two
+			// configs of one domain, the reload is refused.
+			if gen.descs, err = descriptors.FromDocs(d.xdsDocs, descriptors.LoadOptions{MergeDomains: cfg.GRPC.MergeDomains}); err != nil {
+				return nil, err
+			}
+		}
 	case usesXDS(cfg):
 		gen.descs = nil // none until the server's first config: the service answers UNAVAILABLE
 	default:

@@ -56,6 +56,7 @@ func (d *Daemon) runXDS(ctx context.Context, wg *sync.WaitGroup) {
 		TLS:          tc,
 		Retry:        x.Retry,
 		Apply:        d.applyXDS,
+		Epoch:        d.xdsEpoch.Load,
 		Logger:       d.log,
 	}
 	wg.Go(func() {
@@ -82,12 +83,14 @@ func (d *Daemon) applyXDS(version string, docs []descriptors.Doc) error {
 		return err
 	}
 	if d.xdsApplied.Load() && set.Digest() == old.descs.Digest() {
+		d.xdsDocs = docs
 		return nil
 	}
 	if err := d.useDescriptors(old, set); err != nil {
 		d.metrics.Reload(false)
 		return err
 	}
+	d.xdsDocs = docs
 	d.xdsApplied.Store(true)
 	d.metrics.Reload(true)
 	d.log.Info("descriptors applied from the xDS server", "version", version, "domains", set.Domains(), "rules", set.Rules())

@@ -58,6 +58,11 @@ type XDSOptions struct {
 	// force stay): the response is NACKed with the error's text. Apply is
 	// called from one goroutine at a time.
 	Apply func(version string, docs []descriptors.Doc) error
+	// Epoch, if set, changes when something Apply decides by besides the
+	// response changes (the daemon's grpc.merge_domains): a refused
+	// response sent again is handed to Apply again once it has, not
+	// NACKed at once.
+	Epoch func() uint64
 	// Logger receives the subscription's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -136,6 +141,15 @@ type xdsClient struct {
 	// refusedErr why (nil once a response is applied).
 	refused    [sha256.Size]byte
 	refusedErr error
+	refusedAt  uint64 // Epoch's answer when it was refused
+}
+
+// epoch returns Epoch's answer, 0 without one.
+func (c *xdsClient) epoch() uint64 {
+	if c.o.Epoch == nil {
+		return 0
+	}
+	return c.o.Epoch()
 }
 
 // responseDigest is a SHA-256 of a response: its version and configs,
@@ -192,8 +206,9 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
 		docs, err := decodeResponse(resp)
 		sum := responseDigest(resp.GetVersionInfo(), docs, err)
+		at := c.epoch() // before Apply: a change during it is seen next time
 		switch {
-		case c.refusedErr != nil && sum == c.refused:
+		case c.refusedErr != nil && sum == c.refused && at == c.refusedAt:
 			// The config refused last, sent again: a server that answers
 			// every NACK with the snapshot it holds (go-control-plane's
 			// snapshot cache does) would otherwise spin with us. The
@@ -213,7 +228,7 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 		default:
 			if err != nil {
 				c.o.Logger.Error("xDS config refused (NACK): the descriptors in force stay", "version", resp.GetVersionInfo(), "problem", err.Error())
-				c.refused, c.refusedErr = sum, err
+				c.refused, c.refusedErr, c.refusedAt = sum, err, at
 			} else {
 				c.refusedErr = nil
 				c.version = resp.GetVersionInfo()
