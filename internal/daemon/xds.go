@@ -57,6 +57,7 @@ func (d *Daemon) runXDS(ctx context.Context, wg *sync.WaitGroup) {
 		Retry:        x.Retry,
 		Apply:        d.applyXDS,
 		Epoch:        d.xdsEpoch.Load,
+		Unread:       func(string, error) { d.metrics.Reload(false) },
 		Logger:       d.log,
 	}
 	wg.Go(func() {

@@ -63,6 +63,10 @@ type XDSOptions struct {
 	// response sent again is handed to Apply again once it has, not
 	// NACKed at once.
 	Epoch func() uint64
+	// Unread, if set, is told of a response refused before Apply (its
+	// resources could not be read as RateLimitConfigs), once as Apply is
+	// called once, so that such a refusal is counted as Apply's are.
+	Unread func(version string, err error)
 	// Logger receives the subscription's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -207,6 +211,7 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 		docs, err := decodeResponse(resp)
 		sum := responseDigest(resp.GetVersionInfo(), docs, err)
 		at := c.epoch() // before Apply: a change during it is seen next time
+		unread := err != nil
 		switch {
 		case c.refusedErr != nil && sum == c.refused && at == c.refusedAt:
 			// The config refused last, sent again: a server that answers
@@ -226,6 +231,9 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			err = c.o.Apply(resp.GetVersionInfo(), docs)
 			fallthrough
 		default:
+			if unread && c.o.Unread != nil {
+				c.o.Unread(resp.GetVersionInfo(), err)
+			}
 			if err != nil {
 				c.o.Logger.Error("xDS config refused (NACK): the descriptors in force stay", "version", resp.GetVersionInfo(), "problem", err.Error())
 				c.refused, c.refusedErr, c.refusedAt = sum, err, at
