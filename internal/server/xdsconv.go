@@ -50,6 +50,10 @@ type docRateLimit struct {
 	Replaces        []docReplace `yaml:"replaces,omitempty"`
 }
 
+// xdsLongUnits are the RateLimitUnit numbers of the reference's
+// rls_conf.proto after DAY (4).
+var xdsLongUnits = map[int32]string{5: "month", 6: "year", 7: "week"}
+
 type docReplace struct {
 	Name string `yaml:"name"`
 }
@@ -78,9 +82,14 @@ func docPolicy(p *rlsconf.RateLimitPolicy) *docRateLimit {
 	}
 	r := &docRateLimit{Unlimited: p.GetUnlimited(), Name: p.GetName()}
 	if u := p.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
-		// SECOND…YEAR, read in any case; an enum value this version of
-		// the protocol does not name is its number, refused as a unit.
+		// SECOND…DAY by their names, read in any case; the numbers the
+		// reference's newer rls_conf.proto gives the longer units by
+		// theirs (the Go package of the protocol used here stops at
+		// DAY); any other number as it is, refused as a unit.
 		r.Unit = u.String()
+		if n, ok := xdsLongUnits[int32(u)]; ok {
+			r.Unit = n
+		}
 	}
 	if n := p.GetRequestsPerUnit(); !r.Unlimited || n != 0 {
 		// proto3 cannot tell 0 from absent: 0 is a limit of none (a
