@@ -208,7 +208,7 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			c.failing, c.answered = false, true
 		}
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
-		docs, err := decodeResponse(resp)
+		docs, err := decode(resp)
 		sum := responseDigest(resp.GetVersionInfo(), docs, err)
 		at := c.epoch() // before Apply: a change during it is seen next time
 		unread := err != nil
@@ -255,6 +255,9 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 		}
 	}
 }
+
+// decode is decodeResponse (a test counts its calls).
+var decode = decodeResponse
 
 // decodeResponse returns the RateLimitConfigs of resp as descriptor
 // files, in the order of their names (a server may send them in any
