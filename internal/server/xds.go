@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -156,17 +157,22 @@ func (c *xdsClient) epoch() uint64 {
 	return c.o.Epoch()
 }
 
-// responseDigest is a SHA-256 of a response: its version and configs,
-// or why they could not be read.
-func responseDigest(version string, docs []descriptors.Doc, err error) [sha256.Size]byte {
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(version), version)
-	if err != nil {
-		fmt.Fprintf(h, "error:%s", err)
+// responseDigest is a SHA-256 of a response as sent: its version, type
+// and resources (in any order: a server may send them in any), so that
+// one refused is known again without being read.
+func responseDigest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	rs := make([][sha256.Size]byte, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		h := sha256.New()
+		fmt.Fprintf(h, "%d:%s", len(a.GetTypeUrl()), a.GetTypeUrl())
+		h.Write(a.GetValue())
+		h.Sum(rs[i][:0])
 	}
-	for _, d := range docs {
-		fmt.Fprintf(h, "%d:%s%d:", len(d.Name), d.Name, len(d.Data))
-		h.Write(d.Data)
+	slices.SortFunc(rs, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(resp.GetVersionInfo()), resp.GetVersionInfo(), len(resp.GetTypeUrl()), resp.GetTypeUrl())
+	for _, r := range rs {
+		h.Write(r[:])
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -208,17 +214,14 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			c.failing, c.answered = false, true
 		}
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
-		docs, err := decode(resp)
-		sum := responseDigest(resp.GetVersionInfo(), docs, err)
+		sum := responseDigest(resp)
 		at := c.epoch() // before Apply: a change during it is seen next time
-		unread := err != nil
-		switch {
-		case c.refusedErr != nil && sum == c.refused && at == c.refusedAt:
-			// The config refused last, sent again: a server that answers
-			// every NACK with the snapshot it holds (go-control-plane's
-			// snapshot cache does) would otherwise spin with us. The
-			// NACK waits Retry; it is neither applied, logged nor
-			// counted again.
+		if c.refusedErr != nil && sum == c.refused && at == c.refusedAt {
+			// The response refused last, sent again: a server that
+			// answers every NACK with the snapshot it holds
+			// (go-control-plane's snapshot cache does) would otherwise
+			// spin with us. The NACK waits Retry; it is neither read,
+			// applied, logged nor counted again.
 			t := time.NewTimer(c.o.Retry)
 			select {
 			case <-ctx.Done():
@@ -227,11 +230,12 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			case <-t.C:
 			}
 			err = c.refusedErr
-		case err == nil:
-			err = c.o.Apply(resp.GetVersionInfo(), docs)
-			fallthrough
-		default:
-			if unread && c.o.Unread != nil {
+		} else {
+			var docs []descriptors.Doc
+			docs, err = decode(resp)
+			if err == nil {
+				err = c.o.Apply(resp.GetVersionInfo(), docs)
+			} else if c.o.Unread != nil {
 				c.o.Unread(resp.GetVersionInfo(), err)
 			}
 			if err != nil {
