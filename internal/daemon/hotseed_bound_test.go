@@ -1,19 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 // A key of shards: auto that leaves the fleet's set and comes back while
@@ -70,16 +62,7 @@ func TestAutoShardsHotAgainChargedOnce(t *testing.T) {
 	// Past the key's time in the set: Redis's clock moving on, for the
 	// set; the decisions' window does not move.
 	ttl := (*f.a.hotAuto.Load())[f.name]
-	m, err := f.s.Client().Do(f.ctx, f.s.Client().B().Zrange().Key(f.set).Min("0").Max("-1").Withscores().Build()).AsZScores()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, z := range m {
-		cmd := f.s.Client().B().Zadd().Key(f.set).Xx().ScoreMember().ScoreMember(z.Score-float64((ttl+time.Minute).Milliseconds()), z.Member).Build()
-		if err := f.s.Client().Do(f.ctx, cmd).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.advance(f.name, ttl+time.Minute)
 	later := f.t0.Add(ttl + time.Minute)
 	f.refresh(f.a, later, false)
 	f.refresh(f.b, later, false)
@@ -98,12 +81,7 @@ func TestAutoShardsHotAgainChargedOnce(t *testing.T) {
 // TestAutoShardsMoveKeepsCount (same clocks): the tests refresh the hot
 // sets themselves, at their own now.
 type seedFixture struct {
-	t          *testing.T
-	ctx        context.Context
-	t0         time.Time
-	now        atomic.Pointer[time.Time]
-	a, b       *Daemon
-	s          *redisstore.Store
+	*hotPair
 	name, key  string
 	set        string // the fleet's set of the rule
 	rule       sluice.Request
@@ -112,41 +90,7 @@ type seedFixture struct {
 }
 
 func newSeedFixture(t *testing.T) *seedFixture {
-	c := redistest.StartCluster(t)
-	// The fixed window counts in days since the epoch: not across
-	// midnight UTC.
-	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	yaml := fmt.Sprintf(`
-listen: 127.0.0.1:0
-store:
-  type: redis
-  redis: {addrs: [%s], cluster: true, timeout: 2s}
-rules:
-  - {name: fixed, rate: 60/d, algorithm: fixed_window, shards: auto}
-`, strings.Join(c.Addrs, ", "))
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &seedFixture{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), name: "fixed", shardCount: 3}
-	f.now.Store(&f.t0)
-	open := func() *Daemon {
-		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *f.now.Load() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		if s := d.lazy.s.Load(); s == nil || s.Masters() != f.shardCount {
-			t.Fatalf("store %v, want connected to %d masters", s, f.shardCount)
-		}
-		return d
-	}
-	f.a, f.b = open(), open()
-	f.s = f.a.lazy.s.Load()
+	f := &seedFixture{hotPair: newHotPair(t, "  - {name: fixed, rate: 60/d, algorithm: fixed_window, shards: auto}\n"), name: "fixed", shardCount: 3}
 	r := f.a.engine().Rules().Rule(f.name)
 	f.key = r.Name + "|" + r.Fingerprint + "|tenant"
 	f.set = f.a.hotPrefix + f.name
@@ -158,13 +102,7 @@ rules:
 // elsewhere when hot.
 func (f *seedFixture) refresh(d *Daemon, at time.Time, hot bool) {
 	f.t.Helper()
-	f.now.Store(&at)
-	if hot {
-		for range 8000 {
-			d.hot.Rule(f.name).Observe(f.key, 2, at)
-		}
-	}
-	d.refreshHot(at)
+	f.hotPair.refresh(d, at, hot, map[string]string{f.name: f.key})
 }
 
 // decide sends n requests of the key to d, sharded or not.

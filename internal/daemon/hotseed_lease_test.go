@@ -1,18 +1,12 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // A key of a rule with a lease (a hard limit) that shards: auto moves to
@@ -28,66 +22,23 @@ import (
 // 5. Instances hold units (counted in Redis as taken), so the steps admit
 // less than an exact rule's; what must hold is the limit over the moves.
 func TestAutoShardsLeaseMoveKeepsCount(t *testing.T) {
-	c := redistest.StartCluster(t)
-	// The fixed window counts in days since the epoch: not across
-	// midnight UTC.
-	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	var rulesYAML strings.Builder
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow} {
 		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto, lease: 5}\n", strings.ReplaceAll(a.String(), "_", "-"), a)
 	}
-	yaml := fmt.Sprintf(`
-listen: 127.0.0.1:0
-store:
-  type: redis
-  redis: {addrs: [%s], cluster: true, timeout: 2s}
-rules:
-%s`, strings.Join(c.Addrs, ", "), rulesYAML.String())
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	var now atomic.Pointer[time.Time]
-	now.Store(&t0)
-	open := func() *Daemon {
-		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *now.Load() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		if s := d.lazy.s.Load(); s == nil || s.Masters() != 3 {
-			t.Fatalf("store %v, want connected to 3 masters", s)
-		}
-		return d
-	}
-	a, b := open(), open()
-	s := a.lazy.s.Load()
-	ctx := context.Background()
+	p := newHotPair(t, rulesYAML.String())
+	a, b, s, ctx, t0 := p.a, p.b, p.s, p.ctx, p.t0
 	type ruleCase struct {
 		name, key string
 		total     int
 	}
 	var cases []*ruleCase
+	keys := map[string]string{}
 	for _, r := range a.engine().Rules().Rules {
 		cases = append(cases, &ruleCase{name: r.Name, key: r.Name + "|" + r.Fingerprint + "|tenant"})
+		keys[r.Name] = cases[len(cases)-1].key
 	}
-	refresh := func(d *Daemon, at time.Time, hot bool) {
-		t.Helper()
-		now.Store(&at)
-		if hot {
-			for _, rc := range cases {
-				for range 8000 {
-					d.hot.Rule(rc.name).Observe(rc.key, 2, at)
-				}
-			}
-		}
-		d.refreshHot(at)
-	}
+	refresh := func(d *Daemon, at time.Time, hot bool) { t.Helper(); p.refresh(d, at, hot, keys) }
 	decide := func(d *Daemon, step string, n int, sharded bool) {
 		t.Helper()
 		e := d.engine()
@@ -115,17 +66,7 @@ rules:
 	later := t0
 	for _, rc := range cases {
 		ttl := (*a.hotAuto.Load())[rc.name]
-		set := a.hotPrefix + rc.name
-		m, err := s.Client().Do(ctx, s.Client().B().Zrange().Key(set).Min("0").Max("-1").Withscores().Build()).AsZScores()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, z := range m {
-			cmd := s.Client().B().Zadd().Key(set).Xx().ScoreMember().ScoreMember(z.Score-float64((ttl+time.Minute).Milliseconds()), z.Member).Build()
-			if err := s.Client().Do(ctx, cmd).Error(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		p.advance(rc.name, ttl+time.Minute)
 		later = later.Add(max(0, t0.Add(ttl+time.Minute).Sub(later)))
 		r := a.engine().Rules().Rule(rc.name)
 		if err := s.Reset(ctx, sluice.Request{Key: rc.key, Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// hotPair is two daemons on a 3-node Cluster with the given rules (lines
+// of the config's rules list), not Run: the tests of shards: auto's moves
+// refresh the hot sets themselves, at their own now (the daemons' Now),
+// while decisions are on Redis's clock. Its rules count in days since the
+// epoch: the pair is made clear of midnight UTC.
+type hotPair struct {
+	t    *testing.T
+	ctx  context.Context
+	t0   time.Time
+	now  atomic.Pointer[time.Time]
+	a, b *Daemon
+	s    *redisstore.Store
+}
+
+func newHotPair(t *testing.T, rules string) *hotPair {
+	t.Helper()
+	c := redistest.StartCluster(t)
+	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf(`
+listen: 127.0.0.1:0
+store:
+  type: redis
+  redis: {addrs: [%s], cluster: true, timeout: 2s}
+rules:
+%s`, strings.Join(c.Addrs, ", "), rules)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &hotPair{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)}
+	p.now.Store(&p.t0)
+	open := func() *Daemon {
+		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if s := d.lazy.s.Load(); s == nil || s.Masters() != 3 {
+			t.Fatalf("store %v, want connected to 3 masters", s)
+		}
+		return d
+	}
+	p.a, p.b = open(), open()
+	p.s = p.a.lazy.s.Load()
+	return p
+}
+
+// refresh refreshes d's hot sets at at, after traffic seen elsewhere
+// (requests of cost 2, decided or not) of each key of keys (by rule) when
+// hot.
+func (p *hotPair) refresh(d *Daemon, at time.Time, hot bool, keys map[string]string) {
+	p.t.Helper()
+	p.now.Store(&at)
+	if hot {
+		for rule, key := range keys {
+			for range 8000 {
+				d.hot.Rule(rule).Observe(key, 2, at)
+			}
+		}
+	}
+	d.refreshHot(at)
+}
+
+// advance moves Redis's clock on by dt for the fleet's set of rule: its
+// members, found hot dt earlier.
+func (p *hotPair) advance(rule string, dt time.Duration) {
+	p.t.Helper()
+	c, set := p.s.Client(), p.a.hotPrefix+rule
+	m, err := c.Do(p.ctx, c.B().Zrange().Key(set).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, z := range m {
+		cmd := c.B().Zadd().Key(set).Xx().ScoreMember().ScoreMember(z.Score-float64(dt.Milliseconds()), z.Member).Build()
+		if err := c.Do(p.ctx, cmd).Error(); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
