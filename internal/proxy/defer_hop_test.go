@@ -25,38 +25,7 @@ import (
 func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		replayed := make(chan http.Header, 1)
-		up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Sluice-Deferred-Id") != "" {
-				replayed <- r.Header.Clone()
-			}
-		})
-		upURL, err := url.Parse(up.srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := deferq.New(deferq.Options{Client: c, Upstream: upURL,
-			Prefix: strings.NewReplacer(" ", "", "(", "", ")", "", ",", "", "/", "").Replace(ec.name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
-			return sluice.Decision{Allowed: true}, nil
-		}}})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { q.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-		s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}},
-			proxy: proxy.Options{Defer: q}})
-		if resp, body := s.do(t, request(t, s, "POST", "/job", "first")); resp.StatusCode != 200 {
-			t.Fatalf("first request: %d %s, want 200 (under the limit)", resp.StatusCode, body)
-		}
+		s, replayed := startDeferring(t, ec, srv.Addr, "", func(r *http.Request) bool { return r.Header.Get("Sluice-Deferred-Id") != "" })
 		req := request(t, s, "POST", "/job", "second")
 		req.Host = "api.example"
 		req.Header.Set("Connection", "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto")
@@ -78,4 +47,47 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 			t.Errorf("replay: X-Forwarded-For %q, X-Forwarded-Host %q, X-Forwarded-Proto %q; want [127.0.0.1] [api.example] [%s], which the client's Connection named", xff, xfh, xfp, proto)
 		}
 	})
+}
+
+// startDeferring starts the proxy on ec with one rule, jobs (1/m, action
+// defer), whose requests a deferral queue on the Redis at addr (its keys
+// under prefix and ec's name) replays to a recording upstream as soon as
+// they are queued; it sends the first request (admitted) and returns the
+// proxy and the headers of each request the upstream receives that
+// replayed says is a replay.
+func startDeferring(t *testing.T, ec engineCase, addr, prefix string, replayed func(*http.Request) bool) (*eserved, chan http.Header) {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	got := make(chan http.Header, 1)
+	up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if replayed(r) {
+			got <- r.Header.Clone()
+		}
+	})
+	upURL, err := url.Parse(up.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := deferq.New(deferq.Options{Client: c, Upstream: upURL,
+		Prefix: prefix + strings.NewReplacer(" ", "", "(", "", ")", "", ",", "", "/", "").Replace(ec.name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
+		return sluice.Decision{Allowed: true}, nil
+	}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}},
+		proxy: proxy.Options{Defer: q}})
+	if resp, body := s.do(t, request(t, s, "POST", "/job", "first")); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d %s, want 200 (under the limit)", resp.StatusCode, body)
+	}
+	return s, got
 }

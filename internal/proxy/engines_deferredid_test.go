@@ -1,21 +1,13 @@
 package proxy_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/deferq"
-	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // deferredIDs returns h's values of Sluice-Deferred-Id in any case, '_'
@@ -66,38 +58,7 @@ func TestEngineDropsClientDeferredID(t *testing.T) {
 func TestDeferredDropsClientDeferredID(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, false, func(t *testing.T, ec engineCase) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		replayed := make(chan http.Header, 1)
-		up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Idempotency-Key") != "" {
-				replayed <- r.Header.Clone()
-			}
-		})
-		upURL, err := url.Parse(up.srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := deferq.New(deferq.Options{Client: c, Upstream: upURL,
-			Prefix: "id" + strings.NewReplacer(" ", "", "(", "", ")", "", ",", "", "/", "").Replace(ec.name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
-			return sluice.Decision{Allowed: true}, nil
-		}}})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { q.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-		s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}},
-			proxy: proxy.Options{Defer: q}})
-		if resp, body := s.do(t, request(t, s, "POST", "/job", "first")); resp.StatusCode != 200 {
-			t.Fatalf("first request: %d %s, want 200 (under the limit)", resp.StatusCode, body)
-		}
+		s, replayed := startDeferring(t, ec, srv.Addr, "id", func(r *http.Request) bool { return r.Header.Get("Idempotency-Key") != "" })
 		req := request(t, s, "POST", "/job", "second")
 		forgeDeferredID(req)
 		resp, body := s.do(t, req)
