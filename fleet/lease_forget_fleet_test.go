@@ -50,15 +50,7 @@ func testLeaseSeesGiveBack(t *testing.T, addrs []string, cluster bool) {
 	a, b := fleet.OpenRedis(t, o), fleet.OpenRedis(t, o)
 	la, lb := newLease(t, a, fleet.LeaseOptions{Chunk: 3}), newLease(t, b, fleet.LeaseOptions{Chunk: 3})
 	fb := &leaseFeed{l: lb, forgot: make(chan string, 100), resumed: make(chan struct{}, 100)}
-	done := make(chan error, 1)
-	go func() { done <- b.WatchRefunds(ctx, fb) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Errorf("WatchRefunds = %v; want context.Canceled", err)
-		}
-	}()
-	await(t, fb.resumed, "subscription")
+	watchRefunds(t, b, fb, fb.resumed)
 
 	r := sluice.Request{Namespace: "api", Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(6), Cost: 1, Now: sluicetest.T0}
 	take := func(who string, l *fleet.Lease, want bool) {

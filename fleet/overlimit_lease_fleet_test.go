@@ -52,15 +52,7 @@ func testLeaseGiveBackReaches(t *testing.T, addrs []string, cluster bool, back f
 	ca := fleet.NewOverLimitCache(la, fleet.OverLimitOptions{})
 	cb := fleet.NewOverLimitCache(b, fleet.OverLimitOptions{})
 	wb := newWatchEvents(cb)
-	done := make(chan error, 1)
-	go func() { done <- b.WatchRefunds(ctx, wb) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Errorf("WatchRefunds = %v; want context.Canceled", err)
-		}
-	}()
-	await(t, wb.resumed, "subscription")
+	watchRefunds(t, b, wb, wb.resumed)
 
 	r := sluice.Request{Namespace: "api", Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(6), Cost: 1, Now: sluicetest.T0}
 	take := func(who string, c *fleet.OverLimitCache, want bool) {

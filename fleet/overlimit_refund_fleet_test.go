@@ -49,6 +49,23 @@ func (w *watchEvents) Resume() {
 	w.resumed <- struct{}{}
 }
 
+// watchRefunds makes l hear the refunds published through s until the
+// test ends (and then checks that WatchRefunds ended for that reason
+// alone), and returns once l has subscribed (resumed).
+func watchRefunds(t *testing.T, s *redisstore.Store, l redisstore.RefundListener, resumed <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.WatchRefunds(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Errorf("WatchRefunds = %v; want context.Canceled", err)
+		}
+	})
+	await(t, resumed, "subscription")
+}
+
 // await waits for an event on ch; it fails the test after a minute.
 func await[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
@@ -98,15 +115,7 @@ func testRefundReaches(t *testing.T, addrs []string, cluster bool) {
 	ca := fleet.NewOverLimitCache(a, fleet.OverLimitOptions{})
 	cb := fleet.NewOverLimitCache(b, fleet.OverLimitOptions{})
 	wb := newWatchEvents(cb)
-	done := make(chan error, 1)
-	go func() { done <- b.WatchRefunds(ctx, wb) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Errorf("WatchRefunds = %v; want context.Canceled", err)
-		}
-	}()
-	await(t, wb.resumed, "subscription")
+	watchRefunds(t, b, wb, wb.resumed)
 	drain(wb.paused)
 
 	r := sluice.Request{Namespace: "api", Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(2), Cost: 1, Now: sluicetest.T0}
