@@ -69,8 +69,9 @@ var scriptsKeys = []struct {
 
 // computedKeys are the keys scripts build rather than take in KEYS, by
 // the expression that builds them: begin.lua reads the hash of the
-// request ahead of it in its key's list.
-var computedKeys = map[string]string{"base .. head": "s"}
+// request ahead of it in its key's list; status.lua takes a request
+// found gone out of its key's list (listKey, named by its record).
+var computedKeys = map[string]string{"base .. head": "s", "listKey": "k"}
 
 var (
 	callRe = regexp.MustCompile(`redis\.p?call\(((?:[^()]|\([^()]*\))*)\)`)

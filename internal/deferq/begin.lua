@@ -28,14 +28,24 @@ end
 -- lost its data, ends the script with nothing written): a record made for
 -- a request that is gone would read "queued" for ever.
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 and #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then
+  -- Gone: trimmed or deleted from the stream, and no longer pending (a
+  -- claim of another consumer dropped it from the group, as XAUTOCLAIM
+  -- does with deleted entries). Nothing will send it: its id leaves its
+  -- key's list, which has no expiry and may get no later request to drop
+  -- it (status.lua answers 404 for it).
+  redis.call('LREM', KEYS[3], 1, ARGV[4])
+  return 'lost'
+end
 if #p == 0 or p[1][2] ~= ARGV[2] then
   return 'lost'
 end
 if not state then
   -- The record expired while the request waited (a settled request is
   -- never left in the stream): it is still queued.
+  local list = string.sub(KEYS[3], #KEYS[2] - #ARGV[4] + 1) -- H, as enqueue.lua writes it
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0, 'sid', ARGV[3])
+  redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0, 'sid', ARGV[3], 'list', list)
   state = 'queued'
 end
 -- Each turn keeps the record of a request still queued: the head of a key

@@ -26,8 +26,12 @@ if ARGV[11] and ARGV[11] ~= '' then
   f[#f + 1] = ARGV[11]
 end
 local sid = redis.call('XADD', KEYS[1], '*', unpack(f))
+-- 'list' is the key's list's digest H (KEYS[3] is ...}:k:H, KEYS[2]
+-- ...}:s:ID): status.lua, finding the request gone, takes its id out of
+-- the list, which has no expiry and may get no later request to do it.
+local list = string.sub(KEYS[3], #KEYS[2] - #ARGV[2] + 1)
 redis.call('HSET', KEYS[2], 'state', 'queued', 'rule', ARGV[9], 'sid', sid, 'at', ARGV[8],
-  'updated', ARGV[8], 'attempts', 0)
+  'updated', ARGV[8], 'attempts', 0, 'list', list)
 redis.call('PEXPIRE', KEYS[2], ARGV[10])
 redis.call('RPUSH', KEYS[3], ARGV[2])
 return sid

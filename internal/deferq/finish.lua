@@ -39,6 +39,13 @@ end
 -- made anew here would have no expiry). pcall: the group may be gone too.
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if type(p) ~= 'table' or p.err or #p == 0 then
+  if type(p) == 'table' and not p.err and #redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2]) == 0 then
+    -- Gone from the stream as well (trimmed, and dropped from the group
+    -- by another consumer's claim): its id leaves its key's list, which
+    -- would otherwise keep it for ever if no later request of the key
+    -- came to drop it. Its record is left to say what status.lua finds.
+    redis.call('LREM', KEYS[3], 1, ARGV[3])
+  end
   return 'lost'
 end
 local outcome = ARGV[4]

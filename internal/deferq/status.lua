@@ -7,7 +7,9 @@
 -- nothing will send it, and its record would say it waits until it
 -- expired (7 days), the last of its key having no later request to find
 -- it gone (begin.lua). One deleted while pending stays: its holder sends
--- it. Its record goes, as begin.lua drops it.
+-- it. Its record goes, as begin.lua drops it, and its id leaves its key's
+-- list (named by the record's 'list': a record from before it has none,
+-- and its id stays there until a later request of the key drops it).
 --
 -- An enqueue of ID still on its way to Redis (its client was answered
 -- 503, outcome unknown, and told that a 404 means not queued) finds the
@@ -29,6 +31,17 @@ if #m > 0 then
   local p = redis.pcall('XPENDING', KEYS[2], ARGV[2], f['sid'], f['sid'], 1)
   if type(p) == 'table' and not p.err and #p == 1 then
     return m
+  end
+  if f['list'] then
+    -- Its id leaves its key's list (KEYS[1] is ...}:s:ID, the list
+    -- ...}:k:H, H the record's 'list'; the same hash tag, so the same
+    -- slot): the list has no expiry, and the last request of a key has
+    -- no later one whose turn would drop it (begin.lua).
+    local base = string.match(KEYS[1], '^(.*}:)s:')
+    if base then
+      local listKey, id = base .. 'k:' .. f['list'], string.sub(KEYS[1], #base + 3)
+      redis.call('LREM', listKey, 1, id)
+    end
   end
   redis.call('DEL', KEYS[1])
 end

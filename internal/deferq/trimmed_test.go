@@ -2,11 +2,17 @@ package deferq_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -112,4 +118,98 @@ func TestTrimmedLastRequestUnknown(t *testing.T) {
 		st, err := q.Status(ctx, next)
 		return err == nil && st.State == "delivered"
 	})
+}
+
+// keyList returns the ids in the list of rule's requests queued under
+// limiter key (sluice:defer:{T}:k:H), in order; none when it is gone.
+func keyList(t *testing.T, c rueidis.Client, rule, key string) []string {
+	t.Helper()
+	h := sha256.Sum256([]byte(key))
+	l, err := c.Do(context.Background(), c.B().Lrange().Key("sluice:defer:{"+deferq.Tag(rule)+"}:k:"+hex.EncodeToString(h[:10])).Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil {
+		t.Fatalf("LRANGE of %s's key list: %v", key, err)
+	}
+	return l
+}
+
+// The last request of its key trimmed from the stream before any instance
+// read it leaves its key's list once it is found gone. GET
+// /v1/deferred/ID dropped its record and answered 404, but its id stayed
+// in the list (which has no expiry, and which no later request came to
+// clean): a key a day trimmed so was a list a day kept for ever. Found gone
+// by Status here; a request of the key queued later goes at once.
+func TestTrimmedLastRequestLeavesKeyList(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	up := newUpstream(t, nil)
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	ctx := context.Background()
+	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
+	trimmed := enqueue(t, q, "jobs", "t", http.MethodPost, "/trimmed", []byte("t"))
+	if got := keyList(t, c, "jobs", "t"); len(got) != 1 || got[0] != trimmed {
+		t.Fatalf("key list after the enqueue: %v, want [%s]", got, trimmed)
+	}
+	if n, err := c.Do(ctx, c.B().Xtrim().Key(stream).Maxlen().Threshold("0").Build()).AsInt64(); err != nil || n != 1 {
+		t.Fatalf("XTRIM: %d, %v; want 1", n, err)
+	}
+	if st, err := q.Status(ctx, trimmed); !errors.Is(err, deferq.ErrUnknownID) {
+		t.Fatalf("Status of the trimmed request: %+v, %v; want ErrUnknownID", st, err)
+	}
+	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
+		t.Errorf("key list of a key whose one request was found trimmed away: %v, want none (deleted)", got)
+	}
+	next := enqueue(t, q, "jobs", "t", http.MethodPost, "/next", []byte("n"))
+	start(t, q)
+	waitFor(t, "the key's next request delivered", time.Minute, func() bool {
+		st, err := q.Status(ctx, next)
+		return err == nil && st.State == "delivered"
+	})
+	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
+		t.Errorf("key list once its requests are delivered: %v, want none", got)
+	}
+}
+
+// A request trimmed from the stream while an instance holds it, and then
+// dropped from the group by another consumer's claim (XAUTOCLAIM drops
+// the deleted entries it meets), is lost to its holder: its next turn
+// finds it so, and takes its id out of its key's list, where it stayed
+// for ever when no later request of the key came.
+func TestTrimmedHeldRequestLeavesKeyList(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	up := newUpstream(t, nil)
+	log := make(turnLog, 1000)
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL), ClaimIdle: time.Hour,
+		DeliveryTimeout: 10 * time.Minute, Logger: slog.New(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
+		return sluice.Decision{RetryAfter: 100 * time.Millisecond}, nil // held, never sent
+	}}})
+	ctx := context.Background()
+	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
+	id := enqueue(t, q, "jobs", "t", http.MethodPost, "/trimmed", []byte("t"))
+	start(t, q)
+	if v := nextVerdict(t, log, id); v != "ok" {
+		t.Fatalf("a's first turn: %q, want ok (a holds it, the limit says wait)", v)
+	}
+	if n, err := c.Do(ctx, c.B().Xtrim().Key(stream).Maxlen().Threshold("0").Build()).AsInt64(); err != nil || n != 1 {
+		t.Fatalf("XTRIM: %d, %v; want 1", n, err)
+	}
+	if err := c.Do(ctx, c.B().Xautoclaim().Key(stream).Group("sluice").Consumer("other").MinIdleTime("0").Start("0-0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pendingWith(t, c, "jobs", "a"); n != 0 {
+		t.Fatalf("%d entries pending with a after XAUTOCLAIM met the trimmed one, want 0 (dropped from the group)", n)
+	}
+	for nextVerdict(t, log, id) != "lost" {
+	}
+	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
+		t.Errorf("key list of a key whose one request its holder found lost (trimmed, gone from the group): %v, want none", got)
+	}
 }
