@@ -209,16 +209,42 @@ func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []strin
 }
 
 // letGo lets go of e, held (release.lua), to make room within the bound,
-// for a later claim here or elsewhere.
+// for a later claim here or elsewhere. A reply lost on its way back (the
+// connection cut after Redis ran the script) is asked again, for up to
+// 5 s while ctx lasts: release.lua lets go of e only while e is pending
+// with this instance, so running it twice does no more than once. Kept
+// held instead, e was let go in Redis (idle for ClaimIdle, free for any
+// instance's claim round) while this instance still counted it against
+// its bound and turned it.
 func (w *worker) letGo(ctx context.Context, e *entry, idle string) result {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := releaseScript.Exec(rctx, w.q.o.Connect(), []string{w.base + "q"}, []string{group, w.consumer, idle, e.sid}).Error()
+	err := askAgain(rctx, func() error {
+		return releaseScript.Exec(rctx, w.q.o.Connect(), []string{w.base + "q"}, []string{group, w.consumer, idle, e.sid}).Error()
+	})
 	if err != nil {
 		return result{e: e, after: 250 * time.Millisecond}
 	}
 	w.q.o.Logger.Debug("defer: let go to stay within the bound", "rule", w.name, "id", e.id)
 	return result{e: e, drop: true}
+}
+
+// askAgain runs do, and again while it fails otherwise than by Redis's
+// answer (the reply lost: the connection cut, perhaps after Redis ran
+// it) and ctx lasts, waiting 50 ms, then twice as long each time up to a
+// second. For scripts that may run twice. It returns do's last error.
+func askAgain(ctx context.Context, do func() error) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := do()
+		if _, redisErr := rueidis.IsRedisErr(err); err == nil || redisErr || ctx.Err() != nil {
+			return err
+		}
+		if ctxtime.Sleep(ctx, wait) != nil {
+			return err
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // idle waits d after an empty read, or less if this instance queues a
