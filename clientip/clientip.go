@@ -12,7 +12,10 @@
 //     are trusted too; the first untrusted address is the client. Several
 //     X-Forwarded-For header lines count as one list, in order.
 //  3. Without X-Forwarded-For, the for= parameters of the Forwarded header
-//     are walked the same way. A request with both is read by its
+//     are walked the same way, each line split into elements from the
+//     right too: an element a proxy appended to a client's line after a
+//     comma is read even when the client's text before it is malformed
+//     (a quote left open). A request with both is read by its
 //     X-Forwarded-For alone, so a trusted proxy that writes only Forwarded
 //     must drop or overwrite the X-Forwarded-For a client sends:
 //     otherwise that header reaches the Resolver as the client wrote it,
@@ -119,31 +122,70 @@ func (r Resolver) walkXFF(lines []string, last netip.Addr) netip.Addr {
 	return last
 }
 
+// walkForwarded walks the elements of each line from the right, split
+// there too (lastComma): RFC 7239 lets a proxy append its element to the
+// line it received, after a comma, so a line can end in a proxy's element
+// behind a client's malformed text. Split from the left, a quote the
+// client left open would swallow the proxy's element and make the whole
+// line unreadable, answering the proxy's address for the client.
 func (r Resolver) walkForwarded(lines []string, last netip.Addr) netip.Addr {
 	for i := len(lines) - 1; i >= 0; i-- {
-		elems, ok := splitElements(lines[i])
-		if !ok {
-			return last
-		}
-		for j := len(elems) - 1; j >= 0; j-- {
-			if strings.TrimSpace(elems[j]) == "" {
-				continue
-			}
-			e, err := parseElement(elems[j])
-			if err != nil || e.For == "" {
-				return last
-			}
-			a, ok := ParseNode(e.For)
+		for s := lines[i]; ; {
+			j, ok := lastComma(s)
 			if !ok {
 				return last
 			}
-			if !r.trusted(a) {
-				return a
+			if elem := s[j+1:]; strings.TrimSpace(elem) != "" {
+				e, err := parseElement(elem)
+				if err != nil || e.For == "" {
+					return last
+				}
+				a, ok := ParseNode(e.For)
+				if !ok {
+					return last
+				}
+				if !r.trusted(a) {
+					return a
+				}
+				last = a
 			}
-			last = a
+			if j < 0 {
+				break
+			}
+			s = s[:j]
 		}
 	}
 	return last
+}
+
+// lastComma returns the index of the last comma of s outside quoted
+// strings, scanning from the right, or -1 if there is none. ok is false
+// when the scan meets the end of a quoted string whose start it cannot
+// find (an unterminated string, seen from the right). Inside a quoted
+// string, a quote after an odd number of backslashes is escaped; on a
+// well-formed line this splits exactly as splitElements does.
+func lastComma(s string) (int, bool) {
+	quoted := false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case ',':
+			if !quoted {
+				return i, true
+			}
+		case '"':
+			if quoted {
+				n := 0
+				for n < i && s[i-1-n] == '\\' {
+					n++
+				}
+				if n%2 == 1 {
+					continue
+				}
+			}
+			quoted = !quoted
+		}
+	}
+	return -1, !quoted
 }
 
 // parseRemote reads http.Request.RemoteAddr: "IP:PORT", "[IPv6]:PORT" or

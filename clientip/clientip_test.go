@@ -78,6 +78,14 @@ func TestClientIP(t *testing.T) {
 		{"Forwarded without for: nearest known", trusted, req("10.0.0.1:5555", "Forwarded: proto=https"), "10.0.0.1"},
 		{"Forwarded malformed line: nearest known", trusted, req("10.0.0.1:5555", `Forwarded: for="198.51.100.8`), "10.0.0.1"},
 		{"Forwarded malformed left line never read", trusted, req("10.0.0.1:5555", `Forwarded: for="6.6.6.6`, "Forwarded: for=198.51.100.8"), "198.51.100.8"},
+		// RFC 7239 lets a proxy append its element to the client's line
+		// after a comma: a quote the client left open must not swallow it.
+		{"Forwarded joined line: client's open quote", trusted, req("10.0.0.1:5555", `Forwarded: for="6.6.6.6, for=198.51.100.8`), "198.51.100.8"},
+		{"Forwarded joined line: client's stray quote", trusted, req("10.0.0.1:5555", `Forwarded: for=6.6.6.6", for=198.51.100.8`), "198.51.100.8"},
+		{"Forwarded joined line: client's trailing backslash", trusted, req("10.0.0.1:5555", `Forwarded: for="6.6.6.6\, for=198.51.100.8`), "198.51.100.8"},
+		{"Forwarded escaped quotes and commas are one element", trusted, req("10.0.0.1:5555", `Forwarded: for="\", for=198.51.100.9, \"", for=10.0.0.4`), "10.0.0.4"},
+		{"Forwarded escaped backslash ends the string", trusted, req("10.0.0.1:5555", `Forwarded: for="x\\", for=198.51.100.8`), "198.51.100.8"},
+		{"Forwarded open quote in the nearest element", trusted, req("10.0.0.1:5555", `Forwarded: for=198.51.100.8, for="10.0.0.4`), "10.0.0.1"},
 		{"Forwarded obfuscated port", trusted, req("10.0.0.1:5555", `Forwarded: for="198.51.100.8:_port"`), "198.51.100.8"},
 		{"Forwarded unbracketed IPv6 with port rejected", trusted, req("10.0.0.1:5555", `Forwarded: for="2001:db8::1:80:x"`), "10.0.0.1"},
 	}
@@ -198,12 +206,31 @@ func FuzzParseForwarded(f *testing.F) {
 		if !reflect.DeepEqual(again, nonEmpty) {
 			t.Fatalf("ParseForwarded(%q) = %+v; formatted and parsed again: %+v", v, nonEmpty, again)
 		}
+		// The Resolver splits from the right (lastComma): on a line that
+		// parses, into the same elements.
+		fromLeft, _ := splitElements(v)
+		var fromRight []string
+		for s := v; ; {
+			j, ok := lastComma(s)
+			if !ok {
+				t.Fatalf("ParseForwarded(%q) succeeds, but split from the right %q is unterminated", v, s)
+			}
+			fromRight = append([]string{s[j+1:]}, fromRight...)
+			if j < 0 {
+				break
+			}
+			s = s[:j]
+		}
+		if !reflect.DeepEqual(fromRight, fromLeft) {
+			t.Fatalf("%q split from the left: %q; from the right: %q", v, fromLeft, fromRight)
+		}
 	})
 }
 
 // FuzzClientIP checks, for any X-Forwarded-For and Forwarded values, that an
-// untrusted peer's headers change nothing, and that behind a trusted peer
-// the answer is never the zero Addr.
+// untrusted peer's headers change nothing, that behind a trusted peer
+// the answer is never the zero Addr, and that whatever a client wrote, the
+// element a trusted proxy appends after a comma is read.
 func FuzzClientIP(f *testing.F) {
 	f.Add("198.51.100.7, 10.0.0.2", `for="[2001:db8::1]:80"`)
 	f.Add("garbage, 10.0.0.3", "for=unknown")
@@ -224,6 +251,14 @@ func FuzzClientIP(f *testing.F) {
 		behind := &http.Request{RemoteAddr: "10.0.0.1:1", Header: h}
 		if got := r.ClientIP(behind); !got.IsValid() || got.Zone() != "" || got.Is4In6() {
 			t.Fatalf("trusted peer with XFF %q Forwarded %q: ClientIP = %v, want a plain valid address", xff, fwd, got)
+		}
+		appended := &http.Request{RemoteAddr: "10.0.0.1:1", Header: http.Header{"Forwarded": {fwd + ", for=198.51.100.8"}}}
+		if got := r.ClientIP(appended); got != netip.MustParseAddr("198.51.100.8") {
+			t.Fatalf("trusted peer with Forwarded %q: ClientIP = %v, want the appended 198.51.100.8", appended.Header["Forwarded"][0], got)
+		}
+		appended = &http.Request{RemoteAddr: "10.0.0.1:1", Header: http.Header{"X-Forwarded-For": {xff + ", 198.51.100.7"}}}
+		if got := r.ClientIP(appended); got != netip.MustParseAddr("198.51.100.7") {
+			t.Fatalf("trusted peer with X-Forwarded-For %q: ClientIP = %v, want the appended 198.51.100.7", appended.Header["X-Forwarded-For"][0], got)
 		}
 	})
 }
