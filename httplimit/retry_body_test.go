@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -248,5 +249,33 @@ func TestRetryTransportGetBodyFails(t *testing.T) {
 	})
 	if got := srv.hits.Load(); got != 1 {
 		t.Errorf("server saw %d requests, want 1", got)
+	}
+}
+
+// The 429 a RetryTransport drops is read to its end before the retry, so
+// the retry goes out on the same keep-alive connection instead of a new
+// one. Real loopback connections (no bubble: a bubble cannot hold an idle
+// keep-alive connection); the back-off of 500ms is the time the drain has,
+// for a body that arrived with its header.
+func TestRetryTransportReusesTheConnection(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusServiceUnavailable, nil}, answer{http.StatusOK, nil})
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	rt := &httplimit.RetryTransport{Base: base, BaseDelay: 500 * time.Millisecond,
+		Jitter: func(d time.Duration) time.Duration { return d }}
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", srv.URL, nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d, want 200 after one retry", resp.StatusCode)
+	}
+	if len(reused) != 2 || !reused[1] {
+		t.Errorf("attempts got connections reused %v, want [false true]: the retry on the first one", reused)
 	}
 }
