@@ -84,10 +84,15 @@ for svc in $missing; do
 	fi
 done
 
+# Another apt-get or dpkg run (an unattended upgrade, another checkout's
+# harness) may hold dpkg's lock: wait for it up to five minutes rather
+# than fail at once.
+lock="-o DPkg::Lock::Timeout=300"
 echo "ensure-$name: installing$missing with apt-get" >&2
-apt-get update -qq
 # shellcheck disable=SC2086
-apt-get install -y -qq $missing >/dev/null
+apt-get $lock update -qq
+# shellcheck disable=SC2086
+apt-get $lock install -y -qq $missing >/dev/null
 
 # Should a service have started anyway (systemd without policy-rc.d
 # support), stop it: it was not running before we installed it.
