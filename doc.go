@@ -21,8 +21,9 @@
 //     Report for a cost known only afterwards, SetLimit, Reset.
 //   - Decision: Allowed, Remaining, RetryAfter, ResetAfter, Delay.
 //   - Errors: ErrStoreUnavailable (the store could not decide: allow or
-//     deny, your policy), ErrInvalidCost and ErrInvalidLimit (programming
-//     errors: never treat them as an outage), ErrNeverAllowed.
+//     deny, your policy), ErrInvalidCost, ErrInvalidLimit and
+//     ErrInvalidTime (programming errors, such as a WithClock clock never
+//     set: never treat them as an outage), ErrNeverAllowed.
 //
 // Package httplimit wraps this in net/http middleware (several limits in
 // one store call, the standard headers, 429 answers), with key functions
@@ -43,9 +44,10 @@
 // for stores that run the algorithms elsewhere (the Redis store's Lua
 // scripts). Resetter is the optional interface behind Limiter.Reset,
 // KeyTaker the optional fast path a Limiter uses for its decisions when its
-// store has one (memstore does), and WithinTaker the one-step take a leaky
+// store has one (memstore does), WithinTaker the one-step take a leaky
 // bucket WaitN under a deadline uses (both stores have it, and the fleet
-// decorators over them). The sluicetest package's Run is the conformance
+// decorators over them), and Refunder the giving back of the places a
+// waiter that leaves no longer needs (Wait, httplimit's middleware). The sluicetest package's Run is the conformance
 // suite a Store must pass. Applications need none of these.
 //
 // # Semantics
@@ -58,7 +60,7 @@
 //
 // Being over the limit is a result (Decision.Allowed == false), never an
 // error: an error means the store could not decide, or the call was wrong
-// (a negative cost, an invalid limit).
+// (a negative cost, an invalid limit, a time outside MinTime … MaxTime).
 //
 // Time resolution is one microsecond. Arithmetic is exact integer arithmetic
 // on microsecond ticks (coarser ticks for very long limits, see Limit), so
