@@ -173,7 +173,9 @@ type Options struct {
 	// back) is named Consumer-N.
 	Consumer string
 	// ClaimIdle is how long an entry pending with a silent instance waits
-	// before another claims it; default 30s.
+	// before another claims it; default 30s. Claim rounds come every
+	// quarter of it, at most 5 s apart (claimEvery): an entry is claimed
+	// within ClaimIdle and one round of going idle, if there is room.
 	ClaimIdle time.Duration
 	// DeliveryTimeout bounds one replay (until the response headers);
 	// default 10s; must be under ClaimIdle/2.

@@ -20,20 +20,15 @@ import (
 // read feeds the dispatcher: stale entries claimed from dead instances,
 // then new entries, while there is room for them (capacity).
 func (w *worker) read(ctx context.Context) {
-	c := w.q.o.Connect() // run waited for it
+	w.readLoop(ctx, w.steps(ctx, w.q.o.Connect())) // run waited for the connection
+}
+
+// steps are the reader's asks of Redis c, while ctx lasts.
+func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 	q := w.base + "q"
 	me := w.consumer
 	idle := strconv.FormatInt(w.q.o.ClaimIdle.Milliseconds(), 10)
-	// New entries are read by read.lua, which cannot block (a script
-	// never does): an empty read waits before the next, 100 ms at first,
-	// twice as long after each empty read up to a second (the blocking
-	// read's bound before), so that an idle rule costs each instance about
-	// one read a second; a request this instance queues wakes it at once.
-	minPoll := min(100*time.Millisecond, w.q.o.ClaimIdle/4)
-	maxPoll := min(time.Second, w.q.o.ClaimIdle/4)
-	poll := minPoll
 	bound := func() string { return strconv.FormatInt(w.rule.Load().MaxBody(), 10) }
-	var lastClaim, lastPrune time.Time
 	// cursor is where the scan of the pending list for entries to claim
 	// goes on: XAUTOCLAIM looks at ten times its COUNT entries per call
 	// (COUNT the room left, at most 100), so a round of calls covers
@@ -45,18 +40,14 @@ func (w *worker) read(ctx context.Context) {
 	// record is the key of the last read's record (readEntries), which
 	// the next read deletes: its reply came.
 	var record string
-	for ctx.Err() == nil {
-		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
-			lastPrune = time.Now()
-			w.prune(ctx, c)
-		}
-		if time.Since(lastClaim) >= w.q.o.ClaimIdle/4 {
-			lastClaim = time.Now()
-			// Bounded by capacity, as new entries are: several silent
-			// instances may have left as much as each held. The rest
-			// stay pending for a later round, here or elsewhere. A held
-			// entry waiting for an older one of its key that a silent
-			// instance holds claims that one itself (claimHead).
+	return readSteps{
+		prune: func() { w.prune(ctx, c) },
+		// Bounded by capacity, as new entries are: several silent
+		// instances may have left as much as each held. The rest stay
+		// pending for a later round, here or elsewhere. A held entry
+		// waiting for an older one of its key that a silent instance
+		// holds claims that one itself (claimHead).
+		claim: func() bool {
 			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
 				g := w.reserve(100)
 				if g.n < 1 {
@@ -76,50 +67,114 @@ func (w *worker) read(ctx context.Context) {
 					w.q.m.claimed(w.name, len(es))
 				}
 				if !w.send(ctx, es, &g) {
-					return
+					return false
 				}
 				if cursor = next; cursor == "0-0" || cursor == "" {
 					cursor = "0-0" // the whole list looked at: the next round starts again
 					break
 				}
 			}
+			return true
+		},
+		fresh: func() (int, bool, error) {
+			g := w.reserve(100)
+			if g.n < 1 {
+				return 0, false, nil
+			}
+			_, es, err := w.readEntries(ctx, c, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound(), idle, ""}, &record)
+			if err != nil {
+				w.giveBack(&g)
+				if ctx.Err() == nil && strings.Contains(err.Error(), "NOGROUP") {
+					c.Do(ctx, c.B().XgroupCreate().Key(q).Group(group).Id("0").Mkstream().Build())
+				}
+				return 0, true, err
+			}
+			if len(es) == 0 {
+				w.giveBack(&g)
+				return 0, true, nil
+			}
+			if !w.send(ctx, es, &g) {
+				return 0, true, ctx.Err()
+			}
+			return len(es), true, nil
+		},
+	}
+}
+
+// readSteps are the reader's asks of Redis; readLoop says when it makes
+// them.
+type readSteps struct {
+	// prune deletes the consumers of instances gone.
+	prune func()
+	// claim runs one claim round; false when ctx ended while it handed
+	// entries over.
+	claim func() bool
+	// fresh reads new entries within the room left: how many it read,
+	// false if there was no room to read any, and the read's error.
+	fresh func() (n int, room bool, err error)
+}
+
+// claimEvery is how often the reader's claim rounds come: a quarter of
+// ClaimIdle, at most maxClaimEvery. An entry idle for ClaimIdle is
+// claimed by the first round that starts after (if the instance has
+// room for it), and a round starts at most claimEvery after the last
+// one started, plus the time one read of new entries takes (the
+// reader's waits end when a round is due): so within ClaimIdle plus
+// one claimEvery plus one read (TestClaimRoundsKeepTime).
+func (o *Options) claimEvery() time.Duration { return min(o.ClaimIdle/4, maxClaimEvery) }
+
+// maxClaimEvery bounds the time between claim rounds, whatever ClaimIdle.
+const maxClaimEvery = 5 * time.Second
+
+// readLoop makes the reader's asks (s) until ctx ends: a prune every
+// ClaimIdle, a claim round every claimEvery (the first at once), and
+// reads of new entries in between. New entries are read by read.lua,
+// which cannot block (a script never does): an empty read waits before
+// the next, 100 ms at first, twice as long after each empty read up to a
+// second (the blocking read's bound before), so that an idle rule costs
+// each instance about one read a second; a request this instance queues
+// wakes it at once. No wait, after an empty read, a failed one, or for
+// room, outlasts the next claim round's time.
+func (w *worker) readLoop(ctx context.Context, s readSteps) {
+	every := w.q.o.claimEvery()
+	minPoll := min(100*time.Millisecond, every)
+	maxPoll := min(time.Second, every)
+	poll := minPoll
+	var lastPrune time.Time
+	nextClaim := time.Now()
+	for ctx.Err() == nil {
+		if time.Since(lastPrune) >= w.q.o.ClaimIdle {
+			lastPrune = time.Now()
+			s.prune()
 		}
-		g := w.reserve(100)
-		if g.n < 1 {
+		if now := time.Now(); !now.Before(nextClaim) {
+			nextClaim = now.Add(every)
+			if !s.claim() {
+				return
+			}
+		}
+		// untilClaim caps each wait: never past the next round.
+		untilClaim := func(d time.Duration) time.Duration { return max(min(d, time.Until(nextClaim)), 0) }
+		n, room, err := s.fresh()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case !room:
+			t := time.NewTimer(untilClaim(time.Second))
 			select {
 			case <-w.room:
-			case <-time.After(time.Second):
+			case <-t.C:
 			case <-ctx.Done():
-				return
 			}
-			continue
-		}
-		_, es, err := w.readEntries(ctx, c, []string{group, me, "new", strconv.FormatInt(g.n, 10), bound(), idle, ""}, &record)
-		if err != nil {
-			w.giveBack(&g)
-			if ctx.Err() != nil {
-				return
-			}
-			if strings.Contains(err.Error(), "NOGROUP") {
-				c.Do(ctx, c.B().XgroupCreate().Key(q).Group(group).Id("0").Mkstream().Build())
-			}
+			t.Stop()
+		case err != nil:
 			w.q.o.Logger.Warn("defer: xreadgroup", "rule", w.name, "err", err)
-			if ctxtime.Sleep(ctx, time.Second) != nil {
-				return
-			}
-			continue
-		}
-		if len(es) == 0 {
-			w.giveBack(&g)
-			if !w.idle(ctx, poll) {
-				return
-			}
+			ctxtime.Sleep(ctx, untilClaim(time.Second))
+		case n == 0:
+			w.idle(ctx, untilClaim(poll))
 			poll = min(2*poll, maxPoll)
-			continue
-		}
-		poll = minPoll
-		if !w.send(ctx, es, &g) {
-			return
+		default:
+			poll = minPoll
 		}
 	}
 }
@@ -271,7 +326,7 @@ func (w *worker) wake() {
 
 // prune deletes the rule's consumers left by instances gone (prune.lua):
 // those holding nothing, idle for two ClaimIdle (a live instance reads
-// at least every ClaimIdle/4).
+// at least every claim round, at most ClaimIdle/4).
 func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
