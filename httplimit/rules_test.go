@@ -168,3 +168,31 @@ func TestKeyFuncs(t *testing.T) {
 		t.Errorf("composite keys collide: %q", ka)
 	}
 }
+
+// A KeyFunc that panics reaches net/http's recovery as it is, and leaves no
+// count behind: every rule is keyed before any is taken, so the rules
+// keyed before the panic have taken nothing.
+func TestPanickingKeyFuncTakesNothing(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	clk := sluicetest.NewClock(sluicetest.T0)
+	perIP := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(5), sluice.WithClock(clk.Now))
+	perKey := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(2), sluice.WithClock(clk.Now))
+	boom := func(*http.Request) (string, bool) { panic("boom") }
+	h := httplimit.Middleware(httplimit.Options{
+		Limiter: perIP, Name: "ip",
+		Rules: []httplimit.Rule{{Name: "key", Limiter: perKey, KeyFunc: boom}},
+	})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler was reached") }))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the KeyFunc's panic", p)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	if d, _ := perIP.Allow(context.Background(), "ip:192.0.2.1"); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("the ip rule's count after the panic: %+v, want 4 remaining (nothing taken)", d)
+	}
+}
