@@ -58,11 +58,7 @@ func TestCommandsSuffice(t *testing.T) {
 	broken := enqueue(t, q, "hooks", "broken", http.MethodPost, "/b", []byte("b"))
 	start(t, q)
 	for id, want := range map[string]deferq.Status{ok: {State: "delivered", Status: 200, Attempts: 2}, broken: {State: "dead_lettered", Status: 500, Attempts: 2}} {
-		var st deferq.Status
-		waitFor(t, id+" settled", 30*time.Second, func() bool {
-			st, err = q.Status(context.Background(), id)
-			return err == nil && (st.State == "delivered" || st.State == "dead_lettered")
-		})
+		st := awaitState(t, q, id, "delivered", "dead_lettered")
 		if st.State != want.State || st.Status != want.Status || st.Attempts != want.Attempts {
 			t.Errorf("Status(%s) = %+v, want %+v", id, st, want)
 		}

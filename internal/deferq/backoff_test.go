@@ -49,11 +49,7 @@ func TestTakenOverRetryWaitsForNextAttempt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
-	var st deferq.Status
-	waitFor(t, "the first send failed", 30*time.Second, func() bool {
-		st, err = a.Status(context.Background(), id)
-		return err == nil && st.State == "failed"
-	})
+	st := awaitState(t, a, id, "failed")
 	cancel() // a stops holding it
 	<-done
 	next, err := time.Parse(time.RFC3339Nano, st.NextAttempt)
@@ -66,10 +62,7 @@ func TestTakenOverRetryWaitsForNextAttempt(t *testing.T) {
 	}
 	b.SetRules([]deferq.Rule{{Name: "jobs"}})
 	start(t, b)
-	waitFor(t, "delivered by b", 30*time.Second, func() bool {
-		st, err = b.Status(context.Background(), id)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, b, id, "delivered")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sends) != 2 || sends[1].Before(next) {
@@ -110,11 +103,7 @@ func TestRetryAfterForms(t *testing.T) {
 			q.SetRules([]deferq.Rule{{Name: "jobs"}})
 			id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))
 			start(t, q)
-			var st deferq.Status
-			waitFor(t, "the first send failed", 30*time.Second, func() bool {
-				st, err = q.Status(context.Background(), id)
-				return err == nil && st.State == "failed"
-			})
+			st := awaitState(t, q, id, "failed")
 			next, err := time.Parse(time.RFC3339Nano, st.NextAttempt)
 			if err != nil {
 				t.Fatalf("next_attempt_at %q: %v", st.NextAttempt, err)

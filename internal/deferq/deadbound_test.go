@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -32,10 +31,7 @@ func TestDeadLettersBoundedByMaxQueue(t *testing.T) {
 			last = append(last, enqueue(t, q, "hooks", "k", http.MethodPost, "/x", []byte("x")))
 		}
 		for _, id := range last {
-			waitFor(t, id+" dead-lettered", 30*time.Second, func() bool {
-				st, err := q.Status(context.Background(), id)
-				return err == nil && st.State == "dead_lettered"
-			})
+			awaitState(t, q, id, "dead_lettered")
 		}
 	}
 	dead, err := c.Do(context.Background(), c.B().Xrange().Key("sluice:defer:{"+deferq.Tag("hooks")+"}:dead").Start("-").End("+").Build()).AsXRange()

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +137,24 @@ func waitFor(t testing.TB, what string, bound time.Duration, cond func() bool) {
 	}
 }
 
+// awaitState waits until q's Status of id reads one of states (a
+// condition; a minute is its bound, not a wait) and returns it; a failure
+// names the last Status read.
+func awaitState(t testing.TB, q *deferq.Queue, id string, states ...string) deferq.Status {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := q.Status(context.Background(), id)
+		if err == nil && slices.Contains(states, st.State) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after a minute waiting for %s to be %s: Status = %+v, %v", id, strings.Join(states, " or "), st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // clock is a manual clock for the replay limit.
 type clock struct{ ns atomic.Int64 }
 
@@ -215,10 +234,9 @@ func TestReplayRateOrderBodies(t *testing.T) {
 		}
 	}
 	for _, id := range ids {
-		waitFor(t, "status delivered", 10*time.Second, func() bool {
-			st, err := q.Status(context.Background(), id)
-			return err == nil && st.State == "delivered" && st.Status == 200 && st.Attempts == 1 && st.Rule == "orders"
-		})
+		if st := awaitState(t, q, id, "delivered"); st.Status != 200 || st.Attempts != 1 || st.Rule != "orders" {
+			t.Errorf("Status(%s) = %+v, want status 200 after 1 attempt, rule orders", id, st)
+		}
 	}
 	if n, _, err := q.Depth(context.Background(), "orders"); err != nil || n != 0 {
 		t.Errorf("Depth = %d, %v; want an empty queue", n, err)
@@ -257,11 +275,7 @@ func TestRetriesAndDeadLetters(t *testing.T) {
 		bad:    {State: "delivered", Status: 400, Attempts: 1},
 	}
 	for id, w := range want {
-		var st deferq.Status
-		waitFor(t, id+" settled", 30*time.Second, func() bool {
-			st, err = q.Status(context.Background(), id)
-			return err == nil && (st.State == "delivered" || st.State == "dead_lettered")
-		})
+		st := awaitState(t, q, id, "delivered", "dead_lettered")
 		if st.State != w.State || st.Status != w.Status || st.Attempts != w.Attempts {
 			t.Errorf("Status(%s) = %+v, want %+v", id, st, w)
 		}

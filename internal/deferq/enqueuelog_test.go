@@ -78,10 +78,7 @@ func TestDeadLettersLoggedOnceASecond(t *testing.T) {
 	}
 	start(t, q)
 	for _, id := range ids {
-		waitFor(t, id+" dead-lettered", 30*time.Second, func() bool {
-			st, err := q.Status(context.Background(), id)
-			return err == nil && st.State == "dead_lettered"
-		})
+		awaitState(t, q, id, "dead_lettered")
 	}
 	n := 0
 	for _, l := range logged.Lines() {

@@ -144,10 +144,7 @@ func TestKilledInstanceHolding(t *testing.T) {
 		return len(got) >= n
 	})
 	for id := range ids {
-		waitFor(t, "status delivered", 10*time.Second, func() bool {
-			st, err := q.Status(context.Background(), id)
-			return err == nil && st.State == "delivered"
-		})
+		awaitState(t, q, id, "delivered")
 	}
 	got, byKey := up.snapshot()
 	if len(got) != n || len(byKey) != n {

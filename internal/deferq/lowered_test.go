@@ -62,10 +62,7 @@ func TestLoweredBodyBoundDeadLetters(t *testing.T) {
 	}
 	g.open.Store(true)
 	small := enqueue(t, q, "big", "k0", http.MethodPost, "/small", []byte("s"))
-	waitFor(t, "the small request of k0 delivered", 30*time.Second, func() bool {
-		st, err := q.Status(ctx, small)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, q, small, "delivered")
 	if got, _ := up.snapshot(); len(got) != 1 || got[0].path != "/small" {
 		t.Errorf("deliveries %d (first %v); want only /small: nothing over the bound is replayed", len(got), got)
 	}

@@ -72,10 +72,7 @@ func TestKeyOrderPartLost(t *testing.T) {
 					t.Fatalf("delivery %d (%s) never came; %s: %+v, %v", i, want, id2, st, err)
 				}
 			}
-			waitFor(t, id2+" delivered", 10*time.Second, func() bool {
-				st, err := q.Status(context.Background(), id2)
-				return err == nil && st.State == "delivered"
-			})
+			awaitState(t, q, id2, "delivered")
 		})
 	}
 }

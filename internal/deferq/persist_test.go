@@ -58,10 +58,7 @@ func TestRedisCrashWithPersistence(t *testing.T) {
 		}
 	}
 	for id := range ids {
-		waitFor(t, id+" delivered", time.Minute, func() bool {
-			st, err := q.Status(context.Background(), id)
-			return err == nil && st.State == "delivered"
-		})
+		awaitState(t, q, id, "delivered")
 	}
 	_, by := up.snapshot()
 	for id := range ids {

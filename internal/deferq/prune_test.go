@@ -101,10 +101,7 @@ func TestPruneGoneConsumers(t *testing.T) {
 	// does after once stopped.
 	ageHeld(t, c, "p", "holder")
 	stopAfter := runUntil(t, after)
-	waitFor(t, "the held request delivered", time.Minute, func() bool {
-		st, err := after.Status(context.Background(), held)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, after, held, "delivered")
 	stopAfter()
 	waitFor(t, "holder and after pruned", time.Minute, func() bool {
 		m := consumers()

@@ -97,10 +97,7 @@ func TestShutdownClosesUpstreamConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
-	waitFor(t, "the request delivered", 30*time.Second, func() bool {
-		st, err := q.Status(context.Background(), id)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, q, id, "delivered")
 	if open.Load() == 0 {
 		t.Fatal("no connection to the upstream open: the test would test nothing")
 	}

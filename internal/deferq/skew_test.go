@@ -39,10 +39,7 @@ func TestBackoffIgnoresInstanceClocks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
-	waitFor(t, "the first send failed", 30*time.Second, func() bool {
-		st, err := a.Status(context.Background(), id)
-		return err == nil && st.State == "failed"
-	})
+	awaitState(t, a, id, "failed")
 	cancel() // a stops holding it
 	<-done
 	b, err := newQueue(opts("b", 0))
@@ -53,8 +50,5 @@ func TestBackoffIgnoresInstanceClocks(t *testing.T) {
 	start(t, b)
 	// A bound, not a wait: b claims it after claim_idle (1 s) and sends it
 	// after the 1 s back-off.
-	waitFor(t, "delivered by b", 30*time.Second, func() bool {
-		st, err := b.Status(context.Background(), id)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, b, id, "delivered")
 }

@@ -51,10 +51,7 @@ func TestExpiredRecordReadStillDelivered(t *testing.T) {
 	case <-time.After(30 * time.Second): // a hang detector
 		t.Fatalf("%s, queued, its record expired and read (404), never delivered", id)
 	}
-	waitFor(t, "status delivered", 10*time.Second, func() bool {
-		st, err := q.Status(context.Background(), id)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, q, id, "delivered")
 }
 
 // When Redis cannot answer GET /v1/deferred/ID, the client gets a stable

@@ -114,10 +114,7 @@ func TestTrimmedLastRequestUnknown(t *testing.T) {
 	}
 	next := enqueue(t, q, "jobs", "t", http.MethodPost, "/next", []byte("n"))
 	start(t, q)
-	waitFor(t, "the trimmed key's next request delivered", time.Minute, func() bool {
-		st, err := q.Status(ctx, next)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, q, next, "delivered")
 }
 
 // keyList returns the ids in the list of rule's requests queued under
@@ -164,10 +161,7 @@ func TestTrimmedLastRequestLeavesKeyList(t *testing.T) {
 	}
 	next := enqueue(t, q, "jobs", "t", http.MethodPost, "/next", []byte("n"))
 	start(t, q)
-	waitFor(t, "the key's next request delivered", time.Minute, func() bool {
-		st, err := q.Status(ctx, next)
-		return err == nil && st.State == "delivered"
-	})
+	awaitState(t, q, next, "delivered")
 	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
 		t.Errorf("key list once its requests are delivered: %v, want none", got)
 	}
