@@ -354,8 +354,13 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 }
 
 // readAnswer reads the head of the answer to r on c: 1xx answers (103
-// Early Hints) are relayed to w as ReverseProxy does.
+// Early Hints) are relayed to w as ReverseProxy does, but to an HTTP/1.0
+// client, which knows none (RFC 9110 §15.2). The heads http.ReadResponse
+// reads have their Connection lines read by c.names, since it deletes a
+// Connection header that says close: the headers it names are dropped all
+// the same (resp.Header["Connection"] is put back).
 func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*http.Response, error) {
+	defer func() { c.sniff = false }()
 	for {
 		var resp *http.Response
 		simple := false
@@ -370,7 +375,20 @@ func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*
 			c.body = lenBody{br: c.br, n: resp.ContentLength}
 			resp.Request, resp.Body = r, &c.body
 		} else if err == nil {
+			if !c.sniff {
+				// The head starts at the reader's position: what is
+				// buffered of it is read now, the rest as it comes.
+				c.names.start()
+				b, _ := c.br.Peek(c.br.Buffered())
+				c.names.feed(b)
+				c.sniff = true
+			}
 			resp, err = http.ReadResponse(c.br, r)
+			if err == nil {
+				if conn, ok := c.names.take(resp.StatusCode); ok && len(conn) > 0 {
+					resp.Header["Connection"] = conn
+				}
+			}
 		}
 		if errors.Is(err, errHeaderTooLarge) {
 			return nil, fmt.Errorf("proxy: upstream response headers over %d bytes", p.maxHeader)
@@ -382,12 +400,17 @@ func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("proxy: upstream answered 101 Switching Protocols to a request without Upgrade")
 		case resp.StatusCode < 200:
-			h := w.Header()
-			for k, vv := range resp.Header {
-				h[k] = vv
+			if r.ProtoAtLeast(1, 1) {
+				h := w.Header()
+				conn := hop.NewNames(resp.Header["Connection"])
+				for k, vv := range resp.Header {
+					if !hop.Is(k) && !conn.Has(k) {
+						h[k] = vv
+					}
+				}
+				w.WriteHeader(resp.StatusCode)
+				clear(h)
 			}
-			w.WriteHeader(resp.StatusCode)
-			clear(h)
 			c.lim = p.maxHeader
 			continue
 		}

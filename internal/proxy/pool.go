@@ -54,6 +54,10 @@ type upConn struct {
 	resp http.Response
 	hdr  http.Header
 	strs []string // hdr's values
+	// names reads the Connection lines of the heads http.ReadResponse
+	// reads (fast.go: readAnswer), while sniff is set.
+	names headNames
+	sniff bool
 	// abort ends the connection's reads and writes at once (the client
 	// went away): c.abortNow, bound once, so that watching costs no
 	// allocation. aborted holds it against deadlines set after it
@@ -135,6 +139,9 @@ func (c *upConn) Read(p []byte) (int, error) {
 	}
 	if c.lim >= 0 {
 		c.lim -= int64(n)
+	}
+	if c.sniff && n > 0 {
+		c.names.feed(p[:n])
 	}
 	return n, err
 }

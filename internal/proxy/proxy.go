@@ -43,13 +43,16 @@
 //     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
 //     headers (and those Connection names) both ways, bound the upstream's
 //     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
-//     request paths to the upstream URL's path the same way. Known gap,
-//     alike on both: the headers an upstream answer's Connection names
-//     pass when it also says close (Connection: close, X-Foo), as through
-//     ReverseProxy alone: http.ReadResponse, which the Transport and the
-//     fast path's fallback read with, deletes the whole Connection header
-//     then, before the proxy sees what it names; the fast path's own
-//     reader does the same so that the paths agree.
+//     request paths to the upstream URL's path the same way. The headers
+//     an upstream answer's Connection names are dropped also when it says
+//     close (Connection: close, X-Foo), which http.ReadResponse (the
+//     Transport's, the fast path's fallback) deletes before the proxy sees
+//     what it names: the heads are read from the connection's bytes as
+//     well (connnames.go). Known gap: not through a Transport other than
+//     the proxy's own to an http:// upstream (an https:// upstream's, or
+//     Options.Transport), where X-Foo then passes, as through ReverseProxy
+//     alone. 1xx answers (103 Early Hints) are relayed without their
+//     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2).
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
@@ -75,6 +78,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
@@ -85,6 +89,7 @@ import (
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
+	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -152,6 +157,7 @@ type Proxy struct {
 	// The fast path's (fast.go): nil pool when the upstream is https or
 	// Options.Transport is set.
 	pool      *pool
+	sniff     bool // the Transport is the proxy's own, to an http:// upstream: its connections are sniffConns
 	rht       time.Duration
 	maxHeader int64
 	// tunnelIdle closes an upgraded connection idle for that long (tunnel.go).
@@ -190,6 +196,15 @@ func New(o Options) (*Proxy, error) {
 		o.Transport, p.o.Transport = t, t
 		p.rht = t.ResponseHeaderTimeout
 		if o.Upstream.Scheme == "http" {
+			p.sniff = true
+			dial := t.DialContext
+			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &sniffConn{Conn: c}, nil
+			}
 			addr := o.Upstream.Host
 			if o.Upstream.Port() == "" {
 				addr = net.JoinHostPort(o.Upstream.Hostname(), "80")
@@ -344,7 +359,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		p.fastForward(w, r, ip, res)
 		return
 	}
-	info := forwardInfo{ip: ip, w: w.Header()}
+	info := &forwardInfo{ip: ip, w: w.Header()}
+	info.cw = relayWriter{ResponseWriter: w, info: info, http10: !r.ProtoAtLeast(1, 1)}
 	if res != nil {
 		// The context carries a copy, so that the caller's Result stays
 		// on its stack on the fast path (one allocation per request).
@@ -367,19 +383,74 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		ctx, stop = h1.Watch(ctx)
 		defer stop()
 	}
+	if p.sniff {
+		// The connection the Transport picks reads the answer's heads
+		// into info.names (connnames.go).
+		info.trace.GotConn = func(gi httptrace.GotConnInfo) {
+			if sc, ok := gi.Conn.(*sniffConn); ok {
+				sc.watch(&info.names)
+			}
+		}
+		ctx = httptrace.WithClientTrace(ctx, &info.trace)
+	}
 	r = r.WithContext(context.WithValue(ctx, ctxKey{}, info))
 	if info.body != nil {
 		r.Body = info.body
 	}
-	p.rp.ServeHTTP(w, r)
+	p.rp.ServeHTTP(&info.cw, r)
 }
 
+// forwardInfo is what the proxy knows of a request ReverseProxy forwards,
+// which its hooks (rewrite, modifyResponse, upstreamError) read from the
+// request's context.
 type forwardInfo struct {
 	ip   netip.Addr
 	res  *engine.Result
 	body *endedBody  // r.Body as handed to ReverseProxy; nil: none
 	w    http.Header // the client's response headers (untyped)
+	cw   relayWriter // the client's ResponseWriter as ReverseProxy writes to it
+	// The Connection lines of the upstream's answer heads, read from the
+	// connection when the Transport is the proxy's own to an http://
+	// upstream (Proxy.sniff): the Transport deletes a Connection header
+	// that says close before the proxy sees what it names.
+	names headNames
+	trace httptrace.ClientTrace
 }
+
+// relayWriter is the client's ResponseWriter as ReverseProxy writes to
+// it: a 1xx answer it relays (103 Early Hints, 100 Continue) goes without
+// its hop-by-hop headers, and not at all to an HTTP/1.0 client, which
+// knows no 1xx (RFC 9110 §15.2).
+type relayWriter struct {
+	http.ResponseWriter
+	info   *forwardInfo
+	http10 bool
+}
+
+func (w *relayWriter) WriteHeader(code int) {
+	if code < 100 || code > 199 || code == http.StatusSwitchingProtocols {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if w.http10 {
+		return // ReverseProxy clears the headers it set for it
+	}
+	h := w.ResponseWriter.Header()
+	cv := h["Connection"]
+	if v, ok := w.info.names.take(code); ok {
+		cv = v
+	}
+	conn := hop.NewNames(cv)
+	for k := range h {
+		if hop.Is(k) || conn.Has(k) {
+			delete(h, k)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap serves http.ResponseController (Flush, Hijack).
+func (w *relayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // untyped marks h, the headers of the answer to the client, as typed with
 // nothing when up, the upstream's, has no Content-Type: net/http's servers
@@ -398,7 +469,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if p.o.PreserveHost {
 		pr.Out.Host = pr.In.Host
 	}
-	info, _ := pr.In.Context().Value(ctxKey{}).(forwardInfo)
+	info, _ := pr.In.Context().Value(ctxKey{}).(*forwardInfo)
 	h := pr.Out.Header
 	for k := range h {
 		if proxyHeader(k) {
@@ -447,7 +518,17 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// takes the 304 for a body cut short (unexpected EOF).
 		delete(resp.Header, "Content-Length")
 	}
-	info, _ := resp.Request.Context().Value(ctxKey{}).(forwardInfo)
+	info, _ := resp.Request.Context().Value(ctxKey{}).(*forwardInfo)
+	if cv, ok := info.names.take(resp.StatusCode); ok && len(cv) > 0 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// ReverseProxy has dropped what a Connection header left by the
+		// Transport names; this is what one it deleted named.
+		conn := hop.NewNames(cv)
+		for k := range resp.Header {
+			if conn.Has(k) {
+				delete(resp.Header, k)
+			}
+		}
+	}
 	if info.res != nil {
 		info.res.SetHeaders(resp.Header)
 	}
@@ -461,7 +542,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 }
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	info, _ := r.Context().Value(ctxKey{}).(forwardInfo)
+	info, _ := r.Context().Value(ctxKey{}).(*forwardInfo)
 	if info.body != nil && info.body.failed.Load() {
 		err = fmt.Errorf("%w: %w", errClientBody, err)
 	}

@@ -17,7 +17,9 @@ import (
 // token characters and values of visible characters, spaces and tabs, the
 // whole head within the connection's read buffer — without the textproto
 // reader and transfer decoding of http.ReadResponse, which cost a tenth
-// of the proxy's CPU under load (BENCHMARKS.md). ok false: not of that
+// of the proxy's CPU under load (BENCHMARKS.md). Unlike http.ReadResponse
+// it keeps a Connection header that says close, so that the headers it
+// names are dropped too. ok false: not of that
 // kind, nothing consumed; the caller reads it with http.ReadResponse. An
 // error is the connection's (a read error or timeout, or the header
 // budget). FuzzSimpleResponse checks it against http.ReadResponse.
@@ -146,9 +148,6 @@ func parseSimpleResponse(head []byte, resp *http.Response, h http.Header, kept *
 	}
 	if cl < 0 {
 		return false
-	}
-	if closes {
-		delete(h, "Connection") // as http.ReadResponse
 	}
 	*resp = http.Response{
 		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
