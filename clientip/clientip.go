@@ -74,6 +74,14 @@ func (r Resolver) ClientIP(req *http.Request) netip.Addr {
 	return peer
 }
 
+// Trusts reports whether req comes from a trusted proxy: its connection's
+// address (http.Request.RemoteAddr) lies within Trusted. The headers
+// such a proxy sets may be believed; any other peer's may say anything.
+func (r Resolver) Trusts(req *http.Request) bool {
+	peer := parseRemote(req.RemoteAddr)
+	return peer.IsValid() && r.trusted(peer)
+}
+
 // trusted reports whether a lies within a trusted prefix. a is unmapped
 // (see normalize), so an IPv4 address also matches a prefix written in
 // IPv4-mapped form, ::ffff:10.0.0.0/104, as the IPv4 prefix it stands for

@@ -320,3 +320,28 @@ func TestTrustedMappedPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Trusts answers for the connection's peer alone, whatever the request's
+// headers say, in either form of an IPv4 prefix.
+func TestTrusts(t *testing.T) {
+	r := Resolver{Trusted: prefixes("10.0.0.0/8", "::ffff:192.168.0.0/112", "2001:db8::/32")}
+	for _, c := range []struct {
+		remote string
+		want   bool
+	}{
+		{"10.1.2.3:5000", true},
+		{"[::ffff:10.1.2.3]:5000", true},
+		{"192.168.4.5:80", true},
+		{"[2001:db8::7]:443", true},
+		{"203.0.113.9:5000", false},
+		{"[2001:db9::7]:443", false},
+		{"@", false}, // a Unix socket
+	} {
+		if got := r.Trusts(req(c.remote, "X-Forwarded-For: 10.0.0.1")); got != c.want {
+			t.Errorf("Trusts(%s) = %v, want %v", c.remote, got, c.want)
+		}
+	}
+	if (Resolver{}).Trusts(req("10.1.2.3:5000")) {
+		t.Error("the zero Resolver trusts a peer")
+	}
+}

@@ -75,13 +75,16 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	// proxy's (it drops what Connection names), and the replay go without.
 	h := r.Header.Clone()
 	hop.Drop(h)
+	var trust peerTrust
 	for k := range h {
-		if proxyHeader(k) {
+		if proxyHeader(k) || clientIPHeader(k) && !trust.passes(p, r) {
 			delete(h, k)
 		}
 	}
 	if ip.IsValid() {
-		h["X-Forwarded-For"] = []string{ip.String()}
+		a := ip.String()
+		h["X-Forwarded-For"] = []string{a}
+		h["X-Real-Ip"] = []string{a}
 	}
 	h["X-Forwarded-Host"] = []string{r.Host}
 	if r.TLS != nil {

@@ -22,6 +22,8 @@ import (
 // header names them: a client must not strip them (the upstream would take
 // the replay for the proxy's own request, or for a client of its choosing).
 // Connection names the client's own hop-by-hop headers, never the proxy's.
+// Its X-Real-IP is the proxy's too, and an untrusted client's
+// True-Client-IP is not queued.
 func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
@@ -29,6 +31,8 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		req := request(t, s, "POST", "/job", "second")
 		req.Host = "api.example"
 		req.Header.Set("Connection", "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto")
+		req.Header.Set("X-Real-IP", "198.51.100.1")      // the proxy's own replaces it
+		req.Header.Set("True-Client-IP", "198.51.100.2") // from an untrusted peer: dropped
 		if resp, body := s.do(t, req); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("second request: %d %s, want 202 (deferred)", resp.StatusCode, body)
 		}
@@ -45,6 +49,9 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		if xff, xfh, xfp := h.Values("X-Forwarded-For"), h.Values("X-Forwarded-Host"), h.Values("X-Forwarded-Proto"); len(xff) != 1 || xff[0] != "127.0.0.1" ||
 			len(xfh) != 1 || xfh[0] != "api.example" || len(xfp) != 1 || xfp[0] != proto {
 			t.Errorf("replay: X-Forwarded-For %q, X-Forwarded-Host %q, X-Forwarded-Proto %q; want [127.0.0.1] [api.example] [%s], which the client's Connection named", xff, xfh, xfp, proto)
+		}
+		if real, tci := h.Values("X-Real-Ip"), h.Values("True-Client-Ip"); len(real) != 1 || real[0] != "127.0.0.1" || len(tci) != 0 {
+			t.Errorf("replay: X-Real-IP %q, True-Client-IP %q; want [127.0.0.1] and none (the client's own)", real, tci)
 		}
 	})
 }

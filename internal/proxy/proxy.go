@@ -56,13 +56,17 @@
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
-//   - X-Forwarded-For is set to the client address as resolved by
-//     Options.ClientIP (one address, never an untrusted client's own
-//     header), X-Forwarded-Proto to http or https, X-Forwarded-Host to the
-//     incoming Host. Incoming Forwarded / X-Forwarded-* headers are
-//     dropped, also spelled with '_' (X_Forwarded_For), which CGI and
-//     WSGI servers read alike; so is a client's Sluice-Deferred-Id, which
-//     only the replay of a deferred request carries (package deferq).
+//   - X-Forwarded-For and X-Real-IP are set to the client address as
+//     resolved by Options.ClientIP (one address, never an untrusted
+//     client's own header), X-Forwarded-Proto to http or https,
+//     X-Forwarded-Host to the incoming Host. Incoming Forwarded /
+//     X-Forwarded-* / X-Real-IP headers are dropped, also spelled with '_'
+//     (X_Forwarded_For), which CGI and WSGI servers read alike; so is a
+//     client's Sluice-Deferred-Id, which only the replay of a deferred
+//     request carries (package deferq). The headers by which CDNs and load
+//     balancers name the client (True-Client-IP, X-Client-IP,
+//     CF-Connecting-IP, Fastly-Client-IP, X-Cluster-Client-IP) pass from
+//     a trusted proxy and are dropped from any other peer.
 //   - The upstream's unreachability answers 502, a response header timeout
 //     504, both with a JSON error body. A request body that stalls for the
 //     listener's body_read_timeout (package listener) abandons the upstream
@@ -471,15 +475,16 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	info, _ := pr.In.Context().Value(ctxKey{}).(*forwardInfo)
 	h := pr.Out.Header
+	var trust peerTrust
 	for k := range h {
-		if proxyHeader(k) {
-			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so, but not Sluice-Deferred-Id
+		if proxyHeader(k) || clientIPHeader(k) && !trust.passes(p, pr.In) {
+			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so, but not X-Real-IP or Sluice-Deferred-Id
 		}
 	}
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
 		for k := range t {
-			if proxyHeader(k) {
+			if proxyHeader(k) || clientIPHeader(k) {
 				delete(t, k) // as in the head: a trailer must not say who the client is, or pass for a replay, either
 			}
 		}
@@ -491,7 +496,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	if info.ip.IsValid() {
-		h["X-Forwarded-For"] = []string{info.ip.String()}
+		a := info.ip.String()
+		h["X-Forwarded-For"] = []string{a}
+		h["X-Real-Ip"] = []string{a}
 	}
 	h["X-Forwarded-Host"] = []string{pr.In.Host}
 	if pr.In.TLS != nil {
