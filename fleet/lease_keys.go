@@ -22,8 +22,9 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 		}
 		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
 			// New, or its rule changed: units reserved under the old
-			// limit expire with their window.
-			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+			// limit expire with their window. Used now, so that a sweep
+			// before its caller locks it does not find it idle.
+			e = &leaseEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t, used: us}
 			l.keys[e.key] = e
 			l.recent.forget(e.key)
 			if len(l.keys) > l.sweep {
