@@ -10,7 +10,8 @@
 -- After the requests' values, a give or a refund may carry a channel and
 -- a message per key: the script then PUBLISHes each key's message on the
 -- channel (once per key) when the refund is saved (redisstore's
--- Options.PublishRefunds).
+-- Options.PublishRefunds); a refund, only for the keys it gave anything
+-- back to.
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund; for a
 -- give, those of a request of cost 0 right after it.
@@ -59,6 +60,7 @@ local function loadFor(key, a)
 end
 
 local objs, order, out, ok = {}, {}, {}, true
+local gave = {} -- a refund's requests that gave anything back
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 9
   local key = KEYS[i]
@@ -70,7 +72,7 @@ for i = 1, #KEYS do
   end
   if mode == 'refund' then
     local tick = ARGV[a + 6] + 0
-    REFUND[(ARGV[a + 1] + 0)](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0),
+    gave[i] = REFUND[(ARGV[a + 1] + 0)](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0),
       (ARGV[a + 5] + 0), fdiv(tnow or (ARGV[a + 8] + 0), tick), (ARGV[a + 7] + 0), (ARGV[a + 9] + 0))
     o.ttl = max(redis.call('PTTL', key), margin)
   elseif not decide(o, a, out, mode == 'give') then
@@ -85,7 +87,7 @@ if (mode == 'give' or mode == 'refund') and ARGV[pub + 1] then
   local sent = {}
   for i = 1, #KEYS do
     local m = ARGV[pub + 1 + i]
-    if not sent[m] then
+    if not sent[m] and (mode == 'give' or gave[i]) then
       sent[m] = true
       redis.call('PUBLISH', ARGV[pub + 1], m)
     end

@@ -10,10 +10,15 @@
 -- with one request in between, short by less than a tick's refill; with
 -- more, short by up to what the earlier ones took after mark (counted as
 -- refill lost); never over (TestRefundNeverOver).
+-- Each REFUND[alg] returns whether it gave anything back (the key counts
+-- less), for main.lua to publish the key only then.
 REFUND[1] = function(o, rate, burst, period, segments, now, cost, mark)
   local back = cost * period
   if o.T > mark then back = max(0, back - (o.T - mark) * rate) end
-  o.N = max(0, o.N - back)
+  local n = max(0, o.N - back)
+  local gave = n < o.N
+  o.N = n
+  return gave
 end
 
 -- GCRA's and the leaky bucket's refunds follow the token bucket's: both
@@ -41,32 +46,36 @@ end
 -- A refund moves the queue's tail back by what is left to give back. A
 -- tail a spacing or more behind now is an empty queue, as none is.
 REFUND[2] = function(o, rate, burst, period, segments, now, cost, mark)
-  if leakyStale(o, rate, burst, period, now) then return end
+  if leakyStale(o, rate, burst, period, now) then return false end
   local back = backAfter(o, rate, period, cost, mark)
-  if back == 0 then return end
+  if back == 0 then return false end
   local rel = (o.T - now) * rate + o.N - back
   local q = fdiv(rel, rate)
   o.T = now + q
   o.N = rel - q * rate
+  return true
 end
 
 REFUND[3] = function(o, rate, burst, period, segments, now, cost, mark)
-  if o.T == mark then o.N = max(0, o.N - cost) end
+  if o.T ~= mark or o.N == 0 or cost <= 0 then return false end
+  o.N = max(0, o.N - cost)
+  return true
 end
 
 -- A refund removes up to cost units logged at mark, and shifts the counts of
 -- any runs logged since.
 REFUND[4] = function(o, rate, burst, period, segments, now, cost, mark)
   local i = firstRun(o, runT, mark - 1) -- the first run at or after mark
-  if i >= o.N then return end
+  if i >= o.N then return false end
   local t, e = runAt(o, i)
-  if t ~= mark then return end
+  if t ~= mark then return false end
   local before = o.M
   if i > 0 then
     local _, pe = runAt(o, i - 1)
     before = pe
   end
   local k = min(cost, e - before)
+  if k <= 0 then return false end
   if k == e - before then
     -- the whole run goes: shift the later runs down by one
     for j = i + 1, o.N - 1 do
@@ -82,22 +91,28 @@ REFUND[4] = function(o, rate, burst, period, segments, now, cost, mark)
       runSet(o, j, tj, ej - k)
     end
   end
+  return true
 end
 
 REFUND[5] = function(o, rate, burst, period, s, now, cost, mark)
-  if mark <= o.T and mark >= o.T - s then
-    cput(o, s, mark, max(0, cget(o, s, mark) - cost))
-  end
+  if mark > o.T or mark < o.T - s then return false end
+  local c = cget(o, s, mark)
+  if c == 0 or cost <= 0 then return false end
+  cput(o, s, mark, max(0, c - cost))
+  return true
 end
 
 -- A refund moves the theoretical arrival time back by what is left to give
 -- back.
 REFUND[6] = function(o, rate, burst, period, segments, now, cost, mark)
   local debt = gcraDebt(o, rate, now)
-  if debt == 0 then return end
-  debt = max(0, debt - backAfter(o, rate, period, cost, mark))
+  if debt == 0 then return false end
+  local back = backAfter(o, rate, period, cost, mark)
+  if back == 0 then return false end
+  debt = max(0, debt - back)
   o.T = now + tdiv(debt, rate)
   o.N = debt % rate
+  return true
 end
 
 

@@ -108,3 +108,57 @@ func TestTakeAllGiveBackReachesOtherCaches(t *testing.T) {
 		t.Fatalf("B's cache hits = %d; want still 1", got)
 	}
 }
+
+// TestTakeAllRefundPublishesOnlyWhatItGave: a cross-slot TakeAll whose
+// later slot refuses gives back what the others counted, and publishes
+// each key it gave units back to, one PUBLISH per key, but none for a
+// key it gave nothing back to (a request of cost 0, which counted
+// nothing): the other instances' caches lose nothing to forget. It used
+// to publish every key of the slots it refunded.
+func TestTakeAllRefundPublishesOnlyWhatItGave(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	o := redisstore.Options{Addrs: cl.Addrs, Cluster: true, PublishRefunds: true}
+	s, other := open(t, o), open(t, o)
+	publishes := func() (n int64) {
+		for _, addr := range cl.Addrs {
+			n += calls(t, addr, "publish")
+		}
+		return n
+	}
+	req := func(key string, cost int64) sluice.Request {
+		return sluice.Request{Namespace: "api", Key: key, Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(2), Cost: cost, Now: sluicetest.T0}
+	}
+	slotOf := func(key string) uint16 { return redisstore.Slot(s.KeyOf(&sluice.Request{Namespace: "api", Key: key})) }
+	for i, c := range []struct {
+		cost     int64 // of the request on a, whose slot is refunded
+		want     int64 // PUBLISH calls
+		refunded int64 // units of a's left after
+	}{
+		{cost: 0, want: 0, refunded: 2},
+		{cost: 1, want: 1, refunded: 2},
+	} {
+		a, b := fmt.Sprintf("a%d", i), ""
+		for j := 0; b == "" || slotOf(a) == slotOf(b); j++ {
+			b = fmt.Sprintf("b%d-%d", i, j)
+		}
+		redisstore.SetTakeAllHooks(func() {
+			if d, err := other.Take(ctx, req(b, 2)); err != nil || !d.Allowed {
+				t.Errorf("another client: Take(%q) = %+v, %v", b, d, err)
+			}
+		}, nil)
+		before := publishes()
+		ds := make([]sluice.Decision, 2)
+		err := s.TakeAll(ctx, []sluice.Request{req(a, c.cost), req(b, 1)}, ds)
+		redisstore.SetTakeAllHooks(nil, nil)
+		if err != nil || ds[1].Allowed || s.Refunds() != uint64(i+1) {
+			t.Fatalf("cost %d: TakeAll = %+v, %v, %d refunds; want b refused and a's slot refunded", c.cost, ds, err, s.Refunds())
+		}
+		if got := publishes() - before; got != c.want {
+			t.Errorf("cost %d: the refund ran %d PUBLISH; want %d", c.cost, got, c.want)
+		}
+		if d, err := s.Take(ctx, req(a, 0)); err != nil || d.Remaining != c.refunded {
+			t.Errorf("cost %d: a after the refund: %+v, %v; want %d remaining", c.cost, d, err, c.refunded)
+		}
+	}
+}
