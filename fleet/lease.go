@@ -290,7 +290,9 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 func (l *Lease) Close() error { return l.CloseAt(time.Now()) }
 
 // CloseAt gives back every unit held and not expired at now, in one round
-// trip, and sends later requests to the shared store. now is on the clock
+// trip (with redisstore's PublishRefunds, one more publishes the keys
+// given back, many to a message), and sends later requests to the
+// shared store. now is on the clock
 // of the requests' Now, as a unit's expiry is: a window's units expire
 // with the window, a bucket's as it refills past them. Only the first call
 // of CloseAt or Close does anything.

@@ -29,7 +29,8 @@
 --           {granted, state after, now}.
 --   return: ARGV[9] units, ARGV[10] the window (T) they were granted in:
 --           give back units not spent; ARGV[11], ARGV[12], if present,
---           as grant's ARGV[12], ARGV[13]. Returns {0, state after, now}.
+--           as grant's ARGV[12], ARGV[13]. Returns {1 if that gave any
+--           unit back else 0, state after, now}.
 --   take:   ARGV[9] cost: Take's step, exactly (the request is counted if
 --           it fits). Returns {state read ('' if none), state after, now};
 --           the caller derives the Decision from the state read.
@@ -260,6 +261,7 @@ elseif mode == 'take' then
   end
 else -- return
   gave, pub = giveBack(ARGV[9] + 0, ARGV[10] + 0), 11
+  if gave then out = 1 end
 end
 -- Save, to expire the margin after the state is at rest.
 local idle

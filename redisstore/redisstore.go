@@ -135,13 +135,15 @@ type Options struct {
 	// store's own: its scripts' commands and Ping's.
 	Needs []Need
 	// PublishRefunds makes every give-back of units also publish its
-	// key on RefundChannel, in the same script (atomically with it), for
-	// the fleet's over-limit caches (see WatchRefunds): each Refund, what
-	// a cross-slot TakeAll gives back when a slot refused after the
-	// check, and a lease's units given back (Return, and the expired
-	// units Lease gives back first) that left the key counting less; one
-	// PUBLISH per key, of its namespace and name. New then checks that
-	// the user may PUBLISH on that channel.
+	// key on RefundChannel, for the fleet's over-limit caches (see
+	// WatchRefunds): each Refund, what a cross-slot TakeAll gives back
+	// when a slot refused after the check (the keys it gave units back
+	// to), and a lease's units given back (Return, and the expired units
+	// Lease gives back first) that left the key counting less. A
+	// give-back of one key publishes it in its script, atomically with
+	// it; a Return of several keys publishes them after their scripts,
+	// many keys to a message (see Return). New then checks that the user
+	// may PUBLISH on that channel.
 	PublishRefunds bool
 	// AlwaysPipeline sends every call of a single-node store through the
 	// pipelining client, even a call made while no other is in flight

@@ -20,9 +20,10 @@ import (
 // instance other than the one that gave back cannot see them. With
 // Options.PublishRefunds, the give-back's script PUBLISHes the key on
 // RefundChannel atomically with it (on a Cluster, PUBLISH reaches the
-// subscribers of every node), and WatchRefunds, on each instance,
-// subscribes to it on a connection of its own and tells the cache to
-// forget the key.
+// subscribers of every node), or, for a Return of many keys, Return
+// publishes them once their scripts answered, many to a message; and
+// WatchRefunds, on each instance, subscribes to it on a connection of
+// its own and tells the cache to forget each key.
 
 // RefundListener is told what WatchRefunds sees; fleet.OverLimitCache is
 // one.
@@ -50,14 +51,61 @@ func (s *Store) RefundChannel() string { return RefundChannelOf(s.opts.Prefix) }
 // prefix (Options.Prefix): prefix then "refunds", for an ACL's &pattern.
 func RefundChannelOf(prefix string) string { return prefix + "refunds" }
 
-// refundMessage is what a refund of ns+key publishes: the namespace's
-// length in decimal, ":", the namespace, the key. Its size is the key's.
+// A message on RefundChannel names the keys given back, in one of two
+// forms. One key, as a give-back of one key publishes in its script
+// (refundMessage): the namespace's length in decimal, ":", the namespace,
+// the key; its size is the key's. Several keys, as Return publishes the
+// keys of many give-backs after their scripts (refundBatches): ":", then
+// for each key the namespace's length, ":", the namespace, the key's
+// length, ":", the key. The second form starts with ":", which a
+// subscriber that reads only the first refuses as no refund's: it forgets
+// everything it remembered (see WatchRefunds), never too little.
+
+// refundMessage is what a give-back of ns+key alone publishes.
 func refundMessage(ns, key string) string {
 	return strconv.Itoa(len(ns)) + ":" + ns + key
 }
 
-// parseRefundMessage reads a refundMessage.
-func parseRefundMessage(m string) (ns, key string, ok bool) {
+// maxRefundBatch bounds the size of a message naming several keys: a
+// longer list goes out in several. A key longer than it goes alone.
+const maxRefundBatch = 64 << 10
+
+// nsName is a key given back: its namespace and name.
+type nsName struct{ ns, name string }
+
+// refundBatches returns the messages that name keys, as few as fit
+// maxRefundBatch each (a single key in refundMessage's form).
+func refundBatches(keys []nsName) []string {
+	if len(keys) == 1 {
+		return []string{refundMessage(keys[0].ns, keys[0].name)}
+	}
+	var out []string
+	var b []byte
+	for _, k := range keys {
+		n := len(strconv.Itoa(len(k.ns))) + 1 + len(k.ns) + len(strconv.Itoa(len(k.name))) + 1 + len(k.name)
+		if len(b) > 1 && len(b)+n > maxRefundBatch {
+			out = append(out, string(b))
+			b = b[:0]
+		}
+		if len(b) == 0 {
+			b = append(b, ':')
+		}
+		b = strconv.AppendInt(b, int64(len(k.ns)), 10)
+		b = append(b, ':')
+		b = append(b, k.ns...)
+		b = strconv.AppendInt(b, int64(len(k.name)), 10)
+		b = append(b, ':')
+		b = append(b, k.name...)
+	}
+	if len(b) > 1 {
+		out = append(out, string(b))
+	}
+	return out
+}
+
+// lengthPrefixed reads a decimal length (in its canonical form), ":" and
+// that many bytes, v, at the start of m; rest is what follows them.
+func lengthPrefixed(m string) (v, rest string, ok bool) {
 	i := strings.IndexByte(m, ':')
 	if i < 1 {
 		return "", "", false
@@ -69,14 +117,38 @@ func parseRefundMessage(m string) (ns, key string, ok bool) {
 	return m[i+1 : i+1+n], m[i+1+n:], true
 }
 
+// parseRefundMessage reads a message on RefundChannel: the keys it names,
+// in order, or ok false if it is no refund's (nothing half read).
+func parseRefundMessage(m string) (keys []nsName, ok bool) {
+	if rest, many := strings.CutPrefix(m, ":"); many {
+		for rest != "" {
+			var k nsName
+			if k.ns, rest, ok = lengthPrefixed(rest); !ok {
+				return nil, false
+			}
+			if k.name, rest, ok = lengthPrefixed(rest); !ok {
+				return nil, false
+			}
+			keys = append(keys, k)
+		}
+		return keys, len(keys) > 0
+	}
+	ns, key, ok := lengthPrefixed(m)
+	if !ok {
+		return nil, false
+	}
+	return []nsName{{ns, key}}, true
+}
+
 // WatchRefunds subscribes to RefundChannel on a connection of its own and
 // tells l of every refund published there (see RefundListener), until ctx
 // is done; it returns ctx's error. It calls l.Pause first and when it
 // returns, and whenever the subscription is lost (the connection cut,
 // Redis down): then it subscribes again, waiting up to a second between
-// attempts, and calls l.Resume once Redis confirms. A message on the
-// channel that is not a refund's (someone else publishing) makes l pause
-// and resume: its key is unknown.
+// attempts, and calls l.Resume once Redis confirms. A message naming
+// several keys calls l.ForgetKey for each. A message on the channel that
+// is not a refund's (someone else publishing) makes l pause and resume:
+// its keys are unknown.
 //
 // A refund published while the connection is cut but before the client
 // sees it closed is not seen: the listener is told only once it is
@@ -106,8 +178,10 @@ func (s *Store) WatchRefunds(ctx context.Context, l RefundListener) error {
 		})
 		dc, release := s.c.Dedicate()
 		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
-			if ns, key, ok := parseRefundMessage(m.Message); ok {
-				l.ForgetKey(ns, key)
+			if keys, ok := parseRefundMessage(m.Message); ok {
+				for _, k := range keys {
+					l.ForgetKey(k.ns, k.name)
+				}
 			} else {
 				l.Pause()
 				l.Resume()
