@@ -37,4 +37,10 @@
 // the shared store's refusals. Sync and Lease need the shared store itself
 // (its Sync, Lease and Return); requests they do not handle go to the store
 // they wrap.
+//
+// Units given back by another instance (a refund, a Lease's Close, a
+// cross-slot TakeAll's refund) reach an OverLimitCache and a Lease only
+// if they are told: pass NewRefundFeed(cache, leases...), one listener
+// for the whole stack, to redisstore.Store.WatchRefunds (the store opened
+// with PublishRefunds). Sync and Fallback need no telling.
 package fleet

@@ -394,7 +394,8 @@ func (l *Lease) giveBack(entries []*leaseEntry, now time.Time, forget bool) erro
 // asks the store again, rather than being refused until the time the
 // store said a unit frees up. The units held stay. It does not wait for
 // a decision of the key under way: a refusal that decision leaves ends
-// with the key's next decision.
+// with the key's next decision. A RefundFeed calls it for each key
+// WatchRefunds tells of.
 func (l *Lease) ForgetKey(ns, key string) {
 	l.mu.Lock()
 	if e := l.keys[nsKey{ns, key}]; e != nil {

@@ -1,5 +1,11 @@
 package fleet
 
+import (
+	"slices"
+
+	"github.com/sluicehq/sluice/redisstore"
+)
+
 // # Refunds made elsewhere
 //
 // A refund (sluice.Refunder) breaks the monotony the cache relies on: the
@@ -65,3 +71,60 @@ func (c *OverLimitCache) Resume() {
 
 // Paused reports whether the cache is paused (see Pause).
 func (c *OverLimitCache) Paused() bool { return c.gen.Load()&1 != 0 }
+
+var (
+	_ redisstore.RefundListener = (*OverLimitCache)(nil)
+	_ redisstore.RefundListener = (*RefundFeed)(nil)
+)
+
+// RefundFeed tells a stack of decorators of the give-backs made elsewhere
+// (refunds, leases handed back, cross-slot refunds): it is the one
+// redisstore.RefundListener a program passes to
+// redisstore.Store.WatchRefunds, whatever the stack holds. Each key goes
+// to every Lease (Lease.ForgetKey: one refusing the key on its own asks
+// the store again) and then to the OverLimitCache (ForgetKey): the leases
+// first, so that a request the cache lets through once it forgot does not
+// meet a lease still refusing, whose refusal the cache would remember
+// again. Pause and Resume go to the cache. Sync and Fallback need no feed:
+// a Sync reads each key it holds again from the store every interval or
+// two, and a Fallback decides in the store, or in memory where no other
+// instance gives back.
+type RefundFeed struct {
+	cache  *OverLimitCache
+	leases []*Lease
+}
+
+// NewRefundFeed returns the feed of cache (nil for a stack without one)
+// and of leases (none for a stack without a Lease).
+func NewRefundFeed(cache *OverLimitCache, leases ...*Lease) *RefundFeed {
+	return &RefundFeed{cache: cache, leases: slices.Clone(leases)}
+}
+
+// ForgetKey tells the leases, then the cache, that units of key in
+// namespace ns were given back elsewhere.
+func (f *RefundFeed) ForgetKey(ns, key string) {
+	for _, l := range f.leases {
+		l.ForgetKey(ns, key)
+	}
+	if f.cache != nil {
+		f.cache.ForgetKey(ns, key)
+	}
+}
+
+// Pause pauses the cache (OverLimitCache.Pause): the feed may miss
+// give-backs until Resume. A Lease needs no pause: a give-back it misses
+// leaves it refusing a key only until a unit frees up in the store (the
+// fleet admits less, never more).
+func (f *RefundFeed) Pause() {
+	if f.cache != nil {
+		f.cache.Pause()
+	}
+}
+
+// Resume resumes the cache (OverLimitCache.Resume): from now on the feed
+// sees every give-back.
+func (f *RefundFeed) Resume() {
+	if f.cache != nil {
+		f.cache.Resume()
+	}
+}
