@@ -156,3 +156,51 @@ func withGot1xx(ctx context.Context, f func(code int, h textproto.MIMEHeader)) c
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error { f(code, h); return nil }})
 }
+
+// An upstream status below 100 (http.ReadResponse takes any three
+// digits), which no ResponseWriter can write, answers 502 bad_gateway on
+// every engine and both paths, as any answer that cannot be relayed: the
+// handler does not panic, dropping the client's connection and logging
+// a stack trace each time.
+func TestEngineUpstreamStatusBelow100(t *testing.T) {
+	up := scriptedUpstream(t, func(r *http.Request) string {
+		return "HTTP/1.1 " + strings.TrimPrefix(r.URL.Path, "/") + " Odd\r\nContent-Length: 2\r\n\r\nok"
+	})
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		s := startOn(t, ec, up, engineOpts{})
+		for _, pa := range paths {
+			for _, code := range []string{"099", "000"} {
+				resp, body := s.do(t, request(t, s, pa.method, "/"+code, pa.body))
+				if resp.StatusCode != http.StatusBadGateway || body != "{\"error\":\"bad_gateway\"}\n" {
+					t.Errorf("%s, upstream status %s: %d %q, want 502 bad_gateway", pa.name, code, resp.StatusCode, body)
+				}
+			}
+		}
+	})
+}
+
+// An HTTP/1.0 request's Upgrade is ignored (RFC 9110 §7.8): it goes
+// upstream without it, and its client, which could not follow a 101,
+// gets the upstream's plain answer; on every HTTP/1.x engine and both
+// paths.
+func TestEngineHTTP10UpgradeIgnored(t *testing.T) {
+	up := scriptedUpstream(t, func(r *http.Request) string {
+		if r.Header.Get("Upgrade") != "" {
+			return "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	})
+	forEngine(t, true, func(t *testing.T, ec engineCase) {
+		s := startOn(t, ec, up, engineOpts{})
+		for _, pa := range paths {
+			c := s.dial(t)
+			fmt.Fprintf(c, "%s /ws HTTP/1.0\r\nHost: app.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: %d\r\n\r\n%s",
+				pa.method, len(pa.body), pa.body)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Errorf("%s: %v %v, want the upstream's 200 (no upgrade)", pa.name, resp, err)
+			}
+			c.Close()
+		}
+	})
+}

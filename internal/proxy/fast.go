@@ -453,6 +453,8 @@ func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*
 			return nil, err
 		}
 		switch {
+		case resp.StatusCode < 100:
+			return nil, errBadStatus(resp.StatusCode)
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("proxy: upstream answered 101 Switching Protocols to a request without Upgrade")
 		case resp.StatusCode < 200:
@@ -472,6 +474,13 @@ func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*
 		}
 		return resp, nil
 	}
+}
+
+// errBadStatus is the error of an upstream answer whose status is below
+// 100 (http.ReadResponse takes any three digits), which no ResponseWriter
+// can write: 502, as for any answer that cannot be relayed.
+func errBadStatus(code int) error {
+	return fmt.Errorf("proxy: upstream answered status %03d, not an HTTP status", code)
 }
 
 // copyBody copies resp's body to w, flushing each piece of a stream (a

@@ -52,7 +52,9 @@
 //     the proxy's own to an http:// upstream (an https:// upstream's, or
 //     Options.Transport), where X-Foo then passes, as through ReverseProxy
 //     alone. 1xx answers (103 Early Hints) are relayed without their
-//     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2).
+//     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2),
+//     whose Upgrade is dropped (§7.8). An upstream status below 100 (which
+//     http.ReadResponse takes) answers 502.
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
@@ -356,7 +358,13 @@ func delays(ms []rules.Match) bool {
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
 	fast := p.fastPath(r)
 	if !fast && r.Header["Upgrade"] != nil {
-		dropHTTP2Upgrade(r.Header) // h2c.go
+		if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+			// A server ignores an HTTP/1.0 request's Upgrade (RFC 9110
+			// §7.8): its client could not follow a 101.
+			delete(r.Header, "Upgrade")
+		} else {
+			dropHTTP2Upgrade(r.Header) // h2c.go
+		}
 		fast = p.fastPath(r)
 	}
 	if fast {
@@ -515,6 +523,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// got of it: the upstream saw a truncated request, so its answer
 		// is not relayed (upstreamError answers 408).
 		return listener.ErrBodyTimeout
+	}
+	if resp.StatusCode < 100 {
+		return errBadStatus(resp.StatusCode) // upstreamError answers 502
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		p.boundTunnel(resp) // tunnel.go
