@@ -8,13 +8,14 @@ import (
 //
 //	sluice_connections_open{listener}              client connections held now
 //	sluice_connections_closed_slow_total{listener} closed because the client was too slow
-//	                                               (headers or body not sent in time)
+//	                                               (headers or body not sent in time, answer not taken)
 //	sluice_connections_refused_total{listener}     refused at max_connections
 //	sluice_requests_refused_total{listener}        HTTP/2 requests refused at max_connections places held
 //	                                               (connections, and HTTP/2 requests beyond one per connection)
 //	sluice_body_timeouts_total{listener}           request bodies cut by body_read_timeout
 //	sluice_connections_closed_resets_total{listener}
-//	                                               HTTP/2 connections closed for resetting requests early (rapid reset)
+//	                                               HTTP/2 connections closed for resetting requests early (rapid reset;
+//	                                               the figures are internal/listener's, minResetCheck and earlyReset)
 type connCollectors struct {
 	open                               *prometheus.GaugeVec
 	slow, refused, reqs, bodyT, resets *prometheus.CounterVec
@@ -29,7 +30,7 @@ func (m *Metrics) conns() *connCollectors {
 			}, []string{"listener"}),
 			slow: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_connections_closed_slow_total",
-				Help: "Client connections closed because the client was too slow: headers not sent within read_header_timeout, or a request body stalled for body_read_timeout.",
+				Help: "Client connections closed because the client was too slow: headers not sent within read_header_timeout, a request body stalled for body_read_timeout, or an answer not taken for send_timeout (10s on the grpc listener).",
 			}, []string{"listener"}),
 			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_connections_refused_total",
@@ -45,7 +46,7 @@ func (m *Metrics) conns() *connCollectors {
 			}, []string{"listener"}),
 			resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_connections_closed_resets_total",
-				Help: "HTTP/2 connections closed because the client reset its requests early (within 1s of their start) 100 times, more than half of its requests (rapid reset, CVE-2023-44487).",
+				Help: "HTTP/2 connections closed because, once they had carried 500 requests, the client had reset more than half of them early, within 1s of their start (rapid reset, CVE-2023-44487).",
 			}, []string{"listener"}),
 		}
 		if m.reg != nil {
