@@ -25,7 +25,7 @@ type checkRequest struct {
 
 // check answers POST /v1/check: 200 with the decision (over the limit is
 // "allowed":false, not an error status), 400 for bad input, 413 for a body
-// over MaxBodyBytes, 503 when the store cannot decide under on_error deny,
+// over MaxBodyBytes, 415 for one with a Content-Encoding (encodingError), 503 when the store cannot decide under on_error deny,
 // 499 when the client went away before the store answered.
 //
 // The key is the caller's: it is counted under the rule's namespace
@@ -41,6 +41,11 @@ type checkRequest struct {
 // whether it fitted, and when it did not, "retry_after_ms" is how long
 // until a request of cost 1 is admitted again.
 func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
+	if ee := encodingError(r); ee != nil {
+		w.Header()["Accept-Encoding"] = identity
+		h.fail(w, ee)
+		return
+	}
 	req := checkRequest{Cost: 1}
 	bp, err := readBody(w, r, h.o.MaxBodyBytes)
 	if err == nil {
@@ -126,6 +131,10 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, report bool) {
 // jsonType is the Content-Type of the JSON answers, shared: net/http
 // copies the header map before writing it and never changes a value.
 var jsonType = []string{"application/json"}
+
+// identity is the Accept-Encoding of an answer refusing a body's
+// Content-Encoding (encodingError), shared as jsonType is.
+var identity = []string{"identity"}
 
 // contentLengths are the Content-Length values of the short answers,
 // shared as jsonType is.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/jsonstr"
@@ -89,6 +90,25 @@ func runeCut(s string, n int) int {
 		n--
 	}
 	return n
+}
+
+// encodingError returns the error answering a request whose body is sent
+// with a Content-Encoding other than identity, or nil. The decision API
+// reads bodies as they come and decompresses none: a gzipped body would
+// be answered "bad JSON", and a plain one labelled gzip (something in
+// between removed the coding and left its label) decided as if it were
+// what the label says it is not. The caller sends Accept-Encoding:
+// identity with it (RFC 9110, 15.5.16).
+func encodingError(r *http.Request) *apiError {
+	for _, v := range r.Header["Content-Encoding"] {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return &apiError{status: http.StatusUnsupportedMediaType,
+					msg: "Content-Encoding " + quoteCut(v) + " is not supported: send the body uncompressed (Content-Encoding identity, or none)"}
+			}
+		}
+	}
+	return nil
 }
 
 func errMethod(allow string) error {

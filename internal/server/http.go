@@ -14,8 +14,9 @@
 // Errors are JSON, {"error":"…"}, with 400 for bad input, 403 for a
 // browser's request for a web page (Sec-Fetch-Site, Origin), of any site,
 // to /v1/* but forward-auth, /json and /metrics, 404 for an unknown path, 405 for a wrong
-// method, 413 for a body over the limit and 503 when the store cannot
-// decide under on_error deny.
+// method, 413 for a body over the limit, 415 for a compressed body
+// (Content-Encoding), and 503 when the store cannot decide under on_error
+// deny.
 package server
 
 import (

@@ -382,12 +382,17 @@ var (
 // ServeJSON serves POST /json: the request as proto-JSON, answered 200
 // (OK) or 429 (OVER_LIMIT) with the response as proto-JSON; 400 for a bad
 // request, 408 for a body stalled past body_read_timeout, 413 for one over
-// MaxBodyBytes, 503 when the store cannot decide under Unavailable, 499 when the
+// MaxBodyBytes, 415 for one with a Content-Encoding (encodingError), 503 when the store cannot decide under Unavailable, 499 when the
 // client went away before the store answered.
 func (s *RLS) ServeJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		jsonError(w, http.StatusMethodNotAllowed, "method not allowed (want POST)")
+		return
+	}
+	if ee := encodingError(r); ee != nil {
+		w.Header()["Accept-Encoding"] = identity
+		jsonError(w, ee.status, ee.msg)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes))
