@@ -185,7 +185,7 @@ rules:
 		}
 	}
 	sum := hotkeys.New(hotkeys.Options{Sample: 1})
-	long := "auto|x|" + strings.Repeat("é", 200)
+	long := "auto|x|" + strings.Repeat("é", 300)
 	now := time.Now()
 	sum.Observe(long, 1, now)
 	if top, _ := sum.Top(1, now); len(top) != 1 || !digested(top[0].Key) {

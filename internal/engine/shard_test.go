@@ -32,7 +32,7 @@ func TestAutoShardsLongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, key := range []string{"auto|fp|short", "auto|fp|" + strings.Repeat("v", 300)} {
+	for _, key := range []string{"auto|fp|short", "auto|fp|" + strings.Repeat("v", 600)} {
 		// 8,000 decisions at one instant: 8000/τ ≈ 554/s, past the hot
 		// rate of 500/s.
 		for range 8000 {

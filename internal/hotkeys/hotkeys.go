@@ -55,15 +55,20 @@ type Options struct {
 	// records every one.
 	Sample int
 	// MaxKeyBytes caps the bytes of a key kept (longer keys are tracked
-	// by their hash and reported truncated with "…"); default 256.
+	// by their hash and reported truncated with "…"); default 512.
 	MaxKeyBytes int
 }
 
 // Defaults.
 const (
-	DefaultCapacity    = 64
-	DefaultHalfLife    = 10 * time.Second
-	DefaultMaxKeyBytes = 256
+	DefaultCapacity = 64
+	DefaultHalfLife = 10 * time.Second
+	// DefaultMaxKeyBytes keeps whole every key the daemon builds: a
+	// rule's (at most 331 bytes: rules.MaxNameLen + 11 + rules.MaxKeyLen)
+	// and a descriptor's values (at most descriptors.MaxKeyLen, 512).
+	// shards: auto rebuilds a key from its text to carry its count across
+	// a move, which a digested text cannot be.
+	DefaultMaxKeyBytes = 512
 	DefaultSample      = 4
 )
 

@@ -10,10 +10,10 @@ import (
 // TestLongKeysKeptInBoundedBuffers: a Summary's memory is fixed by its
 // stripes, capacity and MaxKeyBytes, whatever keys it sees: after 100,000
 // distinct keys of 4 KB every entry holds its key's text (at most
-// MaxKeyBytes, "…" and a digest: 275 bytes) in a buffer of that size's
-// class, 288 bytes. The text was built by appending character by
-// character, which grew the buffer by doubling to 512 bytes: 1.8× the
-// memory for every long key.
+// MaxKeyBytes, "…" and a digest: 531 bytes) in a buffer of that size's
+// class, 576 bytes. The text was built by appending character by
+// character, which grew the buffer by doubling: 1.8× the memory for
+// every long key.
 func TestLongKeysKeptInBoundedBuffers(t *testing.T) {
 	pad := strings.Repeat("é", 2048)
 	s := New(Options{Stripes: 4, Sample: 1})
@@ -24,8 +24,8 @@ func TestLongKeysKeptInBoundedBuffers(t *testing.T) {
 	for i := range s.loaded() {
 		for _, e := range s.loaded()[i].entries {
 			n++
-			if len(e.key) > DefaultMaxKeyBytes+keyText || cap(e.key) > 288 {
-				t.Fatalf("an entry holds %d bytes of key in a buffer of %d; want at most %d in at most 288", len(e.key), cap(e.key), DefaultMaxKeyBytes+keyText)
+			if len(e.key) > DefaultMaxKeyBytes+keyText || cap(e.key) > 576 {
+				t.Fatalf("an entry holds %d bytes of key in a buffer of %d; want at most %d in at most 576", len(e.key), cap(e.key), DefaultMaxKeyBytes+keyText)
 			}
 		}
 	}

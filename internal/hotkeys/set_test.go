@@ -64,7 +64,7 @@ func TestLongKeysDistinct(t *testing.T) {
 	s := NewSet(Options{Sample: 1}, 0, 0)
 	r := s.Rule("api")
 	now := time.Now()
-	head := "api|3f2a91c0|" + strings.Repeat("x", 300)
+	head := "api|3f2a91c0|" + strings.Repeat("x", 600)
 	r.Observe(head+"1", 2, now)
 	r.Observe(head+"2", 1, now)
 	keys := hotKeySeries(t, s)
@@ -95,7 +95,7 @@ func TestLongKeysDistinct(t *testing.T) {
 func TestFleetHot(t *testing.T) {
 	s := NewSet(Options{Sample: 1}, 0, 100)
 	r := s.Rule("api")
-	long := "api|3f2a91c0|" + strings.Repeat("é", 200)
+	long := "api|3f2a91c0|" + strings.Repeat("é", 300)
 	r.Hot.Update([]Key{{Key: "mine", Rate: 150}})
 	var buf []byte
 	text := string(appendKey(buf, long, DefaultMaxKeyBytes))
