@@ -80,7 +80,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -95,7 +94,6 @@ import (
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
-	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/rules"
@@ -412,58 +410,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 	p.rp.ServeHTTP(&info.cw, r)
 }
 
-// forwardInfo is what the proxy knows of a request ReverseProxy forwards,
-// which its hooks (rewrite, modifyResponse, upstreamError) read from the
-// request's context.
-type forwardInfo struct {
-	ip   netip.Addr
-	res  *engine.Result
-	body *endedBody  // r.Body as handed to ReverseProxy; nil: none
-	w    http.Header // the client's response headers (untyped)
-	cw   relayWriter // the client's ResponseWriter as ReverseProxy writes to it
-	// The Connection lines of the upstream's answer heads, read from the
-	// connection when the Transport is the proxy's own to an http://
-	// upstream (Proxy.sniff): the Transport deletes a Connection header
-	// that says close before the proxy sees what it names.
-	names headNames
-	trace httptrace.ClientTrace
-}
-
-// relayWriter is the client's ResponseWriter as ReverseProxy writes to
-// it: a 1xx answer it relays (103 Early Hints, 100 Continue) goes without
-// its hop-by-hop headers, and not at all to an HTTP/1.0 client, which
-// knows no 1xx (RFC 9110 §15.2).
-type relayWriter struct {
-	http.ResponseWriter
-	info   *forwardInfo
-	http10 bool
-}
-
-func (w *relayWriter) WriteHeader(code int) {
-	if code < 100 || code > 199 || code == http.StatusSwitchingProtocols {
-		w.ResponseWriter.WriteHeader(code)
-		return
-	}
-	if w.http10 {
-		return // ReverseProxy clears the headers it set for it
-	}
-	h := w.ResponseWriter.Header()
-	cv := h["Connection"]
-	if v, ok := w.info.names.take(code); ok {
-		cv = v
-	}
-	conn := hop.NewNames(cv)
-	for k := range h {
-		if hop.Is(k) || conn.Has(k) {
-			delete(h, k)
-		}
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Unwrap serves http.ResponseController (Flush, Hijack).
-func (w *relayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // untyped marks h, the headers of the answer to the client, as typed with
 // nothing when up, the upstream's, has no Content-Type: net/http's servers
 // and the h1 front would otherwise sniff a type from the body and send it
@@ -474,97 +420,6 @@ func untyped(h, up http.Header) {
 	if _, ok := up["Content-Type"]; !ok {
 		h["Content-Type"] = nil
 	}
-}
-
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(p.o.Upstream)
-	if p.o.PreserveHost {
-		pr.Out.Host = pr.In.Host
-	}
-	info, _ := pr.In.Context().Value(ctxKey{}).(*forwardInfo)
-	h := pr.Out.Header
-	var trust peerTrust
-	for k := range h {
-		if proxyHeader(k) || clientIPHeader(k) && !trust.passes(p, pr.In) {
-			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so, but not X-Real-IP or Sluice-Deferred-Id
-		}
-	}
-	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
-	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
-		for k := range t {
-			if proxyHeader(k) || clientIPHeader(k) {
-				delete(t, k) // as in the head: a trailer must not say who the client is, or pass for a replay, either
-			}
-		}
-		info.body.in, info.body.out = pr.In.Trailer, t
-		if len(t) > 0 {
-			// Trailers go upstream (HTTP/1.1) only after a chunked body:
-			// over HTTP/2 the client may have sent a Content-Length too.
-			pr.Out.ContentLength = -1
-		}
-	}
-	if info.ip.IsValid() {
-		a := info.ip.String()
-		h["X-Forwarded-For"] = []string{a}
-		h["X-Real-Ip"] = []string{a}
-	}
-	h["X-Forwarded-Host"] = []string{pr.In.Host}
-	if pr.In.TLS != nil {
-		h["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		h["X-Forwarded-Proto"] = []string{"http"}
-	}
-}
-
-// modifyResponse replaces the upstream's rate-limit headers with ours.
-func (p *Proxy) modifyResponse(resp *http.Response) error {
-	if listener.TimedOut(resp.Request) {
-		// The client's body stalled and the upstream answered what it
-		// got of it: the upstream saw a truncated request, so its answer
-		// is not relayed (upstreamError answers 408).
-		return listener.ErrBodyTimeout
-	}
-	if resp.StatusCode < 100 {
-		return errBadStatus(resp.StatusCode) // upstreamError answers 502
-	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		p.boundTunnel(resp) // tunnel.go
-	}
-	if resp.StatusCode == http.StatusNotModified {
-		// As net/http's HTTP/1 server (and the h1 front) drop it: its
-		// HTTP/2 server would pass it on, and Go's HTTP/2 client then
-		// takes the 304 for a body cut short (unexpected EOF).
-		delete(resp.Header, "Content-Length")
-	}
-	info, _ := resp.Request.Context().Value(ctxKey{}).(*forwardInfo)
-	if cv, ok := info.names.take(resp.StatusCode); ok && len(cv) > 0 && resp.StatusCode != http.StatusSwitchingProtocols {
-		// ReverseProxy has dropped what a Connection header left by the
-		// Transport names; this is what one it deleted named.
-		conn := hop.NewNames(cv)
-		for k := range resp.Header {
-			if conn.Has(k) {
-				delete(resp.Header, k)
-			}
-		}
-	}
-	if info.res != nil {
-		info.res.SetHeaders(resp.Header)
-	}
-	if info.w != nil {
-		// ReverseProxy copies resp.Header into the client's headers
-		// value by value: a key without values would not reach them.
-		// Set after any 1xx answer, whose relay clears them.
-		untyped(info.w, resp.Header)
-	}
-	return nil
-}
-
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	info, _ := r.Context().Value(ctxKey{}).(*forwardInfo)
-	if info.body != nil && info.body.failed.Load() {
-		err = fmt.Errorf("%w: %w", errClientBody, err)
-	}
-	p.fail(w, r, info.res, err)
 }
 
 // fail answers r whose forwarding failed with err; res, if not nil, is the

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/sluicehq/sluice/internal/hop"
+)
+
+// The request headers the proxy does not pass on as they came, on both
+// paths (fast.go: writeRequest; reverse.go: rewrite) and in what the
+// deferral queue stores (defer.go).
+
+// dropRequestHeader reports whether the incoming header k is not
+// forwarded on the fast path; conn: what the request's Connection names.
+func dropRequestHeader(k string, conn hop.Names) bool {
+	if hop.Is(k) || k == "Content-Length" || k == "Host" || proxyHeader(k) {
+		return true
+	}
+	return conn.Has(k)
+}
+
+// proxyHeader reports whether the request header k is one only the
+// proxy may set, which a client's request never carries upstream: a
+// forwarding header (Forwarded, X-Forwarded-*), X-Real-IP (the proxy's
+// own is the client address it found, as X-Forwarded-For), or
+// Sluice-Deferred-Id, by which the upstream knows the replay of a deferred
+// request (a client's own would pass a live request off as a replay, or as
+// another's). Names are read as CGI and WSGI servers read them (RFC 3875
+// §4.1.18: any case, '_' for '-'), so that a client's X_Forwarded_For is
+// dropped with its X-Forwarded-For: those servers would read it as the
+// proxy's.
+func proxyHeader(k string) bool {
+	const xf, f, id, real = "x-forwarded-", "forwarded", "sluice-deferred-id", "x-real-ip"
+	if len(k) < len(real) {
+		return false
+	}
+	switch k[0] {
+	case 'X', 'x':
+		return len(k) >= len(xf) && sameName(k[:len(xf)], xf) || len(k) == len(real) && sameName(k, real)
+	case 'F', 'f':
+		return len(k) == len(f) && sameName(k, f)
+	case 'S', 's':
+		return len(k) == len(id) && sameName(k, id)
+	}
+	return false
+}
+
+// clientIPHeader reports whether the request header k is one by which a
+// CDN or load balancer tells the client's address (True-Client-IP and
+// the like; Sluice reads none of them): passed upstream from a trusted
+// proxy (client_ip.trusted_proxies), which set it, and dropped from any
+// other peer, which may have written any address into it. Names are read
+// as proxyHeader reads them.
+func clientIPHeader(k string) bool {
+	if len(k) < len("x-client-ip") {
+		return false
+	}
+	var name string
+	switch k[0] {
+	case 'T', 't':
+		name = "true-client-ip"
+	case 'X', 'x':
+		name = "x-client-ip"
+		if len(k) == len("x-cluster-client-ip") {
+			name = "x-cluster-client-ip"
+		}
+	case 'C', 'c':
+		name = "cf-connecting-ip"
+	case 'F', 'f':
+		name = "fastly-client-ip"
+	default:
+		return false
+	}
+	return len(k) == len(name) && sameName(k, name)
+}
+
+// peerTrust caches whether a request's peer is a trusted proxy: asked
+// only of a request that carries a clientIPHeader.
+type peerTrust int8
+
+const (
+	trustUnknown peerTrust = iota
+	trustYes
+	trustNo
+)
+
+// passes reports whether the client-IP header of r passes upstream: r
+// comes from a trusted proxy.
+func (t *peerTrust) passes(p *Proxy, r *http.Request) bool {
+	if *t == trustUnknown {
+		*t = trustNo
+		if p.o.ClientIP.Trusts(r) {
+			*t = trustYes
+		}
+	}
+	return *t == trustYes
+}
+
+// sameName reports whether k (as long as lower) is lower in any case, '_'
+// read as '-'.
+func sameName(k, lower string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c == '_' {
+			c = '-'
+		} else if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
