@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"net"
+	"net/http"
 	"net/textproto"
 	"sync"
+	"time"
 )
 
 // headNames reads the Connection header lines of HTTP/1 response heads
@@ -164,10 +168,11 @@ func lower(c byte) byte {
 	return c
 }
 
-// sniffConn is a connection of the Transport to an http:// upstream: the
-// response heads of the request it carries are read by the request's
-// headNames (forwardInfo), which the request sets when the Transport picks
-// the connection (the trace's GotConn: watch).
+// sniffConn is an HTTP/1 connection of the proxy's Transport to the
+// upstream (sniffTransport): the response heads of the request it carries
+// are read by the request's headNames (forwardInfo), which the request
+// sets when the Transport picks the connection (the trace's GotConn:
+// watch).
 type sniffConn struct {
 	net.Conn
 	mu    sync.Mutex // watch (the request's goroutine) against Read (the Transport's read loop)
@@ -195,4 +200,52 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 	}
 	return n, err
+}
+
+// sniffTransport has t's HTTP/1 connections to the upstream be
+// sniffConns: over TCP to an http:// upstream; over TLS to an https://
+// one unless it picks HTTP/2 (ALPN), whose answers carry no Connection
+// header. t then dials TLS itself, as the Transport would: the server
+// name is the upstream's host unless o.TLSClientConfig names one, the
+// handshake bounded by t.TLSHandshakeTimeout; a connection that is not a
+// *tls.Conn gives its answers no Response.TLS, which nothing reads.
+func sniffTransport(t *http.Transport, o Options) {
+	d := &net.Dialer{Timeout: dialTimeout(o), KeepAlive: 30 * time.Second}
+	if o.Upstream.Scheme == "http" {
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &sniffConn{Conn: c}, nil
+		}
+		return
+	}
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := o.TLSClientConfig.Clone()
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		if cfg.NextProtos == nil {
+			cfg.NextProtos = []string{"h2", "http/1.1"}
+		}
+		tc := tls.Client(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, t.TLSHandshakeTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			return tc, nil // the Transport's HTTP/2 takes a *tls.Conn
+		}
+		return &sniffConn{Conn: tc}, nil
+	}
 }

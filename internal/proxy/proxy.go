@@ -48,10 +48,8 @@
 //     close (Connection: close, X-Foo), which http.ReadResponse (the
 //     Transport's, the fast path's fallback) deletes before the proxy sees
 //     what it names: the heads are read from the connection's bytes as
-//     well (connnames.go). Known gap: not through a Transport other than
-//     the proxy's own to an http:// upstream (an https:// upstream's, or
-//     Options.Transport), where X-Foo then passes, as through ReverseProxy
-//     alone. 1xx answers (103 Early Hints) are relayed without their
+//     well (connnames.go). Known gap: not through Options.Transport,
+//     where X-Foo then passes, as through ReverseProxy alone. 1xx answers (103 Early Hints) are relayed without their
 //     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2),
 //     whose Upgrade is dropped (§7.8). An upstream status below 100 (which
 //     http.ReadResponse takes) answers 502.
@@ -79,6 +77,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -141,8 +140,13 @@ type Options struct {
 	// that an idle tunnel does not hold its client connection (and its
 	// max_connections slot) for ever; 0 means DefaultTunnelIdleTimeout.
 	TunnelIdleTimeout time.Duration
-	// Transport, if set, replaces the transport built from the timeouts
-	// above (tests, TLS settings).
+	// TLSClientConfig is the TLS configuration for an https:// upstream
+	// (its roots, a client certificate); nil: the system's roots. The
+	// server name defaults to the upstream's host.
+	TLSClientConfig *tls.Config
+	// Transport, if set, replaces the transport built from the options
+	// above (tests). Through it, the headers an upstream answer's
+	// Connection names beside close pass (package documentation).
 	Transport http.RoundTripper
 	// Logger receives upstream errors; nil discards.
 	Logger *slog.Logger
@@ -199,16 +203,9 @@ func New(o Options) (*Proxy, error) {
 		t := newTransport(o)
 		o.Transport, p.o.Transport = t, t
 		p.rht = t.ResponseHeaderTimeout
+		sniffTransport(t, o) // connnames.go
+		p.sniff = true
 		if o.Upstream.Scheme == "http" {
-			p.sniff = true
-			dial := t.DialContext
-			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := dial(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return &sniffConn{Conn: c}, nil
-			}
 			addr := o.Upstream.Host
 			if o.Upstream.Port() == "" {
 				addr = net.JoinHostPort(o.Upstream.Hostname(), "80")
