@@ -310,7 +310,7 @@ func TestXDSServerRestart(t *testing.T) {
 	broken := func() int { return strings.Count(ed.logs.String(), `msg="xDS subscription broken`) }
 	for deadline := time.Now().Add(30 * time.Second); broken() < 3; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon logged %d broken subscriptions in 30s with the server away, want it to try every retry (10ms)", broken())
+			t.Fatalf("the daemon logged %d broken subscriptions in 30s with the server away, want it to try again within every retry (10ms)", broken())
 		}
 		time.Sleep(5 * time.Millisecond) // polling the condition, not waiting for it to happen
 	}

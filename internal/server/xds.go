@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -50,8 +51,9 @@ type XDSOptions struct {
 	NodeMetadata map[string]string
 	// TLS, if set, dials the server over TLS; nil dials plaintext.
 	TLS *tls.Config
-	// Retry is the wait before subscribing again when the stream breaks
-	// or cannot be opened. It must be positive.
+	// Retry bounds the wait before subscribing again when the stream
+	// breaks or cannot be opened: each wait is drawn at random between
+	// half of it and it. It must be positive.
 	Retry time.Duration
 	// Apply puts in force the configs of one response: version is the
 	// response's, each doc one RateLimitConfig in the descriptor file
@@ -76,9 +78,9 @@ type XDSOptions struct {
 // server, state of the world over ADS (as the reference service's
 // CONFIG_TYPE=GRPC_XDS_SOTW), until ctx is done: each response is handed
 // to Apply, then ACKed, or NACKed with Apply's error. When the stream
-// breaks it subscribes again after Retry, sending the version last
-// applied. It returns nil once ctx is done, or an error for options it
-// cannot use.
+// breaks it subscribes again after a wait of up to Retry, sending the
+// version last applied. It returns nil once ctx is done, or an error for
+// options it cannot use.
 func RunXDS(ctx context.Context, o XDSOptions) error {
 	if o.Retry <= 0 || o.Apply == nil {
 		return errors.New("server: xds: Retry and Apply are required")
@@ -92,12 +94,7 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 	}
 	conn, err := grpc.NewClient(o.Server, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdsMaxMessage)),
-		// The connection is made again every Retry too, not on gRPC's
-		// backoff, which grows to two minutes over a long outage.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: o.Retry, Multiplier: 1, MaxDelay: o.Retry},
-			MinConnectTimeout: 20 * time.Second,
-		}),
+		grpc.WithConnectParams(xdsConnectParams(o.Retry)),
 		// The stream is quiet between versions: a server whose host
 		// vanished (no FIN, no RST) would hold it open, unnoticed, and
 		// no version would come again. A ping after xdsKeepalive of
@@ -110,25 +107,64 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 	}
 	defer conn.Close()
 	c := &xdsClient{o: o, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), node: xdsNode(o)}
+	c.run(ctx)
+	return nil
+}
+
+// xdsConnectParams has gRPC make the connection again, while it cannot,
+// after a wait drawn as jittered's are: between half of retry and retry,
+// not on gRPC's default backoff, which grows to two minutes over a long
+// outage. (gRPC's first wait after a connection that worked is its base,
+// unjittered: it follows a subscription made after a jittered wait.)
+func xdsConnectParams(retry time.Duration) grpc.ConnectParams {
+	base := retry * 3 / 4
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: base, Multiplier: 1, Jitter: 1.0 / 3, MaxDelay: base},
+		MinConnectTimeout: 20 * time.Second,
+	}
+}
+
+// xdsRand returns a random number in [0, n); a test replaces it.
+var xdsRand = rand.Int64N
+
+// jittered returns a wait drawn uniformly from [d/2, d]: a fleet of
+// instances that lost their server at once do not all come back to it
+// at once, and d stays the longest wait.
+func jittered(d time.Duration) time.Duration {
+	half := d / 2
+	return half + time.Duration(xdsRand(int64(d-half)+1))
+}
+
+// sleep waits d, or until ctx is done: it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// run subscribes, and subscribes again after a jittered Retry each time
+// the stream breaks, until ctx is done.
+func (c *xdsClient) run(ctx context.Context) {
 	for {
 		err := c.subscribe(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		// Logged once an outage, not every Retry while it lasts: told
 		// again (at Info) once a response comes.
-		log := o.Logger.Warn
+		log := c.o.Logger.Warn
 		if c.failing {
-			log = o.Logger.Debug
+			log = c.o.Logger.Debug
 		}
 		c.failing = true
-		log("xDS subscription broken: the descriptors in force stay; subscribing again every retry", "server", o.Server, "retry", o.Retry, "err", err)
-		t := time.NewTimer(o.Retry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
+		log("xDS subscription broken: the descriptors in force stay; subscribing again within retry", "server", c.o.Server, "retry", c.o.Retry, "err", err)
+		if !sleep(ctx, jittered(c.o.Retry)) {
+			return
 		}
 	}
 }
@@ -220,14 +256,10 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 			// The response refused last, sent again: a server that
 			// answers every NACK with the snapshot it holds
 			// (go-control-plane's snapshot cache does) would otherwise
-			// spin with us. The NACK waits Retry; it is neither read,
-			// applied, logged nor counted again.
-			t := time.NewTimer(c.o.Retry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			// spin with us. The NACK waits a jittered Retry; it is
+			// neither read, applied, logged nor counted again.
+			if !sleep(ctx, jittered(c.o.Retry)) {
 				return ctx.Err()
-			case <-t.C:
 			}
 			err = c.refusedErr
 		} else {
