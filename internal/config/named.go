@@ -13,8 +13,9 @@ func newDecoder(file string) *decoder {
 
 // NamedFiles returns the files besides itself that the config in data
 // (the contents of the config file named file) names and that a reload
-// reads: the listeners' certificates, keys and client CAs, api.token_file
-// and grpc.config's descriptor files and directories, their paths
+// reads: the listeners' certificates, keys and client CAs, api.token_file,
+// grpc.config's descriptor files and directories and grpc.xds.tls's
+// files, their paths
 // resolved as Parse resolves them. It reads what decodes of a config that
 // Parse refuses, such as one naming a file that is missing; nil when data
 // is not YAML or too large.
@@ -46,6 +47,9 @@ func NamedFiles(file string, data []byte) []string {
 	if c.GRPC != nil {
 		tls(c.GRPC.TLS)
 		paths = append(paths, c.GRPC.Config...)
+		if x := c.GRPC.XDS; x != nil && x.TLS != nil {
+			paths = append(paths, x.TLS.CA, x.TLS.Cert, x.TLS.Key)
+		}
 	}
 	paths = append(paths, c.API.TokenFile)
 	return slices.DeleteFunc(paths, func(p string) bool { return p == "" })

@@ -37,6 +37,12 @@ rules:
 	if !slices.Equal(got, want) {
 		t.Errorf("NamedFiles =\n%q\nwant\n%q", got, want)
 	}
+	xds := []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: cp:18001\n    tls: {ca: x/ca.pem, cert: x/c.pem, key: /abs/xk.pem}\n")
+	got = NamedFiles(file, xds)
+	want = []string{filepath.Join(dir, "x/ca.pem"), filepath.Join(dir, "x/c.pem"), "/abs/xk.pem"}
+	if !slices.Equal(got, want) {
+		t.Errorf("NamedFiles(grpc.xds.tls) =\n%q\nwant\n%q", got, want)
+	}
 	if got := NamedFiles(file, []byte("listen: 127.0.0.1:0\nrules: [{name: a, rate: 1/s}]\n")); len(got) != 0 {
 		t.Errorf("NamedFiles(a config naming none) = %q, want none", got)
 	}

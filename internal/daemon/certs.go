@@ -15,21 +15,26 @@ type listenerTLS struct {
 }
 
 // watchCerts starts watching the certificate, key and client CA files of
-// every listener with TLS, so that a certificate renewed in place
-// (cert-manager, Vault agent, a Kubernetes Secret volume's ..data swap) is
-// served without a reload. Not fatal: a reload still reads them.
+// every listener with TLS, and grpc.xds.tls's, so that a certificate
+// renewed in place (cert-manager, Vault agent, a Kubernetes Secret
+// volume's ..data swap) is served, or presented to the xDS server,
+// without a reload. Not fatal: a reload still reads them.
 func (d *Daemon) watchCerts() {
 	var paths []string
 	seen := map[string]bool{}
-	for _, l := range d.tls {
-		o := l.Options()
-		for _, p := range []string{o.Cert, o.Key, o.ClientCA} {
+	add := func(ps ...string) {
+		for _, p := range ps {
 			if p != "" && !seen[p] {
 				seen[p] = true
 				paths = append(paths, p)
 			}
 		}
 	}
+	for _, l := range d.tls {
+		o := l.Options()
+		add(o.Cert, o.Key, o.ClientCA)
+	}
+	add(d.xdsTLSPaths()...)
 	if len(paths) == 0 {
 		return
 	}
@@ -82,6 +87,50 @@ func (d *Daemon) reloadCerts() {
 		changed, err := l.Reload()
 		d.certsInForce(l, changed, err)
 	}
+	d.reloadXDSTLS()
+}
+
+// xdsTLSPaths are the files of grpc.xds.tls (some may be ""); none
+// without it.
+func (d *Daemon) xdsTLSPaths() []string {
+	cfg := d.Config()
+	if !usesXDS(cfg) || cfg.GRPC.XDS.TLS == nil {
+		return nil
+	}
+	t := cfg.GRPC.XDS.TLS
+	return []string{t.CA, t.Cert, t.Key}
+}
+
+// reloadXDSTLS reads grpc.xds.tls's files again after a change to them,
+// as reloadCerts does a listener's: files that make another client
+// certificate or CA bundle are used by a subscription made again at once
+// (useXDSTLS); files that do not load are logged, naming the file, and
+// the subscription in force carries on; a missing one is waited for.
+// Called under reloadMu.
+func (d *Daemon) reloadXDSTLS() {
+	paths := d.xdsTLSPaths()
+	if len(paths) == 0 {
+		return
+	}
+	if p := missingOf(paths...); p != "" {
+		if !d.certMissing[p] {
+			d.log.Warn("grpc.xds.tls: file is missing: the subscription in force carries on; it is read again when the file is back", "file", p)
+			if d.certMissing == nil {
+				d.certMissing = map[string]bool{}
+			}
+			d.certMissing[p] = true
+		}
+		return
+	}
+	for _, p := range paths {
+		delete(d.certMissing, p)
+	}
+	c, err := loadXDSTLS(d.Config())
+	if err != nil {
+		d.log.Error("grpc.xds.tls: files not reloaded; the subscription in force carries on", "err", err)
+		return
+	}
+	d.useXDSTLS(c)
 }
 
 // missingOf returns the first of paths (empty ones aside) that is

@@ -103,15 +103,16 @@ type Daemon struct {
 	apiFront, proxyFront *h1.Server
 	grpcLn               net.Listener
 	grpcSrv              *server.GRPC
-	stopGRPC             context.CancelFunc // ends grpcSrv.Serve: a graceful stop
-	grpcDone             chan error         // receives Serve's result
-	descWatcher          *configWatcher     // the descriptor files; nil without grpc
-	tokenWatcher         *configWatcher     // api.token_file; nil without one, or without a config file
-	xds                  bool               // grpc.xds: the descriptors come from an xDS server
-	xdsTLS               *tls.Config        // grpc.xds.tls's client config; nil for plaintext
-	xdsApplied           atomic.Bool        // a config from the xDS server is in force (/readyz)
-	xdsDocs              []descriptors.Doc  // the xDS server's configs in force (under reloadMu)
-	xdsEpoch             atomic.Uint64      // counts reloads changing grpc.merge_domains (XDSOptions.Epoch)
+	stopGRPC             context.CancelFunc         // ends grpcSrv.Serve: a graceful stop
+	grpcDone             chan error                 // receives Serve's result
+	descWatcher          *configWatcher             // the descriptor files; nil without grpc
+	tokenWatcher         *configWatcher             // api.token_file; nil without one, or without a config file
+	xds                  bool                       // grpc.xds: the descriptors come from an xDS server
+	xdsTLS               atomic.Pointer[tls.Config] // grpc.xds.tls's client config, read again by reloads; nil for plaintext
+	xdsRedial            chan struct{}              // tells the subscription that xdsTLS changed (buffered: 1)
+	xdsApplied           atomic.Bool                // a config from the xDS server is in force (/readyz)
+	xdsDocs              []descriptors.Doc          // the xDS server's configs in force (under reloadMu)
+	xdsEpoch             atomic.Uint64              // counts reloads changing grpc.merge_domains (XDSOptions.Epoch)
 
 	cur      atomic.Pointer[generation] // the config and handlers in force
 	reloader *reloader                  // nil without ConfigPath

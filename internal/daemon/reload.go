@@ -104,6 +104,12 @@ func (d *Daemon) apply(data []byte) error {
 			return fmt.Errorf("daemon: reload: %w", err)
 		}
 	}
+	// grpc.xds.tls's files too: a rotated client certificate is
+	// presented from the subscription made again once it is applied.
+	xdsTLS, err := loadXDSTLS(cfg)
+	if err != nil {
+		return fmt.Errorf("daemon: reload: %w", err)
+	}
 	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
 	var rt *routes
@@ -161,6 +167,7 @@ func (d *Daemon) apply(data []byte) error {
 		changed, err := l.Store(certs[i])
 		d.certsInForce(l, changed, err)
 	}
+	d.useXDSTLS(xdsTLS)
 	d.activate(gen)
 	return nil
 }
@@ -385,14 +392,15 @@ func (d *Daemon) tokenChanged() {
 
 // namedPaths are the files besides the config that a reload reads, as
 // the config in force names them (changing their paths needs a restart):
-// the listeners' certificates, keys and client CAs, the token file and
-// the Envoy descriptor files.
+// the listeners' certificates, keys and client CAs, grpc.xds.tls's files,
+// the token file and the Envoy descriptor files.
 func (d *Daemon) namedPaths() []string {
 	var paths []string
 	for _, l := range d.tls {
 		o := l.Options()
 		paths = append(paths, o.Cert, o.Key, o.ClientCA)
 	}
+	paths = append(paths, d.xdsTLSPaths()...)
 	cfg := d.Config()
 	paths = append(paths, cfg.API.TokenFile)
 	if cfg.GRPC != nil {

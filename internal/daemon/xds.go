@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -31,29 +34,84 @@ func (d *Daemon) openXDS(cfg *config.Config) error {
 		return nil
 	}
 	d.xds = true
-	if t := cfg.GRPC.XDS.TLS; t != nil {
-		c, err := tlsconf.LoadClient(t.ClientOptions())
-		if err != nil {
-			return fmt.Errorf("daemon: grpc.xds.tls: %w", err)
-		}
-		d.xdsTLS = c
+	d.xdsRedial = make(chan struct{}, 1)
+	c, err := loadXDSTLS(cfg)
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
 	}
+	d.xdsTLS.Store(c)
 	return nil
 }
 
+// loadXDSTLS reads the files of cfg's grpc.xds.tls: nil without one.
+func loadXDSTLS(cfg *config.Config) (*tls.Config, error) {
+	if !usesXDS(cfg) || cfg.GRPC.XDS.TLS == nil {
+		return nil, nil
+	}
+	c, err := tlsconf.LoadClient(cfg.GRPC.XDS.TLS.ClientOptions())
+	if err != nil {
+		return nil, fmt.Errorf("grpc.xds.tls: %w", err)
+	}
+	return c, nil
+}
+
+// useXDSTLS puts in force c, grpc.xds.tls's files as a reload read them
+// again (nil: none): when they changed (a rotated client certificate, a
+// new CA bundle), the subscription is made again at once over a new
+// connection that presents them. Called under reloadMu, once nothing can
+// refuse the reload any more.
+func (d *Daemon) useXDSTLS(c *tls.Config) {
+	if c == nil || sameClientTLS(d.xdsTLS.Load(), c) {
+		return
+	}
+	d.xdsTLS.Store(c)
+	d.log.Info("grpc.xds.tls: files changed: subscribing again with them", "server", d.Config().GRPC.XDS.Server)
+	select {
+	case d.xdsRedial <- struct{}{}:
+	default: // one is pending: it dials with the config stored last
+	}
+}
+
+// sameClientTLS reports whether a and b, two loadings of one
+// grpc.xds.tls, hold the same CAs, client certificate chain and key.
+func sameClientTLS(a, b *tls.Config) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if (a.RootCAs == nil) != (b.RootCAs == nil) || a.RootCAs != nil && !a.RootCAs.Equal(b.RootCAs) {
+		return false
+	}
+	if len(a.Certificates) != len(b.Certificates) {
+		return false
+	}
+	for i := range a.Certificates {
+		ca, cb := a.Certificates[i], b.Certificates[i]
+		if !slices.EqualFunc(ca.Certificate, cb.Certificate, bytes.Equal) {
+			return false
+		}
+		k, ok := ca.PrivateKey.(interface{ Equal(crypto.PrivateKey) bool })
+		if !ok || !k.Equal(cb.PrivateKey) {
+			return false
+		}
+	}
+	return true
+}
+
 // runXDS subscribes, in a goroutine of wg until ctx is done, to the xDS
-// server of grpc.xds (a block that needs a restart to change).
+// server of grpc.xds (a block that needs a restart to change; its TLS
+// files are read again by each reload).
 func (d *Daemon) runXDS(ctx context.Context, wg *sync.WaitGroup) {
 	x := d.Config().GRPC.XDS
-	var tc *tls.Config
-	if d.xdsTLS != nil {
-		tc = d.xdsTLS.Clone()
+	var tc func() *tls.Config
+	if x.TLS != nil {
+		tc = func() *tls.Config { return d.xdsTLS.Load().Clone() }
 	}
 	o := server.XDSOptions{
 		Server:       x.Server,
 		NodeID:       x.NodeID,
 		NodeMetadata: x.NodeMetadata,
 		TLS:          tc,
+		Redial:       d.xdsRedial,
 		Retry:        x.Retry,
 		Apply:        d.applyXDS,
 		Epoch:        d.xdsEpoch.Load,

@@ -49,8 +49,16 @@ type XDSOptions struct {
 	// snapshots by.
 	NodeID       string
 	NodeMetadata map[string]string
-	// TLS, if set, dials the server over TLS; nil dials plaintext.
-	TLS *tls.Config
+	// TLS, if set, returns the TLS config of the connection to the
+	// server, asked again for each new connection Redial makes; nil
+	// dials plaintext.
+	TLS func() *tls.Config
+	// Redial, if set, has the subscription made again at once over a new
+	// connection (with TLS's answer then: the TLS files were read again)
+	// each time it receives. The stream in progress is closed: a
+	// response being applied is applied, but acknowledged by the new
+	// subscription, which sends its version.
+	Redial <-chan struct{}
 	// Retry bounds the wait before subscribing again when the stream
 	// breaks or cannot be opened: each wait is drawn at random between
 	// half of it and it. It must be positive.
@@ -88,13 +96,34 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	creds := insecure.NewCredentials()
-	if o.TLS != nil {
-		creds = credentials.NewTLS(o.TLS)
+	c := &xdsClient{o: o, node: xdsNode(o)}
+	for {
+		conn, err := c.dial()
+		if err != nil {
+			return err
+		}
+		c.ads = discovery.NewAggregatedDiscoveryServiceClient(conn)
+		redial := c.run(ctx)
+		conn.Close()
+		if !redial || ctx.Err() != nil {
+			return nil
+		}
+		o.Logger.Info("xDS subscription made again over a new connection: the TLS files changed", "server", o.Server)
 	}
-	conn, err := grpc.NewClient(o.Server, grpc.WithTransportCredentials(creds),
+}
+
+// dial returns a connection to the server, made as the first RPC needs
+// it, with TLS's config.
+func (c *xdsClient) dial() (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if c.o.TLS != nil {
+		if tc := c.o.TLS(); tc != nil {
+			creds = credentials.NewTLS(tc)
+		}
+	}
+	conn, err := grpc.NewClient(c.o.Server, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(xdsMaxMessage)),
-		grpc.WithConnectParams(xdsConnectParams(o.Retry)),
+		grpc.WithConnectParams(xdsConnectParams(c.o.Retry)),
 		// The stream is quiet between versions: a server whose host
 		// vanished (no FIN, no RST) would hold it open, unnoticed, and
 		// no version would come again. A ping after xdsKeepalive of
@@ -103,12 +132,9 @@ func RunXDS(ctx context.Context, o XDSOptions) error {
 		// client that pings more.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: xdsKeepalive, Timeout: 20 * time.Second}))
 	if err != nil {
-		return fmt.Errorf("server: xds: %s: %w", o.Server, err)
+		return nil, fmt.Errorf("server: xds: %s: %w", c.o.Server, err)
 	}
-	defer conn.Close()
-	c := &xdsClient{o: o, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), node: xdsNode(o)}
-	c.run(ctx)
-	return nil
+	return conn, nil
 }
 
 // xdsConnectParams has gRPC make the connection again, while it cannot,
@@ -148,12 +174,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // run subscribes, and subscribes again after a jittered Retry each time
-// the stream breaks, until ctx is done.
-func (c *xdsClient) run(ctx context.Context) {
+// the stream breaks, until ctx is done (false) or Redial asks for a new
+// connection (true).
+func (c *xdsClient) run(ctx context.Context) (redial bool) {
 	for {
-		err := c.subscribe(ctx)
+		redial, err := c.stream(ctx)
+		if redial {
+			return true
+		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		// Logged once an outage, not every Retry while it lasts: told
 		// again (at Info) once a response comes.
@@ -163,10 +193,37 @@ func (c *xdsClient) run(ctx context.Context) {
 		}
 		c.failing = true
 		log("xDS subscription broken: the descriptors in force stay; subscribing again within retry", "server", c.o.Server, "retry", c.o.Retry, "err", err)
-		if !sleep(ctx, jittered(c.o.Retry)) {
-			return
+		t := time.NewTimer(jittered(c.o.Retry))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-c.o.Redial: // new TLS files may end the outage
+			t.Stop()
+			return true
+		case <-t.C:
 		}
 	}
+}
+
+// stream runs one subscription until Redial asks for a new connection
+// (redial), ctx is done, or it breaks (err says why).
+func (c *xdsClient) stream(ctx context.Context) (redial bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	asked := make(chan bool, 1)
+	go func() {
+		select {
+		case <-c.o.Redial:
+			asked <- true
+			cancel()
+		case <-sctx.Done():
+			asked <- false
+		}
+	}()
+	err = c.subscribe(sctx)
+	cancel()
+	return <-asked, err
 }
 
 // xdsClient is one subscription's state across its streams.
