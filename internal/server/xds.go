@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -137,6 +138,15 @@ func (c *xdsClient) dial() (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
+// tooLarge reports whether err is gRPC's refusal of a response over
+// xdsMaxMessage. It is refused before it is decoded: its nonce unknown,
+// it cannot be NACKed; the stream ends, and the server sends it again to
+// the next subscription, refused so until it shrinks.
+func tooLarge(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
+}
+
 // xdsConnectParams has gRPC make the connection again, while it cannot,
 // after a wait drawn as jittered's are: between half of retry and retry,
 // not on gRPC's default backoff, which grows to two minutes over a long
@@ -186,13 +196,18 @@ func (c *xdsClient) run(ctx context.Context) (redial bool) {
 			return false
 		}
 		// Logged once an outage, not every Retry while it lasts: told
-		// again (at Info) once a response comes.
-		log := c.o.Logger.Warn
-		if c.failing {
+		// again (at Info) once a response comes, or when its cause
+		// becomes (or stops being) a response too large.
+		big := tooLarge(err)
+		log, msg := c.o.Logger.Warn, "xDS subscription broken: the descriptors in force stay; subscribing again within retry"
+		if big {
+			log, msg = c.o.Logger.Error, "xDS response over the 64 MiB limit: refused unread (gRPC refuses it before it is decoded), so neither applied nor NACKed; the descriptors in force stay; subscribing again within retry"
+		}
+		if c.failing && c.failedBig == big {
 			log = c.o.Logger.Debug
 		}
-		c.failing = true
-		log("xDS subscription broken: the descriptors in force stay; subscribing again within retry", "server", c.o.Server, "retry", c.o.Retry, "err", err)
+		c.failing, c.failedBig = true, big
+		log(msg, "server", c.o.Server, "retry", c.o.Retry, "err", err)
 		t := time.NewTimer(jittered(c.o.Retry))
 		select {
 		case <-ctx.Done():
@@ -233,8 +248,9 @@ type xdsClient struct {
 	node    *corev3.Node
 	version string // of the configs last applied; "" before the first
 	// failing: a stream broke, and no response came since (its outage
-	// is logged once); answered: a response came once.
-	failing, answered bool
+	// is logged once); failedBig: over a response too large (tooLarge);
+	// answered: a response came once.
+	failing, failedBig, answered bool
 	// refused is the responseDigest of the response last refused, and
 	// refusedErr why (nil once a response is applied).
 	refused    [sha256.Size]byte
