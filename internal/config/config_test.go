@@ -439,7 +439,10 @@ func FuzzParseConfig(f *testing.F) {
 	for _, md := range []string{"{}", "{a: b, c: 1}", "~", "[a]", "{a: {b: c}}", "&m {a: b}", "{<<: {a: b}}", "{\"\": x}"} {
 		f.Add([]byte("grpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: h:1\n    node_metadata: " + md + "\n"))
 	}
+	f.Add([]byte("grpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: h:1\n    tls: {ca: a.pem, cert: c.pem, key: k.pem}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// What a reload waits for: read of any config, never a panic.
+		NamedFiles("fuzz.yaml", data)
 		cfg, err := Parse("fuzz.yaml", data)
 		if err != nil {
 			var ces Errors
