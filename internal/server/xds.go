@@ -325,15 +325,20 @@ func (c *xdsClient) subscribe(ctx context.Context) error {
 		req := &discovery.DiscoveryRequest{Node: c.node, TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
 		sum := responseDigest(resp)
 		at := c.epoch() // before Apply: a change during it is seen next time
-		if c.refusedErr != nil && sum == c.refused && at == c.refusedAt {
+		repeat := func() bool { return c.refusedErr != nil && sum == c.refused && at == c.refusedAt }
+		if repeat() {
 			// The response refused last, sent again: a server that
 			// answers every NACK with the snapshot it holds
 			// (go-control-plane's snapshot cache does) would otherwise
 			// spin with us. The NACK waits a jittered Retry; it is
-			// neither read, applied, logged nor counted again.
+			// neither read, applied, logged nor counted again, unless
+			// Epoch changed meanwhile.
 			if !sleep(ctx, jittered(c.o.Retry)) {
 				return ctx.Err()
 			}
+			at = c.epoch()
+		}
+		if repeat() {
 			err = c.refusedErr
 		} else {
 			var docs []descriptors.Doc
