@@ -130,7 +130,14 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		delete(resp.Header, "Content-Length")
 	}
 	info, _ := resp.Request.Context().Value(ctxKey{}).(*forwardInfo)
-	if cv, ok := info.names.take(resp.StatusCode); ok && len(cv) > 0 && resp.StatusCode != http.StatusSwitchingProtocols {
+	cv, sniffed := info.names.take(resp.StatusCode)
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		if !sniffed {
+			cv = resp.Header["Connection"]
+		}
+		upgradeHeaders(resp.Header, cv)
+	case sniffed && len(cv) > 0:
 		// ReverseProxy has dropped what a Connection header left by the
 		// Transport names; this is what one it deleted named.
 		conn := hop.NewNames(cv)
@@ -158,4 +165,18 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		err = fmt.Errorf("%w: %w", errClientBody, err)
 	}
 	p.fail(w, r, info.res, err)
+}
+
+// upgradeHeaders drops from h, a 101 Switching Protocols answer's headers,
+// the hop-by-hop ones (those the fixed list has and those its Connection
+// values cv name) but Upgrade and Connection: Upgrade, which the switch
+// needs: ReverseProxy passes a 101's headers on as they came.
+func upgradeHeaders(h http.Header, cv []string) {
+	conn := hop.NewNames(cv)
+	for k := range h {
+		if k != "Upgrade" && (hop.Is(k) || conn.Has(k)) {
+			delete(h, k)
+		}
+	}
+	h["Connection"] = []string{"Upgrade"}
 }
