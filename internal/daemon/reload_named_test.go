@@ -60,7 +60,7 @@ func TestConfigEditedWhileNamedFileMissing(t *testing.T) {
 	if got := td.d.Config().Rules[0].Rate; got != "100/m" {
 		t.Errorf("rate in force while the token file is missing: %s, want 100/m", got)
 	}
-	mustWrite(t, token, "second-token\n")
+	replaceFile(t, token, "second-token\n")
 	if r := td.waitReload(); r.Err != nil {
 		t.Fatalf("the token file back: %v, want the edit applied", r.Err)
 	}
@@ -101,7 +101,7 @@ func TestConfigEditedWhileDescriptorFileMissing(t *testing.T) {
 	if got := td.d.Config().Rules[0].Rate; got != "3/m" {
 		t.Errorf("rate in force while the descriptor file is missing: %s, want 3/m", got)
 	}
-	mustWrite(t, file, desc)
+	replaceFile(t, file, desc)
 	for td.d.Config().Rules[0].Rate != "6/m" {
 		if r := td.nextLook(); r.Err != nil {
 			t.Fatalf("the descriptor file back: %v, want the edit applied", r.Err)
