@@ -42,6 +42,21 @@ func dialSmallBuffer(t *testing.T, addr string) net.Conn {
 	return c
 }
 
+// smallSendBuffer is a listener whose accepted TCP sockets have a send
+// buffer of 4 KiB, without the kernel's autotuning.
+type smallSendBuffer struct{ net.Listener }
+
+func (l smallSendBuffer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		if err := tc.SetWriteBuffer(4 << 10); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, err
+}
+
 // TestGRPCStalledReaderCut: a client that stops reading its socket
 // altogether, while it grants all the window there is and goes on
 // sending calls, is cut once the server's writes make no progress for
@@ -70,11 +85,16 @@ func stalledReaderCut(t *testing.T, ca *tlstest.CA) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{
 		grpc: o,
 		listen: func(ln net.Listener, m *metrics.Metrics) net.Listener {
-			return listener.Wrap(ln, 0, send, m.Listener("grpc")) // as the daemon wraps it
+			// As the daemon wraps it, over accepted sockets with a small
+			// send buffer: the stall then comes after hundreds of
+			// answers, not after the megabytes the kernel's autotuned
+			// buffer holds (some 58,000 calls, which took most of a
+			// minute under -race on a loaded machine).
+			return listener.Wrap(smallSendBuffer{ln}, 0, send, m.Listener("grpc"))
 		},
 	})
 	c := dialSmallBuffer(t, env.conn.Target())
-	c.SetDeadline(time.Now().Add(time.Minute)) // a hang guard, not a measure
+	c.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang guard, not a measure
 	if ca != nil {
 		cfg := ca.ClientConfig()
 		cfg.NextProtos = []string{"h2"}
@@ -106,7 +126,7 @@ func stalledReaderCut(t *testing.T, ca *tlstest.CA) {
 		}
 	}
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatalf("after a minute of calls (%d) on a connection whose client reads nothing, the server still holds it", calls)
+		t.Fatalf("after %v of calls (%d) on a connection whose client reads nothing, the server still holds it", time.Since(start).Round(time.Second), calls)
 	}
 	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("calls on a connection whose client reads nothing: %v, want the server's closing it", err)
