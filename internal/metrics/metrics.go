@@ -12,10 +12,18 @@
 //
 //	sluice_store_fallback_total{policy}        decisions made by store.on_error (allow, deny)
 //	sluice_delay_seconds                       time requests waited under action delay
+//	sluice_delay_given_back_total{rule}        leaky bucket slots given back (not left in)
 //	sluice_ambiguous_keys_total{rule}          requests refused: their key part for rule was ambiguous
 //	sluice_connections_open{listener}          client connections held (listener.go)
 //	sluice_connections_closed_slow_total{listener}, sluice_connections_refused_total{listener},
-//	sluice_body_timeouts_total{listener}       slow and refused clients (listener.go)
+//	sluice_requests_refused_total{listener}, sluice_body_timeouts_total{listener},
+//	sluice_connections_closed_resets_total{listener}
+//	                                           slow, refused and rapid-reset clients (listener.go)
+//	sluice_envoy_*                             the Envoy rate limit service's (envoy.go)
+//
+// docs/http.md and docs/envoy.md list them for operators, with their
+// labels (TestMetricsScrapeMatchesDocs in internal/server holds the two
+// to each other).
 //
 // A nil *Metrics is valid and records nothing, so packages can be used
 // (and tested) without Prometheus.
