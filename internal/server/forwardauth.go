@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -25,8 +27,9 @@ import (
 //	host:   X-Forwarded-Host, else this request's Host
 //	client: X-Forwarded-For, believed only from Options.ClientIP's trusted proxies
 //
-// and its other headers (cookies, API keys) are this request's, as the
-// gateways pass them on. The rules are matched and decided as the proxy
+// (a method that is not one token, or a URI with a space, is refused: no
+// one request has it) and its other headers (cookies, API keys) are this
+// request's, as the gateways pass them on. The rules are matched and decided as the proxy
 // does (action delay holds the answer). The answer is 200 with the
 // rate-limit headers, or the limited answer (Retry-After, the JSON body)
 // with status forward_auth.deny_status, or 503 when the store cannot
@@ -125,6 +128,12 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 	// make "/login#x" a path no rule for /login matches, and "?key=k#1"
 	// a key of its own.
 	uri, _, _ = strings.Cut(uri, "#")
+	if strings.IndexByte(uri, ' ') >= 0 {
+		// No request line holds one; "/login, /x" is two lines of the
+		// header joined by a proxy in front (the gateway's and the
+		// client's own), which agreed cannot see as two.
+		return nil, errBadRequest("bad original URI " + quoteCut(uri) + ": a request target holds no space" + joined("URI"))
+	}
 	if err := parseURI(uri, &o.u); err != nil {
 		reason := err.Error()
 		var ue *url.Error
@@ -137,8 +146,13 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if method == "" {
+	switch {
+	case method == "":
 		method = r.Method
+	case !httpguts.ValidHeaderFieldName(method):
+		// A method is one token (RFC 9110, 9.1): "POST, GET" is two
+		// lines joined, as above, and would match no rule for POST.
+		return nil, errBadRequest("bad original method " + quoteCut(method) + ": an HTTP method is one token" + joined("method"))
 	}
 	host, err := agreed(r.Header, keyForwardedHost, "X-Forwarded-Host", "", "", nil)
 	if err != nil {
@@ -184,6 +198,12 @@ func agreed(h http.Header, a, aName, b, bName string, same func(x, y string) boo
 		}
 	}
 	return v, nil
+}
+
+// joined ends the message refusing an original method or URI that is no
+// one request's.
+func joined(what string) string {
+	return "; two values joined into one line (\", \") are two requests': the gateway must send the original request's one " + what + ", set by itself"
 }
 
 // sameURI reports whether two original URIs are one: equal but for a
