@@ -111,8 +111,8 @@ type Options struct {
 	// OnStoreError, if set, is called with each store error before OnError
 	// applies: count it there. A request whose context was cancelled
 	// before the store answered (its client went away) is not a store
-	// error: it is dropped, neither reported nor passed to the next
-	// handler. One whose deadline passed first is: the store was slower
+	// error: it is answered 499 (StatusClientClosedRequest), neither
+	// reported nor passed to the next handler. One whose deadline passed first is: the store was slower
 	// than the request allows.
 	OnStoreError func(r *http.Request, err error)
 	// DenyHandler, if set, writes the answer for a denied request in place
@@ -141,7 +141,9 @@ type rule struct {
 // store's round trip is part of it, not added to it); a denied one gets the denying rule's
 // headers and the 429 answer of WriteLimited and never reaches the next
 // handler. If the client goes away during a Delay, the next handler is not
-// called; the request stays counted (it was admitted), except for its
+// called and the answer is 499 (StatusClientClosedRequest), without body or
+// rate-limit headers, as for a client gone before the store answered; the
+// request stays counted (it was admitted), except for its
 // leaky bucket places that have not left, which are given back on a store
 // with sluice.Refunder, so the requests queued behind move up. A request
 // no rule applies to passes, without headers.
@@ -312,6 +314,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// uncounted. A deadline that passed (http.TimeoutHandler, a
 			// timeout shorter than the store's) is a store slower than
 			// the request allows: a store failure, below.
+			writeGone(w)
 			return
 		}
 		if m.opts.OnStoreError != nil {
@@ -360,6 +363,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.giveBack(r.Context(), idx, []sluice.Request{one}, []sluice.Decision{oneD}, since)
 		} else {
 			m.giveBack(r.Context(), idx, reqs, ds, since)
+		}
+		if errors.Is(r.Context().Err(), context.Canceled) {
+			writeGone(w)
 		}
 		return
 	}
@@ -442,6 +448,27 @@ func writeInvalid(w http.ResponseWriter, err error) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(http.StatusInternalServerError)
 	w.Write([]byte(body))
+}
+
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// status the middleware writes for a request whose client went away before
+// it was decided or while it waited out its Delay: the next handler never
+// ran. Nobody reads the answer (a client that only half-closed its
+// connection may); it is for the logging and metrics middleware wrapped
+// around this one, which would otherwise record the 200 net/http writes
+// for a handler that wrote nothing.
+const StatusClientClosedRequest = 499
+
+// writeGone answers 499 with no body for a request whose client went away,
+// without the rate-limit headers: a request gone during its Delay gave its
+// leaky bucket places back, so the figures set before the wait no longer
+// hold.
+func writeGone(w http.ResponseWriter) {
+	h := w.Header()
+	for _, k := range [...]string{keyLimit, keyRemaining, keyReset, keyPolicy, keyRateLimit, keyRetryAfter, keyXRetryAfter} {
+		delete(h, k)
+	}
+	w.WriteHeader(StatusClientClosedRequest)
 }
 
 // WriteUnavailable answers 503 Service Unavailable with
