@@ -89,8 +89,10 @@ type Daemon struct {
 	hot        *hotkeys.Set
 	hotAuto    atomic.Pointer[map[string]time.Duration] // the summaries shared with the fleet (rules and descriptors with shards: auto): how long a key stays in the fleet's set
 	hotPrefix  string                                   // the Redis keys of the fleet's hot sets: key_prefix + "hot:" + rule
-	deferq     *deferq.Queue                            // nil unless the store is Redis
-	fleet      *fleetStore                              // the Redis store's router to sync and lease; nil on memory
+	settleMu   sync.Mutex
+	settles    []hotSettle   // this instance's recent moves, read again at its next refreshes (hotsettle.go)
+	deferq     *deferq.Queue // nil unless the store is Redis
+	fleet      *fleetStore   // the Redis store's router to sync and lease; nil on memory
 
 	apiLn, proxyLn   *listener.Listener
 	apiServe         net.Listener   // apiLn, or TLS over it (api.tls)

@@ -44,9 +44,10 @@ import (
 // What it cannot make exact: the question and the charge are two calls on
 // other Cluster slots than the decisions', and the other instances switch
 // at their own refresh, up to HotKeysRefresh (and an exchange) later. What
-// those admit on the old counter after the question is not carried over:
-// at most what they admit in about a second, never more than one limit
-// (nothing in a steady overload, where the old counter is out). A
+// those admit on the old counter after the question is carried at the
+// moving instance's next refreshes (hotsettle.go), but for what that
+// counter regained meanwhile (never more than one limit; nothing in a
+// steady overload, where the old counter is out). A
 // key's used units are charged at the move's instant: a sliding log's or
 // a sliding window counter's then count from it rather than from when they
 // were admitted, so for up to a period the key may admit less (by at most
@@ -84,34 +85,42 @@ func appendMoves(ms []hotMove, rule string, added, gone []string) []hotMove {
 	return ms
 }
 
-// seed seeds the counters of the keys moved (see above), at now. Nothing
-// is sharded while the daemon decides in memory, so nothing is seeded then.
+// seed settles the earlier moves (hotsettle.go) and seeds the counters of
+// the keys moved (see above), at now. Nothing is sharded while the daemon
+// decides in memory, so nothing is seeded then (nor settled).
 func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
-	if len(ms) == 0 || d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
+	if len(ms) == 0 && !d.settling() {
 		return
 	}
 	n := s.Masters()
-	if n < 2 {
+	if n < 2 || d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
+		d.settleMu.Lock()
+		d.settles = nil
+		d.settleMu.Unlock()
 		return
 	}
 	gen := d.cur.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
 	defer cancel()
+	d.settle(ctx, gen, s, ms, now, n)
 	for _, m := range ms {
 		req, ok := hotRequest(gen, m.rule, m.key)
 		if !ok {
 			continue
 		}
 		req.Now = now
+		var left int64
 		var err error
 		if m.hot {
-			err = seedShards(ctx, gen.eng.Store(), s, req, n)
+			left, err = seedShards(ctx, gen.eng.Store(), s, req, n)
 		} else {
-			err = seedKey(ctx, gen.eng.Store(), s, req, n)
+			left, err = seedKey(ctx, gen.eng.Store(), s, req, n)
 		}
 		if err != nil {
 			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
+			continue
 		}
+		d.addSettle(hotSettle{hotMove: m, used: left, left: settleRounds})
 	}
 }
 
@@ -148,27 +157,39 @@ func digested(key string) bool {
 
 // seedShards charges req's n shards (through st) with what they lack
 // together of what its own key has used in Redis (s), split as the limit
-// is.
-func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
-	d, err := s.Take(ctx, req) // req.Cost is 0: a question
-	if err != nil {
-		return err
-	}
-	used := req.Algorithm.Capacity(req.Limit) - d.Remaining
-	if used <= 0 {
-		return nil
+// is, and returns what its own key had used.
+func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
+	left, err := keyUsed(ctx, s, req)
+	if err != nil || left <= 0 {
+		return left, err
 	}
 	_, held, err := shardsUsed(ctx, s, req, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	used := left
 	for _, h := range held {
 		used -= h
 	}
-	if used <= 0 {
+	return left, chargeShards(ctx, st, s, req, used, n)
+}
+
+// keyUsed returns what req's own key has used in Redis (s).
+func keyUsed(ctx context.Context, s *redisstore.Store, req sluice.Request) (int64, error) {
+	d, err := s.Take(ctx, req) // req.Cost is 0: a question
+	if err != nil {
+		return 0, err
+	}
+	return max(0, req.Algorithm.Capacity(req.Limit)-d.Remaining), nil
+}
+
+// chargeShards charges req's n shards (through st) with cost, split as the
+// limit is.
+func chargeShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, cost int64, n int) error {
+	if cost <= 0 {
 		return nil
 	}
-	req.Cost, req.Force = used, true
+	req.Cost, req.Force = cost, true
 	parts := s.Spread(req, n)
 	if len(parts) == 0 || parts[0].Namespace == req.Namespace {
 		return nil // not sharded: nothing moved
@@ -195,27 +216,36 @@ func shardsUsed(ctx context.Context, s *redisstore.Store, req sluice.Request, n 
 }
 
 // seedKey charges req's own key (through st) with what it lacks of what
-// its n shards have used together in Redis (s).
-func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) error {
-	_, held, err := shardsUsed(ctx, s, req, n)
-	if err != nil {
-		return err
+// its n shards have used together in Redis (s), and returns what the
+// shards had used.
+func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
+	left, err := shardsSum(ctx, s, req, n)
+	if err != nil || left <= 0 {
+		return left, err
 	}
+	own, err := keyUsed(ctx, s, req)
+	if err != nil {
+		return 0, err
+	}
+	return left, chargeKey(ctx, st, req, left-own)
+}
+
+// shardsSum returns what req's n shards have used together in Redis (s).
+func shardsSum(ctx context.Context, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
+	_, held, err := shardsUsed(ctx, s, req, n)
 	var used int64
 	for _, u := range held {
 		used += u
 	}
-	if used <= 0 {
+	return used, err
+}
+
+// chargeKey charges req's own key (through st) with cost.
+func chargeKey(ctx context.Context, st sluice.Store, req sluice.Request, cost int64) error {
+	if cost <= 0 {
 		return nil
 	}
-	d, err := s.Take(ctx, req) // req.Cost is 0: a question
-	if err != nil {
-		return err
-	}
-	if used -= max(0, req.Algorithm.Capacity(req.Limit)-d.Remaining); used <= 0 {
-		return nil
-	}
-	req.Cost, req.Force = used, true
-	_, err = st.Take(ctx, req)
+	req.Cost, req.Force = cost, true
+	_, err := st.Take(ctx, req)
 	return err
 }
