@@ -81,6 +81,7 @@ type Config struct {
 	Rules       []rules.Spec      `yaml:"rules"`
 
 	lines  map[string]int    // key path → line, as read by Parse
+	set    *rules.Set        // the rules as validate compiled them (see RuleSet)
 	digest [sha256.Size]byte // SHA-256 of the bytes Parse read
 	parsed bool              // digest is set: c came from Parse
 }
@@ -247,13 +248,22 @@ func (c *Config) applyDefaults() {
 }
 
 // Validate checks c, which must have its defaults applied (Parse does
-// both), and compiles its rules. The error, if any, is Errors; on a Config
-// built in Go rather than read from a file its lines are 0.
+// both), and compiles its rules, keeping them for RuleSet. The error, if
+// any, is Errors; on a Config built in Go rather than read from a file its
+// lines are 0.
 func (c *Config) Validate() error { return c.validate(nil, nil) }
 
-// RuleSet compiles c's rules.
+// RuleSet returns c's rules compiled. When c's rules and client_ip
+// prefixes are as they were when Validate (or Parse) last compiled them,
+// it returns that Set rather than compile them again; a change made in Go
+// since is compiled. It does not change c: calls may run concurrently,
+// though not with Validate.
 func (c *Config) RuleSet() (*rules.Set, error) {
-	return rules.CompileWith(c.File, c.Rules, rules.Options{IP: c.ClientIP.Prefixes()})
+	o := rules.Options{IP: c.ClientIP.Prefixes()}
+	if c.set.CompiledFrom(c.Rules, o) {
+		return c.set, nil
+	}
+	return rules.CompileWith(c.File, c.Rules, o)
 }
 
 func (c *Config) validate(lines map[string]int, expanded map[string]string) error {

@@ -186,7 +186,7 @@ func TestParseConfigFull(t *testing.T) {
 	}
 	got := *cfg
 	got.Rules = nil
-	got.lines = nil
+	got.lines, got.set = nil, nil
 	got.digest, got.parsed = [sha256.Size]byte{}, false
 	if !reflect.DeepEqual(&got, want) {
 		t.Errorf("Load(%s) =\n%+v\nwant\n%+v", file, &got, want)

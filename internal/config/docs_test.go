@@ -194,7 +194,7 @@ func meaning(t *testing.T, c *Config) [2]any {
 		t.Fatal(err)
 	}
 	cc := *c
-	cc.File, cc.lines, cc.digest, cc.Rules = "", nil, [32]byte{}, nil
+	cc.File, cc.lines, cc.digest, cc.Rules, cc.set = "", nil, [32]byte{}, nil, nil
 	var compiled []any
 	for _, r := range rs.Rules {
 		rr := *r

@@ -8,10 +8,13 @@ import (
 )
 
 // checkRules compiles the rules (rules.Spec holds the keys of a rule and
-// rules.Compile checks them) and checks what depends on the rest of the
-// config: the fleet options need the Redis store.
+// rules.Compile checks them), keeping the Set for RuleSet, and checks what
+// depends on the rest of the config: the fleet options need the Redis
+// store.
 func (c *Config) checkRules(ck *checker) {
-	if _, err := c.RuleSet(); err != nil {
+	set, err := c.RuleSet()
+	c.set = set // nil when they do not compile
+	if err != nil {
 		var pe rules.ParseErrors
 		if errors.As(err, &pe) {
 			ck.errs = append(ck.errs, pe...)

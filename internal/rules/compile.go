@@ -73,6 +73,7 @@ func CompileWith(file string, specs []Spec, o Options) (*Set, error) {
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
+	set.src = newSource(specs, o)
 	return set, nil
 }
 

@@ -235,6 +235,7 @@ type Rule struct {
 type Set struct {
 	Rules  []*Rule
 	byName map[string]*Rule
+	src    source // what Compile made it from (see CompiledFrom)
 }
 
 // Rule returns the rule named name, or nil.
