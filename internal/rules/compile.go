@@ -20,6 +20,20 @@ const MaxNameLen = 64
 // MaxShards bounds a rule's shards.
 const MaxShards = 1024
 
+// Bounds of a rule's lists, far above what a rule needs: every request
+// the rule is asked about costs time in proportion to them. A request's
+// method is looked for in match.methods, one by one, and each key part is
+// read from every request the rule matches (a query or cookie part with a
+// scan of the query or the Cookie header). Without them a list of a
+// million items, which a config file of a few megabytes holds, would make
+// every request scan it.
+const (
+	// MaxMethods bounds match.methods (HTTP has a few dozen methods).
+	MaxMethods = 64
+	// MaxKeyParts bounds key.
+	MaxKeyParts = 16
+)
+
 // Compile checks specs and compiles them, in order. file names the config
 // file in errors. The error, if any, is ParseErrors listing every problem
 // found, each naming the line and key ("rules[2].rate").
@@ -96,8 +110,14 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 
 	// Duplicates are found with a set, not by a scan of those before: a
 	// list of n items costs n, not n² (a 4 MiB list is 300,000 items).
-	methods := make(map[string]bool, len(sp.Match.Methods))
+	methods := make(map[string]bool, min(len(sp.Match.Methods), MaxMethods))
+	if n := len(sp.Match.Methods); n > MaxMethods {
+		f("match.methods", "%s lists %d methods, more than the %d a rule may: each request's method is looked for among them", ruleNamed(sp), n, MaxMethods)
+	}
 	for j, m := range sp.Match.Methods {
+		if j == MaxMethods {
+			break // the problems of the items past the bound are not told
+		}
 		key := "match.methods[" + strconv.Itoa(j) + "]"
 		if !httpguts.ValidHeaderFieldName(m) {
 			f(key, "%q is not an HTTP method", m)
@@ -130,6 +150,10 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 	}
 	if len(keys) == 0 {
 		keys = []string{"ip"}
+	}
+	if n := len(keys); n > MaxKeyParts {
+		f("key", "%s has %d key parts, more than the %d a rule may: each is read from every request the rule matches", ruleNamed(sp), n, MaxKeyParts)
+		keys = keys[:MaxKeyParts] // the problems of those past the bound are not told
 	}
 	parts := make(map[Part]bool, len(keys))
 	for j, k := range keys {
@@ -283,6 +307,16 @@ func fingerprint(r *Rule) string {
 		fmt.Fprintf(h, "|%s", p)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
+}
+
+// ruleNamed returns `rule "NAME"`, for a problem to name the rule by as
+// well as by its place (rules[I]), or "the rule" when it has no usable
+// name.
+func ruleNamed(sp *Spec) string {
+	if sp.Name == "" || len(sp.Name) > MaxNameLen {
+		return "the rule"
+	}
+	return "rule " + strconv.Quote(sp.Name)
 }
 
 func validName(s string) bool {
