@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -24,7 +25,11 @@ import (
 // not a client that does not read; closing at once when they were more,
 // the listener cut the clients' connections and failed 9 calls in 10.
 func TestGRPCUnreadSmallWindows(t *testing.T) {
-	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{headers: true, grpc: server.GRPCOptions{MaxCalls: 10_000}})
+	// UnreadTimeout is long here: the backlog of a reading client drains
+	// in milliseconds, but under -race on a loaded machine the client's
+	// reads of two rounds of large answers took past the default 10 s,
+	// and that is the clock this test is not about.
+	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{headers: true, grpc: server.GRPCOptions{MaxCalls: 10_000, UnreadTimeout: 5 * time.Minute}})
 	req := largeRequest()
 	for _, c := range []struct {
 		name string
