@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
@@ -67,6 +68,11 @@ type engineOpts struct {
 	proxy   proxy.Options
 	lis     listener.Options
 	trusted []string
+	store   sluice.Store // default: a memory store
+	// access, if set, is called with the status of each request the
+	// proxy's handler ends, as an access log wrapped around it records it
+	// (200 if the handler wrote none, as net/http and the h1 front send).
+	access func(status int)
 }
 
 // eserved is the proxy served on one engine.
@@ -94,7 +100,11 @@ func startOn(t *testing.T, ec engineCase, upstreamURL string, o engineOpts) *ese
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: m})
+	store := o.store
+	if store == nil {
+		store = memstore.New(memstore.Options{})
+	}
+	e, err := engine.New(engine.Options{Store: store, Rules: set, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +151,16 @@ func startOn(t *testing.T, ec engineCase, upstreamURL string, o engineOpts) *ese
 	srv, wl := listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(1)
 		defer s.active.Add(-1)
-		p.ServeHTTP(w, r)
+		if o.access == nil {
+			p.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		p.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		o.access(sw.status)
 	}), lo)
 	s.ln = wl
 	done := make(chan struct{})

@@ -23,6 +23,10 @@
 //     upstream's own headers of those names are replaced.
 //   - When the store cannot decide: on_error allow forwards, deny answers
 //     503 {"error":"store_unavailable"}.
+//   - A request whose client went away before its decision, while held
+//     (action delay) or before the upstream answered is answered 499
+//     with no body (writeGone), never the empty 200 its server would send
+//     for a handler that wrote nothing.
 //   - Streaming: a response of unknown length (chunked) or of type
 //     text/event-stream is flushed as it arrives, so server-sent events
 //     and long polls work; one of known length goes out in one write.
@@ -90,6 +94,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
@@ -324,6 +329,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The client went away while waiting: not queued, so the
 		// charges AdmitOrDefer made for a deferrable request go back.
 		e.NotQueued(r.Context(), &res)
+		writeGone(w)
 		return
 	}
 	if !res.Allowed {
@@ -424,7 +430,8 @@ func untyped(h, up http.Header) {
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result, err error) {
 	stalled := listener.TimedOut(r) || errors.Is(err, listener.ErrBodyTimeout)
 	if r.Context().Err() != nil && !stalled {
-		return // the client went away; nobody to answer
+		writeGone(w) // the client went away: for the logs, nobody reads it
+		return
 	}
 	status, msg := http.StatusBadGateway, "bad_gateway"
 	var ne net.Error
@@ -457,4 +464,14 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 	h["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(status)
 	w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
+}
+
+// writeGone answers 499 (nginx's "client closed request"), with no body
+// and no rate-limit headers, a request whose client went away before it
+// was decided, while it was held for its slot, or before the upstream
+// answered: net/http and the h1 front would otherwise send (and log) an
+// empty 200 for a handler that wrote nothing, and a client that only
+// half-closed its connection would read it.
+func writeGone(w http.ResponseWriter) {
+	w.WriteHeader(httplimit.StatusClientClosedRequest)
 }
