@@ -85,24 +85,21 @@ func appendMoves(ms []hotMove, rule string, added, gone []string) []hotMove {
 	return ms
 }
 
-// seed settles the earlier moves (hotsettle.go) and seeds the counters of
-// the keys moved (see above), at now. Nothing is sharded while the daemon
+// seed seeds the counters of the keys moved (see above) and settles the
+// earlier moves (hotsettle.go), at now. Nothing is sharded while the daemon
 // decides in memory, so nothing is seeded then (nor settled).
 func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
-	if len(ms) == 0 && !d.settling() {
+	earlier := d.takeSettles()
+	if len(ms) == 0 && len(earlier) == 0 {
 		return
 	}
 	n := s.Masters()
 	if n < 2 || d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
-		d.settleMu.Lock()
-		d.settles = nil
-		d.settleMu.Unlock()
 		return
 	}
 	gen := d.cur.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
 	defer cancel()
-	d.settle(ctx, gen, s, ms, now, n)
 	for _, m := range ms {
 		req, ok := hotRequest(gen, m.rule, m.key)
 		if !ok {
@@ -122,6 +119,8 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 		}
 		d.addSettle(hotSettle{hotMove: m, used: left, left: settleRounds})
 	}
+	// After the seeds, which matter more within seedTimeout.
+	d.settle(ctx, gen, s, earlier, ms, now, n)
 }
 
 // hotRequest is the request of key, as summary rule reports it, in gen: a

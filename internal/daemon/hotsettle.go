@@ -34,11 +34,13 @@ type hotSettle struct {
 	left int
 }
 
-// settling reports whether a move is still to be settled.
-func (d *Daemon) settling() bool {
+// takeSettles returns the moves to settle, leaving none.
+func (d *Daemon) takeSettles() []hotSettle {
 	d.settleMu.Lock()
 	defer d.settleMu.Unlock()
-	return len(d.settles) > 0
+	xs := d.settles
+	d.settles = nil
+	return xs
 }
 
 func (d *Daemon) addSettle(x hotSettle) {
@@ -47,13 +49,10 @@ func (d *Daemon) addSettle(x hotSettle) {
 	d.settles = append(d.settles, x)
 }
 
-// settle reads again the counters the earlier moves left (but those that
-// moved again in ms) and charges what they gained to where the keys went.
-func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Store, ms []hotMove, now time.Time, n int) {
-	d.settleMu.Lock()
-	xs := d.settles
-	d.settles = nil
-	d.settleMu.Unlock()
+// settle reads again the counters the earlier moves xs left (but those
+// that moved again in ms) and charges what they gained to where the keys
+// went.
+func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Store, xs []hotSettle, ms []hotMove, now time.Time, n int) {
 	for _, x := range xs {
 		if slices.ContainsFunc(ms, func(m hotMove) bool { return m.rule == x.rule && m.key == x.key }) {
 			continue
