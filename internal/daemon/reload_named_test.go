@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,7 +102,7 @@ func TestConfigEditedWhileDescriptorFileMissing(t *testing.T) {
 	if got := td.d.Config().Rules[0].Rate; got != "3/m" {
 		t.Errorf("rate in force while the descriptor file is missing: %s, want 3/m", got)
 	}
-	replaceFile(t, file, desc)
+	mustWrite(t, file, desc)
 	for td.d.Config().Rules[0].Rate != "6/m" {
 		if r := td.nextLook(); r.Err != nil {
 			t.Fatalf("the descriptor file back: %v, want the edit applied", r.Err)
@@ -109,5 +110,61 @@ func TestConfigEditedWhileDescriptorFileMissing(t *testing.T) {
 	}
 	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
 		t.Errorf("failures counted: %v, want 0", got)
+	}
+}
+
+// TestNamedFileBackWaitsForItsCreator: a file the config names, missing,
+// comes back by a writer that creates it and pauses before its first
+// write (a slow copy): the file is there and empty, and no write has been
+// seen, since it was not watched before it existed. The reload waits for
+// its creator to close it, as for a file written in place, rather than
+// read it empty and refuse the config.
+func TestNamedFileBackWaitsForItsCreator(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
+	mustRemove(t, token)
+	td.lookUntil("the token file removed", func(l string) bool { return strings.Contains(l, "a file the config names is missing") })
+	replaceFile(t, td.path, tokenConfig(token, "  - {name: keep, rate: 200/m}\n"))
+	td.lookUntil("an edit while it is missing", func(l string) bool {
+		return strings.Contains(l, "config changed while a file it names is missing")
+	})
+
+	f, err := os.Create(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The daemon sees the file appear, empty, and takes it as being
+	// written; nothing is read of it meanwhile.
+	for deadline := time.Now().Add(10 * time.Second); !td.d.namedWriting(); {
+		select {
+		case r := <-td.reloads:
+			if r.Err != nil {
+				t.Fatalf("the token file created, empty, its creator yet to write: %v, want the reload to wait for it", r.Err)
+			}
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the token file created and held open: not taken as being written within 10s")
+		}
+	}
+	if _, err := f.WriteString("second-token\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("the token file written and closed: %v, want the edit applied", r.Err)
+	}
+	if got := td.d.Config().Rules[0].Rate; got != "200/m" {
+		t.Errorf("rate in force: %s, want 200/m", got)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("the new token: %d, want 200", got)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted: %v, want 0 (the empty file was read)", got)
 	}
 }

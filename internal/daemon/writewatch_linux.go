@@ -23,9 +23,10 @@ type writeWatch struct {
 	f     *os.File // fd, non-blocking: Close ends a Read
 	paths []string
 
-	mu    sync.Mutex
-	wds   map[int32]bool        // the watches of the paths' inodes
-	dirty map[written]time.Time // written to and not closed since → first write
+	mu       sync.Mutex
+	wds      map[int32]bool        // the watches of the paths' inodes
+	dirty    map[written]time.Time // written to and not closed since → first write
+	followed bool                  // follow has run: a new inode since is a file that appeared
 }
 
 // newWriteWatch watches the files or directories at paths; nil if inotify
@@ -52,10 +53,21 @@ func (w *writeWatch) follow() {
 	defer w.mu.Unlock()
 	want := map[int32]bool{}
 	for _, p := range w.paths {
-		if wd, err := syscall.InotifyAddWatch(w.fd, p, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE); err == nil {
-			want[int32(wd)] = true
+		wd, err := syscall.InotifyAddWatch(w.fd, p, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE|syscall.IN_CREATE)
+		if err != nil {
+			continue
+		}
+		want[int32(wd)] = true
+		if w.followed && !w.wds[int32(wd)] && emptyFile(p) {
+			// A file that appeared since (created where it was
+			// missing) and holds nothing yet: its creator may be
+			// between its open and its first write, which came before
+			// this watch and so sent no IN_MODIFY. Being written until
+			// it is closed (IN_CLOSE_WRITE), or for the wait at most.
+			w.dirty[written{int32(wd), ""}] = time.Now()
 		}
 	}
+	w.followed = true
 	for wd := range w.wds {
 		if !want[wd] {
 			syscall.InotifyRmWatch(w.fd, uint32(wd)) // it may be gone with its file
@@ -136,6 +148,15 @@ func (w *writeWatch) run(changed func(writing bool)) {
 				// In a directory of descriptor files, one that is not
 				// read: an editor's swap file, held open for writing
 				// while it edits.
+			case ev.Mask&syscall.IN_CREATE != 0:
+				// A file created in a watched directory: its creator
+				// holds it open, empty, until its first write; being
+				// written from now until it is closed.
+				if ev.Mask&syscall.IN_ISDIR == 0 {
+					if _, ok := w.dirty[key]; !ok {
+						w.dirty[key] = time.Now()
+					}
+				}
 			case ev.Mask&syscall.IN_MODIFY != 0:
 				if _, ok := w.dirty[key]; !ok {
 					w.dirty[key] = time.Now()
@@ -153,6 +174,12 @@ func (w *writeWatch) run(changed func(writing bool)) {
 			changed(now)
 		}
 	}
+}
+
+// emptyFile reports whether path is a regular file of no bytes.
+func emptyFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == 0
 }
 
 // nameOf returns the NUL-padded name of an inotify event.
