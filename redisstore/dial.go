@@ -86,6 +86,22 @@ func (h *handshakes) dialer() func(context.Context, string, *net.Dialer, *tls.Co
 	}
 }
 
+// withTLSFunc returns dial, dialling with the TLS configuration of
+// o.TLSFunc at each dial when set (see Options.TLSFunc).
+func withTLSFunc(dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error), o Options) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	if o.TLS == nil || o.TLSFunc == nil {
+		return dial
+	}
+	return func(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		if tc != nil {
+			if c := o.TLSFunc(); c != nil {
+				tc = c
+			}
+		}
+		return dial(ctx, addr, d, tc)
+	}
+}
+
 func dialNoting(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config, h *handshakes) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,5 +51,38 @@ func TestNewMutualTLS(t *testing.T) {
 	defer s.Close()
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Options.TLSFunc gives each connection its TLS as it is dialled: New's
+// presents the certificate it returns then (TLS has none, which Redis
+// would refuse), and a reconnection the one it returns by then.
+func TestTLSFuncPerConnection(t *testing.T) {
+	ca := tlstest.NewCA(t, "redis-ca")
+	srv := ca.Server(t)
+	rs := redistest.StartMTLSServer(t, srv.CertFile, srv.KeyFile, ca.File)
+	var cur atomic.Pointer[tls.Config]
+	cur.Store(ca.ClientConfig(ca.Client(t, "sluice", []string{"sluice"}).TLS))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := New(ctx, Options{Addrs: []string{rs.TLSAddr}, TLS: ca.ClientConfig(), TLSFunc: cur.Load, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("New with TLSFunc's client certificate: %v", err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	// Now a configuration without a certificate: the connections made
+	// from then on are refused by Redis.
+	cur.Store(ca.ClientConfig())
+	if n, err := redistest.Do(rs.Addr, "CLIENT", "KILL", "TYPE", "normal"); err != nil || n == "0" {
+		t.Fatalf("CLIENT KILL TYPE normal: %q, %v", n, err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // a failure's bound, not a synchronisation
+	for s.Ping(context.Background()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("reconnections without a client certificate still answer: TLSFunc not used when redialling")
+		}
 	}
 }

@@ -111,6 +111,12 @@ type Options struct {
 	SentinelCredentials *Credentials
 	// TLS, if set, connects with TLS.
 	TLS *tls.Config
+	// TLSFunc, if set with TLS, is asked for the TLS configuration of
+	// each connection as it is dialled (New's and every reconnection),
+	// instead of TLS: a client certificate or CA bundle rotated since is
+	// used by the connections made after, those open keep theirs. It
+	// returns nil for TLS.
+	TLSFunc func() *tls.Config
 	// Timeout bounds every call to Redis, connecting included; default 50ms.
 	Timeout time.Duration
 	// RedisTime makes decisions use Redis' clock (TIME, inside the script)
@@ -254,6 +260,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
+	if o.TLS != nil && o.TLSFunc != nil {
+		if c := o.TLSFunc(); c != nil {
+			o.TLS = c
+		}
+	}
 	hs, dials := &handshakes{}, newPending()
 	co := rueidis.ClientOption{
 		InitAddress:       o.Addrs,
@@ -268,7 +279,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		// client below.
 		AlwaysPipelining: true,
 		MaxFlushDelay:    o.MaxFlushDelay,
-		DialCtxFn:        dials.dialer(hs),
+		DialCtxFn:        withTLSFunc(dials.dialer(hs), o),
 	}
 	if o.Sentinel != "" {
 		c := o.sentinelCredentials()
