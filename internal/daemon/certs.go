@@ -15,10 +15,10 @@ type listenerTLS struct {
 }
 
 // watchCerts starts watching the certificate, key and client CA files of
-// every listener with TLS, and grpc.xds.tls's, so that a certificate
-// renewed in place (cert-manager, Vault agent, a Kubernetes Secret
-// volume's ..data swap) is served, or presented to the xDS server,
-// without a reload. Not fatal: a reload still reads them.
+// every listener with TLS, grpc.xds.tls's and store.redis.tls's, so that
+// a certificate renewed in place (cert-manager, Vault agent, a Kubernetes
+// Secret volume's ..data swap) is served, or presented to the xDS server
+// or to Redis, without a reload. Not fatal: a reload still reads them.
 func (d *Daemon) watchCerts() {
 	var paths []string
 	seen := map[string]bool{}
@@ -35,6 +35,7 @@ func (d *Daemon) watchCerts() {
 		add(o.Cert, o.Key, o.ClientCA)
 	}
 	add(d.xdsTLSPaths()...)
+	add(d.redisTLSPaths()...)
 	if len(paths) == 0 {
 		return
 	}
@@ -88,6 +89,7 @@ func (d *Daemon) reloadCerts() {
 		d.certsInForce(l, changed, err)
 	}
 	d.reloadXDSTLS()
+	d.reloadRedisTLS()
 }
 
 // xdsTLSPaths are the files of grpc.xds.tls (some may be ""); none

@@ -111,6 +111,7 @@ type Daemon struct {
 	tokenWatcher         *configWatcher             // api.token_file; nil without one, or without a config file
 	xds                  bool                       // grpc.xds: the descriptors come from an xDS server
 	xdsTLS               atomic.Pointer[tls.Config] // grpc.xds.tls's client config, read again by reloads; nil for plaintext
+	redisTLS             atomic.Pointer[tls.Config] // store.redis.tls's client config, for each new connection to Redis; nil for plaintext
 	xdsRedial            chan struct{}              // tells the subscription that xdsTLS changed (buffered: 1)
 	xdsApplied           atomic.Bool                // a config from the xDS server is in force (/readyz)
 	xdsDocs              []descriptors.Doc          // the xDS server's configs in force (under reloadMu)

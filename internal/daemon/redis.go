@@ -16,7 +16,6 @@ import (
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/tlsconf"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -53,10 +52,14 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		// The same for the Sentinels and every Cluster node
 		// (redisstore.Options.TLS). The files were checked before
 		// (config.TLSProblems); read here again, a change since is told.
+		// Each new connection takes the files' latest reading
+		// (redisTLS, see redistls.go): a rotated client certificate
+		// or CA bundle is used from the next reconnection.
 		var err error
-		if tlsConfig, err = tlsconf.LoadClient(r.TLS.ClientOptions()); err != nil {
-			return fmt.Errorf("daemon: store.redis.tls: %w", err)
+		if tlsConfig, err = loadRedisTLS(cfg); err != nil {
+			return fmt.Errorf("daemon: %w", err)
 		}
+		d.redisTLS.Store(tlsConfig)
 	}
 	descs, _ := LoadDescriptors(cfg) // an error is told when the rules are built
 	opts := redisstore.Options{
@@ -68,6 +71,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 
 		SentinelCredentials: r.SentinelCredentials(),
 		TLS:                 tlsConfig,
+		TLSFunc:             d.redisTLS.Load,
 		Timeout:             r.Timeout,
 		Prefix:              r.KeyPrefix,
 		RedisTime:           true,

@@ -110,6 +110,12 @@ func (d *Daemon) apply(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("daemon: reload: %w", err)
 	}
+	// And store.redis.tls's: the connections to Redis dialled once it
+	// is applied present the rotated certificate.
+	redisTLS, err := loadRedisTLS(cfg)
+	if err != nil {
+		return fmt.Errorf("daemon: reload: %w", err)
+	}
 	counted := d.metrics.RuleNames()
 	gen, err := d.build(cfg, old)
 	var rt *routes
@@ -168,6 +174,7 @@ func (d *Daemon) apply(data []byte) error {
 		d.certsInForce(l, changed, err)
 	}
 	d.useXDSTLS(xdsTLS)
+	d.useRedisTLS(redisTLS)
 	d.activate(gen)
 	return nil
 }
@@ -392,8 +399,8 @@ func (d *Daemon) tokenChanged() {
 
 // namedPaths are the files besides the config that a reload reads, as
 // the config in force names them (changing their paths needs a restart):
-// the listeners' certificates, keys and client CAs, grpc.xds.tls's files,
-// the token file and the Envoy descriptor files.
+// the listeners' certificates, keys and client CAs, grpc.xds.tls's and
+// store.redis.tls's files, the token file and the Envoy descriptor files.
 func (d *Daemon) namedPaths() []string {
 	var paths []string
 	for _, l := range d.tls {
@@ -401,6 +408,7 @@ func (d *Daemon) namedPaths() []string {
 		paths = append(paths, o.Cert, o.Key, o.ClientCA)
 	}
 	paths = append(paths, d.xdsTLSPaths()...)
+	paths = append(paths, d.redisTLSPaths()...)
 	cfg := d.Config()
 	paths = append(paths, cfg.API.TokenFile)
 	if cfg.GRPC != nil {

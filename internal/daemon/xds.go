@@ -72,8 +72,8 @@ func (d *Daemon) useXDSTLS(c *tls.Config) {
 	}
 }
 
-// sameClientTLS reports whether a and b, two loadings of one
-// grpc.xds.tls, hold the same CAs, client certificate chain and key.
+// sameClientTLS reports whether a and b, two loadings of one client TLS
+// block (grpc.xds.tls, store.redis.tls), hold the same CAs, client certificate chain and key.
 func sameClientTLS(a, b *tls.Config) bool {
 	if a == nil || b == nil {
 		return a == b
