@@ -266,9 +266,10 @@ func (s *Set) HasDomain(domain string) bool {
 
 // node is one level of a domain's descriptor tree.
 type node struct {
-	children map[string]*node // by childKey(key, value); value "" for a key alone
-	wild     []wildcard       // wildcard children, in config order
-	order    []*node          // every child, in config order
+	children map[string]*node    // by childKey(key, value); value "" for a key alone
+	wild     []wildcard          // wildcard children, in config order
+	wix      map[string]*keyWild // wild indexed by key (see indexWild)
+	order    []*node             // every child, in config order
 	rule     *Rule
 	key      string
 	value    string // the config value: literal, pattern, or ""

@@ -288,5 +288,6 @@ func merge(dst, src *node, file, from string) rules.ParseErrors {
 		dst.order = append(dst.order, n)
 	}
 	dst.wild = append(dst.wild, src.wild...)
+	dst.wix = indexWild(dst.wild)
 	return nil
 }

@@ -124,6 +124,7 @@ func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed,
 	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
 		d.descriptor(k, item, parent, p, path, depth, v2m)
 	})
+	parent.wix = indexWild(parent.wild)
 }
 
 // descriptor decodes one descriptor and adds it to parent.

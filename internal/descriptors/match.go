@@ -78,12 +78,8 @@ func lookup(root *node, entries []Entry, m *Match, labels bool) {
 		}
 		wild := false
 		if next == nil {
-			for j := range cur.wild {
-				w := &cur.wild[j]
-				if w.key == e.Key && matchWildcard(w.parts, e.Value) {
-					next, wild = w.n, true
-					break
-				}
+			if j := cur.firstWild(e.Key, e.Value); j >= 0 {
+				next, wild = cur.wild[j].n, true
 			}
 		}
 		byValue := next != nil
