@@ -12,6 +12,7 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		messaging,
 		"domain: d\ndescriptors:\n  - key: k\n    value: a*b*\n    share_threshold: true\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+		"domain: d\ndescriptors:\n  - {key: k, value: a*}\n  - {key: k, value: ab*}\n  - {key: k, value: \"*b\"}\n  - {key: k, value: \"*-*\"}\n  - {key: j, value: \"*\"}\n  - {key: k, value: a*b, rate_limit: {unit: hour, requests_per_unit: 1}}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    algorithm: gcra\n    burst: 5\n    rate_limit: {unit: second, requests_per_unit: 2, name: x, replaces: [{name: y}]}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
 		"domain: &a d\ndescriptors: [*a]\n",
@@ -39,6 +40,26 @@ func FuzzParse(f *testing.F) {
 			if m.Rule != nil && !m.Rule.Unlimited {
 				_ = m.StoreKey(e)
 			}
+			checkWildIndex(t, s.domains[d])
 		}
 	})
+}
+
+// checkWildIndex checks, at every level under n, that the wildcard index
+// finds what trying each wildcard in file order finds, for values made
+// from the level's own patterns.
+func checkWildIndex(t *testing.T, n *node) {
+	for _, w := range n.wild {
+		p := strings.Join(w.parts, "*")
+		for _, v := range []string{"", "a-b", strings.ReplaceAll(p, "*", ""), strings.ReplaceAll(p, "*", "x"), "x" + strings.ReplaceAll(p, "*", "") + "x"} {
+			for _, o := range n.wild {
+				if got, want := n.firstWild(o.key, v), firstWildScan(n.wild, o.key, v); got != want {
+					t.Fatalf("firstWild(%q, %q) = %d, want %d", o.key, v, got, want)
+				}
+			}
+		}
+	}
+	for _, c := range n.order {
+		checkWildIndex(t, c)
+	}
 }
