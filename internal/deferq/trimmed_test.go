@@ -22,17 +22,9 @@ import (
 // finds it gone and goes on (begin.lua drops it from the key's order),
 // and its record goes with it: it used to read "queued" for 7 days.
 func TestTrimmedRequestLeavesNoStatus(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	c, q, up, stream := jobsQueue(t)
 	gone := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("1"))
 	next := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("2"))
-	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
 	if n, err := c.Do(context.Background(), c.B().Xtrim().Key(stream).Maxlen().Threshold("1").Build()).AsInt64(); err != nil || n != 1 {
 		t.Fatalf("XTRIM: %d, %v; want 1 (the first request trimmed)", n, err)
 	}
@@ -57,16 +49,8 @@ func TestTrimmedRequestLeavesNoStatus(t *testing.T) {
 // Redis lost; one pending with a consumer (held: its holder sends it) and
 // one still in the stream read "queued". The key's next request goes on.
 func TestTrimmedLastRequestUnknown(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	c, q, _, stream := jobsQueue(t)
 	ctx := context.Background()
-	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
 	sid := func(id string) string {
 		v, err := c.Do(ctx, c.B().Hget().Key("sluice:defer:{"+deferq.Tag("jobs")+"}:s:"+id).Field("sid").Build()).ToString()
 		if err != nil {
@@ -117,6 +101,22 @@ func TestTrimmedLastRequestUnknown(t *testing.T) {
 	awaitState(t, q, next, "delivered")
 }
 
+// jobsQueue is a queue over a Redis of its own with the one rule "jobs"
+// (no Take: each request goes at its turn), delivering to an upstream
+// that records each request; stream is the rule's stream.
+func jobsQueue(t *testing.T) (c rueidis.Client, q *deferq.Queue, up *upstream, stream string) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	c = client(t, srv.Addr)
+	up = newUpstream(t, nil)
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	return c, q, up, "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
+}
+
 // keyList returns the ids in the list of rule's requests queued under
 // limiter key (sluice:defer:{T}:k:H), in order; none when it is gone.
 func keyList(t *testing.T, c rueidis.Client, rule, key string) []string {
@@ -136,16 +136,8 @@ func keyList(t *testing.T, c rueidis.Client, rule, key string) []string {
 // clean): a key a day trimmed so was a list a day kept for ever. Found gone
 // by Status here; a request of the key queued later goes at once.
 func TestTrimmedLastRequestLeavesKeyList(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	c, q, _, stream := jobsQueue(t)
 	ctx := context.Background()
-	stream := "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
 	trimmed := enqueue(t, q, "jobs", "t", http.MethodPost, "/trimmed", []byte("t"))
 	if got := keyList(t, c, "jobs", "t"); len(got) != 1 || got[0] != trimmed {
 		t.Fatalf("key list after the enqueue: %v, want [%s]", got, trimmed)
