@@ -1,10 +1,8 @@
 package fleet_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -44,8 +42,6 @@ func TestLeaseGiveBackReachesOtherCaches(t *testing.T) {
 }
 
 func testLeaseGiveBackReaches(t *testing.T, addrs []string, cluster bool, back func(*fleet.Lease) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	o := redisstore.Options{Addrs: addrs, Cluster: cluster, PublishRefunds: true}
 	a, b := fleet.OpenRedis(t, o), fleet.OpenRedis(t, o)
 	la := newLease(t, a, fleet.LeaseOptions{Chunk: 3})
@@ -54,38 +50,6 @@ func testLeaseGiveBackReaches(t *testing.T, addrs []string, cluster bool, back f
 	wb := newWatchEvents(cb)
 	watchRefunds(t, b, wb, wb.resumed)
 
-	r := sluice.Request{Namespace: "api", Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(6), Cost: 1, Now: sluicetest.T0}
-	take := func(who string, c *fleet.OverLimitCache, want bool) {
-		t.Helper()
-		if d, err := c.Take(ctx, r); err != nil || d.Allowed != want {
-			t.Fatalf("%s: Take(%q) = %+v, %v; want Allowed %v", who, r.Key, d, err, want)
-		}
-	}
-	take("A", ca, true) // the key's first: decided in Redis (1 counted)
-	take("A", ca, true) // reserves 3 (4 counted), spends 1
-	if st := la.Stats(); st.Granted != 3 || st.Spent != 1 {
-		t.Fatalf("A's lease: %+v; want 3 granted, 1 spent", st)
-	}
-	take("B", cb, true) // 5
-	take("B", cb, true) // 6
-	take("B", cb, false)
-	take("B", cb, false) // from B's cache
-	if got := cb.Hits(); got != 1 {
-		t.Fatalf("B's cache hits = %d; want 1 (the refusal remembered)", got)
-	}
-	if err := back(la); err != nil {
-		t.Fatalf("A: handing the lease back: %v", err)
-	}
-	if st := la.Stats(); st.Returned != 2 {
-		t.Fatalf("A's lease: %+v; want 2 returned", st)
-	}
-	if got := await(t, wb.forgot, "give-back message at B"); got != "apik" {
-		t.Fatalf("B was told of a give-back of %q; want %q", got, "apik")
-	}
-	take("B", cb, true) // a unit A gave back
-	take("B", cb, true) // the other
-	take("B", cb, false)
-	if got := cb.Hits(); got != 1 {
-		t.Fatalf("B's cache hits = %d; want still 1", got)
-	}
+	giveBack{a: ca, b: cb, la: la, back: func() error { return back(la) }, forgot: wb.forgot,
+		laStats: true, bCache: cb}.run(t)
 }

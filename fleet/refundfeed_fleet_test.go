@@ -1,10 +1,8 @@
 package fleet_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -39,7 +37,6 @@ func (f *feedEvents) Resume() {
 // refusal again; told to the lease alone, the cache would refuse.
 func TestRefundFeedTellsTheWholeStack(t *testing.T) {
 	srv := redistest.StartServer(t)
-	ctx := context.Background()
 	o := redisstore.Options{Addrs: []string{srv.Addr}, PublishRefunds: true}
 	a, b := fleet.OpenRedis(t, o), fleet.OpenRedis(t, o)
 	la, lb := newLease(t, a, fleet.LeaseOptions{Chunk: 3}), newLease(t, b, fleet.LeaseOptions{Chunk: 3})
@@ -47,37 +44,6 @@ func TestRefundFeedTellsTheWholeStack(t *testing.T) {
 	fb := &feedEvents{RefundFeed: fleet.NewRefundFeed(cb, lb), forgot: make(chan string, 100), resumed: make(chan struct{}, 100)}
 	watchRefunds(t, b, fb, fb.resumed)
 
-	r := sluice.Request{Namespace: "api", Key: "k", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(6), Cost: 1, Now: sluicetest.T0}
-	take := func(who string, s sluice.Store, want bool) {
-		t.Helper()
-		if d, err := s.Take(ctx, r); err != nil || d.Allowed != want {
-			t.Fatalf("%s: Take(%q) = %+v, %v; want Allowed %v", who, r.Key, d, err, want)
-		}
-	}
-	take("A", la, true) // decided in Redis: 1 counted
-	take("A", la, true) // reserves 3 (4 counted), spends 1: holds 2
-	take("B", cb, true) // decided in Redis: 5
-	take("B", cb, true) // reserves the 1 left: 6
-	take("B", cb, false)
-	take("B", cb, false) // from the cache
-	if got := cb.Hits(); got != 1 {
-		t.Fatalf("B's cache hits = %d; want 1", got)
-	}
-	calls := lb.Stats().Calls
-	take("B", lb, false) // the lease on its own
-	if got := lb.Stats().Calls; got != calls {
-		t.Fatalf("B's lease asked Redis %d times more; want 0 (it refuses on its own)", got-calls)
-	}
-	if err := la.CloseAt(sluicetest.T0); err != nil {
-		t.Fatalf("A: CloseAt: %v", err)
-	}
-	if got := await(t, fb.forgot, "give-back message at B"); got != "apik" {
-		t.Fatalf("B was told of a give-back of %q; want %q", got, "apik")
-	}
-	take("B", cb, true) // a unit A gave back
-	take("B", cb, true) // the other
-	take("B", cb, false)
-	if got := cb.Hits(); got != 1 {
-		t.Fatalf("B's cache hits = %d; want still 1", got)
-	}
+	giveBack{a: la, b: cb, la: la, back: func() error { return la.CloseAt(sluicetest.T0) }, forgot: fb.forgot,
+		bCache: cb, bLease: lb}.run(t)
 }
