@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/rules"
@@ -283,11 +284,17 @@ func merge(dst, src *node, file, from string) rules.ParseErrors {
 	if len(es) > 0 {
 		return es
 	}
+	wild := append(slices.Clip(dst.wild), src.wild...)
+	wix, crowd := indexWild(wild)
+	if crowd != nil {
+		n := wild[crowd.j].n // from src: dst's own are within the bound
+		return rules.ParseErrors{{File: file, Line: n.line, Key: n.at,
+			Msg: crowd.msg(wild, fmt.Sprintf("the top level (%s)", from))}}
+	}
 	for _, n := range src.order {
 		dst.children[childKey(n.key, n.value)] = n
 		dst.order = append(dst.order, n)
 	}
-	dst.wild = append(dst.wild, src.wild...)
-	dst.wix = indexWild(dst.wild)
+	dst.wild, dst.wix = wild, wix
 	return nil
 }

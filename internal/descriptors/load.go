@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -124,7 +125,16 @@ func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed,
 	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
 		d.descriptor(k, item, parent, p, path, depth, v2m)
 	})
-	parent.wix = indexWild(parent.wild)
+	var crowd *wildCrowd
+	parent.wix, crowd = indexWild(parent.wild)
+	if crowd != nil {
+		level := "the top level"
+		if path != "" {
+			level = fmt.Sprintf("the level under %q", path)
+		}
+		w := parent.wild[crowd.j].n
+		d.Errs = append(d.Errs, &rules.ParseError{File: d.File, Line: w.line, Key: w.at, Msg: crowd.msg(parent.wild, level)})
+	}
 }
 
 // descriptor decodes one descriptor and adds it to parent.

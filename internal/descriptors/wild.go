@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -14,6 +15,8 @@ import (
 // whichever is longer. A value can only match patterns whose start is a
 // prefix of it (or whose end is a suffix of it): those literals are found
 // by binary search in sorted lists, and only their patterns are checked.
+// The patterns one literal heads are bounded (maxWildShared), as those are
+// checked one by one.
 
 // keyWild indexes the wildcard values of one key at one level.
 type keyWild struct {
@@ -28,10 +31,35 @@ type litIndex struct {
 	pats [][]int
 }
 
-// indexWild builds the index of the wildcard values wild of one level.
-func indexWild(wild []wildcard) map[string]*keyWild {
+// maxWildShared bounds the wildcard values of one key at one level that
+// share the literal the index finds them by: a request value holding that
+// literal is checked against each of them.
+const maxWildShared = 1000
+
+// wildCrowd tells of more than maxWildShared wildcard values sharing a
+// literal: wild[j] is the first past the bound, in file order.
+type wildCrowd struct {
+	j   int
+	lit string
+	end bool // lit is the text after the last "*", not before the first
+}
+
+func (c *wildCrowd) msg(wild []wildcard, level string) string {
+	w := wild[c.j]
+	where := "before their first *"
+	if c.end {
+		where = "after their last *"
+	}
+	return fmt.Sprintf("wildcard value %q: more than %d wildcard values of key %q at %s have the same text %q %s (the longer of their two ends); each request value with that text would be checked against them all",
+		strings.Join(w.parts, "*"), maxWildShared, w.key, level, c.lit, where)
+}
+
+// indexWild builds the index of the wildcard values wild of one level. It
+// reports the first wildcard value past maxWildShared ones sharing a
+// literal, if any.
+func indexWild(wild []wildcard) (map[string]*keyWild, *wildCrowd) {
 	if len(wild) == 0 {
-		return nil
+		return nil, nil
 	}
 	type build struct{ pre, suf map[string][]int }
 	byKey := map[string]*build{}
@@ -50,10 +78,21 @@ func indexWild(wild []wildcard) map[string]*keyWild {
 		}
 	}
 	idx := make(map[string]*keyWild, len(byKey))
+	var crowd *wildCrowd
 	for k, b := range byKey {
 		idx[k] = &keyWild{pre: newLitIndex(b.pre), suf: newLitIndex(b.suf)}
+		for lit, pats := range b.pre {
+			if len(pats) > maxWildShared && (crowd == nil || pats[maxWildShared] < crowd.j) {
+				crowd = &wildCrowd{j: pats[maxWildShared], lit: lit}
+			}
+		}
+		for lit, pats := range b.suf {
+			if len(pats) > maxWildShared && (crowd == nil || pats[maxWildShared] < crowd.j) {
+				crowd = &wildCrowd{j: pats[maxWildShared], lit: reverse(lit), end: true}
+			}
+		}
 	}
-	return idx
+	return idx, crowd
 }
 
 func newLitIndex(m map[string][]int) litIndex {

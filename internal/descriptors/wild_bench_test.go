@@ -20,7 +20,7 @@ func wildSet(n int, format string) *Set {
 		root.order = append(root.order, nd)
 		root.wild = append(root.wild, wildcard{key: "k", parts: strings.Split(v, "*"), n: nd})
 	}
-	root.wix = indexWild(root.wild)
+	root.wix, _ = indexWild(root.wild)
 	return &Set{domains: map[string]*node{"w": root}, order: []string{"w"}}
 }
 

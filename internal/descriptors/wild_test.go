@@ -49,7 +49,8 @@ func TestFirstWildIndex(t *testing.T) {
 			seen[k+"\x00"+v] = true
 			wild = append(wild, wildcard{key: k, parts: strings.Split(v, "*")})
 		}
-		n := &node{wild: wild, wix: indexWild(wild)}
+		n := &node{wild: wild}
+		n.wix, _ = indexWild(wild)
 		for range 50 {
 			v := strings.ReplaceAll(word(8), "*", "c")
 			for _, k := range []string{"k", "j", "x"} {
@@ -158,5 +159,78 @@ func TestWildSetSizes(t *testing.T) {
 				t.Errorf("n=%d: Lookup(%q) = %q, want %q", n, tc.v, got, tc.want)
 			}
 		}
+	}
+}
+
+// wildFile returns a descriptor file of domain d whose top level, or the
+// level under k_v with nested, holds n wildcard values of key k made by
+// format from 0..n-1, the last with a rule.
+func wildFile(n int, format string, nested bool) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	ind := "  "
+	if nested {
+		b.WriteString("  - key: k\n    value: v\n    descriptors:\n")
+		ind = "      "
+	}
+	for i := range n {
+		fmt.Fprintf(&b, "%s- {key: k, value: %q", ind, fmt.Sprintf(format, i))
+		if i == n-1 {
+			b.WriteString(", rate_limit: {unit: second, requests_per_unit: 1}")
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// TestWildcardsSharingALiteral checks the bound on the wildcard values of
+// one key at one level that share the literal they are found by: the
+// value past it is refused, naming file, line and level; values that
+// differ in that literal are not bounded.
+func TestWildcardsSharingALiteral(t *testing.T) {
+	n := maxWildShared
+	if s, err := Parse("ok.yaml", []byte(wildFile(n, "*-%d-*", false))); err != nil {
+		t.Fatalf("%d wildcards sharing their ends: %v", n, err)
+	} else if got, _ := lookupPath(t, s, "d", es("k", fmt.Sprintf("x-%d-y", n-1))); got != fmt.Sprintf("k_*-%d-*", n-1) {
+		t.Errorf("Lookup = %q", got)
+	}
+	if _, err := Parse("ok.yaml", []byte(wildFile(3*n, "p%d/*", false))); err != nil {
+		t.Errorf("%d wildcards of distinct starts: %v", 3*n, err)
+	}
+	if _, err := Parse("ok.yaml", []byte(wildFile(3*n, "*/%d", false))); err != nil {
+		t.Errorf("%d wildcards of distinct ends: %v", 3*n, err)
+	}
+	for _, tc := range []struct {
+		format string
+		nested bool
+		want   string
+	}{
+		{"*-%d-*", false, fmt.Sprintf(`big.yaml:%d: descriptors[%d]: wildcard value "*-%d-*": more than %d wildcard values of key "k" at the top level have the same text "" before their first *`, n+3, n, n, n)},
+		{"a*%d*b", true, fmt.Sprintf(`big.yaml:%d: descriptors[0].descriptors[%d]: wildcard value "a*%d*b": more than %d wildcard values of key "k" at the level under "k_v" have the same text "a" before their first *`, n+6, n, n, n)},
+		{"*%d*.pdf", false, fmt.Sprintf(`big.yaml:%d: descriptors[%d]: wildcard value "*%d*.pdf": more than %d wildcard values of key "k" at the top level have the same text ".pdf" after their last *`, n+3, n, n, n)},
+	} {
+		_, err := Parse("big.yaml", []byte(wildFile(n+2, tc.format, tc.nested)))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%d wildcards %q: %v\nwant %s...", n+2, tc.format, err, tc.want)
+		}
+	}
+}
+
+// TestWildcardsSharingALiteralMerged checks the bound across the files of
+// a domain merged at the top level: the file that passes it is named, and
+// the domain is not half-merged.
+func TestWildcardsSharingALiteralMerged(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	if err := os.WriteFile(a, []byte(wildFile(maxWildShared, "*-%d-*", false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte("domain: d\ndescriptors:\n  - {key: k, value: \"*-x-*\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadWith([]string{a, b}, LoadOptions{MergeDomains: true})
+	want := b + `:3: descriptors[0]: wildcard value "*-x-*": more than 1000 wildcard values of key "k" at the top level (domain "d" merged from ` + a + `) have the same text "" before their first *`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("merged: %v\nwant %s...", err, want)
 	}
 }
