@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -38,4 +40,48 @@ func (m *middleware) giveBack(ctx context.Context, idx []int, reqs []sluice.Requ
 		q.Now = m.rules[idx[i]].Limiter.Now()
 		_, _ = rf.Refund(rctx, q)
 	}
+}
+
+// StatusClientClosedRequest (499, nginx's "client closed request") is the
+// status the middleware writes for a request whose client went away before
+// it was decided or while it waited out its Delay: the next handler never
+// ran. Nobody reads the answer (a client that only half-closed its
+// connection may); it is for the logging and metrics middleware wrapped
+// around this one, which would otherwise record the 200 net/http writes
+// for a handler that wrote nothing.
+const StatusClientClosedRequest = 499
+
+// writeGone answers 499 with no body for a request whose client went away,
+// without the rate-limit headers: a request gone during its Delay gave its
+// leaky bucket places back, so the figures set before the wait no longer
+// hold.
+func writeGone(w http.ResponseWriter) {
+	h := w.Header()
+	for _, k := range [...]string{keyLimit, keyRemaining, keyReset, keyPolicy, keyRateLimit, keyRetryAfter, keyXRetryAfter} {
+		delete(h, k)
+	}
+	w.WriteHeader(StatusClientClosedRequest)
+}
+
+// writeDeadline answers 503 Service Unavailable for an admitted request
+// whose own deadline (not its client) ended its Delay before its place in
+// the queue left: Retry-After (whole seconds, rounded up, at least 1) is
+// the rest of its wait, left the time its place would have left, and the
+// body {"error":"deadline_exceeded","retry_after_ms":N}. As for a client
+// gone, the rate-limit headers are removed: its places were given back.
+func writeDeadline(w http.ResponseWriter, left time.Duration) {
+	h := w.Header()
+	for _, k := range [...]string{keyLimit, keyRemaining, keyReset, keyPolicy, keyRateLimit, keyRetryAfter, keyXRetryAfter} {
+		delete(h, k)
+	}
+	var buf [64]byte
+	b := append(buf[:0], `{"error":"deadline_exceeded","retry_after_ms":`...)
+	b = strconv.AppendInt(b, max(ceilDiv(left, time.Millisecond), 1), 10)
+	b = append(b, "}\n"...)
+	h[keyRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(left), 1), 10)}
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(b)
 }

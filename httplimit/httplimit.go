@@ -145,8 +145,13 @@ type rule struct {
 // rate-limit headers, as for a client gone before the store answered; the
 // request stays counted (it was admitted), except for its
 // leaky bucket places that have not left, which are given back on a store
-// with sluice.Refunder, so the requests queued behind move up. A request
-// no rule applies to passes, without headers.
+// with sluice.Refunder, so the requests queued behind move up. If the
+// request's own deadline passes during its Delay (a timeout set around
+// the middleware; its client still there), the same holds, but the answer
+// is 503 Service Unavailable with Retry-After, the rest of its wait, and
+// {"error":"deadline_exceeded","retry_after_ms":N}: the queue was longer
+// than the request allows. A request no rule applies to passes, without
+// headers.
 //
 // The tightest rule is the one that denied (the longest RetryAfter if
 // several did), else the one with the lowest Remaining, ties going to the
@@ -348,6 +353,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for i := range ds {
 		delay = max(delay, ds[i].Delay)
 	}
+	longest := delay
 	if delay > 0 {
 		// The slot leaves Delay after the decision: what the answer took
 		// to come back (a round trip to Redis) is part of the wait, not
@@ -366,6 +372,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		if errors.Is(r.Context().Err(), context.Canceled) {
 			writeGone(w)
+		} else {
+			// The request's own deadline passed first, its client
+			// still there: the queue was longer than the request
+			// allows, so it is told when its place would have left.
+			writeDeadline(w, longest-since)
 		}
 		return
 	}
@@ -448,27 +459,6 @@ func writeInvalid(w http.ResponseWriter, err error) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(http.StatusInternalServerError)
 	w.Write([]byte(body))
-}
-
-// StatusClientClosedRequest (499, nginx's "client closed request") is the
-// status the middleware writes for a request whose client went away before
-// it was decided or while it waited out its Delay: the next handler never
-// ran. Nobody reads the answer (a client that only half-closed its
-// connection may); it is for the logging and metrics middleware wrapped
-// around this one, which would otherwise record the 200 net/http writes
-// for a handler that wrote nothing.
-const StatusClientClosedRequest = 499
-
-// writeGone answers 499 with no body for a request whose client went away,
-// without the rate-limit headers: a request gone during its Delay gave its
-// leaky bucket places back, so the figures set before the wait no longer
-// hold.
-func writeGone(w http.ResponseWriter) {
-	h := w.Header()
-	for _, k := range [...]string{keyLimit, keyRemaining, keyReset, keyPolicy, keyRateLimit, keyRetryAfter, keyXRetryAfter} {
-		delete(h, k)
-	}
-	w.WriteHeader(StatusClientClosedRequest)
 }
 
 // WriteUnavailable answers 503 Service Unavailable with
