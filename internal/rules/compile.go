@@ -32,6 +32,8 @@ const (
 	MaxMethods = 64
 	// MaxKeyParts bounds key.
 	MaxKeyParts = 16
+	// MaxPartName bounds the NAME of a header:, query: or cookie: key part.
+	MaxPartName = 256
 )
 
 // Compile checks specs and compiles them, in order. file names the config
@@ -160,6 +162,12 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 		key := "key[" + strconv.Itoa(j) + "]"
 		if len(sp.Key) == 0 {
 			key = "key"
+		}
+		if kind, name, _ := strings.Cut(k, ":"); len(name) > MaxPartName && (kind == "header" || kind == "query" || kind == "cookie") {
+			// Not echoed whole: a name of megabytes would make the
+			// message as long.
+			f(key, "%s: key part %q has a name of %d bytes, more than the %d a name may: it is read from every request the rule matches", ruleNamed(sp), strings.ToValidUTF8(k[:len(kind)+1+32], "")+"…", len(name), MaxPartName)
+			continue
 		}
 		p, err := ParsePart(k)
 		if err != nil {
