@@ -20,12 +20,7 @@ import (
 // the key used, charging only what that counter lacks.
 func TestAutoShardsBoundDropChargedOnce(t *testing.T) {
 	f := newSeedFixture(t)
-	f.refresh(f.a, f.t0, false)
-	f.refresh(f.b, f.t0, false)
-	f.decide(f.a, "cold", 40, false)
-	f.refresh(f.a, f.t0, true)
-	f.refresh(f.b, f.t0, true)
-	f.raw("hot, seeded", 20, 20)
+	f.coldThenHot()
 	// 1000 other keys, found hot later than this one: the set's bound
 	// drops it at b's exchange.
 	for i := range maxFleetHot {
@@ -54,21 +49,13 @@ func TestAutoShardsBoundDropChargedOnce(t *testing.T) {
 // all, 20 refused); now only what they lack.
 func TestAutoShardsHotAgainChargedOnce(t *testing.T) {
 	f := newSeedFixture(t)
-	f.refresh(f.a, f.t0, false)
-	f.refresh(f.b, f.t0, false)
-	f.refresh(f.a, f.t0, true)
-	f.refresh(f.b, f.t0, true)
+	f.refreshBoth(f.t0, false)
+	f.refreshBoth(f.t0, true)
 	f.decide(f.a, "hot", 20, true)
-	// Past the key's time in the set: Redis's clock moving on, for the
-	// set; the decisions' window does not move.
-	ttl := (*f.a.hotAuto.Load())[f.name]
-	f.advance(f.name, ttl+time.Minute)
-	later := f.t0.Add(ttl + time.Minute)
-	f.refresh(f.a, later, false)
-	f.refresh(f.b, later, false)
+	later := f.pastHorizon()
+	f.refreshBoth(later, false)
 	f.raw("cold", 40, 40)
-	f.refresh(f.a, later, true)
-	f.refresh(f.b, later, true)
+	f.refreshBoth(later, true)
 	f.raw("hot again", 40, 40)
 	f.decide(f.a, "hot again", 100, true)
 	if f.total != 60 {
@@ -103,6 +90,33 @@ func newSeedFixture(t *testing.T) *seedFixture {
 func (f *seedFixture) refresh(d *Daemon, at time.Time, hot bool) {
 	f.t.Helper()
 	f.hotPair.refresh(d, at, hot, map[string]string{f.name: f.key})
+}
+
+// refreshBoth refreshes a's hot sets, then b's, at at.
+func (f *seedFixture) refreshBoth(at time.Time, hot bool) {
+	f.t.Helper()
+	f.refresh(f.a, at, hot)
+	f.refresh(f.b, at, hot)
+}
+
+// coldThenHot has instance a admit 40 of the key on its own counter, then
+// both find the key hot: its shards are seeded with the 20 left.
+func (f *seedFixture) coldThenHot() {
+	f.t.Helper()
+	f.refreshBoth(f.t0, false)
+	f.decide(f.a, "cold", 40, false)
+	f.refreshBoth(f.t0, true)
+	f.raw("hot, seeded", 20, 20)
+}
+
+// pastHorizon moves Redis's clock on past the key's time in the fleet's
+// set, for the set (the decisions' window does not move), and returns
+// the now to refresh at from then on.
+func (f *seedFixture) pastHorizon() time.Time {
+	f.t.Helper()
+	ttl := (*f.a.hotAuto.Load())[f.name]
+	f.advance(f.name, ttl+time.Minute)
+	return f.t0.Add(ttl + time.Minute)
 }
 
 // decide sends n requests of the key to d, sharded or not.

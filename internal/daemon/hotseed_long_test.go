@@ -21,12 +21,7 @@ func TestAutoShardsLongKeyMoveKeepsCount(t *testing.T) {
 	if len(f.key) <= 256 {
 		t.Fatalf("key of %d bytes, want one past 256", len(f.key))
 	}
-	f.refresh(f.a, f.t0, false)
-	f.refresh(f.b, f.t0, false)
-	f.decide(f.a, "cold", 40, false)
-	f.refresh(f.a, f.t0, true)
-	f.refresh(f.b, f.t0, true)
-	f.raw("hot, seeded", 20, 20)
+	f.coldThenHot()
 	f.decide(f.b, "hot", 100, true)
 	if f.total != 60 {
 		t.Errorf("admitted %d in the window over the move, want its limit 60", f.total)

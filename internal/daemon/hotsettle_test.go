@@ -1,9 +1,6 @@
 package daemon
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // A key that shards: auto moves is still decided on the counter it leaves
 // by the instances that have not switched yet (each switches at its own
@@ -14,14 +11,12 @@ import (
 // since.
 func TestAutoShardsMoveCarriesLaggingInstance(t *testing.T) {
 	f := newSeedFixture(t)
-	f.refresh(f.a, f.t0, false)
-	f.refresh(f.b, f.t0, false)
+	f.refreshBoth(f.t0, false)
 	f.decide(f.a, "cold", 40, false)
 	f.refresh(f.a, f.t0, true) // a adds the key to the fleet's set: 20 left on the shards
 	f.raw("hot, seeded", 20, 20)
 	f.decide(f.b, "b, before its refresh", 10, false) // on the key's own counter
-	f.refresh(f.a, f.t0, true)
-	f.refresh(f.b, f.t0, true)
+	f.refreshBoth(f.t0, true)
 	f.raw("b's 10 carried", 10, 10)
 	f.decide(f.a, "hot", 100, true)
 	if f.total != 60 {
@@ -34,17 +29,13 @@ func TestAutoShardsMoveCarriesLaggingInstance(t *testing.T) {
 // it back carries what they gained to its own counter (70 of 60 before).
 func TestAutoShardsMoveBackCarriesLaggingInstance(t *testing.T) {
 	f := newSeedFixture(t)
-	f.refresh(f.a, f.t0, true)
-	f.refresh(f.b, f.t0, true)
+	f.refreshBoth(f.t0, true)
 	f.decide(f.a, "hot", 20, true)
-	ttl := (*f.a.hotAuto.Load())[f.name]
-	f.advance(f.name, ttl+time.Minute)
-	later := f.t0.Add(ttl + time.Minute)
+	later := f.pastHorizon()
 	f.refresh(f.a, later, false) // a drops the key from the fleet's set: its own counter charged 20
 	f.raw("cold, seeded", 40, 40)
 	f.decide(f.b, "b, before its refresh", 10, true) // on the shards
-	f.refresh(f.a, later, false)
-	f.refresh(f.b, later, false)
+	f.refreshBoth(later, false)
 	f.raw("b's 10 carried", 30, 30)
 	f.decide(f.a, "cold", 100, false)
 	if f.total != 60 {
