@@ -10,8 +10,7 @@
 -- After the requests' values, a give or a refund may carry a channel and
 -- a message per key: the script then PUBLISHes each key's message on the
 -- channel (once per key) when the refund is saved (redisstore's
--- Options.PublishRefunds); a refund, only for the keys it gave anything
--- back to.
+-- Options.PublishRefunds), only for the keys it gave anything back to.
 -- It returns 7 integers per request: allowed (1/0), remaining, retry (-1:
 -- never), reset, delay, idle (ticks), mark; nothing for a refund; for a
 -- give, those of a request of cost 0 right after it.
@@ -27,16 +26,18 @@ end
 -- appends its outcome to out; it returns whether it was allowed.
 -- A forced request never fails the others: decide returns true for it.
 -- With give, it runs sluice's Algorithm.Refund instead: a request of cost
--- 0, GIVE, and a request of cost 0 again, whose outcome it appends.
+-- 0, GIVE, and a request of cost 0 again, whose outcome it appends; it
+-- returns then, second, whether GIVE gave anything back.
 local function decide(o, a, out, give)
   local force = ARGV[a + 9] == '1'
   local alg, segments, tick = (ARGV[a + 1] + 0), (ARGV[a + 5] + 0), (ARGV[a + 6] + 0)
   local rate, burst, period = (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0)
   local us = tnow or (ARGV[a + 8] + 0)
   local now, cost = fdiv(us, tick), (ARGV[a + 7] + 0)
+  local gave = false
   if give then
     STEP[alg](o, rate, burst, period, segments, now, 0, false)
-    GIVE[alg](o, rate, burst, period, segments, now, cost)
+    gave = GIVE[alg](o, rate, burst, period, segments, now, cost)
     cost, force = 0, false
   end
   local allowed, remaining, retry, reset, delay, idle, mark =
@@ -50,7 +51,7 @@ local function decide(o, a, out, give)
   out[n + 5] = delay
   out[n + 6] = idle
   out[n + 7] = mark
-  return allowed or force
+  return allowed or force, gave
 end
 
 local function loadFor(key, a)
@@ -60,7 +61,7 @@ local function loadFor(key, a)
 end
 
 local objs, order, out, ok = {}, {}, {}, true
-local gave = {} -- a refund's requests that gave anything back
+local gave = {} -- a refund's or a give's requests that gave anything back
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 9
   local key = KEYS[i]
@@ -75,8 +76,10 @@ for i = 1, #KEYS do
     gave[i] = REFUND[(ARGV[a + 1] + 0)](o, (ARGV[a + 2] + 0), (ARGV[a + 3] + 0), (ARGV[a + 4] + 0),
       (ARGV[a + 5] + 0), fdiv(tnow or (ARGV[a + 8] + 0), tick), (ARGV[a + 7] + 0), (ARGV[a + 9] + 0))
     o.ttl = max(redis.call('PTTL', key), margin)
-  elseif not decide(o, a, out, mode == 'give') then
-    ok = false
+  else
+    local allowed
+    allowed, gave[i] = decide(o, a, out, mode == 'give')
+    if not allowed then ok = false end
   end
 end
 if (mode == 'take' and ok) or mode == 'refund' or mode == 'give' then
@@ -87,7 +90,7 @@ if (mode == 'give' or mode == 'refund') and ARGV[pub + 1] then
   local sent = {}
   for i = 1, #KEYS do
     local m = ARGV[pub + 1 + i]
-    if not sent[m] and (mode == 'give' or gave[i]) then
+    if not sent[m] and gave[i] then
       sent[m] = true
       redis.call('PUBLISH', ARGV[pub + 1], m)
     end

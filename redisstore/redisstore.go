@@ -142,9 +142,10 @@ type Options struct {
 	Needs []Need
 	// PublishRefunds makes every give-back of units also publish its
 	// key on RefundChannel, for the fleet's over-limit caches (see
-	// WatchRefunds): each Refund, what a cross-slot TakeAll gives back
-	// when a slot refused after the check (the keys it gave units back
-	// to), and a lease's units given back (Return, and the expired units
+	// WatchRefunds): each Refund that left the key counting less (not
+	// one of cost 0, nor of units whose window has gone), what a
+	// cross-slot TakeAll gives back when a slot refused after the check
+	// (the keys it gave units back to), and a lease's units given back (Return, and the expired units
 	// Lease gives back first) that left the key counting less. A
 	// give-back of one key publishes it in its script, atomically with
 	// it; a Return of several keys publishes them after their scripts,

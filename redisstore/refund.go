@@ -14,7 +14,9 @@ var _ sluice.Refunder = (*Store)(nil)
 // atomically, in one round trip, on Redis' clock with Options.RedisTime.
 // A failure wraps sluice.ErrStoreUnavailable; a refund that timed out
 // may have been given back or not. With Options.PublishRefunds, the
-// script also publishes the key on RefundChannel (see WatchRefunds).
+// script also publishes the key on RefundChannel (see WatchRefunds) if it
+// left the key counting less: not for a cost of 0, nor for units whose
+// window has gone (nothing for the other caches to forget).
 func (s *Store) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	r.Force = false
 	var q request

@@ -120,7 +120,9 @@ end
 -- sluice's giveBack (refund.go): it gives cost units back to o, which a
 -- request of cost 0 at now has just brought to now (Store.Refund, the
 -- 'give' mode of main.lua). Unlike REFUND it knows nothing of a
--- particular request: never more than the key has counted.
+-- particular request: never more than the key has counted. It returns
+-- whether it gave anything back (the key counts less), for main.lua to
+-- publish the key only then.
 local GIVE = {}
 
 -- less is sluice's lessUnits: n less cost * unit, at least 0 (cost * unit
@@ -142,62 +144,75 @@ local function withinCap(o, rate, burst, period, now, ahead)
 end
 
 GIVE[1] = function(o, rate, burst, period, segments, now, cost)
-  o.N = less(o.N, cost, period)
+  local n = less(o.N, cost, period)
+  local gave = n < o.N
+  o.N = n
+  return gave
 end
 
 GIVE[6] = function(o, rate, burst, period, segments, now, cost)
   local ahead = o.T - now
-  if ahead < 0 or (ahead == 0 and o.N == 0) then return end
+  if ahead < 0 or (ahead == 0 and o.N == 0) then return false end
+  local t, n = o.T, o.N
   now, ahead = withinCap(o, rate, burst, period, now, ahead)
   local debt = less(ahead * rate + o.N, cost, period)
   o.T = now + tdiv(debt, rate)
   o.N = debt % rate
+  return o.T ~= t or o.N ~= n
 end
 
 GIVE[2] = function(o, rate, burst, period, segments, now, cost)
-  if leakyStale(o, rate, burst, period, now) then return end
+  if leakyStale(o, rate, burst, period, now) then return false end
+  local t, n = o.T, o.N
   local ahead
   now, ahead = withinCap(o, rate, burst, period, now, o.T - now)
   -- The next unit leaves a spacing after the last, which moves back to
   -- now at the earliest.
   local rel = ahead * rate + o.N
-  if rel <= -period then return end
+  if rel <= -period then return false end
   rel = less(rel + period, cost, period) - period
   local q = fdiv(rel, rate)
   o.T = now + q
   o.N = rel - q * rate
+  return o.T ~= t or o.N ~= n
 end
 
 GIVE[3] = function(o, rate, burst, period, segments, now, cost)
-  o.N = less(o.N, cost, 1)
+  local n = less(o.N, cost, 1)
+  local gave = n < o.N
+  o.N = n
+  return gave
 end
 
 -- The log drops up to cost of its newest units: the runs past the one
 -- holding the last unit kept go, and that run is cut short.
 GIVE[4] = function(o, rate, burst, period, segments, now, cost)
   local n = logUnits(o)
-  if n == 0 or cost == 0 then return end
+  if n == 0 or cost == 0 then return false end
   if cost >= n then
     -- Every unit goes: the zero state, which save deletes with the key.
     o.T, o.N, o.M = 0, 0, 0
-    return
+    return true
   end
   local keep = o.M + n - cost
   local i = firstRun(o, runE, keep - 1) -- the run holding unit keep
   for j = i + 1, o.N - 1 do runDel(o, j) end
   o.N = i + 1
   runSet(o, i, runT(o, i), keep)
+  return true
 end
 
 GIVE[5] = function(o, rate, burst, period, s, now, cost)
-  local j = o.T
+  local j, gave = o.T, false
   while cost > 0 and j >= o.T - s do
     local c = cget(o, s, j)
     local x = min(c, cost)
     if x > 0 then
       cput(o, s, j, c - x)
       cost = cost - x
+      gave = true
     end
     j = j - 1
   end
+  return gave
 end

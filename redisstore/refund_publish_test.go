@@ -92,6 +92,10 @@ func TestLeaseGiveBacksPublished(t *testing.T) {
 	ret(p, op("gc", sluice.GCRA, 1, 0, t0))
 	expect("gc")
 
+	// A refund publishes only what it gives back: "last" must count one.
+	if d, err := p.Take(ctx, req("last", sluice.FixedWindow, 1, t0)); err != nil || !d.Allowed {
+		t.Fatalf("Take: %+v, %v", d, err)
+	}
 	if _, err := p.Refund(ctx, req("last", sluice.FixedWindow, 1, t0)); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
