@@ -38,9 +38,11 @@ func Example() {
 		store, err := redisstore.New(ctx, redisstore.Options{
 			Addrs:     []string{os.Getenv("REDIS_ADDR")}, // such as "127.0.0.1:6379"
 			RedisTime: true,
-			// Per call; the default, 50ms, suits a Redis next door. This
-			// example runs as a test on machines busy enough to miss it.
-			Timeout: time.Second,
+			// Per call and per connect; the default, 50ms, suits a Redis
+			// next door. This example runs as a test on machines busy
+			// enough to miss it (1s was missed once, under -race beside
+			// other packages' tests).
+			Timeout: 10 * time.Second,
 		})
 		if err != nil {
 			log.Fatal(err) // wraps sluice.ErrStoreUnavailable
