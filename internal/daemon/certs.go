@@ -114,18 +114,8 @@ func (d *Daemon) reloadXDSTLS() {
 	if len(paths) == 0 {
 		return
 	}
-	if p := missingOf(paths...); p != "" {
-		if !d.certMissing[p] {
-			d.log.Warn("grpc.xds.tls: file is missing: the subscription in force carries on; it is read again when the file is back", "file", p)
-			if d.certMissing == nil {
-				d.certMissing = map[string]bool{}
-			}
-			d.certMissing[p] = true
-		}
+	if !d.clientFilesThere("grpc.xds.tls", "the subscription in force carries on", paths) {
 		return
-	}
-	for _, p := range paths {
-		delete(d.certMissing, p)
 	}
 	c, err := loadXDSTLS(d.Config())
 	if err != nil {
@@ -133,6 +123,27 @@ func (d *Daemon) reloadXDSTLS() {
 		return
 	}
 	d.useXDSTLS(c)
+}
+
+// clientFilesThere reports whether none of paths, the files of a client
+// TLS block (key), is missing. The first missing one is logged once, with
+// what stays in force meanwhile (kept), until it is back. Called under
+// reloadMu.
+func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
+	if p := missingOf(paths...); p != "" {
+		if !d.certMissing[p] {
+			d.log.Warn(key+": file is missing: "+kept+"; it is read again when the file is back", "file", p)
+			if d.certMissing == nil {
+				d.certMissing = map[string]bool{}
+			}
+			d.certMissing[p] = true
+		}
+		return false
+	}
+	for _, p := range paths {
+		delete(d.certMissing, p)
+	}
+	return true
 }
 
 // missingOf returns the first of paths (empty ones aside) that is

@@ -65,18 +65,8 @@ func (d *Daemon) reloadRedisTLS() {
 	if len(paths) == 0 || d.redisTLS.Load() == nil {
 		return
 	}
-	if p := missingOf(paths...); p != "" {
-		if !d.certMissing[p] {
-			d.log.Warn("store.redis.tls: file is missing: new connections to Redis keep the files read before; it is read again when the file is back", "file", p)
-			if d.certMissing == nil {
-				d.certMissing = map[string]bool{}
-			}
-			d.certMissing[p] = true
-		}
+	if !d.clientFilesThere("store.redis.tls", "new connections to Redis keep the files read before", paths) {
 		return
-	}
-	for _, p := range paths {
-		delete(d.certMissing, p)
 	}
 	c, err := loadRedisTLS(d.Config())
 	if err != nil {
