@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The claim rounds keep their time whatever the reader is doing: waiting
@@ -83,18 +80,8 @@ func TestClaimRoundsKeepTime(t *testing.T) {
 // read). Driven round by round against a real Redis, the entry's idle
 // time set by hand on either side of ClaimIdle.
 func TestClaimRoundTakesWhatIsIdle(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c, Upstream: &url.URL{Scheme: "http", Host: "upstream.test"}, EnqueueTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, c := jobsQueue(t)
 	rule := Rule{Name: "jobs"}
-	q.SetRules([]Rule{rule})
 	w := newWorker(q, &rule, "s")
 	ctx := context.Background()
 	stream := w.base + "q"
