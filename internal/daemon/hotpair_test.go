@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -83,6 +84,25 @@ func (p *hotPair) refresh(d *Daemon, at time.Time, hot bool, keys map[string]str
 		}
 	}
 	d.refreshHot(at)
+}
+
+// pastHorizon takes each rule of keys (its name → its key) cold for the
+// fleet: Redis's clock moved a minute past the key's time in the rule's
+// set, and the key's own counter at rest (reset). It returns when that
+// is, on a's clock: the latest of those instants, t0 at the earliest.
+func (p *hotPair) pastHorizon(keys map[string]string) time.Time {
+	p.t.Helper()
+	later := p.t0
+	for name, key := range keys {
+		ttl := (*p.a.hotAuto.Load())[name]
+		p.advance(name, ttl+time.Minute)
+		later = later.Add(max(0, p.t0.Add(ttl+time.Minute).Sub(later)))
+		r := p.a.engine().Rules().Rule(name)
+		if err := p.s.Reset(p.ctx, sluice.Request{Key: key, Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	return later
 }
 
 // advance moves Redis's clock on by dt for the fleet's set of rule: its

@@ -27,7 +27,7 @@ func TestAutoShardsLeaseMoveKeepsCount(t *testing.T) {
 		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto, lease: 5}\n", strings.ReplaceAll(a.String(), "_", "-"), a)
 	}
 	p := newHotPair(t, rulesYAML.String())
-	a, b, s, ctx, t0 := p.a, p.b, p.s, p.ctx, p.t0
+	a, b, ctx, t0 := p.a, p.b, p.ctx, p.t0
 	type ruleCase struct {
 		name, key string
 		total     int
@@ -63,16 +63,7 @@ func TestAutoShardsLeaseMoveKeepsCount(t *testing.T) {
 	decide(b, "hot, instance b", 15, true)
 	// Cold for the fleet past the key's time in its set (its members
 	// moved earlier: Redis's clock moving on), its own counter at rest.
-	later := t0
-	for _, rc := range cases {
-		ttl := (*a.hotAuto.Load())[rc.name]
-		p.advance(rc.name, ttl+time.Minute)
-		later = later.Add(max(0, t0.Add(ttl+time.Minute).Sub(later)))
-		r := a.engine().Rules().Rule(rc.name)
-		if err := s.Reset(ctx, sluice.Request{Key: rc.key, Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	later := p.pastHorizon(keys)
 	refresh(a, later, false)
 	refresh(b, later, false)
 	decide(b, "cold again", 100, false)

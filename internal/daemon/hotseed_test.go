@@ -41,7 +41,7 @@ func TestAutoShardsMoveKeepsCount(t *testing.T) {
 		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto}\n", strings.ReplaceAll(a.String(), "_", "-"), a)
 	}
 	p := newHotPair(t, rulesYAML.String())
-	a, b, s, ctx, t0 := p.a, p.b, p.s, p.ctx, p.t0
+	a, b, ctx, t0 := p.a, p.b, p.ctx, p.t0
 	type ruleCase struct {
 		name  string
 		key   string
@@ -93,16 +93,7 @@ func TestAutoShardsMoveKeepsCount(t *testing.T) {
 	// Cold for the fleet past the key's time in its set: the key's own
 	// counter has come to rest (untouched since the key went hot), the
 	// shards are full.
-	later := t0
-	for _, rc := range cases {
-		ttl := (*a.hotAuto.Load())[rc.name]
-		p.advance(rc.name, ttl+time.Minute)
-		later = later.Add(max(0, t0.Add(ttl+time.Minute).Sub(later)))
-		r := a.engine().Rules().Rule(rc.name)
-		if err := s.Reset(ctx, sluice.Request{Key: rc.key, Algorithm: r.Algorithm, Limit: r.Limit}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	later := p.pastHorizon(keys)
 	refresh(a, later, false)
 	refresh(b, later, false)
 	decide(b, "cold again", 100, func(*ruleCase) int { return 0 }, false)
