@@ -51,13 +51,15 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 //
 // It gives up, returning the last 429/503 response as it came, when
 // MaxAttempts attempts have been made, when the wait would end after
-// MaxElapsed from the first attempt or at or after the request context's
-// deadline, or when the shared Budget has no retry left. If the request
-// context ends during a wait, RoundTrip returns its error (its cause, if
-// it has one, as net/http's Transport does). The body of a 429/503 it
-// retries is read during the wait, up to 64 KiB, and closed when the wait
-// ends even if more is to come: a Base's response bodies must allow Close
-// during a Read, as net/http's do.
+// MaxElapsed from the first attempt, or so late that the retry, taking as
+// long as the fastest attempt so far took to be answered, would not be
+// answered before the request context's deadline, or when the shared
+// Budget has no retry left. If the request context ends during a wait,
+// RoundTrip returns its error (its cause, if it has one, as net/http's
+// Transport does). The body of a 429/503 it retries is read during the
+// wait, up to 64 KiB, and closed when the wait ends even if more is to
+// come: a Base's response bodies must allow Close during a Read, as
+// net/http's do.
 //
 // Only requests that are safe to send twice are retried: idempotent methods
 // (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and requests carrying an
@@ -130,7 +132,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	start := time.Now()
 	attempt := req
+	// The shortest time an attempt took to be answered: what a retry is
+	// expected to take at least.
+	fastest := time.Duration(1<<63 - 1)
 	for n := 1; ; n++ {
+		sent := time.Now()
 		resp, err := base.RoundTrip(attempt)
 		if err != nil {
 			return nil, err
@@ -138,6 +144,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp == nil {
 			return nil, errNoResponse
 		}
+		fastest = min(fastest, time.Since(sent))
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 			// As gRPC's throttling: only a success gives back; an error
 			// that is not retried neither gives back nor takes.
@@ -168,9 +175,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if end.Sub(start) > maxElapsed {
 			return resp, nil
 		}
-		// An attempt that would start at the deadline is cut off before
-		// it is answered: the 429 in hand is better than that error.
-		if dl, ok := ctx.Deadline(); ok && !end.Before(dl) {
+		// An attempt that would start too late to be answered before
+		// the deadline, in as long as the fastest one so far took, is
+		// cut off: the 429 in hand, at once, is better than that error
+		// after the wait.
+		if dl, ok := ctx.Deadline(); ok && !end.Add(fastest).Before(dl) {
 			return resp, nil
 		}
 		next, err := again(req)
