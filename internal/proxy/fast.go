@@ -204,7 +204,11 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		}
 	}
 	if errors.Is(err, errClientGone) {
-		panic(http.ErrAbortHandler) // nobody to answer: the connection closes
+		// Nobody is likely to read it (a client that only half-closed
+		// its connection does), but the access log around the proxy
+		// records 499, as on the other paths, not nothing.
+		writeGone(w)
+		return
 	}
 	if err != nil {
 		p.fail(w, r, res, err)
