@@ -31,15 +31,22 @@ type RetryBudget struct {
 	milli, maxMilli, gain int64
 }
 
-// NewRetryBudget returns a full budget of maxTokens tokens (1 to 1000)
+// NewRetryBudget returns a full budget of maxTokens tokens (3 to 1000)
 // where each success (an answer below 400) earns ratio of a token (above 0,
-// at most 1, counted in thousandths).
+// at most 1, counted in thousandths). 1 or 2 tokens are refused: the 429
+// before a retry takes one, which leaves no more than half of them, so
+// such a budget would never allow a retry (MaxAttempts 1 turns retries
+// off).
 func NewRetryBudget(ratio float64, maxTokens int) (*RetryBudget, error) {
 	if !(ratio >= 0.001 && ratio <= 1) {
 		return nil, errors.New("httplimit: retry budget ratio must be 0.001 to 1, got " + strconv.FormatFloat(ratio, 'g', -1, 64))
 	}
-	if maxTokens < 1 || maxTokens > 1000 {
-		return nil, errors.New("httplimit: retry budget tokens must be 1 to 1000, got " + strconv.Itoa(maxTokens))
+	if maxTokens == 1 || maxTokens == 2 {
+		return nil, errors.New("httplimit: retry budget tokens must be 3 to 1000, got " + strconv.Itoa(maxTokens) +
+			": a budget of 1 or 2 would never allow a retry (the 429 before it takes one, leaving no more than half)")
+	}
+	if maxTokens < 3 || maxTokens > 1000 {
+		return nil, errors.New("httplimit: retry budget tokens must be 3 to 1000, got " + strconv.Itoa(maxTokens))
 	}
 	m := int64(maxTokens) * 1000
 	return &RetryBudget{milli: m, maxMilli: m, gain: int64(ratio*1000 + 0.5)}, nil

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -78,10 +79,35 @@ func TestNewRetryBudgetRefusesBadFigures(t *testing.T) {
 	for _, tc := range []struct {
 		ratio  float64
 		tokens int
-	}{{0, 10}, {-1, 10}, {1.5, 10}, {0.1, 0}, {0.1, 1001}} {
+	}{{0, 10}, {-1, 10}, {1.5, 10}, {0.1, 0}, {0.1, 1001}, {0.1, 1}, {1, 2}} {
 		if _, err := httplimit.NewRetryBudget(tc.ratio, tc.tokens); err == nil {
 			t.Errorf("NewRetryBudget(%v, %d): no error", tc.ratio, tc.tokens)
 		}
+	}
+	// 1 or 2 tokens would never allow a retry: the 429 before it takes
+	// one, leaving no more than half. The error says so.
+	_, err := httplimit.NewRetryBudget(0.1, 2)
+	if err == nil || !strings.Contains(err.Error(), "never") {
+		t.Errorf("NewRetryBudget(0.1, 2): got %v, want an error saying it would never allow a retry", err)
+	}
+}
+
+// The smallest budget allowed, 3 tokens, allows a retry: the first 429
+// leaves 2, more than half of 3; the retry's 429 leaves 1, and no more.
+func TestRetryBudgetSmallest(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
+	budget, err := httplimit.NewRetryBudget(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+		if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+			t.Fatalf("got %d, want 429", code)
+		}
+	})
+	if got := srv.hits.Load(); got != 2 {
+		t.Errorf("a request under a lasting 429 with 3 tokens made %d attempts, want 2", got)
 	}
 }
 
