@@ -118,6 +118,11 @@ type Options struct {
 	// DenyHandler, if set, writes the answer for a denied request in place
 	// of WriteLimited; d is the decision of the rule that denied it (the
 	// longest wait if several did). The rate-limit headers are already set.
+	// If it writes nothing (no status, body, flush or hijack: it only
+	// counted or logged the denial), the answer is WriteLimited's, never
+	// net/http's empty 200. Its ResponseWriter wraps the middleware's: it
+	// is an http.Flusher and an http.Hijacker, and http.ResponseController
+	// reaches the one beneath.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d sluice.Decision)
 	// Logger receives store failures and invalid costs, at most one
 	// record a second (with the number of records left out since the last
@@ -342,11 +347,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ru := &m.rules[idx[t]]
 	SetHeaders(w.Header(), *d, ru.Name, q.Algorithm, q.Limit)
 	if !d.Allowed {
-		if m.opts.DenyHandler != nil {
-			m.opts.DenyHandler(w, r, *d)
-		} else {
-			WriteLimited(w, ru.Name, *d)
-		}
+		m.deny(w, r, ru.Name, *d)
 		return
 	}
 	delay := d.Delay
