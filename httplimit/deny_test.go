@@ -97,3 +97,31 @@ func TestDenyHandlerHijacks(t *testing.T) {
 		t.Errorf("denied request dropped by its DenyHandler: got %d, want a broken connection", code)
 	}
 }
+
+// A HEAD request counts as a GET does, and a denied one gets the 429's
+// status and headers (Content-Length the body a GET would get) without
+// the body.
+func TestHeadRequestDenied(t *testing.T) {
+	srv := denyServer(t, nil)
+	var codes []int
+	for range 2 {
+		resp, err := http.Head(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		if len(b) != 0 {
+			t.Errorf("HEAD answer %d has a body: %q", resp.StatusCode, b)
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-RateLimit-Remaining") != "0" || resp.ContentLength <= 0 {
+				t.Errorf("denied HEAD: headers %v, want Retry-After, X-RateLimit-Remaining 0 and the JSON body's Content-Length", resp.Header)
+			}
+		}
+	}
+	if codes[0] != http.StatusOK || codes[1] != http.StatusTooManyRequests {
+		t.Errorf("two HEADs under 1 a minute: got %v, want [200 429]", codes)
+	}
+}

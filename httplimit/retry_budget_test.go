@@ -2,8 +2,10 @@ package httplimit_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -265,5 +267,42 @@ func TestRetryBudgetNoRetriesTransportIsNeutral(t *testing.T) {
 	})
 	if got := srv.hits.Load(); got != 20 {
 		t.Errorf("server saw %d requests, want 20 (none retried)", got)
+	}
+}
+
+// A retry storm from many goroutines at once, against a server refusing
+// two requests in three: however the goroutines interleave, the retries
+// stay within what the budget states, half its tokens plus ratio of a
+// token per success, where without a budget each request would retry
+// until it got through (about 800 retries).
+func TestRetryBudgetBoundsAConcurrentStorm(t *testing.T) {
+	var served, succeeded atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if served.Add(1)%3 == 0 {
+			succeeded.Add(1)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	budget, _ := httplimit.NewRetryBudget(0.1, 10)
+	const goroutines, each = 16, 25
+	inBubble(t, func(t *testing.T) {
+		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 10}
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Go(func() {
+				for range each {
+					do(t, rt, "GET", srv.URL, "", nil)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	retries := served.Load() - goroutines*each
+	bound := 5 + 0.1*float64(succeeded.Load())
+	if float64(retries) > bound || retries <= 0 {
+		t.Errorf("%d requests, %d successes: %d retries, want 1 to %v (half the 10 tokens + 0.1 per success)", goroutines*each, succeeded.Load(), retries, bound)
 	}
 }
