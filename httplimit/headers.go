@@ -124,6 +124,32 @@ func SetHeaders(h http.Header, d sluice.Decision, policy string, alg sluice.Algo
 	h[keyRateLimit] = vals[4:5:5]
 }
 
+// tighterSet reports whether h already carries the rate-limit headers of
+// a limit tighter than d, decided under limit, by the rule Middleware
+// uses to choose among its own: a lower X-RateLimit-Remaining, or the same
+// and a longer X-RateLimit-Reset. They were set by a middleware around
+// this one (a global limit around a route's), and an admitted request
+// keeps them, as one middleware with both rules would send them.
+func tighterSet(h http.Header, d *sluice.Decision, limit sluice.Limit) bool {
+	vs := h[keyRemaining]
+	if len(vs) != 1 {
+		return false
+	}
+	theirs, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil {
+		return false
+	}
+	if ours := min(max(d.Remaining, 0), limit.Rate); theirs != ours {
+		return theirs < ours
+	}
+	vs = h[keyReset]
+	if len(vs) != 1 {
+		return false
+	}
+	reset, err := strconv.ParseInt(vs[0], 10, 64)
+	return err == nil && reset > ceilSeconds(d.ResetAfter)
+}
+
 // maxSFInteger is the largest RFC 9651 Integer (15 digits). A limit's rate
 // can exceed it (up to 2^53 per microsecond): q and r are then sent as it,
 // a lower figure than the real one, where a longer number would make the

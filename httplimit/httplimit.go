@@ -160,7 +160,13 @@ type rule struct {
 //
 // The tightest rule is the one that denied (the longest RetryAfter if
 // several did), else the one with the lowest Remaining, ties going to the
-// longest ResetAfter: the same choice the sluice daemon makes.
+// longest ResetAfter: the same choice the sluice daemon makes. The same
+// choice holds across middlewares stacked one inside another (a global
+// limit around a route's): an admitted request keeps the rate-limit
+// headers a middleware around this one set when they are tighter (a lower
+// X-RateLimit-Remaining, or the same and a longer X-RateLimit-Reset).
+// Rules in one middleware are still better than stacking: a request the
+// inner middleware denies stays counted by the outer one.
 //
 // It panics if no rule has a Limiter, if a rule's Limiter was not built by
 // sluice.NewLimiter (the zero Limiter), or if the rules' Limiters do not
@@ -345,7 +351,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		d, q = &ds[t], &reqs[t]
 	}
 	ru := &m.rules[idx[t]]
-	SetHeaders(w.Header(), *d, ru.Name, q.Algorithm, q.Limit)
+	if !d.Allowed || !tighterSet(w.Header(), d, q.Limit) {
+		SetHeaders(w.Header(), *d, ru.Name, q.Algorithm, q.Limit)
+	}
 	if !d.Allowed {
 		m.deny(w, r, ru.Name, *d)
 		return
