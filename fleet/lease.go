@@ -40,6 +40,11 @@ type LeaseStore interface {
 // counter lasts until the end of the sub-window it was counted in, so that
 // every unit spent was counted in the window it was spent in.
 //
+// Over a store on its own clock (redisstore.Options.RedisTime), the units
+// also expire by this machine's monotonic clock since their grant, so a
+// requests' clock that steps back does not make them outlive what the
+// store counted them for (see leaseEntry.clock).
+//
 // Decisions: Remaining is the units held plus what the store had left at
 // the last reservation (other instances may have taken some since);
 // RetryAfter of a denial is the store's.
@@ -137,7 +142,7 @@ func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, e
 	if d.Allowed {
 		e.units -= r.Cost
 		l.spent.Add(uint64(r.Cost))
-		e.info(r.Now.UnixMicro(), &d)
+		e.info(e.clock(r.Now), &d)
 	}
 	l.local.Add(1)
 	return d, nil
@@ -189,7 +194,7 @@ func (l *Lease) giveUp(ctx context.Context, e *leaseEntry, now time.Time) error 
 // them, and fills *d with the decision for need (Allowed if held). e.mu is
 // held.
 func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, need int64, d *sluice.Decision) error {
-	us := r.Now.UnixMicro()
+	us := e.clock(r.Now)
 	if e.given.Load() && e.given.Swap(false) {
 		e.denyUntil, e.denyNeed = 0, 0 // units given back elsewhere (ForgetKey)
 	}
@@ -266,6 +271,9 @@ func (l *Lease) ensure(ctx context.Context, e *leaseEntry, r *sluice.Request, ne
 		}
 	}
 	e.read, e.st, e.gnow, e.skew = true, g.State, g.Now, us-g.Now
+	if g.Clock != 0 {
+		e.own, e.ownAt, e.mono = true, us, start
+	}
 	if e.alg == sluice.TokenBucket || e.alg == sluice.GCRA {
 		e.units = min(e.units, e.valid(us))
 	}
@@ -353,10 +361,10 @@ func (l *Lease) Drop() {
 // marks the entries dead (they are out of l.keys). l.mu is not held: a
 // TakeAll holds one entry while it looks up the next under l.mu.
 func (l *Lease) giveBack(entries []*leaseEntry, now time.Time, forget bool) error {
-	us := now.UnixMicro()
 	var ops []redisstore.ReturnOp
 	for _, e := range entries {
 		e.mu.Lock()
+		us := e.clock(now)
 		if e.units > 0 && (e.alg == sluice.TokenBucket || e.alg == sluice.GCRA) {
 			// Lapsed units are no longer in the store's debt: giving
 			// them back would erase debt others left (see valid).

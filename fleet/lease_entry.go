@@ -36,6 +36,32 @@ type leaseEntry struct {
 	// given: units of the key were given back elsewhere since (ForgetKey),
 	// so denyUntil no longer holds; read and cleared under mu.
 	given atomic.Bool
+	// own: the store decides on its own clock (redisstore's RedisTime).
+	// Then mono is this machine's time when the last grant was asked, at
+	// ownAt on the entry's clock (see clock).
+	own   bool
+	ownAt int64
+	mono  time.Time
+}
+
+// clock is now in µs on the entry's clock: the requests' clock (now's own,
+// now.UnixMicro()), but over a store on its own clock never behind the
+// instant of the last grant plus the time this machine's monotonic clock
+// says has passed since. Every instant the entry keeps (until, denyUntil,
+// skew) is on it. So a requests' clock that steps back after a grant (an
+// NTP step, a VM resumed, a caller whose clock lags another's) does not
+// make the units outlive what the store counted them for: a window's past
+// its end in the store, a bucket's past the refill that lapses them. They
+// would be spent there on top of what the store gives the other
+// instances, and the fleet pass the limit. The grant decided after it
+// was asked, so the instant is no earlier than the store's, and units
+// expire at worst a round trip early. e.mu is held.
+func (e *leaseEntry) clock(now time.Time) int64 {
+	us := now.UnixMicro()
+	if e.own {
+		us = max(us, e.ownAt+time.Since(e.mono).Microseconds())
+	}
+	return us
 }
 
 // retry is how long from us until the store's state at the last grant, with

@@ -1,6 +1,10 @@
 package fleet
 
-import "github.com/sluicehq/sluice"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
 
 // The keys a Lease holds: finding or making a key's entry, the cold keys
 // (decided in the shared store), and the sweep that lets idle keys go.
@@ -16,7 +20,7 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 			l.mu.Unlock()
 			return nil, errCold
 		}
-		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(us) {
+		if e == nil && full(len(l.keys), l.opts.MaxKeys) && !l.roomLocked(r.Now) {
 			l.mu.Unlock()
 			return nil, errFull
 		}
@@ -28,13 +32,13 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 			l.keys[e.key] = e
 			l.recent.forget(e.key)
 			if len(l.keys) > l.sweep {
-				l.sweepLocked(us)
+				l.sweepLocked(r.Now)
 			}
 		}
 		l.mu.Unlock()
 		e.mu.Lock()
 		if !e.dead.Load() {
-			e.used = max(e.used, us)
+			e.used = max(e.used, e.clock(r.Now))
 			return e, nil
 		}
 		e.mu.Unlock()
@@ -64,13 +68,13 @@ func (l *Lease) warm(k nsKey, us int64) bool {
 // steps per new key: keys going idle one at a time, as under steady wide
 // traffic, would otherwise cost a pass per new key, under l.mu. l.mu is
 // held.
-func (l *Lease) roomLocked(us int64) bool {
+func (l *Lease) roomLocked(now time.Time) bool {
 	if l.skip > 0 {
 		l.skip--
 		return false
 	}
 	held := len(l.keys)
-	l.sweepLocked(us)
+	l.sweepLocked(now)
 	if held-len(l.keys) < max(1, l.opts.MaxKeys/16) {
 		l.skip = l.opts.MaxKeys / 16
 	}
@@ -84,13 +88,15 @@ const minSweep = 4096
 // expired ones), no refusal pending, and no decision in the last period.
 // Forgetting one only costs a reservation when it comes back. It runs when
 // the keys have doubled since the last sweep, so its cost is spread over
-// the keys added. l.mu is held.
-func (l *Lease) sweepLocked(us int64) {
+// the keys added. Each entry sees now on its own clock (see
+// leaseEntry.clock). l.mu is held.
+func (l *Lease) sweepLocked(now time.Time) {
 	l.swept += len(l.keys)
 	for k, e := range l.keys {
 		if !e.mu.TryLock() {
 			continue
 		}
+		us := e.clock(now)
 		idle := us-e.used >= e.ticks.Period*e.ticks.Tick && us >= e.denyUntil
 		bucket := e.alg == sluice.TokenBucket || e.alg == sluice.GCRA
 		if idle && e.expired == 0 && (e.units == 0 || us >= e.until || bucket && e.valid(us) == 0) {

@@ -281,7 +281,7 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	}
 	for _, i := range loc {
 		if e := entries[keyOf(&rs[i])]; e != nil { // nil: over MaxKeys, the store's
-			e.info(rs[i].Now.UnixMicro(), &ds[i])
+			e.info(e.clock(rs[i].Now), &ds[i])
 		}
 	}
 	l.unread(rs, entries)

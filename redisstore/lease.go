@@ -20,6 +20,10 @@ type Grant struct {
 	// what remains and when the next unit frees up.
 	State sluice.State
 	Now   int64
+	// Clock is Now with Options.RedisTime (Redis' clock when the script
+	// decided); 0 without (it decided at the request's Now), as for
+	// Taken.Clock.
+	Clock int64
 }
 
 // Lease reserves up to r.Cost units of r.Key's quota at r.Now (Redis' clock
@@ -51,6 +55,9 @@ func (s *Store) Lease(ctx context.Context, r sluice.Request, back ReturnOp) (Gra
 	g, err := grantReply(fleetLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args))
 	if err != nil {
 		return Grant{}, fmt.Errorf("redisstore: lease %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	if s.opts.RedisTime {
+		g.Clock = g.Now
 	}
 	return g, nil
 }
