@@ -279,3 +279,37 @@ func TestRetryTransportReusesTheConnection(t *testing.T) {
 		t.Errorf("attempts got connections reused %v, want [false true]: the retry on the first one", reused)
 	}
 }
+
+// A cancel during the wait leaves nothing behind: RoundTrip returns at
+// the cancel, the 429's stalled body is closed once and the goroutine
+// reading it has ended (a goroutine left blocked in the bubble fails the
+// test).
+func TestRetryTransportCancelDuringWaitLeavesNothing(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "10"}})
+	inBubble(t, func(t *testing.T) {
+		var body *stalled
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := noKeepAlive().RoundTrip(r)
+			if err == nil {
+				resp.Body.Close()
+				body = newStalled("Too Many")
+				resp.Body = body
+			}
+			return resp, err
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(3*time.Second, cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		start := time.Now()
+		resp, err := (&httplimit.RetryTransport{Base: base}).RoundTrip(req)
+		if resp != nil || err != context.Canceled || time.Since(start) != 3*time.Second {
+			t.Errorf("got %v, %v after %v; want nil, context.Canceled at the cancel, 3s", resp, err, time.Since(start))
+		}
+		if n := body.closes.Load(); n != 1 {
+			t.Errorf("the 429's body was closed %d times, want 1", n)
+		}
+	})
+	if got := srv.hits.Load(); got != 1 {
+		t.Errorf("server saw %d requests, want 1", got)
+	}
+}
