@@ -16,7 +16,7 @@ import (
 // and the commands the queue sends by itself, are added.
 func Commands(prefix string) [][]string {
 	b := prefix + "{" + Tag("acl-probe") + "}:"
-	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t"}
+	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t", "i": b + "i"}
 	var cmds [][]string
 	add := func(argv []string) {
 		for _, c := range cmds {
@@ -26,7 +26,7 @@ func Commands(prefix string) [][]string {
 		}
 		cmds = append(cmds, argv)
 	}
-	for _, k := range []string{"q", "dead", "s", "k", "r"} {
+	for _, k := range []string{"q", "dead", "s", "k", "r", "i"} {
 		add([]string{"EVALSHA", strings.Repeat("0", 40), "1", keyOf[k]})
 		add([]string{"EVAL", "return 0", "1", keyOf[k]})
 	}
@@ -51,27 +51,30 @@ func Commands(prefix string) [][]string {
 
 // scriptsKeys are the scripts with the kind of each of their KEYS, as
 // their callers pass them: q the stream, dead the dead-letter stream, s
-// a request's hash, k a limiter key's list, r a read's record.
+// a request's hash, k a limiter key's list, r a read's record, i the
+// stream-id index.
 var scriptsKeys = []struct {
 	src  string
 	keys []string
 }{
-	{enqueueLua, []string{"q", "s", "k"}},
-	{beginLua, []string{"q", "s", "k"}},
-	{finishLua, []string{"q", "s", "k", "dead"}},
+	{enqueueLua, []string{"q", "s", "k", "i"}},
+	{beginLua, []string{"q", "s", "k", "i"}},
+	{finishLua, []string{"q", "s", "k", "dead", "i"}},
 	{keepLua, []string{"q"}},
 	{pruneLua, []string{"q"}},
-	{malformedLua, []string{"q", "dead"}},
-	{readLua, []string{"q", "r", "r"}},
+	{malformedLua, []string{"q", "dead", "i"}},
+	{readLua, []string{"q", "i", "r", "r"}},
 	{releaseLua, []string{"q"}},
-	{statusLua, []string{"s", "q"}},
+	{statusLua, []string{"s", "q", "i"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by
 // the expression that builds them: begin.lua reads the hash of the
-// request ahead of it in its key's list; status.lua takes a request
-// found gone out of its key's list (listKey, named by its record).
-var computedKeys = map[string]string{"base .. head": "s", "listKey": "k"}
+// request ahead of it in its key's list; status.lua and read.lua take a
+// request found gone out of its key's list (listKey, named by its
+// record); read.lua deletes the record of a request it finds trimmed
+// away (recKey, named by the stream-id index).
+var computedKeys = map[string]string{"base .. head": "s", "listKey": "k", "recKey": "s"}
 
 var (
 	callRe = regexp.MustCompile(`redis\.p?call\(((?:[^()]|\([^()]*\))*)\)`)

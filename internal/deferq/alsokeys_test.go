@@ -25,8 +25,13 @@ func TestMalformedKeysDeadLettered(t *testing.T) {
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	ctx := context.Background()
 	id := deferq.Tag("jobs") + "-0123456789abcdef0123"
-	if err := c.Do(ctx, c.B().Xadd().Key(base+"q").Id("*").FieldValue().FieldValue("id", id).FieldValue("key", "k").
-		FieldValue("method", "POST").FieldValue("uri", "/x").FieldValue("also", "[not json").Build()).Error(); err != nil {
+	sid, err := c.Do(ctx, c.B().Xadd().Key(base+"q").Id("*").FieldValue().FieldValue("id", id).FieldValue("key", "k").
+		FieldValue("method", "POST").FieldValue("uri", "/x").FieldValue("also", "[not json").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Indexed by its entry id, as the enqueue indexes a request.
+	if err := c.Do(ctx, c.B().Hset().Key(base+"i").FieldValue().FieldValue(sid, id).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	start(t, q)
@@ -44,5 +49,10 @@ func TestMalformedKeysDeadLettered(t *testing.T) {
 	}
 	if got, _ := up.snapshot(); len(got) != 0 {
 		t.Errorf("%d deliveries, want none", len(got))
+	}
+	// Dead-lettered and deleted from the stream, it leaves the index in
+	// the same step: nothing would find that entry again to clean it.
+	if n, err := c.Do(ctx, c.B().Exists().Key(base+"i").Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("stream-id index after the entry was dead-lettered: EXISTS %d, %v; want 0", n, err)
 	}
 }

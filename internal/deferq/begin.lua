@@ -2,7 +2,8 @@
 -- that no outcome is recorded yet, that ID is the oldest queued request of
 -- its key, and that the entry is still pending with this consumer; then
 -- claims it again, so its idle time restarts.
--- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
+-- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 the stream-id
+--       index (entry id -> request id)
 -- ARGV: 1 group, 2 consumer, 3 entry id (SID), 4 request id (ID),
 --       5 how long the record of a request still queued lasts (ms),
 --       6 claim idle (ms)
@@ -22,6 +23,7 @@ if state and state ~= 'queued' and state ~= 'failed' then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
   redis.call('XDEL', KEYS[1], ARGV[3])
   redis.call('LREM', KEYS[3], 1, ARGV[4])
+  redis.call('HDEL', KEYS[4], ARGV[3])
   return 'final'
 end
 -- Nothing is written before this check (an error here, NOGROUP when Redis
@@ -33,17 +35,22 @@ if #p == 0 and #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then
   -- claim of another consumer dropped it from the group, as XAUTOCLAIM
   -- does with deleted entries). Nothing will send it: its id leaves its
   -- key's list, which has no expiry and may get no later request to drop
-  -- it (status.lua answers 404 for it).
+  -- it, and its record, which says it waits, goes (a 404's mark stays),
+  -- as status.lua drops it: GET /v1/deferred/ID answers 404 for it.
   redis.call('LREM', KEYS[3], 1, ARGV[4])
+  if state then
+    redis.call('DEL', KEYS[2])
+  end
+  redis.call('HDEL', KEYS[4], ARGV[3])
   return 'lost'
 end
 if #p == 0 or p[1][2] ~= ARGV[2] then
   return 'lost'
 end
+local list = string.sub(KEYS[3], #KEYS[2] - #ARGV[4] + 1) -- H, as enqueue.lua writes it
 if not state then
   -- The record expired while the request waited (a settled request is
   -- never left in the stream): it is still queued.
-  local list = string.sub(KEYS[3], #KEYS[2] - #ARGV[4] + 1) -- H, as enqueue.lua writes it
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0, 'sid', ARGV[3], 'list', list)
   state = 'queued'
@@ -92,6 +99,9 @@ for _ = 1, 100 do
     -- hand before it was read): nothing will send it, and its record
     -- would say 'queued' until it expired.
     redis.call('DEL', base .. head)
+  end
+  if rec[2] then
+    redis.call('HDEL', KEYS[4], rec[2])
   end
   redis.call('LPOP', KEYS[3])
 end

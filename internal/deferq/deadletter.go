@@ -24,7 +24,7 @@ func (w *worker) malformed(ctx context.Context, sid, id, msg string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead"},
+	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead", w.base + "i"},
 		[]string{group, sid, msg, w.deadLetters()}).AsInt64()
 	if err != nil {
 		w.q.o.Logger.Warn("defer: dead-letter a malformed entry", "rule", w.name, "entry", sid, "err", err)

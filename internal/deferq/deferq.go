@@ -13,6 +13,7 @@
 //	sluice:defer:{T}:s:ID       a hash: where request ID stands (state, upstream status, attempts)
 //	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
 //	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
+//	sluice:defer:{T}:i          a hash: the stream entry id of each request not settled -> its ID
 //
 // where T is a digest of the rule's name (so a reload that changes the
 // rule's rate keeps its queue) and H a digest of the limiter key. The id

@@ -143,7 +143,7 @@ func (q *Queue) Enqueue(ctx context.Context, rule string, keys []string, r *http
 	if c == nil {
 		return "", errNotConnected
 	}
-	rkeys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key)}
+	rkeys := []string{b + "q", b + "s:" + id, b + "k:" + keyDigest(key), b + "i"}
 	args := []string{strconv.Itoa(ru.maxQueue()), id, key, r.Method, r.URL.RequestURI(), string(hj), string(body), now, rule,
 		strconv.FormatInt(queuedTTL.Milliseconds(), 10), also}
 	if err := ctx.Err(); err != nil {

@@ -1,7 +1,8 @@
 -- Queue one deferred request, atomically with its status record and its
 -- place in its key's order. Idempotent by request id: run again with the
 -- same id (its first reply was lost), it queues nothing more.
--- KEYS: 1 stream, 2 status hash, 3 the key's list of ids
+-- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 the stream-id
+--       index (a hash: entry id -> request id)
 -- ARGV: 1 max queue, 2 id, 3 limiter key, 4 method, 5 uri, 6 headers (JSON),
 --       7 body, 8 now (ms), 9 rule name, 10 status TTL while queued (ms),
 --       11 the request's other keys of the rule (a JSON array; '': none)
@@ -34,4 +35,8 @@ redis.call('HSET', KEYS[2], 'state', 'queued', 'rule', ARGV[9], 'sid', sid, 'at'
   'updated', ARGV[8], 'attempts', 0, 'list', list)
 redis.call('PEXPIRE', KEYS[2], ARGV[10])
 redis.call('RPUSH', KEYS[3], ARGV[2])
+-- The index finds the record by the entry's id: a claim round that finds
+-- the entry trimmed away while a silent consumer held it (read.lua)
+-- cleans the record and the list by it, unasked.
+redis.call('HSET', KEYS[4], sid, ARGV[2])
 return sid

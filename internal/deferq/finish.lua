@@ -1,6 +1,7 @@
 -- Record the outcome of one send, atomically with XACK/XDEL when it is
 -- final, so that no instance ever sends a settled request again.
--- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 dead-letter stream
+-- KEYS: 1 stream, 2 status hash, 3 the key's list of ids, 4 dead-letter stream,
+--       5 the stream-id index (entry id -> request id)
 -- ARGV: 1 group, 2 entry id (SID), 3 request id (ID), 4 outcome
 --       ('delivered', 'failed', or 'dead': dead-letter it unsent, counting
 --       no attempt, as a body over the bound in force is), 5 upstream status (0: none), 6 error,
@@ -43,8 +44,13 @@ if type(p) ~= 'table' or p.err or #p == 0 then
     -- Gone from the stream as well (trimmed, and dropped from the group
     -- by another consumer's claim): its id leaves its key's list, which
     -- would otherwise keep it for ever if no later request of the key
-    -- came to drop it. Its record is left to say what status.lua finds.
+    -- came to drop it, and its record goes if it says it waits, as
+    -- status.lua would drop it (GET /v1/deferred/ID answers 404).
     redis.call('LREM', KEYS[3], 1, ARGV[3])
+    if state == 'queued' or state == 'failed' then
+      redis.call('DEL', KEYS[2])
+    end
+    redis.call('HDEL', KEYS[5], ARGV[2])
   end
   return 'lost'
 end
@@ -79,5 +85,6 @@ end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.call('LREM', KEYS[3], 1, ARGV[3])
+redis.call('HDEL', KEYS[5], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 return outcome

@@ -43,7 +43,7 @@ func TestFinishOncePerSend(t *testing.T) {
 	if err != nil || len(es) != 1 {
 		t.Fatalf("XREADGROUP: %v, %d entries", err, len(es))
 	}
-	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead"}
+	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead", base + "i"}
 	finish := func(send string) string { // back-off 1 s doubling up to 60 s; no wait from the upstream
 		state, err := finishScript.Exec(ctx, c, keys, []string{group, es[0].ID, id, "failed", "503", "503 Service Unavailable",
 			"3", "60000", "1000", "100", send, "60000", "0"}).ToString()
@@ -66,5 +66,59 @@ func TestFinishOncePerSend(t *testing.T) {
 	}
 	if st := finish("send-2"); st != "failed:2000" || attempts() != "2" {
 		t.Fatalf("a second send: %q, attempts %s; want failed:2000 (the back-off of a second attempt), 2", st, attempts())
+	}
+}
+
+// An outcome recorded for a request trimmed from the stream while it was
+// being sent, and dropped from the group meanwhile by a claim that met it
+// (XAUTOCLAIM drops deleted entries, whoever holds them), is not
+// recorded ('lost'): its record, which said it waits, goes with its place
+// in its key's list and its stream-id index entry, rather than read
+// "queued" until someone asked.
+func TestFinishLostTrimmedForgets(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := New(Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]Rule{{Name: "jobs"}})
+	ctx := context.Background()
+	base := q.base(Tag("jobs"))
+	if err := c.Do(ctx, c.B().XgroupCreate().Key(base+"q").Group(group).Id("0").Mkstream().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/job", nil)
+	id, err := q.Enqueue(ctx, "jobs", []string{"k"}, r, r.Header, []byte("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := c.Do(ctx, c.B().Xreadgroup().Group(group, "a").Count(1).Streams().Key(base+"q").Id(">").Build()).AsXRead()
+	es := rs[base+"q"]
+	if err != nil || len(es) != 1 {
+		t.Fatalf("XREADGROUP: %v, %d entries", err, len(es))
+	}
+	for _, cmd := range []rueidis.Completed{
+		c.B().Xtrim().Key(base + "q").Maxlen().Threshold("0").Build(),
+		c.B().Xautoclaim().Key(base + "q").Group(group).Consumer("other").MinIdleTime("0").Start("0-0").Build(),
+	} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := []string{base + "q", base + "s:" + id, base + "k:" + keyDigest("k"), base + "dead", base + "i"}
+	state, err := finishScript.Exec(ctx, c, keys, []string{group, es[0].ID, id, "delivered", "200", "",
+		"3", "60000", "1000", "100", "send-1", "60000", "0"}).ToString()
+	if err != nil || state != "lost" {
+		t.Fatalf("finish.lua for a request trimmed and dropped from the group: %q, %v; want lost", state, err)
+	}
+	for _, k := range []string{keys[1], keys[2], keys[4]} {
+		if n, err := c.Do(ctx, c.B().Exists().Key(k).Build()).AsInt64(); err != nil || n != 0 {
+			t.Errorf("%s after finish.lua found its request lost: EXISTS %d, %v; want 0", k, n, err)
+		}
 	}
 }

@@ -13,41 +13,86 @@
 -- and returns those entries again, those still pending with this
 -- consumer, claimed again for it, rather than leave them pending with it
 -- and held by nobody until the claim idle time.
--- The reader's next read deletes that record (KEYS[3]): its reply came.
--- KEYS: 1 stream, 2 the read's record (the token's), 3 the record of the
---       read before, to delete (optional)
+-- The reader's next read deletes that record (KEYS[4]): its reply came.
+-- An entry a claim finds deleted from the stream (trimmed, or deleted by
+-- hand) while pending, which XAUTOCLAIM and XCLAIM drop from the group
+-- (Redis 7), is a request nothing will send: its record and its place in
+-- its key's list go too (forget), found by the stream-id index, so that
+-- they do not wait for a GET /v1/deferred/ID to find them gone (the last
+-- request of its key has no later one whose turn would).
+-- KEYS: 1 stream, 2 the stream-id index (entry id -> request id), 3 the
+--       read's record (the token's), 4 the record of the read before, to
+--       delete (optional)
 -- ARGV: 1 group, 2 consumer, 3 mode ('new', 'claim' or 'one'), 4 count,
 --       5 max body bytes, 6 claim idle (ms): claim, one: the min idle;
 --       the record's life, 7 claim: start; one: the entry, 8 one: a held
 --       entry to let go if it was claimed (optional)
 -- Returns {cursor, entries}: cursor is XAUTOCLAIM's next start ('' for
 -- 'new' and 'one'), entries as XRANGE gives them.
-if KEYS[3] then
-  redis.call('DEL', KEYS[3])
+if KEYS[4] then
+  redis.call('DEL', KEYS[4])
+end
+-- The rule's keys start as the stream's (...}:q): the same hash tag, so
+-- the same slot.
+local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
+-- forget cleans what request entry sid left, once sid is gone from the
+-- stream and from the group: its index entry, and its record and its
+-- place in its key's list while the record says it waits (a settled
+-- record stays for its TTL; a 404's mark stays). A record from before
+-- the list was named in it has no 'list': its id stays in the list, as
+-- status.lua leaves it.
+local function forget(sid)
+  local id = redis.call('HGET', KEYS[2], sid)
+  if not id then
+    return -- queued before the index, or cleaned already
+  end
+  redis.call('HDEL', KEYS[2], sid)
+  local recKey = base .. 's:' .. id
+  local r = redis.call('HMGET', recKey, 'state', 'sid', 'list')
+  if (r[1] == 'queued' or r[1] == 'failed') and r[2] == sid then
+    redis.call('DEL', recKey)
+    if r[3] then
+      local listKey = base .. 'k:' .. r[3]
+      redis.call('LREM', listKey, 1, id)
+    end
+  end
 end
 local es, cursor
-local rec = redis.call('LRANGE', KEYS[2], 0, -1)
+local rec = redis.call('LRANGE', KEYS[3], 0, -1)
 if #rec > 0 then
   cursor, es = rec[1], {}
   for i = 2, #rec do
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], rec[i], rec[i], 1)
     if #p == 1 and p[1][2] == ARGV[2] then
+      local n = #es
       for _, e in ipairs(redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, rec[i])) do
         if type(e) == 'table' then
           es[#es + 1] = e
         end
+      end
+      if #es == n and #redis.call('XPENDING', KEYS[1], ARGV[1], rec[i], rec[i], 1) == 0 then
+        forget(rec[i]) -- deleted meanwhile, and dropped from the group by the XCLAIM
       end
     end
   end
 elseif ARGV[3] == 'claim' then
   local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], ARGV[7], 'COUNT', ARGV[4])
   cursor, es = r[1], r[2]
+  -- Redis 7: the entries it met deleted from the stream, which it
+  -- dropped from the group, whoever held them.
+  for _, sid in ipairs(r[3] or {}) do
+    forget(sid)
+  end
 elseif ARGV[3] == 'one' then
   cursor, es = '', {}
+  local deleted = #redis.call('XRANGE', KEYS[1], ARGV[7], ARGV[7]) == 0
   for _, e in ipairs(redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], ARGV[7])) do
     if type(e) == 'table' then -- not one deleted while pending (Redis 6.2)
       es[#es + 1] = e
     end
+  end
+  if deleted and #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[7], ARGV[7], 1) == 0 then
+    forget(ARGV[7]) -- dropped from the group by the XCLAIM (Redis 7)
   end
   if #es > 0 and ARGV[8] then
     -- Room for it made in the same step: the held entry ARGV[8] is let
@@ -69,8 +114,8 @@ if #rec == 0 and #es > 0 then
   for _, e in ipairs(es) do
     ids[#ids + 1] = e[1]
   end
-  redis.call('RPUSH', KEYS[2], unpack(ids))
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  redis.call('RPUSH', KEYS[3], unpack(ids))
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 local bound = tonumber(ARGV[5])
 local out = {}
@@ -78,6 +123,7 @@ for _, e in ipairs(es) do
   local f = e[2]
   if type(f) ~= 'table' then
     f = {} -- deleted from the stream while pending (Redis 6.2's XAUTOCLAIM): malformed
+    forget(e[1])
   end
   local body
   for i = 1, #f, 2 do

@@ -228,7 +228,7 @@ func (w *worker) claimHead(ctx context.Context, e *entry, sid string) result {
 // before is deleted, and *record becomes this one's (if it may exist);
 // else the record expires after ClaimIdle.
 func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []string, record *string) (string, []rueidis.XRangeEntry, error) {
-	keys := []string{w.base + "q", w.base + "r:" + randHex(8)}
+	keys := []string{w.base + "q", w.base + "i", w.base + "r:" + randHex(8)}
 	if record != nil && *record != "" {
 		keys = append(keys, *record)
 	}
@@ -246,13 +246,13 @@ func (w *worker) readEntries(ctx context.Context, c rueidis.Client, args []strin
 			cursor, _ := arr[0].ToString()
 			es, err := arr[1].AsXRange()
 			if record != nil && len(es) > 0 {
-				*record = keys[1]
+				*record = keys[2]
 			}
 			return cursor, es, err
 		}
 		if _, ok := rueidis.IsRedisErr(err); ok || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			if record != nil && !ok {
-				*record = keys[1] // it may have run
+				*record = keys[2] // it may have run
 			}
 			return "", nil, err
 		}

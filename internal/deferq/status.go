@@ -61,7 +61,7 @@ func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
 		// so that reading a settled record writes nothing, even to a
 		// Redis out of memory (nor does the script for a request waiting).
 		ttl := strconv.FormatInt(q.o.StatusTTL.Milliseconds(), 10)
-		m, err = statusScript.Exec(ctx, c, []string{key, q.base(tag) + "q"}, []string{ttl, group}).AsStrMap()
+		m, err = statusScript.Exec(ctx, c, []string{key, q.base(tag) + "q", q.base(tag) + "i"}, []string{ttl, group}).AsStrMap()
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("deferq: status: %w: %w", sluice.ErrStoreUnavailable, err)

@@ -14,7 +14,8 @@
 -- An enqueue of ID still on its way to Redis (its client was answered
 -- 503, outcome unknown, and told that a 404 means not queued) finds the
 -- mark and queues nothing: the 404 stays true.
--- KEYS: 1 status hash, 2 stream
+-- KEYS: 1 status hash, 2 stream, 3 the stream-id index (entry id ->
+--       request id)
 -- ARGV: 1 how long the mark lasts (ms), 2 group
 -- Returns the record's fields and values, or an empty list.
 local m = redis.call('HGETALL', KEYS[1])
@@ -43,6 +44,7 @@ if #m > 0 then
       redis.call('LREM', listKey, 1, id)
     end
   end
+  redis.call('HDEL', KEYS[3], f['sid'])
   redis.call('DEL', KEYS[1])
 end
 redis.call('HSET', KEYS[1], 'state', 'not_found')

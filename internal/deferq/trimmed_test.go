@@ -37,6 +37,12 @@ func TestTrimmedRequestLeavesNoStatus(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the key's next request not delivered within a minute: the trimmed one held its turn")
 	}
+	// Its key's next request, delivered, dropped it from the key's order,
+	// and from the stream-id index: neither is left once both are settled.
+	awaitState(t, q, next, "delivered")
+	if n := exists(t, c, "sluice:defer:{"+deferq.Tag("jobs")+"}:i"); n != 0 {
+		t.Errorf("stream-id index once the key's next request is delivered: %d keys, want none", n)
+	}
 	if st, err := q.Status(context.Background(), gone); !errors.Is(err, deferq.ErrUnknownID) {
 		t.Errorf("status of the request trimmed away, once its key went on: %+v, %v; want ErrUnknownID", st, err)
 	}
@@ -151,6 +157,9 @@ func TestTrimmedLastRequestLeavesKeyList(t *testing.T) {
 	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
 		t.Errorf("key list of a key whose one request was found trimmed away: %v, want none (deleted)", got)
 	}
+	if n := exists(t, c, "sluice:defer:{"+deferq.Tag("jobs")+"}:i"); n != 0 {
+		t.Errorf("stream-id index once its one request was found trimmed away: %d keys, want none", n)
+	}
 	next := enqueue(t, q, "jobs", "t", http.MethodPost, "/next", []byte("n"))
 	start(t, q)
 	awaitState(t, q, next, "delivered")
@@ -197,5 +206,14 @@ func TestTrimmedHeldRequestLeavesKeyList(t *testing.T) {
 	}
 	if got := keyList(t, c, "jobs", "t"); len(got) != 0 {
 		t.Errorf("key list of a key whose one request its holder found lost (trimmed, gone from the group): %v, want none", got)
+	}
+	// Its record and its index entry go in the same step: nothing will
+	// send it, and the record said "queued" until someone asked.
+	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
+	for _, k := range []string{base + "s:" + id, base + "i"} {
+		if n := exists(t, c, k); n != 0 {
+			m, _ := c.Do(ctx, c.B().Hgetall().Key(k).Build()).AsStrMap()
+			t.Errorf("%s once its holder found its one request lost: %v, want none", k, m)
+		}
 	}
 }

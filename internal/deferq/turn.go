@@ -28,7 +28,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 	}
 	if e.unrecorded == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		verdict, err := beginScript.Exec(rctx, c, keys[:3], []string{group, w.consumer, e.sid, e.id,
+		verdict, err := beginScript.Exec(rctx, c, []string{keys[0], keys[1], keys[2], w.base + "i"}, []string{group, w.consumer, e.sid, e.id,
 			strconv.FormatInt(queuedTTL.Milliseconds(), 10), strconv.FormatInt(o.ClaimIdle.Milliseconds(), 10)}).ToString()
 		cancel()
 		o.Logger.Debug("defer: turn", "rule", w.name, "id", e.id, "verdict", verdict, "err", err)
@@ -107,7 +107,7 @@ func (w *worker) turn(ctx context.Context, e *entry) result {
 // nothing recorded, and e is let go).
 func (w *worker) record(ctx context.Context, e *entry, out *outcome) (string, error) {
 	o := &w.q.o
-	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead"}
+	keys := []string{w.base + "q", w.base + "s:" + e.id, w.base + "k:" + keyDigest(e.key), w.base + "dead", w.base + "i"}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
