@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -30,7 +31,9 @@ func (e *Engine) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
 	if err != nil && clientGone(ctx) {
-		return Result{Err: ctx.Err()} // the client went away: see clientGone
+		// The client went away: see clientGone.
+		e.ruleMetrics(r).Gone(metrics.GoneDecision)
+		return Result{Err: ctx.Err(), goneStage: metrics.GoneDecision}
 	}
 	if err != nil {
 		e.storeFailed(err)
@@ -70,7 +73,9 @@ func (e *Engine) Report(ctx context.Context, r *rules.Rule, key string, cost int
 	}
 	e.metrics.ObserveDecision(time.Since(t0))
 	if err != nil && clientGone(ctx) {
-		return Result{Err: ctx.Err()} // the client went away: see clientGone
+		// The client went away: see clientGone.
+		e.ruleMetrics(r).Gone(metrics.GoneDecision)
+		return Result{Err: ctx.Err(), goneStage: metrics.GoneDecision}
 	}
 	if err != nil {
 		e.storeFailed(err)

@@ -247,23 +247,6 @@ func (e *Engine) Decide(ctx context.Context, ms []rules.Match, cost int64) Resul
 	return res
 }
 
-// clientGone reports whether ctx was cancelled: the client went away (the
-// Redis store refuses a call whose context has ended). A deadline that
-// passed (a gRPC client's timeout, shorter than store.redis.timeout) is
-// not that: the store was slower than its client allows, a store failure
-// the metrics must show.
-func clientGone(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled)
-}
-
-// gone makes res the result of a request whose client went away before
-// the store answered (clientGone): the store did not fail, and on_error
-// allow must not send the request on uncounted. It ends as when the
-// client leaves a wait.
-func gone(ctx context.Context, res *Result) {
-	res.Allowed, res.Err, res.StoreErr, res.undecided = false, ctx.Err(), nil, true
-}
-
 // Admit decides the request and applies action delay: it returns when the
 // request may proceed (Allowed), after waiting for a slot and any shaping
 // Delay, or when it is denied. The reverse proxy and forward-auth use it.
@@ -290,12 +273,18 @@ func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferr
 		}
 		if res.StoreErr != nil && clientGone(ctx) {
 			gone(ctx, &res)
+			if !first {
+				res.goneStage = metrics.GoneHeld // it had waited for room
+			}
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)
 			return res
 		}
 		if !refused && res.Deferrable && deferring {
 			e.chargeOthers(ctx, a, &res)
+			if !first && res.goneStage != "" {
+				res.goneStage = metrics.GoneHeld
+			}
 			res.queueing = true
 			res.Waited = max(e.now().Sub(start), slept)
 			e.finish(ctx, a, &res, ms, cost)
@@ -347,11 +336,17 @@ func (e *Engine) admit(ctx context.Context, ms []rules.Match, cost int64, deferr
 				// Gone while waiting out its slot's Delay.
 				e.giveBack(ctx, a, e.now().Sub(res.at), false)
 			}
-			res.Allowed = false
 			res.Err = err
 			res.Waited = max(e.now().Sub(start), slept)
-			if res.DeniedBy == nil {
-				res.DeniedBy, res.Rule = res.delayer, res.delayer
+			if clientGone(ctx) {
+				goneHeld(&res)
+			} else {
+				// Its deadline passed first: the wait was longer than
+				// the request allows, a refusal by its delay rule.
+				res.Allowed = false
+				if res.DeniedBy == nil {
+					res.DeniedBy, res.Rule = res.delayer, res.delayer
+				}
 			}
 			e.finish(ctx, a, &res, ms, cost)
 			return res

@@ -10,8 +10,23 @@ import (
 
 // finish counts the final outcome of the enforcing rules, decides the
 // shadow rules, logs, and observes the request's store time (once per
-// request, whatever its attempts).
+// request, whatever its attempts). A request whose client went away is
+// counted so (gone.go); its shadow rules are decided only if it was
+// admitted.
 func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules.Match, cost int64) {
+	if res.goneStage != "" {
+		e.ClientGone(ms, res.goneStage)
+	}
+	// admitted: as for the enforcing rules, which took their counts, a
+	// request admitted and then gone while it waited out its Delay
+	// charges its shadow rules, on a context its client's leaving has
+	// not ended.
+	admitted := res.Allowed || res.goneAdmitted
+	if res.goneAdmitted {
+		var cancel context.CancelFunc
+		ctx, cancel = refundContext(ctx)
+		defer cancel()
+	}
 	if res.StoreErr != nil {
 		e.storeFailed(res.StoreErr)
 		if e.failOpen {
@@ -40,7 +55,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		}
 	}
 	var now time.Time
-	for i := 0; i < len(ms); {
+	for i := 0; i < len(ms) && !res.undecided; {
 		r := ms[i].Rule
 		if r.Action != rules.Shadow {
 			i++
@@ -52,7 +67,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 		verdict := 0 // 0: none (the store failed), 1 allowed, 2 shadow-denied
 		for ; i < len(ms) && ms[i].Rule == r; i++ {
 			req, n := e.request(r, ms[i].Key, cost, now)
-			if !res.Allowed {
+			if !admitted {
 				// Denied traffic consumes nothing, a shadow rule's
 				// counter included (enforced, the rule would not be
 				// charged either): ask without counting, and take the
@@ -69,7 +84,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 				}
 				continue
 			}
-			if !res.Allowed {
+			if !admitted {
 				// What the shard asked has left, before the key's
 				// estimate: the shard is what would decide.
 				d.Allowed = d.Allowed && d.Remaining >= cost
@@ -86,7 +101,7 @@ func (e *Engine) finish(ctx context.Context, a *attempt, res *Result, ms []rules
 				continue // the edge queues it: Queued logs, once it is queued
 			}
 			if e.shadowLog.OK(now) {
-				if res.Allowed {
+				if admitted {
 					e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "retry_after", d.RetryAfter, "suppressed", e.shadowLog.Dropped())
 				} else { // asked at cost 0: no wait of its own to tell
 					e.log.Info("shadow rule would deny", "rule", r.Name, "key", ms[i].Key, "remaining", d.Remaining, "refused_anyway", true, "suppressed", e.shadowLog.Dropped())

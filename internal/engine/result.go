@@ -48,8 +48,14 @@ type Result struct {
 	budget  time.Duration // the least MaxDelay among the delay rules that applied
 	delayer *rules.Rule   // the delay rule that set shape
 
-	undecided bool // the client went away before the store decided: no rule has a verdict
-	queueing  bool // AdmitOrDefer: the edge queues it if Deferrable (and Queued logs its shadow rules)
+	undecided bool // the client went away before the store decided, or while waiting for room: no rule has a verdict
+	// goneStage is where the request was when its client went away
+	// (metrics.GoneDecision, GoneHeld); "" while it is there. goneAdmitted:
+	// it was admitted, waiting out its slot's Delay (its rules count it
+	// allowed).
+	goneStage    string
+	goneAdmitted bool
+	queueing     bool // AdmitOrDefer: the edge queues it if Deferrable (and Queued logs its shadow rules)
 	// charged are the requests AdmitOrDefer charged the other enforcing
 	// rules for a Deferrable request (chargeOthers), for NotQueued, and
 	// delays the Delay of each (a leaky bucket place's).

@@ -14,6 +14,7 @@
 //	sluice_delay_seconds                       time requests waited under action delay
 //	sluice_delay_given_back_total{rule}        leaky bucket slots given back (not left in)
 //	sluice_ambiguous_keys_total{rule}          requests refused: their key part for rule was ambiguous
+//	sluice_clients_gone_total{rule,stage}      requests answered 499, their client gone; stage: decision, held, upstream
 //	sluice_connections_open{listener}          client connections held (listener.go)
 //	sluice_connections_closed_slow_total{listener}, sluice_connections_refused_total{listener},
 //	sluice_requests_refused_total{listener}, sluice_body_timeouts_total{listener},
@@ -43,6 +44,18 @@ const (
 	ShadowDenied = "shadow_denied"
 )
 
+// Stages of sluice_clients_gone_total: where a request was when its
+// client went away.
+const (
+	// GoneDecision: before the store answered; no rule has a verdict.
+	GoneDecision = "decision"
+	// GoneHeld: while action delay held it (waiting out its slot, or for
+	// room).
+	GoneHeld = "held"
+	// GoneUpstream: admitted and forwarded, before the upstream answered.
+	GoneUpstream = "upstream"
+)
+
 // Metrics is the set of Sluice collectors. It is safe for concurrent use.
 type Metrics struct {
 	reg       prometheus.Registerer
@@ -54,6 +67,7 @@ type Metrics struct {
 	reloads   *prometheus.CounterVec
 	ambiguous *prometheus.CounterVec
 	givenBack *prometheus.CounterVec
+	gone      *prometheus.CounterVec
 
 	mu    sync.RWMutex
 	rules map[string]*Rule
@@ -70,6 +84,8 @@ type Rule struct {
 	allowed, denied, shadowDenied prometheus.Counter
 	ambiguous                     prometheus.Counter
 	givenBack                     prometheus.Counter
+	goneDecision, goneHeld        prometheus.Counter
+	goneUpstream                  prometheus.Counter
 }
 
 // New creates the collectors and registers them on reg. It panics if they
@@ -112,9 +128,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_delay_given_back_total",
 			Help: "Leaky bucket slots given back, per rule: taken by a request that then did not leave in them (its client went away while it waited under action delay, or it was refused, its slot past max_delay).",
 		}, []string{"rule"}),
+		gone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_clients_gone_total",
+			Help: "Requests the rule applied to whose client went away before their answer (answered 499), by stage: decision (before the store answered), held (while action delay held it), upstream (forwarded, before the upstream answered).",
+		}, []string{"rule", "stage"}),
 		rules: map[string]*Rule{},
 	}
-	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads, m.ambiguous, m.givenBack)
+	reg.MustRegister(m.decisions, m.storeErrs, m.fallback, m.duration, m.delay, m.reloads, m.ambiguous, m.givenBack, m.gone)
 	// Show both reload results and both fallback policies from the start, at 0.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
@@ -144,6 +164,9 @@ func (m *Metrics) Rule(name string) *Rule {
 			shadowDenied: m.decisions.WithLabelValues(name, ShadowDenied),
 			ambiguous:    m.ambiguous.WithLabelValues(name),
 			givenBack:    m.givenBack.WithLabelValues(name),
+			goneDecision: m.gone.WithLabelValues(name, GoneDecision),
+			goneHeld:     m.gone.WithLabelValues(name, GoneHeld),
+			goneUpstream: m.gone.WithLabelValues(name, GoneUpstream),
 		}
 		m.rules[name] = r
 	}
@@ -180,6 +203,9 @@ func (m *Metrics) ForgetRules(names []string) {
 		}
 		m.ambiguous.DeleteLabelValues(n)
 		m.givenBack.DeleteLabelValues(n)
+		for _, st := range []string{GoneDecision, GoneHeld, GoneUpstream} {
+			m.gone.DeleteLabelValues(n, st)
+		}
 	}
 }
 
@@ -216,6 +242,22 @@ func (r *Rule) Ambiguous() {
 func (r *Rule) GivenBack() {
 	if r != nil {
 		r.givenBack.Inc()
+	}
+}
+
+// Gone counts one request whose client went away at stage (GoneDecision,
+// GoneHeld, GoneUpstream).
+func (r *Rule) Gone(stage string) {
+	if r == nil {
+		return
+	}
+	switch stage {
+	case GoneDecision:
+		r.goneDecision.Inc()
+	case GoneHeld:
+		r.goneHeld.Inc()
+	case GoneUpstream:
+		r.goneUpstream.Inc()
 	}
 }
 

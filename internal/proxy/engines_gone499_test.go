@@ -142,6 +142,21 @@ func wantGoneAnswer(t *testing.T, raw string) {
 	}
 }
 
+// wantGone checks that sluice_clients_gone_total{rule} counts one
+// request, at stage.
+func wantGone(t *testing.T, s *eserved, rule, stage string) {
+	t.Helper()
+	for _, st := range []string{"decision", "held", "upstream"} {
+		want := 0.0
+		if st == stage {
+			want = 1
+		}
+		if n := counter(t, s.reg, "sluice_clients_gone_total", map[string]string{"rule": rule, "stage": st}); n != want {
+			t.Errorf("sluice_clients_gone_total{rule=%s,stage=%s} = %v, want %v", rule, st, n, want)
+		}
+	}
+}
+
 func recvStatus(t *testing.T, log <-chan int) int {
 	t.Helper()
 	select {
@@ -189,13 +204,14 @@ func TestEngineGoneWhileHeld499(t *testing.T) {
 					if n := hits.Load(); n != 1 {
 						t.Errorf("upstream got %d requests; want 1 (the held one abandoned)", n)
 					}
-					// The held request did not pass: its delay rule counts it
-					// denied (the first request allowed), as the README's
-					// metrics table says.
+					// The limiter refused neither: the held request was
+					// admitted to its slot (given back) and its client left;
+					// it used to count denied.
 					if a, d := counter(t, s.reg, "sluice_decisions_total", map[string]string{"rule": "slow", "result": "allowed"}),
-						counter(t, s.reg, "sluice_decisions_total", map[string]string{"rule": "slow", "result": "denied"}); a != 1 || d != 1 {
-						t.Errorf("sluice_decisions_total{rule=slow}: allowed %v, denied %v; want 1, 1", a, d)
+						counter(t, s.reg, "sluice_decisions_total", map[string]string{"rule": "slow", "result": "denied"}); a != 2 || d != 0 {
+						t.Errorf("sluice_decisions_total{rule=slow}: allowed %v, denied %v; want 2, 0", a, d)
 					}
+					wantGone(t, s, "slow", "held")
 					if n := counter(t, s.reg, "sluice_delay_given_back_total", map[string]string{"rule": "slow"}); n != 1 {
 						t.Errorf("sluice_delay_given_back_total{rule=slow} = %v, want 1", n)
 					}
@@ -253,6 +269,7 @@ func TestEngineGoneBeforeDecision499(t *testing.T) {
 					if n := counter(t, s.reg, "sluice_store_errors_total", nil); n > 0 {
 						t.Errorf("sluice_store_errors_total = %v, want 0", n)
 					}
+					wantGone(t, s, "r", "decision")
 				})
 			}
 		}
@@ -298,6 +315,11 @@ func TestEngineGoneWhileUpstreamWorks499(t *testing.T) {
 				if code := recvStatus(t, log); code != httplimit.StatusClientClosedRequest {
 					t.Errorf("the access log recorded %d, want 499", code)
 				}
+				// Admitted and forwarded: allowed, and gone at the upstream.
+				if n := counter(t, s.reg, "sluice_decisions_total", map[string]string{"rule": "r", "result": "allowed"}); n != 1 {
+					t.Errorf("sluice_decisions_total{rule=r,result=allowed} = %v, want 1", n)
+				}
+				wantGone(t, s, "r", "upstream")
 			})
 		}
 	})

@@ -170,8 +170,9 @@ func tokenIn(vv []string, tok string) bool {
 }
 
 // fastForward forwards r on the fast path; res (nil: no rule applied) is
-// the decision whose headers the response carries.
-func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
+// the decision whose headers the response carries. It reports whether r's
+// client went away before the answer came (answered 499).
+func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) (gone bool) {
 	ctx := r.Context()
 	now := monoNow() // the one clock reading of the request: pool, deadline
 	var (
@@ -208,11 +209,10 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 		// its connection does), but the access log around the proxy
 		// records 499, as on the other paths, not nothing.
 		writeGone(w)
-		return
+		return true
 	}
 	if err != nil {
-		p.fail(w, r, res, err)
-		return
+		return p.fail(w, r, res, err)
 	}
 	h := w.Header()
 	conn := hop.NewNames(resp.Header["Connection"])
@@ -259,12 +259,13 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 			for k, vv := range trailer {
 				h[k] = vv
 			}
-			return
+			return false
 		}
 		for k, vv := range trailer {
 			h[http.TrailerPrefix+k] = vv
 		}
 	}
+	return false
 }
 
 // roundTrip sends r on c and reads the response's head: 1xx answers

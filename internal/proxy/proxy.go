@@ -26,7 +26,9 @@
 //   - A request whose client went away before its decision, while held
 //     (action delay) or before the upstream answered is answered 499
 //     with no body (writeGone), never the empty 200 its server would send
-//     for a handler that wrote nothing.
+//     for a handler that wrote nothing, and counted under each of its
+//     rules in sluice_clients_gone_total{stage}, never denied (package
+//     engine, gone.go; the upstream stage here: Engine.ClientGone).
 //   - Streaming: a response of unknown length (chunked) or of type
 //     text/event-stream is flushed as it arrives, so server-sent events
 //     and long polls work; one of known length goes out in one write.
@@ -100,6 +102,7 @@ import (
 	"github.com/sluicehq/sluice/internal/h1"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/logthrottle"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -329,6 +332,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The client went away while waiting: not queued, so the
 		// charges AdmitOrDefer made for a deferrable request go back.
 		e.NotQueued(r.Context(), &res)
+		if !res.Gone() {
+			// Left as its wait ended (the engine saw it still there).
+			e.ClientGone(ms, metrics.GoneHeld)
+		}
 		writeGone(w)
 		return
 	}
@@ -339,11 +346,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		engine.WriteDenied(w, &res, http.StatusTooManyRequests)
 		return
 	}
+	rp := &res // headers set in modifyResponse
 	if res.Rule == nil {
-		p.forward(w, r, ip, nil)
-		return
+		rp = nil
 	}
-	p.forward(w, r, ip, &res) // headers set in modifyResponse
+	if p.forward(w, r, ip, rp) {
+		e.ClientGone(ms, metrics.GoneUpstream)
+	}
 }
 
 // delays reports whether a rule of ms may hold the request (action delay).
@@ -356,7 +365,9 @@ func delays(ms []rules.Match) bool {
 	return false
 }
 
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) {
+// forward sends r to the upstream and relays its answer; it reports
+// whether r's client went away before the answer came (answered 499).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) (gone bool) {
 	fast := p.fastPath(r)
 	if !fast && r.Header["Upgrade"] != nil {
 		if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
@@ -369,8 +380,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		fast = p.fastPath(r)
 	}
 	if fast {
-		p.fastForward(w, r, ip, res)
-		return
+		return p.fastForward(w, r, ip, res)
 	}
 	info := &forwardInfo{ip: ip, w: w.Header()}
 	info.cw = relayWriter{ResponseWriter: w, info: info, http10: !r.ProtoAtLeast(1, 1)}
@@ -411,6 +421,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 		r.Body = info.body
 	}
 	p.rp.ServeHTTP(&info.cw, r)
+	return info.gone
 }
 
 // untyped marks h, the headers of the answer to the client, as typed with
@@ -426,12 +437,13 @@ func untyped(h, up http.Header) {
 }
 
 // fail answers r whose forwarding failed with err; res, if not nil, is the
-// decision that let it through.
-func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result, err error) {
+// decision that let it through. It reports whether the failure was r's
+// client going away (answered 499).
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result, err error) (gone bool) {
 	stalled := listener.TimedOut(r) || errors.Is(err, listener.ErrBodyTimeout)
 	if r.Context().Err() != nil && !stalled {
 		writeGone(w) // the client went away: for the logs, nobody reads it
-		return
+		return true
 	}
 	status, msg := http.StatusBadGateway, "bad_gateway"
 	var ne net.Error
@@ -464,6 +476,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, res *engine.Result,
 	h["Content-Type"] = []string{"application/json"}
 	w.WriteHeader(status)
 	w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
+	return false
 }
 
 // writeGone answers 499 (nginx's "client closed request"), with no body

@@ -32,6 +32,7 @@ type forwardInfo struct {
 	// that says close before the proxy sees what it names.
 	names headNames
 	trace httptrace.ClientTrace
+	gone  bool // the client went away before the answer came (upstreamError)
 }
 
 // relayWriter is the client's ResponseWriter as ReverseProxy writes to
@@ -164,7 +165,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	if info.body != nil && info.body.failed.Load() {
 		err = fmt.Errorf("%w: %w", errClientBody, err)
 	}
-	p.fail(w, r, info.res, err)
+	info.gone = p.fail(w, r, info.res, err)
 }
 
 // upgradeHeaders drops from h, a 101 Switching Protocols answer's headers,
