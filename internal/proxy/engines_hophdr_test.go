@@ -52,10 +52,11 @@ func TestEngineConnectionNamedAnswerHeaders(t *testing.T) {
 		for _, pa := range append(paths, struct{ name, method, body string }{"fast path (HEAD)", "HEAD", ""}) {
 			for _, path := range []string{"/?close=1", "/", "/chunked?close=1", "/chunked", "/folded", "/hints?close=1"} {
 				if ec.rp && strings.Contains(path, "close") || ec.rp && path == "/folded" {
-					// Known gap: Options.Transport, which these engines
-					// set, deletes the Connection header that says close
-					// before the proxy sees what it names (the proxy's
-					// own, to an https:// upstream too, does not:
+					// Options.Transport's documented limit (pinned by
+					// TestEngineCustomTransportHopHeaders): it, which these
+					// engines set, deletes the Connection header that says
+					// close before the proxy sees what it names (the
+					// proxy's own, to an https:// upstream too, does not:
 					// TestEngineHTTPSUpstreamConnectionNamed).
 					continue
 				}
@@ -246,7 +247,7 @@ func TestEngineHTTPSUpstreamConnectionNamed(t *testing.T) {
 	t.Cleanup(h2.Close)
 	forEngine(t, false, func(t *testing.T, ec engineCase) {
 		if ec.rp {
-			return // Options.Transport: the known gap
+			return // Options.Transport: its documented limit
 		}
 		o := engineOpts{proxy: proxy.Options{TLSClientConfig: ca.ClientConfig()}}
 		s1 := startOn(t, ec, h1, o)

@@ -54,8 +54,9 @@
 //     close (Connection: close, X-Foo), which http.ReadResponse (the
 //     Transport's, the fast path's fallback) deletes before the proxy sees
 //     what it names: the heads are read from the connection's bytes as
-//     well (connnames.go). Known gap: not through Options.Transport,
-//     where X-Foo then passes, as through ReverseProxy alone. 1xx answers (103 Early Hints) are relayed without their
+//     well (connnames.go). Not through Options.Transport, whose bytes the
+//     proxy does not see: there X-Foo passes, as through ReverseProxy
+//     alone (Options.Transport). 1xx answers (103 Early Hints) are relayed without their
 //     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2),
 //     whose Upgrade is dropped (§7.8). An upstream status below 100 (which
 //     http.ReadResponse takes) answers 502.
@@ -153,8 +154,18 @@ type Options struct {
 	// server name defaults to the upstream's host.
 	TLSClientConfig *tls.Config
 	// Transport, if set, replaces the transport built from the options
-	// above (tests). Through it, the headers an upstream answer's
-	// Connection names beside close pass (package documentation).
+	// above (tests), and the fast path: every request goes through
+	// httputil.ReverseProxy and it. The hop-by-hop headers of the
+	// upstream's answers are dropped as through the proxy's own (those
+	// of RFC 9110 §7.6.1, and those a Connection header it leaves in the
+	// answer names), with one limit: net/http's Transport (its
+	// http.ReadResponse) deletes a Connection header that says close, of
+	// a 1xx answer as of a final one, before the proxy sees it, and the
+	// proxy, which does not read this transport's connections, cannot
+	// tell what else it named: X-Foo in Connection: close, X-Foo passes
+	// to the client. Any RoundTripper built on net/http's reads heads so.
+	// The proxy's own transport reads them from the connection's bytes
+	// (connnames.go).
 	Transport http.RoundTripper
 	// Logger receives upstream errors; nil discards.
 	Logger *slog.Logger
