@@ -25,6 +25,13 @@ type OverLimitOptions struct {
 	// DefaultOverLimitKeys. Past it, expired entries are dropped first,
 	// then arbitrary ones: forgetting a refusal only costs a store call.
 	MaxKeys int
+	// StoreClock says the store decides on its own clock, not at
+	// Request.Now (redisstore.Options.RedisTime, as the daemon runs it): a
+	// refusal then also ends once this machine's monotonic clock says its
+	// RetryAfter has passed since the store was asked, so that a requests'
+	// clock that steps back (an NTP step, a VM resumed) does not make it
+	// outlive the store's.
+	StoreClock bool
 }
 
 // OverLimitCache is a sluice.Store that remembers the refusals of the store
@@ -61,7 +68,11 @@ type OverLimitOptions struct {
 // which is no later than the store's decision instant as seen from the
 // caller, so the bound still holds whatever the skew between the clocks;
 // the cache then ends each refusal up to one tick early for limits that
-// count in ticks coarser than a microsecond. A Request with a zero Now is
+// count in ticks coarser than a microsecond. Such a store's clock runs on
+// when the caller's steps back (an NTP step): with
+// OverLimitOptions.StoreClock, each refusal also ends once this machine's
+// monotonic clock says its RetryAfter has passed since the store was
+// asked, so it never outlives the store's. A Request with a zero Now is
 // never answered from the cache, nor is one outside sluice.MinTime …
 // sluice.MaxTime (the store refuses it).
 //
@@ -113,6 +124,7 @@ type OverLimitOptions struct {
 type OverLimitCache struct {
 	inner  sluice.Store
 	seed   maphash.Seed
+	mono   time.Time // with StoreClock: the origin of olEntry.end
 	shards [overLimitShards]olShard
 	per    int           // entries per shard
 	gen    atomic.Uint64 // bumped by Forget (by 2), Pause and Resume: entries of older generations are gone; odd while paused
@@ -140,6 +152,9 @@ type olEntry struct {
 	reset     int64 // the instant the key would be full again
 	remaining int64
 	gen       uint64
+	// end is until on this machine's monotonic clock (µs since
+	// OverLimitCache.mono), with OverLimitOptions.StoreClock; else 0.
+	end int64
 }
 
 type olShard struct {
@@ -173,6 +188,9 @@ func NewOverLimitCache(s sluice.Store, o OverLimitOptions) *OverLimitCache {
 		n = DefaultOverLimitKeys
 	}
 	c := &OverLimitCache{inner: s, seed: maphash.MakeSeed(), per: (n + overLimitShards - 1) / overLimitShards}
+	if o.StoreClock {
+		c.mono = time.Now()
+	}
 	for i := range c.shards {
 		c.shards[i].m = make(map[olKey]olEntry)
 	}
@@ -234,7 +252,13 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 		return false
 	}
 	now := r.Now.UnixMicro()
-	if now >= e.until {
+	left := e.until - now
+	if e.end != 0 {
+		// On the store's own clock, what the monotonic clock says has
+		// passed counts too: the requests' clock may have stepped back.
+		left = min(left, e.end-c.since())
+	}
+	if left <= 0 {
 		sh.mu.Lock()
 		if cur, ok := sh.m[k]; ok && cur == e {
 			delete(sh.m, k)
@@ -250,7 +274,7 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 		Allowed:    false,
 		Limit:      r.Limit.Rate,
 		Remaining:  e.remaining,
-		RetryAfter: time.Duration(e.until-now) * time.Microsecond,
+		RetryAfter: time.Duration(left) * time.Microsecond,
 		ResetAfter: time.Duration(max(0, e.reset-now)) * time.Microsecond,
 	}
 	if r.Cost > r.Algorithm.Capacity(r.Limit) {
@@ -263,9 +287,24 @@ func (c *OverLimitCache) lookup(r *sluice.Request, d *sluice.Decision) bool {
 // resets before the store was asked. A refusal decided before a Forget or
 // a Reset may come back after it, and then says nothing of the store's
 // state: remember drops it.
-type olEpoch struct{ gen, resets uint64 }
+// With StoreClock, mono is this machine's monotonic clock then (see
+// since): the store decided no earlier.
+type olEpoch struct {
+	gen, resets uint64
+	mono        int64
+}
 
-func (c *OverLimitCache) epoch() olEpoch { return olEpoch{c.gen.Load(), c.resets.Load()} }
+func (c *OverLimitCache) epoch() olEpoch {
+	at := olEpoch{gen: c.gen.Load(), resets: c.resets.Load()}
+	if !c.mono.IsZero() {
+		at.mono = c.since()
+	}
+	return at
+}
+
+// since is µs since c.mono on this machine's monotonic clock, at least 1
+// (olEntry.end 0 means none).
+func (c *OverLimitCache) since() int64 { return max(1, time.Since(c.mono).Microseconds()) }
 
 // remember records the store's refusal d of r, decided at r.Now, asked
 // at at.
@@ -296,6 +335,9 @@ func (c *OverLimitCache) remember(r *sluice.Request, d *sluice.Decision, at olEp
 		reset:     now + d.ResetAfter.Microseconds(),
 		remaining: d.Remaining,
 		gen:       at.gen,
+	}
+	if at.mono != 0 {
+		e.end = max(1, at.mono-(t.Tick-1)+d.RetryAfter.Microseconds())
 	}
 	if e.until <= now {
 		return

@@ -94,7 +94,9 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	d.lazy = lazy
 	fs := newFleetStore(lazy, d.reg, d.opts.Now)
 	d.fleet = fs
-	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{})
+	// On Redis' clock (RedisTime): refusals end by the monotonic clock
+	// too, whatever the daemon's wall clock does.
+	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{StoreClock: true})
 	d.store = cache
 	// A refund made through another instance is published by its script
 	// and heard here: the cache forgets the key. The cache answers only
