@@ -54,7 +54,13 @@ if not state then
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'state', 'queued', 'attempts', 0, 'sid', ARGV[3], 'list', list)
   state = 'queued'
+else
+  -- A record written before its key's list was named in it gets it.
+  redis.call('HSETNX', KEYS[2], 'list', list)
 end
+-- And the request is indexed by its entry id, if it was queued before the
+-- index: a claim round finding its entry trimmed away cleans it (read.lua).
+redis.call('HSETNX', KEYS[4], ARGV[3], ARGV[4])
 -- Each turn keeps the record of a request still queued: the head of a key
 -- is turned at least once a back-off, so its record never expires while it
 -- waits, and a missing record below means a request gone.

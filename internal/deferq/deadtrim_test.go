@@ -2,6 +2,8 @@ package deferq_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"testing"
 	"time"
@@ -140,4 +142,56 @@ func exists(t *testing.T, c rueidis.Client, key string) int64 {
 		t.Fatalf("EXISTS %s: %v", key, err)
 	}
 	return n
+}
+
+// A record written by a version before the key's list was named in it
+// (no 'list' field) and before the stream-id index: read as queued; the
+// first turn of an instance that holds it adds both; and once its holder
+// is killed and it is trimmed away, a survivor's claim round cleans its
+// record and its key's list as for a request queued by this version.
+func TestOldRecordCleanedAfterTrim(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newUpstream(t, nil)
+	c := client(t, srv.Addr)
+	q, err := newQueue(survivorOptions(c, up.srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	ctx := context.Background()
+	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
+	id := deferq.Tag("jobs") + "-0123456789abcdef0123"
+	h := sha256.Sum256([]byte("old"))
+	list := hex.EncodeToString(h[:10])
+	// As the enqueue script of that version wrote them.
+	sid, err := c.Do(ctx, c.B().Xadd().Key(base+"q").Id("*").FieldValue().FieldValue("id", id).FieldValue("key", "old").
+		FieldValue("method", "POST").FieldValue("uri", "/old").FieldValue("header", "{}").FieldValue("body", "o").
+		FieldValue("at", "1700000000000").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []rueidis.Completed{
+		c.B().Hset().Key(base+"s:"+id).FieldValue().FieldValue("state", "queued").FieldValue("rule", "jobs").FieldValue("sid", sid).
+			FieldValue("at", "1700000000000").FieldValue("updated", "1700000000000").FieldValue("attempts", "0").Build(),
+		c.B().Pexpire().Key(base + "s:" + id).Milliseconds(time.Hour.Milliseconds()).Build(),
+		c.B().Rpush().Key(base + "k:" + list).Element(id).Build(),
+	} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := q.Status(ctx, id); err != nil || st.State != "queued" || st.Rule != "jobs" {
+		t.Fatalf("Status of a record without a list field: %+v, %v; want queued, rule jobs", st, err)
+	}
+	victim := startChild(t, srv.Addr, up.srv.URL, "deny")
+	waitFor(t, "the victim's first turn to add the record's list and index it", 30*time.Second, func() bool {
+		l, _ := c.Do(ctx, c.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
+		x, _ := c.Do(ctx, c.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
+		return l == list && x == id
+	})
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	victim.Wait()
+	killedThenTrimmed(t, c, q, base, id, "old")
 }
