@@ -81,6 +81,13 @@ func startDaemonFrom(t testing.TB, yaml string, t0 time.Time) *testDaemon {
 // daemon's Options first.
 func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon {
 	t.Helper()
+	return startDaemonThen(t, path, set, nil)
+}
+
+// startDaemonThen is startDaemonWith with before, if not nil, given the
+// daemon New made before it runs.
+func startDaemonThen(t testing.TB, path string, set func(*Options), before func(*Daemon)) *testDaemon {
+	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatalf("config.Load(%s): %v", path, err)
@@ -106,6 +113,9 @@ func startDaemonWith(t testing.TB, path string, set func(*Options)) *testDaemon 
 	td.api = "http://" + a.API
 	if a.Proxy != "" {
 		td.proxy = "http://" + a.Proxy
+	}
+	if before != nil {
+		before(td.d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	td.cancel = cancel
