@@ -93,7 +93,7 @@ rules:
 	if cn := inForce(); cn != "sluice-new" {
 		t.Errorf("client certificate in force after the reload %q, want sluice-new", cn)
 	}
-	decidesOnRedis(t, td, "after the reload")
+	decidesOnRedis(t, td, "k", "after the reload")
 	if n := allowedOf(t, td.api, "r", "k", 3); n != 3 {
 		t.Errorf("after the reload: %d of 3 admitted, want 3", n)
 	}
@@ -116,15 +116,15 @@ func killRedisClients(t *testing.T, addr string) {
 // Redis again (admitted) after the daemon's connections were killed:
 // under on_error: deny the call that meets a killed connection is
 // answered 503.
-func decidesOnRedis(t *testing.T, td *testDaemon, what string) {
+func decidesOnRedis(t *testing.T, td *testDaemon, k, what string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // a failure's bound, not a synchronisation
 	for {
-		if a, status := check(t, td.api, "r", "k", 1); status == http.StatusOK && a.Allowed {
+		if a, status := check(t, td.api, "r", k, 1); status == http.StatusOK && a.Allowed {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: no decision on Redis after the connections were killed; logs:\n%s", what, td.logs.String())
+			t.Fatalf("%s: key %s: no decision on Redis after the connections were killed; logs:\n%s", what, k, td.logs.String())
 		}
 	}
 }

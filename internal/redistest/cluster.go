@@ -40,6 +40,21 @@ func StartCluster(tb testing.TB) *Cluster {
 // MOVED). Addrs stay plain, for setting the nodes up with Do.
 func StartTLSCluster(tb testing.TB, cert, key, ca string) *Cluster {
 	tb.Helper()
+	return startTLSCluster(tb, cert, key, ca, false)
+}
+
+// StartMTLSCluster is StartTLSCluster with tls-auth-clients yes: TLS
+// clients must present a certificate that a CA in the PEM file ca signed
+// (ca is also what the nodes verify each other's certificate against, so
+// a bundle of the nodes' CA and the clients'). CONFIG SET
+// tls-ca-cert-file on each node (through Addrs) changes it.
+func StartMTLSCluster(tb testing.TB, cert, key, ca string) *Cluster {
+	tb.Helper()
+	return startTLSCluster(tb, cert, key, ca, true)
+}
+
+func startTLSCluster(tb testing.TB, cert, key, ca string, authClients bool) *Cluster {
+	tb.Helper()
 	return startCluster(tb, func() *Server {
 		s, err := tryStart(tb, func() (*Server, error) {
 			port, err := freePort(true)
@@ -53,9 +68,13 @@ func StartTLSCluster(tb testing.TB, cert, key, ca string) *Cluster {
 			if tport == port || tport == port+10000 {
 				return nil, fmt.Errorf("port %d drawn twice", tport)
 			}
-			return &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
+			s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), TLSAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tport)),
 				tb: tb, port: port, tlsPort: tport, tlsFiles: [2]string{cert, key}, dir: tb.TempDir(), cluster: true,
-				extra: []string{"--tls-ca-cert-file", ca, "--tls-cluster", "yes"}}, nil
+				extra: []string{"--tls-ca-cert-file", ca, "--tls-cluster", "yes"}}
+			if authClients {
+				s.tlsClientCA, s.extra = ca, []string{"--tls-cluster", "yes"}
+			}
+			return s, nil
 		})
 		if err != nil {
 			tb.Fatalf("redistest: cannot start a TLS cluster node: %v; %s (redis-server must be built with TLS)", err, installHint)

@@ -1,8 +1,9 @@
 // Package redistest starts real redis-server processes for tests: a single
 // node (StartServer; with TLS, StartTLSServer), a 3-master Redis Cluster
-// (StartCluster; with TLS, StartTLSCluster) and Sentinels (StartSentinel;
-// with a password of their own, StartSentinelAuth), each on free
-// 127.0.0.1 ports, with no persistence, stopped by PID when the test ends.
+// (StartCluster; with TLS, StartTLSCluster; with mutual TLS,
+// StartMTLSCluster) and Sentinels (StartSentinel; with a password of
+// their own, StartSentinelAuth), each on free 127.0.0.1 ports, with no
+// persistence, stopped by PID when the test ends.
 //
 // The binaries are found on PATH. When redis-server or redis-cli is missing
 // or does not start, the test fails (never skips) with a message telling how
