@@ -148,17 +148,30 @@ func tooLarge(err error) bool {
 }
 
 // xdsConnectParams has gRPC make the connection again, while it cannot,
-// after a wait drawn as jittered's are: between half of retry and retry,
-// not on gRPC's default backoff, which grows to two minutes over a long
-// outage. (gRPC's first wait after a connection that worked is its base,
-// unjittered: it follows a subscription made after a jittered wait.)
+// after waits within [retry/2, retry], as jittered's are, not on gRPC's
+// default backoff, which grows to two minutes over a long outage. gRPC
+// waits its base delay after the first attempt that fails, unjittered,
+// then the base ±xdsBackoffJitter at random: so the base is drawn here,
+// for each connection, from the range that keeps all those waits within
+// [retry/2, retry]. Instances whose first attempts failed at one instant
+// (a fleet started at once while the server is away) then try again
+// apart. (After a connection that worked drops, gRPC makes no attempt
+// until the subscription made again after run's jittered wait asks for
+// one.)
 func xdsConnectParams(retry time.Duration) grpc.ConnectParams {
-	base := retry * 3 / 4
+	lo := time.Duration(float64(retry) / 2 / (1 - xdsBackoffJitter))
+	hi := time.Duration(float64(retry) / (1 + xdsBackoffJitter))
+	base := lo + time.Duration(xdsRand(int64(hi-lo)+1))
 	return grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: base, Multiplier: 1, Jitter: 1.0 / 3, MaxDelay: base},
+		Backoff:           backoff.Config{BaseDelay: base, Multiplier: 1, Jitter: xdsBackoffJitter, MaxDelay: base},
 		MinConnectTimeout: 20 * time.Second,
 	}
 }
+
+// xdsBackoffJitter is the jitter of gRPC's waits after its first
+// (xdsConnectParams): the bases drawn, from 0.625 to 0.83 of retry, then
+// cover [retry/2, retry] between them.
+const xdsBackoffJitter = 0.2
 
 // xdsRand returns a random number in [0, n); a test replaces it.
 var xdsRand = rand.Int64N

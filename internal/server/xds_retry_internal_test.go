@@ -112,13 +112,43 @@ func TestXDSRetryJitterSpreads(t *testing.T) {
 }
 
 // gRPC's own reconnection waits (while the connection cannot be made)
-// are drawn from the same range.
+// are drawn from the same range, the first included. gRPC waits its base
+// delay itself, unjittered, after the first attempt that fails, and the
+// base alone: so the base is drawn for each connection (from the random
+// source), and instances whose attempts failed at one instant (a fleet
+// started at once while its server is away) do not all try again at the
+// next one.
 func TestXDSConnectBackoffJittered(t *testing.T) {
 	const retry = 3 * time.Second
-	b := xdsConnectParams(retry).Backoff
-	lo := time.Duration(float64(b.BaseDelay) * (1 - b.Jitter))
-	hi := time.Duration(float64(b.BaseDelay) * (1 + b.Jitter))
-	if b.Multiplier != 1 || b.MaxDelay != b.BaseDelay || lo < retry/2-time.Microsecond || hi > retry+time.Microsecond || hi-lo < retry/2-time.Microsecond {
-		t.Errorf("gRPC backoff %+v: waits [%v, %v], want a steady [%v, %v]", b, lo, hi, retry/2, retry)
+	orig := xdsRand
+	t.Cleanup(func() { xdsRand = orig })
+	var (
+		asked  int
+		bases  []time.Duration
+		lo, hi = time.Duration(math.MaxInt64), time.Duration(0)
+	)
+	for _, draw := range []func(n int64) int64{
+		func(int64) int64 { return 0 },
+		func(n int64) int64 { return n - 1 },
+	} {
+		xdsRand = func(n int64) int64 { asked++; return draw(n) }
+		b := xdsConnectParams(retry).Backoff
+		// gRPC's waits: BaseDelay first, then BaseDelay·(1±Jitter).
+		wlo := min(b.BaseDelay, time.Duration(float64(b.BaseDelay)*(1-b.Jitter)))
+		whi := max(b.BaseDelay, time.Duration(float64(b.BaseDelay)*(1+b.Jitter)))
+		if b.Multiplier != 1 || b.MaxDelay != b.BaseDelay || wlo < retry/2-time.Microsecond || whi > retry+time.Microsecond {
+			t.Errorf("gRPC backoff %+v: waits [%v, %v], want a steady range within [%v, %v]", b, wlo, whi, retry/2, retry)
+		}
+		lo, hi = min(lo, wlo), max(hi, whi)
+		bases = append(bases, b.BaseDelay)
+	}
+	if asked != 2 {
+		t.Errorf("random source asked %d times for 2 connections, want once each", asked)
+	}
+	if bases[1]-bases[0] < retry/5 {
+		t.Errorf("first waits %v and %v at the two ends of the draw: want them spread, at least %v apart", bases[0], bases[1], retry/5)
+	}
+	if lo > retry/2+time.Microsecond || hi < retry-time.Microsecond {
+		t.Errorf("waits from %v to %v over the draws, want all of [%v, %v]", lo, hi, retry/2, retry)
 	}
 }
