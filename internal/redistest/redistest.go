@@ -2,8 +2,9 @@
 // node (StartServer; with TLS, StartTLSServer), a 3-master Redis Cluster
 // (StartCluster; with TLS, StartTLSCluster; with mutual TLS,
 // StartMTLSCluster) and Sentinels (StartSentinel; with a password of
-// their own, StartSentinelAuth), each on free 127.0.0.1 ports, with no
-// persistence, stopped by PID when the test ends.
+// their own, StartSentinelAuth; with TLS, StartTLSSentinel), each on free
+// 127.0.0.1 ports, with no persistence, stopped by PID when the test
+// ends.
 //
 // The binaries are found on PATH. When redis-server or redis-cli is missing
 // or does not start, the test fails (never skips) with a message telling how
@@ -35,8 +36,9 @@ const installHint = "run `make test` (it installs Redis via scripts/ensure-redis
 // Its methods are safe for concurrent use.
 type Server struct {
 	Addr string
-	// TLSAddr is where a server started by StartTLSServer serves TLS
-	// (127.0.0.1:port); "" for the others.
+	// TLSAddr is where a server started by StartTLSServer (or
+	// StartMTLSServer, StartTLSSentinel) serves TLS (127.0.0.1:port); ""
+	// for the others.
 	TLSAddr string
 
 	tb      testing.TB

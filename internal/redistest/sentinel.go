@@ -26,14 +26,14 @@ func StartSentinel(tb testing.TB, master *Server) string {
 // master's INFO).
 func StartSentinelFor(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) string {
 	tb.Helper()
-	return startSentinel(tb, master, downAfter, replicas, "", "").Addr
+	return startSentinel(tb, master, downAfter, replicas, "", "", nil).Addr
 }
 
 // StartSentinelServer is StartSentinelFor returning the Sentinel's
 // process, for tests that stop, restart or pause it.
 func StartSentinelServer(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server) *Server {
 	tb.Helper()
-	return startSentinel(tb, master, downAfter, replicas, "", "")
+	return startSentinel(tb, master, downAfter, replicas, "", "", nil)
 }
 
 // StartSentinelAuth is StartSentinel for a master whose clients must give
@@ -44,12 +44,35 @@ func StartSentinelServer(tb testing.TB, master *Server, downAfter time.Duration,
 // DoAuth reaches the Sentinel.
 func StartSentinelAuth(tb testing.TB, master *Server, masterPass, sentinelPass string) string {
 	tb.Helper()
-	return startSentinel(tb, master, 5*time.Second, nil, masterPass, sentinelPass).Addr
+	return startSentinel(tb, master, 5*time.Second, nil, masterPass, sentinelPass, nil).Addr
 }
 
-func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server, masterPass, sentinelPass string) *Server {
+// StartTLSSentinel is StartSentinel for a master started by
+// StartMTLSServer, monitored on its TLS port, with a Sentinel that also
+// serves TLS clients, on the returned Server's TLSAddr (Addr stays plain,
+// for Do), with the certificate and key in the PEM files cert and key,
+// and requires their certificates (tls-auth-clients yes), which a CA in
+// the PEM file ca must have signed. The Sentinel speaks TLS to the master
+// (tls-replication yes), presenting that certificate, which the master
+// must trust, and verifying the master's against ca: so ca is a bundle of
+// the servers' CA and the clients'. The file ca is read again when the
+// Sentinel is restarted.
+func StartTLSSentinel(tb testing.TB, master *Server, cert, key, ca string) *Server {
+	tb.Helper()
+	if master.TLSAddr == "" {
+		tb.Fatalf("redistest: StartTLSSentinel: master %s serves no TLS", master.Addr)
+	}
+	return startSentinel(tb, master, 5*time.Second, nil, "", "", &[3]string{cert, key, ca})
+}
+
+// startSentinel starts a Sentinel; tlsFiles, if set, are the
+// certificate, key and CA files of StartTLSSentinel.
+func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, replicas []*Server, masterPass, sentinelPass string, tlsFiles *[3]string) *Server {
 	tb.Helper()
 	host, port, _ := net.SplitHostPort(master.Addr)
+	if tlsFiles != nil {
+		host, port, _ = net.SplitHostPort(master.TLSAddr)
+	}
 	var lastErr error
 	for range 20 {
 		p, err := freePort(false)
@@ -57,11 +80,23 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 			lastErr = err
 			continue
 		}
+		tp := 0
+		if tlsFiles != nil {
+			if tp, err = freePort(false); err != nil || tp == p {
+				lastErr = fmt.Errorf("no second free port: %v", err)
+				continue
+			}
+		}
 		dir := tb.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n"+
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n", p, dir)
+		if tlsFiles != nil {
+			text += fmt.Sprintf("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\n",
+				tp, tlsFiles[0], tlsFiles[1], tlsFiles[2])
+		}
+		text += fmt.Sprintf("sentinel monitor mymaster %s %s 1\n"+
 			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster %d\n",
-			p, dir, host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
+			host, port, downAfter.Milliseconds(), max(10*downAfter.Milliseconds(), 1000))
 		if masterPass != "" {
 			text += "sentinel auth-pass mymaster " + masterPass + "\n"
 		}
@@ -72,6 +107,9 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 			tb.Fatalf("redistest: %v", err)
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), tb: tb, port: p, dir: dir, sentinelConf: conf}
+		if tp != 0 {
+			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tp))
+		}
 		if lastErr = s.start(); lastErr != nil {
 			continue
 		}
@@ -80,9 +118,10 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 		for {
 			got, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
 			ok := err == nil && got == host+"\n"+port
-			if ok && masterPass != "" {
+			if ok && (masterPass != "" || tlsFiles != nil) {
 				// The master is known from the config alone until the
-				// Sentinel has logged in to it and read its INFO (run_id).
+				// Sentinel has logged in to it (over TLS) and read its
+				// INFO (run_id).
 				m, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "MASTER", "mymaster")
 				_, after, _ := strings.Cut(m, "\nrunid\n")
 				ok = err == nil && after != "" && !strings.HasPrefix(after, "\n")
