@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
 	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/hotkeys"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -123,12 +123,13 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 	d.settle(ctx, gen, s, earlier, ms, now, n)
 }
 
-// hotRequest is the request of key, as summary rule reports it, in gen: a
-// rule's key is the store key, a descriptor's lacks its head. A key the
-// summary shows digested (too long, or not UTF-8: "…" and 16 hex digits)
-// cannot be rebuilt, nor can one of a rule gone or no longer shards: auto.
+// hotRequest is the request of key, as the fleet's set holds it (its
+// bytes, hotkeys.Key.Raw), of summary rule in gen: a rule's key is the
+// store key, a descriptor's lacks its head. A key longer than the summary
+// keeps (its text: its first bytes, "…" and a digest) cannot be rebuilt,
+// nor can one of a rule gone or no longer shards: auto.
 func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
-	if digested(key) {
+	if len(key) > hotkeys.DefaultMaxKeyBytes {
 		return sluice.Request{}, false
 	}
 	if r := gen.rules.Rule(rule); r != nil {
@@ -142,16 +143,6 @@ func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
 		}
 	})
 	return req, found
-}
-
-// digested reports whether key ends as the summary writes a key it cannot
-// keep as it is: "…" and 16 lowercase hex digits.
-func digested(key string) bool {
-	i := len(key) - 16
-	if i < len("…") || !strings.HasSuffix(key[:i], "…") {
-		return false
-	}
-	return strings.Trim(key[i:], "0123456789abcdef") == ""
 }
 
 // seedShards charges req's n shards (through st) with what they lack

@@ -104,11 +104,14 @@ func TestAutoShardsMoveKeepsCount(t *testing.T) {
 	}
 }
 
-// The seeds rebuild a key's request from its summary's name and its text
-// as the summary reports it: a rule's key is its store key, a
-// descriptor's lacks the descriptor's head; a key written digested (too
-// long, or not UTF-8) cannot be rebuilt and is left alone, as is one of a
-// rule without shards: auto.
+// The seeds rebuild a key's request from its summary's name and the key
+// as the fleet's set holds it (its bytes, UTF-8 or not): a rule's key is
+// its store key, a descriptor's lacks the descriptor's head; a key longer
+// than the summary keeps (held as its text: first bytes, "…", digest)
+// cannot be rebuilt and is left alone, as is one of a rule without
+// shards: auto. A key that merely ends as a digested text does ("…" and
+// 16 hex digits: a client chooses its key), as does one that is not
+// UTF-8: both were left alone, uncharged.
 func TestHotRequest(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
@@ -161,25 +164,24 @@ rules:
 		{"envoy/hot/user", strings.TrimPrefix(storeKey, m.Rule.Head()), sluice.Request{Key: storeKey, Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit}, true},
 		{"fixed", "fixed|" + gen.rules.Rule("fixed").Fingerprint + "|tenant", sluice.Request{}, false},
 		{"gone", "gone|0|tenant", sluice.Request{}, false},
-		{"auto", ruleKey + "…0123456789abcdef", sluice.Request{}, false},
+		{"auto", ruleKey + "…0123456789abcdef", sluice.Request{Key: ruleKey + "…0123456789abcdef", Algorithm: sluice.GCRA, Limit: auto.Limit}, true},
+		{"auto", ruleKey + "\xff\xfe", sluice.Request{Key: ruleKey + "\xff\xfe", Algorithm: sluice.GCRA, Limit: auto.Limit}, true},
+		{"auto", ruleKey + strings.Repeat("x", hotkeys.DefaultMaxKeyBytes-len(ruleKey)+1), sluice.Request{}, false},
 	} {
 		got, ok := hotRequest(gen, c.rule, c.key)
 		if ok != c.ok || ok && got != c.want {
 			t.Errorf("hotRequest(%q, %q) = %+v, %v; want %+v, %v", c.rule, c.key, got, ok, c.want, c.ok)
 		}
 	}
-	// Just not digested: the hex digits are 15, or not lowercase, or
-	// not after "…".
-	for _, k := range []string{"k…0123456789abcde", "k…0123456789ABCDEF", "k.0123456789abcdef", "0123456789abcdef"} {
-		if digested(k) {
-			t.Errorf("digested(%q) = true, want false", k)
-		}
-	}
+	// What the summary hands the fleet (Key.Raw): a long key's text,
+	// which hotRequest leaves alone, and any other key's bytes.
 	sum := hotkeys.New(hotkeys.Options{Sample: 1})
-	long := "auto|x|" + strings.Repeat("é", 300)
+	long := ruleKey + strings.Repeat("é", 300)
 	now := time.Now()
 	sum.Observe(long, 1, now)
-	if top, _ := sum.Top(1, now); len(top) != 1 || !digested(top[0].Key) {
-		t.Errorf("the summary's text of a key of %d bytes: %+v, want it digested", len(long), top)
+	if top, _ := sum.Top(1, now); len(top) != 1 || len(top[0].Raw) <= hotkeys.DefaultMaxKeyBytes {
+		t.Errorf("the summary's key of a key of %d bytes: %+v, want its text, past %d bytes", len(long), top, hotkeys.DefaultMaxKeyBytes)
+	} else if _, ok := hotRequest(gen, "auto", top[0].Raw); ok {
+		t.Errorf("hotRequest of a long key's text %q: ok, want left alone", top[0].Raw)
 	}
 }

@@ -15,16 +15,22 @@ import (
 // A key is also hot while it is in the fleet's set (SetFleet): the keys
 // other instances find hot, so that every instance of a fleet shards the
 // same keys.
+//
+// Both sets map a key's text (Key.Key, what Has looks up) to the key as
+// the fleet shares it (Key.Raw: its bytes, whatever they are, up to
+// MaxKeyBytes), so that a key that is not UTF-8 is shared, and carried
+// across a move, as it is.
 type Hot struct {
-	On, Off float64                             // decisions per second; Off ≤ On
-	set     atomic.Pointer[map[string]struct{}] // this instance's
-	fleet   atomic.Pointer[map[string]struct{}] // the fleet's, from SetFleet
+	On, Off float64                           // decisions per second; Off ≤ On
+	set     atomic.Pointer[map[string]string] // this instance's
+	fleet   atomic.Pointer[map[string]string] // the fleet's, from SetFleet
+	maxKey  int                               // the summary's MaxKeyBytes; 0: the default
 }
 
 // Has reports whether key is hot, key written as Top reports it (see
 // Options.MaxKeyBytes); Rule.IsHot takes a key as it is.
 func (h *Hot) Has(key string) bool {
-	for _, p := range [2]*atomic.Pointer[map[string]struct{}]{&h.set, &h.fleet} {
+	for _, p := range [2]*atomic.Pointer[map[string]string]{&h.set, &h.fleet} {
 		if m := p.Load(); m != nil {
 			if _, ok := (*m)[key]; ok {
 				return true
@@ -36,7 +42,7 @@ func (h *Hot) Has(key string) bool {
 
 // hasBytes is Has for a key in a byte slice, without converting it.
 func (h *Hot) hasBytes(key []byte) bool {
-	for _, p := range [2]*atomic.Pointer[map[string]struct{}]{&h.set, &h.fleet} {
+	for _, p := range [2]*atomic.Pointer[map[string]string]{&h.set, &h.fleet} {
 		if m := p.Load(); m != nil {
 			if _, ok := (*m)[string(key)]; ok {
 				return true
@@ -53,7 +59,7 @@ func (h *Hot) empty() bool {
 }
 
 // Update recomputes this instance's set from top (Top's keys, any order),
-// returning it, sorted. A key becomes hot when its rate is surely On or
+// returning its texts, sorted. A key becomes hot when its rate is surely On or
 // more (Rate less Error: a key new to a full stripe inherits the count of
 // the key it replaced, so a key seen once in a flood of distinct keys may
 // read as fast as any), and stays hot while its Rate is Off or more.
@@ -62,7 +68,7 @@ func (h *Hot) empty() bool {
 // set is then noKeys, shared, and Update allocates nothing.
 func (h *Hot) Update(top []Key) []string {
 	old := h.set.Load()
-	var m map[string]struct{}
+	var m map[string]string
 	for _, k := range top {
 		was := false
 		if old != nil {
@@ -70,9 +76,13 @@ func (h *Hot) Update(top []Key) []string {
 		}
 		if k.Rate-k.Error >= h.On || was && k.Rate >= h.Off {
 			if m == nil {
-				m = make(map[string]struct{})
+				m = make(map[string]string)
 			}
-			m[k.Key] = struct{}{}
+			raw := k.Raw
+			if raw == "" {
+				raw = k.Key
+			}
+			m[k.Key] = raw
 		}
 	}
 	if m == nil {
@@ -84,46 +94,69 @@ func (h *Hot) Update(top []Key) []string {
 
 // store makes m this instance's set (in a variable of its own: taking the
 // address of Update's m would move it to the heap on every call).
-func (h *Hot) store(m map[string]struct{}) []string {
+func (h *Hot) store(m map[string]string) []string {
 	h.set.Store(&m)
 	return sorted(&m)
 }
 
 // noKeys is the set of a rule with no hot key, shared by all: a set
 // stored is never written to.
-var noKeys = map[string]struct{}{}
+var noKeys = map[string]string{}
 
-// Local returns the keys this instance finds hot, sorted.
-func (h *Hot) Local() []string { return sorted(h.set.Load()) }
+// Local returns the keys this instance finds hot as the fleet shares them
+// (Key.Raw), sorted.
+func (h *Hot) Local() []string {
+	m := h.set.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]string, 0, len(*m))
+	for _, raw := range *m {
+		out = append(out, raw)
+	}
+	sort.Strings(out)
+	return out
+}
 
-// SetFleet replaces the fleet's set: keys as Top reports them.
+// SetFleet replaces the fleet's set: keys as the fleet shares them
+// (Key.Raw: a key's bytes, or the text of one longer than MaxKeyBytes).
 func (h *Hot) SetFleet(keys []string) {
-	m := make(map[string]struct{}, len(keys))
+	maxKey := h.maxKey
+	if maxKey <= 0 {
+		maxKey = DefaultMaxKeyBytes
+	}
+	m := make(map[string]string, len(keys))
 	for _, k := range keys {
-		m[k] = struct{}{}
+		text := k
+		if len(k) <= maxKey && !utf8.ValidString(k) {
+			text = string(appendKey(nil, k, maxKey))
+		}
+		m[text] = k
 	}
 	h.fleet.Store(&m)
 }
 
-// Keys returns the hot keys, this instance's and the fleet's, sorted.
+// Keys returns the texts of the hot keys, this instance's and the
+// fleet's, sorted.
 func (h *Hot) Keys() []string {
 	m, f := h.set.Load(), h.fleet.Load()
 	if f == nil || len(*f) == 0 {
 		return sorted(m)
 	}
-	u := make(map[string]struct{}, len(*f))
+	u := make(map[string]string, len(*f))
 	for k := range *f {
-		u[k] = struct{}{}
+		u[k] = ""
 	}
 	if m != nil {
 		for k := range *m {
-			u[k] = struct{}{}
+			u[k] = ""
 		}
 	}
 	return sorted(&u)
 }
 
-func sorted(m *map[string]struct{}) []string {
+// sorted returns m's keys (texts), sorted.
+func sorted(m *map[string]string) []string {
 	if m == nil {
 		return nil
 	}

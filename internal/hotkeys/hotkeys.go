@@ -66,8 +66,8 @@ const (
 	// DefaultMaxKeyBytes keeps whole every key the daemon builds: a
 	// rule's (at most 331 bytes: rules.MaxNameLen + 11 + rules.MaxKeyLen)
 	// and a descriptor's values (at most descriptors.MaxKeyLen, 512).
-	// shards: auto rebuilds a key from its text to carry its count across
-	// a move, which a digested text cannot be.
+	// shards: auto rebuilds a key from what the summary keeps (Key.Raw)
+	// to carry its count across a move, which a digested text cannot be.
 	DefaultMaxKeyBytes = 512
 	DefaultSample      = 4
 )
@@ -128,10 +128,11 @@ type stripe struct {
 
 type entry struct {
 	hash  uint64
-	key   []byte
+	key   []byte  // appendKept: the key's bytes, or the text of a longer key
 	count float64 // decayed, in units of weight at t0
 	err   float64 // the count inherited on replacement: an upper bound of the over-estimate
 	pos   int32   // index in heap
+	bin   bool    // key is not UTF-8: its text is appendKey's (Top)
 }
 
 // New returns an empty Summary. It allocates its stripes at its first
@@ -261,7 +262,8 @@ func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, m
 			st.grow()
 		}
 		j := int32(len(st.entries))
-		st.entries = append(st.entries, entry{hash: h, key: appendKey(nil, key, maxKey), count: w, pos: j})
+		kept, bin := appendKept(nil, key, maxKey)
+		st.entries = append(st.entries, entry{hash: h, key: kept, count: w, pos: j, bin: bin})
 		st.heap = append(st.heap, j)
 		st.insert(h, j)
 		st.up(int(j))
@@ -271,7 +273,8 @@ func (st *stripe) add(h uint64, key string, w float64, now int64, tau float64, m
 	j := st.heap[0]
 	e := &st.entries[j]
 	st.remove(e.hash)
-	e.hash, e.key = h, appendKey(e.key[:0], key, maxKey)
+	e.hash = h
+	e.key, e.bin = appendKept(e.key[:0], key, maxKey)
 	e.err = e.count
 	e.count += w
 	st.insert(h, j)
@@ -381,8 +384,16 @@ func (st *stripe) down(j int) {
 
 // Key is one heavy key as Top reports it.
 type Key struct {
-	// Key is the key (truncated with "…" past MaxKeyBytes).
+	// Key is the key's text: the key itself, or, for a key longer than
+	// MaxKeyBytes or not UTF-8, its first MaxKeyBytes or less with U+FFFD
+	// for each byte that is not UTF-8, then "…" and a digest (always a
+	// valid label value).
 	Key string `json:"key"`
+	// Raw is the key's bytes as observed, whatever they are, when it has
+	// at most MaxKeyBytes of them; else Key. Raw is what the fleet's hot
+	// set holds (Hot.Local, Hot.SetFleet) and what a request of the key is
+	// rebuilt from. Not reported: not every byte string is valid JSON text.
+	Raw string `json:"-"`
 	// Rate is the key's decayed rate, in decisions (cost units) per
 	// second, within Error of the true rate.
 	Rate float64 `json:"rate"`
@@ -399,7 +410,7 @@ type Key struct {
 // rate of all keys (decisions per second).
 func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 	type agg struct {
-		key        string
+		key, raw   string
 		count, err float64
 		lows       float64 // the smallest counts of the stripes that hold the key
 	}
@@ -440,10 +451,18 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 		}
 		lows += low
 		for _, e := range st.entries {
-			a := keys[string(e.key)]
-			if a == nil {
-				a = &agg{key: string(e.key)}
-				keys[a.key] = a
+			var a *agg
+			if !e.bin {
+				if a = keys[string(e.key)]; a == nil {
+					a = &agg{key: string(e.key)}
+					a.raw = a.key
+					keys[a.key] = a
+				}
+			} else if text := string(appendKey(nil, string(e.key), s.maxKey)); keys[text] != nil {
+				a = keys[text]
+			} else {
+				a = &agg{key: text, raw: string(e.key)}
+				keys[text] = a
 			}
 			a.count += e.count * f
 			a.err += e.err * f
@@ -455,7 +474,7 @@ func (s *Summary) Top(k int, now time.Time) ([]Key, float64) {
 	for _, a := range keys {
 		// Error: what the stripes holding the key may over-count, plus
 		// what those that lost it may have counted of it.
-		out = append(out, Key{Key: a.key, Rate: a.count / s.tau, Error: (a.err + max(0, lows-a.lows)) / s.tau})
+		out = append(out, Key{Key: a.key, Raw: a.raw, Rate: a.count / s.tau, Error: (a.err + max(0, lows-a.lows)) / s.tau})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Rate != out[j].Rate {

@@ -43,3 +43,15 @@ func appendKey(dst []byte, key string, maxKey int) []byte {
 // keyText is the most bytes appendKey appends beyond maxKey: "…" (3) and
 // 16 hex digits.
 const keyText = 3 + 16
+
+// appendKept appends what an entry keeps of key: the key itself, whatever
+// its bytes, when it has at most maxKey of them (so that shards: auto can
+// rebuild it), else its text (appendKey), which is longer than maxKey;
+// either way at most maxKey+keyText bytes. bin reports a key kept as it is
+// that is not UTF-8: its text is then appendKey's, not the key.
+func appendKept(dst []byte, key string, maxKey int) (kept []byte, bin bool) {
+	if len(key) > maxKey {
+		return appendKey(dst, key, maxKey), false
+	}
+	return append(dst, key...), !utf8.ValidString(key)
+}

@@ -73,7 +73,8 @@ func (s *Set) Rule(name string) *Rule {
 	defer s.mu.Unlock()
 	r := s.rules[name]
 	if r == nil {
-		r = &Rule{Summary: New(s.o), Hot: Hot{On: s.hotRate, Off: s.hotRate / 2}}
+		sum := New(s.o)
+		r = &Rule{Summary: sum, Hot: Hot{On: s.hotRate, Off: s.hotRate / 2, maxKey: sum.maxKey}}
 		s.rules[name] = r
 	}
 	return r
@@ -119,9 +120,10 @@ func (s *Set) Refresh(now time.Time) {
 	}
 }
 
-// Share hands each rule's hot keys (this instance's, as Top reports them)
-// to share, which returns the fleet's (every key some instance of the
-// fleet finds hot, this one's included): they become hot here too. When
+// Share hands each rule's hot keys (this instance's, as the fleet shares
+// them: Key.Raw, a key's bytes whatever they are) to share, which returns
+// the fleet's (every key some instance of the fleet finds hot, this one's
+// included, the same way): they become hot here too. When
 // share's ok is false the rule's fleet set stays as it was.
 func (s *Set) Share(share func(rule string, local []string) (fleet []string, ok bool)) {
 	names, rs := s.snapshot()

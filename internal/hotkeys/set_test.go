@@ -1,6 +1,7 @@
 package hotkeys
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,56 @@ func TestFleetHot(t *testing.T) {
 	s.Share(func(string, []string) ([]string, bool) { return nil, true })
 	if r.IsHot("theirs") || !r.IsHot("mine") {
 		t.Error("after the fleet's set emptied: want only mine hot")
+	}
+}
+
+// A key that is not UTF-8 (a header may carry any byte) is reported as
+// text (Key) but shared with the fleet as its bytes (Key.Raw, Local), and
+// such a key from the fleet is hot here under its own bytes: shards: auto
+// rebuilds a moved key's request from what the fleet's set holds, and the
+// text it was shared as before, U+FFFD and a digest, could not be.
+// A key longer than MaxKeyBytes is shared as its text, bounded.
+func TestRawKeyShared(t *testing.T) {
+	s := NewSet(Options{Sample: 1}, 0, 100)
+	r := s.Rule("api")
+	now := time.Now()
+	mine, theirs := "api|3f2a91c0|\xff\xfe", "api|3f2a91c0|\xfe\xff"
+	long := "api|3f2a91c0|" + strings.Repeat("\xff", DefaultMaxKeyBytes)
+	for range 1000 {
+		r.Observe(mine, 10, now)
+		r.Observe(long, 10, now)
+	}
+	s.Refresh(now)
+	top, _ := r.Top(2, now)
+	raws := map[string]string{}
+	for _, k := range top {
+		if !utf8.ValidString(k.Key) {
+			t.Errorf("Top key %q: want valid UTF-8 text", k.Key)
+		}
+		raws[k.Raw] = k.Key
+	}
+	if len(raws) != 2 || raws[mine] == "" || raws[mine] == mine {
+		t.Fatalf("Top = %+v, want %q shared as its bytes, reported as text", top, mine)
+	}
+	for raw, text := range raws {
+		if raw != mine && (raw != text || len(raw) > DefaultMaxKeyBytes+keyText) {
+			t.Errorf("the long key shared as %q (%d bytes), want its text %q", raw, len(raw), text)
+		}
+	}
+	var handed []string
+	s.Share(func(rule string, local []string) ([]string, bool) {
+		handed = local
+		return []string{theirs}, true
+	})
+	if len(handed) != 2 || !slices.Contains(handed, mine) {
+		t.Errorf("Share handed %q, want %q among 2", handed, mine)
+	}
+	if !r.IsHot(theirs) || !r.IsHot(mine) || !r.IsHot(long) {
+		t.Errorf("IsHot: theirs %v, mine %v, long %v; want all true", r.IsHot(theirs), r.IsHot(mine), r.IsHot(long))
+	}
+	for _, k := range r.Hot.Keys() {
+		if !utf8.ValidString(k) {
+			t.Errorf("Keys() has %q, want texts", k)
+		}
 	}
 }
