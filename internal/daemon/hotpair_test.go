@@ -121,3 +121,13 @@ func (p *hotPair) advance(rule string, dt time.Duration) {
 		}
 	}
 }
+
+// redisTime is Redis's clock, which decides.
+func (p *hotPair) redisTime() time.Time {
+	p.t.Helper()
+	tm, err := p.s.Client().Do(p.ctx, p.s.Client().B().Time().Build()).AsIntSlice()
+	if err != nil || len(tm) != 2 {
+		p.t.Fatalf("TIME: %v %v", tm, err)
+	}
+	return time.Unix(tm[0], tm[1]*1000)
+}

@@ -45,9 +45,9 @@ import (
 // other Cluster slots than the decisions', and the other instances switch
 // at their own refresh, up to HotKeysRefresh (and an exchange) later. What
 // those admit on the old counter after the question is carried at the
-// moving instance's next refreshes (hotsettle.go), but for what that
-// counter regained meanwhile (never more than one limit; nothing in a
-// steady overload, where the old counter is out). A
+// moving instance's next two refreshes (hotsettle.go), refill and all for
+// the buckets and the fixed window; not what a sliding window regained
+// meanwhile, nor what an instance later still admits there. A
 // key's used units are charged at the move's instant: a sliding log's or
 // a sliding window counter's then count from it rather than from when they
 // were admitted, so for up to a period the key may admit less (by at most
@@ -106,7 +106,7 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 			continue
 		}
 		req.Now = now
-		var left int64
+		var left counterReads
 		var err error
 		if m.hot {
 			left, err = seedShards(ctx, gen.eng.Store(), s, req, n)
@@ -117,7 +117,7 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
 			continue
 		}
-		d.addSettle(hotSettle{hotMove: m, used: left, left: settleRounds})
+		d.addSettle(hotSettle{hotMove: m, read: left, left: settleRounds})
 	}
 	// After the seeds, which matter more within seedTimeout.
 	d.settle(ctx, gen, s, earlier, ms, now, n)
@@ -147,30 +147,17 @@ func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
 
 // seedShards charges req's n shards (through st) with what they lack
 // together of what its own key has used in Redis (s), split as the limit
-// is, and returns what its own key had used.
-func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
-	left, err := keyUsed(ctx, s, req)
-	if err != nil || left <= 0 {
+// is, and returns its own key's reading (what it had used).
+func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (counterReads, error) {
+	left, err := readCounters(ctx, s, []sluice.Request{req})
+	if err != nil || left.used() <= 0 {
 		return left, err
 	}
-	_, held, err := shardsUsed(ctx, s, req, n)
+	shards, err := readCounters(ctx, s, s.Shards(req, n))
 	if err != nil {
-		return 0, err
+		return left, err
 	}
-	used := left
-	for _, h := range held {
-		used -= h
-	}
-	return left, chargeShards(ctx, st, s, req, used, n)
-}
-
-// keyUsed returns what req's own key has used in Redis (s).
-func keyUsed(ctx context.Context, s *redisstore.Store, req sluice.Request) (int64, error) {
-	d, err := s.Take(ctx, req) // req.Cost is 0: a question
-	if err != nil {
-		return 0, err
-	}
-	return max(0, req.Algorithm.Capacity(req.Limit)-d.Remaining), nil
+	return left, chargeShards(ctx, st, s, req, left.used()-shards.used(), n)
 }
 
 // chargeShards charges req's n shards (through st) with cost, split as the
@@ -187,47 +174,19 @@ func chargeShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req
 	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
 }
 
-// shardsUsed returns req's n shards, as questions (req.Cost is 0), and
-// what each has used in Redis (s).
-func shardsUsed(ctx context.Context, s *redisstore.Store, req sluice.Request, n int) ([]sluice.Request, []int64, error) {
-	peeks := s.Shards(req, n)
-	if len(peeks) == 0 {
-		return nil, nil, nil
-	}
-	ds := make([]sluice.Decision, len(peeks))
-	if err := s.TakeAll(ctx, peeks, ds); err != nil {
-		return nil, nil, err
-	}
-	used := make([]int64, len(peeks))
-	for i, p := range peeks {
-		used[i] = max(0, p.Algorithm.Capacity(p.Limit)-ds[i].Remaining)
-	}
-	return peeks, used, nil
-}
-
 // seedKey charges req's own key (through st) with what it lacks of what
-// its n shards have used together in Redis (s), and returns what the
-// shards had used.
-func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
-	left, err := shardsSum(ctx, s, req, n)
-	if err != nil || left <= 0 {
+// its n shards have used together in Redis (s), and returns the shards'
+// reading (what they had used).
+func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (counterReads, error) {
+	left, err := readCounters(ctx, s, s.Shards(req, n))
+	if err != nil || left.used() <= 0 {
 		return left, err
 	}
-	own, err := keyUsed(ctx, s, req)
+	own, err := readCounters(ctx, s, []sluice.Request{req})
 	if err != nil {
-		return 0, err
+		return left, err
 	}
-	return left, chargeKey(ctx, st, req, left-own)
-}
-
-// shardsSum returns what req's n shards have used together in Redis (s).
-func shardsSum(ctx context.Context, s *redisstore.Store, req sluice.Request, n int) (int64, error) {
-	_, held, err := shardsUsed(ctx, s, req, n)
-	var used int64
-	for _, u := range held {
-		used += u
-	}
-	return used, err
+	return left, chargeKey(ctx, st, req, left.used()-own.used())
 }
 
 // chargeKey charges req's own key (through st) with cost.

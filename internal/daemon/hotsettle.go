@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"math/bits"
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -15,23 +17,116 @@ import (
 // HotKeysRefresh (and an exchange) later, and until then decide on that
 // counter. So at its next settleRounds refreshes the moving instance reads
 // that counter again and charges the counter the key went to with what it
-// gained since it was last read: what the late instances admitted there.
-// What it gained after the last round, and what a counter lost meanwhile
-// as it refilled (a bucket's tokens, a window's end), is not carried: the
-// bound the README gives stays, and a steady late switch costs nothing.
-// Nothing is settled for a key that moved again, or that this instance
-// no longer holds where the move put it.
+// took since it was last read: what it holds less than it would hold had
+// it taken nothing, refilled meanwhile (refilled). Read as "used" alone
+// (capacity less Remaining), a counter that refilled hid as much of what
+// the late instances took: in a steady overload, all of it (the counter is
+// out at every reading), a second or two of the rate admitted twice.
+//
+// What refilled cannot tell is not carried: what a sliding window regains
+// (the answer tells when it is full again, not when each unit leaves); nor
+// what the late instances take after the last round (an instance whose
+// exchange fails decides on the counter left until one succeeds: at most
+// its limit in a window, as unsharded). A steady late switch costs
+// nothing but for the sliding windows. Nothing is
+// settled for a key that moved again, or that this instance no longer
+// holds where the move put it.
 
 // settleRounds is how many refreshes after a move the counter left is
 // read again: every instance has switched within two.
 const settleRounds = 2
 
-// hotSettle is a move of this instance's, with what the counter the key
-// left had used when last read and the rounds to go.
+// hotSettle is a move of this instance's, with the last reading of the
+// counter the key left and the rounds to go.
 type hotSettle struct {
 	hotMove
-	used int64
+	read counterReads
 	left int
+}
+
+// counterReads is a reading of a counter (the key's own, or its shards):
+// the questions (cost 0) asked of each Redis key and their answers, and
+// when they were sent and answered, on this instance's monotonic clock.
+type counterReads struct {
+	reqs      []sluice.Request
+	ds        []sluice.Decision
+	sent, got time.Time
+}
+
+// readCounters asks reqs (questions: cost 0) of Redis (s) itself.
+func readCounters(ctx context.Context, s *redisstore.Store, reqs []sluice.Request) (counterReads, error) {
+	r := counterReads{reqs: reqs, ds: make([]sluice.Decision, len(reqs)), sent: time.Now()}
+	var err error
+	if len(reqs) > 0 {
+		err = s.TakeAll(ctx, reqs, r.ds)
+	}
+	r.got = time.Now()
+	return r, err
+}
+
+// used returns what the counters had used together: each one's capacity
+// less its Remaining.
+func (r counterReads) used() int64 {
+	var n int64
+	for i, q := range r.reqs {
+		n += max(0, q.Algorithm.Capacity(q.Limit)-r.ds[i].Remaining)
+	}
+	return n
+}
+
+// takenBy returns what the counters took between r and later, a reading
+// of the same: for each, what refilled says it would hold had it taken
+// nothing, less what it holds.
+func (r counterReads) takenBy(later counterReads) int64 {
+	dt := later.sent.Sub(r.got) // Redis's clock moved at least that much
+	var n int64
+	for i, q := range r.reqs {
+		n += max(0, refilled(q, r.ds[i], dt)-later.ds[i].Remaining)
+	}
+	return n
+}
+
+// refilled returns, at most, what a counter of q that answered d would
+// answer dt later had it taken nothing meanwhile. A bucket's debt D
+// (token-ticks) gives Remaining = capacity − ⌈D/Period⌉ and ResetAfter =
+// D/Rate rounded up (sluice.Algorithm.NextAfter), so after dt D is at most
+// (ResetAfter − dt)·Rate; a fixed window is full again at ResetAfter, its
+// end, debt and all. The sliding windows are not modelled: they answer
+// as at d.
+func refilled(q sluice.Request, d sluice.Decision, dt time.Duration) int64 {
+	c := q.Algorithm.Capacity(q.Limit)
+	rem := min(max(d.Remaining, 0), c)
+	if d.ResetAfter <= 0 || dt <= 0 {
+		return rem
+	}
+	switch q.Algorithm {
+	case sluice.FixedWindow:
+		if dt >= d.ResetAfter { // the window ended, and any debt with it
+			return c
+		}
+	case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
+		if dt >= d.ResetAfter {
+			return c
+		}
+		t, err := q.Limit.Ticks()
+		if err != nil || t.Tick <= 0 || t.Period <= 0 {
+			return rem
+		}
+		tick := time.Duration(t.Tick) * time.Microsecond
+		rest := uint64((d.ResetAfter - dt + tick - 1) / tick)
+		hi, lo := bits.Mul64(rest, uint64(t.Rate))
+		if hi >= uint64(t.Period) {
+			return rem
+		}
+		missing, r := bits.Div64(hi, lo, uint64(t.Period))
+		if r > 0 {
+			missing++
+		}
+		if missing < uint64(c) {
+			return max(rem, c-int64(missing))
+		}
+	}
+	return rem
 }
 
 // takeSettles returns the moves to settle, leaving none.
@@ -63,25 +158,23 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 			continue
 		}
 		req.Now = now
-		var used int64
-		var err error
-		if x.hot {
-			used, err = keyUsed(ctx, s, req)
-		} else {
-			used, err = shardsSum(ctx, s, req, n)
+		reqs := slices.Clone(x.read.reqs)
+		for i := range reqs {
+			reqs[i].Now = now
 		}
-		if err == nil && used > x.used {
-			if x.hot {
-				err = chargeShards(ctx, gen.eng.Store(), s, req, used-x.used, n)
+		later, err := readCounters(ctx, s, reqs)
+		if err == nil {
+			if taken := x.read.takenBy(later); x.hot {
+				err = chargeShards(ctx, gen.eng.Store(), s, req, taken, n)
 			} else {
-				err = chargeKey(ctx, gen.eng.Store(), req, used-x.used)
+				err = chargeKey(ctx, gen.eng.Store(), req, taken)
 			}
 		}
 		if err != nil {
 			d.log.Debug("hot keys: settling a key's move", "rule", x.rule, "key", x.key, "to shards", x.hot, "err", err)
 			continue
 		}
-		x.used = max(x.used, used)
+		x.read = later
 		if x.left--; x.left > 0 {
 			d.addSettle(x)
 		}
