@@ -63,9 +63,10 @@ var scriptsKeys = []struct {
 	{keepLua, []string{"q"}},
 	{pruneLua, []string{"q"}},
 	{malformedLua, []string{"q", "dead", "i"}},
-	{readLua, []string{"q", "i", "r", "r"}},
+	{forgetLua + readLua, []string{"q", "i", "r", "r"}},
 	{releaseLua, []string{"q"}},
 	{statusLua, []string{"s", "q", "i"}},
+	{forgetLua + sweepLua, []string{"q", "i"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by

@@ -34,6 +34,12 @@
 // alive by claiming them again for itself every ClaimIdle/3 (so a live but
 // patient instance is never robbed), those still pending with it only (one
 // another instance claimed while this one was silent stays with that one).
+// An entry a claim finds trimmed from the stream (XAUTOCLAIM drops it
+// from the group) is a request nothing will send: the same script finds
+// its record by the stream-id index and deletes it with its place in its
+// key's list, unasked; each claim round also sweeps a slice of the index
+// for requests gone that no claim meets (trimmed before anyone read
+// them) (forget.lua, sweep.lua).
 // A held entry is sent when it is the oldest of its key (the key's list:
 // order per key holds across the fleet), its owner is still this instance,
 // its next attempt is due if one failed (whichever instance recorded it),

@@ -17,7 +17,7 @@
 -- An entry a claim finds deleted from the stream (trimmed, or deleted by
 -- hand) while pending, which XAUTOCLAIM and XCLAIM drop from the group
 -- (Redis 7), is a request nothing will send: its record and its place in
--- its key's list go too (forget), found by the stream-id index, so that
+-- its key's list go too (forget, forget.lua), found by the stream-id index, so that
 -- they do not wait for a GET /v1/deferred/ID to find them gone (the last
 -- request of its key has no later one whose turn would).
 -- KEYS: 1 stream, 2 the stream-id index (entry id -> request id), 3 the
@@ -31,31 +31,6 @@
 -- 'new' and 'one'), entries as XRANGE gives them.
 if KEYS[4] then
   redis.call('DEL', KEYS[4])
-end
--- The rule's keys start as the stream's (...}:q): the same hash tag, so
--- the same slot.
-local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
--- forget cleans what request entry sid left, once sid is gone from the
--- stream and from the group: its index entry, and its record and its
--- place in its key's list while the record says it waits (a settled
--- record stays for its TTL; a 404's mark stays). A record from before
--- the list was named in it has no 'list': its id stays in the list, as
--- status.lua leaves it.
-local function forget(sid)
-  local id = redis.call('HGET', KEYS[2], sid)
-  if not id then
-    return -- queued before the index, or cleaned already
-  end
-  redis.call('HDEL', KEYS[2], sid)
-  local recKey = base .. 's:' .. id
-  local r = redis.call('HMGET', recKey, 'state', 'sid', 'list')
-  if (r[1] == 'queued' or r[1] == 'failed') and r[2] == sid then
-    redis.call('DEL', recKey)
-    if r[3] then
-      local listKey = base .. 'k:' .. r[3]
-      redis.call('LREM', listKey, 1, id)
-    end
-  end
 end
 local es, cursor
 local rec = redis.call('LRANGE', KEYS[3], 0, -1)

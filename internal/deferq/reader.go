@@ -40,6 +40,9 @@ func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 	// record is the key of the last read's record (readEntries), which
 	// the next read deletes: its reply came.
 	var record string
+	// index is where the sweep of the stream-id index goes on (sweep): a
+	// slice of it each claim round.
+	index := "0"
 	return readSteps{
 		prune: func() { w.prune(ctx, c) },
 		// Bounded by capacity, as new entries are: several silent
@@ -48,6 +51,7 @@ func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 		// waiting for an older one of its key that a silent instance
 		// holds claims that one itself (claimHead).
 		claim: func() bool {
+			index = w.sweep(ctx, c, index)
 			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
 				g := w.reserve(100)
 				if g.n < 1 {
@@ -334,6 +338,25 @@ func (w *worker) prune(ctx context.Context, c rueidis.Client) {
 	if err := pruneScript.Exec(ctx, c, []string{w.base + "q"}, []string{group, w.consumer, bound}).Error(); err != nil && ctx.Err() == nil {
 		w.q.o.Logger.Warn("defer: prune consumers", "rule", w.name, "err", err)
 	}
+}
+
+// sweep forgets the requests gone that no claim will meet (sweep.lua),
+// looking at the slice of the stream-id index from cursor, and returns
+// where the next sweep goes on: about 100 entries a claim round, so
+// that the whole index (at most the rule's MaxQueue requests, and those
+// settled or dropped by instances of an earlier version) is looked at
+// within MaxQueue/100 rounds.
+func (w *worker) sweep(ctx context.Context, c rueidis.Client, cursor string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	next, err := sweepScript.Exec(ctx, c, []string{w.base + "q", w.base + "i"}, []string{group, cursor, "100"}).ToString()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.q.o.Logger.Warn("defer: sweep the stream-id index", "rule", w.name, "err", err)
+		}
+		return cursor
+	}
+	return next
 }
 
 // send hands the entries read to the dispatcher, each in one of the

@@ -32,6 +32,15 @@ var malformedLua string
 //go:embed read.lua
 var readLua string
 
+// forgetLua is put before the scripts that forget requests gone (read.lua,
+// sweep.lua).
+//
+//go:embed forget.lua
+var forgetLua string
+
+//go:embed sweep.lua
+var sweepLua string
+
 //go:embed release.lua
 var releaseLua string
 
@@ -41,8 +50,9 @@ var (
 	keepScript      = rueidis.NewLuaScript(keepLua)
 	pruneScript     = rueidis.NewLuaScript(pruneLua)
 	malformedScript = rueidis.NewLuaScript(malformedLua)
-	readScript      = rueidis.NewLuaScript(readLua)
+	readScript      = rueidis.NewLuaScript(forgetLua + readLua)
 	releaseScript   = rueidis.NewLuaScript(releaseLua)
+	sweepScript     = rueidis.NewLuaScript(forgetLua + sweepLua)
 )
 
 // maxDeadLetters bounds the dead-letter stream of a rule, below its
