@@ -41,7 +41,8 @@ type SyncStore interface {
 //	overshoot ≤ (n−1)/n · λ · (2·Interval + RTT)
 //
 // requests (and by at most (n−1) × the limit in any case: each instance
-// alone stops at the limit). For a limit of R per period P under k-fold
+// alone stops at the limit). Uneven traffic passes it by less: with
+// instance i admitting λᵢ, (n−1)/n · λ becomes λ − Σλᵢ²/λ. For a limit of R per period P under k-fold
 // overload, λ = k·R/P and the overshoot is a fraction 2k·(n−1)/n ·
 // Interval/P of R: 2.2% for n = 3, k = 10, Interval 100ms, P 1 minute. The
 // token bucket and GCRA pay an overshoot back: their debt may pass the

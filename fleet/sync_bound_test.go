@@ -21,7 +21,21 @@ import (
 // λ·Interval = n·m. It must also reach the limit, and the store must have
 // counted every admission, no more, no less.
 func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm) {
-	const n, m, limit = 3, 7, 200
+	syncRoundsOf(t, addrs, cluster, alg, []int{7, 7, 7})
+}
+
+// syncRoundsOf is syncRounds with instance i asked ms[i] times a round.
+// With M the sum of ms, the bound is limit + 2·(M − Σ ms[i]²/M): the
+// formula's (n−1)/n · λ for even traffic, and less for uneven (an
+// instance's view lacks the others' hits, and it admits past the limit
+// only as fast as its own traffic).
+func syncRoundsOf(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm, ms []int) {
+	const limit = 200
+	n := len(ms)
+	sum, sq := 0, 0
+	for _, m := range ms {
+		sum, sq = sum+m, sq+m*m
+	}
 	ctx := context.Background()
 	var ss []*fleet.Sync
 	for range n {
@@ -30,9 +44,9 @@ func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm
 	key := fmt.Sprintf("rounds/%d/%s", time.Now().UnixNano(), alg)
 	r := sluice.Request{Key: key, Algorithm: alg, Limit: sluice.PerHour(limit), Cost: 1, Now: sluicetest.T0}
 	admitted := 0
-	for range 3 * limit / (n * m) { // 3x overload
-		for _, s := range ss {
-			for range m {
+	for range 3 * limit / sum { // 3x overload
+		for i, s := range ss {
+			for range ms[i] {
 				d, err := s.Take(ctx, r)
 				if err != nil {
 					t.Fatal(err)
@@ -48,8 +62,8 @@ func syncRounds(t *testing.T, addrs []string, cluster bool, alg sluice.Algorithm
 			}
 		}
 	}
-	bound := limit + 2*(n-1)*m
-	t.Logf("%s: %d instances, %d requests each per round: admitted %d of limit %d (bound %d)", alg, n, m, admitted, limit, bound)
+	bound := limit + (2*(sum*sum-sq)+sum-1)/sum // limit + ⌈2·(M − Σm²/M)⌉
+	t.Logf("%s: %d instances, %v requests per round: admitted %d of limit %d (bound %d)", alg, n, ms, admitted, limit, bound)
 	if admitted > bound || admitted < limit {
 		t.Errorf("%s: admitted %d, want between the limit %d and the bound %d", alg, admitted, limit, bound)
 	}
@@ -78,6 +92,17 @@ func TestSyncBound(t *testing.T) {
 	srv := redistest.StartServer(t)
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) { syncRounds(t, []string{srv.Addr}, false, alg) })
+	}
+}
+
+// TestSyncBoundUneven: traffic spread unevenly over the instances passes
+// the limit by no more than the formula for even traffic, and by less.
+func TestSyncBoundUneven(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, ms := range [][]int{{17, 3, 1}, {1, 1, 19}, {10, 10, 1}, {20, 1}} {
+		for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
+			t.Run(fmt.Sprintf("%v/%v", ms, alg), func(t *testing.T) { syncRoundsOf(t, []string{srv.Addr}, false, alg, ms) })
+		}
 	}
 }
 
