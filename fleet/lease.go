@@ -131,6 +131,9 @@ func (l *Lease) take(ctx context.Context, r *sluice.Request) (sluice.Decision, e
 		l.overflow.Add(1)
 		return l.inner.Take(ctx, *r)
 	}
+	if err == errClosed {
+		return l.inner.Take(ctx, *r)
+	}
 	defer e.mu.Unlock()
 	var d sluice.Decision
 	if err := l.ensure(ctx, e, r, r.Cost, &d); err != nil {
@@ -302,8 +305,10 @@ func (l *Lease) Close() error { return l.CloseAt(time.Now()) }
 // given back, many to a message), and sends later requests to the
 // shared store. now is on the clock
 // of the requests' Now, as a unit's expiry is: a window's units expire
-// with the window, a bucket's as it refills past them. Only the first call
-// of CloseAt or Close does anything.
+// with the window, a bucket's as it refills past them. A decision under
+// way meanwhile either finishes on its key's units before they are given
+// back, or goes to the shared store: none reserves after CloseAt. Only the
+// first call of CloseAt or Close does anything.
 func (l *Lease) CloseAt(now time.Time) error {
 	if l.closed.Swap(true) {
 		return nil

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -10,7 +11,8 @@ import (
 // (decided in the shared store), and the sweep that lets idle keys go.
 
 // entry returns r's entry, locked; errFull if r's key is new and MaxKeys
-// keys are held; with cold, errCold if r's key is cold (see warm).
+// keys are held; with cold, errCold if r's key is cold (see warm);
+// errClosed if CloseAt ran meanwhile.
 func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry, error) {
 	us := r.Now.UnixMicro()
 	for {
@@ -37,6 +39,13 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 		}
 		l.mu.Unlock()
 		e.mu.Lock()
+		if l.closed.Load() {
+			// Closed since the caller's applies: CloseAt has given back
+			// the key's units or waits for this lock to, and nothing
+			// would give back units reserved now.
+			e.mu.Unlock()
+			return nil, errClosed
+		}
 		if !e.dead.Load() {
 			e.used = max(e.used, e.clock(r.Now))
 			return e, nil
@@ -44,6 +53,10 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 		e.mu.Unlock()
 	}
 }
+
+// errClosed is entry's answer once the Lease is closed: the caller
+// decides in the shared store, as after CloseAt.
+var errClosed = errors.New("fleet: lease: closed")
 
 // warm reports whether k, a key without an entry, was asked for in the
 // current or the previous second of request time (us), and notes that it

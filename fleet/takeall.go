@@ -238,20 +238,22 @@ func (l *Lease) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 	}()
 	allowed := true
 	over := 0
-	overflowed := map[nsKey]bool{}
+	overflowed := map[nsKey]error{} // errFull or errClosed
 	for _, i := range loc {
 		r := &rs[i]
 		e := entries[keyOf(r)]
 		if e == nil {
-			if overflowed[keyOf(r)] {
-				e, err = nil, errFull // the same key again: the store's too
+			if why := overflowed[keyOf(r)]; why != nil {
+				e, err = nil, why // the same key again: the store's too
 			} else {
 				e, err = l.entry(r, ticks[i], false)
 			}
-			if err == errFull {
-				l.overflow.Add(1)
+			if err == errFull || err == errClosed {
+				if err == errFull {
+					l.overflow.Add(1)
+				}
 				over++
-				overflowed[keyOf(r)] = true
+				overflowed[keyOf(r)] = err
 				rem = append(rem, i) // decided with the shared store's part, below
 				continue
 			}
