@@ -261,6 +261,8 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
 					d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+				} else if msg := rules.BurstIgnored(r.Algorithm, r.Limit); msg != "" && burstNode != nil {
+					d.Fail(burstNode, key+".burst", "%s", msg)
 				}
 			}
 			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)

@@ -242,7 +242,7 @@ func TestFingerprint(t *testing.T) {
 	differ := []func(*Spec){
 		func(s *Spec) { s.Rate = "11/s" },
 		func(s *Spec) { s.Rate = "10/m" },
-		func(s *Spec) { s.Burst = 20 },
+		func(s *Spec) { s.Algorithm, s.Burst = "token_bucket", 20 }, // a window refuses a burst
 		func(s *Spec) { s.Segments = 2 },
 		func(s *Spec) { s.Algorithm = "token_bucket" },
 		func(s *Spec) { s.Key = []string{"header:X"} },
@@ -548,6 +548,32 @@ func TestCompileLogRate(t *testing.T) {
 	for _, sp := range []Spec{{Name: "a", Rate: "1000000/h", Algorithm: "sliding_window_log"}, {Name: "b", Rate: "2000000/h", Algorithm: "sliding_window_counter"}} {
 		if _, err := Compile("f.yaml", []Spec{sp}); err != nil {
 			t.Errorf("Compile(%s %s) = %v, want nil", sp.Algorithm, sp.Rate, err)
+		}
+	}
+}
+
+// TestCompileBurstOnWindows: a window admits its rate each period whatever
+// the burst, so a burst other than the rate on a window rule is refused at
+// its line, naming the algorithms it applies to; left unsaid, it was
+// accepted, shown as "(burst 10)" by serve and /v1/rules, and ignored. A
+// burst equal to the rate (the default, written out) stays accepted.
+func TestCompileBurstOnWindows(t *testing.T) {
+	for _, alg := range []string{"fixed_window", "sliding_window_log", "sliding_window_counter", ""} {
+		_, err := Compile("f.yaml", []Spec{{Name: "a", Rate: "5/m", Burst: 10, Algorithm: alg, Line: 3, Lines: map[string]int{"rate": 4, "burst": 5}}})
+		shown := alg
+		if shown == "" {
+			shown = "sliding_window_counter"
+		}
+		if want := "f.yaml:5: rules[0].burst: 10 applies to token_bucket, gcra and leaky_bucket only: " + shown + " admits the rate, 5, each period"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Compile(%q 5/m burst 10) = %v, want %q", alg, err, want)
+		}
+		if _, err := Compile("f.yaml", []Spec{{Name: "a", Rate: "5/m", Burst: 5, Algorithm: alg}}); err != nil {
+			t.Errorf("Compile(%q 5/m burst 5) = %v, want nil (the burst is the rate)", alg, err)
+		}
+	}
+	for _, alg := range []string{"token_bucket", "gcra", "leaky_bucket"} {
+		if _, err := Compile("f.yaml", []Spec{{Name: "a", Rate: "5/m", Burst: 10, Algorithm: alg}}); err != nil {
+			t.Errorf("Compile(%s 5/m burst 10) = %v, want nil", alg, err)
 		}
 	}
 }
