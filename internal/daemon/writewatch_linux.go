@@ -19,14 +19,17 @@ import (
 // replaced; a path that is a directory (of descriptor files) reports the
 // writes to the files in it.
 type writeWatch struct {
-	fd    int      // the inotify instance
-	f     *os.File // fd, non-blocking: Close ends a Read
+	fd    int             // the inotify instance
+	f     *os.File        // fd, non-blocking: Close ends run
+	rc    syscall.RawConn // f's: fd is read and watched only through it
 	paths []string
 
 	mu       sync.Mutex
 	wds      map[int32]bool        // the watches of the paths' inodes
 	dirty    map[written]time.Time // written to and not closed since → first write
 	followed bool                  // follow has run: a new inode since is a file that appeared
+	buf      []byte                // the events read, under mu
+	changed  func(writing bool)    // run's; nil before it runs
 }
 
 // newWriteWatch watches the files or directories at paths; nil if inotify
@@ -36,8 +39,15 @@ func newWriteWatch(paths ...string) *writeWatch {
 	if err != nil {
 		return nil
 	}
-	w := &writeWatch{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), paths: paths,
-		wds: map[int32]bool{}, dirty: map[written]time.Time{}}
+	f := os.NewFile(uintptr(fd), "inotify")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	w := &writeWatch{fd: fd, f: f, rc: rc, paths: paths,
+		wds: map[int32]bool{}, dirty: map[written]time.Time{},
+		buf: make([]byte, 64*(syscall.SizeofInotifyEvent+syscall.NAME_MAX+1))}
 	w.follow()
 	return w
 }
@@ -49,8 +59,15 @@ func (w *writeWatch) follow() {
 	if w == nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.rc.Control(func(uintptr) { // not once closed
+		w.mu.Lock()
+		w.followLocked()
+		w.mu.Unlock()
+	})
+}
+
+// followLocked is follow, with w.mu held and the instance open.
+func (w *writeWatch) followLocked() {
 	want := map[int32]bool{}
 	for _, p := range w.paths {
 		wd, err := syscall.InotifyAddWatch(w.fd, p, syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE|syscall.IN_CREATE)
@@ -97,83 +114,132 @@ type written struct {
 // for writing, and if so, how long to wait at most before reading it
 // anyway: a writer that keeps a file open for longer than wait after its
 // first write does not hold the reload back for ever.
+//
+// It first follows the paths and takes in every event queued so far
+// itself, rather than trust run to have: a reload asked for by another
+// watcher (the config file's, whose directory holds a descriptor file
+// too) or by the poll may come before run was scheduled, and would read
+// a file truncated or created a moment ago, empty or in part.
 func (w *writeWatch) writing(now time.Time, wait time.Duration) (bool, time.Duration) {
 	if w == nil {
 		return false, 0
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	var rep report
 	var left time.Duration
+	w.rc.Control(func(uintptr) { // not once closed: what is known stands
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.followLocked()
+		rep, _ = w.drainLocked()
+	})
+	w.mu.Lock()
 	for _, since := range w.dirty {
 		left = max(left, since.Add(wait).Sub(now))
 	}
+	changed := w.changed
+	w.mu.Unlock()
+	if rep.changed && changed != nil {
+		changed(rep.writing)
+	}
 	return left > 0, left
 }
+
+// report tells what a drain of the events changed: whether a file is
+// being written (writing), and whether that is news to report (changed).
+type report struct{ changed, writing bool }
 
 // run reads the events until close, and calls changed after each batch of
 // them that changed whether a file is being written: with true when a
 // writer started writing one, with false when the last one was closed by
 // its writer (or when that is not known any more); and with the state
 // after a file was closed by its writer while others are still being
-// written.
+// written. Events read by writing are reported the same way.
 func (w *writeWatch) run(changed func(writing bool)) {
 	if w == nil {
 		return
 	}
-	buf := make([]byte, 64*(syscall.SizeofInotifyEvent+syscall.NAME_MAX+1))
-	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			return // closed
-		}
+	w.mu.Lock()
+	w.changed = changed
+	w.mu.Unlock()
+	// Read and taken in under w.mu, as writing does: an event read is
+	// never pending outside the lock.
+	w.rc.Read(func(uintptr) bool {
 		w.mu.Lock()
-		was := len(w.dirty) > 0
-		whole := false // a write ended
-		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
-			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := nameOf(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
-			off += syscall.SizeofInotifyEvent + int(ev.Len)
-			key := written{ev.Wd, name}
-			switch {
-			case ev.Mask&syscall.IN_Q_OVERFLOW != 0:
-				// Events lost: whether a writer is still at work is
-				// unknown; the directory events decide.
-				clear(w.dirty)
-				whole = true
-			case !w.wds[ev.Wd]:
-			case ev.Mask&syscall.IN_IGNORED != 0: // the file is gone
-				delete(w.wds, ev.Wd)
-				w.forget(ev.Wd)
-			case name != "" && !descriptors.Listed(name):
-				// In a directory of descriptor files, one that is not
-				// read: an editor's swap file, held open for writing
-				// while it edits.
-			case ev.Mask&syscall.IN_CREATE != 0:
-				// A file created in a watched directory: its creator
-				// holds it open, empty, until its first write; being
-				// written from now until it is closed.
-				if ev.Mask&syscall.IN_ISDIR == 0 {
-					if _, ok := w.dirty[key]; !ok {
-						w.dirty[key] = time.Now()
-					}
-				}
-			case ev.Mask&syscall.IN_MODIFY != 0:
+		rep, done := w.drainLocked()
+		w.mu.Unlock()
+		if rep.changed {
+			changed(rep.writing)
+		}
+		return done // else nothing more to read: wait until there is
+	})
+}
+
+// drainLocked reads and takes in the events queued until none is left
+// (done false), or the instance failed (done true). w.mu is held, inside
+// a call of w.rc's, so that fd is open.
+func (w *writeWatch) drainLocked() (rep report, done bool) {
+	was := len(w.dirty) > 0
+	whole := false // a write ended
+	for {
+		n, err := syscall.Read(w.fd, w.buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			done = err != syscall.EAGAIN
+			break
+		}
+		if w.take(w.buf[:n]) {
+			whole = true
+		}
+	}
+	now := len(w.dirty) > 0
+	return report{changed: now != was || whole, writing: now}, done
+}
+
+// take takes in the events in buf, and reports whether a write ended
+// (or whether one is still going on is not known any more). w.mu is held.
+func (w *writeWatch) take(buf []byte) (whole bool) {
+	for off := 0; off+syscall.SizeofInotifyEvent <= len(buf); {
+		ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := nameOf(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
+		off += syscall.SizeofInotifyEvent + int(ev.Len)
+		key := written{ev.Wd, name}
+		switch {
+		case ev.Mask&syscall.IN_Q_OVERFLOW != 0:
+			// Events lost: whether a writer is still at work is
+			// unknown; the directory events decide.
+			clear(w.dirty)
+			whole = true
+		case !w.wds[ev.Wd]:
+		case ev.Mask&syscall.IN_IGNORED != 0: // the file is gone
+			delete(w.wds, ev.Wd)
+			w.forget(ev.Wd)
+		case name != "" && !descriptors.Listed(name):
+			// In a directory of descriptor files, one that is not
+			// read: an editor's swap file, held open for writing
+			// while it edits.
+		case ev.Mask&syscall.IN_CREATE != 0:
+			// A file created in a watched directory: its creator
+			// holds it open, empty, until its first write; being
+			// written from now until it is closed.
+			if ev.Mask&syscall.IN_ISDIR == 0 {
 				if _, ok := w.dirty[key]; !ok {
 					w.dirty[key] = time.Now()
 				}
-			case ev.Mask&syscall.IN_CLOSE_WRITE != 0:
-				if _, ok := w.dirty[key]; ok {
-					delete(w.dirty, key)
-					whole = true
-				}
+			}
+		case ev.Mask&syscall.IN_MODIFY != 0:
+			if _, ok := w.dirty[key]; !ok {
+				w.dirty[key] = time.Now()
+			}
+		case ev.Mask&syscall.IN_CLOSE_WRITE != 0:
+			if _, ok := w.dirty[key]; ok {
+				delete(w.dirty, key)
+				whole = true
 			}
 		}
-		now := len(w.dirty) > 0
-		w.mu.Unlock()
-		if now != was || whole {
-			changed(now)
-		}
 	}
+	return whole
 }
 
 // emptyFile reports whether path is a regular file of no bytes.

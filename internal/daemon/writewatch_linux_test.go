@@ -117,3 +117,73 @@ func TestWriteWatchDirectory(t *testing.T) {
 		t.Error("writing() with only the swap file open = true, want false")
 	}
 }
+
+// TestWriteWatchTakesInQueuedEvents: writing answers from every event
+// queued when it is asked, not from what run has read so far: a reload
+// asked for by another watcher, or by the poll, may come before run is
+// scheduled. No run here at all.
+func TestWriteWatchTakesInQueuedEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.yaml")
+	mustWrite(t, path, "v1")
+	w := newWriteWatch(path)
+	if w == nil {
+		t.Fatal("newWriteWatch: nil on Linux")
+	}
+	defer w.close()
+	writing := func() bool {
+		got, _ := w.writing(time.Now(), time.Hour)
+		return got
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !writing() {
+		t.Fatal("truncated in place and still open, run not running: writing() = false, want true")
+	}
+	if _, err := f.WriteString("v2"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if writing() {
+		t.Fatal("closed by its writer: writing() = true, want false")
+	}
+}
+
+// TestWriteWatchFollowsAFileThatCameBack: a file removed and created
+// again is a new inode that no watch has seen; writing follows the path
+// itself, so that the new file, empty and held open by its creator, is
+// being written even before the directory's event made anyone follow it.
+func TestWriteWatchFollowsAFileThatCameBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, path, "v1")
+	w := newWriteWatch(path)
+	if w == nil {
+		t.Fatal("newWriteWatch: nil on Linux")
+	}
+	defer w.close()
+	writing := func() bool {
+		got, _ := w.writing(time.Now(), time.Hour)
+		return got
+	}
+	mustRemove(t, path)
+	if writing() {
+		t.Fatal("removed: writing() = true, want false")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !writing() {
+		t.Fatal("created again, empty, held open by its creator: writing() = false, want true")
+	}
+	if _, err := f.WriteString("v2"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if writing() {
+		t.Fatal("closed by its creator: writing() = true, want false")
+	}
+}
