@@ -86,11 +86,11 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 		h["X-Forwarded-For"] = []string{a}
 		h["X-Real-Ip"] = []string{a}
 	}
-	h["X-Forwarded-Host"] = []string{r.Host}
-	if r.TLS != nil {
-		h["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		h["X-Forwarded-Proto"] = []string{"http"}
+	f := p.forwarded(r, &trust)
+	h["X-Forwarded-Host"] = []string{f.host}
+	h["X-Forwarded-Proto"] = []string{f.proto}
+	if f.port != "" {
+		h["X-Forwarded-Port"] = []string{f.port}
 	}
 	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, keys, r, h, body)
 	var unknown *deferq.OutcomeUnknownError

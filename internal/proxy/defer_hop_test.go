@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -27,7 +29,7 @@ import (
 func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
-		s, replayed := startDeferring(t, ec, srv.Addr, "", func(r *http.Request) bool { return r.Header.Get("Sluice-Deferred-Id") != "" })
+		s, replayed := startDeferring(t, ec, srv.Addr, "", nil, func(r *http.Request) bool { return r.Header.Get("Sluice-Deferred-Id") != "" })
 		req := request(t, s, "POST", "/job", "second")
 		req.Host = "api.example"
 		req.Header.Set("Connection", "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto")
@@ -61,8 +63,9 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 // under prefix and ec's name) replays to a recording upstream as soon as
 // they are queued; it sends the first request (admitted) and returns the
 // proxy and the headers of each request the upstream receives that
-// replayed says is a replay.
-func startDeferring(t *testing.T, ec engineCase, addr, prefix string, replayed func(*http.Request) bool) (*eserved, chan http.Header) {
+// replayed says is a replay. trusted: the proxy's
+// client_ip.trusted_proxies.
+func startDeferring(t *testing.T, ec engineCase, addr, prefix string, trusted []netip.Prefix, replayed func(*http.Request) bool) (*eserved, chan http.Header) {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
@@ -92,7 +95,7 @@ func startDeferring(t *testing.T, ec engineCase, addr, prefix string, replayed f
 	go func() { q.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	s := startOn(t, ec, up.srv.URL, engineOpts{specs: []rules.Spec{{Name: "jobs", Rate: "1/m", Action: "defer"}},
-		proxy: proxy.Options{Defer: q}})
+		proxy: proxy.Options{Defer: q, ClientIP: clientip.Resolver{Trusted: trusted}}})
 	if resp, body := s.do(t, request(t, s, "POST", "/job", "first")); resp.StatusCode != 200 {
 		t.Fatalf("first request: %d %s, want 200 (under the limit)", resp.StatusCode, body)
 	}

@@ -58,7 +58,7 @@ func TestEngineDropsClientDeferredID(t *testing.T) {
 func TestDeferredDropsClientDeferredID(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, false, func(t *testing.T, ec engineCase) {
-		s, replayed := startDeferring(t, ec, srv.Addr, "id", func(r *http.Request) bool { return r.Header.Get("Idempotency-Key") != "" })
+		s, replayed := startDeferring(t, ec, srv.Addr, "id", nil, func(r *http.Request) bool { return r.Header.Get("Idempotency-Key") != "" })
 		req := request(t, s, "POST", "/job", "second")
 		forgeDeferredID(req)
 		resp, body := s.do(t, req)

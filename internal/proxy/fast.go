@@ -149,13 +149,17 @@ func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
 		bw.Write(ip.AppendTo(bw.AvailableBuffer()))
 		bw.WriteString("\r\n")
 	}
-	bw.WriteString("X-Forwarded-Host: ")
-	bw.WriteString(r.Host)
-	if r.TLS != nil {
-		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n\r\n")
-	} else {
-		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n\r\n")
+	f := p.forwarded(r, &trust)
+	if f.port != "" {
+		bw.WriteString("X-Forwarded-Port: ")
+		bw.WriteString(f.port)
+		bw.WriteString("\r\n")
 	}
+	bw.WriteString("X-Forwarded-Host: ")
+	bw.WriteString(f.host)
+	bw.WriteString("\r\nX-Forwarded-Proto: ")
+	bw.WriteString(f.proto)
+	bw.WriteString("\r\n\r\n")
 }
 
 func tokenIn(vv []string, tok string) bool {

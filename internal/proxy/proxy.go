@@ -65,8 +65,11 @@
 //     PreserveHost it sees the incoming Host.
 //   - X-Forwarded-For and X-Real-IP are set to the client address as
 //     resolved by Options.ClientIP (one address, never an untrusted
-//     client's own header), X-Forwarded-Proto to http or https,
-//     X-Forwarded-Host to the incoming Host. Incoming Forwarded /
+//     client's own header), X-Forwarded-Proto to http or https (the
+//     listener's scheme), X-Forwarded-Host to the incoming Host; from a
+//     trusted proxy (Options.ClientIP), its own X-Forwarded-Proto, -Host
+//     and -Port pass instead, each when it sent one valid value
+//     (reqheaders.go: forwarded). Other incoming Forwarded /
 //     X-Forwarded-* / X-Real-IP headers are dropped, also spelled with '_'
 //     (X_Forwarded_For), which CGI and WSGI servers read alike; so is a
 //     client's Sluice-Deferred-Id, which only the replay of a deferred

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/internal/hop"
 )
@@ -74,8 +77,84 @@ func clientIPHeader(k string) bool {
 	return len(k) == len(name) && sameName(k, name)
 }
 
+// forwarded is what the proxy sends upstream as X-Forwarded-Proto,
+// X-Forwarded-Host and X-Forwarded-Port ("": none).
+type forwarded struct{ proto, host, port string }
+
+// forwarded returns the X-Forwarded-Proto, -Host and -Port that go
+// upstream with r. From a trusted proxy (client_ip.trusted_proxies), each
+// it sent as one valid value passes on, as Caddy and Traefik keep them:
+// behind a balancer that ends TLS the upstream then sees https, not the
+// scheme of the balancer's hop to Sluice. Otherwise Proto is the scheme
+// of Sluice's own listener, Host the request's Host, and Port none: from
+// any other peer, or when the value is missing, invalid, or sent more
+// than once (two lines, or a comma list, whose first element may be the
+// client's own text when a proxy appended to it rather than replacing
+// it). Only these canonical spellings are read; X_Forwarded_Proto and the
+// like are dropped with the rest (proxyHeader).
+func (p *Proxy) forwarded(r *http.Request, trust *peerTrust) forwarded {
+	f := forwarded{proto: "http", host: r.Host}
+	if r.TLS != nil {
+		f.proto = "https"
+	}
+	h := r.Header
+	vproto, vhost, vport := h["X-Forwarded-Proto"], h["X-Forwarded-Host"], h["X-Forwarded-Port"]
+	if vproto == nil && vhost == nil && vport == nil || !trust.passes(p, r) {
+		return f
+	}
+	if len(vproto) == 1 {
+		if s := forwardedProto(vproto[0]); s != "" {
+			f.proto = s
+		}
+	}
+	if len(vhost) == 1 && validForwardedHost(vhost[0]) {
+		f.host = vhost[0]
+	}
+	if len(vport) == 1 && validForwardedPort(vport[0]) {
+		f.port = vport[0]
+	}
+	return f
+}
+
+// forwardedProto returns "http" or "https" for an X-Forwarded-Proto value
+// that is one of them in any case, else "".
+func forwardedProto(v string) string {
+	switch {
+	case strings.EqualFold(v, "https"):
+		return "https"
+	case strings.EqualFold(v, "http"):
+		return "http"
+	}
+	return ""
+}
+
+// validForwardedHost reports whether v is one host[:port] as net/http
+// accepts a Host header: not empty, and no comma, which would make it a
+// list of hosts.
+func validForwardedHost(v string) bool {
+	return v != "" && strings.IndexByte(v, ',') < 0 && httpguts.ValidHostHeader(v)
+}
+
+// validForwardedPort reports whether v is a port number, 1 to 65535, in
+// digits alone with no leading zero.
+func validForwardedPort(v string) bool {
+	if v == "" || len(v) > 5 || v[0] == '0' {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
+}
+
 // peerTrust caches whether a request's peer is a trusted proxy: asked
-// only of a request that carries a clientIPHeader.
+// only of a request that carries a clientIPHeader or one of the
+// X-Forwarded headers forwarded reads.
 type peerTrust int8
 
 const (

@@ -102,11 +102,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		h["X-Forwarded-For"] = []string{a}
 		h["X-Real-Ip"] = []string{a}
 	}
-	h["X-Forwarded-Host"] = []string{pr.In.Host}
-	if pr.In.TLS != nil {
-		h["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		h["X-Forwarded-Proto"] = []string{"http"}
+	f := p.forwarded(pr.In, &trust) // pr.In keeps the headers deleted from h
+	h["X-Forwarded-Host"] = []string{f.host}
+	h["X-Forwarded-Proto"] = []string{f.proto}
+	if f.port != "" {
+		h["X-Forwarded-Port"] = []string{f.port}
 	}
 }
 
