@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,38 +20,10 @@ import (
 func TestRedisTLSClusterRotatedClientCert(t *testing.T) {
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	nodesCA := tlstest.NewCA(t, "redis-nodes")
-	ca1 := tlstest.NewCA(t, "redis-clients-1")
-	dir := t.TempDir()
-	bundle := func(name string, cas ...*tlstest.CA) string {
-		var b []byte
-		for _, ca := range cas {
-			b = append(b, read(t, ca.File)...)
-		}
-		p := filepath.Join(dir, name)
-		replace(t, p, b)
-		return p
-	}
+	r := newCertRotation(t)
 	peer := nodesCA.Peer(t)
-	c := redistest.StartMTLSCluster(t, peer.CertFile, peer.KeyFile, bundle("trust-1.pem", nodesCA, ca1))
-
-	old := ca1.Client(t, "sluice-old", nil)
-	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	replace(t, certFile, read(t, old.CertFile))
-	replace(t, keyFile, read(t, old.KeyFile))
-	td := startDaemon(t, fmt.Sprintf(`listen: 127.0.0.1:0
-store:
-  type: redis
-  redis:
-    addrs: [%s]
-    cluster: true
-    timeout: 2s
-    tls: {ca: %s, cert: %s, key: %s}
-  on_error: deny
-rules:
-  - name: r
-    rate: 1000/h
-    algorithm: fixed_window
-`, strings.Join(c.TLSAddrs, ", "), nodesCA.File, certFile, keyFile))
+	c := redistest.StartMTLSCluster(t, peer.CertFile, peer.KeyFile, r.trust("trust-1.pem", nodesCA, r.ca1))
+	td := startDaemon(t, redisTLSYAML(c.TLSAddrs, "cluster: true", r.tls(nodesCA.File), "1000/h"))
 	// Keys on every master: 60 keys miss one of three by chance with
 	// probability 3·(2/3)^60, below 1e-10; checked below.
 	keys := make([]string, 60)
@@ -69,19 +39,12 @@ rules:
 		}
 	}
 
-	ca2 := tlstest.NewCA(t, "redis-clients-2")
-	next := ca2.Client(t, "sluice-new", nil)
-	replace(t, keyFile, read(t, next.KeyFile))
-	replace(t, certFile, read(t, next.CertFile))
-	waitFor(t, "the rotated client certificate in force", func() bool {
-		return td.d.redisTLS.Load().Certificates[0].Leaf.Subject.CommonName == "sluice-new"
-	})
-	trust2 := bundle("trust-2.pem", nodesCA, ca2)
+	r.rotate()
+	waitClientCertInForce(t, td, "sluice-new")
+	trust2 := r.trust("trust-2.pem", nodesCA, r.ca2)
 	killed := 0
 	for _, a := range c.Addrs {
-		if _, err := redistest.Do(a, "CONFIG", "SET", "tls-ca-cert-file", trust2); err != nil {
-			t.Fatalf("CONFIG SET tls-ca-cert-file on %s: %v", a, err)
-		}
+		setRedisClientCA(t, a, trust2)
 		n, err := redistest.Do(a, "CLIENT", "KILL", "TYPE", "normal")
 		if err != nil {
 			t.Fatalf("CLIENT KILL on %s: %v", a, err)
@@ -93,10 +56,10 @@ rules:
 		t.Fatal("CLIENT KILL closed no connection of the daemon")
 	}
 	for i, a := range c.TLSAddrs {
-		if err := pingTLS(a, nodesCA, old); err == nil {
+		if err := pingTLS(a, nodesCA, r.old); err == nil {
 			t.Fatalf("master %s still accepts the old client certificate: the test proves nothing", c.Addrs[i])
 		}
-		if err := pingTLS(a, nodesCA, next); err != nil {
+		if err := pingTLS(a, nodesCA, r.next); err != nil {
 			t.Errorf("PING %s with the new client certificate: %v", c.Addrs[i], err)
 		}
 	}

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,20 +20,7 @@ func TestRedisTLSCluster(t *testing.T) {
 	ca := tlstest.NewCA(t, "redis-ca")
 	peer := ca.Peer(t)
 	c := redistest.StartTLSCluster(t, peer.CertFile, peer.KeyFile, ca.File)
-	td := startDaemon(t, fmt.Sprintf(`listen: 127.0.0.1:0
-store:
-  type: redis
-  redis:
-    addrs: [%s]
-    cluster: true
-    timeout: 2s
-    tls: {ca: %s}
-  on_error: deny
-rules:
-  - name: r
-    rate: 5/h
-    algorithm: fixed_window
-`, strings.Join(c.TLSAddrs, ", "), ca.File))
+	td := startDaemon(t, redisTLSYAML(c.TLSAddrs, "cluster: true", "{ca: "+ca.File+"}", "5/h"))
 	if r := get(t, td.api+"/readyz"); r.status != http.StatusOK {
 		t.Fatalf("/readyz: %d %s, want 200", r.status, r.body)
 	}
