@@ -16,12 +16,7 @@ import (
 func TestMalformedKeysDeadLettered(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
+	q, up := jobsQueueOn(t, c, admitAll)
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	ctx := context.Background()
 	id := deferq.Tag("jobs") + "-0123456789abcdef0123"

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice/internal/deferq"
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // On a Redis Cluster the queue's scripts run on the node of the rule's
@@ -16,12 +14,7 @@ import (
 // reads the record of its key's head, a key of the same tag): requests are
 // delivered in order per key, and a head whose request is gone is passed.
 func TestOrderOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := clusterClient(t)
 	up := newUpstream(t, nil)
 	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
 		ClaimIdle: time.Hour, DeliveryTimeout: 10 * time.Minute}) // one instance: no claims; no send cut off and sent again, out of order

@@ -29,18 +29,8 @@ func TestTrimmedFromDeadHolderCleaned(t *testing.T) {
 // The same on a Redis Cluster: the record and the key's list the claim
 // round cleans are keys of the rule's hash tag, on the stream's node.
 func TestTrimmedFromDeadHolderCleanedOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	c := clusterClient(t)
+	q, _ := jobsQueueOn(t, c, nil)
 	trimmedFromDeadHolder(t, c, q, "sluice:defer:{"+deferq.Tag("jobs")+"}:q")
 }
 
@@ -92,13 +82,8 @@ func trimmedFromDeadHolder(t *testing.T, c rueidis.Client, q *deferq.Queue, stre
 // its key's list, unasked.
 func TestTrimmedFromKilledInstanceCleaned(t *testing.T) {
 	srv := redistest.StartServer(t)
-	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := newQueue(survivorOptions(c, up.srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	q, up := jobsQueueOn(t, c, nil)
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	id := enqueue(t, q, "jobs", "t", http.MethodPost, "/trimmed", []byte("t"))
 	victim := startChild(t, srv.Addr, up.srv.URL, "deny")
@@ -151,13 +136,8 @@ func exists(t *testing.T, c rueidis.Client, key string) int64 {
 // record and its key's list as for a request queued by this version.
 func TestOldRecordCleanedAfterTrim(t *testing.T) {
 	srv := redistest.StartServer(t)
-	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := newQueue(survivorOptions(c, up.srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	q, up := jobsQueueOn(t, c, nil)
 	ctx := context.Background()
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	id := deferq.Tag("jobs") + "-0123456789abcdef0123"

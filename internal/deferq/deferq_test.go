@@ -85,6 +85,33 @@ func client(t testing.TB, addr string) rueidis.Client {
 	return c
 }
 
+// clusterClient is a client of a Redis Cluster of its own.
+func clusterClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	cl := redistest.StartCluster(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// jobsQueueOn is a queue over c of one rule, "jobs", whose replays take
+// their turn with take (nil: without asking a limit), delivering to an
+// upstream of its own; not running yet (start). Its other options are the
+// defaults, as survivorOptions'.
+func jobsQueueOn(t *testing.T, c rueidis.Client, take func(context.Context, []string) (sluice.Decision, error)) (*deferq.Queue, *upstream) {
+	t.Helper()
+	up := newUpstream(t, nil)
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: take}})
+	return q, up
+}
+
 func mustURL(t testing.TB, s string) *url.URL {
 	u, err := url.Parse(s)
 	if err != nil {

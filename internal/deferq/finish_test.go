@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/redis/rueidis"
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The outcome of one send is recorded once even if finish.lua runs twice:
@@ -15,17 +14,7 @@ import (
 // attempt used to be counted twice (a request dead-lettered one send
 // early). A second send, another instance's say, still counts.
 func TestFinishOncePerSend(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]Rule{{Name: "jobs"}})
+	q, c := jobsQueue(t)
 	r := httptest.NewRequest("POST", "/job", nil)
 	ctx := context.Background()
 	id, err := q.Enqueue(ctx, "jobs", []string{"k"}, r, r.Header, []byte("job"))
@@ -76,17 +65,7 @@ func TestFinishOncePerSend(t *testing.T) {
 // in its key's list and its stream-id index entry, rather than read
 // "queued" until someone asked.
 func TestFinishLostTrimmedForgets(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]Rule{{Name: "jobs"}})
+	q, c := jobsQueue(t)
 	ctx := context.Background()
 	base := q.base(Tag("jobs"))
 	if err := c.Do(ctx, c.B().XgroupCreate().Key(base+"q").Group(group).Id("0").Mkstream().Build()).Error(); err != nil {

@@ -119,13 +119,8 @@ func ageHeld(t *testing.T, c rueidis.Client, rule, consumer string) {
 // another instance claims them once idle and delivers each exactly once.
 func TestKilledInstanceHolding(t *testing.T) {
 	srv := redistest.StartServer(t)
-	up := newUpstream(t, nil)
 	c := client(t, srv.Addr)
-	q, err := newQueue(survivorOptions(c, up.srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	q, up := jobsQueueOn(t, c, nil)
 	const n = 20
 	ids := map[string]bool{}
 	for i := range n {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -26,14 +25,7 @@ import (
 func TestExpiredRecordReadStillDelivered(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
-		return sluice.Decision{Allowed: true}, nil
-	}}})
+	q, up := jobsQueueOn(t, c, admitAll)
 	id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))
 	rec := "sluice:defer:{" + deferq.Tag("jobs") + "}:s:" + id
 	if err := c.Do(context.Background(), c.B().Del().Key(rec).Build()).Error(); err != nil { // expired

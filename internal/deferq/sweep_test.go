@@ -21,14 +21,9 @@ import (
 func TestSweepForgetsRequestsGone(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv.Addr)
-	up := newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: func(context.Context, []string) (sluice.Decision, error) {
+	q, _ := jobsQueueOn(t, c, func(context.Context, []string) (sluice.Decision, error) {
 		return sluice.Decision{RetryAfter: time.Hour}, nil // held, never sent
-	}}})
+	})
 	ctx := context.Background()
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	gone := enqueue(t, q, "jobs", "g", http.MethodPost, "/gone", []byte("g"))

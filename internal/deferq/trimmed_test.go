@@ -114,12 +114,7 @@ func jobsQueue(t *testing.T) (c rueidis.Client, q *deferq.Queue, up *upstream, s
 	t.Helper()
 	srv := redistest.StartServer(t)
 	c = client(t, srv.Addr)
-	up = newUpstream(t, nil)
-	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs"}})
+	q, up = jobsQueueOn(t, c, nil)
 	return c, q, up, "sluice:defer:{" + deferq.Tag("jobs") + "}:q"
 }
 
