@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -43,6 +44,30 @@ func newEngine(t testing.TB, onError string, now func() time.Time, rs ...*rules.
 		t.Fatalf("engine.New: %v", err)
 	}
 	return e, reg
+}
+
+// newContextEngine is newEngine over a memstore that answers as a store
+// over the network does when the caller's context ends first
+// (sluicetest.ContextStore): an error, nothing taken.
+func newContextEngine(t testing.TB, onError string, rs ...*rules.Rule) (*engine.Engine, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: rs},
+		OnError: onError, Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	return e, reg
+}
+
+// wantCounts checks the series of got named in want (absent counts 0).
+func wantCounts(t *testing.T, what string, got map[string]float64, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s = %v, want %v", what, k, got[k], v)
+		}
+	}
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {

@@ -6,26 +6,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/sluicetest"
 )
-
-// wantCounts checks the series of got named in want (absent counts 0).
-func wantCounts(t *testing.T, what string, got map[string]float64, want map[string]float64) {
-	t.Helper()
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: %s = %v, want %v", what, k, got[k], v)
-		}
-	}
-}
 
 // TestClientGoneWhileHeldMetrics: what the metrics say of a request whose
 // client went away while action delay held it. The limiter refused
@@ -114,12 +98,7 @@ func TestClientGoneWhileHeldMetrics(t *testing.T) {
 func TestClientGoneBeforeDecisionMetrics(t *testing.T) {
 	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(5), rules.Reject, 0)
 	shadow := rule("would-be", sluice.FixedWindow, sluice.PerMinute(5), rules.Shadow, 0)
-	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})),
-		Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}}, Metrics: metrics.New(reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, reg := newContextEngine(t, "", enforce, shadow)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ms := []rules.Match{{Rule: enforce, Key: "e"}, {Rule: shadow, Key: "s"}}

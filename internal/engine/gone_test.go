@@ -29,12 +29,7 @@ import (
 func TestAdmitClientGone(t *testing.T) {
 	enforce := rule("enforce", sluice.FixedWindow, sluice.PerMinute(1), rules.Reject, 0)
 	shadow := rule("would-be", sluice.FixedWindow, sluice.PerMinute(1), rules.Shadow, 0)
-	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
-		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, reg := newContextEngine(t, engine.OnErrorAllow, enforce, shadow)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ms := []rules.Match{{Rule: enforce, Key: "e"}, {Rule: shadow, Key: "s"}}
@@ -65,12 +60,7 @@ func TestCheckReportDescriptorsClientGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: sluicetest.ContextStore(memstore.New(memstore.Options{})), Rules: &rules.Set{Rules: []*rules.Rule{enforce, shadow}},
-		OnError: engine.OnErrorAllow, Metrics: metrics.New(reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, reg := newContextEngine(t, engine.OnErrorAllow, enforce, shadow)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, c := range []struct {

@@ -55,17 +55,12 @@ func TestShadowChargedByAdmittedRequestsOnly(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, "refused_anyway=true") || strings.Contains(l, "retry_after=0s") {
 		t.Errorf("shadow log lines:\n%s\nwant the last one to say the request was refused anyway, and none a retry_after of 0", l)
 	}
-	got := metricstest.Gather(t, reg)
-	for name, want := range map[string]float64{
+	wantCounts(t, "verdicts", metricstest.Gather(t, reg), map[string]float64{
 		`sluice_decisions_total{result="allowed",rule="strict"}`:      2,
 		`sluice_decisions_total{result="denied",rule="strict"}`:       9,
 		`sluice_decisions_total{result="allowed",rule="trial"}`:       13, // 10 with strict (8 refused by it, trial under its limit), 3 alone
 		`sluice_decisions_total{result="shadow_denied",rule="trial"}`: 2,  // the 4th alone, and the last
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %v, want %v", name, got[name], want)
-		}
-	}
+	})
 	if res := e.Check(context.Background(), trial, "t", 0); res.Decision.Remaining != 0 {
 		t.Errorf("trial's counter: %d remaining, want 0 (charged by the 5 admitted requests)", res.Decision.Remaining)
 	}
@@ -99,15 +94,10 @@ func TestShadowShardedRefusedAnyway(t *testing.T) {
 	if res := e.Admit(context.Background(), both, 2); res.Allowed {
 		t.Fatalf("second request admitted, want refused by strict")
 	}
-	got := metricstest.Gather(t, reg)
-	for name, want := range map[string]float64{
+	wantCounts(t, "the sharded shadow rule's verdicts", metricstest.Gather(t, reg), map[string]float64{
 		`sluice_decisions_total{result="allowed",rule="trial"}`:       1, // the first: 3 left of its shard's 3
 		`sluice_decisions_total{result="shadow_denied",rule="trial"}`: 1, // the second: 1 left of its shard's 3, cost 2
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %v, want %v", name, got[name], want)
-		}
-	}
+	})
 }
 
 // TestShadowLogDeferred: a shadow rule that would deny a request a defer
