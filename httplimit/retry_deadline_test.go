@@ -37,17 +37,12 @@ func TestRetryTransportDeadlineLeavesNoTimeForTheRetry(t *testing.T) {
 		inBubble(t, func(t *testing.T) {
 			// The attempt takes 2s; its wait would end at 7s, and a
 			// second attempt at 9s, past the deadline at 8s.
-			ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := (&httplimit.RetryTransport{Base: slowBase(2 * time.Second)}).RoundTrip(req)
+			code, took, err := getWithin(t, &httplimit.RetryTransport{Base: slowBase(2 * time.Second)}, srv.URL, 8*time.Second)
 			if err != nil {
-				t.Fatalf("after %v: %v; want the 429 at 2s", time.Since(start), err)
+				t.Fatalf("after %v: %v; want the 429 at 2s", took, err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) != 2*time.Second {
-				t.Errorf("got %d after %v, want the 429 at 2s", resp.StatusCode, time.Since(start))
+			if code != http.StatusTooManyRequests || took != 2*time.Second {
+				t.Errorf("got %d after %v, want the 429 at 2s", code, took)
 			}
 		})
 		if got := srv.hits.Load(); got != 1 {
@@ -58,17 +53,12 @@ func TestRetryTransportDeadlineLeavesNoTimeForTheRetry(t *testing.T) {
 		srv := newScripted(t, limited, answer{http.StatusOK, nil})
 		inBubble(t, func(t *testing.T) {
 			// The second attempt ends at 9s, before the deadline.
-			ctx, cancel := context.WithTimeout(t.Context(), 9500*time.Millisecond)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := (&httplimit.RetryTransport{Base: slowBase(2 * time.Second)}).RoundTrip(req)
+			code, took, err := getWithin(t, &httplimit.RetryTransport{Base: slowBase(2 * time.Second)}, srv.URL, 9500*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || time.Since(start) != 9*time.Second {
-				t.Errorf("got %d after %v, want 200 at 9s", resp.StatusCode, time.Since(start))
+			if code != http.StatusOK || took != 9*time.Second {
+				t.Errorf("got %d after %v, want 200 at 9s", code, took)
 			}
 		})
 	})
@@ -80,17 +70,13 @@ func TestRetryTransportDeadlineLeavesNoTimeForTheRetry(t *testing.T) {
 			// Attempts of 1s, 4s and 1s: 0–1s, wait to 2s, 2–6s, wait to
 			// 11s, 11–12s, before the deadline at 12.5s though the
 			// slower attempt would end past it.
-			ctx, cancel := context.WithTimeout(t.Context(), 12500*time.Millisecond)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := (&httplimit.RetryTransport{Base: slowBase(time.Second, 4*time.Second, time.Second)}).RoundTrip(req)
+			rt := &httplimit.RetryTransport{Base: slowBase(time.Second, 4*time.Second, time.Second)}
+			code, took, err := getWithin(t, rt, srv.URL, 12500*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || time.Since(start) != 12*time.Second {
-				t.Errorf("got %d after %v, want 200 at 12s", resp.StatusCode, time.Since(start))
+			if code != http.StatusOK || took != 12*time.Second {
+				t.Errorf("got %d after %v, want 200 at 12s", code, took)
 			}
 		})
 	})

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,4 +88,26 @@ func do(t *testing.T, rt http.RoundTripper, method, url, body string, hdr map[st
 		t.Fatalf("%s %s: reading the body: %v", method, url, err)
 	}
 	return resp.StatusCode, string(b), time.Since(start)
+}
+
+// getWithin sends GET url through rt's RoundTrip under a context whose
+// deadline is within from now, and returns the answer's status (its body
+// closed), how long RoundTrip took, and its error (status 0 with one).
+// In a bubble (inBubble) took is exact.
+func getWithin(t *testing.T, rt http.RoundTripper, url string, within time.Duration) (int, time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err := rt.RoundTrip(req)
+	took := time.Since(start)
+	if err != nil {
+		return 0, took, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, took, nil
 }

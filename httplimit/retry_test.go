@@ -167,17 +167,12 @@ func TestRetryTransportGivesUp(t *testing.T) {
 	t.Run("context deadline before the wait ends", func(t *testing.T) {
 		srv := newScripted(t, tooLong)
 		inBubble(t, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			code, took, err := getWithin(t, &httplimit.RetryTransport{Base: noKeepAlive()}, srv.URL, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) != 0 {
-				t.Errorf("got %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
+			if code != http.StatusTooManyRequests || took != 0 {
+				t.Errorf("got %d after %v, want the 429 at once", code, took)
 			}
 		})
 		if got := srv.hits.Load(); got != 1 {
@@ -189,17 +184,12 @@ func TestRetryTransportGivesUp(t *testing.T) {
 	t.Run("context deadline when the wait ends", func(t *testing.T) {
 		srv := newScripted(t, tooLong, answer{http.StatusOK, nil})
 		inBubble(t, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-			start := time.Now()
-			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+			code, took, err := getWithin(t, &httplimit.RetryTransport{Base: noKeepAlive()}, srv.URL, 10*time.Second)
 			if err != nil {
 				t.Fatalf("got %v, want the 429 at once", err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusTooManyRequests || time.Since(start) != 0 {
-				t.Errorf("got %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
+			if code != http.StatusTooManyRequests || took != 0 {
+				t.Errorf("got %d after %v, want the 429 at once", code, took)
 			}
 		})
 		if got := srv.hits.Load(); got != 1 {
