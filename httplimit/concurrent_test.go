@@ -10,18 +10,15 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestSeveralRulesConcurrently: 200 requests at once from one address and
 // one API key, under per-IP 50/min and per-key 30/min. Exactly 30 pass, and
 // the 170 the key's rule denies consume nothing of the IP's allowance.
 func TestSeveralRulesConcurrently(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	clk := sluicetest.NewClock(sluicetest.T0)
-	perIP := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(50), sluice.WithClock(clk.Now))
-	perKey := mustLimiter(t, store, sluice.SlidingWindowLog, sluice.PerMinute(30), sluice.WithClock(clk.Now))
+	limiter := oneStore(t)
+	perIP := limiter(sluice.FixedWindow, sluice.PerMinute(50))
+	perKey := limiter(sluice.SlidingWindowLog, sluice.PerMinute(30))
 	var hits atomic.Int64
 	h := httplimit.Middleware(httplimit.Options{Limiter: perIP, Name: "ip",
 		Rules: []httplimit.Rule{{Name: "key", Limiter: perKey, KeyFunc: httplimit.KeyByHeader("X-Api-Key")}},

@@ -23,14 +23,25 @@ func mustLimiter(t *testing.T, s sluice.Store, alg sluice.Algorithm, l sluice.Li
 	return lim
 }
 
+// oneStore returns a maker of limiters on one memstore and one clock that
+// stands at sluicetest.T0: the rules of one middleware, or of middlewares
+// stacked, share a store as a deployment's do.
+func oneStore(t *testing.T) func(sluice.Algorithm, sluice.Limit) *sluice.Limiter {
+	store := memstore.New(memstore.Options{})
+	clk := sluicetest.NewClock(sluicetest.T0)
+	return func(alg sluice.Algorithm, l sluice.Limit) *sluice.Limiter {
+		t.Helper()
+		return mustLimiter(t, store, alg, l, sluice.WithClock(clk.Now))
+	}
+}
+
 // TestSeveralRules: per IP 5/min and per API key 2/min in one middleware,
 // one store call per request. A request denied by the key's limit consumes
 // nothing from the IP's; the headers are the tightest rule's.
 func TestSeveralRules(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	clk := sluicetest.NewClock(sluicetest.T0)
-	perIP := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(5), sluice.WithClock(clk.Now))
-	perKey := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(2), sluice.WithClock(clk.Now))
+	limiter := oneStore(t)
+	perIP := limiter(sluice.FixedWindow, sluice.PerMinute(5))
+	perKey := limiter(sluice.FixedWindow, sluice.PerMinute(2))
 	var hits int
 	h := httplimit.Middleware(httplimit.Options{
 		Limiter: perIP, Name: "ip",
@@ -80,9 +91,8 @@ func TestSeveralRules(t *testing.T) {
 
 // TestPerPlanLimits: one Limiter, the limit chosen per request.
 func TestPerPlanLimits(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	clk := sluicetest.NewClock(sluicetest.T0)
-	lim := mustLimiter(t, store, sluice.FixedWindow, sluice.PerHour(1), sluice.WithClock(clk.Now))
+	limiter := oneStore(t)
+	lim := limiter(sluice.FixedWindow, sluice.PerHour(1))
 	plans := map[string]sluice.Limit{"pro": sluice.PerHour(3)}
 	h := httplimit.Middleware(httplimit.Options{
 		Limiter: lim, Name: "plan", KeyFunc: httplimit.KeyByHeader("X-User"),
@@ -173,10 +183,9 @@ func TestKeyFuncs(t *testing.T) {
 // count behind: every rule is keyed before any is taken, so the rules
 // keyed before the panic have taken nothing.
 func TestPanickingKeyFuncTakesNothing(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	clk := sluicetest.NewClock(sluicetest.T0)
-	perIP := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(5), sluice.WithClock(clk.Now))
-	perKey := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(2), sluice.WithClock(clk.Now))
+	limiter := oneStore(t)
+	perIP := limiter(sluice.FixedWindow, sluice.PerMinute(5))
+	perKey := limiter(sluice.FixedWindow, sluice.PerMinute(2))
 	boom := func(*http.Request) (string, bool) { panic("boom") }
 	h := httplimit.Middleware(httplimit.Options{
 		Limiter: perIP, Name: "ip",

@@ -7,8 +7,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Two middlewares stacked (a global limit around a route's): the answer
@@ -16,11 +14,10 @@ import (
 // gives, not whichever ran last. The inner one, admitting, leaves the
 // outer one's headers when they are tighter; denying, it sends its own.
 func TestStackedMiddlewaresSendTheTighterHeaders(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	clk := sluicetest.NewClock(sluicetest.T0)
-	global := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(3), sluice.WithClock(clk.Now))
-	route := mustLimiter(t, store, sluice.FixedWindow, sluice.PerHour(100), sluice.WithClock(clk.Now))
-	tight := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(1), sluice.WithClock(clk.Now))
+	limiter := oneStore(t)
+	global := limiter(sluice.FixedWindow, sluice.PerMinute(3))
+	route := limiter(sluice.FixedWindow, sluice.PerHour(100))
+	tight := limiter(sluice.FixedWindow, sluice.PerMinute(1))
 	everyone := func(*http.Request) (string, bool) { return "all", true }
 	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	outer := httplimit.Middleware(httplimit.Options{Limiter: global, Name: "global", KeyFunc: everyone})
@@ -53,8 +50,8 @@ func TestStackedMiddlewaresSendTheTighterHeaders(t *testing.T) {
 	}
 	// The same remaining: the longer reset is the tighter, as among one
 	// middleware's rules.
-	hourly := mustLimiter(t, store, sluice.FixedWindow, sluice.PerHour(5), sluice.WithClock(clk.Now))
-	minutely := mustLimiter(t, store, sluice.FixedWindow, sluice.PerMinute(5), sluice.WithClock(clk.Now))
+	hourly := limiter(sluice.FixedWindow, sluice.PerHour(5))
+	minutely := limiter(sluice.FixedWindow, sluice.PerMinute(5))
 	for _, tc := range []struct{ outer, inner *sluice.Limiter }{{hourly, minutely}, {minutely, hourly}} {
 		h := httplimit.Middleware(httplimit.Options{Limiter: tc.outer, Name: "outer", KeyFunc: everyone})(
 			httplimit.Middleware(httplimit.Options{Limiter: tc.inner, Name: "inner", KeyFunc: everyone})(ok))
