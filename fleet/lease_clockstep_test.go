@@ -20,17 +20,21 @@ import (
 // its clock now 2 s behind, and B, on time, decide the key: together at
 // most the limit (a bucket: its burst, and what refills meanwhile).
 // Before, A's units expired on its own clock, which had gone back: A spent
-// its 3 stale units on top of B's 5.
+// its 3 stale units on top of B's 5. Over one Redis and a 3-node Cluster.
 func TestLeaseClockStepsBack(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testLeaseClockStepsBack)
+}
+
+func testLeaseClockStepsBack(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
 	const period, rate = time.Second, 5
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			limit := sluice.Every(rate, period)
 			for attempt := 1; ; attempt++ {
-				a := newLease(t, fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true}), fleet.LeaseOptions{Chunk: rate})
-				b := newLease(t, fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true}), fleet.LeaseOptions{Chunk: rate})
+				a := newLease(t, fleet.OpenRedis(t, o), fleet.LeaseOptions{Chunk: rate})
+				b := newLease(t, fleet.OpenRedis(t, o), fleet.LeaseOptions{Chunk: rate})
 				key := fmt.Sprintf("clockstep/%v/%d", alg, time.Now().UnixNano())
 				take := func(l *fleet.Lease, step time.Duration) bool {
 					t.Helper()

@@ -17,11 +17,16 @@ import (
 // instance's clock steps back (an NTP step, a VM resumed): once Redis' own
 // refusal has ended, a request whose Now is 2 s behind goes to Redis and
 // is admitted. Before, the cache ended its refusals on the requests'
-// clock only, and refused it from memory for 2 s more.
+// clock only, and refused it from memory for 2 s more. Over one Redis and
+// a 3-node Cluster.
 func TestOverLimitClockStepsBack(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testOverLimitClockStepsBack)
+}
+
+func testOverLimitClockStepsBack(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	c := fleet.NewOverLimitCache(st, fleet.OverLimitOptions{StoreClock: true})
 	const period = time.Second
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.TokenBucket, sluice.SlidingWindowLog} {

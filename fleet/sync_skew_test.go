@@ -266,11 +266,16 @@ func TestSyncClockPerKeyCluster(t *testing.T) {
 // refused request to retry in an hour and 6 minutes; after it, in 6
 // minutes, as Redis' clock has it. Before,
 // the distance was measured only by a key's first decision or read in
-// Redis, and stayed an hour off for as long as the key stayed hot.
+// Redis, and stayed an hour off for as long as the key stayed hot. Over
+// one Redis and a 3-node Cluster.
 func TestSyncClockJumpHotKey(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testSyncClockJumpHotKey)
+}
+
+func testSyncClockJumpHotKey(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
 	key := fmt.Sprintf("skew/jump/%d", time.Now().UnixNano())
 	limit := sluice.PerHour(10) // a token every 6 minutes
