@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,21 +63,32 @@ rules:
 // ends a refusal by the monotonic clock too, so its wall clock stepping
 // back (an NTP step) does not refuse from memory what Redis, on its own
 // clock, admits again: once Redis' one-second window has ended, the
-// daemon, its clock now 2 s back, gets the key admitted.
+// daemon, its clock now 2 s back, gets the key admitted. Over one Redis
+// and a 3-node Cluster.
 func TestOverLimitCacheDaemonClockStepsBack(t *testing.T) {
-	rs := redistest.StartServer(t)
+	t.Run("server", func(t *testing.T) {
+		rs := redistest.StartServer(t)
+		testOverLimitCacheDaemonClockStepsBack(t, rs.Addr, false)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		testOverLimitCacheDaemonClockStepsBack(t, strings.Join(c.Addrs, ", "), true)
+	})
+}
+
+func testOverLimitCacheDaemonClockStepsBack(t *testing.T, addrs string, cluster bool) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 listen: 127.0.0.1:0
 store:
   type: redis
-  redis: {addrs: [%s], timeout: 2s}
+  redis: {addrs: [%s], cluster: %v, timeout: 2s}
   on_error: deny
 rules:
   - name: r
     rate: 1/s
     algorithm: fixed_window
-`, rs.Addr)), 0o644); err != nil {
+`, addrs, cluster)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var back atomic.Int64 // ns the daemon's clock has stepped back
