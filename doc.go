@@ -15,7 +15,8 @@
 // The parts an application uses:
 //
 //   - Limits: PerSecond, PerMinute, PerHour, PerDay, Every, ParseLimit,
-//     Limit.WithBurst.
+//     Limit.WithBurst (for the buckets and GCRA: Algorithm.TakesBurst; a
+//     window refuses a burst other than its rate).
 //   - Limiter: NewLimiter (WithName, WithClock), Allow, AllowN, AllowAt,
 //     Wait, WaitN, AllowLimit for a limit chosen per call (per-plan quotas),
 //     Report for a cost known only afterwards, SetLimit, Reset.

@@ -14,8 +14,10 @@ import (
 // Burst. The zero value is invalid; build one with PerSecond, PerMinute,
 // PerHour, PerDay, Every or ParseLimit.
 //
-// Burst 0 means Burst = Rate. Segments applies to SlidingWindowCounter only
-// (0 means 1). Period must be a whole number of microseconds.
+// Burst 0 means Burst = Rate; only TokenBucket, GCRA and LeakyBucket take
+// another (a window admits its Rate each period, and refuses a Burst other
+// than the Rate: see Algorithm.ValidateLimit). Segments applies to
+// SlidingWindowCounter only (0 means 1). Period must be a whole number of microseconds.
 //
 // Internally every algorithm counts time in integer ticks of one microsecond;
 // when Burst (or Rate) × Period in microseconds would exceed 2^53 — past
@@ -32,7 +34,7 @@ import (
 type Limit struct {
 	Rate     int64         // requests admitted per Period; at least 1
 	Period   time.Duration // length of the window or refill period
-	Burst    int64         // bucket size (token, GCRA), queue size (leaky); 0 means Rate
+	Burst    int64         // bucket size (token, GCRA), queue size (leaky); 0 means Rate; the windows take no other
 	Segments int           // sub-windows of a SlidingWindowCounter; 0 means 1
 }
 

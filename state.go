@@ -46,15 +46,39 @@ func logRateError(rate int64) error {
 	return fmt.Errorf("%w: rate %d is too large for sliding_window_log (at most %d: it keeps one time per request counted, 8 bytes each; use sliding_window_counter)", ErrInvalidLimit, rate, MaxLogRate)
 }
 
-// ValidateLimit reports whether a can enforce l: Validate, and for the
-// SlidingWindowLog a Rate of at most MaxLogRate. NewLimiter, SetLimit,
-// and every Take check it.
+// windowBurstError refuses l's burst under a window, which admits its rate
+// each period whatever the burst: a burst other than the rate would be
+// accepted and never applied.
+func windowBurstError(a Algorithm, l *Limit) error {
+	return fmt.Errorf("%w: burst %d applies to token_bucket, gcra and leaky_bucket only: %s admits the rate, %d, each period (leave the burst out, or pick one of those)", ErrInvalidLimit, l.Burst, a, l.Rate)
+}
+
+// TakesBurst reports whether a takes a Limit's Burst: TokenBucket and
+// GCRA (the bucket's size) and LeakyBucket (the queue's). The windows
+// (FixedWindow, SlidingWindowLog, SlidingWindowCounter) admit their Rate
+// each period, and refuse a Burst other than 0 or the Rate.
+func (a Algorithm) TakesBurst() bool {
+	return a == TokenBucket || a == GCRA || a == LeakyBucket
+}
+
+// isWindow reports whether a is one of the windows, which take no burst.
+func (a Algorithm) isWindow() bool { return a >= FixedWindow && a <= SlidingWindowCounter }
+
+// ValidateLimit reports whether a can enforce l: Validate; for the
+// SlidingWindowLog a Rate of at most MaxLogRate; and for the windows
+// (FixedWindow, SlidingWindowLog, SlidingWindowCounter), which admit the
+// Rate each period, no Burst other than 0 or the Rate (only TokenBucket,
+// GCRA and LeakyBucket take a burst). NewLimiter, SetLimit, and every Take
+// check it.
 func (a Algorithm) ValidateLimit(l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
 	if a == SlidingWindowLog && l.Rate > MaxLogRate {
 		return logRateError(l.Rate)
+	}
+	if a.isWindow() && l.Burst != 0 && l.Burst != l.Rate {
+		return windowBurstError(a, &l)
 	}
 	return nil
 }
@@ -148,6 +172,9 @@ func (a Algorithm) step(d *Decision, st *State, l *Limit, nowMicro, cost int64, 
 	}
 	if a == SlidingWindowLog && p.rate > MaxLogRate {
 		return 0, logRateError(l.Rate)
+	}
+	if p.burst != p.rate && a.isWindow() {
+		return 0, windowBurstError(a, l)
 	}
 	if cost < 0 {
 		return 0, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)

@@ -222,6 +222,32 @@ func LocalLimit(l sluice.Limit, n int) sluice.Limit {
 	return s
 }
 
+// localShare is LocalLimit for algorithm a. A window refuses a burst other
+// than its rate, so where LocalLimit keeps the divided burst under a rate
+// raised to fit, a window's share is instead the least rate, up to l's
+// own, that fits with a burst of its rate (a window admits the same
+// whatever the burst: only the limit's horizon depends on it).
+func localShare(a sluice.Algorithm, l sluice.Limit, n int) sluice.Limit {
+	s := LocalLimit(l, n)
+	if !a.Valid() || a.TakesBurst() || s.Burst == 0 || s.Burst == s.Rate || a.ValidateLimit(l) != nil {
+		return s // l refused (a burst of its own, say): the store says why
+	}
+	// Below LocalLimit's rate nothing fits (a larger burst only lengthens
+	// the refill); l's own rate does.
+	s.Burst = 0
+	lo, hi := s.Rate-1, l.Rate
+	for hi-lo > 1 {
+		s.Rate = lo + (hi-lo)/2
+		if s.Validate() == nil {
+			hi = s.Rate
+		} else {
+			lo = s.Rate
+		}
+	}
+	s.Rate = hi
+	return s
+}
+
 // Take decides r on the shared store, or in memory while it cannot.
 func (f *Fallback) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	if f.Mode() == ModeStore {
@@ -231,7 +257,7 @@ func (f *Fallback) Take(ctx context.Context, r sluice.Request) (sluice.Decision,
 		}
 	}
 	f.locally.Add(1)
-	r.Limit = LocalLimit(r.Limit, int(f.n))
+	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
 	return f.local.Take(ctx, r)
 }
 
@@ -250,7 +276,7 @@ func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice
 	var buf [4]sluice.Request
 	local := append(buf[:0], rs...)
 	for i := range local {
-		local[i].Limit = LocalLimit(local[i].Limit, int(f.n))
+		local[i].Limit = localShare(local[i].Algorithm, local[i].Limit, int(f.n))
 	}
 	return f.local.TakeAll(ctx, local, ds)
 }
@@ -260,7 +286,7 @@ func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice
 // wraps errors.ErrUnsupported (the key is reset in memory all the same).
 func (f *Fallback) Reset(ctx context.Context, r sluice.Request) error {
 	local := r
-	local.Limit = LocalLimit(r.Limit, int(f.n))
+	local.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
 	if err := f.local.Reset(ctx, local); err != nil {
 		return err
 	}

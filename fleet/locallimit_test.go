@@ -28,8 +28,8 @@ func TestLocalLimitStaysValid(t *testing.T) {
 		sluice.Every(3, 20*year).WithBurst(4),
 	} {
 		for _, alg := range sluice.Algorithms() {
-			if alg.ValidateLimit(l) != nil {
-				continue
+			if alg.ValidateLimit(l) != nil || !alg.TakesBurst() {
+				continue // a window's share: TestFallbackLocalValidLimit
 			}
 			for n := 1; n <= 12; n++ {
 				got := fleet.LocalLimit(l, n)
@@ -45,17 +45,38 @@ func TestLocalLimitStaysValid(t *testing.T) {
 }
 
 // TestFallbackLocalValidLimit: in local mode with several instances, a
-// rule whose share would not be valid as divided is still decided.
+// rule whose share would not be valid as divided is still decided. A
+// window's share keeps its burst its rate, as a window refuses any other:
+// LocalLimit gives 10/60y over 4 a share of 3/60y with a burst of 2 (the
+// least rate that refills the divided burst in time), which a window
+// refused with ErrInvalidLimit during the outage.
 func TestFallbackLocalValidLimit(t *testing.T) {
+	const year = 365 * 24 * time.Hour
 	down := errors.New("down")
-	f := fleet.NewFallback(memstore.New(memstore.Options{}), fleet.FallbackOptions{ExpectedInstances: 4, StartLocal: true,
-		Probe: func(context.Context) error { return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, down) }})
-	t.Cleanup(f.Close)
-	l := sluice.Every(5, 30*24*time.Hour).WithBurst(4000)
-	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
-		d, err := f.Take(context.Background(), sluice.Request{Key: "k", Algorithm: alg, Limit: l, Cost: 1, Now: sluicetest.T0})
-		if err != nil || !d.Allowed {
-			t.Errorf("%s: Take in local mode = %+v, %v; want allowed", alg, d, err)
+	for n := 2; n <= 12; n++ {
+		f := fleet.NewFallback(memstore.New(memstore.Options{}), fleet.FallbackOptions{ExpectedInstances: n, StartLocal: true,
+			Probe: func(context.Context) error { return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, down) }})
+		t.Cleanup(f.Close)
+		for ci, c := range []struct {
+			algs []sluice.Algorithm
+			l    sluice.Limit
+		}{
+			{[]sluice.Algorithm{sluice.TokenBucket, sluice.GCRA}, sluice.Every(5, 30*24*time.Hour).WithBurst(4000)},
+			{sluice.Algorithms(), sluice.Every(10, 60*year)},
+			{sluice.Algorithms(), sluice.Every(10, 60*year).WithBurst(10)},
+		} {
+			for _, alg := range c.algs {
+				r := sluice.Request{Key: fmt.Sprintf("k/%d/%v", ci, alg), Algorithm: alg, Limit: c.l, Cost: 1, Now: sluicetest.T0}
+				d, err := f.Take(context.Background(), r)
+				if err != nil || !d.Allowed || d.Limit > c.l.Rate {
+					t.Errorf("%s %v burst %d over %d: Take in local mode = %+v, %v; want allowed, within the limit", alg, c.l, c.l.Burst, n, d, err)
+				}
+				r.Key += "/all"
+				ds := make([]sluice.Decision, 1)
+				if err := f.TakeAll(context.Background(), []sluice.Request{r}, ds); err != nil || !ds[0].Allowed {
+					t.Errorf("%s %v burst %d over %d: TakeAll in local mode = %+v, %v; want allowed", alg, c.l, c.l.Burst, n, ds[0], err)
+				}
+			}
 		}
 	}
 }

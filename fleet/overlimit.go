@@ -461,7 +461,7 @@ func (c *OverLimitCache) takeAllCached(rs []sluice.Request, ds []sluice.Decision
 		// Only well-formed requests may be answered without the store,
 		// which would report the others' errors.
 		r := &rs[i]
-		if r.Cost < 0 || !r.Algorithm.Valid() || r.Limit.Validate() != nil || sluice.CheckTime(r.Now) != nil {
+		if r.Cost < 0 || !r.Algorithm.Valid() || r.Algorithm.ValidateLimit(r.Limit) != nil || sluice.CheckTime(r.Now) != nil {
 			return false
 		}
 		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit.Rate}

@@ -113,6 +113,6 @@ func (f *Fallback) Refund(ctx context.Context, r sluice.Request) (sluice.Decisio
 		}
 		return d, err
 	}
-	r.Limit = LocalLimit(r.Limit, int(f.n))
+	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
 	return f.local.Refund(ctx, r)
 }

@@ -235,6 +235,9 @@ func check(r *sluice.Request) (sluice.Ticks, error) {
 	if err != nil {
 		return t, err
 	}
+	if t.Burst != t.Rate && r.Algorithm.Valid() && !r.Algorithm.TakesBurst() {
+		return t, r.Algorithm.ValidateLimit(r.Limit) // a window's burst, as the store refuses it
+	}
 	return t, sluice.CheckTime(r.Now)
 }
 

@@ -127,6 +127,6 @@ func (f *Fallback) TakeWithin(ctx context.Context, r sluice.Request, within time
 		}
 	}
 	f.locally.Add(1)
-	r.Limit = LocalLimit(r.Limit, int(f.n))
+	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
 	return f.local.TakeWithin(ctx, r, within)
 }

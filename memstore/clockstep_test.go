@@ -36,6 +36,9 @@ func TestClockStepBack(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range sluice.Algorithms() {
 		for _, l := range clockStepLimits {
+			if windowAlg(alg) {
+				l.Burst = 0 // a window takes no burst
+			}
 			for _, step := range clockSteps {
 				for _, half := range []bool{false, true} {
 					name := fmt.Sprintf("%v/%v/back=%v/half=%v", alg, l, step, half)
@@ -124,6 +127,9 @@ func TestClockStepBackAfterRest(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range sluice.Algorithms() {
 		l := sluice.PerMinute(10).WithBurst(3)
+		if windowAlg(alg) {
+			l.Burst = 0 // a window takes no burst
+		}
 		s := memstore.New(memstore.Options{Shards: 1})
 		t0 := sluicetest.T0
 		n := 0
@@ -157,4 +163,9 @@ func TestClockStepBackAfterRest(t *testing.T) {
 			t.Fatalf("%v: admitted %d requests after the step back, want %d (the capacity at an instant)", alg, again, n)
 		}
 	}
+}
+
+// windowAlg reports whether alg is a window, which takes no burst.
+func windowAlg(alg sluice.Algorithm) bool {
+	return alg == sluice.FixedWindow || alg == sluice.SlidingWindowLog || alg == sluice.SlidingWindowCounter
 }

@@ -47,6 +47,7 @@ func TestClusterRefundAfterCheck(t *testing.T) {
 			if tr.between == "refused" && alg != sluice.TokenBucket && alg != sluice.GCRA && alg != sluice.LeakyBucket {
 				continue // a window of 1000 a second admits it
 			}
+			l := windowShare(alg, l)
 			a, b := fmt.Sprintf("refund-between/%d/a/%v", ti, alg), ""
 			for i := 0; b == "" || slot(s.Key(a)) == slot(s.Key(b)); i++ {
 				b = fmt.Sprintf("refund-between/%d/b%d/%v", ti, i, alg)

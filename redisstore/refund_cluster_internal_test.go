@@ -31,6 +31,7 @@ func TestClusterRefundAfterAnotherTake(t *testing.T) {
 	t0 := sluicetest.T0
 	t1 := t0.Add(10 * time.Millisecond)
 	for _, alg := range sluice.Algorithms() {
+		l := windowShare(alg, l)
 		a, b := "refund-cluster/a/"+alg.String(), ""
 		for i := 0; b == "" || slot(s.Key(a)) == slot(s.Key(b)); i++ {
 			b = fmt.Sprintf("refund-cluster/b%d/%v", i, alg)

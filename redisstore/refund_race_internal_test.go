@@ -29,6 +29,7 @@ func TestRefundAfterAnotherTake(t *testing.T) {
 	t0 := sluicetest.T0
 	t1 := t0.Add(10 * time.Millisecond) // 10 tokens refilled
 	for _, alg := range sluice.Algorithms() {
+		l := windowShare(alg, l)
 		key := "refund-race/" + alg.String()
 		ours := sluice.Request{Key: key, Algorithm: alg, Limit: l, Cost: 100, Now: t0}
 		qs := make([]request, 1)

@@ -118,6 +118,9 @@ func TestShardsPastMastersShare(t *testing.T) {
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.FixedWindow, sluice.LeakyBucket} {
 		for rate := int64(1); rate <= 120; rate++ {
 			l := sluice.PerMinute(rate).WithBurst(rate + rate/3)
+			if !a.TakesBurst() {
+				l.Burst = 0 // a window takes no burst
+			}
 			n0 := shardCount(a, l, 64)
 			for n := 2; n <= n0; n++ {
 				for m := 1; m < n; m++ {

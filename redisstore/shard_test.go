@@ -85,7 +85,8 @@ func TestShardLimit(t *testing.T) {
 		burst []int64
 	}{
 		{sluice.TokenBucket, sluice.PerMinute(10), 3, []int64{4, 3, 3}, []int64{4, 3, 3}},
-		{sluice.FixedWindow, sluice.PerMinute(9).WithBurst(20), 3, []int64{3, 3, 3}, []int64{7, 7, 6}},
+		{sluice.TokenBucket, sluice.PerMinute(9).WithBurst(20), 3, []int64{3, 3, 3}, []int64{7, 7, 6}},
+		{sluice.FixedWindow, sluice.PerMinute(10), 3, []int64{4, 3, 3}, []int64{4, 3, 3}}, // a window's burst is its rate
 		// The leaky bucket's capacity, burst+1 = 10, is what is split.
 		{sluice.LeakyBucket, sluice.PerMinute(9), 3, []int64{3, 3, 3}, []int64{3, 2, 2}},
 	} {

@@ -246,6 +246,9 @@ func (s *Store) fleetArgs(mode string, a sluice.Algorithm, l sluice.Limit, now s
 	if !Shareable(a, l) {
 		return nil, fmt.Errorf("%w: %v%s cannot be shared by a fleet (want token_bucket, gcra, fixed_window or sliding_window_counter with one segment)", sluice.ErrUnknownAlgorithm, a, segs(l))
 	}
+	if err := a.ValidateLimit(l); err != nil {
+		return nil, err // a window's burst other than its rate, as prepare refuses it
+	}
 	t, err := l.Ticks()
 	if err != nil {
 		return nil, err

@@ -116,7 +116,8 @@ func (q *request) decision(rp reply) sluice.Decision {
 // Take decides one request in one round trip and counts it if allowed.
 func (s *Store) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	if r.Algorithm.Valid() && s.flat[r.Algorithm] != nil && !r.Algorithm.UsesLog(r.Limit) && r.Cost >= 0 && !r.Force && (s.opts.RedisTime || sluice.CheckTime(r.Now) == nil) {
-		if t, err := r.Limit.Ticks(); err == nil {
+		// A window's burst other than its rate is refused by prepare.
+		if t, err := r.Limit.Ticks(); err == nil && (t.Burst == t.Rate || r.Algorithm.TakesBurst()) {
 			d, _, err := s.takeFlat(ctx, &r, t, noWithin)
 			return d, err
 		}

@@ -25,7 +25,7 @@ func testErrors(t *testing.T, s sluice.Store) {
 			change(&r)
 			return r
 		}
-		for _, tc := range []struct {
+		cases := []struct {
 			what string
 			r    sluice.Request
 			want error
@@ -38,7 +38,16 @@ func testErrors(t *testing.T, s sluice.Store) {
 			{"algorithm 0", bad(func(r *sluice.Request) { r.Algorithm = 0 }), sluice.ErrUnknownAlgorithm},
 			{"the zero Now", bad(func(r *sluice.Request) { r.Now = time.Time{} }), sluice.ErrInvalidTime},
 			{"Now after MaxTime", bad(func(r *sluice.Request) { r.Now = sluice.MaxTime.Add(time.Second) }), sluice.ErrInvalidTime},
-		} {
+		}
+		if isWindow(alg) {
+			// A window admits its rate each period: a burst would never apply.
+			cases = append(cases, struct {
+				what string
+				r    sluice.Request
+				want error
+			}{"burst 3 on a rate of 2", bad(func(r *sluice.Request) { r.Limit.Burst = 3 }), sluice.ErrInvalidLimit})
+		}
+		for _, tc := range cases {
 			check := func(call string, err error) {
 				t.Helper()
 				switch {

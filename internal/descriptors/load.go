@@ -260,9 +260,11 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if r.RequestsPerUnit > 0 && !r.Unlimited {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
-					d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-				} else if msg := rules.BurstIgnored(r.Algorithm, r.Limit); msg != "" && burstNode != nil {
-					d.Fail(burstNode, key+".burst", "%s", msg)
+					if k, msg := rules.AlgorithmLimitError(err); k == "burst" && burstNode != nil && r.Limit.Validate() == nil {
+						d.Fail(burstNode, key+".burst", "%s", msg)
+					} else {
+						d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+					}
 				}
 			}
 			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)

@@ -241,9 +241,8 @@ func compileOne(sp *Spec, fail func(key, format string, args ...any)) (*Rule, bo
 			}
 			f(key, "%s", msg)
 		} else if err := r.Algorithm.ValidateLimit(r.Limit); r.Algorithm.Valid() && err != nil {
-			f("rate", "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-		} else if msg := BurstIgnored(r.Algorithm, r.Limit); msg != "" {
-			f("burst", "%s", msg)
+			key, msg := AlgorithmLimitError(err)
+			f(key, "%s", msg)
 		}
 		r.Limit.Burst = r.Limit.BurstOrRate()
 		if r.Limit.Segments == 0 {
@@ -426,15 +425,15 @@ func FleetShareable(a sluice.Algorithm, segments int) bool {
 	return false
 }
 
-// BurstIgnored says why l's burst is refused under a, or "" when it is
-// not: a window admits its rate each period whatever the burst, so a burst
-// other than the rate there would be shown and never applied.
-func BurstIgnored(a sluice.Algorithm, l sluice.Limit) string {
-	switch a {
-	case sluice.FixedWindow, sluice.SlidingWindowLog, sluice.SlidingWindowCounter:
-		if l.Burst > 0 && l.Burst != l.Rate {
-			return fmt.Sprintf("%d applies to token_bucket, gcra and leaky_bucket only: %s admits the rate, %d, each period (leave burst out, or pick one of those)", l.Burst, a, l.Rate)
-		}
+// AlgorithmLimitError splits an error of Algorithm.ValidateLimit, for a
+// limit that Limit.Validate accepts, into the config key it is about and
+// its message: "burst" for a window's burst other than its rate (a window
+// admits its rate each period, so that burst would be shown and never
+// applied), "rate" otherwise (the sliding log's bound).
+func AlgorithmLimitError(err error) (key, msg string) {
+	msg = strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": ")
+	if m, ok := strings.CutPrefix(msg, "burst "); ok {
+		return "burst", m
 	}
-	return ""
+	return "rate", msg
 }
