@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/sim"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -49,7 +50,7 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	algName := fs.String("algorithm", "token_bucket", "`NAME`: token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra")
 	rate := fs.String("rate", "", "the limit, `N/UNIT`: N requests per UNIT (s, m, h, d or a Go duration such as 250ms); required")
-	burst := fs.Int64("burst", 0, "bucket or queue size `N` for token_bucket, gcra and leaky_bucket (0: the rate's N)")
+	burst := fs.Int64("burst", 0, "bucket or queue size `N` for token_bucket, gcra and leaky_bucket (0: the rate's N; a window takes no other)")
 	segments := fs.Int("segments", 0, "sub-windows `N` of sliding_window_counter (0: 1, the classic two-window estimate)")
 	storeName := fs.String("store", "memory", "where the counters live: `memory|redis`")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis `ADDR` for -store redis")
@@ -87,18 +88,21 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if *segments < 0 {
 		return fail("-segments %d: must not be negative", *segments)
 	}
-	// Only the buckets and gcra have a burst, and only the sliding window
-	// counter sub-windows: the others ignore those flags, whatever their
-	// value, so that one command line runs through every algorithm.
-	switch alg {
-	case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
-	default:
-		*burst = 0
-	}
+	// Only the sliding window counter has sub-windows: the others ignore
+	// -segments, whatever its value, so that one command line runs through
+	// every algorithm. Only the buckets and gcra take a burst: a window
+	// admits its rate each period, so a -burst other than the rate is
+	// refused there, as the library and the daemon's config refuse it.
 	if alg != sluice.SlidingWindowCounter {
 		*segments = 0
 	}
 	limit = limit.WithBurst(*burst).WithSegments(*segments)
+	if err := alg.ValidateLimit(limit); err != nil && limit.Validate() == nil {
+		if key, msg := rules.AlgorithmLimitError(err); key == "burst" {
+			n, why, _ := strings.Cut(msg, " ")
+			return fail("-burst %s: %s", n, why)
+		}
+	}
 	if err := alg.ValidateLimit(limit); err != nil {
 		return fail("-rate %s -burst %d -segments %d: %v", *rate, *burst, *segments, err)
 	}

@@ -125,6 +125,14 @@ func TestSimulateErrors(t *testing.T) {
 		{"no rate", "", []string{"-algorithm", "gcra"}, 1, "-rate is required"},
 		{"bad rate", "", []string{"-rate", "5/x"}, 1, `-rate: sluice: invalid limit: "5/x"`},
 		{"negative burst", "", []string{"-rate", "5/s", "-burst", "-1"}, 1, "-burst -1: must not be negative"},
+		// A window admits its rate each period: a -burst there used to be
+		// ignored without a word.
+		{"burst on fixed_window", "", []string{"-algorithm", "fixed_window", "-rate", "5/s", "-burst", "10"}, 1,
+			"-burst 10: applies to token_bucket, gcra and leaky_bucket only: fixed_window admits the rate, 5, each period"},
+		{"burst on sliding_window_log", "", []string{"-algorithm", "sliding_window_log", "-rate", "5/s", "-burst", "12"}, 1,
+			"-burst 12: applies to token_bucket, gcra and leaky_bucket only: sliding_window_log admits the rate, 5, each period"},
+		{"burst on sliding_window_counter", "", []string{"-algorithm", "sliding_window_counter", "-rate", "5/s", "-burst", "1"}, 1,
+			"-burst 1: applies to token_bucket, gcra and leaky_bucket only: sliding_window_counter admits the rate, 5, each period"},
 		{"uneven segments", "", []string{"-algorithm", "sliding_window_counter", "-rate", "5/s", "-segments", "7"}, 1, "does not split into 7 equal sub-windows"},
 		{"unknown store", "", []string{"-rate", "5/s", "-store", "disk"}, 1, `-store "disk": want memory or redis`},
 		{"plot not svg", "", []string{"-rate", "5/s", "-plot", "out.png"}, 1, "-plot out.png: the plot is SVG"},
@@ -142,9 +150,10 @@ func TestSimulateErrors(t *testing.T) {
 }
 
 // TestSimulateIgnoredFlags: as the docs say, -segments is for
-// sliding_window_counter and -burst for the buckets and gcra; the other
-// algorithms ignore them, whatever their value, so that one command line
-// can be run through every algorithm.
+// sliding_window_counter; the other algorithms ignore it, whatever its
+// value, so that one command line can be run through every algorithm. A
+// -burst equal to the rate (the default, spelled out) is accepted by every
+// algorithm.
 func TestSimulateIgnoredFlags(t *testing.T) {
 	for _, c := range []struct {
 		alg  string
@@ -153,9 +162,9 @@ func TestSimulateIgnoredFlags(t *testing.T) {
 		{"token_bucket", []string{"-segments", "7"}},
 		{"leaky_bucket", []string{"-segments", "1025"}},
 		{"gcra", []string{"-segments", "3"}},
-		{"fixed_window", []string{"-burst", "99999999999999"}},
-		{"sliding_window_log", []string{"-burst", "99999999999999", "-segments", "7"}},
-		{"sliding_window_counter", []string{"-burst", "99999999999999"}},
+		{"fixed_window", []string{"-burst", "5"}},
+		{"sliding_window_log", []string{"-burst", "5", "-segments", "7"}},
+		{"sliding_window_counter", []string{"-burst", "5"}},
 	} {
 		args := []string{"-algorithm", c.alg, "-rate", "5/s"}
 		code, want, errOut := simulateCmd(t, simTrace, args...)
@@ -226,7 +235,7 @@ func TestSimulateRedisMatchesMemory(t *testing.T) {
 	traces := []string{"../../examples/burst.csv", "../../internal/sim/testdata/mixed.csv", "../../internal/sim/testdata/spec_example.csv"}
 	for _, alg := range sluice.Algorithms() {
 		for _, trace := range traces {
-			args := []string{"-algorithm", alg.String(), "-rate", "5/s", "-burst", "7", "-trace", trace}
+			args := withoutWindowBurst(alg, []string{"-algorithm", alg.String(), "-rate", "5/s", "-burst", "7", "-trace", trace})
 			if alg == sluice.SlidingWindowCounter {
 				args = append(args, "-segments", "4")
 			}
@@ -300,7 +309,7 @@ func TestSimulateRedisMatchesMemoryAdversarial(t *testing.T) {
 			{"-rate", "10/m", "-burst", "25", "-segments", "4"},
 			{"-rate", "2/7d"},
 		} {
-			args := append([]string{"-algorithm", alg.String()}, limit...)
+			args := withoutWindowBurst(alg, append([]string{"-algorithm", alg.String()}, limit...))
 			code, mem, errOut := simulateCmd(t, trace, append(args, "-store", "memory")...)
 			if code != 0 {
 				t.Fatalf("%v -store memory: exit %d: %s", args, code, errOut)
@@ -403,4 +412,21 @@ func TestSimulateExamples(t *testing.T) {
 	if n < 3 {
 		t.Errorf("found %d commands in examples/regenerate.sh, want at least 3", n)
 	}
+}
+
+// withoutWindowBurst returns args without their -burst N when alg is a
+// window, which refuses a burst other than the rate.
+func withoutWindowBurst(alg sluice.Algorithm, args []string) []string {
+	if alg != sluice.FixedWindow && alg != sluice.SlidingWindowLog && alg != sluice.SlidingWindowCounter {
+		return args
+	}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-burst" {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
