@@ -206,16 +206,7 @@ func LocalLimit(l sluice.Limit, n int) sluice.Limit {
 	// grows, and l's rate fits: with a burst no larger than l's, its
 	// refill is no longer than l's.
 	s.Burst = s.BurstOrRate()
-	lo, hi := s.Rate, l.Rate // lo does not fit, hi does
-	for hi-lo > 1 {
-		s.Rate = lo + (hi-lo)/2
-		if s.Validate() == nil {
-			hi = s.Rate
-		} else {
-			lo = s.Rate
-		}
-	}
-	s.Rate = hi
+	s.Rate = leastRate(s, s.Rate, l.Rate) // s.Rate does not fit, l's does
 	if s.Burst == s.Rate {
 		s.Burst = 0
 	}
@@ -235,7 +226,14 @@ func localShare(a sluice.Algorithm, l sluice.Limit, n int) sluice.Limit {
 	// Below LocalLimit's rate nothing fits (a larger burst only lengthens
 	// the refill); l's own rate does.
 	s.Burst = 0
-	lo, hi := s.Rate-1, l.Rate
+	s.Rate = leastRate(s, s.Rate-1, l.Rate)
+	return s
+}
+
+// leastRate returns the least rate in (lo, hi] at which s is a valid
+// limit, hi being one: the time s's limit reaches ahead falls as its rate
+// grows (see sluice.Limit), so a binary search finds it.
+func leastRate(s sluice.Limit, lo, hi int64) int64 {
 	for hi-lo > 1 {
 		s.Rate = lo + (hi-lo)/2
 		if s.Validate() == nil {
@@ -244,8 +242,7 @@ func localShare(a sluice.Algorithm, l sluice.Limit, n int) sluice.Limit {
 			lo = s.Rate
 		}
 	}
-	s.Rate = hi
-	return s
+	return hi
 }
 
 // Take decides r on the shared store, or in memory while it cannot.
