@@ -125,15 +125,7 @@ func TestWriteWatchDirectory(t *testing.T) {
 func TestWriteWatchTakesInQueuedEvents(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "d.yaml")
 	mustWrite(t, path, "v1")
-	w := newWriteWatch(path)
-	if w == nil {
-		t.Fatal("newWriteWatch: nil on Linux")
-	}
-	defer w.close()
-	writing := func() bool {
-		got, _ := w.writing(time.Now(), time.Hour)
-		return got
-	}
+	writing := watchAlone(t, path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -142,13 +134,7 @@ func TestWriteWatchTakesInQueuedEvents(t *testing.T) {
 	if !writing() {
 		t.Fatal("truncated in place and still open, run not running: writing() = false, want true")
 	}
-	if _, err := f.WriteString("v2"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if writing() {
-		t.Fatal("closed by its writer: writing() = true, want false")
-	}
+	finishWrite(t, f, writing)
 }
 
 // TestWriteWatchFollowsAFileThatCameBack: a file removed and created
@@ -158,15 +144,7 @@ func TestWriteWatchTakesInQueuedEvents(t *testing.T) {
 func TestWriteWatchFollowsAFileThatCameBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "api-token")
 	mustWrite(t, path, "v1")
-	w := newWriteWatch(path)
-	if w == nil {
-		t.Fatal("newWriteWatch: nil on Linux")
-	}
-	defer w.close()
-	writing := func() bool {
-		got, _ := w.writing(time.Now(), time.Hour)
-		return got
-	}
+	writing := watchAlone(t, path)
 	mustRemove(t, path)
 	if writing() {
 		t.Fatal("removed: writing() = true, want false")
@@ -179,11 +157,33 @@ func TestWriteWatchFollowsAFileThatCameBack(t *testing.T) {
 	if !writing() {
 		t.Fatal("created again, empty, held open by its creator: writing() = false, want true")
 	}
+	finishWrite(t, f, writing)
+}
+
+// watchAlone watches path with no run goroutine reading its events, and
+// returns what its writing says when asked.
+func watchAlone(t *testing.T, path string) (writing func() bool) {
+	t.Helper()
+	w := newWriteWatch(path)
+	if w == nil {
+		t.Fatal("newWriteWatch: nil on Linux")
+	}
+	t.Cleanup(w.close)
+	return func() bool {
+		got, _ := w.writing(time.Now(), time.Hour)
+		return got
+	}
+}
+
+// finishWrite writes to f and closes it: writing must then say that
+// nothing is being written.
+func finishWrite(t *testing.T, f *os.File, writing func() bool) {
+	t.Helper()
 	if _, err := f.WriteString("v2"); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	if writing() {
-		t.Fatal("closed by its creator: writing() = true, want false")
+		t.Fatal("closed by its writer: writing() = true, want false")
 	}
 }
