@@ -1,6 +1,9 @@
 package sluice
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // NextAfter is how long after d, a decision of a under l as Take or
 // Charge returns it, until the key's Remaining grows by at least one if
@@ -93,4 +96,53 @@ func (p *params) nextAfter(a Algorithm, d *Decision) time.Duration {
 		}
 	}
 	return d.ResetAfter
+}
+
+// RemainingAfter is at most what a key of a under l that answered d (as
+// Take or Charge returns it) answers as its Remaining dt later, had
+// nothing been taken from it meanwhile: what it refills in dt. A bucket's
+// debt D (token-ticks) gives Remaining = capacity − ⌈D/Period⌉ and
+// ResetAfter = D/Rate rounded up, so after dt its debt is at most
+// (ResetAfter − dt)·Rate: for token_bucket, gcra and leaky_bucket the
+// answer is exact or one unit short; a fixed window is full again at
+// ResetAfter, its end, debt and all. The sliding windows tell when the
+// limit is full again, not when each unit leaves: for them (and for a
+// decision that is not one of a's under l) it is d's Remaining, what the
+// key holds at least. A reader of a key's Remaining at two times takes
+// RemainingAfter of the first less the second as what was taken between
+// them, never more than was.
+func (a Algorithm) RemainingAfter(d Decision, l Limit, dt time.Duration) int64 {
+	c := a.Capacity(l)
+	rem := min(max(d.Remaining, 0), c)
+	if d.ResetAfter <= 0 || dt <= 0 {
+		return rem
+	}
+	switch a {
+	case FixedWindow:
+		if dt >= d.ResetAfter { // the window ended, and any debt with it
+			return c
+		}
+	case TokenBucket, GCRA, LeakyBucket:
+		if dt >= d.ResetAfter {
+			return c
+		}
+		t, err := l.Ticks()
+		if err != nil || t.Tick <= 0 || t.Period <= 0 {
+			return rem
+		}
+		tick := time.Duration(t.Tick) * time.Microsecond
+		rest := uint64((d.ResetAfter - dt + tick - 1) / tick)
+		hi, lo := bits.Mul64(rest, uint64(t.Rate))
+		if hi >= uint64(t.Period) {
+			return rem
+		}
+		missing, r := bits.Div64(hi, lo, uint64(t.Period))
+		if r > 0 {
+			missing++
+		}
+		if missing < uint64(c) {
+			return max(rem, c-int64(missing))
+		}
+	}
+	return rem
 }

@@ -140,3 +140,51 @@ func TestNextAfter(t *testing.T) {
 	}
 	t.Logf("checked %d decisions: %d exactly, %d full, %d refusals for one unit", checked, exactChecked, fullChecked, refusals)
 }
+
+// RemainingAfter, for every algorithm and a counter left as a run of decisions
+// and forced charges (debt) left it: what it says a counter that answered
+// d would answer dt later, having taken nothing, is never more than the
+// counter answers then (what a reader takes as taken between the two never is more than was), and
+// for the buckets and the fixed window at most a unit less; the sliding
+// windows are not modelled (as at d).
+func TestRemainingAfterNeverOverstates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	for _, a := range sluice.Algorithms() {
+		for range 2000 {
+			l := sluice.Limit{Rate: 1 + rng.Int64N(200), Period: time.Duration(1+rng.Int64N(60_000)) * time.Millisecond}
+			if rng.IntN(2) == 0 && a.TakesBurst() { // a window takes no burst
+				l.Burst = 1 + rng.Int64N(400)
+			}
+			var st sluice.State
+			now := t0
+			for range rng.IntN(30) {
+				now = now.Add(time.Duration(rng.Int64N(int64(l.Period / 4))))
+				cost := 1 + rng.Int64N(max(1, l.Rate/3))
+				var err error
+				if rng.IntN(8) == 0 {
+					_, _, err = a.Charge(&st, l, now, cost)
+				} else {
+					_, _, err = a.Take(&st, l, now, cost)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			d1, _, err := a.Take(&st, l, now, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dt := time.Duration(rng.Int64N(int64(2 * l.Period)))
+			d2, _, err := a.Take(&st, l, now.Add(dt), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := a.RemainingAfter(d1, l, dt)
+			modelled := a != sluice.SlidingWindowLog && a != sluice.SlidingWindowCounter
+			if got > d2.Remaining || modelled && got < d2.Remaining-1 {
+				t.Fatalf("%v %v: answered %+v, then %v later %+v; RemainingAfter says %d", a, l, d1, dt, d2, got)
+			}
+		}
+	}
+}

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"math/bits"
 	"slices"
 	"time"
 
@@ -18,12 +17,12 @@ import (
 // counter. So at its next settleRounds refreshes the moving instance reads
 // that counter again and charges the counter the key went to with what it
 // took since it was last read: what it holds less than it would hold had
-// it taken nothing, refilled meanwhile (refilled). Read as "used" alone
-// (capacity less Remaining), a counter that refilled hid as much of what
-// the late instances took: in a steady overload, all of it (the counter is
+// it taken nothing, refilled meanwhile (sluice.Algorithm.RemainingAfter).
+// Read as "used" alone (capacity less Remaining), a counter that refilled
+// hid as much of what the late instances took: in a steady overload, all of it (the counter is
 // out at every reading), a second or two of the rate admitted twice.
 //
-// What refilled cannot tell is not carried: what a sliding window regains
+// What RemainingAfter cannot tell is not carried: what a sliding window regains
 // (the answer tells when it is full again, not when each unit leaves); nor
 // what the late instances take after the last round (an instance whose
 // exchange fails decides on the counter left until one succeeds: at most
@@ -75,58 +74,15 @@ func (r counterReads) used() int64 {
 }
 
 // takenBy returns what the counters took between r and later, a reading
-// of the same: for each, what refilled says it would hold had it taken
-// nothing, less what it holds.
+// of the same: for each, what it would hold had it taken nothing
+// (sluice.Algorithm.RemainingAfter), less what it holds.
 func (r counterReads) takenBy(later counterReads) int64 {
 	dt := later.sent.Sub(r.got) // Redis's clock moved at least that much
 	var n int64
 	for i, q := range r.reqs {
-		n += max(0, refilled(q, r.ds[i], dt)-later.ds[i].Remaining)
+		n += max(0, q.Algorithm.RemainingAfter(r.ds[i], q.Limit, dt)-later.ds[i].Remaining)
 	}
 	return n
-}
-
-// refilled returns, at most, what a counter of q that answered d would
-// answer dt later had it taken nothing meanwhile. A bucket's debt D
-// (token-ticks) gives Remaining = capacity − ⌈D/Period⌉ and ResetAfter =
-// D/Rate rounded up (sluice.Algorithm.NextAfter), so after dt D is at most
-// (ResetAfter − dt)·Rate; a fixed window is full again at ResetAfter, its
-// end, debt and all. The sliding windows are not modelled: they answer
-// as at d.
-func refilled(q sluice.Request, d sluice.Decision, dt time.Duration) int64 {
-	c := q.Algorithm.Capacity(q.Limit)
-	rem := min(max(d.Remaining, 0), c)
-	if d.ResetAfter <= 0 || dt <= 0 {
-		return rem
-	}
-	switch q.Algorithm {
-	case sluice.FixedWindow:
-		if dt >= d.ResetAfter { // the window ended, and any debt with it
-			return c
-		}
-	case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
-		if dt >= d.ResetAfter {
-			return c
-		}
-		t, err := q.Limit.Ticks()
-		if err != nil || t.Tick <= 0 || t.Period <= 0 {
-			return rem
-		}
-		tick := time.Duration(t.Tick) * time.Microsecond
-		rest := uint64((d.ResetAfter - dt + tick - 1) / tick)
-		hi, lo := bits.Mul64(rest, uint64(t.Rate))
-		if hi >= uint64(t.Period) {
-			return rem
-		}
-		missing, r := bits.Div64(hi, lo, uint64(t.Period))
-		if r > 0 {
-			missing++
-		}
-		if missing < uint64(c) {
-			return max(rem, c-int64(missing))
-		}
-	}
-	return rem
 }
 
 // takeSettles returns the moves to settle, leaving none.
