@@ -62,7 +62,7 @@ var scriptsKeys = []struct {
 	{finishLua, []string{"q", "s", "k", "dead", "i"}},
 	{keepLua, []string{"q"}},
 	{pruneLua, []string{"q"}},
-	{malformedLua, []string{"q", "dead", "i"}},
+	{malformedLua, []string{"q", "dead", "i", "s", "k"}},
 	{forgetLua + readLua, []string{"q", "i", "r", "r"}},
 	{releaseLua, []string{"q"}},
 	{statusLua, []string{"s", "q", "i"}},

@@ -3,6 +3,7 @@ package deferq
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -10,12 +11,20 @@ import (
 // request of the rule, and those whose body is over the rule's bound in
 // force.
 
-// malformed dead-letters entry sid, which is not a queued request of the
-// rule (msg says why; "": its id field is not an id of the rule): it
-// could never take a turn (begin.lua reads the request's record
-// and its key's order by that id). If Redis does not take it, the entry
-// stays pending here, and a claim brings it back after ClaimIdle.
-func (w *worker) malformed(ctx context.Context, sid, id, msg string) {
+// malformed dead-letters entry sid, fields f, which is not a queued
+// request of the rule (msg says why; "": its id field is not an id of the
+// rule): it could never take a turn (begin.lua reads the request's record
+// and its key's order by that id). When its id is one of the rule's (its
+// other keys cannot be read), the request's record says so in the same
+// step: dead_lettered, with msg, for StatusTTL. If Redis does not take it,
+// the entry stays pending here, and a claim brings it back after
+// ClaimIdle.
+func (w *worker) malformed(ctx context.Context, sid string, f map[string]string, msg string) {
+	id := f["id"]
+	keys := []string{w.base + "q", w.base + "dead", w.base + "i"}
+	if tag, err := parseID(id); err == nil && tag == w.tag {
+		keys = append(keys, w.base+"s:"+id, w.base+"k:"+keyDigest(f["key"]))
+	}
 	if len(id) > 40 {
 		id = id[:40] + "…"
 	}
@@ -24,8 +33,8 @@ func (w *worker) malformed(ctx context.Context, sid, id, msg string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), []string{w.base + "q", w.base + "dead", w.base + "i"},
-		[]string{group, sid, msg, w.deadLetters()}).AsInt64()
+	n, err := malformedScript.Exec(ctx, w.q.o.Connect(), keys,
+		[]string{group, sid, msg, w.deadLetters(), f["id"], strconv.FormatInt(w.q.o.StatusTTL.Milliseconds(), 10), w.name}).AsInt64()
 	if err != nil {
 		w.q.o.Logger.Warn("defer: dead-letter a malformed entry", "rule", w.name, "entry", sid, "err", err)
 		return

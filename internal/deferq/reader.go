@@ -369,13 +369,13 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry, g *grant) b
 	for _, x := range es {
 		f := x.FieldValues
 		if tag, err := parseID(f["id"]); err != nil || tag != w.tag {
-			w.malformed(ctx, x.ID, f["id"], "")
+			w.malformed(ctx, x.ID, f, "")
 			continue
 		}
 		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
 		if a := f["also"]; a != "" {
 			if err := json.Unmarshal([]byte(a), &e.also); err != nil {
-				w.malformed(ctx, x.ID, f["id"], fmt.Sprintf("malformed entry: keys %q: %v", a, err))
+				w.malformed(ctx, x.ID, f, fmt.Sprintf("malformed entry: keys %q: %v", a, err))
 				continue
 			}
 		}
