@@ -141,15 +141,20 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 	}
 	res := DescriptorsResult{Now: now}
-	if len(back) > 0 {
-		e.giveBackDescriptors(ctx, ds, st, back, now)
+	if len(back) > 0 && !e.giveBackDescriptors(ctx, ds, st, back, now) {
+		e.descriptorsGone(ctx, ds, st, &res)
+		return res
 	}
 	if len(reports) > 0 {
 		// Reports are charged whatever the other descriptors decide, even
 		// past their limit (the overage is debt); one that is over (in
 		// debt) denies the request as any other descriptor would.
 		if err := e.takeDescriptors(ctx, a, ds, reports, now, true); err != nil {
-			e.descriptorsFailed(ctx, err, &res)
+			if clientGone(ctx) {
+				e.descriptorsGone(ctx, ds, st, &res)
+				return res
+			}
+			e.descriptorsFailed(err, &res)
 			e.countDescriptors(ds, st, res.OverLimit)
 			return res
 		}
@@ -173,7 +178,11 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	for len(active) > 0 {
 		if err := e.takeDescriptors(ctx, a, ds, active, now, false); err != nil {
-			e.descriptorsFailed(ctx, err, &res)
+			if clientGone(ctx) {
+				e.descriptorsGone(ctx, ds, st, &res)
+				return res
+			}
+			e.descriptorsFailed(err, &res)
 			for _, i := range active {
 				st[i] = DescriptorStatus{}
 			}
@@ -354,14 +363,8 @@ func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now t
 	return 1
 }
 
-// descriptorsFailed answers a store failure as on_error says; a call
-// refused because the client went away (clientGone) is no store failure,
-// and ends the request over the limit with res.Err.
-func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *DescriptorsResult) {
-	if clientGone(ctx) {
-		res.Err, res.OverLimit = ctx.Err(), true
-		return
-	}
+// descriptorsFailed answers a store failure as on_error says.
+func (e *Engine) descriptorsFailed(err error, res *DescriptorsResult) {
 	e.storeFailed(err)
 	res.StoreErr = err
 	res.OverLimit = !e.failOpen
@@ -369,6 +372,39 @@ func (e *Engine) descriptorsFailed(ctx context.Context, err error, res *Descript
 		e.metrics.Fallback(OnErrorAllow)
 	} else {
 		e.metrics.Fallback(OnErrorDeny)
+	}
+}
+
+// descriptorsGone ends the request of a client that went away before the
+// store answered (clientGone): a call refused so is no store failure, and
+// the request ends over the limit with res.Err, as the proxy's does. The
+// limiter refused none of it and decided nothing the client will read, so
+// the Envoy counters take only what moved a counter before it left (the
+// hits of a report charged, or given back); it is counted once under each
+// rule of its descriptors (envoy/DOMAIN/PATH) in
+// sluice_clients_gone_total{stage="decision"}. The Envoy service never
+// holds a request, so no stage is held.
+func (e *Engine) descriptorsGone(ctx context.Context, ds []Descriptor, st []DescriptorStatus, res *DescriptorsResult) {
+	res.Err, res.OverLimit = ctx.Err(), true
+	for i := range ds {
+		r := ds[i].Rule
+		if r == nil {
+			continue
+		}
+		if st[i].Asked && (ds[i].Negative || r.Report) {
+			e.countDescriptor(&ds[i], &st[i], false)
+		}
+		name := r.FullName()
+		seen := false
+		for j := range i {
+			if ds[j].Rule != nil && ds[j].Rule.FullName() == name {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			e.metrics.ClientGone(name, metrics.GoneDecision)
+		}
 	}
 }
 
@@ -392,26 +428,32 @@ func (e *Engine) observeDescriptors(a *attempt, now time.Time) {
 // no admitted hits, near the limit or not.
 func (e *Engine) countDescriptors(ds []Descriptor, st []DescriptorStatus, denied bool) {
 	for i := range ds {
-		r := ds[i].Rule
-		if r == nil || ds[i].Metrics == nil {
-			continue
-		}
-		if ds[i].Negative {
-			ds[i].Metrics.GaveBack(max(ds[i].Cost, 0))
-			continue
-		}
-		var near int64
-		if st[i].Asked && !st[i].Over && r.RequestsPerUnit > 0 && (!denied || r.Report) {
-			// The admitted hits that landed in the last 20% of the limit
-			// (the reference service's near_limit: the count after the
-			// request above floor(0.8 × limit), less what was already).
-			limit := int64(r.RequestsPerUnit)
-			after := limit - st[i].Decision.Remaining
-			threshold := limit * 8 / 10
-			if after > threshold {
-				near = min(after-max(threshold, after-ds[i].Cost), ds[i].Cost)
-			}
-		}
-		ds[i].Metrics.Count(max(ds[i].Cost, 0), st[i].Over, ds[i].shadow(), near)
+		e.countDescriptor(&ds[i], &st[i], denied)
 	}
+}
+
+// countDescriptor records the hits of d, whose status is s, as
+// countDescriptors does.
+func (e *Engine) countDescriptor(d *Descriptor, s *DescriptorStatus, denied bool) {
+	r := d.Rule
+	if r == nil || d.Metrics == nil {
+		return
+	}
+	if d.Negative {
+		d.Metrics.GaveBack(max(d.Cost, 0))
+		return
+	}
+	var near int64
+	if s.Asked && !s.Over && r.RequestsPerUnit > 0 && (!denied || r.Report) {
+		// The admitted hits that landed in the last 20% of the limit
+		// (the reference service's near_limit: the count after the
+		// request above floor(0.8 × limit), less what was already).
+		limit := int64(r.RequestsPerUnit)
+		after := limit - s.Decision.Remaining
+		threshold := limit * 8 / 10
+		if after > threshold {
+			near = min(after-max(threshold, after-d.Cost), d.Cost)
+		}
+	}
+	d.Metrics.Count(max(d.Cost, 0), s.Over, d.shadow(), near)
 }

@@ -17,18 +17,21 @@ import (
 // reference service answers them (they bypass the over-limit check). A
 // refund the store cannot make is counted and logged as a store failure
 // and leaves the descriptor OK without figures; it changes nothing of the
-// request's answer (a refund denies nothing).
-func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) {
+// request's answer (a refund denies nothing). A refund refused because
+// the client went away (clientGone) ends the refunds: it returns false.
+func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
 	for _, i := range idx {
 		d, err := e.giveBackDescriptor(ctx, &ds[i], now)
 		if err != nil {
-			if !clientGone(ctx) {
-				e.storeFailed(fmt.Errorf("engine: give back the hits of %q: %w", ds[i].Key, err))
+			if clientGone(ctx) {
+				return false
 			}
+			e.storeFailed(fmt.Errorf("engine: give back the hits of %q: %w", ds[i].Key, err))
 			continue
 		}
 		st[i] = DescriptorStatus{Decision: d, Asked: true}
 	}
+	return true
 }
 
 // giveBackDescriptor gives d's hits back to its counter. A sharded rule's

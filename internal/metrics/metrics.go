@@ -14,7 +14,7 @@
 //	sluice_delay_seconds                       time requests waited under action delay
 //	sluice_delay_given_back_total{rule}        leaky bucket slots given back (not left in)
 //	sluice_ambiguous_keys_total{rule}          requests refused: their key part for rule was ambiguous
-//	sluice_clients_gone_total{rule,stage}      requests answered 499, their client gone; stage: decision, held, upstream
+//	sluice_clients_gone_total{rule,stage}      requests answered 499 (CANCELLED over gRPC), their client gone; stage: decision, held, upstream
 //	sluice_connections_open{listener}          client connections held (listener.go)
 //	sluice_connections_closed_slow_total{listener}, sluice_connections_refused_total{listener},
 //	sluice_requests_refused_total{listener}, sluice_body_timeouts_total{listener},
@@ -130,7 +130,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule"}),
 		gone: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_clients_gone_total",
-			Help: "Requests the rule applied to whose client went away before their answer (answered 499), by stage: decision (before the store answered), held (while action delay held it), upstream (forwarded, before the upstream answered).",
+			Help: "Requests the rule applied to whose client went away before their answer (answered 499, CANCELLED over gRPC), by stage: decision (before the store answered), held (while action delay held it), upstream (forwarded, before the upstream answered).",
 		}, []string{"rule", "stage"}),
 		rules: map[string]*Rule{},
 	}
@@ -242,6 +242,20 @@ func (r *Rule) Ambiguous() {
 func (r *Rule) GivenBack() {
 	if r != nil {
 		r.givenBack.Inc()
+	}
+}
+
+// ClientGone counts, under the rule named rule, one request whose client
+// went away at stage (GoneDecision, GoneHeld, GoneUpstream), without
+// making the rule's other series: the Envoy service's descriptors
+// (rule "envoy/DOMAIN/PATH") have counters of their own (Envoy).
+func (m *Metrics) ClientGone(rule, stage string) {
+	if m == nil {
+		return
+	}
+	switch stage {
+	case GoneDecision, GoneHeld, GoneUpstream:
+		m.gone.WithLabelValues(rule, stage).Inc()
 	}
 }
 

@@ -40,6 +40,9 @@ type rlsEnv struct {
 	set    *setBox
 	rls    *server.RLS // the service itself, for calls a real client cannot make
 	grpc   *server.GRPC
+	// stop ends the gRPC server gracefully, returning once every call in
+	// flight has returned (and Serve with it); it may be called again.
+	stop func()
 }
 
 type setBox struct {
@@ -147,12 +150,13 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx, serve) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	t.Cleanup(stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +168,7 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box, rls: rls, grpc: g}
+	return &rlsEnv{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: hs, reg: reg, set: box, rls: rls, grpc: g, stop: stop}
 }
 
 // desc builds a request descriptor from key, value pairs.
