@@ -76,6 +76,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHeadNames$$' -fuzztime 100000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzDropHTTP2Upgrade$$' -fuzztime 200000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardedValues$$' -fuzztime 200000x ./internal/proxy
+	$(GO) test -run '^$$' -fuzz '^FuzzForwardedElement$$' -fuzztime 70000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyShared$$' -fuzztime 200000x ./internal/hotkeys
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime 5000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime 5000x ./internal/server

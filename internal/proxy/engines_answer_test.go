@@ -242,7 +242,7 @@ func TestEngineForwardingHeaders(t *testing.T) {
 					if got != pa.body {
 						t.Errorf("upstream body %q, want %q", got, pa.body)
 					}
-					for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "Forwarded", "X_forwarded_for"} {
+					for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "X_forwarded_for"} {
 						if v, ok := r.Header[k]; ok {
 							t.Errorf("upstream got %s: %q, want it dropped", k, v)
 						}
@@ -276,6 +276,7 @@ func TestEngineForwardingHeaders(t *testing.T) {
 					if v := r.Header.Values("X-Forwarded-Host"); len(v) != 1 || v[0] != wantHost {
 						t.Errorf("upstream X-Forwarded-Host %q, want [%s]", v, wantHost)
 					}
+					checkForwarded(t, r.Header, wantProto, wantHost) // Sluice's own, not the client's for=10.9.9.9
 					if r.Host != strings.TrimPrefix(rec.srv.URL, "http://") {
 						t.Errorf("upstream Host %q, want the upstream's", r.Host)
 					}

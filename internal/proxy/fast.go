@@ -159,6 +159,8 @@ func (p *Proxy) writeRequest(c *upConn, r *http.Request, ip netip.Addr) {
 	bw.WriteString(f.host)
 	bw.WriteString("\r\nX-Forwarded-Proto: ")
 	bw.WriteString(f.proto)
+	bw.WriteString("\r\nForwarded: ")
+	bw.Write(appendForwarded(bw.AvailableBuffer(), ip, f.host, f.proto)) // no allocation
 	bw.WriteString("\r\n\r\n")
 }
 

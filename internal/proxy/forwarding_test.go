@@ -149,11 +149,12 @@ func TestHopByHopHeaders(t *testing.T) {
 			if got != pa.body {
 				t.Errorf("upstream body %q, want %q", got, pa.body)
 			}
-			for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "Forwarded", "X-Forwarded-Port"} {
+			for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "X-Forwarded-Port"} {
 				if v, ok := r.Header[k]; ok {
 					t.Errorf("upstream got %s: %q, want it dropped", k, v)
 				}
 			}
+			checkForwarded(t, r.Header, "http", strings.TrimPrefix(p.URL, "http://")) // Sluice's own, not the client's for=10.9.9.9
 			if c := r.Header.Get("Connection"); strings.Contains(strings.ToLower(c), "x-hop") {
 				t.Errorf("upstream Connection %q names the client's hop header", c)
 			}

@@ -12,7 +12,7 @@
 //     action shadow always forwards (the would-be denial is counted and
 //     logged). Action defer (Options.Defer set): a request denied only by
 //     defer rules is queued with its method, URI, headers (with the
-//     X-Forwarded-* the upstream would have seen) and body, and answered
+//     X-Forwarded-* and Forwarded the upstream would have seen) and body, and answered
 //     202 {"deferred_id": ID} (no Location: GET /v1/deferred/ID is served
 //     on the decision API, not here); a body over
 //     the rule's defer.max_body_bytes answers 413, a full queue (or a
@@ -68,8 +68,11 @@
 //     client's own header), X-Forwarded-Proto to http or https (the
 //     listener's scheme), X-Forwarded-Host to the incoming Host; from a
 //     trusted proxy (Options.ClientIP), its own X-Forwarded-Proto, -Host
-//     and -Port pass instead, each when it sent one valid value
-//     (reqheaders.go: forwarded). Other incoming Forwarded /
+//     and -Port pass instead, each when it sent one valid value, and where
+//     it sent no X-Forwarded-Proto or -Host, the proto= and host= of its
+//     RFC 7239 Forwarded when that is one valid element (reqheaders.go:
+//     forwarded; forwarded.go). Forwarded is set to one element saying
+//     the same: for= the client, host=, proto=. Other incoming Forwarded /
 //     X-Forwarded-* / X-Real-IP headers are dropped, also spelled with '_'
 //     (X_Forwarded_For), which CGI and WSGI servers read alike; so is a
 //     client's Sluice-Deferred-Id, which only the replay of a deferred

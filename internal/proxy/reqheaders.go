@@ -78,7 +78,8 @@ func clientIPHeader(k string) bool {
 }
 
 // forwarded is what the proxy sends upstream as X-Forwarded-Proto,
-// X-Forwarded-Host and X-Forwarded-Port ("": none).
+// X-Forwarded-Host and X-Forwarded-Port ("": none), and as the host= and
+// proto= of its Forwarded (appendForwarded).
 type forwarded struct{ proto, host, port string }
 
 // forwarded returns the X-Forwarded-Proto, -Host and -Port that go
@@ -90,24 +91,40 @@ type forwarded struct{ proto, host, port string }
 // any other peer, or when the value is missing, invalid, or sent more
 // than once (two lines, or a comma list, whose first element may be the
 // client's own text when a proxy appended to it rather than replacing
-// it). Only these canonical spellings are read; X_Forwarded_Proto and the
-// like are dropped with the rest (proxyHeader).
+// it). A trusted proxy's RFC 7239 Forwarded stands in for the
+// X-Forwarded-Proto or -Host it did not send, by its proto= and host=
+// (forwardedElement); one it sent, even an invalid one, is read alone, as
+// package clientip reads X-Forwarded-For before Forwarded. Only these
+// canonical spellings are read; X_Forwarded_Proto and the like are
+// dropped with the rest (proxyHeader).
 func (p *Proxy) forwarded(r *http.Request, trust *peerTrust) forwarded {
 	f := forwarded{proto: "http", host: r.Host}
 	if r.TLS != nil {
 		f.proto = "https"
 	}
 	h := r.Header
-	vproto, vhost, vport := h["X-Forwarded-Proto"], h["X-Forwarded-Host"], h["X-Forwarded-Port"]
-	if vproto == nil && vhost == nil && vport == nil || !trust.passes(p, r) {
+	vproto, vhost, vport, vfwd := h["X-Forwarded-Proto"], h["X-Forwarded-Host"], h["X-Forwarded-Port"], h["Forwarded"]
+	if vproto == nil && vhost == nil && vport == nil && vfwd == nil || !trust.passes(p, r) {
 		return f
 	}
-	if len(vproto) == 1 {
+	var eproto, ehost string
+	if vfwd != nil && (vproto == nil || vhost == nil) {
+		eproto, ehost = forwardedElement(vfwd)
+	}
+	if vproto == nil {
+		if eproto != "" {
+			f.proto = eproto
+		}
+	} else if len(vproto) == 1 {
 		if s := forwardedProto(vproto[0]); s != "" {
 			f.proto = s
 		}
 	}
-	if len(vhost) == 1 && validForwardedHost(vhost[0]) {
+	if vhost == nil {
+		if ehost != "" {
+			f.host = ehost
+		}
+	} else if len(vhost) == 1 && validForwardedHost(vhost[0]) {
 		f.host = vhost[0]
 	}
 	if len(vport) == 1 && validForwardedPort(vport[0]) {
@@ -154,7 +171,7 @@ func validForwardedPort(v string) bool {
 
 // peerTrust caches whether a request's peer is a trusted proxy: asked
 // only of a request that carries a clientIPHeader or one of the
-// X-Forwarded headers forwarded reads.
+// forwarding headers forwarded reads.
 type peerTrust int8
 
 const (
