@@ -106,11 +106,15 @@ func (p *params) nextAfter(a Algorithm, d *Decision) time.Duration {
 // (ResetAfter − dt)·Rate: for token_bucket, gcra and leaky_bucket the
 // answer is exact or one unit short; a fixed window is full again at
 // ResetAfter, its end, debt and all. The sliding windows tell when the
-// limit is full again, not when each unit leaves: for them (and for a
-// decision that is not one of a's under l) it is d's Remaining, what the
-// key holds at least. A reader of a key's Remaining at two times takes
-// RemainingAfter of the first less the second as what was taken between
-// them, never more than was.
+// limit is full again, not when each unit leaves: for them the answer is
+// d's Remaining until ResetAfter (their units may all leave at its end: a
+// log's all logged at one instant, a counter's all in its newest
+// sub-window), the capacity from then on. For a decision that is not one
+// of a's under l it is d's Remaining, what the key holds at least. A
+// reader of a key's Remaining at two times takes RemainingAfter of the
+// first less the second as what was taken between them, never more than
+// was. One that can read the key's State takes RemainingAt instead, exact
+// for every algorithm.
 func (a Algorithm) RemainingAfter(d Decision, l Limit, dt time.Duration) int64 {
 	c := a.Capacity(l)
 	rem := min(max(d.Remaining, 0), c)
@@ -118,8 +122,8 @@ func (a Algorithm) RemainingAfter(d Decision, l Limit, dt time.Duration) int64 {
 		return rem
 	}
 	switch a {
-	case FixedWindow:
-		if dt >= d.ResetAfter { // the window ended, and any debt with it
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter:
+		if dt >= d.ResetAfter { // every unit has left, and any debt with it
 			return c
 		}
 	case TokenBucket, GCRA, LeakyBucket:
@@ -145,4 +149,23 @@ func (a Algorithm) RemainingAfter(d Decision, l Limit, dt time.Duration) int64 {
 		}
 	}
 	return rem
+}
+
+// RemainingAt is what a key of a under l whose state is st (as Take or
+// Charge left it, or a store read it) answers as its Remaining at now, had
+// nothing been taken from it since: Take of a copy of st, of cost 0, at
+// now. It is exact for every algorithm, the sliding windows' units leaving
+// as they do. A reader of a key's state, then of its Remaining at now (a
+// question of cost 0), takes RemainingAt less that Remaining as what was
+// taken between the two: exactly what was for requests counted in the
+// window or bucket as it stands at now (a sliding window counter weighs a
+// unit of an older sub-window as the estimate does, so less), never more.
+// An invalid algorithm, limit or now gives 0, so nothing taken.
+func (a Algorithm) RemainingAt(st State, l Limit, now time.Time) int64 {
+	c := st.Clone()
+	d, _, err := a.Take(&c, l, now, 0)
+	if err != nil {
+		return 0
+	}
+	return max(d.Remaining, 0)
 }

@@ -146,9 +146,10 @@ func TestNextAfter(t *testing.T) {
 // d would answer dt later, having taken nothing, is never more than the
 // counter answers then (what a reader takes as taken between the two never is more than was), and
 // for the buckets and the fixed window at most a unit less; the sliding
-// windows are not modelled (as at d).
+// windows are modelled from ResetAfter on (full again), not before.
 func TestRemainingAfterNeverOverstates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	fullAgain := 0
 	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
 	for _, a := range sluice.Algorithms() {
 		for range 2000 {
@@ -182,9 +183,100 @@ func TestRemainingAfterNeverOverstates(t *testing.T) {
 			}
 			got := a.RemainingAfter(d1, l, dt)
 			modelled := a != sluice.SlidingWindowLog && a != sluice.SlidingWindowCounter
-			if got > d2.Remaining || modelled && got < d2.Remaining-1 {
+			// A sliding window is full again at ResetAfter, and said so.
+			full := !modelled && d1.ResetAfter > 0 && dt >= d1.ResetAfter
+			if full {
+				fullAgain++
+			}
+			if got > d2.Remaining || (modelled || full) && got < d2.Remaining-1 {
 				t.Fatalf("%v %v: answered %+v, then %v later %+v; RemainingAfter says %d", a, l, d1, dt, d2, got)
 			}
 		}
+	}
+	if fullAgain < 200 {
+		t.Fatalf("a sliding window read past its ResetAfter %d times: too few", fullAgain)
+	}
+}
+
+// RemainingAt, for every algorithm: a reader that kept a key's state st1
+// at t1 and asks its Remaining at t2 takes RemainingAt(st1, t2) less that
+// as what was taken between them. That is never more than was admitted
+// (or charged) meanwhile, and exactly that when it all came at t2, or,
+// for the sliding log, within a period of t2 (its units leave one by one,
+// and RemainingAt knows when): the regain a Decision cannot tell.
+func TestRemainingAtCountsWhatWasTaken(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	exact := 0
+	for _, a := range sluice.Algorithms() {
+		for range 2000 {
+			l := sluice.Limit{Rate: 1 + rng.Int64N(200), Period: time.Duration(1+rng.Int64N(60_000)) * time.Millisecond}
+			if rng.IntN(2) == 0 && a.TakesBurst() {
+				l.Burst = 1 + rng.Int64N(400)
+			}
+			if a == sluice.SlidingWindowCounter && rng.IntN(2) == 0 {
+				l.Segments = 1 + rng.IntN(8)
+				l.Period = l.Period / time.Millisecond * time.Millisecond * time.Duration(l.Segments) // whole µs per sub-window
+			}
+			var st sluice.State
+			now := t0
+			step := func(span time.Duration, force bool) int64 {
+				now = now.Add(time.Duration(rng.Int64N(int64(span) + 1)))
+				cost := 1 + rng.Int64N(max(1, l.Rate/3))
+				var d sluice.Decision
+				var err error
+				if force {
+					d, _, err = a.Charge(&st, l, now, cost)
+				} else {
+					d, _, err = a.Take(&st, l, now, cost)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed || force {
+					return cost
+				}
+				return 0
+			}
+			for range rng.IntN(30) {
+				step(l.Period/4, rng.IntN(8) == 0)
+			}
+			if _, _, err := a.Take(&st, l, now, 0); err != nil { // the first reading
+				t.Fatal(err)
+			}
+			st1 := st.Clone()
+			// Between the readings: all at one instant, or spread over
+			// less than a period.
+			together := rng.IntN(2) == 0
+			span := l.Period / 10
+			if together {
+				now = now.Add(time.Duration(rng.Int64N(int64(2 * l.Period))))
+				span = 0
+			}
+			var took int64
+			forced := false
+			for range rng.IntN(8) {
+				force := !together && rng.IntN(8) == 0
+				forced = forced || force
+				took += step(span, force)
+			}
+			d2, _, err := a.Take(&st, l, now, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := a.RemainingAt(st1, l, now) - d2.Remaining
+			if got < 0 || got > took {
+				t.Fatalf("%v %v: took %d between the readings, RemainingAt says %d (%d less %d)", a, l, took, got, a.RemainingAt(st1, l, now), d2.Remaining)
+			}
+			if together || a == sluice.SlidingWindowLog && !forced {
+				exact++
+				if got != took {
+					t.Fatalf("%v %v: took %d between the readings (together %v), RemainingAt says %d", a, l, took, together, got)
+				}
+			}
+		}
+	}
+	if exact < 3000 {
+		t.Fatalf("checked %d exactly: too few", exact)
 	}
 }
