@@ -22,14 +22,18 @@ import (
 // hid as much of what the late instances took: in a steady overload, all of it (the counter is
 // out at every reading), a second or two of the rate admitted twice.
 //
-// What RemainingAfter cannot tell is not carried: what a sliding window regains
-// (the answer tells when it is full again, not when each unit leaves); nor
-// what the late instances take after the last round (an instance whose
-// exchange fails decides on the counter left until one succeeds: at most
-// its limit in a window, as unsharded). A steady late switch costs
-// nothing but for the sliding windows. Nothing is
-// settled for a key that moved again, or that this instance no longer
-// holds where the move put it.
+// A sliding window's answer tells when it is full again, not when each
+// unit leaves, so what it regains is read otherwise: a
+// sliding_window_counter of one segment by its state (RemainingAt, exact),
+// a sliding_window_log by the units it logged since the last reading
+// (redisstore.Store.LoggedSince); a counter of several segments, whose
+// state the store does not read, regains nothing before its ResetAfter
+// (RemainingAfter). Not carried: what the late instances take after the
+// last round (an instance whose exchange fails decides on the counter
+// left until one succeeds: at most its limit in a window, as unsharded).
+// A steady late switch costs nothing but for the counters of several
+// segments. Nothing is settled for a key that moved again, or that this
+// instance no longer holds where the move put it.
 
 // settleRounds is how many refreshes after a move the counter left is
 // read again: every instance has switched within two.
@@ -46,21 +50,63 @@ type hotSettle struct {
 // counterReads is a reading of a counter (the key's own, or its shards):
 // the questions (cost 0) asked of each Redis key and their answers, and
 // when they were sent and answered, on this instance's monotonic clock.
+// A Decision does not tell when each of a sliding window's units leaves
+// it, so for those a reading keeps more: for a sliding_window_counter of
+// one segment, the state each question left (sts, read with the answer,
+// redisstore.Store.SyncTake); for a sliding_window_log, the units each log
+// took since the previous reading (since, redisstore.Store.LoggedSince,
+// asked before the question); and, for both, the instant (µs, on the clock
+// the key's decisions use) each was read at.
 type counterReads struct {
 	reqs      []sluice.Request
 	ds        []sluice.Decision
 	sent, got time.Time
+	clocks    []int64
+	sts       []sluice.State
+	since     []int64
 }
 
 // readCounters asks reqs (questions: cost 0) of Redis (s) itself.
 func readCounters(ctx context.Context, s *redisstore.Store, reqs []sluice.Request) (counterReads, error) {
+	return readCountersAfter(ctx, s, reqs, counterReads{})
+}
+
+// readCountersAfter is readCounters after prev, an earlier reading of the
+// same (or none): a log's since counts from prev's instant.
+func readCountersAfter(ctx context.Context, s *redisstore.Store, reqs []sluice.Request, prev counterReads) (counterReads, error) {
 	r := counterReads{reqs: reqs, ds: make([]sluice.Decision, len(reqs)), sent: time.Now()}
+	r.clocks, r.sts, r.since = make([]int64, len(reqs)), make([]sluice.State, len(reqs)), make([]int64, len(reqs))
 	var err error
-	if len(reqs) > 0 {
+	for i, q := range reqs {
+		if err == nil && q.Algorithm == sluice.SlidingWindowLog {
+			after := int64(-1)
+			if prev.clocks != nil {
+				after = prev.clocks[i]
+			}
+			r.since[i], r.clocks[i], err = s.LoggedSince(ctx, q, after)
+		}
+	}
+	if err == nil && len(reqs) > 0 {
 		err = s.TakeAll(ctx, reqs, r.ds)
+	}
+	for i, q := range reqs {
+		if err == nil && keepsState(q) {
+			var tk redisstore.Taken
+			r.ds[i], tk, err = s.SyncTake(ctx, q)
+			r.sts[i], r.clocks[i] = tk.State, tk.Clock
+			if tk.Clock == 0 { // the store decided at the request's clock
+				r.clocks[i] = q.Now.UnixMicro()
+			}
+		}
 	}
 	r.got = time.Now()
 	return r, err
+}
+
+// keepsState reports whether a reading of q keeps its state: a sliding
+// window counter's that the store can read (one segment).
+func keepsState(q sluice.Request) bool {
+	return q.Algorithm == sluice.SlidingWindowCounter && redisstore.Shareable(q.Algorithm, q.Limit)
 }
 
 // used returns what the counters had used together: each one's capacity
@@ -74,13 +120,24 @@ func (r counterReads) used() int64 {
 }
 
 // takenBy returns what the counters took between r and later, a reading
-// of the same: for each, what it would hold had it taken nothing
-// (sluice.Algorithm.RemainingAfter), less what it holds.
+// of the same (readCountersAfter r): for each, what it would hold had it
+// taken nothing, less what it holds. From a Decision that is what it
+// refills in the least time between the two readings (the first's answer
+// to the second's question: sluice.Algorithm.RemainingAfter); from a
+// counter's state, what it holds at the second reading's instant
+// (sluice.Algorithm.RemainingAt), exact; a log counts what it took itself.
 func (r counterReads) takenBy(later counterReads) int64 {
 	dt := later.sent.Sub(r.got) // Redis's clock moved at least that much
 	var n int64
 	for i, q := range r.reqs {
-		n += max(0, q.Algorithm.RemainingAfter(r.ds[i], q.Limit, dt)-later.ds[i].Remaining)
+		switch {
+		case q.Algorithm == sluice.SlidingWindowLog:
+			n += later.since[i]
+		case keepsState(q):
+			n += max(0, q.Algorithm.RemainingAt(r.sts[i], q.Limit, time.UnixMicro(later.clocks[i]))-later.ds[i].Remaining)
+		default:
+			n += max(0, q.Algorithm.RemainingAfter(r.ds[i], q.Limit, dt)-later.ds[i].Remaining)
+		}
 	}
 	return n
 }
@@ -118,7 +175,7 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 		for i := range reqs {
 			reqs[i].Now = now
 		}
-		later, err := readCounters(ctx, s, reqs)
+		later, err := readCountersAfter(ctx, s, reqs, x.read)
 		if err == nil {
 			if taken := x.read.takenBy(later); x.hot {
 				err = chargeShards(ctx, gen.eng.Store(), s, req, taken, n)

@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+)
+
+// The sliding windows' counterparts of TestAutoShardsMoveCarriesRefillTakenLate:
+// b, not yet switched, takes on the counter the key left what slid out of
+// its window after the move; the shards, seeded with what the key had used,
+// slide the same way and would admit it again. A reading's Remaining and
+// ResetAfter do not tell when each unit leaves a sliding window, so the
+// settle carried nothing of it.
+
+// A sliding log of 100 in 4 s: a takes 50, then 50 two seconds later, and
+// moves the key; once the first 50 have left the window, b takes them on the
+// key's own counter; once the seed's units have left the shards, a drains
+// the shards. b's units are still in the window then: together b and a
+// get at most 100 (150 before: the shards admitted b's 50 again).
+func TestAutoShardsMoveCarriesLogSlidLate(t *testing.T) {
+	const rate, period = 100, 4 * time.Second
+	f := newLateFixture(t, "{name: late, rate: 100/4s, algorithm: sliding_window_log, shards: auto}")
+	f.refresh(f.a, f.t0, false, f.keys)
+	f.refresh(f.b, f.t0, false, f.keys)
+	f.take(f.a, "cold, first half", rate/2)
+	first := f.redisTime() // the first half's units logged by then
+	waitFor(t, "Redis's clock half a window on", func() bool { return f.redisTime().Sub(first) >= period/2 })
+	f.take(f.a, "cold, second half", rate/2)
+	f.refresh(f.a, f.t0, true, f.keys) // a moves the key: its shards charged its 100
+	moved := f.redisTime()
+	waitFor(t, "the first half out of the window", func() bool { return f.redisTime().Sub(first) > period })
+	lateAt := f.redisTime()
+	f.late = f.drain(f.b, "b, before its refresh", false, 1)
+	if f.late < rate/2 {
+		t.Fatalf("b admitted %d on the counter left, want at least the %d slid out", f.late, rate/2)
+	}
+	f.refresh(f.a, f.t0, true, f.keys) // a reads the counter left again
+	f.refresh(f.b, f.t0, true, f.keys)
+	waitFor(t, "the seed out of the shards' window", func() bool { return f.redisTime().Sub(moved) > period })
+	hot := f.drain(f.a, "hot", true, 6)
+	if end := f.redisTime(); end.Sub(lateAt) >= period {
+		t.Fatalf("a's drain ended %v after b's began: b's units had left the window (a machine too slow for this test)", end.Sub(lateAt))
+	}
+	t.Logf("b admitted %d late, a %d on the shards, in one window", f.late, hot)
+	if f.late+hot > rate {
+		t.Errorf("b admitted %d late and a %d on the shards within one window of %d", f.late, hot, rate)
+	}
+}
+
+// A sliding window counter of 100 in 2 s (one segment): a takes 100 and
+// moves the key; half-way through the next window, b takes on the key's own
+// counter what the previous window's weight has shed (~50); then a drains
+// the shards, which shed the same. The estimate over the key's counters
+// together stays within 100: b and a get at most what the window shed by
+// the end (~50, and the drain's own time), not twice it.
+func TestAutoShardsMoveCarriesCounterSlidLate(t *testing.T) {
+	const rate, period = 100, 2 * time.Second
+	f := newLateFixture(t, "{name: late, rate: 100/2s, algorithm: sliding_window_counter, shards: auto}")
+	window := func(at time.Time) int64 { return at.UnixMicro() / period.Microseconds() }
+	f.refresh(f.a, f.t0, false, f.keys)
+	f.refresh(f.b, f.t0, false, f.keys)
+	var start time.Time
+	waitFor(t, "the start of a window", func() bool {
+		start = f.redisTime()
+		return start.UnixMicro()%period.Microseconds() < period.Microseconds()/4
+	})
+	f.take(f.a, "cold", rate)
+	if w := window(f.redisTime()); w != window(start) {
+		t.Fatalf("a's 100 spanned two windows (%d, %d): a machine too slow for this test", window(start), w)
+	}
+	f.refresh(f.a, f.t0, true, f.keys) // a moves the key: its shards charged its 100
+	next := time.UnixMicro((window(start) + 1) * period.Microseconds())
+	waitFor(t, "half the next window", func() bool { return f.redisTime().Sub(next) >= period/2 })
+	f.late = f.drain(f.b, "b, before its refresh", false, 1)
+	f.refresh(f.a, f.t0, true, f.keys) // a reads the counter left again
+	f.refresh(f.b, f.t0, true, f.keys)
+	hot := f.drain(f.a, "hot", true, 6)
+	end := f.redisTime()
+	if window(end) != window(start)+1 {
+		t.Fatalf("the test ended in window %d, want %d: a machine too slow for this test", window(end), window(start)+1)
+	}
+	// What the previous window's 100 weighs at end, floored as the estimate is.
+	left := rate * (next.Add(period).Sub(end)).Microseconds() / period.Microseconds()
+	shed := rate - left
+	t.Logf("b admitted %d late, a %d on the shards; the window had shed %d", f.late, hot, shed)
+	if f.late < int(rate/4) {
+		t.Fatalf("b admitted %d on the counter left, want about %d (what it shed)", f.late, rate/2)
+	}
+	// Each shard floors its own estimate: up to a unit more each (3).
+	if bound := int(shed) + 3; f.late+hot > bound {
+		t.Errorf("b admitted %d late and a %d on the shards, want at most what the window shed, %d (and a unit per shard)", f.late, hot, bound)
+	}
+}
+
+// take has d admit n of the key, failing on a refusal.
+func (f *lateFixture) take(d *Daemon, step string, n int) {
+	f.t.Helper()
+	e := d.engine()
+	for i := range n {
+		if !e.Check(f.ctx, e.Rules().Rule("late"), f.key, 1).Allowed {
+			f.t.Fatalf("%s: refused after %d of %d", step, i, n)
+		}
+	}
+}
