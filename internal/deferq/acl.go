@@ -16,7 +16,7 @@ import (
 // and the commands the queue sends by itself, are added.
 func Commands(prefix string) [][]string {
 	b := prefix + "{" + Tag("acl-probe") + "}:"
-	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t", "i": b + "i"}
+	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t", "i": b + "i", "scan": b + "scan"}
 	var cmds [][]string
 	add := func(argv []string) {
 		for _, c := range cmds {
@@ -26,7 +26,7 @@ func Commands(prefix string) [][]string {
 		}
 		cmds = append(cmds, argv)
 	}
-	for _, k := range []string{"q", "dead", "s", "k", "r", "i"} {
+	for _, k := range []string{"q", "dead", "s", "k", "r", "i", "scan"} {
 		add([]string{"EVALSHA", strings.Repeat("0", 40), "1", keyOf[k]})
 		add([]string{"EVAL", "return 0", "1", keyOf[k]})
 	}
@@ -52,7 +52,8 @@ func Commands(prefix string) [][]string {
 // scriptsKeys are the scripts with the kind of each of their KEYS, as
 // their callers pass them: q the stream, dead the dead-letter stream, s
 // a request's hash, k a limiter key's list, r a read's record, i the
-// stream-id index.
+// stream-id index, scan the state of the scan for requests queued by an
+// earlier version.
 var scriptsKeys = []struct {
 	src  string
 	keys []string
@@ -67,6 +68,8 @@ var scriptsKeys = []struct {
 	{releaseLua, []string{"q"}},
 	{statusLua, []string{"s", "q", "i"}},
 	{forgetLua + sweepLua, []string{"q", "i"}},
+	{scanLua, []string{"q", "i", "scan"}},
+	{listedLua, []string{"s"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by
@@ -74,7 +77,9 @@ var scriptsKeys = []struct {
 // request ahead of it in its key's list; status.lua and read.lua take a
 // request found gone out of its key's list (listKey, named by its
 // record); read.lua deletes the record of a request it finds trimmed
-// away (recKey, named by the stream-id index).
+// away (recKey, named by the stream-id index); scan.lua reads the record
+// of each request it indexes, and listed.lua takes its records' keys
+// (recKey) from KEYS, looping over them.
 var computedKeys = map[string]string{"base .. head": "s", "listKey": "k", "recKey": "s"}
 
 var (

@@ -130,8 +130,8 @@ func exists(t *testing.T, c rueidis.Client, key string) int64 {
 }
 
 // A record written by a version before the key's list was named in it
-// (no 'list' field) and before the stream-id index: read as queued; the
-// first turn of an instance that holds it adds both; and once its holder
+// (no 'list' field) and before the stream-id index: read as queued; an
+// instance of this version adds both; and once its holder
 // is killed and it is trimmed away, a survivor's claim round cleans its
 // record and its key's list as for a request queued by this version.
 func TestOldRecordCleanedAfterTrim(t *testing.T) {
@@ -164,10 +164,12 @@ func TestOldRecordCleanedAfterTrim(t *testing.T) {
 		t.Fatalf("Status of a record without a list field: %+v, %v; want queued, rule jobs", st, err)
 	}
 	victim := startChild(t, srv.Addr, up.srv.URL, "deny")
-	waitFor(t, "the victim's first turn to add the record's list and index it", 30*time.Second, func() bool {
+	// (Its start's scan of the stream adds them before it reads the
+	// request: it must hold it too.)
+	waitFor(t, "the victim to hold the request, its record's list added and the request indexed", 30*time.Second, func() bool {
 		l, _ := c.Do(ctx, c.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
 		x, _ := c.Do(ctx, c.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
-		return l == list && x == id
+		return l == list && x == id && pendingWith(t, c, "jobs", "victim") == 1
 	})
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)

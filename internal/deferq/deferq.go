@@ -14,6 +14,7 @@
 //	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
 //	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
 //	sluice:defer:{T}:i          a hash: the stream entry id of each request not settled -> its ID
+//	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went (scan.lua)
 //
 // where T is a digest of the rule's name (so a reload that changes the
 // rule's rate keeps its queue) and H a digest of the limiter key. The id
@@ -39,7 +40,9 @@
 // its record by the stream-id index and deletes it with its place in its
 // key's list, unasked; each claim round also sweeps a slice of the index
 // for requests gone that no claim meets (trimmed before anyone read
-// them) (forget.lua, sweep.lua).
+// them) (forget.lua, sweep.lua). Requests queued by an earlier version,
+// which has no index, are indexed by a scan of the stream the instances
+// make once between them, a slice each claim round (scan.lua).
 // A held entry is sent when it is the oldest of its key (the key's list:
 // order per key holds across the fleet), its owner is still this instance,
 // its next attempt is due if one failed (whichever instance recorded it),

@@ -43,6 +43,9 @@ func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 	// index is where the sweep of the stream-id index goes on (sweep): a
 	// slice of it each claim round.
 	index := "0"
+	// scanned: the fleet's scan for requests an earlier version queued
+	// is over (scanOld).
+	scanned := false
 	return readSteps{
 		prune: func() { w.prune(ctx, c) },
 		// Bounded by capacity, as new entries are: several silent
@@ -51,6 +54,9 @@ func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 		// waiting for an older one of its key that a silent instance
 		// holds claims that one itself (claimHead).
 		claim: func() bool {
+			if !scanned {
+				scanned = w.scanOld(ctx, c)
+			}
 			index = w.sweep(ctx, c, index)
 			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
 				g := w.reserve(100)

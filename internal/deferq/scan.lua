@@ -1,0 +1,74 @@
+-- Index the requests an earlier version queued, which have no entry in
+-- the stream-id index (and whose record may not name its key's list): a
+-- claim round that meets one trimmed away, or a sweep that finds it gone,
+-- cleans it then as it cleans one this version queued, rather than leave
+-- its record reading "queued" until someone asks, or for 7 days. Run at
+-- each claim round of every instance until the whole stream has been
+-- looked at once: each run goes on from where the last stopped, whichever
+-- instance ran it (KEYS[3] holds the last entry id looked at, then
+-- 'done' for good), so several instances share one scan, and a restart
+-- resumes it. A run looks at ARGV[2] entries at most, and stops once
+-- those it looked at hold ARGV[3] bytes: it reads them one at a time, so
+-- that what it reads is bounded whatever the bodies queued.
+-- An entry whose id is one of the rule's is indexed (HSETNX: an entry
+-- there is left as is, as begin.lua leaves it); an entry of no request
+-- of the rule is left to the reader, which dead-letters it.
+-- KEYS: 1 stream, 2 the stream-id index, 3 the scan's state
+-- ARGV: 1 the rule's tag, 2 most entries, 3 most bytes
+-- Returns {looked, done (1 or 0), id, entry id, key, ...}: how many
+-- entries this run looked at, whether the scan is over, and the requests
+-- indexed whose record says they wait and names no key's list, with their
+-- limiter key, whose digest names it (the caller adds it: no SHA-256
+-- here).
+local at = redis.call('GET', KEYS[3])
+if at == 'done' then
+  return {0, 1}
+end
+local start = '-'
+if at then
+  start = '(' .. at
+end
+-- The rule's keys start as the stream's (...}:q): the same hash tag, so
+-- the same slot.
+local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
+local pattern = '^' .. ARGV[1] .. '%-' .. string.rep('[0-9a-f]', 20) .. '$'
+local most, mostBytes = tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {0, 0}
+local looked, bytes = 0, 0
+while looked < most and bytes < mostBytes do
+  local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
+  if #es == 0 then
+    out[2] = 1
+    break
+  end
+  local sid, f = es[1][1], es[1][2]
+  looked = looked + 1
+  local id, key
+  for i = 1, #f, 2 do
+    bytes = bytes + #f[i] + #f[i + 1]
+    if f[i] == 'id' then
+      id = f[i + 1]
+    elseif f[i] == 'key' then
+      key = f[i + 1]
+    end
+  end
+  if id and string.find(id, pattern) then
+    redis.call('HSETNX', KEYS[2], sid, id)
+    local recKey = base .. 's:' .. id
+    local r = redis.call('HMGET', recKey, 'state', 'sid', 'list')
+    if (r[1] == 'queued' or r[1] == 'failed') and r[2] == sid and not r[3] and key then
+      out[#out + 1] = id
+      out[#out + 1] = sid
+      out[#out + 1] = key
+    end
+  end
+  start = '(' .. sid
+  at = sid
+end
+if out[2] == 1 then
+  redis.call('SET', KEYS[3], 'done')
+elseif at then
+  redis.call('SET', KEYS[3], at)
+end
+out[1] = looked
+return out
