@@ -124,6 +124,9 @@ func (e *Envoy) Descriptor(domain, descriptor string, detailed bool) *EnvoyDescr
 	if d = e.ds[k]; d != nil {
 		return d
 	}
+	// The series outlive the request, whose strings may be substrings of
+	// its whole message (the gRPC codec's): keep copies.
+	k = [2]string{strings.Clone(k[0]), strings.Clone(k[1])}
 	if detailed {
 		if e.detailed >= MaxDetailedDescriptors {
 			k[1] = "_other"

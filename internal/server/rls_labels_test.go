@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -101,5 +102,36 @@ descriptors:
 				t.Errorf("%s: %d series, want none (nothing matched a rule)", name, n)
 			}
 		}
+	}
+}
+
+// TestEnvoyLabelsHoldNoRequest: a descriptor label made by a request
+// (detailed_metric) keeps nothing of that request. The gRPC codec reads a
+// request's strings as substrings of one copy of the message, and the
+// counters of a new label kept the request's domain: its whole message,
+// up to 1 MiB, for as long as the label lives (for ever; 1,000 such
+// labels, a gigabyte).
+func TestEnvoyLabelsHoldNoRequest(t *testing.T) {
+	set := writeConf(t, `domain: big
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	e := startRLS(t, newStore(t, "memory"), set, envOpts{})
+	const n, pad = 32, 960 << 10
+	padding := strings.Repeat("p", pad) // matches no descriptor
+	live := func() int64 {
+		runtime.GC() // and heap's: a sync.Pool lets go of what it holds in two
+		h, _ := heap()
+		return int64(h)
+	}
+	before := live()
+	for i := range n {
+		e.call(t, "big", 1, desc("user", fmt.Sprint("u", i)), desc("padding", padding))
+	}
+	held := live() - before
+	if held > n*pad/4 {
+		t.Errorf("%d new labels, each made by a request of %d KiB, hold %d KiB of heap; want far less than the requests (%d KiB)", n, pad>>10, held>>10, n*pad>>10)
 	}
 }
