@@ -3,7 +3,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,11 +17,16 @@ import (
 // Redis' clock too. Deciding on its own, it saw an hour of refill that had
 // not happened (12 admitted by a bucket of 10), and its hits, stamped an
 // hour ahead, moved the key's state there: every other instance, deciding
-// on Redis' clock, saw the bucket full of debt for an hour.
+// on Redis' clock, saw the bucket full of debt for an hour. Over one Redis
+// and a 3-node Cluster.
 func TestSyncClockAhead(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testSyncClockAhead)
+}
+
+func testSyncClockAhead(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
 	key := fmt.Sprintf("skew/%d", time.Now().UnixNano())
 	ahead := func() sluice.Request {
@@ -77,11 +81,16 @@ func readState(t *testing.T, st *redisstore.Store, key string, l sluice.Limit) r
 // TestSyncClockBehind: an instance whose clock runs an hour behind Redis'
 // sees the bucket refill as Redis does. Deciding on its own clock it saw
 // the state Redis stamped an hour after its now, and no refill at all
-// until its clock caught up: it refused the key for an hour.
+// until its clock caught up: it refused the key for an hour. Over one
+// Redis and a 3-node Cluster.
 func TestSyncClockBehind(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testSyncClockBehind)
+}
+
+func testSyncClockBehind(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour})
 	key := fmt.Sprintf("skew/%d", time.Now().UnixNano())
 	limit := sluice.PerSecond(20)
@@ -130,19 +139,24 @@ func TestSyncClockBehind(t *testing.T) {
 
 // TestSyncClockAheadTakeAll: the same through TakeAll, whose keys are read
 // (not decided) in the store before their first local decision: the read
-// tells the store's clock too.
+// tells the store's clock too. Over one Redis and a 3-node Cluster, where
+// the two keys are on different masters.
 func TestSyncClockAheadTakeAll(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testSyncClockAheadTakeAll)
+}
+
+func testSyncClockAheadTakeAll(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour})
-	base := fmt.Sprintf("skew/%d/", time.Now().UnixNano())
+	keys := keysApart(t, o, st, fmt.Sprintf("skew/%d/", time.Now().UnixNano()), 2)
 	admitted := 0
 	for range 12 {
 		now := time.Now().Add(time.Hour)
 		rs := []sluice.Request{
-			{Key: base + "a", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: 1, Now: now},
-			{Key: base + "b", Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(100), Cost: 1, Now: now},
+			{Key: keys[0], Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(10), Cost: 1, Now: now},
+			{Key: keys[1], Algorithm: sluice.TokenBucket, Limit: sluice.PerHour(100), Cost: 1, Now: now},
 		}
 		ds := make([]sluice.Decision, len(rs))
 		if err := s.TakeAll(ctx, rs, ds); err != nil {
@@ -158,19 +172,25 @@ func TestSyncClockAheadTakeAll(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if at := stateTime(t, st, base+"a", sluice.PerHour(10)); at.After(time.Now().Add(time.Minute)) {
-		t.Errorf("after the instance an hour ahead spent the burst, the key's state is at %v, want now (%v)", at, time.Now())
+	for i, l := range []sluice.Limit{sluice.PerHour(10), sluice.PerHour(100)} {
+		if at := stateTime(t, st, keys[i], l); at.After(time.Now().Add(time.Minute)) {
+			t.Errorf("after the instance an hour ahead spent the burst, key %q's state is at %v, want now (%v)", keys[i], at, time.Now())
+		}
 	}
 }
 
 // TestLeaseClockSkew: a Lease over a store on Redis' clock spends its units
 // on Redis' clock too, whatever its own says: an instance an hour ahead or
 // behind admits the bucket's burst of 10 at once, no more (it reads the
-// distance from every grant).
+// distance from every grant). Over one Redis and a 3-node Cluster.
 func TestLeaseClockSkew(t *testing.T) {
-	srv := redistest.StartServer(t)
+	onServerAndCluster(t, testLeaseClockSkew)
+}
+
+func testLeaseClockSkew(t *testing.T, o redisstore.Options) {
+	o.RedisTime = true
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true})
+	st := fleet.OpenRedis(t, o)
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		l, err := fleet.NewLease(st, fleet.LeaseOptions{})
 		if err != nil {
@@ -209,26 +229,12 @@ func TestLeaseClockSkew(t *testing.T) {
 func TestSyncClockPerKeyCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	ctx := context.Background()
-	st := fleet.OpenRedis(t, redisstore.Options{Addrs: c.Addrs, Cluster: true, RedisTime: true})
+	o := redisstore.Options{Addrs: c.Addrs, Cluster: true, RedisTime: true}
+	st := fleet.OpenRedis(t, o)
 	s := newSync(t, st, fleet.SyncOptions{Interval: time.Hour}) // batches by Flush only
-	base := fmt.Sprintf("skew/cluster/%d/", time.Now().UnixNano())
 	// a on the first node's master, b on another's.
-	onFirst := func(k string) bool {
-		_, err := redistest.Do(c.Addrs[0], "EXISTS", st.KeyOf(&sluice.Request{Key: k}))
-		if err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
-			t.Fatal(err)
-		}
-		return err == nil
-	}
-	var a, b string
-	for i := 0; a == "" || b == ""; i++ {
-		k := base + fmt.Sprint(i)
-		if onFirst(k) {
-			a = k
-		} else {
-			b = k
-		}
-	}
+	keys := keysApart(t, o, st, fmt.Sprintf("skew/cluster/%d/", time.Now().UnixNano()), 2)
+	a, b := keys[0], keys[1]
 	limit := sluice.PerHour(10)
 	take := func(key string, skew time.Duration) bool {
 		t.Helper()
