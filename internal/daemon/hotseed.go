@@ -117,7 +117,7 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
 			continue
 		}
-		d.addSettle(hotSettle{hotMove: m, read: left, left: settleRounds})
+		d.addSettle(hotSettle{hotMove: m, at: now, read: left, left: settleRounds})
 	}
 	// After the seeds, which matter more within seedTimeout.
 	d.settle(ctx, gen, s, earlier, ms, now, n)

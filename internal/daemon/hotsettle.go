@@ -28,21 +28,31 @@ import (
 // a sliding_window_log by the units it logged since the last reading
 // (redisstore.Store.LoggedSince); a counter of several segments, whose
 // state the store does not read, regains nothing before its ResetAfter
-// (RemainingAfter). Not carried: what the late instances take after the
-// last round (an instance whose exchange fails decides on the counter
-// left until one succeeds: at most its limit in a window, as unsharded).
-// A steady late switch costs nothing but for the counters of several
-// segments. Nothing is settled for a key that moved again, or that this
-// instance no longer holds where the move put it.
+// (RemainingAfter). An instance whose exchange fails decides on the
+// counter left until one succeeds: after the first settleRounds, the
+// counter is read again as long as a reading finds something taken. Not
+// carried: what such an instance takes after a reading that found nothing
+// (it took nothing for a refresh, or nothing the reading can tell: a
+// counter of several segments that regained nothing yet by its
+// ResetAfter), or after the key's time in the fleet's set: at most its
+// limit in a window, as unsharded. A steady late switch costs nothing but
+// for the counters of several segments. Nothing is settled for a key that
+// moved again, or that this instance no longer holds where the move put
+// it.
 
 // settleRounds is how many refreshes after a move the counter left is
-// read again: every instance has switched within two.
+// read again at least: every instance whose exchanges succeed has
+// switched within two. After them it is read again as long as a reading
+// finds something taken there (an instance whose exchange fails decides
+// on it until one succeeds), for at most the key's time in the fleet's
+// set after the move.
 const settleRounds = 2
 
-// hotSettle is a move of this instance's, with the last reading of the
-// counter the key left and the rounds to go.
+// hotSettle is a move of this instance's (at, on its clock), with the
+// last reading of the counter the key left and the rounds to go.
 type hotSettle struct {
 	hotMove
+	at   time.Time
 	read counterReads
 	left int
 }
@@ -142,6 +152,15 @@ func (r counterReads) takenBy(later counterReads) int64 {
 	return n
 }
 
+// fleetTTL is how long a key of summary rule stays in the fleet's set
+// after it was last found hot (0 for a rule not shared).
+func (d *Daemon) fleetTTL(rule string) time.Duration {
+	if auto := d.hotAuto.Load(); auto != nil {
+		return (*auto)[rule]
+	}
+	return 0
+}
+
 // takeSettles returns the moves to settle, leaving none.
 func (d *Daemon) takeSettles() []hotSettle {
 	d.settleMu.Lock()
@@ -176,8 +195,9 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 			reqs[i].Now = now
 		}
 		later, err := readCountersAfter(ctx, s, reqs, x.read)
+		var taken int64
 		if err == nil {
-			if taken := x.read.takenBy(later); x.hot {
+			if taken = x.read.takenBy(later); x.hot {
 				err = chargeShards(ctx, gen.eng.Store(), s, req, taken, n)
 			} else {
 				err = chargeKey(ctx, gen.eng.Store(), req, taken)
@@ -188,7 +208,7 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 			continue
 		}
 		x.read = later
-		if x.left--; x.left > 0 {
+		if x.left--; x.left > 0 || taken > 0 && now.Sub(x.at) < d.fleetTTL(x.rule) {
 			d.addSettle(x)
 		}
 	}
