@@ -18,7 +18,7 @@ import (
 // s, over up to grpc.max_connections (10,000) connections: some 25 GB.
 func TestGRPCUnreadTotal(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{
-		MaxCalls: 10_000, UnreadTimeout: time.Hour, MaxUnreadTotal: 500,
+		MaxCalls: 10_000, UnreadTimeout: time.Hour, MaxUnreadTotal: 500, KeepaliveTime: time.Hour,
 	}})
 	clients := make([]*unreadClient, 3)
 	for i, n := range []int{300, 150, 200} {
@@ -48,9 +48,11 @@ func TestGRPCUnreadTotal(t *testing.T) {
 // never the one closed, since each window it grants lets its answers
 // through (it leaves none waiting for a moment, and starts anew to wait),
 // while theirs wait on; only theirs are.
+// Keepalive is off (an hour): its unanswered ping would close the
+// non-readers some 40 s on, which a loaded machine reached here.
 func TestGRPCUnreadTotalReaders(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{headers: true, grpc: server.GRPCOptions{
-		MaxCalls: 10_000, UnreadTimeout: time.Hour, MaxUnreadTotal: 1200,
+		MaxCalls: 10_000, UnreadTimeout: time.Hour, MaxUnreadTotal: 1200, KeepaliveTime: time.Hour,
 	}})
 	// Six non-readers leave 900 answers waiting: the reader needs to leave
 	// 301 waiting for the bound to be passed.
@@ -88,7 +90,7 @@ func TestGRPCUnreadTotalReaders(t *testing.T) {
 // (10,000) connections held some 3 GB until the connections' age.
 func TestGRPCUnreadTotalSmall(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{
-		MaxCalls: 10_000, MaxUnreadTotal: 500,
+		MaxCalls: 10_000, MaxUnreadTotal: 500, KeepaliveTime: time.Hour,
 	}})
 	clients := make([]*unreadClient, 6)
 	for i := range clients {
