@@ -14,7 +14,7 @@
 //	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
 //	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
 //	sluice:defer:{T}:i          a hash: the stream entry id of each request not settled -> its ID
-//	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went (scan.lua)
+//	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went (scan.lua; 7 days from its last step)
 //
 // where T is a digest of the rule's name (so a reload that changes the
 // rule's rate keeps its queue) and H a digest of the limiter key. The id

@@ -39,7 +39,7 @@ func (w *worker) scanOld(ctx context.Context, c rueidis.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	arr, err := scanScript.Exec(ctx, c, []string{w.base + "q", w.base + "i", w.base + "scan"},
-		[]string{w.tag, strconv.Itoa(scanEntries), strconv.Itoa(scanBytes)}).ToArray()
+		[]string{w.tag, strconv.Itoa(scanEntries), strconv.Itoa(scanBytes), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToArray()
 	if err != nil || len(arr) < 2 || (len(arr)-2)%3 != 0 {
 		if ctx.Err() == nil {
 			w.q.o.Logger.Warn("defer: scan for requests queued by an earlier version", "rule", w.name, "err", err, "values", len(arr))

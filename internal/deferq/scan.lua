@@ -13,8 +13,13 @@
 -- An entry whose id is one of the rule's is indexed (HSETNX: an entry
 -- there is left as is, as begin.lua leaves it); an entry of no request
 -- of the rule is left to the reader, which dead-letters it.
+-- The state lasts ARGV[4] ms from its last run (the life of a queued
+-- request's record: past it, no record of an earlier version is left to
+-- index), so a rule dropped from the config leaves no key behind; if it
+-- lapses while the rule lives, the instances scan once more, which
+-- changes nothing (HSETNX) and costs as the first scan did.
 -- KEYS: 1 stream, 2 the stream-id index, 3 the scan's state
--- ARGV: 1 the rule's tag, 2 most entries, 3 most bytes
+-- ARGV: 1 the rule's tag, 2 most entries, 3 most bytes, 4 the state's TTL in ms
 -- Returns {looked, done (1 or 0), id, entry id, key, ...}: how many
 -- entries this run looked at, whether the scan is over, and the requests
 -- indexed whose record says they wait and names no key's list, with their
@@ -66,9 +71,9 @@ while looked < most and bytes < mostBytes do
   at = sid
 end
 if out[2] == 1 then
-  redis.call('SET', KEYS[3], 'done')
+  redis.call('SET', KEYS[3], 'done', 'PX', ARGV[4])
 elseif at then
-  redis.call('SET', KEYS[3], at)
+  redis.call('SET', KEYS[3], at, 'PX', ARGV[4])
 end
 out[1] = looked
 return out

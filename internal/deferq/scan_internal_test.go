@@ -62,7 +62,7 @@ func TestScanOldBoundedResumable(t *testing.T) {
 	keys := []string{w.base + "q", w.base + "i", w.base + "scan"}
 	run := func(most, bytes string) (looked, done int64, listed []string) {
 		t.Helper()
-		arr, err := scanScript.Exec(ctx, c, keys, []string{w.tag, most, bytes}).ToArray()
+		arr, err := scanScript.Exec(ctx, c, keys, []string{w.tag, most, bytes, "60000"}).ToArray()
 		if err != nil || len(arr) < 2 {
 			t.Fatalf("scan.lua: %v, %v", arr, err)
 		}
@@ -98,6 +98,11 @@ func TestScanOldBoundedResumable(t *testing.T) {
 	// and names its key's list in its record.
 	if !w.scanOld(ctx, c) || state() != "done" {
 		t.Fatalf("scanOld at the stream's end: state %q, want done", state())
+	}
+	// The state expires, a queued record's life on, so that a rule no
+	// longer configured leaves no key behind.
+	if pttl, err := c.Do(ctx, c.B().Pttl().Key(w.base+"scan").Build()).AsInt64(); err != nil || pttl <= 0 || pttl > queuedTTL.Milliseconds() {
+		t.Errorf("PTTL of the scan's state: %d (%v), want in (0, %d]", pttl, err, queuedTTL.Milliseconds())
 	}
 	if indexed(sid3) != id3 || do(c.B().Hget().Key(w.base+"s:"+id3).Field("list").Build()) != keyDigest("d") {
 		t.Errorf("%s after scanOld: indexed as %q, its record's list %q; want %s, %s", sid3, indexed(sid3),
