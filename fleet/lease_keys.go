@@ -54,9 +54,10 @@ func (l *Lease) entry(r *sluice.Request, t sluice.Ticks, cold bool) (*leaseEntry
 	}
 }
 
-// errClosed is entry's answer once the Lease is closed: the caller
-// decides in the shared store, as after CloseAt.
-var errClosed = errors.New("fleet: lease: closed")
+// errClosed is Lease.entry's answer once the Lease is closed, and
+// Sync.acquire's once the Sync is: the caller decides in the shared store,
+// as after CloseAt or Close.
+var errClosed = errors.New("fleet: closed")
 
 // warm reports whether k, a key without an entry, was asked for in the
 // current or the previous second of request time (us), and notes that it

@@ -97,7 +97,7 @@ func TestMemoryBound1M(t *testing.T) {
 				defer x.Close()
 				s, held, bound = x, func() int { return x.Stats().Keys }, DefaultSyncMaxKeys
 				var prev []*syncEntry
-				batch = func() { prev, _ = x.flush(prev) } // the loop's batch: keys idle since the last one go
+				batch = func() { prev, _ = x.flush(prev, nil) } // the loop's batch: keys idle since the last one go
 
 			case "lease":
 				x, err := NewLease(nullShared{}, LeaseOptions{})

@@ -273,6 +273,9 @@ func (s *Sync) take(ctx context.Context, r *sluice.Request) (sluice.Decision, er
 		s.overflow.Add(1)
 		return s.inner.Take(ctx, *r)
 	}
+	if err == errClosed {
+		return s.inner.Take(ctx, *r)
+	}
 	if err != nil {
 		return sluice.Decision{}, err
 	}

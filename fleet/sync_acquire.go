@@ -65,7 +65,8 @@ func (s *Sync) coldDone(k nsKey) {
 // acquire): the caller starts over.
 var errRetry = errors.New("fleet: sync: retry")
 
-// acquire returns r's entry, locked, with a view at most two intervals old.
+// acquire returns r's entry, locked, with a view at most two intervals old;
+// errClosed once Close has run (the caller decides in the store).
 // With d non-nil, a cold key (see warm) is errCold: the caller decides it
 // in the store, then calls coldDone. A key this instance has no view of is
 // read only once the cold decisions of it in flight have ended, so that
@@ -131,6 +132,13 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 		if e.dead.Load() {
 			e.mu.Unlock()
 			continue
+		}
+		if s.closed.Load() {
+			// Closed since the caller's applies: under the key's lock,
+			// no hit is recorded and no read starts once Close's last
+			// batch may have looked at the key (see Sync.last).
+			e.mu.Unlock()
+			return nil, false, errClosed
 		}
 		wall := time.Now()
 		e.reqOff = r.Now.UnixMicro() - wall.UnixMicro()
@@ -235,7 +243,7 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Unlock()
 			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
 		}
-		if e.dead.Load() { // let go while it was read: it takes no hit
+		if e.dead.Load() || s.closed.Load() { // let go, or closed, while it was read: it takes no hit
 			e.mu.Unlock()
 			continue
 		}

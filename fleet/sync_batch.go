@@ -19,29 +19,91 @@ func (s *Sync) loop() {
 	for {
 		select {
 		case <-s.stop:
-			_, s.closeErr = s.flush(nil)
-			if s.closeErr == nil && s.waiting() {
-				// Hits that waited for ops in doubt (maxDoubts), sent
-				// again in the batch above.
-				_, s.closeErr = s.flush(nil)
-			}
+			s.closeErr = s.last()
 			return
 		case <-t.C:
-			prev, _ = s.flush(prev)
+			prev, _ = s.flush(prev, nil)
 		}
 	}
 }
 
+// last sends Close's batch, the loop's last: the hits not yet sent of
+// every key, then those that waited for ops in doubt (maxDoubts), sent
+// again in the first. closed is set: once a key's lock is taken here, no
+// decision records a hit on it and no read of it starts (see acquire), so
+// what last finds under each key's lock is all there will be. A decision
+// that recorded its hit before that but has not yet put the key in the
+// next batch (touch) is why every key is looked at, not only those
+// touched. It waits for the reads of keys under way (each bounded by the
+// store's timeout), whose hits come back to be sent if they fail. It
+// returns the batch's error.
+func (s *Sync) last() error {
+	var unsent []*syncEntry
+	for _, e := range s.held() {
+		e.mu.Lock()
+		for e.loading != nil {
+			ch := e.loading
+			e.mu.Unlock()
+			<-ch
+			e.mu.Lock()
+		}
+		if e.unsent() {
+			unsent = append(unsent, e)
+		}
+		e.mu.Unlock()
+	}
+	_, err := s.flush(nil, unsent)
+	if err == nil && s.waiting() {
+		_, err = s.flush(nil, nil)
+	}
+	return err
+}
+
+// held returns every entry that may have hits not yet sent: those of
+// s.keys, those they took over from and that are not quiet (see before),
+// and those touched.
+func (s *Sync) held() []*syncEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[*syncEntry]bool, len(s.keys)+len(s.touched))
+	es := make([]*syncEntry, 0, len(s.keys)+len(s.touched))
+	add := func(e *syncEntry) {
+		for ; e != nil && !seen[e]; e = e.prev.Load() {
+			seen[e] = true
+			es = append(es, e)
+		}
+	}
+	for _, e := range s.touched {
+		add(e)
+	}
+	for _, e := range s.keys {
+		add(e)
+	}
+	return es
+}
+
 // flush sends one batch with every key decided on since the last one, and
-// forgets the keys of the batch before (prev) that nobody decided on since:
-// their views are too old to use, and their next decision reads them again.
-// It returns this batch's keys and error.
-func (s *Sync) flush(prev []*syncEntry) ([]*syncEntry, error) {
+// also (if not among them), and forgets the keys of the batch before
+// (prev) that nobody decided on since: their views are too old to use, and
+// their next decision reads them again. It returns this batch's keys and
+// error.
+func (s *Sync) flush(prev, also []*syncEntry) ([]*syncEntry, error) {
 	s.flushing <- struct{}{}
 	defer func() { <-s.flushing }()
 	s.mu.Lock()
 	batch := s.touched
 	s.touched = nil
+	if len(also) > 0 {
+		in := make(map[*syncEntry]bool, len(batch))
+		for _, e := range batch {
+			in[e] = true
+		}
+		for _, e := range also {
+			if !in[e] {
+				batch = append(batch, e)
+			}
+		}
+	}
 	s.recent.shift(1)
 	s.keys = compactKeys(s.keys, &s.dels)
 	s.mu.Unlock()
@@ -129,7 +191,7 @@ func (s *Sync) waiting() bool {
 // Flush sends a batch now, as the loop does every interval (after the
 // loop's batch in flight, if any), and returns its error.
 func (s *Sync) Flush() error {
-	_, err := s.flush(nil)
+	_, err := s.flush(nil, nil)
 	return err
 }
 
@@ -192,9 +254,12 @@ func (s *Sync) letGo(gone []*syncEntry) error {
 // Close sends the hits not yet sent and stops the batch loop; it returns
 // the error of that last batch. If it failed, the hits it could not send
 // are still held: Flush sends them (the daemon tries every second until it
-// succeeds). Call it after the last decision: decisions after Close go to
-// the shared store, and a decision racing with Close may count only
-// locally.
+// succeeds). Decisions after Close go to the shared store, exactly. A
+// decision under way when Close runs (a request still being served) either
+// records its hit before that last batch looks at its key, and the batch
+// sends it, or is decided in the shared store: none counts only locally.
+// Close waits for the reads of keys under way (each bounded by the
+// store's timeout).
 func (s *Sync) Close() error {
 	if s.closed.Swap(true) {
 		<-s.done

@@ -124,14 +124,14 @@ func (s *Sync) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.Dec
 	// before starting over (see acquire).
 	var retried map[nsKey]*syncEntry
 	var allowed bool
-	var over int
-	var overflowed map[nsKey]bool
+	var over, full int             // decided in the store: all of them, those past MaxKeys
+	var overflowed map[nsKey]error // errFull or errClosed
 start:
 	for {
 		clear(entries)
 		clear(views)
 		rem = rem[:nrem]
-		allowed, over, overflowed = true, 0, map[nsKey]bool{}
+		allowed, over, full, overflowed = true, 0, 0, map[nsKey]error{}
 		for _, i := range loc {
 			r := &rs[i]
 			e := entries[keyOf(r)]
@@ -140,8 +140,8 @@ start:
 					return fmt.Errorf("fleet: sync: take all %q: one key with two algorithms or limits", r.Key)
 				}
 				var err error
-				if overflowed[keyOf(r)] {
-					err = errFull // the same key again: the store's too
+				if why := overflowed[keyOf(r)]; why != nil {
+					err = why // the same key again: the store's too
 				} else {
 					var wait func()
 					if len(held) > 0 {
@@ -156,9 +156,12 @@ start:
 					retried[keyOf(r)] = e
 					continue start
 				}
-				if err == errFull {
+				if err == errFull || err == errClosed {
+					if err == errFull {
+						full++
+					}
 					over++
-					overflowed[keyOf(r)] = true
+					overflowed[keyOf(r)] = err
 					rem = append(rem, i) // decided with the shared store's part, below
 					continue
 				} else if err != nil {
@@ -179,7 +182,7 @@ start:
 		}
 		break
 	}
-	s.overflow.Add(uint64(over))
+	s.overflow.Add(uint64(full))
 	if allowed, err = takeRest(ctx, s.inner, rs, ds, rem, allowed); err != nil {
 		return err
 	}
@@ -192,7 +195,7 @@ start:
 		r := &rs[i]
 		e := entries[keyOf(r)]
 		if e == nil {
-			continue // over MaxKeys: decided in the shared store
+			continue // over MaxKeys, or closed: decided in the shared store
 		}
 		var d sluice.Decision
 		if err := e.decide(r, e.now(r), &e.view, &d); err != nil {
