@@ -102,6 +102,12 @@ type Fallback struct {
 	probing  atomic.Bool
 	switches atomic.Uint64
 	locally  atomic.Uint64
+	dropped  atomic.Uint64
+	// epoch numbers the outages (switches to local mode), and ledger
+	// holds the units memory counted per key in the latest (see
+	// fallback_ledger.go).
+	epoch  atomic.Uint64
+	ledger *ledger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,9 +126,14 @@ var (
 
 // NewFallback returns a Fallback over the shared store primary.
 func NewFallback(primary sluice.Store, o FallbackOptions) *Fallback {
+	maxKeys := o.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = memstore.DefaultMaxKeys
+	}
 	f := &Fallback{
 		primary:  primary,
 		local:    memstore.New(memstore.Options{MaxKeys: o.MaxKeys}),
+		ledger:   newLedger(maxKeys),
 		n:        int64(max(1, o.ExpectedInstances)),
 		interval: o.ProbeInterval,
 		timeout:  o.ProbeTimeout,
@@ -147,6 +158,7 @@ func NewFallback(primary sluice.Store, o FallbackOptions) *Fallback {
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if o.StartLocal {
+		f.epoch.Add(1)
 		f.mode.Store(int32(ModeLocal))
 		f.startProbe()
 	}
@@ -163,11 +175,26 @@ func (f *Fallback) Switches() uint64 { return f.switches.Load() }
 // decided in memory.
 func (f *Fallback) LocalDecisions() uint64 { return f.locally.Load() }
 
+// RefundsDropped returns how many units given back in local mode were
+// dropped: units memory had not counted in the outage, which the shared
+// store counted (see Refund).
+func (f *Fallback) RefundsDropped() uint64 { return f.dropped.Load() }
+
 // Local returns the memory store of local mode (for its size and
 // evictions). Its keys are swept as new ones arrive, that is only in local
 // mode: call its Sweep on a timer (the daemon does, every minute) so that
 // an outage's keys do not stay once the store is back.
 func (f *Fallback) Local() *memstore.Store { return f.local }
+
+// Sweep deletes the memory store's keys at rest at now (memstore's
+// Sweep), and the units it noted for refunds that memory has nothing left
+// of, and returns how many keys the memory store deleted. Call it on a
+// timer (the daemon does, every minute) so that an outage's keys do not
+// stay once the store is back.
+func (f *Fallback) Sweep(now time.Time) int {
+	f.ledger.sweep(now.UnixMicro(), f.epoch.Load())
+	return f.local.Sweep(now)
+}
 
 // Unwrap returns the shared store.
 func (f *Fallback) Unwrap() sluice.Store { return f.primary }
@@ -255,7 +282,11 @@ func (f *Fallback) Take(ctx context.Context, r sluice.Request) (sluice.Decision,
 	}
 	f.locally.Add(1)
 	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
-	return f.local.Take(ctx, r)
+	d, err := f.local.Take(ctx, r)
+	if err == nil {
+		f.counted(&r, &d)
+	}
+	return d, err
 }
 
 // TakeAll decides rs on the shared store, or in memory while it cannot.
@@ -267,15 +298,28 @@ func (f *Fallback) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice
 		}
 	}
 	f.locally.Add(1)
-	if f.n == 1 {
-		return f.local.TakeAll(ctx, rs, ds)
+	local := rs
+	if f.n > 1 {
+		var buf [4]sluice.Request
+		local = append(buf[:0], rs...)
+		for i := range local {
+			local[i].Limit = localShare(local[i].Algorithm, local[i].Limit, int(f.n))
+		}
 	}
-	var buf [4]sluice.Request
-	local := append(buf[:0], rs...)
+	if err := f.local.TakeAll(ctx, local, ds); err != nil {
+		return err
+	}
+	// Counted all or none: none when a request that is not a report was
+	// refused.
+	for i := range ds {
+		if !ds[i].Allowed && !local[i].Force {
+			return nil
+		}
+	}
 	for i := range local {
-		local[i].Limit = localShare(local[i].Algorithm, local[i].Limit, int(f.n))
+		f.counted(&local[i], &ds[i])
 	}
-	return f.local.TakeAll(ctx, local, ds)
+	return nil
 }
 
 // Reset resets r's key in memory and in the shared store
@@ -287,6 +331,7 @@ func (f *Fallback) Reset(ctx context.Context, r sluice.Request) error {
 	if err := f.local.Reset(ctx, local); err != nil {
 		return err
 	}
+	f.ledger.forget(keyOf(&r))
 	rs, ok := f.primary.(sluice.Resetter)
 	if !ok {
 		return fmt.Errorf("fleet: reset %q: the store behind the fallback (%T): %w", r.Key, f.primary, errors.ErrUnsupported)
@@ -301,6 +346,7 @@ func (f *Fallback) failed(ctx context.Context, err error) bool {
 		return false
 	}
 	if f.mode.CompareAndSwap(int32(ModeStore), int32(ModeLocal)) {
+		f.epoch.Add(1) // the outage's counts in memory are noted under it
 		f.switches.Add(1)
 		if f.onChange != nil {
 			f.onChange(ModeLocal, err)

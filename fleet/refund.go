@@ -12,9 +12,10 @@ import (
 // wrap, which holds the counts: Sync takes them out of the key's hits not
 // yet sent first (see sync_refund.go); Lease gives back the units it holds for
 // the key first, so that its next request asks the store; the OverLimitCache
-// drops the key's remembered refusal; the Fallback gives back where it
-// decides. Over a store without Refund they give nothing back and return
-// an error wrapping errors.ErrUnsupported.
+// drops the key's remembered refusal; the Fallback gives back where the
+// units were counted, memory or the shared store (see fallback_ledger.go).
+// Over a store without Refund they give nothing back and return an error
+// wrapping errors.ErrUnsupported.
 var (
 	_ sluice.Refunder = (*Sync)(nil)
 	_ sluice.Refunder = (*Lease)(nil)
@@ -92,27 +93,4 @@ func (c *OverLimitCache) Refund(ctx context.Context, r sluice.Request) (sluice.D
 		c.failed(ctx, err)
 	}
 	return d, err
-}
-
-// Refund gives r.Cost units back where the Fallback decides
-// (sluice.Refunder): in the shared store, or in local mode in memory, at
-// the local share. A refund the shared store cannot make is not made in
-// memory (the units were counted in the store): it returns the store's
-// error, and the Fallback moves to local mode as for a Take. In store
-// mode over a store without Refund, the error wraps
-// errors.ErrUnsupported.
-func (f *Fallback) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if f.Mode() == ModeStore {
-		rf, err := refunderOf(f.primary, "fallback", &r)
-		if err != nil {
-			return sluice.Decision{}, err
-		}
-		d, err := rf.Refund(ctx, r)
-		if err != nil {
-			f.failed(ctx, err)
-		}
-		return d, err
-	}
-	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
-	return f.local.Refund(ctx, r)
 }

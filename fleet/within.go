@@ -128,5 +128,9 @@ func (f *Fallback) TakeWithin(ctx context.Context, r sluice.Request, within time
 	}
 	f.locally.Add(1)
 	r.Limit = localShare(r.Algorithm, r.Limit, int(f.n))
-	return f.local.TakeWithin(ctx, r, within)
+	d, late, err := f.local.TakeWithin(ctx, r, within)
+	if err == nil && !late {
+		f.counted(&r, &d)
+	}
+	return d, late, err
 }

@@ -172,10 +172,12 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 			func() float64 { return float64(fb.Switches()) })
 		_ = d.metrics.GaugeFunc("sluice_store_local_keys", "Keys held in memory for local decisions (store.on_error: local).",
 			func() float64 { return float64(fb.Local().Len()) })
+		_ = d.metrics.CounterFunc("sluice_store_local_refunds_dropped_total", "Units given back in local mode that Redis had counted, dropped: Redis could not take them back (store.on_error: local).",
+			func() float64 { return float64(fb.RefundsDropped()) })
 		// The keys of an outage are swept as the memory store's are:
 		// otherwise they stayed once Redis was back, up to the local
 		// store's bound, for as long as the daemon ran.
-		d.sweep = fb.Local().Sweep
+		d.sweep = fb.Sweep
 	}
 	d.closeStore = func() error {
 		for _, c := range closers {
