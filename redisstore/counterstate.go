@@ -1,0 +1,71 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// counterStateLua runs counter_state.lua.
+var counterStateLua = rueidis.NewLuaScript(func() string {
+	b, err := luaFS.ReadFile("counter_state.lua")
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	return string(b)
+}())
+
+// CounterState returns the state of the sliding_window_counter key of r,
+// of any number of segments, as sluice.SlidingWindowCounter keeps it, and
+// the instant it was read at, now (µs since the epoch: r.Now, or Redis'
+// clock with Options.RedisTime). It counts nothing and writes nothing.
+// With sluice.Algorithm.TakeMicro on a copy at now, the state tells what
+// the key answers then; with sluice.Algorithm.RemainingAt at a later
+// instant, what it would answer had it taken nothing since: what its
+// window regains as its units leave, which its Decision does not tell.
+func (s *Store) CounterState(ctx context.Context, r sluice.Request) (st sluice.State, now int64, err error) {
+	if r.Algorithm != sluice.SlidingWindowCounter {
+		return st, 0, fmt.Errorf("redisstore: counter state %q: %w: %v is not sliding_window_counter", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
+	}
+	us, err := s.nowArg(r.Now)
+	if err != nil {
+		return st, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
+	}
+	t, err := r.Limit.Ticks()
+	if err != nil {
+		return st, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
+	}
+	segs := max(t.Segments, 1)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	arr, err := counterStateLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, []string{strconv.FormatInt(segs, 10), us}).AsIntSlice()
+	want := 4
+	if segs > 1 {
+		want = int(segs) + 3
+	}
+	if err == nil && len(arr) != want {
+		err = fmt.Errorf("script returned %d values, want %d", len(arr), want)
+	}
+	if err != nil {
+		return st, 0, fmt.Errorf("redisstore: counter state %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	st.T = arr[1]
+	if segs == 1 {
+		st.N, st.M = arr[2], arr[3]
+	} else if arr[1] != 0 || nonZero(arr[2:]) {
+		st.Log = arr[2:]
+	}
+	return st, arr[0], nil
+}
+
+func nonZero(xs []int64) bool {
+	for _, x := range xs {
+		if x != 0 {
+			return true
+		}
+	}
+	return false
+}
