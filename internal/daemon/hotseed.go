@@ -45,9 +45,9 @@ import (
 // other Cluster slots than the decisions', and the other instances switch
 // at their own refresh, up to HotKeysRefresh (and an exchange) later. What
 // those admit on the old counter after the question is carried at the
-// moving instance's next two refreshes (hotsettle.go), refill and all
-// (but a sliding window counter of several segments' before its
-// ResetAfter); not what an instance later still admits there. A
+// moving instance's next refreshes (hotsettle.go), refill and all; not
+// what an instance later still admits there after a reading that found
+// nothing taken. A
 // key's used units are charged at the move's instant: a sliding log's or
 // a sliding window counter's then count from it rather than from when they
 // were admitted, so for up to a period the key may admit less (by at most

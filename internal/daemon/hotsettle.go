@@ -24,21 +24,16 @@ import (
 //
 // A sliding window's answer tells when it is full again, not when each
 // unit leaves, so what it regains is read otherwise: a
-// sliding_window_counter of one segment by its state (RemainingAt, exact),
-// a sliding_window_log by the units it logged since the last reading
-// (redisstore.Store.LoggedSince); a counter of several segments, whose
-// state the store does not read, regains nothing before its ResetAfter
-// (RemainingAfter). An instance whose exchange fails decides on the
-// counter left until one succeeds: after the first settleRounds, the
-// counter is read again as long as a reading finds something taken. Not
-// carried: what such an instance takes after a reading that found nothing
-// (it took nothing for a refresh, or nothing the reading can tell: a
-// counter of several segments that regained nothing yet by its
-// ResetAfter), or after the key's time in the fleet's set: at most its
-// limit in a window, as unsharded. A steady late switch costs nothing but
-// for the counters of several segments. Nothing is settled for a key that
-// moved again, or that this instance no longer holds where the move put
-// it.
+// sliding_window_counter by its state (RemainingAt, exact), a
+// sliding_window_log by the units it logged since the last reading
+// (redisstore.Store.LoggedSince). An instance whose exchange fails decides
+// on the counter left until one succeeds: after the first settleRounds,
+// the counter is read again as long as a reading finds something taken.
+// Not carried: what such an instance takes after a reading that found
+// nothing (it took nothing for a refresh), or after the key's time in the
+// fleet's set: at most its limit in a window, as unsharded. A steady late
+// switch costs nothing. Nothing is settled for a key that moved again, or
+// that this instance no longer holds where the move put it.
 
 // settleRounds is how many refreshes after a move the counter left is
 // read again at least: every instance whose exchanges succeed has
@@ -61,10 +56,10 @@ type hotSettle struct {
 // the questions (cost 0) asked of each Redis key and their answers, and
 // when they were sent and answered, on this instance's monotonic clock.
 // A Decision does not tell when each of a sliding window's units leaves
-// it, so for those a reading keeps more: for a sliding_window_counter of
-// one segment, the state each question left (sts, read with the answer,
-// redisstore.Store.SyncTake); for a sliding_window_log, the units each log
-// took since the previous reading (since, redisstore.Store.LoggedSince,
+// it, so for those a reading keeps more: for a sliding_window_counter, its
+// state (sts, redisstore.Store.CounterState, read after the question, and
+// its answer computed from it); for a sliding_window_log, the units each
+// log took since the previous reading (since, redisstore.Store.LoggedSince,
 // asked before the question); and, for both, the instant (µs, on the clock
 // the key's decisions use) each was read at.
 type counterReads struct {
@@ -100,23 +95,18 @@ func readCountersAfter(ctx context.Context, s *redisstore.Store, reqs []sluice.R
 		err = s.TakeAll(ctx, reqs, r.ds)
 	}
 	for i, q := range reqs {
-		if err == nil && keepsState(q) {
-			var tk redisstore.Taken
-			r.ds[i], tk, err = s.SyncTake(ctx, q)
-			r.sts[i], r.clocks[i] = tk.State, tk.Clock
-			if tk.Clock == 0 { // the store decided at the request's clock
-				r.clocks[i] = q.Now.UnixMicro()
+		if err == nil && q.Algorithm == sluice.SlidingWindowCounter {
+			// Its answer, from the state read after the question: both
+			// of one instant.
+			r.sts[i], r.clocks[i], err = s.CounterState(ctx, q)
+			if err == nil {
+				st := r.sts[i].Clone()
+				_, err = q.Algorithm.TakeMicro(&r.ds[i], &st, &q.Limit, r.clocks[i], 0)
 			}
 		}
 	}
 	r.got = time.Now()
 	return r, err
-}
-
-// keepsState reports whether a reading of q keeps its state: a sliding
-// window counter's that the store can read (one segment).
-func keepsState(q sluice.Request) bool {
-	return q.Algorithm == sluice.SlidingWindowCounter && redisstore.Shareable(q.Algorithm, q.Limit)
 }
 
 // used returns what the counters had used together: each one's capacity
@@ -143,7 +133,7 @@ func (r counterReads) takenBy(later counterReads) int64 {
 		switch {
 		case q.Algorithm == sluice.SlidingWindowLog:
 			n += later.since[i]
-		case keepsState(q):
+		case q.Algorithm == sluice.SlidingWindowCounter:
 			n += max(0, q.Algorithm.RemainingAt(r.sts[i], q.Limit, time.UnixMicro(later.clocks[i]))-later.ds[i].Remaining)
 		default:
 			n += max(0, q.Algorithm.RemainingAfter(r.ds[i], q.Limit, dt)-later.ds[i].Remaining)

@@ -54,33 +54,50 @@ func TestAutoShardsMoveCarriesLogSlidLate(t *testing.T) {
 // together stays within 100: b and a get at most what the window shed by
 // the end (~50, and the drain's own time), not twice it.
 func TestAutoShardsMoveCarriesCounterSlidLate(t *testing.T) {
-	const rate, period = 100, 2 * time.Second
-	f := newLateFixture(t, "{name: late, rate: 100/2s, algorithm: sliding_window_counter, shards: auto}")
-	window := func(at time.Time) int64 { return at.UnixMicro() / period.Microseconds() }
+	counterSlidLate(t, "rate: 100/2s", 2*time.Second, 1)
+}
+
+// The same with two segments of 2 s: a's 100 shed as their sub-window
+// is the oldest, two sub-windows on. The store's answer tells when the
+// counter is full again, not what it sheds before (~105 before, where it
+// shed ~52).
+func TestAutoShardsMoveCarriesSegmentsSlidLate(t *testing.T) {
+	counterSlidLate(t, "rate: 100/4s, segments: 2", 4*time.Second, 2)
+}
+
+// counterSlidLate runs the counter tests: a rule of 100 a period (limit,
+// as the config writes it) in segments sub-windows.
+func counterSlidLate(t *testing.T, limit string, period time.Duration, segments int64) {
+	const rate = 100
+	f := newLateFixture(t, "{name: late, "+limit+", algorithm: sliding_window_counter, shards: auto}")
+	sub := period / time.Duration(segments)
+	window := func(at time.Time) int64 { return at.UnixMicro() / sub.Microseconds() }
 	f.refresh(f.a, f.t0, false, f.keys)
 	f.refresh(f.b, f.t0, false, f.keys)
 	var start time.Time
-	waitFor(t, "the start of a window", func() bool {
+	waitFor(t, "the start of a sub-window", func() bool {
 		start = f.redisTime()
-		return start.UnixMicro()%period.Microseconds() < period.Microseconds()/4
+		return start.UnixMicro()%sub.Microseconds() < sub.Microseconds()/4
 	})
 	f.take(f.a, "cold", rate)
 	if w := window(f.redisTime()); w != window(start) {
-		t.Fatalf("a's 100 spanned two windows (%d, %d): a machine too slow for this test", window(start), w)
+		t.Fatalf("a's 100 spanned two sub-windows (%d, %d): a machine too slow for this test", window(start), w)
 	}
 	f.refresh(f.a, f.t0, true, f.keys) // a moves the key: its shards charged its 100
-	next := time.UnixMicro((window(start) + 1) * period.Microseconds())
-	waitFor(t, "half the next window", func() bool { return f.redisTime().Sub(next) >= period/2 })
+	// a's sub-window is the oldest from next on, weighed out over a sub-window.
+	shedding := window(start) + segments
+	next := time.UnixMicro(shedding * sub.Microseconds())
+	waitFor(t, "half the sub-window that sheds a's", func() bool { return f.redisTime().Sub(next) >= sub/2 })
 	f.late = f.drain(f.b, "b, before its refresh", false, 1)
 	f.refresh(f.a, f.t0, true, f.keys) // a reads the counter left again
 	f.refresh(f.b, f.t0, true, f.keys)
 	hot := f.drain(f.a, "hot", true, 6)
 	end := f.redisTime()
-	if window(end) != window(start)+1 {
-		t.Fatalf("the test ended in window %d, want %d: a machine too slow for this test", window(end), window(start)+1)
+	if window(end) != shedding {
+		t.Fatalf("the test ended in sub-window %d, want %d: a machine too slow for this test", window(end), shedding)
 	}
-	// What the previous window's 100 weighs at end, floored as the estimate is.
-	left := rate * (next.Add(period).Sub(end)).Microseconds() / period.Microseconds()
+	// What a's 100 weigh at end, floored as the estimate is.
+	left := rate * (next.Add(sub).Sub(end)).Microseconds() / sub.Microseconds()
 	shed := rate - left
 	t.Logf("b admitted %d late, a %d on the shards; the window had shed %d", f.late, hot, shed)
 	if f.late < int(rate/4) {
