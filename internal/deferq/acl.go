@@ -69,7 +69,7 @@ var scriptsKeys = []struct {
 	{statusLua, []string{"s", "q", "i"}},
 	{forgetLua + sweepLua, []string{"q", "i"}},
 	{scanLua, []string{"q", "i", "scan"}},
-	{listedLua, []string{"s"}},
+	{listedLua, []string{"i", "scan"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by

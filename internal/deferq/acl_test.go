@@ -2,6 +2,8 @@ package deferq_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,28 +20,7 @@ import (
 // the list missed fails NOPERM, and the request never settles.
 func TestCommandsSuffice(t *testing.T) {
 	srv := redistest.StartServer(t)
-	cmds := deferq.Commands(deferq.DefaultPrefix)
-	rules := []string{"ACL", "SETUSER", "q", "on", ">pw", "~" + deferq.DefaultPrefix + "*", "-@all", "+@connection"}
-	for _, argv := range cmds {
-		for _, a := range argv {
-			if strings.Contains(a, "KEYS[") || strings.Contains(a, " .. ") {
-				t.Errorf("Commands: %q: the key %q is left as the script writes it", argv, a)
-			}
-		}
-		name := strings.ToLower(argv[0])
-		if name == "xgroup" || name == "xinfo" {
-			name += "|" + strings.ToLower(argv[1])
-		}
-		rules = append(rules, "+"+name)
-	}
-	if _, err := redistest.Do(srv.Addr, rules...); err != nil {
-		t.Fatalf("%s: %v", strings.Join(rules, " "), err)
-	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "q", Password: "pw", DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatalf("rueidis as q: %v", err)
-	}
-	t.Cleanup(c.Close)
+	c := restrictedClient(t, srv.Addr)
 	up := newUpstream(t, func(d delivery, n int) int {
 		if d.key == "broken" {
 			return http.StatusInternalServerError
@@ -69,4 +50,67 @@ func TestCommandsSuffice(t *testing.T) {
 	if n, _, err := q.Depth(context.Background(), "hooks"); err != nil || n != 0 {
 		t.Errorf("Depth = %d, %v; want an empty queue", n, err)
 	}
+}
+
+// restrictedClient is a client of the Redis at addr as a user whose ACL
+// allows exactly deferq.Commands (and the connection's own), on the
+// queue's keys only.
+func restrictedClient(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	cmds := deferq.Commands(deferq.DefaultPrefix)
+	rules := []string{"ACL", "SETUSER", "q", "on", ">pw", "~" + deferq.DefaultPrefix + "*", "-@all", "+@connection"}
+	for _, argv := range cmds {
+		for _, a := range argv {
+			if strings.Contains(a, "KEYS[") || strings.Contains(a, " .. ") {
+				t.Errorf("Commands: %q: the key %q is left as the script writes it", argv, a)
+			}
+		}
+		name := strings.ToLower(argv[0])
+		if name == "xgroup" || name == "xinfo" {
+			name += "|" + strings.ToLower(argv[1])
+		}
+		rules = append(rules, "+"+name)
+	}
+	if _, err := redistest.Do(addr, rules...); err != nil {
+		t.Fatalf("%s: %v", strings.Join(rules, " "), err)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: "q", Password: "pw", DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatalf("rueidis as q: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Commands is enough for the scan for requests an earlier version queued
+// too (scan.lua, listed.lua): as the restricted user, an instance indexes
+// such a request, held by an instance of that version, and names its
+// key's list in its record, and the scan ends.
+func TestCommandsSufficeForScan(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := restrictedClient(t, srv.Addr)
+	admin := client(t, srv.Addr)
+	ctx := context.Background()
+	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
+	id := deferq.Tag("jobs") + "-00000000000000000001"
+	sid := writeRequest(t, admin, base, id, "a", false)
+	if _, err := redistest.Do(srv.Addr, "XGROUP", "CREATE", base+"q", "sluice", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "XREADGROUP", "GROUP", "sluice", "old", "COUNT", "10", "STREAMS", base+"q", ">"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "new", Upstream: mustURL(t, newUpstream(t, nil).srv.URL), ClaimIdle: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
+	start(t, q)
+	h := sha256.Sum256([]byte("a"))
+	waitFor(t, "the request indexed, its list named, the scan over", time.Minute, func() bool {
+		i, _ := admin.Do(ctx, admin.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
+		l, _ := admin.Do(ctx, admin.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
+		st, _ := admin.Do(ctx, admin.B().Get().Key(base+"scan").Build()).ToString()
+		return i == id && l == hex.EncodeToString(h[:10]) && st == "done"
+	})
 }

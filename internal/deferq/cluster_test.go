@@ -2,10 +2,13 @@ package deferq_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice/internal/deferq"
 )
 
@@ -41,4 +44,36 @@ func TestOrderOnCluster(t *testing.T) {
 			t.Fatalf("%s never delivered", want)
 		}
 	}
+}
+
+// On a Redis Cluster too, the instances' scan indexes a request an
+// earlier version queued and names its key's list in its record: scan.lua
+// and listed.lua touch only keys of the rule's hash tag, records included.
+func TestOldRequestIndexedOnCluster(t *testing.T) {
+	c := clusterClient(t)
+	ctx := context.Background()
+	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
+	id := deferq.Tag("jobs") + "-00000000000000000001"
+	sid := writeRequest(t, c, base, id, "a", false)
+	for _, cmd := range []rueidis.Completed{
+		c.B().XgroupCreate().Key(base + "q").Group("sluice").Id("0").Build(),
+		c.B().Xreadgroup().Group("sluice", "old").Count(10).Streams().Key(base + "q").Id(">").Build(),
+	} {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := newQueue(deferq.Options{Client: c, Consumer: "new", Upstream: mustURL(t, newUpstream(t, nil).srv.URL), ClaimIdle: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
+	start(t, q)
+	h := sha256.Sum256([]byte("a"))
+	waitFor(t, "the request indexed, its list named, the scan over", time.Minute, func() bool {
+		i, _ := c.Do(ctx, c.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
+		l, _ := c.Do(ctx, c.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
+		st, _ := c.Do(ctx, c.B().Get().Key(base+"scan").Build()).ToString()
+		return i == id && l == hex.EncodeToString(h[:10]) && st == "done"
+	})
 }

@@ -3,6 +3,7 @@ package deferq
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -38,28 +39,74 @@ const (
 func (w *worker) scanOld(ctx context.Context, c rueidis.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	arr, err := scanScript.Exec(ctx, c, []string{w.base + "q", w.base + "i", w.base + "scan"},
-		[]string{w.tag, strconv.Itoa(scanEntries), strconv.Itoa(scanBytes), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToArray()
-	if err != nil || len(arr) < 2 || (len(arr)-2)%3 != 0 {
+	s, err := w.scanSlice(ctx, c, scanEntries, scanBytes)
+	if err != nil {
 		if ctx.Err() == nil {
-			w.q.o.Logger.Warn("defer: scan for requests queued by an earlier version", "rule", w.name, "err", err, "values", len(arr))
+			w.q.o.Logger.Warn("defer: scan for requests queued by an earlier version", "rule", w.name, "err", err)
 		}
 		return false
 	}
-	done, _ := arr[1].AsInt64()
-	if len(arr) > 2 {
-		var keys, args []string
-		for i := 2; i+2 < len(arr); i += 3 {
-			id, _ := arr[i].ToString()
-			sid, _ := arr[i+1].ToString()
-			key, _ := arr[i+2].ToString()
-			keys = append(keys, w.base+"s:"+id)
-			args = append(args, sid, keyDigest(key))
-		}
-		if err := listedScript.Exec(ctx, c, keys, args).Error(); err != nil && ctx.Err() == nil {
-			// Those records get it at their turn instead (begin.lua).
-			w.q.o.Logger.Warn("defer: name the key's list of requests queued by an earlier version", "rule", w.name, "err", err)
-		}
+	if len(s.reqs) == 0 {
+		return s.done
 	}
-	return done == 1
+	done, err := w.nameLists(ctx, c, s)
+	if err != nil && ctx.Err() == nil {
+		// The state stays: the next step looks at the same slice again.
+		w.q.o.Logger.Warn("defer: name the key's list of requests queued by an earlier version", "rule", w.name, "err", err)
+	}
+	return done
+}
+
+// scanned is what one run of scan.lua found: whether it reached the
+// stream's end, and the requests whose records name no key's list, with
+// the scan's state it started from and the one to move it to once they
+// are named (it moved it itself when there are none).
+type scanned struct {
+	looked   int // entries looked at
+	done     bool
+	from, to string
+	reqs     []oldRequest
+}
+
+// oldRequest is a request an earlier version queued: its id, its entry
+// and its limiter key.
+type oldRequest struct{ id, sid, key string }
+
+// scanSlice runs scan.lua on the next slice of the stream: most entries
+// at most, fewer once they hold bytes.
+func (w *worker) scanSlice(ctx context.Context, c rueidis.Client, most, bytes int) (scanned, error) {
+	arr, err := scanScript.Exec(ctx, c, []string{w.base + "q", w.base + "i", w.base + "scan"},
+		[]string{w.tag, strconv.Itoa(most), strconv.Itoa(bytes), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).ToArray()
+	if err != nil {
+		return scanned{}, err
+	}
+	if len(arr) < 4 || (len(arr)-4)%3 != 0 {
+		return scanned{}, fmt.Errorf("scan.lua: %d values", len(arr))
+	}
+	looked, _ := arr[0].AsInt64()
+	done, _ := arr[1].AsInt64()
+	s := scanned{looked: int(looked), done: done == 1}
+	s.from, _ = arr[2].ToString()
+	s.to, _ = arr[3].ToString()
+	for i := 4; i+2 < len(arr); i += 3 {
+		id, _ := arr[i].ToString()
+		sid, _ := arr[i+1].ToString()
+		key, _ := arr[i+2].ToString()
+		s.reqs = append(s.reqs, oldRequest{id, sid, key})
+	}
+	return s, nil
+}
+
+// nameLists indexes the requests scanSlice found and names their keys'
+// lists in their records, then moves the scan's state on (listed.lua). It
+// reports whether the scan is over.
+func (w *worker) nameLists(ctx context.Context, c rueidis.Client, s scanned) (bool, error) {
+	keys := []string{w.base + "i", w.base + "scan"}
+	args := []string{s.from, s.to, strconv.FormatInt(queuedTTL.Milliseconds(), 10)}
+	for _, r := range s.reqs {
+		keys = append(keys, w.base+"s:"+r.id)
+		args = append(args, r.id, r.sid, keyDigest(r.key))
+	}
+	n, err := listedScript.Exec(ctx, c, keys, args).AsInt64()
+	return n == 1, err
 }

@@ -11,23 +11,31 @@
 -- those it looked at hold ARGV[3] bytes: it reads them one at a time, so
 -- that what it reads is bounded whatever the bodies queued.
 -- An entry whose id is one of the rule's is indexed (HSETNX: an entry
--- there is left as is, as begin.lua leaves it); an entry of no request
--- of the rule is left to the reader, which dead-letters it.
--- The state lasts ARGV[4] ms from its last run (the life of a queued
+-- there is left as is, as begin.lua leaves it), unless its record says it
+-- waits and names no key's list: that one is returned, for listed.lua to
+-- index with its list named, in one step (indexed here, a sweep finding
+-- it trimmed before listed.lua ran would forget it with no list to take
+-- its id out of). An entry of no request of the rule is left to the
+-- reader, which dead-letters it.
+-- A run that returns requests leaves the state as it was: listed.lua
+-- moves it on, once their lists are named, so that a step whose second
+-- half never ran (its reply lost, listed.lua failing) is made again.
+-- The state lasts ARGV[4] ms from its last step (the life of a queued
 -- request's record: past it, no record of an earlier version is left to
 -- index), so a rule dropped from the config leaves no key behind; if it
 -- lapses while the rule lives, the instances scan once more, which
 -- changes nothing (HSETNX) and costs as the first scan did.
 -- KEYS: 1 stream, 2 the stream-id index, 3 the scan's state
 -- ARGV: 1 the rule's tag, 2 most entries, 3 most bytes, 4 the state's TTL in ms
--- Returns {looked, done (1 or 0), id, entry id, key, ...}: how many
--- entries this run looked at, whether the scan is over, and the requests
--- indexed whose record says they wait and names no key's list, with their
--- limiter key, whose digest names it (the caller adds it: no SHA-256
--- here).
+-- Returns {looked, done (1 or 0), from, to, id, entry id, key, ...}: how
+-- many entries this run looked at, whether it reached the stream's end,
+-- and the requests whose record says they wait and names no key's list,
+-- with their limiter key, whose digest names it (the caller adds it: no
+-- SHA-256 here); with them, the state this run started from ('' none)
+-- and the one to move it to ('done' at the end), for listed.lua.
 local at = redis.call('GET', KEYS[3])
 if at == 'done' then
-  return {0, 1}
+  return {0, 1, '', ''}
 end
 local start = '-'
 if at then
@@ -38,7 +46,8 @@ end
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
 local pattern = '^' .. ARGV[1] .. '%-' .. string.rep('[0-9a-f]', 20) .. '$'
 local most, mostBytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {0, 0}
+local from = at or ''
+local out = {0, 0, '', ''}
 local looked, bytes = 0, 0
 while looked < most and bytes < mostBytes do
   local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
@@ -58,22 +67,27 @@ while looked < most and bytes < mostBytes do
     end
   end
   if id and string.find(id, pattern) then
-    redis.call('HSETNX', KEYS[2], sid, id)
     local recKey = base .. 's:' .. id
     local r = redis.call('HMGET', recKey, 'state', 'sid', 'list')
     if (r[1] == 'queued' or r[1] == 'failed') and r[2] == sid and not r[3] and key then
       out[#out + 1] = id
       out[#out + 1] = sid
       out[#out + 1] = key
+    else
+      redis.call('HSETNX', KEYS[2], sid, id)
     end
   end
   start = '(' .. sid
   at = sid
 end
+local to = at
 if out[2] == 1 then
-  redis.call('SET', KEYS[3], 'done', 'PX', ARGV[4])
-elseif at then
-  redis.call('SET', KEYS[3], at, 'PX', ARGV[4])
+  to = 'done'
+end
+if #out > 4 then
+  out[3], out[4] = from, to or ''
+elseif to then
+  redis.call('SET', KEYS[3], to, 'PX', ARGV[4])
 end
 out[1] = looked
 return out

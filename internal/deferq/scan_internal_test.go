@@ -59,25 +59,30 @@ func TestScanOldBoundedResumable(t *testing.T) {
 	record(id2, "1-1") // a record of another entry
 	sid3 := add(id3, "d", "small")
 	record(id3, sid3)
-	keys := []string{w.base + "q", w.base + "i", w.base + "scan"}
-	run := func(most, bytes string) (looked, done int64, listed []string) {
+	// One step, as scanOld makes it, with the bounds given.
+	run := func(most, bytes int) (looked, done int64, listed []string) {
 		t.Helper()
-		arr, err := scanScript.Exec(ctx, c, keys, []string{w.tag, most, bytes, "60000"}).ToArray()
-		if err != nil || len(arr) < 2 {
-			t.Fatalf("scan.lua: %v, %v", arr, err)
+		s, err := w.scanSlice(ctx, c, most, bytes)
+		if err != nil {
+			t.Fatalf("scan.lua: %v", err)
 		}
-		looked, _ = arr[0].AsInt64()
-		done, _ = arr[1].AsInt64()
-		for _, v := range arr[2:] {
-			s, _ := v.ToString()
-			listed = append(listed, s)
+		if len(s.reqs) > 0 {
+			if _, err := w.nameLists(ctx, c, s); err != nil {
+				t.Fatalf("listed.lua: %v", err)
+			}
 		}
-		return looked, done, listed
+		for _, r := range s.reqs {
+			listed = append(listed, r.id, r.sid, r.key)
+		}
+		if s.done {
+			done = 1
+		}
+		return int64(s.looked), done, listed
 	}
 	state := func() string { return do(c.B().Get().Key(w.base + "scan").Build()) }
 	indexed := func(sid string) string { return do(c.B().Hget().Key(w.base + "i").Field(sid).Build()) }
 
-	if looked, done, listed := run("1", "1000000"); looked != 1 || done != 0 || strings.Join(listed, " ") != id1+" "+sid1+" a" || state() != sid1 {
+	if looked, done, listed := run(1, 1000000); looked != 1 || done != 0 || strings.Join(listed, " ") != id1+" "+sid1+" a" || state() != sid1 {
 		t.Errorf("first run, one entry at most: looked %d, done %d, to list %v, state %q; want 1, 0, %s %s a, %s", looked, done, listed, state(), id1, sid1, sid1)
 	}
 	if indexed(sid1) != id1 {
@@ -85,7 +90,7 @@ func TestScanOldBoundedResumable(t *testing.T) {
 	}
 	// 100 bytes at most: the malformed entry, then the large one, which
 	// passes the bound, and no more.
-	if looked, done, listed := run("10", "100"); looked != 2 || done != 0 || len(listed) != 0 || state() != sid2 {
+	if looked, done, listed := run(10, 100); looked != 2 || done != 0 || len(listed) != 0 || state() != sid2 {
 		t.Errorf("second run, 100 bytes at most: looked %d, done %d, to list %v, state %q; want 2, 0, none (its record is another entry's), %s", looked, done, listed, state(), sid2)
 	}
 	if indexed(sidBad) != "" {
@@ -112,7 +117,7 @@ func TestScanOldBoundedResumable(t *testing.T) {
 		t.Errorf("the record of another entry was given a list")
 	}
 	sid4 := add(w.tag+"-00000000000000000004", "e", "small")
-	if looked, done, _ := run("10", "1000000"); looked != 0 || done != 1 || indexed(sid4) != "" {
+	if looked, done, _ := run(10, 1000000); looked != 0 || done != 1 || indexed(sid4) != "" {
 		t.Errorf("a run after the scan is over: looked %d, done %d, %s indexed %q; want 0, 1, not indexed", looked, done, sid4, indexed(sid4))
 	}
 }
