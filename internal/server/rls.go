@@ -308,6 +308,11 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		case r.Unlimited:
 			ss.LimitRemaining = math.MaxUint32
 			continue
+		case ds[i].Negative && !st[i].Asked && r.RequestsPerUnit > 0:
+			// A refund the store could not make: OK whatever on_error
+			// says (a refund never denies), with no limit nor figures,
+			// nor headers (nothing is known of its counter).
+			continue
 		case res.StoreErr != nil && !st[i].Asked && r.RequestsPerUnit > 0:
 			// The store could not decide it: the on_error answer, with no
 			// limit nor figures (nothing is known of its counter).

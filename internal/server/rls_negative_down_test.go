@@ -1,0 +1,125 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// TestNegativeHitsRedisDown: a refund (is_negative_hits) the store cannot
+// make, the Redis server stopped, never denies whatever store.on_error
+// says: its status is OK, with no current_limit nor figures (nothing is
+// known of its counter), and it adds no rate-limit headers, so that a
+// refund lost to an outage neither refuses the caller nor tells it that
+// nothing is left. It is a store error (sluice_store_errors_total), no
+// fallback (it decides nothing); its hits, asked back, are counted in
+// sluice_envoy_negative_hits_total as the hits of a call the store could
+// not decide are in sluice_envoy_hits_total. Under local, the failed
+// refund moves the store to memory, where the call's other descriptor is
+// decided and gives the headers. Under grpc.on_error: unavailable, a call
+// of refunds alone is answered OK, not UNAVAILABLE (which Envoy's
+// failure_mode_deny: true would turn into a denial).
+func TestNegativeHitsRedisDown(t *testing.T) {
+	back := func() *descriptorPB { return withNegative(withHits(desc("user", "ann"), 1)) }
+	noFigures := func(t *testing.T, what string, s *rlsv3.RateLimitResponse_DescriptorStatus) {
+		t.Helper()
+		if s.Code != rlsv3.RateLimitResponse_OK || s.CurrentLimit != nil || s.LimitRemaining != 0 || s.DurationUntilReset != nil {
+			t.Errorf("%s: the refund's status is %v; want OK with no current_limit nor figures", what, s)
+		}
+	}
+	for _, onError := range []string{"deny", "allow", "local", "unavailable"} {
+		t.Run(onError, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			rs, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(rs.Close)
+			var st sluice.Store = rs
+			if onError == "local" {
+				fb := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping})
+				t.Cleanup(fb.Close)
+				st = fb
+			}
+			o := envOpts{onError: onError, headers: true}
+			if onError == "unavailable" {
+				o = envOpts{onError: "deny", unavailable: true, headers: true}
+			}
+			e := startRLS(t, st, writeConf(t, plainConf), o)
+			e.expect(t, "ann to the limit", []string{"O:O", "O:O"}, "web", desc("user", "ann"))
+			srv.Stop()
+			if onError == "local" {
+				// The refund fails on Redis; the global descriptor is
+				// decided in memory: 99 of 100 left.
+				r := e.call(t, "web", 0, desc("global", "g"), back())
+				if codesOf(r) != "O:OO" {
+					t.Fatalf("a refund with Redis down beside a descriptor decided locally: %s, want O:OO", codesOf(r))
+				}
+				noFigures(t, "beside a descriptor decided locally", r.Statuses[1])
+				if h := headerMap(r); h["RateLimit-Remaining"] != "99" || h["RateLimit-Limit"] != "100" {
+					t.Errorf("headers %v; want the global descriptor's (RateLimit-Remaining 99 of 100), not the refund's", h)
+				}
+			} else {
+				r := e.call(t, "web", 0, back())
+				if codesOf(r) != "O:O" {
+					t.Fatalf("a refund alone with Redis down: %s, want O:O", codesOf(r))
+				}
+				noFigures(t, "alone", r.Statuses[0])
+				if len(r.ResponseHeadersToAdd) != 0 {
+					t.Errorf("a refund alone with Redis down added headers %v; want none (nothing is known)", headerMap(r))
+				}
+				// Beside a descriptor the store could not decide: that one
+				// answers as on_error says, the refund OK.
+				req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*descriptorPB{desc("user", "bob"), back()}}
+				r, err := e.client.ShouldRateLimit(context.Background(), req)
+				if onError == "unavailable" {
+					if status.Code(err) != codes.Unavailable {
+						t.Fatalf("a refund beside a descriptor with Redis down, unavailable: %v %v, want UNAVAILABLE", r, err)
+					}
+				} else {
+					want := map[string]string{"deny": "X:XO", "allow": "O:OO"}[onError]
+					if err != nil || codesOf(r) != want {
+						t.Fatalf("a refund beside a descriptor with Redis down: %v %v, want %s", r, err, want)
+					}
+					noFigures(t, "beside an undecided descriptor", r.Statuses[1])
+				}
+			}
+			m := metricstest.Gather(t, e.reg)
+			errs, fallbacks, given := 3.0, 1.0, 2.0 // the refund alone, then the refund and the take
+			if onError == "local" {
+				errs, fallbacks, given = 1, 0, 1
+			}
+			policy := map[string]string{"local": "allow", "unavailable": "deny"}[onError]
+			if policy == "" {
+				policy = onError
+			}
+			if got := m["sluice_store_errors_total"]; got != errs {
+				t.Errorf("store errors %v, want %v (each failed refund, each failed take)", got, errs)
+			}
+			if got := m[`sluice_store_fallback_total{policy="`+policy+`"}`]; got != fallbacks {
+				t.Errorf("fallbacks %v, want %v (a refund is no decision on_error answers)", got, fallbacks)
+			}
+			if got := m[`sluice_envoy_negative_hits_total{descriptor="user",domain="web"}`]; got != given {
+				t.Errorf("negative hits counted %v, want %v (asked back, given back or not)", got, given)
+			}
+		})
+	}
+}
+
+func headerMap(r *rlsv3.RateLimitResponse) map[string]string {
+	h := map[string]string{}
+	for _, x := range r.ResponseHeadersToAdd {
+		h[x.Key] = x.Value
+	}
+	return h
+}
