@@ -15,8 +15,9 @@ import (
 // counter, at now (sluice.Refunder): never more than the counter holds.
 // Each is answered OK, its Decision the counter after the refund, as the
 // reference service answers them (they bypass the over-limit check). A
-// refund the store cannot make is counted and logged as a store failure
-// and leaves the descriptor OK without figures; it changes nothing of the
+// refund the store cannot make is counted as a store failure and logged
+// with its hits (refundFailed), and leaves the descriptor OK without
+// figures (not Asked); it changes nothing of the
 // request's answer (a refund denies nothing). A refund refused because
 // the client went away (clientGone) ends the refunds: it returns false.
 func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
@@ -26,12 +27,23 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []
 			if clientGone(ctx) {
 				return false
 			}
-			e.storeFailed(fmt.Errorf("engine: give back the hits of %q: %w", ds[i].Key, err))
+			e.refundFailed(&ds[i], err)
 			continue
 		}
 		st[i] = DescriptorStatus{Decision: d, Asked: true}
 	}
 	return true
+}
+
+// refundFailed counts and logs a refund of d the store could not make:
+// its hits stay counted, which the caller will not see (its descriptor
+// answers OK), so the line says how many, and of which key. It shares
+// the store failures' throttle, and no on_error applies to it.
+func (e *Engine) refundFailed(d *Descriptor, err error) {
+	e.metrics.StoreError()
+	if e.storeLog.OK(e.now()) {
+		e.log.Warn("store could not give back negative hits: they stay counted", "key", d.Key, "hits", d.Cost, "err", err, "suppressed", e.storeLog.Dropped())
+	}
 }
 
 // giveBackDescriptor gives d's hits back to its counter. A sharded rule's

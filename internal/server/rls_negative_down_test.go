@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -24,7 +27,8 @@ import (
 // nothing is left. It is a store error (sluice_store_errors_total), no
 // fallback (it decides nothing); its hits, asked back, are counted in
 // sluice_envoy_negative_hits_total as the hits of a call the store could
-// not decide are in sluice_envoy_hits_total. Under local, the failed
+// not decide are in sluice_envoy_hits_total; and logged, with its key and
+// the hits that stay counted. Under local, the failed
 // refund moves the store to memory, where the call's other descriptor is
 // decided and gives the headers. Under grpc.on_error: unavailable, a call
 // of refunds alone is answered OK, not UNAVAILABLE (which Envoy's
@@ -51,9 +55,10 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 				t.Cleanup(fb.Close)
 				st = fb
 			}
-			o := envOpts{onError: onError, headers: true}
+			logs := new(redistest.SyncBuffer)
+			o := envOpts{onError: onError, headers: true, log: slog.New(slog.NewTextHandler(logs, nil))}
 			if onError == "unavailable" {
-				o = envOpts{onError: "deny", unavailable: true, headers: true}
+				o.onError, o.unavailable = "deny", true
 			}
 			e := startRLS(t, st, writeConf(t, plainConf), o)
 			e.expect(t, "ann to the limit", []string{"O:O", "O:O"}, "web", desc("user", "ann"))
@@ -93,6 +98,13 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 					}
 					noFigures(t, "beside an undecided descriptor", r.Statuses[1])
 				}
+			}
+			// The first failure logged (the clock stands still: the
+			// others are suppressed) is the refund's, with what it leaves
+			// counted.
+			if lines := logtest.Matching(logs.Lines(), "level=WARN"); len(lines) == 0 || !strings.Contains(lines[0], `msg="store could not give back negative hits: they stay counted"`) ||
+				!strings.Contains(lines[0], "hits=1") || !strings.Contains(lines[0], `key=`) || !strings.Contains(lines[0], "ann") {
+				t.Errorf("logged %q; want first the refund that failed, with its key and hits=1", lines)
 			}
 			m := metricstest.Gather(t, e.reg)
 			errs, fallbacks, given := 3.0, 1.0, 2.0 // the refund alone, then the refund and the take

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -112,6 +113,7 @@ type envOpts struct {
 	spread      func(r sluice.Request, n int) []sluice.Request // engine.Options.Spread
 	shards      func(r sluice.Request, n int) []sluice.Request // engine.Options.Shards
 	grpc        server.GRPCOptions
+	log         *slog.Logger // the engine's; nil discards
 	// listen wraps the gRPC listener's net.Listener, given the metrics
 	// (the daemon's listener.Wrap); nil serves on it as it is.
 	listen func(ln net.Listener, m *metrics.Metrics) net.Listener
@@ -126,7 +128,7 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if o.now == nil {
 		o.now = func() time.Time { return tMid }
 	}
-	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Now: o.now, Shard: o.shard, Spread: o.spread, Shards: o.shards})
+	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Logger: o.log, Now: o.now, Shard: o.shard, Spread: o.spread, Shards: o.shards})
 	if err != nil {
 		t.Fatal(err)
 	}
