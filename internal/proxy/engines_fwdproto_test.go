@@ -89,6 +89,15 @@ func TestEngineForwardedProtoHost(t *testing.T) {
 			want{}},
 		{"Forwarded without proto or host", http.Header{"Forwarded": {"for=203.0.113.9"}},
 			want{}},
+		// A proxy that sends X-Forwarded-For speaks X-Forwarded-*: a
+		// Forwarded beside it is the client's, which nginx or an AWS ALB
+		// pass on untouched, and is not believed (package clientip reads
+		// its for= only without X-Forwarded-For, too).
+		{"Forwarded beside X-Forwarded-For", http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Forwarded-Proto": {"https"},
+			"Forwarded": {"for=198.51.100.1;proto=http;host=evil.example"}},
+			want{"https", "", ""}},
+		{"Forwarded proto beside X-Forwarded-For", http.Header{"X-Forwarded-For": {"203.0.113.9"}, "Forwarded": {"proto=https;host=evil.example"}},
+			want{}},
 	}
 	forEngine(t, false, func(t *testing.T, ec engineCase) {
 		own := "http"

@@ -70,7 +70,8 @@
 //     trusted proxy (Options.ClientIP), its own X-Forwarded-Proto, -Host
 //     and -Port pass instead, each when it sent one valid value, and where
 //     it sent no X-Forwarded-Proto or -Host, the proto= and host= of its
-//     RFC 7239 Forwarded when that is one valid element (reqheaders.go:
+//     RFC 7239 Forwarded when that is one valid element and it sent no
+//     X-Forwarded-For (reqheaders.go:
 //     forwarded; forwarded.go). Forwarded is set to one element saying
 //     the same: for= the client, host=, proto=. Other incoming Forwarded /
 //     X-Forwarded-* / X-Real-IP headers are dropped, also spelled with '_'

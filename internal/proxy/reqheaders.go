@@ -93,8 +93,9 @@ type forwarded struct{ proto, host, port string }
 // client's own text when a proxy appended to it rather than replacing
 // it). A trusted proxy's RFC 7239 Forwarded stands in for the
 // X-Forwarded-Proto or -Host it did not send, by its proto= and host=
-// (forwardedElement); one it sent, even an invalid one, is read alone, as
-// package clientip reads X-Forwarded-For before Forwarded. Only these
+// (forwardedElement), when it sent no X-Forwarded-For; one it sent, even
+// an invalid one, is read alone, as package clientip reads
+// X-Forwarded-For before Forwarded. Only these
 // canonical spellings are read; X_Forwarded_Proto and the like are
 // dropped with the rest (proxyHeader).
 func (p *Proxy) forwarded(r *http.Request, trust *peerTrust) forwarded {
@@ -108,7 +109,10 @@ func (p *Proxy) forwarded(r *http.Request, trust *peerTrust) forwarded {
 		return f
 	}
 	var eproto, ehost string
-	if vfwd != nil && (vproto == nil || vhost == nil) {
+	// A peer that sent X-Forwarded-For speaks X-Forwarded-*: a Forwarded
+	// beside it is the client's, which nginx or an AWS ALB pass on as it
+	// came, and package clientip reads its for= only without one, too.
+	if vfwd != nil && (vproto == nil || vhost == nil) && h["X-Forwarded-For"] == nil {
 		eproto, ehost = forwardedElement(vfwd)
 	}
 	if vproto == nil {
