@@ -1,13 +1,16 @@
 package proxy_test
 
 import (
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -179,6 +182,94 @@ func checkForwarded(t *testing.T, h http.Header, proto, host string) {
 	if es[0] != want {
 		t.Errorf("upstream Forwarded %q, want %q (as X-Forwarded-For, -Host, -Proto say)", v[0], want.String())
 	}
+	// And by the RFC's grammar, as a strict upstream parses it.
+	rfc, err := proxy.ParseForwardedRFC(v[0])
+	wantRFC := map[string]string{"proto": want.Proto}
+	for k, v := range map[string]string{"for": want.For, "host": want.Host} {
+		if v != "" {
+			wantRFC[k] = v
+		}
+	}
+	if err != nil || len(rfc) != 1 || !maps.Equal(rfc[0], wantRFC) {
+		t.Errorf("upstream Forwarded %q by RFC 7239's grammar: %v, %v; want %v", v[0], rfc, err, wantRFC)
+	}
+}
+
+// The Forwarded the proxy sends upstream is valid RFC 7239 whatever Host
+// a client sent (net/http takes any of host[:port]'s bytes, in any
+// order): host= says the Host only when it is one a strict parser reads,
+// a uri-host [":" port] of RFC 3986, and holds none of ',', ';' and '=',
+// which no DNS name or address holds and which parsers that do not read
+// quoted strings (splitting at ',' and ';') would take for the end of
+// the element or pair; the X-Forwarded-Host beside it is the Host as it
+// came. On every engine and both paths, from a client and, by
+// X-Forwarded-Host, from a trusted proxy.
+func TestEngineForwardedHostSpellings(t *testing.T) {
+	cases := []struct {
+		host  string
+		inFwd bool // host= in Forwarded
+	}{
+		{"app.example", true},
+		{"app.example:8443", true},
+		{"APP.example:", true},
+		{"[2001:db8::1]:8443", true},
+		{"[::ffff:192.0.2.1]", true},
+		{"a%41b", true},
+		{"a_b~c!$&'()*+-.d", true},
+		{"x,for=192.0.2.66", false},
+		{"x;for=192.0.2.66", false},
+		{"x=y", false},
+		{"a%zz", false},
+		{"a:b:c", false},
+		{"a[b]", false},
+		{"[2001:db8::1", false},
+		{"[fe80::1%25eth0]", false}, // from a trusted proxy: Go's client drops a Host's zone
+		{"[192.0.2.1]", false},
+		{"app.example:80a", false},
+	}
+	forEngine(t, false, func(t *testing.T, ec engineCase) {
+		own := "http"
+		if ec.tls {
+			own = "https"
+		}
+		for _, trusted := range []bool{false, true} {
+			rec := newRecorder(t, nil)
+			var o engineOpts
+			if trusted {
+				o.proxy.ClientIP.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			}
+			s := startOn(t, ec, rec.srv.URL, o)
+			for _, c := range cases {
+				if !trusted && strings.Contains(c.host, "%25") {
+					continue
+				}
+				for _, pa := range paths {
+					req := request(t, s, pa.method, "/x", pa.body)
+					if trusted {
+						req.Header.Set("X-Forwarded-Host", c.host)
+					} else {
+						req.Host = c.host
+					}
+					if resp, body := s.do(t, req); resp.StatusCode != 200 || body != "ok" {
+						t.Fatalf("%q, %s: %d %q, want 200 ok", c.host, pa.name, resp.StatusCode, body)
+					}
+					r, _ := rec.last(t)
+					xfh, inFwd := c.host, c.inFwd
+					if trusted && strings.Contains(c.host, ",") { // a list: Sluice's own
+						xfh, inFwd = req.URL.Host, true
+					}
+					if got := r.Header["X-Forwarded-Host"]; !slices.Equal(got, []string{xfh}) {
+						t.Errorf("%q, %s, trusted %v: upstream X-Forwarded-Host %q, want %q", c.host, pa.name, trusted, got, xfh)
+					}
+					host := ""
+					if inFwd {
+						host = xfh
+					}
+					checkForwarded(t, r.Header, own, host)
+				}
+			}
+		}
+	})
 }
 
 // A deferred request is replayed with the X-Forwarded-Proto, -Host and

@@ -113,8 +113,8 @@ func validNodePort(s string) bool {
 // appendForwarded appends to b the Forwarded element the proxy sends
 // upstream, which says what its X-Forwarded-For, -Host and -Proto say:
 // for= the client address ip (none when it is not valid: not an IP
-// peer), host= host (none when empty, or not a host net/http would
-// accept) and proto= proto, quoted where they are not tokens, as in
+// peer), host= host (none when it is not a forwardedHost) and proto=
+// proto, quoted where they are not tokens, as in
 // for="[2001:db8::1]";host="app.example:8443";proto=https.
 func appendForwarded(b []byte, ip netip.Addr, host, proto string) []byte {
 	if ip.IsValid() {
@@ -128,9 +128,8 @@ func appendForwarded(b []byte, ip netip.Addr, host, proto string) []byte {
 			b = append(b, ';')
 		}
 	}
-	if host != "" && httpguts.ValidHostHeader(host) {
-		// A valid Host holds no '"', '\' or control character: quoted as
-		// it is.
+	if forwardedHost(host) {
+		// It holds no '"', '\' or control character: quoted as it is.
 		b = append(b, "host="...)
 		if httpguts.ValidHeaderFieldName(host) {
 			b = append(b, host...)
@@ -144,3 +143,62 @@ func appendForwarded(b []byte, ip netip.Addr, host, proto string) []byte {
 	b = append(b, "proto="...)
 	return append(b, proto...)
 }
+
+// forwardedHost reports whether the Host host goes upstream as the host=
+// of Forwarded: when it is one RFC 7239 allows, a uri-host [":" port] of
+// RFC 3986 (net/http takes any of its bytes in any order: a%zz, a:b:c,
+// x[y]), which a strict parser would otherwise refuse with the whole
+// header, for= and all; and holds none of ',', ';' and '=', which a
+// reg-name may but no DNS name or address does, and which an upstream
+// that splits the header at ',' and ';' without reading quoted strings
+// would take for the end of the element (host="x,for=192.0.2.66" would
+// name it a client). Its IP-literal is an IPv6 address without a zone
+// (RFC 6874's %25 is not RFC 3986's). It allocates nothing.
+func forwardedHost(host string) bool {
+	if host == "" {
+		return false
+	}
+	port := ""
+	if host[0] == '[' {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return false
+		}
+		a, err := netip.ParseAddr(host[1:end])
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return false
+		}
+		port = host[end+1:]
+	} else {
+		name := host
+		if i := strings.IndexByte(host, ':'); i >= 0 {
+			name, port = host[:i], host[i:]
+		}
+		if name == "" {
+			return false
+		}
+		for i := 0; i < len(name); i++ {
+			switch c := name[i]; {
+			case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~!$&'()*+", c) >= 0:
+			case c == '%' && i+2 < len(name) && isHex(name[i+1]) && isHex(name[i+2]):
+				i += 2
+			default:
+				return false
+			}
+		}
+	}
+	if port == "" {
+		return true
+	}
+	if port[0] != ':' {
+		return false
+	}
+	for i := 1; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -2,14 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"maps"
 	"net/http"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/clientip"
 )
@@ -102,6 +101,17 @@ func FuzzForwardedElement(f *testing.F) {
 		}
 		proto, h := forwardedElement([]string{v})
 		es, err := clientip.ParseForwarded(v)
+		// What the grammar reads, package clientip reads alike.
+		if rfc, rerr := ParseForwardedRFC(v); rerr == nil {
+			if err != nil || len(es) != len(rfc) {
+				t.Fatalf("ParseForwarded(%q) = %d elements, %v; by RFC 7239's grammar %v", v, len(es), err, rfc)
+			}
+			for i := range es {
+				if m := elementMap(es[i]); !maps.Equal(m, withoutExtensions(rfc[i])) {
+					t.Errorf("ParseForwarded(%q) element %d = %v; by RFC 7239's grammar %v", v, i, m, rfc[i])
+				}
+			}
+		}
 		if proto == "" && h == "" {
 			if err == nil && len(es) == 1 {
 				e := es[0]
@@ -139,7 +149,7 @@ func FuzzForwardedElement(f *testing.F) {
 				t.Fatalf("appendForwarded(%v, %q, %s) = %q: %d elements, %v", ip, host, p, line, len(es), err)
 			}
 			want := clientip.Element{Proto: p}
-			if host != "" && httpguts.ValidHostHeader(host) {
+			if rfcHost(host) && host != "" && !strings.ContainsAny(host, ",;=") {
 				want.Host = host
 			}
 			if ip.IsValid() {
@@ -151,6 +161,9 @@ func FuzzForwardedElement(f *testing.F) {
 			if es[0] != want {
 				t.Errorf("appendForwarded(%v, %q, %s) = %q, parsed %+v, want %+v", ip, host, p, line, es[0], want)
 			}
+			if rfc, err := ParseForwardedRFC(line); err != nil || len(rfc) != 1 || !maps.Equal(rfc[0], elementMap(want)) {
+				t.Errorf("appendForwarded(%v, %q, %s) = %q: by RFC 7239's grammar %v, %v; want %v", ip, host, p, line, rfc, err, elementMap(want))
+			}
 			if a, ok := clientip.ParseNode(es[0].For); ip.IsValid() && (!ok || a != ip) {
 				t.Errorf("appendForwarded(%v, ...) = %q: for= reads as %v", ip, line, a)
 			}
@@ -161,4 +174,27 @@ func FuzzForwardedElement(f *testing.F) {
 			}
 		}
 	})
+}
+
+// elementMap is e as ParseForwardedRFC returns an element.
+func elementMap(e clientip.Element) map[string]string {
+	m := map[string]string{}
+	for k, v := range map[string]string{"for": e.For, "by": e.By, "host": e.Host, "proto": e.Proto} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// withoutExtensions is m without the parameters package clientip drops,
+// and without the empty values it reports as absent.
+func withoutExtensions(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range []string{"for", "by", "host", "proto"} {
+		if v := m[k]; v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }
