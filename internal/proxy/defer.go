@@ -92,7 +92,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	if f.port != "" {
 		h["X-Forwarded-Port"] = []string{f.port}
 	}
-	h["Forwarded"] = []string{string(appendForwarded(nil, ip, f.host, f.proto))}
+	h["Forwarded"] = []string{forwardedValue(ip, f.host, f.proto)}
 	id, err := p.o.Defer.Enqueue(r.Context(), rule.Name, keys, r, h, body)
 	var unknown *deferq.OutcomeUnknownError
 	if errors.As(err, &unknown) {

@@ -202,3 +202,11 @@ func forwardedHost(host string) bool {
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+// forwardedValue is appendForwarded's element as a header value, for the
+// ReverseProxy path and the deferral queue: one allocation, the string,
+// unless the host is longer than a host name may be.
+func forwardedValue(ip netip.Addr, host, proto string) string {
+	var buf [320]byte // for="[IPv6]"; host="<253 bytes>:65535";proto=https
+	return string(appendForwarded(buf[:0], ip, host, proto))
+}

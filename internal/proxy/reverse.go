@@ -108,7 +108,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if f.port != "" {
 		h["X-Forwarded-Port"] = []string{f.port}
 	}
-	h["Forwarded"] = []string{string(appendForwarded(nil, info.ip, f.host, f.proto))}
+	h["Forwarded"] = []string{forwardedValue(info.ip, f.host, f.proto)}
 }
 
 // modifyResponse replaces the upstream's rate-limit headers with ours.
