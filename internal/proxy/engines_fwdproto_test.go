@@ -278,13 +278,15 @@ func TestEngineForwardedHostSpellings(t *testing.T) {
 func TestDeferredForwardedProtoHost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	sent := []struct {
-		name string
-		h    http.Header
-		port []string // from a trusted proxy
+		name      string
+		h         http.Header
+		port      []string // from a trusted proxy
+		untrusted bool     // not believed even from a trusted proxy
 	}{
 		{"X-Forwarded", http.Header{"X-Forwarded-Proto": {"HTTPS"}, "X-Forwarded-Host": {"app.example"}, "X-Forwarded-Port": {"443"}},
-			[]string{"443"}},
-		{"Forwarded", http.Header{"Forwarded": {`for=127.0.0.1;proto=HTTPS;host="app.example"`}}, nil}, // for=: the first request's client
+			[]string{"443"}, false},
+		{"Forwarded", http.Header{"Forwarded": {`for=127.0.0.1;proto=HTTPS;host="app.example"`}}, nil, false}, // for=: the first request's client
+		{"Forwarded beside X-Forwarded-For", http.Header{"X-Forwarded-For": {"127.0.0.1"}, "Forwarded": {`proto=HTTPS;host="app.example"`}}, nil, true},
 	}
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
 		own := "http"
@@ -314,7 +316,7 @@ func TestDeferredForwardedProtoHost(t *testing.T) {
 					t.Fatal("the deferred request was never replayed")
 				}
 				want := [4][]string{{own}, {"api.example"}, nil, {clientip.Element{For: "127.0.0.1", Host: "api.example", Proto: own}.String()}}
-				if trusted {
+				if trusted && !sn.untrusted {
 					want = [4][]string{{"https"}, {"app.example"}, sn.port, {clientip.Element{For: "127.0.0.1", Host: "app.example", Proto: "https"}.String()}}
 				}
 				got := [4][]string{h["X-Forwarded-Proto"], h["X-Forwarded-Host"], h["X-Forwarded-Port"], h["Forwarded"]}
