@@ -25,11 +25,8 @@ func (w *worker) malformed(ctx context.Context, sid string, f map[string]string,
 	if tag, err := parseID(id); err == nil && tag == w.tag {
 		keys = append(keys, w.base+"s:"+id, w.base+"k:"+keyDigest(f["key"]))
 	}
-	if len(id) > 40 {
-		id = id[:40] + "…"
-	}
 	if msg == "" {
-		msg = fmt.Sprintf("malformed entry: id %q is not a deferred id of rule %q", id, w.name)
+		msg = fmt.Sprintf("malformed entry: id %s is not a deferred id of rule %q", quoteShort(id, 40), w.name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -67,4 +64,14 @@ func (w *worker) overBound(ctx context.Context, e *entry, n int64) bool {
 		}
 	}
 	return true
+}
+
+// quoteShort quotes s, cut to its first n bytes and an ellipsis when
+// longer: a damaged entry's field (up to a body's size) would otherwise
+// fill the log line, the dead letter and the request's status record.
+func quoteShort(s string, n int) string {
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:n]) + "…"
 }

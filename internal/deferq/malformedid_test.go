@@ -40,7 +40,13 @@ func TestMalformedRealIDReadsDeadLettered(t *testing.T) {
 	for id, key := range ids {
 		writeRequest(t, c, base, id, key, key == "k", "also", "[not json")
 	}
+	// A damaged entry of a megabyte: its error quotes a bounded part.
+	big := deferq.Tag("jobs") + "-00000000000000000b16"
+	writeRequest(t, c, base, big, "big", true, "also", "["+strings.Repeat("x", 1<<20))
 	start(t, q)
+	if st := awaitState(t, q, big, "dead_lettered"); len(st.Error) > 256 || !strings.Contains(st.Error, "malformed entry: keys") {
+		t.Errorf("Status of a damaged entry of a megabyte: error of %d bytes (%.80q…); want the reason in 256 at most", len(st.Error), st.Error)
+	}
 	for id, key := range ids {
 		st := awaitState(t, q, id, "dead_lettered")
 		if !strings.Contains(st.Error, "malformed entry: keys") || st.Attempts != 0 || st.Rule != "jobs" || st.Updated == "" {

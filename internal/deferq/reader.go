@@ -381,7 +381,7 @@ func (w *worker) send(ctx context.Context, es []rueidis.XRangeEntry, g *grant) b
 		e := &entry{sid: x.ID, id: f["id"], key: f["key"], method: f["method"], uri: f["uri"], header: f["header"], body: f["body"]}
 		if a := f["also"]; a != "" {
 			if err := json.Unmarshal([]byte(a), &e.also); err != nil {
-				w.malformed(ctx, x.ID, f, fmt.Sprintf("malformed entry: keys %q: %v", a, err))
+				w.malformed(ctx, x.ID, f, fmt.Sprintf("malformed entry: keys %s: %v", quoteShort(a, 64), err))
 				continue
 			}
 		}
