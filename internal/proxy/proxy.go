@@ -103,6 +103,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -277,6 +279,9 @@ func (p *Proxy) Close() {
 // through, which it would otherwise allocate per request.
 type bufferPool struct{}
 
+// errBadHost answers an HTTP/2 request whose host is not one host[:port].
+var errBadHost = errors.New("the request's host (:authority) is not a valid host[:port]")
+
 var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
@@ -313,6 +318,15 @@ func newTransport(o Options) *http.Transport {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		refuseConnect(w, r) // xconnect.go
+		return
+	}
+	if r.ProtoMajor != 1 && !httpguts.ValidHostHeader(r.Host) {
+		// Go's HTTP/2 server takes any :authority, where its HTTP/1 one
+		// (and the h1 front) answer 400 to a Host that is not one
+		// host[:port]: refused alike, so that a client puts no quote,
+		// space or '<' in the upstream's X-Forwarded-Host over HTTP/2
+		// either.
+		engine.WriteMatchError(w, errBadHost)
 		return
 	}
 	e := p.o.Engine()
