@@ -30,7 +30,8 @@ import (
 // not decide are in sluice_envoy_hits_total; and logged, with its key and
 // the hits that stay counted. Under local, the failed
 // refund moves the store to memory, where the call's other descriptor is
-// decided and gives the headers. Under grpc.on_error: unavailable, a call
+// decided and gives the headers, and the next refund gives back to the
+// local count. Under grpc.on_error: unavailable, a call
 // of refunds alone is answered OK, not UNAVAILABLE (which Envoy's
 // failure_mode_deny: true would turn into a denial).
 func TestNegativeHitsRedisDown(t *testing.T) {
@@ -74,6 +75,12 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 				if h := headerMap(r); h["RateLimit-Remaining"] != "99" || h["RateLimit-Limit"] != "100" {
 					t.Errorf("headers %v; want the global descriptor's (RateLimit-Remaining 99 of 100), not the refund's", h)
 				}
+				// In local mode now: a refund gives back to the local
+				// count, which holds none of ann's hits (2 of 2 left); no
+				// store error.
+				if r := e.call(t, "web", 0, back()); codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit == nil || r.Statuses[0].LimitRemaining != 2 {
+					t.Errorf("a refund in local mode: %s, %v; want O:O with 2 left (the local count)", codesOf(r), r.Statuses[0])
+				}
 			} else {
 				r := e.call(t, "web", 0, back())
 				if codesOf(r) != "O:O" {
@@ -109,7 +116,7 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 			m := metricstest.Gather(t, e.reg)
 			errs, fallbacks, given := 3.0, 1.0, 2.0 // the refund alone, then the refund and the take
 			if onError == "local" {
-				errs, fallbacks, given = 1, 0, 1
+				errs, fallbacks, given = 1, 0, 2 // the second refund made in memory
 			}
 			policy := map[string]string{"local": "allow", "unavailable": "deny"}[onError]
 			if policy == "" {
