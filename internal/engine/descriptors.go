@@ -141,7 +141,7 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 	}
 	res := DescriptorsResult{Now: now}
-	if len(back) > 0 && !e.giveBackDescriptors(ctx, ds, st, back, now) {
+	if len(back) > 0 && !e.giveBackDescriptors(ctx, a, ds, st, back, now) {
 		e.descriptorsGone(ctx, ds, st, &res)
 		return res
 	}

@@ -20,7 +20,14 @@ import (
 // figures (not Asked); it changes nothing of the
 // request's answer (a refund denies nothing). A refund refused because
 // the client went away (clientGone) ends the refunds: it returns false.
-func (e *Engine) giveBackDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
+// The refunds' store calls are timed in a, as takeDescriptors times its
+// own: a request of refunds alone asked the store too.
+func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
+	if e.realClock {
+		a.asked = true // observeDescriptors times the request from now
+	} else {
+		defer a.timed(time.Now())
+	}
 	for _, i := range idx {
 		d, err := e.giveBackDescriptor(ctx, &ds[i], now)
 		if err != nil {
