@@ -311,7 +311,11 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		case ds[i].Negative && !st[i].Asked && r.RequestsPerUnit > 0:
 			// A refund the store could not make: OK whatever on_error
 			// says (a refund never denies), with no limit nor figures,
-			// nor headers (nothing is known of its counter).
+			// nor headers (nothing is known of its counter). A quota
+			// one is still one of the quota descriptors, never over.
+			if withHeaders && (r.Quota || s.o.Quota) {
+				pick.quotas++
+			}
 			continue
 		case res.StoreErr != nil && !st[i].Asked && r.RequestsPerUnit > 0:
 			// The store could not decide it: the on_error answer, with no

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -141,4 +143,40 @@ func headerMap(r *rlsv3.RateLimitResponse) map[string]string {
 		h[x.Key] = x.Value
 	}
 	return h
+}
+
+// refundDown is a memory store whose refunds fail as a store that is down
+// does: the only way to have a refund fail while the call's takes are
+// decided (on Redis, a node of a Cluster down, or a blip between calls).
+type refundDown struct{ *memstore.Store }
+
+func (refundDown) Refund(context.Context, sluice.Request) (sluice.Decision, error) {
+	return sluice.Decision{}, fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
+}
+
+// TestHeadersBesideAFailedQuotaRefund: a quota_mode descriptor whose
+// refund failed is still one of the request's quota descriptors, never
+// over, as when its refund is made: a quota descriptor over beside it
+// denies nothing, so the headers are those of the descriptor that denies
+// (h: reset and Retry-After 30), not the over quota's (3570).
+func TestHeadersBesideAFailedQuotaRefund(t *testing.T) {
+	e := startRLS(t, refundDown{memstore.New(memstore.Options{})}, writeConf(t, `domain: p
+descriptors:
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: h
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{headers: true})
+	e.expect(t, "q and h to their limit", []string{"O:OO"}, "p", desc("q", "x"), desc("h", "x"))
+	r := e.call(t, "p", 0, desc("q", "x"), withNegative(desc("q2", "x")), desc("h", "x"))
+	if codesOf(r) != "X:XOX" {
+		t.Fatalf("q and h over, q2's refund failed: %s, want X:XOX", codesOf(r))
+	}
+	if h := headerMap(r); h["RateLimit-Limit"] != "1" || h["RateLimit-Reset"] != "30" || h["Retry-After"] != "30" {
+		t.Errorf("headers = %v, want h's: limit 1, reset and Retry-After 30", h)
+	}
 }
