@@ -29,12 +29,12 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 		defer a.timed(time.Now())
 	}
 	for _, i := range idx {
-		d, err := e.giveBackDescriptor(ctx, &ds[i], now)
+		d, given, err := e.giveBackDescriptor(ctx, &ds[i], now)
 		if err != nil {
 			if clientGone(ctx) {
 				return false
 			}
-			e.refundFailed(&ds[i], err)
+			e.refundFailed(&ds[i], given, err)
 			continue
 		}
 		st[i] = DescriptorStatus{Decision: d, Asked: true}
@@ -42,25 +42,34 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 	return true
 }
 
-// refundFailed counts and logs a refund of d the store could not make:
-// its hits stay counted, which the caller will not see (its descriptor
-// answers OK), so the line says how many, and of which key. It shares
-// the store failures' throttle, and no on_error applies to it.
-func (e *Engine) refundFailed(d *Descriptor, err error) {
+// refundFailed counts and logs a refund of d the store could not make
+// (but for given hits, given back by the shards refunded before it
+// failed): its hits stay counted, which the caller will not see (its
+// descriptor answers OK), so the line says how many, and of which key.
+// It shares the store failures' throttle, and no on_error applies to it.
+func (e *Engine) refundFailed(d *Descriptor, given int64, err error) {
 	e.metrics.StoreError()
-	if e.storeLog.OK(e.now()) {
-		e.log.Warn("store could not give back negative hits: they stay counted", "key", d.Key, "hits", d.Cost, "err", err, "suppressed", e.storeLog.Dropped())
+	if !e.storeLog.OK(e.now()) {
+		return
 	}
+	msg := "store could not give back negative hits: they stay counted"
+	if given > 0 {
+		e.log.Warn(msg, "key", d.Key, "hits", max(d.Cost-given, 0), "given_back", given, "err", err, "suppressed", e.storeLog.Dropped())
+		return
+	}
+	e.log.Warn(msg, "key", d.Key, "hits", d.Cost, "err", err, "suppressed", e.storeLog.Dropped())
 }
 
 // giveBackDescriptor gives d's hits back to its counter. A sharded rule's
 // hits go back over its shards as a report's are charged (Options.Spread,
 // each its share), or to one shard; with Options.Shards, what a shard
-// has not counted goes to the others that have (see shardedParts).
-func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time.Time) (sluice.Decision, error) {
+// has not counted goes to the others that have (see shardedParts). On an
+// error, given is what the shards refunded before it were asked to give
+// back (each gives back at most what it counts).
+func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time.Time) (_ sluice.Decision, given int64, _ error) {
 	rf, ok := e.store.(sluice.Refunder)
 	if !ok {
-		return sluice.Decision{}, fmt.Errorf("the store (%T): %w", e.store, errors.ErrUnsupported)
+		return sluice.Decision{}, 0, fmt.Errorf("the store (%T): %w", e.store, errors.ErrUnsupported)
 	}
 	r := d.Rule
 	req := sluice.Request{Key: d.Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: d.Cost, Now: now}
@@ -74,13 +83,14 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 		}
 	}
 	if n < 2 {
-		return rf.Refund(ctx, req)
+		out, err := rf.Refund(ctx, req)
+		return out, 0, err
 	}
 	var parts []sluice.Request
 	if e.shards != nil {
 		var err error
 		if parts, n, err = e.shardedParts(ctx, req, n); err != nil {
-			return sluice.Decision{}, err
+			return sluice.Decision{}, 0, err
 		}
 	}
 	if parts == nil && e.spreadf != nil && req.Cost >= 2 {
@@ -94,14 +104,15 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 		if err == nil && n > 1 {
 			unshard(&out, r.Limit, n)
 		}
-		return out, err
+		return out, 0, err
 	}
 	var out sluice.Decision
 	for j, p := range parts {
 		x, err := rf.Refund(ctx, p)
 		if err != nil {
-			return sluice.Decision{}, err
+			return sluice.Decision{}, given, err
 		}
+		given += p.Cost
 		if j == 0 {
 			out = x
 		} else {
@@ -109,7 +120,7 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 		}
 	}
 	unshard(&out, r.Limit, n)
-	return out, nil
+	return out, given, nil
 }
 
 // shardedParts returns the refunds of req's hits over its n shards (n

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,5 +179,55 @@ descriptors:
 	}
 	if h := headerMap(r); h["RateLimit-Limit"] != "1" || h["RateLimit-Reset"] != "30" || h["Retry-After"] != "30" {
 		t.Errorf("headers = %v, want h's: limit 1, reset and Retry-After 30", h)
+	}
+}
+
+// refundsFailFrom is a Redis store whose refunds fail from the from-th on,
+// as when the Cluster node of a shard goes down while a refund is spread
+// over the shards.
+type refundsFailFrom struct {
+	*redisstore.Store
+	calls atomic.Int32
+	from  int32
+}
+
+func (s *refundsFailFrom) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if s.calls.Add(1) >= s.from {
+		return sluice.Decision{}, fmt.Errorf("down: %w", sluice.ErrStoreUnavailable)
+	}
+	return s.Store.Refund(ctx, r)
+}
+
+// TestNegativeHitsShardedPartlyFailed: a refund of 3 hits spread over 3
+// shards (one counted on each), whose second shard's refund fails: the
+// first shard's hit is given back, and the log line says so, with the 2
+// hits that stay counted, not the 3 asked.
+func TestNegativeHitsShardedPartlyFailed(t *testing.T) {
+	const conf = `domain: d
+descriptors:
+  - key: sharded
+    shards: 3
+    rate_limit: {unit: minute, requests_per_unit: 30}
+`
+	rs := newStore(t, "redis").(*redisstore.Store)
+	st := &refundsFailFrom{Store: rs, from: 2}
+	logs := new(redistest.SyncBuffer)
+	e := startRLS(t, st, writeConf(t, conf), envOpts{shard: rs.Shard, spread: rs.Spread, shards: rs.Shards, log: slog.New(slog.NewTextHandler(logs, nil))})
+	e.expect(t, "a hit on each shard", []string{"O:O", "O:O", "O:O"}, "d", desc("sharded", "s"))
+	r := e.call(t, "d", 0, withNegative(withHits(desc("sharded", "s"), 3)))
+	if codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("a refund that failed on its second shard: %s, %v; want O:O without figures", codesOf(r), r.Statuses[0])
+	}
+	lines := logtest.Matching(logs.Lines(), "could not give back")
+	if len(lines) != 1 || !strings.Contains(lines[0], " hits=2 ") || !strings.Contains(lines[0], " given_back=1 ") {
+		t.Errorf("logged %q; want one line with hits=2 (staying counted) and given_back=1", lines)
+	}
+	// 2 of the 3 hits still counted: 28 of 30 left over the shards.
+	var left uint32
+	for range 3 {
+		left += e.remaining(t, "d", "sharded", "s") / 3
+	}
+	if left != 28 {
+		t.Errorf("after the partial refund, the shards hold %d left, want 28 (one hit given back)", left)
 	}
 }
