@@ -76,9 +76,21 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		engine.WriteDenied(w, &res, h.o.DenyStatus)
 		return
 	}
-	res.SetHeaders(w.Header())
+	hd := w.Header()
+	res.SetHeaders(hd)
+	if r.Method != http.MethodHead {
+		// The empty body declared before WriteHeader: the h1 front then
+		// writes the head at once, without copying the header map to
+		// learn the length after the handler returns (net/http sends
+		// the same Content-Length: 0 either way; for HEAD it sends none).
+		hd["Content-Length"] = contentLength0
+	}
 	w.WriteHeader(http.StatusOK)
 }
+
+// contentLength0 is an empty answer's Content-Length value, shared: no
+// writer changes a header's values.
+var contentLength0 = []string{"0"}
 
 // keyRetryAfterMillis is the header of a limited forward-auth answer that
 // carries its body's retry_after_ms.
