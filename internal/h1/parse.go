@@ -78,11 +78,12 @@ type parsed struct {
 // documentation). A POST's body gets its own readBody each time: a
 // transport may still hold the last one, closed.
 type request struct {
-	r    http.Request
-	u    url.URL
-	h    http.Header
-	strs [16]string
-	more []string
+	r     http.Request
+	u     url.URL
+	h     http.Header
+	strs  [16]string
+	more  []string
+	lines []span // headString's, kept up to maxStrs
 }
 
 // maxStrs bounds the header values' backing array a connection keeps.
@@ -109,10 +110,11 @@ func (rq *request) release(lines int) {
 // connection off. maxBody is the largest Content-Length taken (a POST's);
 // 0: no POST, no body. p.lines is how many values rq holds (for release).
 func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
-	s := headString(b) // one allocation: names and values are substrings of it
-	eol := strings.Index(s, "\r\n")
-	line := s[:eol]
-	s = s[eol+2:]
+	s, reqEnd, spans := headString(b, rq.lines[:0]) // one allocation: names and values are substrings of s
+	if cap(spans) <= maxStrs {
+		rq.lines = spans
+	}
+	line := s[:reqEnd]
 	switch {
 	case strings.HasPrefix(line, "GET "):
 		p.method, line = http.MethodGet, line[4:]
@@ -150,7 +152,8 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	}
 	p.url = &rq.u
 
-	lines := strings.Count(s, "\r\n") - 1 // the last CRLF ends the head
+	spans = spans[:len(spans)-1] // the last, empty line ends the head
+	lines := len(spans)
 	if rq.h == nil {
 		rq.h = make(http.Header, lines)
 	}
@@ -171,16 +174,12 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 	p.lines = lines
 	var conn []string
 	hosts, lengths := 0, 0
-	for ; len(s) > 2; lines-- {
-		eol := strings.Index(s, "\r\n")
-		line := s[:eol]
-		s = s[eol+2:]
-		colon := strings.IndexByte(line, ':')
-		if colon <= 0 {
-			return p, false // also a folded line (leading space or tab)
+	for i, ln := range spans {
+		if ln.colon <= ln.start {
+			return p, false // no name of token characters before a colon; also a folded line (leading space or tab)
 		}
-		k, v := line[:colon], trim(line[colon+1:])
-		if !validName(k) || !validValue(v) {
+		k, v := s[ln.start:ln.colon], trim(s[ln.colon+1:ln.end])
+		if !validValue(v) {
 			return p, false
 		}
 		switch k { // canonical already (headString)
@@ -204,8 +203,8 @@ func parse(b []byte, rq *request, maxBody int64) (p parsed, ok bool) {
 		case "Connection":
 			conn = append(conn, v)
 		}
-		if vv, seen := p.header[k]; seen {
-			p.header[k] = append(vv, v)
+		if seenBefore(s, spans[:i], k, p.header) {
+			p.header[k] = append(p.header[k], v)
 		} else {
 			strs[0] = v
 			p.header[k] = strs[:1:1]
@@ -334,18 +333,28 @@ func validHost(h string) bool {
 	return len(h) > 0
 }
 
+// span is one header line of a head: the offsets of its start, of the
+// colon ending its name (-1 when the name ends at a byte that is neither
+// a token character nor a colon) and of the CR ending the line.
+type span struct{ start, colon, end int }
+
 // headString returns the head b as a string, with every header name in
 // canonical form (textproto.CanonicalMIMEHeaderKey's: the first letter
 // and each letter after a hyphen upper case, the others lower case), in
 // one allocation: the names need none of their own, whatever case the
 // client sends them in. The request line is kept as it is; so is a name
 // with a byte that is not a token character, which parse refuses (the
-// connection is then handed off with br's bytes, not these).
-func headString(b []byte) string {
+// connection is then handed off with br's bytes, not these). It also
+// returns where the request line ends and, appended to spans, the header
+// lines (the last the empty one ending the head), found in the same
+// pass. b ends in CRLF and holds no LF without a CR before it (readHead).
+func headString(b []byte, spans []span) (string, int, []span) {
 	buf := make([]byte, len(b))
 	copy(buf, b)
-	h := buf[bytes.IndexByte(buf, '\n')+1:]
-	for len(h) > 0 {
+	reqEnd := bytes.IndexByte(buf, '\n')
+	start := reqEnd + 1
+	for start < len(buf) {
+		h := buf[start:]
 		i, upper := 0, true
 		for ; i < len(h); i++ {
 			c := h[i]
@@ -363,10 +372,32 @@ func headString(b []byte) string {
 		if nl < 0 {
 			break
 		}
-		h = h[i+nl+1:]
+		colon := -1
+		if i < len(h) && h[i] == ':' {
+			colon = start + i
+		}
+		end := start + i + nl + 1
+		spans = append(spans, span{start, colon, end - 2})
+		start = end
 	}
 	// buf is not written again: the string is immutable, as string(b)'s.
-	return unsafe.String(unsafe.SliceData(buf), len(buf))
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), reqEnd - 1, spans
+}
+
+// seenBefore reports whether the header lines before hold the name k
+// (canonical, in s): compared by name for a head of a few lines, cheaper
+// there than a lookup in h, which holds the same names.
+func seenBefore(s string, before []span, k string, h http.Header) bool {
+	if len(before) > 16 {
+		_, seen := h[k]
+		return seen
+	}
+	for _, ln := range before {
+		if ln.colon-ln.start == len(k) && s[ln.start:ln.colon] == k {
+			return true
+		}
+	}
+	return false
 }
 
 // hasToken reports whether the comma-separated values vv hold tok (any
