@@ -33,8 +33,8 @@ import (
 // not decide are in sluice_envoy_hits_total; and logged, with its key and
 // the hits that stay counted. Under local, the failed
 // refund moves the store to memory, where the call's other descriptor is
-// decided and gives the headers, and the next refund gives back to the
-// local count. Under grpc.on_error: unavailable, a call
+// decided and gives the headers, and the next refund, of hits memory did
+// not count, is dropped. Under grpc.on_error: unavailable, a call
 // of refunds alone is answered OK, not UNAVAILABLE (which Envoy's
 // failure_mode_deny: true would turn into a denial).
 func TestNegativeHitsRedisDown(t *testing.T) {
@@ -54,8 +54,9 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 			}
 			t.Cleanup(rs.Close)
 			var st sluice.Store = rs
+			var fb *fleet.Fallback
 			if onError == "local" {
-				fb := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping})
+				fb = fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping})
 				t.Cleanup(fb.Close)
 				st = fb
 			}
@@ -78,11 +79,14 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 				if h := headerMap(r); h["RateLimit-Remaining"] != "99" || h["RateLimit-Limit"] != "100" {
 					t.Errorf("headers %v; want the global descriptor's (RateLimit-Remaining 99 of 100), not the refund's", h)
 				}
-				// In local mode now: a refund gives back to the local
-				// count, which holds none of ann's hits (2 of 2 left); no
-				// store error.
+				// In local mode now: memory counted none of ann's hits,
+				// so the refund is dropped (Redis counts them), answered
+				// with the local count (2 of 2 left); no store error.
 				if r := e.call(t, "web", 0, back()); codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit == nil || r.Statuses[0].LimitRemaining != 2 {
 					t.Errorf("a refund in local mode: %s, %v; want O:O with 2 left (the local count)", codesOf(r), r.Statuses[0])
+				}
+				if got := fb.RefundsDropped(); got != 1 {
+					t.Errorf("refunds dropped in local mode: %d, want 1 (the hit Redis counts)", got)
 				}
 			} else {
 				r := e.call(t, "web", 0, back())
