@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -26,8 +27,10 @@ func refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // leave in them, and the requests queued behind move up; a slot whose
 // time has come is kept, and so are the other rules' counts). Each leaky
 // bucket slot given back is counted in sluice_delay_given_back_total. On
-// a store without Refunder, or if the refund fails, everything stays
-// counted, as before stores could give back.
+// a store without Refunder everything stays counted, as before stores
+// could give back; a refund the store fails stays counted too, and is a
+// store failure (sluice_store_errors_total, and a line in the log, under
+// the store failures' throttle).
 func (e *Engine) giveBack(ctx context.Context, a *attempt, since time.Duration, all bool) {
 	rf, ok := e.store.(sluice.Refunder)
 	if !ok {
@@ -49,8 +52,22 @@ func (e *Engine) giveBack(ctx context.Context, a *attempt, since time.Duration, 
 		}
 		q := *r
 		q.Now = now
-		if _, err := rf.Refund(rctx, q); err == nil && r.Algorithm == sluice.LeakyBucket {
+		_, err := rf.Refund(rctx, q)
+		switch {
+		case err == nil && r.Algorithm == sluice.LeakyBucket:
 			e.ruleMetrics(a.rules[i]).GivenBack()
+		case err != nil && !errors.Is(err, errors.ErrUnsupported):
+			e.giveBackFailed(a.rules[i].Name, r, err)
 		}
 	}
+}
+
+// giveBackFailed counts and logs a give-back of r the store could not
+// make: the units a request will not use stay counted against its key.
+func (e *Engine) giveBackFailed(rule string, r *sluice.Request, err error) {
+	e.metrics.StoreError()
+	if !e.storeLog.OK(e.now()) {
+		return
+	}
+	e.log.Warn("store could not give back what a request will not use: it stays counted", "rule", rule, "key", r.Key, "cost", r.Cost, "err", err, "suppressed", e.storeLog.Dropped())
 }
