@@ -38,9 +38,11 @@ func readHead(br *bufio.Reader) (head []byte, handoff, partial bool, err error) 
 	for {
 		buf, _ := br.Peek(br.Buffered())
 		for i := scanned; i < len(buf); i++ {
-			if buf[i] != '\n' {
-				continue
+			nl := bytes.IndexByte(buf[i:], '\n')
+			if nl < 0 {
+				break
 			}
+			i += nl
 			if i == 0 || buf[i-1] != '\r' {
 				return nil, true, true, nil
 			}
