@@ -28,8 +28,10 @@ func (s *Sync) loop() {
 }
 
 // last sends Close's batch, the loop's last: the hits not yet sent of
-// every key, then those that waited for ops in doubt (maxDoubts), sent
-// again in the first. closed is set: once a key's lock is taken here, no
+// every key, then, in as many batches more as it takes, those that waited:
+// for ops in doubt (maxDoubts), sent again in the first, or for the entry
+// a key's entry took over from (see before), one link of the chain a
+// batch. closed is set: once a key's lock is taken here, no
 // decision records a hit on it and no read of it starts (see acquire), so
 // what last finds under each key's lock is all there will be. A decision
 // that recorded its hit before that but has not yet put the key in the
@@ -39,7 +41,8 @@ func (s *Sync) loop() {
 // returns the batch's error.
 func (s *Sync) last() error {
 	var unsent []*syncEntry
-	for _, e := range s.held() {
+	held := s.held()
+	for _, e := range held {
 		e.mu.Lock()
 		for e.loading != nil {
 			ch := e.loading
@@ -53,7 +56,17 @@ func (s *Sync) last() error {
 		e.mu.Unlock()
 	}
 	_, err := s.flush(nil, unsent)
-	if err == nil && s.waiting() {
+	return s.drain(err, len(held))
+}
+
+// drain sends, after Close and a batch whose error was err, the batches
+// the hits that waited need (see last), held being the entries held then,
+// and returns the error of the last one sent.
+func (s *Sync) drain(err error, held int) error {
+	// No hit is recorded now, and a batch that succeeds sends the ops in
+	// doubt and the hits of each chain's first entry that still has some:
+	// the entries held, plus one, bound the batches.
+	for n := 0; err == nil && s.waiting() && n <= held; n++ {
 		_, err = s.flush(nil, nil)
 	}
 	return err
@@ -189,9 +202,14 @@ func (s *Sync) waiting() bool {
 }
 
 // Flush sends a batch now, as the loop does every interval (after the
-// loop's batch in flight, if any), and returns its error.
+// loop's batch in flight, if any), and returns its error. After Close it
+// sends, as Close does, as many batches as the hits still held need, and
+// returns the last one's error.
 func (s *Sync) Flush() error {
 	_, err := s.flush(nil, nil)
+	if s.closed.Load() {
+		err = s.drain(err, len(s.held()))
+	}
 	return err
 }
 
