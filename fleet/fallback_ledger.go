@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice"
@@ -42,6 +43,11 @@ type ledgerShard struct {
 	mu   sync.Mutex
 	m    map[nsKey]ledgerEntry
 	next int // the size at which add sweeps the shard
+	// A full shard sweeps itself as a key arrives once an eighth of its
+	// keys are at rest (at wake, µs), or once a new outage began since
+	// (epoch): not at every key, which would cost the whole shard each.
+	wake  int64
+	epoch uint64
 }
 
 // ledgerEntry is a key's units counted in memory in outage epoch and not
@@ -68,7 +74,8 @@ func (l *ledger) shard(k nsKey) *ledgerShard {
 // add notes units counted in memory for k at now (µs) in outage epoch,
 // memory's state of k being at rest at until. Past the bound of keys (the
 // memory store's), a key's units are not noted: a refund of them in local
-// mode is dropped, and after the outage goes to the store.
+// mode is dropped, and after the outage goes to the store. A full shard
+// sweeps itself as keys arrive (see wake).
 func (l *ledger) add(k nsKey, units, now, until int64, epoch uint64) {
 	sh := l.shard(k)
 	sh.mu.Lock()
@@ -83,6 +90,10 @@ func (l *ledger) add(k nsKey, units, now, until int64, epoch uint64) {
 	if !ok && len(sh.m) >= sh.next {
 		sh.sweep(now, epoch)
 		sh.next = max(ledgerSweepMin, 2*len(sh.m))
+	}
+	if !ok && len(sh.m) >= l.per && (now >= sh.wake || epoch != sh.epoch) {
+		sh.sweep(now, epoch)
+		sh.plan(l.per, epoch)
 	}
 	if !ok && len(sh.m) >= l.per {
 		return
@@ -132,6 +143,25 @@ func (l *ledger) sweep(now int64, epoch uint64) int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// plan sets when a full shard (of at most per keys) sweeps itself next:
+// once an eighth of per of its keys are at rest, as the keys' notes say
+// now (a later count may put one's rest off: the sweep then finds fewer),
+// or at another outage than epoch. sh.mu is held.
+func (sh *ledgerShard) plan(per int, epoch uint64) {
+	sh.epoch = epoch
+	k := max(1, per/8)
+	if len(sh.m) < k {
+		sh.wake = math.MinInt64 // not full: the next key to find it full sweeps
+		return
+	}
+	untils := make([]int64, 0, len(sh.m))
+	for _, e := range sh.m {
+		untils = append(untils, e.until)
+	}
+	slices.Sort(untils)
+	sh.wake = untils[k-1]
 }
 
 // sweep is ledger.sweep for one shard; sh.mu is held. The map is made
