@@ -98,16 +98,17 @@ type Fallback struct {
 	probe    func(context.Context) error
 	onChange func(Mode, error)
 
-	mode     atomic.Int32
+	// state holds the mode in its low bit (ModeStore 0, ModeLocal 1) and
+	// above it the number of the outages (switches to local mode), in
+	// one word: a decision that saw local mode reads the outage it was
+	// decided in, never the one before. ledger holds the units memory
+	// counted per key in the latest outage (see fallback_ledger.go).
+	state    atomic.Uint64
 	probing  atomic.Bool
 	switches atomic.Uint64
 	locally  atomic.Uint64
 	dropped  atomic.Uint64
-	// epoch numbers the outages (switches to local mode), and ledger
-	// holds the units memory counted per key in the latest (see
-	// fallback_ledger.go).
-	epoch  atomic.Uint64
-	ledger *ledger
+	ledger   *ledger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -158,15 +159,17 @@ func NewFallback(primary sluice.Store, o FallbackOptions) *Fallback {
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if o.StartLocal {
-		f.epoch.Add(1)
-		f.mode.Store(int32(ModeLocal))
+		f.state.Store(1<<1 | uint64(ModeLocal))
 		f.startProbe()
 	}
 	return f
 }
 
 // Mode returns where the Fallback decides now.
-func (f *Fallback) Mode() Mode { return Mode(f.mode.Load()) }
+func (f *Fallback) Mode() Mode { return Mode(f.state.Load() & 1) }
+
+// epoch returns the number of the latest outage (0: none yet).
+func (f *Fallback) epoch() uint64 { return f.state.Load() >> 1 }
 
 // Switches returns how many times the Fallback moved to local mode.
 func (f *Fallback) Switches() uint64 { return f.switches.Load() }
@@ -192,7 +195,7 @@ func (f *Fallback) Local() *memstore.Store { return f.local }
 // timer (the daemon does, every minute) so that an outage's keys do not
 // stay once the store is back.
 func (f *Fallback) Sweep(now time.Time) int {
-	f.ledger.sweep(now.UnixMicro(), f.epoch.Load())
+	f.ledger.sweep(now.UnixMicro(), f.epoch())
 	return f.local.Sweep(now)
 }
 
@@ -345,14 +348,21 @@ func (f *Fallback) failed(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || !isUnavailable(err) {
 		return false
 	}
-	if f.mode.CompareAndSwap(int32(ModeStore), int32(ModeLocal)) {
-		f.epoch.Add(1) // the outage's counts in memory are noted under it
-		f.switches.Add(1)
-		if f.onChange != nil {
-			f.onChange(ModeLocal, err)
+	for {
+		st := f.state.Load()
+		if Mode(st&1) == ModeLocal {
+			return true
 		}
-		f.startProbe()
+		// A new outage: its counts in memory are noted under its number.
+		if f.state.CompareAndSwap(st, (st>>1+1)<<1|uint64(ModeLocal)) {
+			break
+		}
 	}
+	f.switches.Add(1)
+	if f.onChange != nil {
+		f.onChange(ModeLocal, err)
+	}
+	f.startProbe()
 	return true
 }
 
@@ -389,7 +399,7 @@ func (f *Fallback) startProbe() {
 				// Done probing before switching back: a failure right after
 				// the switch must be able to start the next probe.
 				f.probing.Store(false)
-				f.mode.Store(int32(ModeStore))
+				f.state.And(^uint64(ModeLocal)) // the outage's number stays
 				if f.onChange != nil {
 					f.onChange(ModeStore, nil)
 				}

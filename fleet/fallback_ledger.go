@@ -191,7 +191,7 @@ func (f *Fallback) counted(r *sluice.Request, d *sluice.Decision) {
 		return
 	}
 	now := r.Now.UnixMicro()
-	f.ledger.add(keyOf(r), r.Cost, now, now+max(0, d.ResetAfter.Microseconds()), f.epoch.Load())
+	f.ledger.add(keyOf(r), r.Cost, now, now+max(0, d.ResetAfter.Microseconds()), f.epoch())
 }
 
 // mine removes from the ledger and returns the units of a refund r that
@@ -204,7 +204,7 @@ func (f *Fallback) mine(r *sluice.Request) int64 {
 	if _, err := check(r); err != nil {
 		return 0
 	}
-	return f.ledger.take(keyOf(r), r.Cost, r.Now.UnixMicro(), f.epoch.Load())
+	return f.ledger.take(keyOf(r), r.Cost, r.Now.UnixMicro(), f.epoch())
 }
 
 // Refund gives r.Cost units back to r's key (sluice.Refunder) where they
