@@ -45,10 +45,12 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 // refundFailed counts and logs a refund of d the store could not make
 // (but for given hits, given back by the shards refunded before it
 // failed): its hits stay counted, which the caller will not see (its
-// descriptor answers OK), so the line says how many, and of which key.
+// descriptor answers OK), so the line says how many, and of which key,
+// and sluice_envoy_negative_hits_failed_total counts them.
 // It shares the store failures' throttle, and no on_error applies to it.
 func (e *Engine) refundFailed(d *Descriptor, given int64, err error) {
 	e.metrics.StoreError()
+	d.Metrics.GiveBackFailed(max(d.Cost-given, 0))
 	if !e.storeLog.OK(e.now()) {
 		return
 	}

@@ -57,10 +57,11 @@ func shortLabel(label string) string {
 //	sluice_envoy_near_limit_total{domain,descriptor}  admitted hits within the last 20% of the limit (above floor(0.8 × limit))
 //	sluice_envoy_shadow_mode_total{domain,descriptor} hits a shadow_mode descriptor would have denied
 //	sluice_envoy_negative_hits_total{domain,descriptor} hits given back (is_negative_hits), not in hits_total
+//	sluice_envoy_negative_hits_failed_total{domain,descriptor} of those, hits the store could not give back (they stay counted)
 //	sluice_envoy_unknown_domain_total                 requests for a domain with no config
 type Envoy struct {
-	hits, over, near, shadow, negative *prometheus.CounterVec
-	unknown                            prometheus.Counter
+	hits, over, near, shadow, negative, negFailed *prometheus.CounterVec
+	unknown                                       prometheus.Counter
 
 	mu       sync.RWMutex
 	ds       map[[2]string]*EnvoyDescriptor
@@ -71,7 +72,7 @@ type Envoy struct {
 // EnvoyDescriptor holds the counters of one domain and descriptor label.
 // A nil *EnvoyDescriptor records nothing.
 type EnvoyDescriptor struct {
-	hits, over, near, shadow, negative prometheus.Counter
+	hits, over, near, shadow, negative, negFailed prometheus.Counter
 }
 
 // Envoy returns the Envoy rate limit service's counters, registering them
@@ -87,16 +88,17 @@ func (m *Metrics) Envoy() *Envoy {
 	}
 	lv := []string{"domain", "descriptor"}
 	e := &Envoy{
-		hits:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_hits_total", Help: "Envoy rate limit service: hits (hits_addend) asked for, per domain and descriptor."}, lv),
-		over:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_over_limit_total", Help: "Envoy rate limit service: hits over the limit (shadow_mode descriptors excluded)."}, lv),
-		near:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_near_limit_total", Help: "Envoy rate limit service: admitted hits within the last 20% of the limit."}, lv),
-		shadow:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_shadow_mode_total", Help: "Envoy rate limit service: hits a shadow_mode descriptor would have denied."}, lv),
-		negative: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_negative_hits_total", Help: "Envoy rate limit service: hits given back (is_negative_hits), per domain and descriptor."}, lv),
-		unknown:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_envoy_unknown_domain_total", Help: "Envoy rate limit service: requests for a domain that no descriptor file configures."}),
-		ds:       map[[2]string]*EnvoyDescriptor{},
-		fromReq:  map[[2]string]bool{},
+		hits:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_hits_total", Help: "Envoy rate limit service: hits (hits_addend) asked for, per domain and descriptor."}, lv),
+		over:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_over_limit_total", Help: "Envoy rate limit service: hits over the limit (shadow_mode descriptors excluded)."}, lv),
+		near:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_near_limit_total", Help: "Envoy rate limit service: admitted hits within the last 20% of the limit."}, lv),
+		shadow:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_shadow_mode_total", Help: "Envoy rate limit service: hits a shadow_mode descriptor would have denied."}, lv),
+		negative:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_negative_hits_total", Help: "Envoy rate limit service: hits given back (is_negative_hits), per domain and descriptor."}, lv),
+		negFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_negative_hits_failed_total", Help: "Envoy rate limit service: hits given back (is_negative_hits) that the store could not take back; they stay counted."}, lv),
+		unknown:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_envoy_unknown_domain_total", Help: "Envoy rate limit service: requests for a domain that no descriptor file configures."}),
+		ds:        map[[2]string]*EnvoyDescriptor{},
+		fromReq:   map[[2]string]bool{},
 	}
-	m.reg.MustRegister(e.hits, e.over, e.near, e.shadow, e.negative, e.unknown)
+	m.reg.MustRegister(e.hits, e.over, e.near, e.shadow, e.negative, e.negFailed, e.unknown)
 	m.envoy = e
 	return e
 }
@@ -141,7 +143,7 @@ func (e *Envoy) Descriptor(domain, descriptor string, detailed bool) *EnvoyDescr
 	d = &EnvoyDescriptor{
 		hits: e.hits.WithLabelValues(k[0], k[1]), over: e.over.WithLabelValues(k[0], k[1]),
 		near: e.near.WithLabelValues(k[0], k[1]), shadow: e.shadow.WithLabelValues(k[0], k[1]),
-		negative: e.negative.WithLabelValues(k[0], k[1]),
+		negative: e.negative.WithLabelValues(k[0], k[1]), negFailed: e.negFailed.WithLabelValues(k[0], k[1]),
 	}
 	e.ds[k] = d
 	return d
@@ -177,6 +179,14 @@ func (d *EnvoyDescriptor) Count(hits int64, over, shadow bool, near int64) {
 func (d *EnvoyDescriptor) GaveBack(hits int64) {
 	if d != nil {
 		d.negative.Add(float64(hits))
+	}
+}
+
+// GiveBackFailed records hits given back (is_negative_hits) that the
+// store could not take back: they stay counted.
+func (d *EnvoyDescriptor) GiveBackFailed(hits int64) {
+	if d != nil {
+		d.negFailed.Add(float64(hits))
 	}
 }
 

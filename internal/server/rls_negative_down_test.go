@@ -138,6 +138,13 @@ func TestNegativeHitsRedisDown(t *testing.T) {
 			if got := m[`sluice_envoy_negative_hits_total{descriptor="user",domain="web"}`]; got != given {
 				t.Errorf("negative hits counted %v, want %v (asked back, given back or not)", got, given)
 			}
+			kept := 2.0 // ann's hits the store could not take back, each refund's one
+			if onError == "local" {
+				kept = 1 // the second was made in memory (dropped there, counted apart)
+			}
+			if got := m[`sluice_envoy_negative_hits_failed_total{descriptor="user",domain="web"}`]; got != kept {
+				t.Errorf("negative hits the store could not give back %v, want %v", got, kept)
+			}
 		})
 	}
 }
