@@ -2,8 +2,6 @@ package deferq_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
@@ -88,29 +86,5 @@ func restrictedClient(t *testing.T, addr string) rueidis.Client {
 // key's list in its record, and the scan ends.
 func TestCommandsSufficeForScan(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := restrictedClient(t, srv.Addr)
-	admin := client(t, srv.Addr)
-	ctx := context.Background()
-	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
-	id := deferq.Tag("jobs") + "-00000000000000000001"
-	sid := writeRequest(t, admin, base, id, "a", false)
-	if _, err := redistest.Do(srv.Addr, "XGROUP", "CREATE", base+"q", "sluice", "0"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redistest.Do(srv.Addr, "XREADGROUP", "GROUP", "sluice", "old", "COUNT", "10", "STREAMS", base+"q", ">"); err != nil {
-		t.Fatal(err)
-	}
-	q, err := newQueue(deferq.Options{Client: c, Consumer: "new", Upstream: mustURL(t, newUpstream(t, nil).srv.URL), ClaimIdle: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
-	start(t, q)
-	h := sha256.Sum256([]byte("a"))
-	waitFor(t, "the request indexed, its list named, the scan over", time.Minute, func() bool {
-		i, _ := admin.Do(ctx, admin.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
-		l, _ := admin.Do(ctx, admin.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
-		st, _ := admin.Do(ctx, admin.B().Get().Key(base+"scan").Build()).ToString()
-		return i == id && l == hex.EncodeToString(h[:10]) && st == "done"
-	})
+	oldRequestIndexed(t, client(t, srv.Addr), restrictedClient(t, srv.Addr))
 }

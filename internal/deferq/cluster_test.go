@@ -51,15 +51,24 @@ func TestOrderOnCluster(t *testing.T) {
 // and listed.lua touch only keys of the rule's hash tag, records included.
 func TestOldRequestIndexedOnCluster(t *testing.T) {
 	c := clusterClient(t)
+	oldRequestIndexed(t, c, c)
+}
+
+// oldRequestIndexed queues a request of rule jobs as an earlier version
+// did, held by one of its instances, through admin; starts an instance of
+// this version on c; and waits until the scan has indexed the request,
+// named its key's list in its record, and ended.
+func oldRequestIndexed(t *testing.T, admin, c rueidis.Client) {
+	t.Helper()
 	ctx := context.Background()
 	base := "sluice:defer:{" + deferq.Tag("jobs") + "}:"
 	id := deferq.Tag("jobs") + "-00000000000000000001"
-	sid := writeRequest(t, c, base, id, "a", false)
+	sid := writeRequest(t, admin, base, id, "a", false)
 	for _, cmd := range []rueidis.Completed{
-		c.B().XgroupCreate().Key(base + "q").Group("sluice").Id("0").Build(),
-		c.B().Xreadgroup().Group("sluice", "old").Count(10).Streams().Key(base + "q").Id(">").Build(),
+		admin.B().XgroupCreate().Key(base + "q").Group("sluice").Id("0").Build(),
+		admin.B().Xreadgroup().Group("sluice", "old").Count(10).Streams().Key(base + "q").Id(">").Build(),
 	} {
-		if err := c.Do(ctx, cmd).Error(); err != nil {
+		if err := admin.Do(ctx, cmd).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,9 +80,9 @@ func TestOldRequestIndexedOnCluster(t *testing.T) {
 	start(t, q)
 	h := sha256.Sum256([]byte("a"))
 	waitFor(t, "the request indexed, its list named, the scan over", time.Minute, func() bool {
-		i, _ := c.Do(ctx, c.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
-		l, _ := c.Do(ctx, c.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
-		st, _ := c.Do(ctx, c.B().Get().Key(base+"scan").Build()).ToString()
+		i, _ := admin.Do(ctx, admin.B().Hget().Key(base+"i").Field(sid).Build()).ToString()
+		l, _ := admin.Do(ctx, admin.B().Hget().Key(base+"s:"+id).Field("list").Build()).ToString()
+		st, _ := admin.Do(ctx, admin.B().Get().Key(base+"scan").Build()).ToString()
 		return i == id && l == hex.EncodeToString(h[:10]) && st == "done"
 	})
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The scan for requests queued by an earlier version is bounded and
@@ -20,17 +18,7 @@ import (
 // as it is; and once the stream's end is reached the scan is over for
 // good: an entry added after is left to the turn that indexes it.
 func TestScanOldBoundedResumable(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(q, &Rule{Name: "jobs"}, "x")
+	w, c := jobsWorker(t)
 	ctx := context.Background()
 	do := func(cmd rueidis.Completed) string {
 		t.Helper()

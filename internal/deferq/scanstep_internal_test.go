@@ -15,17 +15,7 @@ import (
 // an instance of this version, its client, the request's id and entry.
 func oldLayout(t *testing.T) (*worker, rueidis.Client, string, string) {
 	t.Helper()
-	srv := redistest.StartServer(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	q, err := New(Options{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(q, &Rule{Name: "jobs"}, "x")
+	w, c := jobsWorker(t)
 	ctx := context.Background()
 	id := w.tag + "-00000000000000000001"
 	if err := c.Do(ctx, c.B().XgroupCreate().Key(w.base+"q").Group(group).Id("0").Mkstream().Build()).Error(); err != nil {
@@ -95,4 +85,22 @@ func TestScanStepTrimmedBetween(t *testing.T) {
 		l, _ := c.Do(ctx, c.B().Lrange().Key(w.base+"k:"+keyDigest("a")).Start(0).Stop(-1).Build()).AsStrSlice()
 		t.Errorf("after the trimmed request was swept: %d of its record, its key's list %v and the index left (%v); want none", n, l, err)
 	}
+}
+
+// jobsWorker starts a Redis and returns the worker of rule jobs of an
+// instance of this version on it, and its client.
+func jobsWorker(t *testing.T) (*worker, rueidis.Client) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	q, err := New(Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(q, &Rule{Name: "jobs"}, "x")
+	return w, c
 }
