@@ -111,6 +111,18 @@ func BenchmarkForwardAuthFront(b *testing.B) {
 	}
 	go front.Serve(ln)
 	defer front.Close()
+	reqs := forwardAuthRequests()
+	var n atomic.Int64
+	b.ReportAllocs()
+	defer benchutil.ReportCPU(b)()
+	benchutil.Clients(b, ln.Addr().String(), 4, func() []byte { return reqs[n.Add(1)%250] }, func(answer []byte) bool {
+		return bytes.Contains(answer, []byte("\r\nContent-Length: 0\r\n")) // allowed: no body
+	})
+}
+
+// forwardAuthRequests returns nginx-style forward-auth questions from 250
+// client addresses, one per connection's turn, for the benchmarks.
+func forwardAuthRequests() [][]byte {
 	reqs := make([][]byte, 250)
 	for i := range reqs {
 		reqs[i] = []byte("GET /v1/forward-auth HTTP/1.1\r\n" +
@@ -122,10 +134,5 @@ func BenchmarkForwardAuthFront(b *testing.B) {
 			"User-Agent: curl/8.0\r\n" +
 			"Accept: */*\r\n\r\n")
 	}
-	var n atomic.Int64
-	b.ReportAllocs()
-	defer benchutil.ReportCPU(b)()
-	benchutil.Clients(b, ln.Addr().String(), 4, func() []byte { return reqs[n.Add(1)%250] }, func(answer []byte) bool {
-		return bytes.Contains(answer, []byte("\r\nContent-Length: 0\r\n")) // allowed: no body
-	})
+	return reqs
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,17 +21,7 @@ import (
 // the handler), steady on a loaded machine where the loopback
 // benchmarks' figures vary by a tenth from run to run.
 func BenchmarkForwardAuthFrontMemory(b *testing.B) {
-	reqs := make([][]byte, 250)
-	for i := range reqs {
-		reqs[i] = []byte("GET /v1/forward-auth HTTP/1.1\r\n" +
-			"X-Forwarded-Method: GET\r\n" +
-			"X-Forwarded-Uri: /items?page=1\r\n" +
-			"X-Forwarded-Host: api.example.com\r\n" +
-			"X-Forwarded-For: 198.51.100." + strconv.Itoa(i) + "\r\n" +
-			"Host: sluice\r\n" +
-			"User-Agent: curl/8.0\r\n" +
-			"Accept: */*\r\n\r\n")
-	}
+	reqs := forwardAuthRequests()
 	front := h1.New(&http.Server{Handler: forwardAuthHandler(b)})
 	c := &memConn{reqs: reqs, done: make(chan struct{}), closed: make(chan struct{})}
 	ln := &memListener{c: make(chan net.Conn, 1), closed: make(chan struct{})}
