@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // openRedis returns a Redis store as o says, closed when the test ends.
@@ -26,6 +28,29 @@ func openRedis(t testing.TB, o redisstore.Options) *redisstore.Store {
 
 // OpenRedis is openRedis for the external tests (package fleet_test).
 var OpenRedis = openRedis
+
+// reconnect asks st until both its clients answer (they reconnect on
+// their own), for at most 10s: a ping, and a lone query of another key.
+func reconnect(t *testing.T, st *redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	q := sluice.Request{Key: "reconnect", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1), Now: sluicetest.T0}
+	for {
+		err := st.Ping(context.Background())
+		if err == nil {
+			_, err = st.Take(context.Background(), q)
+		}
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping still failing after 10s: %v", err)
+		}
+	}
+}
+
+// Reconnect is reconnect for the external tests.
+var Reconnect = reconnect
 
 // Age makes the views of s's keys look d older, as if d had passed since
 // they were read: aged two intervals, a key is read again before its next

@@ -53,6 +53,10 @@ func TestSyncCloseSendsChainOfEntries(t *testing.T) {
 				t.Fatal("Close with Redis down = nil, want its error")
 			}
 			gate.Open()
+			// The client may first find its cut connection (EOF): wait
+			// until it answers again, so that the one Flush below is
+			// judged, not the reconnect.
+			reconnect(t, rs)
 			if err := s.Flush(); err != nil {
 				t.Fatalf("Flush after Close: %v", err)
 			}

@@ -12,26 +12,6 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// reconnect asks st until both its clients answer (they reconnect on
-// their own), for at most 10s: a ping, and a lone query of another key.
-func reconnect(t *testing.T, st *redisstore.Store) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	q := sluice.Request{Key: "reconnect", Algorithm: sluice.FixedWindow, Limit: sluice.PerHour(1), Now: sluicetest.T0}
-	for {
-		err := st.Ping(context.Background())
-		if err == nil {
-			_, err = st.Take(context.Background(), q)
-		}
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Ping still failing after 10s: %v", err)
-		}
-	}
-}
-
 // TestSyncSuccessorOrder: a key's entry is let go (Forget, or a changed
 // rule) while its hits are in doubt: a batch failed before Redis ran it.
 // The key's next entry numbers its own hits after them, for the same
@@ -85,14 +65,14 @@ func TestSyncSuccessorOrder(t *testing.T) {
 			gate.Shut()
 			r = tc.next(t, s, r) // the 3 hits: an op in doubt, not run
 			gate.Open()
-			reconnect(t, rs)
+			fleet.Reconnect(t, rs)
 			take(r, 5) // the next entry: (cold,) first read, local hits
 			gate.Shut()
 			if err := s.Flush(); err == nil {
 				t.Fatal("second Flush with the gate shut succeeded")
 			}
 			gate.Open()
-			reconnect(t, rs)
+			fleet.Reconnect(t, rs)
 			s.Age(2 * time.Hour)
 			take(r, 1) // the next entry's load
 			if err := s.Close(); err != nil {
