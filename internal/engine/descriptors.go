@@ -84,7 +84,9 @@ type DescriptorsResult struct {
 // counted by every descriptor that admitted it; that second round trip
 // happens only then. Unlimited descriptors and descriptors with
 // requests_per_unit 0 never reach the store. Negative descriptors give
-// their hits back first, whatever the others decide, and never deny.
+// their hits back first, all together, whatever the others decide, and
+// never deny; the store calls after them share their bound
+// (Options.StoreTimeout).
 func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus) DescriptorsResult {
 	now := e.now()
 	a := getAttempt()
@@ -141,9 +143,23 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 	}
 	res := DescriptorsResult{Now: now}
-	if len(back) > 0 && !e.giveBackDescriptors(ctx, a, ds, st, back, now) {
-		e.descriptorsGone(ctx, ds, st, &res)
-		return res
+	if len(back) > 0 {
+		var start time.Time
+		if e.storeTimeout > 0 {
+			start = time.Now()
+		}
+		if !e.giveBackDescriptors(ctx, a, ds, st, back, now) {
+			e.descriptorsGone(ctx, ds, st, &res)
+			return res
+		}
+		if e.storeTimeout > 0 {
+			// The takes get what is left of the refunds' bound: a store
+			// that did not answer them fails them at once (one that fell
+			// back to memory meanwhile decides them there).
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, start.Add(e.storeTimeout))
+			defer cancel()
+		}
 	}
 	if len(reports) > 0 {
 		// Reports are charged whatever the other descriptors decide, even

@@ -141,6 +141,15 @@ type Options struct {
 	// shards: auto (the Cluster's masters); nil or below 2, shards: auto
 	// shards nothing.
 	AutoShards func() int
+	// StoreTimeout is the store's own bound on one call
+	// (store.redis.timeout); 0 means none is known. An Envoy rate limit
+	// request (DecideDescriptors) gives its refunds back together, so
+	// that the store bounds them by one timeout; with StoreTimeout, its
+	// takes then get what is left of that timeout from the request's
+	// start, so that a store that does not answer holds the request about
+	// one timeout, however many descriptors it has (without, the takes
+	// are bounded by a timeout of their own).
+	StoreTimeout time.Duration
 }
 
 // Engine decides requests against a rule set and a store. It is immutable
@@ -164,6 +173,9 @@ type Engine struct {
 
 	storeLog, shadowLog logthrottle.Throttle
 	realClock           bool // now is time.Now: its readings time the store calls too
+	// storeTimeout bounds the store calls of one DecideDescriptors
+	// together (Options.StoreTimeout); 0: each call by the store alone.
+	storeTimeout time.Duration
 }
 
 // New returns an Engine for o.
@@ -171,7 +183,7 @@ func New(o Options) (*Engine, error) {
 	if o.Store == nil {
 		return nil, fmt.Errorf("engine: nil store")
 	}
-	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, spreadf: o.Spread, shards: o.Shards, auto: o.AutoShards}
+	e := &Engine{store: o.Store, rules: o.Rules, metrics: o.Metrics, log: o.Logger, now: o.Now, shard: o.Shard, spreadf: o.Spread, shards: o.Shards, auto: o.AutoShards, storeTimeout: o.StoreTimeout}
 	switch o.OnError {
 	case "", OnErrorAllow, OnErrorLocal:
 		e.failOpen = true

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -13,13 +15,17 @@ import (
 // giveBackDescriptors gives back the hits of the descriptors ds[idx...]
 // (Descriptor.Negative, Envoy's is_negative_hits), each to its rule's
 // counter, at now (sluice.Refunder): never more than the counter holds.
+// The refunds go to the store together, each on its own goroutine but the
+// first, so that a store that does not answer holds them one timeout, not
+// one each (a store bounds the calls begun together by one deadline).
 // Each is answered OK, its Decision the counter after the refund, as the
 // reference service answers them (they bypass the over-limit check). A
 // refund the store cannot make is counted as a store failure and logged
 // with its hits (refundFailed), and leaves the descriptor OK without
 // figures (not Asked); it changes nothing of the
 // request's answer (a refund denies nothing). A refund refused because
-// the client went away (clientGone) ends the refunds: it returns false.
+// the client went away (clientGone) makes it return false; the others,
+// made or not, stay as they ended.
 // The refunds' store calls are timed in a, as takeDescriptors times its
 // own: a request of refunds alone asked the store too.
 func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
@@ -28,18 +34,26 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 	} else {
 		defer a.timed(time.Now())
 	}
-	for _, i := range idx {
+	var left atomic.Bool
+	one := func(i int) {
 		d, given, err := e.giveBackDescriptor(ctx, &ds[i], now)
 		if err != nil {
 			if clientGone(ctx) {
-				return false
+				left.Store(true)
+				return
 			}
 			e.refundFailed(&ds[i], given, err)
-			continue
+			return
 		}
 		st[i] = DescriptorStatus{Decision: d, Asked: true}
 	}
-	return true
+	var wg sync.WaitGroup
+	for _, i := range idx[1:] {
+		wg.Go(func() { one(i) })
+	}
+	one(idx[0])
+	wg.Wait()
+	return !left.Load()
 }
 
 // refundFailed counts and logs a refund of d the store could not make

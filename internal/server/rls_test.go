@@ -103,17 +103,18 @@ func writeConf(t testing.TB, srcs ...string) *descriptors.Set {
 }
 
 type envOpts struct {
-	onError     string
-	unavailable bool
-	headers     bool
-	shadow      bool
-	quota       bool
-	now         func() time.Time                               // nil: always tMid
-	shard       func(r *sluice.Request, n int) int             // engine.Options.Shard
-	spread      func(r sluice.Request, n int) []sluice.Request // engine.Options.Spread
-	shards      func(r sluice.Request, n int) []sluice.Request // engine.Options.Shards
-	grpc        server.GRPCOptions
-	log         *slog.Logger // the engine's; nil discards
+	onError      string
+	unavailable  bool
+	headers      bool
+	shadow       bool
+	quota        bool
+	now          func() time.Time                               // nil: always tMid
+	shard        func(r *sluice.Request, n int) int             // engine.Options.Shard
+	spread       func(r sluice.Request, n int) []sluice.Request // engine.Options.Spread
+	shards       func(r sluice.Request, n int) []sluice.Request // engine.Options.Shards
+	storeTimeout time.Duration                                  // engine.Options.StoreTimeout
+	grpc         server.GRPCOptions
+	log          *slog.Logger // the engine's; nil discards
 	// listen wraps the gRPC listener's net.Listener, given the metrics
 	// (the daemon's listener.Wrap); nil serves on it as it is.
 	listen func(ln net.Listener, m *metrics.Metrics) net.Listener
@@ -128,7 +129,7 @@ func startRLS(t testing.TB, st sluice.Store, set *descriptors.Set, o envOpts) *r
 	if o.now == nil {
 		o.now = func() time.Time { return tMid }
 	}
-	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Logger: o.log, Now: o.now, Shard: o.shard, Spread: o.spread, Shards: o.shards})
+	eng, err := engine.New(engine.Options{Store: st, OnError: o.onError, Metrics: m, Logger: o.log, Now: o.now, Shard: o.shard, Spread: o.spread, Shards: o.shards, StoreTimeout: o.storeTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
