@@ -54,13 +54,15 @@ func (d *Daemon) openFeatures(cfg *config.Config) error {
 	return nil
 }
 
-// engineOptions adds the hot-key summaries and sharding to o. Nothing is
+// engineOptions adds the hot-key summaries, sharding and, on Redis,
+// store.redis.timeout (cfg's: the store is bound at startup) to o. Nothing is
 // sharded while the daemon decides in memory (on_error: local): shards
 // spread Redis's load, and in memory each shard's share of the local
 // share, rounded up to 1, would admit more than the rule's local share.
-func (d *Daemon) engineOptions(o engine.Options) engine.Options {
+func (d *Daemon) engineOptions(o engine.Options, cfg *config.Config) engine.Options {
 	o.HotKeys = d.hot
 	if d.lazy != nil {
+		o.StoreTimeout = cfg.Store.Redis.Timeout
 		o.Shard = func(r *sluice.Request, n int) int {
 			if d.fallback != nil && d.fallback.Mode() == fleet.ModeLocal {
 				return 1

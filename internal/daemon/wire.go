@@ -36,7 +36,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		Metrics: d.metrics,
 		Logger:  d.log,
 		Now:     d.opts.Now,
-	}))
+	}, cfg))
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
