@@ -16,7 +16,7 @@ import (
 // and the commands the queue sends by itself, are added.
 func Commands(prefix string) [][]string {
 	b := prefix + "{" + Tag("acl-probe") + "}:"
-	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t", "i": b + "i", "scan": b + "scan"}
+	keyOf := map[string]string{"q": b + "q", "dead": b + "dead", "s": b + "s:id", "k": b + "k:h", "r": b + "r:t", "i": b + "i", "scan": b + "scan", "records": b + "records"}
 	var cmds [][]string
 	add := func(argv []string) {
 		for _, c := range cmds {
@@ -26,7 +26,7 @@ func Commands(prefix string) [][]string {
 		}
 		cmds = append(cmds, argv)
 	}
-	for _, k := range []string{"q", "dead", "s", "k", "r", "i", "scan"} {
+	for _, k := range []string{"q", "dead", "s", "k", "r", "i", "scan", "records"} {
 		add([]string{"EVALSHA", strings.Repeat("0", 40), "1", keyOf[k]})
 		add([]string{"EVAL", "return 0", "1", keyOf[k]})
 	}
@@ -53,7 +53,8 @@ func Commands(prefix string) [][]string {
 // their callers pass them: q the stream, dead the dead-letter stream, s
 // a request's hash, k a limiter key's list, r a read's record, i the
 // stream-id index, scan the state of the scan for requests queued by an
-// earlier version.
+// earlier version, records the cursor of the pass over the rule's
+// records.
 var scriptsKeys = []struct {
 	src  string
 	keys []string
@@ -70,6 +71,7 @@ var scriptsKeys = []struct {
 	{forgetLua + sweepLua, []string{"q", "i"}},
 	{scanLua, []string{"q", "i", "scan"}},
 	{listedLua, []string{"i", "scan"}},
+	{recordsLua, []string{"q", "i", "records"}},
 }
 
 // computedKeys are the keys scripts build rather than take in KEYS, by
@@ -79,7 +81,9 @@ var scriptsKeys = []struct {
 // record); read.lua deletes the record of a request it finds trimmed
 // away (recKey, named by the stream-id index); scan.lua reads the record
 // of each request it indexes, and listed.lua takes its records' keys
-// (recKey) from KEYS, looping over them.
+// (recKey) from KEYS, looping over them; records.lua reads and deletes
+// the records SCAN finds (recKey) and takes them out of their keys'
+// lists (listKey).
 var computedKeys = map[string]string{"base .. head": "s", "listKey": "k", "recKey": "s"}
 
 var (

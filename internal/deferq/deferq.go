@@ -15,6 +15,7 @@
 //	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
 //	sluice:defer:{T}:i          a hash: the stream entry id of each request not settled -> its ID
 //	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went (scan.lua; 7 days from its last step)
+//	sluice:defer:{T}:records    where the pass over the rule's records goes on (records.lua: a SCAN cursor; 7 days from its last step)
 //
 // where T is a digest of the rule's name (so a reload that changes the
 // rule's rate keeps its queue) and H a digest of the limiter key. The id
@@ -42,7 +43,12 @@
 // for requests gone that no claim meets (trimmed before anyone read
 // them) (forget.lua, sweep.lua). Requests queued by an earlier version,
 // which has no index, are indexed by a scan of the stream the instances
-// make once between them, a slice each claim round (scan.lua).
+// make once between them, a slice each claim round (scan.lua). Such a
+// request trimmed before the scan reached it, or queued by an instance of
+// the earlier version after it, and trimmed before its turn, is in
+// neither: each claim round also passes over a slice of the rule's
+// records (SCAN, records.lua), and one that says its request waits while
+// its entry is neither in the stream nor pending goes.
 // A held entry is sent when it is the oldest of its key (the key's list:
 // order per key holds across the fleet), its owner is still this instance,
 // its next attempt is due if one failed (whichever instance recorded it),

@@ -58,6 +58,7 @@ func (w *worker) steps(ctx context.Context, c rueidis.Client) readSteps {
 				scanned = w.scanOld(ctx, c)
 			}
 			index = w.sweep(ctx, c, index)
+			w.passRecords(ctx, c)
 			for looked, calls := int64(0), 0; looked < 10_000 && calls < 100; calls++ {
 				g := w.reserve(100)
 				if g.n < 1 {

@@ -1,0 +1,59 @@
+-- Pass over the rule's records (the keys ...}:s:ID, by SCAN), a slice a
+-- run, for those of requests gone that nothing else finds: a record that
+-- says its request waits (queued, failed) while its entry is neither in
+-- the stream nor pending in the group. Nothing will send that request,
+-- and no other step meets its record when it is not in the stream-id
+-- index: a request an earlier version queued (it had no index) and that
+-- was trimmed or deleted from the stream before the scan of the stream
+-- (scan.lua) reached it, or queued by an instance of that version after
+-- the scan was over and trimmed before any instance of this one tried
+-- it. Its record goes, its place in its key's list if the record names
+-- it, and its index entry if it has one, as forget.lua drops them; else
+-- it read "queued" until someone asked about it (status.lua), or for 7
+-- days. A record being made is never met half done: enqueue.lua writes
+-- the entry and the record in one step.
+-- Each run goes on from where the last stopped, whichever instance ran it
+-- (KEYS[3] holds SCAN's cursor), and a pass over, the next begins: a
+-- record is met within two passes of the key space (SCAN returns every
+-- key there from the start of a pass to its end), a pass taking the
+-- node's keys / ARGV[3] runs. The cursor lasts ARGV[4] ms from its last
+-- run, so a rule dropped from the config leaves no key behind.
+-- The records of the rule are named by ARGV[2], a MATCH pattern with the
+-- rule's hash tag: one slot, the stream's.
+-- KEYS: 1 stream, 2 the stream-id index, 3 the pass's cursor
+-- ARGV: 1 group, 2 the records' MATCH pattern, 3 SCAN's COUNT, 4 the
+--       cursor's TTL in ms
+-- Returns {the next cursor ('0': a pass is over), records cleaned}.
+local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
+local cursor = redis.call('GET', KEYS[3]) or '0'
+-- pcall: a cursor that is none (written by hand) starts a pass again.
+local r = redis.pcall('SCAN', cursor, 'MATCH', ARGV[2], 'COUNT', ARGV[3], 'TYPE', 'hash')
+if type(r) ~= 'table' or r.err then
+  r = redis.call('SCAN', '0', 'MATCH', ARGV[2], 'COUNT', ARGV[3], 'TYPE', 'hash')
+end
+local cleaned = 0
+for _, recKey in ipairs(r[2]) do
+  local f = redis.call('HMGET', recKey, 'state', 'sid', 'list')
+  if (f[1] == 'queued' or f[1] == 'failed') and f[2] then
+    -- pcall: a sid that is no entry id (written by hand) is left, and so
+    -- is every record while the group does not exist yet.
+    local e = redis.pcall('XRANGE', KEYS[1], f[2], f[2])
+    if type(e) == 'table' and not e.err and #e == 0 then
+      local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], f[2], f[2], 1)
+      if type(p) == 'table' and not p.err and #p == 0 then
+        local id = string.sub(recKey, #base + 3)
+        redis.call('DEL', recKey)
+        if f[3] then
+          local listKey = base .. 'k:' .. f[3]
+          redis.call('LREM', listKey, 1, id)
+        end
+        if redis.call('HGET', KEYS[2], f[2]) == id then
+          redis.call('HDEL', KEYS[2], f[2])
+        end
+        cleaned = cleaned + 1
+      end
+    end
+  end
+end
+redis.call('SET', KEYS[3], r[1], 'PX', ARGV[4])
+return {r[1], cleaned}
