@@ -14,7 +14,7 @@
 //	sluice:defer:{T}:k:H        a list: the IDs queued for one limiter key, in order
 //	sluice:defer:{T}:r:R        a list: the entries one read returned (read.lua), until the next
 //	sluice:defer:{T}:i          a hash: the stream entry id of each request not settled -> its ID
-//	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went (scan.lua; 7 days from its last step)
+//	sluice:defer:{T}:scan       how far the scan for requests an earlier version queued went, and where it ends (scan.lua; 7 days from its last step)
 //	sluice:defer:{T}:records    where the pass over the rule's records goes on (records.lua: a SCAN cursor; 7 days from its last step)
 //
 // where T is a digest of the rule's name (so a reload that changes the
@@ -43,7 +43,8 @@
 // for requests gone that no claim meets (trimmed before anyone read
 // them) (forget.lua, sweep.lua). Requests queued by an earlier version,
 // which has no index, are indexed by a scan of the stream the instances
-// make once between them, a slice each claim round (scan.lua). Such a
+// make once between them, a slice each claim round, up to the entry that
+// was the stream's last when it began (scan.lua). Such a
 // request trimmed before the scan reached it, or queued by an instance of
 // the earlier version after it, and trimmed before its turn, is in
 // neither: each claim round also passes over a slice of the rule's

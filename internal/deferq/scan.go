@@ -34,8 +34,9 @@ const (
 // where the fleet's scan stopped (scan.lua), and names their keys' lists
 // in their records (listed.lua), so that a claim round or a sweep that
 // finds one gone cleans it as it cleans one this version queued. It
-// reports whether the scan is over (the whole stream looked at once, by
-// this instance or another): the reader then asks no more.
+// reports whether the scan is over (the stream, up to its last entry
+// when the scan began, looked at once, by this instance or another): the
+// reader then asks no more.
 func (w *worker) scanOld(ctx context.Context, c rueidis.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -58,7 +59,7 @@ func (w *worker) scanOld(ctx context.Context, c rueidis.Client) bool {
 }
 
 // scanned is what one run of scan.lua found: whether it reached the
-// stream's end, and the requests whose records name no key's list, with
+// scan's end, and the requests whose records name no key's list, with
 // the scan's state it started from and the one to move it to once they
 // are named (it moved it itself when there are none).
 type scanned struct {

@@ -3,11 +3,17 @@
 -- claim round that meets one trimmed away, or a sweep that finds it gone,
 -- cleans it then as it cleans one this version queued, rather than leave
 -- its record reading "queued" until someone asks, or for 7 days. Run at
--- each claim round of every instance until the whole stream has been
--- looked at once: each run goes on from where the last stopped, whichever
--- instance ran it (KEYS[3] holds the last entry id looked at, then
--- 'done' for good), so several instances share one scan, and a restart
--- resumes it. A run looks at ARGV[2] entries at most, and stops once
+-- each claim round of every instance until the stream, as it was when
+-- the scan began, has been looked at once: each run goes on from where
+-- the last stopped, whichever instance ran it (KEYS[3] holds the
+-- stream's last entry id when the scan began, a space and the last entry
+-- id looked at, then 'done' for good), so several instances share one
+-- scan, and a restart resumes it. The scan ends at that last entry: on a
+-- stream fed faster than it looks (several hundred requests a second
+-- and more per instance) it chased the stream's end for as long as the
+-- stream grew. A request queued after it began is indexed at its turn
+-- (begin.lua), or, trimmed before, its record is met by the pass over
+-- the records (records.lua). A run looks at ARGV[2] entries at most, and stops once
 -- those it looked at hold ARGV[3] bytes: it reads them one at a time, so
 -- that what it reads is bounded whatever the bodies queued.
 -- An entry whose id is one of the rule's is indexed (HSETNX: an entry
@@ -28,14 +34,27 @@
 -- KEYS: 1 stream, 2 the stream-id index, 3 the scan's state
 -- ARGV: 1 the rule's tag, 2 most entries, 3 most bytes, 4 the state's TTL in ms
 -- Returns {looked, done (1 or 0), from, to, id, entry id, key, ...}: how
--- many entries this run looked at, whether it reached the stream's end,
+-- many entries this run looked at, whether it reached the scan's end,
 -- and the requests whose record says they wait and names no key's list,
 -- with their limiter key, whose digest names it (the caller adds it: no
 -- SHA-256 here); with them, the state this run started from ('' none)
 -- and the one to move it to ('done' at the end), for listed.lua.
-local at = redis.call('GET', KEYS[3])
-if at == 'done' then
+local state = redis.call('GET', KEYS[3])
+if state == 'done' then
   return {0, 1, '', ''}
+end
+local last, at = nil, state
+if state then
+  local l, a = string.match(state, '^(%S+) (%S+)$')
+  if l then
+    last, at = l, a
+  end -- else the state of a scan begun unbounded: it goes on, bounded now
+end
+if not last then
+  local e = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #e > 0 then
+    last = e[1][1]
+  end
 end
 local start = '-'
 if at then
@@ -46,11 +65,14 @@ end
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
 local pattern = '^' .. ARGV[1] .. '%-' .. string.rep('[0-9a-f]', 20) .. '$'
 local most, mostBytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-local from = at or ''
+local from = state or ''
 local out = {0, 0, '', ''}
 local looked, bytes = 0, 0
-while looked < most and bytes < mostBytes do
-  local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
+if not last then
+  out[2] = 1 -- an empty stream
+end
+while out[2] == 0 and looked < most and bytes < mostBytes do
+  local es = redis.call('XRANGE', KEYS[1], start, last, 'COUNT', 1)
   if #es == 0 then
     out[2] = 1
     break
@@ -79,10 +101,15 @@ while looked < most and bytes < mostBytes do
   end
   start = '(' .. sid
   at = sid
+  if sid == last then
+    out[2] = 1
+  end
 end
-local to = at
+local to
 if out[2] == 1 then
   to = 'done'
+elseif at then
+  to = last .. ' ' .. at
 end
 if #out > 4 then
   out[3], out[4] = from, to or ''
