@@ -16,9 +16,11 @@ var recordsLua string
 var recordsScript = rueidis.NewLuaScript(recordsLua)
 
 // recordsCount is SCAN's COUNT in one step of the pass over a rule's
-// records: about as many keys of the Redis node looked at a claim round,
-// so that a node of a million keys is passed over within 1,000 rounds of
-// one instance (fewer with several: they share the pass).
+// records: about as many keys of the Redis node looked at a step. The
+// fleet takes at most one step a claim interval (worker.recordsEvery,
+// 5 s by default) for each rule, however many instances it has, so the
+// pass costs Redis one SCAN of 1,000 keys per rule every 5 s, and a node
+// of a million keys is passed over in about 83 minutes.
 const recordsCount = 1000
 
 // passRecords runs one step of the pass over the rule's records
@@ -30,7 +32,8 @@ func (w *worker) passRecords(ctx context.Context, c rueidis.Client) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := recordsScript.Exec(ctx, c, []string{w.base + "q", w.base + "i", w.base + "records"},
-		[]string{group, globEscape(w.base) + "s:*", strconv.Itoa(recordsCount), strconv.FormatInt(queuedTTL.Milliseconds(), 10)}).Error()
+		[]string{group, globEscape(w.base) + "s:*", strconv.Itoa(recordsCount), strconv.FormatInt(queuedTTL.Milliseconds(), 10),
+			strconv.FormatInt(w.recordsEvery.Milliseconds(), 10)}).Error()
 	if err != nil && ctx.Err() == nil {
 		w.q.o.Logger.Warn("defer: pass over the records for requests gone", "rule", w.name, "err", err)
 	}

@@ -18,14 +18,22 @@
 -- key there from the start of a pass to its end), a pass taking the
 -- node's keys / ARGV[3] runs. The cursor lasts ARGV[4] ms from its last
 -- run, so a rule dropped from the config leaves no key behind.
+-- The fleet takes one step at most every ARGV[5] ms, whichever instance
+-- asks: the cursor's TTL, set to ARGV[4] at each step, tells how long
+-- ago the last one was. So the pass's load on Redis does not grow with
+-- the number of instances.
 -- The records of the rule are named by ARGV[2], a MATCH pattern with the
 -- rule's hash tag: one slot, the stream's.
 -- KEYS: 1 stream, 2 the stream-id index, 3 the pass's cursor
 -- ARGV: 1 group, 2 the records' MATCH pattern, 3 SCAN's COUNT, 4 the
---       cursor's TTL in ms
+--       cursor's TTL in ms, 5 the least time between two steps in ms
 -- Returns {the next cursor ('0': a pass is over), records cleaned}.
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
 local cursor = redis.call('GET', KEYS[3]) or '0'
+local gap = tonumber(ARGV[5])
+if gap > 0 and redis.call('PTTL', KEYS[3]) > tonumber(ARGV[4]) - gap then
+  return {cursor, 0} -- a step ran less than gap ago
+end
 -- pcall: a cursor that is none (written by hand) starts a pass again.
 local r = redis.pcall('SCAN', cursor, 'MATCH', ARGV[2], 'COUNT', ARGV[3], 'TYPE', 'hash')
 if type(r) ~= 'table' or r.err then

@@ -75,6 +75,9 @@ type worker struct {
 	consumer string
 	tag      string // Tag(name): every id of the rule starts with it
 	base     string // the rule's key prefix, through "}:"
+	// recordsEvery is the least time between two steps of the pass over
+	// the rule's records (records.lua), by any instance.
+	recordsEvery time.Duration
 
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -145,6 +148,8 @@ func newWorker(q *Queue, r *Rule, consumer string) *worker {
 		done:     make(chan result),
 		room:     make(chan struct{}, 1),
 		kick:     make(chan struct{}, 1),
+
+		recordsEvery: q.o.claimEvery(),
 	}
 	w.rule.Store(r)
 	return w
