@@ -29,9 +29,9 @@ func (f *fleetStore) resendLater(s *fleet.Sync, iv time.Duration) {
 				stop = true // one last try
 			case <-t.C:
 			}
-			// A batch that succeeds may leave hits that waited for the
-			// ops in doubt it resent: the next sends them (or nothing).
-			if s.Flush() == nil && s.Flush() == nil {
+			// After Close, one Flush that succeeds has sent everything,
+			// hits that waited for the ops in doubt it resent included.
+			if s.Flush() == nil {
 				break
 			}
 		}
