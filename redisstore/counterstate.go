@@ -9,14 +9,18 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// counterStateLua runs counter_state.lua.
-var counterStateLua = rueidis.NewLuaScript(func() string {
-	b, err := luaFS.ReadFile("counter_state.lua")
-	if err != nil {
-		panic(err) // embedded: cannot happen
-	}
-	return string(b)
-}())
+// counterStateScript is counter_state.lua, for a pipeline (ReadCounters), and
+// counterStateLua runs it alone.
+var (
+	counterStateScript = newPipedScript(func() string {
+		b, err := luaFS.ReadFile("counter_state.lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		return string(b)
+	}())
+	counterStateLua = rueidis.NewLuaScript(counterStateScript.body)
+)
 
 // CounterState returns the state of the sliding_window_counter key of r,
 // of any number of segments, as sluice.SlidingWindowCounter keeps it, and
@@ -27,21 +31,37 @@ var counterStateLua = rueidis.NewLuaScript(func() string {
 // instant, what it would answer had it taken nothing since: what its
 // window regains as its units leave, which its Decision does not tell.
 func (s *Store) CounterState(ctx context.Context, r sluice.Request) (st sluice.State, now int64, err error) {
+	key, args, segs, err := s.counterStateArgs(&r)
+	if err != nil {
+		return st, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return counterStateReply(&r, segs, counterStateLua.Exec(ctx, s.c, []string{key}, args))
+}
+
+// counterStateArgs returns the key and arguments of counter_state.lua for
+// r, and r's number of segments.
+func (s *Store) counterStateArgs(r *sluice.Request) (key string, args []string, segs int64, err error) {
 	if r.Algorithm != sluice.SlidingWindowCounter {
-		return st, 0, fmt.Errorf("redisstore: counter state %q: %w: %v is not sliding_window_counter", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
+		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w: %v is not sliding_window_counter", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
 	}
 	us, err := s.nowArg(r.Now)
 	if err != nil {
-		return st, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
+		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
 	}
 	t, err := r.Limit.Ticks()
 	if err != nil {
-		return st, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
+		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
 	}
-	segs := max(t.Segments, 1)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	arr, err := counterStateLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, []string{strconv.FormatInt(segs, 10), us}).AsIntSlice()
+	segs = max(t.Segments, 1)
+	return s.KeyOf(r), []string{strconv.FormatInt(segs, 10), us}, segs, nil
+}
+
+// counterStateReply reads counter_state.lua's reply for r, of segs
+// segments: the state and the instant it was read at.
+func counterStateReply(r *sluice.Request, segs int64, res rueidis.RedisResult) (st sluice.State, now int64, err error) {
+	arr, err := res.AsIntSlice()
 	want := 4
 	if segs > 1 {
 		want = int(segs) + 3

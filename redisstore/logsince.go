@@ -9,14 +9,18 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// logSinceLua runs log_since.lua.
-var logSinceLua = rueidis.NewLuaScript(func() string {
-	b, err := luaFS.ReadFile("log_since.lua")
-	if err != nil {
-		panic(err) // embedded: cannot happen
-	}
-	return string(b)
-}())
+// logSinceScript is log_since.lua, for a pipeline (ReadCounters), and
+// logSinceLua runs it alone.
+var (
+	logSinceScript = newPipedScript(func() string {
+		b, err := luaFS.ReadFile("log_since.lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		return string(b)
+	}())
+	logSinceLua = rueidis.NewLuaScript(logSinceScript.body)
+)
 
 // LoggedSince returns how many units the sliding_window_log key of r
 // holds that were logged after the instant after (µs since the epoch, on
@@ -33,25 +37,40 @@ var logSinceLua = rueidis.NewLuaScript(func() string {
 // it does not say when each unit leaves the window
 // (sluice.Algorithm.RemainingAfter).
 func (s *Store) LoggedSince(ctx context.Context, r sluice.Request, after int64) (units, now int64, err error) {
+	key, args, err := s.logSinceArgs(&r, after)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return logSinceReply(&r, logSinceLua.Exec(ctx, s.c, []string{key}, args))
+}
+
+// logSinceArgs returns the key and arguments of log_since.lua for r and
+// after.
+func (s *Store) logSinceArgs(r *sluice.Request, after int64) (key string, args []string, err error) {
 	if r.Algorithm != sluice.SlidingWindowLog {
-		return 0, 0, fmt.Errorf("redisstore: logged since %q: %w: %v keeps no log", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
+		return "", nil, fmt.Errorf("redisstore: logged since %q: %w: %v keeps no log", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
 	}
 	us, err := s.nowArg(r.Now)
 	if err != nil {
-		return 0, 0, fmt.Errorf("redisstore: logged since %q: %w", r.Key, err)
+		return "", nil, fmt.Errorf("redisstore: logged since %q: %w", r.Key, err)
 	}
 	t, err := r.Limit.Ticks()
 	if err != nil {
-		return 0, 0, fmt.Errorf("redisstore: logged since %q: %w", r.Key, err)
+		return "", nil, fmt.Errorf("redisstore: logged since %q: %w", r.Key, err)
 	}
 	since := ""
 	if after >= 0 {
 		since = strconv.FormatInt(after, 10)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	args := []string{strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Tick, 10), us, since}
-	arr, err := logSinceLua.Exec(ctx, s.c, []string{s.KeyOf(&r)}, args).AsIntSlice()
+	return s.KeyOf(r), []string{strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Tick, 10), us, since}, nil
+}
+
+// logSinceReply reads log_since.lua's reply for r: the units and the
+// instant they were counted at.
+func logSinceReply(r *sluice.Request, res rueidis.RedisResult) (units, now int64, err error) {
+	arr, err := res.AsIntSlice()
 	if err == nil && len(arr) != 2 {
 		err = fmt.Errorf("script returned %d values, want 2", len(arr))
 	}

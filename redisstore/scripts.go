@@ -19,6 +19,7 @@ var (
 	scripts     [sluice.GCRA + 1]string
 	flatScripts [sluice.GCRA + 1]string
 	scriptAll   string
+	allScript   pipedScript // scriptAll, for a pipeline (ReadCounters)
 )
 
 var algFiles = [...]string{
@@ -60,6 +61,7 @@ func init() {
 		}
 	}
 	scriptAll = strings.Join(append(all, read("refund.lua"), read("main.lua")), "\n")
+	allScript = newPipedScript(scriptAll)
 }
 
 // Script returns the Lua source that Take runs for algorithm a (as sent to

@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -258,52 +256,25 @@ func (s *Store) fleetArgs(mode string, a sluice.Algorithm, l sluice.Limit, now s
 		strconv.FormatInt(t.Period, 10), strconv.FormatInt(t.Tick, 10), s.margin, now), nil
 }
 
-// fleetScript is fleet.lua, and fleetSha its SHA-1, for EVALSHA.
-var (
-	fleetScript = func() string {
-		b, err := luaFS.ReadFile("fleet.lua")
-		if err != nil {
-			panic(err) // embedded: cannot happen
-		}
-		return string(b)
-	}()
-	fleetSha = func() string { h := sha1.Sum([]byte(fleetScript)); return hex.EncodeToString(h[:]) }()
-)
+// fleetScript is fleet.lua, for EVALSHA (piped.go).
+var fleetScript = newPipedScript(func() string {
+	b, err := luaFS.ReadFile("fleet.lua")
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	return string(b)
+}())
 
 // fleetLua runs fleet.lua for one call; a rueidis.Lua serves any client.
-var fleetLua = rueidis.NewLuaScript(fleetScript)
+var fleetLua = rueidis.NewLuaScript(fleetScript.body)
 
-// execFleet runs fleet.lua once per exec, pipelined (on a Cluster, each
-// on its key's node, a pipeline per node): EVALSHA, then EVAL for those a
-// server answered NOSCRIPT (it never ran the script: restarted, failed
-// over, SCRIPT FLUSH), which ran nothing. rueidis.Lua.ExecMulti first
-// loads the script on every node, and fails every exec when one node does
-// not answer: a batch then cost two round trips, and on a Cluster with one
-// master (or one replica) down, no key of any master was synced.
+// execFleet runs fleet.lua once per exec, pipelined (execScripts).
 func execFleet(ctx context.Context, c rueidis.Client, execs []rueidis.LuaExec) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, 0, len(execs))
-	for _, e := range execs {
-		cmds = append(cmds, c.B().Evalsha().Sha1(fleetSha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build())
+	calls := make([]scriptCall, len(execs))
+	for i, e := range execs {
+		calls[i] = scriptCall{script: &fleetScript, keys: e.Keys, args: e.Args}
 	}
-	res := c.DoMulti(ctx, cmds...)
-	var again []int
-	for i, r := range res {
-		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return res
-	}
-	cmds = make(rueidis.Commands, 0, len(again))
-	for _, i := range again {
-		e := execs[i]
-		cmds = append(cmds, c.B().Eval().Script(fleetScript).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build())
-	}
-	for j, r := range c.DoMulti(ctx, cmds...) {
-		res[again[j]] = r
-	}
-	return res
+	return execScripts(ctx, c, calls)
 }
 
 func segs(l sluice.Limit) string {

@@ -321,8 +321,14 @@ func floorDiv(a, b int64) int64 {
 
 func (s *Store) exec(ctx context.Context, script *rueidis.Lua, keys, args []string, n int) ([]reply, error) {
 	c, done := s.client()
-	vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
+	res := script.Exec(ctx, c, keys, args)
 	done()
+	return replies(res, n)
+}
+
+// replies reads the n replies of a call of the all-algorithms script.
+func replies(res rueidis.RedisResult, n int) ([]reply, error) {
+	vals, err := res.AsIntSlice()
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,8 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 
 // testHookAfterCheck and testHookAfterTake, set by tests only, run in a
 // cross-slot TakeAll after its check and after its take, so that a test
-// can put another client's requests between the phases.
+// can put another client's requests between the phases; testHookAfterCheck
+// also runs in ReadCounters between its checks and its takes.
 var testHookAfterCheck, testHookAfterTake func()
 
 func (s *Store) allErr(rs []sluice.Request, err error) error {
@@ -126,13 +127,21 @@ func (s *Store) allErr(rs []sluice.Request, err error) error {
 // refund with Options.PublishRefunds also publishes each key given back
 // on RefundChannel, in the script, as Refund does.
 func (s *Store) run(ctx context.Context, mode string, qs []request, g []int, marks []reply) ([]reply, error) {
-	keys := make([]string, len(g))
+	keys, args, n := s.runArgs(mode, qs, g, marks)
+	return s.exec(ctx, s.all, keys, args, n)
+}
+
+// runArgs returns the keys and arguments of the all-algorithms script
+// over the requests qs[g...] in mode (see run), and how many replies it
+// returns.
+func (s *Store) runArgs(mode string, qs []request, g []int, marks []reply) (keys, args []string, replies int) {
+	keys = make([]string, len(g))
 	publish := mode == "refund" && s.opts.PublishRefunds
 	n := 3 + 9*len(g)
 	if publish {
 		n += 1 + len(g)
 	}
-	args := make([]string, 0, n)
+	args = make([]string, 0, n)
 	args = append(args, mode, s.useTime, s.margin)
 	for j, i := range g {
 		keys[j] = qs[i].key
@@ -148,11 +157,10 @@ func (s *Store) run(ctx context.Context, mode string, qs []request, g []int, mar
 			args = append(args, refundMessage(qs[i].ns, qs[i].name))
 		}
 	}
-	n = len(g)
 	if mode == "refund" {
-		n = 0
+		return keys, args, 0
 	}
-	return s.exec(ctx, s.all, keys, args, n)
+	return keys, args, len(g)
 }
 
 // runGroups runs one script per group, in parallel. A group whose script
