@@ -22,7 +22,7 @@ import (
 // while decisions are on Redis's clock. Its rules count in days since the
 // epoch: the pair is made clear of midnight UTC.
 type hotPair struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	t0   time.Time
 	now  atomic.Pointer[time.Time]
@@ -31,9 +31,11 @@ type hotPair struct {
 	// refreshing is the time refresh's calls of refreshHot took, in all
 	// (the settles' readings of Redis are in it).
 	refreshing time.Duration
+	// addrs are the Cluster's nodes, for the tests that ask them directly.
+	addrs []string
 }
 
-func newHotPair(t *testing.T, rules string) *hotPair {
+func newHotPair(t testing.TB, rules string) *hotPair {
 	t.Helper()
 	c := redistest.StartCluster(t)
 	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
@@ -52,7 +54,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &hotPair{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)}
+	p := &hotPair{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), addrs: c.Addrs}
 	p.now.Store(&p.t0)
 	open := func() *Daemon {
 		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }})

@@ -73,40 +73,39 @@ type counterReads struct {
 
 // readCounters asks reqs (questions: cost 0) of Redis (s) itself.
 func readCounters(ctx context.Context, s *redisstore.Store, reqs []sluice.Request) (counterReads, error) {
-	return readCountersAfter(ctx, s, reqs, counterReads{})
+	rs, errs := readCountersAfter(ctx, s, [][]sluice.Request{reqs}, []counterReads{{}})
+	return rs[0], errs[0]
 }
 
-// readCountersAfter is readCounters after prev, an earlier reading of the
-// same (or none): a log's since counts from prev's instant.
-func readCountersAfter(ctx context.Context, s *redisstore.Store, reqs []sluice.Request, prev counterReads) (counterReads, error) {
-	r := counterReads{reqs: reqs, ds: make([]sluice.Decision, len(reqs)), sent: time.Now()}
-	r.clocks, r.sts, r.since = make([]int64, len(reqs)), make([]sluice.State, len(reqs)), make([]int64, len(reqs))
-	var err error
-	for i, q := range reqs {
-		if err == nil && q.Algorithm == sluice.SlidingWindowLog {
-			after := int64(-1)
-			if prev.clocks != nil {
-				after = prev.clocks[i]
-			}
-			r.since[i], r.clocks[i], err = s.LoggedSince(ctx, q, after)
-		}
+// readCountersAfter is readCounters of each reqs[i] after prevs[i], an
+// earlier reading of the same (a log's since counts from its instant) or
+// none, all together: Redis is asked once for all of them
+// (redisstore.Store.ReadCounters), in the round trips one reading takes.
+// Each reading's sent and got are those of them all: its own question
+// was sent after the one and answered before the other.
+func readCountersAfter(ctx context.Context, s *redisstore.Store, reqs [][]sluice.Request, prevs []counterReads) ([]counterReads, []error) {
+	rds := make([]redisstore.Reading, len(reqs))
+	for i := range reqs {
+		rds[i].Requests, rds[i].After = reqs[i], prevs[i].clocks
 	}
-	if err == nil && len(reqs) > 0 {
-		err = s.TakeAll(ctx, reqs, r.ds)
-	}
-	for i, q := range reqs {
-		if err == nil && q.Algorithm == sluice.SlidingWindowCounter {
-			// Its answer, from the state read after the question: both
-			// of one instant.
-			r.sts[i], r.clocks[i], err = s.CounterState(ctx, q)
-			if err == nil {
+	sent := time.Now()
+	s.ReadCounters(ctx, rds)
+	got := time.Now()
+	rs, errs := make([]counterReads, len(reqs)), make([]error, len(reqs))
+	for j, rd := range rds {
+		r := counterReads{reqs: reqs[j], ds: rd.Decisions, sent: sent, got: got, clocks: rd.Clocks, sts: rd.States, since: rd.Units}
+		err := rd.Err
+		for i, q := range r.reqs {
+			if err == nil && q.Algorithm == sluice.SlidingWindowCounter {
+				// Its answer, from the state read after the question: both
+				// of one instant.
 				st := r.sts[i].Clone()
 				_, err = q.Algorithm.TakeMicro(&r.ds[i], &st, &q.Limit, r.clocks[i], 0)
 			}
 		}
+		rs[j], errs[j] = r, err
 	}
-	r.got = time.Now()
-	return r, err
+	return rs, errs
 }
 
 // used returns what the counters had used together: each one's capacity
@@ -167,9 +166,15 @@ func (d *Daemon) addSettle(x hotSettle) {
 }
 
 // settle reads again the counters the earlier moves xs left (but those
-// that moved again in ms) and charges what they gained to where the keys
-// went.
+// that moved again in ms), all together, and charges what they gained to
+// where the keys went.
 func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Store, xs []hotSettle, ms []hotMove, now time.Time, n int) {
+	var (
+		todo  []hotSettle
+		reqs  []sluice.Request // todo's own requests
+		reads [][]sluice.Request
+		prevs []counterReads
+	)
 	for _, x := range xs {
 		if slices.ContainsFunc(ms, func(m hotMove) bool { return m.rule == x.rule && m.key == x.key }) {
 			continue
@@ -180,17 +185,24 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 			continue
 		}
 		req.Now = now
-		reqs := slices.Clone(x.read.reqs)
-		for i := range reqs {
-			reqs[i].Now = now
+		rs := slices.Clone(x.read.reqs)
+		for i := range rs {
+			rs[i].Now = now
 		}
-		later, err := readCountersAfter(ctx, s, reqs, x.read)
+		todo, reqs, reads, prevs = append(todo, x), append(reqs, req), append(reads, rs), append(prevs, x.read)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	laters, errs := readCountersAfter(ctx, s, reads, prevs)
+	for i, x := range todo {
+		later, err := laters[i], errs[i]
 		var taken int64
 		if err == nil {
 			if taken = x.read.takenBy(later); x.hot {
-				err = chargeShards(ctx, gen.eng.Store(), s, req, taken, n)
+				err = chargeShards(ctx, gen.eng.Store(), s, reqs[i], taken, n)
 			} else {
-				err = chargeKey(ctx, gen.eng.Store(), req, taken)
+				err = chargeKey(ctx, gen.eng.Store(), reqs[i], taken)
 			}
 		}
 		if err != nil {

@@ -27,7 +27,7 @@ func isTimeout(err error) bool {
 const safety = 30 * time.Second
 
 // waitFor polls cond until it holds, failing after safety.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(safety)
 	for !cond() {

@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The settle reads again the counters ten moved keys left, at every
+// refresh: readings of different keys are independent, so they go to Redis
+// together, each node's in one pipeline, in the round trips one reading
+// needs: one for keys that went to their shards (their own key's reading:
+// the log's units, the question, the counter's state, in that order on
+// its node), two for keys that came back (their shards' reading, on three
+// slots: its questions are checked, then taken, as TakeAll does). So at
+// most the masters (3) times that, where each reading went alone, call
+// after call: 17 and 81 round trips here before.
+func TestSettleReadsPipelined(t *testing.T) {
+	f := newSettleFixture(t)
+	f.toShards()
+	f.settle("to the shards", 1)
+	f.back()
+	f.settle("back to their own keys", 2)
+}
+
+// BenchmarkSettle settles ten moved keys (a third each sliding_window_log,
+// sliding_window_counter of two segments, token_bucket) on a 3-node
+// Cluster: to their shards (each reading is of the key's own counter) and
+// back (each is of its 3 shards). round-trips/op counts each node's
+// answers (roundTrips).
+func BenchmarkSettle(b *testing.B) {
+	for _, back := range []bool{false, true} {
+		name := "to-shards"
+		if back {
+			name = "back"
+		}
+		b.Run(name, func(b *testing.B) {
+			f := newSettleFixture(b)
+			f.toShards()
+			if back {
+				f.back()
+			}
+			f.settleOnce("warm") // the scripts loaded on every node
+			before := roundTrips(b, f.addrs)
+			b.ResetTimer()
+			for b.Loop() {
+				f.settleOnce("settle")
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(roundTrips(b, f.addrs)-before)/float64(b.N), "round-trips/op")
+		})
+	}
+}
+
+// settleFixture is a hotPair with ten keys of three rules of shards: auto,
+// for a's settles: a moves them, and settles the moves.
+type settleFixture struct {
+	*hotPair
+	rules []string
+	keys  map[string][]string // by rule
+	at    time.Time           // the last refresh's
+}
+
+func newSettleFixture(tb testing.TB) *settleFixture {
+	f := &settleFixture{hotPair: newHotPair(tb, "  - {name: log, rate: 100/m, algorithm: sliding_window_log, shards: auto}\n"+
+		"  - {name: slide, rate: 100/m, segments: 2, algorithm: sliding_window_counter, shards: auto}\n"+
+		"  - {name: bucket, rate: 100/s, burst: 100, algorithm: token_bucket, shards: auto}\n"),
+		rules: []string{"log", "slide", "bucket"}, keys: map[string][]string{}}
+	for i := range 10 {
+		r := f.a.engine().Rules().Rule(f.rules[i%3])
+		f.keys[r.Name] = append(f.keys[r.Name], r.Name+"|"+r.Fingerprint+"|tenant"+strconv.Itoa(i))
+	}
+	return f
+}
+
+// refresh refreshes a's hot sets at at, after traffic of every key when
+// hot.
+func (f *settleFixture) refresh(at time.Time, hot bool) {
+	f.at = at
+	f.now.Store(&at)
+	if hot {
+		for rule, ks := range f.keys {
+			for _, k := range ks {
+				for range 8000 {
+					f.a.hot.Rule(rule).Observe(k, 2, at)
+				}
+			}
+		}
+	}
+	f.a.refreshHot(at)
+}
+
+// toShards has a move the keys to their shards.
+func (f *settleFixture) toShards() {
+	f.refresh(f.t0, false)
+	f.refresh(f.t0, true)
+}
+
+// back has a move the keys back to their own keys, past their time in
+// the fleet's sets.
+func (f *settleFixture) back() {
+	later := f.t0
+	for _, rule := range f.rules {
+		ttl := (*f.a.hotAuto.Load())[rule]
+		f.advance(rule, ttl+time.Minute)
+		later = later.Add(max(0, f.t0.Add(ttl+time.Minute).Sub(later)))
+	}
+	f.refresh(later, false)
+}
+
+// settleOnce settles a's ten moves once, at the last refresh's instant,
+// and checks that every reading succeeded (a move whose reading fails is
+// dropped).
+func (f *settleFixture) settleOnce(step string) {
+	f.t.Helper()
+	xs := f.a.takeSettles()
+	if len(xs) != 10 {
+		f.t.Fatalf("%s: %d moves to settle, want 10", step, len(xs))
+	}
+	for i := range xs {
+		xs[i].left = 2 // read on after this round
+	}
+	f.a.settle(f.ctx, f.a.cur.Load(), f.s, xs, nil, f.at, 3)
+	if got := len(f.a.settles); got != 10 {
+		f.t.Fatalf("%s: %d of 10 moves read again, the others failed", step, got)
+	}
+}
+
+// settle settles a's moves twice, the second time counting its round
+// trips: at most the masters times steps.
+func (f *settleFixture) settle(step string, steps int64) {
+	f.t.Helper()
+	f.settleOnce(step + ", first") // the scripts loaded on every node
+	before := roundTrips(f.t, f.addrs)
+	f.settleOnce(step)
+	n := roundTrips(f.t, f.addrs) - before
+	f.t.Logf("%s: 10 moved keys settled in %d round trips", step, n)
+	if want := int64(len(f.addrs)) * steps; n > want {
+		f.t.Errorf("%s: 10 moved keys settled in %d round trips, want at most %d (%d masters × %d)", step, n, want, len(f.addrs), steps)
+	}
+}
+
+// roundTrips is how many times the nodes at addrs sent answers to their
+// clients (INFO stats: total_writes_processed), less the commands that a
+// client sends alone, one answer each, and no script runs: this
+// function's INFO, the clients' background PINGs, the stores' reads of the
+// slot map. What is left are the scripts' round trips: a pipeline of
+// scripts is answered in one write.
+func roundTrips(t testing.TB, addrs []string) int64 {
+	t.Helper()
+	var n int64
+	for _, addr := range addrs {
+		info, err := redistest.Do(addr, "INFO", "stats", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "total_writes_processed:"); ok {
+				n += parseStat(t, line, v)
+			}
+			for _, cmd := range []string{"info", "ping", "cluster|slots", "cluster|info"} {
+				if v, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+					v, _, _ = strings.Cut(v, ",")
+					n -= parseStat(t, line, v)
+				}
+			}
+		}
+	}
+	return n
+}
+
+func parseStat(t testing.TB, line, v string) int64 {
+	t.Helper()
+	x, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("INFO: %q: %v", line, err)
+	}
+	return x
+}
