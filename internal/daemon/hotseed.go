@@ -100,27 +100,71 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 	gen := d.cur.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
 	defer cancel()
+	d.seedMoves(ctx, gen, s, ms, now, n)
+	// After the seeds, which matter more within seedTimeout.
+	d.settle(ctx, gen, s, earlier, ms, now, n)
+}
+
+// seedMoves charges the counter each of ms moves to (through the engine's
+// store) with what it lacks of what the counter it leaves has used, both
+// read in Redis (s), and notes the moves to settle. The readings of the
+// counters left go together, then those of the counters moved to (for the
+// keys that had used any), as the settle's do (redisstore.Store.ReadCounters).
+func (d *Daemon) seedMoves(ctx context.Context, gen *generation, s *redisstore.Store, ms []hotMove, now time.Time, n int) {
+	var (
+		todo      []hotMove
+		reqs      []sluice.Request   // todo's own requests
+		from, dst [][]sluice.Request // the counters each leaves and goes to
+	)
 	for _, m := range ms {
 		req, ok := hotRequest(gen, m.rule, m.key)
 		if !ok {
 			continue
 		}
 		req.Now = now
-		var left counterReads
-		var err error
-		if m.hot {
-			left, err = seedShards(ctx, gen.eng.Store(), s, req, n)
-		} else {
-			left, err = seedKey(ctx, gen.eng.Store(), s, req, n)
+		own, shards := []sluice.Request{req}, s.Shards(req, n)
+		if !m.hot {
+			own, shards = shards, own
+		}
+		todo, reqs, from, dst = append(todo, m), append(reqs, req), append(from, own), append(dst, shards)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	lefts, errs := readCountersAfter(ctx, s, from, make([]counterReads, len(from)))
+	var used []int // the moves whose counter left had used any
+	for i := range todo {
+		if errs[i] == nil && lefts[i].used() > 0 {
+			used = append(used, i)
+		}
+	}
+	var tos []counterReads
+	var toErrs []error
+	if len(used) > 0 {
+		reads := make([][]sluice.Request, len(used))
+		for j, i := range used {
+			reads[j] = dst[i]
+		}
+		tos, toErrs = readCountersAfter(ctx, s, reads, make([]counterReads, len(used)))
+	}
+	for i, m := range todo {
+		err := errs[i]
+		if j, ok := slices.BinarySearch(used, i); ok {
+			if err = toErrs[j]; err == nil {
+				cost := lefts[i].used() - tos[j].used()
+				if m.hot {
+					err = chargeShards(ctx, gen.eng.Store(), s, reqs[i], cost, n)
+				} else {
+					err = chargeKey(ctx, gen.eng.Store(), reqs[i], cost)
+				}
+			}
 		}
 		if err != nil {
 			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
 			continue
 		}
-		d.addSettle(hotSettle{hotMove: m, at: now, read: left, left: settleRounds})
+		d.addSettle(hotSettle{hotMove: m, at: now, read: lefts[i], left: settleRounds})
 	}
-	// After the seeds, which matter more within seedTimeout.
-	d.settle(ctx, gen, s, earlier, ms, now, n)
 }
 
 // hotRequest is the request of key, as the fleet's set holds it (its
@@ -145,21 +189,6 @@ func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
 	return req, found
 }
 
-// seedShards charges req's n shards (through st) with what they lack
-// together of what its own key has used in Redis (s), split as the limit
-// is, and returns its own key's reading (what it had used).
-func seedShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (counterReads, error) {
-	left, err := readCounters(ctx, s, []sluice.Request{req})
-	if err != nil || left.used() <= 0 {
-		return left, err
-	}
-	shards, err := readCounters(ctx, s, s.Shards(req, n))
-	if err != nil {
-		return left, err
-	}
-	return left, chargeShards(ctx, st, s, req, left.used()-shards.used(), n)
-}
-
 // chargeShards charges req's n shards (through st) with cost, split as the
 // limit is.
 func chargeShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, cost int64, n int) error {
@@ -172,21 +201,6 @@ func chargeShards(ctx context.Context, st sluice.Store, s *redisstore.Store, req
 		return nil // not sharded: nothing moved
 	}
 	return st.TakeAll(ctx, parts, make([]sluice.Decision, len(parts)))
-}
-
-// seedKey charges req's own key (through st) with what it lacks of what
-// its n shards have used together in Redis (s), and returns the shards'
-// reading (what they had used).
-func seedKey(ctx context.Context, st sluice.Store, s *redisstore.Store, req sluice.Request, n int) (counterReads, error) {
-	left, err := readCounters(ctx, s, s.Shards(req, n))
-	if err != nil || left.used() <= 0 {
-		return left, err
-	}
-	own, err := readCounters(ctx, s, []sluice.Request{req})
-	if err != nil {
-		return left, err
-	}
-	return left, chargeKey(ctx, st, req, left.used()-own.used())
 }
 
 // chargeKey charges req's own key (through st) with cost.

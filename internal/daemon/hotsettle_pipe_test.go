@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // The settle reads again the counters ten moved keys left, at every
@@ -24,6 +26,33 @@ func TestSettleReadsPipelined(t *testing.T) {
 	f.settle("to the shards", 1)
 	f.back()
 	f.settle("back to their own keys", 2)
+}
+
+// The seeds of ten keys moved at one refresh read the counters each key
+// leaves together, as the settles do (and the counters they go to
+// together, for the keys that had used any): with the refresh's exchange
+// with the fleet (a script per rule, 3 here), at most 3 + 3 round trips
+// to the shards, 3 + 6 back, where they took 13 and 63 (a reading per
+// key, one after another).
+func TestSeedReadsPipelined(t *testing.T) {
+	f := newSettleFixture(t)
+	f.refresh(f.t0, false)
+	f.loadScripts()
+	moved := func(step string, at time.Time, hot bool, steps int64) {
+		t.Helper()
+		before := roundTrips(t, f.addrs)
+		f.refresh(at, hot)
+		n := roundTrips(t, f.addrs) - before
+		if got := len(f.a.settles); got != 10 {
+			t.Fatalf("%s: %d of 10 moves seeded, the others failed", step, got)
+		}
+		t.Logf("%s: 10 keys moved in %d round trips", step, n)
+		if want := int64(len(f.rules)) + int64(len(f.addrs))*steps; n > want {
+			t.Errorf("%s: 10 keys moved in %d round trips, want at most %d (%d rules' exchanges, %d masters × %d)", step, n, want, len(f.rules), len(f.addrs), steps)
+		}
+	}
+	moved("to the shards", f.t0, true, 1)
+	moved("back to their own keys", f.pastSets(), false, 2)
 }
 
 // BenchmarkSettle settles ten moved keys (a third each sliding_window_log,
@@ -93,6 +122,24 @@ func (f *settleFixture) refresh(at time.Time, hot bool) {
 	f.a.refreshHot(at)
 }
 
+// loadScripts has every node of the Cluster run the readings' scripts
+// once, on other keys: a node answers a script's first call NOSCRIPT, and
+// its call is sent again.
+func (f *settleFixture) loadScripts() {
+	f.t.Helper()
+	var rds []redisstore.Reading
+	for _, rule := range f.rules {
+		r := f.a.engine().Rules().Rule(rule)
+		rds = append(rds, redisstore.Reading{Requests: f.s.Shards(sluice.Request{Key: "scripts/" + rule, Algorithm: r.Algorithm, Limit: r.Limit}, 3)})
+	}
+	f.s.ReadCounters(f.ctx, rds)
+	for _, rd := range rds {
+		if rd.Err != nil {
+			f.t.Fatal(rd.Err)
+		}
+	}
+}
+
 // toShards has a move the keys to their shards.
 func (f *settleFixture) toShards() {
 	f.refresh(f.t0, false)
@@ -102,13 +149,19 @@ func (f *settleFixture) toShards() {
 // back has a move the keys back to their own keys, past their time in
 // the fleet's sets.
 func (f *settleFixture) back() {
+	f.refresh(f.pastSets(), false)
+}
+
+// pastSets moves Redis's clock on past the keys' time in the fleet's sets,
+// for the sets, and returns the now to refresh at from then on.
+func (f *settleFixture) pastSets() time.Time {
 	later := f.t0
 	for _, rule := range f.rules {
 		ttl := (*f.a.hotAuto.Load())[rule]
 		f.advance(rule, ttl+time.Minute)
 		later = later.Add(max(0, f.t0.Add(ttl+time.Minute).Sub(later)))
 	}
-	f.refresh(later, false)
+	return later
 }
 
 // settleOnce settles a's ten moves once, at the last refresh's instant,
