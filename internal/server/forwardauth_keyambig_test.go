@@ -35,7 +35,7 @@ func TestForwardAuthAmbiguousKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg)})
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg), Now: alignedNow()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func start(t *testing.T, store sluice.Store, onError string, mod func(*server.Op
 		t.Fatalf("rules.Compile: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: store, Rules: set, OnError: onError, Metrics: metrics.New(reg)})
+	e, err := engine.New(engine.Options{Store: store, Rules: set, OnError: onError, Metrics: metrics.New(reg), Now: alignedNow()})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
@@ -63,6 +63,17 @@ func start(t *testing.T, store sluice.Store, onError string, mod func(*server.Op
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, reg: reg}
+}
+
+// alignedNow is a clock that reads the start of today (UTC) when it is
+// made, then runs as the wall clock does. On it the rules' windows (fixed,
+// or a sliding counter's, of a minute or an hour) start with the fixture:
+// none ends between the decisions a test counts, which on the wall clock
+// a minute's end could split (the 4th request of a 3/m window admitted in
+// the next).
+func alignedNow() func() time.Time {
+	t0, start := time.Now().UTC().Truncate(24*time.Hour), time.Now()
+	return func() time.Time { return t0.Add(time.Since(start)) }
 }
 
 func do(t *testing.T, method, url, body string, hdr map[string]string) (*http.Response, string) {
@@ -477,7 +488,7 @@ func memHandler(t *testing.T, file string, specs ...rules.Spec) *server.Handler 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set})
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Now: alignedNow()})
 	if err != nil {
 		t.Fatal(err)
 	}
