@@ -104,7 +104,7 @@ func startOn(t *testing.T, ec engineCase, upstreamURL string, o engineOpts) *ese
 	if store == nil {
 		store = memstore.New(memstore.Options{})
 	}
-	e, err := engine.New(engine.Options{Store: store, Rules: set, Metrics: m})
+	e, err := engine.New(engine.Options{Store: store, Rules: set, Metrics: m, Now: alignedNow()})
 	if err != nil {
 		t.Fatal(err)
 	}

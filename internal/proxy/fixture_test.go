@@ -94,7 +94,7 @@ func start(t *testing.T, s setup) *fixture {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	e, err := engine.New(engine.Options{Store: s.store, Rules: set, OnError: s.onError, Metrics: m})
+	e, err := engine.New(engine.Options{Store: s.store, Rules: set, OnError: s.onError, Metrics: m, Now: alignedNow()})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
@@ -110,6 +110,17 @@ func start(t *testing.T, s setup) *fixture {
 		t.Fatalf("proxy.New: %v", err)
 	}
 	return &fixture{proxy: serve(t, p, m), up: up, reg: reg}
+}
+
+// alignedNow is a clock that reads the start of today (UTC) when it is
+// made, then runs as the wall clock does. On it the rules' windows (fixed,
+// or a sliding counter's, of a minute or an hour) start with the fixture:
+// none ends between the decisions a test counts, which on the wall clock
+// a minute's end could split (the 4th request of a 3/m window admitted in
+// the next).
+func alignedNow() func() time.Time {
+	t0, start := time.Now().UTC().Truncate(24*time.Hour), time.Now()
+	return func() time.Time { return t0.Add(time.Since(start)) }
 }
 
 // serve serves h as the daemon serves the plaintext proxy (the fast front
