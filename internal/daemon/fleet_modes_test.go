@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -59,6 +60,9 @@ func checkMany(t *testing.T, ds []*testDaemon, rule string, n int) int {
 // one (sync) and a hard one (lease), checks each mode's bound, its metrics,
 // and a reload that changes the soft rule's limit and then its mode.
 func TestFleetModes(t *testing.T) {
+	// The soft rule's fixed windows count in hours since the epoch, on
+	// Redis's clock: not across an edge.
+	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	rs := redistest.StartServer(t)
 	a := startDaemon(t, fmt.Sprintf(fleetRules, rs.Addr, "10/h"))
 	b := startDaemon(t, fmt.Sprintf(fleetRules, rs.Addr, "10/h"))
