@@ -42,9 +42,12 @@ end
 local cleaned = 0
 for _, recKey in ipairs(r[2]) do
   local f = redis.call('HMGET', recKey, 'state', 'sid', 'list')
-  if (f[1] == 'queued' or f[1] == 'failed') and f[2] then
-    -- pcall: a sid that is no entry id (written by hand) is left, and so
-    -- is every record while the group does not exist yet.
+  -- A sid that is no entry id (written by hand) is left: XRANGE and
+  -- XPENDING would read '-', '+' or '(ID' (ID's own entry excluded) as a
+  -- range with no entry in it, and the record of a request still held
+  -- would go. pcall: and so is every record while the group does not
+  -- exist yet.
+  if (f[1] == 'queued' or f[1] == 'failed') and f[2] and string.find(f[2], '^%d+%-%d+$') then
     local e = redis.pcall('XRANGE', KEYS[1], f[2], f[2])
     if type(e) == 'table' and not e.err and #e == 0 then
       local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], f[2], f[2], 1)
