@@ -40,14 +40,17 @@ func (w *worker) passRecords(ctx context.Context, c rueidis.Client) {
 }
 
 // globEscape quotes s for a Redis MATCH pattern: the prefix may hold
-// '*', '?', '[', ']' or '\', which would match other keys.
+// '*', '?', '[', ']' or '\', which would match other keys. Byte by byte,
+// as Redis matches: a prefix that is not UTF-8 keeps its bytes (read as
+// runes, each such byte became U+FFFD, and the pattern matched none of
+// the rule's records).
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\*?[]`, r) {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`\*?[]`, s[i]) >= 0 {
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }
