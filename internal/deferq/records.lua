@@ -31,7 +31,12 @@
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 1)
 local cursor = redis.call('GET', KEYS[3]) or '0'
 local gap = tonumber(ARGV[5])
-if gap > 0 and redis.call('PTTL', KEYS[3]) > tonumber(ARGV[4]) - gap then
+-- Only a cursor with an expiry tells when the last step was: PTTL -2
+-- (none) or -1 (none set, by hand or by a build that set none) steps,
+-- whatever the gap (one past the cursor's life read them as a step just
+-- made, and the pass never stepped again).
+local pttl = redis.call('PTTL', KEYS[3])
+if gap > 0 and pttl > 0 and pttl > tonumber(ARGV[4]) - gap then
   return {cursor, 0} -- a step ran less than gap ago
 end
 -- pcall: a cursor that is none (written by hand) starts a pass again.
