@@ -195,9 +195,14 @@ func newServerOf(tb testing.TB, cluster bool, extra []string) *Server {
 }
 
 // freePort returns a port that is free on 127.0.0.1 now; for a cluster node
-// the bus port (port + 10000) must be free too.
+// the bus port (port + 10000) must be free too. Both are drawn below the
+// kernel's ephemeral range (32768 and up by default), from which every
+// listener on port 0 and every outgoing connection of the tests running
+// beside it get theirs: such a socket cannot take the port between the
+// probe and redis-server's bind, nor in the instant between a Stop and its
+// hold.
 func freePort(cluster bool) (int, error) {
-	port := 20000 + rand.IntN(25000)
+	port := 10000 + rand.IntN(12000) // its bus port below 32000 too
 	ports := []int{port}
 	if cluster {
 		ports = append(ports, port+10000)
