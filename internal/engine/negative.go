@@ -15,8 +15,8 @@ import (
 // giveBackDescriptors gives back the hits of the descriptors ds[idx...]
 // (Descriptor.Negative, Envoy's is_negative_hits), each to its rule's
 // counter, at now (sluice.Refunder): never more than the counter holds.
-// The refunds go to the store together, each on its own goroutine but the
-// first, so that a store that does not answer holds them one timeout, not
+// The refunds go to the store together, each key's on its own goroutine
+// but the first's (the refunds of one key in turn), so that a store that does not answer holds them one timeout, not
 // one each (a store bounds the calls begun together by one deadline).
 // Each is answered OK, its Decision the counter after the refund, as the
 // reference service answers them (they bypass the over-limit check). A
@@ -47,13 +47,41 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 		}
 		st[i] = DescriptorStatus{Decision: d, Asked: true}
 	}
+	// The refunds of one key go in turn, on one goroutine: a sharded
+	// key's refund asks its shards what they have used before it gives
+	// back, and the next must ask after it, as a refund of another call
+	// would, or both would give back to the same shards what only one
+	// of them holds, and hits would stay counted on the others.
 	var wg sync.WaitGroup
-	for _, i := range idx[1:] {
-		wg.Go(func() { one(i) })
+	for j, i := range idx {
+		if j == 0 || sameKeyBefore(ds, idx[:j], i) {
+			continue
+		}
+		wg.Go(func() { sameKey(ds, idx[j:], i, one) })
 	}
-	one(idx[0])
+	sameKey(ds, idx, idx[0], one)
 	wg.Wait()
 	return !left.Load()
+}
+
+// sameKeyBefore reports whether a descriptor of ds[idx...] has ds[i]'s key.
+func sameKeyBefore(ds []Descriptor, idx []int, i int) bool {
+	for _, k := range idx {
+		if ds[k].Key == ds[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+// sameKey calls one, in their order, for the descriptors of ds[idx...]
+// that have ds[first]'s key (idx starts at first).
+func sameKey(ds []Descriptor, idx []int, first int, one func(int)) {
+	for _, k := range idx {
+		if ds[k].Key == ds[first].Key {
+			one(k)
+		}
+	}
 }
 
 // refundFailed counts and logs a refund of d the store could not make
