@@ -84,9 +84,9 @@ type DescriptorsResult struct {
 // counted by every descriptor that admitted it; that second round trip
 // happens only then. Unlimited descriptors and descriptors with
 // requests_per_unit 0 never reach the store. Negative descriptors give
-// their hits back first, all together, whatever the others decide, and
-// never deny; the store calls after them share their bound
-// (Options.StoreTimeout).
+// their hits back first, all together (those of one key in turn),
+// whatever the others decide, and never deny; with Options.StoreTimeout,
+// they and the store calls after them share one bound.
 func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []DescriptorStatus) DescriptorsResult {
 	now := e.now()
 	a := getAttempt()
@@ -144,21 +144,19 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	res := DescriptorsResult{Now: now}
 	if len(back) > 0 {
-		var start time.Time
 		if e.storeTimeout > 0 {
-			start = time.Now()
+			// The refunds share one bound, those made in turn too (a
+			// sharded key's, several of one key), and the takes get what
+			// is left of it: a store that did not answer them fails them
+			// at once (one that fell back to memory meanwhile decides
+			// them there).
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, e.storeTimeout)
+			defer cancel()
 		}
 		if !e.giveBackDescriptors(ctx, a, ds, st, back, now) {
 			e.descriptorsGone(ctx, ds, st, &res)
 			return res
-		}
-		if e.storeTimeout > 0 {
-			// The takes get what is left of the refunds' bound: a store
-			// that did not answer them fails them at once (one that fell
-			// back to memory meanwhile decides them there).
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, start.Add(e.storeTimeout))
-			defer cancel()
 		}
 	}
 	if len(reports) > 0 {

@@ -144,11 +144,13 @@ type Options struct {
 	// StoreTimeout is the store's own bound on one call
 	// (store.redis.timeout); 0 means none is known. An Envoy rate limit
 	// request (DecideDescriptors) gives its refunds back together, so
-	// that the store bounds them by one timeout; with StoreTimeout, its
-	// takes then get what is left of that timeout from the request's
-	// start, so that a store that does not answer holds the request about
-	// one timeout, however many descriptors it has (without, the takes
-	// are bounded by a timeout of their own).
+	// that the store bounds them by one timeout; with StoreTimeout, the
+	// refunds made in turn (several of one key, a sharded key's calls)
+	// share that timeout from the request's start, and its takes get
+	// what is left of it, so that a store that does not answer holds the
+	// request about one timeout, however many descriptors it has
+	// (without, each call made in turn and the takes are bounded by a
+	// timeout of their own).
 	StoreTimeout time.Duration
 }
 
