@@ -24,7 +24,11 @@ import (
 // check). A node runs a reading's calls in the order of the calls one by
 // one: the units logged, the questions, the states. Only a call that a
 // node answers NOSCRIPT (restarted, failed over, its scripts flushed) is
-// sent again, after the others.
+// sent again, after the others: so a reading whose take counts (a request
+// of a cost above 0) sends its calls one pipeline after another (units,
+// take, states: a round trip each), else a NOSCRIPT answered to its
+// units read, which ran nothing, would have them read again after its
+// take counted. A question's take changes nothing those calls read.
 
 // Reading is one reading of counters for ReadCounters: Requests, decided
 // together as TakeAll decides them (questions, of cost 0, as a rule), and
@@ -52,37 +56,98 @@ type Reading struct {
 
 // ReadCounters reads each of rs as LoggedSince, TakeAll and CounterState
 // called one after another would (see Reading), but together (see
-// above). One reading's failure is its own.
+// above). One reading's failure is its own. A reading of a key an earlier
+// one reads too, when either's take counts, waits for that one, as the
+// calls one by one would: the readings from it on go together after.
 func (s *Store) ReadCounters(ctx context.Context, rs []Reading) {
+	for len(rs) > 0 {
+		n := s.together(rs)
+		s.readTogether(ctx, rs[:n])
+		rs = rs[n:]
+	}
+}
+
+// together returns how many of rs, from the first, read together: up to
+// the first that reads a key an earlier one reads, when either's take
+// counts (a request of a cost above 0).
+func (s *Store) together(rs []Reading) int {
+	counting := false
+	for j := range rs {
+		for _, r := range rs[j].Requests {
+			counting = counting || r.Cost > 0
+		}
+	}
+	if !counting {
+		return len(rs) // questions alone (the daemon's settle)
+	}
+	keys := map[string]bool{} // the keys read, and whether a take of them counts
+	for j := range rs {
+		counts := false
+		for _, r := range rs[j].Requests {
+			counts = counts || r.Cost > 0
+		}
+		for i := range rs[j].Requests {
+			if c, ok := keys[s.KeyOf(&rs[j].Requests[i])]; ok && (c || counts) {
+				return j
+			}
+		}
+		for i := range rs[j].Requests {
+			k := s.KeyOf(&rs[j].Requests[i])
+			keys[k] = keys[k] || counts
+		}
+	}
+	return len(rs)
+}
+
+// readTogether is ReadCounters of readings that read no key in common
+// but in questions.
+func (s *Store) readTogether(ctx context.Context, rs []Reading) {
 	ops := make([]*readOp, 0, len(rs))
 	for i := range rs {
 		if op := s.readOp(&rs[i]); op != nil {
 			ops = append(ops, op)
 		}
 	}
-	var first, second pipeline
+	var first, second, third pipeline
 	for _, op := range ops {
 		op.addLogs(&first)
-		if len(op.groups) == 1 {
+		switch {
+		case len(op.groups) > 1:
+			op.addCheck(&first)
+		case !op.counts:
 			op.addTake(&first)
 			op.addStates(&first)
-		} else {
-			op.addCheck(&first)
 		}
 	}
 	s.runPipeline(ctx, &first)
 	for _, op := range ops {
-		if len(op.groups) > 1 && op.rd.Err == nil {
+		if op.rd.Err != nil {
+			continue
+		}
+		switch {
+		case len(op.groups) == 1:
+			if op.counts {
+				op.addTake(&second)
+			}
+		default:
 			if op.allowed {
 				op.addTake(&second)
 			}
-			op.addStates(&second)
+			if !op.counts {
+				op.addStates(&second)
+			}
 		}
 	}
 	if testHookAfterCheck != nil && len(second.calls) > 0 {
 		testHookAfterCheck()
 	}
 	s.runPipeline(ctx, &second)
+	for _, op := range ops {
+		if op.counts && op.rd.Err == nil && op.refund == nil {
+			op.addStates(&third)
+		}
+	}
+	s.runPipeline(ctx, &third)
 	for _, op := range ops {
 		if op.refund != nil {
 			s.refundReading(ctx, op)
@@ -99,6 +164,9 @@ type readOp struct {
 	logs    []int   // the sliding_window_log requests
 	states  []int   // the sliding_window_counter requests
 	allowed bool    // every request allowed by the check (across slots)
+	// counts: some request has a cost (a take that counts), so the
+	// reading's calls go one pipeline after another (see ReadCounters).
+	counts bool
 	// After the take across slots: the replies per group, nil for a group
 	// that failed, and the error; refund set when some groups must give
 	// back what they counted, as TakeAll does.
@@ -125,6 +193,7 @@ func (s *Store) readOp(rd *Reading) *readOp {
 			rd.Err = fmt.Errorf("redisstore: take all %q: %w", rd.Requests[i].Key, err)
 			return nil
 		}
+		op.counts = op.counts || rd.Requests[i].Cost > 0
 		switch rd.Requests[i].Algorithm {
 		case sluice.SlidingWindowLog:
 			op.logs = append(op.logs, i)
