@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -142,4 +143,82 @@ func TestReadCountersSameKeyInTurn(t *testing.T) {
 				j, rds[j].Requests[0].Key, rds[j].Units, rds[j].States, rds[j].Decisions, want[j].Units, want[j].States, want[j].Decisions)
 		}
 	}
+}
+
+// TestReadCountersMasterDown: a master stopped between a reading's check
+// across slots and its take fails that reading (the store unavailable),
+// and the slots that took on the live masters give back what they took
+// (nothing stays counted there), as TakeAll does; a reading of a key on
+// that master alone fails too, and one of a key on a live master is read.
+func TestReadCountersMasterDown(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
+	ctx := context.Background()
+	own := sluice.Request{Key: "down", Algorithm: sluice.TokenBucket, Limit: sluice.PerMinute(60), Cost: 1, Now: sluicetest.T0}
+	qs := s.Shards(own, 6)
+	for _, q := range qs {
+		take(t, q, s)
+	}
+	downAddr := holder(t, cl, s, qs[0])
+	onDown := map[string]bool{}
+	var alone, live sluice.Request
+	for _, q := range qs {
+		onDown[q.Key] = holder(t, cl, s, q) == downAddr
+		if onDown[q.Key] {
+			alone = q
+		} else {
+			live = q
+		}
+	}
+	if live.Key == "" {
+		t.Fatal("every shard on one master")
+	}
+	before := map[string]string{}
+	for _, q := range qs {
+		before[q.Key] = raw(t, s, q)
+	}
+	var down *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Addr == downAddr {
+			down = n
+		}
+	}
+	redisstore.SetTakeAllHooks(func() { down.Stop() }, nil)
+	defer redisstore.SetTakeAllHooks(nil, nil)
+	other := live
+	other.Cost = 0
+	rds := []redisstore.Reading{{Requests: qs}, {Requests: []sluice.Request{alone}}, {Requests: []sluice.Request{other}}}
+	s.ReadCounters(ctx, rds)
+	redisstore.SetTakeAllHooks(nil, nil)
+	for j, rd := range rds[:2] {
+		if !errors.Is(rd.Err, sluice.ErrStoreUnavailable) {
+			t.Errorf("reading %d with a master down: err %v, want ErrStoreUnavailable", j, rd.Err)
+		}
+	}
+	if rds[2].Err != nil || !rds[2].Decisions[0].Allowed {
+		t.Errorf("a question on a live master: %+v, %v; want it read", rds[2].Decisions, rds[2].Err)
+	}
+	if n := s.Refunds(); n != 1 {
+		t.Errorf("%d refunds, want 1 (the live slots' takes given back)", n)
+	}
+	for _, q := range qs {
+		if onDown[q.Key] {
+			continue
+		}
+		if got := raw(t, s, q); got != before[q.Key] {
+			t.Errorf("shard %s on a live master: %q after the reading, want %q (its take given back)", q.Key, got, before[q.Key])
+		}
+	}
+}
+
+// holder is the address of the master that holds r's key.
+func holder(t *testing.T, cl *redistest.Cluster, s *redisstore.Store, r sluice.Request) string {
+	t.Helper()
+	for _, a := range cl.Addrs {
+		if got, err := redistest.Do(a, "EXISTS", s.KeyOf(&r)); err == nil && got == "1" {
+			return a
+		}
+	}
+	t.Fatalf("%s on no live master", r.Key)
+	return ""
 }
