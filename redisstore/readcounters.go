@@ -46,7 +46,8 @@ type Reading struct {
 	// return them: TakeAll's Decisions; LoggedSince's Units and
 	// CounterState's States; the instant either read at (µs), in Clocks
 	// (0 for the other algorithms). Err is the first failure of those
-	// calls, in their order; what follows it is not to be read.
+	// calls, in their order; what follows it is not to be read (and a
+	// take that counts is not made after a failed read of units).
 	Decisions []sluice.Decision
 	Units     []int64
 	States    []sluice.State
