@@ -144,20 +144,25 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	}
 	res := DescriptorsResult{Now: now}
 	if len(back) > 0 {
+		later := ctx
 		if e.storeTimeout > 0 {
-			// The refunds share one bound, those made in turn too (a
-			// sharded key's, several of one key), and the takes get what
-			// is left of it: a store that did not answer them fails them
-			// at once (one that fell back to memory meanwhile decides
-			// them there).
+			// The store calls made in turn after the refunds' first (a
+			// sharded key's, several of one key) and the takes get what
+			// is left of the first's bound: a store that did not answer
+			// fails them at once (one that fell back to memory meanwhile
+			// decides them there). The first calls are bounded by the
+			// store itself, so that one that does not answer fails as
+			// the store's failure, not as the caller's deadline (a
+			// fallback goes to memory on the one, not on the other).
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, e.storeTimeout)
+			later, cancel = context.WithTimeout(ctx, e.storeTimeout)
 			defer cancel()
 		}
-		if !e.giveBackDescriptors(ctx, a, ds, st, back, now) {
+		if !e.giveBackDescriptors(ctx, later, a, ds, st, back, now) {
 			e.descriptorsGone(ctx, ds, st, &res)
 			return res
 		}
+		ctx = later
 	}
 	if len(reports) > 0 {
 		// Reports are charged whatever the other descriptors decide, even

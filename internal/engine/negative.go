@@ -27,16 +27,18 @@ import (
 // the client went away (clientGone) makes it return false; the others,
 // made or not, stay as they ended.
 // The refunds' store calls are timed in a, as takeDescriptors times its
-// own: a request of refunds alone asked the store too.
-func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
+// own: a request of refunds alone asked the store too. The first store
+// call of each key's refunds is made with ctx, those made in turn after it
+// with later (ctx, or ctx with the deadline they share).
+func (e *Engine) giveBackDescriptors(ctx, later context.Context, a *attempt, ds []Descriptor, st []DescriptorStatus, idx []int, now time.Time) bool {
 	if e.realClock {
 		a.asked = true // observeDescriptors times the request from now
 	} else {
 		defer a.timed(time.Now())
 	}
 	var left atomic.Bool
-	one := func(i int) {
-		d, given, err := e.giveBackDescriptor(ctx, &ds[i], now)
+	one := func(first, later context.Context, i int) {
+		d, given, err := e.giveBackDescriptor(first, later, &ds[i], now)
 		if err != nil {
 			if clientGone(ctx) {
 				left.Store(true)
@@ -57,9 +59,9 @@ func (e *Engine) giveBackDescriptors(ctx context.Context, a *attempt, ds []Descr
 		if j == 0 || sameKeyBefore(ds, idx[:j], i) {
 			continue
 		}
-		wg.Go(func() { sameKey(ds, idx[j:], i, one) })
+		wg.Go(func() { sameKey(ctx, later, ds, idx[j:], i, one) })
 	}
-	sameKey(ds, idx, idx[0], one)
+	sameKey(ctx, later, ds, idx, idx[0], one)
 	wg.Wait()
 	return !left.Load()
 }
@@ -75,11 +77,13 @@ func sameKeyBefore(ds []Descriptor, idx []int, i int) bool {
 }
 
 // sameKey calls one, in their order, for the descriptors of ds[idx...]
-// that have ds[first]'s key (idx starts at first).
-func sameKey(ds []Descriptor, idx []int, first int, one func(int)) {
+// that have ds[first]'s key (idx starts at first): the first with ctx for
+// its first store call, and later for every call after it.
+func sameKey(ctx, later context.Context, ds []Descriptor, idx []int, first int, one func(context.Context, context.Context, int)) {
 	for _, k := range idx {
 		if ds[k].Key == ds[first].Key {
-			one(k)
+			one(ctx, later, k)
+			ctx = later
 		}
 	}
 }
@@ -109,8 +113,9 @@ func (e *Engine) refundFailed(d *Descriptor, given int64, err error) {
 // each its share), or to one shard; with Options.Shards, what a shard
 // has not counted goes to the others that have (see shardedParts). On an
 // error, given is what the shards refunded before it were asked to give
-// back (each gives back at most what it counts).
-func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time.Time) (_ sluice.Decision, given int64, _ error) {
+// back (each gives back at most what it counts). Its first store call is
+// made with ctx, those after it with later.
+func (e *Engine) giveBackDescriptor(ctx, later context.Context, d *Descriptor, now time.Time) (_ sluice.Decision, given int64, _ error) {
 	rf, ok := e.store.(sluice.Refunder)
 	if !ok {
 		return sluice.Decision{}, 0, fmt.Errorf("the store (%T): %w", e.store, errors.ErrUnsupported)
@@ -136,6 +141,9 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 		if parts, n, err = e.shardedParts(ctx, req, n); err != nil {
 			return sluice.Decision{}, 0, err
 		}
+		if parts != nil {
+			ctx = later // the shards were asked
+		}
 	}
 	if parts == nil && e.spreadf != nil && req.Cost >= 2 {
 		if parts = e.spreadf(req, n); len(parts) < 2 {
@@ -152,6 +160,9 @@ func (e *Engine) giveBackDescriptor(ctx context.Context, d *Descriptor, now time
 	}
 	var out sluice.Decision
 	for j, p := range parts {
+		if j > 0 {
+			ctx = later
+		}
 		x, err := rf.Refund(ctx, p)
 		if err != nil {
 			return sluice.Decision{}, given, err
