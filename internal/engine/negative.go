@@ -16,8 +16,9 @@ import (
 // (Descriptor.Negative, Envoy's is_negative_hits), each to its rule's
 // counter, at now (sluice.Refunder): never more than the counter holds.
 // The refunds go to the store together, each key's on its own goroutine
-// but the first's (the refunds of one key in turn), so that a store that does not answer holds them one timeout, not
-// one each (a store bounds the calls begun together by one deadline).
+// but the first's (the refunds of one key in turn), so that a store that
+// does not answer holds them one timeout, not one each (a store bounds the
+// calls begun together by one deadline).
 // Each is answered OK, its Decision the counter after the refund, as the
 // reference service answers them (they bypass the over-limit check). A
 // refund the store cannot make is counted as a store failure and logged
