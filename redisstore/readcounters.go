@@ -15,27 +15,25 @@ import (
 // shards: auto moved: at each refresh, it reads again every counter a
 // move left) spent a round trip on each call, reading after reading: a
 // sliding log's LoggedSince, the questions' TakeAll (two across Cluster
-// slots), a sliding window counter's CounterState. Readings of different
-// keys are independent: ReadCounters sends them together, each node's
-// calls in one pipeline (on a Cluster, a pipeline per master, in
-// parallel), in the round trips one reading needs: one, or two when a
-// reading's requests span Cluster slots (checked, then taken, as TakeAll
-// does; then a third, for TakeAll's refund, should a slot deny after its
-// check). A node runs a reading's calls in the order of the calls one by
-// one: the units logged, the questions, the states. Only a call that a
-// node answers NOSCRIPT (restarted, failed over, its scripts flushed) is
-// sent again, after the others: so a reading whose take counts (a request
-// of a cost above 0) sends its calls one pipeline after another (units,
-// take, states: a round trip each), else a NOSCRIPT answered to its
-// units read, which ran nothing, would have them read again after its
-// take counted. A question's take changes nothing those calls read.
+// slots), a sliding window counter's CounterState. Readings only ask
+// (cost 0: a question changes nothing another reading reads), so they are
+// independent: ReadCounters sends them together, each node's calls in one
+// pipeline (on a Cluster, a pipeline per master, in parallel), in the
+// round trips one reading needs: one, or two when a reading's requests
+// span Cluster slots (checked, then taken, as TakeAll does; then a
+// third, for TakeAll's refund, should a slot deny after its check). A
+// node runs a reading's calls in the order of the calls one by one: the
+// units logged, the questions, the states. A call that a node answers
+// NOSCRIPT (restarted, failed over, its scripts flushed) ran nothing and
+// is sent again after the others: as the questions changed nothing, it
+// reads what it would have.
 
-// Reading is one reading of counters for ReadCounters: Requests, decided
-// together as TakeAll decides them (questions, of cost 0, as a rule), and
-// what a sliding window's Decision does not tell: for each
-// sliding_window_log request, the units it logged after After[i]
-// (LoggedSince, asked before the requests are decided); for each
-// sliding_window_counter request, its state (CounterState, read after).
+// Reading is one reading of counters for ReadCounters: Requests, questions
+// (cost 0) decided together as TakeAll decides them, and what a sliding
+// window's Decision does not tell: for each sliding_window_log request,
+// the units it logged after After[i] (LoggedSince, asked before the
+// requests are decided); for each sliding_window_counter request, its
+// state (CounterState, read after).
 type Reading struct {
 	Requests []sluice.Request
 	// After is LoggedSince's after for each request (read for a
@@ -46,8 +44,7 @@ type Reading struct {
 	// return them: TakeAll's Decisions; LoggedSince's Units and
 	// CounterState's States; the instant either read at (µs), in Clocks
 	// (0 for the other algorithms). Err is the first failure of those
-	// calls, in their order; what follows it is not to be read (and a
-	// take that counts is not made after a failed read of units).
+	// calls, in their order; what follows it is not to be read.
 	Decisions []sluice.Decision
 	Units     []int64
 	States    []sluice.State
@@ -57,98 +54,38 @@ type Reading struct {
 
 // ReadCounters reads each of rs as LoggedSince, TakeAll and CounterState
 // called one after another would (see Reading), but together (see
-// above). One reading's failure is its own. A reading of a key an earlier
-// one reads too, when either's take counts, waits for that one, as the
-// calls one by one would: the readings from it on go together after.
+// above). One reading's failure is its own; a reading with a request of a
+// cost other than 0 fails (ErrInvalidCost), having read nothing.
 func (s *Store) ReadCounters(ctx context.Context, rs []Reading) {
-	for len(rs) > 0 {
-		n := s.together(rs)
-		s.readTogether(ctx, rs[:n])
-		rs = rs[n:]
-	}
-}
-
-// together returns how many of rs, from the first, read together: up to
-// the first that reads a key an earlier one reads, when either's take
-// counts (a request of a cost above 0).
-func (s *Store) together(rs []Reading) int {
-	counting := false
-	for j := range rs {
-		for _, r := range rs[j].Requests {
-			counting = counting || r.Cost > 0
-		}
-	}
-	if !counting {
-		return len(rs) // questions alone (the daemon's settle)
-	}
-	keys := map[string]bool{} // the keys read, and whether a take of them counts
-	for j := range rs {
-		counts := false
-		for _, r := range rs[j].Requests {
-			counts = counts || r.Cost > 0
-		}
-		for i := range rs[j].Requests {
-			if c, ok := keys[s.KeyOf(&rs[j].Requests[i])]; ok && (c || counts) {
-				return j
-			}
-		}
-		for i := range rs[j].Requests {
-			k := s.KeyOf(&rs[j].Requests[i])
-			keys[k] = keys[k] || counts
-		}
-	}
-	return len(rs)
-}
-
-// readTogether is ReadCounters of readings that read no key in common
-// but in questions.
-func (s *Store) readTogether(ctx context.Context, rs []Reading) {
 	ops := make([]*readOp, 0, len(rs))
 	for i := range rs {
 		if op := s.readOp(&rs[i]); op != nil {
 			ops = append(ops, op)
 		}
 	}
-	var first, second, third pipeline
+	var first, second pipeline
 	for _, op := range ops {
 		op.addLogs(&first)
-		switch {
-		case len(op.groups) > 1:
+		if len(op.groups) > 1 {
 			op.addCheck(&first)
-		case !op.counts:
+		} else {
 			op.addTake(&first)
 			op.addStates(&first)
 		}
 	}
 	s.runPipeline(ctx, &first)
 	for _, op := range ops {
-		if op.rd.Err != nil {
-			continue
-		}
-		switch {
-		case len(op.groups) == 1:
-			if op.counts {
-				op.addTake(&second)
-			}
-		default:
+		if op.rd.Err == nil && len(op.groups) > 1 {
 			if op.allowed {
 				op.addTake(&second)
 			}
-			if !op.counts {
-				op.addStates(&second)
-			}
+			op.addStates(&second)
 		}
 	}
 	if testHookAfterCheck != nil && len(second.calls) > 0 {
 		testHookAfterCheck()
 	}
 	s.runPipeline(ctx, &second)
-	for _, op := range ops {
-		if op.counts && op.rd.Err == nil && op.refund == nil {
-			op.addStates(&third)
-		}
-	}
-	s.runPipeline(ctx, &third)
 	for _, op := range ops {
 		if op.refund != nil {
 			s.refundReading(ctx, op)
@@ -165,9 +102,6 @@ type readOp struct {
 	logs    []int   // the sliding_window_log requests
 	states  []int   // the sliding_window_counter requests
 	allowed bool    // every request allowed by the check (across slots)
-	// counts: some request has a cost (a take that counts), so the
-	// reading's calls go one pipeline after another (see ReadCounters).
-	counts bool
 	// After the take across slots: the replies per group, nil for a group
 	// that failed, and the error; refund set when some groups must give
 	// back what they counted, as TakeAll does.
@@ -194,7 +128,10 @@ func (s *Store) readOp(rd *Reading) *readOp {
 			rd.Err = fmt.Errorf("redisstore: take all %q: %w", rd.Requests[i].Key, err)
 			return nil
 		}
-		op.counts = op.counts || rd.Requests[i].Cost > 0
+		if c := rd.Requests[i].Cost; c != 0 {
+			rd.Err = fmt.Errorf("redisstore: read counters %q: %w: cost %d, where a reading only asks (cost 0)", rd.Requests[i].Key, sluice.ErrInvalidCost, c)
+			return nil
+		}
 		switch rd.Requests[i].Algorithm {
 		case sluice.SlidingWindowLog:
 			op.logs = append(op.logs, i)

@@ -13,13 +13,11 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// TestReadCountersNoScriptKeepsOrder: a Redis that has lost some scripts
-// (SCRIPT FLUSH, a restart; a Take since loaded its own again, the
-// readings' not) answers NOSCRIPT to a reading's LoggedSince but runs its
-// take: the units are still those logged before the take, and the state
-// read after it, as the calls one by one read them (a take of cost 1,
-// logged after After).
-func TestReadCountersNoScriptKeepsOrder(t *testing.T) {
+// TestReadCountersNoScript: a Redis that has lost some scripts (SCRIPT
+// FLUSH, a restart; a Take since loaded its own again, the readings' not)
+// answers NOSCRIPT to a reading's LoggedSince and CounterState and runs
+// its question: the calls sent again read what the calls one by one read.
+func TestReadCountersNoScript(t *testing.T) {
 	srv := redistest.StartServer(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, Prefix: "piped:"}
 	s := open(t, o)
@@ -35,7 +33,7 @@ func TestReadCountersNoScriptKeepsOrder(t *testing.T) {
 			take(t, r, s, one)
 		}
 	}
-	lg.Now, ct.Now = now, now
+	lg.Now, ct.Now, lg.Cost, ct.Cost = now, now, 0, 0
 	after := sluicetest.T0.Add(5 * time.Second).UnixMicro()
 
 	n := 2
@@ -66,90 +64,39 @@ func TestReadCountersNoScriptKeepsOrder(t *testing.T) {
 		t.Fatal(rds[0].Err)
 	}
 	if !reflect.DeepEqual(rds[0], want) {
-		t.Errorf("after SCRIPT FLUSH, a reading of units %v, states %+v; want %v, %+v (as one by one: units before the take, states after)",
+		t.Errorf("after SCRIPT FLUSH, a reading of units %v, states %+v; want %v, %+v (as one by one)",
 			rds[0].Units, rds[0].States, want.Units, want.States)
 	}
 }
 
-// TestReadCountersSameKeyInTurn: two readings of one key whose takes count
-// (and a question of it between them) read as the calls one by one, one
-// reading after the other, do: the second's units and state count the
-// first's take. Readings of other keys still go together.
-func TestReadCountersSameKeyInTurn(t *testing.T) {
-	c := redistest.StartCluster(t)
-	o := redisstore.Options{Addrs: c.Addrs, Cluster: true, Prefix: "piped:"}
-	s := open(t, o)
-	o.Prefix = "one:"
-	one := open(t, o)
+// TestReadCountersRefusesCharges: a reading only asks. One with a
+// request of a cost fails (ErrInvalidCost) and counts nothing; the
+// readings beside it are read.
+func TestReadCountersRefusesCharges(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	ctx := context.Background()
-	now := sluicetest.T0.Add(time.Minute)
-	lg := sluice.Request{Key: "log", Algorithm: sluice.SlidingWindowLog, Limit: sluice.PerMinute(60), Cost: 1}
-	ct := sluice.Request{Key: "counter", Algorithm: sluice.SlidingWindowCounter, Limit: sluice.PerMinute(60).WithSegments(3), Cost: 1}
-	for i := range 3 {
-		for _, r := range []sluice.Request{lg, ct} {
-			r.Now = sluicetest.T0.Add(time.Duration(i) * 10 * time.Second)
-			take(t, r, s, one)
-		}
-	}
-	lg.Now, ct.Now = now, now
-	after := sluicetest.T0.Add(5 * time.Second).UnixMicro()
-	q := lg
-	q.Cost = 0
-	other := sluice.Request{Key: "other", Algorithm: sluice.SlidingWindowLog, Limit: sluice.PerMinute(60), Cost: 1, Now: now}
-	rds := []redisstore.Reading{
-		{Requests: []sluice.Request{lg, ct}, After: []int64{after, -1}},
-		{Requests: []sluice.Request{q}, After: []int64{after}},
-		{Requests: []sluice.Request{other}},
-		{Requests: []sluice.Request{lg, ct}, After: []int64{after, -1}},
-		{Requests: s.Shards(lg, 3)},
-		{Requests: []sluice.Request{ct}},
-	}
-	want := make([]redisstore.Reading, len(rds))
-	for j, rd := range rds {
-		n := len(rd.Requests)
-		w := redisstore.Reading{Requests: rd.Requests, After: rd.After, Decisions: make([]sluice.Decision, n), Units: make([]int64, n),
-			States: make([]sluice.State, n), Clocks: make([]int64, n)}
-		var err error
-		for i, r := range rd.Requests {
-			if r.Algorithm == sluice.SlidingWindowLog {
-				a := int64(-1)
-				if rd.After != nil {
-					a = rd.After[i]
-				}
-				if w.Units[i], w.Clocks[i], err = one.LoggedSince(ctx, r, a); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := one.TakeAll(ctx, rd.Requests, w.Decisions); err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range rd.Requests {
-			if r.Algorithm == sluice.SlidingWindowCounter {
-				if w.States[i], w.Clocks[i], err = one.CounterState(ctx, r); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		want[j] = w
-	}
+	q := sluice.Request{Key: "ask", Algorithm: sluice.SlidingWindowLog, Limit: sluice.PerMinute(60), Now: sluicetest.T0}
+	charge := q
+	charge.Key, charge.Cost = "charge", 1
+	rds := []redisstore.Reading{{Requests: []sluice.Request{q, charge}}, {Requests: []sluice.Request{q}}}
 	s.ReadCounters(ctx, rds)
-	for j := range rds {
-		if rds[j].Err != nil {
-			t.Fatalf("reading %d: %v", j, rds[j].Err)
-		}
-		if !reflect.DeepEqual(rds[j], want[j]) {
-			t.Errorf("reading %d of %s: units %v, states %+v, decisions %+v;\n want %v, %+v, %+v (as one by one, in turn)",
-				j, rds[j].Requests[0].Key, rds[j].Units, rds[j].States, rds[j].Decisions, want[j].Units, want[j].States, want[j].Decisions)
-		}
+	if !errors.Is(rds[0].Err, sluice.ErrInvalidCost) {
+		t.Errorf("a reading with a charge: err %v, want ErrInvalidCost", rds[0].Err)
+	}
+	if rds[1].Err != nil || !rds[1].Decisions[0].Allowed || rds[1].Decisions[0].Remaining != 60 {
+		t.Errorf("the question beside it: %+v, %v; want it read (60 left)", rds[1].Decisions, rds[1].Err)
+	}
+	if got := raw(t, s, charge); got != "none" {
+		t.Errorf("the charge's key after the reading: %q, want nothing counted", got)
 	}
 }
 
 // TestReadCountersMasterDown: a master stopped between a reading's check
 // across slots and its take fails that reading (the store unavailable),
-// and the slots that took on the live masters give back what they took
-// (nothing stays counted there), as TakeAll does; a reading of a key on
-// that master alone fails too, and one of a key on a live master is read.
+// and the slots taken on the live masters are given back, as TakeAll
+// does (one refund; their keys as they were); readings of one slot, on
+// that master or another, were read in the first round.
 func TestReadCountersMasterDown(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
@@ -183,20 +130,24 @@ func TestReadCountersMasterDown(t *testing.T) {
 			down = n
 		}
 	}
+	for i := range qs { // the reading's questions
+		qs[i].Cost = 0
+	}
+	alone.Cost, live.Cost = 0, 0
 	redisstore.SetTakeAllHooks(func() { down.Stop() }, nil)
 	defer redisstore.SetTakeAllHooks(nil, nil)
-	other := live
-	other.Cost = 0
-	rds := []redisstore.Reading{{Requests: qs}, {Requests: []sluice.Request{alone}}, {Requests: []sluice.Request{other}}}
+	rds := []redisstore.Reading{{Requests: qs}, {Requests: []sluice.Request{alone}}, {Requests: []sluice.Request{live}}}
 	s.ReadCounters(ctx, rds)
 	redisstore.SetTakeAllHooks(nil, nil)
-	for j, rd := range rds[:2] {
-		if !errors.Is(rd.Err, sluice.ErrStoreUnavailable) {
-			t.Errorf("reading %d with a master down: err %v, want ErrStoreUnavailable", j, rd.Err)
-		}
+	if !errors.Is(rds[0].Err, sluice.ErrStoreUnavailable) {
+		t.Errorf("the reading across slots with a master down: err %v, want ErrStoreUnavailable", rds[0].Err)
 	}
-	if rds[2].Err != nil || !rds[2].Decisions[0].Allowed {
-		t.Errorf("a question on a live master: %+v, %v; want it read", rds[2].Decisions, rds[2].Err)
+	// A reading of one slot is read in one round, with the checks, before
+	// the master stopped.
+	for j, rd := range rds[1:] {
+		if rd.Err != nil || !rd.Decisions[0].Allowed {
+			t.Errorf("reading %d, of one slot: %+v, %v; want it read", j+1, rd.Decisions, rd.Err)
+		}
 	}
 	if n := s.Refunds(); n != 1 {
 		t.Errorf("%d refunds, want 1 (the live slots' takes given back)", n)
