@@ -8,6 +8,11 @@ import "syscall"
 // asked for: c is idle, so anything there is not an answer to the request
 // about to be sent. One non-blocking peek, no allocation.
 func (c *upConn) pending() bool {
+	if c.raw != nil {
+		// Raw, as its reads are: without entering the runtime's
+		// system-call state (one peek per request on the fast path).
+		return c.raw.Pending()
+	}
 	if c.sc == nil {
 		return false
 	}

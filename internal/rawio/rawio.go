@@ -36,6 +36,10 @@ type Conn struct {
 	r   op
 	wmu sync.Mutex
 	w   op
+
+	// Pending's peek, bound once (no closure per call), and its answer.
+	peek    func(fd uintptr)
+	pending bool
 }
 
 // op is one Read or Write in progress: its buffer, the bytes done, the
@@ -70,6 +74,7 @@ func Wrap(c net.Conn) net.Conn {
 	rw.w.f = rw.write
 	rw.w.now = rw.writeNow
 	rw.w.some = rw.writeSome
+	rw.peek = rw.peekFd
 	return rw
 }
 
@@ -103,6 +108,22 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 func (c *Conn) Write(p []byte) (int, error) { return c.writeWith(p, c.w.f) }
+
+// Pending reports whether the socket holds anything to read — bytes, an
+// EOF, an error such as a reset — without reading it and without waiting:
+// one non-blocking peek, made raw as reads are, so it costs no more than
+// the system call. A connection that cannot be peeked (closed) is
+// pending too: it is not fit to send on. For a connection kept idle
+// between requests, where anything there is something nobody asked for.
+// No Read may run meanwhile.
+func (c *Conn) Pending() bool {
+	c.rmu.Lock()
+	c.pending = true // stays so when Control fails
+	c.rc.Control(c.peek)
+	p := c.pending
+	c.rmu.Unlock()
+	return p
+}
 
 // WriteSome writes what the socket takes of p, waiting (until the write
 // deadline) only while it takes nothing: it returns once some of p is

@@ -46,6 +46,21 @@ func (c *Conn) read(fd uintptr) bool {
 	}
 }
 
+// peekFd is Pending's peek: anything but "nothing to read yet" makes the
+// socket pending.
+func (c *Conn) peekFd(fd uintptr) {
+	var b [1]byte
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		c.pending = e != syscall.EAGAIN
+		return
+	}
+}
+
 // write is called by RawConn.Write with the socket; false: the socket's
 // buffer is full, park until it is writable.
 func (c *Conn) write(fd uintptr) bool {

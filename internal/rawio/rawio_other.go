@@ -9,3 +9,5 @@ func (c *Conn) write(fd uintptr) bool    { panic("rawio: unsupported") }
 func (c *Conn) writeNow(fd uintptr) bool { panic("rawio: unsupported") }
 
 func (c *Conn) writeSome(fd uintptr) bool { panic("rawio: unsupported") }
+
+func (c *Conn) peekFd(fd uintptr) { panic("rawio: unsupported") }

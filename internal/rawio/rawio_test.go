@@ -232,3 +232,53 @@ func TestWriteReadPastDeadline(t *testing.T) {
 		t.Fatalf("the peer got %q, %v; want the request, sent whatever the read deadline", got, err)
 	}
 }
+
+// Pending tells an idle connection whose socket holds something nobody
+// asked for — bytes, an EOF, a reset — from one that holds nothing, and
+// leaves the bytes to be read.
+func TestPending(t *testing.T) {
+	c, s := pair(t)
+	rc, ok := c.(*rawio.Conn)
+	if !ok {
+		t.Skip("no raw connections on " + runtime.GOOS)
+	}
+	if rc.Pending() {
+		t.Fatal("Pending on an empty socket")
+	}
+	s.Write([]byte("x"))
+	waitPending(t, rc, "bytes")
+	buf := make([]byte, 8)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "x" {
+		t.Fatalf("Read after Pending = %q, %v; want the byte, not consumed by the peek", buf[:n], err)
+	}
+	if rc.Pending() {
+		t.Fatal("Pending once the byte is read")
+	}
+	s.Close()
+	waitPending(t, rc, "an EOF")
+
+	c, s = pair(t)
+	rc = c.(*rawio.Conn)
+	s.(*net.TCPConn).SetLinger(0) // close with a reset
+	s.Close()
+	waitPending(t, rc, "a reset")
+
+	c.Close()
+	if !rc.Pending() {
+		t.Error("Pending on a closed connection = false, want true: it is not fit to send on")
+	}
+}
+
+// waitPending waits until rc.Pending reports what the peer sent (what),
+// which loopback delivers within the peer's call, but not necessarily
+// before this goroutine looks.
+func waitPending(t *testing.T, rc *rawio.Conn, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !rc.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Pending never reported %s", what)
+		}
+		runtime.Gosched()
+	}
+}
