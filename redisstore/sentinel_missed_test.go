@@ -139,10 +139,19 @@ func TestSentinelHungAtStart(t *testing.T) {
 			t.Logf("timeout %v: try %d failed: %v", timeout, try, err)
 		}
 		t.Logf("timeout %v: connected in %v", timeout, time.Since(start))
-		_, err = s.Take(context.Background(), req(fmt.Sprint("hung-", timeout), 0))
-		s.Close()
-		if err != nil {
-			t.Fatalf("Take with timeout %v, the first Sentinel hung: %v", timeout, err)
+		// The store decides on the master it found; its first Take (a
+		// connection, the script loaded) may miss 50 ms on a loaded
+		// machine as New's handshake may: tried as often.
+		for try := 1; ; try++ {
+			if _, err = s.Take(context.Background(), req(fmt.Sprint("hung-", timeout), 0)); err == nil {
+				break
+			}
+			if try == 5 {
+				s.Close()
+				t.Fatalf("Take with timeout %v, the first Sentinel hung: failed %d times, last: %v", timeout, try, err)
+			}
+			t.Logf("timeout %v: Take %d failed: %v", timeout, try, err)
 		}
+		s.Close()
 	}
 }
