@@ -14,13 +14,19 @@ import (
 // "cluster" (a real 3-node Cluster), each with the Options that reach it
 // (Addrs, and Cluster for the second): what the fleet promises over one
 // Redis it promises over a Cluster too.
+//
+// The two run in parallel (while the Cluster's nodes start and join, the
+// server's run goes on): test must own what it touches, its Redis, its
+// stores and keys, and change nothing shared by the package's tests.
 func onServerAndCluster(t *testing.T, test func(t *testing.T, o redisstore.Options)) {
 	t.Helper()
 	t.Run("server", func(t *testing.T) {
+		t.Parallel()
 		srv := redistest.StartServer(t)
 		test(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	})
 	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
 		cl := redistest.StartCluster(t)
 		test(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
 	})

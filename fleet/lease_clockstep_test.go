@@ -31,6 +31,7 @@ func testLeaseClockStepsBack(t *testing.T, o redisstore.Options) {
 	const period, rate = time.Second, 5
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel() // each waits 2 s of Redis' clock, on leases and a key of its own
 			limit := sluice.Every(rate, period)
 			for attempt := 1; ; attempt++ {
 				a := newLease(t, fleet.OpenRedis(t, o), fleet.LeaseOptions{Chunk: rate})

@@ -37,6 +37,7 @@ func testLeaseTakeAllClockStepsBack(t *testing.T, o redisstore.Options) {
 	const period, rate, step = time.Second, 5, -2 * time.Second
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindowCounter, sluice.TokenBucket, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel() // each waits 2 s of Redis' clock twice, on leases and keys of its own
 			limit := sluice.Every(rate, period)
 			t.Run("limit", func(t *testing.T) {
 				for attempt := 1; ; attempt++ {
