@@ -228,6 +228,9 @@ func (s *Server) args() []string {
 		"--dir", s.dir,
 		"--logfile", "",
 		"--protected-mode", "no",
+		// A replica's full sync starts at once, not after Redis'
+		// default 5 s wait for more replicas to share it.
+		"--repl-diskless-sync-delay", "0",
 	}
 	a = append(a, s.extra...)
 	if s.tlsPort != 0 {

@@ -97,3 +97,19 @@ func TestRestartPortTaken(t *testing.T) {
 		t.Fatalf("restart with its port taken: %v, want an error saying the port was taken while it was down", err)
 	}
 }
+
+// TestReplicaSyncNotDelayed: a master serves a replica's full sync at
+// once, not after Redis' default repl-diskless-sync-delay of 5 s, which
+// every test with a replica (StartReplica, REPLICAOF) waited out for
+// nothing but the sync itself.
+func TestReplicaSyncNotDelayed(t *testing.T) {
+	s := StartServer(t)
+	got, err := Do(s.Addr, "CONFIG", "GET", "repl-diskless-sync-delay")
+	if err != nil || got != "repl-diskless-sync-delay\n0" {
+		t.Fatalf("CONFIG GET repl-diskless-sync-delay = %q, %v; want 0", got, err)
+	}
+	r := StartReplica(t, s)
+	if info, err := Do(r.Addr, "INFO", "replication"); err != nil || !strings.Contains(info, "master_link_status:up") {
+		t.Fatalf("replica %s not linked: %q %v", r.Addr, info, err)
+	}
+}
