@@ -21,10 +21,12 @@ func TestFleetDaemonClockAhead(t *testing.T) {
 	for _, mode := range []string{"sync: 1m", "lease: auto"} {
 		t.Run(strings.TrimSuffix(strings.Fields(mode)[0], ":"), func(t *testing.T) {
 			t.Run("server", func(t *testing.T) {
+				t.Parallel() // a Redis (or Cluster) and a daemon of its own
 				rs := redistest.StartServer(t)
 				testFleetDaemonClockAhead(t, rs.Addr, false, mode)
 			})
 			t.Run("cluster", func(t *testing.T) {
+				t.Parallel() // a Redis (or Cluster) and a daemon of its own
 				c := redistest.StartCluster(t)
 				testFleetDaemonClockAhead(t, strings.Join(c.Addrs, ", "), true, mode)
 			})
@@ -64,10 +66,12 @@ rules:
 // and a 3-node Cluster.
 func TestOverLimitCacheDaemonClockStepsBack(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
+		t.Parallel() // a Redis (or Cluster) and a daemon of its own
 		rs := redistest.StartServer(t)
 		testOverLimitCacheDaemonClockStepsBack(t, rs.Addr, false)
 	})
 	t.Run("cluster", func(t *testing.T) {
+		t.Parallel() // a Redis (or Cluster) and a daemon of its own
 		c := redistest.StartCluster(t)
 		testOverLimitCacheDaemonClockStepsBack(t, strings.Join(c.Addrs, ", "), true)
 	})

@@ -53,6 +53,7 @@ func TestSlowRedisOnError(t *testing.T) {
 		{"local", http.StatusOK, true, "deciding locally at rate/2"},
 	} {
 		t.Run(c.policy, func(t *testing.T) {
+			t.Parallel() // each waits out its calls' timeouts, on a Redis and a daemon of its own
 			rs := redistest.StartServer(t)
 			td := startDaemon(t, fmt.Sprintf(`
 listen: 127.0.0.1:0

@@ -51,7 +51,10 @@ func nastyKeys() []string {
 // the queue) and be at most maxRedisKeyLen bytes.
 func TestRedisKeysExpireAndStayBounded(t *testing.T) {
 	for _, kind := range []string{"redis", "cluster"} {
-		t.Run(kind, func(t *testing.T) { testRedisKeys(t, kind) })
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a Redis or Cluster, a daemon and an upstream of its own
+			testRedisKeys(t, kind)
+		})
 	}
 }
 
