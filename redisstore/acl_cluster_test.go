@@ -17,6 +17,7 @@ import (
 // (the one owning the probe key), and a user crippled on another master
 // connected, then failed NOPERM on that master's keys only.
 func TestACLClusterEveryMaster(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	setUser := func(addr string, rules ...string) {
 		t.Helper()

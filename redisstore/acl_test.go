@@ -111,6 +111,7 @@ func TestACLLostWhileRunning(t *testing.T) {
 // (then the reply is not TLS: ErrTLS), never answers it: New timed out
 // with "context deadline exceeded" alone, as if Redis were down.
 func TestTLSToPlainPort(t *testing.T) {
+	t.Parallel() // a server of its own; it waits on New's timeouts
 	srv := redistest.StartServer(t)
 	// upTimeout, not 100ms: the timeout bounds the TCP dial too, which a
 	// loaded machine can miss (then the error is the dial's); the hello

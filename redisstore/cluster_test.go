@@ -20,6 +20,7 @@ import (
 // refund the other; in the end each key must have counted exactly what was
 // admitted on it, and never more than its limit.
 func TestClusterTakeAllRefund(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
 	ctx := context.Background()

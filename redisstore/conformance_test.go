@@ -43,6 +43,7 @@ func TestConformanceSingleNode(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })

@@ -180,6 +180,7 @@ func TestDifferentialSingleNode(t *testing.T) {
 }
 
 func TestDifferentialCluster(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	t.Run("Take", func(t *testing.T) { testDifferential(t, s, 150) })
