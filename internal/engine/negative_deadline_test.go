@@ -59,19 +59,7 @@ func TestNegativeStoreCallsShareDeadline(t *testing.T) {
 	}
 	ms := memstore.New(memstore.Options{})
 	st := &deadlines{Store: ms}
-	half := sluice.PerMinute(5)
-	shards := func(r sluice.Request, n int) []sluice.Request {
-		out := make([]sluice.Request, n)
-		for i := range out {
-			out[i] = r
-			out[i].Key, out[i].Limit = r.Key+"#"+string(rune('0'+i)), half
-		}
-		return out
-	}
-	shard := func(r *sluice.Request, n int) int {
-		r.Key, r.Limit = r.Key+"#0", half
-		return n
-	}
+	shard, shards := shardsOf(sluice.PerMinute(5))
 	e, err := engine.New(engine.Options{Store: st, Rules: &rules.Set{}, Metrics: metrics.New(prometheus.NewRegistry()),
 		Now: func() time.Time { return t0 }, Shard: shard, Shards: shards, StoreTimeout: time.Hour})
 	if err != nil {

@@ -52,6 +52,24 @@ func (p *peekBarrier) TakeAll(ctx context.Context, rs []sluice.Request, out []sl
 	return err
 }
 
+// shardsOf returns engine.Options' Shard and Shards for keys split into
+// shards of limit each, named KEY#i; Shard always gives shard 0's turn.
+func shardsOf(limit sluice.Limit) (shard func(*sluice.Request, int) int, shards func(sluice.Request, int) []sluice.Request) {
+	shard = func(r *sluice.Request, n int) int {
+		r.Key, r.Limit = r.Key+"#0", limit
+		return n
+	}
+	shards = func(r sluice.Request, n int) []sluice.Request {
+		out := make([]sluice.Request, n)
+		for i := range out {
+			out[i] = r
+			out[i].Key, out[i].Limit = r.Key+"#"+string(rune('0'+i)), limit
+		}
+		return out
+	}
+	return shard, shards
+}
+
 // TestNegativeSameShardedKeyGivesBackAll: two negative descriptors of the
 // same sharded key in one call (2 hits each; each of its 2 shards counts
 // 2) give back all 4 hits, as two calls one after the other do: the second
@@ -67,18 +85,7 @@ func TestNegativeSameShardedKeyGivesBackAll(t *testing.T) {
 		ms := memstore.New(memstore.Options{})
 		st := &peekBarrier{Store: ms, second: make(chan struct{})}
 		half := sluice.PerMinute(5)
-		shards := func(r sluice.Request, n int) []sluice.Request {
-			out := make([]sluice.Request, n)
-			for i := range out {
-				out[i] = r
-				out[i].Key, out[i].Limit = r.Key+"#"+string(rune('0'+i)), half
-			}
-			return out
-		}
-		shard := func(r *sluice.Request, n int) int { // always shard 0's turn
-			r.Key, r.Limit = r.Key+"#0", half
-			return n
-		}
+		shard, shards := shardsOf(half)
 		e, err := engine.New(engine.Options{Store: st, Rules: &rules.Set{}, Metrics: metrics.New(prometheus.NewRegistry()),
 			Now: func() time.Time { return t0 }, Shard: shard, Shards: shards})
 		if err != nil {
