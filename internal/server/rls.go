@@ -159,10 +159,17 @@ func (s *RLS) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 			sc.entries = entries
 			var m descriptors.Match
 			if o := d.GetLimit(); o != nil {
-				u, _ := descriptors.ParseUnit(o.GetUnit().String())
+				// By number, as the unit of the answer, as the reference
+				// service reads it: Envoy's type.v3.RateLimitUnit numbers
+				// the units as that enum does, which has WEEK (7) too.
+				pu := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+				u, known := descriptors.ParseUnit(pu.String())
+				if !known {
+					return nil, fmt.Errorf("descriptors[%d].limit: unit %s is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", i, pu)
+				}
 				r, ok := descriptors.Override(domain, o.GetRequestsPerUnit(), u, o.GetUnitMultiplier().GetValue())
 				if !ok {
-					return nil, fmt.Errorf("descriptors[%d].limit: unit %s × %d is not a countable period", i, o.GetUnit(), o.GetUnitMultiplier().GetValue())
+					return nil, fmt.Errorf("descriptors[%d].limit: %s × %d (unit_multiplier) is not a countable period", i, pu, o.GetUnitMultiplier().GetValue())
 				}
 				m = descriptors.OverrideMatch(r, entries)
 			} else {

@@ -1,11 +1,16 @@
 package server_test
 
 import (
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -196,5 +201,39 @@ descriptors:
 			e.expect(t, "a over with an unlimited descriptor", []string{"X:XO"}, "p", desc("a", "x"), desc("free", "z"))
 			e.expect(t, "a over alone", []string{"X:X"}, "p", desc("a", "x"))
 		})
+	}
+}
+
+// TestOverrideUnitByNumber: the reference service reads a limit
+// override's unit by its number as the unit of its answer
+// (RateLimitResponse.RateLimit.Unit), where 7 is WEEK: Envoy's
+// type.v3.RateLimitUnit numbers MONTH and YEAR as that enum does (5, 6)
+// and has no WEEK yet, so a 7 is a week there, not a request to refuse.
+// Another number is refused, naming the descriptor, and nothing of the
+// request is counted.
+func TestOverrideUnitByNumber(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
+	const week = typev3.RateLimitUnit(7)
+	e.expect(t, "1 a week", []string{"O:O", "X:X"}, "web", withLimit(desc("user", "w"), 1, week))
+	r := e.call(t, "web", 0, withLimit(desc("user", "w"), 1, week))
+	if u := r.Statuses[0].CurrentLimit.GetUnit(); u != rlsv3.RateLimitResponse_RateLimit_WEEK {
+		t.Errorf("an override of unit 7: current_limit.unit = %v, want WEEK", u)
+	}
+	// tMid is Monday 2026-03-02 10:00:30 UTC; weeks since the epoch end
+	// on Thursdays, this one on 2026-03-05 00:00 UTC.
+	if got, want := r.Statuses[0].DurationUntilReset.AsDuration(), 2*24*time.Hour+13*time.Hour+59*time.Minute+30*time.Second; got != want {
+		t.Errorf("an override of unit 7: duration_until_reset = %v, want %v (the week's end)", got, want)
+	}
+	// UNKNOWN (0, an override without a unit) crashes the reference
+	// service (its unit lookup panics); here it is refused as 8 is.
+	for _, u := range []typev3.RateLimitUnit{8, typev3.RateLimitUnit_UNKNOWN} {
+		_, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "web",
+			Descriptors: []*descriptorPB{desc("user", "x"), withLimit(desc("user", "y"), 1, u)}})
+		if want := fmt.Sprintf("descriptors[1].limit: unit %s is not one of", rlsv3.RateLimitResponse_RateLimit_Unit(u)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("an override of unit %d: %v, want INVALID_ARGUMENT %q", u, err, want)
+		}
+	}
+	if got := e.remaining(t, "web", "user", "x"); got != 2 {
+		t.Errorf("user=x remaining after the refused request = %d, want 2 (nothing counted)", got)
 	}
 }
