@@ -21,6 +21,13 @@ type Options struct {
 	// Sentinel, if set, is the name of the master set monitored by the
 	// Redis Sentinels at Addrs; the store follows failovers.
 	Sentinel string
+	// DB is the database number every connection selects (SELECT, as
+	// it connects and reconnects; with Sentinel, on each master it
+	// follows): the counters, and what features keep on the Client,
+	// live there. Default 0. Redis Cluster has database 0 only. Pub/Sub
+	// is not per database, so with DB other than 0 the refunds go out on
+	// a channel that names it (see RefundChannelOf).
+	DB int
 	// Username and Password authenticate (AUTH; Username for Redis ACLs).
 	Username, Password string
 	// SentinelCredentials, with Sentinel, are what the Sentinels get
@@ -118,6 +125,12 @@ func (o Options) Validate() error {
 	}
 	if o.Cluster && o.Sentinel != "" {
 		errs = append(errs, errors.New("redisstore: options: cluster and sentinel are exclusive"))
+	}
+	switch {
+	case o.DB < 0:
+		errs = append(errs, fmt.Errorf("redisstore: options: db %d must not be negative", o.DB))
+	case o.DB != 0 && o.Cluster:
+		errs = append(errs, fmt.Errorf("redisstore: options: db %d: Redis Cluster has database 0 only", o.DB))
 	}
 	if c := o.SentinelCredentials; c != nil {
 		if o.Sentinel == "" {

@@ -137,6 +137,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		InitAddress:       o.Addrs,
 		Username:          o.Username,
 		Password:          o.Password,
+		SelectDB:          o.DB, // rueidis gives the Sentinels database 0
 		TLSConfig:         o.TLS,
 		DisableCache:      true,
 		ForceSingleClient: !o.Cluster && o.Sentinel == "",

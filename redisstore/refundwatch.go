@@ -44,12 +44,20 @@ type RefundListener interface {
 const refundWatchRetry = time.Second
 
 // RefundChannel is the channel on which refunds are published
-// (Options.PublishRefunds): RefundChannelOf the key prefix.
-func (s *Store) RefundChannel() string { return RefundChannelOf(s.opts.Prefix) }
+// (Options.PublishRefunds): RefundChannelOf the key prefix and database.
+func (s *Store) RefundChannel() string { return RefundChannelOf(s.opts.Prefix, s.opts.DB) }
 
 // RefundChannelOf is the RefundChannel of a store whose keys start with
-// prefix (Options.Prefix): prefix then "refunds", for an ACL's &pattern.
-func RefundChannelOf(prefix string) string { return prefix + "refunds" }
+// prefix (Options.Prefix) in database db (Options.DB): prefix then
+// "refunds", for an ACL's &pattern, then ":db" and the number when db is
+// not 0. Pub/Sub is not per database: two stores on one Redis that differ
+// by their database alone would otherwise hear each other's refunds.
+func RefundChannelOf(prefix string, db int) string {
+	if db != 0 {
+		return prefix + "refunds:db" + strconv.Itoa(db)
+	}
+	return prefix + "refunds"
+}
 
 // A message on RefundChannel names the keys given back, in one of two
 // forms. One key, as a give-back of one key publishes in its script

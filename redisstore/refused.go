@@ -32,6 +32,10 @@ var (
 	// trusted: RemoteTLSAlert); or, Options.TLS unset, Redis speaks only
 	// TLS there (TLSNeeded).
 	ErrTLS = errors.New("redisstore: TLS with Redis failed")
+	// ErrDB: Redis has no database Options.DB (SELECT answered that
+	// the number is out of range: past its databases setting, 16 by
+	// default).
+	ErrDB = errors.New("redisstore: Redis has no such database")
 )
 
 // refusedError is New's error when Redis refused the connection.
@@ -39,7 +43,7 @@ type refusedError struct {
 	op    string // "connect" or "ping"
 	addrs []string
 	what  string // what was refused, for the message
-	kind  error  // ErrAuth or ErrTLS
+	kind  error  // ErrAuth, ErrTLS or ErrDB
 	err   error
 	// byRedis: Redis refused the client's TLS (its certificate, or its
 	// absence), rather than the client Redis's certificate.
@@ -57,8 +61,12 @@ func (e *refusedError) Error() string {
 func (e *refusedError) Unwrap() []error { return []error{e.kind, sluice.ErrStoreUnavailable, e.err} }
 
 // refused returns err as a *refusedError when it is one of the refusals
-// of ErrAuth or ErrTLS, else nil.
+// of ErrAuth, ErrTLS or ErrDB, else nil.
 func refused(o Options, err error) error {
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "DB index is out of range") {
+		return &refusedError{op: "connect", addrs: o.Addrs, kind: ErrDB, err: err,
+			what: fmt.Sprintf("Redis has no database %d (its databases setting, 16 by default, bounds the numbers)", o.DB)}
+	}
 	if refusedCredentials(err) {
 		who := "the default user (no username)"
 		if o.Username != "" {

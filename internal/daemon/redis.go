@@ -68,6 +68,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		Sentinel: r.Sentinel,
 		Username: r.Username,
 		Password: r.Password,
+		DB:       r.DB,
 
 		SentinelCredentials: r.SentinelCredentials(),
 		TLS:                 tlsConfig,
@@ -111,7 +112,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		select {
 		case <-feed.live:
 		case <-t.C:
-			d.log.Warn("over-limit cache: Redis has not confirmed the subscription to refunds yet; every request goes to Redis until it does", "channel", redisstore.RefundChannelOf(redisPrefix(cfg)))
+			d.log.Warn("over-limit cache: Redis has not confirmed the subscription to refunds yet; every request goes to Redis until it does", "channel", redisstore.RefundChannelOf(redisPrefix(cfg), r.DB))
 		case <-ctx.Done():
 		}
 		t.Stop()
@@ -268,6 +269,8 @@ var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluic
 func refusalHint(err error) string {
 	var he x509.HostnameError
 	switch {
+	case errors.Is(err, redisstore.ErrDB):
+		return "check store.redis.db: Redis has databases 0 to its databases setting less one (0 to 15 by default)"
 	case redisstore.SentinelRefused(err):
 		return "check store.redis.sentinel_username and store.redis.sentinel_password (left out, the Sentinels get store.redis.username and password), and the Sentinels' requirepass or ACL users (a Sentinel user needs SENTINEL SENTINELS and GET-MASTER-ADDR-BY-NAME, and allchannels or the failover channels)"
 	case !errors.Is(err, redisstore.ErrTLS):
@@ -289,9 +292,9 @@ func refusalHint(err error) string {
 
 // newLazyRedis connects with o, waiting at most o's timeout (at least a
 // second); if that fails it returns a store that keeps trying. Redis
-// refusing the credentials or TLS (redisstore.ErrAuth, ErrTLS) is no
-// outage but a mistake in the config, which waiting does not mend:
-// newLazyRedis returns it, and the daemon does not start. start bounds
+// refusing the credentials, TLS or the database (redisstore.ErrAuth,
+// ErrTLS, ErrDB) is no outage but a mistake in the config, which waiting
+// does not mend: newLazyRedis returns it, and the daemon does not start. start bounds
 // the first attempt only: once it is done, newLazyRedis gives up at once
 // and returns start.Err(); the store it returns
 // otherwise keeps trying whatever becomes of start.
@@ -308,7 +311,7 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 	if err == nil {
 		return l, nil
 	}
-	if errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS) {
+	if refusal(err) {
 		cancel()
 		return nil, err
 	}
@@ -331,7 +334,7 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 			}
 			// Logged at the first attempt, every 60th, and when the
 			// failure changes from one kind to the other.
-			refused := errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS)
+			refused := refusal(err)
 			if n != 1 && n%60 != 0 && refused == told {
 				continue
 			}
@@ -347,6 +350,12 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 		}
 	}()
 	return l, nil
+}
+
+// refusal reports whether err (of redisstore.New) is Redis refusing
+// the config (redisstore.ErrAuth, ErrTLS, ErrDB) rather than an outage.
+func refusal(err error) bool {
+	return errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS) || errors.Is(err, redisstore.ErrDB)
 }
 
 func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {

@@ -13,7 +13,8 @@ import (
 // redisNeeds returns what the daemon of cfg runs in Redis besides the
 // store's scripts and Ping, for the store's ACL check at startup
 // (redisstore.Options.Needs), keys under prefix: INFO server (the
-// restart watch, always), SUBSCRIBE on prefix+"refunds" (the over-limit
+// restart watch, always), SUBSCRIBE on the refunds' channel,
+// redisstore.RefundChannelOf(prefix, db) (the over-limit
 // cache's feed of refunds, always), the deferral queue's commands when a rule has
 // action: defer, and the fleet's hot-key sets' when a rule or Envoy
 // descriptor has shards: auto. A user whose ACL lacks one of them is
@@ -32,7 +33,7 @@ func redisNeeds(cfg *config.Config, descs *descriptors.Set, prefix string) []red
 		// The store's refunds PUBLISH there (redisstore.Options.PublishRefunds,
 		// checked by the store itself).
 		Feature:  "the over-limit cache, told of the other instances' refunds",
-		Commands: [][]string{{"SUBSCRIBE", redisstore.RefundChannelOf(prefix)}},
+		Commands: [][]string{{"SUBSCRIBE", redisstore.RefundChannelOf(prefix, cfg.Store.Redis.DB)}},
 	}}
 	var deferred, auto []string
 	for i := range cfg.Rules {

@@ -41,6 +41,22 @@ func DoAuth(addr, user, pass string, args ...string) (string, error) {
 	return roundTrip(conn, r, args)
 }
 
+// DoIn is Do in database db: the connection first SELECTs it, so that
+// a test sees the keys a store with that database number wrote.
+func DoIn(addr string, db int, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if _, err := roundTrip(conn, r, []string{"SELECT", strconv.Itoa(db)}); err != nil {
+		return "", fmt.Errorf("redistest: SELECT %d: %w", db, err)
+	}
+	return roundTrip(conn, r, args)
+}
+
 func roundTrip(conn net.Conn, r *bufio.Reader, args []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
