@@ -117,11 +117,18 @@ func summary(c *config.Config) string {
 	}
 	fmt.Fprintf(&b, "; store %s", c.Store.Type)
 	if c.Store.Type == "redis" {
+		r := &c.Store.Redis
 		mode := "single"
-		if c.Store.Redis.Cluster {
+		switch {
+		case r.Cluster:
 			mode = "cluster"
+		case r.Sentinel != "":
+			mode = "sentinel " + r.Sentinel
 		}
-		fmt.Fprintf(&b, " (%s, %s, on_error %s)", strings.Join(c.Store.Redis.Addrs, ","), mode, c.Store.OnError)
+		if r.DB != 0 {
+			mode += fmt.Sprintf(", db %d", r.DB)
+		}
+		fmt.Fprintf(&b, " (%s, %s, on_error %s)", strings.Join(r.Addrs, ","), mode, c.Store.OnError)
 	}
 	fmt.Fprintf(&b, "; api %s", c.Listen)
 	if c.Proxy != nil {

@@ -137,9 +137,28 @@ func TestCheckConfigDescriptors(t *testing.T) {
 	}
 }
 
+// TestCheckConfigRedisDB: the summary names the Redis database when it
+// is not 0, the default, and a Sentinel's master set.
+func TestCheckConfigRedisDB(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	for _, c := range []struct{ redis, want string }{
+		{"{addrs: [127.0.0.1:6379], db: 2}", "; store redis (127.0.0.1:6379, single, db 2, on_error allow); "},
+		{"{addrs: [127.0.0.1:6379]}", "; store redis (127.0.0.1:6379, single, on_error allow); "},
+		{"{addrs: [127.0.0.1:26379], sentinel: mymaster, db: 1}", "; store redis (127.0.0.1:26379, sentinel mymaster, db 1, on_error allow); "},
+	} {
+		if err := os.WriteFile(cfg, []byte("store:\n  type: redis\n  redis: "+c.redis+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), c.want) {
+			t.Errorf("check-config with redis %s = exit %d, %q %q; want a summary with %q", c.redis, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+}
+
 // TestCheckConfigListsEveryStage: a config that parses but that serve would
-// refuse for several reasons (a feature this store cannot run, a TLS file
-// that does not load, a broken descriptor file) gets every problem listed
+// refuse for several reasons (a TLS file that does not load, a broken
+// descriptor file) gets every problem listed
 // in one run, each with file, line and key, not only those of the first
 // check that failed: fixing them one run at a time is what check-config
 // is there to spare.
@@ -162,14 +181,13 @@ grpc:
   config: [rl.yaml]
 store:
   type: redis
-  redis: {addrs: [127.0.0.1:1], db: 2}
+  redis: {addrs: [127.0.0.1:1]}
 rules:
   - {name: a, rate: 1/s}
 `)
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"check-config", cfg}, nil, &stdout, &stderr)
 	for _, want := range []string{
-		cfg + ":9: store.redis.db: ",
 		cfg + ":3: api.tls.cert: ",
 		rl + ":4: descriptors[0].rate_limit.unit: ",
 	} {

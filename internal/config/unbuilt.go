@@ -8,13 +8,15 @@ import (
 // on yet. Unsupported refuses them by name, so that a user is never told
 // a limit holds when it does not. When you build a feature, delete its
 // entry here (and its line in testdata/config/ok-full.check-config.golden).
-var unbuilt = []struct {
+// Every key this version parses is built: the list is empty.
+var unbuilt = []unbuiltFeature{}
+
+// unbuiltFeature is a feature parsed but not acted on: what it is, for
+// the error, and the key paths of c that use it (keysIf, listenerKeys,
+// ruleKeys).
+type unbuiltFeature struct {
 	what string
-	used func(c *Config) []string // the key paths that use it
-}{
-	{"a database number other than 0", func(c *Config) []string {
-		return keysIf(c.Store.Type == StoreRedis && c.Store.Redis.DB != 0, "store.redis.db")
-	}},
+	used func(c *Config) []string
 }
 
 // Unsupported refuses the features of c that are parsed but not enforced

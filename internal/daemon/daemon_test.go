@@ -170,37 +170,6 @@ rules:
 	}
 }
 
-// TestUnsupportedRefused: features parsed but not enforced by this version
-// stop the daemon at startup with the key named.
-func TestUnsupportedRefused(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"ratelimit.yaml", "c.pem", "k.pem"} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("domain: d\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Redis is never contacted: the check comes first.
-	const redis = "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1]}\n"
-	for _, c := range []struct{ name, yaml, key string }{
-		{"store.redis.db", "store:\n  type: redis\n  redis: {addrs: [127.0.0.1:1], db: 1}\n", "store.redis.db"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			cfg, err := config.Parse(filepath.Join(dir, "test.yaml"), []byte("listen: 127.0.0.1:0\n"+c.yaml))
-			if err != nil {
-				t.Fatalf("config.Parse: %v", err)
-			}
-			d, err := New(cfg, Options{})
-			if err == nil {
-				d.Close()
-				t.Fatalf("New with %s: nil error, want not supported yet", c.name)
-			}
-			if !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), "not supported yet") {
-				t.Errorf("New with %s: %v, want an error naming %s as not supported yet", c.name, err, c.key)
-			}
-		})
-	}
-}
-
 // TestBadCertificateRefused: a tls: block whose files are not a
 // certificate and key stops the daemon at startup, naming file, line and
 // key.
