@@ -282,3 +282,24 @@ func TestValueNotUTF8(t *testing.T) {
 		t.Errorf("user=ok beside it: %d of 2 left, want 2 (nothing counted)", got)
 	}
 }
+
+// TestEmptyKey: an entry with an empty key matches no rule (a descriptor
+// file's keys are never empty; the reference looks up "_VALUE", which no
+// rule is either) and answers OK without a limit, a wildcard rule
+// included; with a limit override, it counts under the override, apart
+// from the same value under a key.
+func TestEmptyKey(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, `domain: p
+descriptors:
+  - key: user
+    value: "*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`), envOpts{})
+	for _, d := range []*descriptorPB{desc("", "x"), desc("", ""), desc("", "x", "user", "y")} {
+		if r := e.call(t, "p", 0, d); codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit != nil {
+			t.Errorf("%v: %s %v, want OK without a limit", d.Entries, codesOf(r), r.Statuses[0])
+		}
+	}
+	e.expect(t, "an empty key with a 1/minute override", []string{"O:O", "X:X"}, "p", withLimit(desc("", "x"), 1, typev3.RateLimitUnit_MINUTE))
+	e.expect(t, "user=x with the same override", []string{"O:O"}, "p", withLimit(desc("user", "x"), 1, typev3.RateLimitUnit_MINUTE))
+}
