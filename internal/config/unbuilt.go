@@ -12,8 +12,7 @@ import (
 var unbuilt = []unbuiltFeature{}
 
 // unbuiltFeature is a feature parsed but not acted on: what it is, for
-// the error, and the key paths of c that use it (keysIf, listenerKeys,
-// ruleKeys).
+// the error, and the key paths of c that use it (keysIf).
 type unbuiltFeature struct {
 	what string
 	used func(c *Config) []string
@@ -39,29 +38,4 @@ func keysIf(used bool, key string) []string {
 		return []string{key}
 	}
 	return nil
-}
-
-// listenerKeys returns block.key for each HTTP listener block (api, proxy)
-// where used holds.
-func listenerKeys(c *Config, used func(*Listener) bool, key string) []string {
-	var keys []string
-	if used(&c.API.Listener) {
-		keys = append(keys, "api."+key)
-	}
-	if c.Proxy != nil && used(&c.Proxy.Listener) {
-		keys = append(keys, "proxy."+key)
-	}
-	return keys
-}
-
-// ruleKeys returns rules[i].key for each rule where used holds.
-func ruleKeys(c *Config, used func(*rules.Spec) bool, key string) []string {
-	var keys []string
-	for i := range c.Rules {
-		if used(&c.Rules[i]) {
-			k, _ := ruleKey(i, &c.Rules[i], key)
-			keys = append(keys, k)
-		}
-	}
-	return keys
 }
