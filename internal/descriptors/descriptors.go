@@ -266,7 +266,7 @@ func (s *Set) HasDomain(domain string) bool {
 
 // node is one level of a domain's descriptor tree.
 type node struct {
-	children map[string]*node    // by childKey(key, value); value "" for a key alone
+	children map[kv]*node        // by key and value; value "" for a key alone
 	wild     []wildcard          // wildcard children, in config order
 	wix      map[string]*keyWild // wild indexed by key (see indexWild)
 	order    []*node             // every child, in config order
@@ -286,12 +286,9 @@ type wildcard struct {
 	n     *node
 }
 
-func childKey(key, value string) string {
-	if value == "" {
-		return key
-	}
-	return key + "\x00" + value
-}
+// kv names a child: its key and value, apart, so that no key can pass
+// for another key and value whatever bytes either holds.
+type kv struct{ key, value string }
 
 // ruleHead is the store-key prefix of the counters of the descriptor at
 // path in domain under a limit: "envoy:ID|FP|" (see Rule.Head).

@@ -423,3 +423,34 @@ func TestEachAndDigest(t *testing.T) {
 		t.Errorf("Digest does not follow the content")
 	}
 }
+
+// TestLookupKeyWithNUL: an entry's key is matched as a whole, however
+// its bytes read: a key holding a NUL byte is not taken for a key and a
+// value of the config ("remote_address\x00blocked" is not remote_address
+// with value blocked), in a request or in the config.
+func TestLookupKeyWithNUL(t *testing.T) {
+	s := mustParse(t, `
+domain: d
+descriptors:
+  - key: remote_address
+    value: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: "user\x00vip"
+    rate_limit: {unit: second, requests_per_unit: 7}
+`)
+	for _, tc := range []struct {
+		name string
+		e    []Entry
+		want string
+	}{
+		{"key and value", es("remote_address", "blocked"), "remote_address_blocked"},
+		{"a request's key holding the value", es("remote_address\x00blocked", "x"), ""},
+		{"a request's key holding the value, no value", es("remote_address\x00blocked", ""), ""},
+		{"a config key holding a NUL, asked by key and value", es("user", "vip"), ""},
+		{"a config key holding a NUL, asked by that key", es("user\x00vip", "1"), "user\x00vip"},
+	} {
+		if got, _ := lookupPath(t, s, "d", tc.e); got != tc.want {
+			t.Errorf("%s: Lookup(%q) = %q, want %q", tc.name, tc.e, got, tc.want)
+		}
+	}
+}

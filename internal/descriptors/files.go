@@ -272,7 +272,7 @@ func readFile(name string) ([]byte, error) {
 func merge(dst, src *node, file, from string) rules.ParseErrors {
 	var es rules.ParseErrors
 	for _, n := range src.order {
-		if _, dup := dst.children[childKey(n.key, n.value)]; dup {
+		if _, dup := dst.children[kv{n.key, n.value}]; dup {
 			full := n.key
 			if n.value != "" {
 				full += "_" + n.value
@@ -292,7 +292,7 @@ func merge(dst, src *node, file, from string) rules.ParseErrors {
 			Msg: crowd.msg(wild, fmt.Sprintf("the top level (%s)", from))}}
 	}
 	for _, n := range src.order {
-		dst.children[childKey(n.key, n.value)] = n
+		dst.children[kv{n.key, n.value}] = n
 		dst.order = append(dst.order, n)
 	}
 	dst.wild, dst.wix = wild, wix

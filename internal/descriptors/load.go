@@ -112,7 +112,7 @@ func emptyDocument(doc *yaml.Node) bool {
 }
 
 func newNode(key, value string) *node {
-	return &node{children: map[string]*node{}, key: key, value: value}
+	return &node{children: map[kv]*node{}, key: key, value: value}
 }
 
 // descriptors decodes a list of descriptors into the children of parent.
@@ -200,7 +200,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	nd := newNode(k, v)
 	nd.share, nd.v2m, nd.detailed = share, v2m, detailed
 	nd.line, nd.at = item.Line, key
-	ck := childKey(k, v)
+	ck := kv{k, v}
 	full := k
 	if v != "" {
 		full += "_" + v

@@ -74,7 +74,7 @@ func lookup(root *node, entries []Entry, m *Match, labels bool) {
 	for i, e := range entries {
 		var next *node
 		if e.Value != "" {
-			next = cur.children[childKey(e.Key, e.Value)]
+			next = cur.children[kv{e.Key, e.Value}]
 		}
 		wild := false
 		if next == nil {
@@ -84,7 +84,7 @@ func lookup(root *node, entries []Entry, m *Match, labels bool) {
 		}
 		byValue := next != nil
 		if next == nil {
-			next = cur.children[e.Key]
+			next = cur.children[kv{key: e.Key}]
 		}
 		if next != nil && wild && next.share {
 			if m.shared == nil {

@@ -16,7 +16,7 @@ func wildSet(n int, format string) *Set {
 		v := fmt.Sprintf(format, i)
 		nd := newNode("k", v)
 		nd.rule = &Rule{Domain: "w", Path: "k_" + v}
-		root.children[childKey("k", v)] = nd
+		root.children[kv{"k", v}] = nd
 		root.order = append(root.order, nd)
 		root.wild = append(root.wild, wildcard{key: "k", parts: strings.Split(v, "*"), n: nd})
 	}
