@@ -149,6 +149,9 @@ func (o Options) Validate() error {
 	if o.MaxFlushDelay < 0 || o.MaxFlushDelay > time.Millisecond {
 		errs = append(errs, fmt.Errorf("redisstore: options: max flush delay %v must be between 0 and 1ms", o.MaxFlushDelay))
 	}
+	if err := checkNeeds(o.Needs); err != nil {
+		errs = append(errs, fmt.Errorf("redisstore: options: %w", err))
+	}
 	if strings.ContainsAny(o.Prefix, "{}") {
 		errs = append(errs, fmt.Errorf("redisstore: options: prefix %q must not contain braces (they would change the Cluster hash tag)", o.Prefix))
 	}

@@ -39,6 +39,11 @@ type Need struct {
 	// {"TIME"}. Scripts are commands too: ScriptsOn gives those of
 	// scripts run on some keys.
 	Commands [][]string
+	// MinRedis, if set, is the oldest Redis version that runs them all
+	// ("6.2"), and MinRedisFor what needs it ("XAUTOCLAIM"): New (and
+	// Require) fails with ErrVersion, naming them, the server and its
+	// version, when a server is older.
+	MinRedis, MinRedisFor string
 }
 
 // ScriptsOn returns the commands that running a script on key (with
@@ -242,15 +247,24 @@ func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 	return nil
 }
 
-// Require checks, as New does with Options.Needs, that Redis's ACL lets
-// the user run what needs run (on every master of a Cluster), and when it
-// does, makes them the needs that Ping checks from then on, in place of
-// Options.Needs (a caller whose features changed). It fails with ErrAuth
-// naming the command, the feature and the master, and then leaves the
-// needs as they were; nil when Redis could not tell.
+// Require checks, as New does with Options.Needs, that the servers are
+// recent enough for needs (Need.MinRedis, against the versions New read)
+// and that Redis's ACL lets the user run what needs run (on every master
+// of a Cluster), and when so, makes them the needs that Ping checks from
+// then on, in place of Options.Needs (a caller whose features changed).
+// It fails with ErrVersion naming the feature, the version it needs and
+// the server's, or with ErrAuth naming the command, the feature and the
+// master, and then leaves the needs as they were; nil when Redis could
+// not tell.
 func (s *Store) Require(ctx context.Context, needs []Need) error {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, time.Second))
 	defer cancel()
+	if err := checkNeeds(needs); err != nil {
+		return fmt.Errorf("redisstore: require: %w", err)
+	}
+	if err := tooOld("require", s.opts.Addrs, s.servers, needs); err != nil {
+		return err
+	}
 	if err := s.probeWith(ctx, "require", needs); err != nil {
 		return err
 	}

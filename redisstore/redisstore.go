@@ -110,6 +110,9 @@ type Store struct {
 	// needs are what the ACL probe checks besides the store's own:
 	// Options.Needs, or those of the last Require.
 	needs atomic.Pointer[[]Need]
+	// servers are the versions of the servers when New connected, for
+	// Require (see tooOld).
+	servers []serverVersion
 	shardState
 }
 
@@ -121,7 +124,11 @@ var (
 // New connects to Redis as o says and returns a Store. It fails, wrapping
 // sluice.ErrStoreUnavailable, if Redis cannot be reached within the timeout,
 // or wrapping ctx's error as well if ctx ends first; either way the
-// connections it was making are closed as it returns.
+// connections it was making are closed as it returns. It fails with
+// ErrAuth or ErrTLS when Redis refuses the connection, and with ErrVersion
+// when a server (any Cluster node) is older than the store's scripts need
+// (Redis 5.0 with RedisTime, else 4.0) or a feature among o.Needs
+// (Need.MinRedis).
 func New(ctx context.Context, o Options) (*Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -244,6 +251,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	needs := o.Needs
 	s.needs.Store(&needs)
+	s.servers = serverVersions(ctx, r.c)
+	if err := tooOld("connect", o.Addrs, s.servers, append([]Need{o.ownNeed()}, needs...)); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.probe(ctx, "connect"); err != nil {
 		s.Close()
 		return nil, err

@@ -36,6 +36,10 @@ var (
 	// the number is out of range: past its databases setting, 16 by
 	// default).
 	ErrDB = errors.New("redisstore: Redis has no such database")
+	// ErrVersion: a server is older than what the store's scripts, or a
+	// feature among Options.Needs (Need.MinRedis), run. Each server's
+	// version is read once, as New connects (INFO server).
+	ErrVersion = errors.New("redisstore: Redis is too old")
 )
 
 // refusedError is New's error when Redis refused the connection.

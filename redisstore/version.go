@@ -1,0 +1,179 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// The store's scripts, and the daemon's features, run commands and
+// arguments that older Redis servers lack (XAUTOCLAIM: 6.2; TIME before
+// a write in a script: 5.0). Such a server fails them at every call, as
+// an unknown command or a wrong argument, which the caller takes for an
+// outage. So New reads each server's version once (INFO server, on every
+// node of a Cluster) and refuses one older than the store's scripts or a
+// feature among Options.Needs (Need.MinRedis) with ErrVersion, naming the
+// feature, the version it needs and the version found; Require checks a
+// caller's new needs against the versions New read.
+
+// serverVersion is what a server tells of itself in INFO server.
+type serverVersion struct {
+	addr  string
+	redis string // redis_version: Valkey keeps the one it forked from (7.2.4)
+	name  string // server_name, when not "redis" ("valkey")
+	own   string // the version of name (valkey_version)
+}
+
+// String is the version as an error tells it: "6.0.16", or "valkey 8.0.1
+// (redis_version 7.2.4)".
+func (v serverVersion) String() string {
+	if v.name != "" && v.own != "" {
+		return fmt.Sprintf("%s %s (redis_version %s)", v.name, v.own, v.redis)
+	}
+	return v.redis
+}
+
+// infoVersion reads a server's version from its INFO server reply.
+func infoVersion(addr, info string) serverVersion {
+	v := serverVersion{addr: addr}
+	fields := map[string]string{}
+	for line := range strings.Lines(info) {
+		if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = val
+		}
+	}
+	v.redis = fields["redis_version"]
+	if n := fields["server_name"]; n != "" && n != "redis" {
+		v.name, v.own = n, fields[n+"_version"]
+	}
+	return v
+}
+
+// serverVersions reads the version of each node of c (the one server, a
+// Sentinel's master, every Cluster node the client knows), sorted by
+// address. A node that does not answer INFO (a timeout, an ACL without
+// it) is left out: it cannot tell, and the store's calls will.
+func serverVersions(ctx context.Context, c rueidis.Client) []serverVersion {
+	var vs []serverVersion
+	for addr, n := range c.Nodes() {
+		info, err := n.Do(ctx, n.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			continue
+		}
+		vs = append(vs, infoVersion(addr, info))
+	}
+	slices.SortFunc(vs, func(a, b serverVersion) int { return strings.Compare(a.addr, b.addr) })
+	return vs
+}
+
+// parseVersion reads a version such as "7.0.15" or "6.2" (the missing
+// parts 0) as its major, minor and patch numbers.
+func parseVersion(s string) ([3]int, error) {
+	var v [3]int
+	parts := strings.Split(s, ".")
+	if s == "" || len(parts) > 3 {
+		return v, fmt.Errorf("redisstore: version %q is not MAJOR.MINOR[.PATCH]", s)
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || p[0] == '+' || p[0] == '-' {
+			return v, fmt.Errorf("redisstore: version %q is not MAJOR.MINOR[.PATCH]", s)
+		}
+		v[i] = n
+	}
+	return v, nil
+}
+
+// compareVersions returns -1, 0 or +1 as version a is older than, the
+// same as or newer than b ("6.2" is "6.2.0"); an error when either is no
+// version. Redis built from its unstable branch tells 255.255.255, newer
+// than every release.
+func compareVersions(a, b string) (int, error) {
+	va, err := parseVersion(a)
+	if err != nil {
+		return 0, err
+	}
+	vb, err := parseVersion(b)
+	if err != nil {
+		return 0, err
+	}
+	return slices.Compare(va[:], vb[:]), nil
+}
+
+// checkNeeds reports a need whose MinRedis is no version.
+func checkNeeds(needs []Need) error {
+	for _, n := range needs {
+		if n.MinRedis == "" {
+			continue
+		}
+		if _, err := parseVersion(n.MinRedis); err != nil {
+			return fmt.Errorf("needs: %s: min redis: %w", n.Feature, err)
+		}
+	}
+	return nil
+}
+
+// ownNeed is what the store's own scripts need of Redis.
+func (o Options) ownNeed() Need {
+	if o.RedisTime {
+		return Need{Feature: "the store on Redis's clock (RedisTime)", MinRedis: "5.0",
+			MinRedisFor: "TIME before writes in its scripts, replicated by their effects"}
+	}
+	return Need{Feature: "the store", MinRedis: "4.0", MinRedisFor: "HSET of several fields in its scripts"}
+}
+
+// tooOld returns, as a *versionError (op "connect" or "require"), the
+// needs that servers are too old for, each with the servers; nil when
+// none is. A server whose version is no version (a proxy's) is not
+// refused: it cannot tell.
+func tooOld(op string, addrs []string, servers []serverVersion, needs []Need) error {
+	// The needs refused, grouped by the servers too old for them (in the
+	// order of the needs): "A needs …, B needs …; ADDR runs V".
+	var olds []string
+	refused := map[string][]string{}
+	for _, n := range needs {
+		if n.MinRedis == "" {
+			continue
+		}
+		var old []string
+		for _, s := range servers {
+			if c, err := compareVersions(s.redis, n.MinRedis); err == nil && c < 0 {
+				old = append(old, s.addr+" runs "+s.String())
+			}
+		}
+		if len(old) == 0 {
+			continue
+		}
+		k := strings.Join(old, ", ")
+		if refused[k] == nil {
+			olds = append(olds, k)
+		}
+		refused[k] = append(refused[k], fmt.Sprintf("%s needs Redis %s or later (%s)", n.Feature, n.MinRedis, n.MinRedisFor))
+	}
+	if len(olds) == 0 {
+		return nil
+	}
+	what := make([]string, len(olds))
+	for i, k := range olds {
+		what[i] = strings.Join(refused[k], ", ") + "; " + k
+	}
+	return &versionError{op: op, addrs: addrs, what: strings.Join(what, "; ")}
+}
+
+// versionError is the error of a server older than a need (ErrVersion).
+type versionError struct {
+	op    string
+	addrs []string
+	what  string
+}
+
+func (e *versionError) Error() string {
+	return fmt.Sprintf("redisstore: %s %v: %s", e.op, e.addrs, e.what)
+}
+
+func (e *versionError) Unwrap() []error { return []error{ErrVersion, sluice.ErrStoreUnavailable} }
