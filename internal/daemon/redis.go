@@ -271,6 +271,8 @@ func refusalHint(err error) string {
 	switch {
 	case errors.Is(err, redisstore.ErrDB):
 		return "check store.redis.db: Redis has databases 0 to its databases setting less one (0 to 15 by default)"
+	case errors.Is(err, redisstore.ErrVersion):
+		return "upgrade Redis, or leave out the feature that needs the newer one"
 	case redisstore.SentinelRefused(err):
 		return "check store.redis.sentinel_username and store.redis.sentinel_password (left out, the Sentinels get store.redis.username and password), and the Sentinels' requirepass or ACL users (a Sentinel user needs SENTINEL SENTINELS and GET-MASTER-ADDR-BY-NAME, and allchannels or the failover channels)"
 	case !errors.Is(err, redisstore.ErrTLS):
@@ -292,9 +294,10 @@ func refusalHint(err error) string {
 
 // newLazyRedis connects with o, waiting at most o's timeout (at least a
 // second); if that fails it returns a store that keeps trying. Redis
-// refusing the credentials, TLS or the database (redisstore.ErrAuth,
-// ErrTLS, ErrDB) is no outage but a mistake in the config, which waiting
-// does not mend: newLazyRedis returns it, and the daemon does not start. start bounds
+// refusing the credentials, TLS or the database, or too old for the
+// config (redisstore.ErrAuth, ErrTLS, ErrDB, ErrVersion), is no outage
+// but a mistake in the config, which waiting does not mend: newLazyRedis
+// returns it, and the daemon does not start. start bounds
 // the first attempt only: once it is done, newLazyRedis gives up at once
 // and returns start.Err(); the store it returns
 // otherwise keeps trying whatever becomes of start.
@@ -353,9 +356,11 @@ func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger)
 }
 
 // refusal reports whether err (of redisstore.New) is Redis refusing
-// the config (redisstore.ErrAuth, ErrTLS, ErrDB) rather than an outage.
+// the config (redisstore.ErrAuth, ErrTLS, ErrDB), or too old for it
+// (ErrVersion), rather than an outage.
 func refusal(err error) bool {
-	return errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS) || errors.Is(err, redisstore.ErrDB)
+	return errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrTLS) || errors.Is(err, redisstore.ErrDB) ||
+		errors.Is(err, redisstore.ErrVersion)
 }
 
 func (l *lazyRedis) connect(ctx context.Context, o redisstore.Options) error {
@@ -408,7 +413,7 @@ func (l *lazyRedis) hold() (release func()) {
 // The caller holds l (hold).
 func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 	if s := l.s.Load(); s != nil {
-		if err := s.Require(ctx, needs); err != nil && errors.Is(err, redisstore.ErrAuth) {
+		if err := s.Require(ctx, needs); err != nil && (errors.Is(err, redisstore.ErrAuth) || errors.Is(err, redisstore.ErrVersion)) {
 			return err
 		}
 	}

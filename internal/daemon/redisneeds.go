@@ -20,7 +20,11 @@ import (
 // descriptor has shards: auto. A user whose ACL lacks one of them is
 // refused at startup, naming the command and what needs it, rather than
 // running with that feature failing NOPERM at every turn; a command no
-// feature in the config runs is not asked for.
+// feature in the config runs is not asked for. Each need also names the
+// oldest Redis that runs it (Need.MinRedis): a server older is refused
+// the same way (redisstore.ErrVersion), naming the feature and both
+// versions, rather than the feature failing at every turn as an unknown
+// command.
 //
 // descs are the Envoy descriptors to run with cfg (LoadDescriptors; nil:
 // none). A reload checks the needs of its config, or descriptors, again
@@ -54,12 +58,16 @@ func redisNeeds(cfg *config.Config, descs *descriptors.Set, prefix string) []red
 		needs = append(needs, redisstore.Need{
 			Feature:  "action: defer of rule " + strings.Join(deferred, ", "),
 			Commands: deferq.Commands(prefix + "defer:"),
+			// Also exclusive XRANGE bounds (6.2), LPOS (6.0.6), SCAN
+			// TYPE (6.0).
+			MinRedis: "6.2", MinRedisFor: "XAUTOCLAIM",
 		})
 	}
 	for _, name := range auto {
 		needs = append(needs, redisstore.Need{
 			Feature:  fmt.Sprintf("shards: auto of %q (the fleet's hot keys)", name),
 			Commands: hotShareCommands(prefix + "hot:" + name),
+			MinRedis: "5.0", MinRedisFor: "TIME before writes in a script",
 		})
 	}
 	return needs

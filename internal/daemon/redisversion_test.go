@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// versionUser makes user u, allowed everything Sluice runs, on the Redis
+// at addr.
+func versionUser(t *testing.T, addr string) {
+	t.Helper()
+	if _, err := redistest.Do(addr, "ACL", "SETUSER", "u", "on", ">pw", "~sluice:*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Redis older than a configured feature needs is a startup error naming
+// the feature, the version it needs and what needs it, and the version
+// found at the address: the daemon used to start, and the feature failed
+// at every turn (action: defer's XAUTOCLAIM, an unknown command before
+// 6.2). A Redis older than the store's scripts need (TIME before writes:
+// 5.0) is refused whatever the rules. Redis here is 7.0.15; a relay makes
+// its INFO tell an older version.
+func TestRedisVersionRefused(t *testing.T) {
+	rs := redistest.StartServer(t)
+	versionUser(t, rs.Addr)
+	six := redistest.NewOlder(t, rs.Addr, "6.0.16")
+	four := redistest.NewOlder(t, rs.Addr, "4.0.14")
+	for _, tc := range []struct {
+		addr     string
+		features []string
+		want     []string // in New's error; none: starts
+	}{
+		{six.Addr, []string{"defer", "auto"}, []string{`action: defer of rule "jobs" needs Redis 6.2 or later (XAUTOCLAIM)`, six.Addr + " runs 6.0.16"}},
+		{six.Addr, []string{"auto"}, nil},
+		{rs.Addr, []string{"defer", "auto"}, nil},
+		{four.Addr, nil, []string{"needs Redis 5.0 or later (TIME", four.Addr + " runs 4.0.14"}},
+	} {
+		err := newWith(t, needsConfig([]string{tc.addr}, false, "u", tc.features...))
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%s with %v: New: %v; want started", tc.addr, tc.features, err)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, redisstore.ErrVersion) {
+			t.Errorf("%s with %v: New: %v; want ErrVersion naming %q", tc.addr, tc.features, err, tc.want)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s with %v: New: %v; want it to name %q", tc.addr, tc.features, err, w)
+			}
+		}
+	}
+}
+
+// A reload that adds a feature the server is too old for (a defer rule,
+// on a Redis that tells 6.0.16) is refused in the words of a startup, and
+// the rules in force stay.
+func TestRedisVersionReload(t *testing.T) {
+	rs := redistest.StartServer(t)
+	versionUser(t, rs.Addr)
+	six := redistest.NewOlder(t, rs.Addr, "6.0.16")
+	td := startDaemon(t, needsConfig([]string{six.Addr}, false, "u"))
+	if err := os.WriteFile(td.path, []byte(needsConfig([]string{six.Addr}, false, "u", "defer")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := td.d.Reload()
+	want := `action: defer of rule "jobs" needs Redis 6.2 or later (XAUTOCLAIM); ` + six.Addr + " runs 6.0.16"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("reload adding a defer rule on Redis 6.0.16: %v; want it refused, naming %q", err, want)
+	}
+	if td.d.engine().Rules().Rule("jobs") != nil {
+		t.Errorf("after the refused reload, rule jobs is in force")
+	}
+	if td.d.engine().Rules().Rule("plain") == nil {
+		t.Errorf("after the refused reload, rule plain is no longer in force")
+	}
+}
+
+// A daemon that started while Redis did not answer, and finds it too old
+// for its config when it answers, logs the refusal at once, naming the
+// feature and the version, and keeps /readyz failing: it used to connect,
+// ready, with the feature failing at every turn.
+func TestRedisVersionRefusedAfterOutage(t *testing.T) {
+	rs := redistest.StartServer(t)
+	versionUser(t, rs.Addr)
+	six := redistest.NewOlder(t, rs.Addr, "6.0.16")
+	gate := redistest.NewGate(t, six.Addr)
+	gate.Shut()
+	td := startDaemon(t, needsConfig([]string{gate.Addr}, false, "u", "defer"))
+	waitFor(t, "the outage logged", func() bool { return strings.Contains(td.logs.String(), "Redis does not answer") })
+	gate.Open()
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(td.logs.String(), "Redis refused the connection") })
+	logs := td.logs.String()
+	for _, w := range []string{`action: defer of rule \"jobs\" needs Redis 6.2 or later (XAUTOCLAIM)`, "runs 6.0.16", "upgrade Redis"} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("the refusal does not name %q: %s", w, logs)
+		}
+	}
+	if td.d.lazy.Connected() {
+		t.Errorf("connected to a Redis too old for the config's defer rule")
+	}
+}
