@@ -84,6 +84,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRLSCodecRequest$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
 	$(GO) test -run '^$$' -fuzz '^FuzzRefundMessage$$' -fuzztime 200000x ./redisstore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseVersion$$' -fuzztime 200000x ./redisstore
 	cd bench && $(GO) test -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime 100000x ./internal/harness
 	# The randomized differential tests on new seeds (make test replays
 	# sluicetest.DefaultSeed); a failure logs SLUICE_SEED to replay it.

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,4 +115,25 @@ func TestTooOld(t *testing.T) {
 			t.Errorf("%s: %v is not ErrVersion and ErrStoreUnavailable", tc.name, err)
 		}
 	}
+}
+
+// parseVersion never panics; what it reads is three numbers that compare
+// equal to the version written back out, and to itself.
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"7.0.15", "6.2", "255.255.255", "", "garbage", "7..1", "-1.0", "+7", "1.2.3.4", "0x7.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseVersion(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Errorf("parseVersion(%q): %v; want it to name the version", s, err)
+			}
+			return
+		}
+		back := fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2])
+		if c, err := compareVersions(s, back); err != nil || c != 0 {
+			t.Errorf("compareVersions(%q, %q) = %d, %v; want 0", s, back, c, err)
+		}
+	})
 }
