@@ -176,10 +176,14 @@ func syncRounds(t *testing.T, procs []*sluiceProc) {
 				base := batches(p)
 				deadline := time.Now().Add(30 * time.Second) // a hang guard
 				for poll := 0; batches(p) < base+3; poll++ {
-					// Twice on a key of its own (never near its limit,
-					// however long the wait): the first reads the key,
-					// the second is a hit for the next batch.
-					for range 2 {
+					// Three times on a key of its own (never near its
+					// limit, however long the wait): the first two are
+					// decided in Redis (a key's first, then the one that
+					// makes it an entry), the third on the entry's view,
+					// a hit that the next batch must send. With two, a
+					// batch had nothing to send unless the entry's view
+					// was an interval old: about one poll in eight.
+					for range 3 {
 						if _, err := fleetCheck(t, p.api, "soft", fmt.Sprintf("tick-%d-%d-%d", r, i, poll)); err != nil {
 							t.Error(err)
 							return
