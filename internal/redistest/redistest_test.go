@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"maps"
 	"net"
 	"strings"
 	"syscall"
@@ -41,6 +42,32 @@ func TestCluster(t *testing.T) {
 		info, err := Do(a, "CLUSTER", "INFO")
 		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
 			t.Fatalf("CLUSTER INFO %s = %q, %v; want cluster_state:ok with 3 nodes", a, info, err)
+		}
+	}
+	// Every node sees the map redis-cli --cluster create makes (which
+	// tests of the shard placement assume), each master with a config
+	// epoch of its own.
+	want := map[string]string{c.Addrs[0]: "0-5460", c.Addrs[1]: "5461-10922", c.Addrs[2]: "10923-16383"}
+	for _, a := range c.Addrs {
+		nodes, err := Do(a, "CLUSTER", "NODES")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, epochs := map[string]string{}, map[string]bool{}
+		for _, l := range strings.Split(strings.TrimSpace(nodes), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 8 {
+				t.Fatalf("CLUSTER NODES %s: line %q", a, l)
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			got[addr] = strings.Join(f[8:], " ")
+			epochs[f[6]] = true
+			if !strings.Contains(f[2], "master") || f[7] != "connected" {
+				t.Errorf("CLUSTER NODES %s: %q, want a connected master", a, l)
+			}
+		}
+		if !maps.Equal(got, want) || len(epochs) != 3 {
+			t.Errorf("CLUSTER NODES %s: slots %v, config epochs %v; want %v and 3 epochs", a, got, epochs, want)
 		}
 	}
 }
