@@ -126,6 +126,7 @@ func (ed *envoyDaemon) left(kv ...string) uint32 {
 }
 
 func TestEnvoyServiceEndToEnd(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			store := storeBlock(t, kind)

@@ -119,6 +119,7 @@ func busiestShare(before, after []int64) float64 {
 // nodes, and the key still admits exactly its limit (a steady overload).
 // shards: auto shards a key once it is hot.
 func TestShardsOnCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	// Its fixed windows count in hours since the epoch: not across an edge.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	c := redistest.StartCluster(t)
@@ -301,6 +302,7 @@ rules:
 // over the nodes and still admits exactly its limit; on the memory store
 // shards is refused, naming file and line.
 func TestEnvoyShardsOnCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	c := redistest.StartCluster(t)
 	dir := t.TempDir()
 	descDir := filepath.Join(dir, "ratelimit")

@@ -35,6 +35,7 @@ import (
 // each refresh) and for the fleet's set, whose members expire by Redis's
 // clock: moving them all earlier by d is Redis's clock moving on by d.
 func TestAutoShardsStayUntilAtRest(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	c := redistest.StartCluster(t)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	yaml := fmt.Sprintf(`

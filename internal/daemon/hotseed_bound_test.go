@@ -19,6 +19,7 @@ import (
 // the limit admits. A move now brings the counter it goes to up to what
 // the key used, charging only what that counter lacks.
 func TestAutoShardsBoundDropChargedOnce(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	f.coldThenHot()
 	// 1000 other keys, found hot later than this one: the set's bound
@@ -48,6 +49,7 @@ func TestAutoShardsBoundDropChargedOnce(t *testing.T) {
 // key had been charged from them on top (20 used of 60: 40 admitted in
 // all, 20 refused); now only what they lack.
 func TestAutoShardsHotAgainChargedOnce(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	f.refreshBoth(f.t0, false)
 	f.refreshBoth(f.t0, true)

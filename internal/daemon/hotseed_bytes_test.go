@@ -11,6 +11,7 @@ import (
 // seeds cannot rebuild: the key went to its shards uncharged (100 of 60
 // admitted over the move) and came back to its own counter uncharged.
 func TestAutoShardsNonUTF8KeyMoveKeepsCount(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	r := f.a.engine().Rules().Rule(f.name)
 	f.key = r.StoreKey("\xff\xfe")

@@ -22,6 +22,7 @@ import (
 // 5. Instances hold units (counted in Redis as taken), so the steps admit
 // less than an exact rule's; what must hold is the limit over the moves.
 func TestAutoShardsLeaseMoveKeepsCount(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	var rulesYAML strings.Builder
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow} {
 		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto, lease: 5}\n", strings.ReplaceAll(a.String(), "_", "-"), a)

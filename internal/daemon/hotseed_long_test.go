@@ -14,6 +14,7 @@ import (
 // seeds cannot rebuild: the key went to its shards uncharged, and they
 // admitted a fresh limit on top of the 40 its own key had used (100 of 60).
 func TestAutoShardsLongKeyMoveKeepsCount(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	r := f.a.engine().Rules().Rule(f.name)
 	f.key = r.StoreKey(strings.Repeat("t", rules.MaxKeyLen))

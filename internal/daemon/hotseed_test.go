@@ -36,6 +36,7 @@ import (
 // seeded as 14, 13 and 13 on shares of 20 each; 30 requests spread
 // round-robin, 10 on each shard, take the 20 left.
 func TestAutoShardsMoveKeepsCount(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	var rulesYAML strings.Builder
 	for _, a := range sluice.Algorithms() {
 		fmt.Fprintf(&rulesYAML, "  - {name: %s, rate: 60/d, algorithm: %s, shards: auto}\n", strings.ReplaceAll(a.String(), "_", "-"), a)

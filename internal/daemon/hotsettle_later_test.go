@@ -13,6 +13,7 @@ import (
 // bucket of 100/s and 100 admits ~400). a now reads on while a reading
 // finds something taken there.
 func TestAutoShardsMoveCarriesInstanceLaterStill(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	const rate, burst = 100, 100
 	f := newLateFixture(t, "{name: late, rate: 100/s, burst: 100, algorithm: token_bucket, shards: auto}")
 	f.refresh(f.a, f.t0, false, f.keys)

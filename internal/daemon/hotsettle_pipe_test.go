@@ -21,6 +21,7 @@ import (
 // most the masters (3) times that, where each reading went alone, call
 // after call: 17 and 81 round trips here before.
 func TestSettleReadsPipelined(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSettleFixture(t)
 	f.toShards()
 	f.settle("to the shards", 1)
@@ -35,6 +36,7 @@ func TestSettleReadsPipelined(t *testing.T) {
 // to the shards, 3 + 6 back, where they took 13 and 63 (a reading per
 // key, one after another).
 func TestSeedReadsPipelined(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSettleFixture(t)
 	f.refresh(f.t0, false)
 	f.loadScripts()

@@ -23,6 +23,7 @@ import (
 // than Redis's by up to their round trips. b takes ~100 late: 1210 of
 // ~1112 before.
 func TestAutoShardsMoveCarriesRefillTakenLate(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	const rate, burst = 100, 1000
 	f := newLateFixture(t, "{name: late, rate: 100/s, burst: 1000, algorithm: token_bucket, shards: auto}")
 	total := f.moveWithLateInstance(func(moved time.Time) bool { return f.redisTime().Sub(moved) >= time.Second })
@@ -40,6 +41,7 @@ func TestAutoShardsMoveCarriesRefillTakenLate(t *testing.T) {
 // (300 in two windows before). The bound: 100 for each window the test
 // spans, exactly.
 func TestAutoShardsMoveCarriesWindowTakenLate(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	const rate = 100
 	f := newLateFixture(t, "{name: late, rate: 100/s, algorithm: fixed_window, shards: auto}")
 	window := func(at time.Time) int64 { return at.UnixMicro() / time.Second.Microseconds() }

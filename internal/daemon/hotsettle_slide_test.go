@@ -18,6 +18,7 @@ import (
 // the shards. b's units are still in the window then: together b and a
 // get at most 100 (150 before: the shards admitted b's 50 again).
 func TestAutoShardsMoveCarriesLogSlidLate(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	const rate, period = 100, 4 * time.Second
 	f := newLateFixture(t, "{name: late, rate: 100/4s, algorithm: sliding_window_log, shards: auto}")
 	f.refresh(f.a, f.t0, false, f.keys)
@@ -54,6 +55,7 @@ func TestAutoShardsMoveCarriesLogSlidLate(t *testing.T) {
 // together stays within 100: b and a get at most what the window shed by
 // the end (~50, and the drain's own time), not twice it.
 func TestAutoShardsMoveCarriesCounterSlidLate(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	counterSlidLate(t, "rate: 100/4s", 4*time.Second, 1)
 }
 
@@ -62,6 +64,7 @@ func TestAutoShardsMoveCarriesCounterSlidLate(t *testing.T) {
 // counter is full again, not what it sheds before (~105 before, where it
 // shed ~52).
 func TestAutoShardsMoveCarriesSegmentsSlidLate(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	counterSlidLate(t, "rate: 100/8s, segments: 2", 8*time.Second, 2)
 }
 

@@ -10,6 +10,7 @@ import "testing"
 // counter it left again at its next refreshes and charges what it gained
 // since.
 func TestAutoShardsMoveCarriesLaggingInstance(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	f.refreshBoth(f.t0, false)
 	f.decide(f.a, "cold", 40, false)
@@ -28,6 +29,7 @@ func TestAutoShardsMoveCarriesLaggingInstance(t *testing.T) {
 // left the fleet's set decides on its shards, and the instance that moved
 // it back carries what they gained to its own counter (70 of 60 before).
 func TestAutoShardsMoveBackCarriesLaggingInstance(t *testing.T) {
+	t.Parallel() // a Cluster and daemons of its own
 	f := newSeedFixture(t)
 	f.refreshBoth(f.t0, true)
 	f.decide(f.a, "hot", 20, true)

@@ -18,6 +18,7 @@ import (
 // instance b never sees the key before it shards it, and its own
 // decisions on it then spread over the Cluster's nodes.
 func TestHotKeysSharedByFleet(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	c := redistest.StartCluster(t)
 	conf := fmt.Sprintf(`
 listen: 127.0.0.1:0

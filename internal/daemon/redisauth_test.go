@@ -52,6 +52,7 @@ rules:
 // refused, which an unconnected store failing open would not do), on a
 // single node and on a 3-master Cluster.
 func TestRedisAuthConnects(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	// Its fixed windows count in hours since the epoch: not across an edge.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, kind := range []string{"redis", "cluster"} {
@@ -81,6 +82,7 @@ func TestRedisAuthConnects(t *testing.T) {
 // fix, not a daemon that starts, fails open on every request and logs that
 // Redis "does not answer" (or, for the ACL, whose /readyz passes).
 func TestRedisAuthRefusedAtStartup(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	// Its fixed windows count in hours since the epoch: not across an edge.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	for _, kind := range []string{"redis", "cluster"} {

@@ -18,6 +18,7 @@ import (
 // certificates come from a CA of their own, trusted throughout: the
 // nodes verify each other's with the bundle that verifies clients.)
 func TestRedisTLSClusterRotatedClientCert(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	nodesCA := tlstest.NewCA(t, "redis-nodes")
 	r := newCertRotation(t)

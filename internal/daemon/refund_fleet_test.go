@@ -19,6 +19,7 @@ import (
 // for a condition (B's cache answering; B admitting), failing after a
 // minute.
 func TestEnvoyNegativeHitsReachOtherInstance(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			store := storeBlock(t, kind)

@@ -17,6 +17,7 @@ import (
 // LLM route) and refuses the next checks; the HTTP API's /v1/report does
 // the same for a rule. On memory, Redis and a Redis Cluster.
 func TestReportEndToEnd(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			store := storeBlock(t, kind)

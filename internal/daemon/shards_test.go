@@ -71,6 +71,7 @@ rules:
 // report of 180 against 90 an hour over 3 shards, 20 of 30 checks passed.
 // For a rule (POST /v1/report) and an Envoy descriptor with report: true.
 func TestReportSharded(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) { testReportSharded(t, storeBlock(t, kind)) })
 	}

@@ -15,6 +15,7 @@ import (
 // MOVED names the new master's TLS port). Not tested before: Cluster over
 // TLS was documented as untested.
 func TestRedisTLSCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and daemons of its own
 	// Its fixed windows count in hours since the epoch: not across an edge.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
 	ca := tlstest.NewCA(t, "redis-ca")
