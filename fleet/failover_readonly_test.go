@@ -93,6 +93,7 @@ func TestDemotedMasterReadOnly(t *testing.T) {
 // replica at the master's offset), stay counted there: once Close gives
 // back the rest, the new master counts exactly what was admitted.
 func TestSentinelManualFailoverLease(t *testing.T) {
+	t.Parallel() // Redis and Sentinels of its own, waiting out a failover
 	master := redistest.StartServer(t)
 	replica := redistest.StartReplica(t, master)
 	sentinel := redistest.StartSentinelFor(t, master, time.Second, []*redistest.Server{replica})

@@ -125,6 +125,7 @@ func failover(tb testing.TB, downAfter, timeout time.Duration) failoverResult {
 // resume on the promoted replica without a restart, and through the
 // Fallback no request fails meanwhile.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // Redis and Sentinels of its own, waiting out a failover
 	res := failover(t, time.Second, 0)
 	t.Logf("decisions stopped %v after the kill (replica promoted after %v; %d failed calls); the fallback answered all, %d locally", res.stopped, res.promoted, res.failed, res.local)
 	if res.failed == 0 {

@@ -158,6 +158,7 @@ func TestFallbackCacheOutage(t *testing.T) {
 // TestFallbackCluster stops one master of a real 3-node Cluster: the
 // Fallback decides locally until the master is back.
 func TestFallbackCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	cl := redistest.StartCluster(t)
 	rs := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: upTimeout})
 	ch, onChange := modes()

@@ -76,6 +76,7 @@ func cmdCalls(t *testing.T, addrs []string, names ...string) map[string]int64 {
 // PUBLISH per key (10,000 at a shutdown); the keys now go out many to a
 // message, so the PUBLISHes are a small fraction of the keys.
 func TestLeaseClosePublishesInBatches(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	t.Run("server", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		testLeaseClosePublishes(t, []string{srv.Addr}, false, 10000)

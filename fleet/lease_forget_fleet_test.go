@@ -31,6 +31,7 @@ func (f *leaseFeed) Resume() { f.resumed <- struct{}{} }
 // of it (WatchRefunds), B's lease asks Redis again and admits them. It
 // used to refuse them until the end of the hour.
 func TestLeaseSeesGiveBackElsewhere(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	t.Run("server", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		testLeaseSeesGiveBack(t, []string{srv.Addr}, false)

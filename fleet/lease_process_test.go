@@ -36,11 +36,13 @@ func evalCalls(t testing.TB, addr string) int64 {
 // the run covers whole must get at least 90% of it; Redis must run at most
 // 0.3 scripts per decision (counted by Redis itself).
 func TestLeaseProcesses(t *testing.T) {
+	t.Parallel() // worker processes on a Redis (or Cluster) and a key of their own, for seconds of real time
 	srv := redistest.StartServer(t)
 	leaseProcesses(t, []string{srv.Addr}, false)
 }
 
 func TestLeaseProcessesCluster(t *testing.T) {
+	t.Parallel() // worker processes on a Redis (or Cluster) and a key of their own, for seconds of real time
 	c := redistest.StartCluster(t)
 	leaseProcesses(t, c.Addrs, true)
 }

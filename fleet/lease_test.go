@@ -135,6 +135,7 @@ func TestLeaseHardBound(t *testing.T) {
 }
 
 func TestLeaseHardBoundCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	c := redistest.StartCluster(t)
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) { leaseHammer(t, c.Addrs, true, alg, 0) })

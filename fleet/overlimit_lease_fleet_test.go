@@ -19,6 +19,7 @@ import (
 // and B's next request is admitted (B used to refuse it from its cache
 // for the rest of the hour).
 func TestLeaseGiveBackReachesOtherCaches(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	for _, hb := range []struct {
 		name string
 		back func(*fleet.Lease) error

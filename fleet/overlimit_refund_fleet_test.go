@@ -97,6 +97,7 @@ func drain[T any](ch <-chan T) {
 // Redis, so a refund made meanwhile is seen), and once resubscribed it
 // answers again.
 func TestRefundReachesOtherCaches(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	t.Run("server", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		testRefundReaches(t, []string{srv.Addr}, false)

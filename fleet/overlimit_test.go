@@ -324,6 +324,7 @@ func TestOverLimitDifferentialRedis(t *testing.T) {
 // Redis Cluster, plain and cached under different keys of one cluster:
 // TakeAlls there span slots.
 func TestOverLimitDifferentialCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	cl := redistest.StartCluster(t)
 	plain := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "plain:"})
 	cached := fleet.OpenRedis(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true, Prefix: "cached:"})

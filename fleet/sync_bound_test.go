@@ -107,6 +107,7 @@ func TestSyncBoundUneven(t *testing.T) {
 }
 
 func TestSyncBoundCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	c := redistest.StartCluster(t)
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) { syncRounds(t, c.Addrs, true, alg) })

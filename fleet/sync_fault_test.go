@@ -18,6 +18,7 @@ import (
 // hits reach it (restarted without persistence: only the hits since the
 // last batch it had).
 func TestSyncFlushClusterNodeDown(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	cl := redistest.StartCluster(t)
 	rs := openShared(t, cl.Addrs, true)
 	s := newSync(t, rs, fleet.SyncOptions{Interval: time.Hour}) // batches only when flushed

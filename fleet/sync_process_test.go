@@ -259,11 +259,13 @@ func startAt(c processCase, long bool) time.Time {
 // run covers whole must reach the limit (or admit all it was sent, when a
 // loaded machine held the workers under the limit's rate).
 func TestSyncProcesses(t *testing.T) {
+	t.Parallel() // worker processes on a Redis (or Cluster) and a key of their own, for seconds of real time
 	srv := redistest.StartServer(t)
 	syncProcesses(t, []string{srv.Addr}, false)
 }
 
 func TestSyncProcessesCluster(t *testing.T) {
+	t.Parallel() // worker processes on a Redis (or Cluster) and a key of their own, for seconds of real time
 	c := redistest.StartCluster(t)
 	syncProcesses(t, c.Addrs, true)
 }

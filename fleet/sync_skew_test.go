@@ -227,6 +227,7 @@ func testLeaseClockSkew(t *testing.T, o redisstore.Options) {
 // Sync kept one distance, the last measured: b's read set it to 0, and a,
 // decided an hour ahead of its master, saw its bucket refilled.
 func TestSyncClockPerKeyCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	c := redistest.StartCluster(t)
 	ctx := context.Background()
 	o := redisstore.Options{Addrs: c.Addrs, Cluster: true, RedisTime: true}

@@ -50,6 +50,7 @@ func TestSyncConformance(t *testing.T) {
 }
 
 func TestSyncConformanceCluster(t *testing.T) {
+	t.Parallel() // a Cluster (or Redis) and stores of its own
 	c := redistest.StartCluster(t)
 	s := newSync(t, openShared(t, c.Addrs, true), fleet.SyncOptions{Interval: 20 * time.Millisecond})
 	sluicetest.Run(t, func(*testing.T) sluice.Store { return s })
