@@ -23,6 +23,7 @@ import (
 // granted lease unit counted once, and beyond them at most the calls that
 // failed.
 func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()

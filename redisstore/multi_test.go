@@ -67,6 +67,7 @@ func TestSyncOneRoundTrip(t *testing.T) {
 // still runs the ops of the keys on the other masters, and fails only
 // those of the stopped one; a give-back of lease units likewise.
 func TestSyncClusterNodeDown(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	cl := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
 	ctx := context.Background()

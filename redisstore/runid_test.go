@@ -39,6 +39,7 @@ func TestRunIDs(t *testing.T) {
 // TestRunIDsCluster: one run_id per master of a Cluster, with its address;
 // a master that restarts changes them.
 func TestRunIDsCluster(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	cl := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: cl.Addrs, Cluster: true})
 	ctx := context.Background()

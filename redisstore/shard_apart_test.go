@@ -17,6 +17,7 @@ import (
 // shard's share: here it filled all three shards of "tenant" (nothing
 // admitted), and the hot key's traffic filled its counter for it.
 func TestShardKeysApartFromPlainKeys(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	for _, kind := range []string{"redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			var s *redisstore.Store

@@ -79,6 +79,7 @@ func shardsPerMaster(t testing.TB, c *redistest.Cluster, s *redisstore.Store, ow
 // slot came first, so that, say, 6 shards could sit 4, 1 and 1 on the
 // three masters and one master carried 4/6 of the key's decisions.
 func TestShardsEvenOverMasters(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	owners := slotOwners(t, c)

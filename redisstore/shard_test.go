@@ -31,6 +31,7 @@ func owner(t testing.TB, c *redistest.Cluster, k string) int {
 // The shards of a key are on different slots and, with 3 masters and 3
 // shards, on 3 different nodes; the choice is the same in every Store.
 func TestShardPlacement(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s1 := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	s2 := open(t, redisstore.Options{Addrs: c.Addrs[1:], Cluster: true})
@@ -142,6 +143,7 @@ func TestShardPerKeyRotation(t *testing.T) {
 // one instant (nothing refills). Far over the limit they admit exactly the
 // limit; just under it, at least min(sent, rate) − (n−1)·instances.
 func TestShardAccuracy(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	stores := []*redisstore.Store{
 		open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true}),
@@ -243,6 +245,7 @@ func busiest[T int64 | float64](before, after []T) float64 {
 // One hot key, 3000 decisions: unsharded, one node runs them all; sharded
 // 3 ways, no node runs more than half.
 func TestShardSpread(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // hash tag all would hash as "same" and land on one node — spread over the
 // three nodes of a real Cluster, and each keeps its own count.
 func TestClusterKeysCannotChooseSlot(t *testing.T) {
+	t.Parallel() // a Cluster of its own: its start overlaps another test
 	c := redistest.StartCluster(t)
 	s := open(t, redisstore.Options{Addrs: c.Addrs, Cluster: true, Timeout: 5 * time.Second})
 	ctx := context.Background()
