@@ -406,6 +406,7 @@ func TestStoreDown(t *testing.T) {
 // answers like /v1/check; the overage is debt, so /v1/check refuses until
 // it drains (here: the window of 3/m ends).
 func TestReportHTTP(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range []string{"memory", "redis", "cluster"} {
 		t.Run(kind, func(t *testing.T) {
 			var st sluice.Store

@@ -52,6 +52,7 @@ descriptors:
 // quota descriptors are not all over and do not deny it, as in the
 // reference service (its overall code follows the statuses it returns).
 func TestShadowQuotaDescriptorNeverOver(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
@@ -145,6 +146,7 @@ func TestReferenceHealthChecks(t *testing.T) {
 // below it, as in the reference service; the lower level's values still
 // count apart.
 func TestShareThresholdNested(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
@@ -303,6 +305,7 @@ func TestHugeRequests(t *testing.T) {
 // counted by the descriptors under their limits, as with shadow_mode on
 // every descriptor.
 func TestGlobalShadowMode(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, plainConf+`  - key: q

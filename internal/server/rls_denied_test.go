@@ -15,6 +15,7 @@ import (
 // left had the request been counted. On every algorithm and store, with a
 // descriptor repeated in the request too.
 func TestDeniedRequestReportsUncountedRemaining(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	algs := []string{"fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "leaky_bucket", "gcra"}
 	conf := "domain: d\ndescriptors:\n  - key: one\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
 	for _, a := range algs {
@@ -65,6 +66,7 @@ func TestDeniedRequestReportsUncountedRemaining(t *testing.T) {
 // counts 3 on shard 0, the denied one asks shard 1 (untouched), the check
 // after it shard 2 (untouched): 30 left, as the denied request must say.
 func TestDeniedRequestReportsUncountedRemainingSharded(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	const conf = `domain: d
 descriptors:
   - key: one
@@ -102,6 +104,7 @@ descriptors:
 // what is left when Redis was asked, else nothing (0), never a figure of
 // neither.
 func TestDeniedRequestFromOverLimitCache(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	const conf = `domain: d
 descriptors:
   - key: one

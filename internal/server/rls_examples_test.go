@@ -171,6 +171,7 @@ descriptors:
 }
 
 func TestExamples(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, exampleFiles...), envOpts{})

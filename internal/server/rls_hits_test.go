@@ -19,6 +19,8 @@ import (
 // request's (a uint32) is at most 2^32 − 1. On Redis, whose scripts count
 // in doubles, as in memory.
 func TestHugeHitsAddend(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
+
 	const most = math.MaxInt64 / 2 // 2^62 − 1
 	conf := `domain: p
 descriptors:

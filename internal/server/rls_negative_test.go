@@ -72,6 +72,7 @@ func TestNegativeHits(t *testing.T) {
 // empties shard 0 again, whose figure, scaled by 3, is the whole limit
 // (see TestNegativeHitsShardedExact for a shard that counted nothing).
 func TestNegativeHitsSharded(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	const conf = `domain: d
 descriptors:
   - key: sharded
@@ -106,6 +107,7 @@ descriptors:
 // shard, then given back (over every shard, each its share: two stayed
 // counted). After each, every shard is empty: 30 left on each (× 3).
 func TestNegativeHitsShardedExact(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	const conf = `domain: d
 descriptors:
   - key: sharded

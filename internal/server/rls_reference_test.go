@@ -116,6 +116,7 @@ descriptors:
 // key in one pipeline): with 3 a minute, the first request counts 2, and
 // the second, at 3 then 4, is over.
 func TestSameDescriptorTwice(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p
@@ -175,6 +176,7 @@ descriptors:
 // are. As in the reference, a descriptor without a limit (no match,
 // replaced) is one of them that is never over; an unlimited one is not.
 func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := startRLS(t, newStore(t, kind), writeConf(t, `domain: p

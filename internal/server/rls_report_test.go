@@ -13,6 +13,7 @@ import (
 // descriptor of the same request is not counted (denied traffic consumes
 // nothing). On memory, Redis and a Redis Cluster.
 func TestReport(t *testing.T) {
+	t.Parallel() // a store (a Cluster's start, for the cluster kind) and a service of its own
 	const conf = `
 domain: llm
 descriptors:
