@@ -225,6 +225,7 @@ type Options struct {
 	// the second when the first's reply is lost); default 2s. A Redis
 	// that takes the request and does not answer then costs the client
 	// at most twice this, and an answer saying the outcome is unknown.
+	// It bounds ServeHTTP's read of a status too (then 503).
 	EnqueueTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer

@@ -1,6 +1,7 @@
 package deferq
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -41,7 +42,9 @@ func WriteOutcomeUnknown(w http.ResponseWriter, rule, id string) {
 }
 
 // ServeHTTP serves GET /v1/deferred/ID: 200 with the Status, 404 for an
-// unknown id, 400 for a malformed one, 503 when Redis cannot answer, with
+// unknown id, 400 for a malformed one, 503 when Redis cannot answer within
+// EnqueueTimeout (the client library retries a read while Redis is gone,
+// for as long as the context lasts), with
 // {"error":"store_unavailable","message":…} and Redis's error logged, not
 // shown.
 func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +54,9 @@ func (q *Queue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := strings.TrimPrefix(r.URL.Path, StatusPath)
-	st, err := q.Status(r.Context(), id)
+	ctx, cancel := context.WithTimeout(r.Context(), q.o.EnqueueTimeout)
+	defer cancel()
+	st, err := q.Status(ctx, id)
 	switch {
 	case errors.Is(err, ErrBadID):
 		writeError(w, http.StatusBadRequest, err.Error())

@@ -129,3 +129,34 @@ func TestStatusErrorsLogOnceASecond(t *testing.T) {
 		t.Fatalf("a poll a second later: %d lines, want 2, the second with suppressed=9: %q", len(lines), lines)
 	}
 }
+
+// GET /v1/deferred/ID while the Redis a queue was connected to is gone
+// (stopped: connections refused) answers 503 once EnqueueTimeout has
+// passed: it once waited for Redis for as long as the client did, the
+// client library retrying the read without end.
+func TestStatusRedisGoneAnswers503(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv.Addr)
+	up := newUpstream(t, nil)
+	q, err := newQueue(deferq.Options{Client: c, Upstream: mustURL(t, up.srv.URL), EnqueueTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetRules([]deferq.Rule{{Name: "jobs", Take: admitAll}})
+	id := enqueue(t, q, "jobs", "k", http.MethodPost, "/job", []byte("job"))
+	srv.Stop()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		w := httptest.NewRecorder()
+		q.ServeHTTP(w, httptest.NewRequest("GET", deferq.StatusPath+id, nil))
+		done <- w
+	}()
+	select {
+	case w := <-done:
+		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"store_unavailable"`) {
+			t.Fatalf("GET %s with Redis stopped: %d %q; want 503 store_unavailable", id, w.Code, w.Body)
+		}
+	case <-time.After(time.Minute): // a hang detector
+		t.Fatalf("GET %s with Redis stopped: no answer after a minute", id)
+	}
+}
