@@ -144,7 +144,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return "http"
 	}
-	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, /v1/forward-auth, GET /v1/rules, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API)
+	deferred := "" // served where the deferral queue is: on Redis
+	if cfg.Store.Type == config.StoreRedis {
+		deferred = ", GET /v1/deferred/ID"
+	}
+	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, /v1/forward-auth, GET /v1/rules, GET /v1/hotkeys%s, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API, deferred)
 	if a.Proxy != "" {
 		fmt.Fprintf(stdout, "sluice: proxy on %s://%s → %s\n", scheme(cfg.Proxy.TLS), a.Proxy, cfg.Proxy.Upstream)
 	}
