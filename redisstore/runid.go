@@ -22,7 +22,9 @@ import (
 //
 // On a single node it asks through each of the Store's connections, so
 // that one the server closed while idle is met (and redialled) here rather
-// than by the next decision, which would fail once. It fails, wrapping
+// than by the next decision, which would fail once; a call that fails so
+// is asked again at once, on the connection redialled, so that the first
+// RunIDs after a restart already tells it. It fails, wrapping
 // sluice.ErrStoreUnavailable, when a server does not answer within the
 // timeout.
 func (s *Store) RunIDs(ctx context.Context) (string, error) {
@@ -37,7 +39,7 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 			if c == nil {
 				continue
 			}
-			info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+			info, err := serverInfo(ctx, c)
 			if err != nil {
 				return "", fmt.Errorf("redisstore: run_id: %w: %w", sluice.ErrStoreUnavailable, err)
 			}
@@ -54,13 +56,24 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 	var b strings.Builder
 	for _, addr := range addrs {
 		n := nodes[addr]
-		info, err := n.Do(ctx, n.B().Info().Section("server").Build()).ToString()
+		info, err := serverInfo(ctx, n)
 		if err != nil {
 			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
 		}
 		fmt.Fprintf(&b, "%s=%s ", addr, runID(info))
 	}
 	return b.String(), nil
+}
+
+// serverInfo is c's INFO server, asked again once if the first ask fails
+// while ctx lasts: a connection the server closed while idle (a restart)
+// fails its next call once, and the second goes out on a new one.
+func serverInfo(ctx context.Context, c rueidis.Client) (string, error) {
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr && ctx.Err() == nil {
+		info, err = c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	}
+	return info, err
 }
 
 // runID is the run_id line's value in an INFO reply, or "" without one.

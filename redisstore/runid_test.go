@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -77,4 +78,26 @@ func runIDOf(ids, addr string) string {
 		}
 	}
 	return ""
+}
+
+// TestRunIDsFirstCallAfterRestart: a Redis restarted while the store was
+// idle closed its connections; the first RunIDs after it answers the new
+// run_id. It once failed (EOF) once per client, so the daemon's watch,
+// asking every second, saw a restart up to two seconds late (three with a
+// failed ask while Redis was down), and the refusals it caches stood
+// that long.
+func TestRunIDsFirstCallAfterRestart(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	ctx := context.Background()
+	first, err := s.RunIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	srv.Restart()
+	after, err := s.RunIDs(ctx)
+	if err != nil || len(after) != 40 || after == first {
+		t.Fatalf("RunIDs, the first call after a restart = %q, %v; want a new run_id (was %q)", after, err, first)
+	}
 }
