@@ -38,10 +38,10 @@ func (c *Config) checkRules(ck *checker) {
 			continue
 		}
 		if sp.Sync > 0 {
-			need("sync", "sync (hybrid counting)")
+			need("sync", "sync (a soft limit)")
 		}
 		if !sp.Lease.IsZero() {
-			need("lease", "lease (leased quota)")
+			need("lease", "lease (a hard limit)")
 		}
 		if !sp.Shards.IsZero() {
 			need("shards", "shards (splitting a key over Redis keys)")
