@@ -34,14 +34,44 @@ descriptors:
 	ed, _ := startEnvoyRedis(t, dir, versions[0])
 	conf := filepath.Join(dir, "fleet.yaml")
 
-	var calls, admitted, failed atomic.Int64
+	// Counted by region (a call that coupon, once over, refuses counts
+	// nothing).
+	req := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("region", "eu"), entries("coupon", "c")}}
+	const reloads = 12
+	n, admitted, failed := askDuring(t, ed, req, func() {
+		for i := 1; i <= reloads; i++ {
+			replaceFile(t, conf, versions[i%2])
+			if r := ed.waitReload(); r.Err != nil {
+				t.Errorf("reload %d: %v", i, r.Err)
+				return
+			}
+		}
+	})
+	if r := ed.d.descriptorSet().Rules(); r != 1 {
+		t.Errorf("after the last reload, %d rules in force, want 1 (the first version)", r)
+	}
+	t.Logf("%d calls over %d reloads", n, reloads)
+	if admitted != 100 {
+		t.Errorf("region admitted %d of %d calls over %d reloads, want exactly 100: counters kept, none counted twice", admitted, n, reloads)
+	}
+	if got := ed.metric("sluice_envoy_hits_total", "domain", "shop", "descriptor", "region"); got != float64(n-failed) {
+		t.Errorf("sluice_envoy_hits_total{region} = %v, want %d (each call once)", got, n-failed)
+	}
+}
+
+// askDuring has 8 callers ask req of ed again and again while change
+// runs, and until at least 150 calls were made (past a limit of 100);
+// it returns the calls made, those answered OK and those that failed
+// (each failure an error of t).
+func askDuring(t *testing.T, ed *envoyDaemon, req *rlsv3.RateLimitRequest, change func()) (calls, admitted, failed int64) {
+	t.Helper()
+	var nCalls, nAdmitted, nFailed atomic.Int64
 	done := make(chan struct{})
 	enough := make(chan struct{}) // closed at 150 calls: past the limit
 	var once sync.Once
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			req := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("region", "eu"), entries("coupon", "c")}}
 			for {
 				select {
 				case <-done:
@@ -49,40 +79,23 @@ descriptors:
 				default:
 				}
 				r, err := ed.rls.ShouldRateLimit(context.Background(), req)
-				if calls.Add(1) >= 150 {
+				if nCalls.Add(1) >= 150 {
 					once.Do(func() { close(enough) })
 				}
 				switch {
 				case err != nil:
-					failed.Add(1)
-					t.Errorf("a call during the reloads: %v", err)
+					nFailed.Add(1)
+					t.Errorf("a call during the changes: %v", err)
 				case r.OverallCode == rlsv3.RateLimitResponse_OK:
-					// Counted by region (a call that coupon, once
-					// over, refuses counts nothing).
-					admitted.Add(1)
+					nAdmitted.Add(1)
 				}
 			}
 		})
 	}
-	const reloads = 12
-	for i := 1; i <= reloads; i++ {
-		replaceFile(t, conf, versions[i%2])
-		if r := ed.waitReload(); r.Err != nil {
-			t.Fatalf("reload %d: %v", i, r.Err)
-		}
-	}
+	stop := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stop() // also when change ends the test (t.Fatal)
+	change()
 	<-enough
-	close(done)
-	wg.Wait()
-	if n := ed.d.descriptorSet().Rules(); n != 1 {
-		t.Errorf("after the last reload, %d rules in force, want 1 (the first version)", n)
-	}
-	n := calls.Load()
-	t.Logf("%d calls over %d reloads", n, reloads)
-	if got := admitted.Load(); got != 100 {
-		t.Errorf("region admitted %d of %d calls over %d reloads, want exactly 100: counters kept, none counted twice", got, n, reloads)
-	}
-	if got := ed.metric("sluice_envoy_hits_total", "domain", "shop", "descriptor", "region"); got != float64(n-failed.Load()) {
-		t.Errorf("sluice_envoy_hits_total{region} = %v, want %d (each call once)", got, n-failed.Load())
-	}
+	stop()
+	return nCalls.Load(), nAdmitted.Load(), nFailed.Load()
 }

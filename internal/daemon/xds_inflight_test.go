@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -33,49 +30,20 @@ func TestXDSUpdatesWhileCallsInFlight(t *testing.T) {
 	}
 	version(0)
 
-	var calls, admitted, failed atomic.Int64
-	done := make(chan struct{})
-	enough := make(chan struct{}) // closed at 150 calls: past the limit
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			req := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("tenant", "acme"), entries("coupon", "c")}}
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				r, err := ed.rls.ShouldRateLimit(context.Background(), req)
-				if calls.Add(1) >= 150 {
-					once.Do(func() { close(enough) })
-				}
-				switch {
-				case err != nil:
-					failed.Add(1)
-					t.Errorf("a call during the updates: %v", err)
-				case r.OverallCode == rlsv3.RateLimitResponse_OK:
-					// Counted by tenant (a call that coupon, once
-					// over, refuses counts nothing).
-					admitted.Add(1)
-				}
-			}
-		})
-	}
+	// Counted by tenant (a call that coupon, once over, refuses counts
+	// nothing).
+	req := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*commonv3.RateLimitDescriptor{entries("tenant", "acme"), entries("coupon", "c")}}
 	const updates = 12
-	for i := 1; i <= updates; i++ {
-		version(i)
-	}
-	<-enough
-	close(done)
-	wg.Wait()
-	n := calls.Load()
+	n, admitted, failed := askDuring(t, ed, req, func() {
+		for i := 1; i <= updates; i++ {
+			version(i)
+		}
+	})
 	t.Logf("%d calls over %d updates", n, updates)
-	if got := admitted.Load(); got != 100 {
-		t.Errorf("tenant=acme admitted %d of %d calls over %d updates, want exactly 100: counters kept, none counted twice", got, n, updates)
+	if admitted != 100 {
+		t.Errorf("tenant=acme admitted %d of %d calls over %d updates, want exactly 100: counters kept, none counted twice", admitted, n, updates)
 	}
-	if got := ed.metric("sluice_envoy_hits_total", "domain", "shop", "descriptor", "tenant_acme"); got != float64(n-failed.Load()) {
-		t.Errorf("sluice_envoy_hits_total{tenant_acme} = %v, want %d (each call once)", got, n-failed.Load())
+	if got := ed.metric("sluice_envoy_hits_total", "domain", "shop", "descriptor", "tenant_acme"); got != float64(n-failed) {
+		t.Errorf("sluice_envoy_hits_total{tenant_acme} = %v, want %d (each call once)", got, n-failed)
 	}
 }
