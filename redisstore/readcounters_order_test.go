@@ -134,11 +134,11 @@ func TestReadCountersMasterDown(t *testing.T) {
 		qs[i].Cost = 0
 	}
 	alone.Cost, live.Cost = 0, 0
-	redisstore.SetTakeAllHooks(func() { down.Stop() }, nil)
-	defer redisstore.SetTakeAllHooks(nil, nil)
+	redisstore.SetTakeAllHooks(t, func() { down.Stop() }, nil)
+	defer redisstore.SetTakeAllHooks(t, nil, nil)
 	rds := []redisstore.Reading{{Requests: qs}, {Requests: []sluice.Request{alone}}, {Requests: []sluice.Request{live}}}
 	s.ReadCounters(ctx, rds)
-	redisstore.SetTakeAllHooks(nil, nil)
+	redisstore.SetTakeAllHooks(t, nil, nil)
 	if !errors.Is(rds[0].Err, sluice.ErrStoreUnavailable) {
 		t.Errorf("the reading across slots with a master down: err %v, want ErrStoreUnavailable", rds[0].Err)
 	}

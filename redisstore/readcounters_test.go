@@ -187,11 +187,11 @@ func TestReadCountersRefund(t *testing.T) {
 	}
 	charge := qs[1]
 	charge.Cost, charge.Force = 100, true
-	redisstore.SetTakeAllHooks(func() { take(t, charge, s) }, nil)
-	defer redisstore.SetTakeAllHooks(nil, nil)
+	redisstore.SetTakeAllHooks(t, func() { take(t, charge, s) }, nil)
+	defer redisstore.SetTakeAllHooks(t, nil, nil)
 	rds := []redisstore.Reading{{Requests: qs}}
 	s.ReadCounters(ctx, rds)
-	redisstore.SetTakeAllHooks(nil, nil)
+	redisstore.SetTakeAllHooks(t, nil, nil)
 	rd := rds[0]
 	if rd.Err != nil {
 		t.Fatal(rd.Err)

@@ -23,7 +23,7 @@ import (
 // the reference that never saw the TakeAll leaves it, for every algorithm
 // (the refusal: for the buckets and GCRA, whose burst of 100 refuses 95).
 func TestClusterRefundAfterCheck(t *testing.T) {
-	t.Parallel() // a Cluster of its own: its start overlaps another test
+	serialHooks(t) // it sets testHookAfterCheck and testHookAfterTake
 	c := redistest.StartCluster(t)
 	s := openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()

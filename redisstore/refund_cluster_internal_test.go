@@ -24,7 +24,7 @@ import (
 // which never saw the refunded TakeAll, refuses it. Every later decision
 // must equal the reference's.
 func TestClusterRefundAfterAnotherTake(t *testing.T) {
-	t.Parallel() // a Cluster of its own: its start overlaps another test
+	serialHooks(t) // it sets testHookAfterCheck and testHookAfterTake
 	c := redistest.StartCluster(t)
 	s := openStore(t, Options{Addrs: c.Addrs, Cluster: true})
 	ctx := context.Background()

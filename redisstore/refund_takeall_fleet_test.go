@@ -84,7 +84,7 @@ func TestTakeAllGiveBackReachesOtherCaches(t *testing.T) {
 		}
 	}
 	take("A", ca, req(a, 1), true) // 1 of 2 counted on a
-	redisstore.SetTakeAllHooks(func() {
+	redisstore.SetTakeAllHooks(t, func() {
 		take("another client", other, req(b, 2), true) // b full: A's take of b refuses
 	}, func() {
 		take("B", cb, req(a, 1), false) // A's take holds a's last unit
@@ -92,7 +92,7 @@ func TestTakeAllGiveBackReachesOtherCaches(t *testing.T) {
 	})
 	ds := make([]sluice.Decision, 2)
 	err := ca.TakeAll(ctx, []sluice.Request{req(a, 1), req(b, 1)}, ds)
-	redisstore.SetTakeAllHooks(nil, nil)
+	redisstore.SetTakeAllHooks(t, nil, nil)
 	if err != nil || ds[1].Allowed || sa.Refunds() != 1 {
 		t.Fatalf("A: TakeAll = %+v, %v, %d refunds; want b refused and a given back", ds, err, sa.Refunds())
 	}
@@ -142,7 +142,7 @@ func TestTakeAllRefundPublishesOnlyWhatItGave(t *testing.T) {
 		for j := 0; b == "" || slotOf(a) == slotOf(b); j++ {
 			b = fmt.Sprintf("b%d-%d", i, j)
 		}
-		redisstore.SetTakeAllHooks(func() {
+		redisstore.SetTakeAllHooks(t, func() {
 			if d, err := other.Take(ctx, req(b, 2)); err != nil || !d.Allowed {
 				t.Errorf("another client: Take(%q) = %+v, %v", b, d, err)
 			}
@@ -150,7 +150,7 @@ func TestTakeAllRefundPublishesOnlyWhatItGave(t *testing.T) {
 		before := publishes()
 		ds := make([]sluice.Decision, 2)
 		err := s.TakeAll(ctx, []sluice.Request{req(a, c.cost), req(b, 1)}, ds)
-		redisstore.SetTakeAllHooks(nil, nil)
+		redisstore.SetTakeAllHooks(t, nil, nil)
 		if err != nil || ds[1].Allowed || s.Refunds() != uint64(i+1) {
 			t.Fatalf("cost %d: TakeAll = %+v, %v, %d refunds; want b refused and a's slot refunded", c.cost, ds, err, s.Refunds())
 		}

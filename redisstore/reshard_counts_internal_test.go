@@ -22,6 +22,7 @@ import (
 // alike): at most one extra limit, once, and nothing for a key whose
 // names all stayed.
 func TestShardCountsAcrossResharding(t *testing.T) {
+	serialHooks(t) // it sets slotRefresh
 	was := slotRefresh
 	slotRefresh = 100 * time.Millisecond
 	t.Cleanup(func() { slotRefresh = was })

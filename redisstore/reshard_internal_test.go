@@ -20,6 +20,7 @@ import (
 // shard keys than on the newer one, and a key taken alternately from the
 // two was admitted 40 times under a limit of 30.
 func TestShardsAgreeAfterResharding(t *testing.T) {
+	serialHooks(t) // it sets slotRefresh
 	was := slotRefresh
 	slotRefresh = 100 * time.Millisecond
 	t.Cleanup(func() { slotRefresh = was }) // after the stores' Close (cleanups run last first)

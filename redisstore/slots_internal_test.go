@@ -16,6 +16,7 @@ import (
 // good, so `shards: auto` was off on that instance while the others
 // sharded the same hot key: two budgets for one key.
 func TestMastersAfterFailedSlotRead(t *testing.T) {
+	serialHooks(t) // it sets slotsFault
 	c := redistest.StartCluster(t)
 	var fail atomic.Bool
 	fail.Store(true)
@@ -61,6 +62,7 @@ func TestMastersAfterFailedSlotRead(t *testing.T) {
 // -race a test restoring the slotsFault hook after Close raced with it
 // whenever a read took longer than slotRetry, as on a loaded machine.
 func TestCloseEndsSlotReads(t *testing.T) {
+	serialHooks(t) // it sets slotsFault
 	c := redistest.StartCluster(t)
 	var fail atomic.Bool
 	var running atomic.Int32
