@@ -25,6 +25,7 @@ import (
 // of 100,000 descriptors took 0.5 to 2.8 s) after every NACK kept a core
 // busy for as long as the server held it.
 func TestXDSRefusedNotReadAgain(t *testing.T) {
+	serialHooks(t) // it sets decode
 	var reads atomic.Int64
 	orig := decode
 	decode = func(r *discovery.DiscoveryResponse) ([]descriptors.Doc, error) {
@@ -83,4 +84,12 @@ func TestXDSRefusedNotReadAgain(t *testing.T) {
 	if n := reads.Load(); n != 1 {
 		t.Errorf("the response read %d times over 5 NACKs, want once", n)
 	}
+}
+
+// serialHooks makes t fail at once if it runs in parallel with other
+// tests (t.Setenv panics in a test that called t.Parallel, and
+// t.Parallel after it): the package variables it is about to set
+// (decode, xdsRand) are read by every test of the package.
+func serialHooks(t testing.TB) {
+	t.Setenv("SLUICE_TEST_PACKAGE_HOOKS", t.Name())
 }

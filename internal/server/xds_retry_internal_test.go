@@ -57,6 +57,7 @@ func retryWaits(t *testing.T, retry time.Duration, n int) []time.Duration {
 // from [retry/2, retry]: the bounds come from the random source, which
 // the run asks for each wait.
 func TestXDSRetryJitterBounds(t *testing.T) {
+	serialHooks(t) // it sets xdsRand
 	const retry = 3 * time.Second
 	draws := []func(n int64) int64{
 		func(int64) int64 { return 0 },
@@ -119,6 +120,7 @@ func TestXDSRetryJitterSpreads(t *testing.T) {
 // started at once while its server is away) do not all try again at the
 // next one.
 func TestXDSConnectBackoffJittered(t *testing.T) {
+	serialHooks(t) // it sets xdsRand
 	const retry = 3 * time.Second
 	orig := xdsRand
 	t.Cleanup(func() { xdsRand = orig })
