@@ -253,6 +253,7 @@ func (s *Server) args() []string {
 // log line, then for PING.
 func (s *Server) start() error {
 	cmd := exec.Command("redis-server", s.args()...)
+	cmd.SysProcAttr = procAttr()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
