@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/deferq"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -196,17 +193,8 @@ func TestRedisDBReloadNeedsRestart(t *testing.T) {
 // no outage to wait out.
 func TestRedisDBOutOfRange(t *testing.T) {
 	rs := redistest.StartServerWith(t, "--databases", "4")
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nstore:\n  type: redis\n  redis: {addrs: [%s], timeout: 2s, db: 4}\n", rs.Addr)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(cfg, Options{})
+	err := newWith(t, fmt.Sprintf("listen: 127.0.0.1:0\nstore:\n  type: redis\n  redis: {addrs: [%s], timeout: 2s, db: 4}\n", rs.Addr))
 	if err == nil {
-		d.Close()
 		t.Fatal("New with db 4 on a Redis of 4 databases: started, want refused")
 	}
 	if !errors.Is(err, redisstore.ErrDB) || !strings.Contains(err.Error(), "check store.redis.db") {
