@@ -22,28 +22,25 @@ func Do(addr string, args ...string) (string, error) {
 // DoAuth is Do on a connection that first authenticates (AUTH) with
 // password pass, as user when it is not "" (no AUTH when pass is "").
 func DoAuth(addr, user, pass string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
+	var first []string
 	if pass != "" {
-		auth := []string{"AUTH", pass}
+		first = []string{"AUTH", pass}
 		if user != "" {
-			auth = []string{"AUTH", user, pass}
-		}
-		if _, err := roundTrip(conn, r, auth); err != nil {
-			return "", fmt.Errorf("redistest: AUTH: %w", err)
+			first = []string{"AUTH", user, pass}
 		}
 	}
-	return roundTrip(conn, r, args)
+	return doAfter(addr, first, "AUTH", args)
 }
 
 // DoIn is Do in database db: the connection first SELECTs it, so that
 // a test sees the keys a store with that database number wrote.
 func DoIn(addr string, db int, args ...string) (string, error) {
+	return doAfter(addr, []string{"SELECT", strconv.Itoa(db)}, fmt.Sprint("SELECT ", db), args)
+}
+
+// doAfter sends args on a new connection to addr, after first (AUTH,
+// SELECT; named what in its error) unless it is nil.
+func doAfter(addr string, first []string, what string, args []string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return "", err
@@ -51,8 +48,10 @@ func DoIn(addr string, db int, args ...string) (string, error) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	r := bufio.NewReader(conn)
-	if _, err := roundTrip(conn, r, []string{"SELECT", strconv.Itoa(db)}); err != nil {
-		return "", fmt.Errorf("redistest: SELECT %d: %w", db, err)
+	if first != nil {
+		if _, err := roundTrip(conn, r, first); err != nil {
+			return "", fmt.Errorf("redistest: %s: %w", what, err)
+		}
 	}
 	return roundTrip(conn, r, args)
 }
