@@ -25,23 +25,30 @@ const MaxDescriptorLabelBytes = 256
 // bytes) and 16 hex digits.
 const labelDigest = 3 + 16
 
-// shortLabel returns label, cut to MaxDescriptorLabelBytes as that
-// constant says when longer. label is UTF-8 (protobuf strings are).
+// shortLabel returns label as a label value: label itself when it is
+// UTF-8 of at most MaxDescriptorLabelBytes; else cut as that constant
+// says, each byte that is not UTF-8 written as U+FFFD, with the digest of
+// the label's bytes. A label value must be UTF-8 (client_golang panics on
+// another), and a request value need not be: Envoy sends a header's bytes
+// as they are. The digest keeps two values a byte apart ("caf\xe9",
+// "caf\xe8") two series, as hot keys show such keys.
 func shortLabel(label string) string {
-	if len(label) <= MaxDescriptorLabelBytes {
+	if len(label) <= MaxDescriptorLabelBytes && utf8.ValidString(label) {
 		return label
 	}
-	n := MaxDescriptorLabelBytes - labelDigest
-	for n > 0 && !utf8.RuneStart(label[n]) {
-		n--
+	room := MaxDescriptorLabelBytes - labelDigest
+	b := make([]byte, 0, MaxDescriptorLabelBytes)
+	for _, r := range label { // r is utf8.RuneError for a byte that is not UTF-8
+		if len(b)+utf8.RuneLen(r) > room {
+			break
+		}
+		b = utf8.AppendRune(b, r)
 	}
 	h := uint64(14695981039346656037) // FNV-1a
 	for i := 0; i < len(label); i++ {
 		h ^= uint64(label[i])
 		h *= 1099511628211
 	}
-	b := make([]byte, 0, n+labelDigest)
-	b = append(b, label[:n]...)
 	b = append(b, "…"...)
 	for sh := 60; sh >= 0; sh -= 4 {
 		b = append(b, "0123456789abcdef"[h>>sh&15])

@@ -1,10 +1,16 @@
 package metrics_test
 
 import (
-	"github.com/sluicehq/sluice/internal/metrics/metricstest"
+	"fmt"
+	fnv1a "hash/fnv"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -110,4 +116,50 @@ func TestEnvoyDetailedLabelsBounded(t *testing.T) {
 	if series != metrics.MaxDetailedDescriptors+2 || other != 50 {
 		t.Errorf("%d hits series with %v hits under _other; want %d series (the cap, _other and the configured path) and 50", series, other, metrics.MaxDetailedDescriptors+2)
 	}
+}
+
+// A detailed label made of request values that are not UTF-8 (Envoy sends
+// a header's bytes as they are) is a valid label value, U+FFFD for each
+// such byte then "…" and the digest of the bytes, short or long: two
+// values a byte apart are two series, and Descriptor does not panic (as
+// client_golang does on a label value that is not UTF-8).
+func TestEnvoyDetailedLabelsNotUTF8(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := metrics.New(reg).Envoy()
+	long := strings.Repeat("\xe9", 2*metrics.MaxDescriptorLabelBytes)
+	for _, v := range []string{"user_caf\xe9", "user_caf\xe8", long + "a", long + "b", "user_\xff" + strings.Repeat("é", 200)} {
+		e.Descriptor("d", v, true).Count(1, false, false, 0)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_envoy_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "descriptor" {
+					continue
+				}
+				v := l.GetValue()
+				labels[v] = true
+				if !utf8.ValidString(v) || len(v) > metrics.MaxDescriptorLabelBytes || !strings.Contains(v, "\ufffd") || !regexp.MustCompile(`…[0-9a-f]{16}$`).MatchString(v) {
+					t.Errorf("label %q (%d bytes): want UTF-8 of at most %d bytes, U+FFFD for the bytes not UTF-8, then … and 16 hex digits", v, len(v), metrics.MaxDescriptorLabelBytes)
+				}
+			}
+		}
+	}
+	if len(labels) != 5 || !labels["user_caf\ufffd…"+fnv("user_caf\xe9")] {
+		t.Errorf("labels %v; want 5, user_caf\ufffd… and the digest of user_caf\\xe9 among them", labels)
+	}
+}
+
+// fnv is FNV-1a (64 bits) of s in 16 hex digits.
+func fnv(s string) string {
+	h := fnv1a.New64a()
+	h.Write([]byte(s))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
