@@ -9,10 +9,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -243,7 +241,7 @@ func TestOverrideUnitByNumber(t *testing.T) {
 }
 
 // rawCodec sends and receives messages as the bytes given: a request no
-// protobuf library would write.
+// protobuf library would write (rawRequest).
 type rawCodec struct{}
 
 func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
@@ -252,38 +250,6 @@ func (rawCodec) Unmarshal(b []byte, v any) error {
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
-
-// TestValueNotUTF8: Envoy passes a header's bytes on as they are, and a
-// header may carry Latin-1 (caf\xe9). A request with a value that is not
-// UTF-8 fails whole with INTERNAL, naming the problem, as the reference
-// service's gRPC library (grpc-go's proto codec) refuses it, and counts
-// nothing, its other descriptors included; the next call is answered as
-// usual.
-func TestValueNotUTF8(t *testing.T) {
-	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{})
-	entry := func(k, v string) []byte {
-		b := protowire.AppendTag(nil, 1, protowire.BytesType)
-		b = protowire.AppendString(b, k)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		return protowire.AppendString(b, v)
-	}
-	req := protowire.AppendTag(nil, 1, protowire.BytesType)
-	req = protowire.AppendString(req, "web")
-	for _, v := range []string{"ok", "caf\xe9"} {
-		d := protowire.AppendTag(nil, 1, protowire.BytesType)
-		d = protowire.AppendBytes(d, entry("user", v))
-		req = protowire.AppendTag(req, 2, protowire.BytesType)
-		req = protowire.AppendBytes(req, d)
-	}
-	var out []byte
-	err := e.conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &req, &out, grpc.ForceCodec(rawCodec{}))
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "string field contains invalid UTF-8") {
-		t.Errorf("a value not UTF-8: %v, want INTERNAL naming the invalid UTF-8", err)
-	}
-	if got := e.remaining(t, "web", "user", "ok"); got != 2 {
-		t.Errorf("user=ok beside it: %d of 2 left, want 2 (nothing counted)", got)
-	}
-}
 
 // TestEmptyKey: an entry with an empty key matches no rule (a descriptor
 // file's keys are never empty; the reference looks up "_VALUE", which no

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"unicode/utf8"
 	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,8 +31,14 @@ import (
 // registered globally. Its output is protobuf's own (the tests compare
 // bytes), and its input is read as protobuf reads it: a known field with
 // another wire type is skipped as unknown, a repeated singular field's
-// last value wins and messages merge, strings must be UTF-8. Unknown
-// fields are dropped (nothing here reads them).
+// last value wins and messages merge. Unknown fields are dropped (nothing
+// here reads them). One difference: a string need not be UTF-8, where
+// protobuf refuses the message. Envoy passes a header's bytes on as they
+// are (a header may carry Latin-1 bytes, which are not UTF-8), and a call
+// refused for them is let through by Envoy's default failure_mode_deny:
+// false, so a client could escape its limit with one such byte. A key or
+// value is decided on its bytes; a domain that is not UTF-8 is no
+// configured domain (answered as an unknown one).
 type rlsCodec struct{ fallback encoding.CodecV2 }
 
 // newRLSCodec returns the codec; grpc-go's proto codec is the fallback.
@@ -84,10 +89,7 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.fallback.Unmarshal(data, v)
 }
 
-var (
-	errWire = errors.New("rate limit request: malformed protobuf")
-	errUTF8 = errors.New("rate limit request: string field contains invalid UTF-8")
-)
+var errWire = errors.New("rate limit request: malformed protobuf")
 
 // field reads one field of b: its number, wire type, the field's bytes
 // (for the bytes type) or varint, and what follows. An unknown or
@@ -232,12 +234,10 @@ func walk(b []byte, base int, fn func(field) error) error {
 	return nil
 }
 
+// str sets dst to the string of field f, whatever its bytes (see
+// rlsCodec).
 func str(s string, f field, dst *string) error {
-	v := s[f.off : f.off+f.n]
-	if !utf8.ValidString(v) {
-		return errUTF8
-	}
-	*dst = v
+	*dst = s[f.off : f.off+f.n]
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -14,7 +15,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -106,32 +110,144 @@ func stripUnknown(m protoreflect.Message) {
 	})
 }
 
-// checkDecode asserts the codec reads b as protobuf does: both fail, or
-// both read the same request.
+// checkDecode asserts the codec reads b as protobuf does, but for strings
+// that are not UTF-8, which it takes as they are where protobuf refuses
+// the message. Its oracle is protobuf reading b as a mirror of the
+// request whose strings are repeated bytes (mirrorRequest): it fails
+// where the codec fails, and reads what the codec reads (each string the
+// last of its values). protobuf's own reading then differs from it
+// exactly where a string of b, any of its values, is not UTF-8: protobuf
+// then fails, naming UTF-8; else it reads the same request.
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
-	var want rlsv3.RateLimitRequest
-	werr := proto.Unmarshal(b, &want)
+	mirror := dynamicpb.NewMessage(mirrorRequest)
+	merr := proto.Unmarshal(b, mirror)
+	var want *rlsv3.RateLimitRequest
+	notUTF8 := false
+	if merr == nil {
+		want, notUTF8 = fromMirror(mirror)
+	}
 	var got rlsv3.RateLimitRequest
 	gerr := newRLSCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(bytes.Clone(b))}, &got)
+	var pb rlsv3.RateLimitRequest
+	perr := proto.Unmarshal(b, &pb)
+	switch {
+	case merr != nil && perr == nil:
+		t.Fatalf("%x: protobuf read what the mirror could not: %v (%v)", b, &pb, merr)
+	case merr == nil && notUTF8 && (perr == nil || !strings.Contains(perr.Error(), "UTF-8")):
+		t.Fatalf("%x: a string not UTF-8, and protobuf says %v, want it refused for its UTF-8", b, perr)
+	case merr == nil && !notUTF8:
+		if perr != nil {
+			t.Fatalf("%x: every string UTF-8, and protobuf says %v", b, perr)
+		}
+		stripUnknown(pb.ProtoReflect())
+		if !proto.Equal(&pb, want) {
+			t.Fatalf("%x: protobuf read %v, the mirror %v", b, &pb, want)
+		}
+	}
 	if gerr == nil && tooMany(&got) {
 		// Past the bounds the codec skips the rest (malformed or not),
 		// and the request is refused for its number.
-		if werr == nil && !tooMany(&want) {
-			t.Fatalf("%x: the codec read more descriptors or entries than protobuf: %v, protobuf %v", b, &got, &want)
+		if merr == nil && !tooMany(want) {
+			t.Fatalf("%x: the codec read more descriptors or entries than protobuf: %v, protobuf %v", b, &got, want)
 		}
 		return
 	}
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("%x: protobuf says %v, the codec %v", b, werr, gerr)
+	if (merr == nil) != (gerr == nil) {
+		t.Fatalf("%x: protobuf (strings as bytes) says %v, the codec %v", b, merr, gerr)
 	}
-	if werr != nil {
-		return
+	if merr == nil && !proto.Equal(&got, want) {
+		t.Fatalf("%x: codec read %v, protobuf (strings as bytes) %v", b, &got, want)
 	}
-	stripUnknown(want.ProtoReflect())
-	if !proto.Equal(&got, &want) {
-		t.Fatalf("%x: codec read %v, protobuf %v", b, &got, &want)
+}
+
+// mirrorRequest is RateLimitRequest with its messages, each string a
+// repeated bytes field (so that every value of it is kept, the last
+// being the string's), wrappers as messages of one field, the unit an
+// int32 (an open enum reads as one).
+var mirrorRequest = func() protoreflect.MessageDescriptor {
+	field := func(name string, num int32, typ descriptorpb.FieldDescriptorProto_Type, repeated bool, msg string) *descriptorpb.FieldDescriptorProto {
+		l := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL
+		if repeated {
+			l = descriptorpb.FieldDescriptorProto_LABEL_REPEATED
+		}
+		f := &descriptorpb.FieldDescriptorProto{Name: proto.String(name), Number: proto.Int32(num), Type: typ.Enum(), Label: l.Enum(), JsonName: proto.String(name)}
+		if msg != "" {
+			f.TypeName = proto.String(".mirror." + msg)
+		}
+		return f
 	}
+	const (
+		bytesT = descriptorpb.FieldDescriptorProto_TYPE_BYTES
+		msgT   = descriptorpb.FieldDescriptorProto_TYPE_MESSAGE
+		u32    = descriptorpb.FieldDescriptorProto_TYPE_UINT32
+		u64    = descriptorpb.FieldDescriptorProto_TYPE_UINT64
+		i32    = descriptorpb.FieldDescriptorProto_TYPE_INT32
+		boolT  = descriptorpb.FieldDescriptorProto_TYPE_BOOL
+	)
+	msg := func(name string, fs ...*descriptorpb.FieldDescriptorProto) *descriptorpb.DescriptorProto {
+		return &descriptorpb.DescriptorProto{Name: proto.String(name), Field: fs}
+	}
+	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+		Name: proto.String("mirror.proto"), Package: proto.String("mirror"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{
+			msg("Request", field("domain", 1, bytesT, true, ""), field("descriptors", 2, msgT, true, "Descriptor"), field("hits_addend", 3, u32, false, "")),
+			msg("Descriptor", field("entries", 1, msgT, true, "Entry"), field("limit", 2, msgT, false, "Override"),
+				field("hits_addend", 3, msgT, false, "U64"), field("is_negative_hits", 4, boolT, false, "")),
+			msg("Entry", field("key", 1, bytesT, true, ""), field("value", 2, bytesT, true, "")),
+			msg("Override", field("requests_per_unit", 1, u32, false, ""), field("unit", 2, i32, false, ""), field("unit_multiplier", 3, msgT, false, "U32")),
+			msg("U64", field("value", 1, u64, false, "")),
+			msg("U32", field("value", 1, u32, false, "")),
+		},
+	}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return fd.Messages().ByName("Request")
+}()
+
+// fromMirror returns the request m (a mirrorRequest) holds, and whether
+// any value of its strings is not UTF-8.
+func fromMirror(m protoreflect.Message) (*rlsv3.RateLimitRequest, bool) {
+	notUTF8 := false
+	last := func(m protoreflect.Message, num protoreflect.FieldNumber) string {
+		l := m.Get(m.Descriptor().Fields().ByNumber(num)).List()
+		s := ""
+		for i := range l.Len() {
+			s = string(l.Get(i).Bytes())
+			notUTF8 = notUTF8 || !utf8.ValidString(s)
+		}
+		return s
+	}
+	get := func(m protoreflect.Message, num protoreflect.FieldNumber) protoreflect.Value {
+		return m.Get(m.Descriptor().Fields().ByNumber(num))
+	}
+	has := func(m protoreflect.Message, num protoreflect.FieldNumber) bool {
+		return m.Has(m.Descriptor().Fields().ByNumber(num))
+	}
+	r := &rlsv3.RateLimitRequest{Domain: last(m, 1), HitsAddend: uint32(get(m, 3).Uint())}
+	ds := get(m, 2).List()
+	for i := range ds.Len() {
+		dm := ds.Get(i).Message()
+		d := &commonv3.RateLimitDescriptor{IsNegativeHits: get(dm, 4).Bool()}
+		es := get(dm, 1).List()
+		for j := range es.Len() {
+			em := es.Get(j).Message()
+			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: last(em, 1), Value: last(em, 2)})
+		}
+		if has(dm, 2) {
+			om := get(dm, 2).Message()
+			d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(get(om, 1).Uint()), Unit: typev3.RateLimitUnit(get(om, 2).Int())}
+			if has(om, 3) {
+				d.Limit.UnitMultiplier = wrapperspb.UInt32(uint32(get(get(om, 3).Message(), 1).Uint()))
+			}
+		}
+		if has(dm, 3) {
+			d.HitsAddend = wrapperspb.UInt64(get(get(dm, 3).Message(), 1).Uint())
+		}
+		r.Descriptors = append(r.Descriptors, d)
+	}
+	return r, notUTF8
 }
 
 // tooMany reports whether r has more descriptors, or a descriptor more
@@ -167,7 +283,8 @@ func TestRLSCodecRequestIsProtobufs(t *testing.T) {
 		t.Errorf("split message: %v, read %v, want %v", err, &got, &want)
 	}
 	for _, bad := range [][]byte{
-		{0x0a, 0x02, 0xff, 0xfe},             // domain not UTF-8
+		{0x0a, 0x02, 0xff, 0xfe},             // domain not UTF-8: read
+		{0x0a, 0x01, 0xff, 0x0a, 0x01, 'd'},  // a value not UTF-8, then one: protobuf refuses both
 		{0x0a, 0x05, 'a'},                    // truncated
 		{0x12, 0x04, 0x0a, 0x02, 0x0a, 0x01}, // entry key truncated inside
 		{0x00, 0x01},                         // field number 0
