@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,27 +14,32 @@ import (
 )
 
 // Traefik is not in Debian's packages, so its ForwardAuth middleware is
-// played by traefikAuthRequest: the request it sends the auth server for a
-// client's request, header for header, as Traefik v3 builds it. Facts from
-// Traefik's sources (pkg/middlewares/forwardedheaders,
-// pkg/middlewares/auth/forward.go):
+// played by traefik.authRequest: the request it sends the auth server for a
+// client's request, header for header, as Traefik v3.7.13 builds it
+// (pkg/middlewares/forwardedheaders, pkg/middlewares/auth/forward.go).
+// traefik_real_test.go (`make check-traefik`, with a real Traefik) plays
+// every request it sends through both and fails where what reaches Sluice
+// differs.
 //
-//   - the entry point, for a client outside forwardedHeaders.trustedIPs
+//   - The entry point, for a client outside forwardedHeaders.trustedIPs
 //     (by default every client), deletes its X-Forwarded-* headers, X-Real-Ip
-//     and X-Scheme included, and the headers its Connection header names;
-//     then sets X-Real-Ip, X-Forwarded-Proto, -Port and -Host where they are
-//     not set (a trusted peer's stay), joins X-Forwarded-For's lines into one,
-//     and sets X-Forwarded-Server;
+//     included, and their spellings with "_"; then sets X-Real-Ip,
+//     X-Forwarded-Proto, -Port and -Host where they are not set (a trusted
+//     peer's stay), joins X-Forwarded-For's lines into one, sets
+//     X-Forwarded-Server (its host name), and deletes the headers the
+//     Connection header names (but those X-Forwarded-* ones) and Connection.
 //   - ForwardAuth copies every request header, drops the hop-by-hop ones
-//     (Connection and the headers it names, Keep-Alive, TE, Trailer,
-//     Transfer-Encoding, Upgrade) and sets X-Forwarded-For (the peer's
-//     address; with trustForwardHeader, appended to the X-Forwarded-For it
-//     got), -Method, -Proto, -Host and -Uri from the request, or with
-//     trustForwardHeader from the headers of these names when set, and
-//     -Port too; the request is a GET to the address, without a body (no
-//     forwardBody), sent by Go's client, which adds its own User-Agent
-//     when the client sent none (ForwardAuth sets none);
-//   - an answer outside 2xx goes back to the client with its status, body
+//     (Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade) and, with
+//     trustForwardHeader: false, every X-Forwarded-* header and X-Real-Ip:
+//     the entry point's X-Real-Ip and X-Forwarded-Server never reach the
+//     auth server. When the client sent no User-Agent, it sends none (not
+//     Go's). It sets X-Forwarded-For to the peer's address (with
+//     trustForwardHeader, appended to the X-Forwarded-For it kept), and
+//     X-Forwarded-Method, -Proto, -Port, -Host and -Uri from the request
+//     where they are not there (with trustForwardHeader, the trusted peer's
+//     stay). The request is a GET to the address, without a body (no
+//     forwardBody), sent by Go's client (which adds Accept-Encoding).
+//   - An answer outside 2xx goes back to the client with its status, body
 //     and headers (hop-by-hop ones dropped); on a 2xx, the
 //     authResponseHeaders are copied onto the request to the app.
 //
@@ -42,53 +49,75 @@ type traefik struct {
 	trustForwardHeader bool
 }
 
+// traefikManaged are the headers Traefik deletes from an untrusted peer's
+// request, and ForwardAuth without trustForwardHeader.
+var traefikManaged = []string{"X-Forwarded-Proto", "X-Forwarded-For", "X-Forwarded-Host",
+	"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Uri", "X-Forwarded-Method", "X-Forwarded-Prefix",
+	"X-Forwarded-Tls-Client-Cert", "X-Forwarded-Tls-Client-Cert-Info", "X-Real-Ip"}
+
+func traefikIsManaged(k string) bool {
+	return slices.Contains(traefikManaged, http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-")))
+}
+
 func (tr traefik) authRequest(t *testing.T, client *http.Request, remoteAddr, address string) *http.Request {
 	t.Helper()
-	managed := []string{"X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Forwarded-For", "X-Forwarded-Host",
-		"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Uri", "X-Forwarded-Method", "X-Forwarded-Prefix",
-		"X-Forwarded-Tls-Client-Cert", "X-Forwarded-Tls-Client-Cert-Info", "X-Scheme", "X-Real-Ip"}
 	ip, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := "80"
-	if _, p, err := net.SplitHostPort(client.Host); err == nil {
-		port = p
-	}
-	dropConnection := func(h http.Header) {
-		for _, f := range h.Values("Connection") {
-			for _, name := range strings.Split(f, ",") {
-				h.Del(strings.TrimSpace(name))
+	deleteManaged := func(h http.Header) {
+		for k := range h {
+			if traefikIsManaged(k) {
+				delete(h, k)
 			}
 		}
-		h.Del("Connection")
 	}
 	setIfEmpty := func(h http.Header, k, v string) {
 		if h.Get(k) == "" {
 			h.Set(k, v)
 		}
 	}
+	setIfAbsent := func(h http.Header, k, v string) {
+		if _, ok := h[k]; !ok {
+			h.Set(k, v)
+		}
+	}
+	// forwardedPort is the port of the Host, else 443 for https, else 80.
+	forwardedPort := func(h http.Header) string {
+		if _, p, err := net.SplitHostPort(client.Host); err == nil && p != "" {
+			return p
+		}
+		if p := h.Get("X-Forwarded-Proto"); p == "https" || p == "wss" {
+			return "443"
+		}
+		return "80"
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		hostname = "localhost"
+	}
 
 	// The entry point.
 	h := client.Header.Clone()
 	if !tr.trustedPeer {
-		for k := range h {
-			for _, m := range managed {
-				if http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-")) == m {
-					delete(h, k)
-				}
-			}
-		}
+		deleteManaged(h)
 	}
-	dropConnection(h)
 	setIfEmpty(h, "X-Real-Ip", ip)
 	setIfEmpty(h, "X-Forwarded-Proto", "http")
-	setIfEmpty(h, "X-Forwarded-Port", port)
+	setIfEmpty(h, "X-Forwarded-Port", forwardedPort(h))
 	setIfEmpty(h, "X-Forwarded-Host", client.Host)
 	if xff := h.Values("X-Forwarded-For"); len(xff) > 0 {
 		h.Set("X-Forwarded-For", strings.Join(xff, ", "))
 	}
-	h.Set("X-Forwarded-Server", "traefik-host")
+	h.Set("X-Forwarded-Server", hostname)
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			if name = strings.TrimSpace(name); name != "" && !traefikIsManaged(name) {
+				h.Del(name)
+			}
+		}
+	}
+	h.Del("Connection")
 
 	// The middleware.
 	fwd, err := http.NewRequest(http.MethodGet, address, nil)
@@ -96,28 +125,25 @@ func (tr traefik) authRequest(t *testing.T, client *http.Request, remoteAddr, ad
 		t.Fatal(err)
 	}
 	fwd.Header = h.Clone()
-	dropConnection(fwd.Header)
-	for _, hop := range []string{"Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+	for _, hop := range []string{"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
 		fwd.Header.Del(hop)
 	}
-	trusted := func(k, v string) string {
-		if got := h.Get(k); got != "" && tr.trustForwardHeader {
-			return got
-		}
-		return v
+	if !tr.trustForwardHeader {
+		deleteManaged(fwd.Header)
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		fwd.Header.Set("User-Agent", "") // Go's client then sends none
 	}
 	xff := ip
-	if prior, ok := h["X-Forwarded-For"]; ok && tr.trustForwardHeader {
+	if prior, ok := fwd.Header["X-Forwarded-For"]; ok {
 		xff = strings.Join(prior, ", ") + ", " + ip
 	}
 	fwd.Header.Set("X-Forwarded-For", xff)
-	fwd.Header.Set("X-Forwarded-Method", trusted("X-Forwarded-Method", client.Method))
-	fwd.Header.Set("X-Forwarded-Proto", trusted("X-Forwarded-Proto", "http"))
-	if p := h.Get("X-Forwarded-Port"); p != "" && tr.trustForwardHeader {
-		fwd.Header.Set("X-Forwarded-Port", p)
-	}
-	fwd.Header.Set("X-Forwarded-Host", trusted("X-Forwarded-Host", client.Host))
-	fwd.Header.Set("X-Forwarded-Uri", trusted("X-Forwarded-Uri", client.URL.RequestURI()))
+	setIfAbsent(fwd.Header, "X-Forwarded-Method", client.Method)
+	setIfAbsent(fwd.Header, "X-Forwarded-Proto", "http")
+	setIfAbsent(fwd.Header, "X-Forwarded-Port", forwardedPort(fwd.Header))
+	setIfAbsent(fwd.Header, "X-Forwarded-Host", client.Host)
+	setIfAbsent(fwd.Header, "X-Forwarded-Uri", client.URL.RequestURI())
 	return fwd
 }
 
@@ -170,7 +196,8 @@ func TestTraefikForwardAuth(t *testing.T) {
 		return send(t, conn, "GET", "", nil, traefik{}.authRequest(t, req, remoteAddr, address))
 	}
 
-	spoof := map[string]string{"X-Forwarded-For": "198.51.100.7", "X-Real-Ip": "198.51.100.7", "X_Forwarded_For": "198.51.100.8"}
+	spoof := map[string]string{"X-Forwarded-For": "198.51.100.7", "X-Real-Ip": "198.51.100.7", "X_Forwarded_For": "198.51.100.8",
+		"Forwarded": "for=198.51.100.9"} // passed on, and not read beside X-Forwarded-For
 	for i := range 3 {
 		r := ask("GET", "/items?page=1", "127.0.0.2:50000", spoof)
 		if r.status != http.StatusOK {
