@@ -10,7 +10,7 @@ RACE ?= -race
 NORACE_TESTS = TestLimiterHotPathAllocatesNothing|TestWaitNBoundedAllocatesNothing|TestSlidingLogSteadyAllocatesNothing|TestMemoryBound1M
 NORACE_PKGS = . ./memstore ./fleet
 
-.PHONY: test vet unit fuzz bench bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet build clean
+.PHONY: test vet unit fuzz check-traefik bench bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet build clean
 
 test: vet unit
 
@@ -20,6 +20,7 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags traefik ./internal/gatewaytest
 	cd bench && $(GO) vet ./... && $(GO) build ./...
 	sh scripts/check-fuzz-targets.sh
 	sh scripts/check-norace-tests.sh
@@ -43,6 +44,18 @@ unit:
 	# counts, which the race detector's own allocations make meaningless),
 	# run once more without it; `vet` fails when one is missing here.
 	$(GO) test -count=1 -run '^($(NORACE_TESTS))$$' $(NORACE_PKGS)
+
+# The examples/gateways/traefik configs with a real Traefik, which is not
+# in Debian's packages, so this is not part of `make test`: give it a
+# Traefik v3 binary, `TRAEFIK=/path/to/traefik make check-traefik`. It
+# starts Traefik, two Sluices and an app on free loopback ports, checks
+# the limit, the 429, spoofed headers, the load-balancer variant and
+# Sluice down or hanging (Traefik's 30 s timeout: the run takes about 40 s),
+# and compares, header by header, what Traefik sent Sluice with what the
+# emulation in `make test` sends.
+check-traefik:
+	@test -n "$(TRAEFIK)" || { echo "check-traefik: set TRAEFIK to a Traefik v3 binary: TRAEFIK=/path/to/traefik make check-traefik" >&2; exit 2; }
+	TRAEFIK="$(TRAEFIK)" $(GO) test -tags traefik -count=1 -v -run '^TestRealTraefik' ./internal/gatewaytest
 
 # Exploratory runs of every native fuzz target: each searches for new
 # inputs, so it is a search, not a test, and is not part of `make test`

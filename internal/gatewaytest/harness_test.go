@@ -85,8 +85,9 @@ func freePort(t *testing.T) int {
 type app struct {
 	*httptest.Server
 	hits      atomic.Int64
-	bodyBytes atomic.Int64           // of the last request
-	target    atomic.Pointer[string] // the request target of the last request, as received
+	bodyBytes atomic.Int64                // of the last request
+	target    atomic.Pointer[string]      // the request target of the last request, as received
+	header    atomic.Pointer[http.Header] // the headers of the last request
 }
 
 func startApp(t *testing.T) *app {
@@ -95,6 +96,7 @@ func startApp(t *testing.T) *app {
 		n, _ := io.Copy(io.Discard, r.Body)
 		a.bodyBytes.Store(n)
 		a.target.Store(&r.RequestURI)
+		a.header.Store(&r.Header)
 		a.hits.Add(1)
 		io.WriteString(w, "app\n")
 	}))
