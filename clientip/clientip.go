@@ -53,14 +53,19 @@ import (
 // as long as Trusted is not modified.
 type Resolver struct {
 	Trusted []netip.Prefix
+	// TrustUnix trusts the peers of a Unix-socket listener (IsUnixPeer),
+	// as nginx's set_real_ip_from unix: does: a local process such as a
+	// gateway on the same host.
+	TrustUnix bool
 }
 
 // ClientIP returns the address of the client that sent req, following the
-// rules of the package documentation, or the zero Addr when req.RemoteAddr
-// is not an IP address (a Unix socket, say).
+// rules of the package documentation, or the zero Addr when the address
+// it finds is not an IP address: the peer of a Unix socket, which has
+// none, unless TrustUnix and its headers name the client.
 func (r Resolver) ClientIP(req *http.Request) netip.Addr {
 	peer := parseRemote(req.RemoteAddr)
-	if !peer.IsValid() || !r.trusted(peer) {
+	if peer.IsValid() && !r.trusted(peer) || !peer.IsValid() && !(r.TrustUnix && IsUnixPeer(req.RemoteAddr)) {
 		return peer
 	}
 	// The keys in canonical form: indexing skips Header.Values'
@@ -79,7 +84,17 @@ func (r Resolver) ClientIP(req *http.Request) netip.Addr {
 // such a proxy sets may be believed; any other peer's may say anything.
 func (r Resolver) Trusts(req *http.Request) bool {
 	peer := parseRemote(req.RemoteAddr)
-	return peer.IsValid() && r.trusted(peer)
+	if !peer.IsValid() {
+		return r.TrustUnix && IsUnixPeer(req.RemoteAddr)
+	}
+	return r.trusted(peer)
+}
+
+// IsUnixPeer reports whether remote, an http.Request's RemoteAddr, is
+// the peer of a Unix-socket connection: "@" for an unnamed one (as
+// gateways connect), else the path of the socket it bound.
+func IsUnixPeer(remote string) bool {
+	return remote != "" && (remote[0] == '@' || remote[0] == '/')
 }
 
 // trusted reports whether a lies within a trusted prefix. a is unmapped

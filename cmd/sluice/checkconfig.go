@@ -75,6 +75,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.TLSWarnings(time.Now()) {
 		fmt.Fprintln(stderr, w) // valid, as serve starts with it, but clients will refuse it
 	}
+	for _, w := range cfg.UnixWarnings() {
+		fmt.Fprintln(stderr, w) // valid, but an ip key counts the socket's clients as one
+	}
 	for _, w := range daemon.NotRead(descs) {
 		fmt.Fprintln(stderr, w) // valid, but a domain may be lost
 	}

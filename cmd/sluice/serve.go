@@ -41,9 +41,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config `file` (default: a built-in example on the memory store)")
 	var over config.Overrides
-	fs.StringVar(&over.Listen, "listen", "", "decision API `address` (host:port), overriding the config's listen; port 0 picks a free port")
+	fs.StringVar(&over.Listen, "listen", "", "decision API `address` (host:port, or unix:/PATH for a Unix socket), overriding the config's listen; port 0 picks a free port")
 	fs.StringVar(&over.ProxyListen, "proxy-listen", "", "reverse proxy `address`, overriding proxy.listen; port 0 picks a free port")
-	fs.StringVar(&over.GRPCListen, "grpc-listen", "", "gRPC service `address`, overriding grpc.listen; port 0 picks a free port")
+	fs.StringVar(&over.GRPCListen, "grpc-listen", "", "gRPC service `address` (host:port, or unix:/PATH), overriding grpc.listen; port 0 picks a free port")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice serve [-config FILE] [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR]")
 		fs.PrintDefaults()
@@ -138,19 +138,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *configPath == "" {
 		fmt.Fprintln(stdout, "sluice: no -config given: running the built-in example (memory store); `sluice serve -config FILE` to use your own")
 	}
-	scheme := func(t *config.TLSConfig) string {
-		if t != nil {
-			return "https"
+	// url is a listener's address as a URL (a Unix socket's as unix:/PATH).
+	url := func(addr string, t *config.TLSConfig) string {
+		if _, unix := config.UnixPath(addr); unix {
+			return addr
 		}
-		return "http"
+		if t != nil {
+			return "https://" + addr
+		}
+		return "http://" + addr
 	}
 	deferred := "" // served where the deferral queue is: on Redis
 	if cfg.Store.Type == config.StoreRedis {
 		deferred = ", GET /v1/deferred/ID"
 	}
-	fmt.Fprintf(stdout, "sluice: decision API on %s://%s (POST /v1/check, POST /v1/report, /v1/forward-auth, GET /v1/rules, GET /v1/hotkeys%s, /metrics, /healthz, /readyz)\n", scheme(cfg.API.TLS), a.API, deferred)
+	fmt.Fprintf(stdout, "sluice: decision API on %s (POST /v1/check, POST /v1/report, /v1/forward-auth, GET /v1/rules, GET /v1/hotkeys%s, /metrics, /healthz, /readyz)\n", url(a.API, cfg.API.TLS), deferred)
 	if a.Proxy != "" {
-		fmt.Fprintf(stdout, "sluice: proxy on %s://%s → %s\n", scheme(cfg.Proxy.TLS), a.Proxy, cfg.Proxy.Upstream)
+		fmt.Fprintf(stdout, "sluice: proxy on %s → %s\n", url(a.Proxy, cfg.Proxy.TLS), cfg.Proxy.Upstream)
 	}
 	if a.GRPC != "" {
 		fmt.Fprintf(stdout, "sluice: Envoy rate limit service (gRPC) on %s (POST /json on the decision API)\n", a.GRPC)
@@ -158,7 +162,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if set, err := cfg.RuleSet(); err == nil {
 		printRules(stdout, set, a.GRPC != "")
 		if *configPath == "" && set.Rule("demo-per-ip") != nil {
-			fmt.Fprintf(stdout, "sluice: try it: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"demo-per-ip\",\"key\":\"203.0.113.7\"}'\n", a.API)
+			target := "http://" + a.API
+			if path, unix := config.UnixPath(a.API); unix {
+				target = "--unix-socket " + path + " http://sluice"
+			}
+			fmt.Fprintf(stdout, "sluice: try it: curl -s -X POST %s/v1/check -d '{\"rule\":\"demo-per-ip\",\"key\":\"203.0.113.7\"}'\n", target)
 		}
 	}
 

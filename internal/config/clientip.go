@@ -1,7 +1,6 @@
 package config
 
 import (
-	"net/netip"
 	"strconv"
 
 	"github.com/sluicehq/sluice/clientip"
@@ -11,8 +10,9 @@ import (
 // a client's address an ip key part counts.
 type ClientIPConfig struct {
 	// TrustedProxies are the CIDRs (or single addresses) of proxies whose
-	// X-Forwarded-For / Forwarded headers are read. Empty: nobody's.
-	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
+	// X-Forwarded-For / Forwarded headers are read, and "unix:" for the
+	// peers of a Unix-socket listener. Empty: nobody's.
+	TrustedProxies []TrustedProxy `yaml:"trusted_proxies"`
 	// IPv6Prefix is the prefix length an ip key part counts of an IPv6
 	// client. Default clientip.DefaultIPv6Prefix (64: its /64, since one
 	// host usually holds a whole /64).
@@ -32,9 +32,23 @@ func (c *ClientIPConfig) Prefixes() clientip.Prefixes {
 	return clientip.Prefixes{IPv4: c.IPv4Prefix, IPv6: c.IPv6Prefix}
 }
 
+// Resolver returns the resolver of client addresses trusted_proxies
+// makes.
+func (c *ClientIPConfig) Resolver() clientip.Resolver {
+	var r clientip.Resolver
+	for _, p := range c.TrustedProxies {
+		if p.Unix {
+			r.TrustUnix = true
+		} else {
+			r.Trusted = append(r.Trusted, p.Prefix)
+		}
+	}
+	return r
+}
+
 func (c *ClientIPConfig) check(ck *checker) {
 	for i, p := range c.TrustedProxies {
-		if !p.IsValid() {
+		if !p.Unix && !p.Prefix.IsValid() {
 			ck.fail("client_ip.trusted_proxies["+strconv.Itoa(i)+"]", "invalid prefix")
 		}
 	}

@@ -268,8 +268,8 @@ func (c *Config) RuleSet() (*rules.Set, error) {
 
 func (c *Config) validate(lines map[string]int, expanded map[string]string) error {
 	ck := &checker{file: c.File, lines: lines, rules: c.Rules, expanded: expanded, listeners: map[string]string{}}
-	ck.addr("listen", c.Listen)
-	ck.listeners[c.Listen] = "listen"
+	ck.listen("listen", c.Listen, true)
+	ck.checkUnixTLS("api.tls", "listen", c.Listen, c.API.TLS)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -315,9 +315,12 @@ func (ck *checker) addr(key, addr string) {
 	}
 }
 
-// listen checks a listen address and that no other listener has it.
-func (ck *checker) listen(key, addr string) {
-	ck.addr(key, addr)
+// listen checks a listen address, a Unix socket's (unix:/PATH) too with
+// unixOK, and that no other listener has it.
+func (ck *checker) listen(key, addr string, unixOK bool) {
+	if msg := listenProblem(addr, unixOK); msg != "" {
+		ck.fail(key, "%q: %s", redact(addr), msg)
+	}
 	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
 		return
 	}

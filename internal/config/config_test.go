@@ -164,8 +164,8 @@ func TestParseConfigFull(t *testing.T) {
 			},
 			OnError: "local", ExpectedInstances: 4, MaxKeys: 500000,
 		},
-		ClientIP: ClientIPConfig{TrustedProxies: []netip.Prefix{
-			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("192.168.1.7/32"),
+		ClientIP: ClientIPConfig{TrustedProxies: []TrustedProxy{
+			{Prefix: netip.MustParsePrefix("10.0.0.0/8")}, {Prefix: netip.MustParsePrefix("fd00::/8")}, {Prefix: netip.MustParsePrefix("192.168.1.7/32")},
 		}, IPv6Prefix: 56, IPv4Prefix: 24},
 		ForwardAuth: ForwardAuthConfig{DenyStatus: 403},
 		Limits:      LimitsConfig{MaxBodyBytes: 4096},

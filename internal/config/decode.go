@@ -63,11 +63,12 @@ type structInfo struct {
 var structInfos sync.Map // reflect.Type → *structInfo
 
 var (
-	durationType  = reflect.TypeFor[time.Duration]()
-	prefixType    = reflect.TypeFor[netip.Prefix]()
-	unmarshalType = reflect.TypeFor[encoding.TextUnmarshaler]()
-	boolSetType   = reflect.TypeFor[boolSetter]()
-	linesType     = reflect.TypeFor[map[string]int]()
+	durationType     = reflect.TypeFor[time.Duration]()
+	prefixType       = reflect.TypeFor[netip.Prefix]()
+	trustedProxyType = reflect.TypeFor[TrustedProxy]()
+	unmarshalType    = reflect.TypeFor[encoding.TextUnmarshaler]()
+	boolSetType      = reflect.TypeFor[boolSetter]()
+	linesType        = reflect.TypeFor[map[string]int]()
 )
 
 // infoOf returns the keys of the struct type t, read from its yaml tags.
@@ -131,6 +132,11 @@ func (d *decoder) value(key string, n *yaml.Node, v reflect.Value) bool {
 			return false
 		}
 		v.Set(reflect.ValueOf(p))
+		return true
+	case t == trustedProxyType && n != nil && n.Kind == yaml.MappingNode && len(n.Content) == 2 &&
+		n.Content[0].Value == "unix" && isNull(n.Content[1]):
+		// unix: unquoted, which YAML reads as the mapping {unix: null}.
+		v.Set(reflect.ValueOf(TrustedProxy{Unix: true}))
 		return true
 	case reflect.PointerTo(t).Implements(unmarshalType):
 		return d.text(key, n, v.Addr().Interface().(encoding.TextUnmarshaler))
@@ -307,10 +313,10 @@ func (d *decoder) slice(key string, n *yaml.Node, v reflect.Value) bool {
 			// Kept as a zero value (a prefix left out), as items that
 			// fail are: the problems that would follow are not told.
 			d.Fail(item, k, "empty item (a lone - or ~): give a value or remove it")
-			if et == prefixType {
+			if et == prefixType || et == trustedProxyType {
 				continue
 			}
-		} else if !d.value(k, item, e) && et == prefixType {
+		} else if !d.value(k, item, e) && (et == prefixType || et == trustedProxyType) {
 			e.SetZero() // its slot is the next item's
 			continue
 		}

@@ -11,7 +11,7 @@ import (
 
 // GRPCConfig is the Envoy rate limit service (v3) on its own listener.
 type GRPCConfig struct {
-	Listen string `yaml:"listen"` // required, host:port
+	Listen string `yaml:"listen"` // required, host:port or unix:/PATH
 	// Config lists the Envoy-format descriptor files, or directories of
 	// them, resolved against the config file's directory. Config or XDS
 	// is required, not both.
@@ -69,7 +69,8 @@ func (g *GRPCConfig) check(ck *checker) {
 	if g.Listen == "" {
 		ck.fail("grpc.listen", "missing: the gRPC service needs an address to listen on, such as 127.0.0.1:8081")
 	} else {
-		ck.listen("grpc.listen", g.Listen)
+		ck.listen("grpc.listen", g.Listen, true)
+		ck.checkUnixTLS("grpc.tls", "grpc.listen", g.Listen, g.TLS)
 	}
 	switch {
 	case g.XDS != nil && g.Config != nil:

@@ -15,32 +15,38 @@ type Overrides struct {
 	GRPCListen  string // replaces grpc.listen; needs a grpc block
 }
 
-// Apply sets o's addresses in c and checks them: each must be host:port,
-// name a block the config has, and differ from the other listeners
+// Apply sets o's addresses in c and checks them: each must be host:port
+// (or, for -listen and -grpc-listen, unix:/PATH), name a block the config has, and differ from the other listeners
 // (unless its port is 0). The daemon applies the same Overrides after
 // every reload, so a reload does not see them as a change of address.
 func (o Overrides) Apply(c *Config) error {
 	var errs []error
-	set := func(flag, addr string, dst *string) {
+	set := func(flag, addr string, dst *string, unixOK bool) {
 		if addr == "" {
 			return
 		}
-		if msg := addrProblem(addr); msg != "" {
+		if msg := listenProblem(addr, unixOK); msg != "" {
 			errs = append(errs, fmt.Errorf("%s %q: %s", flag, addr, msg))
 			return
 		}
 		*dst = addr
 	}
-	set("-listen", o.Listen, &c.Listen)
+	set("-listen", o.Listen, &c.Listen, true)
 	if o.ProxyListen != "" && c.Proxy == nil {
 		errs = append(errs, errors.New("-proxy-listen: the config has no proxy block (a proxy needs proxy.upstream too)"))
 	} else if c.Proxy != nil {
-		set("-proxy-listen", o.ProxyListen, &c.Proxy.Listen)
+		set("-proxy-listen", o.ProxyListen, &c.Proxy.Listen, false)
 	}
 	if o.GRPCListen != "" && c.GRPC == nil {
 		errs = append(errs, errors.New("-grpc-listen: the config has no grpc block (the gRPC service needs grpc.config too)"))
 	} else if c.GRPC != nil {
-		set("-grpc-listen", o.GRPCListen, &c.GRPC.Listen)
+		set("-grpc-listen", o.GRPCListen, &c.GRPC.Listen, true)
+	}
+	if _, unix := UnixPath(c.Listen); unix && o.Listen != "" && c.API.TLS != nil {
+		errs = append(errs, fmt.Errorf("-listen %s: "+unixTLS, c.Listen, "api.tls", "set"))
+	}
+	if _, unix := UnixPath(grpcListen(c)); unix && o.GRPCListen != "" && c.GRPC.TLS != nil {
+		errs = append(errs, fmt.Errorf("-grpc-listen %s: "+unixTLS, c.GRPC.Listen, "grpc.tls", "set"))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -40,7 +40,7 @@ func (p *ProxyConfig) check(ck *checker) {
 	if p.Listen == "" {
 		ck.fail("proxy.listen", "missing: the proxy needs an address to listen on, such as 127.0.0.1:8000")
 	} else {
-		ck.listen("proxy.listen", p.Listen)
+		ck.listen("proxy.listen", p.Listen, false)
 	}
 	if p.Upstream == "" {
 		ck.fail("proxy.upstream", "missing: the proxy needs an upstream URL, such as http://127.0.0.1:9000")

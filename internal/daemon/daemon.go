@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ type Options struct {
 // Addrs are the addresses the daemon listens on, with the ports bound
 // (useful with ":0" in the config).
 type Addrs struct {
+	// Each is host:port, or unix:/PATH for a Unix socket.
 	API   string // decision API, /metrics, /healthz, /readyz
 	Proxy string // reverse proxy; "" when disabled
 	GRPC  string // Envoy rate limit service; "" when disabled
@@ -249,12 +251,12 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 
 // Addrs returns the bound addresses. It is valid from New on.
 func (d *Daemon) Addrs() Addrs {
-	a := Addrs{API: d.apiLn.Addr().String()}
+	a := Addrs{API: addrOf(d.apiLn)}
 	if d.proxyLn != nil {
-		a.Proxy = d.proxyLn.Addr().String()
+		a.Proxy = addrOf(d.proxyLn)
 	}
 	if d.grpcLn != nil {
-		a.GRPC = d.grpcLn.Addr().String()
+		a.GRPC = addrOf(d.grpcLn)
 	}
 	return a
 }
@@ -276,9 +278,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return errors.New("daemon: Run called twice")
 	}
 	cfg := d.Config()
-	d.log.Info("decision API listening", "addr", scheme(cfg.API.TLS)+d.Addrs().API)
+	d.log.Info("decision API listening", "addr", scheme(d.Addrs().API, cfg.API.TLS)+d.Addrs().API)
+	for _, w := range cfg.UnixWarnings() {
+		d.log.Warn(strings.TrimPrefix(w.Msg, "warning: "), "key", w.Key)
+	}
 	if d.proxySrv != nil {
-		d.log.Info("proxy listening", "addr", scheme(cfg.Proxy.TLS)+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
+		d.log.Info("proxy listening", "addr", scheme(d.Addrs().Proxy, cfg.Proxy.TLS)+d.Addrs().Proxy, "upstream", cfg.Proxy.Upstream)
 	}
 
 	errc := make(chan error, 3)

@@ -28,7 +28,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	if err := cfg.TLSProblems(); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listenOn(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("daemon: listen (decision API): %w", err)
 	}
@@ -71,7 +71,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		}
 	}
 	if cfg.GRPC != nil {
-		if ln, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+		if ln, err = listenOn(cfg.GRPC.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (grpc.listen): %w", err)
 		}
 		// The connection cap, send timeout (server.DefaultSendTimeout:
@@ -103,8 +103,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	return nil
 }
 
-// scheme is the URL scheme of a listener with t.
-func scheme(t *config.TLSConfig) string {
+// scheme is the URL scheme of a listener on addr with t: none for a
+// Unix socket, whose address (unix:/PATH) says what it is.
+func scheme(addr string, t *config.TLSConfig) string {
+	if _, unix := config.UnixPath(addr); unix {
+		return ""
+	}
 	if t != nil {
 		return "https://"
 	}

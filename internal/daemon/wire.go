@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"reflect"
 
-	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/descriptors"
 	"github.com/sluicehq/sluice/internal/engine"
@@ -61,7 +60,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 	if gen.rls, err = d.newRLS(cfg); err != nil {
 		return nil, err
 	}
-	ips := clientip.Resolver{Trusted: cfg.ClientIP.TrustedProxies}
+	ips := cfg.ClientIP.Resolver()
 	so := server.Options{
 		Engine:       d.engine,
 		ClientIP:     ips,

@@ -158,6 +158,16 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 	return dst, nil
 }
 
+// UnixClient is the client address of a request whose client is the
+// peer of a Unix socket, which has no address (its gateway's
+// X-Forwarded-For not believed, or none sent): its ip key is "unix:", one
+// count for every such client, as nginx's $remote_addr is "unix:". No
+// address a request carries has a zone, so none is taken for it.
+var UnixClient = netip.IPv6Unspecified().WithZone("unix")
+
+// unixKey is UnixClient's ip key.
+const unixKey = "unix:"
+
 // KeyFor returns the store key req is counted under by r, or ok=false when
 // a key part is missing and r does not apply to req: an invalid clientIP
 // for ip, no such header, query parameter or cookie, or an empty value
@@ -172,7 +182,8 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 // as the first one sent (a query up to a raw '#', which starts a fragment
 // for most servers); ip is the client's prefix as clientip.Prefixes
 // writes it (by default the IPv4 address, or the IPv6 /64 such as
-// "2001:db8:1:2::/64"; IPv4-mapped IPv6 counts as IPv4). A VALUE
+// "2001:db8:1:2::/64"; IPv4-mapped IPv6 counts as IPv4), or "unix:" for
+// UnixClient. A VALUE
 // longer than MaxKeyLen becomes "#" and its SHA-256 in hex; a raw value
 // that itself starts with "#" gets a second "#".
 func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
@@ -199,7 +210,12 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			if !ip.IsValid() {
 				return "", nil, false
 			}
-			ipv := r.ip.AppendKey(ipb[:0], ip)
+			var ipv []byte
+			if ip == UnixClient {
+				ipv = append(ipb[:0], unixKey...)
+			} else {
+				ipv = r.ip.AppendKey(ipb[:0], ip)
+			}
 			if !single {
 				b = strconv.AppendInt(b, int64(len(ipv)), 10)
 				b = append(b, ':')

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/h1"
@@ -44,6 +45,9 @@ func (h *Handler) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	e := h.o.Engine()
 	ip := h.o.ClientIP.ClientIP(orig)
+	if !ip.IsValid() && clientip.IsUnixPeer(r.RemoteAddr) {
+		ip = rules.UnixClient // one count for the socket's clients
+	}
 	h.checkGateway(r, ip)
 	h.checkMethod(r, e.Rules())
 	var buf [8]rules.Match

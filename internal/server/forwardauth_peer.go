@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
@@ -28,23 +29,39 @@ func (h *Handler) checkGateway(r *http.Request, ip netip.Addr) {
 	if len(r.Header["X-Forwarded-For"]) == 0 {
 		return
 	}
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
+	peer, ok := peerOf(r)
+	if !ok || peer != ip { // the header was believed
 		return
 	}
-	peer := ap.Addr().Unmap().WithZone("")
-	if peer != ip { // the header was believed
+	if h.o.ClientIP.Trusts(r) { // believed, and it named the gateway itself
 		return
-	}
-	for _, p := range h.o.ClientIP.Trusted {
-		if p.Contains(peer) { // believed, and it named the gateway itself
-			return
-		}
 	}
 	if h.gateways.first(peer) {
 		h.o.Logger.Warn("forward-auth: a gateway sends X-Forwarded-For, but client_ip.trusted_proxies does not list it, so every client it asks about counts as the gateway; list it",
-			"gateway", peer.String())
+			"gateway", gatewayName(peer))
 	}
+}
+
+// peerOf returns the address of the gateway that sent r: its IP address,
+// or rules.UnixClient for the peer of a Unix socket; ok is false when
+// r's RemoteAddr is neither.
+func peerOf(r *http.Request) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if clientip.IsUnixPeer(r.RemoteAddr) {
+		return rules.UnixClient, true
+	}
+	return netip.Addr{}, false
+}
+
+// gatewayName is peer as logged: its address, or unix: (trusted_proxies'
+// entry for it) for the peer of a Unix socket.
+func gatewayName(peer netip.Addr) string {
+	if peer == rules.UnixClient {
+		return "unix:"
+	}
+	return peer.String()
 }
 
 // first reports whether peer is new to w, and remembers it (the first
@@ -80,14 +97,13 @@ func (h *Handler) checkMethod(r *http.Request, set *rules.Set) {
 	if !restricted {
 		return
 	}
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
+	peer, ok := peerOf(r)
+	if !ok {
 		return
 	}
-	peer := ap.Addr().Unmap().WithZone("")
 	if h.methodless.first(peer) {
 		h.o.Logger.Warn("forward-auth: a gateway sends no X-Forwarded-Method (nor X-Original-Method), so its requests are matched as the method it asks with, and rules for other methods never apply to them; have it send the original request's method",
-			"gateway", peer.String(), "method", logCut(r.Method))
+			"gateway", gatewayName(peer), "method", logCut(r.Method))
 	}
 }
 

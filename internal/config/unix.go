@@ -1,0 +1,148 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
+
+// UnixScheme starts a listen or grpc.listen value that names a Unix
+// socket: unix:/run/sluice/api.sock.
+const UnixScheme = "unix:"
+
+// UnixPath returns the socket path of a listen address written
+// unix:/PATH, and whether addr is one.
+func UnixPath(addr string) (string, bool) {
+	return strings.CutPrefix(addr, UnixScheme)
+}
+
+// maxUnixPath is the longest socket path the system binds: sun_path
+// holds 108 bytes on Linux (104 on the BSDs and macOS), the last one the
+// terminating NUL.
+var maxUnixPath = func() int {
+	if runtime.GOOS == "linux" {
+		return 107
+	}
+	return 103
+}()
+
+// unixProblem returns what is wrong with the socket path of a
+// unix:PATH listen address, or "": it must be absolute, fit sun_path,
+// and name a file in a directory that exists.
+func unixProblem(path string) string {
+	switch {
+	case path == "":
+		return "no socket path: want unix:/absolute/path, such as unix:/run/sluice/api.sock"
+	case !filepath.IsAbs(path):
+		return "the socket path " + path + " is not absolute: want unix:/absolute/path, such as unix:/run/sluice/api.sock"
+	case len(path) > maxUnixPath:
+		return "the socket path is " + strconv.Itoa(len(path)) + " bytes, longer than the " + strconv.Itoa(maxUnixPath) + " a Unix socket's address holds here: pick a shorter one"
+	case strings.HasSuffix(path, "/"):
+		return "the socket path " + path + " names a directory: want the socket's own name, such as /run/sluice/api.sock"
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return "the socket's directory " + dir + ": " + errors.Unwrap(err).Error() + " (create it first)"
+	case !fi.IsDir():
+		return "the socket's directory " + dir + " is not a directory"
+	}
+	return ""
+}
+
+// listenProblem returns what is wrong with the listen address addr of a
+// listener that may (unixOK) or may not be a Unix socket, or "".
+func listenProblem(addr string, unixOK bool) string {
+	path, unix := UnixPath(addr)
+	switch {
+	case unix && unixOK:
+		return unixProblem(path)
+	case unix:
+		return "a Unix socket is for listen and grpc.listen; this listener is TCP only: want host:port, such as 127.0.0.1:8000"
+	}
+	return addrProblem(addr)
+}
+
+// unixTLS refuses TLS on a Unix-socket listener: the socket's file mode
+// (0660) decides who may connect, and no gateway that reaches a local
+// socket needs TLS on it.
+const unixTLS = "TLS is not served on a Unix socket (%s is %s): the socket's file mode decides who may connect; remove the tls block, or listen on TCP for TLS"
+
+// checkUnixTLS refuses a tls block on a listener on a Unix socket.
+func (ck *checker) checkUnixTLS(tlsKey, listenKey, addr string, t *TLSConfig) {
+	if _, unix := UnixPath(addr); unix && t != nil {
+		ck.fail(tlsKey, unixTLS, listenKey, addr)
+	}
+}
+
+// TrustedProxy is an entry of client_ip.trusted_proxies: a CIDR or a
+// single address, or "unix:", which trusts the peers of the Unix-socket
+// listeners (as nginx's set_real_ip_from unix:).
+type TrustedProxy struct {
+	Prefix netip.Prefix // valid unless Unix
+	Unix   bool
+}
+
+// UnmarshalText reads a CIDR, a single address, or unix:.
+func (p *TrustedProxy) UnmarshalText(b []byte) error {
+	s := string(b)
+	if s == UnixScheme {
+		*p = TrustedProxy{Unix: true}
+		return nil
+	}
+	if strings.HasPrefix(s, UnixScheme) {
+		return fmt.Errorf(`%q: write "unix:" alone: it trusts every peer of a Unix-socket listener (a Unix peer has no address to list)`, s)
+	}
+	pf, err := parsePrefix(s)
+	if err != nil {
+		return err
+	}
+	*p = TrustedProxy{Prefix: pf}
+	return nil
+}
+
+// String returns p as written in the config.
+func (p TrustedProxy) String() string {
+	if p.Unix {
+		return UnixScheme
+	}
+	return p.Prefix.String()
+}
+
+// UnixWarnings names the rules keyed by ip that count every client of a
+// Unix-socket listen as one: the socket's peer has no address, and its
+// X-Forwarded-For is not believed without unix: in
+// client_ip.trusted_proxies. serve starts with them (and logs them);
+// check-config prints them.
+func (c *Config) UnixWarnings() []*rules.ParseError {
+	if _, unix := UnixPath(c.Listen); !unix || c.ClientIP.Resolver().TrustUnix {
+		return nil
+	}
+	set, err := c.RuleSet()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range set.Rules {
+		for _, p := range r.Key {
+			if p.Kind == rules.PartIP {
+				names = append(names, r.Name)
+				break
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return []*rules.ParseError{{File: c.File, Line: c.Line("listen"), Key: "listen",
+		Msg: "warning: the decision API is on a Unix socket and client_ip.trusted_proxies has no \"unix:\" entry, so the X-Forwarded-For of a gateway on the socket is not believed and " +
+			"rules keyed by ip (" + strings.Join(names, ", ") + ") count every forward-auth client of the socket as one (key \"unix:\"); add \"unix:\" to trusted_proxies"}}
+}
