@@ -1,7 +1,7 @@
-// Package rawio reads and writes a TCP connection with raw system calls
-// on its non-blocking socket, through the connection's syscall.RawConn, so
-// that the runtime's poller still parks the goroutine while the socket is
-// not ready and deadlines and Close still apply.
+// Package rawio reads and writes a TCP (or Unix stream) connection with
+// raw system calls on its non-blocking socket, through the connection's
+// syscall.RawConn, so that the runtime's poller still parks the goroutine
+// while the socket is not ready and deadlines and Close still apply.
 //
 // Why: every read and write through net.Conn enters the runtime's syscall
 // state. On a loopback proxy under load a write does the receiver's TCP
@@ -58,14 +58,26 @@ type op struct {
 	first []byte
 }
 
-// Wrap returns c with raw reads and writes when it is a *net.TCPConn on a
-// system rawio supports, else c itself.
+// Wrap returns c with raw reads and writes when it is a *net.TCPConn, or
+// a *net.UnixConn of a stream socket (network "unix", as a Unix-socket
+// listener accepts), on a system rawio supports, else c itself.
 func Wrap(c net.Conn) net.Conn {
-	tc, ok := c.(*net.TCPConn)
-	if !ok || !supported {
+	if !supported {
 		return c
 	}
-	rc, err := tc.SyscallConn()
+	var sc syscall.Conn
+	switch tc := c.(type) {
+	case *net.TCPConn:
+		sc = tc
+	case *net.UnixConn:
+		if a := tc.LocalAddr(); a == nil || a.Network() != "unix" {
+			return c // a datagram or packet socket: its reads are messages
+		}
+		sc = tc
+	default:
+		return c
+	}
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return c
 	}

@@ -17,7 +17,13 @@ import (
 // pair returns a wrapped client connection and the server's end.
 func pair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return pairOn(t, "tcp", "127.0.0.1:0")
+}
+
+// pairOn is pair on network at addr.
+func pairOn(t *testing.T, network, addr string) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +37,7 @@ func pair(t *testing.T) (net.Conn, net.Conn) {
 		}
 		accepted <- c
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +68,26 @@ func TestWrapsTCPOnly(t *testing.T) {
 // parks and resumes), reads see every byte in order, then io.EOF.
 func TestReadWriteEOF(t *testing.T) {
 	c, s := pair(t)
+	readWriteEOF(t, c, s)
+}
+
+// A Unix socket's stream is read and written raw too (listen:
+// unix:/PATH), the same way.
+func TestReadWriteEOFUnix(t *testing.T) {
+	dir, err := os.MkdirTemp("", "rawio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c, s := pairOn(t, "unix", dir+"/s.sock")
+	if _, ok := c.(*rawio.Conn); !ok && runtime.GOOS == "linux" {
+		t.Fatalf("Wrap(*net.UnixConn) = %T, want *rawio.Conn on linux", c)
+	}
+	readWriteEOF(t, c, s)
+}
+
+func readWriteEOF(t *testing.T, c, s net.Conn) {
+	t.Helper()
 	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
 	done := make(chan error, 1)
 	go func() {
