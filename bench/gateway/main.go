@@ -3,7 +3,9 @@
 // and without the auth_request to Sluice of examples/gateways/nginx. Both
 // nginx configs are the example's, the second with its auth_request line
 // turned off, so the difference is the question to Sluice and nothing
-// else. It prints a Markdown report: requests/s (closed loop, wrk), the
+// else. A third config, closed loop only, asks a second Sluice over a
+// Unix socket (the example's commented server unix:… line), interleaved
+// with the other two. It prints a Markdown report: requests/s (closed loop, wrk), the
 // latency paced at half of the with-Sluice peak and at a quarter of it
 // (open loop, the same rate for both configs, harness.Paced) and on a
 // single connection (wrk, no queueing), and the CPU per request of nginx
@@ -112,11 +114,11 @@ func run() error {
 		return err
 	}
 
-	ports, err := harness.FreePorts(4)
+	ports, err := harness.FreePorts(5)
 	if err != nil {
 		return err
 	}
-	upstreamAddr, sluiceAddr, withAddr, withoutAddr := ports[0], ports[1], ports[2], ports[3]
+	upstreamAddr, sluiceAddr, withAddr, withoutAddr, unixAddr := ports[0], ports[1], ports[2], ports[3], ports[4]
 
 	var procs harness.Procs
 	defer procs.StopAll()
@@ -149,6 +151,30 @@ func run() error {
 		return err
 	}
 	defer logFile.Close()
+	// The second Sluice, on a Unix socket, trusting its peer (the
+	// example's commented alternatives), its output discarded.
+	sock := filepath.Join(dir, "api.sock")
+	uy, err := replaceAll(y, "listen: "+sluiceAddr, "listen: unix:"+sock,
+		"  trusted_proxies: [127.0.0.1/32]\n", "", `  #trusted_proxies: [127.0.0.1/32, "unix:"]`, `  trusted_proxies: [127.0.0.1/32, "unix:"]`)
+	if err != nil {
+		return err
+	}
+	unixConf := filepath.Join(dir, "sluice-unix.yaml")
+	if err := os.WriteFile(unixConf, []byte(uy), 0o644); err != nil {
+		return err
+	}
+	unixSluice := &harness.Proc{Name: "sluice (Unix socket)", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluiceBin, "serve", "-config", unixConf)}
+	if o.procs > 0 {
+		unixSluice.Cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", o.procs))
+	}
+	if err := unixSluice.Cmd.Start(); err != nil {
+		return fmt.Errorf("start sluice: %w", err)
+	}
+	procs.Add(unixSluice)
+	if err := harness.WaitListen(ctx, "unix:"+sock, unixSluice); err != nil {
+		return err
+	}
+
 	sluice := &harness.Proc{Name: "sluice", Logs: new(bytes.Buffer), Cmd: exec.CommandContext(ctx, sluiceBin, "serve", "-config", sluiceConf)}
 	sluice.Cmd.Stdout, sluice.Cmd.Stderr = logFile, logFile
 	sluice.Cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
@@ -181,6 +207,11 @@ func run() error {
 		if err != nil {
 			return nil, err
 		}
+		if name == "unix" {
+			if conf, err = replaceAll(conf, "    server "+sluiceAddr+";\n", "", "#server unix:/run/sluice/api.sock;", "server unix:"+sock+";"); err != nil {
+				return nil, err
+			}
+		}
 		if !auth {
 			if conf, err = replaceAll(conf, "auth_request /_sluice;", "auth_request off;"); err != nil {
 				return nil, err
@@ -200,13 +231,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	overUnix, err := start("unix", unixAddr, true)
+	if err != nil {
+		return err
+	}
 
 	// A request through each must reach the upstream, and the one through
 	// Sluice must carry its headers: otherwise the run measures nothing.
 	for _, c := range []struct {
 		url  string
 		auth bool
-	}{{"http://" + withoutAddr + "/", false}, {"http://" + withAddr + "/", true}} {
+	}{{"http://" + withoutAddr + "/", false}, {"http://" + withAddr + "/", true}, {"http://" + unixAddr + "/", true}} {
 		resp, err := http.Get(c.url)
 		if err != nil {
 			return err
@@ -222,15 +257,16 @@ func run() error {
 	}
 
 	loadBefore := harness.LoadAvg()
-	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop, %d paced and %d single-connection steps of %v (wrk -t%d -c%d), load average %s\n", 2*o.runs, 4*o.runs, 2*o.runs, o.duration, o.threads, o.conns, loadBefore)
-	var best [2]result
+	fmt.Fprintf(os.Stderr, "gateway: %d closed-loop, %d paced and %d single-connection steps of %v (wrk -t%d -c%d), load average %s\n", 3*o.runs, 4*o.runs, 2*o.runs, o.duration, o.threads, o.conns, loadBefore)
+	var best [3]result
 	for range o.runs {
 		for i, s := range []struct {
 			url  string
 			ps   []*harness.Proc
 			name string
 		}{{"http://" + withoutAddr + "/", []*harness.Proc{without}, "nginx → upstream"},
-			{"http://" + withAddr + "/", []*harness.Proc{with, sluice}, "nginx + auth_request to Sluice → upstream"}} {
+			{"http://" + withAddr + "/", []*harness.Proc{with, sluice}, "nginx + auth_request to Sluice → upstream"},
+			{"http://" + unixAddr + "/", []*harness.Proc{overUnix, unixSluice}, "nginx + auth_request to Sluice over a Unix socket → upstream"}} {
 			r, err := wrk(ctx, o, s.url, "", s.ps)
 			if err != nil {
 				return err

@@ -12,7 +12,7 @@ import (
 // report prints the tables; lat holds the paced runs at half of the
 // with-Sluice peak without and with Sluice, the same at a quarter, then
 // the single-connection runs without and with.
-func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result, loadBefore, loadAfter string) {
+func report(w io.Writer, o options, best [3]result, rate float64, lat [6]result, loadBefore, loadAfter string) {
 	pw, pa, qw, qa, sw, sa := lat[0], lat[1], lat[2], lat[3], lat[4], lat[5]
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	fmt.Fprintf(w, "Gateway run %s, %d cores, wrk -t%d -c%d, %v per step, best of %d interleaved run(s) (throughput: highest requests/s; latency: lowest p99), one nginx process, the %s upstream, Sluice's GOMAXPROCS %s, everything on one machine over loopback.\n",
@@ -29,6 +29,7 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	}
 	row(best[0].name, best[0])
 	row(best[1].name, best[1])
+	row(best[2].name, best[2])
 	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate), pw)
 	row(fmt.Sprintf("nginx + Sluice → upstream, paced at %.0f/s", rate), pa)
 	row(fmt.Sprintf("nginx → upstream, paced at %.0f/s", rate/2), qw)
@@ -61,6 +62,9 @@ func report(w io.Writer, o options, best [2]result, rate float64, lat [6]result,
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- with the auth_request to Sluice: %.0f%% of nginx's own throughput (target ≥ 50%%)\n", 100*best[1].rps/best[0].rps)
 	fmt.Fprintf(w, "- closed loop: Sluice adds %v at p50, %v at p99\n", best[1].p50-best[0].p50, best[1].p99-best[0].p99)
+	fmt.Fprintf(w, "- over a Unix socket: %.0f req/s, %.2f× the %.0f over TCP loopback (%.0f%% of nginx's own); CPU per request nginx %.1f µs and Sluice %.1f µs, over TCP %.1f µs and %.1f µs\n",
+		best[2].rps, best[2].rps/best[1].rps, best[1].rps, 100*best[2].rps/best[0].rps,
+		us(best[2].cpuPerRequest[0]), us(best[2].cpuPerRequest[1]), us(best[1].cpuPerRequest[0]), us(best[1].cpuPerRequest[1]))
 	added := func(name string, r float64, a, b result) {
 		fmt.Fprintf(w, "- paced at %s (%.0f req/s asked; got %.0f without, %.0f with): Sluice adds %v at p50, %v at p90, %v at p99 and %v at p99.9 (from the send: %v at p50, %v at p99); CPU pressure %.0f%% → %.0f%%\n",
 			name, r, a.rps, b.rps, round(b.p50-a.p50), round(b.paced.P90-a.paced.P90), round(b.p99-a.p99), round(b.paced.P999-a.paced.P999),

@@ -269,7 +269,11 @@ func waitTCP(ctx context.Context, addr string, p *Proc) error {
 			default:
 			}
 		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		network, a := "tcp", addr
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			network, a = "unix", path // a Unix socket, unix:/PATH
+		}
+		c, err := net.DialTimeout(network, a, time.Second)
 		if err == nil {
 			c.Close()
 			return nil
