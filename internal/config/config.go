@@ -324,10 +324,11 @@ func (ck *checker) listen(key, addr string, unixOK bool) {
 	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
 		return
 	}
-	if other, dup := ck.listeners[addr]; dup {
+	at := sameListen(addr)
+	if other, dup := ck.listeners[at]; dup {
 		ck.fail(key, "%q is already used by %s", redact(addr), other)
 	}
-	ck.listeners[addr] = key
+	ck.listeners[at] = key
 }
 
 // between checks lo ≤ x ≤ hi.

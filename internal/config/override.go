@@ -59,10 +59,10 @@ func (o Overrides) Apply(c *Config) error {
 		if _, port, _ := net.SplitHostPort(l.addr); port == "0" {
 			continue
 		}
-		if other, dup := seen[l.addr]; dup {
+		if other, dup := seen[sameListen(l.addr)]; dup {
 			errs = append(errs, fmt.Errorf("%s and %s would both listen on %s", other, l.key, l.addr))
 		}
-		seen[l.addr] = l.key
+		seen[sameListen(l.addr)] = l.key
 	}
 	return errors.Join(errs...)
 }

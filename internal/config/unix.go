@@ -71,6 +71,15 @@ func listenProblem(addr string, unixOK bool) string {
 	return addrProblem(addr)
 }
 
+// sameListen returns addr as two listeners on one socket write it alike:
+// a Unix socket's path cleaned (unix:/run//a.sock is unix:/run/a.sock).
+func sameListen(addr string) string {
+	if path, unix := UnixPath(addr); unix && path != "" {
+		return UnixScheme + filepath.Clean(path)
+	}
+	return addr
+}
+
 // unixTLS refuses TLS on a Unix-socket listener: the socket's file mode
 // (0660) decides who may connect, and no gateway that reaches a local
 // socket needs TLS on it.

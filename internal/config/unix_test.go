@@ -51,6 +51,7 @@ func TestUnixListenProblems(t *testing.T) {
 		{"no directory", "unix:" + dir + "/nope/api.sock", "127.0.0.1:0", "", []string{"listen", "nope", "no such file or directory"}},
 		{"directory is a file", "unix:" + dir + "/ratelimit.yaml/api.sock", "127.0.0.1:0", "", []string{"listen", "not a directory"}},
 		{"twice", "unix:" + dir + "/a.sock", "unix:" + dir + "/a.sock", "", []string{"grpc.listen", "already used by listen"}},
+		{"twice, spelled apart", "unix:" + dir + "/a.sock", "unix:" + dir + "//./a.sock", "", []string{"grpc.listen", "already used by listen"}},
 		{"proxy", "127.0.0.1:0", "127.0.0.1:0", "proxy: {listen: unix:" + dir + "/p.sock, upstream: http://127.0.0.1:9000}\n",
 			[]string{"proxy.listen", "TCP only"}},
 		{"api tls", "unix:" + dir + "/a.sock", "127.0.0.1:0", "api:\n" + tlsBlock, []string{"api.tls", "Unix socket"}},
@@ -117,8 +118,14 @@ func TestUnixOverrides(t *testing.T) {
 		{"relative", Overrides{Listen: "unix:a.sock"}, "-listen \"unix:a.sock\": the socket path a.sock is not absolute"},
 		{"proxy", Overrides{ProxyListen: "unix:" + dir + "/p.sock"}, "-proxy-listen"},
 		{"clash", Overrides{Listen: "unix:" + dir + "/a.sock", GRPCListen: "unix:" + dir + "/a.sock"}, "would both listen on unix:"},
+		{"tls", Overrides{Listen: "unix:" + dir + "/a.sock"}, "-listen unix:" + dir + "/a.sock: TLS is not served on a Unix socket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			y := y
+			if tc.name == "tls" {
+				cert := filepath.Join("testdata", "config", "tls")
+				y += "api:\n  tls: {cert: " + filepath.Join(cert, "server.pem") + ", key: " + filepath.Join(cert, "server-key.pem") + "}\n"
+			}
 			c, err := Parse("o.yaml", []byte(y))
 			if err != nil {
 				t.Fatal(err)
