@@ -260,6 +260,20 @@ func FuzzClientIP(f *testing.F) {
 		if got := r.ClientIP(appended); got != netip.MustParseAddr("198.51.100.7") {
 			t.Fatalf("trusted peer with X-Forwarded-For %q: ClientIP = %v, want the appended 198.51.100.7", appended.Header["X-Forwarded-For"][0], got)
 		}
+		// A Unix-socket peer: nothing believed unless TrustUnix; then
+		// the same walk, never an address with a zone (UnixClient's mark).
+		if got := r.ClientIP(&http.Request{RemoteAddr: "@", Header: h}); got.IsValid() {
+			t.Fatalf("untrusted Unix peer with XFF %q Forwarded %q: ClientIP = %v, want none", xff, fwd, got)
+		}
+		ru := r
+		ru.TrustUnix = true
+		if got := ru.ClientIP(&http.Request{RemoteAddr: "@", Header: h}); got.Zone() != "" || got.Is4In6() {
+			t.Fatalf("trusted Unix peer with XFF %q Forwarded %q: ClientIP = %v, want a plain address or none", xff, fwd, got)
+		}
+		appended.RemoteAddr = "@"
+		if got := ru.ClientIP(appended); got != netip.MustParseAddr("198.51.100.7") {
+			t.Fatalf("trusted Unix peer with X-Forwarded-For %q: ClientIP = %v, want the appended 198.51.100.7", appended.Header["X-Forwarded-For"][0], got)
+		}
 	})
 }
 

@@ -440,6 +440,8 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add([]byte("grpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: h:1\n    node_metadata: " + md + "\n"))
 	}
 	f.Add([]byte("grpc:\n  listen: 127.0.0.1:0\n  xds:\n    server: h:1\n    tls: {ca: a.pem, cert: c.pem, key: k.pem}\n"))
+	// Unix sockets, and trusted_proxies' unix: entry, quoted or not.
+	f.Add([]byte("listen: unix:/tmp/a.sock\nclient_ip: {trusted_proxies: [unix:, 10.0.0.0/8, \"unix:\", {unix: 1}, unix:/x]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// What a reload waits for: read of any config, never a panic.
 		NamedFiles("fuzz.yaml", data)
