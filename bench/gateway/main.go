@@ -9,8 +9,8 @@
 // latency paced at half of the with-Sluice peak and at a quarter of it
 // (open loop, the same rate for both configs, harness.Paced) and on a
 // single connection (wrk, no queueing), and the CPU per request of nginx
-// and of Sluice, read from /proc/PID/stat. About 3 minutes with the
-// defaults.
+// and of Sluice, read from /proc/PID/stat. About 3.5 minutes with
+// the defaults.
 //
 //	cd bench && go run ./gateway                 # wrk -t1 -c64, 10s per step, best of 2
 //	cd bench && go run ./gateway -d 5s -runs 1
