@@ -2,6 +2,7 @@ package harness
 
 import (
 	"net"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -55,8 +56,12 @@ func recvStamped(fd int, b, oob []byte) (int, int64, unix.Errno) {
 	return int(n), stamp, 0
 }
 
-// sockaddr resolves addr (host:port) for a raw socket.
+// sockaddr resolves addr (host:port, or unix:/PATH for a Unix socket) for
+// a raw socket.
 func sockaddr(addr string) (sa unix.Sockaddr, family int, err error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return &unix.SockaddrUnix{Name: path}, unix.AF_UNIX, nil
+	}
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return nil, 0, err
@@ -67,16 +72,17 @@ func sockaddr(addr string) (sa unix.Sockaddr, family int, err error) {
 	return &unix.SockaddrInet6{Port: ta.Port, Addr: [16]byte(ta.IP.To16())}, unix.AF_INET6, nil
 }
 
-// connectEpoll connects a TCP socket to sa (blocking: loopback), makes it
-// non-blocking without Nagle's delay, and adds it to the epoll set epfd
-// for reading under the tag i. It returns the socket.
+// connectEpoll connects a stream socket to sa (blocking: loopback or a
+// Unix socket), makes it non-blocking, without Nagle's delay on TCP, and
+// adds it to the epoll set epfd for reading under the tag i. It returns
+// the socket.
 func connectEpoll(family int, sa unix.Sockaddr, epfd, i int) (int, error) {
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
 	err = unix.Connect(fd, sa)
-	if err == nil {
+	if err == nil && family != unix.AF_UNIX {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	}
 	if err == nil {
