@@ -144,12 +144,15 @@ bench-envoy:
 # of a per-minute rule, 10 s per run); then the same three modes on a real
 # 3-node Redis Cluster (one hot key and 100,000 keys); then one hot key with
 # HTTP/1.1 pipelining (16 requests in flight per connection: a different
-# measurement, labelled so); about 5 minutes.
+# measurement, labelled so); then plain and sync on one hot key over loopback
+# TCP and over the daemons' Unix sockets (-unix: an app beside a Sluice
+# sidecar) in one run; about 5 minutes.
 bench-fleet:
 	sh scripts/ensure-redis.sh
 	cd bench && $(GO) run ./fleetload -d 3s -runs 3
 	cd bench && $(GO) run ./fleetload -cluster -d 3s -runs 2 -overload=false -bound=false
 	cd bench && $(GO) run ./fleetload -pipeline 16 -keys 1 -d 3s -runs 2 -overload=false -bound=false
+	cd bench && $(GO) run ./fleetload -unix -modes plain,sync -keys 1 -d 3s -runs 2 -overload=false -bound=false
 
 clean:
 	rm -f sluice

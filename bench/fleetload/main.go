@@ -20,6 +20,13 @@
 // decision (INFO stats total_commands_processed, which counts the commands
 // scripts run too).
 //
+// With -unix, three more daemons on the same Redis listen on Unix sockets
+// (listen: unix:/PATH, an app beside a Sluice sidecar), and every admitted
+// cell runs a second time with the load generator on those sockets, the
+// TCP and the Unix-socket cell of a mode one after the other; the
+// overload cells and the bound run stay on TCP. A table then divides the
+// Unix socket's decisions/s by TCP's.
+//
 //	cd bench && go run ./fleetload                  # 3s per cell, c=64
 //	cd bench && go run ./fleetload -d 5s -c 128 -runs 2
 //	cd bench && go run ./fleetload -cluster -bound=false   # on a 3-node Redis Cluster
@@ -67,6 +74,7 @@ type options struct {
 	bound    bool
 	cluster  bool
 	depth    int
+	unix     bool
 }
 
 func run() error {
@@ -83,6 +91,7 @@ func run() error {
 	flag.BoolVar(&o.bound, "bound", true, "also measure the soft bound through the daemons (sync at 10× overload of a per-minute rule, once per run)")
 	flag.IntVar(&o.depth, "pipeline", 1, "requests in flight per connection (HTTP/1.1 pipelining); 1: one request per round trip, the default measurement")
 	flag.BoolVar(&o.cluster, "cluster", false, "run the daemons on a 3-node Redis Cluster (3 masters, no replicas) instead of one redis-server")
+	flag.BoolVar(&o.unix, "unix", false, "also run every admitted cell over Unix sockets: 3 more daemons on the same Redis with listen: unix:/PATH, the load generator on their sockets")
 	flag.IntVar(&o.loops, "loops", 1, "event loops (OS threads) of the load generator, the connections split over them")
 	flag.Parse()
 	if *genProcs > 0 {
@@ -162,9 +171,32 @@ func run() error {
 		}
 		daemons = append(daemons, p)
 	}
+	// With -unix, the same three again on Unix sockets in dir (a short
+	// path: a socket's holds 107 bytes).
+	var unixAPIs []string
+	var unixDaemons []*harness.Proc
+	if o.unix {
+		for i := range apis {
+			api := "unix:" + filepath.Join(dir, fmt.Sprintf("api-%d.sock", i))
+			cfg := filepath.Join(dir, fmt.Sprintf("sluice-unix-%d.yaml", i))
+			if err := os.WriteFile(cfg, config(api, redisAddrs, o.cluster), 0o644); err != nil {
+				return err
+			}
+			p, err := procs.Start(ctx, fmt.Sprintf("sluice-unix-%d", i), sluice, "serve", "-config", cfg)
+			if err != nil {
+				return err
+			}
+			unixAPIs, unixDaemons = append(unixAPIs, api), append(unixDaemons, p)
+		}
+	}
 	for i, api := range apis {
 		if err := harness.WaitTCP(ctx, api); err != nil {
 			return fmt.Errorf("sluice-%d: %w\n%s", i, err, daemons[i].Logs.String())
+		}
+	}
+	for i, api := range unixAPIs {
+		if err := harness.WaitListen(ctx, api, unixDaemons[i]); err != nil {
+			return fmt.Errorf("%w\n%s", err, unixDaemons[i].Logs.String())
 		}
 	}
 
@@ -173,6 +205,9 @@ func run() error {
 		for _, m := range modes {
 			if o.modes[m.name] {
 				cells = append(cells, cell{mode: m.name, keys: k})
+				if o.unix {
+					cells = append(cells, cell{mode: m.name, keys: k, unix: true})
+				}
 			}
 		}
 	}
@@ -185,32 +220,32 @@ func run() error {
 	}
 	loadBefore := harness.LoadAvg()
 	fmt.Fprintf(os.Stderr, "fleetload: %d cells × %d runs of %v, c=%d, load average %s\n", len(cells), o.runs, o.duration, o.conc, loadBefore)
-	// Loop j holds connections j, j+loops, …: each spread evenly over
-	// the three instances.
-	var loops []*harness.Closed
-	for j := range o.loops {
-		var addrs []string
-		for w := j; w < o.conc; w += o.loops {
-			addrs = append(addrs, apis[w%len(apis)])
-		}
-		l, err := harness.NewClosed(addrs, len(addrs), 5*time.Second)
-		if err != nil {
+	loops, err := newLoops(o, apis)
+	if err != nil {
+		return err
+	}
+	defer closeLoops(loops)
+	var unixLoops []*harness.Closed
+	if o.unix {
+		if unixLoops, err = newLoops(o, unixAPIs); err != nil {
 			return err
 		}
-		defer l.Close()
-		l.Depth = o.depth
-		loops = append(loops, l)
+		defer closeLoops(unixLoops)
 	}
 	best := make([]result, len(cells))
 	all := make([][]result, o.runs) // per run, per cell: for the ratios within each run
 	for r := range o.runs {
 		for i, c := range cells {
-			res, err := measure(ctx, o, loops, apis, daemons, redisPs, redisAddrs, c)
-			if err != nil {
-				return fmt.Errorf("%s keys=%d %s: %w", c.mode, c.keys, c.load(), err)
+			ls, as, ds := loops, apis, daemons
+			if c.unix {
+				ls, as, ds = unixLoops, unixAPIs, unixDaemons
 			}
-			fmt.Fprintf(os.Stderr, "  run %d %-6s keys=%-7d %-16s %9.0f/s admitted %9.0f/s daemons %5.1fµs (kernel %4.1f) redis %5.2fµs client %5.1fµs cmds %.3f\n",
-				r+1, c.mode, c.keys, c.load(), res.rate, res.admitted, us(res.daemonCPU), us(res.daemonSys), us(res.redisCPU), us(res.clientCPU), res.redisCmds)
+			res, err := measure(ctx, o, ls, as, ds, redisPs, redisAddrs, c)
+			if err != nil {
+				return fmt.Errorf("%s %s keys=%d %s: %w", c.mode, c.network(), c.keys, c.load(), err)
+			}
+			fmt.Fprintf(os.Stderr, "  run %d %-6s %-4s keys=%-7d %-16s %9.0f/s admitted %9.0f/s daemons %5.1fµs (kernel %4.1f) redis %5.2fµs client %5.1fµs cmds %.3f\n",
+				r+1, c.mode, c.network(), c.keys, c.load(), res.rate, res.admitted, us(res.daemonCPU), us(res.daemonSys), us(res.redisCPU), us(res.clientCPU), res.redisCmds)
 			all[r] = append(all[r], res)
 			if res.rate > best[i].rate {
 				best[i] = res
@@ -218,6 +253,7 @@ func run() error {
 		}
 	}
 	report(os.Stdout, o, cells, best, all, loadBefore)
+	reportUnix(os.Stdout, cells, best, all)
 	if o.bound {
 		lambda := float64(boundLimit*boundOverload) / time.Minute.Seconds()
 		formula := nominalBound(len(apis), lambda, boundSync)
@@ -235,4 +271,31 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// newLoops builds o.loops event loops on o.conc connections to apis: loop
+// j holds connections j, j+loops, …, each spread evenly over the
+// instances.
+func newLoops(o options, apis []string) ([]*harness.Closed, error) {
+	var loops []*harness.Closed
+	for j := range o.loops {
+		var addrs []string
+		for w := j; w < o.conc; w += o.loops {
+			addrs = append(addrs, apis[w%len(apis)])
+		}
+		l, err := harness.NewClosed(addrs, len(addrs), 5*time.Second)
+		if err != nil {
+			closeLoops(loops)
+			return nil, err
+		}
+		l.Depth = o.depth
+		loops = append(loops, l)
+	}
+	return loops, nil
+}
+
+func closeLoops(loops []*harness.Closed) {
+	for _, l := range loops {
+		l.Close()
+	}
 }

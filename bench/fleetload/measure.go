@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,14 @@ type cell struct {
 	mode string // plain, sync, lease
 	keys int
 	over bool
+	unix bool // the decision API over Unix sockets (-unix), not TCP
+}
+
+func (c cell) network() string {
+	if c.unix {
+		return "unix"
+	}
+	return "tcp"
 }
 
 func (c cell) rule() string {
@@ -44,6 +53,16 @@ type result struct {
 	redisCmds  float64
 }
 
+// hostHeader is the Host header of a request to api: api itself, or
+// localhost for a Unix socket (unix:/PATH, whose slashes a Host may not
+// hold).
+func hostHeader(api string) string {
+	if strings.HasPrefix(api, "unix:") {
+		return "localhost"
+	}
+	return api
+}
+
 // measure runs one cell: o.conc connections, connection w on instance
 // w%3, for o.duration after a warm-up of a second (which also fills the
 // sync batches and the leases).
@@ -62,11 +81,12 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 				// buffer (head, then body).
 				var rnds []*rand.Rand
 				var reqs [][]byte
-				var hosts []string
+				var hosts, heads []string
 				for w := j; w < o.conc; w += len(loops) {
 					rnds = append(rnds, rand.New(rand.NewPCG(uint64(w), 7)))
 					reqs = append(reqs, make([]byte, 0, 256))
 					hosts = append(hosts, apis[w%len(apis)])
+					heads = append(heads, hostHeader(apis[w%len(apis)]))
 				}
 				var body []byte
 				next := func(i int) []byte {
@@ -74,7 +94,7 @@ func measure(ctx context.Context, o options, loops []*harness.Closed, apis []str
 					body = strconv.AppendInt(body, int64(rnds[i].IntN(c.keys)), 10)
 					body = append(body, `"}`...)
 					b := append(reqs[i][:0], "POST /v1/check HTTP/1.1\r\nHost: "...)
-					b = append(b, hosts[i]...)
+					b = append(b, heads[i]...)
 					b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
 					b = strconv.AppendInt(b, int64(len(body)), 10)
 					b = append(b, "\r\n\r\n"...)

@@ -44,3 +44,30 @@ func TestReportRatios(t *testing.T) {
 		t.Fatalf("sync row: ÷ plain (best) %q, in each run %q; want 0.90× (180/200) and 0.75×, 1.80× (150/200, 180/100)\n%s", f[4], f[5], row)
 	}
 }
+
+// With -unix, a Unix-socket row divides by the Unix-socket plain, not by
+// TCP's; the second table divides each Unix-socket cell by its TCP twin.
+func TestReportUnixRatios(t *testing.T) {
+	cells := []cell{{mode: "plain", keys: 1}, {mode: "plain", keys: 1, unix: true}, {mode: "sync", keys: 1}, {mode: "sync", keys: 1, unix: true}}
+	all := [][]result{{{rate: 100, n: 1}, {rate: 120, n: 1}, {rate: 200, n: 1}, {rate: 300, n: 1}}}
+	var b, u strings.Builder
+	report(&b, options{conc: 64, runs: 1, unix: true}, cells, all[0], all, "0 0 0")
+	reportUnix(&u, cells, all[0], all)
+	rows := map[string][]string{}
+	for _, l := range strings.Split(b.String()+u.String(), "\n") {
+		f := strings.Split(l, " | ")
+		if len(f) > 1 {
+			rows[f[0]+" | "+f[1]] = f
+		}
+	}
+	if f := rows["| `sync: 100ms`, Unix socket | 1"]; len(f) < 5 || f[4] != "2.50×" {
+		t.Errorf("Unix-socket sync row %q: want ÷ plain 2.50× (300/120)\n%s", f, b.String())
+	}
+	if f := rows["| `sync: 100ms` | 1"]; len(f) < 5 || f[4] != "2.00×" {
+		t.Errorf("TCP sync row %q: want ÷ plain 2.00× (200/100)\n%s", f, b.String())
+	}
+	if !strings.Contains(u.String(), "| sync | 1 | admitted | 200 | 300 | 1.50× | 1.50× |") ||
+		!strings.Contains(u.String(), "| plain | 1 | admitted | 100 | 120 | 1.20× | 1.20× |") {
+		t.Errorf("Unix ÷ TCP: want sync 300/200 = 1.50× and plain 120/100 = 1.20×, got\n%s", u.String())
+	}
+}
