@@ -1,10 +1,13 @@
 package redistest
 
 import (
+	"bufio"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Through an Older, INFO tells the version given, and nothing else
@@ -43,7 +46,7 @@ func TestOlderSplit(t *testing.T) {
 	x := &Older{from: []byte("redis_version:7.0.15"), to: []byte("redis_version:6.0.16")}
 	c, client := net.Pipe()
 	s, server := net.Pipe()
-	go func() { x.back(c, s); c.Close() }()
+	go func() { x.back(c, s, nil); c.Close() }()
 	go func() {
 		for _, w := range []string{"$40\r\n# Server\r\nredis_vers", "ion:7.0.15\r\nrun_id:abc\r\n", "+redis_vers", "ion\r\n"} {
 			server.Write([]byte(w))
@@ -56,5 +59,60 @@ func TestOlderSplit(t *testing.T) {
 	}
 	if want := "$40\r\n# Server\r\nredis_version:6.0.16\r\nrun_id:abc\r\n+redis_version\r\n"; string(got) != want {
 		t.Errorf("through the relay: %q; want %q", got, want)
+	}
+}
+
+// Through an Older of a version before 6.0, HELLO is an unknown command
+// and AUTH with a username has the wrong number of arguments, in Redis
+// 5's words and before a password is asked for, in their turn among
+// pipelined commands; AUTH with the password alone, and the rest, reach
+// Redis.
+func TestOlderBefore6(t *testing.T) {
+	s := StartServer(t)
+	x := NewOlder(t, s.Addr, "5.0.14") // reads INFO: before the password
+	if _, err := Do(s.Addr, "CONFIG", "SET", "requirepass", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", x.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var w strings.Builder
+	for _, cmd := range [][]string{
+		{"HELLO", "3", "AUTH", "u", "pw"},
+		{"AUTH", "u", "pw"},
+		{"PING"},
+		{"AUTH", "pw"},
+		{"hello", "2"},
+		{"ECHO", "after"},
+		{"INFO", "server"},
+	} {
+		w.WriteString("*" + strconv.Itoa(len(cmd)) + "\r\n")
+		for _, a := range cmd {
+			w.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
+		}
+	}
+	if _, err := io.WriteString(conn, w.String()); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for i, want := range []string{
+		"error: ERR unknown command `HELLO`, with args beginning with: `3`, `AUTH`, `u`, `pw`, ",
+		"error: ERR wrong number of arguments for 'auth' command",
+		"error: NOAUTH Authentication required.",
+		"OK",
+		"error: ERR unknown command `hello`, with args beginning with: `2`, ",
+		"after",
+		"redis_version:5.0.14",
+	} {
+		got, err := readReply(r)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("reply %d: %q; want %q", i, got, want)
+		}
 	}
 }
