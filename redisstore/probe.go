@@ -187,6 +187,9 @@ func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 	targets := []probeTarget{{key: s.Key("acl-probe")}}
 	if s.opts.Cluster {
 		ts, err := s.masterKeys(ctx)
+		if ue := usernameRefusal(op, s.opts, err); ue != nil {
+			return ue
+		}
 		if refusedCredentials(err) {
 			return &refusedError{op: op, addrs: s.opts.Addrs, kind: ErrAuth, err: err,
 				what: "Redis's ACL does not let " + who + " run CLUSTER SLOTS (the Cluster's slot map)"}
@@ -209,6 +212,9 @@ func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 		}
 		bad, err := probeLua.Exec(ctx, s.c, []string{t.key}, args).AsIntSlice()
 		if err != nil {
+			if ue := usernameRefusal(op, s.opts, err); ue != nil {
+				return ue // reconnected to a server older than the username
+			}
 			if refusedCredentials(err) {
 				return &refusedError{op: op, addrs: s.opts.Addrs, what: "Redis's ACL" + at + " keeps " + who + " from running the store's scripts on its keys", kind: ErrAuth, err: err}
 			}

@@ -128,7 +128,8 @@ var (
 // ErrAuth or ErrTLS when Redis refuses the connection, and with ErrVersion
 // when a server (any Cluster node) is older than the store's scripts need
 // (Redis 5.0 with RedisTime, else 4.0) or a feature among o.Needs
-// (Need.MinRedis).
+// (Need.MinRedis), or than o.Username needs (Redis 6.0; a Sentinel given
+// a username, 6.2: see UsernameTooOld).
 func New(ctx context.Context, o Options) (*Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -210,6 +211,15 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		r.err = ctx.Err()
 	}
 	if r.err != nil {
+		if o.Sentinel != "" && authArityRefused(r.err) {
+			// A Sentinel, or the master, too old for its username.
+			if err := sentinelRefuses(o); err != nil {
+				return nil, err
+			}
+		}
+		if err := usernameRefusal("connect", o, r.err); err != nil {
+			return nil, err
+		}
 		if err := refused(o, r.err); err != nil {
 			if o.Sentinel != "" && errors.Is(err, ErrAuth) {
 				if re := sentinelRefuses(o); re != nil {
@@ -328,6 +338,9 @@ func (s *Store) Ping(ctx context.Context) error {
 		return s.probe(ctx, "ping")
 	}
 	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
+		if ue := usernameRefusal("ping", s.opts, err); ue != nil {
+			return ue // reconnected to a server older than the username
+		}
 		return fmt.Errorf("redisstore: ping: %w: %w", sluice.ErrStoreUnavailable, err)
 	}
 	if err := s.probe(ctx, "ping"); err != nil {

@@ -58,7 +58,9 @@ func (e *channelsRefused) Unwrap() error { return e.err }
 // sentinelRefuses returns, as an ErrAuth *refusedError, the first of the
 // Sentinels (o.Addrs) that refuses the credentials it gets, or whose ACL
 // refuses its user a SENTINEL command the client sends to find the master
-// or a channel it subscribes to for failovers, else nil. The Sentinels
+// or a channel it subscribes to for failovers (or, as an ErrVersion
+// *usernameError, that answers AUTH with a username as a wrong number of
+// arguments: a Sentinel older than 6.2), else nil. The Sentinels
 // are asked together, for at most the timeout; one that does not answer
 // in time, or at all, refuses nothing. New asks when the connection was
 // refused credentials or a command, to tell whether the Sentinels or the
@@ -93,6 +95,9 @@ func sentinelRefuses(o Options) error {
 			case <-t.C:
 				late = true
 			}
+		}
+		if cr.Username != "" && authArityRefused(err) {
+			return &usernameError{op: "connect", addrs: o.Addrs, user: cr.Username, sentinel: a, err: err}
 		}
 		if !refusedCredentials(err) {
 			continue

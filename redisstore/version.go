@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -177,3 +178,71 @@ func (e *versionError) Error() string {
 }
 
 func (e *versionError) Unwrap() []error { return []error{ErrVersion, sluice.ErrStoreUnavailable} }
+
+// Redis before 6.0 has no ACL users: its AUTH takes the password alone,
+// and a client that authenticates with a username (rueidis: HELLO 3 AUTH
+// user password, then, HELLO being unknown there, AUTH user password) is
+// answered "ERR wrong number of arguments for 'auth' command" before
+// INFO can tell the version. A Sentinel has had ACL users since 6.2 (its
+// AUTH took the password alone until then).
+const (
+	usernameMinRedis    = "6.0"
+	usernameMinSentinel = "6.2"
+)
+
+// authArityRefused reports whether err is a server answering AUTH with a
+// username as a wrong number of arguments (rueidis drops the "ERR ").
+func authArityRefused(err error) bool {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "wrong number of arguments for 'auth' command")
+}
+
+// usernameError is a server too old for the username it was given
+// (ErrVersion): it answered AUTH with a username as a wrong number of
+// arguments.
+type usernameError struct {
+	op       string
+	addrs    []string
+	user     string
+	sentinel string // the Sentinel's address, when a Sentinel answered
+	err      error  // the server's answer
+}
+
+func (e *usernameError) Error() string {
+	if e.sentinel != "" {
+		return fmt.Sprintf("redisstore: %s %v: the Sentinels' username %q needs Sentinels of Redis %s or later (ACL users in Sentinel): the Sentinel at %s answered AUTH with a username: %v",
+			e.op, e.addrs, e.user, usernameMinSentinel, e.sentinel, e.err)
+	}
+	return fmt.Sprintf("redisstore: %s %v: username %q needs Redis %s or later (ACL users; before, AUTH takes the password alone): Redis answered AUTH with a username: %v",
+		e.op, e.addrs, e.user, usernameMinRedis, e.err)
+}
+
+func (e *usernameError) Unwrap() []error {
+	return []error{ErrVersion, sluice.ErrStoreUnavailable, e.err}
+}
+
+// UsernameTooOld reports whether err (of New, Ping or Require) is
+// ErrVersion because a server older than Redis 6.0, which has no ACL
+// users, refused AUTH with a username (Options.Username), and whether
+// that server was a Sentinel refusing the Sentinels' (one older than
+// 6.2).
+func UsernameTooOld(err error) (tooOld, sentinel bool) {
+	var ue *usernameError
+	if !errors.As(err, &ue) {
+		return false, false
+	}
+	return true, ue.sentinel != ""
+}
+
+// usernameRefusal returns err, of an op with o, as a *usernameError when
+// it is the master (or the one server) refusing Options.Username for its
+// version, else nil.
+func usernameRefusal(op string, o Options, err error) error {
+	if o.Username == "" || !authArityRefused(err) {
+		return nil
+	}
+	return &usernameError{op: op, addrs: o.Addrs, user: o.Username, err: err}
+}

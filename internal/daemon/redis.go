@@ -268,6 +268,12 @@ var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluic
 // refusalHint tells what to check when Redis refused the connection.
 func refusalHint(err error) string {
 	var he x509.HostnameError
+	if tooOld, sentinel := redisstore.UsernameTooOld(err); tooOld {
+		if sentinel {
+			return "store.redis.sentinel_username (left out, the Sentinels get store.redis.username) needs Sentinels of Redis 6.2 or later: upgrade the Sentinels, or give them store.redis.sentinel_password alone"
+		}
+		return "store.redis.username needs Redis 6.0 or later: upgrade Redis, or leave store.redis.username out and give store.redis.password alone (Redis's requirepass)"
+	}
 	switch {
 	case errors.Is(err, redisstore.ErrDB):
 		return "check store.redis.db: Redis has databases 0 to its databases setting less one (0 to 15 by default)"

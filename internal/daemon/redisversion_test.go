@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -31,17 +32,23 @@ func TestRedisVersionRefused(t *testing.T) {
 	versionUser(t, rs.Addr)
 	six := redistest.NewOlder(t, rs.Addr, "6.0.16")
 	four := redistest.NewOlder(t, rs.Addr, "4.0.14")
+	// Redis 4 has no ACL users (its AUTH takes the password alone): the
+	// default user, with the password pw.
+	if _, err := redistest.Do(rs.Addr, "CONFIG", "SET", "requirepass", "pw"); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		addr     string
+		user     string
 		features []string
 		want     []string // in New's error; none: starts
 	}{
-		{six.Addr, []string{"defer", "auto"}, []string{`action: defer of rule "jobs" needs Redis 6.2 or later (XAUTOCLAIM)`, six.Addr + " runs 6.0.16"}},
-		{six.Addr, []string{"auto"}, nil},
-		{rs.Addr, []string{"defer", "auto"}, nil},
-		{four.Addr, nil, []string{"needs Redis 5.0 or later (TIME", four.Addr + " runs 4.0.14"}},
+		{six.Addr, "u", []string{"defer", "auto"}, []string{`action: defer of rule "jobs" needs Redis 6.2 or later (XAUTOCLAIM)`, six.Addr + " runs 6.0.16"}},
+		{six.Addr, "u", []string{"auto"}, nil},
+		{rs.Addr, "u", []string{"defer", "auto"}, nil},
+		{four.Addr, `""`, nil, []string{"needs Redis 5.0 or later (TIME", four.Addr + " runs 4.0.14"}},
 	} {
-		err := newWith(t, needsConfig([]string{tc.addr}, false, "u", tc.features...))
+		err := newWith(t, needsConfig([]string{tc.addr}, false, tc.user, tc.features...))
 		if tc.want == nil {
 			if err != nil {
 				t.Errorf("%s with %v: New: %v; want started", tc.addr, tc.features, err)
@@ -106,5 +113,44 @@ func TestRedisVersionRefusedAfterOutage(t *testing.T) {
 	}
 	if td.d.lazy.Connected() {
 		t.Errorf("connected to a Redis too old for the config's defer rule")
+	}
+}
+
+// store.redis.username on a Redis older than 6.0 (no ACL users: AUTH
+// takes the password alone) stops the startup naming the key, the
+// version it needs and what Redis answered: the daemon used to start,
+// warning "Redis does not answer" with the raw AUTH error at every retry.
+// A daemon whose Redis is replaced by such a one later (through a
+// switch) refuses a reload in the same words, as /readyz fails with
+// them. Redis here is 7.0.15; a relay answers HELLO and AUTH with a
+// username as Redis 5.0 does.
+func TestRedisUsernameBeforeRedis6(t *testing.T) {
+	rs := redistest.StartServer(t)
+	versionUser(t, rs.Addr)
+	five := redistest.NewOlder(t, rs.Addr, "5.0.14")
+	want := []string{"store.redis.username needs Redis 6.0 or later", `username "u" needs Redis 6.0 or later`, "wrong number of arguments for 'auth' command"}
+	err := newWith(t, needsConfig([]string{five.Addr}, false, "u"))
+	if tooOld, _ := redisstore.UsernameTooOld(err); !tooOld {
+		t.Errorf("New with store.redis.username on Redis 5.0: %v; want it refused (UsernameTooOld)", err)
+	}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("New with store.redis.username on Redis 5.0: %v; want it to say %q", err, w)
+		}
+	}
+
+	sw := redistest.NewSwitch(t, rs.Addr)
+	td := startDaemon(t, needsConfig([]string{sw.Addr}, false, "u"))
+	sw.To(five.Addr)
+	// The first calls may meet the connections the switch closed.
+	waitFor(t, "/readyz naming the username", func() bool {
+		r := get(t, td.api+"/readyz")
+		return r.status != http.StatusOK && strings.Contains(r.body, "needs Redis 6.0 or later")
+	})
+	err = td.d.Reload()
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("reload once Redis is 5.0: %v; want it refused, saying %q", err, w)
+		}
 	}
 }

@@ -1,0 +1,80 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// A username given to a Redis older than 6.0 (no ACL users: its AUTH
+// takes the password alone) is ErrVersion naming the username, the
+// version it needs and Redis's answer: that server refuses the
+// connection's AUTH before INFO can tell its version, and the raw
+// "wrong number of arguments" used to pass for an outage. The password
+// alone still connects there. Redis here is 7.0.15; a relay answers HELLO
+// and AUTH with a username as Redis 5.0 does.
+func TestUsernameBeforeRedis6(t *testing.T) {
+	srv := redistest.StartServer(t)
+	five := redistest.NewOlder(t, srv.Addr, "5.0.14")
+	for _, cmd := range [][]string{
+		{"ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all"},
+		{"CONFIG", "SET", "requirepass", "s3cret"},
+	} {
+		if _, err := redistest.Do(srv.Addr, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := connect(redisstore.Options{Addrs: []string{five.Addr}, Username: "u", Password: "pw", RedisTime: true})
+	want := []string{`username "u" needs Redis 6.0 or later`, "wrong number of arguments for 'auth' command"}
+	if tooOld, sentinel := redisstore.UsernameTooOld(err); !tooOld || sentinel || !errors.Is(err, redisstore.ErrVersion) {
+		t.Fatalf("New with a username on Redis 5.0: %v; want ErrVersion, UsernameTooOld of the master", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("New with a username on Redis 5.0: %v; want it to say %q", err, w)
+		}
+	}
+	s := open(t, redisstore.Options{Addrs: []string{five.Addr}, Password: "s3cret", RedisTime: true})
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("Ping with the password alone on Redis 5.0: %v", err)
+	}
+}
+
+// A store connected with a username, whose Redis is then replaced by one
+// older than 6.0 (a failover to an old replica, an address moved), tells
+// so from Ping and Require (the daemon's /readyz and reload): ErrVersion
+// naming the username, not the raw AUTH error of each reconnection.
+func TestUsernameBeforeRedis6Later(t *testing.T) {
+	srv := redistest.StartServer(t)
+	five := redistest.NewOlder(t, srv.Addr, "5.0.14")
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	sw := redistest.NewSwitch(t, srv.Addr)
+	s := open(t, redisstore.Options{Addrs: []string{sw.Addr}, Username: "u", Password: "pw", RedisTime: true})
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sw.To(five.Addr)
+	// The first Ping may meet the connection the switch closed.
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err = s.Ping(ctx)
+		if tooOld, _ := redisstore.UsernameTooOld(err); tooOld || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !errors.Is(err, redisstore.ErrVersion) || !strings.Contains(err.Error(), `username "u" needs Redis 6.0 or later`) {
+		t.Errorf("Ping on Redis 5.0 with a username: %v; want ErrVersion naming it", err)
+	}
+	err = s.Require(ctx, nil)
+	if tooOld, _ := redisstore.UsernameTooOld(err); !tooOld || !strings.Contains(err.Error(), "redisstore: require") {
+		t.Errorf("Require on Redis 5.0 with a username: %v; want UsernameTooOld", err)
+	}
+}
