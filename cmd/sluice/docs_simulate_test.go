@@ -34,7 +34,7 @@ func TestDocSimulateFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `(-[a-z]+)(?: ([^`]+))?` \\| ([^|]+) \\|")
+	row := regexp.MustCompile("(?m)^\\| `(-[a-z][a-z-]*)(?: ([^`]+))?` \\| ([^|]+) \\|")
 	doc := map[string][2]string{} // flag → argument, default column
 	for _, m := range row.FindAllStringSubmatch(strings.ReplaceAll(string(b), `\|`, "\x00"), -1) {
 		doc[m[1]] = [2]string{strings.ReplaceAll(m[2], "\x00", "|"), strings.TrimSpace(m[3])}
@@ -46,7 +46,7 @@ func TestDocSimulateFlags(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("simulate -h: exit %d", code)
 	}
-	line := regexp.MustCompile(`(?m)^  (-[a-z]+)(?: (\S+))?\n\s+(.*)$`)
+	line := regexp.MustCompile(`(?m)^  (-[a-z][a-z-]*)(?: (\S+))?\n\s+(.*)$`)
 	seen := map[string]bool{}
 	for _, m := range line.FindAllStringSubmatch(help, -1) {
 		name, arg, usage := m[1], m[2], m[3]

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/internal/sim"
 	"github.com/sluicehq/sluice/memstore"
@@ -33,6 +34,11 @@ a whole number (default 1); # starts a comment; times must not go backwards.
 Output (standard output): a header line, then one line per request:
   t,key,cost,allowed,remaining,retry_after,delay
 A summary (admitted, rejected, per key) goes to standard error.
+
+-store redis replays the trace through the Redis at -redis, in database
+-redis-db, as -redis-username; a password (Redis's requirepass, or that
+user's) is read from the environment variable REDIS_PASSWORD, never from
+the command line.
 
 Exit status: 0 done; 1 bad input, bad flag value or store failure (the
 message names the trace line); 2 the command line cannot be parsed.
@@ -54,6 +60,8 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	segments := fs.Int("segments", 0, "sub-windows `N` of sliding_window_counter (0: 1, the classic two-window estimate)")
 	storeName := fs.String("store", "memory", "where the counters live: `memory|redis`")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis `ADDR` for -store redis")
+	redisDB := fs.Int("redis-db", 0, "the Redis database `N` for -store redis, as store.redis.db")
+	redisUser := fs.String("redis-username", "", "the Redis ACL user `NAME` for -store redis, as store.redis.username; its password, or the default user's, is read from the environment variable "+redisPasswordEnv+" (never a flag)")
 	tracePath := fs.String("trace", "-", "the trace `FILE`; - for standard input")
 	plotPath := fs.String("plot", "", "also draw the run as an SVG picture into `FILE.svg`")
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +114,20 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := alg.ValidateLimit(limit); err != nil {
 		return fail("-rate %s -burst %d -segments %d: %v", *rate, *burst, *segments, err)
 	}
+	if p := config.DBProblem(*redisDB); p != "" {
+		return fail("-redis-db: %s", p)
+	}
+	if *storeName != "redis" {
+		var redisOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "redis-db" || f.Name == "redis-username" {
+				redisOnly = append(redisOnly, "-"+f.Name)
+			}
+		})
+		if len(redisOnly) > 0 {
+			return fail("%s: for -store redis only (-store is %s)", strings.Join(redisOnly, ", "), *storeName)
+		}
+	}
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
 		return fail("-plot %s: the plot is SVG; name the file *.svg", *plotPath)
 	}
@@ -118,9 +140,9 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "memory":
 		store = memstore.New(memstore.Options{})
 	case "redis":
-		s, err := simRedisStore(ctx, *redisAddr)
+		s, err := simRedisStore(ctx, *redisAddr, *redisDB, *redisUser, os.Getenv(redisPasswordEnv))
 		if err != nil {
-			return fail("-store redis: %v", err)
+			return fail("-store redis: %v%s", err, simRedisHint(err))
 		}
 		defer s.Close()
 		store, rs = s, s
@@ -200,16 +222,40 @@ func writePlot(f *os.File, path string, sum *sim.Summary) error {
 // the trace's times (not Redis' clock), and the keys get a prefix of their
 // own so that runs never see each other's counters. deleteKeys removes them
 // after the run.
-func simRedisStore(ctx context.Context, addr string) (*redisstore.Store, error) {
+func simRedisStore(ctx context.Context, addr string, db int, user, password string) (*redisstore.Store, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
 	return redisstore.New(ctx, redisstore.Options{
-		Addrs:   []string{addr},
-		Timeout: time.Second,
-		Prefix:  "sluice:simulate:" + hex.EncodeToString(id[:]) + ":",
+		Addrs:    []string{addr},
+		DB:       db,
+		Username: user,
+		Password: password,
+		Timeout:  time.Second,
+		Prefix:   "sluice:simulate:" + hex.EncodeToString(id[:]) + ":",
 	})
+}
+
+// redisPasswordEnv is the environment variable -store redis reads the
+// password from: the one the docs' configs give store.redis.password
+// (password: ${REDIS_PASSWORD}), so that it is never on a command line,
+// which other users of the machine can read.
+const redisPasswordEnv = "REDIS_PASSWORD"
+
+// simRedisHint names the flag or variable to check when Redis refused
+// the connection, "" otherwise.
+func simRedisHint(err error) string {
+	switch {
+	case errors.Is(err, redisstore.ErrDB):
+		return " (check -redis-db)"
+	case errors.Is(err, redisstore.ErrAuth):
+		return " (check -redis-username and the environment variable " + redisPasswordEnv + ")"
+	}
+	if tooOld, _ := redisstore.UsernameTooOld(err); tooOld {
+		return " (-redis-username needs Redis 6.0 or later: leave it out, " + redisPasswordEnv + " alone is the default user's password)"
+	}
+	return ""
 }
 
 // deleteKeys deletes the Redis keys of a run's keys, a batch per command,

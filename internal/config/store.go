@@ -68,6 +68,17 @@ func (r *RedisConfig) SentinelCredentials() *redisstore.Credentials {
 	return &redisstore.Credentials{Username: r.SentinelUsername, Password: r.SentinelPassword}
 }
 
+// DBProblem returns why db is not a Redis database number ("-1 is not a
+// database number"), or "": store.redis.db's check, which sluice simulate's
+// -redis-db shares. Redis's databases setting bounds the numbers further,
+// as the store connects.
+func DBProblem(db int) string {
+	if db < 0 || db > 1<<20 {
+		return strconv.Itoa(db) + " is not a database number"
+	}
+	return ""
+}
+
 // The store types.
 const (
 	StoreMemory = "memory"
@@ -149,8 +160,8 @@ func (r *RedisConfig) check(ck *checker) {
 	if r.MaxFlushDelay < 0 || r.MaxFlushDelay > time.Millisecond {
 		ck.fail("store.redis.max_flush_delay", "%v must be between 0 and 1ms", r.MaxFlushDelay)
 	}
-	if r.DB < 0 || r.DB > 1<<20 {
-		ck.fail("store.redis.db", "%d is not a database number", r.DB)
+	if p := DBProblem(r.DB); p != "" {
+		ck.fail("store.redis.db", "%s", p)
 	} else if r.DB != 0 && r.Cluster {
 		ck.fail("store.redis.db", "Redis Cluster has database 0 only")
 	}
