@@ -78,3 +78,44 @@ func TestUsernameBeforeRedis6Later(t *testing.T) {
 		t.Errorf("Require on Redis 5.0 with a username: %v; want UsernameTooOld", err)
 	}
 }
+
+// A Sentinel older than 6.2 has no ACL users: given a username (the
+// Sentinels' own, or the master's, which they get by default), Sentinel
+// 5.0 answers AUTH with a username as a wrong number of arguments. New
+// then names the Sentinel, the username and the version Sentinel users
+// need (UsernameTooOld of a Sentinel), not the master. Redis here is
+// 7.0.15; a relay answers HELLO and AUTH with a username as 5.0 does.
+func TestUsernameBeforeSentinel62(t *testing.T) {
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, master)
+	five := redistest.NewOlder(t, sentinel, "5.0.14")
+	if _, err := redistest.Do(master.Addr, "ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []redisstore.Options{
+		{Username: "u", Password: "pw"},
+		{SentinelCredentials: &redisstore.Credentials{Username: "watcher", Password: "wpw"}},
+	} {
+		o.Addrs, o.Sentinel, o.RedisTime = []string{five.Addr}, "mymaster", true
+		user := o.Username
+		if o.SentinelCredentials != nil {
+			user = o.SentinelCredentials.Username
+		}
+		_, err := connect(o)
+		tooOld, sentinel := redisstore.UsernameTooOld(err)
+		if !tooOld || !sentinel || !errors.Is(err, redisstore.ErrVersion) {
+			t.Errorf("New with Sentinel user %q on a Sentinel 5.0: %v; want ErrVersion, UsernameTooOld of a Sentinel", user, err)
+			continue
+		}
+		for _, w := range []string{`the Sentinels' username "` + user + `" needs Sentinels of Redis 6.2 or later`, "the Sentinel at " + five.Addr, "wrong number of arguments for 'auth' command"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("New with Sentinel user %q on a Sentinel 5.0: %v; want it to say %q", user, err, w)
+			}
+		}
+	}
+	// No username: the Sentinel 5.0 is no obstacle.
+	s := open(t, redisstore.Options{Addrs: []string{five.Addr}, Sentinel: "mymaster", RedisTime: true})
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("Ping through a Sentinel 5.0 without a username: %v", err)
+	}
+}
