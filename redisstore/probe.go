@@ -254,7 +254,8 @@ func (s *Store) probeWith(ctx context.Context, op string, needs []Need) error {
 }
 
 // Require checks, as New does with Options.Needs, that the servers are
-// recent enough for needs (Need.MinRedis, against the versions New read)
+// recent enough for needs (Need.MinRedis, against the versions New read,
+// or the last RunIDs once called)
 // and that Redis's ACL lets the user run what needs run (on every master
 // of a Cluster), and when so, makes them the needs that Ping checks from
 // then on, in place of Options.Needs (a caller whose features changed).
@@ -268,7 +269,7 @@ func (s *Store) Require(ctx context.Context, needs []Need) error {
 	if err := checkNeeds(needs); err != nil {
 		return fmt.Errorf("redisstore: require: %w", err)
 	}
-	if err := tooOld("require", s.opts.Addrs, s.servers, needs); err != nil {
+	if err := tooOld("require", s.opts.Addrs, *s.servers.Load(), needs); err != nil {
 		return err
 	}
 	if err := s.probeWith(ctx, "require", needs); err != nil {

@@ -110,9 +110,10 @@ type Store struct {
 	// needs are what the ACL probe checks besides the store's own:
 	// Options.Needs, or those of the last Require.
 	needs atomic.Pointer[[]Need]
-	// servers are the versions of the servers when New connected, for
-	// Require (see tooOld).
-	servers []serverVersion
+	// servers are the versions of the servers as New read them when it
+	// connected, then as the last RunIDs read them (the servers in place
+	// now), for Require and CheckVersions (see tooOld).
+	servers atomic.Pointer[[]serverVersion]
 	shardState
 }
 
@@ -261,8 +262,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	needs := o.Needs
 	s.needs.Store(&needs)
-	s.servers = serverVersions(ctx, r.c)
-	if err := tooOld("connect", o.Addrs, s.servers, append([]Need{o.ownNeed()}, needs...)); err != nil {
+	servers := serverVersions(ctx, r.c)
+	s.servers.Store(&servers)
+	if err := tooOld("connect", o.Addrs, servers, append([]Need{o.ownNeed()}, needs...)); err != nil {
 		s.Close()
 		return nil, err
 	}

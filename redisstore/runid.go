@@ -27,6 +27,10 @@ import (
 // RunIDs after a restart already tells it. It fails, wrapping
 // sluice.ErrStoreUnavailable, when a server does not answer within the
 // timeout.
+//
+// The same replies tell each server's version: RunIDs keeps them, for
+// CheckVersions and Require to check the servers in place now rather than
+// those New met (a failover to a replica on an older Redis).
 func (s *Store) RunIDs(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -35,6 +39,7 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 		// call was in flight (a restart) fails its next call once (EOF);
 		// met here, it is redialled before a decision meets it.
 		var id string
+		var servers []serverVersion
 		for _, c := range []rueidis.Client{s.c, s.solo} {
 			if c == nil {
 				continue
@@ -44,7 +49,17 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 				return "", fmt.Errorf("redisstore: run_id: %w: %w", sluice.ErrStoreUnavailable, err)
 			}
 			id = runID(info)
+			if servers == nil {
+				// The address the client reaches (a Sentinel's master:
+				// the one it follows now).
+				var addr string
+				for a := range c.Nodes() {
+					addr = a
+				}
+				servers = []serverVersion{infoVersion(addr, info)}
+			}
 		}
+		s.servers.Store(&servers)
 		return id, nil
 	}
 	nodes := s.c.Nodes()
@@ -54,6 +69,7 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 	}
 	slices.Sort(addrs)
 	var b strings.Builder
+	servers := make([]serverVersion, 0, len(addrs))
 	for _, addr := range addrs {
 		n := nodes[addr]
 		info, err := serverInfo(ctx, n)
@@ -61,7 +77,9 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
 		}
 		fmt.Fprintf(&b, "%s=%s ", addr, runID(info))
+		servers = append(servers, infoVersion(addr, info))
 	}
+	s.servers.Store(&servers)
 	return b.String(), nil
 }
 

@@ -20,7 +20,8 @@ import (
 // node of a Cluster) and refuses one older than the store's scripts or a
 // feature among Options.Needs (Need.MinRedis) with ErrVersion, naming the
 // feature, the version it needs and the version found; Require checks a
-// caller's new needs against the versions New read.
+// caller's new needs against the versions read last, and CheckVersions
+// the servers RunIDs met since (those that replaced others).
 
 // serverVersion is what a server tells of itself in INFO server.
 type serverVersion struct {
@@ -128,7 +129,7 @@ func (o Options) ownNeed() Need {
 	return Need{Feature: "the store", MinRedis: "4.0", MinRedisFor: "HSET of several fields in its scripts"}
 }
 
-// tooOld returns, as a *versionError (op "connect" or "require"), the
+// tooOld returns, as a *versionError (op "connect", "require" or "check"), the
 // needs that servers are too old for, each with the servers; nil when
 // none is. A server whose version is no version (a proxy's) is not
 // refused: it cannot tell.
@@ -164,6 +165,22 @@ func tooOld(op string, addrs []string, servers []serverVersion, needs []Need) er
 		what[i] = strings.Join(refused[k], ", ") + "; " + k
 	}
 	return &versionError{op: op, addrs: addrs, what: strings.Join(what, "; ")}
+}
+
+// CheckVersions checks, as New does, that the servers are recent enough
+// for the store's scripts and for needs (Need.MinRedis), against the
+// versions the last RunIDs read (New's, before any): a server that took
+// another's place since New connected (a failover to a replica on an
+// older Redis, a restart on an older binary, a Cluster node added) is
+// checked once RunIDs has met it. It fails with ErrVersion naming each
+// feature, the version it needs and the servers too old for it, as New
+// would (op "check"); nil when every server is recent enough, or cannot
+// tell. It asks Redis nothing, and changes nothing.
+func (s *Store) CheckVersions(needs []Need) error {
+	if err := checkNeeds(needs); err != nil {
+		return fmt.Errorf("redisstore: check: %w", err)
+	}
+	return tooOld("check", s.opts.Addrs, *s.servers.Load(), append([]Need{s.opts.ownNeed()}, needs...))
 }
 
 // versionError is the error of a server older than a need (ErrVersion).

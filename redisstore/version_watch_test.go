@@ -1,0 +1,94 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// A server that takes the place of the one New met (an address moved to
+// another server, as a failover or a restart on another binary does) is
+// checked once RunIDs has met it: CheckVersions, and Require, refuse it
+// with ErrVersion in New's words, naming the feature, both versions and
+// the node; a good server back passes again. Before, both checked the
+// versions read at connect only.
+func TestVersionRecheckedAfterRunIDs(t *testing.T) {
+	t.Parallel()
+	good, old := redistest.StartServer(t), redistest.StartServer(t)
+	six := redistest.NewOlder(t, old.Addr, "6.0.16")
+	sw := redistest.NewSwitch(t, good.Addr)
+	defer6 := redisstore.Need{Feature: "deferrals", MinRedis: "6.2", MinRedisFor: "XAUTOCLAIM"}
+	s := open(t, redisstore.Options{Addrs: []string{sw.Addr}, RedisTime: true})
+	ctx := context.Background()
+	first, err := s.RunIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckVersions([]redisstore.Need{defer6}); err != nil {
+		t.Fatalf("CheckVersions on Redis 7.0: %v", err)
+	}
+
+	sw.To(six.Addr)
+	var ids string
+	untilOK(t, "RunIDs of the server behind the switch", func() error {
+		ids, err = s.RunIDs(ctx)
+		if err == nil && ids == first {
+			err = errors.New("run_id unchanged")
+		}
+		return err
+	})
+	want := "redisstore: check [" + sw.Addr + "]: deferrals needs Redis 6.2 or later (XAUTOCLAIM); " + sw.Addr + " runs 6.0.16"
+	err = s.CheckVersions([]redisstore.Need{defer6})
+	if !errors.Is(err, redisstore.ErrVersion) || err.Error() != want {
+		t.Errorf("CheckVersions on the server that took the address (6.0.16): %v; want ErrVersion %q", err, want)
+	}
+	if err := s.CheckVersions(nil); err != nil {
+		t.Errorf("CheckVersions of no need on 6.0.16 (the store needs 5.0): %v", err)
+	}
+	if err := s.Require(ctx, []redisstore.Need{defer6}); !errors.Is(err, redisstore.ErrVersion) || !strings.Contains(err.Error(), "runs 6.0.16") {
+		t.Errorf("Require on the server that took the address (6.0.16): %v; want ErrVersion", err)
+	}
+	if err := s.CheckVersions([]redisstore.Need{{Feature: "typo", MinRedis: "six"}}); err == nil || errors.Is(err, redisstore.ErrVersion) || !strings.Contains(err.Error(), `"six"`) {
+		t.Errorf("CheckVersions with MinRedis six: %v; want an error naming it (no ErrVersion)", err)
+	}
+
+	sw.To(good.Addr)
+	untilOK(t, "RunIDs of the good server back", func() error {
+		ids, err = s.RunIDs(ctx)
+		if err == nil && ids != first {
+			err = errors.New("run_id not the good server's")
+		}
+		return err
+	})
+	if err := s.CheckVersions([]redisstore.Need{defer6}); err != nil {
+		t.Errorf("CheckVersions with the good server back: %v", err)
+	}
+}
+
+// On a Cluster RunIDs reads every node, and CheckVersions names each one
+// too old.
+func TestVersionRecheckedCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	s := open(t, redisstore.Options{Addrs: c.Addrs[:1], Cluster: true, RedisTime: true})
+	if _, err := s.RunIDs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckVersions([]redisstore.Need{{Feature: "streams", MinRedis: "5.0", MinRedisFor: "XADD"}}); err != nil {
+		t.Errorf("CheckVersions of a need every node meets: %v", err)
+	}
+	future := redisstore.Need{Feature: "a feature from the future", MinRedis: "256.0", MinRedisFor: "TIMETRAVEL"}
+	err := s.CheckVersions([]redisstore.Need{future})
+	if !errors.Is(err, redisstore.ErrVersion) {
+		t.Fatalf("CheckVersions on a Cluster of a need for Redis 256.0: %v; want ErrVersion", err)
+	}
+	for _, a := range c.Addrs {
+		if !strings.Contains(err.Error(), a+" runs ") {
+			t.Errorf("CheckVersions on a Cluster of a need for Redis 256.0: %v; want it to name node %s", err, a)
+		}
+	}
+}
