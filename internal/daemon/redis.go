@@ -126,6 +126,15 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		}
 		cache.Forget()
 	}, d.log)
+	// 1 until a server that replaced another is too old for the config
+	// in force (see watchRunIDs); /readyz does not fail for it.
+	_ = d.metrics.GaugeFunc("sluice_redis_version_ok", "1 while every Redis server is recent enough for the config in force, 0 once one that took another's place (a failover, a restart) is too old for a feature it uses.",
+		func() float64 {
+			if lazy.tooOld.Load() {
+				return 0
+			}
+			return 1
+		})
 	closers := []func(){func() {
 		if err := fs.Close(); err != nil {
 			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
@@ -199,8 +208,21 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 // forgets on a failed call, but after a restart while the daemon was idle
 // no call fails (the connection is redialled), and the keys refused
 // locally never reach Redis to find out.
+//
+// Each answer also tells the servers' versions (the same INFO replies):
+// they are checked against what the config in force needs
+// (lazyRedis.checkVersions), as at connect, since a server that took
+// another's place (a failover to a replica on an older Redis, a restart
+// on an older binary, a Cluster node added) was never checked, and a
+// feature it lacks fails at every call as an unknown command, taken for
+// an outage. One too old is logged at ERROR, once until the answer
+// changes, and l.tooOld is set (sluice_redis_version_ok) until a check
+// passes: a good server back, or a reload that leaves the feature out.
+// /readyz does not fail for it: every instance of a fleet sees the same
+// servers, and a fleet not ready everywhere would turn one old replica
+// into a full outage, where only the features it lacks fail.
 func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
-	var last string
+	var last, told string // told: the version refusal last logged
 	return func(time.Time) {
 		if last == "" {
 			// Read at connect, before any decision: the first refusals
@@ -218,6 +240,16 @@ func watchRunIDs(l *lazyRedis, lost func(), log *slog.Logger) func(time.Time) {
 			log.Info("Redis restarted or failed over (its run_id changed): cached refusals, lease units and sync views let go", "run_ids", ids)
 		}
 		last = ids
+		verr := l.checkVersions()
+		l.tooOld.Store(verr != nil)
+		switch {
+		case verr != nil && verr.Error() != told:
+			told = verr.Error()
+			log.Error("Redis is too old for the config: a server that took another's place (a failover, a restart) lacks what a feature runs, which fails at every call; "+refusalHint(verr), "err", verr)
+		case verr == nil && told != "":
+			told = ""
+			log.Info("Redis is recent enough for the config again")
+		}
 	}
 }
 
@@ -251,6 +283,7 @@ func (f *refundFeed) Resume() {
 type lazyRedis struct {
 	s      atomic.Pointer[redisstore.Store]
 	ids    atomic.Pointer[string] // the servers' run_ids when it connected (watchRunIDs)
+	tooOld atomic.Bool            // the last checkVersions failed (watchRunIDs)
 	cancel context.CancelFunc
 	ctx    context.Context // done at Close
 	up     chan struct{}   // closed once s is set
@@ -261,6 +294,9 @@ type lazyRedis struct {
 	// in force then.
 	mu    sync.Mutex
 	needs *[]redisstore.Need // the ACL check's, for the next connect (see setNeeds)
+	// inForce is needs, read without mu: by the version check of each
+	// tick (checkVersions), which a reload's check must not hold up.
+	inForce atomic.Pointer[[]redisstore.Need]
 }
 
 var errNotConnected = fmt.Errorf("daemon: not connected to Redis yet: %w", sluice.ErrStoreUnavailable)
@@ -309,6 +345,7 @@ func refusalHint(err error) string {
 // otherwise keeps trying whatever becomes of start.
 func newLazyRedis(start context.Context, o redisstore.Options, log *slog.Logger) (*lazyRedis, error) {
 	l := &lazyRedis{needs: &o.Needs, up: make(chan struct{})}
+	l.inForce.Store(&o.Needs)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx, l.cancel = ctx, cancel
 	err := l.connect(start, o)
@@ -426,13 +463,24 @@ func (l *lazyRedis) check(ctx context.Context, needs []redisstore.Need) error {
 	return nil
 }
 
+// checkVersions checks the versions of the servers the last RunIDs met
+// against the needs in force (redisstore.Store.CheckVersions); nil until
+// connected.
+func (l *lazyRedis) checkVersions() error {
+	s := l.s.Load()
+	if s == nil {
+		return nil
+	}
+	return s.CheckVersions(*l.inForce.Load())
+}
+
 // setNeeds makes needs those the store's ACL check asks for when it
 // connects, even a connection already being made (see connect): the
 // needs of the config in force, set once a reload applies (a refused
 // one's would refuse a connection that the config in force does not
 // need refused, or let one through that it does). The caller holds l
 // (hold) since its check.
-func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs = &needs }
+func (l *lazyRedis) setNeeds(needs []redisstore.Need) { l.needs = &needs; l.inForce.Store(&needs) }
 
 // watchRefunds tells lst of the refunds published to the fleet
 // (redisstore.Store.WatchRefunds) from when the store connects until
