@@ -269,7 +269,7 @@ func (s *Store) Require(ctx context.Context, needs []Need) error {
 	if err := checkNeeds(needs); err != nil {
 		return fmt.Errorf("redisstore: require: %w", err)
 	}
-	if err := tooOld("require", s.opts.Addrs, *s.servers.Load(), needs); err != nil {
+	if err := tooOld("require", s.opts.Addrs, s.versions(), needs); err != nil {
 		return err
 	}
 	if err := s.probeWith(ctx, "require", needs); err != nil {

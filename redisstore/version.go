@@ -180,7 +180,15 @@ func (s *Store) CheckVersions(needs []Need) error {
 	if err := checkNeeds(needs); err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
 	}
-	return tooOld("check", s.opts.Addrs, *s.servers.Load(), append([]Need{s.opts.ownNeed()}, needs...))
+	return tooOld("check", s.opts.Addrs, s.versions(), append([]Need{s.opts.ownNeed()}, needs...))
+}
+
+// versions are the servers' versions read last (New's, then RunIDs').
+func (s *Store) versions() []serverVersion {
+	if p := s.servers.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // versionError is the error of a server older than a need (ErrVersion).
