@@ -190,16 +190,18 @@ func deniedCommand(err error) string {
 
 // refusedCredentials reports whether err is Redis refusing to let the
 // client in: AUTH or HELLO answered WRONGPASS, NOAUTH or NOPERM, or "ERR
-// AUTH … called without any password configured" (a password sent to a
-// Redis that has none for the default user), or "ERR invalid password"
-// (Redis before 6).
+// AUTH <password> called without any password configured" (a password
+// sent to a Redis that has none for the default user; Redis before 6:
+// "ERR Client sent AUTH, but no password is set"), or "ERR invalid
+// password" (Redis before 6). rueidis drops an error's "ERR ", so the
+// words are matched without it.
 func refusedCredentials(err error) bool {
 	var re *rueidis.RedisError
 	if !errors.As(err, &re) {
 		return false
 	}
-	msg := re.Error()
-	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR AUTH", "ERR invalid password", "ERR invalid username"} {
+	msg := strings.TrimPrefix(re.Error(), "ERR ")
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "AUTH <password> called without", "Client sent AUTH, but no password is set", "invalid password", "invalid username"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

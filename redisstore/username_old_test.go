@@ -119,3 +119,25 @@ func TestUsernameBeforeSentinel62(t *testing.T) {
 		t.Errorf("Ping through a Sentinel 5.0 without a username: %v", err)
 	}
 }
+
+// Redis 5's refusals of a password are ErrAuth, as Redis 6's WRONGPASS
+// is: "ERR invalid password" (a wrong one) and "ERR Client sent AUTH,
+// but no password is set" (one Redis has none for). rueidis drops the
+// "ERR " of an error, so the store's match of those words never matched,
+// and both passed for an outage. Through a relay that words them as
+// Redis 5.0 does, in front of Redis 7.0.15.
+func TestPasswordBeforeRedis6(t *testing.T) {
+	srv := redistest.StartServer(t)
+	five := redistest.NewOlder(t, srv.Addr, "5.0.14")
+	_, err := connect(redisstore.Options{Addrs: []string{five.Addr}, Password: "pw", RedisTime: true})
+	if !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), "Client sent AUTH, but no password is set") {
+		t.Errorf("New with a password on Redis 5.0 that has none: %v; want ErrAuth with Redis's words", err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = connect(redisstore.Options{Addrs: []string{five.Addr}, Password: "wrong", RedisTime: true})
+	if !errors.Is(err, redisstore.ErrAuth) || !strings.Contains(err.Error(), "invalid password") {
+		t.Errorf("New with a wrong password on Redis 5.0: %v; want ErrAuth with Redis's words", err)
+	}
+}

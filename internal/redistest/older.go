@@ -22,12 +22,18 @@ import (
 // do: HELLO is an unknown command ("ERR unknown command `HELLO`, with
 // args beginning with: `3`, …"), and AUTH takes the password alone (AUTH
 // with a username: "ERR wrong number of arguments for 'auth' command"),
-// both before any password is asked for, as there. Every other command
-// reaches Redis as it was sent.
+// both before any password is asked for, as there; and AUTH's refusals
+// of a password are in Redis 5's words ("ERR invalid password" for
+// Redis's WRONGPASS, "ERR Client sent AUTH, but no password is set" for
+// a password Redis has none for). Every other command reaches Redis as it
+// was sent.
 type Older struct {
 	relay // Addr: where clients connect, 127.0.0.1:PORT
 
 	from, to []byte
+	// swaps are Redis's replies that Redis 5 words otherwise, and its
+	// words (pre6 only).
+	swaps [][2][]byte
 	// pre6: VERSION is before 6.0. marker is Redis's reply to
 	// markerCommand, which stands in for a command Older answers itself
 	// (see forward).
@@ -72,6 +78,7 @@ func NewOlder(tb testing.TB, addr, version string) *Older {
 			tb.Fatalf("redistest: NewOlder: Redis at %s runs %s", addr, markerCommand)
 		}
 		x.marker = []byte("-" + err.Error() + "\r\n")
+		x.swaps = pre6Swaps
 	}
 	x.start(tb, addr, nil, func(c, s net.Conn) {
 		if !x.pre6 {
@@ -84,6 +91,14 @@ func NewOlder(tb testing.TB, addr, version string) *Older {
 		x.wg.Go(func() { x.back(c, s, answers); c.Close() })
 	})
 	return x
+}
+
+// pre6Swaps are AUTH's refusals of a password as Redis 7 words them, and
+// as Redis 5.0 does (its authCommand).
+var pre6Swaps = [][2][]byte{
+	{[]byte("-WRONGPASS invalid username-password pair or user is disabled.\r\n"), []byte("-ERR invalid password\r\n")},
+	{[]byte("-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"),
+		[]byte("-ERR Client sent AUTH, but no password is set\r\n")},
 }
 
 // answers are the replies Older owes a client in place of Redis's
@@ -192,10 +207,10 @@ func readCommand(r *bufio.Reader) (raw []byte, args []string, err error) {
 	return raw, args, nil
 }
 
-// back passes Redis's replies on, rewritten: the version, and each reply
-// to markerCommand replaced by the next answer owed (owed nil: none). A
-// read that ends with the start of either keeps that start until the next
-// read completes it: a reply ends with "\r\n", never with such a start,
+// back passes Redis's replies on, rewritten: the version, each reply to
+// markerCommand replaced by the next answer owed (owed nil: none), and
+// the swaps. A read that ends with the start of any of them keeps that
+// start until the next read completes it: a reply ends with "\r\n", never with such a start,
 // so nothing a client waits for is kept.
 func (x *Older) back(c, s net.Conn, owed *answers) {
 	buf := make([]byte, 64<<10)
@@ -212,18 +227,38 @@ func (x *Older) back(c, s net.Conn, owed *answers) {
 		if owed != nil {
 			out = replaceEach(out, x.marker, owed.pop)
 		}
+		starts := [][]byte{x.from}
+		if owed != nil {
+			starts = append(starts, x.marker)
+		}
+		for _, sw := range x.swaps {
+			out = bytes.ReplaceAll(out, sw[0], sw[1])
+			starts = append(starts, sw[0])
+		}
 		kept = nil
-		for i := max(0, len(out)-max(len(x.from), len(x.marker))+1); i < len(out); i++ {
-			if bytes.HasPrefix(x.from, out[i:]) || owed != nil && bytes.HasPrefix(x.marker, out[i:]) {
-				kept = bytes.Clone(out[i:])
-				out = out[:i]
-				break
+	tail:
+		for i := max(0, len(out)-longest(starts)+1); i < len(out); i++ {
+			for _, p := range starts {
+				if bytes.HasPrefix(p, out[i:]) {
+					kept = bytes.Clone(out[i:])
+					out = out[:i]
+					break tail
+				}
 			}
 		}
 		if _, err := c.Write(out); err != nil {
 			return
 		}
 	}
+}
+
+// longest is the length of the longest of ps.
+func longest(ps [][]byte) int {
+	n := 0
+	for _, p := range ps {
+		n = max(n, len(p))
+	}
+	return n
 }
 
 // replaceEach returns b with each old replaced by what next returns (old

@@ -66,7 +66,7 @@ func TestOlderSplit(t *testing.T) {
 // and AUTH with a username has the wrong number of arguments, in Redis
 // 5's words and before a password is asked for, in their turn among
 // pipelined commands; AUTH with the password alone, and the rest, reach
-// Redis.
+// Redis, AUTH's refusals in Redis 5's words.
 func TestOlderBefore6(t *testing.T) {
 	s := StartServer(t)
 	x := NewOlder(t, s.Addr, "5.0.14") // reads INFO: before the password
@@ -84,6 +84,7 @@ func TestOlderBefore6(t *testing.T) {
 		{"HELLO", "3", "AUTH", "u", "pw"},
 		{"AUTH", "u", "pw"},
 		{"PING"},
+		{"AUTH", "nope"},
 		{"AUTH", "pw"},
 		{"hello", "2"},
 		{"ECHO", "after"},
@@ -102,6 +103,7 @@ func TestOlderBefore6(t *testing.T) {
 		"error: ERR unknown command `HELLO`, with args beginning with: `3`, `AUTH`, `u`, `pw`, ",
 		"error: ERR wrong number of arguments for 'auth' command",
 		"error: NOAUTH Authentication required.",
+		"error: ERR invalid password",
 		"OK",
 		"error: ERR unknown command `hello`, with args beginning with: `2`, ",
 		"after",
@@ -114,5 +116,11 @@ func TestOlderBefore6(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("reply %d: %q; want %q", i, got, want)
 		}
+	}
+	if _, err := DoAuth(s.Addr, "", "pw", "CONFIG", "SET", "requirepass", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Do(x.Addr, "AUTH", "pw"); err == nil || err.Error() != "ERR Client sent AUTH, but no password is set" {
+		t.Errorf("AUTH of a password without requirepass: %v; want Redis 5's refusal", err)
 	}
 }
