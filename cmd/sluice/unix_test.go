@@ -13,25 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// sockDir returns a short new directory for sockets, removed when the
-// test ends (a socket's path holds 107 bytes at most).
-func sockDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+	"github.com/sluicehq/sluice/internal/socktest"
+)
 
 // The banner names the Unix sockets of -listen and -grpc-listen as
 // unix:/PATH, and the try-it line of the built-in example reaches the
 // socket.
 func TestServeBannerUnix(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	got := serveBanner(t, func(l string) bool { return strings.HasPrefix(l, "sluice: try it") }, nil,
 		"-listen", "unix:"+dir+"/api.sock")
 	if !strings.Contains(got, "sluice: decision API on unix:"+dir+"/api.sock (POST /v1/check") {
@@ -56,7 +46,7 @@ func TestServeBannerUnix(t *testing.T) {
 // A -listen on a socket another process listens on fails the start,
 // exit 1, with the in-use hint; a relative one is a usage error.
 func TestServeUnixInUse(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	ln, err := net.Listen("unix", dir+"/api.sock")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +66,7 @@ func TestServeUnixInUse(t *testing.T) {
 // check-config warns of rules keyed by ip on a Unix-socket listen whose
 // peers are not trusted, and passes the config.
 func TestCheckConfigUnixWarning(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	path := writeConfig(t, "listen: unix:"+dir+"/api.sock\nrules:\n  - {name: per-ip, key: [ip], rate: 5/m}\n")
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"check-config", path}, nil, &stdout, &stderr)
@@ -89,17 +79,12 @@ func TestCheckConfigUnixWarning(t *testing.T) {
 // `sluice serve` on a Unix socket, stopped by SIGTERM (the graceful
 // drain): it exits 0, and its socket is gone.
 func TestServeUnixSIGTERM(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	sock := dir + "/api.sock"
 	path := writeConfig(t, "listen: unix:"+sock+"\nrules:\n  - {name: r, key: [header:X-Key], rate: 5/m}\n")
 	p := startSigProc(t, path)
 	p.waitLog("decision API on unix:" + sock)
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
+	c := socktest.Client(sock, 30*time.Second)
 	check := func() (int, error) {
 		resp, err := c.Post("http://sluice/v1/check", "application/json", strings.NewReader(`{"rule":"r","key":"k","cost":5}`))
 		if err != nil {

@@ -21,31 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/socktest"
 )
-
-// sockDir returns a short new directory for sockets, removed when the
-// test ends: a t.TempDir() path can pass the 107 bytes a socket's path
-// may have.
-func sockDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// unixClient is an HTTP/1.1 client whose every connection goes to the
-// socket at path.
-func unixClient(path string) *http.Client {
-	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-	}}
-}
 
 // unixDo sends a request over c to the decision API at path "http://sluice"+target.
 func unixDo(t *testing.T, c *http.Client, method, target, body string, header ...string) reply {
@@ -79,7 +56,7 @@ func gone(path string) bool {
 // umask, decisions and health over it, named unix:PATH, and removed when
 // the daemon stops.
 func TestUnixDecisionAPI(t *testing.T) {
-	sock := filepath.Join(sockDir(t), "api.sock")
+	sock := filepath.Join(socktest.Dir(t), "api.sock")
 	td := startDaemon(t, "listen: unix:"+sock+"\nrules:\n  - {name: r, key: [header:X-Key], rate: 2/h}\n")
 	if got := td.d.Addrs().API; got != "unix:"+sock {
 		t.Errorf("Addrs().API = %q, want unix:%s", got, sock)
@@ -88,7 +65,7 @@ func TestUnixDecisionAPI(t *testing.T) {
 	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o660 {
 		t.Fatalf("the socket: %v, %v; want a socket with mode 0660", fi.Mode(), err)
 	}
-	c := unixClient(sock)
+	c := socktest.Client(sock, 20*time.Second)
 	if r := unixDo(t, c, "GET", "/healthz", ""); r.status != http.StatusOK {
 		t.Errorf("GET /healthz: %d %q", r.status, r.body)
 	}
@@ -116,13 +93,13 @@ func TestUnixDecisionAPI(t *testing.T) {
 func TestUnixForwardAuth(t *testing.T) {
 	for _, trusted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
-			sock := filepath.Join(sockDir(t), "api.sock")
+			sock := filepath.Join(socktest.Dir(t), "api.sock")
 			y := "listen: unix:" + sock + "\nrules:\n  - {name: per-ip, key: [ip], rate: 2/h}\n"
 			if trusted {
 				y += "client_ip: {trusted_proxies: [127.0.0.1, unix:]}\n"
 			}
 			td := startDaemon(t, y)
-			c := unixClient(sock)
+			c := socktest.Client(sock, 20*time.Second)
 			ask := func(client string) reply {
 				return unixDo(t, c, "GET", "/v1/forward-auth", "", "X-Forwarded-Uri", "/x", "X-Forwarded-Method", "GET", "X-Forwarded-For", client)
 			}
@@ -161,7 +138,7 @@ func TestUnixForwardAuth(t *testing.T) {
 // The Envoy rate limit service on a Unix socket, reached as grpc-go's
 // unix:///PATH, and its socket removed at shutdown.
 func TestUnixGRPC(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	sock := filepath.Join(dir, "grpc.sock")
 	if err := os.WriteFile(filepath.Join(dir, "rl.yaml"), []byte(envoyDescriptors), 0o644); err != nil {
 		t.Fatal(err)
@@ -197,7 +174,7 @@ func TestUnixGRPC(t *testing.T) {
 // A socket left by a daemon that was killed (nothing accepts on it) is
 // removed and listened on again.
 func TestUnixStaleSocket(t *testing.T) {
-	sock := filepath.Join(sockDir(t), "api.sock")
+	sock := filepath.Join(socktest.Dir(t), "api.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +185,7 @@ func TestUnixStaleSocket(t *testing.T) {
 		t.Fatalf("the stale socket: dial %v, want ECONNREFUSED", err)
 	}
 	td := startDaemon(t, "listen: unix:"+sock+"\n")
-	if r := unixDo(t, unixClient(sock), "GET", "/healthz", ""); r.status != http.StatusOK {
+	if r := unixDo(t, socktest.Client(sock, 20*time.Second), "GET", "/healthz", ""); r.status != http.StatusOK {
 		t.Errorf("GET /healthz: %d %q", r.status, r.body)
 	}
 	if err := td.stop(); err != nil {
@@ -223,7 +200,7 @@ func TestUnixStaleSocket(t *testing.T) {
 // to start (EADDRINUSE, as a TCP port in use), and leaves it alone. So is
 // a path that is not a socket: never removed.
 func TestUnixPathTaken(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	live := filepath.Join(dir, "live.sock")
 	ln, err := net.Listen("unix", live)
 	if err != nil {
@@ -270,7 +247,7 @@ func TestUnixPathTaken(t *testing.T) {
 // max_connections caps the connections of a Unix-socket listener as of
 // a TCP one: one more is closed at once.
 func TestUnixMaxConnections(t *testing.T) {
-	sock := filepath.Join(sockDir(t), "api.sock")
+	sock := filepath.Join(socktest.Dir(t), "api.sock")
 	startDaemon(t, "listen: unix:"+sock+"\napi: {max_connections: 1}\n")
 	first, err := net.Dial("unix", sock)
 	if err != nil {
@@ -301,7 +278,7 @@ func TestUnixMaxConnections(t *testing.T) {
 // A reload that changes a Unix-socket listen is refused, as a TCP one's:
 // it needs a restart.
 func TestUnixReloadListen(t *testing.T) {
-	dir := sockDir(t)
+	dir := socktest.Dir(t)
 	td := startDaemon(t, "listen: unix:"+filepath.Join(dir, "a.sock")+"\n")
 	replaceFile(t, td.path, "listen: unix:"+filepath.Join(dir, "b.sock")+"\n")
 	if r := td.waitReload(); !errors.Is(r.Err, errRestartOnly) || !strings.Contains(r.Err.Error(), "listen") {

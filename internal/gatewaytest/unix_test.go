@@ -3,10 +3,11 @@ package gatewaytest
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/socktest"
 )
 
 // The nginx example's Unix-socket variant: nginx asks Sluice over a Unix
@@ -93,12 +94,7 @@ func TestCaddyOverUnixSocket(t *testing.T) {
 // on a socket in a new directory. It returns the socket's path.
 func startSluiceOnSocket(t *testing.T, name string) (string, *sluiced) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl") // short: a socket's path holds 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "api.sock")
+	sock := filepath.Join(socktest.Dir(t), "api.sock")
 	y := replace(t, sluiceYAML(t, name, ""),
 		"  trusted_proxies: [127.0.0.1/32]\n", "",
 		`  #trusted_proxies: [127.0.0.1/32, "unix:"]`, `  trusted_proxies: [127.0.0.1/32, "unix:"]`,
