@@ -217,7 +217,8 @@ func TestMetricsScrapeMatchesDocs(t *testing.T) {
 	// store or listener it runs; not made by internal/metrics.
 	daemons := []string{"sluice_overlimit_cache_hits_total", "sluice_overlimit_cache_keys", "sluice_store_local",
 		"sluice_store_local_decisions_total", "sluice_store_local_switches_total", "sluice_store_local_keys",
-		"sluice_store_local_refunds_dropped_total", "sluice_memstore_keys", "sluice_memstore_evictions_total"}
+		"sluice_store_local_refunds_dropped_total", "sluice_memstore_keys", "sluice_memstore_evictions_total",
+		"sluice_redis_version_ok"}
 	for name, d := range docs {
 		if got[name] == nil && !slices.Contains(daemons, name) {
 			t.Errorf("%s is a row of %s but is not served on /metrics", name, d.page)
