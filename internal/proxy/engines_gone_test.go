@@ -41,13 +41,13 @@ func TestEngineClientGoneWhileUpstreamSlow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		errc := make(chan error, 1)
+		answered := make(chan *http.Response, 1) // nil: the request was cancelled
 		go func() {
 			resp, err := s.client.Do(req)
 			if err == nil {
 				resp.Body.Close()
 			}
-			errc <- err
+			answered <- resp
 		}()
 		select {
 		case <-arrived:
@@ -55,8 +55,12 @@ func TestEngineClientGoneWhileUpstreamSlow(t *testing.T) {
 			t.Fatal("the request never reached the upstream")
 		}
 		cancel() // the client gives up: its connection (HTTP/1) or stream (HTTP/2) ends
-		if err := <-errc; err == nil {
-			t.Fatal("the request was answered, want it cancelled")
+		// net/http's client can return an answer that arrives while it
+		// cancels: over TLS its close (close_notify, then the socket)
+		// lets the proxy see it go and answer 499 first; seen 3 times
+		// in 1,200 runs under CPU load. Any other answer is wrong.
+		if resp := <-answered; resp != nil && resp.StatusCode != 499 {
+			t.Fatalf("answered %s, want the request cancelled (or, read as it went, the proxy's 499)", resp.Status)
 		}
 		select {
 		case <-gone:
