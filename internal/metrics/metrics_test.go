@@ -130,29 +130,13 @@ func TestEnvoyDetailedLabelsNotUTF8(t *testing.T) {
 	for _, v := range []string{"user_caf\xe9", "user_caf\xe8", long + "a", long + "b", "user_\xff" + strings.Repeat("é", 200)} {
 		e.Descriptor("d", v, true).Count(1, false, false, 0)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]bool{}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_envoy_hits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() != "descriptor" {
-					continue
-				}
-				v := l.GetValue()
-				labels[v] = true
-				if !utf8.ValidString(v) || len(v) > metrics.MaxDescriptorLabelBytes || !strings.Contains(v, "\ufffd") || !regexp.MustCompile(`…[0-9a-f]{16}$`).MatchString(v) {
-					t.Errorf("label %q (%d bytes): want UTF-8 of at most %d bytes, U+FFFD for the bytes not UTF-8, then … and 16 hex digits", v, len(v), metrics.MaxDescriptorLabelBytes)
-				}
-			}
+	labels := metricstest.LabelValues(t, reg, "sluice_envoy_hits_total", "descriptor")
+	for v := range labels {
+		if !utf8.ValidString(v) || len(v) > metrics.MaxDescriptorLabelBytes || !strings.Contains(v, "\ufffd") || !regexp.MustCompile(`…[0-9a-f]{16}$`).MatchString(v) {
+			t.Errorf("label %q (%d bytes): want UTF-8 of at most %d bytes, U+FFFD for the bytes not UTF-8, then … and 16 hex digits", v, len(v), metrics.MaxDescriptorLabelBytes)
 		}
 	}
-	if len(labels) != 5 || !labels["user_caf\ufffd…"+fnv("user_caf\xe9")] {
+	if _, ok := labels["user_caf\ufffd…"+fnv("user_caf\xe9")]; len(labels) != 5 || !ok {
 		t.Errorf("labels %v; want 5, user_caf\ufffd… and the digest of user_caf\\xe9 among them", labels)
 	}
 }

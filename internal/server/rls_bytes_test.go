@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -254,23 +255,7 @@ descriptors:
 		e.callRaw(t, "d", 0, desc("user", v))
 		e.callRaw(t, "d", 0, withLimit(desc("plan", v), 5, typev3.RateLimitUnit_MINUTE))
 	}
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_envoy_hits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "descriptor" {
-					labels[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	labels := metricstest.LabelValues(t, e.reg, "sluice_envoy_hits_total", "descriptor")
 	for l, n := range labels {
 		if !utf8.ValidString(l) {
 			t.Errorf("descriptor label %q is not UTF-8", l)

@@ -42,3 +42,27 @@ func Gather(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	}
 	return out
 }
+
+// LabelValues returns the values the label takes on metric's series in
+// reg, each with the sum of its series' counter or gauge values.
+func LabelValues(t *testing.T, reg prometheus.Gatherer, metric, label string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
