@@ -185,6 +185,22 @@ func wantLimited(t *testing.T, what string, r result, rule string) {
 	}
 }
 
+// wantPerClientLimit sends the example's per-client limit, 3 a window,
+// through g from 127.0.0.1: exactly 3 pass and reach the app, then 429
+// with Retry-After and the headers. It returns that client.
+func wantPerClientLimit(t *testing.T, g *gateway, a *app) *http.Client {
+	t.Helper()
+	c := client("127.0.0.1")
+	for i := range 3 {
+		wantAllowed(t, fmt.Sprintf("request %d", i+1), send(t, c, "GET", g.url+"/items?page=1", nil), 2-i)
+	}
+	wantLimited(t, "request 4", send(t, c, "GET", g.url+"/items?page=1", nil), "per-client")
+	if got := a.hits.Load(); got != 3 {
+		t.Errorf("the app saw %d requests, want 3", got)
+	}
+	return c
+}
+
 // Exactly the limit passes, then 429 with Retry-After and the headers;
 // only the allowed requests reach the app.
 func TestGatewayLimits(t *testing.T) {
@@ -193,14 +209,7 @@ func TestGatewayLimits(t *testing.T) {
 			a := startApp(t)
 			s := startSluice(t, sluiceYAML(t, k.sluice, ""))
 			g := k.start(t, s.addr, a.addr(), variant{})
-			c := client("127.0.0.1")
-			for i := range 3 {
-				wantAllowed(t, fmt.Sprintf("request %d", i+1), send(t, c, "GET", g.url+"/items?page=1", nil), 2-i)
-			}
-			wantLimited(t, "request 4", send(t, c, "GET", g.url+"/items?page=1", nil), "per-client")
-			if got := a.hits.Load(); got != 3 {
-				t.Errorf("the app saw %d requests, want 3", got)
-			}
+			wantPerClientLimit(t, g, a)
 			// A request body reaches the app whole (Sluice is asked
 			// without it), past the gateways' in-memory buffers.
 			body := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16)

@@ -1,7 +1,6 @@
 package gatewaytest
 
 import (
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -25,14 +24,7 @@ func TestGatewayOverUnixSocket(t *testing.T) {
 			"listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+";")
 		return startNginx(t, conf, port)
 	})
-	c := client("127.0.0.1")
-	for i := range 3 {
-		wantAllowed(t, fmt.Sprintf("request %d", i+1), send(t, c, "GET", g.url+"/items?page=1", nil), 2-i)
-	}
-	wantLimited(t, "request 4", send(t, c, "GET", g.url+"/items?page=1", nil), "per-client")
-	if got := a.hits.Load(); got != 3 {
-		t.Errorf("the app saw %d requests, want 3", got)
-	}
+	wantPerClientLimit(t, g, a)
 	// Another client counts apart: nginx's X-Forwarded-For is believed.
 	wantAllowed(t, "another client", send(t, client("127.0.0.5"), "GET", g.url+"/items?page=1", nil), 2)
 	if got := a.hits.Load(); got != 4 {
@@ -63,14 +55,7 @@ func TestCaddyOverUnixSocket(t *testing.T) {
 			"http://:8000 {\n", caddySite(port))
 		return startCaddy(t, conf, port)
 	})
-	c := client("127.0.0.1")
-	for i := range 3 {
-		wantAllowed(t, fmt.Sprintf("request %d", i+1), send(t, c, "GET", g.url+"/items?page=1", nil), 2-i)
-	}
-	wantLimited(t, "request 4", send(t, c, "GET", g.url+"/items?page=1", nil), "per-client")
-	if got := a.hits.Load(); got != 3 {
-		t.Errorf("the app saw %d requests, want 3", got)
-	}
+	c := wantPerClientLimit(t, g, a)
 	// Another client counts apart: Caddy's X-Forwarded-For is believed.
 	wantAllowed(t, "another client", send(t, client("127.0.0.5"), "GET", g.url+"/items?page=1", nil), 2)
 	// A client's own X-Forwarded-For is not: Caddy replaces it.
