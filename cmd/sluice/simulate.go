@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +40,9 @@ A summary (admitted, rejected, per key) goes to standard error.
 -store redis replays the trace through the Redis at -redis, in database
 -redis-db, as -redis-username; a password (Redis's requirepass, or that
 user's) is read from the environment variable REDIS_PASSWORD, never from
-the command line.
+the command line. -redis-tls connects over TLS (a Redis that requires it);
+-redis-tls-ca, -redis-tls-cert, -redis-tls-key and -redis-tls-server-name
+are store.redis.tls's keys, and each turns TLS on.
 
 Exit status: 0 done; 1 bad input, bad flag value or store failure (the
 message names the trace line); 2 the command line cannot be parsed.
@@ -62,6 +66,7 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis `ADDR` for -store redis")
 	redisDB := fs.Int("redis-db", 0, "the Redis database `N` for -store redis, as store.redis.db")
 	redisUser := fs.String("redis-username", "", "the Redis ACL user `NAME` for -store redis, as store.redis.username; its password, or the default user's, is read from the environment variable "+redisPasswordEnv+" (never a flag)")
+	redisTLS := addSimTLSFlags(fs)
 	tracePath := fs.String("trace", "-", "the trace `FILE`; - for standard input")
 	plotPath := fs.String("plot", "", "also draw the run as an SVG picture into `FILE.svg`")
 	if err := fs.Parse(args); err != nil {
@@ -120,13 +125,17 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if *storeName != "redis" {
 		var redisOnly []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "redis-db" || f.Name == "redis-username" {
+			if f.Name == "redis-db" || f.Name == "redis-username" || slices.Contains(simTLSFlagNames, f.Name) {
 				redisOnly = append(redisOnly, "-"+f.Name)
 			}
 		})
 		if len(redisOnly) > 0 {
 			return fail("%s: for -store redis only (-store is %s)", strings.Join(redisOnly, ", "), *storeName)
 		}
+	}
+	tlsConfig, err := redisTLS.config(fs)
+	if err != nil {
+		return fail("%s", strings.ReplaceAll(err.Error(), "\n", "\nsluice simulate: "))
 	}
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
 		return fail("-plot %s: the plot is SVG; name the file *.svg", *plotPath)
@@ -140,7 +149,7 @@ func simulate(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "memory":
 		store = memstore.New(memstore.Options{})
 	case "redis":
-		s, err := simRedisStore(ctx, *redisAddr, *redisDB, *redisUser, os.Getenv(redisPasswordEnv))
+		s, err := simRedisStore(ctx, *redisAddr, *redisDB, *redisUser, os.Getenv(redisPasswordEnv), tlsConfig)
 		if err != nil {
 			return fail("-store redis: %v%s", err, simRedisHint(err))
 		}
@@ -222,7 +231,7 @@ func writePlot(f *os.File, path string, sum *sim.Summary) error {
 // the trace's times (not Redis' clock), and the keys get a prefix of their
 // own so that runs never see each other's counters. deleteKeys removes them
 // after the run.
-func simRedisStore(ctx context.Context, addr string, db int, user, password string) (*redisstore.Store, error) {
+func simRedisStore(ctx context.Context, addr string, db int, user, password string, tc *tls.Config) (*redisstore.Store, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
@@ -232,6 +241,7 @@ func simRedisStore(ctx context.Context, addr string, db int, user, password stri
 		DB:       db,
 		Username: user,
 		Password: password,
+		TLS:      tc,
 		Timeout:  time.Second,
 		Prefix:   "sluice:simulate:" + hex.EncodeToString(id[:]) + ":",
 	})
@@ -255,7 +265,7 @@ func simRedisHint(err error) string {
 	if tooOld, _ := redisstore.UsernameTooOld(err); tooOld {
 		return " (-redis-username needs Redis 6.0 or later: leave it out, " + redisPasswordEnv + " alone is the default user's password)"
 	}
-	return ""
+	return simTLSHint(err)
 }
 
 // deleteKeys deletes the Redis keys of a run's keys, a batch per command,
