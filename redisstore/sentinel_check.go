@@ -103,6 +103,16 @@ func sentinelRefuses(o Options) error {
 			continue
 		}
 		what := "the Sentinel at " + a + " refused the credentials of " + who
+		if wrongPassForUser(cr, err) {
+			// A Sentinel of 6.0 or 6.1 answers any username but
+			// "default" so: it has no ACL users of its own.
+			switch v := sentinelVersion(o, a, timeout); {
+			case v == "":
+				what += " (a Sentinel before 6.2 takes no username: check the Sentinel's version, and the credentials)"
+			case older(v, usernameMinSentinel):
+				return &usernameError{op: "connect", addrs: o.Addrs, user: cr.Username, sentinel: a, version: v, err: err}
+			}
+		}
 		var ch *channelsRefused
 		if errors.As(err, &ch) {
 			what = "the ACL of the Sentinel at " + a + " does not let " + who + " subscribe to " + strings.Join(ch.channels, ", ") +
@@ -116,6 +126,34 @@ func sentinelRefuses(o Options) error {
 		return &refusedError{op: "connect", addrs: o.Addrs, what: what, kind: ErrAuth, err: err, bySentinel: true}
 	}
 	return nil
+}
+
+// wrongPassForUser reports whether err is WRONGPASS for cr, which names a
+// user other than the default one.
+func wrongPassForUser(cr Credentials, err error) bool {
+	var re *rueidis.RedisError
+	return cr.Username != "" && !strings.EqualFold(cr.Username, "default") &&
+		errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGPASS")
+}
+
+// sentinelVersion returns the redis_version the Sentinel at addr tells in
+// INFO server, asked without credentials (nothing secret is sent to learn
+// why it refused them), or "" when it does not tell: it asks for a
+// password first, or does not answer within timeout.
+func sentinelVersion(o Options, addr string, timeout time.Duration) string {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, TLSConfig: o.TLS,
+		ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: timeout}})
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return ""
+	}
+	return infoVersion(addr, info).redis
 }
 
 // sentinelAsk connects to the Sentinel at addr with cr and runs there

@@ -141,3 +141,55 @@ func TestPasswordBeforeRedis6(t *testing.T) {
 		t.Errorf("New with a wrong password on Redis 5.0: %v; want ErrAuth with Redis's words", err)
 	}
 }
+
+// A Sentinel of Redis 6.0 or 6.1 has ACL users in name only: its HELLO
+// authenticates against the default user alone, so any other username is
+// answered WRONGPASS, as a wrong password is, and New used to report
+// refused credentials. When that Sentinel tells its version (INFO server,
+// asked without credentials), New names it as ErrVersion of the Sentinel,
+// as for a Sentinel 5.0; when it cannot tell (it asks for a password
+// first), the refusal of the credentials says that a Sentinel before 6.2
+// takes no username. A Sentinel recent enough that refuses a user it
+// lacks is refused credentials, as before. Redis here is 7.0.15; a relay
+// makes the Sentinel's INFO tell 6.0.16.
+func TestUsernameBeforeSentinel62WrongPass(t *testing.T) {
+	master := redistest.StartServer(t)
+	if _, err := redistest.Do(master.Addr, "ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := redistest.StartSentinel(t, master)
+	six := redistest.NewOlder(t, sentinel, "6.0.16")
+	o := redisstore.Options{Addrs: []string{six.Addr}, Sentinel: "mymaster", Username: "u", Password: "pw", RedisTime: true}
+	_, err := connect(o)
+	if tooOld, bySentinel := redisstore.UsernameTooOld(err); !tooOld || !bySentinel || !errors.Is(err, redisstore.ErrVersion) || errors.Is(err, redisstore.ErrAuth) {
+		t.Fatalf("New with a username through a Sentinel 6.0: %v; want ErrVersion, UsernameTooOld of a Sentinel", err)
+	}
+	for _, w := range []string{`the Sentinels' username "u" needs Sentinels of Redis 6.2 or later`, "the Sentinel at " + six.Addr + " runs 6.0.16", "WRONGPASS"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("New with a username through a Sentinel 6.0: %v; want it to say %q", err, w)
+		}
+	}
+
+	// The same Sentinel as it is (7.0): it lacks user u, a refusal of
+	// the credentials.
+	o.Addrs = []string{sentinel}
+	_, err = connect(o)
+	if tooOld, _ := redisstore.UsernameTooOld(err); tooOld || !errors.Is(err, redisstore.ErrAuth) || strings.Contains(err.Error(), "before 6.2") {
+		t.Errorf("New with a username a Sentinel 7.0 lacks: %v; want ErrAuth, no word of versions", err)
+	}
+
+	// A Sentinel 6.0 that asks for a password cannot tell its version:
+	// the refusal says what may be the cause.
+	lockedSentinel := redistest.StartSentinel(t, master)
+	locked := redistest.NewOlder(t, lockedSentinel, "6.0.16")
+	if _, err := redistest.Do(lockedSentinel, "ACL", "SETUSER", "default", "resetpass", ">spw"); err != nil {
+		t.Fatal(err)
+	}
+	o.Addrs = []string{locked.Addr}
+	o.SentinelCredentials = &redisstore.Credentials{Username: "watcher", Password: "spw"}
+	_, err = connect(o)
+	if tooOld, _ := redisstore.UsernameTooOld(err); tooOld || !redisstore.SentinelRefused(err) ||
+		!strings.Contains(err.Error(), "a Sentinel before 6.2 takes no username: check the Sentinel's version, and the credentials") {
+		t.Errorf("New with a username through a Sentinel 6.0 that asks for a password: %v; want ErrAuth of the Sentinel saying a Sentinel before 6.2 takes no username", err)
+	}
+}

@@ -215,6 +215,13 @@ const (
 	usernameMinSentinel = "6.2"
 )
 
+// older reports whether version v is older than min; false when v is no
+// version (a proxy's: it cannot tell).
+func older(v, min string) bool {
+	c, err := compareVersions(v, min)
+	return err == nil && c < 0
+}
+
 // authArityRefused reports whether err is a server answering AUTH with a
 // username as a wrong number of arguments (rueidis drops the "ERR ").
 func authArityRefused(err error) bool {
@@ -233,10 +240,17 @@ type usernameError struct {
 	addrs    []string
 	user     string
 	sentinel string // the Sentinel's address, when a Sentinel answered
-	err      error  // the server's answer
+	// version is the Sentinel's, when it refused the username as a wrong
+	// password (6.0 and 6.1, which have no ACL users of their own).
+	version string
+	err     error // the server's answer
 }
 
 func (e *usernameError) Error() string {
+	if e.sentinel != "" && e.version != "" {
+		return fmt.Sprintf("redisstore: %s %v: the Sentinels' username %q needs Sentinels of Redis %s or later (ACL users in Sentinel): the Sentinel at %s runs %s, which knows no user but the default one, and refused it: %v",
+			e.op, e.addrs, e.user, usernameMinSentinel, e.sentinel, e.version, e.err)
+	}
 	if e.sentinel != "" {
 		return fmt.Sprintf("redisstore: %s %v: the Sentinels' username %q needs Sentinels of Redis %s or later (ACL users in Sentinel): the Sentinel at %s answered AUTH with a username: %v",
 			e.op, e.addrs, e.user, usernameMinSentinel, e.sentinel, e.err)
