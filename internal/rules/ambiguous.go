@@ -224,7 +224,11 @@ func cookieValue(req *http.Request, name string) (value string, ok, multi, ambig
 // Request.Cookie does — the part trimmed, its name trimmed, the value's
 // double quotes stripped, and a value with a byte a cookie may not hold
 // skipped — and reports whether it is a cookie named name with a value
-// (v). k is the part's name. Read part by part, the header has no cap on
+// (v), URL-decoded as PHP, Node's cookie module (Express), Rack and Rails
+// read it ("%61bc" is "abc", '+' a space; a value whose escapes do not
+// decode is kept as it came, as they keep it): read as net/http leaves
+// it, each escape of a session's value was a fresh count of that session
+// for such an app. k is the part's name. Read part by part, the header has no cap on
 // its cookies: net/http finds none in a header of more than 3000
 // (httpcookiemaxnum), which would let a client pad its Cookie header to
 // hide its key from a rule while the app behind, which has no such cap
@@ -240,6 +244,11 @@ func cookiePart(part, name string) (k, v string, named bool) {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == ';' || c == '\\' {
 			return k, "", false
+		}
+	}
+	if strings.ContainsAny(v, "%+") {
+		if u, err := url.QueryUnescape(v); err == nil {
+			v = u
 		}
 	}
 	return k, v, true

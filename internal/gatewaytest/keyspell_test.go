@@ -1,0 +1,59 @@
+package gatewaytest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A rule keyed on the Host or on a cookie counts the value the app
+// behind reads, however the client spells it: once a site's or a
+// session's limit is spent, another spelling of it is refused 429 and
+// never reaches the app. nginx sends its $host (case folded, no port, no
+// final dot), Caddy the Host as the client wrote it; a site answers
+// "A.Example:8000" and "a.example." as "a.example". PHP, Express and
+// Rack read the cookie "sid=%61bc" as "abc".
+func TestGatewayKeySpellings(t *testing.T) {
+	const rules = "  - name: per-site\n    key: [\"header:Host\"]\n    rate: 1/h\n" +
+		"  - name: per-session\n    key: [\"cookie:sid\"]\n    rate: 1/h\n"
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			a := startApp(t)
+			y := sluiceYAML(t, k.sluice, "")
+			if !strings.HasSuffix(y, "\n") {
+				y += "\n"
+			}
+			s := startSluice(t, y+rules)
+			g := k.start(t, s.addr, a.addr(), variant{})
+			addr := strings.TrimPrefix(g.url, "http://")
+			src := 0
+			get := func(host, cookie string) result {
+				src++
+				if cookie != "" {
+					cookie = "Cookie: " + cookie + "\r\n"
+				}
+				return sendRaw(t, fmt.Sprintf("127.0.8.%d", src), addr, "GET /items HTTP/1.1\r\nHost: "+host+"\r\n"+cookie+"Connection: close\r\n\r\n")
+			}
+			if r := get("a.example", ""); r.status != 200 || r.body != "app\n" {
+				t.Fatalf("Host a.example: got %v, want 200 from the app", r)
+			}
+			for _, h := range []string{"A.example", "a.EXAMPLE:8000", "a.example.", "A.Example.:1"} {
+				before := a.hits.Load()
+				wantLimited(t, "Host "+h+" after a.example's limit was spent", get(h, ""), "per-site")
+				if a.hits.Load() != before {
+					t.Errorf("Host %s after a.example's limit was spent reached the app", h)
+				}
+			}
+			if r := get("b.example", "sid=abc"); r.status != 200 || r.body != "app\n" {
+				t.Fatalf("Cookie sid=abc: got %v, want 200 from the app", r)
+			}
+			for i, c := range []string{"sid=%61bc", "sid=a%62%63", `sid="%61bc"`, "sid=xyz; sid=%61bc"} {
+				before := a.hits.Load()
+				wantLimited(t, "Cookie "+c+" after abc's limit was spent", get(fmt.Sprintf("c%d.example", i), c), "per-session")
+				if a.hits.Load() != before {
+					t.Errorf("Cookie %s after abc's limit was spent reached the app", c)
+				}
+			}
+		})
+	}
+}

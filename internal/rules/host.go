@@ -1,0 +1,57 @@
+package rules
+
+import "strings"
+
+// hostKey returns the form of a request's Host that a header:Host key
+// part counts: the host as a server routes on it, written as nginx's
+// $host writes it — ASCII letters lower-cased, a port (":8000", or a
+// bare ":") and one final dot removed. net/http, Caddy and Traefik pass
+// the Host on as the client wrote it, and a site answers
+// "API.Example.com:8000" and "api.example.com." as "api.example.com":
+// counted as written, each spelling was a fresh count of the one site. A
+// Host left empty by this (":80", ".") is kept as it came, so that it is
+// still counted. An already lower-case Host without a port or final dot
+// is returned as it is, without allocating.
+func hostKey(h string) string {
+	s := h
+	if strings.HasPrefix(s, "[") { // an IPv6 literal, its port after ']'
+		if j := strings.IndexByte(s, ']'); j > 0 && port(s[j+1:]) {
+			s = s[:j+1]
+		}
+	} else if i := strings.IndexByte(s, ':'); i >= 0 && port(s[i:]) {
+		s = s[:i]
+	}
+	s = strings.TrimSuffix(s, ".")
+	if s == "" {
+		s = h
+	}
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'A' <= b[j] && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// port reports whether s is a Host's port part: "" (none), or ':' and
+// digits only (none at all: a bare ':', which servers read as no port).
+func port(s string) bool {
+	if s == "" {
+		return true
+	}
+	if s[0] != ':' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
