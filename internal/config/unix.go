@@ -23,10 +23,10 @@ func UnixPath(addr string) (string, bool) {
 	return strings.CutPrefix(addr, UnixScheme)
 }
 
-// maxUnixPath is the longest socket path the system binds: sun_path
+// MaxUnixPath is the longest socket path the system binds: sun_path
 // holds 108 bytes on Linux (104 on the BSDs and macOS), the last one the
 // terminating NUL.
-var maxUnixPath = func() int {
+var MaxUnixPath = func() int {
 	if runtime.GOOS == "linux" {
 		return 107
 	}
@@ -42,8 +42,8 @@ func unixProblem(path string) string {
 		return "no socket path: want unix:/absolute/path, such as unix:/run/sluice/api.sock"
 	case !filepath.IsAbs(path):
 		return "the socket path " + path + " is not absolute: want unix:/absolute/path, such as unix:/run/sluice/api.sock"
-	case len(path) > maxUnixPath:
-		return "the socket path is " + strconv.Itoa(len(path)) + " bytes, longer than the " + strconv.Itoa(maxUnixPath) + " a Unix socket's address holds here: pick a shorter one"
+	case len(path) > MaxUnixPath:
+		return "the socket path is " + strconv.Itoa(len(path)) + " bytes, longer than the " + strconv.Itoa(MaxUnixPath) + " a Unix socket's address holds here: pick a shorter one"
 	case strings.HasSuffix(path, "/"):
 		return "the socket path " + path + " names a directory: want the socket's own name, such as /run/sluice/api.sock"
 	}

@@ -37,7 +37,7 @@ func TestUnixListen(t *testing.T) {
 
 func TestUnixListenProblems(t *testing.T) {
 	dir := t.TempDir()
-	long := "unix:" + dir + "/" + strings.Repeat("s", maxUnixPath+1-len(dir)-1) + ".sock"
+	long := "unix:" + dir + "/" + strings.Repeat("s", MaxUnixPath+1-len(dir)-1) + ".sock"
 	cert := filepath.Join("testdata", "config", "tls")
 	tlsBlock := "  tls: {cert: " + filepath.Join(cert, "server.pem") + ", key: " + filepath.Join(cert, "server-key.pem") + "}\n"
 	for _, tc := range []struct {

@@ -6,6 +6,10 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,6 +20,12 @@ import (
 // and group may connect (connecting takes write permission), no one else.
 const socketMode = 0o660
 
+// unixHook, set by tests, is called by listenUnix at its stages: "stale"
+// once a socket found at the path refused a connection, before it is
+// taken away; "bound" once the new socket is bound and before it is final
+// at its path.
+var unixHook func(stage string)
+
 // listenOn binds addr: host:port on TCP, or unix:/PATH, a Unix socket
 // (listenUnix).
 func listenOn(addr string) (net.Listener, error) {
@@ -25,41 +35,166 @@ func listenOn(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// listenUnix binds a Unix socket at path with mode socketMode, set after
-// binding so that the umask does not matter. A socket already at path
-// that refuses connections is one a daemon killed before it could
-// remove it: it is removed. One that takes them belongs to another
-// process: an error (EADDRINUSE, as for a TCP port in use). Anything
-// else at path is never removed: an error. Closing the listener removes
-// the socket (net.UnixListener's own unlink on Close).
+// listenUnix binds a Unix socket at path with mode socketMode, whatever
+// the umask, and never with another mode at path: the socket is bound in
+// a new private directory (mode 0700) beside path, given its mode there,
+// and only then linked to path. link(2) never replaces a file, so of two
+// daemons started at once on one path the second is refused.
+//
+// A socket already at path that refuses connections is one a daemon
+// killed before it could remove it: it is taken away, by a rename into
+// the private directory, and removed. One that takes them belongs to
+// another process: an error (EADDRINUSE, as for a TCP port in use).
+// Anything else at path is never removed: an error. Closing the listener
+// removes path while it is still the socket (unixListener).
 func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("%s is not a socket (%s); it is left alone: remove it, or pick another path", path, kindOf(fi.Mode()))
-		}
-		c, err := net.DialTimeout("unix", path, 5*time.Second)
-		switch {
-		case err == nil:
-			c.Close()
-			return nil, fmt.Errorf("another process listens on %s (is another sluice running?): %w", path, syscall.EADDRINUSE)
-		case errors.Is(err, syscall.ECONNREFUSED):
-			// Stale: left by a process that was killed.
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("remove the stale socket %s: %w", path, err)
-			}
-		default:
-			return nil, fmt.Errorf("%s is a socket that neither refuses nor takes a connection (%v); it is left alone", path, err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
+	stale, err := checkSocketPath(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, socketMode); err != nil {
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".sluice-")
+	if err != nil {
+		return nil, fmt.Errorf("make a private directory beside %s to bind its socket in: %w", path, err)
+	}
+	defer os.RemoveAll(dir)
+	if stale != nil {
+		if err := takeStale(path, filepath.Join(dir, "stale"), stale); err != nil {
+			return nil, err
+		}
+	}
+	tmp := filepath.Join(dir, "s")
+	ln, err := bindIn(dir, tmp, path)
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false) // it would unlink tmp, not path
+	if err := os.Chmod(tmp, socketMode); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
+		return nil, fmt.Errorf("chmod the socket for %s: %w", path, err)
+	}
+	if unixHook != nil {
+		unixHook("bound")
+	}
+	fi, err := os.Lstat(tmp)
+	if err == nil {
+		err = os.Link(tmp, path)
+	}
+	if err != nil {
+		ln.Close()
+		if errors.Is(err, fs.ErrExist) {
+			// Another process made path since the check: most likely
+			// another daemon started at the same moment.
+			if _, err := checkSocketPath(path); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("another process made %s while this one was binding it: %w", path, syscall.EADDRINUSE)
+		}
+		return nil, fmt.Errorf("link the socket to %s: %w", path, err)
+	}
+	return &unixListener{UnixListener: ln, path: path, fi: fi}, nil
+}
+
+// checkSocketPath checks what is at path before a socket is bound there:
+// nothing (nil, nil), a stale socket (its FileInfo), or an error for a
+// live socket (EADDRINUSE) or anything else.
+func checkSocketPath(path string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return nil, fmt.Errorf("%s is not a socket (%s); it is left alone: remove it, or pick another path", path, kindOf(fi.Mode()))
+	}
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	switch {
+	case err == nil:
+		c.Close()
+		return nil, fmt.Errorf("another process listens on %s (is another sluice running?): %w", path, syscall.EADDRINUSE)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		// Stale: left by a process that was killed.
+		if unixHook != nil {
+			unixHook("stale")
+		}
+		return fi, nil
+	}
+	return nil, fmt.Errorf("%s is a socket that neither refuses nor takes a connection (%v); it is left alone", path, err)
+}
+
+// takeStale takes the stale socket stale away from path, renaming it to
+// to (in the private directory, removed with it). A rename takes whatever
+// is at path at that moment: when that is not stale, another daemon
+// starting at the same moment replaced it first, and it is put back (path
+// was without it for the few system calls between) and the start refused.
+func takeStale(path, to string, stale fs.FileInfo) error {
+	if err := os.Rename(path, to); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // another start removed it
+		}
+		return fmt.Errorf("remove the stale socket %s: %w", path, err)
+	}
+	if fi, err := os.Lstat(to); err == nil && os.SameFile(fi, stale) {
+		return nil
+	}
+	if err := os.Link(to, path); err != nil {
+		return fmt.Errorf("another process replaced the stale socket %s while this one was removing it, and it could not be put back: %w", path, err)
+	}
+	if _, err := checkSocketPath(path); err != nil {
+		return err
+	}
+	return fmt.Errorf("another process replaced the stale socket %s while this one was removing it: %w", path, syscall.EADDRINUSE)
+}
+
+// bindIn binds a Unix socket at tmp, a path in the directory dir, for the
+// socket path. A tmp too long for a socket's address (path near
+// config.MaxUnixPath, the private directory's name longer than path's
+// base name) is bound through /proc/self/fd on Linux, which holds any
+// directory's path in under 30 bytes.
+func bindIn(dir, tmp, path string) (*net.UnixListener, error) {
+	addr := tmp
+	if len(tmp) > config.MaxUnixPath {
+		if runtime.GOOS != "linux" {
+			return nil, fmt.Errorf("the socket path %s is too long to be bound in a private directory beside it (%s, %d bytes, over the %d a socket's address holds here): pick a path at most %d bytes long",
+				path, tmp, len(tmp), config.MaxUnixPath, len(path)-(len(tmp)-config.MaxUnixPath))
+		}
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		addr = "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/s"
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("bind the socket for %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// unixListener is a Unix-socket listener bound under another name and
+// linked to path: its Addr is path, and Close removes path while path is
+// still its socket (not one another process has put there since).
+type unixListener struct {
+	*net.UnixListener
+	path string
+	fi   fs.FileInfo // the socket's
+	once sync.Once
+}
+
+// Addr returns the socket's path.
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+// Close removes the socket's path, as net.UnixListener's own Close does,
+// before closing it.
+func (l *unixListener) Close() error {
+	l.once.Do(func() {
+		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.fi) {
+			os.Remove(l.path)
+		}
+	})
+	return l.UnixListener.Close()
 }
 
 // kindOf names the kind of file of mode m.
