@@ -269,7 +269,6 @@ func (c *Config) RuleSet() (*rules.Set, error) {
 func (c *Config) validate(lines map[string]int, expanded map[string]string) error {
 	ck := &checker{file: c.File, lines: lines, rules: c.Rules, expanded: expanded, listeners: map[string]string{}}
 	ck.listen("listen", c.Listen, true)
-	ck.checkUnixTLS("api.tls", "listen", c.Listen, c.API.TLS)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

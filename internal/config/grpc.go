@@ -70,7 +70,6 @@ func (g *GRPCConfig) check(ck *checker) {
 		ck.fail("grpc.listen", "missing: the gRPC service needs an address to listen on, such as 127.0.0.1:8081")
 	} else {
 		ck.listen("grpc.listen", g.Listen, true)
-		ck.checkUnixTLS("grpc.tls", "grpc.listen", g.Listen, g.TLS)
 	}
 	switch {
 	case g.XDS != nil && g.Config != nil:

@@ -42,12 +42,6 @@ func (o Overrides) Apply(c *Config) error {
 	} else if c.GRPC != nil {
 		set("-grpc-listen", o.GRPCListen, &c.GRPC.Listen, true)
 	}
-	if _, unix := UnixPath(c.Listen); unix && o.Listen != "" && c.API.TLS != nil {
-		errs = append(errs, fmt.Errorf("-listen %s: "+unixTLS, c.Listen, "api.tls", "set"))
-	}
-	if _, unix := UnixPath(grpcListen(c)); unix && o.GRPCListen != "" && c.GRPC.TLS != nil {
-		errs = append(errs, fmt.Errorf("-grpc-listen %s: "+unixTLS, c.GRPC.Listen, "grpc.tls", "set"))
-	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -80,18 +80,6 @@ func sameListen(addr string) string {
 	return addr
 }
 
-// unixTLS refuses TLS on a Unix-socket listener: the socket's file mode
-// (0660) decides who may connect, and no gateway that reaches a local
-// socket needs TLS on it.
-const unixTLS = "TLS is not served on a Unix socket (%s is %s): the socket's file mode decides who may connect; remove the tls block, or listen on TCP for TLS"
-
-// checkUnixTLS refuses a tls block on a listener on a Unix socket.
-func (ck *checker) checkUnixTLS(tlsKey, listenKey, addr string, t *TLSConfig) {
-	if _, unix := UnixPath(addr); unix && t != nil {
-		ck.fail(tlsKey, unixTLS, listenKey, addr)
-	}
-}
-
 // TrustedProxy is an entry of client_ip.trusted_proxies: a CIDR or a
 // single address, or "unix:", which trusts the peers of the Unix-socket
 // listeners (as nginx's set_real_ip_from unix:).

@@ -38,8 +38,6 @@ func TestUnixListen(t *testing.T) {
 func TestUnixListenProblems(t *testing.T) {
 	dir := t.TempDir()
 	long := "unix:" + dir + "/" + strings.Repeat("s", MaxUnixPath+1-len(dir)-1) + ".sock"
-	cert := filepath.Join("testdata", "config", "tls")
-	tlsBlock := "  tls: {cert: " + filepath.Join(cert, "server.pem") + ", key: " + filepath.Join(cert, "server-key.pem") + "}\n"
 	for _, tc := range []struct {
 		name, listen, grpc, extra string
 		want                      []string // in the error, each
@@ -54,16 +52,11 @@ func TestUnixListenProblems(t *testing.T) {
 		{"twice, spelled apart", "unix:" + dir + "/a.sock", "unix:" + dir + "//./a.sock", "", []string{"grpc.listen", "already used by listen"}},
 		{"proxy", "127.0.0.1:0", "127.0.0.1:0", "proxy: {listen: unix:" + dir + "/p.sock, upstream: http://127.0.0.1:9000}\n",
 			[]string{"proxy.listen", "TCP only"}},
-		{"api tls", "unix:" + dir + "/a.sock", "127.0.0.1:0", "api:\n" + tlsBlock, []string{"api.tls", "Unix socket"}},
-		{"grpc tls", "127.0.0.1:0", "unix:" + dir + "/g.sock", "", []string{"grpc.tls", "Unix socket"}},
 		{"trusted unix path", "127.0.0.1:0", "127.0.0.1:0", "client_ip: {trusted_proxies: [unix:/run/x.sock]}\n",
 			[]string{"client_ip.trusted_proxies[0]", `"unix:"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			y := unixConfig(t, dir, tc.listen, tc.grpc, tc.extra)
-			if tc.name == "grpc tls" {
-				y = strings.Replace(y, "  config:", tlsBlock+"  config:", 1)
-			}
 			_, err := Parse("u.yaml", []byte(y))
 			if err == nil {
 				t.Fatalf("Parse took\n%s", y)
@@ -118,13 +111,12 @@ func TestUnixOverrides(t *testing.T) {
 		{"relative", Overrides{Listen: "unix:a.sock"}, "-listen \"unix:a.sock\": the socket path a.sock is not absolute"},
 		{"proxy", Overrides{ProxyListen: "unix:" + dir + "/p.sock"}, "-proxy-listen"},
 		{"clash", Overrides{Listen: "unix:" + dir + "/a.sock", GRPCListen: "unix:" + dir + "/a.sock"}, "would both listen on unix:"},
-		{"tls", Overrides{Listen: "unix:" + dir + "/a.sock"}, "-listen unix:" + dir + "/a.sock: TLS is not served on a Unix socket"},
+		{"tls", Overrides{Listen: "unix:" + dir + "/a.sock", GRPCListen: "unix:" + dir + "/g.sock"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			y := y
 			if tc.name == "tls" {
-				cert := filepath.Join("testdata", "config", "tls")
-				y += "api:\n  tls: {cert: " + filepath.Join(cert, "server.pem") + ", key: " + filepath.Join(cert, "server-key.pem") + "}\n"
+				y = withUnixTLS(y)
 			}
 			c, err := Parse("o.yaml", []byte(y))
 			if err != nil {
@@ -174,5 +166,29 @@ func TestUnixWarnings(t *testing.T) {
 				t.Errorf("UnixWarnings() = %v, want one on listen naming per-ip and trusted_proxies", ws)
 			}
 		})
+	}
+}
+
+// withUnixTLS adds api.tls and grpc.tls, with mutual TLS, to y, a
+// unixConfig.
+func withUnixTLS(y string) string {
+	cert := filepath.Join("testdata", "config", "tls")
+	block := "{cert: " + filepath.Join(cert, "server.pem") + ", key: " + filepath.Join(cert, "server-key.pem") +
+		", client_ca: " + filepath.Join(cert, "ca.pem") + ", client_sans: [gw.example]}"
+	y = strings.Replace(y, "  config:", "  tls: "+block+"\n  config:", 1)
+	return y + "api:\n  tls: " + block + "\n"
+}
+
+// TLS on a Unix socket (api.tls beside listen: unix:…, grpc.tls beside
+// grpc.listen: unix:…), with client_ca and client_sans, is taken.
+func TestUnixTLS(t *testing.T) {
+	dir := t.TempDir()
+	y := withUnixTLS(unixConfig(t, dir, "unix:"+dir+"/a.sock", "unix:"+dir+"/g.sock", ""))
+	c, err := Parse("u.yaml", []byte(y))
+	if err != nil {
+		t.Fatalf("Parse:\n%s\n%v", y, err)
+	}
+	if c.API.TLS == nil || c.GRPC.TLS == nil || len(c.API.TLS.ClientSANs) != 1 || len(c.GRPC.TLS.ClientSANs) != 1 {
+		t.Errorf("api.tls %+v, grpc.tls %+v; want both, with client_sans", c.API.TLS, c.GRPC.TLS)
 	}
 }
