@@ -48,8 +48,14 @@ const (
 	// DefaultStopGrace bounds the graceful stop: calls still running then
 	// are cut off.
 	DefaultStopGrace = 10 * time.Second
-	// MaxRecvMsgSize bounds one request message.
-	MaxRecvMsgSize = 1 << 20
+	// MaxRecvMsgSize bounds one request message: 4 MiB, as the reference
+	// service (grpc-go's default). The values of a request's descriptors
+	// are what Envoy copies from the client's request, up to its header
+	// bound (max_request_headers_kb, 60 KiB by default) each: a route
+	// whose every rate limit (MaxDescriptors) carries one header sends
+	// 3.75 MiB. A request refused for its size is let through by Envoy's
+	// default failure_mode_deny: false, every descriptor of it uncounted.
+	MaxRecvMsgSize = 4 << 20
 	// MaxHeaderListSize bounds a call's headers (HTTP/2's header list
 	// size: names and values, plus 32 bytes a field), advertised to
 	// clients; a call past it is reset. Envoy's calls carry a few hundred
@@ -76,11 +82,13 @@ const (
 	// the bandwidth-delay product, which it does by sending the client a
 	// PING (answered by an ack the server reads) on every round trip of
 	// a connection that carries requests, without end on a stream of
-	// small requests. A call's window holds the largest request
-	// (MaxRecvMsgSize) at once; grpc-go's estimate may grow to 16 MB.
-	// Measured under gRPC load on Redis (docs/bench-envoy.md): a quarter
-	// fewer reads per decision in the daemon.
-	StreamWindow = MaxRecvMsgSize
+	// small requests. A call's window holds a request of 1 MiB at once
+	// (Envoy's are a few hundred bytes); for a larger one grpc-go widens
+	// the window of the call reading it to the whole message; grpc-go's
+	// estimate may grow to 16 MB. Measured under gRPC load on Redis
+	// (docs/bench-envoy.md): a quarter fewer reads per decision in the
+	// daemon.
+	StreamWindow = 1 << 20
 	ConnWindow   = 4 << 20
 )
 

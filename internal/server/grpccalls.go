@@ -15,12 +15,13 @@ import (
 // DefaultMaxCalls bounds the calls on the gRPC listener, over all its
 // connections, whose request has not come whole yet. Such a call holds a
 // goroutine and about 10 KB from its HEADERS frame on, and what came of
-// its request, up to its 1 MiB flow-control window (StreamWindow): without
-// a bound over all connections, a client sending HEADERS frames and
-// unfinished requests could hold DefaultMaxConcurrentStreams calls on each
-// of max_connections connections (~10 KB × 1,000 × 10,000, plus up to
-// ConnWindow per connection: 40 GB) until the connections end. With it,
-// at most ~1 GB. Past the bound a call is refused at once with
+// its request, up to the message's length (grpc-go widens the call's
+// flow-control window to the message it reads; at most MaxRecvMsgSize,
+// 4 MiB): without a bound over all connections, a client sending HEADERS
+// frames and unfinished requests could hold DefaultMaxConcurrentStreams
+// calls on each of max_connections connections (~10 KB × 1,000 × 10,000,
+// plus up to ConnWindow per connection: 40 GB) until the connections
+// end. With it, at most ~4 GB, as much as the client sent. Past the bound a call is refused at once with
 // RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny). Envoy
 // sends each request whole with its headers: its calls wait microseconds
 // here, not the time of their decision.

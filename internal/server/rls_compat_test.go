@@ -284,8 +284,8 @@ func TestHugeRequests(t *testing.T) {
 	}{
 		{"5,000 descriptors", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: many}, codes.InvalidArgument},
 		{"1,000 entries", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc(kv...)}}, codes.InvalidArgument},
-		{"a 2 MiB value", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", strings.Repeat("x", 2<<20))}}, codes.ResourceExhausted},
-		{"a 2 MiB domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 2<<20), Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "x")}}, codes.ResourceExhausted},
+		{"a 5 MiB value", &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", strings.Repeat("x", 5<<20))}}, codes.ResourceExhausted},
+		{"a 5 MiB domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 5<<20), Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "x")}}, codes.ResourceExhausted},
 	} {
 		_, err := e.client.ShouldRateLimit(context.Background(), tc.req)
 		if status.Code(err) != tc.want {
