@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -71,5 +72,71 @@ func BenchmarkEnvoySizedRequest(b *testing.B) {
 		if _, err := e.client.ShouldRateLimit(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDescriptorsNeverShareACounter: no two different descriptors share a
+// counter, however their values are spelled: with the separators of the
+// store keys ("|", ":", the length prefixes), NUL, the Redis hash tag's
+// braces and escape, the prefix of the keys, the spelling of a long
+// value's hash, values long enough to be hashed that differ in one byte;
+// nor a descriptor and the same in another domain, nor under a limit
+// override. Each is called once under a limit of 1 a minute: a second
+// descriptor counted in the counter of an earlier one is over.
+func TestDescriptorsNeverShareACounter(t *testing.T) {
+	const conf = `domain: %s
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a|b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: "a:b"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: "1:a"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: w
+    value: "x*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	long := strings.Repeat("x", 600)
+	hash := "#" + strings.Repeat("0", 64)
+	ds := []*descriptorPB{
+		desc("a", "b|c"), desc("a|b", "c"), desc("a", "b:c"), desc("a:b", "c"),
+		desc("a", "1:b"), desc("a", "b1:"), desc("1:a", "1:b"), desc("a", "1:a1:b"),
+		desc("a", ""), desc("a", "\x00"), desc("a", "\x00\x00"), desc("a", "envoy:"), desc("a", "|"),
+		desc("a", "}"), desc("a", ")"), desc("a", `\)`), desc("a", `\}`), desc("a", "{"), desc("a", "{a}"),
+		desc("a", hash), desc("a", long), desc("a", long[1:]+"y"), desc("a", long+"\x00"),
+		desc("a", "b", "b", "c"), desc("a", "b\x00", "b", "c"), desc("a", "b", "b", "c\x00"),
+		desc("a", "1:b1:c"), desc("w", "x"),
+		withLimit(desc("a", "b|c"), 1, typev3.RateLimitUnit_MINUTE),
+		withLimit(desc("a", "b|c"), 1, typev3.RateLimitUnit_HOUR),
+		withLimit(desc("a|b", "c"), 1, typev3.RateLimitUnit_MINUTE),
+	}
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			e := startRLS(t, newStore(t, kind), writeConf(t, fmt.Sprintf(conf, "p"), fmt.Sprintf(conf, "q")), envOpts{})
+			for _, domain := range []string{"p", "q"} {
+				for _, d := range ds {
+					r := e.call(t, domain, 0, d)
+					if codesOf(r) != "O:O" || r.Statuses[0].CurrentLimit == nil {
+						t.Errorf("%s %q: %s %v, want OK under its own limit, counted alone", domain, d.Entries, codesOf(r), r.Statuses[0])
+					}
+				}
+			}
+			// Every one was counted: again, each is over.
+			for _, d := range ds {
+				if r := e.call(t, "p", 0, d); codesOf(r) != "X:X" {
+					t.Errorf("p %q again: %s, want over its limit", d.Entries, codesOf(r))
+				}
+			}
+			// The shared wildcard counts every matching value in one.
+			if r := e.call(t, "p", 0, desc("w", "x"+long)); codesOf(r) != "X:X" {
+				t.Errorf("w=x…: %s, want over, in the counter of w=x", codesOf(r))
+			}
+		})
 	}
 }
