@@ -252,3 +252,4 @@ func (e *rlsEnv) remaining(t *testing.T, domain string, kv ...string) uint32 {
 type descriptorPB = commonv3.RateLimitDescriptor
 
 const server_MaxDescriptors = server.MaxDescriptors
+const server_MaxEntries = server.MaxEntries
