@@ -153,6 +153,9 @@ type assembler struct {
 	where map[string]string // domain → the file it was first read from
 	h     hash.Hash
 	errs  rules.ParseErrors
+	// merged are the domains read from more than one file, in the order
+	// of their first merge.
+	merged []string
 }
 
 func newAssembler(o LoadOptions) *assembler {
@@ -184,6 +187,9 @@ func (a *assembler) add(f string, data []byte) {
 			a.errs = append(a.errs, es...)
 			return
 		}
+		if !slices.Contains(a.merged, d.domain) {
+			a.merged = append(a.merged, d.domain)
+		}
 		s.rules += d.rules
 		s.files = append(s.files, f)
 		return
@@ -198,6 +204,16 @@ func (a *assembler) add(f string, data []byte) {
 // finish returns the Set, or every problem (in file order, each file's by
 // line).
 func (a *assembler) finish() (*Set, error) {
+	if len(a.errs) > 0 {
+		return nil, a.errs
+	}
+	// Each file was checked alone (parseFile): a ring now runs through
+	// the files of a merged domain.
+	for _, d := range a.merged {
+		if e := replacesRing(a.s.domains[d]); e != nil {
+			a.errs = append(a.errs, e)
+		}
+	}
 	if len(a.errs) > 0 {
 		return nil, a.errs
 	}

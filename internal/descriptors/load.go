@@ -99,6 +99,9 @@ func parseFile(file string, data []byte) (*parsed, error) {
 	if len(d.Errs) > 0 {
 		return nil, d.Errs.Err()
 	}
+	if e := replacesRing(p.root); e != nil {
+		return nil, rules.ParseErrors{e}
+	}
 	return p, nil
 }
 
