@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -138,5 +139,22 @@ descriptors:
 				t.Errorf("w=x…: %s, want over, in the counter of w=x", codesOf(r))
 			}
 		})
+	}
+}
+
+// TestOverrideOnUnlimited: a limit override bypasses the config, an
+// unlimited descriptor's included, as in the reference service (which
+// looks up the override before the config): the override limits it. An
+// override of 0 refuses it; one of 2^32 − 1 admits it, counted.
+func TestOverrideOnUnlimited(t *testing.T) {
+	e := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf+"  - key: free\n    rate_limit: {unlimited: true}\n"), envOpts{})
+	e.expect(t, "unlimited, 1 a minute by override", []string{"O:O", "X:X"}, "web", withLimit(desc("free", "a"), 1, typev3.RateLimitUnit_MINUTE))
+	e.expect(t, "unlimited, 0 by override", []string{"X:X"}, "web", withLimit(desc("free", "b"), 0, typev3.RateLimitUnit_MINUTE))
+	r := e.call(t, "web", 0, withLimit(desc("free", "c"), math.MaxUint32, typev3.RateLimitUnit_SECOND))
+	if codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != math.MaxUint32-1 {
+		t.Errorf("unlimited, 2^32 − 1 a second by override: %s %v, want OK with 2^32 − 2 left", codesOf(r), r.Statuses[0])
+	}
+	if r := e.call(t, "web", 0, desc("free", "a")); codesOf(r) != "O:O" || r.Statuses[0].LimitRemaining != math.MaxUint32 {
+		t.Errorf("unlimited without the override: %s %v, want OK, unlimited", codesOf(r), r.Statuses[0])
 	}
 }
