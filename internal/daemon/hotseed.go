@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -147,19 +149,20 @@ func (d *Daemon) seedMoves(ctx context.Context, gen *generation, s *redisstore.S
 		}
 		tos, toErrs = readCountersAfter(ctx, s, reads, make([]counterReads, len(used)))
 	}
-	for i, m := range todo {
-		err := errs[i]
-		if j, ok := slices.BinarySearch(used, i); ok {
-			if err = toErrs[j]; err == nil {
-				cost := lefts[i].used() - tos[j].used()
-				if m.hot {
-					err = chargeShards(ctx, gen.eng.Store(), s, reqs[i], cost, n)
-				} else {
-					err = chargeKey(ctx, gen.eng.Store(), reqs[i], cost)
-				}
-			}
+	// The charges of the moves read, together (chargeAll).
+	cs := make([]hotCharge, len(used))
+	for j, i := range used {
+		if errs[i] = toErrs[j]; errs[i] == nil {
+			cs[j] = hotCharge{req: reqs[i], cost: lefts[i].used() - tos[j].used(), shards: todo[i].hot}
 		}
+	}
+	for j, err := range chargeAll(ctx, gen.eng.Store(), s, cs, n) {
 		if err != nil {
+			errs[used[j]] = err
+		}
+	}
+	for i, m := range todo {
+		if err := errs[i]; err != nil {
 			d.log.Debug("hot keys: seeding a key's counters", "rule", m.rule, "key", m.key, "to shards", m.hot, "err", err)
 			continue
 		}
@@ -187,6 +190,72 @@ func hotRequest(gen *generation, rule, key string) (sluice.Request, bool) {
 		}
 	})
 	return req, found
+}
+
+// maxCharges bounds the charges of one refresh's seeds, or settles, in
+// flight at once.
+const maxCharges = 64
+
+// hotCharge is one move's charge: cost, to req's shards (shards) or its
+// own key.
+type hotCharge struct {
+	req    sluice.Request
+	cost   int64
+	shards bool
+}
+
+// chargeAll runs the charges cs through st together, up to maxCharges at
+// once, and returns each one's error: one failing leaves the others be.
+// They are independent (each is a forced charge of its own key, which
+// adds its cost whatever the order; a key charged twice is charged both
+// times, as one after the other), so they go out together and the client
+// sends the calls waiting for a node in one write (rueidis pipelines
+// concurrent calls): fewer round trips than a charge's each, one after
+// another. The workers start together, to line their calls up. A charge
+// not started when ctx is done fails with its error; chargeAll returns
+// once every charge started has.
+func chargeAll(ctx context.Context, st sluice.Store, s *redisstore.Store, cs []hotCharge, n int) []error {
+	errs := make([]error, len(cs))
+	var todo []int // the charges of a cost
+	for i := range cs {
+		if cs[i].cost > 0 {
+			todo = append(todo, i)
+		}
+	}
+	var next atomic.Int64
+	work := func() {
+		for {
+			j := int(next.Add(1)) - 1
+			if j >= len(todo) {
+				return
+			}
+			i := todo[j]
+			c := &cs[i]
+			switch {
+			case ctx.Err() != nil:
+				errs[i] = ctx.Err()
+			case c.shards:
+				errs[i] = chargeShards(ctx, st, s, c.req, c.cost, n)
+			default:
+				errs[i] = chargeKey(ctx, st, c.req, c.cost)
+			}
+		}
+	}
+	if len(todo) <= 1 {
+		work()
+		return errs
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range min(len(todo), maxCharges) {
+		wg.Go(func() {
+			<-start
+			work()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
 
 // chargeShards charges req's n shards (through st) with cost, split as the

@@ -195,16 +195,20 @@ func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Stor
 		return
 	}
 	laters, errs := readCountersAfter(ctx, s, reads, prevs)
+	// The charges of the moves read, together (chargeAll).
+	cs := make([]hotCharge, len(todo))
 	for i, x := range todo {
-		later, err := laters[i], errs[i]
-		var taken int64
-		if err == nil {
-			if taken = x.read.takenBy(later); x.hot {
-				err = chargeShards(ctx, gen.eng.Store(), s, reqs[i], taken, n)
-			} else {
-				err = chargeKey(ctx, gen.eng.Store(), reqs[i], taken)
-			}
+		if errs[i] == nil {
+			cs[i] = hotCharge{req: reqs[i], cost: x.read.takenBy(laters[i]), shards: x.hot}
 		}
+	}
+	for i, err := range chargeAll(ctx, gen.eng.Store(), s, cs, n) {
+		if err != nil {
+			errs[i] = err
+		}
+	}
+	for i, x := range todo {
+		later, err, taken := laters[i], errs[i], cs[i].cost
 		if err != nil {
 			d.log.Debug("hot keys: settling a key's move", "rule", x.rule, "key", x.key, "to shards", x.hot, "err", err)
 			continue

@@ -96,9 +96,15 @@ type settleFixture struct {
 }
 
 func newSettleFixture(tb testing.TB) *settleFixture {
-	f := &settleFixture{hotPair: newHotPair(tb, "  - {name: log, rate: 100/m, algorithm: sliding_window_log, shards: auto}\n"+
-		"  - {name: slide, rate: 100/m, segments: 2, algorithm: sliding_window_counter, shards: auto}\n"+
-		"  - {name: bucket, rate: 100/s, burst: 100, algorithm: token_bucket, shards: auto}\n"),
+	return newSettleFixtureAt(tb, "100/m", "100/s")
+}
+
+// newSettleFixtureAt is newSettleFixture with the windows' rate (log,
+// slide) and the bucket's (of burst 100) given.
+func newSettleFixtureAt(tb testing.TB, window, bucket string) *settleFixture {
+	f := &settleFixture{hotPair: newHotPair(tb, "  - {name: log, rate: "+window+", algorithm: sliding_window_log, shards: auto}\n"+
+		"  - {name: slide, rate: "+window+", segments: 2, algorithm: sliding_window_counter, shards: auto}\n"+
+		"  - {name: bucket, rate: "+bucket+", burst: 100, algorithm: token_bucket, shards: auto}\n"),
 		rules: []string{"log", "slide", "bucket"}, keys: map[string][]string{}}
 	for i := range 10 {
 		r := f.a.engine().Rules().Rule(f.rules[i%3])
