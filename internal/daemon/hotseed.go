@@ -111,7 +111,8 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 // store) with what it lacks of what the counter it leaves has used, both
 // read in Redis (s), and notes the moves to settle. The readings of the
 // counters left go together, then those of the counters moved to (for the
-// keys that had used any), as the settle's do (redisstore.Store.ReadCounters).
+// keys that had used any), as the settle's do (redisstore.Store.ReadCounters),
+// then the charges (chargeAll).
 func (d *Daemon) seedMoves(ctx context.Context, gen *generation, s *redisstore.Store, ms []hotMove, now time.Time, n int) {
 	var (
 		todo      []hotMove

@@ -167,7 +167,8 @@ func (d *Daemon) addSettle(x hotSettle) {
 
 // settle reads again the counters the earlier moves xs left (but those
 // that moved again in ms), all together, and charges what they gained to
-// where the keys went.
+// where the keys went, together too (chargeAll), each move's charge
+// failing alone.
 func (d *Daemon) settle(ctx context.Context, gen *generation, s *redisstore.Store, xs []hotSettle, ms []hotMove, now time.Time, n int) {
 	var (
 		todo  []hotSettle
