@@ -161,9 +161,10 @@ func TestGRPCCallsFreed(t *testing.T) {
 }
 
 // TestGRPCUnfinishedRequestWaits: a call whose request came in part (its
-// DATA holds up to the 1 MiB window in the server's memory) still counts
-// as waiting, so MaxCalls bounds that memory too; once the rest comes the
-// call is answered and leaves the count.
+// DATA holds up to the whole message, at most MaxRecvMsgSize, in the
+// server's memory) still counts as waiting, so MaxCalls bounds that
+// memory too; once the rest comes the call is answered and leaves the
+// count.
 func TestGRPCUnfinishedRequestWaits(t *testing.T) {
 	set := writeConf(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
 	env := startRLS(t, memstore.New(memstore.Options{}), set, envOpts{})
