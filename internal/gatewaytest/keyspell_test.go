@@ -57,3 +57,39 @@ func TestGatewayKeySpellings(t *testing.T) {
 		})
 	}
 }
+
+// A '#' hides no query parameter from a query key: nginx and Caddy pass
+// the target on as it came, and a Go app reads "/items?x=1#&api_key=k"
+// and "/items#x?api_key=k" as api_key=k (PHP through Caddy's
+// php_fastcgi reads past the '#' too). Once victim is spent, each
+// is refused 429 and never reaches the app.
+func TestGatewayQueryPastFragment(t *testing.T) {
+	const rules = "  - name: per-key\n    key: [\"query:api_key\"]\n    rate: 1/h\n"
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			a := startApp(t)
+			y := sluiceYAML(t, k.sluice, "")
+			if !strings.HasSuffix(y, "\n") {
+				y += "\n"
+			}
+			s := startSluice(t, y+rules)
+			g := k.start(t, s.addr, a.addr(), variant{})
+			addr := strings.TrimPrefix(g.url, "http://")
+			src := 0
+			get := func(target string) result {
+				src++
+				return sendRaw(t, fmt.Sprintf("127.0.9.%d", src), addr, "GET "+target+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			}
+			if r := get("/items?api_key=victim"); r.status != 200 || r.body != "app\n" {
+				t.Fatalf("api_key=victim: got %v, want 200 from the app", r)
+			}
+			for _, target := range []string{"/items?x=1#&api_key=victim", "/items#x?api_key=victim", "/items?api_key=fresh#&api_key=victim"} {
+				before := a.hits.Load()
+				wantLimited(t, target+" after victim was spent", get(target), "per-key")
+				if a.hits.Load() != before {
+					t.Errorf("%s after victim was spent reached the app as %q", target, *a.target.Load())
+				}
+			}
+		})
+	}
+}

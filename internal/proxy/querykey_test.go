@@ -47,8 +47,8 @@ func TestQueryKeyIsTheUpstreamsValue(t *testing.T) {
 // A '#' in a request target starts a fragment for Node's and Express's
 // URL parsers and for Puma, which read ?api_key=victim#1 as
 // api_key=victim: a fresh fragment on each request must not make a fresh
-// key. (A Go upstream reads victim#1; counting it as victim errs on the
-// side of the limit.)
+// key. (A Go upstream reads victim#1: the query is counted under that
+// too, rules' queryValues.)
 func TestQueryKeyWithoutFragment(t *testing.T) {
 	rec := newRecorder(t, nil)
 	f := start(t, setup{specs: []rules.Spec{

@@ -121,3 +121,28 @@ func FuzzHostKey(f *testing.F) {
 		}
 	})
 }
+
+// A query key part is read past a '#' too: Go's server and PHP (through
+// Caddy's php_fastcgi, which passes the query on as it came) read
+// "?x=1#&api_key=victim" as api_key=victim, while Node, Puma and nginx
+// end the query at the '#'. Both readings are counted.
+func TestQueryKeyPastFragment(t *testing.T) {
+	set := mustCompile(t, Spec{Name: "q", Rate: "1/s", Key: []string{"query:api_key"}})
+	q := set.Rules[0]
+	for _, tc := range []struct {
+		target string
+		want   []Match
+	}{
+		{"/?x=1#&api_key=victim", []Match{{q, q.StoreKey("victim")}}},
+		{"/?api_key=fresh#&api_key=victim", []Match{{q, q.StoreKey("fresh")}, {q, q.StoreKey("fresh#")}, {q, q.StoreKey("victim")}}},
+		{"/?api_key=victim#x", []Match{{q, q.StoreKey("victim")}, {q, q.StoreKey("victim#x")}}},
+		{"/?api_key=victim", []Match{{q, q.StoreKey("victim")}}},
+	} {
+		req := request("GET", "/")
+		req.URL.RawQuery = tc.target[2:]
+		ms, err := set.Match(req, ip1, nil)
+		if err != nil || !slices.Equal(ms, tc.want) {
+			t.Errorf("%s: Match = %v, %v; want %v", tc.target, ms, err, tc.want)
+		}
+	}
+}

@@ -242,14 +242,24 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			if req.URL == nil {
 				return "", nil, false
 			}
-			// A raw '#' starts a fragment for the servers behind (Node,
-			// Express, Puma read ?k=v#1 as k=v), so a fresh fragment must
-			// not make a fresh key. (Go reads v#1: counted as v, which
-			// errs on the side of the limit.)
-			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
+			// A raw '#' starts a fragment for some servers behind (Node,
+			// Express, Puma and nginx read ?k=v#1 as k=v), so a fresh
+			// fragment must not make a fresh key; others read on past it
+			// (Go reads ?x=1#&k=v as k=v, PHP through Caddy's
+			// php_fastcgi too): a query with a '#' is read both ways,
+			// and counted under each value either finds (queryValues).
+			raw := req.URL.RawQuery
+			q, _, frag := strings.Cut(raw, "#")
 			var bad, more bool
 			if v, more, bad = queryValue(q, p.Name, nil); bad {
 				return "", p, false
+			}
+			if frag {
+				w, wmore, wbad := queryValue(raw, p.Name, nil)
+				if wbad {
+					return "", p, false
+				}
+				more = more || wmore || w != v
 			}
 			multi = multi || more
 		case PartCookie:

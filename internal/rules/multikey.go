@@ -42,8 +42,7 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				vs = addValue(vs, v)
 			}
 		case PartQuery:
-			q, _, _ := strings.Cut(req.URL.RawQuery, "#")
-			queryValue(q, p.Name, &vs)
+			vs = queryValues(req.URL.RawQuery, p.Name)
 		case PartCookie:
 			// Read part by part, as cookieValue: net/http's
 			// CookiesNamed finds none past its cap (cookiePart).
@@ -98,4 +97,22 @@ func addValue(vs []string, v string) []string {
 		return vs
 	}
 	return append(vs, v)
+}
+
+// queryValues returns the different values of query parameter name in
+// the raw query raw, read up to a '#' (as Node, Puma and nginx read it)
+// and, when there is one, on past it (as Go and PHP read it), the former
+// first; at most MaxKeysPerRule+1 of them (addValue).
+func queryValues(raw, name string) []string {
+	q, _, frag := strings.Cut(raw, "#")
+	var all []string
+	queryValue(q, name, &all)
+	if frag {
+		queryValue(raw, name, &all)
+	}
+	var vs []string
+	for _, v := range all {
+		vs = addValue(vs, v)
+	}
+	return vs
 }

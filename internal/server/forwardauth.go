@@ -139,11 +139,15 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 		return nil, errBadRequest("missing X-Forwarded-Uri or X-Original-URI: configure the gateway to send the original request's URI")
 	}
 	// A fragment is no part of the request: nginx's $request_uri keeps
-	// one a client sent ("POST /login#x"), while nginx routes, and the
-	// apps behind it read, the path and query without it. Kept, it would
-	// make "/login#x" a path no rule for /login matches, and "?key=k#1"
-	// a key of its own.
-	uri, _, _ = strings.Cut(uri, "#")
+	// one a client sent ("POST /login#x"), while nginx routes, and most
+	// apps behind it read, the path without it. Kept, it would make
+	// "/login#x" a path no rule for /login matches. The query is another
+	// matter: Go's server reads on past a '#' ("/items?x=1#&key=k" and
+	// "/items#x?key=k" are key=k to it, and PHP's through Caddy's
+	// php_fastcgi), so the query is kept whole, and a query key part
+	// reads it both ways (rules' queryValues).
+	full := uri
+	uri, _, frag := strings.Cut(uri, "#")
 	if strings.IndexByte(uri, ' ') >= 0 {
 		// No request line holds one; "/login, /x" is two lines of the
 		// header joined by a proxy in front (the gateway's and the
@@ -157,6 +161,9 @@ func originalRequest(r *http.Request, o *origRequest) (*http.Request, error) {
 			reason = ue.Err.Error() // without the URI, quoted (cut) below
 		}
 		return nil, errBadRequest("bad original URI " + quoteCut(uri) + ": " + reason)
+	}
+	if _, q, ok := strings.Cut(full, "?"); ok && frag {
+		o.u.RawQuery = q
 	}
 	method, err := agreed(r.Header, keyForwardedMethod, "X-Forwarded-Method", keyOriginalMethod, "X-Original-Method", strings.EqualFold)
 	if err != nil {
@@ -222,12 +229,28 @@ func joined(what string) string {
 	return "; two values joined into one line (\", \") are two requests': the gateway must send the original request's one " + what + ", set by itself"
 }
 
-// sameURI reports whether two original URIs are one: equal but for a
-// #fragment, which is no part of the request.
+// sameURI reports whether two original URIs are one as originalRequest
+// reads them: the same path, cut at a '#' (a #fragment after the path is
+// no part of the request), and the same query, read whole, past a '#'
+// too (Go's server reads it so).
 func sameURI(x, y string) bool {
-	x, _, _ = strings.Cut(x, "#")
-	y, _, _ = strings.Cut(y, "#")
-	return x == y
+	return x == y || uriPath(x) == uriPath(y) && uriQuery(x) == uriQuery(y)
+}
+
+// uriPath and uriQuery are the path and the query originalRequest reads
+// in an original URI ("": none).
+func uriPath(u string) string {
+	u, _, _ = strings.Cut(u, "#")
+	u, _, _ = strings.Cut(u, "?")
+	return u
+}
+
+func uriQuery(u string) string {
+	_, q, ok := strings.Cut(u, "?")
+	if !ok {
+		return "\x00" // no query, which no query's text is
+	}
+	return q
 }
 
 // parseURI sets *u to url.ParseRequestURI(uri), without allocating for

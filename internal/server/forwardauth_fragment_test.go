@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rules"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// A '#' in the original URI hides no query parameter: Go's server (and
+// PHP through Caddy's php_fastcgi) reads the query on past it, so that
+// "/items?x=1#&api_key=victim" and "/items#x?api_key=victim", which
+// nginx and Caddy pass on to the app as they came, are api_key=victim to
+// a Go app. Once victim is spent, both are refused, as is a fresh value
+// beside it; the fragment-free reading (Node, Puma, nginx's $args) is
+// counted too.
+func TestForwardAuthQueryPastFragment(t *testing.T) {
+	set, err := rules.Compile("test.yaml", []rules.Spec{
+		{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg), Now: alignedNow()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ask := func(uri string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
+		req.Header["X-Forwarded-Uri"] = []string{uri}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	if st, body := ask("/items?api_key=victim"); st != 200 {
+		t.Fatalf("first: %d %q, want 200", st, body)
+	}
+	for _, uri := range []string{
+		"/items?x=1#&api_key=victim",
+		"/items#x?api_key=victim",
+		"/items?api_key=fresh#&api_key=victim",
+		"/items?api_key=victim#fresh",
+		"/items?api_key=victim#&api_key=fresh2",
+	} {
+		if st, body := ask(uri); st != http.StatusTooManyRequests {
+			t.Errorf("%s after victim was spent: %d %q, want 429", uri, st, body)
+		}
+	}
+	// Nor can a client's own X-Forwarded-Uri, passed on beside a
+	// gateway's X-Original-URI, hide the query past the '#' from the
+	// rules: the two disagree on the query, so the request is refused.
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
+	req.Header["X-Forwarded-Uri"] = []string{"/items?x=1#zzz"}
+	req.Header["X-Original-Uri"] = []string{"/items?x=1#&api_key=victim"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("X-Forwarded-Uri /items?x=1#zzz beside X-Original-URI /items?x=1#&api_key=victim: %d, want 400", resp.StatusCode)
+	}
+	// A fresh value is a fresh count, fragment or not.
+	if st, body := ask("/items?api_key=other#1"); st != 200 {
+		t.Errorf("/items?api_key=other#1: %d %q, want 200", st, body)
+	}
+}
