@@ -44,6 +44,21 @@ func TestGatewayKeySpellings(t *testing.T) {
 					t.Errorf("Host %s after a.example's limit was spent reached the app", h)
 				}
 			}
+			// Nor does a forwarding header of the client's own, or another
+			// Host beside an absolute target (the target's host is the
+			// request's: nginx's $host, Go's r.Host, what the app is asked).
+			for _, req := range []string{
+				"GET /items HTTP/1.1\r\nHost: a.example\r\nX-Forwarded-Host: fresh1.example\r\nForwarded: host=fresh2.example\r\n",
+				"GET http://a.example/items HTTP/1.1\r\nHost: fresh3.example\r\n",
+			} {
+				src++
+				before := a.hits.Load()
+				what := fmt.Sprintf("%.50q after a.example's limit was spent", req)
+				wantLimited(t, what, sendRaw(t, fmt.Sprintf("127.0.8.%d", src), addr, req+"Connection: close\r\n\r\n"), "per-site")
+				if a.hits.Load() != before {
+					t.Errorf("%s reached the app", what)
+				}
+			}
 			if r := get("b.example", "sid=abc"); r.status != 200 || r.body != "app\n" {
 				t.Fatalf("Cookie sid=abc: got %v, want 200 from the app", r)
 			}
