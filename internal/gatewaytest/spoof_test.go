@@ -7,14 +7,15 @@ import (
 	"testing"
 )
 
-// A client's forwarding headers, sent twice, in other spellings, or as
-// Forwarded and X-Real-IP, change neither its key nor the rule that
-// applies.
+// A client's forwarding headers, sent twice, in other spellings (in any
+// case), or as Forwarded and X-Real-IP, change neither its key nor the
+// rule that applies.
 func TestGatewayIgnoresDuplicatedHeaders(t *testing.T) {
 	spoof := "X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-For: 198.51.100.2\r\n" +
 		"x-forwarded-for: 198.51.100.3\r\nForwarded: for=198.51.100.4\r\nX-Real-IP: 198.51.100.5\r\n" +
 		"X-Forwarded-Uri: /elsewhere\r\nX-Forwarded-Uri: /other\r\nX-Forwarded-Method: GET\r\nX-Forwarded-Method: GET\r\n" +
-		"X-Original-URI: /elsewhere\r\nX-Original-Method: GET\r\nX-Forwarded-Host: other.example\r\n"
+		"X-Original-URI: /elsewhere\r\nX-Original-Method: GET\r\nX-Forwarded-Host: other.example\r\n" +
+		"x-forwarded-uri: /elsewhere\r\nX-FORWARDED-METHOD: GET\r\nx-original-uri: /other\r\nX-ORIGINAL-METHOD: GET\r\nx-forwarded-host: other.example\r\n"
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			a := startApp(t)
