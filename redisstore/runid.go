@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -27,6 +29,11 @@ import (
 // RunIDs after a restart already tells it. It fails, wrapping
 // sluice.ErrStoreUnavailable, when a server does not answer within the
 // timeout.
+//
+// On a Cluster it asks each node the client holds, and leaves out those
+// that no master's CLUSTER SLOTS (asked in the same round trip) lists: a
+// node that left the Cluster and runs on, which the client, never
+// redirected away from it, may hold for ever.
 //
 // The same replies tell each server's version: RunIDs keeps them, for
 // CheckVersions and Require to check the servers in place now rather than
@@ -68,19 +75,90 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 		addrs = append(addrs, addr)
 	}
 	slices.Sort(addrs)
-	var b strings.Builder
-	servers := make([]serverVersion, 0, len(addrs))
+	infos := make(map[string]string, len(addrs))
+	members := map[string]bool{} // the nodes the Cluster's masters list
 	for _, addr := range addrs {
-		n := nodes[addr]
-		info, err := serverInfo(ctx, n)
+		info, slots, err := clusterNodeInfo(ctx, nodes[addr])
 		if err != nil {
 			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
 		}
-		fmt.Fprintf(&b, "%s=%s ", addr, runID(info))
-		servers = append(servers, infoVersion(addr, info))
+		infos[addr] = info
+		if listed, owner := slotsView(addr, slots); owner {
+			for _, a := range listed {
+				members[a] = true
+			}
+		}
+	}
+	if !slices.ContainsFunc(addrs, func(a string) bool { return members[a] }) {
+		members = nil // addresses not told as the client's: none left out
+	}
+	var b strings.Builder
+	servers := make([]serverVersion, 0, len(addrs))
+	for _, addr := range addrs {
+		// A node the client still holds that the Cluster no longer
+		// lists (it left, and nothing redirected the client since, as
+		// nothing is routed to a replica) is not one of its servers.
+		if members != nil && !members[addr] {
+			continue
+		}
+		fmt.Fprintf(&b, "%s=%s ", addr, runID(infos[addr]))
+		servers = append(servers, infoVersion(addr, infos[addr]))
 	}
 	s.servers.Store(&servers)
 	return b.String(), nil
+}
+
+// clusterNodeInfo is a Cluster node's INFO server and CLUSTER SLOTS, in
+// one round trip, asked again once as serverInfo does.
+func clusterNodeInfo(ctx context.Context, c rueidis.Client) (string, []rueidis.RedisMessage, error) {
+	ask := func() (string, []rueidis.RedisMessage, error) {
+		r := c.DoMulti(ctx, c.B().Info().Section("server").Build(), c.B().ClusterSlots().Build())
+		info, err := r[0].ToString()
+		if err != nil {
+			return "", nil, err
+		}
+		slots, err := r[1].ToArray()
+		return info, slots, err
+	}
+	info, slots, err := ask()
+	if _, redisErr := rueidis.IsRedisErr(err); err != nil && !redisErr && ctx.Err() == nil {
+		info, slots, err = ask()
+	}
+	return info, slots, err
+}
+
+// slotsView returns the nodes (masters and replicas) that slots, the
+// CLUSTER SLOTS of the node at addr, lists, and whether that node owns
+// slots there: only such a node's view is the Cluster's (one that left
+// owns none, and may still list itself). Addresses are made as the client
+// makes them (rueidis's parseEndpoint): an empty host is addr's, "?" is
+// no address.
+func slotsView(addr string, slots []rueidis.RedisMessage) (listed []string, owner bool) {
+	host, _, _ := net.SplitHostPort(addr)
+	for _, r := range slots {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			continue
+		}
+		for i, n := range f[2:] {
+			nf, err := n.ToArray()
+			if err != nil || len(nf) < 2 {
+				continue
+			}
+			h, _ := nf[0].ToString()
+			port, err := nf[1].AsInt64()
+			if err != nil || h == "?" {
+				continue
+			}
+			if h == "" {
+				h = host
+			}
+			a := net.JoinHostPort(h, strconv.FormatInt(port, 10))
+			listed = append(listed, a)
+			owner = owner || (i == 0 && a == addr)
+		}
+	}
+	return listed, owner
 }
 
 // serverInfo is c's INFO server, asked again once if the first ask fails

@@ -92,3 +92,43 @@ func TestVersionRecheckedCluster(t *testing.T) {
 		}
 	}
 }
+
+// A Cluster node too old for a need (a replica on Redis 6.0, told to the
+// clients at a relay in front of it) fails CheckVersions once RunIDs has
+// met it; once the Cluster forgot it, RunIDs leaves it out (and its
+// run_id) and CheckVersions passes again, though the node runs on and the
+// client, never redirected by it, still holds a connection to it. RunIDs
+// used to ask every node the client held, so a node that left stayed
+// "too old" for as long as the client did not refresh its map: for ever,
+// for a replica, which nothing is routed to.
+func TestVersionRecheckedClusterNodeLeft(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	replica, at := c.StartReplica(t, 0, func(addr string) string { return redistest.NewOlder(t, addr, "6.0.16").Addr })
+	defer6 := redisstore.Need{Feature: "deferrals", MinRedis: "6.2", MinRedisFor: "XAUTOCLAIM"}
+	s := open(t, redisstore.Options{Addrs: c.Addrs[:1], Cluster: true, RedisTime: true})
+	ctx := context.Background()
+	with, err := s.RunIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(with, at+"=") {
+		t.Fatalf("RunIDs on a Cluster with a replica at %s: %q; want it named", at, with)
+	}
+	err = s.CheckVersions([]redisstore.Need{defer6})
+	if !errors.Is(err, redisstore.ErrVersion) || !strings.Contains(err.Error(), at+" runs 6.0.16") {
+		t.Fatalf("CheckVersions with a replica on 6.0.16: %v; want ErrVersion naming %s", err, at)
+	}
+
+	c.Forget(t, replica, at)
+	without, err := s.RunIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(without, at+"=") {
+		t.Errorf("RunIDs after the Cluster forgot the replica at %s: %q; want it left out", at, without)
+	}
+	if err := s.CheckVersions([]redisstore.Need{defer6}); err != nil {
+		t.Errorf("CheckVersions after the Cluster forgot the replica on 6.0.16: %v; want nil", err)
+	}
+}
