@@ -44,6 +44,9 @@ type Need struct {
 	// Require) fails with ErrVersion, naming them, the server and its
 	// version, when a server is older.
 	MinRedis, MinRedisFor string
+	// own: the store's own scripts' need (Options.ownNeed), which no
+	// option leaves out (StoreTooOld).
+	own bool
 }
 
 // ScriptsOn returns the commands that running a script on key (with

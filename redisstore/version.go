@@ -124,9 +124,9 @@ func checkNeeds(needs []Need) error {
 func (o Options) ownNeed() Need {
 	if o.RedisTime {
 		return Need{Feature: "the store on Redis's clock (RedisTime)", MinRedis: "5.0",
-			MinRedisFor: "TIME before writes in its scripts, replicated by their effects"}
+			MinRedisFor: "TIME before writes in its scripts, replicated by their effects", own: true}
 	}
-	return Need{Feature: "the store", MinRedis: "4.0", MinRedisFor: "HSET of several fields in its scripts"}
+	return Need{Feature: "the store", MinRedis: "4.0", MinRedisFor: "HSET of several fields in its scripts", own: true}
 }
 
 // tooOld returns, as a *versionError (op "connect", "require" or "check"), the
@@ -138,6 +138,7 @@ func tooOld(op string, addrs []string, servers []serverVersion, needs []Need) er
 	// order of the needs): "A needs …, B needs …; ADDR runs V".
 	var olds []string
 	refused := map[string][]string{}
+	own := false
 	for _, n := range needs {
 		if n.MinRedis == "" {
 			continue
@@ -151,6 +152,7 @@ func tooOld(op string, addrs []string, servers []serverVersion, needs []Need) er
 		if len(old) == 0 {
 			continue
 		}
+		own = own || n.own
 		k := strings.Join(old, ", ")
 		if refused[k] == nil {
 			olds = append(olds, k)
@@ -164,7 +166,16 @@ func tooOld(op string, addrs []string, servers []serverVersion, needs []Need) er
 	for i, k := range olds {
 		what[i] = strings.Join(refused[k], ", ") + "; " + k
 	}
-	return &versionError{op: op, addrs: addrs, what: strings.Join(what, "; ")}
+	return &versionError{op: op, addrs: addrs, what: strings.Join(what, "; "), own: own}
+}
+
+// StoreTooOld reports whether err (ErrVersion of New or CheckVersions)
+// refuses a server too old for the store's own scripts (Redis 4.0, or
+// 5.0 with Options.RedisTime), which leaving out a feature (a Need) does
+// not mend: only a newer Redis does.
+func StoreTooOld(err error) bool {
+	var ve *versionError
+	return errors.As(err, &ve) && ve.own
 }
 
 // CheckVersions checks, as New does, that the servers are recent enough
@@ -196,6 +207,7 @@ type versionError struct {
 	op    string
 	addrs []string
 	what  string
+	own   bool // the store's own need among those refused (StoreTooOld)
 }
 
 func (e *versionError) Error() string {

@@ -36,6 +36,15 @@ func TestVersionNeeds(t *testing.T) {
 	if !errors.Is(err, redisstore.ErrVersion) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "streams") {
 		t.Errorf("New with a need for Redis 256.0: %v; want ErrVersion naming %q only", err, want)
 	}
+	if redisstore.StoreTooOld(err) {
+		t.Errorf("New with a need for Redis 256.0: StoreTooOld; want it false (leaving the need out mends it)")
+	}
+	// A server too old for the store's own scripts: StoreTooOld, whatever
+	// the needs.
+	_, err = connect(redisstore.Options{Addrs: []string{redistest.NewOlder(t, srv.Addr, "4.0.14").Addr}, RedisTime: true, Needs: []redisstore.Need{met}})
+	if !errors.Is(err, redisstore.ErrVersion) || !redisstore.StoreTooOld(err) {
+		t.Errorf("New with RedisTime on Redis 4.0: %v; want ErrVersion, StoreTooOld", err)
+	}
 
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, RedisTime: true, Needs: []redisstore.Need{met}})
 	ctx := context.Background()

@@ -313,6 +313,8 @@ func refusalHint(err error) string {
 	switch {
 	case errors.Is(err, redisstore.ErrDB):
 		return "check store.redis.db: Redis has databases 0 to its databases setting less one (0 to 15 by default)"
+	case redisstore.StoreTooOld(err):
+		return "upgrade Redis: Sluice needs Redis 5.0 or later whatever the config (its scripts read Redis's TIME before they write)"
 	case errors.Is(err, redisstore.ErrVersion):
 		return "upgrade Redis, or leave out the feature that needs the newer one"
 	case redisstore.SentinelRefused(err):

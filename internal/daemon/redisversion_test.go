@@ -47,7 +47,8 @@ func TestRedisVersionRefused(t *testing.T) {
 		{six.Addr, "u", []string{"defer", "auto"}, []string{`action: defer of rule "jobs" needs Redis 6.2 or later (XAUTOCLAIM)`, six.Addr + " runs 6.0.16"}},
 		{six.Addr, "u", []string{"auto"}, nil},
 		{rs.Addr, "u", []string{"defer", "auto"}, nil},
-		{four.Addr, `""`, nil, []string{"needs Redis 5.0 or later (TIME", four.Addr + " runs 4.0.14"}},
+		// No feature to leave out: the hint says so.
+		{four.Addr, `""`, nil, []string{"needs Redis 5.0 or later (TIME", four.Addr + " runs 4.0.14", "; upgrade Redis: Sluice needs Redis 5.0 or later whatever the config"}},
 	} {
 		err := newWith(t, needsConfig([]string{tc.addr}, false, tc.user, tc.features...))
 		if tc.want == nil {
@@ -64,6 +65,9 @@ func TestRedisVersionRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s with %v: New: %v; want it to name %q", tc.addr, tc.features, err, w)
 			}
+		}
+		if tc.features == nil && strings.Contains(err.Error(), "leave out the feature") {
+			t.Errorf("%s with no feature: New: %v; want no advice to leave a feature out", tc.addr, err)
 		}
 	}
 }
