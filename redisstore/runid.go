@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
@@ -30,10 +31,11 @@ import (
 // sluice.ErrStoreUnavailable, when a server does not answer within the
 // timeout.
 //
-// On a Cluster it asks each node the client holds, and leaves out those
-// that no master's CLUSTER SLOTS (asked in the same round trip) lists: a
-// node that left the Cluster and runs on, which the client, never
-// redirected away from it, may hold for ever.
+// On a Cluster it asks each node the client holds, all together, and
+// leaves out those that no master's CLUSTER SLOTS (asked in the same
+// round trip) lists: a node that left the Cluster and runs on, or hangs,
+// which the client, never redirected away from it, may hold for ever.
+// One that does not answer fails RunIDs only if a master lists it.
 //
 // The same replies tell each server's version: RunIDs keeps them, for
 // CheckVersions and Require to check the servers in place now rather than
@@ -75,15 +77,28 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 		addrs = append(addrs, addr)
 	}
 	slices.Sort(addrs)
-	infos := make(map[string]string, len(addrs))
+	// Together: a node that does not answer (gone silent) holds up
+	// none of the others, whose views may leave it out.
+	type reply struct {
+		info  string
+		slots []rueidis.RedisMessage
+		err   error
+	}
+	replies := make([]reply, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Go(func() {
+			r := &replies[i]
+			r.info, r.slots, r.err = clusterNodeInfo(ctx, nodes[addr])
+		})
+	}
+	wg.Wait()
 	members := map[string]bool{} // the nodes the Cluster's masters list
-	for _, addr := range addrs {
-		info, slots, err := clusterNodeInfo(ctx, nodes[addr])
-		if err != nil {
-			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
+	for i, addr := range addrs {
+		if replies[i].err != nil {
+			continue
 		}
-		infos[addr] = info
-		if listed, owner := slotsView(addr, slots); owner {
+		if listed, owner := slotsView(addr, replies[i].slots); owner {
 			for _, a := range listed {
 				members[a] = true
 			}
@@ -92,17 +107,23 @@ func (s *Store) RunIDs(ctx context.Context) (string, error) {
 	if !slices.ContainsFunc(addrs, func(a string) bool { return members[a] }) {
 		members = nil // addresses not told as the client's: none left out
 	}
+	for i, addr := range addrs {
+		if err := replies[i].err; err != nil && (members == nil || members[addr]) {
+			return "", fmt.Errorf("redisstore: run_id of %s: %w: %w", addr, sluice.ErrStoreUnavailable, err)
+		}
+	}
 	var b strings.Builder
 	servers := make([]serverVersion, 0, len(addrs))
-	for _, addr := range addrs {
+	for i, addr := range addrs {
 		// A node the client still holds that the Cluster no longer
 		// lists (it left, and nothing redirected the client since, as
-		// nothing is routed to a replica) is not one of its servers.
+		// nothing is routed to a replica; or it hangs, its connection
+		// never closed) is not one of its servers.
 		if members != nil && !members[addr] {
 			continue
 		}
-		fmt.Fprintf(&b, "%s=%s ", addr, runID(infos[addr]))
-		servers = append(servers, infoVersion(addr, infos[addr]))
+		fmt.Fprintf(&b, "%s=%s ", addr, runID(replies[i].info))
+		servers = append(servers, infoVersion(addr, replies[i].info))
 	}
 	s.servers.Store(&servers)
 	return b.String(), nil

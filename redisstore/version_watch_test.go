@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -130,5 +132,47 @@ func TestVersionRecheckedClusterNodeLeft(t *testing.T) {
 	}
 	if err := s.CheckVersions([]redisstore.Need{defer6}); err != nil {
 		t.Errorf("CheckVersions after the Cluster forgot the replica on 6.0.16: %v; want nil", err)
+	}
+}
+
+// A Cluster node that left and hangs (a host gone silent, its
+// connection never closed, so the client keeps it) does not fail RunIDs:
+// the nodes are asked together, and one that does not answer but that no
+// master lists any more is left out. RunIDs used to fail at every call
+// (the node's INFO timing out), the restart watch went blind, and the
+// version check kept the node's old version. One still listed that does
+// not answer fails RunIDs, as before.
+func TestVersionRecheckedClusterNodeLeftHung(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	replica, at := c.StartReplica(t, 0, func(addr string) string { return redistest.NewOlder(t, addr, "6.0.16").Addr })
+	defer6 := redisstore.Need{Feature: "deferrals", MinRedis: "6.2", MinRedisFor: "XAUTOCLAIM"}
+	s := open(t, redisstore.Options{Addrs: c.Addrs[:1], Cluster: true, RedisTime: true, Timeout: 2 * time.Second})
+	ctx := context.Background()
+	if _, err := s.RunIDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckVersions([]redisstore.Need{defer6}); !errors.Is(err, redisstore.ErrVersion) {
+		t.Fatalf("CheckVersions with a replica on 6.0.16: %v; want ErrVersion", err)
+	}
+
+	c.Forget(t, replica, at)
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	ids, err := s.RunIDs(ctx)
+	if err != nil {
+		t.Fatalf("RunIDs with a hung node the Cluster forgot: %v; want it left out", err)
+	}
+	if strings.Contains(ids, at+"=") || strings.Count(ids, "=") != 3 {
+		t.Errorf("RunIDs with a hung node the Cluster forgot: %q; want the three masters", ids)
+	}
+	if err := s.CheckVersions([]redisstore.Need{defer6}); err != nil {
+		t.Errorf("CheckVersions after the Cluster forgot the hung replica on 6.0.16: %v; want nil", err)
+	}
+
+	c.Nodes[1].Pause()
+	t.Cleanup(c.Nodes[1].Resume)
+	if _, err := s.RunIDs(ctx); !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), c.Addrs[1]) {
+		t.Errorf("RunIDs with a master hung: %v; want ErrStoreUnavailable naming %s", err, c.Addrs[1])
 	}
 }
