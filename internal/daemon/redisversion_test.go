@@ -164,22 +164,26 @@ func TestRedisUsernameBeforeRedis6(t *testing.T) {
 // store.redis.sentinel_username or sentinel_password is set) when they
 // are older than 6.2: the startup stops naming
 // store.redis.sentinel_username and the Sentinel. A relay answers HELLO
-// and AUTH with a username as a Sentinel 5.0 does.
+// and AUTH with a username as a Sentinel 5.0 does; another makes a
+// Sentinel tell 6.0.16, which, knowing no user but the default one,
+// answers WRONGPASS (it used to be told as refused credentials).
 func TestRedisUsernameBeforeSentinel62(t *testing.T) {
 	master := redistest.StartServer(t)
 	versionUser(t, master.Addr)
-	five := redistest.NewOlder(t, redistest.StartSentinel(t, master), "5.0.14")
-	err := newWith(t, fmt.Sprintf(`listen: 127.0.0.1:0
+	sentinel := redistest.StartSentinel(t, master)
+	for _, old := range []*redistest.Older{redistest.NewOlder(t, sentinel, "5.0.14"), redistest.NewOlder(t, sentinel, "6.0.16")} {
+		err := newWith(t, fmt.Sprintf(`listen: 127.0.0.1:0
 store:
   type: redis
   redis: {addrs: [%s], sentinel: mymaster, timeout: 2s, username: u, password: pw}
 rules:
   - name: plain
     rate: 5/m
-`, five.Addr))
-	for _, w := range []string{"store.redis.sentinel_username (left out, the Sentinels get store.redis.username) needs Sentinels of Redis 6.2 or later", "the Sentinel at " + five.Addr} {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Errorf("New with a username through a Sentinel 5.0: %v; want it refused, saying %q", err, w)
+`, old.Addr))
+		for _, w := range []string{"store.redis.sentinel_username (left out, the Sentinels get store.redis.username) needs Sentinels of Redis 6.2 or later", "the Sentinel at " + old.Addr} {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("New with a username through a Sentinel at %s: %v; want it refused, saying %q", old.Addr, err, w)
+			}
 		}
 	}
 }
