@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -71,6 +74,32 @@ func TestSimulateRedisTLS(t *testing.T) {
 				t.Errorf("%s: stderr %q; want it to say %q", tc.name, errOut, w)
 			}
 		}
+	}
+}
+
+// -redis-tls alone verifies Redis's certificate against the system's
+// roots, as store.redis.tls: true does: a process that trusts the test CA
+// as Go trusts any (SSL_CERT_FILE) decides the trace over TLS. A process
+// of its own, as Go reads the system's roots once.
+func TestSimulateRedisTLSSystemRoots(t *testing.T) {
+	ca := tlstest.NewCA(t, "redis-ca")
+	srv := ca.Server(t)
+	rs := redistest.StartTLSServer(t, srv.CertFile, srv.KeyFile)
+	args := []string{"simulate", "-algorithm", "sliding_window_log", "-rate", "2/s"}
+	mem := simMemory(t, args[1:]...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append(args, "-store", "redis", "-redis", rs.TLSAddr, "-redis-tls")...)
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_MAIN=1", "SSL_CERT_FILE="+ca.File)
+	cmd.Stdin = strings.NewReader(simTrace)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("simulate -redis-tls trusting the CA through SSL_CERT_FILE: %v: %s", err, stderr.String())
+	}
+	if string(out) != mem {
+		t.Errorf("-store redis -redis-tls printed\n%s\n-store memory printed\n%s", out, mem)
 	}
 }
 
