@@ -67,6 +67,9 @@
 // request for it). With one such request this is exact (to a tick's
 // refill); with several, the refund may fall short of it, so the key
 // briefly counts a little more than it admitted. No round trip is added.
+// Reports alone (every request Force, which no check refuses) are not
+// checked: each slot's are taken at once, in one round trip, and should a
+// slot fail, the slots that did count are refunded as above.
 //
 // A report (sluice.Request.Force) runs the general script (the flat Take
 // scripts know only Take); in TakeAll it never makes the others fail. A
