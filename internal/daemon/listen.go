@@ -35,9 +35,14 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	// net/http's own errors, a failed TLS handshake's line for one, come
 	// from clients, one a connection: at most one a second of each kind.
 	errLog := logthrottle.NewLogLogger(d.log, slog.LevelDebug, d.opts.Now, "TLS handshake error")
+	// A connection beyond max_connections is answered 503 in plaintext:
+	// a gateway takes a closed one for Sluice down, which its fail-open
+	// config lets through (listener.Listener.AnswerRefused).
+	apiOpts := listenerOptions("api", &cfg.API.Listener, d.metrics, errLog)
+	apiOpts.AnswerRefused = cfg.API.TLS == nil
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
-	}), listenerOptions("api", &cfg.API.Listener, d.metrics, errLog))
+	}), apiOpts)
 	if d.apiServe, err = d.serveTLS("api", d.apiLn, cfg.API.TLS); err != nil {
 		return err
 	}
@@ -58,9 +63,11 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		if ln, err = net.Listen("tcp", cfg.Proxy.Listen); err != nil {
 			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
 		}
+		proxyOpts := listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog)
+		proxyOpts.AnswerRefused = cfg.Proxy.TLS == nil
 		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().proxy.ServeHTTP(w, r)
-		}), listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog))
+		}), proxyOpts)
 		if d.proxyServe, err = d.serveTLS("proxy", d.proxyLn, cfg.Proxy.TLS); err != nil {
 			return err
 		}

@@ -245,7 +245,7 @@ func TestUnixPathTaken(t *testing.T) {
 }
 
 // max_connections caps the connections of a Unix-socket listener as of
-// a TCP one: one more is closed at once.
+// a TCP one: one more is answered 503 and closed.
 func TestUnixMaxConnections(t *testing.T) {
 	sock := filepath.Join(socktest.Dir(t), "api.sock")
 	startDaemon(t, "listen: unix:"+sock+"\napi: {max_connections: 1}\n")
@@ -270,8 +270,14 @@ func TestUnixMaxConnections(t *testing.T) {
 	defer second.Close()
 	second.SetReadDeadline(time.Now().Add(20 * time.Second))
 	io.WriteString(second, "GET /healthz HTTP/1.1\r\nHost: s\r\n\r\n")
-	if n, err := second.Read(make([]byte, 1)); n != 0 || err == nil {
-		t.Errorf("the connection past max_connections: read %d bytes, %v; want it closed", n, err)
+	br2 := bufio.NewReader(second)
+	if resp, err := http.ReadResponse(br2, nil); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("the connection past max_connections: %v, %v; want 503", resp, err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
+	if _, err := br2.ReadByte(); err == nil {
+		t.Error("the connection past max_connections stayed open after its 503")
 	}
 }
 

@@ -93,10 +93,12 @@ func TestGatewayWithStoreDown(t *testing.T) {
 	})
 }
 
-// A gateway connection over Sluice's api.max_connections is closed at
-// once, and the gateway takes it as Sluice down: closed, or open where
-// its config says so (docs/http.md: size max_connections for all the
-// gateways together).
+// A gateway connection over Sluice's api.max_connections is answered 503
+// {"error":"overloaded"}, which the gateway passes on (Caddy) or answers
+// with its own 503 (nginx), in the fail-open variants too: it is Sluice's
+// answer, not Sluice down, so clients that fill the cap get nothing past
+// the limit (docs/http.md: size max_connections for all the gateways
+// together; TestGatewayFullConnectionCapStaysLimited).
 func TestGatewayOverSluiceConnectionCap(t *testing.T) {
 	forFailModes(t, func(t *testing.T, k kind, open bool) {
 		a := startApp(t)
@@ -109,11 +111,15 @@ func TestGatewayOverSluiceConnectionCap(t *testing.T) {
 		}
 		g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
 		r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
-		switch {
-		case open && (r.status != http.StatusOK || r.body != "app\n"):
-			t.Errorf("with Sluice at its connection cap: got %v, want 200 from the app", r)
-		case !open && r.status != k.down:
-			t.Errorf("with Sluice at its connection cap: got %v, want %d", r, k.down)
+		want := `{"error":"overloaded"}` // Sluice's, passed on
+		if k.name == "nginx" {
+			want = `{"error":"rate_limiter_unavailable"}` // auth_request keeps no body
+		}
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, want) {
+			t.Errorf("with Sluice at its connection cap: got %v, want 503 %s", r, want)
+		}
+		if got := a.hits.Load(); got != 0 {
+			t.Errorf("with Sluice at its connection cap: the app saw %d requests, want none", got)
 		}
 	})
 }

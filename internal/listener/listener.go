@@ -2,8 +2,9 @@
 // listener of the daemon (the decision API and the proxy):
 //
 //   - Listener caps the client connections held at once (max_connections):
-//     a connection accepted beyond the cap is closed at once and counted,
-//     so the ones already held keep being served. An HTTP/2 request in
+//     a connection accepted beyond the cap is closed at once, or answered
+//     503 first (AnswerRefused), and counted, so the ones already held
+//     keep being served. An HTTP/2 request in
 //     flight beyond the first on its connection holds a place too
 //     (capStreams): one more is answered 503.
 //   - BodyTimeout bounds the wait between two reads of a request body
@@ -52,6 +53,9 @@ type Listener struct {
 
 	mu       sync.Mutex
 	hijacked map[*conn]struct{} // taken over from the server and open (see CloseHijacked)
+
+	answer   bool         // answer a connection beyond the cap 503 (AnswerRefused)
+	refusing atomic.Int64 // refused connections being answered
 }
 
 // Wrap returns ln capped at max connections (0: no cap), its
@@ -82,7 +86,7 @@ func (l *Listener) SendTimeout() time.Duration { return l.send }
 func (l *Listener) Open() int { return int(l.open.Load()) }
 
 // Accept returns the next connection, closing (and counting) at once any
-// connection beyond the cap.
+// connection beyond the cap, or answering it 503 first (AnswerRefused).
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -91,6 +95,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		if !l.take() {
 			l.metrics.Refused()
+			if l.answer && l.refusing.Add(1) <= maxRefusing {
+				go l.refuse(c)
+				continue
+			} else if l.answer {
+				l.refusing.Add(-1)
+			}
 			c.Close()
 			continue
 		}

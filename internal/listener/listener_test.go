@@ -284,6 +284,42 @@ func TestMaxConnections(t *testing.T) {
 	})
 }
 
+// TestMaxConnectionsAnswered: with AnswerRefused, a connection beyond the
+// cap is answered 503 {"error":"overloaded"} once its request's head has
+// come, then closed, and counted; the held ones are not disturbed.
+func TestMaxConnectionsAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := serve(t, echoLen, listener.Options{MaxConnections: 1, ReadHeaderTimeout: time.Hour, AnswerRefused: true})
+		held := f.ln.dial()
+		defer held.Close()
+		io.WriteString(held, "GET / HTTP/1.1\r\n") // hold it: headers never end
+		synctest.Wait()
+		extra := f.ln.dial()
+		defer extra.Close()
+		resp := readResponse(extra)
+		io.WriteString(extra, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-resp.done
+		if resp.status != http.StatusServiceUnavailable || resp.body != `{"error":"overloaded"}`+"\n" {
+			t.Errorf("a connection beyond max_connections: %d %q %v, want 503 {\"error\":\"overloaded\"}", resp.status, resp.body, resp.err)
+		}
+		if _, err := extra.Read(make([]byte, 1)); err == nil {
+			t.Error("a connection beyond max_connections stayed open after its 503")
+		}
+		if got := metric(t, f, "sluice_connections_refused_total"); got != 1 {
+			t.Errorf("sluice_connections_refused_total = %v, want 1", got)
+		}
+		if got := metric(t, f, "sluice_connections_open"); got != 1 {
+			t.Errorf("sluice_connections_open = %v, want 1", got)
+		}
+		resp = readResponse(held)
+		io.WriteString(held, "Host: x\r\n\r\n")
+		<-resp.done
+		if resp.status != 200 {
+			t.Errorf("the held connection: %d %v, want 200", resp.status, resp.err)
+		}
+	})
+}
+
 // TestLongHandlerAfterBody: a handler that has read its whole body and
 // then works for longer than body_read_timeout (a slow upstream) keeps
 // its request context: the body's deadline is lifted once the body is

@@ -47,6 +47,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// ErrorLog receives net/http's own errors; nil: the log package's.
 	ErrorLog *log.Logger
+	// AnswerRefused answers a connection beyond MaxConnections 503
+	// before closing it (Listener.AnswerRefused): plaintext only.
+	AnswerRefused bool
 }
 
 // Server returns an http.Server for h on ln with o's limits, and the
@@ -56,6 +59,7 @@ type Options struct {
 func Server(ln net.Listener, h http.Handler, o Options) (*http.Server, *Listener) {
 	m := o.Metrics.Listener(o.Name)
 	wl := Wrap(ln, o.MaxConnections, o.SendTimeout, m)
+	wl.answer = o.AnswerRefused
 	srv := &http.Server{
 		Handler:           closeDoubtful(wl.guardResets(wl.capStreams(stallH2(BodyTimeout(h, o.BodyReadTimeout, m), o.SendTimeout)))),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
