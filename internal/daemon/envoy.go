@@ -146,6 +146,12 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		}
 	}
 	d.descMissing = false
+	if writing, _ := d.descWatcher.writing(); writing {
+		// One came back since the watcher found none being written
+		// (runWatch), missing then: its creator may be at work still.
+		// Read when it has closed it; the caller says it waits.
+		return ReloadResult{Writing: true}
+	}
 	seen := filesDigest(old.cfg.GRPC.Config)
 	set, err := LoadDescriptors(old.cfg)
 	res := ReloadResult{Err: err}
@@ -248,7 +254,9 @@ func (d *Daemon) watchDescriptors(ctx context.Context, wg *sync.WaitGroup) {
 		if d.reloader != nil {
 			d.reloader.retry(d.descriptorsChanged)
 		}
-		d.reloadDescriptors()
+		if d.reloadDescriptors().Writing {
+			putOff()
+		}
 	})
 }
 

@@ -343,27 +343,45 @@ func (d *Daemon) runWatch(ctx context.Context, wg *sync.WaitGroup, cw *configWat
 				wake.Stop()
 			}
 		}()
+		// later tries again after left: a writer that holds a file
+		// open that long does not hold the reload back for ever.
+		later := func(left time.Duration) {
+			if wake != nil {
+				wake.Stop()
+			}
+			wake = time.AfterFunc(left, func() {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			})
+		}
 		debounce(ctx, changed, d.opts.ReloadDebounce, func() {
 			if writing, left := cw.writing(); writing {
 				// Written in place by a writer still at work: what the
 				// file holds may be half of it. Its closing the file is
 				// a change; or try again after left.
 				putOff()
-				if wake != nil {
-					wake.Stop()
-				}
-				wake = time.AfterFunc(left, func() {
-					select {
-					case changed <- struct{}{}:
-					default:
-					}
-				})
+				later(left)
 				return
 			}
+			if fireHook != nil {
+				fireHook(cw)
+			}
 			fire()
+			if writing, left := cw.writing(); writing {
+				// A file missing at the check above came back before
+				// fire read it, its creator at work: fire put its read
+				// off. Its closing the file is a change; or left.
+				later(left)
+			}
 		})
 	})
 }
+
+// fireHook, set by tests, is called by runWatch between its check that no
+// file of cw is being written and the reload it then makes.
+var fireHook func(cw *configWatcher)
 
 // watchToken starts watching api.token_file, so that a token rotated in
 // place, by a rename or a Kubernetes Secret's ..data swap, is put in force

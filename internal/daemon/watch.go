@@ -110,6 +110,9 @@ func (cw *configWatcher) watchWrites() {
 // has it open, and if so, for how long more to wait for it at most (see
 // maxWriteWait). A reload then would read half of what is being written.
 func (cw *configWatcher) writing() (bool, time.Duration) {
+	if cw == nil {
+		return false, 0
+	}
 	return cw.writes.writing(time.Now(), cw.writeWait)
 }
 

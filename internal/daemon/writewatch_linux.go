@@ -75,12 +75,12 @@ func (w *writeWatch) followLocked() {
 			continue
 		}
 		want[int32(wd)] = true
-		if w.followed && !w.wds[int32(wd)] && emptyFile(p) {
+		if w.followed && !w.wds[int32(wd)] && appearing(p) {
 			// A file that appeared since (created where it was
-			// missing) and holds nothing yet: its creator may be
-			// between its open and its first write, which came before
-			// this watch and so sent no IN_MODIFY. Being written until
-			// it is closed (IN_CLOSE_WRITE), or for the wait at most.
+			// missing), with its creator still at work: its writes so
+			// far came before this watch and so sent no IN_MODIFY.
+			// Being written until it is closed (IN_CLOSE_WRITE, which
+			// this watch sees), or for the wait at most.
 			w.dirty[written{int32(wd), ""}] = time.Now()
 		}
 	}
@@ -242,10 +242,66 @@ func (w *writeWatch) take(buf []byte) (whole bool) {
 	return whole
 }
 
-// emptyFile reports whether path is a regular file of no bytes.
-func emptyFile(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Size() == 0
+// appearing reports whether the regular file at path, met for the first
+// time, may still be being written by its creator. Whether any process
+// holds it open for writing is what the kernel checks before it grants a
+// read lease (fcntl F_SETLEASE, F_RDLCK: EAGAIN while one does): the
+// lease is taken and given back at once. A file renamed into place whole
+// is open for writing by no one, and is not waited for; one created in
+// place and written in part is, whether its first bytes are in or not.
+// Where no lease can be had (a file another user owns, without
+// CAP_LEASE; a file system without leases), only an empty file is taken
+// as being written: a creator yet to write.
+func appearing(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if open, err := openForWrite(f); err == nil {
+		return open
+	}
+	return fi.Size() == 0
+}
+
+// openForWrite reports whether a process holds the file of f open for
+// writing, by trying to take a read lease on it (see appearing), or the
+// error that tells it cannot be known so. f is open read-only.
+func openForWrite(f *os.File) (open bool, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	if cerr := rc.Control(func(fd uintptr) {
+		for {
+			_, err = fcntl(fd, syscall.F_SETLEASE, syscall.F_RDLCK)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err == nil {
+			fcntl(fd, syscall.F_SETLEASE, syscall.F_UNLCK)
+		}
+	}); cerr != nil {
+		return false, cerr
+	}
+	if err == syscall.EAGAIN {
+		return true, nil
+	}
+	return false, err
+}
+
+// fcntl is fcntl(2) with an int argument.
+func fcntl(fd uintptr, cmd, arg int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, uintptr(cmd), uintptr(arg))
+	if e != 0 {
+		return int(r), e
+	}
+	return int(r), nil
 }
 
 // nameOf returns the NUL-padded name of an inotify event.

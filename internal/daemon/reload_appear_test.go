@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// setFireHook sets fireHook for the test, and clears it after. The hook
+// is the whole process's: t must not be parallel (t.Setenv refuses a
+// parallel test).
+func setFireHook(t *testing.T, hook func(cw *configWatcher)) {
+	t.Setenv("SLUICE_TEST_PACKAGE_HOOKS", t.Name())
+	fireHook = hook
+	t.Cleanup(func() { fireHook = nil })
+}
+
+// Two descriptors; the first half of it is no YAML (cut in a mapping).
+const (
+	twoDescs = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n" +
+		"  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 20}\n"
+	twoDescsHalf = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: sec"
+)
+
+// descDaemon runs a daemon whose grpc.config names the descriptor file
+// d.yaml, beside the config file, holding twoDescs. It returns the daemon
+// and the descriptor file's path.
+func descDaemon(t *testing.T) (*testDaemon, string) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	mustWrite(t, file, twoDescs)
+	path := filepath.Join(dir, "sluice.yaml")
+	mustWrite(t, path, "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [d.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n")
+	return startDaemonFile(t, path), file
+}
+
+// putOffUntilWriting reads reload attempts until one is put off while a
+// file is being written, failing on one that applied or refused
+// something before: a file half written was read.
+func (td *testDaemon) putOffUntilWriting(what string) {
+	td.t.Helper()
+	for {
+		select {
+		case r := <-td.reloads:
+			if r.Writing {
+				return
+			}
+			if !r.Missing && !r.Unchanged {
+				td.t.Fatalf("%s: reload attempt %+v, want it put off", what, r)
+			}
+		case <-time.After(10 * time.Second):
+			td.t.Fatalf("%s: no reload put off within 10s", what)
+		}
+	}
+}
+
+// TestDescriptorFileBackWhileReloadBegins: the descriptor file, missing,
+// is created again by a writer that writes half of it and pauses, just
+// after a reload of the descriptors found it missing and so not being
+// written, and before that reload reads it. The reload does not read the
+// half: it waits for the writer to close the file, and then applies the
+// whole of it. Nothing is refused or counted as a failure.
+func TestDescriptorFileBackWhileReloadBegins(t *testing.T) {
+	td, file := descDaemon(t)
+	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setFireHook(t, func(cw *configWatcher) {
+		select {
+		case <-arm:
+		default:
+			return
+		}
+		if cw == td.d.descWatcher && missing(file) {
+			once.Do(func() {
+				close(blocked) // found not being written, missing: the reload reads next
+				<-release
+			})
+		}
+	})
+	mustRemove(t, file)
+	td.lookUntil("the descriptor file removed", func(l string) bool { return strings.Contains(l, "descriptor file is missing") })
+	close(arm)
+	mustWrite(t, filepath.Join(filepath.Dir(file), "other"), "x") // an event in its directory: a reload
+	<-blocked
+
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(twoDescsHalf); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	// The reload is put off; none reads the half before the writer is done.
+	td.putOffUntilWriting("the file back, half written, its writer at work")
+
+	if _, err := f.WriteString(twoDescs[len(twoDescsHalf):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for td.d.cur.Load().descs.Rules() != 2 {
+		if r := td.nextLook(); r.Err != nil {
+			t.Fatalf("the descriptor file written and closed: %v, want it applied", r.Err)
+		}
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted: %v, want 0 (the half was read)", got)
+	}
+}
+
+// TestDescriptorFileRenamedInWhileWritten: a descriptor file put in place
+// by a rename while its writer still holds it open, half written, is a
+// file that appeared with its first bytes in, and no write seen of it:
+// the reload waits for its writer to close it, and applies the whole. A
+// file renamed in whole, open for writing by no one, is applied at once,
+// and not waited for.
+func TestDescriptorFileRenamedInWhileWritten(t *testing.T) {
+	td, file := descDaemon(t)
+	const one = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	replaceFile(t, file, one)
+	if r := td.waitReload(); r.Err != nil || td.d.cur.Load().descs.Rules() != 1 {
+		t.Fatalf("a descriptor file renamed in whole: %+v, %d rules, want it applied (1 rule)", r, td.d.cur.Load().descs.Rules())
+	}
+	if strings.Contains(td.logs.String(), "being written") {
+		t.Fatal("a descriptor file renamed in whole was taken as being written")
+	}
+
+	tmp := filepath.Join(filepath.Dir(file), ".d.yaml.part")
+	f, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(twoDescsHalf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	td.putOffUntilWriting("a descriptor file renamed in half written, its writer at work")
+	if _, err := f.WriteString(twoDescs[len(twoDescsHalf):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for td.d.cur.Load().descs.Rules() != 2 {
+		if r := td.nextLook(); r.Err != nil {
+			t.Fatalf("the descriptor file written and closed: %v, want it applied", r.Err)
+		}
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted: %v, want 0 (the half was read)", got)
+	}
+}
