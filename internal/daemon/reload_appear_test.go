@@ -64,7 +64,12 @@ func (td *testDaemon) putOffUntilWriting(what string) {
 // half: it waits for the writer to close the file, and then applies the
 // whole of it. Nothing is refused or counted as a failure.
 func TestDescriptorFileBackWhileReloadBegins(t *testing.T) {
-	td, file := descDaemon(t)
+	// The hook is set before the daemon runs, and reads td, file once
+	// armed, after they are set.
+	var (
+		td   *testDaemon
+		file string
+	)
 	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	setFireHook(t, func(cw *configWatcher) {
@@ -80,6 +85,7 @@ func TestDescriptorFileBackWhileReloadBegins(t *testing.T) {
 			})
 		}
 	})
+	td, file = descDaemon(t)
 	mustRemove(t, file)
 	td.lookUntil("the descriptor file removed", func(l string) bool { return strings.Contains(l, "descriptor file is missing") })
 	close(arm)
