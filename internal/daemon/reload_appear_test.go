@@ -165,3 +165,63 @@ func TestDescriptorFileRenamedInWhileWritten(t *testing.T) {
 		t.Errorf("failures counted: %v, want 0 (the half was read)", got)
 	}
 }
+
+// TestConfigFileBackWhileReloadBegins: as
+// TestDescriptorFileBackWhileReloadBegins, for the config file itself:
+// created again by a writer that writes its first rule and pauses, after
+// a reload found it missing and before that reload reads it. The first
+// rule alone is a valid config, and wrong: the reload waits for the
+// writer to close the file, and applies both rules.
+func TestConfigFileBackWhileReloadBegins(t *testing.T) {
+	const half = "listen: 127.0.0.1:0\nrules:\n  - {name: one, rate: 5/m}\n"
+	const whole = half + "  - {name: two, rate: 7/m}\n"
+	var td *testDaemon // read by the hook once armed, after it is set
+	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setFireHook(t, func(cw *configWatcher) {
+		select {
+		case <-arm:
+		default:
+			return
+		}
+		if cw == td.d.watcher && missing(td.path) {
+			once.Do(func() {
+				close(blocked) // found not being written, missing: the reload reads next
+				<-release
+			})
+		}
+	})
+	td = startDaemon(t, whole)
+	mustRemove(t, td.path)
+	td.lookUntil("the config file removed", func(l string) bool { return strings.Contains(l, "config file is missing") })
+	close(arm)
+	mustWrite(t, filepath.Join(filepath.Dir(td.path), "other"), "x") // an event in its directory: a reload
+	<-blocked
+
+	f, err := os.Create(td.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(half); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	td.putOffUntilWriting("the config file back, half written, its writer at work")
+
+	if _, err := f.WriteString(whole[len(half):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("the config file written and closed: %v, want it applied", r.Err)
+	}
+	if got := len(td.d.Config().Rules); got != 2 {
+		t.Errorf("rules in force: %d, want 2 (the whole file)", got)
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("failures counted: %v, want 0", got)
+	}
+}

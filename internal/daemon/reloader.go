@@ -177,6 +177,15 @@ func (r *reloader) try(kind attemptKind) ReloadResult {
 
 func (r *reloader) attempt(kind attemptKind) ReloadResult {
 	force := kind == onSignal
+	if !force && r.writing != nil && !missing(r.path) && r.writing() {
+		// Back since the watcher found it missing, and so not being
+		// written: its creator may be at work still, its first part
+		// written (a config valid and wrong). Owed, read when it has
+		// closed it (its watcher tries again then).
+		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
+		r.owed = true
+		return ReloadResult{Writing: true}
+	}
 	data, err := config.ReadFile(r.path)
 	if err != nil && !force && missing(r.path) {
 		// Deleted before it is written again, or a ..data swap to a
