@@ -82,6 +82,9 @@ func (d *Daemon) reloadCerts() {
 			}
 			continue
 		}
+		if d.certsWriting("listener", l.name) {
+			continue
+		}
 		for _, p := range []string{l.Options().Cert, l.Options().Key, l.Options().ClientCA} {
 			delete(d.certMissing, p)
 		}
@@ -126,9 +129,9 @@ func (d *Daemon) reloadXDSTLS() {
 }
 
 // clientFilesThere reports whether none of paths, the files of a client
-// TLS block (key), is missing. The first missing one is logged once, with
-// what stays in force meanwhile (kept), until it is back. Called under
-// reloadMu.
+// TLS block (key), is missing, and no TLS file is being written in place
+// (certsWriting). The first missing one is logged once, with what stays
+// in force meanwhile (kept), until it is back. Called under reloadMu.
 func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
 	if p := missingOf(paths...); p != "" {
 		if !d.certMissing[p] {
@@ -140,9 +143,26 @@ func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
 		}
 		return false
 	}
+	if d.certsWriting("block", key) {
+		return false
+	}
 	for _, p := range paths {
 		delete(d.certMissing, p)
 	}
+	return true
+}
+
+// certsWriting reports whether a TLS file is being written in place, and
+// logs that its reading waits, for the listener or block named. A file
+// missing when the watcher found none being written (runWatch) may be
+// back since, its creator at work, half a certificate in: it is read
+// once its writer has closed it (a change the watcher reports). Called
+// under reloadMu, once the files are there.
+func (d *Daemon) certsWriting(kind, name string) bool {
+	if writing, _ := d.certWatcher.writing(); !writing {
+		return false
+	}
+	d.log.Info("tls: certificate file is being written in place: it is read when its writer has closed it", kind, name)
 	return true
 }
 

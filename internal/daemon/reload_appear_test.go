@@ -225,3 +225,71 @@ func TestConfigFileBackWhileReloadBegins(t *testing.T) {
 		t.Errorf("failures counted: %v, want 0", got)
 	}
 }
+
+// TestCertFileBackWhileReloadBegins: as
+// TestDescriptorFileBackWhileReloadBegins, for a listener's certificate:
+// created again by a writer that writes half of it and pauses, after the
+// certificate watcher found it missing and before the listeners read it.
+// It is not read half written (logged as not reloaded): the new
+// certificate is served once its writer has closed it.
+func TestCertFileBackWhileReloadBegins(t *testing.T) {
+	var ( // read by the hook once armed, after they are set
+		rd       *rotateDaemon
+		certFile string
+	)
+	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setFireHook(t, func(cw *configWatcher) {
+		select {
+		case <-arm:
+		default:
+			return
+		}
+		if cw == rd.d.certWatcher && missing(certFile) {
+			once.Do(func() {
+				close(blocked) // found not being written, missing: the reload reads next
+				<-release
+			})
+		}
+	})
+	rd, ca, certFile, keyFile, first := startRotatedFiles(t)
+	rd.waitServed(t, "the first certificate served", first)
+	refused := func() int {
+		return strings.Count(rd.logs.String(), "certificate files not reloaded")
+	}
+	before := refused()
+
+	second := ca.Server(t)
+	mustRemove(t, certFile)
+	waitFor(t, "the certificate file removed", func() bool { return strings.Contains(rd.logs.String(), "certificate file is missing") })
+	close(arm)
+	replace(t, keyFile, read(t, second.KeyFile)) // an event in its directory: a reload
+	<-blocked
+
+	f, err := os.OpenFile(certFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pem := read(t, second.CertFile)
+	if _, err := f.Write(pem[:len(pem)/2]); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, "the certificate back, half written: the reload put off", func() bool {
+		return strings.Contains(rd.logs.String(), "certificate file is being written in place") || refused() > before
+	})
+	if refused() > before {
+		t.Fatalf("the certificate back, half written, its writer at work: read and refused, want it waited for:\n%s", rd.logs.String())
+	}
+	if _, err := f.Write(pem[len(pem)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rd.waitServed(t, "the certificate written and closed", second)
+	if refused() > before {
+		t.Errorf("the half written certificate was read (logged as not reloaded):\n%s", rd.logs.String())
+	}
+}
