@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -75,13 +76,16 @@ func (w *writeWatch) followLocked() {
 			continue
 		}
 		want[int32(wd)] = true
-		if w.followed && !w.wds[int32(wd)] && appearing(p) {
+		if w.followed && !w.wds[int32(wd)] {
 			// A file that appeared since (created where it was
-			// missing), with its creator still at work: its writes so
-			// far came before this watch and so sent no IN_MODIFY.
+			// missing, renamed into place), or a directory, whose
+			// files it holds, with a writer still at work: its writes
+			// so far came before this watch and so sent no IN_MODIFY.
 			// Being written until it is closed (IN_CLOSE_WRITE, which
 			// this watch sees), or for the wait at most.
-			w.dirty[written{int32(wd), ""}] = time.Now()
+			for _, name := range appearingIn(p) {
+				w.dirty[written{int32(wd), name}] = time.Now()
+			}
 		}
 	}
 	w.followed = true
@@ -240,6 +244,26 @@ func (w *writeWatch) take(buf []byte) (whole bool) {
 		}
 	}
 	return whole
+}
+
+// appearingIn returns, of the file at path, met for the first time, ""
+// if it may still be being written (appearing); of a directory, the
+// names of the descriptor files in it that may be.
+func appearingIn(path string) []string {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		if appearing(path) {
+			return []string{""}
+		}
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if descriptors.Listed(e.Name()) && appearing(filepath.Join(path, e.Name())) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
 
 // appearing reports whether the regular file at path, met for the first
