@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,5 +292,55 @@ func TestCertFileBackWhileReloadBegins(t *testing.T) {
 	rd.waitServed(t, "the certificate written and closed", second)
 	if refused() > before {
 		t.Errorf("the half written certificate was read (logged as not reloaded):\n%s", rd.logs.String())
+	}
+}
+
+// TestTokenRenamedInWhileWritten: api.token_file replaced by a rename
+// while its writer still holds the new file open with the first part of
+// the token in (a valid token, and the wrong one): the token is not put
+// in force until the writer has closed the file; then the whole is.
+func TestTokenRenamedInWhileWritten(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "api-token")
+	mustWrite(t, token, "first-token\n")
+	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
+	tmp := token + ".part"
+	f, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, token); err != nil {
+		t.Fatal(err)
+	}
+	// Taken as being written, and nothing applied meanwhile.
+	for deadline := time.Now().Add(10 * time.Second); !td.d.namedWriting(); {
+		select {
+		case r := <-td.reloads:
+			if !r.Missing && !r.Writing && !r.Unchanged {
+				t.Fatalf("the token file renamed in, half written, its writer at work: reload %+v, want it waited for", r)
+			}
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the token file renamed in, held open: not taken as being written within 10s")
+		}
+	}
+	if got := checkWith(t, td, "second"); got == http.StatusOK {
+		t.Fatal("the first part of the token, its writer at work, was put in force")
+	}
+	if _, err := f.WriteString("-token\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.waitReload(); r.Err != nil {
+		t.Fatalf("the token file written and closed: %v, want the token put in force", r.Err)
+	}
+	if got := checkWith(t, td, "second-token"); got != http.StatusOK {
+		t.Errorf("the whole new token: %d, want 200", got)
 	}
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -185,5 +186,51 @@ func finishWrite(t *testing.T, f *os.File, writing func() bool) {
 	f.Close()
 	if writing() {
 		t.Fatal("closed by its writer: writing() = true, want false")
+	}
+}
+
+// TestAppearing: a file met for the first time is taken as being written
+// while a process holds it open for writing, empty or not, and not once
+// it is closed, nor while it is only open for reading. The lease probe
+// gives an answer for a file this process owns; it never keeps the lease.
+func TestAppearing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !appearing(path) {
+		t.Error("a file created and held open, empty: not appearing")
+	}
+	if _, err := f.WriteString("domain: d\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !appearing(path) {
+		t.Error("a file held open for writing, its first bytes in: not appearing")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if appearing(path) {
+		t.Error("a file its writer closed: appearing")
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if appearing(path) {
+		t.Error("a file open for reading only: appearing")
+	}
+	// No lease left behind: a writer opens it at once (a lease would
+	// hold its open until broken).
+	w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatalf("open for writing after the probes: %v, want no lease in the way", err)
+	}
+	w.Close()
+	if appearing(filepath.Join(filepath.Dir(path), "none")) || appearing(filepath.Dir(path)) {
+		t.Error("a missing path or a directory: appearing")
 	}
 }
