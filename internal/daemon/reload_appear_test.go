@@ -38,6 +38,77 @@ func descDaemon(t *testing.T) (*testDaemon, string) {
 	return startDaemonFile(t, path), file
 }
 
+// heldReload holds, once armed, the first reload that at picks (a
+// watcher's reload that found a file missing, and so not being written)
+// between that finding and its read of the files, until released: a
+// writer then creates the file in between.
+type heldReload struct {
+	arm, blocked, release chan struct{}
+	once                  sync.Once
+}
+
+// holdReload sets fireHook (see setFireHook) to hold the reload at picks.
+// at runs on the watchers' goroutines once armed: what it reads must be
+// set before the test arms it.
+func holdReload(t *testing.T, at func(cw *configWatcher) bool) *heldReload {
+	h := &heldReload{arm: make(chan struct{}), blocked: make(chan struct{}), release: make(chan struct{})}
+	setFireHook(t, func(cw *configWatcher) {
+		select {
+		case <-h.arm:
+		default:
+			return
+		}
+		if at(cw) {
+			h.once.Do(func() {
+				close(h.blocked) // found not being written: the reload reads next
+				<-h.release
+			})
+		}
+	})
+	return h
+}
+
+// writeHalf creates path and writes half into it; the writer then pauses
+// with the file open (closed at the test's end if writeRest does not).
+func writeHalf(t *testing.T, path, half string) *os.File {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString(half); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// writeRest writes rest into f and closes it: its writer is done.
+func writeRest(t *testing.T, f *os.File, rest string) {
+	t.Helper()
+	if _, err := f.WriteString(rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appliedWithoutFailure reads reload attempts until applied holds,
+// failing on one refused, and then checks that no reload failure was
+// counted: the half written file was never read.
+func (td *testDaemon) appliedWithoutFailure(what string, applied func() bool) {
+	td.t.Helper()
+	for !applied() {
+		if r := td.nextLook(); r.Err != nil {
+			td.t.Fatalf("%s: %v, want it applied", what, r.Err)
+		}
+	}
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		td.t.Errorf("%s: %v failures counted, want 0 (the half was read)", what, got)
+	}
+}
+
 // putOffUntilWriting reads reload attempts until one is put off while a
 // file is being written, failing on one that applied or refused
 // something before: a file half written was read.
@@ -71,54 +142,20 @@ func TestDescriptorFileBackWhileReloadBegins(t *testing.T) {
 		td   *testDaemon
 		file string
 	)
-	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	setFireHook(t, func(cw *configWatcher) {
-		select {
-		case <-arm:
-		default:
-			return
-		}
-		if cw == td.d.descWatcher && missing(file) {
-			once.Do(func() {
-				close(blocked) // found not being written, missing: the reload reads next
-				<-release
-			})
-		}
-	})
+	h := holdReload(t, func(cw *configWatcher) bool { return cw == td.d.descWatcher && missing(file) })
 	td, file = descDaemon(t)
 	mustRemove(t, file)
 	td.lookUntil("the descriptor file removed", func(l string) bool { return strings.Contains(l, "descriptor file is missing") })
-	close(arm)
+	close(h.arm)
 	mustWrite(t, filepath.Join(filepath.Dir(file), "other"), "x") // an event in its directory: a reload
-	<-blocked
+	<-h.blocked
 
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(twoDescsHalf); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
+	f := writeHalf(t, file, twoDescsHalf)
+	close(h.release)
 	// The reload is put off; none reads the half before the writer is done.
 	td.putOffUntilWriting("the file back, half written, its writer at work")
-
-	if _, err := f.WriteString(twoDescs[len(twoDescsHalf):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for td.d.cur.Load().descs.Rules() != 2 {
-		if r := td.nextLook(); r.Err != nil {
-			t.Fatalf("the descriptor file written and closed: %v, want it applied", r.Err)
-		}
-	}
-	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
-		t.Errorf("failures counted: %v, want 0 (the half was read)", got)
-	}
+	writeRest(t, f, twoDescs[len(twoDescsHalf):])
+	td.appliedWithoutFailure("the descriptor file written and closed", func() bool { return td.d.cur.Load().descs.Rules() == 2 })
 }
 
 // TestDescriptorFileRenamedInWhileWritten: a descriptor file put in place
@@ -139,32 +176,13 @@ func TestDescriptorFileRenamedInWhileWritten(t *testing.T) {
 	}
 
 	tmp := filepath.Join(filepath.Dir(file), ".d.yaml.part")
-	f, err := os.Create(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(twoDescsHalf); err != nil {
-		t.Fatal(err)
-	}
+	f := writeHalf(t, tmp, twoDescsHalf)
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
 	td.putOffUntilWriting("a descriptor file renamed in half written, its writer at work")
-	if _, err := f.WriteString(twoDescs[len(twoDescsHalf):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for td.d.cur.Load().descs.Rules() != 2 {
-		if r := td.nextLook(); r.Err != nil {
-			t.Fatalf("the descriptor file written and closed: %v, want it applied", r.Err)
-		}
-	}
-	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
-		t.Errorf("failures counted: %v, want 0 (the half was read)", got)
-	}
+	writeRest(t, f, twoDescs[len(twoDescsHalf):])
+	td.appliedWithoutFailure("the descriptor file written and closed", func() bool { return td.d.cur.Load().descs.Rules() == 2 })
 }
 
 // TestConfigFileBackWhileReloadBegins: as
@@ -177,45 +195,18 @@ func TestConfigFileBackWhileReloadBegins(t *testing.T) {
 	const half = "listen: 127.0.0.1:0\nrules:\n  - {name: one, rate: 5/m}\n"
 	const whole = half + "  - {name: two, rate: 7/m}\n"
 	var td *testDaemon // read by the hook once armed, after it is set
-	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	setFireHook(t, func(cw *configWatcher) {
-		select {
-		case <-arm:
-		default:
-			return
-		}
-		if cw == td.d.watcher && missing(td.path) {
-			once.Do(func() {
-				close(blocked) // found not being written, missing: the reload reads next
-				<-release
-			})
-		}
-	})
+	h := holdReload(t, func(cw *configWatcher) bool { return cw == td.d.watcher && missing(td.path) })
 	td = startDaemon(t, whole)
 	mustRemove(t, td.path)
 	td.lookUntil("the config file removed", func(l string) bool { return strings.Contains(l, "config file is missing") })
-	close(arm)
+	close(h.arm)
 	mustWrite(t, filepath.Join(filepath.Dir(td.path), "other"), "x") // an event in its directory: a reload
-	<-blocked
+	<-h.blocked
 
-	f, err := os.Create(td.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(half); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
+	f := writeHalf(t, td.path, half)
+	close(h.release)
 	td.putOffUntilWriting("the config file back, half written, its writer at work")
-
-	if _, err := f.WriteString(whole[len(half):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeRest(t, f, whole[len(half):])
 	if r := td.waitReload(); r.Err != nil {
 		t.Fatalf("the config file written and closed: %v, want it applied", r.Err)
 	}
@@ -238,21 +229,7 @@ func TestCertFileBackWhileReloadBegins(t *testing.T) {
 		rd       *rotateDaemon
 		certFile string
 	)
-	arm, blocked, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	setFireHook(t, func(cw *configWatcher) {
-		select {
-		case <-arm:
-		default:
-			return
-		}
-		if cw == rd.d.certWatcher && missing(certFile) {
-			once.Do(func() {
-				close(blocked) // found not being written, missing: the reload reads next
-				<-release
-			})
-		}
-	})
+	h := holdReload(t, func(cw *configWatcher) bool { return cw == rd.d.certWatcher && missing(certFile) })
 	rd, ca, certFile, keyFile, first := startRotatedFiles(t)
 	rd.waitServed(t, "the first certificate served", first)
 	refused := func() int {
@@ -263,32 +240,20 @@ func TestCertFileBackWhileReloadBegins(t *testing.T) {
 	second := ca.Server(t)
 	mustRemove(t, certFile)
 	waitFor(t, "the certificate file removed", func() bool { return strings.Contains(rd.logs.String(), "certificate file is missing") })
-	close(arm)
+	close(h.arm)
 	replace(t, keyFile, read(t, second.KeyFile)) // an event in its directory: a reload
-	<-blocked
+	<-h.blocked
 
-	f, err := os.OpenFile(certFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pem := read(t, second.CertFile)
-	if _, err := f.Write(pem[:len(pem)/2]); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
+	pem := string(read(t, second.CertFile))
+	f := writeHalf(t, certFile, pem[:len(pem)/2])
+	close(h.release)
 	waitFor(t, "the certificate back, half written: the reload put off", func() bool {
 		return strings.Contains(rd.logs.String(), "certificate file is being written in place") || refused() > before
 	})
 	if refused() > before {
 		t.Fatalf("the certificate back, half written, its writer at work: read and refused, want it waited for:\n%s", rd.logs.String())
 	}
-	if _, err := f.Write(pem[len(pem)/2:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeRest(t, f, pem[len(pem)/2:])
 	rd.waitServed(t, "the certificate written and closed", second)
 	if refused() > before {
 		t.Errorf("the half written certificate was read (logged as not reloaded):\n%s", rd.logs.String())
@@ -304,14 +269,7 @@ func TestTokenRenamedInWhileWritten(t *testing.T) {
 	mustWrite(t, token, "first-token\n")
 	td := startDaemon(t, tokenConfig(token, "  - {name: keep, rate: 100/m}\n"))
 	tmp := token + ".part"
-	f, err := os.Create(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("second"); err != nil {
-		t.Fatal(err)
-	}
+	f := writeHalf(t, tmp, "second")
 	if err := os.Rename(tmp, token); err != nil {
 		t.Fatal(err)
 	}
@@ -331,12 +289,7 @@ func TestTokenRenamedInWhileWritten(t *testing.T) {
 	if got := checkWith(t, td, "second"); got == http.StatusOK {
 		t.Fatal("the first part of the token, its writer at work, was put in force")
 	}
-	if _, err := f.WriteString("-token\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeRest(t, f, "-token\n")
 	if r := td.waitReload(); r.Err != nil {
 		t.Fatalf("the token file written and closed: %v, want the token put in force", r.Err)
 	}
