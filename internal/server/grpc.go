@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
@@ -129,16 +130,22 @@ type GRPCOptions struct {
 	UnreadTimeout time.Duration
 	// MaxUnreadTotal: 0 means MaxUnreadTotal (tests lower it).
 	MaxUnreadTotal int
+	// MaxRequestBytes: 0 means MaxRequestBytesTotal (tests lower it).
+	MaxRequestBytes int64
+	// Logger receives the first closing for MaxRequestBytesTotal; nil
+	// discards.
+	Logger *slog.Logger
 }
 
 // GRPC is the gRPC listener of the daemon: the Envoy rate limit service,
 // the standard health service and server reflection.
 type GRPC struct {
-	srv    *grpc.Server
-	health *health.Server
-	grace  atomic.Int64 // StopGrace, in nanoseconds (SetStopGrace)
-	gate   *callGate
-	unread atomic.Uint64 // connections closed for their unread answers
+	srv      *grpc.Server
+	health   *health.Server
+	grace    atomic.Int64 // StopGrace, in nanoseconds (SetStopGrace)
+	gate     *callGate
+	unread   atomic.Uint64  // connections closed for their unread answers
+	requests *requestBudget // MaxRequestBytesTotal
 }
 
 // rlsIndirect serves the RLS in force, as returned by get (the daemon
@@ -171,6 +178,9 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	def(&o.UnreadTimeout, UnreadTimeout)
 	if o.MaxUnreadTotal <= 0 {
 		o.MaxUnreadTotal = MaxUnreadTotal
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = MaxRequestBytesTotal
 	}
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
@@ -207,10 +217,12 @@ func NewGRPC(rls func() *RLS, o GRPCOptions) *GRPC {
 	if o.Creds == nil {
 		o.Creds = insecure.NewCredentials()
 	}
-	g := &GRPC{health: health.NewServer(), gate: gate}
+	g := &GRPC{health: health.NewServer(), gate: gate, requests: newRequestBudget(o.MaxRequestBytes, o.Logger)}
 	// Every connection keeps the account of its answers waiting for
-	// window (MaxUnreadAnswers, MaxUnreadTotal over all).
-	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread, timeout: o.UnreadTimeout, budget: newUnreadBudget(o.MaxUnreadTotal)}))
+	// window (MaxUnreadAnswers, MaxUnreadTotal over all) and of its
+	// requests not yet whole (MaxRequestBytesTotal over all).
+	opts = append(opts, grpc.Creds(unreadCreds{TransportCredentials: o.Creds, closed: &g.unread, timeout: o.UnreadTimeout,
+		budget: newUnreadBudget(o.MaxUnreadTotal), requests: g.requests}))
 	g.srv = grpc.NewServer(opts...)
 	g.grace.Store(int64(o.StopGrace))
 	rlsv3.RegisterRateLimitServiceServer(g.srv, rlsIndirect{get: rls, gate: gate})

@@ -21,7 +21,9 @@ import (
 // frames and unfinished requests could hold DefaultMaxConcurrentStreams
 // calls on each of max_connections connections (~10 KB × 1,000 × 10,000,
 // plus up to ConnWindow per connection: 40 GB) until the connections
-// end. With it, at most ~4 GB, as much as the client sent. Past the bound a call is refused at once with
+// end. With it, at most ~10 MB, and the bytes of their requests, which
+// MaxRequestBytesTotal bounds over all connections to 64 MiB (without
+// it, 4 MiB each: ~4 GB). Past the bound a call is refused at once with
 // RESOURCE_EXHAUSTED (Envoy then applies its failure_mode_deny). Envoy
 // sends each request whole with its headers: its calls wait microseconds
 // here, not the time of their decision.

@@ -62,9 +62,10 @@ var errUnread = errors.New("server: more than " + strconv.Itoa(MaxUnreadAnswers)
 // plaintext) with each connection, once handshaken, an unreadConn.
 type unreadCreds struct {
 	credentials.TransportCredentials
-	closed  *atomic.Uint64 // connections closed for their unread answers
-	timeout time.Duration  // UnreadTimeout, shorter in tests
-	budget  *unreadBudget  // MaxUnreadTotal, lower in tests
+	closed   *atomic.Uint64 // connections closed for their unread answers
+	timeout  time.Duration  // UnreadTimeout, shorter in tests
+	budget   *unreadBudget  // MaxUnreadTotal, lower in tests
+	requests *requestBudget // MaxRequestBytesTotal, lower in tests
 }
 
 func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -72,11 +73,13 @@ func (c unreadCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return conn, info, err
 	}
-	return newUnreadConn(conn, c.closed, c.timeout, c.budget), info, nil
+	u := newUnreadConn(conn, c.closed, c.timeout, c.budget)
+	u.requests = c.requests
+	return u, info, nil
 }
 
 func (c unreadCreds) Clone() credentials.TransportCredentials {
-	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed, timeout: c.timeout, budget: c.budget}
+	return unreadCreds{TransportCredentials: c.TransportCredentials.Clone(), closed: c.closed, timeout: c.timeout, budget: c.budget, requests: c.requests}
 }
 
 // HTTP/2 frame types and flags (RFC 9113 §6) the accounting reads.
@@ -130,6 +133,10 @@ const (
 // window every few seconds kept the clock from running out, and the
 // answers waiting, indefinitely. Every answer waiting, the clock running
 // or not, counts toward the listener's bound (unreadBudget).
+//
+// From the client's frames it also counts the bytes of its calls'
+// requests not yet whole, toward the listener's MaxRequestBytesTotal
+// (requestBudget, grpcrequests.go).
 type unreadConn struct {
 	net.Conn
 	closed  *atomic.Uint64
@@ -149,9 +156,17 @@ type unreadConn struct {
 	timer     *time.Timer // the clock: running from more than MaxUnreadAnswers waiting
 	timerGen  uint64      // clocks started, the running one's number
 	backlog   int         // answers waiting when the clock started, not since ended or idle
-	over      bool        // the connection was closed for its answers
+	over      bool        // the connection was closed, for why
 	shut      bool        // Close was called
 	charged   int         // the answers waiting the budget counts
+	why       error       // why it was closed: errUnread, or errRequestBytes
+
+	// The requests not yet whole (grpcrequests.go).
+	requests   *requestBudget // nil: not bounded
+	reqEntry   requestEntry   // under requests.mu
+	lastReq    uint32         // the highest stream the client opened
+	reqHeld    int64          // bytes of DATA received on its calls' requests not yet whole
+	reqCharged int64          // of them, those the budget counts
 }
 
 // flowStream is a call of the connection: its window left, whether its
@@ -162,6 +177,10 @@ type flowStream struct {
 	started bool
 	idle    bool
 	backlog bool
+	// The call's request: open (no END_STREAM from the client yet), and
+	// the bytes of DATA received on it while open.
+	reqOpen  bool
+	reqBytes int64
 }
 
 // waiting reports whether st's answer may wait for window: begun, and its
@@ -184,31 +203,33 @@ const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 func (u *unreadConn) Read(p []byte) (int, error) {
 	n, err := u.Conn.Read(p)
-	if n > 0 && u.account(&u.in, p[:n], u.received) {
-		return 0, errUnread
+	if n > 0 {
+		if why := u.account(&u.in, p[:n], u.received); why != nil {
+			return 0, why
+		}
 	}
 	return n, err
 }
 
 func (u *unreadConn) Write(p []byte) (int, error) {
-	if u.account(&u.out, p, u.sent) {
-		return 0, errUnread
+	if why := u.account(&u.out, p, u.sent); why != nil {
+		return 0, why
 	}
 	return u.Conn.Write(p)
 }
 
 // account scans b with s, passing its frames to f, starts the clock as
 // more than MaxUnreadAnswers answers wait for window, stops it as its
-// backlog drains, tells the budget the answers waiting, closes the
-// connections the budget has closed, and reports whether this one was
-// closed for its answers.
-func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) bool {
+// backlog drains, tells the budgets the answers waiting and the bytes of
+// requests not yet whole, closes the connections the budgets have
+// closed, and returns why this one was closed (nil: it was not).
+func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, payload []byte)) error {
 	u.mu.Lock()
 	s.scan(b, f)
 	if u.over || u.shut {
-		over := u.over
+		why := u.why
 		u.mu.Unlock()
-		return over
+		return why
 	}
 	held := u.exhausted
 	if u.window <= 0 {
@@ -228,10 +249,20 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	}
 	for _, v := range closing {
 		if v == u {
-			u.stop()
+			u.stop(errUnread)
 		}
 	}
-	over := u.over
+	var cut []*unreadConn
+	if u.reqHeld != u.reqCharged && !u.over && u.requests != nil {
+		u.reqCharged = u.reqHeld
+		cut = u.requests.update(u, u.reqHeld)
+		for _, v := range cut {
+			if v == u {
+				u.stop(errRequestBytes)
+			}
+		}
+	}
+	why := u.why
 	u.mu.Unlock()
 	for _, v := range closing {
 		if v == u {
@@ -241,7 +272,15 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 			v.evict()
 		}
 	}
-	return over
+	for _, v := range cut {
+		if v == u {
+			u.requests.closed.Add(1)
+			u.Conn.Close()
+		} else {
+			v.cut()
+		}
+	}
+	return why
 }
 
 // startClock starts the clock, with the answers waiting now as its
@@ -262,9 +301,10 @@ func (u *unreadConn) startClock() {
 	u.timer = time.AfterFunc(u.timeout, func() { u.expire(gen) })
 }
 
-// stop marks the connection closed for its answers and stops its clock.
-func (u *unreadConn) stop() {
-	u.over = true
+// stop marks the connection closed for why (its answers, errUnread, or
+// its requests' bytes, errRequestBytes) and stops its clock.
+func (u *unreadConn) stop(why error) {
+	u.over, u.why = true, why
 	if u.timer != nil {
 		u.timer.Stop()
 		u.timer = nil
@@ -286,8 +326,9 @@ func (u *unreadConn) expire(gen uint64) {
 	u.mu.Lock()
 	fire := u.timer != nil && u.timerGen == gen && !u.shut
 	if fire {
-		u.stop()
+		u.stop(errUnread)
 		u.uncount()
+		u.uncharge()
 	}
 	u.mu.Unlock()
 	if fire {
@@ -305,6 +346,7 @@ func (u *unreadConn) Close() error {
 		u.timer = nil
 	}
 	u.uncount()
+	u.uncharge()
 	u.mu.Unlock()
 	return u.Conn.Close()
 }
@@ -313,18 +355,24 @@ func (u *unreadConn) Close() error {
 func (u *unreadConn) received(h frameHeader, payload []byte) {
 	switch h.typ {
 	case frameHeaders:
-		if _, ok := u.streams[h.stream]; !ok && h.stream%2 == 1 {
-			u.streams[h.stream] = flowStream{window: u.initial}
+		st, ok := u.streams[h.stream]
+		if !ok && h.stream%2 == 1 {
+			u.streams[h.stream] = u.requestOpened(h, flowStream{window: u.initial})
+		} else if ok && st.reqOpen {
+			u.streams[h.stream] = u.requestData(h, st) // its trailers, perhaps
 		}
 	case frameData:
-		// A request: its answer may come, and wait, unseen.
-		if u.flagged == 0 {
+		st, ok := u.streams[h.stream]
+		if !ok {
 			return
 		}
-		if st, ok := u.streams[h.stream]; ok && st.idle {
-			nst := st
+		nst := u.requestData(h, st)
+		// A request: its answer may come, and wait, unseen.
+		if st.idle {
 			nst.idle = false
 			u.set(h.stream, st, nst)
+		} else if st.reqOpen {
+			u.streams[h.stream] = nst
 		}
 	case frameRSTStream:
 		u.end(h.stream)
@@ -426,6 +474,7 @@ func (u *unreadConn) end(id uint32) {
 	if st.backlog && u.timer != nil {
 		u.backlog--
 	}
+	u.reqHeld -= st.reqBytes
 	delete(u.streams, id)
 }
 

@@ -32,7 +32,7 @@ func TestUnreadIdleStreams(t *testing.T) {
 		fin, fout := http2.NewFramer(&in, nil), http2.NewFramer(&out, nil)
 		flush := func() {
 			t.Helper()
-			if u.account(&u.in, in.Bytes(), u.received) || u.account(&u.out, out.Bytes(), u.sent) {
+			if u.account(&u.in, in.Bytes(), u.received) != nil || u.account(&u.out, out.Bytes(), u.sent) != nil {
 				t.Fatal("connection closed")
 			}
 			in.Reset()

@@ -95,7 +95,7 @@ func (u *unreadConn) evict() {
 	u.mu.Lock()
 	fire := !u.over && !u.shut
 	if fire {
-		u.stop()
+		u.stop(errUnread)
 	}
 	u.mu.Unlock()
 	if fire {

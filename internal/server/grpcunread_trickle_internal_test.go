@@ -59,9 +59,9 @@ func TestUnreadTrickle(t *testing.T) {
 				// they pass in turn; it reports whether the connection was
 				// closed.
 				flush := func() bool {
-					over := u.account(&u.in, in.Bytes(), u.received)
+					over := u.account(&u.in, in.Bytes(), u.received) != nil
 					in.Reset()
-					over = u.account(&u.out, out.Bytes(), u.sent) || over
+					over = u.account(&u.out, out.Bytes(), u.sent) != nil || over
 					out.Reset()
 					return over
 				}
