@@ -89,7 +89,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		// (server.GRPCOptions).
 		d.grpcLn = listener.Wrap(ln, cfg.GRPC.MaxConnections, server.DefaultSendTimeout, d.metrics.Listener("grpc")).
 			WithUserTimeout(server.DefaultKeepaliveTimeout)
-		var gopts server.GRPCOptions
+		gopts := server.GRPCOptions{Logger: d.log}
 		if t := cfg.GRPC.TLS; t != nil {
 			r, err := tlsconf.NewReloadable(t.Options(), "h2")
 			if err != nil {
@@ -106,6 +106,10 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			func() float64 { return float64(g.CallsRefused()) })
 		_ = d.metrics.CounterFunc("sluice_grpc_connections_closed_unread_total", "gRPC connections closed because more of their answers than the listener keeps waited for the client's flow-control window: over 100 for 10 s on end, or, when all connections together leave over 10,000 waiting, those waiting longest, at once.",
 			func() float64 { return float64(g.ClosedUnread()) })
+		_ = d.metrics.GaugeFunc("sluice_grpc_request_bytes_waiting", "Bytes of gRPC requests received on the grpc listener whose request has not come whole yet (nor been reset), over all its connections.",
+			func() float64 { return float64(g.RequestBytes()) })
+		_ = d.metrics.CounterFunc("sluice_grpc_connections_closed_request_bytes_total", "gRPC connections closed because the requests not yet whole over all connections of the grpc listener held more than 64 MiB: those holding the most, at once.",
+			func() float64 { return float64(g.ClosedRequestBytes()) })
 	}
 	return nil
 }
