@@ -61,7 +61,10 @@ descriptors:
 
 // askDuring has 8 callers ask req of ed again and again while change
 // runs, and until at least 150 calls were made (past a limit of 100);
-// it returns the calls made, those answered OK and those that failed
+// then, every call returned (so each refused call's refund made), one
+// caller asks on until a call is refused: quota a refund gave back as the
+// callers stopped is spent too, so a limit kept whole admits all of it.
+// It returns the calls made, those answered OK and those that failed
 // (each failure an error of t).
 func askDuring(t *testing.T, ed *envoyDaemon, req *rlsv3.RateLimitRequest, change func()) (calls, admitted, failed int64) {
 	t.Helper()
@@ -97,5 +100,18 @@ func askDuring(t *testing.T, ed *envoyDaemon, req *rlsv3.RateLimitRequest, chang
 	change()
 	<-enough
 	stop()
+	for range 101 { // a limit of 100 refuses by the 101st
+		r, err := ed.rls.ShouldRateLimit(context.Background(), req)
+		nCalls.Add(1)
+		if err != nil {
+			nFailed.Add(1)
+			t.Errorf("a call after the changes: %v", err)
+			continue
+		}
+		if r.OverallCode != rlsv3.RateLimitResponse_OK {
+			break
+		}
+		nAdmitted.Add(1)
+	}
 	return nCalls.Load(), nAdmitted.Load(), nFailed.Load()
 }
