@@ -109,8 +109,8 @@ descriptors:
 				}
 			}
 			m := metricstest.Gather(t, e.reg)
-			if got := m["sluice_store_errors_total"]; got != 0 {
-				t.Errorf("sluice_store_errors_total = %v, want 0: a store error answers OK uncounted under on_error allow", got)
+			if got, ok := m["sluice_store_errors_total"]; !ok || got != 0 {
+				t.Errorf("sluice_store_errors_total = %v (exported: %v), want 0: a store error answers OK uncounted under on_error allow", got, ok)
 			}
 		})
 	}
