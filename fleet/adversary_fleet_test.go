@@ -27,12 +27,13 @@ var adversaryKeys = []string{
 // TestAdversaryCannotSkipTheCount: on a real 3-node Cluster, two instances
 // deciding in Redis exactly, through a Lease (auto and fixed chunks), one
 // through a Sync (batches after every decision), and each through the
-// over-limit cache in front of it too, are sent keys chosen to
-// steer Cluster slots and costs at the bounds (0, the capacity, past it,
-// MaxInt64, reports of 0). A request the store cannot decide would pass
-// uncounted under store.on_error: allow; none fails (no batch either),
-// and at one instant the instances together never admit more than the
-// limit's capacity, in Take or in a TakeAll of every key across slots.
+// over-limit cache in front of it too, are sent keys chosen to steer
+// Cluster slots and costs at the bounds (0, the capacity, past it,
+// MaxInt64, reports of 0 and of MaxInt64). A request the store cannot
+// decide would pass uncounted under store.on_error: allow; none fails (no
+// batch either), at one instant the instances together never admit more
+// than the limit's capacity, in Take or in a TakeAll of every key across
+// slots, and nothing is admitted after a report of MaxInt64.
 func TestAdversaryCannotSkipTheCount(t *testing.T) {
 	t.Parallel() // a Cluster and stores of its own
 	cl := redistest.StartCluster(t)
@@ -98,9 +99,11 @@ func probeAdversary(t *testing.T, ns string, st [2]sluice.Store, syncs [2]*fleet
 			{math.MaxInt64, false}, {0, true}, {2, false}, {0, false}, {c, false},
 			{1, false}, {1, false}, {1, false}, {1, false}, {1, false},
 			{1, false}, {1, false}, {1, false}, {0, false}, {1, false},
+			{math.MaxInt64, true}, {1, false}, {0, false}, {1, false}, {math.MaxInt64, true}, {1, false},
 		}
 		for _, k := range adversaryKeys {
 			admitted := int64(0)
+			debt := false // a report of MaxInt64 came: nothing of cost 1 fits again at this instant
 			for i, s := range steps {
 				r := sluice.Request{Namespace: ns + "|" + alg.String() + "|", Key: k, Algorithm: alg, Limit: l, Cost: s.cost, Force: s.force, Now: sluicetest.T0}
 				d, err := st[i%2].Take(ctx, r)
@@ -109,7 +112,11 @@ func probeAdversary(t *testing.T, ns string, st [2]sluice.Store, syncs [2]*fleet
 				}
 				if d.Allowed && !s.force {
 					admitted += s.cost
+					if debt && s.cost > 0 {
+						t.Errorf("%v key %q step %d: cost %d admitted after a report of MaxInt64", alg, k, i, s.cost)
+					}
 				}
+				debt = debt || s.force && s.cost == math.MaxInt64
 				flush(fmt.Sprintf("%v key %q step %d", alg, k, i))
 			}
 			if admitted > c || admitted < min(c, 1) {
