@@ -61,6 +61,14 @@ type Options struct {
 	// Now is the clock of the decisions; nil means time.Now. The tests of
 	// the documented samples fix it, so the figures they show are exact.
 	Now func() time.Time
+	// requestClock has a store on Redis decide on Now rather than on
+	// Redis's clock (TIME), which a test cannot move: the tests whose
+	// scenario spans windows set each step's instant themselves, so it
+	// holds however slowly a loaded machine runs them. For this package's
+	// tests only: a fleet's instances decide on Redis's clock. A token
+	// bucket's settle still times its readings on this machine's clock
+	// (hotsettle.go), which is Redis's only with Redis's clock.
+	requestClock bool
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

@@ -37,6 +37,14 @@ type hotPair struct {
 
 func newHotPair(t testing.TB, rules string) *hotPair {
 	t.Helper()
+	return newHotPairOn(t, rules, false)
+}
+
+// newHotPairOn is newHotPair whose decisions are, with requestClock, on
+// the daemons' clock (Options.requestClock): p.now, which the test sets
+// (at) for each step, rather than Redis's, which it cannot move.
+func newHotPairOn(t testing.TB, rules string, requestClock bool) *hotPair {
+	t.Helper()
 	c := redistest.StartCluster(t)
 	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -57,7 +65,7 @@ rules:
 	p := &hotPair{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), addrs: c.Addrs}
 	p.now.Store(&p.t0)
 	open := func() *Daemon {
-		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }})
+		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }, requestClock: requestClock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +82,10 @@ rules:
 	p.s = p.a.lazy.s.Load()
 	return p
 }
+
+// setNow sets the daemons' clock: the instant of the decisions that follow
+// with newHotPairOn's requestClock.
+func (p *hotPair) setNow(t time.Time) { p.now.Store(&t) }
 
 // refresh refreshes d's hot sets at at, after traffic seen elsewhere
 // (requests of cost 2, decided or not) of each key of keys (by rule) when

@@ -64,7 +64,13 @@ type lateFixture struct {
 }
 
 func newLateFixture(t *testing.T, rule string) *lateFixture {
-	f := &lateFixture{hotPair: newHotPair(t, "  - "+rule+"\n")}
+	return newLateFixtureOn(t, rule, false)
+}
+
+// newLateFixtureOn is newLateFixture on the daemons' clock with
+// requestClock (newHotPairOn).
+func newLateFixtureOn(t *testing.T, rule string, requestClock bool) *lateFixture {
+	f := &lateFixture{hotPair: newHotPairOn(t, "  - "+rule+"\n", requestClock)}
 	r := f.a.engine().Rules().Rule("late")
 	f.key = r.Name + "|" + r.Fingerprint + "|tenant"
 	f.keys = map[string]string{"late": f.key}

@@ -75,7 +75,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		TLSFunc:             d.redisTLS.Load,
 		Timeout:             r.Timeout,
 		Prefix:              r.KeyPrefix,
-		RedisTime:           true,
+		RedisTime:           !d.opts.requestClock,
 
 		MaxFlushDelay: r.MaxFlushDelay,
 		Needs:         redisNeeds(cfg, descs, redisPrefix(cfg)),
@@ -97,7 +97,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	d.fleet = fs
 	// On Redis' clock (RedisTime): refusals end by the monotonic clock
 	// too, whatever the daemon's wall clock does.
-	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{StoreClock: true})
+	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{StoreClock: !d.opts.requestClock})
 	d.store = cache
 	// A refund made through another instance is published by its script
 	// and heard here: the cache forgets the key. The cache answers only
