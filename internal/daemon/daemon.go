@@ -69,6 +69,10 @@ type Options struct {
 	// bucket's settle still times its readings on this machine's clock
 	// (hotsettle.go), which is Redis's only with Redis's clock.
 	requestClock bool
+	// seedTimeout, if set, bounds a refresh's seeds and settles instead
+	// of seedTimeout: the same tests give them longer, so that a loaded
+	// machine's pause does not leave a move unseeded.
+	seedTimeout time.Duration
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

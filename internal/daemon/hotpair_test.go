@@ -42,9 +42,15 @@ func newHotPair(t testing.TB, rules string) *hotPair {
 
 // newHotPairOn is newHotPair whose decisions are, with requestClock, on
 // the daemons' clock (Options.requestClock): p.now, which the test sets
-// (at) for each step, rather than Redis's, which it cannot move.
+// (setNow) for each step, rather than Redis's, which it cannot move. Its
+// seeds and settles then get a minute, and each call to Redis 10 s: the
+// scenario then does not depend on how fast the machine runs it.
 func newHotPairOn(t testing.TB, rules string, requestClock bool) *hotPair {
 	t.Helper()
+	timeout, seeds := 2*time.Second, time.Duration(0)
+	if requestClock {
+		timeout, seeds = 10*time.Second, time.Minute
+	}
 	c := redistest.StartCluster(t)
 	redistest.ClearOfWindowEdge(t, 24*time.Hour, 5*time.Minute)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -52,9 +58,9 @@ func newHotPairOn(t testing.TB, rules string, requestClock bool) *hotPair {
 listen: 127.0.0.1:0
 store:
   type: redis
-  redis: {addrs: [%s], cluster: true, timeout: 2s}
+  redis: {addrs: [%s], cluster: true, timeout: %v}
 rules:
-%s`, strings.Join(c.Addrs, ", "), rules)
+%s`, strings.Join(c.Addrs, ", "), timeout, rules)
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +71,7 @@ rules:
 	p := &hotPair{t: t, ctx: context.Background(), t0: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), addrs: c.Addrs}
 	p.now.Store(&p.t0)
 	open := func() *Daemon {
-		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }, requestClock: requestClock})
+		d, err := New(cfg, Options{ConfigPath: path, Now: func() time.Time { return *p.now.Load() }, requestClock: requestClock, seedTimeout: seeds})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -100,7 +100,11 @@ func (d *Daemon) seed(s *redisstore.Store, ms []hotMove, now time.Time) {
 		return
 	}
 	gen := d.cur.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), seedTimeout)
+	limit := seedTimeout
+	if d.opts.seedTimeout > 0 {
+		limit = d.opts.seedTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	d.seedMoves(ctx, gen, s, ms, now, n)
 	// After the seeds, which matter more within seedTimeout.
