@@ -1,18 +1,10 @@
 package server_test
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rules"
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // A '#' in the original URI hides no query parameter: Go's server (and
@@ -23,37 +15,11 @@ import (
 // beside it; the fragment-free reading (Node, Puma, nginx's $args) is
 // counted too.
 func TestForwardAuthQueryPastFragment(t *testing.T) {
-	set, err := rules.Compile("test.yaml", []rules.Spec{
-		{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg), Now: alignedNow()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv := forwardAuthServer(t, rules.Spec{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"})
 	ask := func(uri string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
-		req.Header["X-Forwarded-Uri"] = []string{uri}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(b)
+		resp, body := do(t, "GET", srv.URL+"/v1/forward-auth", "", map[string]string{"X-Forwarded-Uri": uri})
+		return resp.StatusCode, body
 	}
 	if st, body := ask("/items?api_key=victim"); st != 200 {
 		t.Fatalf("first: %d %q, want 200", st, body)
@@ -72,14 +38,7 @@ func TestForwardAuthQueryPastFragment(t *testing.T) {
 	// Nor can a client's own X-Forwarded-Uri, passed on beside a
 	// gateway's X-Original-URI, hide the query past the '#' from the
 	// rules: the two disagree on the query, so the request is refused.
-	req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
-	req.Header["X-Forwarded-Uri"] = []string{"/items?x=1#zzz"}
-	req.Header["X-Original-Uri"] = []string{"/items?x=1#&api_key=victim"}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := do(t, "GET", srv.URL+"/v1/forward-auth", "", map[string]string{"X-Forwarded-Uri": "/items?x=1#zzz", "X-Original-Uri": "/items?x=1#&api_key=victim"})
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("X-Forwarded-Uri /items?x=1#zzz beside X-Original-URI /items?x=1#&api_key=victim: %d, want 400", resp.StatusCode)
 	}

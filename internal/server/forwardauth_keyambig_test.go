@@ -26,25 +26,11 @@ import (
 // mangle to it, a query pair with ';') is refused with 400 ambiguous_key,
 // and counted in sluice_ambiguous_keys_total.
 func TestForwardAuthAmbiguousKey(t *testing.T) {
-	set, err := rules.Compile("test.yaml", []rules.Spec{
-		{Name: "by-header", Key: []string{"header:X-Api-Key"}, Rate: "1/m", Algorithm: "fixed_window"},
-		{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
-		{Name: "by-cookie", Key: []string{"cookie:sid"}, Rate: "1/m", Algorithm: "fixed_window"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg), Now: alignedNow()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv := forwardAuthServer(t,
+		rules.Spec{Name: "by-header", Key: []string{"header:X-Api-Key"}, Rate: "1/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "by-query", Key: []string{"query:api_key"}, Rate: "1/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "by-cookie", Key: []string{"cookie:sid"}, Rate: "1/m", Algorithm: "fixed_window"},
+	)
 	ask := func(uri string, hdr http.Header) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth", nil)
@@ -113,4 +99,27 @@ func TestForwardAuthAmbiguousKey(t *testing.T) {
 	if strings.Contains(m, `sluice_ambiguous_keys_total{rule="by-cookie"}`) && !strings.Contains(m, `sluice_ambiguous_keys_total{rule="by-cookie"} 0`) {
 		t.Error("a cookie sent twice counted as ambiguous")
 	}
+}
+
+// forwardAuthServer serves the decision API (forward auth, /metrics) over
+// real HTTP, deciding by specs on a memory store whose windows start at
+// the test's start (alignedNow).
+func forwardAuthServer(t *testing.T, specs ...rules.Spec) *httptest.Server {
+	t.Helper()
+	set, err := rules.Compile("test.yaml", specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := engine.New(engine.Options{Store: memstore.New(memstore.Options{}), Rules: set, Metrics: metrics.New(reg), Now: alignedNow()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(server.Options{Engine: func() *engine.Engine { return e }, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
