@@ -1,12 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/fleet"
@@ -24,14 +22,7 @@ import (
 func TestHTTPAdversaryOnCluster(t *testing.T) {
 	t.Parallel() // a Cluster of its own
 	cl := redistest.StartCluster(t)
-	open := func(prefix string) *redisstore.Store {
-		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: 5 * time.Second, PublishRefunds: true, Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
+	open := func(prefix string) *redisstore.Store { return openCluster(t, cl, prefix, false) }
 	lease, err := fleet.NewLease(open("lease:"), fleet.LeaseOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +37,7 @@ func TestHTTPAdversaryOnCluster(t *testing.T) {
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			f := start(t, st.store, "allow", nil)
-			for i, v := range []string{"{x}", "}{", "{}", "{", `\`, "a}b{c", strings.Repeat("{z}", 200)} {
+			for i, v := range hashTagValues {
 				key, _ := json.Marshal(v)
 				checkCost := func(cost string, want bool) {
 					t.Helper()

@@ -30,14 +30,7 @@ func TestRLSAdversaryOnCluster(t *testing.T) {
 	// Each stack counts under a prefix of its own; on Redis' clock, as
 	// the daemon decides, in one hour's window.
 	redistest.ClearOfWindowEdge(t, time.Hour, 2*time.Minute)
-	open := func(prefix string) *redisstore.Store {
-		st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: 5 * time.Second, PublishRefunds: true, RedisTime: true, Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		return st
-	}
+	open := func(prefix string) *redisstore.Store { return openCluster(t, cl, prefix, true) }
 	lease, err := fleet.NewLease(open("lease:"), fleet.LeaseOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -65,8 +58,7 @@ descriptors:
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			e := startRLS(t, st.store, set, envOpts{onError: "allow", now: time.Now})
-			values := []string{"{x}", "}{", "{}", "{", `\`, "a}b{c", strings.Repeat("{z}", 200)}
-			for _, v := range values {
+			for _, v := range hashTagValues {
 				ok := 0
 				for range 8 {
 					r := e.call(t, "web", 0, desc("user", v), desc("global", "{"+v+"}"), withLimit(desc("own", v), 3, typev3.RateLimitUnit_HOUR))
@@ -114,4 +106,20 @@ descriptors:
 			}
 		})
 	}
+}
+
+// hashTagValues are key values a client may send that carry hash tags of
+// their own, or halves of one, and one long enough to be hashed.
+var hashTagValues = []string{"{x}", "}{", "{}", "{", `\`, "a}b{c", strings.Repeat("{z}", 200)}
+
+// openCluster opens a store on the Cluster cl counting under prefix, that
+// publishes its refunds, on Redis's clock if redisTime.
+func openCluster(t *testing.T, cl *redistest.Cluster, prefix string, redisTime bool) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(context.Background(), redisstore.Options{Addrs: cl.Addrs, Cluster: true, Timeout: 5 * time.Second, PublishRefunds: true, RedisTime: redisTime, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
 }
