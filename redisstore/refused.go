@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -246,6 +247,21 @@ func TLSRefusedByRedis(err error) bool {
 func TLSNeeded(err error) bool {
 	var re *refusedError
 	return errors.As(err, &re) && re.needsTLS
+}
+
+// TLSNameMismatch reports whether err (of New) is ErrTLS because Redis's
+// certificate is not for the name the client checked it against, and if
+// so the names it is for (DNS names, then IP addresses) and that name.
+func TLSNameMismatch(err error) (certNames []string, name string, ok bool) {
+	var he x509.HostnameError
+	if !errors.Is(err, ErrTLS) || !errors.As(err, &he) {
+		return nil, "", false
+	}
+	certNames = slices.Clone(he.Certificate.DNSNames)
+	for _, ip := range he.Certificate.IPAddresses {
+		certNames = append(certNames, ip.String())
+	}
+	return certNames, he.Host, true
 }
 
 // remoteTLSAlert reports whether err is a TLS alert sent by the server

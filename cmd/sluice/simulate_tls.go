@@ -2,11 +2,9 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -94,7 +92,7 @@ func unjoinErr(err error) []error {
 // failed (redisstore.ErrTLS), as the daemon names store.redis.tls's keys;
 // "" for another error.
 func simTLSHint(err error) string {
-	var he x509.HostnameError
+	names, name, mismatch := redisstore.TLSNameMismatch(err)
 	switch {
 	case !errors.Is(err, redisstore.ErrTLS):
 		return ""
@@ -102,12 +100,8 @@ func simTLSHint(err error) string {
 		return " (add -redis-tls: Redis serves only TLS at that address)"
 	case redisstore.TLSRefusedByRedis(err):
 		return " (Redis refused this client's TLS: check -redis-tls-cert and -redis-tls-key; with tls-auth-clients, Redis wants a client certificate that its tls-ca-cert-file signed)"
-	case errors.As(err, &he):
-		names := slices.Clone(he.Certificate.DNSNames)
-		for _, ip := range he.Certificate.IPAddresses {
-			names = append(names, ip.String())
-		}
-		return fmt.Sprintf(" (check -redis-tls-server-name: Redis's certificate is for %v, not %s; left out, it is the host of -redis)", names, he.Host)
+	case mismatch:
+		return fmt.Sprintf(" (check -redis-tls-server-name: Redis's certificate is for %v, not %s; left out, it is the host of -redis)", names, name)
 	default:
 		return " (check -redis-tls-ca and Redis's certificate; without -redis-tls-ca, it is verified against the system's CA roots: on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
 	}

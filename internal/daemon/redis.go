@@ -3,11 +3,9 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -277,7 +275,7 @@ func (f *refundFeed) Resume() {
 
 // refusalHint tells what to check when Redis refused the connection.
 func refusalHint(err error) string {
-	var he x509.HostnameError
+	names, name, mismatch := redisstore.TLSNameMismatch(err)
 	if tooOld, sentinel := redisstore.UsernameTooOld(err); tooOld {
 		if sentinel {
 			return "store.redis.sentinel_username (left out, the Sentinels get store.redis.username) needs Sentinels of Redis 6.2 or later: upgrade the Sentinels, or give them store.redis.sentinel_password alone"
@@ -298,12 +296,8 @@ func refusalHint(err error) string {
 		return "set store.redis.tls: Redis serves only TLS at that address, and the connection does not use it"
 	case redisstore.TLSRefusedByRedis(err):
 		return "Redis refused this client's TLS: check store.redis.tls.cert and store.redis.tls.key (with tls-auth-clients, Redis wants a client certificate that its tls-ca-cert-file signed)"
-	case errors.As(err, &he):
-		names := slices.Clone(he.Certificate.DNSNames)
-		for _, ip := range he.Certificate.IPAddresses {
-			names = append(names, ip.String())
-		}
-		return fmt.Sprintf("check store.redis.tls.server_name: Redis's certificate is for %v, not %s (left out, server_name is the host of each address)", names, he.Host)
+	case mismatch:
+		return fmt.Sprintf("check store.redis.tls.server_name: Redis's certificate is for %v, not %s (left out, server_name is the host of each address)", names, name)
 	default:
 		return "check store.redis.tls.ca and Redis's certificate (without ca, verified against the system's CA roots; on Linux SSL_CERT_FILE or SSL_CERT_DIR name others)"
 	}
