@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 )
 
@@ -55,101 +54,27 @@ var errRequestBytes = errors.New("server: the connection holding the most bytes 
 // frames: a connection closed for the bound is closed before what took
 // the count past it reaches grpc-go.
 type requestBudget struct {
-	max    int64
+	connBudget
 	closed atomic.Uint64 // connections closed for the bound
 	log    *slog.Logger
 	warned atomic.Bool // the first closing is logged, not the next
-
-	mu    sync.Mutex
-	total int64       // bytes held on the connections listed
-	peak  int64       // the most total held once within the bound
-	head  *unreadConn // the connections holding bytes
-}
-
-// requestEntry is a connection's place in its listener's requestBudget,
-// under the budget's mu.
-type requestEntry struct {
-	prev, next *unreadConn
-	listed     bool  // it holds bytes: it is in the list
-	evicted    bool  // closed for the budget
-	charged    int64 // its bytes, as counted in total
 }
 
 func newRequestBudget(max int64, log *slog.Logger) *requestBudget {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &requestBudget{max: max, log: log}
+	b := &requestBudget{log: log}
+	b.connBudget = connBudget{max: max, most: true, entry: func(u *unreadConn) *budgetEntry { return &u.reqEntry }, evicting: b.warn}
+	return b
 }
 
-// update records that u holds n bytes of requests not yet whole, and
-// returns the connections to close (u among them, perhaps) for the bound,
-// which it no longer counts. Call it with u.mu held.
-func (b *requestBudget) update(u *unreadConn, n int64) []*unreadConn {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := &u.reqEntry
-	if e.evicted {
-		return nil
+// warn logs the first connection closed for the bound, holding total.
+func (b *requestBudget) warn(v *unreadConn, total int64) {
+	if !b.warned.Swap(true) {
+		b.log.Warn("grpc: requests not yet whole held more than the listener keeps over all its connections; closing the connections holding the most (counted in sluice_grpc_connections_closed_request_bytes_total, not logged again)",
+			"bound_bytes", b.max, "held_bytes", total, "closed_holding_bytes", v.reqEntry.charged, "peer", peerName(v))
 	}
-	if n <= 0 {
-		if e.listed {
-			b.unlink(u)
-		}
-		return nil
-	}
-	if !e.listed {
-		e.listed, e.next = true, b.head
-		if b.head != nil {
-			b.head.reqEntry.prev = u
-		}
-		b.head = u
-	}
-	b.total += n - e.charged
-	e.charged = n
-	var closing []*unreadConn
-	for b.total > b.max {
-		// Overflows are rare (a client holding unfinished requests), and
-		// the connections listed few (those with a call waiting for its
-		// request, MaxCalls over all): a pass over them finds the largest.
-		v := b.head
-		for w := v.reqEntry.next; w != nil; w = w.reqEntry.next {
-			if w.reqEntry.charged > v.reqEntry.charged {
-				v = w
-			}
-		}
-		if !b.warned.Swap(true) {
-			b.log.Warn("grpc: requests not yet whole held more than the listener keeps over all its connections; closing the connections holding the most (counted in sluice_grpc_connections_closed_request_bytes_total, not logged again)",
-				"bound_bytes", b.max, "held_bytes", b.total, "closed_holding_bytes", v.reqEntry.charged, "peer", peerName(v))
-		}
-		b.unlink(v)
-		v.reqEntry.evicted = true
-		closing = append(closing, v)
-	}
-	b.peak = max(b.peak, b.total)
-	return closing
-}
-
-// unlink takes u out of the list and its bytes out of the total.
-func (b *requestBudget) unlink(u *unreadConn) {
-	e := &u.reqEntry
-	if e.prev != nil {
-		e.prev.reqEntry.next = e.next
-	} else {
-		b.head = e.next
-	}
-	if e.next != nil {
-		e.next.reqEntry.prev = e.prev
-	}
-	b.total -= e.charged
-	*e = requestEntry{evicted: e.evicted}
-}
-
-// held returns the bytes held and the most held within the bound.
-func (b *requestBudget) held() (total, peak int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total, b.peak
 }
 
 // peerName is the address of u's client, for the log.
@@ -194,21 +119,6 @@ func (u *unreadConn) uncharge() {
 	if u.reqCharged != 0 && u.requests != nil {
 		u.reqCharged = 0
 		u.requests.update(u, 0)
-	}
-}
-
-// cut closes u, counted once, for the requestBudget (update returned it);
-// it must not be called with u.mu held.
-func (u *unreadConn) cut() {
-	u.mu.Lock()
-	fire := !u.over && !u.shut
-	if fire {
-		u.stop(errRequestBytes)
-	}
-	u.mu.Unlock()
-	if fire {
-		u.requests.closed.Add(1)
-		u.Conn.Close()
 	}
 }
 

@@ -163,7 +163,7 @@ type unreadConn struct {
 
 	// The requests not yet whole (grpcrequests.go).
 	requests   *requestBudget // nil: not bounded
-	reqEntry   requestEntry   // under requests.mu
+	reqEntry   budgetEntry    // under requests.mu
 	lastReq    uint32         // the highest stream the client opened
 	reqHeld    int64          // bytes of DATA received on its calls' requests not yet whole
 	reqCharged int64          // of them, those the budget counts
@@ -245,7 +245,7 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	var closing []*unreadConn
 	if held != u.charged {
 		u.charged = held
-		closing = u.budget.update(u, held)
+		closing = u.budget.update(u, int64(held))
 	}
 	for _, v := range closing {
 		if v == u {
@@ -264,23 +264,25 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	}
 	why := u.why
 	u.mu.Unlock()
-	for _, v := range closing {
-		if v == u {
-			u.closed.Add(1)
-			u.Conn.Close()
-		} else {
-			v.evict()
-		}
-	}
-	for _, v := range cut {
-		if v == u {
-			u.requests.closed.Add(1)
-			u.Conn.Close()
-		} else {
-			v.cut()
-		}
+	u.closeGivenUp(closing, errUnread, u.closed)
+	if cut != nil {
+		u.closeGivenUp(cut, errRequestBytes, &u.requests.closed)
 	}
 	return why
+}
+
+// closeGivenUp closes the connections vs a budget gave up for why, each
+// counted once in closed: u itself, which account has stopped already,
+// at once; the others through closeFor. u.mu is not held.
+func (u *unreadConn) closeGivenUp(vs []*unreadConn, why error, closed *atomic.Uint64) {
+	for _, v := range vs {
+		if v == u {
+			closed.Add(1)
+			u.Conn.Close()
+		} else {
+			v.closeFor(why, closed)
+		}
+	}
 }
 
 // startClock starts the clock, with the answers waiting now as its

@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // unreadBudget bounds the answers waiting for window over all the
 // connections of a listener (MaxUnreadTotal), each with the answers it
@@ -16,36 +19,49 @@ import "sync"
 // (Envoy's, whose windows are 16 MiB a call) never counts. Connections
 // leaving 100 or fewer waiting used not to count either: 10,000 of them
 // held some 3 GB.
-type unreadBudget struct {
-	max int
+type unreadBudget struct{ connBudget }
+
+func newUnreadBudget(max int) *unreadBudget {
+	return &unreadBudget{connBudget{max: int64(max), entry: func(u *unreadConn) *budgetEntry { return &u.entry }}}
+}
+
+// connBudget bounds what the connections of a listener hold together (the
+// answers they leave waiting for window, unreadBudget; the bytes of their
+// requests not yet whole, requestBudget): it lists the connections
+// holding any, each by its entry, and when their total passes max it
+// gives up connections, at once, until the rest are within it: those
+// listed longest, or with most those holding the most.
+type connBudget struct {
+	max      int64
+	entry    func(u *unreadConn) *budgetEntry // u's place in this budget
+	most     bool                             // give up those holding the most first
+	evicting func(v *unreadConn, total int64) // told of each given up, under mu; may be nil
 
 	mu         sync.Mutex
-	total      int         // answers waiting on the connections listed
-	head, tail *unreadConn // the connections leaving answers waiting, longest first
+	total      int64       // held on the connections listed
+	peak       int64       // the most total held once within the bound
+	head, tail *unreadConn // the connections holding any, longest listed first
 }
 
-func newUnreadBudget(max int) *unreadBudget { return &unreadBudget{max: max} }
-
-// budgetEntry is a connection's place in its listener's unreadBudget,
-// under the budget's mu.
+// budgetEntry is a connection's place in a connBudget, under its mu.
 type budgetEntry struct {
 	prev, next *unreadConn
-	listed     bool // it leaves answers waiting: it is in the list
-	evicted    bool // closed for the budget
-	charged    int  // its answers waiting, as counted in total
+	listed     bool  // it holds some: it is in the list
+	evicted    bool  // given up for the budget
+	charged    int64 // what it holds, as counted in total
 }
 
-// update records that u leaves n answers waiting (listed last if it left
-// none) and returns the connections to close (u among them, perhaps) for
-// the bound, which it no longer counts. Call it with u.mu held.
-func (b *unreadBudget) update(u *unreadConn, n int) []*unreadConn {
+// update records that u holds n (listed last if it held none) and
+// returns the connections to close (u among them, perhaps) for the bound,
+// which it no longer counts. Call it with u.mu held.
+func (b *connBudget) update(u *unreadConn, n int64) []*unreadConn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := &u.entry
+	e := b.entry(u)
 	if e.evicted {
 		return nil
 	}
-	if n == 0 {
+	if n <= 0 {
 		if e.listed {
 			b.unlink(u)
 		}
@@ -54,7 +70,7 @@ func (b *unreadBudget) update(u *unreadConn, n int) []*unreadConn {
 	if !e.listed {
 		e.listed, e.prev = true, b.tail
 		if b.tail != nil {
-			b.tail.entry.next = u
+			b.entry(b.tail).next = u
 		} else {
 			b.head = u
 		}
@@ -65,23 +81,34 @@ func (b *unreadBudget) update(u *unreadConn, n int) []*unreadConn {
 	var closing []*unreadConn
 	for b.total > b.max && b.head != nil {
 		v := b.head
+		if b.most {
+			for w := b.entry(v).next; w != nil; w = b.entry(w).next {
+				if b.entry(w).charged >= b.entry(v).charged { // of equals, the one listed last
+					v = w
+				}
+			}
+		}
+		if b.evicting != nil {
+			b.evicting(v, b.total)
+		}
 		b.unlink(v)
-		v.entry.evicted = true
+		b.entry(v).evicted = true
 		closing = append(closing, v)
 	}
+	b.peak = max(b.peak, b.total)
 	return closing
 }
 
-// unlink takes u out of the list and its answers out of the total.
-func (b *unreadBudget) unlink(u *unreadConn) {
-	e := &u.entry
+// unlink takes u out of the list and what it holds out of the total.
+func (b *connBudget) unlink(u *unreadConn) {
+	e := b.entry(u)
 	if e.prev != nil {
-		e.prev.entry.next = e.next
+		b.entry(e.prev).next = e.next
 	} else {
 		b.head = e.next
 	}
 	if e.next != nil {
-		e.next.entry.prev = e.prev
+		b.entry(e.next).prev = e.prev
 	} else {
 		b.tail = e.prev
 	}
@@ -89,17 +116,26 @@ func (b *unreadBudget) unlink(u *unreadConn) {
 	*e = budgetEntry{evicted: e.evicted}
 }
 
-// evict closes u, counted once, for the budget (update returned it); it
-// must not be called with u.mu held.
-func (u *unreadConn) evict() {
+// held returns what the connections hold now, and the most they held at
+// once within the bound.
+func (b *connBudget) held() (total, peak int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total, b.peak
+}
+
+// closeFor closes u, counted once in closed, for why: a budget gave it up
+// (update returned it) or its clock ran out. It must not be called with
+// u.mu held.
+func (u *unreadConn) closeFor(why error, closed *atomic.Uint64) {
 	u.mu.Lock()
 	fire := !u.over && !u.shut
 	if fire {
-		u.stop(errUnread)
+		u.stop(why)
 	}
 	u.mu.Unlock()
 	if fire {
-		u.closed.Add(1)
+		closed.Add(1)
 		u.Conn.Close()
 	}
 }

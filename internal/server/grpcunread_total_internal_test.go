@@ -13,7 +13,7 @@ func TestUnreadBudget(t *testing.T) {
 	b := newUnreadBudget(500)
 	a, c, d := &unreadConn{}, &unreadConn{}, &unreadConn{}
 	names := map[*unreadConn]string{a: "a", c: "c", d: "d"}
-	check := func(step string, closing []*unreadConn, want string, total int, list string) {
+	check := func(step string, closing []*unreadConn, want string, total int64, list string) {
 		t.Helper()
 		var got, order string
 		for _, v := range closing {
