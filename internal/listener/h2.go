@@ -93,7 +93,7 @@ func (l *Listener) capStreams(h http.Handler) http.Handler {
 			hd["Content-Type"] = []string{"application/json"}
 			hd["Retry-After"] = []string{"1"}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":"overloaded"}`+"\n")
+			io.WriteString(w, overloadedBody)
 			return
 		}
 		defer l.leaveH2(c)

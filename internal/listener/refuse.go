@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -38,8 +39,12 @@ const (
 	refuseHead = 16 << 10
 )
 
+// overloadedBody is the body of the 503 a request over the cap gets, on
+// HTTP/1.1 (overloaded) and HTTP/2 alike.
+const overloadedBody = `{"error":"overloaded"}` + "\n"
+
 var overloaded = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n" +
-	"Content-Length: 23\r\nConnection: close\r\n\r\n" + `{"error":"overloaded"}` + "\n")
+	"Content-Length: " + strconv.Itoa(len(overloadedBody)) + "\r\nConnection: close\r\n\r\n" + overloadedBody)
 
 // refuse answers c 503 once its request's head has come (or refuseWait
 // has passed, or refuseHead bytes), then closes it.
