@@ -29,7 +29,7 @@ func (c *Conn) read(fd uintptr) bool {
 		p = p[:maxRW]
 	}
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		n, e := sysRead(fd, p)
 		switch {
 		case e == syscall.EINTR:
 			continue
@@ -40,7 +40,7 @@ func (c *Conn) read(fd uintptr) bool {
 		case n == 0:
 			c.r.err = io.EOF
 		default:
-			c.r.n = int(n)
+			c.r.n = n
 		}
 		return true
 	}
@@ -92,7 +92,7 @@ func writeRaw(fd uintptr, p []byte) (rest []byte, full bool, err error) {
 		if len(w) > maxRW {
 			w = w[:maxRW]
 		}
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[0])), uintptr(len(w)))
+		n, e := sysWrite(fd, w)
 		switch {
 		case e == syscall.EINTR:
 			continue

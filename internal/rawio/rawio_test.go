@@ -308,3 +308,36 @@ func waitPending(t *testing.T, rc *rawio.Conn, what string) {
 		runtime.Gosched()
 	}
 }
+
+// The race detector sees a write to a socket happen before any read of
+// what the write sent, as it does through net.Conn (package syscall's
+// Read and Write tell it so): a client that writes a request from one
+// goroutine and reads the answer in another, as rueidis does, may then
+// use the request's memory again once the answer is in. Raw system calls
+// told it nothing, and under -race a daemon test failed on rueidis
+// reusing a request's buffer, whose writer had not yet left its write
+// (on one connection the poller's lock orders them only once it has).
+// Here the two ends are both raw, so nothing else orders them. The
+// assertion is the race detector's: this test fails under -race
+// without the ordering; without -race it checks only the bytes.
+func TestWriteHappensBeforeRead(t *testing.T) {
+	c, s := pair(t)
+	s = rawio.Wrap(s)
+	request := []byte("ping")
+	go func() {
+		// As a client's writer: the request is copied into the
+		// connection's buffer, which is then written.
+		wire := append([]byte(nil), request...)
+		if _, err := c.Write(wire); err != nil {
+			t.Error(err)
+		}
+	}()
+	got := make([]byte, len(request))
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "ping" {
+		t.Fatalf("read %q, want %q", got, "ping")
+	}
+	request[0] = 'P' // it is in: the request's memory may be used again
+}
