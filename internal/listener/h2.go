@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -89,11 +88,7 @@ func (l *Listener) capStreams(h http.Handler) http.Handler {
 		c, _ := r.Context().Value(connKey{}).(*conn)
 		if !l.enterH2(c) {
 			l.metrics.RequestRefused()
-			hd := w.Header()
-			hd["Content-Type"] = []string{"application/json"}
-			hd["Retry-After"] = []string{"1"}
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, overloadedBody)
+			writeOverloaded(w)
 			return
 		}
 		defer l.leaveH2(c)

@@ -27,6 +27,7 @@
 package listener
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -55,6 +56,7 @@ type Listener struct {
 	hijacked map[*conn]struct{} // taken over from the server and open (see CloseHijacked)
 
 	answer   bool         // answer a connection beyond the cap 503 (AnswerRefused)
+	tls      *tls.Config  // the TLS over l (TLS), for those answers; nil: plaintext
 	refusing atomic.Int64 // refused connections being answered
 }
 

@@ -2,40 +2,60 @@ package listener
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
+	"log"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
-// AnswerRefused has l answer a connection beyond its cap with an HTTP/1.1
-// 503 ({"error":"overloaded"}, Retry-After: 1, as an HTTP/2 request over
-// the cap is answered) before closing it, rather than closing it at once;
-// and returns l. Set it on a plaintext HTTP listener only (under TLS the
-// client would read the answer as a failed handshake, no better than the
-// close). A gateway asking the decision API (nginx's auth_request, Caddy's
-// forward_auth) takes a closed connection for Sluice down, which its
-// fail-open configs let through unlimited: clients that fill the cap with
-// requests a delay rule holds would pass every request after them. An
-// answer is Sluice's word, which those configs refuse. At most
-// maxRefusing connections are being answered at once (each for up to
-// refuseWait); beyond that they are closed at once, as before.
+// AnswerRefused has l answer a connection beyond its cap with a 503
+// ({"error":"overloaded"}, Retry-After: 1, as an HTTP/2 request over the
+// cap is answered) before closing it, rather than closing it at once;
+// and returns l. On a plaintext listener the answer is HTTP/1.1; under
+// TLS (TLS, which wraps l) the handshake is done first, with the
+// listener's own configuration, and the answer is HTTP/2 if the client
+// chose it, HTTP/1.1 otherwise. A gateway asking the decision API
+// (nginx's auth_request, Caddy's forward_auth) takes a closed connection
+// for Sluice down, which its fail-open configs let through unlimited:
+// clients that fill the cap with requests a delay rule holds would pass
+// every request after them. An answer is Sluice's word, which those
+// configs refuse. At most maxRefusing connections are being answered at
+// once, each for up to refuseWait from its accept, its TLS handshake
+// included; beyond that they are closed at once, as before.
 func (l *Listener) AnswerRefused() *Listener {
 	l.answer = true
 	return l
 }
 
+// TLS returns a TLS listener over l with cfg, and has the connections
+// refused beyond the cap (AnswerRefused) answered over TLS with cfg too:
+// a client whose handshake the listener would refuse (no certificate its
+// client CA signed, say) is refused it there as well, and gets nothing.
+// Call it before serving.
+func (l *Listener) TLS(cfg *tls.Config) net.Listener {
+	l.tls = cfg
+	return tls.NewListener(l, cfg)
+}
+
 const (
 	// maxRefusing bounds the refused connections being answered at once.
+	// Their TLS handshakes, the only costly part of an answer, are
+	// bounded by it too.
 	maxRefusing = 256
-	// refuseWait bounds the time a refused connection is held: to read
-	// the request's head (the answer waits for it: Go's transport drops
-	// an answer that comes before its request as unsolicited), and to
-	// take what else the client sends before the close (closing with
-	// unread bytes resets the connection, and the client may lose the
-	// answer).
+	// refuseWait bounds the time a refused connection is held: for its
+	// TLS handshake, to read the request's head (the answer waits for
+	// it: Go's transport drops an answer that comes before its request
+	// as unsolicited), and to take what else the client sends before the
+	// close (closing with unread bytes resets the connection, and the
+	// client may lose the answer).
 	refuseWait = time.Second
-	// refuseHead bounds the head read before answering.
+	// refuseHead bounds the head read before answering (on HTTP/2, all
+	// that is read: the client's preface, settings and requests).
 	refuseHead = 16 << 10
 )
 
@@ -46,12 +66,33 @@ const overloadedBody = `{"error":"overloaded"}` + "\n"
 var overloaded = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n" +
 	"Content-Length: " + strconv.Itoa(len(overloadedBody)) + "\r\nConnection: close\r\n\r\n" + overloadedBody)
 
+// writeOverloaded answers an HTTP/2 request over the cap.
+func writeOverloaded(w http.ResponseWriter) {
+	hd := w.Header()
+	hd["Content-Type"] = []string{"application/json"}
+	hd["Retry-After"] = []string{"1"}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, overloadedBody)
+}
+
 // refuse answers c 503 once its request's head has come (or refuseWait
-// has passed, or refuseHead bytes), then closes it.
+// has passed, or refuseHead bytes), then closes it. Under TLS it
+// completes the handshake first, within the same refuseWait.
 func (l *Listener) refuse(c net.Conn) {
 	defer l.refusing.Add(-1)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(refuseWait))
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		if tc.Handshake() != nil {
+			return
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			refuseH2(tc)
+			return
+		}
+		c = tc
+	}
 	buf := make([]byte, refuseHead)
 	for n := 0; n < len(buf) && !bytes.Contains(buf[:n], []byte("\r\n\r\n")); {
 		m, err := c.Read(buf[n:])
@@ -68,3 +109,56 @@ func (l *Listener) refuse(c net.Conn) {
 	}
 	io.Copy(io.Discard, io.LimitReader(c, refuseHead))
 }
+
+// h2Refuser answers the requests of a refused HTTP/2 connection. It reads
+// frames of 16 KiB at most (refusedConn ends the connection after
+// refuseHead bytes, but a frame's buffer is sized by its header first)
+// and grants no flow-control window beyond HTTP/2's first 64 KiB: the
+// bodies are never read.
+var h2Refuser = &http2.Server{
+	MaxReadFrameSize:             16 << 10,
+	MaxUploadBufferPerConnection: 65535,
+	MaxUploadBufferPerStream:     65535,
+}
+
+// h2RefuserBase is h2Refuser's HTTP/1 side: its log line for each client
+// that goes away unusually would be the client's to write, one a
+// connection.
+var h2RefuserBase = &http.Server{ErrorLog: log.New(io.Discard, "", 0)}
+
+// refuseH2 serves tc, whose client chose HTTP/2, answering each of its
+// requests 503 overloaded; the first answer starts the connection's
+// graceful end (GOAWAY), and the connection ends with the client's close,
+// after refuseHead bytes, or at the deadline on the connection under tc.
+func refuseH2(tc *tls.Conn) {
+	h2Refuser.ServeConn(&refusedConn{Conn: tc, left: refuseHead}, &http2.ServeConnOpts{
+		BaseConfig: h2RefuserBase,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Connection"] = []string{"close"} // GOAWAY once answered
+			writeOverloaded(w)
+		}),
+	})
+}
+
+// refusedConn is a refused TLS connection served HTTP/2: reads end after
+// left bytes, and the deadline set before the handshake stays in force.
+type refusedConn struct {
+	*tls.Conn // its ConnectionState tells HTTP/2 it runs over TLS
+	left      int
+}
+
+func (c *refusedConn) Read(b []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, io.EOF
+	}
+	if len(b) > c.left {
+		b = b[:c.left]
+	}
+	n, err := c.Conn.Read(b)
+	c.left -= n
+	return n, err
+}
+
+func (c *refusedConn) SetDeadline(time.Time) error      { return nil }
+func (c *refusedConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *refusedConn) SetWriteDeadline(time.Time) error { return nil }

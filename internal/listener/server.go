@@ -48,7 +48,8 @@ type Options struct {
 	// ErrorLog receives net/http's own errors; nil: the log package's.
 	ErrorLog *log.Logger
 	// AnswerRefused answers a connection beyond MaxConnections 503
-	// before closing it (Listener.AnswerRefused): plaintext only.
+	// before closing it (Listener.AnswerRefused); under TLS, serve the
+	// Listener's TLS listener (Listener.TLS).
 	AnswerRefused bool
 }
 
