@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"crypto/tls"
 	"fmt"
 	"log"
 	"log/slog"
@@ -35,11 +34,12 @@ func (d *Daemon) listen(cfg *config.Config) error {
 	// net/http's own errors, a failed TLS handshake's line for one, come
 	// from clients, one a connection: at most one a second of each kind.
 	errLog := logthrottle.NewLogLogger(d.log, slog.LevelDebug, d.opts.Now, "TLS handshake error")
-	// A connection beyond max_connections is answered 503 in plaintext:
-	// a gateway takes a closed one for Sluice down, which its fail-open
-	// config lets through (listener.Listener.AnswerRefused).
+	// A connection beyond max_connections is answered 503 (under TLS
+	// after its handshake): a gateway takes a closed one for Sluice down,
+	// which its fail-open config lets through
+	// (listener.Listener.AnswerRefused).
 	apiOpts := listenerOptions("api", &cfg.API.Listener, d.metrics, errLog)
-	apiOpts.AnswerRefused = cfg.API.TLS == nil
+	apiOpts.AnswerRefused = true
 	d.apiSrv, d.apiLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.cur.Load().api.ServeHTTP(w, r)
 	}), apiOpts)
@@ -64,7 +64,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			return fmt.Errorf("daemon: listen (proxy.listen): %w", err)
 		}
 		proxyOpts := listenerOptions("proxy", &cfg.Proxy.Listener, d.metrics, errLog)
-		proxyOpts.AnswerRefused = cfg.Proxy.TLS == nil
+		proxyOpts.AnswerRefused = true
 		d.proxySrv, d.proxyLn = listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d.cur.Load().proxy.ServeHTTP(w, r)
 		}), proxyOpts)
@@ -127,7 +127,8 @@ func scheme(addr string, t *config.TLSConfig) string {
 }
 
 // serveTLS returns ln, or with t a TLS listener over it, for the listener
-// named name.
+// named name; the connections ln refuses over its cap are then answered
+// over TLS too.
 func (d *Daemon) serveTLS(name string, ln *listener.Listener, t *config.TLSConfig) (net.Listener, error) {
 	if t == nil {
 		return ln, nil
@@ -137,7 +138,7 @@ func (d *Daemon) serveTLS(name string, ln *listener.Listener, t *config.TLSConfi
 		return nil, fmt.Errorf("daemon: %s.tls: %w", name, err)
 	}
 	d.addTLS(name, r)
-	return tls.NewListener(ln, r.Config()), nil
+	return ln.TLS(r.Config()), nil
 }
 
 // listenerOptions are the client-side limits of the listener block l.

@@ -34,7 +34,7 @@ func (m *Metrics) conns() *connCollectors {
 			}, []string{"listener"}),
 			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_connections_refused_total",
-				Help: "Client connections refused (answered 503 and closed, or closed at once under TLS and on the grpc listener) because max_connections were held.",
+				Help: "Client connections refused (answered 503 and closed, under TLS after the handshake; or closed at once on the grpc listener, and past 256 being answered at once or 1 s) because max_connections were held.",
 			}, []string{"listener"}),
 			reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "sluice_requests_refused_total",
