@@ -1,6 +1,7 @@
 package gatewaytest
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
 // stuckSluice takes connections and never answers them: a Sluice that
@@ -98,28 +100,52 @@ func TestGatewayWithStoreDown(t *testing.T) {
 // with its own 503 (nginx), in the fail-open variants too: it is Sluice's
 // answer, not Sluice down, so clients that fill the cap get nothing past
 // the limit (docs/http.md: size max_connections for all the gateways
-// together; TestGatewayFullConnectionCapStaysLimited).
+// together; TestGatewayFullConnectionCapStaysLimited). So too when the
+// gateway asks Sluice over TLS (api.tls): the connection's handshake is
+// done, then answered (Caddy chooses HTTP/2 by ALPN, nginx HTTP/1.1).
 func TestGatewayOverSluiceConnectionCap(t *testing.T) {
 	forFailModes(t, func(t *testing.T, k kind, open bool) {
-		a := startApp(t)
-		y := replace(t, sluiceYAML(t, k.sluice, ""), "listen: 127.0.0.1:8080\n", "listen: 127.0.0.1:8080\napi:\n  max_connections: 1\n")
-		s := startSluice(t, y)
-		// Another client holds the one connection Sluice takes
-		// (answered once, so Sluice has taken it).
-		if r := sendRawKeep(t, s.addr, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"); r.status != http.StatusOK {
-			t.Fatalf("GET /healthz: got %v, want 200", r)
-		}
-		g := k.start(t, s.addr, a.addr(), variant{failOpen: open})
-		r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
-		want := `{"error":"overloaded"}` // Sluice's, passed on
-		if k.name == "nginx" {
-			want = `{"error":"rate_limiter_unavailable"}` // auth_request keeps no body
-		}
-		if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, want) {
-			t.Errorf("with Sluice at its connection cap: got %v, want 503 %s", r, want)
-		}
-		if got := a.hits.Load(); got != 0 {
-			t.Errorf("with Sluice at its connection cap: the app saw %d requests, want none", got)
+		for _, overTLS := range []bool{false, true} {
+			t.Run(map[bool]string{false: "plaintext", true: "tls"}[overTLS], func(t *testing.T) {
+				a := startApp(t)
+				api := "api:\n  max_connections: 1\n"
+				var v variant
+				var ca *tlstest.CA
+				if overTLS {
+					ca = tlstest.NewCA(t, "sluice")
+					pair := ca.Server(t)
+					api += "  tls: {cert: " + pair.CertFile + ", key: " + pair.KeyFile + "}\n"
+					v.tlsCA = ca.File
+				}
+				y := replace(t, sluiceYAML(t, k.sluice, ""), "listen: 127.0.0.1:8080\n", "listen: 127.0.0.1:8080\n"+api)
+				s := startSluice(t, y)
+				// Another client holds the one connection Sluice takes
+				// (answered once, so Sluice has taken it).
+				c, err := net.Dial("tcp", s.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				if overTLS {
+					c = tls.Client(c, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+				}
+				if r := roundTrip(t, c, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"); r.status != http.StatusOK {
+					t.Fatalf("GET /healthz: got %v, want 200", r)
+				}
+				v.failOpen = open
+				g := k.start(t, s.addr, a.addr(), v)
+				r := send(t, client("127.0.0.1"), "GET", g.url+"/", nil)
+				want := `{"error":"overloaded"}` // Sluice's, passed on
+				if k.name == "nginx" {
+					want = `{"error":"rate_limiter_unavailable"}` // auth_request keeps no body
+				}
+				if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, want) {
+					t.Errorf("with Sluice at its connection cap: got %v, want 503 %s", r, want)
+				}
+				if got := a.hits.Load(); got != 0 {
+					t.Errorf("with Sluice at its connection cap: the app saw %d requests, want none", got)
+				}
+			})
 		}
 	})
 }

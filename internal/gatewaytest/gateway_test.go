@@ -65,6 +65,13 @@ var kinds = []kind{
 				if v.failOpen {
 					conf = replace(t, conf, "error_page 500 = @sluice_unavailable;", "error_page 500 = @unlimited;")
 				}
+				if v.tlsCA != "" {
+					// nginx checks DNS names only: Sluice's certificate
+					// names localhost.
+					conf = replace(t, conf, "proxy_pass http://sluice/v1/forward-auth;\n",
+						"proxy_pass https://sluice/v1/forward-auth;\n        proxy_ssl_verify on;\n"+
+							"        proxy_ssl_trusted_certificate "+v.tlsCA+";\n        proxy_ssl_name localhost;\n")
+				}
 				if v.lb != "" {
 					conf = replace(t, conf,
 						"    #set_real_ip_from 10.0.0.0/8;\n", "    set_real_ip_from "+v.lb+";\n",
@@ -91,6 +98,10 @@ var kinds = []kind{
 				if v.lb != "" {
 					conf = replace(t, conf, "\t\t#trusted_proxies 10.0.0.0/8\n", "\t\ttrusted_proxies "+v.lb+"\n")
 				}
+				if v.tlsCA != "" {
+					conf = replace(t, conf, "\t\ttransport http {\n",
+						"\t\ttransport http {\n\t\t\ttls\n\t\t\ttls_trusted_ca_certs "+v.tlsCA+"\n\t\t\ttls_server_name localhost\n")
+				}
 				if v.failOpen {
 					conf = replace(t, conf,
 						"\t#handle_errors {\n", "\thandle_errors {\n",
@@ -112,6 +123,9 @@ var kinds = []kind{
 type variant struct {
 	failOpen bool   // let requests through when Sluice is down
 	lb       string // the prefix of a load balancer in front of the gateway, if any
+	// tlsCA, if set, is the CA file of Sluice's certificate (for
+	// localhost): the gateway asks Sluice over TLS (api.tls), trusting it.
+	tlsCA string
 }
 
 // caddySite is the example's site address for port: any host, as in the
