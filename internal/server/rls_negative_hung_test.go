@@ -2,7 +2,10 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +16,77 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
+// hungCalls is a Redis store that notes its calls' deadlines and errors,
+// and holds each Refund until refunds (their number) have come, so that
+// they reach the store together or not at all: refunds made in turn
+// would each wait out a timeout, and here the first waits for the others
+// until the test gives up on it (held: 20 store timeouts).
+type hungCalls struct {
+	*redisstore.Store
+	refunds int
+	held    time.Duration
+	mu      sync.Mutex
+	came    int
+	all     chan struct{}
+	calls   []hungCall
+}
+
+type hungCall struct {
+	what     string
+	at       time.Time // when it came
+	deadline time.Time // its context's; zero for none
+	together bool      // a Refund that found all the refunds come
+	err      error
+}
+
+func (h *hungCalls) note(ctx context.Context, what string, together bool, err error, at time.Time) {
+	dl, _ := ctx.Deadline()
+	h.mu.Lock()
+	h.calls = append(h.calls, hungCall{what, at, dl, together, err})
+	h.mu.Unlock()
+}
+
+func (h *hungCalls) Refund(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	at := time.Now()
+	h.mu.Lock()
+	if h.came++; h.came == h.refunds {
+		close(h.all)
+	}
+	h.mu.Unlock()
+	together := true
+	select {
+	case <-h.all:
+	case <-time.After(h.held):
+		together = false
+	}
+	d, err := h.Store.Refund(ctx, r)
+	h.note(ctx, "refund "+r.Key, together, err, at)
+	return d, err
+}
+
+func (h *hungCalls) TakeAll(ctx context.Context, rs []sluice.Request, out []sluice.Decision) error {
+	at := time.Now()
+	err := h.Store.TakeAll(ctx, rs, out)
+	h.note(ctx, "take all", true, err, at)
+	return err
+}
+
+func (h *hungCalls) Take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	at := time.Now()
+	d, err := h.Store.Take(ctx, r)
+	h.note(ctx, "take "+r.Key, true, err, at)
+	return d, err
+}
+
 // TestNegativeHitsRedisHung: a call of 5 refunds (is_negative_hits) and a
 // take, Redis hung (paused: it answers nothing), ends within about one
 // store timeout, not one per refund and one more for the take: the
-// refunds go to the store together and the take gets what is left of the
-// same bound. It is answered as a store failure is: the refunds OK
+// refunds go to the store together (hungCalls holds each until all have
+// come) and the take gets what is left of the same bound (its deadline
+// at most the timeout after the first refund came), each bounded call
+// failing as the store does at its bound; the call as a whole returns
+// (within 20 timeouts: a hang detector, not a measure a loaded machine
+// can miss). It is answered as a store failure is: the refunds OK
 // without figures, each counted in sluice_envoy_negative_hits_failed_total,
 // the take as on_error says (deny: denied; local: the failed refunds
 // moved the store to memory, where the take is decided).
@@ -31,14 +100,15 @@ func TestNegativeHitsRedisHung(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(rs.Close)
-			var st sluice.Store = rs
+			const k = 5
+			hc := &hungCalls{Store: rs, refunds: k, held: 20 * timeout, all: make(chan struct{})}
+			var st sluice.Store = hc
 			if onError == "local" {
-				fb := fleet.NewFallback(rs, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping})
+				fb := fleet.NewFallback(hc, fleet.FallbackOptions{ExpectedInstances: 1, Probe: rs.Ping})
 				t.Cleanup(fb.Close)
 				st = fb
 			}
 			e := startRLS(t, st, writeConf(t, plainConf), envOpts{onError: onError, storeTimeout: timeout})
-			const k = 5
 			var ds []*descriptorPB
 			for i := range k {
 				user := fmt.Sprint("u", i)
@@ -46,14 +116,21 @@ func TestNegativeHitsRedisHung(t *testing.T) {
 				ds = append(ds, withNegative(desc("user", user)))
 			}
 			ds = append(ds, desc("global", "g"))
+			hc.mu.Lock()
+			hc.calls, hc.came = nil, 0
+			hc.mu.Unlock()
 			srv.Pause()
 			start := time.Now()
 			r := e.call(t, "web", 0, ds...)
 			took := time.Since(start)
 			srv.Resume()
-			if took >= 2*timeout {
-				t.Errorf("a call of %d refunds and a take with Redis hung took %v; want it within about one store timeout (%v), under %v", k, took, timeout, 2*timeout)
+			if took > 20*timeout {
+				t.Errorf("a call of %d refunds and a take with Redis hung took %v: hung, past 20 store timeouts (%v)", k, took, timeout)
 			}
+			hc.mu.Lock()
+			calls := hc.calls
+			hc.mu.Unlock()
+			checkHungCalls(t, calls, k, onError == "deny", timeout)
 			want, errs := "X:OOOOOX", k+1.0 // each refund and the take
 			if onError == "local" {
 				want, errs = "O:OOOOOO", k // the take decided in memory
@@ -77,6 +154,53 @@ func TestNegativeHitsRedisHung(t *testing.T) {
 				t.Errorf("store errors %v, want %v", got, errs)
 			}
 		})
+	}
+}
+
+// checkHungCalls checks the store calls of one Envoy call of k refunds
+// and a take made with Redis hung: the k refunds came together, the take
+// (when it reached Redis: takeToo) after them with a deadline at most
+// timeout after the first refund came, and each failed as a store call
+// that Redis does not answer does, ErrStoreUnavailable, the take's
+// at its deadline.
+func checkHungCalls(t *testing.T, calls []hungCall, k int, takeToo bool, timeout time.Duration) {
+	t.Helper()
+	want := k
+	if takeToo {
+		want++
+	}
+	if len(calls) != want {
+		t.Fatalf("%d store calls, want %d (%d refunds and %d take): %+v", len(calls), want, k, want-k, calls)
+	}
+	var first time.Time
+	for _, c := range calls {
+		if strings.HasPrefix(c.what, "refund") && (first.IsZero() || c.at.Before(first)) {
+			first = c.at
+		}
+	}
+	refunds := 0
+	for _, c := range calls {
+		if !errors.Is(c.err, sluice.ErrStoreUnavailable) {
+			t.Errorf("%s with Redis hung: %v, want ErrStoreUnavailable", c.what, c.err)
+		}
+		if strings.HasPrefix(c.what, "refund") {
+			refunds++
+			if !c.together {
+				t.Errorf("%s: the others did not come while it waited: the refunds went to the store in turn, a timeout each", c.what)
+			}
+			continue
+		}
+		if c.deadline.IsZero() {
+			t.Errorf("%s after the refunds: no deadline, want the one store timeout the refunds share (%v)", c.what, timeout)
+		} else if c.deadline.After(first.Add(timeout)) {
+			t.Errorf("%s after the refunds: deadline %v after the first refund came, want at most the one store timeout they share (%v)", c.what, c.deadline.Sub(first), timeout)
+		}
+		if !errors.Is(c.err, context.DeadlineExceeded) {
+			t.Errorf("%s after the refunds: %v, want its deadline's DeadlineExceeded", c.what, c.err)
+		}
+	}
+	if refunds != k {
+		t.Errorf("%d refunds reached the store, want %d", refunds, k)
 	}
 }
 
