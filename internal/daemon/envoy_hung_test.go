@@ -7,6 +7,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // TestEnvoyNegativeHitsRedisHung: the daemon bounds an Envoy call's store
@@ -14,7 +16,11 @@ import (
 // refunds and a take with Redis hung (paused) ends within about one
 // timeout, not one per refund and one more for the take. The refunds are
 // answered OK and counted as not given back, the take as on_error (allow)
-// says.
+// says. That the engine bounds them so, given a StoreTimeout, is
+// TestNegativeHitsRedisHung's (package server) and
+// TestNegativeStoreCallsShareDeadline's (package engine); here, that the
+// daemon gives it store.redis.timeout, and that the call returns (within
+// 20 timeouts: a hang detector, not a measure a loaded machine can miss).
 func TestEnvoyNegativeHitsRedisHung(t *testing.T) {
 	const timeout = 2 * time.Second // startEnvoyRedis's store.redis.timeout
 	ed, redis := startEnvoyRedis(t, t.TempDir(), `domain: d
@@ -24,6 +30,9 @@ descriptors:
   - key: global
     rate_limit: {unit: year, requests_per_unit: 100}
 `)
+	if got := ed.d.engineOptions(engine.Options{}, ed.d.Config()).StoreTimeout; got != timeout {
+		t.Fatalf("the engine's StoreTimeout: %v, want store.redis.timeout, %v", got, timeout)
+	}
 	const k = 5
 	var ds []*commonv3.RateLimitDescriptor
 	for i := range k {
@@ -39,8 +48,8 @@ descriptors:
 	r := ed.ask("d", ds...)
 	took := time.Since(start)
 	redis.Resume()
-	if took >= 2*timeout {
-		t.Errorf("a call of %d refunds and a take with Redis hung took %v; want it within about one store timeout (%v), under %v", k, took, timeout, 2*timeout)
+	if took > 20*timeout {
+		t.Errorf("a call of %d refunds and a take with Redis hung took %v: hung, past 20 store timeouts (%v)", k, took, timeout)
 	}
 	if r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("with Redis hung, on_error allow: %v, want OK", r.OverallCode)
