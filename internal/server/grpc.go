@@ -259,6 +259,9 @@ func (g *GRPC) SetStopGrace(d time.Duration) {
 	}
 }
 
+// StopGrace is how long the graceful stop waits for calls in flight.
+func (g *GRPC) StopGrace() time.Duration { return time.Duration(g.grace.Load()) }
+
 // Serve serves on lis until ctx ends, then stops gracefully: health turns
 // NOT_SERVING, new calls are refused, calls in flight finish (for at most
 // StopGrace). It returns nil after a stop caused by ctx.
