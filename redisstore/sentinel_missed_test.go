@@ -109,49 +109,50 @@ func onReplica(t *testing.T, s *redisstore.Store, replica *redistest.Server, dea
 
 // TestSentinelHungAtStart starts a store whose first Sentinel is frozen
 // (it accepts connections, the kernel completing them, and never
-// answers): New must go on to the next Sentinel and connect, with the
-// timeout at a second as with the default. Before, the handshake with
-// the frozen one took the whole of New's bound (the timeout, at least a
-// second), so New failed, and the daemon, retrying, never connected.
-// New is tried as the daemon does, again when it fails, up to 5 times:
-// with the default timeout the live Sentinel's handshake has 50 ms, which
-// a loaded machine can miss once (1 run in 40 with -cpu 1 beside other
-// tests), while the frozen one, before, failed every try.
+// answers): New must go on to the next Sentinel and connect. Before, the
+// handshake with the frozen one took the whole of New's bound (the
+// timeout, at least a second), so New failed, and the daemon, retrying,
+// never connected. The timeout is 3s, so that each Sentinel's share of
+// New's bound (a third with two Sentinels: 1s) is what a call to Redis
+// gets in these tests (upTimeout): the frozen one takes it all, and the
+// live one's handshake must fit in its own, which a loaded machine can
+// miss at the default's 50ms (1 run in 40 with -cpu 1 beside other
+// tests). What each Sentinel gets at the default is
+// TestSentinelDialerShares's. New is tried as the daemon does, again when
+// it fails, up to 5 times, while the frozen one, before, failed every try.
 func TestSentinelHungAtStart(t *testing.T) {
 	master := redistest.StartServer(t)
 	hung := redistest.StartSentinelServer(t, master, 5*time.Second, nil)
 	other := redistest.StartSentinel(t, master)
 	hung.Pause()
-	for _, timeout := range []time.Duration{redisstore.DefaultTimeout, time.Second} {
-		start := time.Now()
-		var (
-			s   *redisstore.Store
-			err error
-		)
-		for try := 1; ; try++ {
-			s, err = redisstore.New(context.Background(), redisstore.Options{Addrs: []string{hung.Addr, other}, Sentinel: "mymaster", Timeout: timeout})
-			if err == nil {
-				break
-			}
-			if try == 5 {
-				t.Fatalf("New with timeout %v, the first Sentinel hung: failed %d times, last: %v", timeout, try, err)
-			}
-			t.Logf("timeout %v: try %d failed: %v", timeout, try, err)
+	const timeout = 3 * time.Second
+	start := time.Now()
+	var (
+		s   *redisstore.Store
+		err error
+	)
+	for try := 1; ; try++ {
+		s, err = redisstore.New(context.Background(), redisstore.Options{Addrs: []string{hung.Addr, other}, Sentinel: "mymaster", Timeout: timeout})
+		if err == nil {
+			break
 		}
-		t.Logf("timeout %v: connected in %v", timeout, time.Since(start))
-		// The store decides on the master it found; its first Take (a
-		// connection, the script loaded) may miss 50 ms on a loaded
-		// machine as New's handshake may: tried as often.
-		for try := 1; ; try++ {
-			if _, err = s.Take(context.Background(), req(fmt.Sprint("hung-", timeout), 0)); err == nil {
-				break
-			}
-			if try == 5 {
-				s.Close()
-				t.Fatalf("Take with timeout %v, the first Sentinel hung: failed %d times, last: %v", timeout, try, err)
-			}
-			t.Logf("timeout %v: Take %d failed: %v", timeout, try, err)
+		if try == 5 {
+			t.Fatalf("New with timeout %v, the first Sentinel hung: failed %d times, last: %v", timeout, try, err)
 		}
-		s.Close()
+		t.Logf("timeout %v: try %d failed: %v", timeout, try, err)
 	}
+	t.Logf("timeout %v: connected in %v", timeout, time.Since(start))
+	// The store decides on the master it found; its first Take (a
+	// connection, the script loaded) is tried as often as New.
+	for try := 1; ; try++ {
+		if _, err = s.Take(context.Background(), req(fmt.Sprint("hung-", timeout), 0)); err == nil {
+			break
+		}
+		if try == 5 {
+			s.Close()
+			t.Fatalf("Take with timeout %v, the first Sentinel hung: failed %d times, last: %v", timeout, try, err)
+		}
+		t.Logf("timeout %v: Take %d failed: %v", timeout, try, err)
+	}
+	s.Close()
 }
