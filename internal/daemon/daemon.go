@@ -73,6 +73,14 @@ type Options struct {
 	// of seedTimeout: the same tests give them longer, so that a loaded
 	// machine's pause does not leave a move unseeded.
 	seedTimeout time.Duration
+	// syncLoop, if set, is the interval a sync rule's fleet.Sync runs
+	// its batches on and keeps its view for (two of them), given the
+	// rule's sync: a test that asserts what no batch has sent yet
+	// stretches it past its own deadline, rather than skip the assertion
+	// when a loaded machine took a minute (sync's most). For this
+	// package's tests only; the rule's interval still names the Sync and
+	// its metrics.
+	syncLoop func(time.Duration) time.Duration
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

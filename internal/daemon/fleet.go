@@ -35,6 +35,9 @@ type fleetStore struct {
 
 	routes atomic.Pointer[routes] // in force
 
+	// syncLoop is Options.syncLoop: nil, a Sync runs on its rule's interval.
+	syncLoop func(time.Duration) time.Duration
+
 	mu     sync.Mutex // the decorators, their metrics and their retirement
 	syncs  map[time.Duration]*fleet.Sync
 	leases map[int]*fleet.Lease     // by chunk; 0 is auto

@@ -145,7 +145,11 @@ func (f *fleetStore) prepare(set *rules.Set, descs *descriptors.Set) (*routes, e
 			if s == nil {
 				took, size := f.batch.WithLabelValues(sync.String()), f.size.WithLabelValues(sync.String())
 				var err error
-				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: sync, Applies: func(r sluice.Request) bool { return f.owns(s, r.Key) },
+				every := sync
+				if f.syncLoop != nil {
+					every = f.syncLoop(sync)
+				}
+				s, err = fleet.NewSync(f.redis, fleet.SyncOptions{Interval: every, Applies: func(r sluice.Request) bool { return f.owns(s, r.Key) },
 					OnBatch: func(keys int, d time.Duration, _ error) {
 						took.Observe(d.Seconds())
 						size.Observe(float64(keys))

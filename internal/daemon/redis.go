@@ -90,6 +90,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 	}
 	d.lazy = lazy
 	fs := newFleetStore(lazy, d.reg, d.opts.Now)
+	fs.syncLoop = d.opts.syncLoop
 	d.fleet = fs
 	// On Redis' clock (RedisTime): refusals end by the monotonic clock
 	// too, whatever the daemon's wall clock does.
