@@ -56,14 +56,19 @@ func TestClaimReachesPastLiveEntries(t *testing.T) {
 			}
 			select {
 			case <-keep.Done():
-			case <-time.After(100 * time.Millisecond): // a live instance's heartbeat, 40 times as often as claim_idle
+			case <-time.After(100 * time.Millisecond): // a live instance's heartbeat, 600 times as often as claim_idle
 			}
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
 
 	q, err := newQueue(deferq.Options{Client: c, Consumer: "a", Upstream: mustURL(t, up.srv.URL),
-		ClaimIdle: 4 * time.Second, DeliveryTimeout: 500 * time.Millisecond})
+		// claim_idle a minute: the heartbeat above would have to stall
+		// that long for the live entries to go idle (at 4s, a loaded
+		// machine's stall could). The dead instance's request, idle an
+		// hour, is claimable all the same, from the first round (at once;
+		// then every 5s).
+		ClaimIdle: time.Minute, DeliveryTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +88,7 @@ func TestClaimReachesPastLiveEntries(t *testing.T) {
 		if d.path != "/orphan" {
 			t.Errorf("delivered %s, want /orphan", d.path)
 		}
-	case <-time.After(30 * time.Second): // a bound: with claim_idle 4s it comes within a few rounds of 1s
+	case <-time.After(30 * time.Second): // a hang detector: it comes in the first round, at once, or one of the next 5s apart
 		t.Fatalf("the dead instance's request, behind %d held by live instances, was not claimed", held)
 	}
 	// What the test is about: the live instances' entries stayed theirs.
