@@ -227,7 +227,7 @@ func waitRequestBytes(t *testing.T, env *rlsEnv, n int64) {
 // the largest size, 4 MiB each, holds their bytes in the listener (each
 // counted as it comes: the listener's figure is the client's count of
 // what it sent) until they pass MaxRequestBytesTotal over all
-// connections: its connection, holding the most, is then closed, counted,
+// connections: its connection, the only one, is then closed, counted,
 // and the bytes it held are freed. Before, only the calls waiting for
 // their request were bounded (DefaultMaxCalls): 1,000 of them held 4 GB,
 // as much as the client sent.
@@ -271,17 +271,18 @@ func TestGRPCRequestBytesBounded(t *testing.T) {
 	env.call(t, "web", 0, desc("user", "after"))
 }
 
-// TestGRPCRequestBytesMost: past the bound (lowered here to 8 MiB), the
-// connection holding the most is closed, not the one whose request took
-// the count past it; the others' calls carry on, and are decided once
-// their requests are whole.
-func TestGRPCRequestBytesMost(t *testing.T) {
+// TestGRPCRequestBytesOldest: past the bound (lowered here to 8 MiB), the
+// connection whose unfinished request began first is closed, though
+// another holds more, and not the one whose request took the count past
+// it; the others' calls carry on, and are decided once their requests are
+// whole.
+func TestGRPCRequestBytesOldest(t *testing.T) {
 	env := startRLS(t, memstore.New(memstore.Options{}), writeConf(t, plainConf), envOpts{grpc: server.GRPCOptions{KeepaliveTime: time.Hour, MaxRequestBytes: 8 << 20}})
 	clients := make([]*reqClient, 3)
 	ids := make([]uint32, 3)
 	bodies := make([][]byte, 3)
 	held := int64(0)
-	for i, size := range []int{3<<20 + 512<<10, 2 << 20, 3 << 20} {
+	for i, size := range []int{2 << 20, 3<<20 + 512<<10, 3 << 20} {
 		clients[i] = dialRequests(t, env)
 		bodies[i] = requestOf(t, size)
 		id, err := clients[i].open()
@@ -299,14 +300,14 @@ func TestGRPCRequestBytesMost(t *testing.T) {
 		held += int64(len(part))
 		waitRequestBytes(t, env, held)
 	}
-	// The third's 2.75 MiB take the count past 8 MiB: the first, holding
-	// 3.5 MiB, the most, is closed.
+	// The third's 2.75 MiB take the count past 8 MiB: the first, begun
+	// first, is closed, though the second holds 3.5 MiB to its 2 MiB.
 	const third = 11 << 18
 	if err := clients[2].send(ids[2], bodies[2][:third], false); err != nil {
 		t.Fatalf("the client that took the count past the bound: %v, want it open", err)
 	}
 	if err := clients[0].wait(func() bool { return false }); err == nil {
-		t.Fatal("the client holding the most is open")
+		t.Fatal("the client whose request began first is open")
 	}
 	waitRequestBytes(t, env, int64(len(bodies[1])-1+third))
 	if err := clients[1].send(ids[1], bodies[1][len(bodies[1])-1:], true); err != nil {

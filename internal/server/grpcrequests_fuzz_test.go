@@ -49,7 +49,9 @@ func requestModel(data []byte) int64 {
 // requestModel reads them), told to the listener's budget; with the
 // server's frames (any bytes) between them, the account stays consistent:
 // its total is its calls' open requests', none negative, none on a call
-// whose request ended.
+// whose request ended, and its place in the budget's line is its oldest
+// request still arriving (the least stamp), its order of requests within
+// twice the most arriving at once.
 func FuzzRequestBytes(f *testing.F) {
 	var b bytes.Buffer
 	fr := http2.NewFramer(&b, nil)
@@ -92,6 +94,7 @@ func FuzzRequestBytes(f *testing.F) {
 			return 1 + rnd.IntN(len(rest))
 		}
 		clientOnly := len(server) == 0
+		most := 0 // requests arriving at once
 		for len(in) > 0 || len(server) > 0 {
 			n := piece(in)
 			if err := u.account(&u.in, in[:n], u.received); err != nil {
@@ -104,14 +107,29 @@ func FuzzRequestBytes(f *testing.F) {
 			}
 			server = server[m:]
 			var held int64
+			var oldest uint64
+			arriving := 0
 			for id, st := range u.streams {
-				if st.reqBytes < 0 || !st.reqOpen && st.reqBytes != 0 {
+				if st.reqBytes < 0 || !st.reqOpen && st.reqBytes != 0 || (st.reqBytes > 0) != (st.reqSeq != 0) {
 					t.Fatalf("call %d: %+v", id, st)
 				}
 				held += st.reqBytes
+				if st.reqBytes > 0 {
+					arriving++
+					if oldest == 0 || st.reqSeq < oldest {
+						oldest = st.reqSeq
+					}
+				}
 			}
 			if total, _ := budget.held(); u.reqHeld != held || !u.over && total != held {
 				t.Fatalf("%d bytes counted, %d in the budget; the calls hold %d", u.reqHeld, total, held)
+			}
+			if !u.over && (u.reqOldest != oldest || u.reqEntry.since != oldest && held > 0) {
+				t.Fatalf("place %d, in the budget %d; the oldest request arriving is %d", u.reqOldest, u.reqEntry.since, oldest)
+			}
+			most = max(most, arriving)
+			if n := len(u.reqOrder) - u.reqFirst; n < arriving || cap(u.reqOrder) > 2*most+8 {
+				t.Fatalf("order of %d (%d kept) for %d requests arriving, %d at most", cap(u.reqOrder), n, arriving, most)
 			}
 		}
 		if m := requestModel(data); clientOnly && m != u.reqHeld {

@@ -117,9 +117,11 @@ func TestRequestAccount(t *testing.T) {
 }
 
 // TestRequestBudget: the budget counts the bytes of requests not yet
-// whole on each connection and, past its bound, closes those holding the
-// most, not the one whose bytes took it past, until the rest are within
-// it, counting them no more; the first closing is logged at WARN, once.
+// whole on each connection and, past its bound, closes those whose oldest
+// request began first (the least stamp), not those holding the most nor
+// the one whose bytes took it past, until the rest are within it,
+// counting them no more; a connection's place moves on as its oldest
+// request ends. The first closing is logged at WARN, once.
 func TestRequestBudget(t *testing.T) {
 	var logs strings.Builder
 	b := newRequestBudget(1000, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -145,14 +147,15 @@ func TestRequestBudget(t *testing.T) {
 			t.Fatalf("after %s: closing %q, total %d, listed %q; want %q, %d, %q", step, got, b.total, list, want, total, listed)
 		}
 	}
-	check("a at 600", b.update(a, 600), "", 600, "a")
-	check("c at 300", b.update(c, 300), "", 900, "ac")
-	check("c at 0", b.update(c, 0), "", 600, "a")
-	check("c at 350", b.update(c, 350), "", 950, "ac")
-	check("d at 100", b.update(d, 100), "a", 450, "cd") // d took it past; a held the most
-	check("a again", b.update(a, 10), "", 450, "cd")
-	check("d at 700", b.update(d, 700), "d", 350, "c")
-	check("c at 2000", b.update(c, 2000), "c", 0, "")
+	check("a at 600", b.update(a, 600, 1), "", 600, "a")
+	check("c at 300", b.update(c, 300, 2), "", 900, "ac")
+	check("c at 0", b.update(c, 0, 0), "", 600, "a")
+	check("c at 350", b.update(c, 350, 3), "", 950, "ac")
+	check("a's oldest ends", b.update(a, 500, 5), "", 850, "ac") // a's next began after c's
+	check("d at 200", b.update(d, 200, 6), "c", 700, "ad")       // d took it past; a holds the most; c began first
+	check("c again", b.update(c, 10, 7), "", 700, "ad")
+	check("d at 600", b.update(d, 600, 6), "a", 600, "d")
+	check("d at 2000", b.update(d, 2000, 6), "d", 0, "")
 	if _, peak := b.held(); peak != 950 {
 		t.Errorf("peak %d, want 950: the most held within the bound", peak)
 	}
@@ -161,42 +164,141 @@ func TestRequestBudget(t *testing.T) {
 	}
 }
 
-// TestRequestBudgetClosesHolder: past the bound, the connections holding
-// the most are closed, each counted once, and their reads fail; a
-// connection holding less carries on.
-func TestRequestBudgetClosesHolder(t *testing.T) {
-	b := newRequestBudget(1000, nil)
-	big, small := requestConn(t, b), requestConn(t, b)
-	frames := func(id uint32, n int) []byte {
-		var in bytes.Buffer
-		fr := http2.NewFramer(&in, nil)
+// requestFrames are HEADERS opening call id, if open, then n bytes of
+// DATA on it, with END_STREAM if end.
+func requestFrames(id uint32, open bool, n int, end bool) []byte {
+	var in bytes.Buffer
+	fr := http2.NewFramer(&in, nil)
+	if open {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte("h"), EndHeaders: true})
-		fr.WriteData(id, false, make([]byte, n))
-		return in.Bytes()
 	}
-	if err := big.account(&big.in, frames(1, 800), big.received); err != nil {
+	fr.WriteData(id, end, make([]byte, n))
+	return in.Bytes()
+}
+
+// TestRequestBudgetClosesOldest: past the bound, the connection whose
+// request began first is closed, though it holds less than the one whose
+// request took the count past, counted once, and its reads fail; the
+// other carries on.
+func TestRequestBudgetClosesOldest(t *testing.T) {
+	b := newRequestBudget(1000, nil)
+	old, young := requestConn(t, b), requestConn(t, b)
+	if err := old.account(&old.in, requestFrames(1, true, 300, false), old.received); err != nil {
 		t.Fatal(err)
 	}
-	// small takes the count past 1,000: big, holding the most, is closed.
-	if err := small.account(&small.in, frames(1, 300), small.received); err != nil {
-		t.Fatalf("the connection holding less: %v, want it open", err)
+	// young takes the count past 1,000: old, begun first, is closed.
+	if err := young.account(&young.in, requestFrames(1, true, 800, false), young.received); err != nil {
+		t.Fatalf("the connection whose request began last: %v, want it open", err)
 	}
-	if err := big.account(&big.in, frames(3, 1), big.received); err != errRequestBytes {
-		t.Fatalf("the connection holding the most: %v, want %v", err, errRequestBytes)
+	if err := old.account(&old.in, requestFrames(3, true, 1, false), old.received); err != errRequestBytes {
+		t.Fatalf("the connection whose request began first: %v, want %v", err, errRequestBytes)
 	}
-	if _, err := big.Conn.Read(make([]byte, 1)); err == nil {
+	if _, err := old.Conn.Read(make([]byte, 1)); err == nil {
 		t.Error("its connection reads on, want it closed")
 	}
 	if got := b.closed.Load(); got != 1 {
 		t.Errorf("%d closed, want 1", got)
 	}
-	// small alone past the bound closes itself, before its read is
+	// young alone past the bound closes itself, before its read is
 	// passed on.
-	if err := small.account(&small.in, frames(3, 800), small.received); err != errRequestBytes {
+	if err := young.account(&young.in, requestFrames(3, true, 800, false), young.received); err != errRequestBytes {
 		t.Fatalf("past the bound alone: %v, want %v", err, errRequestBytes)
 	}
 	if total, peak := b.held(); total != 0 || peak != 800 || b.closed.Load() != 2 {
 		t.Errorf("held %d, peak %d, closed %d; want 0, 800, 2", total, peak, b.closed.Load())
+	}
+}
+
+// TestRequestAge: a connection's place in the line is its oldest request
+// still arriving, over its calls: more bytes on it (a trickle) do not
+// move it, its end moves it to the next oldest, a request whole in one
+// frame never takes one. Past the bound, the connection whose oldest
+// request began first is closed though its bytes came last.
+func TestRequestAge(t *testing.T) {
+	b := newRequestBudget(1000, nil)
+	x, y, z := requestConn(t, b), requestConn(t, b), requestConn(t, b)
+	feed := func(u *unreadConn, p []byte) {
+		t.Helper()
+		if err := u.account(&u.in, p, u.received); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := func(u *unreadConn) uint64 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return u.reqEntry.since
+	}
+	feed(x, requestFrames(1, true, 100, false)) // 1
+	feed(y, requestFrames(1, true, 100, false)) // 2
+	feed(x, requestFrames(3, true, 100, false)) // 3
+	feed(z, requestFrames(1, true, 10, true))   // whole: none
+	if since(x) != 1 || since(y) != 2 || z.reqEntry.listed {
+		t.Fatalf("places %d, %d, z listed %v; want 1, 2, not listed", since(x), since(y), z.reqEntry.listed)
+	}
+	feed(x, requestFrames(1, false, 50, false)) // a trickle on x's oldest
+	if since(x) != 1 {
+		t.Fatalf("x's place after a trickle: %d, want 1", since(x))
+	}
+	feed(x, requestFrames(1, false, 0, true)) // x's oldest ends
+	if since(x) != 3 || x.reqHeld != 100 {
+		t.Fatalf("x's place after its oldest ended: %d, holding %d; want 3, 100", since(x), x.reqHeld)
+	}
+	// z takes the count past 1,000: y, begun before x's oldest, goes.
+	feed(z, requestFrames(3, true, 850, false))
+	if err := y.account(&y.in, requestFrames(3, true, 1, false), y.received); err != errRequestBytes {
+		t.Fatalf("y, whose oldest began first: %v, want %v", err, errRequestBytes)
+	}
+	feed(x, requestFrames(3, false, 1, false))
+	if total, _ := b.held(); total != 951 || b.closed.Load() != 1 {
+		t.Errorf("held %d, closed %d; want 951, 1", total, b.closed.Load())
+	}
+}
+
+// TestRequestOrderBounded: a connection whose oldest request stays open
+// while others begin and end behind it, or whose requests overlap so
+// that it never holds none (an Envoy connection's large requests), keeps
+// its order within a few entries, and its place is always its oldest
+// request still arriving.
+func TestRequestOrderBounded(t *testing.T) {
+	b := newRequestBudget(1<<40, nil)
+	u := requestConn(t, b)
+	feed := func(p []byte) {
+		t.Helper()
+		if err := u.account(&u.in, p, u.received); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(id uint32) {
+		t.Helper()
+		if got := u.streams[id].reqSeq; got == 0 || u.reqEntry.since != got {
+			t.Fatalf("place %d, want call %d's, %d", u.reqEntry.since, id, got)
+		}
+	}
+	feed(requestFrames(1, true, 1, false))
+	for id := uint32(3); id < 20000; id += 2 {
+		feed(requestFrames(id, true, 5, false))
+		var rst bytes.Buffer
+		http2.NewFramer(&rst, nil).WriteRSTStream(id, http2.ErrCodeCancel)
+		feed(rst.Bytes())
+		want(1)
+	}
+	if cap(u.reqOrder) > 8 {
+		t.Errorf("order of %d entries (%d kept) after 10,000 calls behind one open: want a few", cap(u.reqOrder), len(u.reqOrder))
+	}
+	// Overlapping: each request begins before the one before it ends.
+	feed(requestFrames(1, false, 0, true))
+	prev := uint32(0)
+	for id := uint32(20001); id < 40000; id += 2 {
+		feed(requestFrames(id, true, 100, false))
+		if prev != 0 {
+			want(prev)
+			feed(requestFrames(prev, false, 100, true))
+		}
+		want(id)
+		prev = id
+	}
+	if cap(u.reqOrder) > 8 || u.reqHeld != 100 {
+		t.Errorf("order of %d entries, holding %d, after 10,000 overlapping requests: want a few, 100", cap(u.reqOrder), u.reqHeld)
 	}
 }
 

@@ -167,6 +167,11 @@ type unreadConn struct {
 	lastReq    uint32         // the highest stream the client opened
 	reqHeld    int64          // bytes of DATA received on its calls' requests not yet whole
 	reqCharged int64          // of them, those the budget counts
+	reqOrder   []uint32       // the calls whose request's bytes began to count, in that order (with requests)
+	reqFirst   int            // of reqOrder, the first not known to have ended
+	reqOldest  uint64         // the oldest request's stamp (requestBegun), 0 if none
+	reqStale   bool           // the oldest request ended: reqOrder's front is to be trimmed
+	reqSince   uint64         // the stamp the budget counts
 }
 
 // flowStream is a call of the connection: its window left, whether its
@@ -177,10 +182,12 @@ type flowStream struct {
 	started bool
 	idle    bool
 	backlog bool
-	// The call's request: open (no END_STREAM from the client yet), and
-	// the bytes of DATA received on it while open.
+	// The call's request: open (no END_STREAM from the client yet), the
+	// bytes of DATA received on it while open, and the stamp of its first
+	// (requestBegun).
 	reqOpen  bool
 	reqBytes int64
+	reqSeq   uint64
 }
 
 // waiting reports whether st's answer may wait for window: begun, and its
@@ -245,7 +252,7 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 	var closing []*unreadConn
 	if held != u.charged {
 		u.charged = held
-		closing = u.budget.update(u, int64(held))
+		closing = u.budget.update(u, int64(held), 0)
 	}
 	for _, v := range closing {
 		if v == u {
@@ -253,9 +260,12 @@ func (u *unreadConn) account(s *frameScanner, b []byte, f func(h frameHeader, pa
 		}
 	}
 	var cut []*unreadConn
-	if u.reqHeld != u.reqCharged && !u.over && u.requests != nil {
-		u.reqCharged = u.reqHeld
-		cut = u.requests.update(u, u.reqHeld)
+	if u.reqStale {
+		u.trimRequests()
+	}
+	if (u.reqHeld != u.reqCharged || u.reqOldest != u.reqSince) && !u.over && u.requests != nil {
+		u.reqCharged, u.reqSince = u.reqHeld, u.reqOldest
+		cut = u.requests.update(u, u.reqHeld, u.reqOldest)
 		for _, v := range cut {
 			if v == u {
 				u.stop(errRequestBytes)
@@ -317,7 +327,7 @@ func (u *unreadConn) stop(why error) {
 func (u *unreadConn) uncount() {
 	if u.charged != 0 {
 		u.charged = 0
-		u.budget.update(u, 0)
+		u.budget.update(u, 0, 0)
 	}
 }
 
@@ -369,6 +379,9 @@ func (u *unreadConn) received(h frameHeader, payload []byte) {
 			return
 		}
 		nst := u.requestData(h, st)
+		if nst.reqSeq == 0 && nst.reqBytes > 0 && u.requests != nil {
+			nst = u.requestBegun(h.stream, nst)
+		}
 		// A request: its answer may come, and wait, unseen.
 		if st.idle {
 			nst.idle = false
@@ -476,7 +489,7 @@ func (u *unreadConn) end(id uint32) {
 	if st.backlog && u.timer != nil {
 		u.backlog--
 	}
-	u.reqHeld -= st.reqBytes
+	u.requestEnded(st)
 	delete(u.streams, id)
 }
 

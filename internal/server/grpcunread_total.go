@@ -30,11 +30,12 @@ func newUnreadBudget(max int) *unreadBudget {
 // requests not yet whole, requestBudget): it lists the connections
 // holding any, each by its entry, and when their total passes max it
 // gives up connections, at once, until the rest are within it: those
-// listed longest, or with most those holding the most.
+// listed longest, or with oldest those whose since is least (of equals,
+// the one listed longest).
 type connBudget struct {
 	max      int64
 	entry    func(u *unreadConn) *budgetEntry // u's place in this budget
-	most     bool                             // give up those holding the most first
+	oldest   bool                             // give up those whose since is least first
 	evicting func(v *unreadConn, total int64) // told of each given up, under mu; may be nil
 
 	mu         sync.Mutex
@@ -46,15 +47,17 @@ type connBudget struct {
 // budgetEntry is a connection's place in a connBudget, under its mu.
 type budgetEntry struct {
 	prev, next *unreadConn
-	listed     bool  // it holds some: it is in the list
-	evicted    bool  // given up for the budget
-	charged    int64 // what it holds, as counted in total
+	listed     bool   // it holds some: it is in the list
+	evicted    bool   // given up for the budget
+	charged    int64  // what it holds, as counted in total
+	since      uint64 // with oldest, when what it holds began: its place in line
 }
 
-// update records that u holds n (listed last if it held none) and
-// returns the connections to close (u among them, perhaps) for the bound,
-// which it no longer counts. Call it with u.mu held.
-func (b *connBudget) update(u *unreadConn, n int64) []*unreadConn {
+// update records that u holds n (listed last if it held none), which
+// began at since (with oldest), and returns the connections to close (u
+// among them, perhaps) for the bound, which it no longer counts. Call it
+// with u.mu held.
+func (b *connBudget) update(u *unreadConn, n int64, since uint64) []*unreadConn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.entry(u)
@@ -77,13 +80,13 @@ func (b *connBudget) update(u *unreadConn, n int64) []*unreadConn {
 		b.tail = u
 	}
 	b.total += n - e.charged
-	e.charged = n
+	e.charged, e.since = n, since
 	var closing []*unreadConn
 	for b.total > b.max && b.head != nil {
 		v := b.head
-		if b.most {
+		if b.oldest {
 			for w := b.entry(v).next; w != nil; w = b.entry(w).next {
-				if b.entry(w).charged >= b.entry(v).charged { // of equals, the one listed last
+				if b.entry(w).since < b.entry(v).since {
 					v = w
 				}
 			}

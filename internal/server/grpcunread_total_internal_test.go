@@ -26,15 +26,15 @@ func TestUnreadBudget(t *testing.T) {
 			t.Fatalf("after %s: closing %q, total %d, list %q; want %q, %d, %q", step, got, b.total, order, want, total, list)
 		}
 	}
-	check("a at 300", b.update(a, 300), "", 300, "a")
-	check("c at 150", b.update(c, 150), "", 450, "ac")
-	check("a at 250", b.update(a, 250), "", 400, "ac")
-	check("a at 0", b.update(a, 0), "", 150, "c")
-	check("a at 260", b.update(a, 260), "", 410, "ca")
-	check("d at 200", b.update(d, 200), "c", 460, "ad")
-	check("c again", b.update(c, 400), "", 460, "ad")
-	check("d at 0", b.update(d, 0), "", 260, "a")
-	check("d at 600", b.update(d, 600), "ad", 0, "")
+	check("a at 300", b.update(a, 300, 0), "", 300, "a")
+	check("c at 150", b.update(c, 150, 0), "", 450, "ac")
+	check("a at 250", b.update(a, 250, 0), "", 400, "ac")
+	check("a at 0", b.update(a, 0, 0), "", 150, "c")
+	check("a at 260", b.update(a, 260, 0), "", 410, "ca")
+	check("d at 200", b.update(d, 200, 0), "c", 460, "ad")
+	check("c again", b.update(c, 400, 0), "", 460, "ad")
+	check("d at 0", b.update(d, 0, 0), "", 260, "a")
+	check("d at 600", b.update(d, 600, 0), "ad", 0, "")
 	for _, v := range []*unreadConn{a, c, d} {
 		if !v.entry.evicted || v.entry.listed || v.entry.charged != 0 {
 			t.Errorf("%s: %+v, want evicted, unlisted, nothing counted", names[v], v.entry)
