@@ -108,7 +108,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 			func() float64 { return float64(g.ClosedUnread()) })
 		_ = d.metrics.GaugeFunc("sluice_grpc_request_bytes_waiting", "Bytes of gRPC requests received on the grpc listener whose request has not come whole yet (nor been reset), over all its connections.",
 			func() float64 { return float64(g.RequestBytes()) })
-		_ = d.metrics.CounterFunc("sluice_grpc_connections_closed_request_bytes_total", "gRPC connections closed because the requests not yet whole over all connections of the grpc listener held more than 64 MiB: those holding the most, at once.",
+		_ = d.metrics.CounterFunc("sluice_grpc_connections_closed_request_bytes_total", "gRPC connections closed because the requests not yet whole over all connections of the grpc listener held more than 64 MiB: those whose oldest unfinished request began first, at once.",
 			func() float64 { return float64(g.ClosedRequestBytes()) })
 	}
 	return nil
