@@ -72,11 +72,13 @@ func (l *ledger) shard(k nsKey) *ledgerShard {
 }
 
 // add notes units counted in memory for k at now (µs) in outage epoch,
-// memory's state of k being at rest at until. Past the bound of keys (the
-// memory store's), a key's units are not noted: a refund of them in local
-// mode is dropped, and after the outage goes to the store. A full shard
-// sweeps itself as keys arrive (see wake).
-func (l *ledger) add(k nsKey, units, now, until int64, epoch uint64) {
+// memory's state of k being at rest at until, and idle more units when
+// memory holds none of this outage's counts of k (none are noted, or
+// they are at rest: see counted). Past the bound of keys (the memory
+// store's), a key's units are not noted: a refund of them in local mode
+// is dropped, and after the outage goes to the store. A full shard sweeps
+// itself as keys arrive (see wake).
+func (l *ledger) add(k nsKey, units, idle, now, until int64, epoch uint64) {
 	sh := l.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -87,6 +89,7 @@ func (l *ledger) add(k nsKey, units, now, until int64, epoch uint64) {
 		sh.m[k] = e
 		return
 	}
+	units = min(units, math.MaxInt64-idle) + idle
 	if !ok && len(sh.m) >= sh.next {
 		sh.sweep(now, epoch)
 		sh.next = max(ledgerSweepMin, 2*len(sh.m))
@@ -185,13 +188,27 @@ func (sh *ledgerShard) sweep(now int64, epoch uint64) int {
 
 // counted notes what a decision in memory counted: r, a request at the
 // local share, decided d. A request counts when admitted, a report
-// (Force) always.
+// (Force) always. A report past a leaky bucket's queue joins it its cost
+// in spacings after max(now, the last leave) (see sluice.Algorithm.Charge):
+// on a queue that had emptied, one spacing more than its cost, which a
+// refund gives back as any other unit. So the ledger notes that unit more
+// where it holds none of the key's units of this outage (memory's queue
+// emptied, as far as they tell). Where it holds some, the report adds its
+// cost alone: the queue had not emptied (or its last unit left within a
+// spacing of now), or it had because of units the ledger still holds,
+// which a refund gives back in the unit's place. Behind counts the ledger
+// does not hold (an earlier outage's), the unit is noted all the same: a
+// refund then gives memory one of those.
 func (f *Fallback) counted(r *sluice.Request, d *sluice.Decision) {
 	if r.Cost <= 0 || !d.Allowed && !r.Force {
 		return
 	}
+	var idle int64
+	if r.Force && !d.Allowed && r.Algorithm == sluice.LeakyBucket {
+		idle = 1
+	}
 	now := r.Now.UnixMicro()
-	f.ledger.add(keyOf(r), r.Cost, now, now+max(0, d.ResetAfter.Microseconds()), f.epoch())
+	f.ledger.add(keyOf(r), r.Cost, idle, now, now+max(0, d.ResetAfter.Microseconds()), f.epoch())
 }
 
 // mine removes from the ledger and returns the units of a refund r that
