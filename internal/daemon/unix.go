@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,8 +23,9 @@ const socketMode = 0o660
 
 // unixHook, set by tests, is called by listenUnix at its stages: "stale"
 // once a socket found at the path refused a connection, before it is
-// taken away; "bound" once the new socket is bound and before it is final
-// at its path.
+// taken away; "made" once the private directory is made and locked,
+// empty; "bound" once the new socket is bound and before it is final at
+// its path.
 var unixHook func(stage string)
 
 // listenOn binds addr: host:port on TCP, or unix:/PATH, a Unix socket
@@ -47,23 +49,38 @@ func listenOn(addr string) (net.Listener, error) {
 // another process: an error (EADDRINUSE, as for a TCP port in use).
 // Anything else at path is never removed: an error. Closing the listener
 // removes path while it is still the socket (unixListener).
+//
+// The private directory is named .sluice-PID-* and flocked while in use:
+// one that a daemon killed mid-bind left beside path is removed by the
+// next bind there (removeLeftovers), one a live daemon binds in never.
 func listenUnix(path string) (net.Listener, error) {
 	stale, err := checkSocketPath(path)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(path), ".sluice-")
+	removeLeftovers(filepath.Dir(path))
+	dir, err := os.MkdirTemp(filepath.Dir(path), bindDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("make a private directory beside %s to bind its socket in: %w", path, err)
 	}
+	d, err := os.Open(dir)
+	if err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("open the private directory %s: %w", dir, err)
+	}
+	defer d.Close() // after the removal: it unlocks
 	defer os.RemoveAll(dir)
+	lockBindDir(d)
+	if unixHook != nil {
+		unixHook("made")
+	}
 	if stale != nil {
 		if err := takeStale(path, filepath.Join(dir, "stale"), stale); err != nil {
 			return nil, err
 		}
 	}
 	tmp := filepath.Join(dir, "s")
-	ln, err := bindIn(dir, tmp, path)
+	ln, err := bindIn(d, tmp, path)
 	if err != nil {
 		return nil, err
 	}
@@ -147,23 +164,47 @@ func takeStale(path, to string, stale fs.FileInfo) error {
 	return fmt.Errorf("another process replaced the stale socket %s while this one was removing it: %w", path, syscall.EADDRINUSE)
 }
 
-// bindIn binds a Unix socket at tmp, a path in the directory dir, for the
-// socket path. A tmp too long for a socket's address (path near
+// bindDirPrefix begins the names of listenUnix's private directories,
+// .sluice-PID-RANDOM.
+const bindDirPrefix = ".sluice-"
+
+// bindDirPID returns the PID in name, the name of a private directory of
+// listenUnix's, or false if name is not one.
+func bindDirPID(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, bindDirPrefix)
+	if !ok {
+		return 0, false
+	}
+	pid, random, ok := strings.Cut(rest, "-")
+	if !ok || !allDigits(pid) || !allDigits(random) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(pid)
+	return n, err == nil && n > 0
+}
+
+// allDigits reports whether s is decimal digits, at least one.
+func allDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// bindIn binds a Unix socket at tmp, a path in the directory of d, for
+// the socket path. A tmp too long for a socket's address (path near
 // config.MaxUnixPath, the private directory's name longer than path's
 // base name) is bound through /proc/self/fd on Linux, which holds any
 // directory's path in under 30 bytes.
-func bindIn(dir, tmp, path string) (*net.UnixListener, error) {
+func bindIn(d *os.File, tmp, path string) (*net.UnixListener, error) {
 	addr := tmp
 	if len(tmp) > config.MaxUnixPath {
 		if runtime.GOOS != "linux" {
 			return nil, fmt.Errorf("the socket path %s is too long to be bound in a private directory beside it (%s, %d bytes, over the %d a socket's address holds here): pick a path at most %d bytes long",
 				path, tmp, len(tmp), config.MaxUnixPath, len(path)-(len(tmp)-config.MaxUnixPath))
 		}
-		d, err := os.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
 		addr = "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/s"
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
