@@ -248,6 +248,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 		d.reloader = newReloader(opts.ConfigPath, sum, d.apply, d.log, d.metrics.Reload, opts.OnReload)
 		if w := d.watcher; w != nil {
 			d.reloader.writing = func() bool { writing, _ := w.writing(); return writing }
+			d.reloader.look, d.reloader.still = w.look, w.still
 		}
 		d.reloader.named, d.reloader.namedWriting, d.reloader.namedGone = d.namedDigest, d.namedWriting, d.namedGone
 	}

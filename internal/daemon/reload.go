@@ -383,6 +383,11 @@ func (d *Daemon) runWatch(ctx context.Context, wg *sync.WaitGroup, cw *configWat
 // file of cw is being written and the reload it then makes.
 var fireHook func(cw *configWatcher)
 
+// checkedHook, set by tests, is called by a reload between its own check
+// that no file it reads is being written and its read: with the config
+// file's path, or with "descriptors".
+var checkedHook func(what string)
+
 // watchToken starts watching api.token_file, so that a token rotated in
 // place, by a rename or a Kubernetes Secret's ..data swap, is put in force
 // without a SIGHUP (see tokenChanged). Only a daemon with a config file

@@ -24,6 +24,10 @@ type reloader struct {
 	// writing reports whether the file is being written in place (see
 	// configWatcher.writing); nil: never known to be.
 	writing func() bool
+	// look and still tell whether the file read is the one writing
+	// checked, whole (see configWatcher.still); nil: never known.
+	look  func() string
+	still func(sig string) bool
 	// named digests the other files a reload reads (Daemon.namedDigest);
 	// nil: a refused config is tried again whenever it is asked for.
 	named func() [sha256.Size]byte
@@ -177,16 +181,39 @@ func (r *reloader) try(kind attemptKind) ReloadResult {
 
 func (r *reloader) attempt(kind attemptKind) ReloadResult {
 	force := kind == onSignal
-	if !force && r.writing != nil && !missing(r.path) && r.writing() {
-		// Back since the watcher found it missing, and so not being
-		// written: its creator may be at work still, its first part
-		// written (a config valid and wrong). Owed, read when it has
-		// closed it (its watcher tries again then).
-		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
-		r.owed = true
-		return ReloadResult{Writing: true}
+	var data []byte
+	var err error
+	for reads := 1; ; reads++ {
+		var sig string
+		if !force && r.look != nil {
+			sig = r.look()
+		}
+		if !force && r.writing != nil && !missing(r.path) && r.writing() {
+			// Back since the watcher found it missing, and so not
+			// being written: its creator may be at work still, its
+			// first part written (a config valid and wrong). Owed,
+			// read when it has closed it (its watcher tries again
+			// then).
+			r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
+			r.owed = true
+			return ReloadResult{Writing: true}
+		}
+		if checkedHook != nil {
+			checkedHook(r.path)
+		}
+		data, err = config.ReadFile(r.path)
+		if force || err != nil || r.still == nil || r.still(sig) {
+			break
+		}
+		// Replaced or written to since the check (removed and created
+		// again, its creator at work): what was read may be its first
+		// part. Read again, checked again.
+		if reads == maxReads {
+			r.log.Info("config file keeps changing while it is read: waiting for the next change", "file", r.path)
+			r.owed = true
+			return ReloadResult{Writing: true}
+		}
 	}
-	data, err := config.ReadFile(r.path)
 	if err != nil && !force && missing(r.path) {
 		// Deleted before it is written again, or a ..data swap to a
 		// version without it: the watcher reports its return (an event

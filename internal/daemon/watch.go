@@ -116,6 +116,36 @@ func (cw *configWatcher) writing() (bool, time.Duration) {
 	return cw.writes.writing(time.Now(), cw.writeWait)
 }
 
+// maxReads bounds how many times a reload reads its files when they
+// change while it reads them (see still): past it, the reload waits for
+// the next change, which the watcher reports.
+const maxReads = 3
+
+// look returns what the files of cw are now (signature), for still to
+// compare once they are read; "" for no watcher.
+func (cw *configWatcher) look() string {
+	if cw == nil {
+		return ""
+	}
+	return cw.signature()
+}
+
+// still reports whether the files of cw are as look found them (sig) and
+// none is being written in place: what was read since is what the check
+// before the read (writing) found whole. Not when a file was replaced (a
+// second remove-and-create after that check: read half-written, or
+// another file than the one checked) or written to since. True for no
+// watcher: nothing is known.
+func (cw *configWatcher) still(sig string) bool {
+	if cw == nil {
+		return true
+	}
+	if writing, _ := cw.writing(); writing {
+		return false
+	}
+	return cw.signature() == sig
+}
+
 // newConfigWatcher starts watching the files or directories at paths:
 // events from now on are reported by run.
 func newConfigWatcher(paths ...string) (*configWatcher, error) {
