@@ -25,8 +25,9 @@ const (
 	// SlidingWindowCounter estimates the sliding window from the counts of
 	// Segments+1 sub-windows (Segments 1 is the classic two-window estimate).
 	SlidingWindowCounter
-	// GCRA keeps one timestamp per key and decides exactly as TokenBucket
-	// for requests in time order. A request older than the key's last one
+	// GCRA decides from one timestamp per key (the theoretical arrival
+	// time; it also keeps when a request last added debt, for refunds) and
+	// decides exactly as TokenBucket for requests in time order. A request older than the key's last one
 	// (clocks a little apart) is counted at its own time, with the debt the
 	// bucket had then, where TokenBucket counts it against the tokens as
 	// they are: GCRA may refuse it where TokenBucket admits it.
