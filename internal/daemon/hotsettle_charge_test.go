@@ -38,7 +38,7 @@ func TestSettleChargesPipelined(t *testing.T) {
 		t.Run(c.step, func(t *testing.T) {
 			f := newChargeFixture(t, c.back)
 			ks := f.takeLate(10)
-			before := roundTrips(t, f.addrs)
+			before := roundTripsFrom(t, f.addrs)
 			f.settleOnce(c.step)
 			n := roundTrips(t, f.addrs) - before
 			t.Logf("%s: 10 moved keys read and charged in %d round trips", c.step, n)
