@@ -81,6 +81,10 @@ type Options struct {
 	// package's tests only; the rule's interval still names the Sync and
 	// its metrics.
 	syncLoop func(time.Duration) time.Duration
+	// shareTimeout, if set, bounds each of a refresh's exchanges with the
+	// fleet's sets instead of HotKeysRefresh: so that a loaded machine's
+	// pause does not leave a test's keys unmoved.
+	shareTimeout time.Duration
 }
 
 // Addrs are the addresses the daemon listens on, with the ports bound

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"regexp"
@@ -133,7 +134,7 @@ func (d *Daemon) refreshHot(now time.Time) {
 		if !ok {
 			return nil, true
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), HotKeysRefresh)
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(d.opts.shareTimeout, HotKeysRefresh))
 		defer cancel()
 		args := append([]string{strconv.FormatInt(ttl.Milliseconds(), 10)}, local...)
 		fleet, added, gone, err := shareReply(shareHot.Exec(ctx, s.Client(), []string{d.hotPrefix + rule}, args))
