@@ -114,6 +114,7 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 			continue
 		}
 		tb.Cleanup(s.close)
+		shortTilt(tb, s.Addr, sentinelPass)
 		deadline := time.Now().Add(startTimeout)
 		for {
 			got, err := DoAuth(s.Addr, "", sentinelPass, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
@@ -143,6 +144,24 @@ func startSentinel(tb testing.TB, master *Server, downAfter time.Duration, repli
 	}
 	tb.Fatalf("redistest: cannot start a sentinel: %v; %s", lastErr, installHint)
 	return nil
+}
+
+// sentinelTiltPeriod is how long a Sentinel started here waits, after its
+// timer ran late (SENTINEL DEBUG tilt-trigger, 2 s), before it acts on
+// what it sees again: Sentinel's own 30 s, on a loaded machine whose
+// pause made the timer late, was longer than the tests wait for a
+// failover (30 s), and its failover came after they had failed.
+const sentinelTiltPeriod = "2000" // ms
+
+// shortTilt sets the Sentinel at addr's tilt period to
+// sentinelTiltPeriod (until it restarts). A Sentinel older than Redis
+// 7.0, without SENTINEL DEBUG, keeps its own.
+func shortTilt(tb testing.TB, addr, pass string) {
+	tb.Helper()
+	_, err := DoAuth(addr, "", pass, "SENTINEL", "DEBUG", "tilt-period", sentinelTiltPeriod)
+	if err != nil && !strings.Contains(strings.ToLower(err.Error()), "unknown") {
+		tb.Fatalf("redistest: SENTINEL DEBUG tilt-period on %s: %v", addr, err)
+	}
 }
 
 // StartReplica starts a redis-server replicating master and waits until
