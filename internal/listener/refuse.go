@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"bytes"
 	"crypto/tls"
 	"io"
 	"log"
@@ -55,8 +54,16 @@ const (
 	// client may lose the answer).
 	refuseWait = time.Second
 	// refuseHead bounds the head read before answering (on HTTP/2, all
-	// that is read: the client's preface, settings and requests).
-	refuseHead = 16 << 10
+	// that is read: the client's preface, settings and requests), and
+	// what is taken after it: what a served connection takes of a
+	// request's head (net/http's 1 MiB, and the 4 KiB it allows past it;
+	// Caddy's forward_auth passes on that much), with room for HTTP/2's
+	// framing. Cut shorter, a refused request with a long head (long
+	// cookies a gateway forwards) got its connection closed or reset, not
+	// the answer, and a fail-open gateway let it through. It is read
+	// through a small buffer, never held: HTTP/2's decoded header list
+	// is bounded apart (h2RefuserBase).
+	refuseHead = http.DefaultMaxHeaderBytes + 64<<10
 )
 
 // overloadedBody is the body of the 503 a request over the cap gets, on
@@ -93,14 +100,7 @@ func (l *Listener) refuse(c net.Conn) {
 		}
 		c = tc
 	}
-	buf := make([]byte, refuseHead)
-	for n := 0; n < len(buf) && !bytes.Contains(buf[:n], []byte("\r\n\r\n")); {
-		m, err := c.Read(buf[n:])
-		n += m
-		if err != nil {
-			break
-		}
-	}
+	readHead(c)
 	if _, err := c.Write(overloaded); err != nil {
 		return
 	}
@@ -108,6 +108,33 @@ func (l *Listener) refuse(c net.Conn) {
 		cw.CloseWrite()
 	}
 	io.Copy(io.Discard, io.LimitReader(c, refuseHead))
+}
+
+// readHead reads from c up to the end of a request's head (an empty line,
+// "\r\n\r\n" or "\n\n" as net/http takes it), refuseHead bytes, or an
+// error (the deadline), through a buffer of 4 KiB.
+func readHead(c net.Conn) {
+	var buf [4 << 10]byte
+	nl := 0 // 1: a line just ended ("\n"); 2: and a "\r" came after it
+	for n := 0; n < refuseHead; {
+		m, err := c.Read(buf[:min(len(buf), refuseHead-n)])
+		n += m
+		for _, b := range buf[:m] {
+			switch {
+			case b == '\n' && nl > 0:
+				return
+			case b == '\n':
+				nl = 1
+			case b == '\r' && nl == 1:
+				nl = 2
+			default:
+				nl = 0
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // h2Refuser answers the requests of a refused HTTP/2 connection. It reads
@@ -123,8 +150,10 @@ var h2Refuser = &http2.Server{
 
 // h2RefuserBase is h2Refuser's HTTP/1 side: its log line for each client
 // that goes away unusually would be the client's to write, one a
-// connection.
-var h2RefuserBase = &http.Server{ErrorLog: log.New(io.Discard, "", 0)}
+// connection. Its header bound is a served connection's (net/http's
+// default), and bounds what a refused connection's decoded header lists
+// hold, however compressed they came.
+var h2RefuserBase = &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: http.DefaultMaxHeaderBytes}
 
 // refuseH2 serves tc, whose client chose HTTP/2, answering each of its
 // requests 503 overloaded; the first answer starts the connection's

@@ -1,0 +1,121 @@
+package listener_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/tlsconf"
+	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
+)
+
+// TestRefusedTLSLargeHead: a request over the cap whose head is larger
+// than a small one (a gateway forwarding a client's long cookies, as
+// Caddy's forward_auth forwards all of them), but within what a served
+// connection takes (net/http's 1 MiB), is answered 503 as a small one is,
+// over HTTP/1.1 and HTTP/2: not closed, which a fail-open gateway lets
+// through.
+func TestRefusedTLSLargeHead(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	addr, _, _ := tlsCapped(t, ca, tlsconf.Options{})
+	h1 := ca.ClientConfig()
+	h1.NextProtos = []string{"http/1.1"}
+	h2 := &http2.Transport{TLSClientConfig: ca.ClientConfig()}
+	t.Cleanup(h2.CloseIdleConnections)
+	for _, size := range []int{20 << 10, 100 << 10, 600 << 10} {
+		for _, tr := range []struct {
+			rt    http.RoundTripper
+			major int
+		}{{&http.Transport{TLSClientConfig: h1, DisableKeepAlives: true}, 1}, {h2, 2}} {
+			req, _ := http.NewRequest("GET", "https://"+addr+"/v1/check", nil)
+			for i := 0; i < size/(8<<10); i++ {
+				req.Header.Add("Cookie", strings.Repeat(string(rune('a'+i%26)), 8<<10))
+			}
+			resp, err := tr.rt.RoundTrip(req)
+			if err != nil {
+				t.Errorf("HTTP/%d, a head of %d KiB over the cap: %v, want a 503", tr.major, size>>10, err)
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.ProtoMajor != tr.major {
+				t.Errorf("HTTP/%d, a head of %d KiB over the cap: %s %s, want HTTP/%d 503", tr.major, size>>10, resp.Proto, resp.Status, tr.major)
+			}
+		}
+	}
+}
+
+// TestRefusedLargeHeadSequential: a client that writes its whole request
+// (a head of 100 KiB) before it reads anything, over TLS and in
+// plaintext, reads the 503 whole: the refused connection takes the head
+// before answering and all it was sent before closing, so that no reset
+// takes the answer from under the client.
+func TestRefusedLargeHeadSequential(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	tlsAddr, _, _ := tlsCapped(t, ca, tlsconf.Options{})
+	plainAddr, _ := plainCapped(t)
+	var head strings.Builder
+	head.WriteString("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Length: 2\r\n")
+	for i := range 100 {
+		fmt.Fprintf(&head, "X-Long-%d: %s\r\n", i, strings.Repeat("v", 1<<10))
+	}
+	head.WriteString("\r\n{}")
+	cfg := ca.ClientConfig()
+	cfg.NextProtos = []string{"http/1.1"}
+	for name, dial := range map[string]func() (net.Conn, error){
+		"tls":       func() (net.Conn, error) { return tls.Dial("tcp", tlsAddr, cfg) },
+		"plaintext": func() (net.Conn, error) { return net.Dial("tcp", plainAddr) },
+	} {
+		for range 5 {
+			c, err := dial()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			c.SetDeadline(time.Now().Add(safety))
+			if _, err := io.WriteString(c, head.String()); err != nil {
+				t.Errorf("%s: writing the request: %v", name, err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			c.Close()
+			if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("%s: a head of 100 KiB over the cap: %v, want a 503 read whole", name, err)
+			}
+		}
+	}
+}
+
+// plainCapped is tlsCapped in plaintext: a real TCP listener capped at one
+// connection, with AnswerRefused, its place held.
+func plainCapped(t *testing.T) (addr string, wl *listener.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, wl := listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), listener.Options{
+		Name: "api", MaxConnections: 1, ReadHeaderTimeout: safety, AnswerRefused: true,
+	})
+	go srv.Serve(wl)
+	t.Cleanup(func() { srv.Close() })
+	addr = ln.Addr().String()
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	waitFor(t, "the held connection taken", func() bool { return wl.Open() == 1 })
+	return addr, wl
+}
