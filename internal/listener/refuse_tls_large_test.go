@@ -3,10 +3,12 @@ package listener_test
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +120,48 @@ func plainCapped(t *testing.T) (addr string, wl *listener.Listener) {
 	t.Cleanup(func() { held.Close() })
 	waitFor(t, "the held connection taken", func() bool { return wl.Open() == 1 })
 	return addr, wl
+}
+
+// TestRefusedTLSReloaded: a refused connection's handshake serves the
+// certificate in force, the one a reload put in force, as a served
+// connection's does (a renewed certificate, the old one expiring).
+func TestRefusedTLSReloaded(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	first, renewed := ca.Server(t), ca.ServerWith(t, "renewed", func(*x509.Certificate) {})
+	r, err := tlsconf.NewReloadable(tlsconf.Options{Cert: first.CertFile, Key: first.KeyFile}, "h2", "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := tlsCappedWith(t, r.Config())
+	served := func() string {
+		t.Helper()
+		h1 := ca.ClientConfig()
+		h1.NextProtos = []string{"http/1.1"}
+		req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+		resp, err := (&http.Transport{TLSClientConfig: h1, DisableKeepAlives: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatalf("over the cap: %v, want a 503", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("over the cap: %d, want 503", resp.StatusCode)
+		}
+		return resp.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	before := served()
+	for _, f := range [][2]string{{renewed.CertFile, first.CertFile}, {renewed.KeyFile, first.KeyFile}} {
+		b, err := os.ReadFile(f[0])
+		if err == nil {
+			err = os.WriteFile(f[1], b, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := served(); after == before || after != renewed.TLS.Leaf.Subject.CommonName {
+		t.Errorf("refused after the reload, served %q (before it %q), want the renewed certificate's %q", after, before, renewed.TLS.Leaf.Subject.CommonName)
+	}
 }

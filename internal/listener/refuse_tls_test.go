@@ -38,6 +38,12 @@ func tlsCapped(t *testing.T, ca *tlstest.CA, o tlsconf.Options) (addr string, wl
 		t.Fatal(err)
 	}
 	cfg.NextProtos = []string{"h2", "http/1.1"}
+	return tlsCappedWith(t, cfg)
+}
+
+// tlsCappedWith is tlsCapped serving cfg.
+func tlsCappedWith(t *testing.T, cfg *tls.Config) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
