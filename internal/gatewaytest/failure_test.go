@@ -2,6 +2,9 @@ package gatewaytest
 
 import (
 	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,6 +144,22 @@ func TestGatewayOverSluiceConnectionCap(t *testing.T) {
 				}
 				if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, want) {
 					t.Errorf("with Sluice at its connection cap: got %v, want 503 %s", r, want)
+				}
+				// So too a request with a long head (24 KiB of headers,
+				// which the gateway passes on to Sluice; less than
+				// nginx's 4 buffers of 8 KiB take).
+				long := map[string]string{}
+				rnd := rand.New(rand.NewPCG(1, 2))
+				for i := range 4 {
+					b := make([]byte, 4608) // 6 KiB in base64, which HTTP/2's Huffman codes shrink little
+					for j := range b {
+						b[j] = byte(rnd.Uint32())
+					}
+					long[fmt.Sprintf("X-Pad-%d", i)] = base64.StdEncoding.EncodeToString(b)
+				}
+				r = send(t, client("127.0.0.1"), "GET", g.url+"/", long)
+				if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, want) {
+					t.Errorf("a request with 24 KiB of headers, with Sluice at its connection cap: got %v, want 503 %s", r, want)
 				}
 				if got := a.hits.Load(); got != 0 {
 					t.Errorf("with Sluice at its connection cap: the app saw %d requests, want none", got)
