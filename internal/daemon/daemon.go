@@ -255,6 +255,7 @@ func NewContext(ctx context.Context, cfg *config.Config, opts Options) (*Daemon,
 			d.reloader.look, d.reloader.still = w.look, w.still
 		}
 		d.reloader.named, d.reloader.namedWriting, d.reloader.namedGone = d.namedDigest, d.namedWriting, d.namedGone
+		d.reloader.namedLook, d.reloader.namedStill = d.namedLook, d.namedStill
 	}
 	if cfg.GRPC != nil && !usesXDS(cfg) {
 		// The descriptor files are watched whether or not the main config

@@ -67,12 +67,21 @@ func (d *Daemon) Reload() error {
 	return d.reloader.reload(true).Err
 }
 
+// errNamedMoved refuses to apply a config whose named files changed while
+// apply read them (see apply): the reload waits for the next change.
+var errNamedMoved = errors.New("daemon: reload: a file the config names changed while it was read")
+
 // apply parses data as the new config and, if it is valid and changes
 // nothing that needs a restart, swaps it in. The store is kept, so
 // counters of rules whose fingerprint is unchanged carry on. On Redis it
 // returns once what the old fleet rules held locally has been handed
 // back, after the decisions still running on them have ended.
-func (d *Daemon) apply(data []byte) error {
+//
+// still, unless nil, is asked once the files the config names are read
+// and before anything is put in force: false (one was replaced or
+// written to since the reload checked them) refuses it, errNamedMoved,
+// as what was read may be half of a file.
+func (d *Daemon) apply(data []byte, still func() bool) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	if d.stopping.Load() {
@@ -98,6 +107,9 @@ func (d *Daemon) apply(data []byte) error {
 	if err := cfg.TLSProblems(); err != nil {
 		return err
 	}
+	if checkedHook != nil {
+		checkedHook("named")
+	}
 	certs := make([]*tls.Config, len(d.tls))
 	for i, r := range d.tls {
 		if certs[i], err = r.Load(); err != nil {
@@ -121,6 +133,12 @@ func (d *Daemon) apply(data []byte) error {
 	var rt *routes
 	if err == nil && d.fleet != nil {
 		rt, err = d.fleet.prepare(gen.rules, gen.descs)
+	}
+	if err == nil && still != nil && !still() {
+		err = errNamedMoved
+		if rt != nil {
+			d.fleet.discard()
+		}
 	}
 	var needs []redisstore.Need
 	if err == nil && d.lazy != nil {
@@ -466,6 +484,24 @@ func (d *Daemon) namedGone(data []byte) string {
 		}
 	}
 	return ""
+}
+
+// namedLook returns what the files of namedDigest are now (see
+// configWatcher.look), for namedStill to compare once they are read.
+func (d *Daemon) namedLook() string {
+	var b strings.Builder
+	for _, w := range []*configWatcher{d.certWatcher, d.tokenWatcher, d.descWatcher} {
+		b.WriteString(w.look())
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// namedStill reports whether the files of namedDigest are as namedLook
+// found them (sig) and none is being written in place (see
+// configWatcher.still).
+func (d *Daemon) namedStill(sig string) bool {
+	return !d.namedWriting() && d.namedLook() == sig
 }
 
 // namedWriting reports whether one of the files of namedDigest is being

@@ -117,3 +117,29 @@ func TestDescriptorFileReplacedAfterCheck(t *testing.T) {
 	writeRest(t, r.writer(t), rest)
 	td.appliedWithoutFailure("the descriptor file written and closed", func() bool { return td.d.cur.Load().descs.Rules() == 3 })
 }
+
+// TestNamedFileReplacedAfterCheck: a descriptor file the config names is
+// removed and created again by a writer that writes its first descriptor
+// and pauses, after a reload of an edited config checked that none of
+// the files it names is being written and before it reads them. Neither
+// the edit nor the first descriptor alone is put in force: the reload
+// waits for the writer to close the file, and then applies the edit with
+// the whole file; nothing is counted as a failure.
+func TestNamedFileReplacedAfterCheck(t *testing.T) {
+	r := replaceAfterCheck(t)
+	td, file := descDaemon(t)
+	const one = "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	const rest = "  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 20}\n" +
+		"  - key: k3\n    rate_limit: {unit: second, requests_per_unit: 30}\n"
+	r.what, r.path, r.half = "named", file, one
+	close(r.arm)
+	replaceFile(t, td.path, "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [d.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n  - {name: added, rate: 4/m}\n")
+	td.putOffUntilWriting("a descriptor file replaced after the config reload's check, half written, its writer at work")
+	if rules, descs := len(td.d.Config().Rules), td.d.cur.Load().descs.Rules(); rules != 1 || descs != 2 {
+		t.Fatalf("in force: %d rules, %d descriptor rules; want the 1 and 2 of before (neither the edit nor the half applied)", rules, descs)
+	}
+	writeRest(t, r.writer(t), rest)
+	td.appliedWithoutFailure("the descriptor file written and closed", func() bool {
+		return len(td.d.Config().Rules) == 2 && td.d.cur.Load().descs.Rules() == 3
+	})
+}

@@ -352,7 +352,7 @@ func TestReloadHugeFileBounded(t *testing.T) {
 	}
 	f.Close()
 	applied := 0
-	r := newReloader(path, [32]byte{}, func(data []byte) error {
+	r := newReloader(path, [32]byte{}, func(data []byte, _ func() bool) error {
 		applied++
 		_, err := config.Parse(path, data)
 		return err

@@ -17,7 +17,7 @@ import (
 // counts and reports each attempt.
 type reloader struct {
 	path   string
-	apply  func(data []byte) error
+	apply  func(data []byte, still func() bool) error
 	log    *slog.Logger
 	count  func(ok bool)
 	notify func(ReloadResult) // may be nil
@@ -34,6 +34,11 @@ type reloader struct {
 	// namedWriting reports whether one of those files is being written
 	// in place (Daemon.namedWriting); nil: never known to be.
 	namedWriting func() bool
+	// namedLook and namedStill tell whether those files are, once read,
+	// as they were when namedWriting checked them (Daemon.namedLook,
+	// Daemon.namedStill); nil: never known.
+	namedLook  func() string
+	namedStill func(sig string) bool
 	// namedGone returns one of those files that is missing and that the
 	// config in data, about to be read, names too (any, for nil data), or
 	// "" (Daemon.namedGone); nil: never known to be.
@@ -79,7 +84,7 @@ const (
 // newReloader returns a reloader whose last-tried content is the one whose
 // SHA-256 is initial (the content the daemon started with), so the first
 // event that changes nothing reloads nothing.
-func newReloader(path string, initial [sha256.Size]byte, apply func([]byte) error, log *slog.Logger, count func(bool), notify func(ReloadResult)) *reloader {
+func newReloader(path string, initial [sha256.Size]byte, apply func([]byte, func() bool) error, log *slog.Logger, count func(bool), notify func(ReloadResult)) *reloader {
 	return &reloader{path: path, apply: apply, log: log, count: count, notify: notify, lastHash: initial}
 }
 
@@ -270,6 +275,10 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		}
 	}
 	r.goneNamed = false
+	var namedSig string
+	if kind != onSignal && r.namedLook != nil {
+		namedSig = r.namedLook()
+	}
 	if kind != onSignal && r.namedWriting != nil && r.namedWriting() {
 		// A certificate, the token or a descriptor file that the
 		// reload reads is being written in place: it may hold the
@@ -290,10 +299,23 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		// Before apply reads them: a change from now on is a change.
 		named = r.named()
 	}
-	if err := r.apply(data); err != nil {
+	var still func() bool
+	if kind != onSignal && r.namedStill != nil {
+		still = func() bool { return r.namedStill(namedSig) }
+	}
+	if err := r.apply(data, still); err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			r.log.Info("config not reloaded: shutting down", "file", r.path)
 			return ReloadResult{Err: err}
+		}
+		if errors.Is(err, errNamedMoved) {
+			// Replaced or written to since the check above (removed
+			// and created again, its creator at work): what apply read
+			// may be its first part. Owed, the reload is made at its
+			// next change (its watcher tries it again).
+			r.log.Info("a file the config names changed while the reload read it: the reload waits for its next change", "file", r.path)
+			r.owed = true
+			return ReloadResult{Writing: true}
 		}
 		r.refused(err)
 		r.failedNamed = named
