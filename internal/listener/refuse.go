@@ -138,8 +138,8 @@ func readHead(c net.Conn) {
 }
 
 // h2Refuser answers the requests of a refused HTTP/2 connection. It reads
-// frames of 16 KiB at most (refusedConn ends the connection after
-// refuseHead bytes, but a frame's buffer is sized by its header first)
+// frames of 16 KiB at most (refusedConn passes on refuseHead bytes, but
+// a frame's buffer is sized by its header first)
 // and grants no flow-control window beyond HTTP/2's first 64 KiB: the
 // bodies are never read.
 var h2Refuser = &http2.Server{
@@ -157,8 +157,9 @@ var h2RefuserBase = &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeader
 
 // refuseH2 serves tc, whose client chose HTTP/2, answering each of its
 // requests 503 overloaded; the first answer starts the connection's
-// graceful end (GOAWAY), and the connection ends with the client's close,
-// after refuseHead bytes, or at the deadline on the connection under tc.
+// graceful end (GOAWAY), and the connection ends with the client's close
+// or at the deadline on the connection under tc (past refuseHead bytes,
+// what the client sends is dropped: refusedConn).
 func refuseH2(tc *tls.Conn) {
 	h2Refuser.ServeConn(&refusedConn{Conn: tc, left: refuseHead}, &http2.ServeConnOpts{
 		BaseConfig: h2RefuserBase,
@@ -169,8 +170,14 @@ func refuseH2(tc *tls.Conn) {
 	})
 }
 
-// refusedConn is a refused TLS connection served HTTP/2: reads end after
-// left bytes, and the deadline set before the handshake stays in force.
+// refusedConn is a refused TLS connection served HTTP/2: after left
+// bytes, what the client sends is read and dropped, unseen by HTTP/2,
+// until it closes the connection or the deadline set before the
+// handshake, which stays in force, ends it. Ending the reads there
+// instead closed the connection under the requests whose answers were
+// still to be written, which a gateway multiplexing many requests with
+// long heads (Caddy) took for Sluice down; a request the server never
+// saw is one its GOAWAY tells the client to send again.
 type refusedConn struct {
 	*tls.Conn // its ConnectionState tells HTTP/2 it runs over TLS
 	left      int
@@ -178,7 +185,11 @@ type refusedConn struct {
 
 func (c *refusedConn) Read(b []byte) (int, error) {
 	if c.left <= 0 {
-		return 0, io.EOF
+		for {
+			if _, err := c.Conn.Read(b); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if len(b) > c.left {
 		b = b[:c.left]

@@ -2,10 +2,13 @@ package listener_test
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -163,5 +167,78 @@ func TestRefusedTLSReloaded(t *testing.T) {
 	}
 	if after := served(); after == before || after != renewed.TLS.Leaf.Subject.CommonName {
 		t.Errorf("refused after the reload, served %q (before it %q), want the renewed certificate's %q", after, before, renewed.TLS.Leaf.Subject.CommonName)
+	}
+}
+
+// TestRefusedH2ManyLongRequests: a refused HTTP/2 connection on which the
+// client sends, before the server's GOAWAY reaches it, more requests with
+// long heads than the refused connection takes in all (a gateway
+// multiplexing its clients' requests, Caddy's forward_auth passing on
+// their cookies) answers 503 every request up to the GOAWAY's last
+// stream, and the client may send the rest again: its connection is
+// neither reset nor closed under the answers, though it writes all its
+// requests before it reads one answer. Before, the reads ended at
+// 16 KiB, and the connection was closed with requests unanswered, which
+// a fail-open gateway let through.
+func TestRefusedH2ManyLongRequests(t *testing.T) {
+	ca := tlstest.NewCA(t, "server")
+	addr, _, _ := tlsCapped(t, ca, tlsconf.Options{})
+	cfg := ca.ClientConfig()
+	cfg.NextProtos = []string{"h2"}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	raw := make([]byte, 9<<10)
+	for i := range raw {
+		raw[i] = byte(rnd.Uint32())
+	}
+	val := base64.StdEncoding.EncodeToString(raw) // 12 KiB, some 9 KiB once Huffman-coded
+	const streams = 300                           // some 2.7 MiB of heads in all
+	// Where the server's reads stop relative to its answers varies: ten
+	// connections, so that one at least closed under its answers shows.
+	for conn := range 10 {
+		tc, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(safety))
+		fr := http2.NewFramer(tc, tc)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		// The client writes all its requests before it reads (as a
+		// gateway busy with others does): a connection closed under them
+		// resets.
+		io.WriteString(tc, http2.ClientPreface)
+		fr.WriteSettings()
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for i := range streams {
+			hb.Reset()
+			for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "sluice"}, {":path", "/v1/check"}, {"cookie", val[i:]}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+				t.Errorf("connection %d: writing request %d of %d: %v", conn, i+1, streams, err)
+				break
+			}
+		}
+		answered := map[uint32]string{}
+		last := uint32(0) // the GOAWAY's last stream; 0: none yet
+		for last == 0 || len(answered) < int(last+1)/2 {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("connection %d ended (%v) with %d requests answered, the GOAWAY's last stream %d: want every request up to it answered first", conn, err, len(answered), last)
+			}
+			switch f := f.(type) {
+			case *http2.GoAwayFrame:
+				last = f.LastStreamID
+			case *http2.MetaHeadersFrame:
+				answered[f.StreamID] = f.PseudoValue("status")
+			}
+		}
+		for id := uint32(1); id <= last; id += 2 {
+			if answered[id] != "503" {
+				t.Errorf("connection %d, stream %d, up to the GOAWAY's last (%d): %q, want 503", conn, id, last, answered[id])
+			}
+		}
+		tc.Close()
 	}
 }
