@@ -242,3 +242,25 @@ func TestRefusedH2ManyLongRequests(t *testing.T) {
 		tc.Close()
 	}
 }
+
+// TestRefusedBareLF: a refused request whose head's lines end in a bare
+// "\n", which net/http reads as a served one, is answered at its end,
+// not left to the deadline (after which the answer could not be written).
+func TestRefusedBareLF(t *testing.T) {
+	addr, _ := plainCapped(t)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(safety))
+	io.WriteString(c, "GET /v1/check HTTP/1.1\nHost: sluice\n\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a head in bare LFs over the cap: %v, want a 503", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a head in bare LFs over the cap: %d, want 503", resp.StatusCode)
+	}
+}
