@@ -5,8 +5,10 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // setCheckedHook sets checkedHook for the test, and clears it after. The
@@ -26,14 +28,15 @@ type replacer struct {
 	what, path, half string // set before arm is closed
 	arm              chan struct{}
 	once             sync.Once
-	f                *os.File // the writer's: read once a reload result came after the hook ran
+	done             chan struct{} // closed once the hook ran
+	f                *os.File      // the writer's, once done
 }
 
 // replaceAfterCheck sets checkedHook (see setCheckedHook) to a replacer.
 // It is set before the daemon runs, so that the daemon has stopped
 // before it is cleared.
 func replaceAfterCheck(t *testing.T) *replacer {
-	r := &replacer{arm: make(chan struct{})}
+	r := &replacer{arm: make(chan struct{}), done: make(chan struct{})}
 	setCheckedHook(t, func(w string) {
 		select {
 		case <-r.arm:
@@ -44,6 +47,7 @@ func replaceAfterCheck(t *testing.T) *replacer {
 			return
 		}
 		r.once.Do(func() {
+			defer close(r.done)
 			if err := os.Remove(r.path); err != nil {
 				t.Error(err)
 				return
@@ -67,9 +71,14 @@ func replaceAfterCheck(t *testing.T) *replacer {
 	return r
 }
 
-// writer returns the file the hook created, open.
+// writer returns the file the hook created, open, once it has.
 func (r *replacer) writer(t *testing.T) *os.File {
 	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hook did not run within 10s")
+	}
 	if r.f == nil {
 		t.Fatal("the hook never replaced " + r.path)
 	}
@@ -90,7 +99,9 @@ func TestConfigFileReplacedAfterCheck(t *testing.T) {
 	r.what, r.path, r.half = td.path, td.path, half
 	close(r.arm)
 	mustWrite(t, filepath.Join(filepath.Dir(td.path), "other"), "x") // an event in its directory: a reload
-	td.putOffUntilWriting("the config file replaced after the check, half written, its writer at work")
+	td.lookUntil("the config file replaced after the check, half written, its writer at work", func(l string) bool {
+		return strings.Contains(l, "config file is being written in place")
+	})
 	if got := len(td.d.Config().Rules); got != 2 {
 		t.Fatalf("rules in force: %d, want the 2 of the config before (the half never applied)", got)
 	}
@@ -110,7 +121,11 @@ func TestDescriptorFileReplacedAfterCheck(t *testing.T) {
 	r.what, r.path, r.half = "descriptors", file, one
 	close(r.arm)
 	mustWrite(t, filepath.Join(filepath.Dir(file), "other"), "x") // an event in its directory: a reload
-	td.putOffUntilWriting("the descriptor file replaced after the check, half written, its writer at work")
+	// The config's watcher, in the same directory, may put its reload off
+	// for the descriptor file first: the descriptor reload's own word.
+	td.lookUntil("the descriptor file replaced after the check, half written, its writer at work", func(l string) bool {
+		return strings.Contains(l, "descriptor file is being written in place")
+	})
 	if got := td.d.cur.Load().descs.Rules(); got != 2 {
 		t.Fatalf("descriptors in force: %d rules, want the 2 of before (the half never applied)", got)
 	}
@@ -134,7 +149,11 @@ func TestNamedFileReplacedAfterCheck(t *testing.T) {
 	r.what, r.path, r.half = "named", file, one
 	close(r.arm)
 	replaceFile(t, td.path, "listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [d.yaml]\nrules:\n  - {name: keep, rate: 3/m}\n  - {name: added, rate: 4/m}\n")
-	td.putOffUntilWriting("a descriptor file replaced after the config reload's check, half written, its writer at work")
+	// The descriptor watcher may put its own reload off first: the
+	// config reload's word.
+	td.lookUntil("a descriptor file replaced after the config reload's check, half written, its writer at work", func(l string) bool {
+		return strings.Contains(l, "changed while the reload read it")
+	})
 	if rules, descs := len(td.d.Config().Rules), td.d.cur.Load().descs.Rules(); rules != 1 || descs != 2 {
 		t.Fatalf("in force: %d rules, %d descriptor rules; want the 1 and 2 of before (neither the edit nor the half applied)", rules, descs)
 	}
