@@ -19,7 +19,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
@@ -68,7 +67,7 @@ func TestRefusedTLSLargeHead(t *testing.T) {
 func TestRefusedLargeHeadSequential(t *testing.T) {
 	ca := tlstest.NewCA(t, "server")
 	tlsAddr, _, _ := tlsCapped(t, ca, tlsconf.Options{})
-	plainAddr, _ := plainCapped(t)
+	plainAddr, _, _ := tlsCappedWith(t, nil)
 	var head strings.Builder
 	head.WriteString("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Length: 2\r\n")
 	for i := range 100 {
@@ -101,29 +100,6 @@ func TestRefusedLargeHeadSequential(t *testing.T) {
 			}
 		}
 	}
-}
-
-// plainCapped is tlsCapped in plaintext: a real TCP listener capped at one
-// connection, with AnswerRefused, its place held.
-func plainCapped(t *testing.T) (addr string, wl *listener.Listener) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, wl := listener.Server(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), listener.Options{
-		Name: "api", MaxConnections: 1, ReadHeaderTimeout: safety, AnswerRefused: true,
-	})
-	go srv.Serve(wl)
-	t.Cleanup(func() { srv.Close() })
-	addr = ln.Addr().String()
-	held, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { held.Close() })
-	waitFor(t, "the held connection taken", func() bool { return wl.Open() == 1 })
-	return addr, wl
 }
 
 // TestRefusedTLSReloaded: a refused connection's handshake serves the
@@ -247,7 +223,7 @@ func TestRefusedH2ManyLongRequests(t *testing.T) {
 // "\n", which net/http reads as a served one, is answered at its end,
 // not left to the deadline (after which the answer could not be written).
 func TestRefusedBareLF(t *testing.T) {
-	addr, _ := plainCapped(t)
+	addr, _, _ := tlsCappedWith(t, nil)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

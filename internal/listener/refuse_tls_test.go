@@ -41,7 +41,7 @@ func tlsCapped(t *testing.T, ca *tlstest.CA, o tlsconf.Options) (addr string, wl
 	return tlsCappedWith(t, cfg)
 }
 
-// tlsCappedWith is tlsCapped serving cfg.
+// tlsCappedWith is tlsCapped serving cfg; a nil cfg serves plaintext.
 func tlsCappedWith(t *testing.T, cfg *tls.Config) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,7 +53,11 @@ func tlsCappedWith(t *testing.T, cfg *tls.Config) (addr string, wl *listener.Lis
 		Name: "api", MaxConnections: 1, ReadHeaderTimeout: safety, AnswerRefused: true, Metrics: metrics.New(reg),
 		ErrorLog: log.New(io.Discard, "", 0), // the held connection's handshake error at the end
 	})
-	go srv.Serve(wl.TLS(cfg))
+	served := net.Listener(wl)
+	if cfg != nil {
+		served = wl.TLS(cfg)
+	}
+	go srv.Serve(served)
 	t.Cleanup(func() { srv.Close() })
 	addr = ln.Addr().String()
 	held, err := net.Dial("tcp", addr)
