@@ -85,15 +85,25 @@ func dialEnvoy(t *testing.T, td *testDaemon) *envoyDaemon {
 
 // startEnvoyRedis starts the daemon on a fresh Redis, with the Envoy
 // service on :0 and the descriptor file fleet.yaml, holding descriptors,
-// in dir.
+// in dir. Its store.redis.timeout is 2s (TestEnvoyNegativeHitsRedisHung's).
 func startEnvoyRedis(t *testing.T, dir, descriptors string) (*envoyDaemon, *redistest.Server) {
+	t.Helper()
+	return startEnvoyRedisTimeout(t, dir, descriptors, "2s")
+}
+
+// startEnvoyRedisTimeout is startEnvoyRedis with store.redis.timeout
+// timeout: the tests that count a sharded descriptor's decisions give each
+// call 10 s, as newHotPair's, since a call cut short by a loaded
+// machine's pause past 2 s is decided on on_error (allow), and the count
+// off.
+func startEnvoyRedisTimeout(t *testing.T, dir, descriptors, timeout string) (*envoyDaemon, *redistest.Server) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(descriptors), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	redis := redistest.StartServer(t)
 	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: 2s}\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\ngrpc:\n  listen: 127.0.0.1:0\n  config: [fleet.yaml]\nstore:\n  type: redis\n  redis: {addrs: ["+redis.Addr+"], timeout: "+timeout+"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dialEnvoy(t, startDaemonFile(t, path)), redis
@@ -302,7 +312,7 @@ func TestEnvoyExample(t *testing.T) {
 // memory store they are refused.
 func TestEnvoyFleetOptions(t *testing.T) {
 	dir := t.TempDir()
-	ed, redis := startEnvoyRedis(t, dir, `domain: fleet
+	ed, redis := startEnvoyRedisTimeout(t, dir, `domain: fleet
 descriptors:
   - key: leased
     lease: 2
@@ -313,7 +323,7 @@ descriptors:
   - key: sharded
     shards: 4
     rate_limit: {unit: year, requests_per_unit: 8}
-`)
+`, "10s")
 	td := ed.testDaemon
 
 	admitted := func(n int, kv ...string) int {
