@@ -86,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheck$$' -fuzztime 40000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzUnreadAccount$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzRequestBytes$$' -fuzztime 100000x ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzReadHead$$' -fuzztime 3000x ./internal/listener
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 200000x ./internal/h1
 	$(GO) test -run '^$$' -fuzz '^FuzzSimpleResponse$$' -fuzztime 100000x ./internal/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzHeadNames$$' -fuzztime 100000x ./internal/proxy
