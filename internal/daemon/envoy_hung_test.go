@@ -22,14 +22,14 @@ import (
 // daemon gives it store.redis.timeout, and that the call returns (within
 // 20 timeouts: a hang detector, not a measure a loaded machine can miss).
 func TestEnvoyNegativeHitsRedisHung(t *testing.T) {
-	const timeout = 2 * time.Second // startEnvoyRedis's store.redis.timeout
-	ed, redis := startEnvoyRedis(t, t.TempDir(), `domain: d
+	const timeout = 2 * time.Second
+	ed, redis := startEnvoyRedisTimeout(t, t.TempDir(), `domain: d
 descriptors:
   - key: user
     rate_limit: {unit: year, requests_per_unit: 10}
   - key: global
     rate_limit: {unit: year, requests_per_unit: 100}
-`)
+`, timeout.String())
 	if got := ed.d.engineOptions(engine.Options{}, ed.d.Config()).StoreTimeout; got != timeout {
 		t.Fatalf("the engine's StoreTimeout: %v, want store.redis.timeout, %v", got, timeout)
 	}

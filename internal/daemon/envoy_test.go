@@ -85,17 +85,16 @@ func dialEnvoy(t *testing.T, td *testDaemon) *envoyDaemon {
 
 // startEnvoyRedis starts the daemon on a fresh Redis, with the Envoy
 // service on :0 and the descriptor file fleet.yaml, holding descriptors,
-// in dir. Its store.redis.timeout is 2s (TestEnvoyNegativeHitsRedisHung's).
+// in dir. Its store.redis.timeout is 10s, as newHotPair's: a call cut
+// short by a loaded machine's pause is decided on on_error (allow), and a
+// test's count is off.
 func startEnvoyRedis(t *testing.T, dir, descriptors string) (*envoyDaemon, *redistest.Server) {
 	t.Helper()
-	return startEnvoyRedisTimeout(t, dir, descriptors, "2s")
+	return startEnvoyRedisTimeout(t, dir, descriptors, "10s")
 }
 
 // startEnvoyRedisTimeout is startEnvoyRedis with store.redis.timeout
-// timeout: the tests that count a sharded descriptor's decisions give each
-// call 10 s, as newHotPair's, since a call cut short by a loaded
-// machine's pause past 2 s is decided on on_error (allow), and the count
-// off.
+// timeout, for a test about that timeout.
 func startEnvoyRedisTimeout(t *testing.T, dir, descriptors, timeout string) (*envoyDaemon, *redistest.Server) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(descriptors), 0o644); err != nil {
@@ -312,7 +311,7 @@ func TestEnvoyExample(t *testing.T) {
 // memory store they are refused.
 func TestEnvoyFleetOptions(t *testing.T) {
 	dir := t.TempDir()
-	ed, redis := startEnvoyRedisTimeout(t, dir, `domain: fleet
+	ed, redis := startEnvoyRedis(t, dir, `domain: fleet
 descriptors:
   - key: leased
     lease: 2
@@ -323,7 +322,7 @@ descriptors:
   - key: sharded
     shards: 4
     rate_limit: {unit: year, requests_per_unit: 8}
-`, "10s")
+`)
 	td := ed.testDaemon
 
 	admitted := func(n int, kv ...string) int {

@@ -14,12 +14,12 @@ import (
 // stayed counted on the first, and one of the three checks after it said
 // 27 left. Every check must say 30.
 func TestEnvoyNegativeHitsShardedExact(t *testing.T) {
-	ed, _ := startEnvoyRedisTimeout(t, t.TempDir(), `domain: fleet
+	ed, _ := startEnvoyRedis(t, t.TempDir(), `domain: fleet
 descriptors:
   - key: sharded
     shards: 3
     rate_limit: {unit: year, requests_per_unit: 30}
-`, "10s")
+`)
 	ask := func(hits uint64, negative bool) *rlsv3.RateLimitResponse {
 		t.Helper()
 		d := entries("sharded", "a")
