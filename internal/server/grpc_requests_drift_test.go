@@ -13,7 +13,8 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// openWith starts a call as open does, its HEADERS with extra fields too.
+// openWith starts a rate limit call (open), its HEADERS with extra
+// fields too.
 func (r *reqClient) openWith(extra ...[2]string) (uint32, error) {
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)

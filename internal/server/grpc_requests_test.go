@@ -104,16 +104,7 @@ func (r *reqClient) read() {
 
 // open starts a rate limit call, its request to come, and returns its
 // stream.
-func (r *reqClient) open() (uint32, error) {
-	r.mu.Lock()
-	id := r.next
-	r.next += 2
-	r.windows[id] = r.initial
-	r.mu.Unlock()
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	return id, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: callBlock(), EndHeaders: true})
-}
+func (r *reqClient) open() (uint32, error) { return r.openWith() }
 
 // send sends b on call id as DATA, as fast as the windows let it, the
 // last frame with END_STREAM if end; an error is the connection's end,
