@@ -10,11 +10,12 @@ import (
 	"unicode"
 )
 
-// productPages are the product's docs: README.md, BENCHMARKS.md,
-// docs/*.md and the examples' READMEs, relative to the root.
+// productPages are the product's docs: README.md, BENCHMARKS.md and the
+// older runs it moved to bench/results/HISTORY.md, docs/*.md and the
+// examples' READMEs, relative to the root.
 func productPages(t *testing.T) []string {
 	t.Helper()
-	pages := []string{"README.md", "BENCHMARKS.md"}
+	pages := []string{"README.md", "BENCHMARKS.md", "bench/results/HISTORY.md"}
 	for _, pattern := range []string{"docs/*.md", "examples/*/README.md", "examples/*/*/README.md"} {
 		m, err := filepath.Glob(filepath.Join(Root(), pattern))
 		if err != nil {
