@@ -77,7 +77,7 @@ func (p *Proxy) deferRequest(w http.ResponseWriter, r *http.Request, ip netip.Ad
 	hop.Drop(h)
 	var trust peerTrust
 	for k := range h {
-		if proxyHeader(k) || clientIPHeader(k) && !trust.passes(p, r) {
+		if proxyHeader(k) || underscoredHop(k) || clientIPHeader(k) && !trust.passes(p, r) {
 			delete(h, k)
 		}
 	}

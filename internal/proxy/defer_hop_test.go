@@ -25,7 +25,9 @@ import (
 // the replay for the proxy's own request, or for a client of its choosing).
 // Connection names the client's own hop-by-hop headers, never the proxy's.
 // Its X-Real-IP is the proxy's too, and an untrusted client's
-// True-Client-IP is not queued.
+// True-Client-IP is not queued, nor is a framing header spelled with '_'
+// (Transfer_Encoding), which a CGI-style upstream reads as the header it
+// spells.
 func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
@@ -35,6 +37,7 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		req.Header.Set("Connection", "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto")
 		req.Header.Set("X-Real-IP", "198.51.100.1")      // the proxy's own replaces it
 		req.Header.Set("True-Client-IP", "198.51.100.2") // from an untrusted peer: dropped
+		req.Header["Transfer_Encoding"] = []string{"chunked"}
 		if resp, body := s.do(t, req); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("second request: %d %s, want 202 (deferred)", resp.StatusCode, body)
 		}
@@ -54,6 +57,9 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		}
 		if real, tci := h.Values("X-Real-Ip"), h.Values("True-Client-Ip"); len(real) != 1 || real[0] != "127.0.0.1" || len(tci) != 0 {
 			t.Errorf("replay: X-Real-IP %q, True-Client-IP %q; want [127.0.0.1] and none (the client's own)", real, tci)
+		}
+		if te := h.Values("Transfer_encoding"); len(te) != 0 {
+			t.Errorf("replay: Transfer_Encoding %q, want none", te)
 		}
 	})
 }

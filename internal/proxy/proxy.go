@@ -75,7 +75,9 @@
 //     forwarded; forwarded.go). Forwarded is set to one element saying
 //     the same: for= the client, host=, proto=. Other incoming Forwarded /
 //     X-Forwarded-* / X-Real-IP headers are dropped, also spelled with '_'
-//     (X_Forwarded_For), which CGI and WSGI servers read alike; so is a
+//     (X_Forwarded_For), which CGI and WSGI servers read alike, and so are
+//     the hop-by-hop and framing headers spelled so (Transfer_Encoding:
+//     reqheaders.go, underscoredHop); so is a
 //     client's Sluice-Deferred-Id, which only the replay of a deferred
 //     request carries (package deferq). The headers by which CDNs and load
 //     balancers name the client (True-Client-IP, X-Client-IP,

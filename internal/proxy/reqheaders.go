@@ -16,7 +16,7 @@ import (
 // dropRequestHeader reports whether the incoming header k is not
 // forwarded on the fast path; conn: what the request's Connection names.
 func dropRequestHeader(k string, conn hop.Names) bool {
-	if hop.Is(k) || k == "Content-Length" || k == "Host" || proxyHeader(k) {
+	if hop.Is(k) || k == "Content-Length" || k == "Host" || proxyHeader(k) || underscoredHop(k) {
 		return true
 	}
 	return conn.Has(k)
@@ -47,6 +47,35 @@ func proxyHeader(k string) bool {
 	}
 	return false
 }
+
+// underscoredHop reports whether the request header k is a hop-by-hop or
+// framing header spelled with '_' for '-' (Transfer_Encoding,
+// Content_Length, Keep_Alive, Proxy_Authorization and the like), which is
+// never forwarded. Servers that read headers as CGI does (RFC 3875
+// §4.1.18: HTTP_TRANSFER_ENCODING) take it for the header it spells, and
+// Puma frames a body by it: a Transfer_Encoding: chunked passed on beside
+// the Content-Length the proxy sends would have the upstream read the
+// body by its chunks, and the bytes after the last one as a request of
+// their own, which no rule decided, on a connection other clients'
+// requests share. The names the proxy drops when spelled with '-' (hop-by-
+// hop, and Content-Length, which it sets itself) go when spelled with '_'
+// too, as proxyHeader's do.
+func underscoredHop(k string) bool {
+	if strings.IndexByte(k, '_') < 0 {
+		return false
+	}
+	for _, name := range underscoredHops {
+		if len(k) == len(name) && sameName(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// underscoredHops: the names underscoredHop drops, in lower case with '-'
+// (those of hop.Is that have a '-', and Content-Length).
+var underscoredHops = [...]string{"transfer-encoding", "content-length", "keep-alive", "proxy-connection",
+	"proxy-authenticate", "proxy-authorization", "http2-settings"}
 
 // clientIPHeader reports whether the request header k is one by which a
 // CDN or load balancer tells the client's address (True-Client-IP and

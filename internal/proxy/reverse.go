@@ -79,14 +79,14 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	h := pr.Out.Header
 	var trust peerTrust
 	for k := range h {
-		if proxyHeader(k) || clientIPHeader(k) && !trust.passes(p, pr.In) {
+		if proxyHeader(k) || underscoredHop(k) || clientIPHeader(k) && !trust.passes(p, pr.In) {
 			delete(h, k) // ReverseProxy drops Forwarded and three of these, spelled so, but not X-Real-IP or Sluice-Deferred-Id
 		}
 	}
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
 		for k := range t {
-			if proxyHeader(k) || clientIPHeader(k) {
+			if proxyHeader(k) || underscoredHop(k) || clientIPHeader(k) {
 				delete(t, k) // as in the head: a trailer must not say who the client is, or pass for a replay, either
 			}
 		}
