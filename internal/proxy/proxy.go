@@ -60,6 +60,10 @@
 //     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2),
 //     whose Upgrade is dropped (§7.8). An upstream status below 100 (which
 //     http.ReadResponse takes) answers 502.
+//   - A request whose target is an absolute URI without an authority
+//     (GET http:login: net/http takes it, with no path) is answered 400
+//     before any rule is matched, never forwarded: the rules would match
+//     it as "/", and the upstream get it as it came (GET login).
 //   - Host: by default the upstream sees its own host (Host: the upstream
 //     URL's host) and the original one in X-Forwarded-Host; with
 //     PreserveHost it sees the incoming Host.
@@ -281,6 +285,10 @@ func (p *Proxy) Close() {
 // through, which it would otherwise allocate per request.
 type bufferPool struct{}
 
+// errOpaqueTarget answers a request whose target is an absolute URI
+// without an authority, such as http:login.
+var errOpaqueTarget = errors.New("the request target is an absolute URI without an authority (such as http:login); send a path (/login) or an http:// URI")
+
 // errBadHost answers an HTTP/2 request whose host is not one host[:port].
 var errBadHost = errors.New("the request's host (:authority) is not a valid host[:port]")
 
@@ -320,6 +328,15 @@ func newTransport(o Options) *http.Transport {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		refuseConnect(w, r) // xconnect.go
+		return
+	}
+	if r.URL.Opaque != "" {
+		// An absolute-form target without an authority (GET
+		// http:login): no path for the rules to match (they see "/"),
+		// and ReverseProxy would send it on as it came (GET login), which
+		// a server that reads a path without its leading '/' as if it
+		// had one serves as /login.
+		engine.WriteMatchError(w, errOpaqueTarget)
 		return
 	}
 	if r.ProtoMajor != 1 && !httpguts.ValidHostHeader(r.Host) {
