@@ -13,7 +13,8 @@ import (
 // readSimpleResponse reads the upstream's answer to a GET on the fast path
 // when it is of the simple kind most answers are — an HTTP/1.1 status line
 // with a final status other than 204 and 304, one Content-Length, no
-// Transfer-Encoding or Trailer, every line ending in CRLF, header names of
+// Transfer-Encoding or Trailer, every line ending in CRLF (a bare LF is
+// seen before more bytes are waited for), header names of
 // token characters and values of visible characters, spaces and tabs, the
 // whole head within the connection's read buffer — without the textproto
 // reader and transfer decoding of http.ReadResponse, which cost a tenth
@@ -47,6 +48,12 @@ func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header, st
 			head = buf[:i+end+4]
 			break
 		}
+		if bareLF(buf, scanned) {
+			// A line ending in a bare LF, which http.ReadResponse reads
+			// as a line's end (RFC 9112 §2.2 allows it): such a head
+			// may be whole already, and a CRLFCRLF never come.
+			return false, nil
+		}
 		if len(buf) >= br.Size() {
 			return false, nil
 		}
@@ -57,6 +64,22 @@ func readSimpleResponse(br *bufio.Reader, resp *http.Response, h http.Header, st
 		br.Discard(len(head))
 	}
 	return ok, nil
+}
+
+// bareLF reports whether buf holds, from index from on, an LF without a
+// CR before it.
+func bareLF(buf []byte, from int) bool {
+	for i := from; i < len(buf); i++ {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if i == 0 || buf[i-1] != '\r' {
+			return true
+		}
+	}
+	return false
 }
 
 // parseSimpleResponse parses a head ending in CRLFCRLF into resp and h;

@@ -23,6 +23,8 @@ func FuzzSimpleResponse(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
 		"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx",
 		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
