@@ -58,13 +58,18 @@ type Listener struct {
 	answer   bool         // answer a connection beyond the cap 503 (AnswerRefused)
 	tls      *tls.Config  // the TLS over l (TLS), for those answers; nil: plaintext
 	refusing atomic.Int64 // refused connections being answered
+
+	// The bounds of those answers: maxRefusing and refuseWait (tests set
+	// others, before serving).
+	maxRefusing int64
+	refuseWait  time.Duration
 }
 
 // Wrap returns ln capped at max connections (0: no cap), its
 // connections' writes bounded by send (send_timeout, see conn.Write; 0:
 // no bound), counting into m (nil: nowhere).
 func Wrap(ln net.Listener, max int, send time.Duration, m *metrics.Listener) *Listener {
-	return &Listener{Listener: ln, max: int64(max), send: send, metrics: m}
+	return &Listener{Listener: ln, max: int64(max), send: send, metrics: m, maxRefusing: maxRefusing, refuseWait: refuseWait}
 }
 
 // WithUserTimeout sets TCP_USER_TIMEOUT to d on the TCP connections l
@@ -97,7 +102,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		if !l.take() {
 			l.metrics.Refused()
-			if l.answer && l.refusing.Add(1) <= maxRefusing {
+			if l.answer && l.refusing.Add(1) <= l.maxRefusing {
 				go l.refuse(c)
 				continue
 			} else if l.answer {

@@ -1,12 +1,14 @@
 package listener
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -88,14 +90,15 @@ func writeOverloaded(w http.ResponseWriter) {
 func (l *Listener) refuse(c net.Conn) {
 	defer l.refusing.Add(-1)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(refuseWait))
+	start := time.Now()
+	c.SetDeadline(start.Add(l.refuseWait))
 	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
 		if tc.Handshake() != nil {
 			return
 		}
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
-			refuseH2(tc)
+			refuseH2(tc, start, l.refuseWait)
 			return
 		}
 		c = tc
@@ -137,37 +140,55 @@ func readHead(c net.Conn) {
 	}
 }
 
-// h2Refuser answers the requests of a refused HTTP/2 connection. It reads
-// frames of 16 KiB at most (refusedConn passes on refuseHead bytes, but
-// a frame's buffer is sized by its header first)
-// and grants no flow-control window beyond HTTP/2's first 64 KiB: the
-// bodies are never read.
-var h2Refuser = &http2.Server{
-	MaxReadFrameSize:             16 << 10,
-	MaxUploadBufferPerConnection: 65535,
-	MaxUploadBufferPerStream:     65535,
+// newH2Refuser returns the HTTP/2 server of one refused connection,
+// whose GOAWAY its returned func starts (at once; once is enough, more
+// do nothing): x/net's http2 starts a connection's graceful end only
+// through the http.Server it was configured on, so each refused
+// connection has its own pair. It reads frames of 16 KiB at most
+// (refusedConn passes on refuseHead bytes, but a frame's buffer is sized
+// by its header first) and grants no flow-control window beyond
+// HTTP/2's first 64 KiB: the bodies are never read. Its HTTP/1 side logs
+// nowhere: its line for each client that goes away unusually would be
+// the client's to write, one a connection. Its header bound is a served
+// connection's (net/http's default), and bounds what a refused
+// connection's decoded header lists hold, however compressed they came.
+func newH2Refuser() (*http2.Server, *http.Server, func()) {
+	h2 := &http2.Server{
+		MaxReadFrameSize:             16 << 10,
+		MaxUploadBufferPerConnection: 65535,
+		MaxUploadBufferPerStream:     65535,
+	}
+	base := &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: http.DefaultMaxHeaderBytes}
+	if err := http2.ConfigureServer(base, h2); err != nil {
+		panic(err) // it fails only on a TLS configuration, which base has none of
+	}
+	var once sync.Once
+	return h2, base, func() { once.Do(func() { base.Shutdown(context.Background()) }) }
 }
 
-// h2RefuserBase is h2Refuser's HTTP/1 side: its log line for each client
-// that goes away unusually would be the client's to write, one a
-// connection. Its header bound is a served connection's (net/http's
-// default), and bounds what a refused connection's decoded header lists
-// hold, however compressed they came.
-var h2RefuserBase = &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: http.DefaultMaxHeaderBytes}
-
 // refuseH2 serves tc, whose client chose HTTP/2, answering each of its
-// requests 503 overloaded; the first answer starts the connection's
-// graceful end (GOAWAY), and the connection ends with the client's close
-// or at the deadline on the connection under tc (past refuseHead bytes,
-// what the client sends is dropped: refusedConn).
-func refuseH2(tc *tls.Conn) {
-	h2Refuser.ServeConn(&refusedConn{Conn: tc, left: refuseHead}, &http2.ServeConnOpts{
-		BaseConfig: h2RefuserBase,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header()["Connection"] = []string{"close"} // GOAWAY once answered
-			writeOverloaded(w)
-		}),
+// requests 503 overloaded as it comes, until the connection's graceful
+// end: its GOAWAY, sent once half of wait from start (its accept) has
+// passed or refuseHead bytes have been read (past them, what the client
+// sends is dropped: refusedConn), names the last request it answers, and
+// the client sends the later ones over a new connection. The other half
+// of wait is for the requests the client sent before the GOAWAY reached
+// it to be answered; the deadline on the connection under tc ends it
+// then at the latest, or the client's close sooner. Before, the first
+// answer sent the GOAWAY: Go's HTTP/2 client (a gateway's: Caddy's) sent
+// every request it had sent after that again over a new connection,
+// refused the same way, and again after a second, two, four...
+func refuseH2(tc *tls.Conn, start time.Time, wait time.Duration) {
+	h2, base, goAway := newH2Refuser()
+	c := &refusedConn{Conn: tc, left: refuseHead, goAwayAt: start.Add(wait / 2), goAway: goAway}
+	h2.ServeConn(c, &http2.ServeConnOpts{
+		BaseConfig: base,
+		Handler:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeOverloaded(w) }),
 	})
+	c.arm.Do(func() {}) // no timer armed after this, and the one armed (if any) seen
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 }
 
 // refusedConn is a refused TLS connection served HTTP/2: after left
@@ -177,14 +198,25 @@ func refuseH2(tc *tls.Conn) {
 // instead closed the connection under the requests whose answers were
 // still to be written, which a gateway multiplexing many requests with
 // long heads (Caddy) took for Sluice down; a request the server never
-// saw is one its GOAWAY tells the client to send again.
+// saw is one its GOAWAY tells the client to send again. The GOAWAY is
+// started (goAway) when the dropping starts, every frame read before
+// then handled (HTTP/2 reads the next frame only once it has handled
+// the last), and at goAwayAt by a timer armed at the first read: by
+// then HTTP/2 serves the connection, and a GOAWAY started before would
+// be lost.
 type refusedConn struct {
 	*tls.Conn // its ConnectionState tells HTTP/2 it runs over TLS
 	left      int
+	goAwayAt  time.Time
+	goAway    func()
+	arm       sync.Once
+	timer     *time.Timer
 }
 
 func (c *refusedConn) Read(b []byte) (int, error) {
+	c.arm.Do(func() { c.timer = time.AfterFunc(time.Until(c.goAwayAt), c.goAway) })
 	if c.left <= 0 {
+		c.goAway()
 		for {
 			if _, err := c.Conn.Read(b); err != nil {
 				return 0, err

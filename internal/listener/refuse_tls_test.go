@@ -29,7 +29,7 @@ const safety = time.Minute
 // its TLS loaded by tlsconf from o's files (o.Cert and o.Key are filled
 // in). The one place is held by a TCP connection that never starts its
 // handshake, so every connection after it is refused.
-func tlsCapped(t *testing.T, ca *tlstest.CA, o tlsconf.Options) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
+func tlsCapped(t *testing.T, ca *tlstest.CA, o tlsconf.Options, set ...func(*listener.Listener)) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
 	t.Helper()
 	pair := ca.Server(t)
 	o.Cert, o.Key = pair.CertFile, pair.KeyFile
@@ -38,11 +38,12 @@ func tlsCapped(t *testing.T, ca *tlstest.CA, o tlsconf.Options) (addr string, wl
 		t.Fatal(err)
 	}
 	cfg.NextProtos = []string{"h2", "http/1.1"}
-	return tlsCappedWith(t, cfg)
+	return tlsCappedWith(t, cfg, set...)
 }
 
 // tlsCappedWith is tlsCapped serving cfg; a nil cfg serves plaintext.
-func tlsCappedWith(t *testing.T, cfg *tls.Config) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
+// Each of set is called on the Listener before it serves.
+func tlsCappedWith(t *testing.T, cfg *tls.Config, set ...func(*listener.Listener)) (addr string, wl *listener.Listener, reg *prometheus.Registry) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,6 +54,9 @@ func tlsCappedWith(t *testing.T, cfg *tls.Config) (addr string, wl *listener.Lis
 		Name: "api", MaxConnections: 1, ReadHeaderTimeout: safety, AnswerRefused: true, Metrics: metrics.New(reg),
 		ErrorLog: log.New(io.Discard, "", 0), // the held connection's handshake error at the end
 	})
+	for _, f := range set {
+		f(wl)
+	}
 	served := net.Listener(wl)
 	if cfg != nil {
 		served = wl.TLS(cfg)
@@ -118,9 +122,10 @@ func TestMaxConnectionsAnsweredTLS(t *testing.T) {
 	n := 0
 	for _, method := range []string{"GET", "POST"} {
 		overloadedOver(t, &http.Transport{TLSClientConfig: h1, DisableKeepAlives: true}, method, addr, 1)
-		// The HTTP/2 transport keeps no connection a GOAWAY ended: each
-		// request is a new one.
+		// A refused HTTP/2 connection answers more than one request:
+		// each over a new one here.
 		overloadedOver(t, h2, method, addr, 2)
+		h2.CloseIdleConnections()
 		n += 2
 	}
 	if got := metricstest.Gather(t, reg)[`sluice_connections_refused_total{listener="api"}`]; got != float64(n) {
