@@ -151,30 +151,17 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		set  *descriptors.Set
 		err  error
 	)
-	for reads := 1; ; reads++ {
-		sig := d.descWatcher.look()
-		if writing, _ := d.descWatcher.writing(); writing {
-			// One came back since the watcher found none being
-			// written (runWatch), missing then: its creator may be at
-			// work still. Read when it has closed it; the caller says
-			// it waits.
-			return ReloadResult{Writing: true}
-		}
-		if checkedHook != nil {
-			checkedHook("descriptors")
-		}
+	if d.descWatcher.checkedRead("descriptors", func() {
 		seen = filesDigest(old.cfg.GRPC.Config)
 		set, err = LoadDescriptors(old.cfg)
-		if d.descWatcher.still(sig) {
-			break
-		}
-		// One was replaced or written to since the check (removed and
-		// created again, its creator at work): what was read may be
-		// its first part. Read again, checked again; past maxReads,
-		// read at the next change.
-		if reads == maxReads {
-			return ReloadResult{Writing: true}
-		}
+	}) != readWhole {
+		// One came back since the watcher found none being written
+		// (runWatch), missing then, its creator at work still; or
+		// one kept being replaced or written to while read (removed
+		// and created again, its creator at work): what was read may
+		// be its first part. Read at the next change (its writer
+		// closing it); the caller says it waits.
+		return ReloadResult{Writing: true}
 	}
 	res := ReloadResult{Err: err}
 	if err == nil {

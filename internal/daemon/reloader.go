@@ -186,38 +186,36 @@ func (r *reloader) try(kind attemptKind) ReloadResult {
 
 func (r *reloader) attempt(kind attemptKind) ReloadResult {
 	force := kind == onSignal
-	var data []byte
-	var err error
-	for reads := 1; ; reads++ {
-		var sig string
-		if !force && r.look != nil {
-			sig = r.look()
+	var (
+		data []byte
+		err  error
+		// What checks the read (readChecked): nothing for SIGHUP's.
+		look    func() string
+		writing func() bool
+		same    func(string) bool
+	)
+	if !force {
+		look, same = r.look, r.still
+		if r.writing != nil {
+			writing = func() bool { return !missing(r.path) && r.writing() }
 		}
-		if !force && r.writing != nil && !missing(r.path) && r.writing() {
-			// Back since the watcher found it missing, and so not
-			// being written: its creator may be at work still, its
-			// first part written (a config valid and wrong). Owed,
-			// read when it has closed it (its watcher tries again
-			// then).
-			r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
-			r.owed = true
-			return ReloadResult{Writing: true}
-		}
-		if checkedHook != nil {
-			checkedHook(r.path)
-		}
-		data, err = config.ReadFile(r.path)
-		if force || err != nil || r.still == nil || r.still(sig) {
-			break
-		}
-		// Replaced or written to since the check (removed and created
-		// again, its creator at work): what was read may be its first
-		// part. Read again, checked again.
-		if reads == maxReads {
-			r.log.Info("config file keeps changing while it is read: waiting for the next change", "file", r.path)
-			r.owed = true
-			return ReloadResult{Writing: true}
-		}
+	}
+	switch readChecked(r.path, look, writing, same, func() error { data, err = config.ReadFile(r.path); return err }) {
+	case readWriting:
+		// Back since the watcher found it missing, and so not being
+		// written: its creator may be at work still, its first part
+		// written (a config valid and wrong). Owed, read when it has
+		// closed it (its watcher tries again then).
+		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
+		r.owed = true
+		return ReloadResult{Writing: true}
+	case readChanging:
+		// Replaced or written to after each check (removed and
+		// created again, its creator at work): what was read may be
+		// its first part.
+		r.log.Info("config file keeps changing while it is read: waiting for the next change", "file", r.path)
+		r.owed = true
+		return ReloadResult{Writing: true}
 	}
 	if err != nil && !force && missing(r.path) {
 		// Deleted before it is written again, or a ..data swap to a

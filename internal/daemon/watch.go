@@ -146,6 +146,60 @@ func (cw *configWatcher) still(sig string) bool {
 	return cw.signature() == sig
 }
 
+// How a checked read ended (see readChecked).
+type readEnd int
+
+const (
+	// readWhole: read, and the files are still what the check before
+	// the read found whole.
+	readWhole readEnd = iota
+	// readWriting: a file was being written in place at the check:
+	// nothing read.
+	readWriting
+	// readChanging: replaced or written to while read, maxReads times
+	// over: what was read may be half of a file.
+	readChanging
+)
+
+// readChecked reads files that a writer may be at work on, as every
+// reload does: it looks at them (look), checks that none is being
+// written in place (writing), calls read, and checks that they are still
+// as it looked (still). If not (one replaced after the check, removed
+// and created again, its creator at work, or written to since), what was
+// read may be the first part of a file: it reads again, checked again,
+// up to maxReads times. An error from read ends it at once, as read
+// (readWhole): nothing was read to check. A nil look, writing or still
+// is not asked (nothing is known). checkedHook, if set, is called with
+// what between the check and each read.
+func readChecked(what string, look func() string, writing func() bool, still func(sig string) bool, read func() error) readEnd {
+	for reads := 1; ; reads++ {
+		var sig string
+		if look != nil {
+			sig = look()
+		}
+		if writing != nil && writing() {
+			return readWriting
+		}
+		if checkedHook != nil {
+			checkedHook(what)
+		}
+		if err := read(); err != nil || still == nil || still(sig) {
+			return readWhole
+		}
+		if reads == maxReads {
+			return readChanging
+		}
+	}
+}
+
+// checkedRead is readChecked over the files of cw (none known for nil),
+// for a read whose errors are its caller's to handle: a file read half
+// may not load, and is read again as any other.
+func (cw *configWatcher) checkedRead(what string, read func()) readEnd {
+	writing := func() bool { w, _ := cw.writing(); return w }
+	return readChecked(what, cw.look, writing, cw.still, func() error { read(); return nil })
+}
+
 // newConfigWatcher starts watching the files or directories at paths:
 // events from now on are reported by run.
 func newConfigWatcher(paths ...string) (*configWatcher, error) {
