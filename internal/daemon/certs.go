@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"time"
@@ -63,7 +64,8 @@ func (d *Daemon) certsChanged() {
 // certificate or client CA serves it from its next handshake; one whose
 // files do not load (a certificate whose key is not written yet) keeps
 // what it serves, and the error, naming the file, is logged.
-// The next change to the files tries again.
+// The next change to the files tries again. What is read is checked to
+// be the files whole (certsRead): never half a CA bundle or chain.
 //
 // A file missing (deleted before it is written again, a Secret's ..data
 // swap to a version without it) is waited for as the config file is: one
@@ -82,13 +84,18 @@ func (d *Daemon) reloadCerts() {
 			}
 			continue
 		}
-		if d.certsWriting("listener", l.name) {
+		var cfg *tls.Config
+		var err error
+		if !d.certsRead("listener", l.name, func() { cfg, err = l.Load() }) {
 			continue
 		}
 		for _, p := range []string{l.Options().Cert, l.Options().Key, l.Options().ClientCA} {
 			delete(d.certMissing, p)
 		}
-		changed, err := l.Reload()
+		changed := false
+		if err == nil {
+			changed, err = l.Store(cfg)
+		}
 		d.certsInForce(l, changed, err)
 	}
 	d.reloadXDSTLS()
@@ -117,10 +124,11 @@ func (d *Daemon) reloadXDSTLS() {
 	if len(paths) == 0 {
 		return
 	}
-	if !d.clientFilesThere("grpc.xds.tls", "the subscription in force carries on", paths) {
+	var c *tls.Config
+	var err error
+	if !d.clientFilesRead("grpc.xds.tls", "the subscription in force carries on", paths, func() { c, err = loadXDSTLS(d.Config()) }) {
 		return
 	}
-	c, err := loadXDSTLS(d.Config())
 	if err != nil {
 		d.log.Error("grpc.xds.tls: files not reloaded; the subscription in force carries on", "err", err)
 		return
@@ -128,11 +136,12 @@ func (d *Daemon) reloadXDSTLS() {
 	d.useXDSTLS(c)
 }
 
-// clientFilesThere reports whether none of paths, the files of a client
-// TLS block (key), is missing, and no TLS file is being written in place
-// (certsWriting). The first missing one is logged once, with what stays
-// in force meanwhile (kept), until it is back. Called under reloadMu.
-func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
+// clientFilesRead reads paths, the files of a client TLS block (key),
+// with read, checked (certsRead), and reports whether it did: not while
+// one is missing, nor while they are being written. The first missing
+// one is logged once, with what stays in force meanwhile (kept), until it
+// is back. Called under reloadMu.
+func (d *Daemon) clientFilesRead(key, kept string, paths []string, read func()) bool {
 	if p := missingOf(paths...); p != "" {
 		if !d.certMissing[p] {
 			d.log.Warn(key+": file is missing: "+kept+"; it is read again when the file is back", "file", p)
@@ -143,7 +152,7 @@ func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
 		}
 		return false
 	}
-	if d.certsWriting("block", key) {
+	if !d.certsRead("block", key, read) {
 		return false
 	}
 	for _, p := range paths {
@@ -152,17 +161,33 @@ func (d *Daemon) clientFilesThere(key, kept string, paths []string) bool {
 	return true
 }
 
-// certsWriting reports whether a TLS file is being written in place, and
-// logs that its reading waits, for the listener or block named. A file
-// missing when the watcher found none being written (runWatch) may be
-// back since, its creator at work, half a certificate in: it is read
-// once its writer has closed it (a change the watcher reports). Called
-// under reloadMu, once the files are there.
-func (d *Daemon) certsWriting(kind, name string) bool {
-	if writing, _ := d.certWatcher.writing(); !writing {
+// certsRead reads the TLS files of the listener or block named with
+// read, checked as a reload reads the config (configWatcher.checkedRead
+// over the certificate watcher's files), and reports whether what read
+// read is the files whole; if not, what is in force stays, and the files
+// are read again at their next change, which the watcher reports (a
+// writer closing the file, a rename). A file being written in place (one
+// missing when the watcher found none being written may be back since,
+// its creator at work, half a certificate in) is logged each time; files
+// that keep changing while read (replaced after the check, their writer
+// at work, with half a CA bundle or chain written: it parses) once until
+// they are read whole. Called under reloadMu, once the files are there.
+func (d *Daemon) certsRead(kind, name string, read func()) bool {
+	switch d.certWatcher.checkedRead(kind+" "+name, read) {
+	case readWriting:
+		d.log.Info("tls: certificate file is being written in place: it is read when its writer has closed it", kind, name)
+		return false
+	case readChanging:
+		if !d.certsChanging[name] {
+			d.log.Info("tls: certificate files keep changing while they are read: what is in force stays; they are read at their next change", kind, name)
+			if d.certsChanging == nil {
+				d.certsChanging = map[string]bool{}
+			}
+			d.certsChanging[name] = true
+		}
 		return false
 	}
-	d.log.Info("tls: certificate file is being written in place: it is read when its writer has closed it", kind, name)
+	delete(d.certsChanging, name)
 	return true
 }
 

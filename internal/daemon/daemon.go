@@ -153,7 +153,11 @@ type Daemon struct {
 	descRefused  [sha256.Size]byte // filesDigest of the descriptor files last refused (reloadMu)
 	descMissing  bool              // a descriptor path found missing since they were last read (reloadMu; logged once)
 	certMissing  map[string]bool   // the tls: files found missing since they were last read (reloadMu; logged once)
-	ran          atomic.Bool
+	// certsChanging: the listeners and blocks whose TLS files kept
+	// changing while read since they were last read whole (reloadMu;
+	// logged once).
+	certsChanging map[string]bool
+	ran           atomic.Bool
 	// stopping: the shutdown has begun (or Close was called). A reload
 	// asked for from then on is refused (ErrShuttingDown); one already
 	// applying finishes before the store closes.

@@ -65,10 +65,11 @@ func (d *Daemon) reloadRedisTLS() {
 	if len(paths) == 0 || d.redisTLS.Load() == nil {
 		return
 	}
-	if !d.clientFilesThere("store.redis.tls", "new connections to Redis keep the files read before", paths) {
+	var c *tls.Config
+	var err error
+	if !d.clientFilesRead("store.redis.tls", "new connections to Redis keep the files read before", paths, func() { c, err = loadRedisTLS(d.Config()) }) {
 		return
 	}
-	c, err := loadRedisTLS(d.Config())
 	if err != nil {
 		d.log.Error("store.redis.tls: files not reloaded; new connections to Redis keep the files read before", "err", err)
 		return
