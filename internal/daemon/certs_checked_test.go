@@ -3,12 +3,17 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
@@ -146,6 +151,62 @@ func TestRedisCABundleReplacedAfterCheck(t *testing.T) {
 		t.Errorf("store.redis.tls put in force %d times, want once (the whole bundle; never its half)", n)
 	}
 	if strings.Contains(td.logs.String(), "files not reloaded") {
+		t.Error("a half written file was read and refused")
+	}
+}
+
+// TestXDSCABundleReplacedAfterCheck: grpc.xds.tls.ca, the bundle of the
+// xDS server's CA s, is removed and created again as the bundle of CAs x
+// and s by a writer that writes x's certificate and pauses, after the
+// certificate reload checked that no file is being written and before it
+// reads them. The half bundle (x alone) parses, and a subscription made
+// again with it would fail: it is never put in force; the whole bundle
+// is once the writer has closed the file, and the subscription made
+// again with it gets the server's next version.
+func TestXDSCABundleReplacedAfterCheck(t *testing.T) {
+	r := replaceAfterCheck(t)
+	s, x := tlstest.NewCA(t, "xds-ca"), tlstest.NewCA(t, "other")
+	xs := startXDSServer(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{s.Server(t).TLS},
+		MinVersion:   tls.VersionTLS12,
+	})))
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "xds-ca.pem")
+	mustWrite(t, caFile, bundle(t, s))
+	ed := startXDSDaemon(t, xs, "tls: {ca: "+caFile+", server_name: localhost}")
+	xs.set("v1", rlc("shop", "shop", perDay("tenant", "acme", 3)))
+	xs.waitACK("v1")
+	before := ed.d.xdsTLS.Load()
+
+	r.what, r.path, r.half = "block grpc.xds.tls", caFile, bundle(t, x)
+	close(r.arm)
+	mustWrite(t, filepath.Join(dir, "other"), "x") // an event in its directory: the files read again
+	f := r.writer(t)
+	waitFor(t, "the bundle replaced after the check, half written, its writer at work", func() bool {
+		l := ed.logs.String()
+		return strings.Contains(l, "certificate file is being written in place") || strings.Contains(l, "grpc.xds.tls: files changed")
+	})
+	if ed.d.xdsTLS.Load() != before {
+		t.Fatal("grpc.xds.tls in force changed while its CA bundle was half written: the half is in force")
+	}
+
+	writeRest(t, f, bundle(t, s))
+	waitFor(t, "the whole bundle in force once its writer closed it", func() bool {
+		c := ed.d.xdsTLS.Load()
+		return c.RootCAs != nil && c.RootCAs.Equal(pool(x, s))
+	})
+	xs.waitRequest("the subscription made again with the whole bundle", func(r *discovery.DiscoveryRequest) bool {
+		return r.GetResponseNonce() == "" && r.GetVersionInfo() == "v1"
+	})
+	xs.set("v2", rlc("shop", "shop", perDay("tenant", "acme", 4)))
+	xs.waitACK("v2")
+	if got := ed.limitOf("shop", "tenant", "acme"); got != 4 {
+		t.Errorf("shop tenant=acme limit %d after the new subscription, want 4 (v2)", got)
+	}
+	if n := strings.Count(ed.logs.String(), "grpc.xds.tls: files changed"); n != 1 {
+		t.Errorf("grpc.xds.tls put in force %d times, want once (the whole bundle; never its half)", n)
+	}
+	if strings.Contains(ed.logs.String(), "files not reloaded") {
 		t.Error("a half written file was read and refused")
 	}
 }
