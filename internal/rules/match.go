@@ -299,9 +299,43 @@ func appendValue(b []byte, v string, single bool) []byte {
 // StoreKey returns the store key for a key given by a caller (POST
 // /v1/check): "NAME|FINGERPRINT|KEY", with a KEY longer than MaxKeyLen
 // hashed as KeyFor does. For a rule with one key part, StoreKey(v) is the
-// key KeyFor gives a request whose part has the value v.
+// key KeyFor gives a request whose part has the value v. For a rule keyed
+// by ip alone, a KEY that is an IP address is that client's, counted as
+// KeyFor counts it: by the rule's prefix (an IPv6 address by its /64),
+// without a zone, an IPv4-mapped address as IPv4, whatever its spelling;
+// and so is a prefix the rule's or narrower ("2001:db8:1:2::/64", as
+// KeyFor writes the key). Counted as written, each address of one host's
+// /64 was a fresh count. Any other KEY is taken as it is.
 func (r *Rule) StoreKey(key string) string {
+	if len(r.Key) == 1 && r.Key[0].Kind == PartIP {
+		var ipb [48]byte
+		if v, ok := r.addrKey(ipb[:0], key); ok {
+			return r.head(v)
+		}
+	}
 	return r.head([]byte(key))
+}
+
+// addrKey appends to b the ip key of the client address or prefix s, as
+// KeyFor writes it, or reports false when s is neither, or a prefix wider
+// than the rule counts (it names no one client).
+func (r *Rule) addrKey(b []byte, s string) ([]byte, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return r.ip.AppendKey(b, a), true
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return b, false
+	}
+	a := p.Addr().Unmap()
+	bits := p.Bits()
+	if p.Addr().Is4In6() {
+		bits -= 96
+	}
+	if bits < r.ip.Bits(a) {
+		return b, false
+	}
+	return r.ip.AppendKey(b, a), true
 }
 
 // head bounds the value v and prefixes it with the rule's name and

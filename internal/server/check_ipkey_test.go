@@ -1,0 +1,48 @@
+package server_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// A /v1/check key for a rule keyed by ip is a client address, counted as
+// the rule counts clients: an IPv6 address by its /64, an IPv4-mapped one
+// as the IPv4 address, so that it shares the counter of the requests
+// forward auth (and the proxy) key by that client, as the docs promise.
+// Counted as written, every address of one host's /64 was a fresh count:
+// a gateway asking /v1/check with the client's address let an IPv6 client
+// rotate through its /64 past the limit the rule sets on it.
+func TestCheckIPKeyCountsTheClient(t *testing.T) {
+	f := start(t, memstore.New(memstore.Options{}), "", nil) // login-per-ip: ip, 2/m
+	for _, tc := range []struct {
+		name      string
+		forwarded string   // the client as forward auth is told it, once
+		checked   []string // then asked about by /v1/check: one allowed, then refused
+	}{
+		{"ipv6 /64", "2001:db8:1:2::1", []string{"2001:db8:1:2::2", "2001:db8:1:2:ffff::9"}},
+		{"ipv6 spellings", "2001:db8:5::1", []string{"2001:DB8:5:0:0:0:0:1", "2001:db8:5::0:1"}},
+		{"ipv6 zone", "fe80::1", []string{"fe80::2%eth0", "fe80::3"}},
+		{"ipv4-mapped", "203.0.113.7", []string{"::ffff:203.0.113.7", "203.0.113.7"}},
+		{"the /64 as the proxy writes it", "2001:db8:9:9::1", []string{"2001:db8:9:9::/64", "2001:db8:9:9::5"}},
+	} {
+		hdr := map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-For": tc.forwarded}
+		if resp, body := forwardAuth(t, f, hdr); resp.StatusCode != 200 {
+			t.Fatalf("%s: forward auth for %s: %d %q, want 200", tc.name, tc.forwarded, resp.StatusCode, body)
+		}
+		for i, key := range tc.checked {
+			want := i == 0 // the rule's second of 2/m, then none
+			status, cr := check(t, f, `{"rule":"login-per-ip","key":"`+key+`"}`)
+			if status != 200 || cr.Allowed != want {
+				t.Errorf("%s: /v1/check key %q after forward auth for %s: %d allowed %v, want 200 allowed %v (one client, one count)",
+					tc.name, key, tc.forwarded, status, cr.Allowed, want)
+			}
+		}
+	}
+	// Other clients, and keys that are no address, keep their own counts.
+	for _, key := range []string{"2001:db8:1:3::1", "203.0.113.8", "2001:db8::/48", "unix:", "not an address"} {
+		if status, cr := check(t, f, `{"rule":"login-per-ip","key":"`+key+`"}`); status != 200 || !cr.Allowed || cr.Remaining != 1 {
+			t.Errorf("/v1/check key %q: %d %+v, want 200 allowed with 1 left (a count of its own)", key, status, cr)
+		}
+	}
+}
