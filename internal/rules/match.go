@@ -271,7 +271,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			}
 			multi = multi || more
 		case PartMethod:
-			v = strings.ToUpper(req.Method)
+			v = methodKey(req.Method)
 		case PartPath:
 			v = path
 		}
@@ -284,6 +284,17 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 		return "", &multiValued, false
 	}
 	return r.head(b), nil, true
+}
+
+// methodKey is the value of a method key part: the method in upper case,
+// HEAD as GET. A GET rule applies to HEAD because servers answer it with
+// the GET handler, the same work; counted under a key of its own, HEAD
+// would double a client's allowance of it.
+func methodKey(m string) string {
+	if strings.EqualFold(m, http.MethodHead) {
+		return http.MethodGet
+	}
+	return strings.ToUpper(m)
 }
 
 // appendValue appends a key part's value v to the key b: as it is for a

@@ -56,7 +56,7 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				}
 			}
 		case PartMethod:
-			vs = []string{strings.ToUpper(req.Method)}
+			vs = []string{methodKey(req.Method)}
 		case PartPath:
 			vs = []string{path}
 		}

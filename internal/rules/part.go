@@ -9,7 +9,7 @@ const (
 	PartHeader                     // header:NAME: the first value of request header NAME
 	PartQuery                      // query:NAME: the first value of query parameter NAME
 	PartCookie                     // cookie:NAME: the value of cookie NAME
-	PartMethod                     // method: the request method
+	PartMethod                     // method: the request method, upper case; HEAD counts as GET
 	PartPath                       // path: the request path, cleaned
 )
 
