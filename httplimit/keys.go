@@ -59,11 +59,15 @@ func KeyByClientIP(res clientip.Resolver, p clientip.Prefixes) KeyFunc {
 // key, a tenant id); a request without it, or with an empty value, is not
 // counted by the rule. Give unauthenticated requests a rule of their own
 // (by IP), or they pass this one unlimited. KeyByHeader("Host") reads
-// r.Host, where net/http puts the Host header (as sent, port included).
+// r.Host, where net/http puts the Host header, as the daemon's header:Host
+// counts it: lower-cased, without a port or a final dot
+// ("Shop.Example.com:8000" and "shop.example.com." are
+// "shop.example.com"), since a handler serves every such spelling as the
+// one site, and counted as sent each was a fresh allowance.
 func KeyByHeader(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	if name == "Host" {
-		return func(r *http.Request) (string, bool) { return r.Host, r.Host != "" }
+		return func(r *http.Request) (string, bool) { return rules.HostKey(r.Host), r.Host != "" }
 	}
 	return func(r *http.Request) (string, bool) {
 		vs := r.Header[name]

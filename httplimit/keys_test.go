@@ -44,6 +44,46 @@ func TestKeyByHeaderHost(t *testing.T) {
 	}
 }
 
+// TestKeyByHeaderHostSpellings: a per-host limit counts the host as a
+// server routes on it, as the daemon's header:Host does. net/http hands
+// r.Host on as the client wrote it, and a handler serves
+// "A.Example:8000" and "a.example." as "a.example": counted as written,
+// each spelling was a fresh allowance of the one site's limit.
+func TestKeyByHeaderHostSpellings(t *testing.T) {
+	lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	srv, hits := server(t, httplimit.Options{Limiter: lim, Name: "per-host", KeyFunc: httplimit.KeyByHeader("Host")})
+	for i, host := range []string{"a.example", "A.Example", "a.example:8000", "a.example.", "A.EXAMPLE.:80", "b.example", "[2001:DB8::1]", "[2001:db8::1]:80"} {
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := 429
+		if i == 0 || host == "b.example" || host == "[2001:DB8::1]" {
+			want = 200 // each site's first
+		}
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+	if hits.Load() != 3 {
+		t.Errorf("next handler reached %d times, want 3 (one per site)", hits.Load())
+	}
+	// The key function itself: the daemon's form.
+	for host, want := range map[string]string{"Shop.Example.com:8000": "shop.example.com", "shop.example.com.": "shop.example.com", "[::1]:80": "[::1]"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Host = host
+		if got, ok := httplimit.KeyByHeader("host")(r); !ok || got != want {
+			t.Errorf("KeyByHeader(\"host\") of Host %q = %q, %v; want %q", host, got, ok, want)
+		}
+	}
+}
+
 // keyStore records the keys a store is asked about.
 type keyStore struct {
 	sluice.Store

@@ -2,7 +2,7 @@ package rules
 
 import "strings"
 
-// hostKey returns the form of a request's Host that a header:Host key
+// HostKey returns the form of a request's Host that a header:Host key
 // part counts: the host as a server routes on it, written as nginx's
 // $host writes it — ASCII letters lower-cased, a port (":8000", or a
 // bare ":") and one final dot removed. net/http, Caddy and Traefik pass
@@ -12,7 +12,7 @@ import "strings"
 // Host left empty by this (":80", ".") is kept as it came, so that it is
 // still counted. An already lower-case Host without a port or final dot
 // is returned as it is, without allocating.
-func hostKey(h string) string {
+func HostKey(h string) string {
 	s := h
 	if strings.HasPrefix(s, "[") { // an IPv6 literal, its port after ']'
 		if j := strings.IndexByte(s, ']'); j > 0 && port(s[j+1:]) {

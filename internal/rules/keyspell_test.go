@@ -109,15 +109,15 @@ func FuzzHostKey(f *testing.F) {
 		return string(b)
 	}
 	f.Fuzz(func(t *testing.T, h string) {
-		k := hostKey(h)
+		k := HostKey(h)
 		if h != "" && k == "" {
-			t.Fatalf("hostKey(%q) is empty", h)
+			t.Fatalf("HostKey(%q) is empty", h)
 		}
-		if k2 := hostKey(upper(h)); k2 != k {
-			t.Fatalf("hostKey(%q) = %q, but of %q it is %q", h, k, upper(h), k2)
+		if k2 := HostKey(upper(h)); k2 != k {
+			t.Fatalf("HostKey(%q) = %q, but of %q it is %q", h, k, upper(h), k2)
 		}
 		if strings.ContainsAny(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
-			t.Fatalf("hostKey(%q) = %q, with upper case", h, k)
+			t.Fatalf("HostKey(%q) = %q, with upper case", h, k)
 		}
 	})
 }

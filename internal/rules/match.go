@@ -224,7 +224,7 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			continue
 		case PartHeader:
 			if p.Name == "Host" { // net/http moves it out of Header
-				v = hostKey(req.Host)
+				v = HostKey(req.Host)
 				break
 			}
 			vs := req.Header[p.Name]

@@ -35,7 +35,7 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 			vs = []string{string(r.ip.AppendKey(ipb[:0], ip))}
 		case PartHeader:
 			if p.Name == "Host" {
-				vs = []string{hostKey(req.Host)}
+				vs = []string{HostKey(req.Host)}
 				break
 			}
 			for _, v := range req.Header[p.Name] {
