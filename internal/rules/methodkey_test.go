@@ -1,6 +1,9 @@
 package rules
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 // A method key part counts HEAD as GET: a GET rule applies to HEAD
 // because servers answer it with the GET handler (the same work), and
@@ -41,4 +44,39 @@ func TestMethodKeyCountsHeadAsGet(t *testing.T) {
 	if p, g := keys("POST")["any"], get["any"]; len(p) != 1 || p[0] == g[0] {
 		t.Errorf("POST keys %q beside GET's %q: want a key of its own", p, g)
 	}
+}
+
+// FuzzStoreKeyIP: for a rule keyed by ip, a caller's key that is an
+// address counts as a request from that address (KeyFor), a prefix as
+// the key KeyFor writes for the addresses in it, and any other key as
+// written; the key StoreKey writes for an address is its own fixed
+// point, so no spelling of a client is a second count.
+func FuzzStoreKeyIP(f *testing.F) {
+	for _, s := range []string{"203.0.113.7", "::ffff:203.0.113.7", "2001:db8:1:2::9", "2001:DB8:1:2::/64", "fe80::1%eth0", "2001:db8::/48", "::ffff:10.0.0.0/104", "unix:", "k"} {
+		f.Add(s)
+	}
+	r := mustCompile(f, Spec{Name: "ip", Rate: "1/s", Key: []string{"ip"}}).Rules[0]
+	head := len(r.keyHead)
+	f.Fuzz(func(t *testing.T, s string) {
+		got := r.StoreKey(s)
+		if a, err := netip.ParseAddr(s); err == nil {
+			if want, ok := r.KeyFor(request("GET", "/"), a); !ok || got != want {
+				t.Fatalf("StoreKey(%q) = %q, want KeyFor's %q (%v)", s, got, want, ok)
+			}
+		} else if p, err := netip.ParsePrefix(s); err != nil {
+			if got != r.head([]byte(s)) {
+				t.Fatalf("StoreKey(%q) = %q, want it as written", s, got)
+			}
+			return
+		} else if got != r.head([]byte(s)) {
+			if want, _ := r.KeyFor(request("GET", "/"), p.Addr()); got != want {
+				t.Fatalf("StoreKey(%q) = %q, want KeyFor's %q for %v", s, got, want, p.Addr())
+			}
+		}
+		if len(got) > head && got[head] != '#' {
+			if again := r.StoreKey(got[head:]); again != got {
+				t.Fatalf("StoreKey(%q) = %q, but StoreKey(%q) = %q", s, got, got[head:], again)
+			}
+		}
+	})
 }
