@@ -47,7 +47,9 @@
 //     (fast.go: the request written straight onto a pooled HTTP/1.1
 //     connection in the handler's goroutine); every other request by
 //     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
-//     headers (and those Connection names) both ways, bound the upstream's
+//     headers (and those Connection names) both ways (a request's trailer
+//     goes without them, and without the fields RFC 9110 §6.5.1 keeps out
+//     of a trailer: rewrite), bound the upstream's
 //     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
 //     request paths to the upstream URL's path the same way. The headers
 //     an upstream answer's Connection names are dropped also when it says

@@ -7,6 +7,8 @@ import (
 	"net/http/httputil"
 	"net/netip"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/listener"
@@ -85,9 +87,16 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
+		conn := hop.NewNames(pr.In.Header["Connection"])
 		for k := range t {
-			if proxyHeader(k) || underscoredHop(k) || clientIPHeader(k) {
-				delete(t, k) // as in the head: a trailer must not say who the client is, or pass for a replay, either
+			// Not what the head goes without (hop-by-hop, Host, the
+			// proxy's own, a client address), nor what a trailer must
+			// not carry (RFC 9110 §6.5.1: Authorization, Host, framing,
+			// request modifiers), which an upstream that merges its
+			// trailer into its headers would take for the request's own,
+			// unseen by any rule.
+			if dropRequestHeader(k, conn) || clientIPHeader(k) || !httpguts.ValidTrailerHeader(k) {
+				delete(t, k)
 			}
 		}
 		info.body.in, info.body.out = pr.In.Trailer, t
