@@ -152,6 +152,10 @@ func readHead(c net.Conn) {
 // the client's to write, one a connection. Its header bound is a served
 // connection's (net/http's default), and bounds what a refused
 // connection's decoded header lists hold, however compressed they came.
+// (x/net's http2 over Go 1.27's net/http serves a ServeConn given a
+// BaseConfig through a copy of it, which base.Shutdown would not reach:
+// TestRefusedH2Steady and TestRefusedH2ManyLongRequests fail if no GOAWAY
+// comes.)
 func newH2Refuser() (*http2.Server, *http.Server, func()) {
 	h2 := &http2.Server{
 		MaxReadFrameSize:             16 << 10,
