@@ -20,7 +20,8 @@ import (
 // and returns l. On a plaintext listener the answer is HTTP/1.1; under
 // TLS (TLS, which wraps l) the handshake is done first, with the
 // listener's own configuration, and the answer is HTTP/2 if the client
-// chose it, HTTP/1.1 otherwise. A gateway asking the decision API
+// chose it (each request it sends, until the connection's graceful end:
+// refuseH2), HTTP/1.1 otherwise. A gateway asking the decision API
 // (nginx's auth_request, Caddy's forward_auth) takes a closed connection
 // for Sluice down, which its fail-open configs let through unlimited:
 // clients that fill the cap with requests a delay rule holds would pass
