@@ -64,10 +64,24 @@ func KeyByClientIP(res clientip.Resolver, p clientip.Prefixes) KeyFunc {
 // ("Shop.Example.com:8000" and "shop.example.com." are
 // "shop.example.com"), since a handler serves every such spelling as the
 // one site, and counted as sent each was a fresh allowance.
+// KeyByHeader("Authorization") (and "Proxy-Authorization") counts the
+// credential, as the daemon's header:Authorization does: the scheme in
+// any case and a Basic credential's base64 in any spelling that decodes
+// alike ("basic dXNlcjpwYXNzMR==" is "Basic dXNlcjpwYXNzMQ=="), since
+// r.BasicAuth and other servers read them as one.
 func KeyByHeader(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	if name == "Host" {
+	switch name {
+	case "Host":
 		return func(r *http.Request) (string, bool) { return rules.HostKey(r.Host), r.Host != "" }
+	case "Authorization", "Proxy-Authorization":
+		return func(r *http.Request) (string, bool) {
+			vs := r.Header[name]
+			if len(vs) == 0 || vs[0] == "" {
+				return "", false
+			}
+			return rules.AuthorizationKey(vs[0]), true
+		}
 	}
 	return func(r *http.Request) (string, bool) {
 		vs := r.Header[name]

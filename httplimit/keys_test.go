@@ -84,6 +84,46 @@ func TestKeyByHeaderHostSpellings(t *testing.T) {
 	}
 }
 
+// TestKeyByHeaderAuthorizationSpellings: a per-credential limit counts
+// the credential, not its spelling. The handler's own r.BasicAuth reads
+// "basic" as "Basic" and "MR==" as "MQ==" (bits past the last byte), so
+// counted as written each spelling of one password was a fresh allowance.
+func TestKeyByHeaderAuthorizationSpellings(t *testing.T) {
+	lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	var users sync.Map
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		users.Store(u+":"+p, ok)
+	})
+	srv := httptest.NewServer(httplimit.Middleware(httplimit.Options{Limiter: lim, Name: "per-cred", KeyFunc: httplimit.KeyByHeader("Authorization")})(next))
+	t.Cleanup(srv.Close)
+	for i, auth := range []string{"Basic dXNlcjpwYXNzMQ==", "basic dXNlcjpwYXNzMQ==", "BASIC dXNlcjpwYXNzMR==", "Basic dXNlcjpwYXNzMR==",
+		"Bearer tok", "bearer tok", "BEARER tok"} {
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := 429
+		if i == 0 || i == 4 { // each credential's first
+			want = 200
+		}
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
+		}
+	}
+	n := 0
+	users.Range(func(k, v any) bool { n++; return true })
+	if _, ok := users.Load("user:pass1"); !ok || n != 2 {
+		t.Errorf("the handler saw %d credentials, want user:pass1 and the bearer's empty one", n)
+	}
+}
+
 // keyStore records the keys a store is asked about.
 type keyStore struct {
 	sluice.Store

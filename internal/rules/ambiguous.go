@@ -300,6 +300,16 @@ func allSame(vs []string) bool {
 	return true
 }
 
+// allSameAs reports whether every value of vs is v once read by key.
+func allSameAs(vs []string, v string, key func(string) string) bool {
+	for _, x := range vs {
+		if key(x) != v {
+			return false
+		}
+	}
+	return true
+}
+
 // appendNew appends v to the distinct values vs unless it is there
 // already, looking it up in seen once vs holds more than a few (seen is
 // made then, and returned for the next call): a request sending a

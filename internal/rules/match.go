@@ -238,6 +238,11 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 				multi = true
 			}
 			v = vs[0]
+			if authorizationHeader(p.Name) {
+				// One credential under several spellings is one value.
+				v = AuthorizationKey(v)
+				multi = multi && !allSameAs(vs, v, AuthorizationKey)
+			}
 		case PartQuery:
 			if req.URL == nil {
 				return "", nil, false
@@ -317,11 +322,20 @@ func appendValue(b []byte, v string, single bool) []byte {
 // and so is a prefix the rule's or narrower ("2001:db8:1:2::/64", as
 // KeyFor writes the key). Counted as written, each address of one host's
 // /64 was a fresh count. Any other KEY is taken as it is.
+//
+// For a rule keyed by header:Authorization (or Proxy-Authorization) alone,
+// KEY is read as AuthorizationKey reads the header, so that it counts the
+// credential as requests carrying it do.
 func (r *Rule) StoreKey(key string) string {
-	if len(r.Key) == 1 && r.Key[0].Kind == PartIP {
-		var ipb [48]byte
-		if v, ok := r.addrKey(ipb[:0], key); ok {
-			return r.head(v)
+	if len(r.Key) == 1 {
+		switch p := r.Key[0]; {
+		case p.Kind == PartIP:
+			var ipb [48]byte
+			if v, ok := r.addrKey(ipb[:0], key); ok {
+				return r.head(v)
+			}
+		case p.Kind == PartHeader && authorizationHeader(p.Name):
+			key = AuthorizationKey(key)
 		}
 	}
 	return r.head([]byte(key))

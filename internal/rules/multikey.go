@@ -39,6 +39,9 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				break
 			}
 			for _, v := range req.Header[p.Name] {
+				if authorizationHeader(p.Name) {
+					v = AuthorizationKey(v)
+				}
 				vs = addValue(vs, v)
 			}
 		case PartQuery:

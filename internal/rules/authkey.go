@@ -1,0 +1,104 @@
+package rules
+
+import (
+	"encoding/base64"
+	"strings"
+)
+
+// AuthorizationKey returns the form of an Authorization (or
+// Proxy-Authorization) value that a key part counts: the credential, not
+// its spelling. Servers read the scheme in any case (RFC 9110, 11.1) and
+// with any blanks around the credentials, and a Basic credential's base64
+// leniently: Go's Request.BasicAuth takes "basic" and bits past the last
+// byte ("MR==" for "MQ=="), Python's b64decode skips characters outside
+// the alphabet and text after the padding. Counted as written, each
+// spelling of one credential was a fresh count. So the scheme is written
+// with its first letter in upper case and the rest in lower case
+// ("Bearer", "Basic"), one space before the credentials, and a Basic
+// credential as the base64 of what it decodes to (its alphabet's
+// characters up to the first '=', the last bits dropped), unless it
+// decodes to nothing. Other credentials (tokens) are case-sensitive and
+// kept as they are. A value already in this form is returned as it is,
+// without allocating, unless its scheme is Basic.
+func AuthorizationKey(v string) string {
+	s := trimBlanks(v)
+	scheme, cred := s, ""
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		scheme, cred = s[:i], trimBlanks(s[i+1:])
+	}
+	if strings.EqualFold(scheme, "Basic") {
+		cred = basicCredential(cred)
+	}
+	if canonicalScheme(scheme) && len(s) == len(v) && (cred == "" && scheme == s || len(scheme)+1+len(cred) == len(s) && s[len(scheme)] == ' ' && s[len(scheme)+1:] == cred) {
+		return v
+	}
+	b := make([]byte, 0, len(scheme)+1+len(cred))
+	for i := 0; i < len(scheme); i++ {
+		c := scheme[i]
+		switch {
+		case i == 0 && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case i > 0 && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	if cred != "" {
+		b = append(b, ' ')
+		b = append(b, cred...)
+	}
+	return string(b)
+}
+
+// authorizationHeader reports whether name (canonical) is a header whose
+// values AuthorizationKey reads.
+func authorizationHeader(name string) bool {
+	return name == "Authorization" || name == "Proxy-Authorization"
+}
+
+// canonicalScheme reports whether scheme is written as AuthorizationKey
+// writes it: its first letter upper case, its others lower case.
+func canonicalScheme(scheme string) bool {
+	for i := 0; i < len(scheme); i++ {
+		c := scheme[i]
+		if i == 0 && 'a' <= c && c <= 'z' || i > 0 && 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// basicCredential returns Basic credentials cred as the standard base64
+// (padded) of the bytes they decode to, read leniently: the characters
+// of the alphabet up to the first '=', the bits past the last byte
+// dropped. cred is returned as it is when it holds no such character, or
+// a number of them that decodes to no whole byte.
+func basicCredential(cred string) string {
+	var data []byte
+	for i := 0; i < len(cred); i++ {
+		c := cred[i]
+		if c == '=' {
+			break
+		}
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' {
+			data = append(data, c)
+		}
+	}
+	if len(data) == 0 || len(data)%4 == 1 {
+		return cred
+	}
+	raw := make([]byte, base64.RawStdEncoding.DecodedLen(len(data)))
+	n, err := base64.RawStdEncoding.Decode(raw, data)
+	if err != nil {
+		return cred
+	}
+	if out := base64.StdEncoding.EncodeToString(raw[:n]); out != cred {
+		return out
+	}
+	return cred
+}
+
+// trimBlanks removes the spaces and tabs around s.
+func trimBlanks(s string) string {
+	return strings.Trim(s, " \t")
+}
