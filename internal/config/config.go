@@ -267,7 +267,7 @@ func (c *Config) RuleSet() (*rules.Set, error) {
 }
 
 func (c *Config) validate(lines map[string]int, expanded map[string]string) error {
-	ck := &checker{file: c.File, lines: lines, rules: c.Rules, expanded: expanded, listeners: map[string]string{}}
+	ck := &checker{file: c.File, lines: lines, rules: c.Rules, expanded: expanded}
 	ck.listen("listen", c.Listen, true)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -300,7 +300,7 @@ type checker struct {
 	rules     []rules.Spec      // their Lines hold the lines of the keys below them
 	expanded  map[string]string // key path → its text, when it took an environment variable
 	errs      rules.ParseErrors
-	listeners map[string]string // address → key, to refuse one address twice
+	listeners []listenAt // those met so far, to refuse two that cannot both bind
 }
 
 func (ck *checker) fail(key, format string, args ...any) {
@@ -320,15 +320,17 @@ func (ck *checker) listen(key, addr string, unixOK bool) {
 	if msg := listenProblem(addr, unixOK); msg != "" {
 		ck.fail(key, "%q: %s", redact(addr), msg)
 	}
-	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
-		return
+	for _, l := range ck.listeners {
+		if listenClash(l.addr, addr) {
+			ck.fail(key, "%q is already used by %s%s", redact(addr), l.key, clashNote(l.addr, addr))
+			break
+		}
 	}
-	at := sameListen(addr)
-	if other, dup := ck.listeners[at]; dup {
-		ck.fail(key, "%q is already used by %s", redact(addr), other)
-	}
-	ck.listeners[at] = key
+	ck.listeners = append(ck.listeners, listenAt{key, addr})
 }
+
+// listenAt is a listen address and its key, as checker.listen met it.
+type listenAt struct{ key, addr string }
 
 // between checks lo ≤ x ≤ hi.
 func (ck *checker) between(key string, x, lo, hi time.Duration) {

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 )
 
 // Overrides are listen addresses given on the command line (sluice serve
@@ -45,18 +44,18 @@ func (o Overrides) Apply(c *Config) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	seen := map[string]string{}
-	for _, l := range []struct{ key, addr string }{{"listen", c.Listen}, {"proxy.listen", proxyListen(c)}, {"grpc.listen", grpcListen(c)}} {
+	var seen []listenAt
+	for _, l := range []listenAt{{"listen", c.Listen}, {"proxy.listen", proxyListen(c)}, {"grpc.listen", grpcListen(c)}} {
 		if l.addr == "" {
 			continue
 		}
-		if _, port, _ := net.SplitHostPort(l.addr); port == "0" {
-			continue
+		for _, o := range seen {
+			if listenClash(o.addr, l.addr) {
+				errs = append(errs, fmt.Errorf("%s and %s would both listen on %s%s", o.key, l.key, l.addr, clashNote(o.addr, l.addr)))
+				break
+			}
 		}
-		if other, dup := seen[sameListen(l.addr)]; dup {
-			errs = append(errs, fmt.Errorf("%s and %s would both listen on %s", other, l.key, l.addr))
-		}
-		seen[sameListen(l.addr)] = l.key
+		seen = append(seen, l)
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -142,4 +143,66 @@ func (c *Config) UnixWarnings() []*rules.ParseError {
 	return []*rules.ParseError{{File: c.File, Line: c.Line("listen"), Key: "listen",
 		Msg: "warning: the decision API is on a Unix socket and client_ip.trusted_proxies has no \"unix:\" entry, so the X-Forwarded-For of a gateway on the socket is not believed and " +
 			"rules keyed by ip (" + strings.Join(names, ", ") + ") count every forward-auth client of the socket as one (key \"unix:\"); add \"unix:\" to trusted_proxies"}}
+}
+
+// listenClash reports whether listeners on a and b cannot both bind:
+// one Unix socket path, or one TCP port (not 0) on one address, written
+// alike or not (127.0.0.1 and ::ffff:127.0.0.1, 8080 and 08080), or on
+// a wildcard address (":8080", 0.0.0.0, ::), which takes the port on
+// every address, IPv4 and IPv6 alike. Host names are compared as
+// written: resolving them is for the bind.
+func listenClash(a, b string) bool {
+	if sameListen(a) == sameListen(b) {
+		return !zeroPort(a)
+	}
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := strconv.Atoi(pa)
+	nb, errB := strconv.Atoi(pb)
+	if errA != nil || errB != nil || na != nb || na == 0 {
+		return false
+	}
+	ia, ipA := listenIP(ha)
+	ib, ipB := listenIP(hb)
+	switch {
+	case ipA && ia.IsUnspecified(), ipB && ib.IsUnspecified():
+		return true
+	case ipA && ipB:
+		return ia == ib
+	}
+	return strings.EqualFold(ha, hb)
+}
+
+// listenIP parses host, a listen address's host, as an IP address, IPv4
+// in IPv6 unmapped; "" is the wildcard.
+func listenIP(host string) (netip.Addr, bool) {
+	if host == "" {
+		return netip.IPv6Unspecified(), true
+	}
+	ip, err := netip.ParseAddr(host)
+	return ip.Unmap(), err == nil
+}
+
+// zeroPort reports whether addr is host:0, a port the system picks.
+func zeroPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+// clashNote says why listeners on a and b clash when they are not
+// written alike: "" when they are.
+func clashNote(a, b string) string {
+	if sameListen(a) == sameListen(b) {
+		return ""
+	}
+	for _, addr := range []string{a, b} {
+		host, port, err := net.SplitHostPort(addr)
+		if ip, ok := listenIP(host); err == nil && ok && ip.IsUnspecified() {
+			return fmt.Sprintf(" (%q listens on port %s on every address)", addr, port)
+		}
+	}
+	return " (the same address and port)"
 }
