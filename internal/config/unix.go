@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -56,7 +57,26 @@ func unixProblem(path string) string {
 	case !fi.IsDir():
 		return "the socket's directory " + dir + " is not a directory"
 	}
+	// serve replaces a socket left by a daemon killed before it removed
+	// it, and refuses to start over anything else.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+		return path + " is not a socket (" + fileKind(fi.Mode()) + "); it is left alone: remove it, or pick another path"
+	}
 	return ""
+}
+
+// fileKind names the kind of file of mode m: "a regular file", "a
+// directory", "a symbolic link".
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "a " + m.Type().String() + " file"
 }
 
 // listenProblem returns what is wrong with the listen address addr of a

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,9 @@ func TestUnixListenProblems(t *testing.T) {
 		{"too long", long, "127.0.0.1:0", "", []string{"listen", "longer than", "107"}},
 		{"no directory", "unix:" + dir + "/nope/api.sock", "127.0.0.1:0", "", []string{"listen", "nope", "no such file or directory"}},
 		{"directory is a file", "unix:" + dir + "/ratelimit.yaml/api.sock", "127.0.0.1:0", "", []string{"listen", "not a directory"}},
+		{"path is a file", "unix:" + dir + "/ratelimit.yaml", "127.0.0.1:0", "", []string{"listen", dir + "/ratelimit.yaml is not a socket (a regular file)", "remove it, or pick another path"}},
+		{"path is a directory", "unix:" + dir, "127.0.0.1:0", "", []string{"listen", "is not a socket (a directory)"}},
+		{"grpc path is a file", "127.0.0.1:0", "unix:" + dir + "/ratelimit.yaml", "", []string{"grpc.listen", "is not a socket (a regular file)"}},
 		{"twice", "unix:" + dir + "/a.sock", "unix:" + dir + "/a.sock", "", []string{"grpc.listen", "already used by listen"}},
 		{"twice, spelled apart", "unix:" + dir + "/a.sock", "unix:" + dir + "//./a.sock", "", []string{"grpc.listen", "already used by listen"}},
 		{"proxy", "127.0.0.1:0", "127.0.0.1:0", "proxy: {listen: unix:" + dir + "/p.sock, upstream: http://127.0.0.1:9000}\n",
@@ -67,6 +71,25 @@ func TestUnixListenProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnixListenStaleSocket: a socket left at the path (by a daemon
+// killed before it removed it) is taken: serve replaces it.
+func TestUnixListenStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "api.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("no stale socket at %s: %v", path, err)
+	}
+	if _, err := Parse("u.yaml", []byte(unixConfig(t, dir, "unix:"+path, "127.0.0.1:0", ""))); err != nil {
+		t.Errorf("Parse refused a stale socket at the path: %v", err)
 	}
 }
 

@@ -208,21 +208,27 @@ func TestUnixPathTaken(t *testing.T) {
 	}
 	defer ln.Close()
 	file := filepath.Join(dir, "file.sock")
+	cases := []struct {
+		path string
+		want string
+		cfg  *config.Config
+	}{
+		{live, "another process listens on " + live, nil},
+		{file, file + " is not a socket", nil},
+	}
+	// Parsed before the file is made: Parse refuses a path that is not
+	// a socket too, and the daemon checks again when it binds.
+	for i := range cases {
+		var err error
+		if cases[i].cfg, err = config.Parse("u.yaml", []byte("listen: unix:"+cases[i].path+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		path string
-		want string
-	}{
-		{live, "another process listens on " + live},
-		{file, file + " is not a socket"},
-	} {
-		cfg, err := config.Parse("u.yaml", []byte("listen: unix:"+tc.path+"\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(cfg, Options{})
+	for _, tc := range cases {
+		d, err := New(tc.cfg, Options{})
 		if err == nil {
 			d.Close()
 			t.Fatalf("New on %s: started", tc.path)
