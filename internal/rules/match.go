@@ -323,9 +323,13 @@ func appendValue(b []byte, v string, single bool) []byte {
 // KeyFor writes the key). Counted as written, each address of one host's
 // /64 was a fresh count. Any other KEY is taken as it is.
 //
-// For a rule keyed by header:Authorization (or Proxy-Authorization) alone,
-// KEY is read as AuthorizationKey reads the header, so that it counts the
-// credential as requests carrying it do.
+// The other parts a rule's one key part can be that have spellings are
+// read as a request's are, so that a gateway passing each request's value
+// on shares the count of requests with it, and a client spelling it
+// another way gets no fresh count: a path ("/"…) in its canonical form
+// (case folded for a case_insensitive rule), a Host as HostKey writes it,
+// a method as the method part counts it (upper case, HEAD as GET), an
+// Authorization (or Proxy-Authorization) value as AuthorizationKey does.
 func (r *Rule) StoreKey(key string) string {
 	if len(r.Key) == 1 {
 		switch p := r.Key[0]; {
@@ -334,6 +338,12 @@ func (r *Rule) StoreKey(key string) string {
 			if v, ok := r.addrKey(ipb[:0], key); ok {
 				return r.head(v)
 			}
+		case p.Kind == PartPath && strings.HasPrefix(key, "/"):
+			key = r.canonical(key)
+		case p.Kind == PartMethod:
+			key = methodKey(key)
+		case p.Kind == PartHeader && p.Name == "Host":
+			key = HostKey(key)
 		case p.Kind == PartHeader && authorizationHeader(p.Name):
 			key = AuthorizationKey(key)
 		}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/rules"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -44,5 +45,51 @@ func TestCheckIPKeyCountsTheClient(t *testing.T) {
 		if status, cr := check(t, f, `{"rule":"login-per-ip","key":"`+key+`"}`); status != 200 || !cr.Allowed || cr.Remaining != 1 {
 			t.Errorf("/v1/check key %q: %d %+v, want 200 allowed with 1 left (a count of its own)", key, status, cr)
 		}
+	}
+}
+
+// The same holds for the other parts a rule's single key can be that have
+// spellings: a /v1/check key for a rule keyed by path, header:Host or
+// method is read as a request's part is, so a gateway that passes each
+// request's path, host or method on shares forward auth's count, and a
+// client that spells them another way (/login/, //login, /%6Cogin;
+// A.Example:8000; head) gets no fresh count.
+func TestCheckKeyReadAsTheRequestPart(t *testing.T) {
+	srv := forwardAuthServer(t,
+		rules.Spec{Name: "route", Key: []string{"path"}, Rate: "2/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "site", Key: []string{"header:Host"}, Rate: "2/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "verb", Key: []string{"method"}, Rate: "2/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "cred", Key: []string{"header:Authorization"}, Rate: "2/m", Algorithm: "fixed_window"},
+	)
+	f := &fixture{srv: srv}
+	hdr := map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/login", "X-Forwarded-Host": "a.example", "Authorization": "Bearer t"}
+	if resp, body := forwardAuth(t, f, hdr); resp.StatusCode != 200 {
+		t.Fatalf("forward auth: %d %q", resp.StatusCode, body)
+	}
+	for _, tc := range []struct {
+		rule string
+		keys []string // one allowed, then refused
+	}{
+		{"route", []string{"/login/", "//a/../login"}},
+		{"site", []string{"A.Example:8000", "a.example."}},
+		{"verb", []string{"post", "POST"}},
+		{"cred", []string{"bearer t", "BEARER  t"}},
+	} {
+		for i, key := range tc.keys {
+			status, cr := check(t, f, `{"rule":"`+tc.rule+`","key":"`+key+`"}`)
+			if want := i == 0; status != 200 || cr.Allowed != want {
+				t.Errorf("rule %s: /v1/check key %q after forward auth: %d allowed %v, want 200 allowed %v (one value, one count)", tc.rule, key, status, cr.Allowed, want)
+			}
+		}
+	}
+	// HEAD is GET's count, as for requests.
+	for i, key := range []string{"GET", "head", "HEAD"} {
+		if status, cr := check(t, f, `{"rule":"verb","key":"`+key+`"}`); status != 200 || cr.Allowed != (i < 2) {
+			t.Errorf("rule verb: /v1/check key %q: %d allowed %v, want allowed %v", key, status, cr.Allowed, i < 2)
+		}
+	}
+	// A key that is no path stays as written.
+	if status, cr := check(t, f, `{"rule":"route","key":"login"}`); status != 200 || !cr.Allowed || cr.Remaining != 1 {
+		t.Errorf("rule route: /v1/check key \"login\": %d %+v, want allowed with 1 left", status, cr)
 	}
 }
