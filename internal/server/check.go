@@ -32,7 +32,10 @@ type checkRequest struct {
 // (rules.Rule.StoreKey: the rule's name and fingerprint, hashed when long),
 // so it never collides with another rule's counters. For a rule with one
 // key part, it shares the counter of the requests the proxy keys with that
-// value. The decision never waits: a leaky bucket's shaping delay is
+// value, read as that part of a request is (an ip rule's address by the
+// rule's prefix, a path in its canonical form, a Host, method or
+// Authorization value as the rule counts it), so that no spelling of it
+// is a fresh count. The decision never waits: a leaky bucket's shaping delay is
 // reported as "delay_ms" (present only when positive), for the caller to
 // wait out.
 //
