@@ -48,8 +48,9 @@
 //     connection in the handler's goroutine); every other request by
 //     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
 //     headers (and those Connection names) both ways (a request's trailer
-//     goes without them, and without the fields RFC 9110 §6.5.1 keeps out
-//     of a trailer: rewrite), bound the upstream's
+//     goes without them, without the fields RFC 9110 §6.5.1 keeps out of a
+//     trailer, and without the headers a rule in force reads: trailers.go),
+//     bound the upstream's
 //     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
 //     request paths to the upstream URL's path the same way. The headers
 //     an upstream answer's Connection names are dropped also when it says
@@ -359,7 +360,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(ms) == 0 {
-		p.forward(w, r, ip, nil)
+		p.forward(w, r, ip, e, nil)
 		return
 	}
 	var res engine.Result
@@ -401,7 +402,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if res.Rule == nil {
 		rp = nil
 	}
-	if p.forward(w, r, ip, rp) {
+	if p.forward(w, r, ip, e, rp) {
 		e.ClientGone(ms, metrics.GoneUpstream)
 	}
 }
@@ -416,9 +417,10 @@ func delays(ms []rules.Match) bool {
 	return false
 }
 
-// forward sends r to the upstream and relays its answer; it reports
-// whether r's client went away before the answer came (answered 499).
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, res *engine.Result) (gone bool) {
+// forward sends r to the upstream and relays its answer; e is the engine
+// that decided it. It reports whether r's client went away before the
+// answer came (answered 499).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, e *engine.Engine, res *engine.Result) (gone bool) {
 	fast := p.fastPath(r)
 	if !fast && r.Header["Upgrade"] != nil {
 		if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
@@ -433,7 +435,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, r
 	if fast {
 		return p.fastForward(w, r, ip, res)
 	}
-	info := &forwardInfo{ip: ip, w: w.Header()}
+	info := &forwardInfo{ip: ip, w: w.Header(), rules: e.Rules()}
 	info.cw = relayWriter{ResponseWriter: w, info: info, http10: !r.ProtoAtLeast(1, 1)}
 	if res != nil {
 		// The context carries a copy, so that the caller's Result stays

@@ -7,11 +7,10 @@ import (
 	"net/http/httputil"
 	"net/netip"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
 // The ReverseProxy path (forward): what the proxy knows of the request
@@ -35,6 +34,9 @@ type forwardInfo struct {
 	names headNames
 	trace httptrace.ClientTrace
 	gone  bool // the client went away before the answer came (upstreamError)
+	// rules are the rules in force that decided the request: the fields
+	// they read do not go upstream in its trailer (rewrite).
+	rules *rules.Set
 }
 
 // relayWriter is the client's ResponseWriter as ReverseProxy writes to
@@ -88,14 +90,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	delete(h, "Http2-Settings") // hop-by-hop (h2c.go); ReverseProxy drops it only when Connection names it
 	if t := pr.Out.Trailer; len(t) > 0 && info.body != nil {
 		conn := hop.NewNames(pr.In.Header["Connection"])
+		var buf [8]string
+		read := ruleFields(info.rules, buf[:0])
 		for k := range t {
 			// Not what the head goes without (hop-by-hop, Host, the
 			// proxy's own, a client address), nor what a trailer must
 			// not carry (RFC 9110 §6.5.1: Authorization, Host, framing,
-			// request modifiers), which an upstream that merges its
-			// trailer into its headers would take for the request's own,
-			// unseen by any rule.
-			if dropRequestHeader(k, conn) || clientIPHeader(k) || !httpguts.ValidTrailerHeader(k) {
+			// request modifiers), nor what a rule reads (an API key,
+			// the Cookie), which an upstream that merges its trailer
+			// into its headers would take for the request's own,
+			// unseen by any rule (trailers.go).
+			if proxyHeader(k) || clientIPHeader(k) || dropTrailerField(k, conn) || fieldIn(k, read) {
 				delete(t, k)
 			}
 		}
