@@ -232,6 +232,9 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	if res != nil {
 		res.SetHeaders(h)
 	}
+	if len(resp.Trailer) > 0 {
+		dropTrailers(resp.Trailer, conn) // those it declares (trailers.go)
+	}
 	announced := len(resp.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -249,6 +252,9 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	}
 	// resp may be c's own: nothing of it is read once c is pooled.
 	trailer := resp.Trailer
+	if len(trailer) > 0 {
+		dropTrailers(trailer, conn) // all it sent, declared or not
+	}
 	if reuse {
 		p.pool.put(c, now)
 	} else {

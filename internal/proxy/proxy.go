@@ -47,10 +47,10 @@
 //     (fast.go: the request written straight onto a pooled HTTP/1.1
 //     connection in the handler's goroutine); every other request by
 //     httputil.ReverseProxy over net/http's Transport. Both drop hop-by-hop
-//     headers (and those Connection names) both ways (a request's trailer
-//     goes without them, without the fields RFC 9110 §6.5.1 keeps out of a
-//     trailer, and without the headers a rule in force reads: trailers.go),
-//     bound the upstream's
+//     headers (and those Connection names) both ways (a trailer, either
+//     way, goes without them, declared or not, and without the fields RFC
+//     9110 §6.5.1 keeps out of a trailer; a request's also without the
+//     headers a rule in force reads: trailers.go), bound the upstream's
 //     response headers (DefaultMaxResponseHeaderBytes, else 502) and join
 //     request paths to the upstream URL's path the same way. The headers
 //     an upstream answer's Connection names are dropped also when it says
@@ -251,7 +251,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
-		Transport: o.Transport,
+		Transport: connTransport{o.Transport}, // trailers.go
 		// 0: ReverseProxy still flushes each write of a response of
 		// unknown length (chunked) or of type text/event-stream, so
 		// streams stream; one of known length goes out in one write,

@@ -37,6 +37,10 @@ type forwardInfo struct {
 	// rules are the rules in force that decided the request: the fields
 	// they read do not go upstream in its trailer (rewrite).
 	rules *rules.Set
+	// upConn: the final answer's Connection values as the Transport left
+	// them (connTransport).
+	upConn []string
+	tb     trailerBody // the answer's body, when it may have a trailer (modifyResponse)
 }
 
 // relayWriter is the client's ResponseWriter as ReverseProxy writes to
@@ -161,6 +165,23 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 			if conn.Has(k) {
 				delete(resp.Header, k)
 			}
+		}
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != http.NoBody {
+		// The answer's trailer goes without hop-by-hop and forbidden
+		// fields (trailers.go): those it declares now, before
+		// ReverseProxy announces them, all it sent as its body ends.
+		tc := cv
+		if !sniffed {
+			tc = info.upConn
+		}
+		if len(resp.Trailer) > 0 {
+			dropTrailers(resp.Trailer, hop.NewNames(tc))
+		}
+		if resp.ContentLength < 0 || resp.ProtoMajor != 1 || len(resp.Trailer) > 0 {
+			// Not an HTTP/1 body of known length, which has no trailer.
+			info.tb = trailerBody{ReadCloser: resp.Body, resp: resp, conn: tc}
+			resp.Body = &info.tb
 		}
 	}
 	if info.res != nil {

@@ -1,16 +1,21 @@
 package proxy
 
 import (
+	"io"
+	"net/http"
+
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/rules"
 )
 
-// What of a trailer passes: a request's goes upstream (reverse.go:
-// rewrite) without the fields dropTrailerField names, those the head goes
-// without, and those a rule in force reads (ruleFields), read only when
-// the request has a trailer.
+// What of a trailer passes, either way: a request's goes upstream
+// (reverse.go: rewrite) without the fields dropTrailerField names, those
+// the head goes without, and those a rule in force reads (ruleFields); an
+// answer's goes to the client (fast.go: fastForward; reverse.go:
+// modifyResponse and trailerBody) without those dropTrailerField names.
+// Both are read only when a message has a trailer.
 
 // dropTrailerField reports whether the trailer field k never passes: a
 // hop-by-hop field (those of hop.Is, those the message's Connection
@@ -21,6 +26,15 @@ import (
 // merges a trailer into the headers would take for the message's own.
 func dropTrailerField(k string, conn hop.Names) bool {
 	return hop.Is(k) || conn.Has(k) || underscoredHop(k) || !httpguts.ValidTrailerHeader(k)
+}
+
+// dropTrailers deletes from t the fields dropTrailerField names.
+func dropTrailers(t http.Header, conn hop.Names) {
+	for k := range t {
+		if dropTrailerField(k, conn) {
+			delete(t, k)
+		}
+	}
 }
 
 // ruleFields appends to dst the request headers the rules of set read,
@@ -87,4 +101,48 @@ func foldNameByte(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
+}
+
+// trailerBody is an upstream answer's body as ReverseProxy reads it: once
+// the body has ended (io.EOF, or Close, after which ReverseProxy reads
+// the trailer), resp.Trailer, which the Transport fills in as the body
+// ends with every field the upstream sent, declared or not, goes without
+// those dropTrailerField names. Set only on an answer that can have a
+// trailer (modifyResponse).
+type trailerBody struct {
+	io.ReadCloser
+	resp *http.Response
+	conn []string // the answer's Connection values
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		dropTrailers(b.resp.Trailer, hop.NewNames(b.conn))
+	}
+	return n, err
+}
+
+func (b *trailerBody) Close() error {
+	err := b.ReadCloser.Close()
+	dropTrailers(b.resp.Trailer, hop.NewNames(b.conn))
+	return err
+}
+
+// connTransport is Options.Transport as ReverseProxy calls it: it keeps
+// the Connection values the Transport left in each final answer for
+// modifyResponse, since ReverseProxy deletes them before it, so that the
+// fields they name go from the answer's trailer too (the proxy's own
+// Transport's connections give those of a Connection: close as well:
+// connnames.go).
+type connTransport struct{ rt http.RoundTripper }
+
+func (t connTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil {
+		if info, ok := r.Context().Value(ctxKey{}).(*forwardInfo); ok {
+			info.upConn = resp.Header["Connection"]
+		}
+	}
+	return resp, err
 }
