@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,8 +24,9 @@ exits 1.
 `
 
 // checkConfig runs `sluice check-config FILE`. Exit status: 0 valid, 1
-// invalid (one line per problem on stderr), 2 usage error.
-func checkConfig(args []string, stdout, stderr io.Writer) int {
+// invalid (one line per problem on stderr) or interrupted (ctx done: a
+// SIGINT or SIGTERM), 2 usage error.
+func checkConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, checkConfigUsage) }
@@ -43,6 +46,32 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	file := fs.Arg(0)
+	// The check reads files that may never end (/dev/stdin, a pipe whose
+	// writer is still there) and does not stop for ctx: stop waiting for
+	// it at once, its output dropped, rather than at a second signal.
+	type result struct {
+		code           int
+		stdout, stderr bytes.Buffer
+	}
+	done := make(chan *result, 1)
+	go func() {
+		r := new(result)
+		r.code = check(file, &r.stdout, &r.stderr)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		io.Copy(stdout, &r.stdout)
+		io.Copy(stderr, &r.stderr)
+		return r.code
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "sluice check-config: interrupted before %s was checked\n", file)
+		return 1
+	}
+}
+
+// check checks the config file named file, as checkConfig describes.
+func check(file string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(file)
 	errs := []error{err}
 	var descs *descriptors.Set

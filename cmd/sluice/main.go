@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr)
 	case "check-config":
-		return checkConfig(args[1:], stdout, stderr)
+		return checkConfig(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return simulate(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":
