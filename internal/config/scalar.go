@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,12 +17,11 @@ import (
 
 // wholeNumber matches the text of a whole number too long for YAML to
 // resolve as an int (it resolves it as a float).
-var wholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
+var wholeNumber = yamlnode.WholeNumber
 
 // wellFormedDuration matches what time.ParseDuration reads, when it is not
-// too large: each unit after a number, with a digit on at least one side
-// of its point ("ms" and ".s" are not durations, whatever their size).
-var wellFormedDuration = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+// too large.
+var wellFormedDuration = yamlnode.WellFormedDuration
 
 // scalar returns the text of a scalar value with ${VAR} expanded, or false
 // (after reporting) when it is not a scalar or expansion fails. want names

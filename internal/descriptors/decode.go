@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -85,12 +86,19 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 		if !ok {
 			return
 		}
-		if n.Tag != "!!int" {
+		if n.Tag != "!!int" && !(n.Tag == "!!float" && yamlnode.WholeNumber.MatchString(n.Value)) {
 			d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
 			return
 		}
 		x, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
-		if err != nil {
+		switch {
+		case errors.Is(err, strconv.ErrRange) && strings.HasPrefix(n.Value, "-"):
+			d.Fail(n, key, "%s is too small (at least %d)", n.Value, int64(math.MinInt64))
+			return
+		case errors.Is(err, strconv.ErrRange):
+			d.Fail(n, key, "%s is too large (at most %d)", n.Value, int64(math.MaxInt64))
+			return
+		case err != nil:
 			d.Fail(n, key, "%q is not a whole number in range", n.Value)
 			return
 		}
@@ -106,8 +114,12 @@ func (d *decoder) int(dst *int) func(string, *yaml.Node) {
 		if len(d.Errs) > before {
 			return
 		}
-		if x < math.MinInt32 || x > math.MaxInt32 {
-			d.Fail(v, key, "%d is out of range", x)
+		switch {
+		case x < math.MinInt32:
+			d.Fail(v, key, "%d is too small (at least %d)", x, math.MinInt32)
+			return
+		case x > math.MaxInt32:
+			d.Fail(v, key, "%d is too large (at most %d)", x, math.MaxInt32)
 			return
 		}
 		*dst = int(x)
@@ -151,6 +163,11 @@ func (d *decoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 			return
 		}
 		x, err := time.ParseDuration(n.Value)
+		if n.Tag == "!!str" && err != nil && yamlnode.WellFormedDuration.MatchString(n.Value) {
+			// Well formed, so it failed for being larger than a Duration holds.
+			d.Fail(n, key, "%q is too large (at most %v)", n.Value, time.Duration(math.MaxInt64))
+			return
+		}
 		if n.Tag != "!!str" || err != nil {
 			d.Fail(n, key, "want a duration with a unit, such as 50ms or 2s, not %q", n.Value)
 			return

@@ -307,6 +307,18 @@ func TestParseErrors(t *testing.T) {
 		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].rate_limit.unit: missing"}},
 		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", []string{"descriptors[0].rate_limit.unit: an unlimited rate_limit takes no unit"}},
 		{"negative", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", []string{"requests_per_unit: -1 is out of range"}},
+		// Past int64, YAML takes them for floats: still whole numbers, too large.
+		{"huge", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 99999999999999999999}\n", []string{"test.yaml:4: descriptors[0].rate_limit.requests_per_unit: 99999999999999999999 is too large (at most 9223372036854775807)"}},
+		{"huge negative", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -99999999999999999999}\n", []string{"requests_per_unit: -99999999999999999999 is too small (at least -9223372036854775808)"}},
+		{"huge burst", "domain: d\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n    burst: 1_000_000_000_000_000_000_000\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:5: descriptors[0].burst: 1_000_000_000_000_000_000_000 is too large"}},
+		{"huge segments", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window_counter\n    segments: 99999999999\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:5: descriptors[0].segments: 99999999999 is too large (at most 2147483647)"}},
+		{"huge sync", "domain: d\ndescriptors:\n  - key: k\n    sync: 99999999999999h\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].sync: "99999999999999h" is too large (at most 2562047h47m16.854775807s)`}},
+		// A value that does not decode is told once, not again as the zero it left.
+		{"sync a list", "domain: d\ndescriptors:\n  - key: k\n    sync: [1]\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].sync: want a duration such as 50ms, not a list"}},
+		{"algorithm a list", "domain: d\ndescriptors:\n  - key: k\n    algorithm: [sliding_window_counter]\n    segments: 4\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].algorithm: want a string, not a list"}},
+		{"burst a string", "domain: d\ndescriptors:\n  - key: k\n    algorithm: gcra\n    burst: lots\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:5: descriptors[0].burst: want a whole number, not the string "lots"`}},
+		{"segments after an unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding-window-counter\n    segments: 4\n    sync: 10ms\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{`test.yaml:4: descriptors[0].algorithm: unknown algorithm "sliding-window-counter"`}},
+		{"not a whole number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", []string{"requests_per_unit: want a whole number, not the number 1.5"}},
 		{"not a number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: lots}\n", []string{`requests_per_unit: want a whole number, not the string "lots"`}},
 		{"missing key", "domain: d\ndescriptors:\n  - value: v\n", []string{"test.yaml:3: descriptors[0].key: missing"}},
 		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", []string{"test.yaml:4: descriptors[1]: duplicate descriptor \"k\""}},

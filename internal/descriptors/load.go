@@ -160,6 +160,20 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	)
 	before := len(d.Errs)
 	item := d.Resolve(key, n)
+	// An option whose value did not decode is told once: its node is
+	// left nil, so that it is not checked again as the zero it left
+	// ("burst: 0 must be at least 1" after "burst: want a whole number").
+	bad, algBad := false, false
+	opt := func(node **yaml.Node, decode func(string, *yaml.Node)) func(string, *yaml.Node) {
+		return func(kk string, x *yaml.Node) {
+			n := len(d.Errs)
+			if decode(kk, x); len(d.Errs) == n {
+				*node = x
+			} else {
+				bad = true
+			}
+		}
+	}
 	d.mapping(key, n, fields{
 		"key":             func(kk string, x *yaml.Node) { keySeen = true; d.str(&k)(kk, x) },
 		"value":           d.str(&v),
@@ -171,10 +185,15 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		"value_to_metric": d.bool(&v2m),
 		"share_threshold": d.bool(&share),
 		"metadata":        func(string, *yaml.Node) {}, // accepted; Sluice returns no dynamic metadata
-		"algorithm":       func(kk string, x *yaml.Node) { algNode = x; d.str(&algorithm)(kk, x) },
-		"burst":           func(kk string, x *yaml.Node) { burstNode = x; d.int64(&burst)(kk, x) },
-		"segments":        func(kk string, x *yaml.Node) { segNode = x; d.int(&segments)(kk, x) },
-		"sync":            func(kk string, x *yaml.Node) { syncNode = x; d.duration(&sync)(kk, x) },
+		"algorithm": func(kk string, x *yaml.Node) {
+			n := len(d.Errs)
+			if opt(&algNode, d.str(&algorithm))(kk, x); len(d.Errs) > n {
+				algBad = true
+			}
+		},
+		"burst":    opt(&burstNode, d.int64(&burst)),
+		"segments": opt(&segNode, d.int(&segments)),
+		"sync":     opt(&syncNode, d.duration(&sync)),
 		"lease": func(kk string, x *yaml.Node) {
 			leaseNode = x
 			var v string
@@ -191,7 +210,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				d.Fail(x, kk, "want auto or a whole number between 2 and %d, not %q", MaxShards, v)
 			}
 		},
-		"report": func(kk string, x *yaml.Node) { reportNode = x; d.bool(&report)(kk, x) },
+		"report": opt(&reportNode, d.bool(&report)),
 	})
 	if item == nil || item.Kind != yaml.MappingNode {
 		return
@@ -218,7 +237,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	if share && !strings.Contains(v, "*") {
 		d.Fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", v)
 	}
-	opts := (algNode != nil || burstNode != nil || segNode != nil || syncNode != nil || leaseNode != nil || shardsNode != nil || reportNode != nil)
+	opts := (algNode != nil || burstNode != nil || segNode != nil || syncNode != nil || leaseNode != nil || shardsNode != nil || reportNode != nil || bad)
 	if rl == nil && opts {
 		d.Fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
 	}
@@ -237,6 +256,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 				a, err := sluice.ParseAlgorithm(algorithm)
 				if err != nil {
 					d.Fail(algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", algorithm)
+					algBad = true // what depends on it is not checked against the default
 				} else {
 					r.Algorithm = a
 				}
@@ -244,7 +264,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if burstNode != nil && burst < 1 {
 				d.Fail(burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", burst)
 			}
-			if segNode != nil && (segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
+			if segNode != nil && !algBad && (segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
 				d.Fail(segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
 			}
 			if syncNode != nil && (sync < time.Millisecond || sync > time.Minute) {
@@ -253,14 +273,14 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 			if syncNode != nil && leaseNode != nil {
 				d.Fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
 			}
-			if (syncNode != nil || leaseNode != nil) && !rules.FleetShareable(r.Algorithm, segments) {
+			if (syncNode != nil || leaseNode != nil) && !algBad && !rules.FleetShareable(r.Algorithm, segments) {
 				n, k := syncNode, key+".sync"
 				if leaseNode != nil {
 					n, k = leaseNode, key+".lease"
 				}
 				d.Fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
 			}
-			if r.RequestsPerUnit > 0 && !r.Unlimited {
+			if r.RequestsPerUnit > 0 && !r.Unlimited && !algBad {
 				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
 				if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
 					if k, msg := rules.AlgorithmLimitError(err); k == "burst" && burstNode != nil && r.Limit.Validate() == nil {

@@ -264,6 +264,17 @@ func Join(path, name string) string {
 	return path + "." + name
 }
 
+// WholeNumber matches the text of a whole number, including one too long
+// for YAML to resolve as an int (it resolves it as a float): a problem
+// then says it is too large, not that it is not a whole number.
+var WholeNumber = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
+
+// WellFormedDuration matches what time.ParseDuration reads, when it is
+// not too large: each unit after a number, with a digit on at least one
+// side of its point ("ms" and ".s" are not durations, whatever their
+// size). A duration it matches that does not parse is too large.
+var WellFormedDuration = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // SyntaxError splits a yaml.v3 error into the line it names (from 1; 0 for
