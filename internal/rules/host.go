@@ -1,6 +1,9 @@
 package rules
 
-import "strings"
+import (
+	"net/netip"
+	"strings"
+)
 
 // HostKey returns the form of a request's Host that a header:Host key
 // part counts: the host as a server routes on it, written as nginx's
@@ -10,7 +13,8 @@ import "strings"
 // "API.Example.com:8000" and "api.example.com." as "api.example.com":
 // counted as written, each spelling was a fresh count of the one site. A
 // Host left empty by this (":80", ".") is kept as it came, so that it is
-// still counted. An already lower-case Host without a port or final dot
+// still counted. An IPv6 literal is written in its one spelling
+// ("[2001:0DB8:0::1]" is "[2001:db8::1]"). An already lower-case Host without a port or final dot
 // is returned as it is, without allocating.
 func HostKey(h string) string {
 	s := h
@@ -24,6 +28,15 @@ func HostKey(h string) string {
 	s = strings.TrimSuffix(s, ".")
 	if s == "" {
 		s = h
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		// An IPv6 literal in its one spelling (RFC 5952: lower case,
+		// zeros compressed), so that [2001:0db8:0::1] is [2001:db8::1].
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
+			if c := a.String(); c != s[1:len(s)-1] {
+				return "[" + c + "]"
+			}
+		}
 	}
 	for i := 0; i < len(s); i++ {
 		if 'A' <= s[i] && s[i] <= 'Z' {

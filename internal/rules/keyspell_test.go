@@ -18,7 +18,7 @@ func TestHostKeySpellings(t *testing.T) {
 		{[]string{"api.example.com", "API.Example.COM", "api.example.com:8000", "api.example.com.", "Api.Example.Com.:443", "api.example.com:"}},
 		{[]string{"127.0.0.1", "127.0.0.1:8000"}},
 		{[]string{"[::1]", "[::1]:8000"}},
-		{[]string{"[2001:DB8::1]", "[2001:db8::1]:80"}},
+		{[]string{"[2001:DB8::1]", "[2001:db8::1]:80", "[2001:db8:0::1]", "[2001:0db8:0:0:0:0:0:1]:8000"}},
 	} {
 		first := request("GET", "/")
 		first.Host = tc.hosts[0]
