@@ -80,6 +80,15 @@ func (d *decoder) str(dst *string) func(string, *yaml.Node) {
 	}
 }
 
+// decoded decodes x at key with decode and reports whether it did without
+// a problem: a value that did not is told once, and not checked again as
+// the zero it left.
+func (d *decoder) decoded(decode func(string, *yaml.Node), key string, x *yaml.Node) bool {
+	n := len(d.Errs)
+	decode(key, x)
+	return len(d.Errs) == n
+}
+
 func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 	return func(key string, v *yaml.Node) {
 		n, ok := d.scalar(key, v, "a whole number")

@@ -144,7 +144,7 @@ func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed,
 func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, aboveV2M bool) {
 	var (
 		k, v                            string
-		keySeen                         bool
+		keySeen, keyBad                 bool
 		rl                              *yaml.Node
 		children                        *yaml.Node
 		shadow, quota, detailed, v2m    bool
@@ -166,8 +166,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	bad, algBad := false, false
 	opt := func(node **yaml.Node, decode func(string, *yaml.Node)) func(string, *yaml.Node) {
 		return func(kk string, x *yaml.Node) {
-			n := len(d.Errs)
-			if decode(kk, x); len(d.Errs) == n {
+			if d.decoded(decode, kk, x) {
 				*node = x
 			} else {
 				bad = true
@@ -175,7 +174,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		}
 	}
 	d.mapping(key, n, fields{
-		"key":             func(kk string, x *yaml.Node) { keySeen = true; d.str(&k)(kk, x) },
+		"key":             func(kk string, x *yaml.Node) { keySeen = true; keyBad = !d.decoded(d.str(&k), kk, x) },
 		"value":           d.str(&v),
 		"rate_limit":      func(_ string, x *yaml.Node) { rl = x },
 		"descriptors":     func(_ string, x *yaml.Node) { children = x },
@@ -186,8 +185,7 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		"share_threshold": d.bool(&share),
 		"metadata":        func(string, *yaml.Node) {}, // accepted; Sluice returns no dynamic metadata
 		"algorithm": func(kk string, x *yaml.Node) {
-			n := len(d.Errs)
-			if opt(&algNode, d.str(&algorithm))(kk, x); len(d.Errs) > n {
+			if !d.decoded(opt(&algNode, d.str(&algorithm)), kk, x) {
 				algBad = true
 			}
 		},
@@ -197,7 +195,9 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		"lease": func(kk string, x *yaml.Node) {
 			leaseNode = x
 			var v string
-			d.str(&v)(kk, x)
+			if !d.decoded(d.str(&v), kk, x) {
+				return
+			}
 			if err := lease.UnmarshalText([]byte(v)); err != nil || (!lease.Auto && (lease.N < 1 || lease.N > rules.MaxLease)) {
 				d.Fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
 			}
@@ -205,7 +205,9 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		"shards": func(kk string, x *yaml.Node) {
 			shardsNode = x
 			var v string
-			d.str(&v)(kk, x)
+			if !d.decoded(d.str(&v), kk, x) {
+				return
+			}
 			if err := shards.UnmarshalText([]byte(v)); err != nil || (!shards.Auto && (shards.N < 2 || shards.N > MaxShards)) {
 				d.Fail(x, kk, "want auto or a whole number between 2 and %d, not %q", MaxShards, v)
 			}
@@ -215,8 +217,14 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	if item == nil || item.Kind != yaml.MappingNode {
 		return
 	}
-	if !keySeen || k == "" {
+	switch {
+	case keyBad:
+		return
+	case !keySeen:
 		d.Fail(item, key+".key", "missing: every descriptor needs a key")
+		return
+	case k == "":
+		d.Fail(item, key+".key", "must not be empty: every descriptor needs a key")
 		return
 	}
 	nd := newNode(k, v)
@@ -314,17 +322,28 @@ func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
 	r := &Rule{Domain: domain, Algorithm: sluice.FixedWindow}
 	var unit string
 	var unitNode, rpuNode *yaml.Node
+	unitBad := false // told already: not missing, not unknown
 	var rpu int64
 	before := len(d.Errs)
 	d.mapping(key, n, fields{
-		"unit":              func(k string, x *yaml.Node) { unitNode = x; d.str(&unit)(k, x) },
+		"unit": func(k string, x *yaml.Node) {
+			if d.decoded(d.str(&unit), k, x) {
+				unitNode = x
+			} else {
+				unitBad = true
+			}
+		},
 		"requests_per_unit": func(k string, x *yaml.Node) { rpuNode = x; d.int64(&rpu)(k, x) },
 		"unlimited":         d.bool(&r.Unlimited),
 		"name":              d.str(&r.Name),
 		"replaces": func(k string, x *yaml.Node) {
 			d.sequence(k, x, func(ik string, _ int, item *yaml.Node) {
 				var name string
+				n := len(d.Errs)
 				d.mapping(ik, item, fields{"name": d.str(&name)})
+				if len(d.Errs) > n {
+					return // told
+				}
 				if name == "" {
 					d.Fail(item, ik+".name", "missing: replaces lists {name: NAME} of the limits this one replaces")
 					return
@@ -341,6 +360,7 @@ func (d *decoder) rateLimit(key string, n *yaml.Node, domain string) *Rule {
 	case r.Unlimited && unitNode != nil:
 		d.Fail(unitNode, key+".unit", "an unlimited rate_limit takes no unit")
 	case r.Unlimited:
+	case unitBad:
 	case unitNode == nil:
 		d.Fail(m, key+".unit", "missing: second, minute, hour, day, week, month or year")
 	default:
