@@ -42,10 +42,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // may proceed. A leaky bucket slot taken and not yet left when the wait
 // fails is given back to a store that implements Refunder (memstore and
 // redisstore do, and the fleet decorators over them), on a context of its
-// own bounded by a second: nobody will leave in it, so the requests behind
-// it move up one place (see Algorithm.Refund); on another store, or if the
-// refund fails, it stays taken. It returns ErrNeverAllowed if n exceeds
-// what the limit can ever admit.
+// own bounded by a second: nobody will leave in it, so the next request
+// takes it (see Algorithm.Refund: requests already waiting keep their
+// slots, so two may leave together, the count over time holding); on
+// another store, or if the refund fails, it stays taken. It returns
+// ErrNeverAllowed if n exceeds what the limit can ever admit.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	deadline, hasDeadline := ctx.Deadline()
 	var d Decision
@@ -134,7 +135,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 						return d, nil
 					}
 					// The slot has not left and nobody will leave in
-					// it: the queue behind it moves up.
+					// it: the next request takes it.
 					l.giveBack(ctx, c, key, n)
 				}
 				t.Stop()
@@ -155,8 +156,7 @@ const refundTimeout = time.Second
 
 // giveBack gives the n units of a leaky bucket slot, taken for key under
 // c and not yet left, back to a store with Refunder (a wait abandoned:
-// nobody will leave in the slot, and the requests behind it move up one
-// place). A store without it keeps the slot, as does a limit changed
+// nobody will leave in the slot, and the next request takes it). A store without it keeps the slot, as does a limit changed
 // since the take. The refund's outcome is not reported: the wait has
 // failed either way, and a slot not given back only delays the queue.
 func (l *Limiter) giveBack(ctx context.Context, c *current, key string, n int64) {

@@ -17,7 +17,7 @@ const refundTimeout = time.Second
 // giveBack gives back to a store with sluice.Refunder the leaky bucket
 // places of an admitted request whose client went away while it waited
 // out its Delay, since after the decision: nobody will leave in them, and
-// the requests queued behind move up. A place whose time has come is kept
+// the next requests take them. A place whose time has come is kept
 // (its Delay not over since), and so are the other rules' counts. reqs[i]
 // and ds[i] are the request and decision of rule idx[i]. On a store
 // without Refunder, or if the refund fails, the places stay taken.

@@ -150,7 +150,7 @@ type rule struct {
 // rate-limit headers, as for a client gone before the store answered; the
 // request stays counted (it was admitted), except for its
 // leaky bucket places that have not left, which are given back on a store
-// with sluice.Refunder, so the requests queued behind move up. If the
+// with sluice.Refunder, for the next requests to take. If the
 // request's own deadline passes during its Delay (a timeout set around
 // the middleware; its client still there), the same holds, but the answer
 // is 503 Service Unavailable with Retry-After, the rest of its wait, and

@@ -24,7 +24,7 @@ func refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // decision: everything when all is set (a request refused after it was
 // counted consumes nothing), else only the leaky bucket slots that have
 // not left yet (a request gone while it waited out its Delay: nobody will
-// leave in them, and the requests queued behind move up; a slot whose
+// leave in them, and the next requests take them; a slot whose
 // time has come is kept, and so are the other rules' counts). Each leaky
 // bucket slot given back is counted in sluice_delay_given_back_total. On
 // a store without Refunder everything stays counted, as before stores
