@@ -1,6 +1,10 @@
 package config
 
-import "github.com/sluicehq/sluice/internal/rules"
+import (
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/rules"
+)
 
 // failed holds the keys whose problem was told, for related: a key in it,
 // or above or below one, has its problem told already. As a set it answers
@@ -31,9 +35,10 @@ func (f *failed) add(key string) {
 }
 
 // related reports whether key is, contains or is contained in a key whose
-// problem was told ("a.b" and "a[1]" lie below "a").
+// problem was told ("a.b" and "a[1]" lie below "a"), or is checked against
+// the value of one (see dependsOnFailed).
 func (f *failed) related(key string) bool {
-	if f.keys[key] || f.above[key] {
+	if f.keys[key] || f.above[key] || f.dependsOnFailed(key) {
 		return true
 	}
 	for i := range len(key) {
@@ -42,4 +47,48 @@ func (f *failed) related(key string) bool {
 		}
 	}
 	return false
+}
+
+// dependsOnFailed reports whether key is checked against a key whose value
+// did not decode, and whose default would stand in for what was written:
+// a rule's burst, segments, max_delay, defer block and fleet options
+// against its algorithm and action (action: [delay] is not "reject"), the
+// store's keys and the rules' fleet options against store.type (type:
+// [redis] is not "memory"). Its problem is told; theirs would be about
+// the default.
+func (f *failed) dependsOnFailed(key string) bool {
+	if f.keys["store.type"] && strings.HasPrefix(key, "store.") {
+		return true
+	}
+	rule, field, ok := ruleField(key)
+	if !ok {
+		return false
+	}
+	switch field {
+	case "name", "key", "match", "rate":
+		return false // read alone
+	case "sync", "lease", "shards", "action", "defer":
+		if f.keys["store.type"] {
+			return true
+		}
+	}
+	return field != "algorithm" && field != "action" && (f.keys[rule+".algorithm"] || f.keys[rule+".action"])
+}
+
+// ruleField splits "rules[2].burst" (or "rules[2].defer.max_queue") into
+// "rules[2]" and "burst" ("defer"); ok is false for a key that is not
+// below a rule.
+func ruleField(key string) (rule, field string, ok bool) {
+	if !strings.HasPrefix(key, "rules[") {
+		return "", "", false
+	}
+	end := strings.Index(key, "].")
+	if end < 0 {
+		return "", "", false
+	}
+	rule, field = key[:end+1], key[end+2:]
+	if i := strings.IndexAny(field, ".["); i >= 0 {
+		field = field[:i]
+	}
+	return rule, field, true
 }
