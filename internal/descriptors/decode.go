@@ -18,6 +18,32 @@ import (
 // decoder walks YAML nodes, collecting every problem with its line.
 type decoder struct {
 	yamlnode.Walker
+	// open holds the lists and descriptors being decoded, outer ones
+	// included: an alias to one of them is a descriptor holding itself.
+	open map[*yaml.Node]bool
+}
+
+// holdsItself reports, and tells, whether n at key is an alias to a list
+// or descriptor being decoded (what, "list of descriptors" or
+// "descriptor"), which would hold itself for ever; otherwise it marks the
+// node n stands for open until the returned func is called.
+func (d *decoder) holdsItself(key, what string, n *yaml.Node) (bool, func()) {
+	r := n
+	for r != nil && r.Kind == yaml.AliasNode {
+		r = r.Alias
+	}
+	if r == nil {
+		return false, func() {}
+	}
+	if d.open[r] {
+		d.Fail(n, key, "the alias *%s is the %s that holds it: a descriptor cannot hold itself", n.Value, what)
+		return true, nil
+	}
+	if d.open == nil {
+		d.open = map[*yaml.Node]bool{}
+	}
+	d.open[r] = true
+	return false, func() { delete(d.open, r) }
 }
 
 type fields map[string]func(key string, v *yaml.Node)

@@ -324,6 +324,8 @@ func TestParseErrors(t *testing.T) {
 		{"key empty", "domain: d\ndescriptors:\n  - key: ''\n", []string{"test.yaml:3: descriptors[0].key: must not be empty: every descriptor needs a key"}},
 		{"lease a list", "domain: d\ndescriptors:\n  - key: k\n    lease: [1]\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].lease: want a string, not a list"}},
 		{"shards a list", "domain: d\ndescriptors:\n  - key: k\n    shards: [2]\n    rate_limit: {unit: second, requests_per_unit: 1}\n", []string{"test.yaml:4: descriptors[0].shards: want a string, not a list"}},
+		{"list holding itself", "domain: d\ndescriptors: &a\n  - key: k\n    descriptors: *a\n", []string{"test.yaml:4: descriptors[0].descriptors: the alias *a is the list of descriptors that holds it: a descriptor cannot hold itself"}},
+		{"descriptor holding itself", "domain: d\ndescriptors:\n  - &a\n    key: k\n    descriptors: [*a]\n", []string{"test.yaml:5: descriptors[0].descriptors[0]: the alias *a is the descriptor that holds it: a descriptor cannot hold itself"}},
 		{"not a whole number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", []string{"requests_per_unit: want a whole number, not the number 1.5"}},
 		{"not a number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: lots}\n", []string{`requests_per_unit: want a whole number, not the string "lots"`}},
 		{"missing key", "domain: d\ndescriptors:\n  - value: v\n", []string{"test.yaml:3: descriptors[0].key: missing"}},

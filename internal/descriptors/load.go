@@ -74,7 +74,7 @@ func parseFile(file string, data []byte) (*parsed, error) {
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		top = doc.Content[0]
 	}
-	d := &decoder{yamlnode.NewWalker(file, "file", maxNodes)}
+	d := &decoder{Walker: yamlnode.NewWalker(file, "file", maxNodes)}
 	d.Merge = true // the reference service reads YAML 1.1, merge keys included
 	p := &parsed{root: newNode("", "")}
 	var descs *yaml.Node
@@ -125,6 +125,11 @@ func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed,
 		d.Fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
 		return
 	}
+	cycle, done := d.holdsItself(key, "list of descriptors", n)
+	if cycle {
+		return
+	}
+	defer done()
 	d.sequence(key, n, func(k string, _ int, item *yaml.Node) {
 		d.descriptor(k, item, parent, p, path, depth, v2m)
 	})
@@ -158,6 +163,11 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 		leaseNode, shardsNode, syncNode *yaml.Node
 		reportNode                      *yaml.Node
 	)
+	cycle, done := d.holdsItself(key, "descriptor", n)
+	if cycle {
+		return
+	}
+	defer done()
 	before := len(d.Errs)
 	item := d.Resolve(key, n)
 	// An option whose value did not decode is told once: its node is
