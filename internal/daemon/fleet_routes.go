@@ -211,15 +211,53 @@ func (f *fleetStore) discard() {
 // discardLocked is discard with f.mu held: the decorators the routes in
 // force do not use were built by prepare since, and have nothing to hand
 // back, nothing counted.
+//
+// The series prepare made for an interval or chunk that no routes in force
+// ever used go with them: /metrics shows no trace of a refused config. One
+// that was in force keeps its series, as counters do.
 func (f *fleetStore) discardLocked() {
 	closeSyncs, closeLeases := f.unusedLocked(f.routes.Load())
 	now := f.now()
-	for s := range closeSyncs {
+	for s, iv := range closeSyncs {
 		s.Close()
+		if !f.syncShownLocked(iv) {
+			f.batch.DeleteLabelValues(iv.String())
+			f.size.DeleteLabelValues(iv.String())
+		}
 	}
-	for l := range closeLeases {
+	for l, chunk := range closeLeases {
 		l.CloseAt(now)
+		if !f.leaseShownLocked(chunk) {
+			f.grants.DeleteLabelValues(chunkLabel(chunk))
+		}
 	}
+}
+
+// syncShownLocked reports whether a Sync of interval iv was ever in force:
+// one is being retired, or was.
+func (f *fleetStore) syncShownLocked(iv time.Duration) bool {
+	if _, done := f.doneSyncs[iv]; done {
+		return true
+	}
+	for _, c := range f.closingSyncs {
+		if c == iv {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseShownLocked is syncShownLocked for a Lease of chunk.
+func (f *fleetStore) leaseShownLocked(chunk int) bool {
+	if _, done := f.doneLeases[chunk]; done {
+		return true
+	}
+	for _, c := range f.closingLeases {
+		if c == chunk {
+			return true
+		}
+	}
+	return false
 }
 
 // use puts next in force and retires what the routes it replaces used and
