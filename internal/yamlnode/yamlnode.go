@@ -360,13 +360,22 @@ func tabIndented(line []byte) bool {
 }
 
 // lineAt returns line n (from 1) of data without its line break, or nil.
+// Lines end as YAML ends them: at LF, CRLF, or a CR alone (a file saved
+// with classic Mac OS line ends).
 func lineAt(data []byte, n int) []byte {
 	for i := 1; len(data) > 0; i++ {
-		l, rest, _ := bytes.Cut(data, []byte("\n"))
-		if i == n {
-			return bytes.TrimSuffix(l, []byte("\r"))
+		end := bytes.IndexAny(data, "\r\n")
+		if end < 0 {
+			end = len(data)
 		}
-		data = rest
+		if i == n {
+			return data[:end]
+		}
+		next := end + 1
+		if end+1 < len(data) && data[end] == '\r' && data[end+1] == '\n' {
+			next++
+		}
+		data = data[min(next, len(data)):]
 	}
 	return nil
 }

@@ -214,6 +214,11 @@ func TestSyntaxTab(t *testing.T) {
 		{"tab after spaces", "rules:\n  - name: a\n  \trate: 1/s\n", 3, true},
 		{"tab after the dash", "rules:\n  -\tname: a\n    rate: 1/s\n", 2, true},
 		{"tab in a block", "listen: x\nstore:\n\ttype: memory\n", 3, true},
+		{"tab in a block, CRLF", "listen: x\r\nstore:\r\n\ttype: memory\r\n", 3, true},
+		// A file saved with the line ends of classic Mac OS: YAML
+		// counts its lines as any other's.
+		{"tab in a block, CR", "listen: x\rstore:\r\ttype: memory\r", 3, true},
+		{"tab before a key, CR", "rules:\r  - name: a\r\t  rate: 1/s\r", 3, true},
 		{"no tab", "a: @b\n", 1, false},
 	} {
 		var doc yaml.Node
