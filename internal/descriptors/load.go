@@ -21,7 +21,7 @@ import (
 // daemon.
 const (
 	MaxFileSize = 8 << 20 // bytes
-	maxNodes    = 200_000 // YAML values, aliases expanded
+	maxNodes    = 200_000 // YAML values that aliases add to the file's own
 	maxDepth    = 64      // nesting of descriptors
 	MaxShards   = rules.MaxShards
 )
@@ -75,6 +75,9 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		top = doc.Content[0]
 	}
 	d := &decoder{Walker: yamlnode.NewWalker(file, "file", maxNodes)}
+	// The values the file holds itself are bounded by its size: the
+	// budget bounds what its aliases add.
+	d.Own(top)
 	d.Merge = true // the reference service reads YAML 1.1, merge keys included
 	p := &parsed{root: newNode("", "")}
 	var descs *yaml.Node
