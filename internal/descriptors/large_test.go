@@ -56,3 +56,31 @@ func TestAliasBombRefused(t *testing.T) {
 		t.Fatalf("Parse(alias bomb) = %.300v, want a 'file too large' problem", err)
 	}
 }
+
+// TestProblemsBounded: a file with a problem in each of thousands of
+// descriptors is told as the config is, its first 100 problems and how
+// many more, not one line each: check-config printed, and every refused
+// reload logged, 30,000 lines for a unit misspelt by a generator.
+func TestProblemsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	const n = 1000
+	for i := range n {
+		fmt.Fprintf(&b, "  - {key: tenant, value: t%d, rate_limit: {unit: fortnight, requests_per_unit: 10}}\n", i)
+	}
+	_, err := Parse("many.yaml", []byte(b.String()))
+	var pe rules.ParseErrors
+	if !errors.As(err, &pe) {
+		t.Fatalf("Parse = %v, want problems", err)
+	}
+	if len(pe) != maxProblems+1 {
+		t.Fatalf("%d problems, want the first %d and one saying how many more", len(pe), maxProblems)
+	}
+	if pe[0].Line != 3 || !strings.Contains(pe[0].Msg, `unknown unit "fortnight"`) {
+		t.Errorf("first problem %q, want line 3's unit", pe[0])
+	}
+	last := pe[len(pe)-1]
+	if want := fmt.Sprintf("%d more problems not shown", n-maxProblems); last.File != "many.yaml" || last.Msg != want {
+		t.Errorf("last problem %q, want %q in many.yaml", last, want)
+	}
+}

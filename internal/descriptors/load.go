@@ -23,6 +23,7 @@ const (
 	MaxFileSize = 8 << 20 // bytes
 	maxNodes    = 200_000 // YAML values that aliases add to the file's own
 	maxDepth    = 64      // nesting of descriptors
+	maxProblems = 100     // told for one file, as for the config
 	MaxShards   = rules.MaxShards
 )
 
@@ -100,7 +101,12 @@ func parseFile(file string, data []byte) (*parsed, error) {
 		d.descriptors("descriptors", descs, p.root, p, "", 1, false)
 	}
 	if len(d.Errs) > 0 {
-		return nil, d.Errs.Err()
+		d.Errs.Sort()
+		if len(d.Errs) > maxProblems {
+			n := len(d.Errs) - maxProblems
+			d.Errs = append(d.Errs[:maxProblems], &rules.ParseError{File: file, Msg: fmt.Sprintf("%d more problems not shown", n)})
+		}
+		return nil, d.Errs
 	}
 	if e := replacesRing(p.root); e != nil {
 		return nil, rules.ParseErrors{e}
