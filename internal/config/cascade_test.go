@@ -27,6 +27,8 @@ func TestWrongTypeToldOnce(t *testing.T) {
 			[]string{"rules[0].algorithm: want a string, not a list", `rules[0].key[0]: unknown key part "bogus"`}},
 		{"store type", "store: {type: [redis], redis: {addrs: [\"127.0.0.1:6379\"]}}\nrules:\n  - name: r\n    rate: 5/m\n    algorithm: gcra\n    sync: 10ms\n",
 			[]string{"store.type: want a string, not a list"}},
+		{"store type, and a store key of its own", "store: {type: [redis], max_keys: -1}\n",
+			[]string{"store.type: want a string, not a list", "store.max_keys: -1 must not be negative"}},
 		{"store type, and a rule of its own", "store: {type: [redis]}\nrules:\n  - name: r\n    rate: 5/fortnight\n",
 			[]string{"store.type: want a string, not a list", `rules[0].rate: "5/fortnight"`}},
 	} {

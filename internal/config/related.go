@@ -53,11 +53,11 @@ func (f *failed) related(key string) bool {
 // did not decode, and whose default would stand in for what was written:
 // a rule's burst, segments, max_delay, defer block and fleet options
 // against its algorithm and action (action: [delay] is not "reject"), the
-// store's keys and the rules' fleet options against store.type (type:
-// [redis] is not "memory"). Its problem is told; theirs would be about
+// redis block, on_error and the rules' fleet options against store.type
+// (type: [redis] is not "memory"). Its problem is told; theirs would be about
 // the default.
 func (f *failed) dependsOnFailed(key string) bool {
-	if f.keys["store.type"] && strings.HasPrefix(key, "store.") {
+	if f.keys["store.type"] && (key == "store.redis" || strings.HasPrefix(key, "store.redis.") || key == "store.on_error") {
 		return true
 	}
 	rule, field, ok := ruleField(key)
