@@ -94,3 +94,30 @@ func Drop(h http.Header) {
 		}
 	}
 }
+
+// SameName reports whether header names a and b are one header as a
+// CGI-style server reads names (RFC 3875 §4.1.18: upper-cased, '-' as
+// '_'): in any case, '_' for '-'. Such a server reads Transfer_Encoding
+// as Transfer-Encoding and X_Api_Key as X-Api-Key, so a name dropped or
+// keyed on must be matched in all its spellings.
+func SameName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if cgiFold(a[i]) != cgiFold(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func cgiFold(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}

@@ -88,3 +88,25 @@ func TestDropManyNames(t *testing.T) {
 		t.Errorf("after Drop: %d headers (X-Kept %q), want only X-Kept", len(h), h["X-Kept"])
 	}
 }
+
+// TestSameName: names are one header in any case and with '_' for '-',
+// as CGI-style servers read them; nothing else makes them one.
+func TestSameName(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"Transfer_Encoding", "transfer-encoding", true},
+		{"X_API-key", "X-Api-Key", true},
+		{"x-api-key", "X_API_KEY", true},
+		{"Host", "host", true},
+		{"X-Api-Key", "X-Api-Keys", false},
+		{"X-Api-Key", "X.Api.Key", false},
+		{"X-Api-Key", "X-Api-Kez", false},
+		{"", "", true},
+	} {
+		if got := SameName(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameName(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -39,11 +39,11 @@ func proxyHeader(k string) bool {
 	}
 	switch k[0] {
 	case 'X', 'x':
-		return len(k) >= len(xf) && sameName(k[:len(xf)], xf) || len(k) == len(real) && sameName(k, real)
+		return len(k) >= len(xf) && hop.SameName(k[:len(xf)], xf) || hop.SameName(k, real)
 	case 'F', 'f':
-		return len(k) == len(f) && sameName(k, f)
+		return hop.SameName(k, f)
 	case 'S', 's':
-		return len(k) == len(id) && sameName(k, id)
+		return hop.SameName(k, id)
 	}
 	return false
 }
@@ -65,7 +65,7 @@ func underscoredHop(k string) bool {
 		return false
 	}
 	for _, name := range underscoredHops {
-		if len(k) == len(name) && sameName(k, name) {
+		if hop.SameName(k, name) {
 			return true
 		}
 	}
@@ -103,7 +103,7 @@ func clientIPHeader(k string) bool {
 	default:
 		return false
 	}
-	return len(k) == len(name) && sameName(k, name)
+	return hop.SameName(k, name)
 }
 
 // forwarded is what the proxy sends upstream as X-Forwarded-Proto,
@@ -223,21 +223,4 @@ func (t *peerTrust) passes(p *Proxy, r *http.Request) bool {
 		}
 	}
 	return *t == trustYes
-}
-
-// sameName reports whether k (as long as lower) is lower in any case, '_'
-// read as '-'.
-func sameName(k, lower string) bool {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if c == '_' {
-			c = '-'
-		} else if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -69,38 +69,14 @@ func ruleFields(set *rules.Set, dst []string) []string {
 }
 
 // fieldIn reports whether the header name k is one of names as a
-// CGI-style server reads them (foldedEqual): X_Api_Key is X-Api-Key.
+// CGI-style server reads them (hop.SameName): X_Api_Key is X-Api-Key.
 func fieldIn(k string, names []string) bool {
 	for _, n := range names {
-		if foldedEqual(k, n) {
+		if hop.SameName(k, n) {
 			return true
 		}
 	}
 	return false
-}
-
-// foldedEqual reports whether header names a and b are the same as a
-// CGI-style server reads them: in any case, '_' as '-'.
-func foldedEqual(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		if foldNameByte(a[i]) != foldNameByte(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func foldNameByte(c byte) byte {
-	switch {
-	case c == '_':
-		return '-'
-	case 'A' <= c && c <= 'Z':
-		return c + 'a' - 'A'
-	}
-	return c
 }
 
 // trailerBody is an upstream answer's body as ReverseProxy reads it: once

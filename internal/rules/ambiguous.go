@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/hop"
 )
 
 // AmbiguousKeyError is the error of Set.Match for a request whose key part
@@ -59,30 +61,11 @@ func (p *reqPath) underscored(h http.Header) bool {
 // once '_' is read as '-' and case folded.
 func headerAlias(h http.Header, name string) bool {
 	for k := range h {
-		if k != name && len(k) == len(name) && sameHeaderName(k, name) {
+		if k != name && hop.SameName(k, name) {
 			return true
 		}
 	}
 	return false
-}
-
-func sameHeaderName(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		if foldHeaderByte(a[i]) != foldHeaderByte(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func foldHeaderByte(c byte) byte {
-	switch {
-	case c == '_':
-		return '-'
-	case 'A' <= c && c <= 'Z':
-		return c + 'a' - 'A'
-	}
-	return c
 }
 
 // nameAlias reports whether k, a decoded query parameter or cookie name
