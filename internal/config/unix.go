@@ -60,9 +60,16 @@ func unixProblem(path string) string {
 	// serve replaces a socket left by a daemon killed before it removed
 	// it, and refuses to start over anything else.
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
-		return path + " is not a socket (" + fileKind(fi.Mode()) + "); it is left alone: remove it, or pick another path"
+		return NotSocket(path, fi.Mode())
 	}
 	return ""
+}
+
+// NotSocket is what is wrong with a Unix listen path at which a file of
+// mode m, not a socket, stands: serve refuses to bind there (it replaces
+// only a socket a killed daemon left), and check-config says so first.
+func NotSocket(path string, m fs.FileMode) string {
+	return path + " is not a socket (" + fileKind(m) + "); it is left alone: remove it, or pick another path"
 }
 
 // fileKind names the kind of file of mode m: "a regular file", "a

@@ -123,7 +123,7 @@ func checkSocketPath(path string) (fs.FileInfo, error) {
 		return nil, err
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return nil, fmt.Errorf("%s is not a socket (%s); it is left alone: remove it, or pick another path", path, kindOf(fi.Mode()))
+		return nil, errors.New(config.NotSocket(path, fi.Mode()))
 	}
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	switch {
@@ -236,19 +236,6 @@ func (l *unixListener) Close() error {
 		}
 	})
 	return l.UnixListener.Close()
-}
-
-// kindOf names the kind of file of mode m.
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	}
-	return "a " + m.Type().String() + " file"
 }
 
 // addrOf is the address a listener's Addrs gives: host:port, or
