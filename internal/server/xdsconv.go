@@ -34,7 +34,7 @@ type docFile struct {
 }
 
 type docDescriptor struct {
-	Key            string          `yaml:"key"`
+	Key            string          `yaml:"key,omitempty"`
 	Value          string          `yaml:"value,omitempty"`
 	RateLimit      *docRateLimit   `yaml:"rate_limit,omitempty"`
 	Descriptors    []docDescriptor `yaml:"descriptors,omitempty"`
