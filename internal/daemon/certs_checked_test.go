@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +39,55 @@ func bundle(t *testing.T, cas ...*tlstest.CA) string {
 	return b.String()
 }
 
+// startClientCADaemon starts a daemon whose API serves srv's certificate
+// and asks clients for one signed by a CA of caFile's bundle, and returns
+// it with the client CAs its API has in force.
+func startClientCADaemon(t *testing.T, srv tlstest.Pair, caFile string) (*testDaemon, func() *x509.CertPool) {
+	t.Helper()
+	td := startDaemon(t, "listen: 127.0.0.1:0\napi:\n  tls: {cert: "+srv.CertFile+", key: "+srv.KeyFile+", client_ca: "+caFile+"}\n"+
+		"rules:\n  - {name: all, rate: 5/m}\n")
+	return td, func() *x509.CertPool {
+		cfg, err := td.d.tls[0].Config().GetConfigForClient(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.ClientCAs
+	}
+}
+
+// halfWritten has r replace path with half, by a writer that then
+// pauses, once the certificate reload of what has checked its files;
+// makes an event in path's directory, so that they are read again; and
+// waits until that reload is over: it logged the file as being written
+// in place, or (what the test must then catch) reloaded. It returns the
+// writer's file, for the rest.
+func (r *replacer) halfWritten(t *testing.T, logs *redistest.SyncBuffer, what, path, half, reloaded string) *os.File {
+	t.Helper()
+	r.what, r.path, r.half = what, path, half
+	close(r.arm)
+	mustWrite(t, filepath.Join(filepath.Dir(path), "other"), "x")
+	f := r.writer(t)
+	waitFor(t, "the bundle replaced after the check, half written, its writer at work", func() bool {
+		l := logs.String()
+		return strings.Contains(l, "certificate file is being written in place") || strings.Contains(l, reloaded)
+	})
+	return f
+}
+
+// reloadedOnce checks that the files of name were put in force once
+// (reloaded logged once): the whole bundle, never its half; and that no
+// half was read and refused either.
+func reloadedOnce(t *testing.T, logs *redistest.SyncBuffer, name, reloaded string) {
+	t.Helper()
+	l := logs.String()
+	if n := strings.Count(l, reloaded); n != 1 {
+		t.Errorf("%s put in force %d times, want once (the whole bundle; never its half)", name, n)
+	}
+	if strings.Contains(l, "files not reloaded") {
+		t.Error("a half written file was read and refused")
+	}
+}
+
 // TestClientCABundleReplacedAfterCheck: api.tls.client_ca, a bundle of
 // CA b, is removed and created again as the bundle of CAs a and c by a
 // writer that writes a's certificate and pauses, after the certificate
@@ -54,15 +104,7 @@ func TestClientCABundleReplacedAfterCheck(t *testing.T) {
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "clients.pem")
 	mustWrite(t, caFile, bundle(t, b))
-	td := startDaemon(t, "listen: 127.0.0.1:0\napi:\n  tls: {cert: "+srv.CertFile+", key: "+srv.KeyFile+", client_ca: "+caFile+"}\n"+
-		"rules:\n  - {name: all, rate: 5/m}\n")
-	inForce := func() *x509.CertPool {
-		cfg, err := td.d.tls[0].Config().GetConfigForClient(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg.ClientCAs
-	}
+	td, inForce := startClientCADaemon(t, srv, caFile)
 	// letIn reports whether the API lets a client presenting p in.
 	letIn := func(p tlstest.Pair) bool {
 		tr := &http.Transport{TLSClientConfig: b.ClientConfig(p.TLS)}
@@ -78,14 +120,7 @@ func TestClientCABundleReplacedAfterCheck(t *testing.T) {
 		t.Fatal("before the change: want a client of b let in, one of c refused")
 	}
 
-	r.what, r.path, r.half = "listener api", caFile, bundle(t, a)
-	close(r.arm)
-	mustWrite(t, filepath.Join(dir, "other"), "x") // an event in its directory: the files read again
-	f := r.writer(t)
-	waitFor(t, "the bundle replaced after the check, half written, its writer at work", func() bool {
-		l := td.logs.String()
-		return strings.Contains(l, "certificate file is being written in place") || strings.Contains(l, "tls: certificate reloaded")
-	})
+	f := r.halfWritten(t, td.logs, "listener api", caFile, bundle(t, a), "tls: certificate reloaded")
 	if !inForce().Equal(pool(b)) {
 		t.Fatal("client CAs in force changed while the bundle was half written: want b's, as before (the half never in force)")
 	}
@@ -101,12 +136,7 @@ func TestClientCABundleReplacedAfterCheck(t *testing.T) {
 	if letIn(ofB) {
 		t.Error("a client of b let in after the bundle without b is in force")
 	}
-	if n := strings.Count(td.logs.String(), "tls: certificate reloaded"); n != 1 {
-		t.Errorf("client CAs put in force %d times, want once (the whole bundle; never its half)", n)
-	}
-	if strings.Contains(td.logs.String(), "certificate files not reloaded") {
-		t.Error("a half written file was read and refused")
-	}
+	reloadedOnce(t, td.logs, "client CAs", "tls: certificate reloaded")
 }
 
 // TestRedisCABundleReplacedAfterCheck: store.redis.tls.ca, the bundle of
@@ -128,14 +158,7 @@ func TestRedisCABundleReplacedAfterCheck(t *testing.T) {
 	td := startDaemon(t, redisTLSYAML([]string{rs.TLSAddr}, "", "{ca: "+caFile+"}", "1000/h"))
 	before := td.d.redisTLS.Load()
 
-	r.what, r.path, r.half = "block store.redis.tls", caFile, bundle(t, x)
-	close(r.arm)
-	mustWrite(t, filepath.Join(dir, "other"), "x") // an event in its directory: the files read again
-	f := r.writer(t)
-	waitFor(t, "the bundle replaced after the check, half written, its writer at work", func() bool {
-		l := td.logs.String()
-		return strings.Contains(l, "certificate file is being written in place") || strings.Contains(l, "store.redis.tls: files changed")
-	})
+	f := r.halfWritten(t, td.logs, "block store.redis.tls", caFile, bundle(t, x), "store.redis.tls: files changed")
 	if td.d.redisTLS.Load() != before {
 		t.Fatal("store.redis.tls in force changed while its CA bundle was half written: the half is in force")
 	}
@@ -147,12 +170,7 @@ func TestRedisCABundleReplacedAfterCheck(t *testing.T) {
 	})
 	killRedisClients(t, rs.Addr)
 	decidesOnRedis(t, td, "k", "with the whole bundle")
-	if n := strings.Count(td.logs.String(), "store.redis.tls: files changed"); n != 1 {
-		t.Errorf("store.redis.tls put in force %d times, want once (the whole bundle; never its half)", n)
-	}
-	if strings.Contains(td.logs.String(), "files not reloaded") {
-		t.Error("a half written file was read and refused")
-	}
+	reloadedOnce(t, td.logs, "store.redis.tls", "store.redis.tls: files changed")
 }
 
 // TestXDSCABundleReplacedAfterCheck: grpc.xds.tls.ca, the bundle of the
@@ -178,14 +196,7 @@ func TestXDSCABundleReplacedAfterCheck(t *testing.T) {
 	xs.waitACK("v1")
 	before := ed.d.xdsTLS.Load()
 
-	r.what, r.path, r.half = "block grpc.xds.tls", caFile, bundle(t, x)
-	close(r.arm)
-	mustWrite(t, filepath.Join(dir, "other"), "x") // an event in its directory: the files read again
-	f := r.writer(t)
-	waitFor(t, "the bundle replaced after the check, half written, its writer at work", func() bool {
-		l := ed.logs.String()
-		return strings.Contains(l, "certificate file is being written in place") || strings.Contains(l, "grpc.xds.tls: files changed")
-	})
+	f := r.halfWritten(t, ed.logs, "block grpc.xds.tls", caFile, bundle(t, x), "grpc.xds.tls: files changed")
 	if ed.d.xdsTLS.Load() != before {
 		t.Fatal("grpc.xds.tls in force changed while its CA bundle was half written: the half is in force")
 	}
@@ -203,12 +214,7 @@ func TestXDSCABundleReplacedAfterCheck(t *testing.T) {
 	if got := ed.limitOf("shop", "tenant", "acme"); got != 4 {
 		t.Errorf("shop tenant=acme limit %d after the new subscription, want 4 (v2)", got)
 	}
-	if n := strings.Count(ed.logs.String(), "grpc.xds.tls: files changed"); n != 1 {
-		t.Errorf("grpc.xds.tls put in force %d times, want once (the whole bundle; never its half)", n)
-	}
-	if strings.Contains(ed.logs.String(), "files not reloaded") {
-		t.Error("a half written file was read and refused")
-	}
+	reloadedOnce(t, ed.logs, "grpc.xds.tls", "grpc.xds.tls: files changed")
 }
 
 // TestClientCABundleKeepsChanging: api.tls.client_ca is replaced (by a
@@ -242,15 +248,7 @@ func TestClientCABundleKeepsChanging(t *testing.T) {
 			close(replaced)
 		}
 	})
-	td := startDaemon(t, "listen: 127.0.0.1:0\napi:\n  tls: {cert: "+srv.CertFile+", key: "+srv.KeyFile+", client_ca: "+caFile+"}\n"+
-		"rules:\n  - {name: all, rate: 5/m}\n")
-	inForce := func() *x509.CertPool {
-		cfg, err := td.d.tls[0].Config().GetConfigForClient(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg.ClientCAs
-	}
+	td, inForce := startClientCADaemon(t, srv, caFile)
 
 	close(arm)
 	mustWrite(t, filepath.Join(dir, "other"), "x") // an event in its directory: the files read again
