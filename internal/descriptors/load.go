@@ -154,24 +154,12 @@ func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed,
 	}
 }
 
-// descriptor decodes one descriptor and adds it to parent.
+// descriptor decodes one descriptor and adds it to parent, with the rule of
+// its rate_limit and the descriptors under it, unless a problem is told for
+// it or for one under it: then parent is left without it. path is parent's
+// dotted path ("" at the top), depth its nesting; aboveV2M tells whether a
+// descriptor above has value_to_metric.
 func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, aboveV2M bool) {
-	var (
-		k, v                            string
-		keySeen, keyBad                 bool
-		rl                              *yaml.Node
-		children                        *yaml.Node
-		shadow, quota, detailed, v2m    bool
-		share, report                   bool
-		algorithm                       string
-		lease, shards                   rules.AutoCount
-		burst                           int64
-		segments                        int
-		sync                            time.Duration
-		algNode, burstNode, segNode     *yaml.Node
-		leaseNode, shardsNode, syncNode *yaml.Node
-		reportNode                      *yaml.Node
-	)
 	cycle, done := d.holdsItself(key, "descriptor", n)
 	if cycle {
 		return
@@ -179,160 +167,233 @@ func (d *decoder) descriptor(key string, n *yaml.Node, parent *node, p *parsed, 
 	defer done()
 	before := len(d.Errs)
 	item := d.Resolve(key, n)
-	// An option whose value did not decode is told once: its node is
-	// left nil, so that it is not checked again as the zero it left
-	// ("burst: 0 must be at least 1" after "burst: want a whole number").
-	bad, algBad := false, false
+	f := d.descriptorFields(key, n)
+	if item == nil || item.Kind != yaml.MappingNode {
+		return
+	}
+	nd, full, ok := d.descriptorNode(key, item, f, parent, path)
+	if !ok {
+		return
+	}
+	if f.rl == nil && f.hasOptions() {
+		d.Fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
+	}
+	if f.rl != nil {
+		if r := d.descriptorRule(key, item, f, p.domain, full, aboveV2M); r != nil {
+			nd.rule = r
+			p.rules++
+		}
+	}
+	if f.children != nil {
+		d.descriptors(key+".descriptors", f.children, nd, p, full, depth+1, aboveV2M || f.v2m)
+	}
+	if len(d.Errs) > before {
+		return
+	}
+	parent.add(nd)
+}
+
+// descFields are a descriptor's fields as decoded, before they are checked.
+// An option whose value did not decode is told once: its node is left nil
+// (and bad set), so that it is not checked again as the zero it left
+// ("burst: 0 must be at least 1" after "burst: want a whole number").
+type descFields struct {
+	k, v                            string
+	keySeen, keyBad                 bool
+	rl                              *yaml.Node
+	children                        *yaml.Node
+	shadow, quota, detailed, v2m    bool
+	share, report                   bool
+	algorithm                       string
+	lease, shards                   rules.AutoCount
+	burst                           int64
+	segments                        int
+	sync                            time.Duration
+	algNode, burstNode, segNode     *yaml.Node
+	leaseNode, shardsNode, syncNode *yaml.Node
+	reportNode                      *yaml.Node
+	bad                             bool // an option did not decode
+	algBad                          bool // algorithm did not decode, or names no algorithm
+}
+
+// hasOptions reports whether the descriptor gives any of the options that
+// belong with a rate_limit, whether or not its value decoded.
+func (f *descFields) hasOptions() bool {
+	return f.algNode != nil || f.burstNode != nil || f.segNode != nil || f.syncNode != nil || f.leaseNode != nil || f.shardsNode != nil || f.reportNode != nil || f.bad
+}
+
+// descriptorFields decodes the fields of descriptor n, telling each unknown
+// field and each value that does not decode (lease and shards are checked
+// against their range as well); it checks nothing else.
+func (d *decoder) descriptorFields(key string, n *yaml.Node) *descFields {
+	f := &descFields{}
 	opt := func(node **yaml.Node, decode func(string, *yaml.Node)) func(string, *yaml.Node) {
 		return func(kk string, x *yaml.Node) {
 			if d.decoded(decode, kk, x) {
 				*node = x
 			} else {
-				bad = true
+				f.bad = true
 			}
 		}
 	}
 	d.mapping(key, n, fields{
-		"key":             func(kk string, x *yaml.Node) { keySeen = true; keyBad = !d.decoded(d.str(&k), kk, x) },
-		"value":           d.str(&v),
-		"rate_limit":      func(_ string, x *yaml.Node) { rl = x },
-		"descriptors":     func(_ string, x *yaml.Node) { children = x },
-		"shadow_mode":     d.bool(&shadow),
-		"quota_mode":      d.bool(&quota),
-		"detailed_metric": d.bool(&detailed),
-		"value_to_metric": d.bool(&v2m),
-		"share_threshold": d.bool(&share),
+		"key":             func(kk string, x *yaml.Node) { f.keySeen = true; f.keyBad = !d.decoded(d.str(&f.k), kk, x) },
+		"value":           d.str(&f.v),
+		"rate_limit":      func(_ string, x *yaml.Node) { f.rl = x },
+		"descriptors":     func(_ string, x *yaml.Node) { f.children = x },
+		"shadow_mode":     d.bool(&f.shadow),
+		"quota_mode":      d.bool(&f.quota),
+		"detailed_metric": d.bool(&f.detailed),
+		"value_to_metric": d.bool(&f.v2m),
+		"share_threshold": d.bool(&f.share),
 		"metadata":        func(string, *yaml.Node) {}, // accepted; Sluice returns no dynamic metadata
 		"algorithm": func(kk string, x *yaml.Node) {
-			if !d.decoded(opt(&algNode, d.str(&algorithm)), kk, x) {
-				algBad = true
+			if !d.decoded(opt(&f.algNode, d.str(&f.algorithm)), kk, x) {
+				f.algBad = true
 			}
 		},
-		"burst":    opt(&burstNode, d.int64(&burst)),
-		"segments": opt(&segNode, d.int(&segments)),
-		"sync":     opt(&syncNode, d.duration(&sync)),
-		"lease": func(kk string, x *yaml.Node) {
-			leaseNode = x
-			var v string
-			if !d.decoded(d.str(&v), kk, x) {
-				return
-			}
-			if err := lease.UnmarshalText([]byte(v)); err != nil || (!lease.Auto && (lease.N < 1 || lease.N > rules.MaxLease)) {
-				d.Fail(x, kk, "want auto or a whole number between 1 and %d, not %q", rules.MaxLease, v)
-			}
-		},
-		"shards": func(kk string, x *yaml.Node) {
-			shardsNode = x
-			var v string
-			if !d.decoded(d.str(&v), kk, x) {
-				return
-			}
-			if err := shards.UnmarshalText([]byte(v)); err != nil || (!shards.Auto && (shards.N < 2 || shards.N > MaxShards)) {
-				d.Fail(x, kk, "want auto or a whole number between 2 and %d, not %q", MaxShards, v)
-			}
-		},
-		"report": opt(&reportNode, d.bool(&report)),
+		"burst":    opt(&f.burstNode, d.int64(&f.burst)),
+		"segments": opt(&f.segNode, d.int(&f.segments)),
+		"sync":     opt(&f.syncNode, d.duration(&f.sync)),
+		"lease":    d.autoCount(&f.lease, &f.leaseNode, 1, rules.MaxLease),
+		"shards":   d.autoCount(&f.shards, &f.shardsNode, 2, MaxShards),
+		"report":   opt(&f.reportNode, d.bool(&f.report)),
 	})
-	if item == nil || item.Kind != yaml.MappingNode {
-		return
+	return f
+}
+
+// autoCount decodes auto or a whole number from lo to hi into dst, telling
+// any other value; *node is set to the value's node even when it is told.
+func (d *decoder) autoCount(dst *rules.AutoCount, node **yaml.Node, lo, hi int) func(string, *yaml.Node) {
+	return func(kk string, x *yaml.Node) {
+		*node = x
+		var v string
+		if !d.decoded(d.str(&v), kk, x) {
+			return
+		}
+		if err := dst.UnmarshalText([]byte(v)); err != nil || (!dst.Auto && (dst.N < lo || dst.N > hi)) {
+			d.Fail(x, kk, "want auto or a whole number between %d and %d, not %q", lo, hi, v)
+		}
 	}
+}
+
+// descriptorNode checks the key of descriptor item and that parent has no
+// descriptor of the same key and value, and returns the new node with its
+// dotted path (under path, parent's); false, after telling why, when either
+// check fails. It tells, too, a share_threshold on a value that is not a
+// wildcard.
+func (d *decoder) descriptorNode(key string, item *yaml.Node, f *descFields, parent *node, path string) (nd *node, full string, ok bool) {
 	switch {
-	case keyBad:
-		return
-	case !keySeen:
+	case f.keyBad:
+		return nil, "", false
+	case !f.keySeen:
 		d.Fail(item, key+".key", "missing: every descriptor needs a key")
-		return
-	case k == "":
+		return nil, "", false
+	case f.k == "":
 		d.Fail(item, key+".key", "must not be empty: every descriptor needs a key")
-		return
+		return nil, "", false
 	}
-	nd := newNode(k, v)
-	nd.share, nd.v2m, nd.detailed = share, v2m, detailed
+	nd = newNode(f.k, f.v)
+	nd.share, nd.v2m, nd.detailed = f.share, f.v2m, f.detailed
 	nd.line, nd.at = item.Line, key
-	ck := kv{k, v}
-	full := k
-	if v != "" {
-		full += "_" + v
+	full = f.k
+	if f.v != "" {
+		full += "_" + f.v
 	}
 	if path != "" {
 		full = path + "." + full
 	}
-	if _, dup := parent.children[ck]; dup {
+	if _, dup := parent.children[kv{f.k, f.v}]; dup {
 		d.Fail(item, key, "duplicate descriptor %q: the same key and value twice at one level", full)
-		return
+		return nil, "", false
 	}
-	if share && !strings.Contains(v, "*") {
-		d.Fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", v)
+	if f.share && !strings.Contains(f.v, "*") {
+		d.Fail(item, key+".share_threshold", "only applies to a wildcard value (one containing *), not %q", f.v)
 	}
-	opts := (algNode != nil || burstNode != nil || segNode != nil || syncNode != nil || leaseNode != nil || shardsNode != nil || reportNode != nil || bad)
-	if rl == nil && opts {
-		d.Fail(item, key, "algorithm, burst, segments, sync, lease, shards and report belong with a rate_limit")
+	return nd, full, true
+}
+
+// add makes nd a child of n, after those before it.
+func (n *node) add(nd *node) {
+	n.children[kv{nd.key, nd.value}] = nd
+	n.order = append(n.order, nd)
+	if strings.Contains(nd.value, "*") {
+		n.wild = append(n.wild, wildcard{key: nd.key, parts: strings.Split(nd.value, "*"), n: nd})
 	}
-	if rl != nil {
-		r := d.rateLimit(key+".rate_limit", rl, p.domain)
-		if r != nil {
-			r.Path, r.File, r.Line = full, d.File, item.Line
-			r.Shadow, r.Quota, r.DetailedMetric, r.ValueToMetric = shadow, quota, detailed, v2m
-			r.Report = report
-			r.fromReq = detailed || v2m || aboveV2M
-			r.Sync, r.Lease, r.Shards = sync, lease, shards
-			if r.Unlimited && opts {
-				d.Fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
-			}
-			if algNode != nil {
-				a, err := sluice.ParseAlgorithm(algorithm)
-				if err != nil {
-					d.Fail(algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", algorithm)
-					algBad = true // what depends on it is not checked against the default
-				} else {
-					r.Algorithm = a
-				}
-			}
-			if burstNode != nil && burst < 1 {
-				d.Fail(burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", burst)
-			}
-			if segNode != nil && !algBad && (segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
-				d.Fail(segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
-			}
-			if syncNode != nil && (sync < time.Millisecond || sync > time.Minute) {
-				d.Fail(syncNode, key+".sync", "%v must be between 1ms and 1m", sync)
-			}
-			if syncNode != nil && leaseNode != nil {
-				d.Fail(leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
-			}
-			if (syncNode != nil || leaseNode != nil) && !algBad && !rules.FleetShareable(r.Algorithm, segments) {
-				n, k := syncNode, key+".sync"
-				if leaseNode != nil {
-					n, k = leaseNode, key+".lease"
-				}
-				d.Fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
-			}
-			if r.RequestsPerUnit > 0 && !r.Unlimited && !algBad {
-				r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst, Segments: segments}
-				if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
-					if k, msg := rules.AlgorithmLimitError(err); k == "burst" && burstNode != nil && r.Limit.Validate() == nil {
-						d.Fail(burstNode, key+".burst", "%s", msg)
-					} else {
-						d.Fail(rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-					}
-				}
-			}
-			r.head = ruleHead(p.domain, full, r.Algorithm, r.Limit)
-			r.full = "envoy/" + r.Domain + "/" + r.Path
-			nd.rule = r
-			p.rules++
+}
+
+// descriptorRule decodes the rate_limit of descriptor item (at key, whose
+// dotted path is full) and returns its rule with the descriptor's modes and
+// options applied and checked, or nil when the rate_limit did not decode.
+// A problem with the options is told but still returns the rule.
+func (d *decoder) descriptorRule(key string, item *yaml.Node, f *descFields, domain, full string, aboveV2M bool) *Rule {
+	r := d.rateLimit(key+".rate_limit", f.rl, domain)
+	if r == nil {
+		return nil
+	}
+	r.Path, r.File, r.Line = full, d.File, item.Line
+	r.Shadow, r.Quota, r.DetailedMetric, r.ValueToMetric = f.shadow, f.quota, f.detailed, f.v2m
+	r.Report = f.report
+	r.fromReq = f.detailed || f.v2m || aboveV2M
+	r.Sync, r.Lease, r.Shards = f.sync, f.lease, f.shards
+	if r.Unlimited && f.hasOptions() {
+		d.Fail(item, key, "an unlimited rate_limit takes no algorithm, burst, segments or fleet options")
+	}
+	d.ruleOptions(key, f, r)
+	if r.RequestsPerUnit > 0 && !r.Unlimited && !f.algBad {
+		d.ruleLimit(key, f, r)
+	}
+	r.head = ruleHead(domain, full, r.Algorithm, r.Limit)
+	r.full = "envoy/" + r.Domain + "/" + r.Path
+	return r
+}
+
+// ruleOptions sets r.Algorithm from the descriptor's algorithm, if given,
+// and checks burst, segments, sync and lease, each on its own and against
+// the algorithm (unless it is unknown: f.algBad, which it sets when it
+// tells so).
+func (d *decoder) ruleOptions(key string, f *descFields, r *Rule) {
+	if f.algNode != nil {
+		a, err := sluice.ParseAlgorithm(f.algorithm)
+		if err != nil {
+			d.Fail(f.algNode, key+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter or gcra)", f.algorithm)
+			f.algBad = true // what depends on it is not checked against the default
+		} else {
+			r.Algorithm = a
 		}
 	}
-	if children != nil {
-		d.descriptors(key+".descriptors", children, nd, p, full, depth+1, aboveV2M || v2m)
+	if f.burstNode != nil && f.burst < 1 {
+		d.Fail(f.burstNode, key+".burst", "%d must be at least 1 (or absent: the requests_per_unit)", f.burst)
 	}
-	if len(d.Errs) > before {
-		return
+	if f.segNode != nil && !f.algBad && (f.segments < 1 || r.Algorithm != sluice.SlidingWindowCounter) {
+		d.Fail(f.segNode, key+".segments", "applies to algorithm sliding_window_counter only, as a whole number ≥ 1")
 	}
-	parent.children[ck] = nd
-	parent.order = append(parent.order, nd)
-	if strings.Contains(v, "*") {
-		parent.wild = append(parent.wild, wildcard{key: k, parts: strings.Split(v, "*"), n: nd})
+	if f.syncNode != nil && (f.sync < time.Millisecond || f.sync > time.Minute) {
+		d.Fail(f.syncNode, key+".sync", "%v must be between 1ms and 1m", f.sync)
+	}
+	if f.syncNode != nil && f.leaseNode != nil {
+		d.Fail(f.leaseNode, key+".lease", "sync (soft) and lease (hard) exclude each other: keep one")
+	}
+	if (f.syncNode != nil || f.leaseNode != nil) && !f.algBad && !rules.FleetShareable(r.Algorithm, f.segments) {
+		n, k := f.syncNode, key+".sync"
+		if f.leaseNode != nil {
+			n, k = f.leaseNode, key+".lease"
+		}
+		d.Fail(n, k, "%s cannot be counted by a fleet: sync and lease need token_bucket, gcra, fixed_window or sliding_window_counter with one segment", r.Algorithm)
+	}
+}
+
+// ruleLimit sets r.Limit from the rate_limit, burst and segments, and tells
+// if r's algorithm cannot apply it: under burst when the burst is what it
+// refuses, under rate_limit otherwise.
+func (d *decoder) ruleLimit(key string, f *descFields, r *Rule) {
+	r.Limit = sluice.Limit{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: f.burst, Segments: f.segments}
+	if err := r.Algorithm.ValidateLimit(r.Limit); err != nil {
+		if k, msg := rules.AlgorithmLimitError(err); k == "burst" && f.burstNode != nil && r.Limit.Validate() == nil {
+			d.Fail(f.burstNode, key+".burst", "%s", msg)
+		} else {
+			d.Fail(f.rl, key+".rate_limit", "%v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+		}
 	}
 }
 
