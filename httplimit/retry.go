@@ -67,7 +67,9 @@ var errNoResponse = errors.New("httplimit: RetryTransport: Base returned neither
 // only with RetryNonIdempotent. A request with a body is retried only if the
 // body can be read again (Request.GetBody, which http.NewRequest sets for
 // bytes, strings and bytes.Buffer bodies). Transport errors are returned,
-// never retried: the request may have reached the server.
+// never retried: the request may have reached the server. A retry sends a
+// copy of the request; the answer's Request is the caller's, as net/http's
+// Transport answers after its own retries.
 //
 // Use it as an http.Client's Transport:
 //
@@ -143,6 +145,12 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if resp == nil {
 			return nil, errNoResponse
+		}
+		if attempt != req {
+			// The answer to a retry, sent as a copy, is the caller's
+			// request's, as net/http's Transport answers after its own
+			// retries.
+			resp.Request = req
 		}
 		fastest = min(fastest, time.Since(sent))
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {

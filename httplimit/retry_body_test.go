@@ -161,6 +161,23 @@ func TestRetryTransportResendsTheRequestAsMade(t *testing.T) {
 	}
 }
 
+// After a retry the answer's Request is the caller's, as net/http's
+// Transport answers after its own retries.
+func TestRetryTransportResponseRequestIsTheCallers(t *testing.T) {
+	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
+	inBubble(t, func(t *testing.T) {
+		req, _ := http.NewRequest("PUT", srv.URL, strings.NewReader("abc"))
+		resp, err := (&httplimit.RetryTransport{Base: noKeepAlive()}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Request != req {
+			t.Errorf("got %d with Request %p, want 200 with the caller's request %p", resp.StatusCode, resp.Request, req)
+		}
+	})
+}
+
 // A request with http.NoBody needs no GetBody to be sent again.
 func TestRetryTransportNoBody(t *testing.T) {
 	srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
