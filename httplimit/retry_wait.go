@@ -18,10 +18,11 @@ import (
 //     items whose r is 0; or, in the draft's version 07 form, a Dictionary
 //     such as "limit=100, remaining=0, reset=30", reset when remaining is
 //     0;
-//   - RateLimit-Reset, the draft's earlier field: seconds;
-//   - X-RateLimit-Reset: below 10⁹, seconds; from 10⁹ on (2001 and later),
-//     a Unix time in seconds, read against Date as a date is. A fraction
-//     (".250") is allowed.
+//   - RateLimit-Reset, the draft's earlier field, whole seconds, and
+//   - X-RateLimit-Reset, which may have a fraction (".250"): below 10⁹,
+//     seconds; from 10⁹ on (2001 and later), a Unix time in seconds (as
+//     GitHub's X-RateLimit-Reset and GitLab's RateLimit-Reset are), read
+//     against Date as a date is.
 //
 // The two reset fields are read only when their remaining field
 // (RateLimit-Remaining, X-RateLimit-Remaining) is absent or 0: a 429 that
@@ -50,13 +51,17 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 			return wait, true
 		}
 	}
-	if exhausted(h, "RateLimit-Remaining") {
-		if v, ok := agreed(h, "RateLimit-Reset", parseDelta); ok {
-			return v.delta, true
+	for _, f := range []struct {
+		remaining, reset string
+		parse            func(string) (when, bool)
+	}{
+		{"RateLimit-Remaining", "RateLimit-Reset", parseWholeReset},
+		{"X-RateLimit-Remaining", "X-RateLimit-Reset", parseReset},
+	} {
+		if !exhausted(h, f.remaining) {
+			continue
 		}
-	}
-	if exhausted(h, "X-RateLimit-Remaining") {
-		if v, ok := agreed(h, "X-RateLimit-Reset", parseReset); ok {
+		if v, ok := agreed(h, f.reset, f.parse); ok {
 			if v.date {
 				return max(v.at().Sub(base), 0), true
 			}
@@ -66,7 +71,7 @@ func ServerWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	return 0, false
 }
 
-// epochFrom is the least X-RateLimit-Reset read as a Unix time: 10⁹
+// epochFrom is the least reset field read as a Unix time: 10⁹
 // seconds is 31 years, too long for a wait; 10⁹ since the epoch is 2001.
 const epochFrom = 1_000_000_000
 
@@ -129,6 +134,16 @@ func parseReset(s string) (when, bool) {
 	// Past 2^62 seconds (10^11 years) every instant is as far as any:
 	// time.Unix holds it, and a wait to it is the longest Duration.
 	return when{sec: int64(min(n, 1<<62)), nsec: nanos, date: true}, true
+}
+
+// parseWholeReset reads a RateLimit-Reset: as parseReset, without a
+// fraction (the draft's delta-seconds are whole; a Unix time, as GitLab
+// sends, is too).
+func parseWholeReset(s string) (when, bool) {
+	if !digits(s) {
+		return when{}, false
+	}
+	return parseReset(s)
 }
 
 func digits(s string) bool {

@@ -63,6 +63,14 @@ func TestServerWait(t *testing.T) {
 		{map[string]string{"RateLimit-Reset": "1.5"}, 0, false},
 		{map[string]string{"RateLimit-Reset": "30", "RateLimit": `"x";r=0;t=4`}, 4 * time.Second, true},
 		{map[string]string{"RateLimit-Reset": "30", "Retry-After": "5"}, 5 * time.Second, true},
+		// From 10^9 on a Unix time, as X-RateLimit-Reset (GitLab sends
+		// RateLimit-Reset so, on a 429 without Retry-After), read
+		// against Date when there is one; still no fraction.
+		{map[string]string{"RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10)}, 45 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10), "RateLimit-Remaining": "0", "Date": "Mon, 23 Nov 2026 11:59:00 GMT"}, 105 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": strconv.FormatInt(now.Unix()-45, 10)}, 0, true},
+		{map[string]string{"RateLimit-Reset": "999999999"}, 999999999 * time.Second, true},
+		{map[string]string{"RateLimit-Reset": strconv.FormatInt(now.Unix()+45, 10) + ".5"}, 0, false},
 		// X-RateLimit-Reset: seconds below 10^9, a Unix time from 10^9
 		// (read against Date when there is one), with a fraction or not.
 		{map[string]string{"X-RateLimit-Reset": "30"}, 30 * time.Second, true},
