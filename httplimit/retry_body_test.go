@@ -68,12 +68,7 @@ func TestRetryTransportStalledBodyDoesNotHoldTheRetry(t *testing.T) {
 // A 429 whose body never ends is read only up to a bound, then closed:
 // the retry goes when the wait ends.
 func TestRetryTransportEndlessBody(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) > 1 {
-			io.WriteString(w, "ok")
-			return
-		}
+	srv, _ := refusedOnce(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
 		chunk := strings.Repeat("x", 4096)
@@ -82,8 +77,7 @@ func TestRetryTransportEndlessBody(t *testing.T) {
 				return
 			}
 		}
-	}))
-	defer srv.Close()
+	})
 	inBubble(t, func(t *testing.T) {
 		code, body, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
 		if code != http.StatusOK || body != "ok" || took != time.Second {

@@ -111,3 +111,19 @@ func getWithin(t *testing.T, rt http.RoundTripper, url string, within time.Durat
 	resp.Body.Close()
 	return resp.StatusCode, took, nil
 }
+
+// refusedOnce is a real server that answers its first request with first
+// (a 429 of some kind) and every later one 200 "ok"; hits counts them.
+func refusedOnce(t *testing.T, first http.HandlerFunc) (srv *httptest.Server, hits *atomic.Int64) {
+	t.Helper()
+	hits = new(atomic.Int64)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) > 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		first(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, hits
+}

@@ -95,12 +95,7 @@ func TestRetryTransportRetryAfterDate(t *testing.T) {
 // time. The client waits until then by the server's clock (its Date),
 // not 56 years (which it would give up on at once).
 func TestRetryTransportRateLimitResetUnixTime(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) > 1 {
-			io.WriteString(w, "ok")
-			return
-		}
+	srv, _ := refusedOnce(t, func(w http.ResponseWriter, r *http.Request) {
 		// The server's clock is the real one, the client's the bubble's.
 		now := time.Now()
 		w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
@@ -108,8 +103,7 @@ func TestRetryTransportRateLimitResetUnixTime(t *testing.T) {
 		w.Header().Set("RateLimit-Remaining", "0")
 		w.Header().Set("RateLimit-Reset", strconv.FormatInt(now.Unix()+20, 10))
 		w.WriteHeader(http.StatusTooManyRequests)
-	}))
-	defer srv.Close()
+	})
 	inBubble(t, func(t *testing.T) {
 		code, body, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
 		if code != http.StatusOK || body != "ok" || took != 20*time.Second {
