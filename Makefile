@@ -82,6 +82,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHostKey$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzStoreKeyIP$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorizationKey$$' -fuzztime 200000x ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzStoreKeyQueryCookie$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAppend$$' -fuzztime 50000x ./internal/jsonstr
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitReset$$' -fuzztime 100000x ./httplimit
 	$(GO) test -run '^$$' -fuzz '^FuzzServerWait$$' -fuzztime 100000x ./httplimit

@@ -221,12 +221,23 @@ func cookiePart(part, name string) (k, v string, named bool) {
 	if k = textproto.TrimString(k); k != name {
 		return k, "", false
 	}
+	v, ok := cookieText(v)
+	if !ok {
+		return k, "", false
+	}
+	return k, v, true
+}
+
+// cookieText reads a cookie's value v as cookiePart does: its double
+// quotes stripped, then URL-decoded unless its escapes do not decode; or
+// ok=false when it holds a byte no cookie value may hold.
+func cookieText(v string) (string, bool) {
 	if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
 		v = v[1 : len(v)-1]
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == ';' || c == '\\' {
-			return k, "", false
+			return "", false
 		}
 	}
 	if strings.ContainsAny(v, "%+") {
@@ -234,7 +245,7 @@ func cookiePart(part, name string) (k, v string, named bool) {
 			v = u
 		}
 	}
-	return k, v, true
+	return v, true
 }
 
 // validEscapes reports whether url.QueryUnescape(v) succeeds, without

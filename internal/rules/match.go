@@ -329,7 +329,13 @@ func appendValue(b []byte, v string, single bool) []byte {
 // another way gets no fresh count: a path ("/"…) in its canonical form
 // (case folded for a case_insensitive rule), a Host as HostKey writes it,
 // a method as the method part counts it (upper case, HEAD as GET), an
-// Authorization (or Proxy-Authorization) value as AuthorizationKey does.
+// Authorization (or Proxy-Authorization) value as AuthorizationKey does,
+// a query parameter's value with its escapes decoded ('+' as a space), a
+// cookie's as cookiePart reads it (blanks at its end trimmed, double
+// quotes stripped, escapes decoded). Such a key is read as the request sent it (nginx's $arg_NAME
+// and $cookie_NAME): one that does not decode is taken as written, and a
+// value passed on already decoded is decoded again, which changes only
+// one holding a '%' or '+'.
 func (r *Rule) StoreKey(key string) string {
 	if len(r.Key) == 1 {
 		switch p := r.Key[0]; {
@@ -346,6 +352,15 @@ func (r *Rule) StoreKey(key string) string {
 			key = HostKey(key)
 		case p.Kind == PartHeader && authorizationHeader(p.Name):
 			key = AuthorizationKey(key)
+		case p.Kind == PartQuery && strings.ContainsAny(key, "%+"):
+			if v, err := url.QueryUnescape(key); err == nil {
+				key = v
+			}
+		case p.Kind == PartCookie:
+			// Trimmed at the end, as a Cookie header's part is.
+			if v, ok := cookieText(strings.TrimRight(key, " \t\r\n")); ok && v != "" {
+				key = v
+			}
 		}
 	}
 	return r.head([]byte(key))

@@ -34,8 +34,8 @@ type checkRequest struct {
 // key part, it shares the counter of the requests the proxy keys with that
 // value, read as that part of a request is (an ip rule's address by the
 // rule's prefix, a path in its canonical form, a Host, method or
-// Authorization value as the rule counts it), so that no spelling of it
-// is a fresh count. The decision never waits: a leaky bucket's shaping delay is
+// Authorization value as the rule counts it, a query or cookie value
+// URL-decoded), so that no spelling of it is a fresh count. The decision never waits: a leaky bucket's shaping delay is
 // reported as "delay_ms" (present only when positive), for the caller to
 // wait out.
 //

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/rules"
@@ -91,5 +92,46 @@ func TestCheckKeyReadAsTheRequestPart(t *testing.T) {
 	// A key that is no path stays as written.
 	if status, cr := check(t, f, `{"rule":"route","key":"login"}`); status != 200 || !cr.Allowed || cr.Remaining != 1 {
 		t.Errorf("rule route: /v1/check key \"login\": %d %+v, want allowed with 1 left", status, cr)
+	}
+}
+
+// A /v1/check key for a rule keyed by query:NAME or cookie:NAME alone is
+// read as that part of a request is: its escapes decoded ('+' as a space),
+// a cookie's double quotes stripped. A gateway passing the parameter or
+// cookie as the request sent it (nginx's $arg_NAME and $cookie_NAME are
+// raw) shared no count with forward auth, which counts the decoded value,
+// and a client escaping its key another way each time (%61bc, %2561…)
+// had a fresh count with every spelling while the app behind, which
+// decodes it, read one key.
+func TestCheckQueryCookieKeyReadAsTheRequestPart(t *testing.T) {
+	srv := forwardAuthServer(t,
+		rules.Spec{Name: "by-query", Key: []string{"query:api_key"}, Rate: "3/m", Algorithm: "fixed_window"},
+		rules.Spec{Name: "by-cookie", Key: []string{"cookie:sid"}, Rate: "3/m", Algorithm: "fixed_window"},
+	)
+	f := &fixture{srv: srv}
+	hdr := map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/x?api_key=ab+c%2F", "Cookie": "sid=s%20t"}
+	if resp, body := forwardAuth(t, f, hdr); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("forward auth: %d %q remaining %q", resp.StatusCode, body, resp.Header.Get("X-RateLimit-Remaining"))
+	}
+	for _, tc := range []struct {
+		rule string
+		keys []string // two allowed, then refused
+	}{
+		{"by-query", []string{"ab%20c/", "%61b+c%2f", "ab c/"}},
+		{"by-cookie", []string{"s+t", `"s%20t"`, "s t"}},
+	} {
+		for i, key := range tc.keys {
+			status, cr := check(t, f, `{"rule":"`+tc.rule+`","key":`+strconv.Quote(key)+`}`)
+			if want := i < 2; status != 200 || cr.Allowed != want {
+				t.Errorf("rule %s: /v1/check key %q after forward auth: %d allowed %v, want 200 allowed %v (one value, one count)", tc.rule, key, status, cr.Allowed, want)
+			}
+		}
+	}
+	// A key whose escapes do not decode is counted as written, as is
+	// another value.
+	for _, key := range []string{"ab%zz", "ab"} {
+		if status, cr := check(t, f, `{"rule":"by-query","key":"`+key+`"}`); status != 200 || !cr.Allowed || cr.Remaining != 2 {
+			t.Errorf("rule by-query: /v1/check key %q: %d %+v, want allowed with 2 left", key, status, cr)
+		}
 	}
 }
