@@ -11,7 +11,10 @@ import (
 // bare ":") and one final dot removed. net/http, Caddy and Traefik pass
 // the Host on as the client wrote it, and a site answers
 // "API.Example.com:8000" and "api.example.com." as "api.example.com":
-// counted as written, each spelling was a fresh count of the one site. A
+// counted as written, each spelling was a fresh count of the one site.
+// Only one final dot goes: nginx and Apache refuse a Host with an empty
+// label ("a.example..", 400), and Go's ServeMux and Caddy route it as
+// sent, so it is no spelling of "a.example" and keeps a count of its own. A
 // Host left empty by this (":80", ".") is kept as it came, so that it is
 // still counted. An IPv6 literal is written in its one spelling
 // ("[2001:0DB8:0::1]" is "[2001:db8::1]"). An already lower-case Host without a port or final dot

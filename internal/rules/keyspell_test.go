@@ -146,3 +146,28 @@ func TestQueryKeyPastFragment(t *testing.T) {
 		}
 	}
 }
+
+// HostKey removes one final dot, not more: nginx's $host and Apache
+// remove one ("a.example." is "a.example") and refuse a Host with an
+// empty label ("a.example..", "a..example": 400), and Go's ServeMux and
+// Caddy match the Host as sent (after case and port), so no server
+// routes "a.example.." to the site "a.example": it names no site, and is
+// counted as the host it is. A client free to send any Host to a
+// catch-all server has a count per name it makes up, whatever HostKey
+// does; a rule keyed by header:Host limits a site, not a client.
+func TestHostKeyOneFinalDot(t *testing.T) {
+	for h, want := range map[string]string{
+		"a.example.":     "a.example",
+		"A.Example.:443": "a.example",
+		"a.example..":    "a.example.",
+		"a.example..:80": "a.example.",
+		"a..example":     "a..example",
+	} {
+		if got := HostKey(h); got != want {
+			t.Errorf("HostKey(%q) = %q, want %q", h, got, want)
+		}
+	}
+	if HostKey("a.example..") == HostKey("a.example") {
+		t.Error(`"a.example.." counts as the site "a.example", which no server routes it to`)
+	}
+}
