@@ -92,8 +92,23 @@ func KeyByHeader(name string) KeyFunc {
 	}
 }
 
-// KeyByQuery keys a request by the first value of query parameter name; a
-// request without it, or with an empty value, is not counted.
+// KeyByQuery keys a request by query parameter name as a Go handler reads
+// it: its first value, the query read as url.ParseQuery reads it (escapes
+// decoded, '+' as a space; a pair with a ';' or a bad escape skipped),
+// which is what r.URL.Query().Get and r.FormValue return. A request
+// without it, or with an empty value, is not counted.
+//
+// Sent twice (?api_key=victim&api_key=mine), it is counted under the
+// first, the value the handler reads, so a client cannot be counted
+// under one key while served under the other. The daemon's query:NAME
+// counts such a request under each value instead, since the app behind
+// it may read the last (PHP, Rails); in front of such an app (an
+// httputil.ReverseProxy), KeyByQuery counts a value the app may not
+// read: limit it with the daemon, or by a header. KeyByQuery reads the
+// URL only: r.FormValue prefers a form body's value (a POST of
+// application/x-www-form-urlencoded), so for a handler that takes its
+// key from FormValue, write a KeyFunc that returns r.FormValue(name)
+// (it reads the body into r.PostForm, where the handler finds it).
 func KeyByQuery(name string) KeyFunc {
 	return func(r *http.Request) (string, bool) {
 		v := r.URL.Query().Get(name)

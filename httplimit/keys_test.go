@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -218,6 +219,56 @@ func TestKeyByPathIsCanonical(t *testing.T) {
 		r := httptest.NewRequest("POST", target, nil)
 		if key, ok := httplimit.KeyByPath(r); key != "/login" || !ok {
 			t.Errorf("KeyByPath(%s) = %q, %v; want \"/login\", true", target, key, ok)
+		}
+	}
+}
+
+// KeyByQuery counts the value a Go handler reads: the first of the
+// parameter's values as url.ParseQuery reads them, which is what
+// r.URL.Query().Get and r.FormValue (without a form body) return. A
+// client sending ?api_key=victim&api_key=mine, or a pair with a ';', is
+// counted under the key the handler then serves it as, never under one
+// while the handler reads another.
+func TestKeyByQueryCountsWhatGoReads(t *testing.T) {
+	lim := mustLimiter(t, memstore.New(memstore.Options{}), sluice.FixedWindow, sluice.PerMinute(1))
+	var mu sync.Mutex
+	var read []string // what the handler read, per request it served
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if q, f := r.URL.Query().Get("api_key"), r.FormValue("api_key"); q != f {
+			t.Errorf("%s: URL.Query().Get %q, FormValue %q", r.URL, q, f)
+		}
+		read = append(read, r.URL.Query().Get("api_key"))
+	})
+	srv := httptest.NewServer(httplimit.Middleware(httplimit.Options{Limiter: lim, Name: "k", KeyFunc: httplimit.KeyByQuery("api_key")})(next))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		query string
+		key   string // what the handler reads, and so the count it spends
+	}{
+		{"api_key=victim&api_key=mine", "victim"},
+		{"api_key=mine&api_key=victim", "mine"},
+		{"x=1;api_key=a&api_key=b", "b"},   // the ';' pair is dropped
+		{"api_key=c%20d&api_key=e", "c d"}, // decoded
+	} {
+		mu.Lock()
+		read = nil
+		mu.Unlock()
+		for i := range 2 {
+			resp := get(t, srv.URL+"/?"+tc.query, nil)
+			if want := []int{200, 429}[i]; resp.StatusCode != want {
+				t.Errorf("?%s, request %d: %d, want %d", tc.query, i, resp.StatusCode, want)
+			}
+		}
+		mu.Lock()
+		if len(read) != 1 || read[0] != tc.key {
+			t.Errorf("?%s: the handler read %q, want %q", tc.query, read, tc.key)
+		}
+		mu.Unlock()
+		// Its count is the one the handler's key spends.
+		if resp := get(t, srv.URL+"/?api_key="+url.QueryEscape(tc.key), nil); resp.StatusCode != 429 {
+			t.Errorf("?%s counted %q, then ?api_key=%s: %d, want 429 (one count)", tc.query, tc.key, tc.key, resp.StatusCode)
 		}
 	}
 }
