@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,27 +86,6 @@ func TestRetryTransportRetryAfterDate(t *testing.T) {
 		code, _, took = do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
 		if code != http.StatusOK || took != 7*time.Second {
 			t.Errorf("Retry-After: %s with Date: %s: got %d after %v, want 200 after 7s", f.retryAfter, f.date, code, took)
-		}
-	})
-}
-
-// A 429 as GitLab answers one: no Retry-After, RateLimit-Reset a Unix
-// time. The client waits until then by the server's clock (its Date),
-// not 56 years (which it would give up on at once).
-func TestRetryTransportRateLimitResetUnixTime(t *testing.T) {
-	srv, _ := refusedOnce(t, func(w http.ResponseWriter, r *http.Request) {
-		// The server's clock is the real one, the client's the bubble's.
-		now := time.Now()
-		w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
-		w.Header().Set("RateLimit-Limit", "600")
-		w.Header().Set("RateLimit-Remaining", "0")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(now.Unix()+20, 10))
-		w.WriteHeader(http.StatusTooManyRequests)
-	})
-	inBubble(t, func(t *testing.T) {
-		code, body, took := do(t, &httplimit.RetryTransport{Base: noKeepAlive()}, "GET", srv.URL, "", nil)
-		if code != http.StatusOK || body != "ok" || took != 20*time.Second {
-			t.Errorf("got %d %q after %v, want 200 \"ok\" after 20s", code, body, took)
 		}
 	})
 }
