@@ -86,45 +86,56 @@ func TestRetryTransportEndlessBody(t *testing.T) {
 	})
 }
 
-// The same over a real connection: the server sends the 429's header and
-// part of its body, then holds the connection open.
+// The same over a real connection, HTTP/1.1 and HTTP/2 (whose bodies
+// too end a read in progress when closed): the server sends the 429's
+// header and part of its body, then holds the stream open.
 func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
-	var hits atomic.Int64
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) > 1 {
-			io.WriteString(w, "ok")
-			return
+	for _, h2 := range []bool{false, true} {
+		var hits atomic.Int64
+		release := make(chan struct{})
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if hits.Add(1) > 1 {
+				io.WriteString(w, "ok")
+				return
+			}
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, "Too Many")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		tr := &http.Transport{}
+		if h2 {
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			tr = srv.Client().Transport.(*http.Transport)
+		} else {
+			srv.Start()
 		}
-		w.Header().Set("Retry-After", "0")
-		w.Header().Set("Content-Length", "1000")
-		w.WriteHeader(http.StatusTooManyRequests)
-		io.WriteString(w, "Too Many")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
+		// The timeout only turns a stall into a failure instead of a hang.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		resp, err := (&httplimit.RetryTransport{Base: tr}).RoundTrip(req)
+		if err != nil {
+			t.Errorf("HTTP/2 %v: RoundTrip: %v, want the retry's 200", h2, err)
+		} else {
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(b) != "ok" || err != nil || (resp.ProtoMajor == 2) != h2 {
+				t.Errorf("HTTP/2 %v: got %d %q over %s (%v), want 200 \"ok\"", h2, resp.StatusCode, b, resp.Proto, err)
+			}
 		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	// The timeout only turns a stall into a failure instead of a hang.
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	resp, err := (&httplimit.RetryTransport{Base: tr}).RoundTrip(req)
-	if err != nil {
-		t.Fatalf("RoundTrip: %v, want the retry's 200", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || string(b) != "ok" || err != nil {
-		t.Errorf("got %d %q (%v), want 200 \"ok\"", resp.StatusCode, b, err)
-	}
-	if got := hits.Load(); got != 2 {
-		t.Errorf("server saw %d requests, want 2", got)
+		if got := hits.Load(); got != 2 {
+			t.Errorf("HTTP/2 %v: server saw %d requests, want 2", h2, got)
+		}
+		cancel()
+		close(release)
+		tr.CloseIdleConnections()
+		srv.Close()
 	}
 }
 
