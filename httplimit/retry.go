@@ -86,7 +86,9 @@ type RetryTransport struct {
 	MaxAttempts int
 	// MaxElapsed caps the time from the first attempt to the start of the
 	// last one: a wait that would end later is not taken. 0 means
-	// DefaultMaxElapsed.
+	// DefaultMaxElapsed. It bounds one RoundTrip: http.Client follows
+	// each redirect with another, so a whole call, redirects included,
+	// is bounded by http.Client.Timeout or a context deadline.
 	MaxElapsed time.Duration
 	// BaseDelay is the back-off's scale: the wait before retry n is random
 	// in [0, BaseDelay·2ⁿ⁻¹), capped by MaxDelay. 0 means
