@@ -340,3 +340,31 @@ func TestRetryTransportServerWaitForms(t *testing.T) {
 		})
 	}
 }
+
+// A CONNECT is not retried unless the transport is told to, and a 429 to
+// one never retried takes no token.
+func TestRetryTransportConnect(t *testing.T) {
+	for _, told := range []bool{false, true} {
+		srv := newScripted(t, answer{http.StatusTooManyRequests, map[string]string{"Retry-After": "1"}}, answer{http.StatusOK, nil})
+		budget, _ := httplimit.NewRetryBudget(0.1, 10)
+		inBubble(t, func(t *testing.T) {
+			req, _ := http.NewRequest("CONNECT", srv.URL, nil)
+			req.Host = "upstream.example:443"
+			resp, err := (&httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, RetryNonIdempotent: told}).RoundTrip(req)
+			if err != nil {
+				t.Fatalf("RetryNonIdempotent %v: %v", told, err)
+			}
+			resp.Body.Close()
+			want, tokens := http.StatusTooManyRequests, 10.0
+			if told {
+				want, tokens = http.StatusOK, 9.1
+			}
+			if resp.StatusCode != want || budget.Tokens() != tokens {
+				t.Errorf("RetryNonIdempotent %v: got %d, %v tokens; want %d, %v", told, resp.StatusCode, budget.Tokens(), want, tokens)
+			}
+		})
+		if want := map[bool]int64{false: 1, true: 2}[told]; srv.hits.Load() != want {
+			t.Errorf("RetryNonIdempotent %v: server saw %d requests, want %d", told, srv.hits.Load(), want)
+		}
+	}
+}
