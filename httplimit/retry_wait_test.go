@@ -163,6 +163,7 @@ func FuzzServerWait(f *testing.F) {
 	f.Add("120", "", "", "")
 	f.Add("Mon, 23 Nov 2026 12:00:30 GMT", "Mon, 23 Nov 2026 11:59:00 GMT", "", "")
 	f.Add("", "", "30", "1795435245.5")
+	f.Add("", "Mon, 23 Nov 2026 11:59:00 GMT", "1795435245", "")
 	f.Add("Mon,", "Sun, ,", "1,", "1.")
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, retryAfter, date, reset, xReset string) {
