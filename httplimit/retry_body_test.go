@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -86,11 +87,15 @@ func TestRetryTransportEndlessBody(t *testing.T) {
 	})
 }
 
-// The same over a real connection, HTTP/1.1 and HTTP/2 (whose bodies
-// too end a read in progress when closed): the server sends the 429's
-// header and part of its body, then holds the stream open.
+// The same over a real connection, HTTP/1.1 and HTTP/2, and gzipped
+// (net/http's Transport unzipping it): closing the body ends a read in
+// progress in each. The server sends the 429's header and part of its
+// body, then holds the stream open.
 func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
-	for _, h2 := range []bool{false, true} {
+	for _, tc := range []struct {
+		name     string
+		h2, gzip bool
+	}{{"HTTP/1.1", false, false}, {"HTTP/2", true, false}, {"HTTP/1.1 gzip", false, true}, {"HTTP/2 gzip", true, true}} {
 		var hits atomic.Int64
 		release := make(chan struct{})
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,8 +105,17 @@ func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
 			}
 			w.Header().Set("Retry-After", "0")
 			w.Header().Set("Content-Length", "1000")
+			if tc.gzip {
+				w.Header().Set("Content-Encoding", "gzip")
+			}
 			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, "Too Many")
+			if tc.gzip {
+				zw := gzip.NewWriter(w)
+				io.WriteString(zw, "Too Many")
+				zw.Flush()
+			} else {
+				io.WriteString(w, "Too Many")
+			}
 			w.(http.Flusher).Flush()
 			select {
 			case <-release:
@@ -109,7 +123,7 @@ func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
 			}
 		}))
 		tr := &http.Transport{}
-		if h2 {
+		if tc.h2 {
 			srv.EnableHTTP2 = true
 			srv.StartTLS()
 			tr = srv.Client().Transport.(*http.Transport)
@@ -121,16 +135,16 @@ func TestRetryTransportStalledBodyOverTheNetwork(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 		resp, err := (&httplimit.RetryTransport{Base: tr}).RoundTrip(req)
 		if err != nil {
-			t.Errorf("HTTP/2 %v: RoundTrip: %v, want the retry's 200", h2, err)
+			t.Errorf("%s: RoundTrip: %v, want the retry's 200", tc.name, err)
 		} else {
 			b, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || string(b) != "ok" || err != nil || (resp.ProtoMajor == 2) != h2 {
-				t.Errorf("HTTP/2 %v: got %d %q over %s (%v), want 200 \"ok\"", h2, resp.StatusCode, b, resp.Proto, err)
+			if resp.StatusCode != http.StatusOK || string(b) != "ok" || err != nil || (resp.ProtoMajor == 2) != tc.h2 {
+				t.Errorf("%s: got %d %q over %s (%v), want 200 \"ok\"", tc.name, resp.StatusCode, b, resp.Proto, err)
 			}
 		}
 		if got := hits.Load(); got != 2 {
-			t.Errorf("HTTP/2 %v: server saw %d requests, want 2", h2, got)
+			t.Errorf("%s: server saw %d requests, want 2", tc.name, got)
 		}
 		cancel()
 		close(release)
