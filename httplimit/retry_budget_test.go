@@ -12,29 +12,34 @@ import (
 )
 
 // The budget is shared by every request of the client: under a lasting
-// overload the retries stop, whatever the attempts per request allow.
+// overload the retries stop, whatever the attempts per request allow, and
+// whether the server names no wait (a back-off) or asks for none
+// (Retry-After: 0, a retry at once).
 func TestRetryBudgetStopsARetryStorm(t *testing.T) {
-	srv := newScripted(t, answer{http.StatusTooManyRequests, nil})
-	budget, err := httplimit.NewRetryBudget(0.1, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inBubble(t, func(t *testing.T) {
-		rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
-		for range 100 {
-			if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
-				t.Fatalf("got %d, want 429", code)
-			}
+	for _, header := range []map[string]string{nil, {"Retry-After": "0"}} {
+		srv := newScripted(t, answer{http.StatusTooManyRequests, header})
+		budget, err := httplimit.NewRetryBudget(0.1, 10)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	// Tokens 10 → 9, 8, 7, 6 on the first request's four attempts (three
-	// retries, each allowed while more than 5 were left); the second
-	// request's answer leaves 5, and no retry is allowed after that.
-	if got := srv.hits.Load(); got != 103 {
-		t.Errorf("100 requests under a lasting 429 made %d attempts, want 103 (without a budget: 400)", got)
-	}
-	if got := budget.Tokens(); got != 0 {
-		t.Errorf("tokens left: got %v, want 0", got)
+		inBubble(t, func(t *testing.T) {
+			rt := &httplimit.RetryTransport{Base: noKeepAlive(), Budget: budget, MaxAttempts: 4}
+			for range 100 {
+				if code, _, _ := do(t, rt, "GET", srv.URL, "", nil); code != http.StatusTooManyRequests {
+					t.Fatalf("got %d, want 429", code)
+				}
+			}
+		})
+		// Tokens 10 → 9, 8, 7, 6 on the first request's four attempts
+		// (three retries, each allowed while more than 5 were left); the
+		// second request's answer leaves 5, and no retry is allowed after
+		// that.
+		if got := srv.hits.Load(); got != 103 {
+			t.Errorf("100 requests under a lasting 429 %v made %d attempts, want 103 (without a budget: 400)", header, got)
+		}
+		if got := budget.Tokens(); got != 0 {
+			t.Errorf("429 %v: tokens left: got %v, want 0", header, got)
+		}
 	}
 }
 
