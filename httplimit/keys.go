@@ -68,7 +68,9 @@ func KeyByClientIP(res clientip.Resolver, p clientip.Prefixes) KeyFunc {
 // credential, as the daemon's header:Authorization does: the scheme in
 // any case and a Basic credential's base64 in any spelling that decodes
 // alike ("basic dXNlcjpwYXNzMR==" is "Basic dXNlcjpwYXNzMQ=="), since
-// r.BasicAuth and other servers read them as one.
+// r.BasicAuth and other servers read them as one. (The daemon also counts
+// a Basic credential in the URL-safe alphabet as Node reads it; a Go
+// handler's r.BasicAuth refuses that spelling.)
 func KeyByHeader(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	switch name {

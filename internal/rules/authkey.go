@@ -19,7 +19,9 @@ import (
 // characters up to the first '=', the last bits dropped), unless it
 // decodes to nothing. Other credentials (tokens) are case-sensitive and
 // kept as they are. A value already in this form is returned as it is,
-// without allocating, unless its scheme is Basic.
+// without allocating, unless its scheme is Basic. A key part counts a
+// Basic credential in the URL-safe alphabet under Node's reading too
+// (urlSafeAuthorizationKey).
 func AuthorizationKey(v string) string {
 	s := trimBlanks(v)
 	scheme, cred := s, ""
@@ -27,7 +29,7 @@ func AuthorizationKey(v string) string {
 		scheme, cred = s[:i], trimBlanks(s[i+1:])
 	}
 	if strings.EqualFold(scheme, "Basic") {
-		cred = basicCredential(cred)
+		cred = basicCredential(cred, false)
 	}
 	if canonicalScheme(scheme) && len(s) == len(v) && (cred == "" && scheme == s || len(scheme)+1+len(cred) == len(s) && s[len(scheme)] == ' ' && s[len(scheme)+1:] == cred) {
 		return v
@@ -68,17 +70,49 @@ func canonicalScheme(scheme string) bool {
 	return true
 }
 
+// urlSafeAuthorizationKey returns the key of a Basic credential v written
+// in the URL-safe alphabet as Node reads it, and ok=false when v is no
+// Basic credential with a '-' or '_', or Node reads it as
+// AuthorizationKey does. Node's Buffer base64 decoder, which the
+// basic-auth module (Express, Passport) reads credentials with, takes '-'
+// for '+' and '_' for '/'; Python's b64decode skips them, as
+// AuthorizationKey does. Counted under one reading only, each spelling
+// the other reads as the credential was a fresh count, so a key part
+// counts such a request under both.
+func urlSafeAuthorizationKey(v string) (key string, ok bool) {
+	if !strings.ContainsAny(v, "-_") {
+		return "", false
+	}
+	s := trimBlanks(v)
+	i := strings.IndexAny(s, " \t")
+	if i < 0 || !strings.EqualFold(s[:i], "Basic") {
+		return "", false
+	}
+	cred := trimBlanks(s[i+1:])
+	if !strings.ContainsAny(cred, "-_") {
+		return "", false
+	}
+	k := "Basic " + basicCredential(cred, true)
+	return k, k != AuthorizationKey(v)
+}
+
 // basicCredential returns Basic credentials cred as the standard base64
 // (padded) of the bytes they decode to, read leniently: the characters
 // of the alphabet up to the first '=', the bits past the last byte
-// dropped. cred is returned as it is when it holds no such character, or
-// a number of them that decodes to no whole byte.
-func basicCredential(cred string) string {
+// dropped; with urlSafe, '-' read as '+' and '_' as '/'. cred is returned
+// as it is when it holds no such character, or a number of them that
+// decodes to no whole byte.
+func basicCredential(cred string, urlSafe bool) string {
 	var data []byte
 	for i := 0; i < len(cred); i++ {
 		c := cred[i]
 		if c == '=' {
 			break
+		}
+		if urlSafe && c == '-' {
+			c = '+'
+		} else if urlSafe && c == '_' {
+			c = '/'
 		}
 		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' {
 			data = append(data, c)

@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,14 @@ func FuzzAuthorizationKey(f *testing.F) {
 		if again := AuthorizationKey(k); again != k {
 			t.Fatalf("AuthorizationKey(%q) = %q, whose key is %q", v, k, again)
 		}
+		// Node's reading of a URL-safe credential is the key of its
+		// standard spelling, and differs from AuthorizationKey's.
+		if w, ok := urlSafeAuthorizationKey(v); ok {
+			std := strings.NewReplacer("-", "+", "_", "/").Replace(trimBlanks(v))
+			if want := AuthorizationKey(std); w != want || w == k || AuthorizationKey(w) != w {
+				t.Fatalf("urlSafeAuthorizationKey(%q) = %q; want %q, the key of %q, not %q", v, w, want, std, k)
+			}
+		}
 		r := &http.Request{Header: http.Header{"Authorization": {v}}}
 		if u, p, ok := r.BasicAuth(); ok {
 			if want := AuthorizationKey("Basic " + base64.StdEncoding.EncodeToString([]byte(u+":"+p))); k != want {
@@ -89,4 +98,57 @@ func FuzzAuthorizationKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A Basic credential in the URL-safe alphabet ('-' for '+', '_' for '/')
+// is the credential to Node's Buffer base64 decoder, which the basic-auth
+// module (Express, Passport) reads it with: counted only as Python's
+// b64decode reads it (skipping '-' and '_'), each such spelling of a
+// credential whose base64 holds a '+' or '/' was a fresh count at a Node
+// app. The request is counted under both readings, as a query with a '#'
+// is, so neither server's reading escapes the limit; a credential the
+// two read alike has one key.
+func TestAuthorizationKeyURLSafe(t *testing.T) {
+	r := mustCompile(t, Spec{Name: "cred", Rate: "1/s", Key: []string{"header:Authorization"}}).Rules[0]
+	set := &Set{Rules: []*Rule{r}}
+	keys := func(vs ...string) []string {
+		t.Helper()
+		req := request("GET", "/")
+		req.Header["Authorization"] = vs
+		ms, err := set.Match(req, ip1, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", vs, err)
+		}
+		var ks []string
+		for _, m := range ms {
+			ks = append(ks, m.Key)
+		}
+		return ks
+	}
+	for std, spellings := range map[string][]string{
+		"Basic dXNlcjpwPj4/":     {"Basic dXNlcjpwPj4_", "basic dXNlcjpwPj4_"},
+		"Basic dXNlcjphP2I+":     {"Basic dXNlcjphP2I-"},
+		"Basic dXNlcjpzM2NyPnQ/": {"Basic dXNlcjpzM2NyPnQ_", "Basic dXNlcjpzM2NyPnQ_==="},
+	} {
+		want := r.StoreKey(std)
+		if got := keys(std); len(got) != 1 || got[0] != want {
+			t.Fatalf("%q: keys %q, want one, %q", std, got, want)
+		}
+		for _, v := range spellings {
+			if got := keys(v); !slices.Contains(got, want) {
+				t.Errorf("%q: keys %q, none of them %q, the key of %q (Node reads them alike)", v, got, want, std)
+			}
+			if got := keys(v, std); !slices.Contains(got, want) || len(got) > 2 {
+				t.Errorf("%q beside %q: keys %q, want %q among at most two", v, std, got, want)
+			}
+		}
+	}
+	// Python's reading still counts: a '-' it skips is no fresh count.
+	if got, want := keys("Basic dXNl-cjpwYXNzMQ=="), r.StoreKey("Basic dXNlcjpwYXNzMQ=="); !slices.Contains(got, want) {
+		t.Errorf("Basic dXNl-cjpwYXNzMQ==: keys %q, none of them %q", got, want)
+	}
+	// A token is no base64: '-' and '_' are its own.
+	if got := keys("Bearer a-b_c"); len(got) != 1 || got[0] != r.StoreKey("Bearer a-b_c") {
+		t.Errorf("Bearer a-b_c: keys %q, want one, as written", got)
+	}
 }

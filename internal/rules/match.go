@@ -239,9 +239,14 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			}
 			v = vs[0]
 			if authorizationHeader(p.Name) {
-				// One credential under several spellings is one value.
+				// One credential under several spellings is one value;
+				// one that Node reads as another (URL-safe base64) is
+				// counted under each.
 				v = AuthorizationKey(v)
 				multi = multi && !allSameAs(vs, v, AuthorizationKey)
+				for i := 0; i < len(vs) && !multi; i++ {
+					_, multi = urlSafeAuthorizationKey(vs[i])
+				}
 			}
 		case PartQuery:
 			if req.URL == nil {

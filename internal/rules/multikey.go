@@ -39,10 +39,14 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				break
 			}
 			for _, v := range req.Header[p.Name] {
-				if authorizationHeader(p.Name) {
-					v = AuthorizationKey(v)
+				if !authorizationHeader(p.Name) {
+					vs = addValue(vs, v)
+					continue
 				}
-				vs = addValue(vs, v)
+				vs = addValue(vs, AuthorizationKey(v))
+				if w, ok := urlSafeAuthorizationKey(v); ok {
+					vs = addValue(vs, w)
+				}
 			}
 		case PartQuery:
 			vs = queryValues(req.URL.RawQuery, p.Name)
