@@ -16,8 +16,8 @@ import (
 // with its first letter in upper case and the rest in lower case
 // ("Bearer", "Basic"), one space before the credentials, and a Basic
 // credential as the base64 of what it decodes to (its alphabet's
-// characters up to the first '=', the last bits dropped), unless it
-// decodes to nothing. Other credentials (tokens) are case-sensitive and
+// characters up to the first '=', the last bits dropped, a lone last
+// character too, as Node drops it), unless it decodes to nothing. Other credentials (tokens) are case-sensitive and
 // kept as they are. A value already in this form is returned as it is,
 // without allocating, unless its scheme is Basic. A key part counts a
 // Basic credential in the URL-safe alphabet under Node's reading too
@@ -99,9 +99,9 @@ func urlSafeAuthorizationKey(v string) (key string, ok bool) {
 // basicCredential returns Basic credentials cred as the standard base64
 // (padded) of the bytes they decode to, read leniently: the characters
 // of the alphabet up to the first '=', the bits past the last byte
-// dropped; with urlSafe, '-' read as '+' and '_' as '/'. cred is returned
-// as it is when it holds no such character, or a number of them that
-// decodes to no whole byte.
+// dropped, and so a lone last character (4n+1 of them), which Node's
+// decoder drops; with urlSafe, '-' read as '+' and '_' as '/'. cred is
+// returned as it is when it decodes to no byte.
 func basicCredential(cred string, urlSafe bool) string {
 	var data []byte
 	for i := 0; i < len(cred); i++ {
@@ -118,7 +118,10 @@ func basicCredential(cred string, urlSafe bool) string {
 			data = append(data, c)
 		}
 	}
-	if len(data) == 0 || len(data)%4 == 1 {
+	if len(data)%4 == 1 {
+		data = data[:len(data)-1] // no whole byte: Node drops it
+	}
+	if len(data) == 0 {
 		return cred
 	}
 	raw := make([]byte, base64.RawStdEncoding.DecodedLen(len(data)))
