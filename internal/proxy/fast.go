@@ -325,12 +325,14 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, c *upConn, r *http.Request, ip 
 
 // readAnswer reads the head of the answer to r on c: 1xx answers (103
 // Early Hints) are relayed to w as ReverseProxy does, but to an HTTP/1.0
-// client, which knows none (RFC 9110 §15.2). The heads http.ReadResponse
+// client, which knows none (RFC 9110 §15.2), up to their bound
+// (informational.go). The heads http.ReadResponse
 // reads have their Connection lines read by c.names, since it deletes a
 // Connection header that says close: the headers it names are dropped all
 // the same (resp.Header["Connection"] is put back).
 func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*http.Response, error) {
 	defer func() { c.sniff = false }()
+	var inf informational
 	for {
 		var resp *http.Response
 		simple := false
@@ -372,6 +374,9 @@ func (p *Proxy) readAnswer(w http.ResponseWriter, c *upConn, r *http.Request) (*
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("proxy: upstream answered 101 Switching Protocols to a request without Upgrade")
 		case resp.StatusCode < 200:
+			if err := inf.add(resp.Header); err != nil {
+				return nil, err
+			}
 			if r.ProtoAtLeast(1, 1) {
 				h := w.Header()
 				conn := hop.NewNames(resp.Header["Connection"])

@@ -61,7 +61,9 @@
 //     proxy does not see: there X-Foo passes, as through ReverseProxy
 //     alone (Options.Transport). 1xx answers (103 Early Hints) are relayed without their
 //     hop-by-hop headers, and not to an HTTP/1.0 client (RFC 9110 §15.2),
-//     whose Upgrade is dropped (§7.8). An upstream status below 100 (which
+//     whose Upgrade is dropped (§7.8); past MaxInformational of them, or
+//     their fields past DefaultMaxResponseHeaderBytes, the request fails
+//     502 (informational.go). An upstream status below 100 (which
 //     http.ReadResponse takes) answers 502.
 //   - A request whose target is an absolute URI without an authority
 //     (GET http:login: net/http takes it, with no path) is answered 400
@@ -137,6 +139,11 @@ const (
 	// DefaultMaxResponseHeaderBytes bounds the upstream's response
 	// headers; over it the client gets 502.
 	DefaultMaxResponseHeaderBytes = 1 << 20
+	// MaxInformational bounds the 1xx answers (100 Continue, 103 Early
+	// Hints) relayed before an upstream's final answer; one more answers
+	// 502, as do 1xx heads whose headers together pass
+	// DefaultMaxResponseHeaderBytes.
+	MaxInformational = 5
 )
 
 // Options configures the proxy. Upstream and Engine are required.
@@ -459,6 +466,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, e
 		ctx, stop = h1.Watch(ctx)
 		defer stop()
 	}
+	// The 1xx answers the Transport reads are bounded (informational.go).
+	info.trace.Got1xxResponse = info.got1xx
 	if p.sniff {
 		// The connection the Transport picks reads the answer's heads
 		// into info.names (connnames.go).
@@ -467,8 +476,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ip netip.Addr, e
 				sc.watch(&info.names)
 			}
 		}
-		ctx = httptrace.WithClientTrace(ctx, &info.trace)
 	}
+	ctx = httptrace.WithClientTrace(ctx, &info.trace)
 	r = r.WithContext(context.WithValue(ctx, ctxKey{}, info))
 	if info.body != nil {
 		r.Body = info.body

@@ -6,6 +6,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/hop"
@@ -41,12 +42,25 @@ type forwardInfo struct {
 	// them (connTransport).
 	upConn []string
 	tb     trailerBody // the answer's body, when it may have a trailer (modifyResponse)
+	// inf counts the 1xx answers relayWriter is given; err1xx is set
+	// from the first one past their bound, which got1xx fails the
+	// request with (informational.go).
+	inf    informational
+	err1xx error
 }
+
+// got1xx is the proxy's ClientTrace.Got1xxResponse: ReverseProxy's own,
+// which relays the answer through relayWriter, runs before it (a trace
+// added to a context runs before those already in it, as package
+// httptrace documents), so that a 1xx answer past the bound fails the
+// request as it comes, unrelayed.
+func (info *forwardInfo) got1xx(int, textproto.MIMEHeader) error { return info.err1xx }
 
 // relayWriter is the client's ResponseWriter as ReverseProxy writes to
 // it: a 1xx answer it relays (103 Early Hints, 100 Continue) goes without
 // its hop-by-hop headers, and not at all to an HTTP/1.0 client, which
-// knows no 1xx (RFC 9110 §15.2).
+// knows no 1xx (RFC 9110 §15.2), nor past their bound (informational.go;
+// forwardInfo.got1xx).
 type relayWriter struct {
 	http.ResponseWriter
 	info   *forwardInfo
@@ -58,10 +72,13 @@ func (w *relayWriter) WriteHeader(code int) {
 		w.ResponseWriter.WriteHeader(code)
 		return
 	}
-	if w.http10 {
+	h := w.ResponseWriter.Header()
+	if w.info.err1xx == nil {
+		w.info.err1xx = w.info.inf.add(h)
+	}
+	if w.http10 || w.info.err1xx != nil {
 		return // ReverseProxy clears the headers it set for it
 	}
-	h := w.ResponseWriter.Header()
 	cv := h["Connection"]
 	if v, ok := w.info.names.take(code); ok {
 		cv = v
