@@ -27,7 +27,7 @@ import (
 // Its X-Real-IP is the proxy's too, and an untrusted client's
 // True-Client-IP is not queued, nor is a framing header spelled with '_'
 // (Transfer_Encoding), which a CGI-style upstream reads as the header it
-// spells.
+// spells, nor an X-Original-URL, by which some frameworks route.
 func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 	srv := redistest.StartServer(t)
 	forEngine(t, true, func(t *testing.T, ec engineCase) {
@@ -38,6 +38,7 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		req.Header.Set("X-Real-IP", "198.51.100.1")      // the proxy's own replaces it
 		req.Header.Set("True-Client-IP", "198.51.100.2") // from an untrusted peer: dropped
 		req.Header["Transfer_Encoding"] = []string{"chunked"}
+		req.Header["X-Original-Url"] = []string{"/admin"} // a route past the request line: dropped
 		if resp, body := s.do(t, req); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("second request: %d %s, want 202 (deferred)", resp.StatusCode, body)
 		}
@@ -60,6 +61,9 @@ func TestDeferredKeepsForwardingHeaders(t *testing.T) {
 		}
 		if te := h.Values("Transfer_encoding"); len(te) != 0 {
 			t.Errorf("replay: Transfer_Encoding %q, want none", te)
+		}
+		if v := h.Values("X-Original-Url"); len(v) != 0 {
+			t.Errorf("replay: X-Original-URL %q, want none", v)
 		}
 	})
 }

@@ -88,7 +88,9 @@
 //     the hop-by-hop and framing headers spelled so (Transfer_Encoding:
 //     reqheaders.go, underscoredHop); so is a
 //     client's Sluice-Deferred-Id, which only the replay of a deferred
-//     request carries (package deferq). The headers by which CDNs and load
+//     request carries (package deferq), and so are X-Original-URL and
+//     X-Rewrite-URL, by which some frameworks route instead of by the
+//     request line the rules match (from any peer: reqheaders.go). The headers by which CDNs and load
 //     balancers name the client (True-Client-IP, X-Client-IP,
 //     CF-Connecting-IP, Fastly-Client-IP, X-Cluster-Client-IP) pass from
 //     a trusted proxy and are dropped from any other peer.

@@ -22,24 +22,32 @@ func dropRequestHeader(k string, conn hop.Names) bool {
 	return conn.Has(k)
 }
 
-// proxyHeader reports whether the request header k is one only the
-// proxy may set, which a client's request never carries upstream: a
+// proxyHeader reports whether the request header k is one a client's
+// request never carries upstream: one only the proxy may set — a
 // forwarding header (Forwarded, X-Forwarded-*), X-Real-IP (the proxy's
 // own is the client address it found, as X-Forwarded-For), or
 // Sluice-Deferred-Id, by which the upstream knows the replay of a deferred
 // request (a client's own would pass a live request off as a replay, or as
-// another's). Names are read as CGI and WSGI servers read them (RFC 3875
-// §4.1.18: any case, '_' for '-'), so that a client's X_Forwarded_For is
-// dropped with its X-Forwarded-For: those servers would read it as the
-// proxy's.
+// another's) — or X-Original-URL or X-Rewrite-URL, by which some
+// frameworks route a request instead of by its request line (older
+// Symfony and Zend Framework releases, apps behind IIS URL Rewrite): the
+// rules match the request line, so a GET /public carrying
+// X-Original-URL: /login would be counted as /public and served as /login.
+// They are dropped from a trusted proxy's requests too, which the rules
+// match by their request line all the same. Names are read as CGI and WSGI servers
+// read them (RFC 3875 §4.1.18: any case, '_' for '-'), so that a client's
+// X_Forwarded_For is dropped with its X-Forwarded-For: those servers would
+// read it as the proxy's.
 func proxyHeader(k string) bool {
 	const xf, f, id, real = "x-forwarded-", "forwarded", "sluice-deferred-id", "x-real-ip"
+	const orig, rewrite = "x-original-url", "x-rewrite-url"
 	if len(k) < len(real) {
 		return false
 	}
 	switch k[0] {
 	case 'X', 'x':
-		return len(k) >= len(xf) && hop.SameName(k[:len(xf)], xf) || hop.SameName(k, real)
+		return len(k) >= len(xf) && hop.SameName(k[:len(xf)], xf) || hop.SameName(k, real) ||
+			hop.SameName(k, orig) || hop.SameName(k, rewrite)
 	case 'F', 'f':
 		return hop.SameName(k, f)
 	case 'S', 's':
