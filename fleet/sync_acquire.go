@@ -85,48 +85,9 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 	// meanwhile, the entry found next is new and must be read.
 	var waited *syncEntry
 	for {
-		s.mu.Lock()
-		e := s.keys[keyOf(r)]
-		if (e == nil || e.dead.Load()) && d != nil && !s.warm(keyOf(r)) {
-			c := s.colds[keyOf(r)]
-			c.n++
-			s.colds[keyOf(r)] = c
-			s.mu.Unlock()
-			return nil, false, errCold
-		}
-		if e == nil && full(len(s.keys), s.opts.MaxKeys) {
-			s.mu.Unlock()
-			return nil, false, errFull
-		}
-		var old *syncEntry
-		if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
-			// New, or its rule changed: start over from the store. The
-			// old entry takes no more hits; those it has still go out
-			// with the next batch, before the new entry's (see before).
-			if e != nil {
-				old = e
-				old.dead.Store(true)
-			}
-			e = &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
-			e.prev.Store(old)
-			s.keys[e.key] = e
-			if c, ok := s.colds[e.key]; ok {
-				// No cold decision of the key starts from now on: the
-				// entry's first read waits for those in flight.
-				if c.done == nil {
-					c.done = make(chan struct{})
-					s.colds[e.key] = c
-				}
-				e.colds = c.done
-			}
-			s.recent.forget(e.key)
-		}
-		s.mu.Unlock()
-		if old != nil {
-			old.mu.Lock()
-			s.hush(old)
-			old.mu.Unlock()
-			e.before() // let go of those quiet already: a key whose rule flips keeps no chain
+		e, err := s.entry(r, t, d)
+		if err != nil {
+			return nil, false, err
 		}
 		e.mu.Lock()
 		if e.dead.Load() {
@@ -140,115 +101,252 @@ func (s *Sync) acquire(ctx context.Context, r *sluice.Request, t sluice.Ticks, d
 			e.mu.Unlock()
 			return nil, false, errClosed
 		}
-		wall := time.Now()
-		e.reqOff = r.Now.UnixMicro() - wall.UnixMicro()
-		if !e.synced.IsZero() {
-			e.last = max(e.last, e.now(r)) // else its first read measures the distance: see below
-			if wall.Sub(e.synced) < 2*s.opts.Interval {
-				return e, false, nil // fresh
+		if ok, err := s.current(e, r, waited, retried); ok || err != nil {
+			if err != nil {
+				return nil, false, err
 			}
-		}
-		if waited == e || retried == e && e.failed {
-			if !e.failed {
-				return e, false, nil // refreshed just now
-			}
-			// The read or batch we waited for failed: the store does not
-			// answer.
-			e.mu.Unlock()
-			return nil, false, fmt.Errorf("fleet: sync: take %q: %w: the shared store did not answer for two intervals", r.Key, sluice.ErrStoreUnavailable)
+			return e, false, nil
 		}
 		// Too old: wait for the read or batch in flight, if any, else read.
-		ch := e.loading
-		batch := ch == nil && e.inflight
-		if batch {
-			ch = s.inflight()
-		}
-		if ch != nil {
+		if ok, err := s.awaitInflight(ctx, e, r, release); ok {
 			waited = e
-			e.mu.Unlock()
-			retry := batch && release != nil
-			if retry {
-				release()
+			if err == errRetry {
+				return e, false, errRetry
 			}
-			select {
-			case <-ch:
-				if retry {
-					return e, false, errRetry
-				}
-				continue
-			case <-ctx.Done():
-				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
-			}
-		}
-		ch = make(chan struct{})
-		e.loading = ch
-		if w := e.colds; w != nil {
-			// Read after the cold decisions made before the key had an
-			// entry, so that the view has their hits.
-			e.mu.Unlock()
-			var err error
-			select {
-			case <-w:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			e.mu.Lock()
 			if err != nil {
-				e.loading = nil
-				close(ch)
-				e.mu.Unlock()
-				return nil, false, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+				return nil, false, err
 			}
-			e.colds = nil
-		}
-		if d != nil && e.synced.IsZero() && !e.unsent() {
-			// A new entry: decide in the store, and start from its state.
-			e.mu.Unlock()
-			s.loads.Add(1)
-			start := time.Now()
-			dd, tk, err := s.inner.SyncTake(ctx, *r)
-			mid := start.Add(time.Since(start) / 2)
-			e.mu.Lock()
-			e.loading = nil
-			close(ch)
-			e.failed = err != nil
-			if err != nil {
-				e.mu.Unlock()
-				return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
-			}
-			e.measure(mid, tk.Clock)
-			e.last = max(e.last, e.now(r))
-			e.view = tk.State
-			s.observe(e, &tk.State, false)
-			for _, h := range e.hits {
-				addHit(e.alg, &e.ticks, &e.view, h)
-			}
-			e.synced = time.Now()
-			dd.Remaining = max(0, dd.Remaining)
-			*d = dd
-			return e, true, nil
-		}
-		ops := s.snapshot(e, nil)
-		e.mu.Unlock()
-		s.loads.Add(1)
-		start := time.Now()
-		err := s.inner.Sync(ctx, ops)
-		mid := start.Add(time.Since(start) / 2)
-		e.mu.Lock()
-		e.loading = nil
-		close(ch)
-		s.settle(e, ops, mid, time.Now())
-		e.last = max(e.last, e.now(r))
-		if err != nil {
-			e.mu.Unlock()
-			return nil, false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
-		}
-		if e.dead.Load() || s.closed.Load() { // let go, or closed, while it was read: it takes no hit
-			e.mu.Unlock()
 			continue
 		}
-		return e, false, nil
+		decided, again, err := s.load(ctx, e, r, d)
+		if err != nil {
+			return nil, false, err
+		}
+		if again {
+			continue
+		}
+		return e, decided, nil
 	}
+}
+
+// entry returns r's entry, unlocked. It makes a new one when r's key has
+// none, or one let go, or one of another rule (see newEntry). With d
+// non-nil, a key without a live entry that is cold (see warm) is errCold,
+// its cold decision counted in flight; a new key past MaxKeys is errFull.
+func (s *Sync) entry(r *sluice.Request, t sluice.Ticks, d *sluice.Decision) (*syncEntry, error) {
+	s.mu.Lock()
+	e := s.keys[keyOf(r)]
+	if (e == nil || e.dead.Load()) && d != nil && !s.warm(keyOf(r)) {
+		c := s.colds[keyOf(r)]
+		c.n++
+		s.colds[keyOf(r)] = c
+		s.mu.Unlock()
+		return nil, errCold
+	}
+	if e == nil && full(len(s.keys), s.opts.MaxKeys) {
+		s.mu.Unlock()
+		return nil, errFull
+	}
+	var old *syncEntry
+	if e == nil || e.dead.Load() || e.alg != r.Algorithm || e.limit != r.Limit {
+		old = e
+		e = s.newEntry(r, t, old)
+	}
+	s.mu.Unlock()
+	if old != nil {
+		old.mu.Lock()
+		s.hush(old)
+		old.mu.Unlock()
+		e.before() // let go of those quiet already: a key whose rule flips keeps no chain
+	}
+	return e, nil
+}
+
+// newEntry makes and files r's entry in place of old (nil if none), which is
+// let go: r's key is new, or its rule changed, and starts over from the
+// store. The old entry takes no more hits; those it has still go out with
+// the next batch, before the new entry's (see before). The new entry's
+// first read waits for the cold decisions of its key in flight, and none
+// starts from now on. s.mu is held.
+func (s *Sync) newEntry(r *sluice.Request, t sluice.Ticks, old *syncEntry) *syncEntry {
+	if old != nil {
+		old.dead.Store(true)
+	}
+	e := &syncEntry{key: keyOf(r), alg: r.Algorithm, limit: r.Limit, ticks: t}
+	e.prev.Store(old)
+	s.keys[e.key] = e
+	if c, ok := s.colds[e.key]; ok {
+		if c.done == nil {
+			c.done = make(chan struct{})
+			s.colds[e.key] = c
+		}
+		e.colds = c.done
+	}
+	s.recent.forget(e.key)
+	return e
+}
+
+// current notes r's offset from the wall clock in e, and reports whether
+// e's view serves r as it is: fresh (synced within two intervals), or
+// refreshed just now by the read or batch this acquire waited for (waited,
+// or retried by the caller after errRetry). If that read or batch failed,
+// it returns an error, e unlocked: the store does not answer. e.mu is
+// held, and stays held unless it returns an error.
+func (s *Sync) current(e *syncEntry, r *sluice.Request, waited, retried *syncEntry) (bool, error) {
+	wall := time.Now()
+	e.reqOff = r.Now.UnixMicro() - wall.UnixMicro()
+	if !e.synced.IsZero() {
+		e.last = max(e.last, e.now(r)) // else its first read measures the distance: see load
+		if wall.Sub(e.synced) < 2*s.opts.Interval {
+			return true, nil // fresh
+		}
+	}
+	if waited == e || retried == e && e.failed {
+		if !e.failed {
+			return true, nil // refreshed just now
+		}
+		// The read or batch we waited for failed: the store does not
+		// answer.
+		e.mu.Unlock()
+		return false, fmt.Errorf("fleet: sync: take %q: %w: the shared store did not answer for two intervals", r.Key, sluice.ErrStoreUnavailable)
+	}
+	return false, nil
+}
+
+// awaitInflight waits, e unlocked, for e's read or the batch in flight
+// holding e's hits, if either is, and reports true when it waited: the
+// caller looks at e again, unless the error is errRetry or ctx's. If it
+// waits for a batch and release is non-nil, it calls release first and
+// returns errRetry (see acquire). It returns false, e still locked, when
+// nothing is in flight. e.mu is held.
+func (s *Sync) awaitInflight(ctx context.Context, e *syncEntry, r *sluice.Request, release func()) (bool, error) {
+	ch := e.loading
+	batch := ch == nil && e.inflight
+	if batch {
+		ch = s.inflight()
+	}
+	if ch == nil {
+		return false, nil
+	}
+	e.mu.Unlock()
+	retry := batch && release != nil
+	if retry {
+		release()
+	}
+	select {
+	case <-ch:
+		if retry {
+			return true, errRetry
+		}
+		return true, nil
+	case <-ctx.Done():
+		return true, fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, ctx.Err())
+	}
+}
+
+// load refreshes e's view from the store, e.loading telling others a read
+// is in flight: after the cold decisions of e's key in flight (see
+// awaitColds), with d non-nil and e new, by deciding r in the store (see
+// takeFirst: it reports decided); otherwise by reading e, its unsent hits
+// with it (see read). again tells the caller to look for r's entry anew. On
+// success without again, e.mu is held; else it is not. e.mu is held.
+func (s *Sync) load(ctx context.Context, e *syncEntry, r *sluice.Request, d *sluice.Decision) (decided, again bool, err error) {
+	ch := make(chan struct{})
+	e.loading = ch
+	if e.colds != nil {
+		if err := s.awaitColds(ctx, e, ch, r); err != nil {
+			return false, false, err
+		}
+	}
+	if d != nil && e.synced.IsZero() && !e.unsent() {
+		return true, false, s.takeFirst(ctx, e, ch, r, d)
+	}
+	again, err = s.read(ctx, e, ch, r)
+	return false, again, err
+}
+
+// awaitColds waits, e unlocked, for the cold decisions of e's key made
+// before it had an entry, so that its first read has their hits. If ctx
+// ends first, it ends e's load (ch, see load) and returns an error, e
+// unlocked. e.mu is held, and stays held unless it returns an error.
+func (s *Sync) awaitColds(ctx context.Context, e *syncEntry, ch chan struct{}, r *sluice.Request) error {
+	w := e.colds
+	e.mu.Unlock()
+	var err error
+	select {
+	case <-w:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.mu.Lock()
+	if err != nil {
+		e.loading = nil
+		close(ch)
+		e.mu.Unlock()
+		return fmt.Errorf("fleet: sync: take %q: %w: %w", r.Key, sluice.ErrStoreUnavailable, err)
+	}
+	e.colds = nil
+	return nil
+}
+
+// takeFirst decides r, the first request of the new entry e, in the store
+// (one round trip, as its first read would be), e unlocked meanwhile, and
+// starts e's view from the state after it, with the distance to the
+// store's clock measured; the decision goes in *d. It ends e's load (ch,
+// see load). e.mu is held, and stays held unless it returns an error.
+func (s *Sync) takeFirst(ctx context.Context, e *syncEntry, ch chan struct{}, r *sluice.Request, d *sluice.Decision) error {
+	e.mu.Unlock()
+	s.loads.Add(1)
+	start := time.Now()
+	dd, tk, err := s.inner.SyncTake(ctx, *r)
+	mid := start.Add(time.Since(start) / 2)
+	e.mu.Lock()
+	e.loading = nil
+	close(ch)
+	e.failed = err != nil
+	if err != nil {
+		e.mu.Unlock()
+		return fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+	}
+	e.measure(mid, tk.Clock)
+	e.last = max(e.last, e.now(r))
+	e.view = tk.State
+	s.observe(e, &tk.State, false)
+	for _, h := range e.hits {
+		addHit(e.alg, &e.ticks, &e.view, h)
+	}
+	e.synced = time.Now()
+	dd.Remaining = max(0, dd.Remaining)
+	*d = dd
+	return nil
+}
+
+// read sends e's unsent hits and reads its state back, e unlocked
+// meanwhile, and settles the reply into e (see settle); it ends e's load
+// (ch, see load). again is true, e unlocked, when e was let go or Sync
+// closed during the read: e takes no hit, and the caller looks anew. e.mu
+// is held, and stays held unless it returns an error or again.
+func (s *Sync) read(ctx context.Context, e *syncEntry, ch chan struct{}, r *sluice.Request) (again bool, err error) {
+	ops := s.snapshot(e, nil)
+	e.mu.Unlock()
+	s.loads.Add(1)
+	start := time.Now()
+	err = s.inner.Sync(ctx, ops)
+	mid := start.Add(time.Since(start) / 2)
+	e.mu.Lock()
+	e.loading = nil
+	close(ch)
+	s.settle(e, ops, mid, time.Now())
+	e.last = max(e.last, e.now(r))
+	if err != nil {
+		e.mu.Unlock()
+		return false, fmt.Errorf("fleet: sync: take %q: %w", r.Key, err)
+	}
+	if e.dead.Load() || s.closed.Load() { // let go, or closed, while it was read: it takes no hit
+		e.mu.Unlock()
+		return true, nil
+	}
+	return false, nil
 }
 
 // settle takes the replies to e's ops of a batch into e, sent at mid
