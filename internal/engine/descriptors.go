@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"math"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -93,71 +91,13 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	defer putAttempt(a)
 	defer e.observeDescriptors(a, now)
 	var idx, ridx, nidx [16]int
-	active := idx[:0]   // indexes into ds of the descriptors going to the store
-	reports := ridx[:0] // …of those with report: true, charged first
-	back := nidx[:0]    // …of the negative ones, given back before
-	quotas, quotaOver := 0, 0
-	hard := false
-	for i := range ds {
-		st[i] = DescriptorStatus{}
-		r := ds[i].Rule
-		switch {
-		case r == nil:
-			if ds[i].Quota {
-				quotas++ // never over, as the reference service counts it
-			}
-			continue
-		case r.Unlimited:
-			continue
-		case ds[i].Negative:
-			if r.RequestsPerUnit > 0 {
-				back = append(back, i)
-			}
-			if ds[i].quota() {
-				quotas++ // answered OK: never over, as the reference service counts it
-			}
-			continue
-		case r.RequestsPerUnit == 0:
-			st[i].Over = true
-			switch {
-			case ds[i].quota():
-				quotas++
-				if !ds[i].shadow() {
-					quotaOver++
-				}
-			case !ds[i].shadow():
-				hard = true
-			}
-			continue
-		}
-		// A quota descriptor in shadow mode is one of the request's quota
-		// descriptors that is never over (it answers OK), as in the
-		// reference service: while one applies, the quotas do not deny.
-		if ds[i].quota() {
-			quotas++
-		}
-		if r.Report {
-			reports = append(reports, i)
-		} else {
-			active = append(active, i)
-		}
-	}
+	// Separate arrays, not fields of one struct: escape analysis would
+	// take the three for one and move them to the heap with back's.
+	active, reports, back, t := sortDescriptors(ds, st, idx[:0], ridx[:0], nidx[:0])
 	res := DescriptorsResult{Now: now}
 	if len(back) > 0 {
-		later := ctx
-		if e.storeTimeout > 0 {
-			// The store calls made in turn after the refunds' first (a
-			// sharded key's, several of one key) and the takes get what
-			// is left of the first's bound: a store that did not answer
-			// fails them at once (one that fell back to memory meanwhile
-			// decides them there). The first calls are bounded by the
-			// store itself, so that one that does not answer fails as
-			// the store's failure, not as the caller's deadline (a
-			// fallback goes to memory on the one, not on the other).
-			var cancel context.CancelFunc
-			later, cancel = context.WithTimeout(ctx, e.storeTimeout)
-			defer cancel()
-		}
+		later, cancel := e.refundContext(ctx)
+		defer cancel()
 		if !e.giveBackDescriptors(ctx, later, a, ds, st, back, now) {
 			e.descriptorsGone(ctx, ds, st, &res)
 			return res
@@ -169,76 +109,136 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		// past their limit (the overage is debt); one that is over (in
 		// debt) denies the request as any other descriptor would.
 		if err := e.takeDescriptors(ctx, a, ds, reports, now, true); err != nil {
-			if clientGone(ctx) {
-				e.descriptorsGone(ctx, ds, st, &res)
-				return res
-			}
-			e.descriptorsFailed(err, &res)
-			e.countDescriptors(ds, st, res.OverLimit)
+			e.descriptorsNotTaken(ctx, err, ds, st, reports, &res)
 			return res
 		}
-		for j, i := range reports {
-			d := a.ds[j]
-			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
-			switch {
-			case d.Allowed || ds[i].shadow():
-			case ds[i].quota():
-				quotaOver++
-			default:
-				hard = true
-			}
-		}
+		quotaOver, _, hard := settleDescriptors(a, ds, st, reports)
+		t.quotaOver += quotaOver
+		t.hard = t.hard || hard
 	}
-	if hard || (quotas > 0 && quotaOver == quotas) {
+	if t.hard || t.quotasOver(t.quotaOver) {
 		// Denied without asking: nothing may be counted anyway.
 		res.OverLimit = true
 		e.countDescriptors(ds, st, true)
 		return res
 	}
+	if !e.takeActive(ctx, a, ds, st, active, &t, now, &res) {
+		return res
+	}
+	e.countDescriptors(ds, st, res.OverLimit)
+	return res
+}
+
+// descriptorTally counts, for one request, its quota_mode descriptors
+// (quotas) and those of them over their limit (quotaOver); hard is set when
+// a descriptor that is neither in shadow_mode nor in quota_mode is over.
+type descriptorTally struct {
+	quotas, quotaOver int
+	hard              bool
+}
+
+// sortDescriptors zeroes each descriptor's status and appends its index in
+// ds to what DecideDescriptors does with it: active, to be taken from the
+// store all together; reports, with report: true, charged first; back,
+// negative, its hits given back before. A descriptor without a rule, or
+// unlimited, goes nowhere; one with requests_per_unit 0 is over without
+// asking the store (negative: never, and it gives nothing back). t counts
+// the quota descriptors and those over already.
+func sortDescriptors(ds []Descriptor, st []DescriptorStatus, active, reports, back []int) (_, _, _ []int, t descriptorTally) {
+	for i := range ds {
+		st[i] = DescriptorStatus{}
+		r := ds[i].Rule
+		switch {
+		case r == nil:
+			if ds[i].Quota {
+				t.quotas++ // never over, as the reference service counts it
+			}
+			continue
+		case r.Unlimited:
+			continue
+		case ds[i].Negative:
+			if r.RequestsPerUnit > 0 {
+				back = append(back, i)
+			}
+			if ds[i].quota() {
+				t.quotas++ // answered OK: never over, as the reference service counts it
+			}
+			continue
+		case r.RequestsPerUnit == 0:
+			st[i].Over = true
+			switch {
+			case ds[i].quota():
+				t.quotas++
+				if !ds[i].shadow() {
+					t.quotaOver++
+				}
+			case !ds[i].shadow():
+				t.hard = true
+			}
+			continue
+		}
+		// A quota descriptor in shadow mode is one of the request's quota
+		// descriptors that is never over (it answers OK), as in the
+		// reference service: while one applies, the quotas do not deny.
+		if ds[i].quota() {
+			t.quotas++
+		}
+		if r.Report {
+			reports = append(reports, i)
+		} else {
+			active = append(active, i)
+		}
+	}
+	return active, reports, back, t
+}
+
+// quotasOver reports whether over quota descriptors over their limit are
+// every quota descriptor of the request (and there is one): the quotas deny.
+func (t *descriptorTally) quotasOver(over int) bool { return t.quotas > 0 && over == t.quotas }
+
+// refundContext returns the context of the store calls after the refunds'
+// first, and its cancel (a no-op when it is ctx itself). With
+// Options.StoreTimeout, the store calls made in turn after the refunds'
+// first (a sharded key's, several of one key) and the takes get what is
+// left of the first's bound: a store that did not answer fails them at
+// once (one that fell back to memory meanwhile decides them there). The
+// first calls are bounded by the store itself, so that one that does not
+// answer fails as the store's failure, not as the caller's deadline (a
+// fallback goes to memory on the one, not on the other).
+func (e *Engine) refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.storeTimeout > 0 {
+		return context.WithTimeout(ctx, e.storeTimeout)
+	}
+	return ctx, func() {}
+}
+
+// takeActive takes ds[active...] from the store in one TakeAll, and again
+// without those over their limit that do not deny the request (shadow_mode,
+// or quota_mode while another quota descriptor is under) until every one
+// left admits it, so that an allowed request is counted by every
+// descriptor that admitted it. It sets res.OverLimit when a descriptor
+// denies the request (and then nothing was counted: see uncounted). It
+// returns false when the store did not decide: then res is final and the
+// metrics counted (see descriptorsNotTaken).
+func (e *Engine) takeActive(ctx context.Context, a *attempt, ds []Descriptor, st []DescriptorStatus, active []int, t *descriptorTally, now time.Time, res *DescriptorsResult) bool {
 	for len(active) > 0 {
 		if err := e.takeDescriptors(ctx, a, ds, active, now, false); err != nil {
-			if clientGone(ctx) {
-				e.descriptorsGone(ctx, ds, st, &res)
-				return res
-			}
-			e.descriptorsFailed(err, &res)
-			for _, i := range active {
-				st[i] = DescriptorStatus{}
-			}
-			// The hits were asked for, as when a report's call fails
-			// above: none is over the limit nor near it.
-			e.countDescriptors(ds, st, res.OverLimit)
-			return res
+			e.descriptorsNotTaken(ctx, err, ds, st, active, res)
+			return false
 		}
-		over := quotaOver
-		soft := 0
-		for j, i := range active {
-			d := a.ds[j]
-			st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
-			if d.Allowed {
-				continue
-			}
-			switch {
-			case ds[i].shadow():
-				soft++
-			case ds[i].quota():
-				over++
-				soft++
-			default:
-				hard = true
-			}
-		}
-		if hard || (quotas > 0 && over == quotas) {
+		quotaOver, soft, hard := settleDescriptors(a, ds, st, active)
+		over := t.quotaOver + quotaOver
+		if hard || t.quotasOver(over) {
 			res.OverLimit = true // nothing was counted
 			uncounted(a, ds, active, st)
-			break
+			return true
 		}
 		if soft == 0 {
-			break // every descriptor admitted and counted
+			return true // every descriptor admitted and counted
 		}
 		// Take again without the descriptors over their limit that do not
 		// deny the request; their statuses stay as decided.
-		quotaOver = over
+		t.quotaOver = over
 		kept := active[:0]
 		for j, i := range active {
 			if a.ds[j].Allowed {
@@ -247,139 +247,49 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 		}
 		active = kept
 	}
-	e.countDescriptors(ds, st, res.OverLimit)
-	return res
+	return true
 }
 
-// uncounted corrects the statuses of the descriptors active after a
-// TakeAll that counted nothing (another descriptor was over): the store
-// answers what each request alone would leave, net of its own cost and of
-// the costs of the same key's allowed requests before it, and none of
-// them was charged. An allowed descriptor's Remaining becomes what is
-// really left, as a check that counts nothing would read it.
-//
-// Two answers are left as they are. A decision the store did not ask for
-// (the over-limit cache refuses the request from memory and reports the
-// others allowed with nothing known: no remaining, no reset; a request
-// that was really asked and would have been charged always has a reset
-// time). And every decision of a request with a sync or lease descriptor:
-// the fleet decorators ask the others without counting (cost 0) when
-// their own are denied, so those already say what is left.
-func uncounted(a *attempt, ds []Descriptor, active []int, st []DescriptorStatus) {
-	for _, i := range active {
-		if r := ds[i].Rule; r.Sync != 0 || !r.Lease.IsZero() {
-			return
-		}
-	}
-	for j, i := range active {
-		d := &st[i].Decision
-		if !d.Allowed || d.Remaining == 0 && d.ResetAfter == 0 && d.RetryAfter == 0 {
+// settleDescriptors writes the statuses of ds[idx...] from their decisions
+// in a.ds (see takeDescriptors) and tallies those over their limit:
+// quotaOver counts the quota_mode ones (not in shadow_mode), soft those
+// that do not deny the request by themselves (shadow_mode or quota_mode),
+// and hard is set when one that is neither is over.
+func settleDescriptors(a *attempt, ds []Descriptor, st []DescriptorStatus, idx []int) (quotaOver, soft int, hard bool) {
+	for j, i := range idx {
+		d := a.ds[j]
+		st[i] = DescriptorStatus{Decision: d, Asked: true, Over: !d.Allowed}
+		if d.Allowed {
 			continue
 		}
-		var back int64
-		for k := 0; k <= j; k++ {
-			if a.ds[k].Allowed && a.rs[k].Key == a.rs[j].Key && a.rs[k].Namespace == a.rs[j].Namespace {
-				back = satAdd(back, max(a.rs[k].Cost, 0))
-			}
+		switch {
+		case ds[i].shadow():
+			soft++
+		case ds[i].quota():
+			quotaOver++
+			soft++
+		default:
+			hard = true
 		}
-		full := ds[i].Rule.Limit.BurstOrRate()
-		if n := int64(a.shards[j]); n > 1 {
-			// unshard scaled the shard's figure by n, capped at the
-			// whole limit; the shard's own figure goes back up by back.
-			if d.Remaining >= full {
-				continue
-			}
-			if x := satAdd(d.Remaining/n, back); x <= full/n {
-				d.Remaining = x * n
-			} else {
-				d.Remaining = full
-			}
-		} else {
-			d.Remaining = satAdd(d.Remaining, back)
-		}
-		d.Remaining = min(d.Remaining, full)
 	}
+	return quotaOver, soft, hard
 }
 
-func satAdd(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
+// descriptorsNotTaken ends a request whose store call for ds[idx...]
+// failed with err: as descriptorsGone when the client went away, else as
+// on_error says (descriptorsFailed), the statuses of ds[idx...] zeroed
+// (the hits were asked for: none is over the limit nor near it) and the
+// metrics counted.
+func (e *Engine) descriptorsNotTaken(ctx context.Context, err error, ds []Descriptor, st []DescriptorStatus, idx []int, res *DescriptorsResult) {
+	if clientGone(ctx) {
+		e.descriptorsGone(ctx, ds, st, res)
+		return
 	}
-	return math.MaxInt64
-}
-
-// takeDescriptors asks the store for the descriptors ds[idx...] in one
-// Take or TakeAll (reports: with sluice.Request.Force), leaving their
-// decisions in a.ds, unsharded. A sharded report is charged over every
-// shard (see spread), its other parts in the same TakeAll.
-func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descriptor, idx []int, now time.Time, report bool) error {
-	a.rs, a.ds, a.shards = a.rs[:0], a.ds[:0], a.shards[:0]
-	var rest []sluice.Request // the other parts of spread reports, after a.rs's own
-	var owner []int           // for each of rest, its request's index in a.rs
-	for j, i := range idx {
-		r := ds[i].Rule
-		req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
-		whole := req
-		n := e.shardDescriptor(r, &req, now)
-		if parts := e.spread(whole, n); parts != nil {
-			req = parts[0]
-			rest = append(rest, parts[1:]...)
-			for range parts[1:] {
-				owner = append(owner, j)
-			}
-		}
-		a.rs = append(a.rs, req)
-		a.ds = append(a.ds, sluice.Decision{})
-		a.shards = append(a.shards, n)
+	e.descriptorsFailed(err, res)
+	for _, i := range idx {
+		st[i] = DescriptorStatus{}
 	}
-	own := len(a.rs)
-	for _, q := range rest {
-		a.rs = append(a.rs, q)
-		a.ds = append(a.ds, sluice.Decision{})
-	}
-	if e.realClock {
-		a.asked = true // observeDescriptors times the request from now
-	} else {
-		defer a.timed(time.Now())
-	}
-	if err := e.take(ctx, a); err != nil {
-		return err
-	}
-	for k, j := range owner {
-		fold(&a.ds[j], a.ds[own+k])
-	}
-	a.rs, a.ds = a.rs[:own], a.ds[:own]
-	for j, n := range a.shards {
-		if n > 1 {
-			unshard(&a.ds[j], ds[idx[j]].Rule.Limit, n)
-		}
-	}
-	return nil
-}
-
-// shardDescriptor sends req to one of the shards of its key as the rule
-// says (shards: N, or shards: auto when this instance finds the key hot)
-// and returns the number of shards (1: none). Only rules with shards: auto
-// feed a hot-key summary, named as the rule in metrics
-// ("envoy/DOMAIN/PATH"), with the request's part of the key.
-func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now time.Time) int {
-	if e.shard == nil {
-		return 1
-	}
-	switch {
-	case r.Shards.N >= 2:
-		return e.shard(req, r.Shards.N)
-	case r.Shards.Auto && e.auto != nil && e.hotKeys != nil:
-		h := e.hotKeys.Rule(r.FullName())
-		key := strings.TrimPrefix(req.Key, r.Head())
-		h.Observe(key, req.Cost, now)
-		if h.IsHot(key) {
-			if n := e.auto(); n >= 2 {
-				return e.shard(req, n)
-			}
-		}
-	}
-	return 1
+	e.countDescriptors(ds, st, res.OverLimit)
 }
 
 // descriptorsFailed answers a store failure as on_error says.
