@@ -102,6 +102,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURI$$' -fuzztime 200000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzRLSCodecRequest$$' -fuzztime 100000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime 20000x ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzXDSConfig$$' -fuzztime 20000x ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzParseID$$' -fuzztime 100000x ./internal/deferq
 	$(GO) test -run '^$$' -fuzz '^FuzzRefundMessage$$' -fuzztime 200000x ./redisstore
 	$(GO) test -run '^$$' -fuzz '^FuzzParseVersion$$' -fuzztime 200000x ./redisstore

@@ -5,6 +5,7 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/sluicehq/sluice/internal/descriptors"
 )
@@ -39,6 +40,7 @@ type docDescriptor struct {
 	RateLimit      *docRateLimit   `yaml:"rate_limit,omitempty"`
 	Descriptors    []docDescriptor `yaml:"descriptors,omitempty"`
 	ShadowMode     bool            `yaml:"shadow_mode,omitempty"`
+	QuotaMode      bool            `yaml:"quota_mode,omitempty"`
 	DetailedMetric bool            `yaml:"detailed_metric,omitempty"`
 }
 
@@ -70,10 +72,41 @@ func docDescriptors(ds []*rlsconf.RateLimitDescriptor) []docDescriptor {
 			RateLimit:      docPolicy(d.GetRateLimit()),
 			Descriptors:    docDescriptors(d.GetDescriptors()),
 			ShadowMode:     d.GetShadowMode(),
+			QuotaMode:      quotaMode(d),
 			DetailedMetric: d.GetDetailedMetric(),
 		}
 	}
 	return out
+}
+
+// xdsQuotaMode is the number of RateLimitDescriptor's quota_mode in the
+// reference's rls_conf.proto, which the reference service reads from its
+// xDS server. The Go package of the protocol used here predates it (and
+// metadata, 8, ignored as a file's is), so protobuf keeps it among the
+// descriptor's unknown fields.
+const xdsQuotaMode = 7
+
+// quotaMode reads d's quota_mode from its unknown fields as protobuf
+// reads a bool: a varint, the last one given winning; one of another wire
+// type is no quota_mode.
+func quotaMode(d *rlsconf.RateLimitDescriptor) bool {
+	on := false
+	for b := []byte(d.ProtoReflect().GetUnknown()); len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return on
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return on
+		}
+		if num == xdsQuotaMode && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b[n:])
+			on = v != 0
+		}
+		b = b[n+m:]
+	}
+	return on
 }
 
 func docPolicy(p *rlsconf.RateLimitPolicy) *docRateLimit {

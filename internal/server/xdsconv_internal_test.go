@@ -5,7 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/internal/descriptors"
 )
@@ -83,4 +87,89 @@ func TestXDSDocRefused(t *testing.T) {
 			t.Errorf("%v: error %v, want one saying %q", tc.c, err, tc.want)
 		}
 	}
+}
+
+// TestXDSQuotaMode: the reference's rls_conf.proto has quota_mode (7) and
+// metadata (8) on a RateLimitDescriptor, which the Go package of the
+// protocol used here predates; the reference service reads quota_mode
+// from its xDS server. A descriptor sent with it is in quota_mode, as the
+// same descriptor in a file: were it read as an ordinary limit, it would
+// deny requests the reference lets through while another quota
+// descriptor is under its limit. metadata is ignored, as in a file.
+func TestXDSQuotaMode(t *testing.T) {
+	// The fields as a server built on the newer proto sends them: a
+	// Struct {"tier": "gold"} for metadata.
+	var meta []byte
+	meta = protowire.AppendTag(meta, 1, protowire.BytesType) // fields, a map entry
+	entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "tier")
+	value := protowire.AppendString(protowire.AppendTag(nil, 3, protowire.BytesType), "gold") // string_value
+	entry = protowire.AppendBytes(protowire.AppendTag(entry, 2, protowire.BytesType), value)
+	meta = protowire.AppendBytes(meta, entry)
+	newer := func(quota ...uint64) []byte {
+		var b []byte
+		for _, q := range quota {
+			b = protowire.AppendVarint(protowire.AppendTag(b, 7, protowire.VarintType), q)
+		}
+		return protowire.AppendBytes(protowire.AppendTag(b, 8, protowire.BytesType), meta)
+	}
+	limit := func() *rlsconf.RateLimitPolicy {
+		return &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 5}
+	}
+	c := &rlsconf.RateLimitConfig{Name: "rl", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "q", RateLimit: limit()},
+		{Key: "plain", RateLimit: limit()},
+		{Key: "off", RateLimit: limit()},
+		{Key: "parent", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "child", RateLimit: limit()}}},
+	}}
+	c.Descriptors[0].ProtoReflect().SetUnknown(newer(1))
+	c.Descriptors[2].ProtoReflect().SetUnknown(newer(1, 0)) // the last wins, as protobuf reads it
+	c.Descriptors[3].Descriptors[0].ProtoReflect().SetUnknown(newer(2))
+	wire, err := proto.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := decodeResponse(&discovery.DiscoveryResponse{TypeUrl: XDSTypeURL, Resources: []*anypb.Any{{TypeUrl: XDSTypeURL, Value: wire}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := descriptors.FromDocs(docs, descriptors.LoadOptions{})
+	if err != nil {
+		t.Fatalf("FromDocs = %v\n%s", err, docs[0].Data)
+	}
+	got := map[string]bool{}
+	set.Each(func(r *descriptors.Rule) { got[r.Path] = r.Quota })
+	want := map[string]bool{"q": true, "plain": false, "off": false, "parent.child": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("quota_mode of the rules: got %v, want %v\n(from %s)", got, want, docs[0].Data)
+	}
+}
+
+// FuzzXDSConfig: whatever a RateLimitConfig resource holds (the fields
+// of the newer proto too), it is read without a panic, written as a
+// descriptor file that reads back, and a problem names the resource.
+func FuzzXDSConfig(f *testing.F) {
+	seed := &rlsconf.RateLimitConfig{Name: "rl", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "k", Value: "v*", ShadowMode: true, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 3, Name: "a"}},
+		{Key: "u", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}, Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "c"}}},
+	}}
+	seed.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, xdsQuotaMode, protowire.VarintType), 1))
+	b, err := proto.Marshal(seed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rc rlsconf.RateLimitConfig
+		if proto.Unmarshal(b, &rc) != nil {
+			return
+		}
+		d, err := xdsDoc(&rc)
+		if err != nil {
+			t.Fatalf("xdsDoc(%v): %v", &rc, err)
+		}
+		if _, err := descriptors.FromDocs([]descriptors.Doc{d}, descriptors.LoadOptions{}); err != nil && !strings.Contains(err.Error(), XDSDocName(rc.GetName())+":") {
+			t.Fatalf("FromDocs of %v: %v, which does not name the resource", &rc, err)
+		}
+	})
 }
