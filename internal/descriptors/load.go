@@ -22,7 +22,7 @@ import (
 const (
 	MaxFileSize = 8 << 20 // bytes
 	maxNodes    = 200_000 // YAML values that aliases add to the file's own
-	maxDepth    = 64      // nesting of descriptors
+	MaxDepth    = 64      // nesting of descriptors
 	maxProblems = 100     // told for one file, as for the config
 	MaxShards   = rules.MaxShards
 )
@@ -130,8 +130,8 @@ func newNode(key, value string) *node {
 // descriptors decodes a list of descriptors into the children of parent.
 // v2m tells whether a descriptor above has value_to_metric.
 func (d *decoder) descriptors(key string, n *yaml.Node, parent *node, p *parsed, path string, depth int, v2m bool) {
-	if depth > maxDepth {
-		d.Fail(n, key, "descriptors nested deeper than %d levels", maxDepth)
+	if depth > MaxDepth {
+		d.Fail(n, key, "descriptors nested deeper than %d levels", MaxDepth)
 		return
 	}
 	cycle, done := d.holdsItself(key, "list of descriptors", n)

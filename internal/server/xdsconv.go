@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
@@ -14,14 +15,47 @@ import (
 // descriptor configs in the file format, so that they are read, checked
 // and matched exactly as files are; xds.go subscribes to them.
 
-// xdsDoc returns c as a descriptor file named by its resource name.
+// xdsDoc returns c as a descriptor file named by its resource name. The
+// descriptors are written in YAML's flow style, on one line
+// (descriptors: [{key: …, descriptors: […]}, …]), so that it is of the order of c's own
+// size whatever its depth: as a block file, each level indented further,
+// a 97 KB config nested 9,000 deep took 1.9 GB to write, and 40,000
+// descriptors at the 64th level (630 KB) made a 43 MB file. Descriptors
+// nested past descriptors.MaxDepth are not written, but for the list
+// that passes it, so that the file is refused for it as a file would be;
+// a file over descriptors.MaxFileSize is not written whole.
 func xdsDoc(c *rlsconf.RateLimitConfig) (descriptors.Doc, error) {
-	f := docFile{Domain: c.GetDomain(), Descriptors: docDescriptors(c.GetDescriptors())}
-	data, err := yaml.Marshal(&f)
-	if err != nil {
-		return descriptors.Doc{}, fmt.Errorf("RateLimitConfig %q: %w", c.GetName(), err)
+	f := docFile{Domain: c.GetDomain(), Descriptors: docDescriptors(c.GetDescriptors(), 1)}
+	w := cappedWriter{max: descriptors.MaxFileSize}
+	enc := yaml.NewEncoder(&w)
+	err := enc.Encode(&f)
+	if err == nil {
+		err = enc.Close()
 	}
-	return descriptors.Doc{Name: XDSDocName(c.GetName()), Data: data}, nil
+	switch {
+	case w.over:
+		return descriptors.Doc{}, fmt.Errorf("%s: larger than %d bytes as a descriptor file", XDSDocName(c.GetName()), descriptors.MaxFileSize)
+	case err != nil:
+		return descriptors.Doc{}, fmt.Errorf("%s: %w", XDSDocName(c.GetName()), err)
+	}
+	return descriptors.Doc{Name: XDSDocName(c.GetName()), Data: w.b}, nil
+}
+
+// cappedWriter keeps what is written to it up to max bytes, and refuses
+// what would pass them.
+type cappedWriter struct {
+	b    []byte
+	max  int
+	over bool
+}
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	if len(w.b)+len(p) > w.max {
+		w.over = true
+		return 0, errors.New("too large")
+	}
+	w.b = append(w.b, p...)
+	return len(p), nil
 }
 
 // XDSDocName is how the problems of the RateLimitConfig named name start.
@@ -30,8 +64,9 @@ func XDSDocName(name string) string { return fmt.Sprintf("RateLimitConfig %q", n
 // docFile and the types below are the file format's keys that a
 // RateLimitConfig carries; left out when zero, as a file leaves them out.
 type docFile struct {
-	Domain      string          `yaml:"domain"`
-	Descriptors []docDescriptor `yaml:"descriptors,omitempty"`
+	Domain string `yaml:"domain"`
+	// In flow style (see xdsDoc), and so is all it holds.
+	Descriptors []docDescriptor `yaml:"descriptors,omitempty,flow"`
 }
 
 type docDescriptor struct {
@@ -60,9 +95,16 @@ type docReplace struct {
 	Name string `yaml:"name"`
 }
 
-func docDescriptors(ds []*rlsconf.RateLimitDescriptor) []docDescriptor {
+// docDescriptors returns ds, a list of descriptors at depth (1 for the
+// top level), in the file format. A list past descriptors.MaxDepth is
+// written as one empty descriptor: the file is refused for its depth,
+// whatever the list holds.
+func docDescriptors(ds []*rlsconf.RateLimitDescriptor, depth int) []docDescriptor {
 	if len(ds) == 0 {
 		return nil
+	}
+	if depth > descriptors.MaxDepth {
+		return []docDescriptor{{}}
 	}
 	out := make([]docDescriptor, len(ds))
 	for i, d := range ds {
@@ -70,7 +112,7 @@ func docDescriptors(ds []*rlsconf.RateLimitDescriptor) []docDescriptor {
 			Key:            d.GetKey(),
 			Value:          d.GetValue(),
 			RateLimit:      docPolicy(d.GetRateLimit()),
-			Descriptors:    docDescriptors(d.GetDescriptors()),
+			Descriptors:    docDescriptors(d.GetDescriptors(), depth+1),
 			ShadowMode:     d.GetShadowMode(),
 			QuotaMode:      quotaMode(d),
 			DetailedMetric: d.GetDetailedMetric(),

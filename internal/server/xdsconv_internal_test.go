@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -172,4 +174,88 @@ func FuzzXDSConfig(f *testing.F) {
 			t.Fatalf("FromDocs of %v: %v, which does not name the resource", &rc, err)
 		}
 	})
+}
+
+// TestXDSDeepConfigs: a RateLimitConfig is written in the file format at
+// a size of the order of its own, whatever its depth. Written as a block
+// YAML file, each level of nesting indented a line more, a 97 KB config
+// nested 9,000 deep took 1.9 GB and seconds to write, only to be refused (a
+// response of a thousand of them would have exhausted the memory), and a
+// 150 KB config of 10,000 descriptors at the 64th level was refused as a
+// file over 8 MiB (11 MB), where the reference service loads it.
+func TestXDSDeepConfigs(t *testing.T) {
+	chain := func(depth int, leaves []*rlsconf.RateLimitDescriptor) *rlsconf.RateLimitConfig {
+		ds := leaves
+		for range depth - 1 {
+			ds = []*rlsconf.RateLimitDescriptor{{Key: "level", Descriptors: ds}}
+		}
+		return &rlsconf.RateLimitConfig{Name: "deep", Domain: "edge", Descriptors: ds}
+	}
+	limit := &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 5}
+
+	wide := make([]*rlsconf.RateLimitDescriptor, 10_000)
+	for i := range wide {
+		wide[i] = &rlsconf.RateLimitDescriptor{Key: fmt.Sprint("k", i), RateLimit: limit}
+	}
+	c := chain(64, wide)
+	d, err := xdsDoc(c)
+	if err != nil {
+		t.Fatalf("xdsDoc(10,000 descriptors at level 64, %d bytes over the wire): %v", proto.Size(c), err)
+	}
+	set, err := descriptors.FromDocs([]descriptors.Doc{d}, descriptors.LoadOptions{})
+	if err != nil {
+		t.Fatalf("10,000 descriptors at level 64 (%d bytes over the wire, %d as a file): %v", proto.Size(c), len(d.Data), err)
+	}
+	entries := make([]descriptors.Entry, 64)
+	for i := range entries[:63] {
+		entries[i] = descriptors.Entry{Key: "level", Value: "x"}
+	}
+	entries[63] = descriptors.Entry{Key: "k9999", Value: "x"}
+	var m descriptors.Match
+	if set.Lookup("edge", entries, &m); m.Rule == nil || m.Rule.RequestsPerUnit != 5 {
+		t.Errorf("the last descriptor at level 64 matched %v, want its 5/minute", m.Rule)
+	}
+
+	c = chain(9_000, []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: limit}})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d, err = xdsDoc(c)
+	if err == nil {
+		_, err = descriptors.FromDocs([]descriptors.Doc{d}, descriptors.LoadOptions{})
+	}
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 64 levels") || !strings.HasPrefix(err.Error(), `RateLimitConfig "deep": `) {
+		t.Errorf("a config nested 9,000 deep: %.300v, want it refused for its depth, naming the resource", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+		t.Errorf("a config nested 9,000 deep (%d bytes over the wire) took %d MB to refuse, want less than 32", proto.Size(c), got>>20)
+	}
+}
+
+// TestXDSDocStrings: whatever a key, value, domain or name holds, the
+// file written for it reads back as that string, YAML's own syntax, the
+// YAML 1.1 booleans and numbers, and flow style's brackets and commas
+// included.
+func TestXDSDocStrings(t *testing.T) {
+	for _, v := range []string{"1_000", "0b101", "1:20", "~", "null", "Null", ".inf", "0o17", "0777", "+12", "0x1F", "1e3", "1.", "-.5",
+		"2001-12-14", "=", "<<", "yes", "y", "N", "off", "TRUE", "NaN", "-", "? x", "a: b", "#c", "a #c", " lead", "trail ", "\t", "*",
+		"&a", "!tag", "%x", "@x", "`x", "|", ">", "\"q", "'q", "{a}", "[a]", "a, b", "a]", "a}", "x\ny", "\u2028", "\x00", "\x7f",
+		"\ufeff", "é", "---", "...", strings.Repeat("long words ", 30)} {
+		c := &rlsconf.RateLimitConfig{Name: v, Domain: v, Descriptors: []*rlsconf.RateLimitDescriptor{{Key: v, Value: v,
+			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 3, Name: v}}}}
+		d, err := xdsDoc(c)
+		if err != nil {
+			t.Errorf("%q: %v", v, err)
+			continue
+		}
+		set, err := descriptors.FromDocs([]descriptors.Doc{d}, descriptors.LoadOptions{})
+		if err != nil {
+			t.Errorf("%q: %v\n%s", v, err, d.Data)
+			continue
+		}
+		var m descriptors.Match
+		if set.Lookup(v, []descriptors.Entry{{Key: v, Value: v}}, &m); m.Rule == nil || m.Rule.Name != v || m.Rule.RequestsPerUnit != 3 {
+			t.Errorf("%q: the entry matched %v, want the rule named so\n%s", v, m.Rule, d.Data)
+		}
+	}
 }
