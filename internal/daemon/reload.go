@@ -30,8 +30,10 @@ type ReloadResult struct {
 	// writer closes it (or after maxWriteWait). The reloads of the watcher
 	// wait, and so do those a change to a file the config names (a
 	// certificate, the token, a descriptor file) triggers; Reload
-	// (SIGHUP) reads the file as it is. The same while one of the files
-	// the config names is being written in place.
+	// (SIGHUP) reads the file as it is. The same, for every reload,
+	// Reload's too, while one of the files the config names is being
+	// written in place, or when one was replaced or written to while the
+	// reload read it: the reload is made once its writer has closed it.
 	Writing bool
 	// Missing reports that the file (for a reload of the descriptors, a
 	// path grpc.config names) was not there (as while a tool
@@ -55,8 +57,13 @@ var ErrShuttingDown = errors.New("daemon: shutting down: config not reloaded")
 // Reload rereads Options.ConfigPath and applies it, even if its content is
 // unchanged (SIGHUP). A config that is invalid, uses an unsupported
 // feature, or changes a key that needs a restart is refused: the error says
-// why, it is logged and counted, and the config in force stays. Once the
-// shutdown has begun it returns ErrShuttingDown, and does nothing else.
+// why, it is logged and counted, and the config in force stays. The files
+// it names (certificates, the token, descriptor files) are checked as a
+// watcher's reload checks them: while one is being written in place, or
+// when one changed while it was read (half a CA bundle may parse), nothing
+// is applied and the reload is made once its writer has closed it (it
+// returns nil: put off, not refused). Once the shutdown has begun it
+// returns ErrShuttingDown, and does nothing else.
 func (d *Daemon) Reload() error {
 	if d.reloader == nil {
 		return errors.New("daemon: reload: no config file (running the built-in example)")

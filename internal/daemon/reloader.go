@@ -77,7 +77,10 @@ const (
 	// the token); a missing file is waited for.
 	onRetry
 	// onSignal: SIGHUP's. The file is read as it is, even if unchanged,
-	// even while it is being written; a missing file is refused.
+	// even while it is being written; a missing file is refused. The
+	// files it names are checked as for any reload: one being written
+	// in place, or replaced or written to while read, puts the reload
+	// off until its writer has closed it.
 	onSignal
 )
 
@@ -273,11 +276,15 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		}
 	}
 	r.goneNamed = false
+	// The files the config names are checked for every reload, SIGHUP's
+	// too: SIGHUP reads the config file as it is, but a CA bundle or a
+	// descriptor file read half written would be put in force as if
+	// whole.
 	var namedSig string
-	if kind != onSignal && r.namedLook != nil {
+	if r.namedLook != nil {
 		namedSig = r.namedLook()
 	}
-	if kind != onSignal && r.namedWriting != nil && r.namedWriting() {
+	if r.namedWriting != nil && r.namedWriting() {
 		// A certificate, the token or a descriptor file that the
 		// reload reads is being written in place: it may hold the
 		// first part of what is written (the first limits of a domain,
@@ -298,7 +305,7 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		named = r.named()
 	}
 	var still func() bool
-	if kind != onSignal && r.namedStill != nil {
+	if r.namedStill != nil {
 		still = func() bool { return r.namedStill(namedSig) }
 	}
 	if err := r.apply(data, still); err != nil {
