@@ -151,8 +151,11 @@ type Daemon struct {
 	staleAtStart bool
 	reloadMu     sync.Mutex        // serialises apply; the shutdown takes it before the store closes
 	descRefused  [sha256.Size]byte // filesDigest of the descriptor files last refused (reloadMu)
-	descMissing  bool              // a descriptor path found missing since they were last read (reloadMu; logged once)
-	certMissing  map[string]bool   // the tls: files found missing since they were last read (reloadMu; logged once)
+	// descRefusedWhy is the error they were refused with (reloadMu): the
+	// same files refused for the same reason are logged and counted once.
+	descRefusedWhy string
+	descMissing    bool            // a descriptor path found missing since they were last read (reloadMu; logged once)
+	certMissing    map[string]bool // the tls: files found missing since they were last read (reloadMu; logged once)
 	// certsChanging: the listeners and blocks whose TLS files kept
 	// changing while read since they were last read whole (reloadMu;
 	// logged once).

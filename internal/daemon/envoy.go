@@ -163,18 +163,28 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		// closing it); the caller says it waits.
 		return ReloadResult{Writing: true}
 	}
-	res := ReloadResult{Err: err}
 	if err == nil {
-		d.descRefused = [sha256.Size]byte{}
+		if set.Digest() == old.descs.Digest() {
+			err = errUnchanged
+		} else {
+			err = d.useDescriptors(old, set)
+		}
 	}
+	res := ReloadResult{Err: err}
 	switch {
-	case err != nil && seen == d.descRefused:
-		// The files refused last time, unchanged: reread because
-		// something else in their directory changed. Refused once,
-		// counted and logged once, as a config file is.
+	case errors.Is(err, errUnchanged):
+		d.descRefused, d.descRefusedWhy = [sha256.Size]byte{}, ""
+		res = ReloadResult{Unchanged: true}
+	case err != nil && seen == d.descRefused && err.Error() == d.descRefusedWhy:
+		// The files refused last time, unchanged, and for the same
+		// reason: reread because something else in their directory
+		// changed. Refused once, counted and logged once, as a config
+		// file is. Files that load are tried again all the same: what
+		// refused them (the Redis user's ACL, the fleet) may change
+		// without them.
 		res = ReloadResult{Unchanged: true}
 	case err != nil:
-		d.descRefused = seen
+		d.descRefused, d.descRefusedWhy = seen, err.Error()
 		d.metrics.Reload(false)
 		var es rules.ParseErrors
 		if errors.As(err, &es) {
@@ -184,15 +194,8 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 		} else {
 			d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
 		}
-	case set.Digest() == old.descs.Digest():
-		res.Unchanged = true
 	default:
-		if err := d.useDescriptors(old, set); err != nil {
-			d.metrics.Reload(false)
-			d.log.Error("descriptor reload refused; the old descriptors stay", "err", err)
-			res.Err = err
-			break
-		}
+		d.descRefused, d.descRefusedWhy = [sha256.Size]byte{}, ""
 		d.metrics.Reload(true)
 		d.log.Info("descriptors reloaded", "files", len(set.Files()), "domains", set.Domains(), "rules", set.Rules())
 		d.warnNotRead(set)
@@ -202,6 +205,10 @@ func (d *Daemon) reloadDescriptors() ReloadResult {
 	}
 	return res
 }
+
+// errUnchanged is reloadDescriptors' word for descriptor files that load
+// as the descriptors in force: nothing to do.
+var errUnchanged = errors.New("daemon: descriptors unchanged")
 
 // useDescriptors puts set in force in place of the descriptors of old,
 // the generation in force. It is refused, as a reload of the config file
