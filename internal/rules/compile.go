@@ -158,8 +158,11 @@ func ParsePart(s string) (Part, error) {
 		}
 		return Part{Kind: map[string]PartKind{"ip": PartIP, "method": PartMethod, "path": PartPath}[kind]}, nil
 	case "header":
-		if !httpguts.ValidHeaderFieldName(name) {
+		if name == "" {
 			return Part{}, fmt.Errorf("key part %q: want header:NAME with a valid header name", s)
+		}
+		if msg := tokenProblem("a header name", name); msg != "" {
+			return Part{}, fmt.Errorf("key part %q: %s", s, msg)
 		}
 		return Part{Kind: PartHeader, Name: http.CanonicalHeaderKey(name)}, nil
 	case "query", "cookie":
@@ -167,14 +170,66 @@ func ParsePart(s string) (Part, error) {
 			return Part{}, fmt.Errorf("key part %q: want %s:NAME", s, kind)
 		}
 		if kind == "cookie" {
-			if !httpguts.ValidHeaderFieldName(name) {
-				return Part{}, fmt.Errorf("key part %q: %q is not a valid cookie name", s, name)
+			if msg := tokenProblem("a cookie name", name); msg != "" {
+				return Part{}, fmt.Errorf("key part %q: %s", s, msg)
 			}
 			return Part{Kind: PartCookie, Name: name}, nil
+		}
+		if msg := queryNameProblem(name); msg != "" {
+			return Part{}, fmt.Errorf("key part %q: %s", s, msg)
 		}
 		return Part{Kind: PartQuery, Name: name}, nil
 	}
 	return Part{}, fmt.Errorf("unknown key part %q (want ip, header:NAME, query:NAME, cookie:NAME, method or path)", s)
+}
+
+// tokenProblem returns what is wrong with name, a header's or a
+// cookie's (what), when it is no HTTP token and so no request carries
+// it: its first character a token cannot hold; "" for a token.
+func tokenProblem(what, name string) string {
+	for i, r := range name {
+		if httpguts.IsTokenRune(r) {
+			continue
+		}
+		switch {
+		case r == ' ':
+			return what + " holds no space (write the name alone)"
+		case r == ':' && what == "a header name":
+			return what + " holds no colon (write the name alone, without a value)"
+		case r == ';' && what == "a cookie name":
+			return "; separates cookies: a cookie name holds none (one part per cookie: cookie:A, cookie:B)"
+		case r == '=' && what == "a cookie name":
+			return "= ends a cookie's name: write the name alone"
+		case r < ' ' || r == 0x7f:
+			return fmt.Sprintf("%s holds no control character (%q at byte %d)", what, r, i+1)
+		}
+		return fmt.Sprintf("%s holds no %q (at byte %d): it is a token, of letters, digits and !#$%%&'*+-.^_`|~", what, r, i+1)
+	}
+	return ""
+}
+
+// queryNameProblem returns what is wrong with name, a query parameter's,
+// when no request carries it as written (a request's ?a&b=1 is two
+// parameters, a and b): "" when one can. A name is compared unescaped,
+// so an escape in it (% or +) would match only the escape escaped.
+func queryNameProblem(name string) string {
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '&':
+			return "& separates query parameters: a request's a&b is two of them (one part per parameter: query:A, query:B)"
+		case c == '=':
+			return "= ends a query parameter's name: write the name alone"
+		case c == '#':
+			return "# ends the query: no parameter's name holds one"
+		case c == ';':
+			return "a query pair with ; is skipped (as Go reads a query): no parameter's name holds one"
+		case c == '+' || c == '%':
+			return fmt.Sprintf("%q is an escape in a query, and names are compared unescaped: write the name as it reads (%%20 and + are a space)", c)
+		case c < ' ' || c == 0x7f:
+			return fmt.Sprintf("a query parameter's name holds no control character (%q at byte %d)", c, i+1)
+		}
+	}
+	return ""
 }
 
 // String returns p as written in a config: "ip", "header:X-Api-Key", ….
