@@ -26,6 +26,11 @@ func TestListenersOnOnePort(t *testing.T) {
 		{"mapped IPv4", "127.0.0.1:7311", "[::ffff:127.0.0.1]:7311", "", []string{"grpc.listen", "listen"}},
 		{"port with a zero", "127.0.0.1:7311", "127.0.0.1:07311", "", []string{"grpc.listen", "listen"}},
 		{"third clashes with the first", ":7311", "127.0.0.1:7311", "127.0.0.1:7312", []string{"grpc.listen", "listen"}},
+		{"localhost, then its address", "localhost:7311", "127.0.0.1:7311", "", []string{"grpc.listen", "listen", "localhost is 127.0.0.1"}},
+		{"its address, then LOCALHOST", "127.0.0.1:7311", "LOCALHOST:7311", "", []string{"grpc.listen", "listen", "localhost is 127.0.0.1"}},
+		{"localhost, then mapped", "localhost:7311", "[::ffff:127.0.0.1]:7311", "", []string{"grpc.listen", "listen"}},
+		{"localhost twice, cased apart", "localhost:7311", "127.0.0.1:0", "Localhost:7311", []string{"proxy.listen", "listen"}},
+		{"localhost and IPv6 loopback", "localhost:7311", "[::1]:7311", "", nil},
 		{"two loopbacks", "127.0.0.1:7311", "127.0.0.2:7311", "", nil},
 		{"IPv4 and IPv6 loopback", "127.0.0.1:7311", "[::1]:7311", "", nil},
 		{"other ports", ":7311", ":7312", "127.0.0.1:7313", nil},
@@ -71,6 +76,9 @@ func TestListenersOnOnePortBind(t *testing.T) {
 		{"127.0.0.1", "0.0.0.0", true},
 		{"127.0.0.1", "127.0.0.2", false},
 		{"127.0.0.1", "::1", false},
+		{"localhost", "127.0.0.1", true},
+		{"127.0.0.1", "LOCALHOST", true},
+		{"localhost", "::1", false},
 	} {
 		first, err := net.Listen("tcp", net.JoinHostPort(tc.a, "0"))
 		if err != nil {

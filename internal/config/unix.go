@@ -174,10 +174,18 @@ func (c *Config) UnixWarnings() []*rules.ParseError {
 
 // listenClash reports whether listeners on a and b cannot both bind:
 // one Unix socket path, or one TCP port (not 0) on one address, written
-// alike or not (127.0.0.1 and ::ffff:127.0.0.1, 8080 and 08080), or on
-// a wildcard address (":8080", 0.0.0.0, ::), which takes the port on
-// every address, IPv4 and IPv6 alike. Host names are compared as
-// written: resolving them is for the bind.
+// alike or not (127.0.0.1 and ::ffff:127.0.0.1, 8080 and 08080,
+// localhost and 127.0.0.1), or on a wildcard address (":8080", 0.0.0.0,
+// ::), which takes the port on every address, IPv4 and IPv6 alike.
+//
+// localhost is taken as 127.0.0.1, the address serve binds for it (Go
+// binds a name's first IPv4 address, and a hosts file maps localhost to
+// 127.0.0.1): not ::1, which it can share a port with. Other host names
+// are compared as written, in any case, and not resolved: check-config
+// often runs elsewhere than serve (in CI, a build container), where a
+// name may resolve to other addresses or not at all, and a reload must
+// not wait on DNS; two names for one address fail at serve's bind, which
+// names the address.
 func listenClash(a, b string) bool {
 	if sameListen(a) == sameListen(b) {
 		return !zeroPort(a)
@@ -204,10 +212,14 @@ func listenClash(a, b string) bool {
 }
 
 // listenIP parses host, a listen address's host, as an IP address, IPv4
-// in IPv6 unmapped; "" is the wildcard.
+// in IPv6 unmapped; "" is the wildcard, localhost 127.0.0.1 (see
+// listenClash).
 func listenIP(host string) (netip.Addr, bool) {
-	if host == "" {
+	switch {
+	case host == "":
 		return netip.IPv6Unspecified(), true
+	case strings.EqualFold(host, "localhost"):
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), true
 	}
 	ip, err := netip.ParseAddr(host)
 	return ip.Unmap(), err == nil
@@ -229,6 +241,11 @@ func clashNote(a, b string) string {
 		host, port, err := net.SplitHostPort(addr)
 		if ip, ok := listenIP(host); err == nil && ok && ip.IsUnspecified() {
 			return fmt.Sprintf(" (%q listens on port %s on every address)", addr, port)
+		}
+	}
+	for _, addr := range []string{a, b} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && strings.EqualFold(host, "localhost") {
+			return " (the same address and port: localhost is 127.0.0.1, the address serve binds for it)"
 		}
 	}
 	return " (the same address and port)"
