@@ -14,13 +14,15 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/daemon"
 	"github.com/sluicehq/sluice/internal/descriptors"
+	"github.com/sluicehq/sluice/internal/rules"
 )
 
-const checkConfigUsage = `usage: sluice check-config FILE
+const checkConfigUsage = `usage: sluice check-config [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR] FILE
 
 Validates a config file: prints "FILE: ok" and a summary and exits 0, or
 prints one line per problem, FILE:LINE: KEY: MSG, on standard error and
-exits 1.
+exits 1. -listen, -proxy-listen and -grpc-listen override the config's
+addresses as they do for serve, and are checked as serve checks them.
 `
 
 // checkConfig runs `sluice check-config FILE`. Exit status: 0 valid, 1
@@ -29,7 +31,9 @@ exits 1.
 func checkConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, checkConfigUsage) }
+	var over config.Overrides
+	overrideFlags(fs, &over)
+	fs.Usage = func() { fmt.Fprint(stderr, checkConfigUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -56,7 +60,7 @@ func checkConfig(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	done := make(chan *result, 1)
 	go func() {
 		r := new(result)
-		r.code = check(file, &r.stdout, &r.stderr)
+		r.code = check(file, over, &r.stdout, &r.stderr)
 		done <- r
 	}()
 	select {
@@ -70,18 +74,22 @@ func checkConfig(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 }
 
-// check checks the config file named file, as checkConfig describes.
-func check(file string, stdout, stderr io.Writer) int {
+// check checks the config file named file, with over applied, as
+// checkConfig describes.
+func check(file string, over config.Overrides, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(file)
 	errs := []error{err}
 	var descs *descriptors.Set
 	if err == nil {
 		// Every check serve makes of a parsed config, each run whatever
-		// the others found, so that one run lists all the problems: what
-		// serve would refuse to start with, the certificates, keys and
-		// CAs that do not load, and the Envoy descriptor files, if any.
+		// the others found, so that one run lists all the problems: the
+		// overrides of the listen addresses (applied first, as serve
+		// does: the checks below see its addresses), what serve would
+		// refuse to start with, the certificates, keys and CAs that do
+		// not load, and the Envoy descriptor files, if any.
+		errs = []error{overridden(file, over.Apply(cfg))}
 		descs, err = daemon.LoadDescriptors(cfg)
-		errs = []error{config.Unsupported(cfg), cfg.TLSProblems(), err}
+		errs = append(errs, config.Unsupported(cfg), cfg.TLSProblems(), err)
 	}
 	failed := false
 	for _, err := range errs {
@@ -122,6 +130,20 @@ func check(file string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok: %s\n", file, sum)
 	return 0
+}
+
+// overridden returns err, Overrides.Apply's of the config file named
+// file, one line per problem, as config.Errors (each printed FILE: MSG):
+// nil for nil.
+func overridden(file string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var es config.Errors
+	for _, line := range strings.Split(err.Error(), "\n") {
+		es = append(es, &rules.ParseError{File: file, Msg: line})
+	}
+	return es
 }
 
 // count writes n and noun, in the plural unless n is 1: "1 domain", "2 domains".

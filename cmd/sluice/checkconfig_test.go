@@ -60,7 +60,7 @@ func TestCheckConfigUsage(t *testing.T) {
 		{[]string{"check-config", "-bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(t.Context(), c.args, nil, &stdout, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), c.problem+"\n") || !strings.Contains(stderr.String(), "usage: sluice check-config FILE") {
+		if code := run(t.Context(), c.args, nil, &stdout, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), c.problem+"\n") || !strings.Contains(stderr.String(), "usage: sluice check-config [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR] FILE") {
 			t.Errorf("sluice %v = exit %d, stderr %q; want 2, %q and the usage", c.args, code, stderr.String(), c.problem)
 		}
 	}

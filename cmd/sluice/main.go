@@ -24,7 +24,9 @@ const usage = `usage: sluice <command> [flags]
 commands:
   serve [-config FILE] [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR]
                           run the daemon (no -config: a built-in example on the memory store)
-  check-config FILE        validate a config file; exit 1 with one line per problem
+  check-config [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR] FILE
+                          validate a config file, with serve's address overrides;
+                          exit 1 with one line per problem
   simulate [flags]         replay a trace of requests through an algorithm (see: sluice simulate -h)
   version                  print the version
   help [COMMAND]           this text, or a command's flags

@@ -25,6 +25,15 @@ import (
 // example config.
 const builtinName = "built-in example"
 
+// overrideFlags defines on fs the flags that override the config's
+// listen addresses, to be set in o: serve's, which check-config takes
+// too, so that it checks the addresses serve would listen on.
+func overrideFlags(fs *flag.FlagSet, o *config.Overrides) {
+	fs.StringVar(&o.Listen, "listen", "", "decision API `address` (host:port, or unix:/PATH for a Unix socket), overriding the config's listen; port 0 picks a free port")
+	fs.StringVar(&o.ProxyListen, "proxy-listen", "", "reverse proxy `address`, overriding proxy.listen; port 0 picks a free port")
+	fs.StringVar(&o.GRPCListen, "grpc-listen", "", "gRPC service `address` (host:port, or unix:/PATH), overriding grpc.listen; port 0 picks a free port")
+}
+
 // serve runs the daemon until ctx is cancelled (SIGINT/SIGTERM): exit 0
 // after a clean shutdown (or when ctx ends during startup: nothing is
 // served), 1 when the config is bad or a listener cannot be bound, 2 for
@@ -90,9 +99,7 @@ func serveFlags(args []string, stderr io.Writer) (configPath string, over config
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&configPath, "config", "", "config `file` (default: a built-in example on the memory store)")
-	fs.StringVar(&over.Listen, "listen", "", "decision API `address` (host:port, or unix:/PATH for a Unix socket), overriding the config's listen; port 0 picks a free port")
-	fs.StringVar(&over.ProxyListen, "proxy-listen", "", "reverse proxy `address`, overriding proxy.listen; port 0 picks a free port")
-	fs.StringVar(&over.GRPCListen, "grpc-listen", "", "gRPC service `address` (host:port, or unix:/PATH), overriding grpc.listen; port 0 picks a free port")
+	overrideFlags(fs, &over)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice serve [-config FILE] [-listen ADDR] [-proxy-listen ADDR] [-grpc-listen ADDR]")
 		fs.PrintDefaults()

@@ -104,7 +104,8 @@ func TestListenersOnOnePortBind(t *testing.T) {
 }
 
 // TestOverridesOnOnePort: -listen, -proxy-listen and -grpc-listen are
-// held to the same rule.
+// held to the same rule, and a clash names the flag with its address and
+// the config's key with its line.
 func TestOverridesOnOnePort(t *testing.T) {
 	dir := t.TempDir()
 	c, err := Parse("o.yaml", []byte(unixConfig(t, dir, "127.0.0.1:7311", "127.0.0.1:0", "")))
@@ -112,7 +113,21 @@ func TestOverridesOnOnePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = Overrides{GRPCListen: ":7311"}.Apply(c)
-	if err == nil || !strings.Contains(err.Error(), "listen and grpc.listen") {
+	if err == nil || !strings.Contains(err.Error(), `listen (o.yaml:1) and -grpc-listen ":7311" would both listen`) {
 		t.Errorf("Apply(-grpc-listen :7311) over listen 127.0.0.1:7311 = %v, want the clash named", err)
+	}
+	if c, err = Parse("o.yaml", []byte(unixConfig(t, dir, "127.0.0.1:7311", "127.0.0.1:0", ""))); err != nil {
+		t.Fatal(err)
+	}
+	err = Overrides{GRPCListen: "localhost:7311"}.Apply(c)
+	if err == nil || !strings.Contains(err.Error(), `listen (o.yaml:1) and -grpc-listen "localhost:7311" would both listen on localhost:7311 (the same address and port: localhost is 127.0.0.1`) {
+		t.Errorf("Apply(-grpc-listen localhost:7311) over listen 127.0.0.1:7311 = %v, want the clash named", err)
+	}
+	if c, err = Parse("o.yaml", []byte("proxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:9000}\n")); err != nil {
+		t.Fatal(err)
+	}
+	err = Overrides{ProxyListen: "LOCALHOST:" + strings.TrimPrefix(DefaultListen, "127.0.0.1:")}.Apply(c)
+	if err == nil || !strings.Contains(err.Error(), "listen (its default, "+DefaultListen+") and -proxy-listen") {
+		t.Errorf("Apply(-proxy-listen) on the default listen's port = %v, want the clash named, with the default", err)
 	}
 }

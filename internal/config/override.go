@@ -15,8 +15,11 @@ type Overrides struct {
 }
 
 // Apply sets o's addresses in c and checks them: each must be host:port
-// (or, for -listen and -grpc-listen, unix:/PATH), name a block the config has, and differ from the other listeners
-// (unless its port is 0). The daemon applies the same Overrides after
+// (or, for -listen and -grpc-listen, unix:/PATH), name a block the
+// config has, and not clash with the other listeners, as Parse checks
+// the config's own (listenClash): a clash names the flag with its
+// address, and the config's key with its line. serve and check-config
+// apply them after Parse; the daemon applies the same Overrides after
 // every reload, so a reload does not see them as a change of address.
 func (o Overrides) Apply(c *Config) error {
 	var errs []error
@@ -44,6 +47,21 @@ func (o Overrides) Apply(c *Config) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	// The clash check of Parse again, on the addresses serve binds: an
+	// override may clash with an address of the config.
+	flags := map[string]string{"listen": "-listen", "proxy.listen": "-proxy-listen", "grpc.listen": "-grpc-listen"}
+	given := map[string]bool{"listen": o.Listen != "", "proxy.listen": o.ProxyListen != "", "grpc.listen": o.GRPCListen != ""}
+	// named names the listener of key at addr: its flag when set, or its
+	// key and line in the file.
+	named := func(key, addr string) string {
+		switch {
+		case given[key]:
+			return fmt.Sprintf("%s %q", flags[key], addr)
+		case c.Has(key):
+			return fmt.Sprintf("%s (%s:%d)", key, c.File, c.Line(key))
+		}
+		return key + " (its default, " + addr + ")"
+	}
 	var seen []listenAt
 	for _, l := range []listenAt{{"listen", c.Listen}, {"proxy.listen", proxyListen(c)}, {"grpc.listen", grpcListen(c)}} {
 		if l.addr == "" {
@@ -51,7 +69,7 @@ func (o Overrides) Apply(c *Config) error {
 		}
 		for _, o := range seen {
 			if listenClash(o.addr, l.addr) {
-				errs = append(errs, fmt.Errorf("%s and %s would both listen on %s%s", o.key, l.key, l.addr, clashNote(o.addr, l.addr)))
+				errs = append(errs, fmt.Errorf("%s and %s would both listen on %s%s", named(o.key, o.addr), named(l.key, l.addr), l.addr, clashNote(o.addr, l.addr)))
 				break
 			}
 		}

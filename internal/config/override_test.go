@@ -20,7 +20,7 @@ func TestOverrides(t *testing.T) {
 		{"bad address", withProxy, Overrides{Listen: "nowhere"}, "", "", `-listen "nowhere": want host:port`},
 		{"no proxy block", "listen: 127.0.0.1:8080\n", Overrides{ProxyListen: "127.0.0.1:0"}, "", "", "-proxy-listen: the config has no proxy block"},
 		{"no grpc block", "listen: 127.0.0.1:8080\n", Overrides{GRPCListen: "127.0.0.1:0"}, "", "", "-grpc-listen: the config has no grpc block"},
-		{"clash", withProxy, Overrides{Listen: "127.0.0.1:8000"}, "", "", "proxy.listen would both listen on 127.0.0.1:8000"},
+		{"clash", withProxy, Overrides{Listen: "127.0.0.1:8000"}, "", "", `-listen "127.0.0.1:8000" and proxy.listen (o.yaml:2) would both listen on 127.0.0.1:8000`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse("o.yaml", []byte(tc.yaml))
