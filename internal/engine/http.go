@@ -17,7 +17,7 @@ import (
 // the RateLimit field's t is then not derived from it as from one key's
 // (httplimit.SetHeaders with no algorithm), but is the time until full.
 func (res *Result) SetHeaders(h http.Header) {
-	if res.Rule == nil || res.StoreErr != nil {
+	if !res.SetsHeaders() {
 		return
 	}
 	alg := res.Rule.Algorithm
@@ -26,6 +26,10 @@ func (res *Result) SetHeaders(h http.Header) {
 	}
 	httplimit.SetHeaders(h, res.Decision, res.Rule.Name, alg, res.Rule.Limit)
 }
+
+// SetsHeaders reports whether SetHeaders sets anything: an enforcing rule
+// applied and the store decided.
+func (res *Result) SetsHeaders() bool { return res.Rule != nil && res.StoreErr == nil }
 
 // WriteDenied writes the answer for a request res did not allow: 503 with
 // {"error":"store_unavailable"} when the store could not decide (on_error

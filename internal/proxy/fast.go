@@ -232,8 +232,9 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	if res != nil {
 		res.SetHeaders(h)
 	}
+	limits := res != nil && res.SetsHeaders()
 	if len(resp.Trailer) > 0 {
-		dropTrailers(resp.Trailer, conn) // those it declares (trailers.go)
+		dropTrailers(resp.Trailer, conn, limits) // those it declares (trailers.go)
 	}
 	announced := len(resp.Trailer)
 	if announced > 0 {
@@ -253,7 +254,7 @@ func (p *Proxy) fastForward(w http.ResponseWriter, r *http.Request, ip netip.Add
 	// resp may be c's own: nothing of it is read once c is pooled.
 	trailer := resp.Trailer
 	if len(trailer) > 0 {
-		dropTrailers(trailer, conn) // all it sent, declared or not
+		dropTrailers(trailer, conn, limits) // all it sent, declared or not
 	}
 	if reuse {
 		p.pool.put(c, now)

@@ -20,7 +20,9 @@
 //     deferq.ErrBusy) 429 as without defer.
 //   - Every response a rule applied to carries the tightest enforcing
 //     rule's X-RateLimit-* and RateLimit-Policy / RateLimit headers; the
-//     upstream's own headers of those names are replaced.
+//     upstream's own headers of those names are replaced, and its
+//     fields of those names dropped from the answer's trailer
+//     (trailers.go: limitFields).
 //   - When the store cannot decide: on_error allow forwards, deny answers
 //     503 {"error":"store_unavailable"}.
 //   - A request whose client went away before its decision, while held

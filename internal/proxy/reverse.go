@@ -186,18 +186,20 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != http.NoBody {
 		// The answer's trailer goes without hop-by-hop and forbidden
-		// fields (trailers.go): those it declares now, before
-		// ReverseProxy announces them, all it sent as its body ends.
+		// fields, and the rate-limit ones set below (trailers.go):
+		// those it declares now, before ReverseProxy announces them,
+		// all it sent as its body ends.
 		tc := cv
 		if !sniffed {
 			tc = info.upConn
 		}
+		limits := info.res != nil && info.res.SetsHeaders()
 		if len(resp.Trailer) > 0 {
-			dropTrailers(resp.Trailer, hop.NewNames(tc))
+			dropTrailers(resp.Trailer, hop.NewNames(tc), limits)
 		}
 		if resp.ContentLength < 0 || resp.ProtoMajor != 1 || len(resp.Trailer) > 0 {
 			// Not an HTTP/1 body of known length, which has no trailer.
-			info.tb = trailerBody{ReadCloser: resp.Body, resp: resp, conn: tc}
+			info.tb = trailerBody{ReadCloser: resp.Body, resp: resp, conn: tc, limits: limits}
 			resp.Body = &info.tb
 		}
 	}

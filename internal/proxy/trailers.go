@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/hop"
 	"github.com/sluicehq/sluice/internal/rules"
 )
@@ -14,7 +15,8 @@ import (
 // (reverse.go: rewrite) without the fields dropTrailerField names, those
 // the head goes without, and those a rule in force reads (ruleFields); an
 // answer's goes to the client (fast.go: fastForward; reverse.go:
-// modifyResponse and trailerBody) without those dropTrailerField names.
+// modifyResponse and trailerBody) without those dropTrailerField names,
+// nor the rate-limit fields the proxy set in its head (limitFields).
 // Both are read only when a message has a trailer.
 
 // dropTrailerField reports whether the trailer field k never passes: a
@@ -28,13 +30,34 @@ func dropTrailerField(k string, conn hop.Names) bool {
 	return hop.Is(k) || conn.Has(k) || underscoredHop(k) || !httpguts.ValidTrailerHeader(k)
 }
 
-// dropTrailers deletes from t the fields dropTrailerField names.
-func dropTrailers(t http.Header, conn hop.Names) {
+// dropTrailers deletes from t, an answer's trailer, the fields
+// dropTrailerField names, and when limits is set (the proxy stamped the
+// answer's head with its rate-limit headers: engine.Result.SetsHeaders)
+// the fields of those names, limitFields.
+func dropTrailers(t http.Header, conn hop.Names, limits bool) {
 	for k := range t {
 		if dropTrailerField(k, conn) {
 			delete(t, k)
 		}
 	}
+	if limits {
+		for _, k := range limitFields {
+			delete(t, k)
+		}
+	}
+}
+
+// limitFields are the rate-limit headers the proxy sets in the head of an
+// answer a rule applied to (engine.Result.SetHeaders), in place of the
+// upstream's, keyed as http.Header keys them: the upstream's of those
+// names in the answer's trailer would reach the client after the proxy's,
+// and a client that reads the trailer, or merges it into the head, would
+// take the upstream's figures for the limiter's. Retry-After and X-RateLimit-Retry-After, which the
+// proxy sets only on its own 429, pass in a trailer as in the head.
+var limitFields = [...]string{
+	http.CanonicalHeaderKey(httplimit.HeaderLimit), http.CanonicalHeaderKey(httplimit.HeaderRemaining),
+	http.CanonicalHeaderKey(httplimit.HeaderReset), http.CanonicalHeaderKey(httplimit.HeaderPolicy),
+	http.CanonicalHeaderKey(httplimit.HeaderRateLimit),
 }
 
 // ruleFields appends to dst the request headers the rules of set read,
@@ -87,21 +110,22 @@ func fieldIn(k string, names []string) bool {
 // trailer (modifyResponse).
 type trailerBody struct {
 	io.ReadCloser
-	resp *http.Response
-	conn []string // the answer's Connection values
+	resp   *http.Response
+	conn   []string // the answer's Connection values
+	limits bool     // the proxy set its rate-limit headers in the head (dropTrailers)
 }
 
 func (b *trailerBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		dropTrailers(b.resp.Trailer, hop.NewNames(b.conn))
+		dropTrailers(b.resp.Trailer, hop.NewNames(b.conn), b.limits)
 	}
 	return n, err
 }
 
 func (b *trailerBody) Close() error {
 	err := b.ReadCloser.Close()
-	dropTrailers(b.resp.Trailer, hop.NewNames(b.conn))
+	dropTrailers(b.resp.Trailer, hop.NewNames(b.conn), b.limits)
 	return err
 }
 
