@@ -121,7 +121,11 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 		if !ok {
 			return
 		}
-		if n.Tag != "!!int" && !(n.Tag == "!!float" && yamlnode.WholeNumber.MatchString(n.Value)) {
+		if n.Tag == "!!float" && !yamlnode.WholeNumber.MatchString(n.Value) {
+			d.float(dst, key, n)
+			return
+		}
+		if n.Tag != "!!int" && n.Tag != "!!float" {
 			d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
 			return
 		}
@@ -138,6 +142,25 @@ func (d *decoder) int64(dst *int64) func(string, *yaml.Node) {
 			return
 		}
 		*dst = x
+	}
+}
+
+// float reads into dst a count written as a float (100.0, 1e+06), as the
+// reference service's YAML library reads one into requests_per_unit: Helm
+// renders a million given in its values as 1e+06, having read it as a
+// float. One that is not whole is refused, where that library drops the
+// fraction; so are infinities and NaN.
+func (d *decoder) float(dst *int64, key string, n *yaml.Node) {
+	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	switch {
+	case err == nil && (math.IsNaN(f) || f != math.Trunc(f)), err != nil && !errors.Is(err, strconv.ErrRange):
+		d.Fail(n, key, "want a whole number, not %s", yamlnode.KindName(n))
+	case f < math.MinInt64:
+		d.Fail(n, key, "%s is too small (at least %d)", n.Value, int64(math.MinInt64))
+	case f >= math.MaxInt64: // 2^63: no float64 lies between it and MaxInt64
+		d.Fail(n, key, "%s is too large (at most %d)", n.Value, int64(math.MaxInt64))
+	default:
+		*dst = int64(f)
 	}
 }
 

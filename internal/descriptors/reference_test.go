@@ -211,3 +211,47 @@ func TestParseRefusesUnitMultiplier(t *testing.T) {
 		t.Errorf("Parse(a rate_limit with unit_multiplier) = %v, want an unknown key at line 4", err)
 	}
 }
+
+// TestWholeNumbersWrittenAsFloats: the reference service's YAML library
+// reads a number written as a float into requests_per_unit, so its files
+// may hold 100.0, 1e3, or 1e+06, which Helm writes for a million given in
+// its values (it reads them as floats, and renders 1000000 as 1e+06).
+// Those load here too with the same value, and so does a count of
+// Sluice's keys so written; a number that is not whole (the reference
+// drops its fraction: 5.5 limits at 5) is refused, naming it.
+func TestWholeNumbersWrittenAsFloats(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want uint32
+	}{{"1e+06", 1_000_000}, {"100.0", 100}, {"1.5e3", 1500}, {"5.", 5}, {".5e1", 5}, {"1_000.0", 1000}, {"0.0", 0}, {"4294967295.0", 4294967295}} {
+		src := "domain: d\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n    burst: " + tc.text + "\n    rate_limit: {unit: minute, requests_per_unit: " + tc.text + "}\n"
+		if tc.want == 0 {
+			src = strings.Replace(src, "burst: 0.0", "burst: 1e0", 1)
+		}
+		s, err := Parse("f.yaml", []byte(src))
+		if err != nil {
+			t.Errorf("requests_per_unit: %s: %v", tc.text, err)
+			continue
+		}
+		s.Each(func(r *Rule) {
+			if r.RequestsPerUnit != tc.want {
+				t.Errorf("requests_per_unit: %s read as %d, want %d", tc.text, r.RequestsPerUnit, tc.want)
+			}
+			if b := r.Limit.Burst; tc.want > 0 && b != int64(tc.want) {
+				t.Errorf("burst: %s read as %d, want %d", tc.text, b, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"5.5", "f.yaml:4: descriptors[0].rate_limit.requests_per_unit: want a whole number, not the number 5.5"},
+		{"1e-3", "f.yaml:4: descriptors[0].rate_limit.requests_per_unit: want a whole number, not the number 1e-3"},
+		{".inf", "f.yaml:4: descriptors[0].rate_limit.requests_per_unit: want a whole number, not the number .inf"},
+		{"1e+10", "f.yaml:4: descriptors[0].rate_limit.requests_per_unit: 10000000000 is out of range (0 to 4294967295)"},
+		{"1e+30", "f.yaml:4: descriptors[0].rate_limit.requests_per_unit: 1e+30 is too large (at most 9223372036854775807)"},
+	} {
+		src := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: " + tc.text + "}\n"
+		if _, err := Parse("f.yaml", []byte(src)); err == nil || err.Error() != tc.want {
+			t.Errorf("requests_per_unit: %s: %v, want %q", tc.text, err, tc.want)
+		}
+	}
+}
