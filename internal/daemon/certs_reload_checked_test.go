@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,4 +74,42 @@ func TestConfigReloadClientCABundleReplacedAfterCheck(t *testing.T) {
 		o := td.d.tls[0].Options()
 		replaceFile(t, td.path, clientCAEdited(tlstest.Pair{CertFile: o.Cert, KeyFile: o.Key}, o.ClientCA))
 	})
+}
+
+// TestSIGHUPWaitsForCertWriter: a SIGHUP while api.tls.client_ca is being
+// written in place (truncated, half of the new bundle written, its writer
+// at work) puts nothing in force: the half bundle parses (a alone) and is
+// wrong. It says so, and once the writer has closed the file the whole
+// bundle is in force.
+func TestSIGHUPWaitsForCertWriter(t *testing.T) {
+	a, b, c := tlstest.NewCA(t, "clients-a"), tlstest.NewCA(t, "clients-b"), tlstest.NewCA(t, "clients-c")
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "clients.pem")
+	mustWrite(t, caFile, bundle(t, b))
+	td, inForce := startClientCADaemon(t, b.Server(t), caFile)
+	f, err := os.OpenFile(caFile, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(bundle(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bundle seen being written", func() bool { w, _ := td.d.certWatcher.writing(); return w })
+
+	if err := td.d.Reload(); err != nil {
+		t.Fatalf("SIGHUP while the bundle is being written: %v, want it put off, not refused", err)
+	}
+	if !inForce().Equal(pool(b)) {
+		t.Fatal("client CAs in force changed by a SIGHUP while the bundle was half written: want b's, as before (the half never in force)")
+	}
+	if l := td.logs.String(); !strings.Contains(l, "a file the config names is being written in place") {
+		t.Errorf("the SIGHUP put off does not say why:\n%s", l)
+	}
+
+	writeRest(t, f, bundle(t, c))
+	waitFor(t, "the whole bundle in force once its writer closed it", func() bool { return inForce().Equal(pool(a, c)) })
+	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
+		t.Errorf("%v reload failures counted, want 0 (the half was never read)", got)
+	}
 }
