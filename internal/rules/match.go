@@ -375,6 +375,12 @@ func (r *Rule) StoreKey(key string) string {
 // KeyFor writes it, or reports false when s is neither, or a prefix wider
 // than the rule counts (it names no one client).
 func (r *Rule) addrKey(b []byte, s string) ([]byte, bool) {
+	if strings.IndexByte(s, '.') < 0 && strings.IndexByte(s, ':') < 0 {
+		// Neither an IPv4 nor an IPv6 address, nor a prefix of one:
+		// both parses would fail, each allocating its error, on every
+		// decision for a key that is a name ("k123").
+		return b, false
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return r.ip.AppendKey(b, a), true
 	}
