@@ -124,7 +124,7 @@ type Options struct {
 // hashed first, so the comparison takes the same time whatever the token
 // sent, its length included.
 func (h *Handler) authorized(r *http.Request) bool {
-	v := r.Header.Get("Authorization")
+	v := first(r.Header["Authorization"])
 	if len(v) < 7 || !strings.EqualFold(v[:7], "Bearer ") {
 		return false
 	}
@@ -316,12 +316,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // one whose site rebound that name to the API's address (DNS rebinding),
 // and it could read the answers. Programs send neither header.
 func fromPage(r *http.Request) bool {
-	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	// The map indexed with the names in canonical form, as both servers
+	// key it: Header.Get would canonicalize them anew on every request.
+	switch site := first(r.Header["Sec-Fetch-Site"]); site {
 	case "":
-		return r.Header.Get("Origin") != ""
+		return first(r.Header["Origin"]) != ""
 	default:
 		return site != "none"
 	}
+}
+
+// first is a header's first value, "" when none: Header.Get's answer for
+// a name in canonical form.
+func first(vv []string) string {
+	if len(vv) == 0 {
+		return ""
+	}
+	return vv[0]
 }
 
 func getOrHead(r *http.Request) bool {
