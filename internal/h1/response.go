@@ -112,9 +112,11 @@ func (w *response) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		// 1xx: written and flushed at once, as net/http does, and as
 		// it does without framing headers: a 1xx has no content.
-		w.writeStatus(code)
-		writeHeaders(w.bw, w.h, noBodyFraming)
-		w.bw.WriteString("\r\n")
+		hw := newHeadWriter(w.bw)
+		w.writeStatus(&hw, code)
+		writeHeaders(&hw, w.h, noBodyFraming)
+		hw.str("\r\n")
+		hw.done()
 		w.flushConn()
 		return
 	}
@@ -256,8 +258,9 @@ func (w *response) commit(p []byte) {
 	if w.closeAfter && w.req.ProtoMinor >= 1 && !hasToken(h["Connection"], "close") {
 		extra[3] = "close"
 	}
-	w.writeStatus(code)
-	writeHeaders(w.bw, h, func(k string) bool {
+	hw := newHeadWriter(w.bw)
+	w.writeStatus(&hw, code)
+	writeHeaders(&hw, h, func(k string) bool {
 		switch k {
 		case "Transfer-Encoding":
 			return true
@@ -271,24 +274,18 @@ func (w *response) commit(p []byte) {
 		return strings.HasPrefix(k, http.TrailerPrefix)
 	})
 	if setLength {
-		w.bw.WriteString("Content-Length: ")
-		w.bw.Write(strconv.AppendInt(w.bw.AvailableBuffer(), w.cl, 10)) // strconv.Itoa would allocate from 100 on
-		w.bw.WriteString("\r\n")
+		hw.int("Content-Length", w.cl)
 	}
 	for i, name := range [4]string{"", "Content-Type", "Transfer-Encoding", "Connection"} {
 		if extra[i] != "" {
-			w.bw.WriteString(name)
-			w.bw.WriteString(": ")
-			w.bw.WriteString(extra[i])
-			w.bw.WriteString("\r\n")
+			hw.field(name, extra[i])
 		}
 	}
 	if _, dated := h["Date"]; !dated {
-		w.bw.WriteString("Date: ")
-		w.bw.WriteString(httpDate())
-		w.bw.WriteString("\r\n")
+		hw.field("Date", httpDate())
 	}
-	w.bw.WriteString("\r\n")
+	hw.str("\r\n")
+	hw.done()
 	w.writeBody(p)
 	w.buf = w.buf[:0]
 }
@@ -305,20 +302,22 @@ func (w *response) finish() bool {
 		w.commit(w.buf)
 	}
 	if w.chunked {
-		w.bw.WriteString("0\r\n")
+		hw := newHeadWriter(w.bw)
+		hw.str("0\r\n")
 		for _, k := range w.trailers {
 			for _, v := range w.h[k] {
-				writeField(w.bw, k, v)
+				hw.field(k, v)
 			}
 		}
 		for k, vv := range w.h {
 			if strings.HasPrefix(k, http.TrailerPrefix) {
 				for _, v := range vv {
-					writeField(w.bw, k[len(http.TrailerPrefix):], v)
+					hw.field(k[len(http.TrailerPrefix):], v)
 				}
 			}
 		}
-		w.bw.WriteString("\r\n")
+		hw.str("\r\n")
+		hw.done()
 	}
 	if w.cl >= 0 && w.n != w.cl && bodyAllowed(w.status) && w.req.Method != http.MethodHead {
 		w.closeAfter = true // the body is short of its length: the client must see the end
@@ -326,20 +325,20 @@ func (w *response) finish() bool {
 	return !w.closeAfter && w.err == nil
 }
 
-func (w *response) writeStatus(code int) {
+func (w *response) writeStatus(hw *headWriter, code int) {
 	if w.req.ProtoMinor == 0 {
-		w.bw.WriteString("HTTP/1.0 ")
+		hw.str("HTTP/1.0 ")
 	} else {
-		w.bw.WriteString("HTTP/1.1 ")
+		hw.str("HTTP/1.1 ")
 	}
 	if code < len(statusLines) && statusLines[code] != "" {
-		w.bw.WriteString(statusLines[code])
+		hw.str(statusLines[code])
 		return
 	}
-	w.bw.WriteString(strconv.Itoa(code))
-	w.bw.WriteString(" status code ") // as net/http words a code it does not name
-	w.bw.WriteString(strconv.Itoa(code))
-	w.bw.WriteString("\r\n")
+	hw.str(strconv.Itoa(code))
+	hw.str(" status code ") // as net/http words a code it does not name
+	hw.str(strconv.Itoa(code))
+	hw.str("\r\n")
 }
 
 // statusLines are "200 OK\r\n" and the like for the codes net/http names.
@@ -355,31 +354,18 @@ var statusLines = func() (t [600]string) {
 // writeHeaders writes h except the keys skip reports (nil: none) and
 // names net/http would not write; values as net/http writes them
 // (newlines become spaces, trimmed).
-func writeHeaders(bw *bufio.Writer, h http.Header, skip func(string) bool) {
+func writeHeaders(hw *headWriter, h http.Header, skip func(string) bool) {
 	for k, vv := range h {
 		if skip != nil && skip(k) || !validName(k) {
 			continue
 		}
 		for _, v := range vv {
-			writeField(bw, k, v)
+			hw.field(k, v)
 		}
 	}
 }
 
 var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
-
-func writeField(bw *bufio.Writer, k, v string) {
-	if !plainValue(v) {
-		if strings.ContainsAny(v, "\r\n") {
-			v = newlineToSpace.Replace(v)
-		}
-		v = textproto.TrimString(v)
-	}
-	bw.WriteString(k)
-	bw.WriteString(": ")
-	bw.WriteString(v)
-	bw.WriteString("\r\n")
-}
 
 // plainValue reports whether v is written as it is: no CR or LF, and no
 // space or tab to trim at either end (the common case, checked in one

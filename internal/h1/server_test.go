@@ -213,6 +213,24 @@ func TestAnswersAsNetHTTP(t *testing.T) {
 			panic(http.ErrAbortHandler)
 		},
 		"/datefree": func(w http.ResponseWriter, r *http.Request) { w.Header()["Date"] = nil; io.WriteString(w, "x") },
+		// Heads past the front's 4 KiB write buffer: lines that do not
+		// fit its free space, one longer than the whole buffer, and a
+		// trailer as long.
+		"/bighead": func(w http.ResponseWriter, r *http.Request) {
+			for i := range 60 {
+				w.Header().Set("X-Field-"+strconv.Itoa(i), big[:i*7])
+			}
+			w.Header().Set("X-Huge", big)
+			w.Header().Add("X-Huge", " "+big[:4090]+"\r\n")
+			io.WriteString(w, "x")
+		},
+		"/bigtrailer": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum, X-Other")
+			io.WriteString(w, big[:3000])
+			http.NewResponseController(w).Flush()
+			w.Header().Set("X-Sum", big)
+			w.Header().Set("X-Other", big[:4093])
+		},
 	}
 	mux := http.NewServeMux()
 	for p, h := range handlers {
