@@ -314,6 +314,21 @@ func validName(k string) bool {
 
 // validValue: visible ASCII, space, tab and bytes >= 0x80 (obs-text).
 func validValue(v string) bool {
+	for ; len(v) >= 8; v = v[8:] {
+		w := v[:8] // its length known: no bounds checks below
+		// Eight bytes at once: a byte below 0x20 (a tab too) or 0x7f
+		// is looked at alone.
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		del := x ^ 0x7f7f7f7f7f7f7f7f
+		if ((x-0x2020202020202020)&^x|(del-0x0101010101010101)&^del)&0x8080808080808080 != 0 && !validBytes(w) {
+			return false
+		}
+	}
+	return validBytes(v)
+}
+
+func validBytes(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
