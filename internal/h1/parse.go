@@ -37,18 +37,11 @@ func readHead(br *bufio.Reader) (head []byte, handoff, partial bool, err error) 
 	scanned := 0
 	for {
 		buf, _ := br.Peek(br.Buffered())
-		for i := scanned; i < len(buf); i++ {
-			nl := bytes.IndexByte(buf[i:], '\n')
-			if nl < 0 {
-				break
-			}
-			i += nl
-			if i == 0 || buf[i-1] != '\r' {
-				return nil, true, true, nil
-			}
-			if i >= 3 && buf[i-2] == '\n' && buf[i-3] == '\r' {
-				return buf[:i+1], false, true, nil
-			}
+		switch end := headEnd(buf, scanned); {
+		case end < 0:
+			return nil, true, true, nil
+		case end > 0:
+			return buf[:end], false, true, nil
 		}
 		scanned = len(buf)
 		if len(buf) >= br.Size() {
@@ -58,6 +51,27 @@ func readHead(br *bufio.Reader) (head []byte, handoff, partial bool, err error) 
 			return nil, false, br.Buffered() > 0, err
 		}
 	}
+}
+
+// headEnd looks in buf, from offset from on (where the LFs before have
+// been looked at), for the end of a request head: the head's length
+// (through its CRLFCRLF), -1 at an LF without a CR before it (the fast
+// parser will not take the head), 0 when buf holds neither yet.
+func headEnd(buf []byte, from int) int {
+	for i := from; i < len(buf); i++ {
+		nl := bytes.IndexByte(buf[i:], '\n')
+		if nl < 0 {
+			break
+		}
+		i += nl
+		if i == 0 || buf[i-1] != '\r' {
+			return -1
+		}
+		if i >= 3 && buf[i-2] == '\n' && buf[i-3] == '\r' {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // parsed is what parse makes of a head.

@@ -302,18 +302,28 @@ func (c *conn) serve() {
 				return
 			}
 		}
+		buffered, _ := br.Peek(br.Buffered())
+		end := headEnd(buffered, 0) // the head, when it is whole in the buffer already
 		if !first && rht > 0 {
 			// From the first byte of this request, as net/http; but a
 			// head already whole in the buffer needs no more reads,
 			// so no deadline (one timer update saved per request
-			// under keep-alive load).
+			// under keep-alive load). A head with an LF without CR
+			// (handed off) has one unless a CRLFCRLF follows.
 			hdrDeadline = time.Time{}
-			if buf, _ := br.Peek(br.Buffered()); !bytes.Contains(buf, crlf2) {
+			if end == 0 || end < 0 && !bytes.Contains(buffered, crlf2) {
 				hdrDeadline = monoNow().Add(rht)
 				c.setReadDeadline(hdrDeadline, false)
 			}
 		}
-		head, handoff, partial, err := readHead(br)
+		var head []byte
+		var handoff, partial bool
+		var err error
+		if end > 0 {
+			head, partial = buffered[:end], true
+		} else {
+			head, handoff, partial, err = readHead(br)
+		}
 		if err != nil && (!partial || isTimeout(err)) {
 			return // as net/http: a read error or timeout closes without an answer
 		}
