@@ -317,6 +317,24 @@ var tokenChar = func() (t [256]bool) {
 	return t
 }()
 
+// upperToken and lowerToken map a token character to itself in upper or
+// lower case (other than letters, to itself), anything else to 0.
+var upperToken, lowerToken = func() (up, low [256]byte) {
+	for c := range 256 {
+		if !tokenChar[c] {
+			continue
+		}
+		up[c], low[c] = byte(c), byte(c)
+		if 'a' <= c && c <= 'z' {
+			up[c] = byte(c) - ('a' - 'A')
+		}
+		if 'A' <= c && c <= 'Z' {
+			low[c] = byte(c) + ('a' - 'A')
+		}
+	}
+	return up, low
+}()
+
 func validName(k string) bool {
 	for i := 0; i < len(k); i++ {
 		if !tokenChar[k[i]] {
@@ -386,18 +404,18 @@ func headString(b []byte, spans []span) (string, int, []span) {
 	start := reqEnd + 1
 	for start < len(buf) {
 		h := buf[start:]
-		i, upper := 0, true
+		i, fold := 0, &upperToken
 		for ; i < len(h); i++ {
 			c := h[i]
-			if c == ':' || !tokenChar[c] {
+			o := fold[c]
+			if o == 0 { // a colon, or no token character
 				break
 			}
-			if upper && 'a' <= c && c <= 'z' {
-				h[i] = c - ('a' - 'A')
-			} else if !upper && 'A' <= c && c <= 'Z' {
-				h[i] = c + ('a' - 'A')
+			h[i] = o
+			fold = &lowerToken
+			if c == '-' {
+				fold = &upperToken
 			}
-			upper = c == '-'
 		}
 		nl := bytes.IndexByte(h[i:], '\n')
 		if nl < 0 {
