@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsconf/tlstest"
 )
 
@@ -112,4 +113,43 @@ func TestSIGHUPWaitsForCertWriter(t *testing.T) {
 	if got := td.metric("sluice_config_reloads_total", "result", "failure"); got != 0 {
 		t.Errorf("%v reload failures counted, want 0 (the half was never read)", got)
 	}
+}
+
+// TestSIGHUPRedisCABundleReplacedAfterCheck: as
+// TestSIGHUPClientCABundleReplacedAfterCheck, for store.redis.tls.ca:
+// the bundle of Redis's CA s is replaced by x's alone, the first half of
+// the bundle of x and s, after a SIGHUP's check of the files the config
+// names; the half would fail every connection to Redis dialled with it,
+// and is never put in force; the whole bundle is once its writer has
+// closed the file, and decisions are made on Redis with it.
+func TestSIGHUPRedisCABundleReplacedAfterCheck(t *testing.T) {
+	r := replaceAfterCheck(t)
+	s, x := tlstest.NewCA(t, "redis-server"), tlstest.NewCA(t, "other")
+	srv := s.Server(t)
+	rs := redistest.StartTLSServer(t, srv.CertFile, srv.KeyFile)
+	caFile := filepath.Join(t.TempDir(), "redis-ca.pem")
+	mustWrite(t, caFile, bundle(t, s))
+	td := startDaemon(t, redisTLSYAML([]string{rs.TLSAddr}, "", "{ca: "+caFile+"}", "1000/h"))
+	before := td.d.redisTLS.Load()
+	r.what, r.path, r.half = "named", caFile, bundle(t, x)
+	close(r.arm)
+
+	if err := td.d.Reload(); err != nil {
+		t.Fatalf("SIGHUP's reload: %v, want it put off, not refused", err)
+	}
+	f := r.writer(t)
+	if td.d.redisTLS.Load() != before {
+		t.Fatal("store.redis.tls in force changed by a SIGHUP that read its CA bundle half written: the half is in force")
+	}
+	if l := td.logs.String(); !strings.Contains(l, "changed while the reload read it") {
+		t.Errorf("the SIGHUP put off does not say why:\n%s", l)
+	}
+
+	writeRest(t, f, bundle(t, s))
+	waitFor(t, "the whole bundle in force once its writer closed it", func() bool {
+		c := td.d.redisTLS.Load()
+		return c.RootCAs != nil && c.RootCAs.Equal(pool(x, s))
+	})
+	killRedisClients(t, rs.Addr)
+	decidesOnRedis(t, td, "k", "with the whole bundle")
 }
