@@ -86,3 +86,29 @@ func TestEnvoyCancelMidCallOnRedis(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling for the count to come down
 	}
 }
+
+// TestDeadlinePassedBeforeAsked: a call whose deadline passed before the
+// store was asked (it waited for a CPU in a Sluice short of them) is a
+// store failure on Redis, as one whose deadline passes while Redis
+// answers: answered as on_error says, counted in sluice_store_errors_total,
+// nothing counted in Redis. On memory it is decided and counted.
+func TestDeadlinePassedBeforeAsked(t *testing.T) {
+	for _, tc := range []struct {
+		kind              string
+		errors, remaining float64
+	}{{"redis", 1, 2}, {"memory", 0, 1}} {
+		e := startRLS(t, newStore(t, tc.kind), writeConf(t, plainConf), envOpts{})
+		late, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+		resp, err := e.rls.ShouldRateLimit(late, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*descriptorPB{desc("user", "a")}})
+		cancel()
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%s: a call past its deadline: %v %v, want OK (on_error allow)", tc.kind, resp, err)
+		}
+		if got := float64(e.remaining(t, "web", "user", "a")); got != tc.remaining {
+			t.Errorf("%s: %v of 2 left after it, want %v", tc.kind, got, tc.remaining)
+		}
+		if got := counterValue(t, e, "sluice_store_errors_total"); got != tc.errors {
+			t.Errorf("%s: sluice_store_errors_total = %v, want %v", tc.kind, got, tc.errors)
+		}
+	}
+}
