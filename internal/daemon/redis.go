@@ -42,6 +42,58 @@ const ConnectRetry = time.Second
 // (the startup stopped, see NewContext), the connection still being made
 // is abandoned and openRedis returns an error that wraps ctx's.
 func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
+	opts, err := d.redisOptions(cfg)
+	if err != nil {
+		return err
+	}
+	lazy, err := newLazyRedis(ctx, opts, d.log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("daemon: store.redis: startup stopped while connecting to %v: %w", cfg.Store.Redis.Addrs, err)
+		}
+		return fmt.Errorf("daemon: store.redis: %w; %s", err, refusalHint(err))
+	}
+	d.lazy = lazy
+	fs := newFleetStore(lazy, d.reg, d.opts.Now)
+	fs.syncLoop = d.opts.syncLoop
+	d.fleet = fs
+	// On Redis' clock (RedisTime): refusals end by the monotonic clock
+	// too, whatever the daemon's wall clock does.
+	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{StoreClock: !d.opts.requestClock})
+	d.store = cache
+	d.subscribeRefunds(ctx, cfg, lazy, fs, cache)
+	d.ping = lazy.Ping
+	d.watchRedis = watchRunIDs(lazy, func() {
+		// The decorators first: a refusal they decide from the old state
+		// until then is asked before the cache forgets, which drops it.
+		if err := fs.Lost(); err != nil {
+			d.log.Warn("fleet: sending sync hits after Redis changed (sent again with the next batch)", "err", err)
+		}
+		cache.Forget()
+	}, d.log)
+	d.redisMetrics(lazy, cache)
+	closers := []func(){func() {
+		if err := fs.Close(); err != nil {
+			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
+		}
+	}, lazy.Close}
+	if cfg.Store.OnError == engine.OnErrorLocal {
+		fb := d.localFallback(cfg, lazy, cache)
+		closers = append([]func(){fb.Close}, closers...)
+	}
+	d.closeStore = func() error {
+		for _, c := range closers {
+			c()
+		}
+		return nil
+	}
+	return nil
+}
+
+// redisOptions returns the options of cfg's Redis store, checked, its TLS
+// config (if on) read from its files and kept in d.redisTLS for the
+// connections to come.
+func (d *Daemon) redisOptions(cfg *config.Config) (redisstore.Options, error) {
 	r := cfg.Store.Redis
 	var tlsConfig *tls.Config
 	if r.TLS.On {
@@ -53,7 +105,7 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 		// or CA bundle is used from the next reconnection.
 		var err error
 		if tlsConfig, err = loadRedisTLS(cfg); err != nil {
-			return fmt.Errorf("daemon: %w", err)
+			return redisstore.Options{}, fmt.Errorf("daemon: %w", err)
 		}
 		d.redisTLS.Store(tlsConfig)
 	}
@@ -75,54 +127,41 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 
 		MaxFlushDelay: r.MaxFlushDelay,
 		Needs:         redisNeeds(cfg, descs, redisPrefix(cfg)),
-		// For the other instances' over-limit caches (see below).
+		// For the other instances' over-limit caches (see subscribeRefunds).
 		PublishRefunds: true,
 	}
 	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("daemon: store.redis: %w", err)
+		return redisstore.Options{}, fmt.Errorf("daemon: store.redis: %w", err)
 	}
-	lazy, err := newLazyRedis(ctx, opts, d.log)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("daemon: store.redis: startup stopped while connecting to %v: %w", r.Addrs, err)
-		}
-		return fmt.Errorf("daemon: store.redis: %w; %s", err, refusalHint(err))
-	}
-	d.lazy = lazy
-	fs := newFleetStore(lazy, d.reg, d.opts.Now)
-	fs.syncLoop = d.opts.syncLoop
-	d.fleet = fs
-	// On Redis' clock (RedisTime): refusals end by the monotonic clock
-	// too, whatever the daemon's wall clock does.
-	cache := fleet.NewOverLimitCache(fs, fleet.OverLimitOptions{StoreClock: !d.opts.requestClock})
-	d.store = cache
-	// A refund made through another instance is published by its script
-	// and heard here: the cache forgets the key. The cache answers only
-	// while subscribed (paused until the store connects and Redis
-	// confirms the subscription, and whenever it is cut). Connected at
-	// startup, the daemon starts with the cache subscribed, waiting for
-	// it as long as for the connection.
+	return opts, nil
+}
+
+// subscribeRefunds makes the over-limit cache forget a key when a refund
+// made through another instance is published by its script. The cache
+// answers only while subscribed (paused until the store connects and Redis
+// confirms the subscription, and whenever it is cut). Connected at
+// startup, the daemon starts with the cache subscribed: this waits for it
+// as long as for the connection (store.redis.timeout, at least 1s), or
+// until ctx is done, and warns if Redis has not confirmed by then.
+func (d *Daemon) subscribeRefunds(ctx context.Context, cfg *config.Config, lazy *lazyRedis, fs *fleetStore, cache *fleet.OverLimitCache) {
 	feed := &refundFeed{OverLimitCache: cache, fleet: fs, live: make(chan struct{})}
 	lazy.watchRefunds(feed)
-	if lazy.Connected() {
-		t := time.NewTimer(max(r.Timeout, time.Second))
-		select {
-		case <-feed.live:
-		case <-t.C:
-			d.log.Warn("over-limit cache: Redis has not confirmed the subscription to refunds yet; every request goes to Redis until it does", "channel", redisstore.RefundChannelOf(redisPrefix(cfg), r.DB))
-		case <-ctx.Done():
-		}
-		t.Stop()
+	if !lazy.Connected() {
+		return
 	}
-	d.ping = lazy.Ping
-	d.watchRedis = watchRunIDs(lazy, func() {
-		// The decorators first: a refusal they decide from the old state
-		// until then is asked before the cache forgets, which drops it.
-		if err := fs.Lost(); err != nil {
-			d.log.Warn("fleet: sending sync hits after Redis changed (sent again with the next batch)", "err", err)
-		}
-		cache.Forget()
-	}, d.log)
+	t := time.NewTimer(max(cfg.Store.Redis.Timeout, time.Second))
+	select {
+	case <-feed.live:
+	case <-t.C:
+		d.log.Warn("over-limit cache: Redis has not confirmed the subscription to refunds yet; every request goes to Redis until it does", "channel", redisstore.RefundChannelOf(redisPrefix(cfg), cfg.Store.Redis.DB))
+	case <-ctx.Done():
+	}
+	t.Stop()
+}
+
+// redisMetrics registers the metrics of the Redis servers' versions and of
+// the over-limit cache.
+func (d *Daemon) redisMetrics(lazy *lazyRedis, cache *fleet.OverLimitCache) {
 	// 1 until a server that replaced another is too old for the config
 	// in force (see watchRunIDs); /readyz does not fail for it.
 	_ = d.metrics.GaugeFunc("sluice_redis_version_ok", "1 while every Redis server is recent enough for the config in force, 0 once one that took another's place (a failover, a restart) is too old for a feature it uses.",
@@ -132,67 +171,60 @@ func (d *Daemon) openRedis(ctx context.Context, cfg *config.Config) error {
 			}
 			return 1
 		})
-	closers := []func(){func() {
-		if err := fs.Close(); err != nil {
-			d.log.Warn("fleet: handing back sync hits or leases at shutdown", "err", err)
-		}
-	}, lazy.Close}
 	_ = d.metrics.CounterFunc("sluice_overlimit_cache_hits_total", "Requests refused by the over-limit cache without a Redis call.",
 		func() float64 { return float64(cache.Hits()) })
 	_ = d.metrics.GaugeFunc("sluice_overlimit_cache_keys", "Over-limit keys the cache remembers.", func() float64 { return float64(cache.Len()) })
-	if cfg.Store.OnError == engine.OnErrorLocal {
-		fb := fleet.NewFallback(cache, fleet.FallbackOptions{
-			ExpectedInstances: cfg.Store.ExpectedInstances,
-			Probe:             lazy.Ping,
-			StartLocal:        !lazy.Connected(),
-			OnModeChange: func(m fleet.Mode, err error) {
-				if m == fleet.ModeLocal {
-					d.log.Warn("Redis unavailable: deciding locally (store.on_error: local)", "expected_instances", cfg.Store.ExpectedInstances, "err", err)
-				} else {
-					d.log.Info("Redis answers again: deciding on Redis")
-				}
-			},
-		})
-		d.store = fb
-		d.fallback = fb
-		n := cfg.Store.ExpectedInstances
-		d.ping = func(ctx context.Context) error {
-			// /readyz says which mode the daemon decides in, and is
-			// ready only on Redis: once Redis answers again, the daemon
-			// still decides locally until its next probe moves it back.
-			local := fb.Mode() == fleet.ModeLocal
-			err := lazy.Ping(ctx)
-			switch {
-			case local && err == nil:
-				return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): Redis answers again, back on it within %v", n, fleet.DefaultProbeInterval)
-			case local:
-				return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): %w", n, err)
+}
+
+// localFallback puts a fleet.Fallback (store.on_error: local) in front of
+// cache, deciding in memory at rate / expected_instances while Redis
+// cannot, and returns it. It becomes d's store and fallback, its mode is
+// logged as it changes and told by /readyz, its metrics registered, and
+// its keys swept as the memory store's are: otherwise the keys of an
+// outage stayed once Redis was back, up to the local store's bound, for as
+// long as the daemon ran.
+func (d *Daemon) localFallback(cfg *config.Config, lazy *lazyRedis, cache *fleet.OverLimitCache) *fleet.Fallback {
+	fb := fleet.NewFallback(cache, fleet.FallbackOptions{
+		ExpectedInstances: cfg.Store.ExpectedInstances,
+		Probe:             lazy.Ping,
+		StartLocal:        !lazy.Connected(),
+		OnModeChange: func(m fleet.Mode, err error) {
+			if m == fleet.ModeLocal {
+				d.log.Warn("Redis unavailable: deciding locally (store.on_error: local)", "expected_instances", cfg.Store.ExpectedInstances, "err", err)
+			} else {
+				d.log.Info("Redis answers again: deciding on Redis")
 			}
-			return err
+		},
+	})
+	d.store = fb
+	d.fallback = fb
+	n := cfg.Store.ExpectedInstances
+	d.ping = func(ctx context.Context) error {
+		// /readyz says which mode the daemon decides in, and is
+		// ready only on Redis: once Redis answers again, the daemon
+		// still decides locally until its next probe moves it back.
+		local := fb.Mode() == fleet.ModeLocal
+		err := lazy.Ping(ctx)
+		switch {
+		case local && err == nil:
+			return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): Redis answers again, back on it within %v", n, fleet.DefaultProbeInterval)
+		case local:
+			return fmt.Errorf("deciding locally at rate/%d (store.on_error: local): %w", n, err)
 		}
-		closers = append([]func(){fb.Close}, closers...)
-		_ = d.metrics.GaugeFunc("sluice_store_local", "1 while the daemon decides in memory because Redis is unavailable (store.on_error: local), else 0.",
-			func() float64 { return float64(fb.Mode()) })
-		_ = d.metrics.CounterFunc("sluice_store_local_decisions_total", "Decisions made in memory under store.on_error: local.",
-			func() float64 { return float64(fb.LocalDecisions()) })
-		_ = d.metrics.CounterFunc("sluice_store_local_switches_total", "Times the daemon moved to local decisions because Redis was unavailable.",
-			func() float64 { return float64(fb.Switches()) })
-		_ = d.metrics.GaugeFunc("sluice_store_local_keys", "Keys held in memory for local decisions (store.on_error: local).",
-			func() float64 { return float64(fb.Local().Len()) })
-		_ = d.metrics.CounterFunc("sluice_store_local_refunds_dropped_total", "Units given back in local mode that Redis had counted, dropped: Redis could not take them back (store.on_error: local).",
-			func() float64 { return float64(fb.RefundsDropped()) })
-		// The keys of an outage are swept as the memory store's are:
-		// otherwise they stayed once Redis was back, up to the local
-		// store's bound, for as long as the daemon ran.
-		d.sweep = fb.Sweep
+		return err
 	}
-	d.closeStore = func() error {
-		for _, c := range closers {
-			c()
-		}
-		return nil
-	}
-	return nil
+	_ = d.metrics.GaugeFunc("sluice_store_local", "1 while the daemon decides in memory because Redis is unavailable (store.on_error: local), else 0.",
+		func() float64 { return float64(fb.Mode()) })
+	_ = d.metrics.CounterFunc("sluice_store_local_decisions_total", "Decisions made in memory under store.on_error: local.",
+		func() float64 { return float64(fb.LocalDecisions()) })
+	_ = d.metrics.CounterFunc("sluice_store_local_switches_total", "Times the daemon moved to local decisions because Redis was unavailable.",
+		func() float64 { return float64(fb.Switches()) })
+	_ = d.metrics.GaugeFunc("sluice_store_local_keys", "Keys held in memory for local decisions (store.on_error: local).",
+		func() float64 { return float64(fb.Local().Len()) })
+	_ = d.metrics.CounterFunc("sluice_store_local_refunds_dropped_total", "Units given back in local mode that Redis had counted, dropped: Redis could not take them back (store.on_error: local).",
+		func() float64 { return float64(fb.RefundsDropped()) })
+	d.sweep = fb.Sweep
+	return fb
 }
 
 // watchRunIDs returns the daemon's Redis watch, called every
