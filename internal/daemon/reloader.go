@@ -187,11 +187,80 @@ func (r *reloader) try(kind attemptKind) ReloadResult {
 	return res
 }
 
+// attempt reads the file as kind says and applies its content, unless it
+// is put off: being written or changing (Writing), missing or naming a
+// file that is missing (Missing, waited for), unchanged (Unchanged, for
+// onChange only). A reload put off is owed: the next attempt reads the file
+// whatever it holds. r.mu is held.
 func (r *reloader) attempt(kind attemptKind) ReloadResult {
-	force := kind == onSignal
+	data, owed, res, ok := r.read(kind == onSignal)
+	if !ok {
+		return res
+	}
+	h := sha256.Sum256(data)
+	if kind == onChange && !owed && h == r.lastHash {
+		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
+		return ReloadResult{Unchanged: true}
+	}
+	if kind != onSignal && r.namedMissing(data, h) {
+		return ReloadResult{Missing: true}
+	}
+	r.goneNamed = false
+	namedSig, wait := r.namedWaits()
+	if wait {
+		return ReloadResult{Writing: true}
+	}
+	return r.applyRead(data, h, namedSig)
+}
+
+// read reads the file for an attempt (force: SIGHUP's, read as it is,
+// refused if missing) and returns its content, and whether a reload was
+// owed, which it clears. When there is nothing to apply it returns false
+// and the attempt's result: the file being written or changing, missing
+// (waited for, told once), or unreadable (refused).
+func (r *reloader) read(force bool) (data []byte, owed bool, res ReloadResult, ok bool) {
+	data, waiting, err := r.readFile(force)
+	if waiting {
+		return nil, false, ReloadResult{Writing: true}, false
+	}
+	if err != nil && !force && missing(r.path) {
+		// Deleted before it is written again, or a ..data swap to a
+		// version without it: the watcher reports its return (an event
+		// in the directory, or its 2 s look), so wait for that, as long
+		// as it takes, saying so once; the running config stays.
+		if !r.missing {
+			r.log.Warn("config file is missing: the running config stays; it is reloaded when the file is back", "file", r.path)
+			r.missing = true
+		}
+		return nil, false, ReloadResult{Missing: true}, false
+	}
+	if err != nil && !force {
+		// Missing when opened, back when looked at: read it as it is now.
+		data, err = config.ReadFile(r.path)
+	}
+	if err == nil && !force && r.missing && len(data) == 0 {
+		// Made again by a writer yet to write (rm f; gen > f): an
+		// empty config is no one's, and the writes to come are seen
+		// as any in place. Still waiting, nothing more to say.
+		return nil, false, ReloadResult{Missing: true}, false
+	}
+	r.missing = false
+	owed = r.owed
+	r.owed = false
+	if err != nil {
+		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)
+		r.refused(err)
+		return nil, owed, ReloadResult{Err: err}, false
+	}
+	return data, owed, ReloadResult{}, true
+}
+
+// readFile reads the file, checked (see readChecked) unless force
+// (SIGHUP's: read as it is). It reports waiting, the reload owed and said
+// so, when the file is being written or keeps changing while it is read;
+// else err is what reading it said.
+func (r *reloader) readFile(force bool) (data []byte, waiting bool, err error) {
 	var (
-		data []byte
-		err  error
 		// What checks the read (readChecked): nothing for SIGHUP's.
 		look    func() string
 		writing func() bool
@@ -211,93 +280,77 @@ func (r *reloader) attempt(kind attemptKind) ReloadResult {
 		// closed it (its watcher tries again then).
 		r.log.Info("config file is being written in place: waiting for its writer to close it", "file", r.path)
 		r.owed = true
-		return ReloadResult{Writing: true}
+		return nil, true, nil
 	case readChanging:
 		// Replaced or written to after each check (removed and
 		// created again, its creator at work): what was read may be
 		// its first part.
 		r.log.Info("config file keeps changing while it is read: waiting for the next change", "file", r.path)
 		r.owed = true
-		return ReloadResult{Writing: true}
+		return nil, true, nil
 	}
-	if err != nil && !force && missing(r.path) {
-		// Deleted before it is written again, or a ..data swap to a
-		// version without it: the watcher reports its return (an event
-		// in the directory, or its 2 s look), so wait for that, as long
-		// as it takes, saying so once; the running config stays.
-		if !r.missing {
-			r.log.Warn("config file is missing: the running config stays; it is reloaded when the file is back", "file", r.path)
-			r.missing = true
-		}
-		return ReloadResult{Missing: true}
+	return data, false, err
+}
+
+// namedMissing reports whether a certificate, the token or a descriptor
+// file that the config in data (of SHA-256 h) names is missing: the reload
+// is then owed, and told once, and once more for each new content put off.
+func (r *reloader) namedMissing(data []byte, h [sha256.Size]byte) bool {
+	if r.namedGone == nil {
+		return false
 	}
-	if err != nil && !force {
-		// Missing when opened, back when looked at: read it as it is now.
-		data, err = config.ReadFile(r.path)
+	p := r.namedGone(data)
+	if p == "" {
+		return false
 	}
-	if err == nil && !force && r.missing && len(data) == 0 {
-		// Made again by a writer yet to write (rm f; gen > f): an
-		// empty config is no one's, and the writes to come are seen
-		// as any in place. Still waiting, nothing more to say.
-		return ReloadResult{Missing: true}
+	// Deleted before it is written again, a Secret's ..data swap to a
+	// version without it: waited for as the config file is. Owed, the
+	// reload is made when it is back (its watcher tries it again). A
+	// config edited meanwhile waits too, if it still names the file, and
+	// is said to: waited for in silence, the edit would seem lost.
+	switch {
+	case !r.goneNamed:
+		r.log.Warn("a file the config names is missing: the running config stays; it is reloaded when the file is back", "file", r.path, "missing", p)
+	case h != r.goneHash:
+		r.log.Warn("config changed while a file it names is missing: the change is applied when the file is back", "file", r.path, "missing", p)
 	}
-	r.missing = false
-	owed := r.owed
-	r.owed = false
-	if err != nil {
-		err = fmt.Errorf("daemon: reload %s: %w", r.path, err)
-		r.refused(err)
-		return ReloadResult{Err: err}
-	}
-	h := sha256.Sum256(data)
-	if kind == onChange && !owed && h == r.lastHash {
-		r.log.Debug("config file touched, content unchanged: not reloading", "file", r.path)
-		return ReloadResult{Unchanged: true}
-	}
-	if kind != onSignal && r.namedGone != nil {
-		if p := r.namedGone(data); p != "" {
-			// A certificate, the token or a descriptor file that the
-			// reload reads is missing (deleted before it is written
-			// again, a Secret's ..data swap to a version without it):
-			// waited for as the config file is. Owed, the reload is
-			// made when it is back (its watcher tries it again). A
-			// config edited meanwhile waits too, if it still names the
-			// file, and is said to: waited for in silence, the edit
-			// would seem lost.
-			switch {
-			case !r.goneNamed:
-				r.log.Warn("a file the config names is missing: the running config stays; it is reloaded when the file is back", "file", r.path, "missing", p)
-			case h != r.goneHash:
-				r.log.Warn("config changed while a file it names is missing: the change is applied when the file is back", "file", r.path, "missing", p)
-			}
-			r.goneNamed, r.goneHash = true, h
-			r.owed = true
-			return ReloadResult{Missing: true}
-		}
-	}
-	r.goneNamed = false
-	// The files the config names are checked for every reload, SIGHUP's
-	// too: SIGHUP reads the config file as it is, but a CA bundle or a
-	// descriptor file read half written would be put in force as if
-	// whole.
-	var namedSig string
+	r.goneNamed, r.goneHash = true, h
+	r.owed = true
+	return true
+}
+
+// namedWaits looks at the files the config names and returns their
+// signature, for apply to check them against (see applyRead). It reports
+// wait, the reload owed and told once, when one of them is being written in
+// place: it may hold the first part of what is written (the first limits
+// of a domain, part of a CA bundle), and the reload is made when its writer
+// has closed it (its watcher tries again).
+//
+// The files the config names are checked for every reload, SIGHUP's too:
+// SIGHUP reads the config file as it is, but a CA bundle or a descriptor
+// file read half written would be put in force as if whole.
+func (r *reloader) namedWaits() (sig string, wait bool) {
 	if r.namedLook != nil {
-		namedSig = r.namedLook()
+		sig = r.namedLook()
 	}
 	if r.namedWriting != nil && r.namedWriting() {
-		// A certificate, the token or a descriptor file that the
-		// reload reads is being written in place: it may hold the
-		// first part of what is written (the first limits of a domain,
-		// part of a CA bundle). Owed, the reload is made when its
-		// writer has closed it (its watcher tries it again).
 		if !r.waitingNamed {
 			r.log.Info("a file the config names is being written in place: the reload waits for its writer to close it", "file", r.path)
 			r.waitingNamed = true
 		}
 		r.owed = true
-		return ReloadResult{Writing: true}
+		return "", true
 	}
 	r.waitingNamed = false
+	return sig, false
+}
+
+// applyRead applies data, of SHA-256 h, now the content last tried, and
+// logs and counts the outcome. apply checks that the files the config names
+// are still as namedSig says: if one changed meanwhile the reload is owed
+// (Writing). A refusal remembers the digest of those files (failedNamed,
+// see retry).
+func (r *reloader) applyRead(data []byte, h [sha256.Size]byte, namedSig string) ReloadResult {
 	r.lastHash = h
 	var named [sha256.Size]byte
 	if r.named != nil {
