@@ -71,6 +71,7 @@ func (d *Daemon) build(cfg *config.Config, old *generation) (*generation, error)
 		KeySeries:    d.metrics.ClientSeries,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes,
 		Logger:       d.log,
+		Now:          d.opts.Now,
 		Envoy:        gen.rls,
 		HotKeys:      d.hot,
 	}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // Defaults for the zero Options.
@@ -105,6 +106,9 @@ type Options struct {
 	MaxKeyBytes int
 	// Logger receives unexpected errors; nil discards.
 	Logger *slog.Logger
+	// Now is the clock of the throttled log lines (one a second of each
+	// kind, such as a failed /metrics answer); nil means time.Now.
+	Now func() time.Time
 	// Envoy, when set, serves the Envoy rate limit service's HTTP form,
 	// POST /json.
 	Envoy *RLS
@@ -184,7 +188,10 @@ func New(o Options) (*Handler, error) {
 		h.token = sha256.Sum256(o.Token)
 	}
 	if o.Gatherer != nil {
-		h.promOpts = promhttp.HandlerOpts{ErrorLog: slogPrinter{o.Logger}}
+		// A scrape's client that hangs up makes its write fail, as often
+		// as it likes: each kind of line at most once a second.
+		h.promOpts = promhttp.HandlerOpts{ErrorLog: logthrottle.NewLogLogger(o.Logger, slog.LevelError, o.Now,
+			"error encoding and sending metric family", "error gathering metrics")}
 		h.scrapes = make(chan struct{}, MaxScrapes)
 		h.ownScrapes = h.scrapes
 		if len(o.Token) > 0 {
@@ -443,7 +450,3 @@ func (p *placed) Gather() ([]*dto.MetricFamily, error) {
 	defer p.free()
 	return p.g.Gather()
 }
-
-type slogPrinter struct{ l *slog.Logger }
-
-func (p slogPrinter) Println(v ...any) { p.l.Error("metrics", "err", fmt.Sprint(v...)) }
