@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -108,18 +107,19 @@ func foldParamByte(c byte) byte {
 
 // queryValue returns the first value of parameter name in a raw query, or
 // "" — without building the whole url.Values map — and whether name is
-// sent with more than one value (multi; then, if all is not nil, every
-// different value is appended to *all, in order) or is ambiguous: a name
+// sent with more than one value (multi) or is ambiguous: a name
 // apps read as it (nameAlias), or either in a pair with a ';', which Rack
 // 2 and Python's parse_qs before 3.9.2 split as they split on '&'. It
 // reads the query as url.ParseQuery does (so as URL.Query().Get,
 // httplimit and a Go upstream read it): a pair with a ';' or a bad escape
 // is skipped, not taken for the value, since httputil.ReverseProxy drops
 // such pairs on the way upstream and the upstream would read the next
-// one.
+// one. If all is not nil, name's values are added to *all in order, by
+// addValue: its first MaxKeysPerRule+1 different ones not empty, which
+// are all a rule looks at, whatever the number sent (a query of a
+// megabyte holds some 100,000).
 func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous bool) {
 	found := false
-	var seen map[string]struct{} // *all's values, once there are many (appendNew)
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
@@ -149,18 +149,13 @@ func queryValue(raw, name string, all *[]string) (value string, multi, ambiguous
 			}
 			v = u
 		}
+		if all != nil {
+			*all = addValue(*all, v)
+		}
 		if !found {
 			found, value = true, v
-			if all != nil {
-				*all = append(*all, v)
-			}
-			continue
-		}
-		if v != value {
+		} else if v != value {
 			multi = true
-			if all != nil {
-				*all, seen = appendNew(*all, v, seen)
-			}
 		}
 	}
 	return value, multi, false
@@ -302,30 +297,4 @@ func allSameAs(vs []string, v string, key func(string) string) bool {
 		}
 	}
 	return true
-}
-
-// appendNew appends v to the distinct values vs unless it is there
-// already, looking it up in seen once vs holds more than a few (seen is
-// made then, and returned for the next call): a request sending a
-// parameter with very many values takes time in proportion to them, not
-// to their square.
-func appendNew(vs []string, v string, seen map[string]struct{}) ([]string, map[string]struct{}) {
-	const few = 8
-	if seen == nil {
-		if slices.Contains(vs, v) {
-			return vs, nil
-		}
-		if vs = append(vs, v); len(vs) > few {
-			seen = make(map[string]struct{}, 2*len(vs))
-			for _, s := range vs {
-				seen[s] = struct{}{}
-			}
-		}
-		return vs, seen
-	}
-	if _, ok := seen[v]; ok {
-		return vs, seen
-	}
-	seen[v] = struct{}{}
-	return append(vs, v), seen
 }

@@ -112,14 +112,10 @@ func addValue(vs []string, v string) []string {
 // first; at most MaxKeysPerRule+1 of them (addValue).
 func queryValues(raw, name string) []string {
 	q, _, frag := strings.Cut(raw, "#")
-	var all []string
-	queryValue(q, name, &all)
-	if frag {
-		queryValue(raw, name, &all)
-	}
 	var vs []string
-	for _, v := range all {
-		vs = addValue(vs, v)
+	queryValue(q, name, &vs)
+	if frag {
+		queryValue(raw, name, &vs)
 	}
 	return vs
 }
