@@ -3,6 +3,7 @@ package hop
 import (
 	"net/http"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,6 +87,45 @@ func TestDropManyNames(t *testing.T) {
 	}
 	if want := (http.Header{"X-Kept": {"1"}}); !reflect.DeepEqual(h, want) {
 		t.Errorf("after Drop: %d headers (X-Kept %q), want only X-Kept", len(h), h["X-Kept"])
+	}
+}
+
+// The names of a Connection header as big as net/http admits (a request
+// head of 1 MiB) are held in memory in proportion to the different names
+// it lists, not to its fields: "a, a, a, …", one name 349,525 times,
+// made a set sized for them all and copied each as its canonical form,
+// 13 bytes for each byte of the header (14 MB for one request). The
+// bounds are generous: the header's own size for a single name; when
+// every name differs (145,000 of them), 24 times it, for each name's copy
+// and its place in the set (some 15 bytes a byte; 8 when the set was
+// sized at once for every field: linear in the header either way, which
+// net/http bounds).
+func TestNamesMemoryBounded(t *testing.T) {
+	var distinct strings.Builder
+	for i := 0; distinct.Len() < 1<<20-16; i++ {
+		distinct.WriteString("x" + strconv.Itoa(i) + ",")
+	}
+	for _, c := range []struct {
+		what, cv   string
+		times      uint64
+		in, absent string
+	}{
+		{"one name, repeated", strings.Repeat("a, ", 1<<20/3), 1, "A", "X0"},
+		{"every name different", distinct.String(), 24, "X12345", "A"},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		n := NewNames([]string{c.cv})
+		runtime.ReadMemStats(&after)
+		got := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d bytes, %d fields: %d bytes allocated", c.what, len(c.cv), strings.Count(c.cv, ",")+1, got)
+		if limit := c.times * uint64(len(c.cv)); got > limit {
+			t.Errorf("%s: NewNames of a Connection header of %d bytes allocated %d bytes, want at most %d", c.what, len(c.cv), got, limit)
+		}
+		if !n.Has(c.in) || n.Has(c.absent) {
+			t.Errorf("%s: Has(%q) = %v, Has(%q) = %v; want true, false", c.what, c.in, n.Has(c.in), c.absent, n.Has(c.absent))
+		}
 	}
 }
 
