@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -148,6 +149,36 @@ func TestCanonicalPathNoAlloc(t *testing.T) {
 	p := "/api/v1/orders/12345"
 	if n := testing.AllocsPerRun(100, func() { _ = CanonicalPath(p); _ = FoldedPath(p) }); n != 0 {
 		t.Errorf("CanonicalPath of a canonical path: %v allocations, want 0", n)
+	}
+}
+
+// A request path as long as net/http admits (a request line of 1 MiB),
+// made of many short segments that are kept but not canonical, is read in
+// memory of the order of its length: the decoded path, the canonical one
+// and the result, at most four times its size for each reading. A slice
+// of every kept segment's start, 8 bytes for each two of the path, grown
+// as it went, took 13 times its size ("/a;b" repeated: 26 MB for the
+// two readings of one request).
+func TestCanonicalPathMemoryBounded(t *testing.T) {
+	for _, p := range []string{
+		strings.Repeat("/a;b", 1<<20/4),
+		strings.Repeat("/a", 1<<20/2) + "/",
+		strings.Repeat("/ab/..", 1<<20/6) + "/a",
+	} {
+		for _, fold := range []bool{false, true} {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			if fold {
+				FoldedPath(p)
+			} else {
+				CanonicalPath(p)
+			}
+			runtime.ReadMemStats(&after)
+			if got, limit := after.TotalAlloc-before.TotalAlloc, 4*uint64(len(p)); got > limit {
+				t.Errorf("path %q… of %d bytes (fold %v): %d bytes allocated, want at most %d", p[:12], len(p), fold, got, limit)
+			}
+		}
 	}
 }
 
