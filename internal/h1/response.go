@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -122,7 +123,9 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.wroteHeader, w.status = true, code
 	if cl := w.h["Content-Length"]; len(cl) > 0 && cl[0] != "" {
-		if v, err := strconv.ParseInt(cl[0], 10, 64); err == nil && v >= 0 {
+		if v, ok := parseLength(cl[0], math.MaxInt64); ok {
+			w.cl = v // digits only, the common spelling: no ParseInt
+		} else if v, err := strconv.ParseInt(cl[0], 10, 64); err == nil && v >= 0 {
 			w.cl = v
 		} else {
 			delete(w.h, "Content-Length")
@@ -239,11 +242,11 @@ func (w *response) commit(p []byte) {
 	if w.req.ProtoMajor == 1 && w.req.ProtoMinor == 0 || w.req.Close || hasToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
-	if bodyAllowed(code) {
-		_, typed := h["Content-Type"]
-		ce := h["Content-Encoding"]
-		if !typed && len(p) > 0 && (len(ce) == 0 || ce[0] == "") {
-			extra[1] = http.DetectContentType(p)
+	if bodyAllowed(code) && len(p) > 0 {
+		if _, typed := h["Content-Type"]; !typed {
+			if ce := h["Content-Encoding"]; len(ce) == 0 || ce[0] == "" {
+				extra[1] = http.DetectContentType(p)
+			}
 		}
 	}
 	switch {
