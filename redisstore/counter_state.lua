@@ -1,8 +1,9 @@
--- counter_state.lua: the state of the sliding window counter KEYS[1], as
--- sluice's slidingCounter keeps it, and the clock. Read only.
+-- counter_state.lua: the state of the counter KEYS[1] (of any algorithm but
+-- the sliding window log), as sluice keeps it, and the clock. Read only.
 --
--- ARGV[1] Segments; ARGV[2] now (µs since the epoch), or '' for Redis'
--- clock. With one segment the state is the string "T N M"; with more, a
+-- ARGV[1] Segments (1 but for a segmented sliding window counter); ARGV[2]
+-- now (µs since the epoch), or '' for Redis' clock. With one segment the
+-- state is the string "T N M" (prelude.lua's load); with more, a
 -- hash holding T and the Segments+1 sub-window counts in the fields named
 -- j mod (Segments+1) (sliding_window_counter.lua). Returns {now, T, N, M}
 -- for one segment, {now, T, count 0, …, count Segments} for more; a key

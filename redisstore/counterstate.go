@@ -22,14 +22,17 @@ var (
 	counterStateLua = rueidis.NewLuaScript(counterStateScript.body)
 )
 
-// CounterState returns the state of the sliding_window_counter key of r,
-// of any number of segments, as sluice.SlidingWindowCounter keeps it, and
-// the instant it was read at, now (µs since the epoch: r.Now, or Redis'
-// clock with Options.RedisTime). It counts nothing and writes nothing.
-// With sluice.Algorithm.TakeMicro on a copy at now, the state tells what
-// the key answers then; with sluice.Algorithm.RemainingAt at a later
-// instant, what it would answer had it taken nothing since: what its
-// window regains as its units leave, which its Decision does not tell.
+// CounterState returns the state of the key of r, as r.Algorithm keeps it
+// (a sliding_window_counter of any number of segments, and every other
+// algorithm but sliding_window_log, which keeps a log: see LoggedSince),
+// and the instant it was read at, now (µs since the epoch: r.Now, or
+// Redis' clock with Options.RedisTime). It counts nothing and writes
+// nothing. With sluice.Algorithm.TakeMicro on a copy at now, the state
+// tells what the key answers then; with sluice.Algorithm.RemainingAt at a
+// later instant, what it would answer had it taken nothing since: what a
+// bucket refills, a window regains as it turns or its units leave, which
+// its Decision tells only against the time between (on Redis' clock,
+// which the caller's is not).
 func (s *Store) CounterState(ctx context.Context, r sluice.Request) (st sluice.State, now int64, err error) {
 	key, args, segs, err := s.counterStateArgs(&r)
 	if err != nil {
@@ -43,8 +46,8 @@ func (s *Store) CounterState(ctx context.Context, r sluice.Request) (st sluice.S
 // counterStateArgs returns the key and arguments of counter_state.lua for
 // r, and r's number of segments.
 func (s *Store) counterStateArgs(r *sluice.Request) (key string, args []string, segs int64, err error) {
-	if r.Algorithm != sluice.SlidingWindowCounter {
-		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w: %v is not sliding_window_counter", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
+	if !r.Algorithm.Valid() || r.Algorithm == sluice.SlidingWindowLog {
+		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w: %v keeps no counter state (sliding_window_log keeps a log: read it with LoggedSince)", r.Key, sluice.ErrUnknownAlgorithm, r.Algorithm)
 	}
 	us, err := s.nowArg(r.Now)
 	if err != nil {
@@ -54,7 +57,10 @@ func (s *Store) counterStateArgs(r *sluice.Request) (key string, args []string, 
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("redisstore: counter state %q: %w", r.Key, err)
 	}
-	segs = max(t.Segments, 1)
+	segs = 1 // every algorithm's state but a segmented counter's is "T N M"
+	if r.Algorithm == sluice.SlidingWindowCounter {
+		segs = max(t.Segments, 1)
+	}
 	return s.KeyOf(r), []string{strconv.FormatInt(segs, 10), us}, segs, nil
 }
 

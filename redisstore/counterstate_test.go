@@ -14,22 +14,35 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// CounterState reads a sliding window counter's state as the pure
-// algorithm keeps it: after random takes and charges through the store and
-// through sluice.SlidingWindowCounter alike, the state read decides as the
-// pure one at the instant read and at later ones (its units leaving as the
-// window slides), for one segment and for several; and the read counts
-// nothing. Another algorithm is refused.
+// CounterState reads a counter's state as the pure algorithm keeps it:
+// after random takes and charges through the store and through the
+// algorithm alike, the state read decides as the pure one at the instant
+// read and at later ones (its units leaving as the window slides, a
+// bucket refilling, a window turning), for a sliding window counter of
+// one segment and of several, and for every other algorithm but the log;
+// and the read counts nothing. A sliding_window_log is refused.
 func TestCounterState(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
-	for li, l := range []sluice.Limit{sluice.PerSecond(20), sluice.PerSecond(20).WithSegments(4), sluice.PerMinute(50).WithSegments(6)} {
+	for li, c := range []struct {
+		a sluice.Algorithm
+		l sluice.Limit
+	}{
+		{sluice.SlidingWindowCounter, sluice.PerSecond(20)},
+		{sluice.SlidingWindowCounter, sluice.PerSecond(20).WithSegments(4)},
+		{sluice.SlidingWindowCounter, sluice.PerMinute(50).WithSegments(6)},
+		{sluice.FixedWindow, sluice.PerSecond(20)},
+		{sluice.TokenBucket, sluice.PerSecond(20).WithBurst(50)},
+		{sluice.GCRA, sluice.PerSecond(20).WithBurst(50)},
+		{sluice.LeakyBucket, sluice.PerSecond(20).WithBurst(10)},
+	} {
+		a, l := c.a, c.l
 		for k := range 20 {
 			key := fmt.Sprintf("counter-%d-%d", li, k)
 			req := func(at time.Time, cost int64, force bool) sluice.Request {
-				return sluice.Request{Key: key, Algorithm: sluice.SlidingWindowCounter, Limit: l, Cost: cost, Force: force, Now: at}
+				return sluice.Request{Key: key, Algorithm: a, Limit: l, Cost: cost, Force: force, Now: at}
 			}
 			var pure sluice.State
 			now := sluicetest.T0
@@ -41,9 +54,9 @@ func TestCounterState(t *testing.T) {
 				}
 				var err error
 				if force {
-					_, _, err = sluice.SlidingWindowCounter.Charge(&pure, l, now, cost)
+					_, _, err = a.Charge(&pure, l, now, cost)
 				} else {
-					_, _, err = sluice.SlidingWindowCounter.Take(&pure, l, now, cost)
+					_, _, err = a.Take(&pure, l, now, cost)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -52,21 +65,21 @@ func TestCounterState(t *testing.T) {
 			read := now.Add(time.Duration(rng.Int64N(int64(l.Period))))
 			st, clock, err := s.CounterState(ctx, req(read, 0, false))
 			if err != nil || clock != read.UnixMicro() {
-				t.Fatalf("%v: CounterState = %+v, %d, %v; want the clock %d", l, st, clock, err, read.UnixMicro())
+				t.Fatalf("%v %v: CounterState = %+v, %d, %v; want the clock %d", a, l, st, clock, err, read.UnixMicro())
 			}
 			for _, dt := range []time.Duration{0, l.Period / 3, l.Period, 2 * l.Period} {
 				at := read.Add(dt)
-				got, _, _ := sluice.SlidingWindowCounter.Take(new(st.Clone()), l, at, 0)
-				want, _, _ := sluice.SlidingWindowCounter.Take(new(pure.Clone()), l, at, 0)
+				got, _, _ := a.Take(new(st.Clone()), l, at, 0)
+				want, _, _ := a.Take(new(pure.Clone()), l, at, 0)
 				if got != want {
-					t.Fatalf("%v: the state read (%+v) answers %+v %v after the read; the pure one (%+v) %+v", l, st, got, dt, pure, want)
+					t.Fatalf("%v %v: the state read (%+v) answers %+v %v after the read; the pure one (%+v) %+v", a, l, st, got, dt, pure, want)
 				}
 			}
 			// Nothing read was counted: the store answers as the pure state.
 			d, err := s.Take(ctx, req(read, 0, false))
-			want, _, _ := sluice.SlidingWindowCounter.Take(new(pure.Clone()), l, read, 0)
+			want, _, _ := a.Take(new(pure.Clone()), l, read, 0)
 			if err != nil || d != want {
-				t.Fatalf("%v: after the read the store answers %+v, %v; want %+v", l, d, err, want)
+				t.Fatalf("%v %v: after the read the store answers %+v, %v; want %+v", a, l, d, err, want)
 			}
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // shards: auto moved: at each refresh, it reads again every counter a
 // move left) spent a round trip on each call, reading after reading: a
 // sliding log's LoggedSince, the questions' TakeAll (two across Cluster
-// slots), a sliding window counter's CounterState. Readings only ask
+// slots), every other counter's CounterState. Readings only ask
 // (cost 0: a question changes nothing another reading reads), so they are
 // independent: ReadCounters sends them together, each node's calls in one
 // pipeline (on a Cluster, a pipeline per master, in parallel), in the
@@ -29,11 +29,13 @@ import (
 // reads what it would have.
 
 // Reading is one reading of counters for ReadCounters: Requests, questions
-// (cost 0) decided together as TakeAll decides them, and what a sliding
-// window's Decision does not tell: for each sliding_window_log request,
-// the units it logged after After[i] (LoggedSince, asked before the
-// requests are decided); for each sliding_window_counter request, its
-// state (CounterState, read after).
+// (cost 0) decided together as TakeAll decides them, and what a
+// Decision does not tell: for each sliding_window_log request, the units
+// it logged after After[i] (LoggedSince, asked before the requests are
+// decided); for each other request, its state (CounterState, read after).
+// Either comes with the instant it was read at, on the clock of the
+// key's decisions: what a counter regains between two readings is
+// reckoned on that clock, not the caller's.
 type Reading struct {
 	Requests []sluice.Request
 	// After is LoggedSince's after for each request (read for a
@@ -42,8 +44,8 @@ type Reading struct {
 
 	// Set by ReadCounters, one per request, as the calls one by one
 	// return them: TakeAll's Decisions; LoggedSince's Units and
-	// CounterState's States; the instant either read at (µs), in Clocks
-	// (0 for the other algorithms). Err is the first failure of those
+	// CounterState's States (the zero State for a sliding_window_log);
+	// the instant either read at (µs), in Clocks. Err is the first failure of those
 	// calls, in their order; what follows it is not to be read.
 	Decisions []sluice.Decision
 	Units     []int64
@@ -100,7 +102,7 @@ type readOp struct {
 	qs      []request
 	groups  [][]int // the requests by Cluster slot (one group off a Cluster)
 	logs    []int   // the sliding_window_log requests
-	states  []int   // the sliding_window_counter requests
+	states  []int   // the other requests
 	allowed bool    // every request allowed by the check (across slots)
 	// After the take across slots: the replies per group, nil for a group
 	// that failed, and the error; refund set when some groups must give
@@ -132,10 +134,9 @@ func (s *Store) readOp(rd *Reading) *readOp {
 			rd.Err = fmt.Errorf("redisstore: read counters %q: %w: cost %d, where a reading only asks (cost 0)", rd.Requests[i].Key, sluice.ErrInvalidCost, c)
 			return nil
 		}
-		switch rd.Requests[i].Algorithm {
-		case sluice.SlidingWindowLog:
+		if rd.Requests[i].Algorithm == sluice.SlidingWindowLog {
 			op.logs = append(op.logs, i)
-		case sluice.SlidingWindowCounter:
+		} else {
 			op.states = append(op.states, i)
 		}
 	}

@@ -64,9 +64,8 @@ type Options struct {
 	// Redis's clock (TIME), which a test cannot move: the tests whose
 	// scenario spans windows set each step's instant themselves, so it
 	// holds however slowly a loaded machine runs them. For this package's
-	// tests only: a fleet's instances decide on Redis's clock. A token
-	// bucket's settle still times its readings on this machine's clock
-	// (hotsettle.go), which is Redis's only with Redis's clock.
+	// tests only: a fleet's instances decide on Redis's clock. A settle
+	// reckons on the clock the decisions use, whichever (hotsettle.go).
 	requestClock bool
 	// seedTimeout, if set, bounds a refresh's seeds and settles instead
 	// of seedTimeout: the same tests give them longer, so that a loaded

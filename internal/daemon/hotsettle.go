@@ -17,16 +17,26 @@ import (
 // counter. So at its next settleRounds refreshes the moving instance reads
 // that counter again and charges the counter the key went to with what it
 // took since it was last read: what it holds less than it would hold had
-// it taken nothing, refilled meanwhile (sluice.Algorithm.RemainingAfter).
-// Read as "used" alone (capacity less Remaining), a counter that refilled
-// hid as much of what the late instances took: in a steady overload, all of it (the counter is
-// out at every reading), a second or two of the rate admitted twice.
+// it taken nothing, refilled meanwhile. Read as "used" alone (capacity
+// less Remaining), a counter that refilled hid as much of what the late
+// instances took: in a steady overload, all of it (the counter is out at
+// every reading), a second or two of the rate admitted twice.
 //
-// A sliding window's answer tells when it is full again, not when each
-// unit leaves, so what it regains is read otherwise: a
-// sliding_window_counter by its state (RemainingAt, exact), a
-// sliding_window_log by the units it logged since the last reading
-// (redisstore.Store.LoggedSince). An instance whose exchange fails decides
+// What it would hold is reckoned on the counter's own clock, the one its
+// decisions use (Redis's, or the requests'), from what a reading returns
+// with its answer: the counter's state and the instant it was read at
+// (redisstore.Store.CounterState; sluice.Algorithm.RemainingAt, exact),
+// for every algorithm but sliding_window_log, read by the units it logged
+// since the last reading (redisstore.Store.LoggedSince). Reckoned from
+// the answers' ResetAfter over the time between the readings on this
+// instance's clock (the first's answer to the second's question, the
+// least Redis's could have moved), a window that turned within the
+// readings' round trips of the second read as not turned: what the late
+// instances took of the new window was carried not at all, and the
+// shards, seeded in the window before, admitted it again (300 in two
+// windows of 100, on a loaded machine).
+//
+// An instance whose exchange fails decides
 // on the counter left until one succeeds: after the first settleRounds,
 // the counter is read again as long as a reading finds something taken.
 // Not carried: what such an instance takes after a reading that found
@@ -53,22 +63,20 @@ type hotSettle struct {
 }
 
 // counterReads is a reading of a counter (the key's own, or its shards):
-// the questions (cost 0) asked of each Redis key and their answers, and
-// when they were sent and answered, on this instance's monotonic clock.
-// A Decision does not tell when each of a sliding window's units leaves
-// it, so for those a reading keeps more: for a sliding_window_counter, its
-// state (sts, redisstore.Store.CounterState, read after the question, and
-// its answer computed from it); for a sliding_window_log, the units each
-// log took since the previous reading (since, redisstore.Store.LoggedSince,
-// asked before the question); and, for both, the instant (µs, on the clock
-// the key's decisions use) each was read at.
+// the questions (cost 0) asked of each Redis key and their answers. A
+// Decision does not tell what a counter regains by a later instant
+// against the clock its decisions use, so a reading keeps more: for a
+// sliding_window_log, the units each log took since the previous reading
+// (since, redisstore.Store.LoggedSince, asked before the question); for
+// every other algorithm, its state (sts, redisstore.Store.CounterState,
+// read after the question, and its answer computed from it); and the
+// instant (µs, on the clock the key's decisions use) each was read at.
 type counterReads struct {
-	reqs      []sluice.Request
-	ds        []sluice.Decision
-	sent, got time.Time
-	clocks    []int64
-	sts       []sluice.State
-	since     []int64
+	reqs   []sluice.Request
+	ds     []sluice.Decision
+	clocks []int64
+	sts    []sluice.State
+	since  []int64
 }
 
 // readCounters asks reqs (questions: cost 0) of Redis (s) itself.
@@ -81,22 +89,18 @@ func readCounters(ctx context.Context, s *redisstore.Store, reqs []sluice.Reques
 // earlier reading of the same (a log's since counts from its instant) or
 // none, all together: Redis is asked once for all of them
 // (redisstore.Store.ReadCounters), in the round trips one reading takes.
-// Each reading's sent and got are those of them all: its own question
-// was sent after the one and answered before the other.
 func readCountersAfter(ctx context.Context, s *redisstore.Store, reqs [][]sluice.Request, prevs []counterReads) ([]counterReads, []error) {
 	rds := make([]redisstore.Reading, len(reqs))
 	for i := range reqs {
 		rds[i].Requests, rds[i].After = reqs[i], prevs[i].clocks
 	}
-	sent := time.Now()
 	s.ReadCounters(ctx, rds)
-	got := time.Now()
 	rs, errs := make([]counterReads, len(reqs)), make([]error, len(reqs))
 	for j, rd := range rds {
-		r := counterReads{reqs: reqs[j], ds: rd.Decisions, sent: sent, got: got, clocks: rd.Clocks, sts: rd.States, since: rd.Units}
+		r := counterReads{reqs: reqs[j], ds: rd.Decisions, clocks: rd.Clocks, sts: rd.States, since: rd.Units}
 		err := rd.Err
 		for i, q := range r.reqs {
-			if err == nil && q.Algorithm == sluice.SlidingWindowCounter {
+			if err == nil && q.Algorithm != sluice.SlidingWindowLog {
 				// Its answer, from the state read after the question: both
 				// of one instant.
 				st := r.sts[i].Clone()
@@ -120,23 +124,17 @@ func (r counterReads) used() int64 {
 
 // takenBy returns what the counters took between r and later, a reading
 // of the same (readCountersAfter r): for each, what it would hold had it
-// taken nothing, less what it holds. From a Decision that is what it
-// refills in the least time between the two readings (the first's answer
-// to the second's question: sluice.Algorithm.RemainingAfter); from a
-// counter's state, what it holds at the second reading's instant
-// (sluice.Algorithm.RemainingAt), exact; a log counts what it took itself.
+// taken nothing, less what it holds. From a counter's state, what it
+// holds at the second reading's instant (sluice.Algorithm.RemainingAt),
+// exact, on the counter's own clock; a log counts what it took itself.
 func (r counterReads) takenBy(later counterReads) int64 {
-	dt := later.sent.Sub(r.got) // Redis's clock moved at least that much
 	var n int64
 	for i, q := range r.reqs {
-		switch {
-		case q.Algorithm == sluice.SlidingWindowLog:
+		if q.Algorithm == sluice.SlidingWindowLog {
 			n += later.since[i]
-		case q.Algorithm == sluice.SlidingWindowCounter:
-			n += max(0, q.Algorithm.RemainingAt(r.sts[i], q.Limit, time.UnixMicro(later.clocks[i]))-later.ds[i].Remaining)
-		default:
-			n += max(0, q.Algorithm.RemainingAfter(r.ds[i], q.Limit, dt)-later.ds[i].Remaining)
+			continue
 		}
+		n += max(0, q.Algorithm.RemainingAt(r.sts[i], q.Limit, time.UnixMicro(later.clocks[i]))-later.ds[i].Remaining)
 	}
 	return n
 }
