@@ -182,6 +182,33 @@ func TestCanonicalPathMemoryBounded(t *testing.T) {
 	}
 }
 
+// The segment view of a path as long as net/http admits is built in
+// memory of the order of its length too: a list of every segment and a
+// decoded copy of each took 5 to 15 times its size ("%2e%2e/" and "/./"
+// repeated to a megabyte, 10 MB a request through forward auth), under
+// twice it now.
+func TestSegmentViewMemoryBounded(t *testing.T) {
+	for _, p := range []string{
+		"/" + strings.Repeat("%2e%2e/", 1<<20/7),
+		strings.Repeat("/a%2Fb", 1<<20/6),
+		strings.Repeat("/./", 1<<20/3),
+	} {
+		for _, fold := range []bool{false, true} {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, ok := segmentView(p, fold)
+			runtime.ReadMemStats(&after)
+			if !ok {
+				t.Fatalf("path %q…: no segment view", p[:12])
+			}
+			if got, limit := after.TotalAlloc-before.TotalAlloc, 3*uint64(len(p)); got > limit {
+				t.Errorf("path %q… of %d bytes (fold %v): segmentView allocated %d bytes, want at most %d", p[:12], len(p), fold, got, limit)
+			}
+		}
+	}
+}
+
 // FuzzCanonicalPath checks that canonicalisation is idempotent, that the
 // one-pass check agrees with the full one, and that any spelling derived
 // from a path by the rules of CanonicalPath (escapes, ;parameters, dot
