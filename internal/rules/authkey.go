@@ -34,7 +34,8 @@ func AuthorizationKey(v string) string {
 	if canonicalScheme(scheme) && len(s) == len(v) && (cred == "" && scheme == s || len(scheme)+1+len(cred) == len(s) && s[len(scheme)] == ' ' && s[len(scheme)+1:] == cred) {
 		return v
 	}
-	b := make([]byte, 0, len(scheme)+1+len(cred))
+	var b strings.Builder
+	b.Grow(len(scheme) + 1 + len(cred))
 	for i := 0; i < len(scheme); i++ {
 		c := scheme[i]
 		switch {
@@ -43,13 +44,13 @@ func AuthorizationKey(v string) string {
 		case i > 0 && 'A' <= c && c <= 'Z':
 			c += 'a' - 'A'
 		}
-		b = append(b, c)
+		b.WriteByte(c)
 	}
 	if cred != "" {
-		b = append(b, ' ')
-		b = append(b, cred...)
+		b.WriteByte(' ')
+		b.WriteString(cred)
 	}
-	return string(b)
+	return b.String()
 }
 
 // authorizationHeader reports whether name (canonical) is a header whose
@@ -103,7 +104,10 @@ func urlSafeAuthorizationKey(v string) (key string, ok bool) {
 // decoder drops; with urlSafe, '-' read as '+' and '_' as '/'. cred is
 // returned as it is when it decodes to no byte.
 func basicCredential(cred string, urlSafe bool) string {
-	var data []byte
+	// Sized at once, with room for the padding, so that the encoding
+	// takes the place of the characters: grown as they came, and encoded
+	// anew, a credential of a megabyte took seven times its size here.
+	data := make([]byte, 0, len(cred)+4)
 	for i := 0; i < len(cred); i++ {
 		c := cred[i]
 		if c == '=' {
@@ -129,8 +133,8 @@ func basicCredential(cred string, urlSafe bool) string {
 	if err != nil {
 		return cred
 	}
-	if out := base64.StdEncoding.EncodeToString(raw[:n]); out != cred {
-		return out
+	if out := base64.StdEncoding.AppendEncode(data[:0], raw[:n]); string(out) != cred {
+		return string(out)
 	}
 	return cred
 }
