@@ -135,3 +135,46 @@ func TestDocCheckConfigEnvoy(t *testing.T) {
 	}
 	doctest.Check(t, "docs/envoy.md", "envoy-check-config", "$ sluice check-config sluice.yaml\n"+stdout.String())
 }
+
+// TestDocCheckConfigOverrideClash: the README's example of check-config
+// refusing an override that clashes with a listener of the config (the
+// quick start's sluice.yaml, given -proxy-listen on its listen's address)
+// is what check-config says, up to the "(…)" that stands for the rest.
+func TestDocCheckConfigOverrideClash(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(doctest.Root(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(readme), "\n", " ")
+	const start = "`sluice.yaml: "
+	var quoted string
+	for rest := text; ; {
+		i := strings.Index(rest, start)
+		if i < 0 {
+			break
+		}
+		span, _, _ := strings.Cut(rest[i+1:], "`")
+		if strings.Contains(span, "-proxy-listen") && strings.Contains(span, "would both listen on") {
+			quoted = span
+			break
+		}
+		rest = rest[i+len(start):]
+	}
+	if quoted == "" {
+		t.Fatal("README.md: no quoted check-config message of a -proxy-listen clash (`sluice.yaml: … would both listen on …`)")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("sluice.yaml", []byte(doctest.Block(t, "docs/daemon.md", "daemon-config")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"check-config", "-proxy-listen", "localhost:8080", "sluice.yaml"}, nil, &stdout, &stderr); code != 1 {
+		t.Fatalf("check-config -proxy-listen localhost:8080 sluice.yaml: exit %d, want 1; stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	got := strings.TrimSuffix(stderr.String(), "\n")
+	want, elided := strings.CutSuffix(quoted, " (…)")
+	if elided && !strings.HasPrefix(got, want+" (") || !elided && got != want {
+		t.Errorf("README.md quotes check-config as\n\t%s\nit says\n\t%s", quoted, got)
+	}
+}
