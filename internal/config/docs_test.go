@@ -209,13 +209,15 @@ func meaning(t *testing.T, c *Config) [2]any {
 }
 
 // reKeyRef finds a config key path written in the docs' prose, such as
-// `store.redis.timeout` or `client_ip.trusted_proxies`.
-var reKeyRef = regexp.MustCompile("`((?:listen|log_level|shutdown_timeout|api|proxy|grpc|store|client_ip|forward_auth|limits|defer|rules)(?:\\[\\d*\\])?(?:\\.[a-z0-9_]+(?:\\[\\d*\\])?)+)`")
+// `store.redis.timeout` or `client_ip.trusted_proxies`, alone or with its
+// value (`store.on_error: deny`).
+var reKeyRef = regexp.MustCompile("`((?:listen|log_level|shutdown_timeout|api|proxy|grpc|store|client_ip|forward_auth|limits|defer|rules)(?:\\[\\d*\\])?(?:\\.[a-z0-9_]+(?:\\[\\d*\\])?)+)(?:: [^`]*)?`")
 
 var anyIndex = regexp.MustCompile(`\[\d*\]`)
 
-// TestDocKeyNames: every key path README.md and docs/*.md write in
-// backquotes (`store.redis.timeout`) is a key of the config.
+// TestDocKeyNames: every key path README.md, docs/*.md and the examples'
+// READMEs write in backquotes (`store.redis.timeout`, `store.on_error:
+// deny`) is a key of the config.
 func TestDocKeyNames(t *testing.T) {
 	keys := map[string]bool{}
 	for _, k := range keyPaths(reflect.TypeFor[Config](), "") {
@@ -226,6 +228,13 @@ func TestDocKeyNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages = append(pages, filepath.Join(doctest.Root(), "README.md"))
+	for _, pattern := range []string{"examples/*/README.md", "examples/*/*/README.md"} {
+		m, err := filepath.Glob(filepath.Join(doctest.Root(), pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, m...)
+	}
 	var bad []string
 	for _, p := range pages {
 		b, err := os.ReadFile(p)
