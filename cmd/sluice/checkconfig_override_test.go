@@ -54,8 +54,8 @@ func TestCheckConfigOverridesAsServe(t *testing.T) {
 			}
 		}
 		stderr.Reset()
-		if code := serve(t.Context(), append([]string{"-config", path}, tc.flags...), &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), msg) {
-			t.Errorf("serve %v: exit %d, stderr %q; want it refused with check-config's %q", tc.flags, code, stderr.String(), msg)
+		if code := serve(t.Context(), append([]string{"-config", path}, tc.flags...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), msg) {
+			t.Errorf("serve %v: exit %d, stderr %q; want it refused (exit 2, as docs/daemon.md says) with check-config's %q", tc.flags, code, stderr.String(), msg)
 		}
 	}
 
