@@ -28,9 +28,6 @@ type hotPair struct {
 	now  atomic.Pointer[time.Time]
 	a, b *Daemon
 	s    *redisstore.Store
-	// refreshing is the time refresh's calls of refreshHot took, in all
-	// (the settles' readings of Redis are in it).
-	refreshing time.Duration
 	// addrs are the Cluster's nodes, for the tests that ask them directly.
 	addrs []string
 }
@@ -107,9 +104,7 @@ func (p *hotPair) refresh(d *Daemon, at time.Time, hot bool, keys map[string]str
 			}
 		}
 	}
-	began := time.Now()
 	d.refreshHot(at)
-	p.refreshing += time.Since(began)
 }
 
 // pastHorizon takes each rule of keys (its name → its key) cold for the
