@@ -163,13 +163,7 @@ func TestRedisCABundleReplacedAfterCheck(t *testing.T) {
 		t.Fatal("store.redis.tls in force changed while its CA bundle was half written: the half is in force")
 	}
 
-	writeRest(t, f, bundle(t, s))
-	waitFor(t, "the whole bundle in force once its writer closed it", func() bool {
-		c := td.d.redisTLS.Load()
-		return c.RootCAs != nil && c.RootCAs.Equal(pool(x, s))
-	})
-	killRedisClients(t, rs.Addr)
-	decidesOnRedis(t, td, "k", "with the whole bundle")
+	wholeRedisBundle(t, td, f, rs.Addr, x, s)
 	reloadedOnce(t, td.logs, "store.redis.tls", "store.redis.tls: files changed")
 }
 
@@ -273,4 +267,19 @@ func TestClientCABundleKeepsChanging(t *testing.T) {
 	if got := strings.Count(l, "tls: certificate reloaded"); got != 1 {
 		t.Errorf("client CAs put in force %d times, want once (the bundle left in place)", got)
 	}
+}
+
+// wholeRedisBundle writes the rest of store.redis.tls's CA bundle, the
+// bundle of x and s, into f, its writer's file, closing it; then waits
+// for that whole bundle in force, and for decisions made on Redis (at
+// addr) over connections dialled with it.
+func wholeRedisBundle(t *testing.T, td *testDaemon, f *os.File, addr string, x, s *tlstest.CA) {
+	t.Helper()
+	writeRest(t, f, bundle(t, s))
+	waitFor(t, "the whole bundle in force once its writer closed it", func() bool {
+		c := td.d.redisTLS.Load()
+		return c.RootCAs != nil && c.RootCAs.Equal(pool(x, s))
+	})
+	killRedisClients(t, addr)
+	decidesOnRedis(t, td, "k", "with the whole bundle")
 }

@@ -145,11 +145,5 @@ func TestSIGHUPRedisCABundleReplacedAfterCheck(t *testing.T) {
 		t.Errorf("the SIGHUP put off does not say why:\n%s", l)
 	}
 
-	writeRest(t, f, bundle(t, s))
-	waitFor(t, "the whole bundle in force once its writer closed it", func() bool {
-		c := td.d.redisTLS.Load()
-		return c.RootCAs != nil && c.RootCAs.Equal(pool(x, s))
-	})
-	killRedisClients(t, rs.Addr)
-	decidesOnRedis(t, td, "k", "with the whole bundle")
+	wholeRedisBundle(t, td, f, rs.Addr, x, s)
 }
