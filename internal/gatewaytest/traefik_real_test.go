@@ -17,7 +17,8 @@ import (
 // The example as it is: exactly the limit passes, the app gets the
 // rate-limit headers (the client does not), then 429 with Retry-After,
 // the headers and Sluice's body; a client's X-Forwarded-* headers change
-// neither its key nor its rule.
+// neither its key nor its rule, and its X-Original-URL and X-Rewrite-URL
+// do not reach the app.
 func TestRealTraefikForwardAuth(t *testing.T) {
 	rt := startRealTraefik(t, traefikSetup{})
 	spoof := [][2]string{
@@ -29,6 +30,11 @@ func TestRealTraefikForwardAuth(t *testing.T) {
 		// Traefik passes Forwarded on; Sluice reads it only where no
 		// X-Forwarded-For came, and ForwardAuth always sends one.
 		{"Forwarded", "for=198.51.100.9"},
+	}
+	// Routing headers, which dynamic.yml's no-route-headers removes on
+	// the way to the app (ForwardAuth passes them to Sluice).
+	for _, name := range routeHeaderSpellings {
+		spoof = append(spoof, [2]string{name, "/login"})
 	}
 	for i := range 3 {
 		x := rt.ask(t, "127.0.0.2", wire{method: "GET", target: "/items?page=1", hdr: spoof})
@@ -44,6 +50,11 @@ func TestRealTraefikForwardAuth(t *testing.T) {
 		// authResponseHeaders: the app gets them, the client does not.
 		if x.appSaw == nil {
 			t.Fatalf("request %d: the app saw nothing", i+1)
+		}
+		for name, v := range x.appSaw {
+			if isRouteHeader(name) {
+				t.Errorf("request %d: the app got %s: %q, want no X-Original-URL or X-Rewrite-URL in any spelling", i+1, name, v)
+			}
 		}
 		for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"} {
 			if x.appSaw.Get(name) == "" {

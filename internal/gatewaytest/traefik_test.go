@@ -151,12 +151,18 @@ func (tr traefik) authRequest(t *testing.T, client *http.Request, remoteAddr, ad
 // test relies on.
 type traefikConfig struct {
 	HTTP struct {
+		Routers map[string]struct {
+			Middlewares []string `yaml:"middlewares"`
+		} `yaml:"routers"`
 		Middlewares map[string]struct {
 			ForwardAuth struct {
 				Address             string   `yaml:"address"`
 				TrustForwardHeader  *bool    `yaml:"trustForwardHeader"`
 				AuthResponseHeaders []string `yaml:"authResponseHeaders"`
 			} `yaml:"forwardAuth"`
+			Headers struct {
+				CustomRequestHeaders map[string]string `yaml:"customRequestHeaders"`
+			} `yaml:"headers"`
 		} `yaml:"middlewares"`
 	} `yaml:"http"`
 }
