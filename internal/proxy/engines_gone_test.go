@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,10 +79,18 @@ func TestFastPathSlowAnswerThenClientGone(t *testing.T) {
 	gone := make(chan struct{}, 1)
 	arrived := make(chan string, 2)
 	release := make(chan struct{})
+	watched := watchSignals(t)
+	var sawWatch atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived <- r.RemoteAddr
 		if r.URL.Path == "/slow-answer" {
-			time.Sleep(proxy.WatchClientAfter + proxy.WatchClientAfter/2) // past the short wait: the watched branch
+			// Past the short wait: the watched branch, which the proxy
+			// enters once WatchClientAfter passes with no head.
+			select {
+			case <-watched:
+				sawWatch.Store(true)
+			case <-time.After(safety): // a hang detector: the test fails below
+			}
 			io.WriteString(w, "late")
 			return
 		}
@@ -98,6 +107,9 @@ func TestFastPathSlowAnswerThenClientGone(t *testing.T) {
 	resp, body := s.do(t, mustRequest(t, "GET", s.URL+"/slow-answer"))
 	if resp.StatusCode != http.StatusOK || body != "late" {
 		t.Fatalf("slow answer: %d %q, want 200 \"late\"", resp.StatusCode, body)
+	}
+	if !sawWatch.Load() {
+		t.Fatalf("the proxy never watched the client of the slow answer (WatchClientAfter %v)", proxy.WatchClientAfter)
 	}
 	first := <-arrived
 
