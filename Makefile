@@ -79,6 +79,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixAsServeMux$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzQueryValue$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzMatchRepeated$$' -fuzztime 200000x ./internal/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzMethodOverride$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzHostKey$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzStoreKeyIP$$' -fuzztime 200000x ./internal/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorizationKey$$' -fuzztime 200000x ./internal/rules

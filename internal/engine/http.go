@@ -59,7 +59,11 @@ func WriteMatchError(w http.ResponseWriter, err error) {
 		b = jsonstr.Append(b, ae.Part.String())
 		b = append(b, `,"message":`...)
 		msg := "the request sends " + ae.Part.String() + " under another spelling of its name; send it under its own name only"
-		if ae.TooMany {
+		switch {
+		case ae.TooMany && ae.Part.Kind == rules.PartMethod:
+			msg = "the request names more than " + strconv.Itoa(rules.MaxKeysPerRule) +
+				" methods, its own and its method overrides' (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, _method); send one override"
+		case ae.TooMany:
 			msg = "the request sends " + ae.Part.String() + " with more than " + strconv.Itoa(rules.MaxKeysPerRule) + " different values; send fewer"
 		}
 		b = jsonstr.Append(b, msg)

@@ -26,6 +26,9 @@ import (
 // cookie under a name that decodes or mangles to it (api%5Fkey, api_key[]
 // and api_key[x] for PHP's and Rails' arrays, PHP's api.key, api+key and
 // api[key, ASP.NET's API_KEY); a query pair with a ';' that names it.
+// So is, to a rule that lists methods or is keyed by method, a POST whose
+// method overrides (override.go) name more methods than MaxKeysPerRule,
+// its own included: Part is then the method part, and TooMany is set.
 type AmbiguousKeyError struct {
 	Rule    *Rule
 	Part    Part
@@ -33,6 +36,10 @@ type AmbiguousKeyError struct {
 }
 
 func (e *AmbiguousKeyError) Error() string {
+	if e.TooMany && e.Part.Kind == PartMethod {
+		return "ambiguous key: rule " + strconv.Quote(e.Rule.Name) + ": the request names more than " + strconv.Itoa(MaxKeysPerRule) +
+			" methods (its own and its method overrides'), which the app behind may serve it as any of"
+	}
 	if e.TooMany {
 		return "ambiguous key: rule " + strconv.Quote(e.Rule.Name) + ": " + e.Part.String() +
 			" is sent with more than " + strconv.Itoa(MaxKeysPerRule) + " different values, which the app behind may read any of"

@@ -50,18 +50,25 @@ func (r *Rule) canonical(path string) string {
 }
 
 func (r *Rule) matches(method, p string) bool {
-	if len(r.Methods) > 0 {
-		found := false
-		for _, m := range r.Methods {
-			if strings.EqualFold(m, method) || m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
+	return r.matchesMethod(method) && r.matchesPath(p)
+}
+
+// matchesMethod reports whether r applies to a request with this method.
+func (r *Rule) matchesMethod(method string) bool {
+	if len(r.Methods) == 0 {
+		return true
+	}
+	for _, m := range r.Methods {
+		if strings.EqualFold(m, method) || m == http.MethodGet && strings.EqualFold(method, http.MethodHead) {
+			return true
 		}
 	}
+	return false
+}
+
+// matchesPath reports whether r applies to a request with the path p (in
+// the form r compares).
+func (r *Rule) matchesPath(p string) bool {
 	switch {
 	case r.Path == "":
 		return true
@@ -80,6 +87,11 @@ type reqPath struct {
 	seg                [2]string // [fold]; "": none (nothing to add)
 	segMade            [2]bool
 	under              int8 // a header name has a '_' (underscored): 0 not known yet, 1 no, 2 yes
+	// The readings of the request's method (override.go: methods): its
+	// own, then the ones a POST's overrides name; nm counts them, 0
+	// before they are read, MaxKeysPerRule+1 when there are more.
+	ms [MaxKeysPerRule]string
+	nm int8
 }
 
 func newReqPath(req *http.Request) reqPath {
@@ -125,7 +137,12 @@ func (p *reqPath) of(r *Rule) string {
 // values applies once per value (per combination, with several such
 // parts; at most MaxKeysPerRule), each Match in a row: an app behind may
 // read any one of them, and req is counted under each, so no choice of
-// values escapes the limit. A rule whose key part is ambiguous in req (see
+// values escapes the limit. A POST that names other methods in a
+// method-override header or the query's _method (override.go) is matched
+// under each reading of its method, and counted under each its rules'
+// method key parts take (as a part with several values); more than
+// MaxKeysPerRule readings are ambiguous to a rule that lists methods or
+// is keyed by method. A rule whose key part is ambiguous in req (see
 // AmbiguousKeyError) stops the match with a *AmbiguousKeyError: refuse
 // req, count nothing. Pass a reused dst[:0] to avoid allocating.
 func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Match, error) {
@@ -135,15 +152,36 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 	p := newReqPath(req)
 	for _, r := range s.Rules {
 		rp := p.of(r)
-		if !r.matches(req.Method, rp) {
+		var sel [MaxKeysPerRule]string
+		sel[0] = req.Method
+		methods := sel[:1] // the readings r applies under
+		if readings, tooMany := p.methods(req); (len(readings) > 1 || tooMany) && r.methodMinded() {
+			if !r.matchesPath(rp) {
+				if v := p.segmentOf(r); v == "" || !r.matchesPath(v) {
+					continue
+				}
+			}
+			if tooMany {
+				return dst, &AmbiguousKeyError{Rule: r, Part: Part{Kind: PartMethod}, TooMany: true}
+			}
+			methods = sel[:0]
+			for _, m := range readings {
+				if r.matchesMethod(m) {
+					methods = append(methods, m)
+				}
+			}
+			if len(methods) == 0 {
+				continue
+			}
+		} else if !r.matches(req.Method, rp) {
 			if v := p.segmentOf(r); v == "" || !r.matches(req.Method, v) {
 				continue
 			}
 		}
-		k, amb, ok := r.keyFor(req, clientIP, rp, &p)
+		k, amb, ok := r.keyFor(req, clientIP, rp, &p, methods)
 		if amb == &multiValued {
 			var tooMany *Part
-			if dst, tooMany = r.appendKeys(dst, req, clientIP, rp, &p); tooMany != nil {
+			if dst, tooMany = r.appendKeys(dst, req, clientIP, rp, &p, methods); tooMany != nil {
 				return dst, &AmbiguousKeyError{Rule: r, Part: *tooMany, TooMany: true}
 			}
 			continue
@@ -188,15 +226,17 @@ const unixKey = "unix:"
 // that itself starts with "#" gets a second "#".
 func (r *Rule) KeyFor(req *http.Request, clientIP netip.Addr) (key string, ok bool) {
 	p := newReqPath(req)
-	key, amb, ok := r.keyFor(req, clientIP, p.of(r), &p)
+	key, amb, ok := r.keyFor(req, clientIP, p.of(r), &p, []string{req.Method})
 	return key, ok && amb == nil
 }
 
 // keyFor returns the key of req, ok=false when a part is missing, or the
 // part that is ambiguous (amb, with ok=false); amb is &multiValued when a
-// part is sent with several values (appendKeys makes the keys then). rp
-// holds what is scanned of req once for all rules.
-func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath) (key string, amb *Part, ok bool) {
+// part is sent with several values (appendKeys makes the keys then),
+// methods included: the readings of req's method r applies under (one
+// or more; Set.Match). rp holds what is scanned of req once for all
+// rules.
+func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath, methods []string) (key string, amb *Part, ok bool) {
 	var buf [128]byte
 	b := buf[:0]
 	single := len(r.Key) == 1
@@ -281,7 +321,10 @@ func (r *Rule) keyFor(req *http.Request, ip netip.Addr, path string, rp *reqPath
 			}
 			multi = multi || more
 		case PartMethod:
-			v = methodKey(req.Method)
+			v = methodKey(methods[0])
+			for _, m := range methods[1:] {
+				multi = multi || methodKey(m) != v
+			}
 		case PartPath:
 			v = path
 		}

@@ -19,11 +19,12 @@ const MaxKeysPerRule = 4
 var multiValued Part
 
 // appendKeys appends a Match of r to dst for each combination of the
-// values req sends for r's key parts (keyFor found a part with several),
+// values req sends for r's key parts (keyFor found a part with several;
+// a method part's values are the readings in methods),
 // in a row; or returns the part that takes the count past MaxKeysPerRule.
 // A part whose values are all empty is missing: r does not apply. Only
 // this rare request allocates.
-func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path string, rp *reqPath) ([]Match, *Part) {
+func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path string, rp *reqPath, methods []string) ([]Match, *Part) {
 	vals := make([][]string, len(r.Key))
 	n := 1
 	for i := range r.Key {
@@ -63,7 +64,9 @@ func (r *Rule) appendKeys(dst []Match, req *http.Request, ip netip.Addr, path st
 				}
 			}
 		case PartMethod:
-			vs = []string{methodKey(req.Method)}
+			for _, m := range methods {
+				vs = addValue(vs, methodKey(m))
+			}
 		case PartPath:
 			vs = []string{path}
 		}
