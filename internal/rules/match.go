@@ -155,7 +155,7 @@ func (s *Set) Match(req *http.Request, clientIP netip.Addr, dst []Match) ([]Matc
 		var sel [MaxKeysPerRule]string
 		sel[0] = req.Method
 		methods := sel[:1] // the readings r applies under
-		if readings, tooMany := p.methods(req); (len(readings) > 1 || tooMany) && r.methodMinded() {
+		if readings, tooMany := p.methodsFor(r, req); len(readings) > 1 || tooMany {
 			if !r.matchesPath(rp) {
 				if v := p.segmentOf(r); v == "" || !r.matchesPath(v) {
 					continue

@@ -31,6 +31,16 @@ var overrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-
 // overrideParam is the query parameter that names a POST's method.
 const overrideParam = "_method"
 
+// methodsFor returns the readings of req's method (methods) when r lists
+// methods or is keyed by method, else none: nothing of req is scanned for
+// overrides while no rule cares (the caller matches req.Method then).
+func (p *reqPath) methodsFor(r *Rule, req *http.Request) (ms []string, tooMany bool) {
+	if !r.methodMinded() {
+		return nil, false
+	}
+	return p.methods(req)
+}
+
 // methods returns the readings of req's method: req.Method, and for a
 // POST each other method it names (overrideMethods), at most
 // MaxKeysPerRule in all; tooMany when it names more. It scans req once,
