@@ -91,8 +91,10 @@ func (e *Engine) DecideDescriptors(ctx context.Context, ds []Descriptor, st []De
 	defer putAttempt(a)
 	defer e.observeDescriptors(a, now)
 	var idx, ridx, nidx [16]int
-	// Separate arrays, not fields of one struct: escape analysis would
-	// take the three for one and move them to the heap with back's.
+	// Separate arrays, not fields of one struct, and none retained by a
+	// callee (giveBackDescriptors' goroutines copy theirs): escape
+	// analysis would otherwise move them to the heap, one allocation per
+	// request, negative descriptors or none.
 	active, reports, back, t := sortDescriptors(ds, st, idx[:0], ridx[:0], nidx[:0])
 	res := DescriptorsResult{Now: now}
 	if len(back) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,12 +56,16 @@ func (e *Engine) giveBackDescriptors(ctx, later context.Context, a *attempt, ds 
 	// back, and the next must ask after it, as a refund of another call
 	// would, or both would give back to the same shards what only one
 	// of them holds, and hits would stay counted on the others.
+	// The goroutines get their own copy of idx: captured by them, the
+	// caller's would escape to the heap on every request, negative
+	// descriptors or none.
 	var wg sync.WaitGroup
 	for j, i := range idx {
 		if j == 0 || sameKeyBefore(ds, idx[:j], i) {
 			continue
 		}
-		wg.Go(func() { sameKey(ctx, later, ds, idx[j:], i, one) })
+		rest := slices.Clone(idx[j:])
+		wg.Go(func() { sameKey(ctx, later, ds, rest, i, one) })
 	}
 	sameKey(ctx, later, ds, idx, idx[0], one)
 	wg.Wait()
