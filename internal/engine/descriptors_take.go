@@ -77,9 +77,8 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 	var owner []int           // for each of rest, its request's index in a.rs
 	for j, i := range idx {
 		r := ds[i].Rule
-		req := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
-		whole := req
-		n := e.shardDescriptor(r, &req, now)
+		whole := sluice.Request{Key: ds[i].Key, Algorithm: r.Algorithm, Limit: r.Limit, Cost: ds[i].Cost, Now: now, Force: report}
+		req, n := e.shardDescriptor(r, whole, now)
 		if parts := e.spread(whole, n); parts != nil {
 			req = parts[0]
 			rest = append(rest, parts[1:]...)
@@ -116,27 +115,30 @@ func (e *Engine) takeDescriptors(ctx context.Context, a *attempt, ds []Descripto
 	return nil
 }
 
-// shardDescriptor sends req to one of the shards of its key as the rule
-// says (shards: N, or shards: auto when this instance finds the key hot)
-// and returns the number of shards (1: none). Only rules with shards: auto
-// feed a hot-key summary, named as the rule in metrics
-// ("envoy/DOMAIN/PATH"), with the request's part of the key.
-func (e *Engine) shardDescriptor(r *descriptors.Rule, req *sluice.Request, now time.Time) int {
+// shardDescriptor returns req sent to one of the shards of its key as the
+// rule says (shards: N, or shards: auto when this instance finds the key
+// hot) and the number of shards (1: none, req as it is). Only rules with
+// shards: auto feed a hot-key summary, named as the rule in metrics
+// ("envoy/DOMAIN/PATH"), with the request's part of the key. req goes by
+// value, through sharded, so that only a sharded request's copy goes to the
+// heap: its address, given to Options.Shard, moved every descriptor's
+// request there.
+func (e *Engine) shardDescriptor(r *descriptors.Rule, req sluice.Request, now time.Time) (sluice.Request, int) {
 	if e.shard == nil {
-		return 1
+		return req, 1
 	}
 	switch {
 	case r.Shards.N >= 2:
-		return e.shard(req, r.Shards.N)
+		return e.sharded(req, r.Shards.N)
 	case r.Shards.Auto && e.auto != nil && e.hotKeys != nil:
 		h := e.hotKeys.Rule(r.FullName())
 		key := strings.TrimPrefix(req.Key, r.Head())
 		h.Observe(key, req.Cost, now)
 		if h.IsHot(key) {
 			if n := e.auto(); n >= 2 {
-				return e.shard(req, n)
+				return e.sharded(req, n)
 			}
 		}
 	}
-	return 1
+	return req, 1
 }
