@@ -18,7 +18,8 @@ import (
 // than counted here. The array of negative descriptors escaped to the heap on
 // every request, negative descriptors or none (giveBackDescriptors'
 // goroutines captured it), and so did each descriptor's request to the
-// store (its address went to Options.Shard).
+// store, and each negative descriptor's refund (their address went to
+// Options.Shard).
 func TestDecideDescriptorsAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
@@ -48,16 +49,21 @@ descriptors:
 	for _, tc := range []struct {
 		name string
 		kvs  [][2]string
+		neg  bool // the first descriptor gives its hits back
 		want float64
 	}{
-		{"one descriptor", [][2]string{{"user", "alice"}}, 0},
+		{"one descriptor", [][2]string{{"user", "alice"}}, false, 0},
 		// memstore's TakeAll makes three slices of its own.
-		{"four descriptors", [][2]string{{"user", "alice"}, {"global", "x"}, {"quota", "q"}, {"soft", "s"}}, 3},
+		{"four descriptors", [][2]string{{"user", "alice"}, {"global", "x"}, {"quota", "q"}, {"soft", "s"}}, false, 3},
+		// giveBackDescriptors' closure, and the flag and WaitGroup it
+		// shares with the refunds' goroutines.
+		{"a negative descriptor and another", [][2]string{{"global", "n"}, {"user", "bob"}}, true, 3},
 	} {
 		ds := match(t, s, 1, tc.kvs...)
 		for i := range ds {
 			ds[i].Metrics = m.Envoy().Descriptor("d", tc.kvs[i][0], false)
 		}
+		ds[0].Negative = tc.neg
 		st := make([]engine.DescriptorStatus, len(ds))
 		ctx := context.Background()
 		e.DecideDescriptors(ctx, ds, st) // the counters' first take makes them

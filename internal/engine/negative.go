@@ -157,7 +157,7 @@ func (e *Engine) giveBackDescriptor(ctx, later context.Context, d *Descriptor, n
 		}
 	}
 	if parts == nil {
-		n = e.shard(&req, n)
+		req, n = e.sharded(req, n)
 		out, err := rf.Refund(ctx, req)
 		if err == nil && n > 1 {
 			unshard(&out, r.Limit, n)
