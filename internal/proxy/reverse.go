@@ -118,10 +118,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			// proxy's own, a client address), nor what a trailer must
 			// not carry (RFC 9110 §6.5.1: Authorization, Host, framing,
 			// request modifiers), nor what a rule reads (an API key,
-			// the Cookie), which an upstream that merges its trailer
-			// into its headers would take for the request's own,
-			// unseen by any rule (trailers.go).
-			if proxyHeader(k) || clientIPHeader(k) || dropTrailerField(k, conn) || fieldIn(k, read) {
+			// the Cookie, a POST's method override, whether a rule
+			// reads methods or not), which an upstream that merges its
+			// trailer into its headers would take for the request's
+			// own, unseen by any rule (trailers.go).
+			if proxyHeader(k) || clientIPHeader(k) || dropTrailerField(k, conn) || fieldIn(k, read) ||
+				rules.OverrideHeader(k) {
 				delete(t, k)
 			}
 		}

@@ -13,7 +13,8 @@ import (
 
 // What of a trailer passes, either way: a request's goes upstream
 // (reverse.go: rewrite) without the fields dropTrailerField names, those
-// the head goes without, and those a rule in force reads (ruleFields); an
+// the head goes without, those a rule in force reads (ruleFields), and a
+// POST's method-override headers (rules.OverrideHeader), always; an
 // answer's goes to the client (fast.go: fastForward; reverse.go:
 // modifyResponse and trailerBody) without those dropTrailerField names,
 // nor the rate-limit fields the proxy set in its head (limitFields).

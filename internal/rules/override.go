@@ -28,6 +28,19 @@ import (
 // overrideHeaders are the method-override headers, in canonical form.
 var overrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// OverrideHeader reports whether the header name k is a method-override
+// header, in any case or spelled with '_' as CGI-style servers read it
+// (X_HTTP_Method_Override). The proxy drops such a field from a
+// request's trailer: the rules read a request's head alone.
+func OverrideHeader(k string) bool {
+	for _, name := range overrideHeaders {
+		if hop.SameName(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // overrideParam is the query parameter that names a POST's method.
 const overrideParam = "_method"
 
@@ -69,14 +82,9 @@ func (p *reqPath) overrideMethods(req *http.Request) {
 	}
 	if p.underscored(req.Header) {
 		for k, vv := range req.Header {
-			if strings.IndexByte(k, '_') < 0 {
-				continue
-			}
-			for _, name := range overrideHeaders {
-				if hop.SameName(k, name) {
-					for _, v := range vv {
-						p.addMethods(v)
-					}
+			if strings.IndexByte(k, '_') >= 0 && OverrideHeader(k) {
+				for _, v := range vv {
+					p.addMethods(v)
 				}
 			}
 		}
