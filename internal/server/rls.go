@@ -298,6 +298,7 @@ func validate(req *rlsv3.RateLimitRequest) error {
 func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res engine.DescriptorsResult) *rlsv3.RateLimitResponse {
 	now := res.Now
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	parts := make([]statusParts, len(ds))
 	if res.OverLimit {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -307,7 +308,8 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 	withHeaders := s.o.Headers && res.StoreErr == nil
 	for i := range ds {
 		r := ds[i].Rule
-		ss := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		ss := &parts[i].status
+		ss.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = ss
 		switch {
 		case r == nil:
@@ -332,11 +334,10 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 			}
 			continue
 		}
-		ss.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name:            r.Name,
-			RequestsPerUnit: r.RequestsPerUnit,
-			Unit:            protoUnit[r.Unit],
-		}
+		ss.CurrentLimit = &parts[i].limit
+		ss.CurrentLimit.Name = r.Name
+		ss.CurrentLimit.RequestsPerUnit = r.RequestsPerUnit
+		ss.CurrentLimit.Unit = protoUnit[r.Unit]
 		if r.UnitMultiplier > 1 {
 			ss.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
@@ -351,7 +352,8 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		// Whole seconds, rounded up, as the reference service answers:
 		// Envoy reads only the seconds (its X-RateLimit-Reset), so a
 		// fraction would send clients back before the window ends.
-		ss.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(untilReset(r, d, now))}
+		ss.DurationUntilReset = &parts[i].reset
+		ss.DurationUntilReset.Seconds = ceilSeconds(untilReset(r, d, now))
 		if withHeaders {
 			pick.add(i, r.Quota || s.o.Quota, resp.Statuses, st)
 		}
@@ -360,6 +362,15 @@ func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res
 		resp.ResponseHeadersToAdd = headers(resp.Statuses[tight], st[tight].Decision, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp
+}
+
+// statusParts is one descriptor's status in a response and the messages
+// it points to, made together: one allocation for every descriptor's,
+// where each status, limit and reset was one.
+type statusParts struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
 }
 
 // protoUnit maps a descriptors.Unit to Envoy's enum.
