@@ -7,7 +7,7 @@ GO ?= go
 RACE ?= -race
 # The tests that skip under -race, and their packages, run without it by
 # `unit` (scripts/check-norace-tests.sh keeps both lists complete).
-NORACE_TESTS = TestLimiterHotPathAllocatesNothing|TestWaitNBoundedAllocatesNothing|TestSlidingLogSteadyAllocatesNothing|TestMemoryBound1M|TestDecideDescriptorsAllocations|TestShouldRateLimitAllocations
+NORACE_TESTS = TestLimiterHotPathAllocatesNothing|TestWaitNBoundedAllocatesNothing|TestSlidingLogSteadyAllocatesNothing|TestMemoryBound1M|TestDecideDescriptorsAllocations|TestShouldRateLimitAllocations|TestTakeAllUpTo8AllocatesNothing
 NORACE_PKGS = . ./memstore ./fleet ./internal/engine ./internal/server
 
 .PHONY: test vet unit fuzz check-traefik bench bench-core bench-redis bench-load bench-gateway bench-envoy bench-fleet build clean

@@ -323,14 +323,25 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		ds[0] = d
 		return err
 	}
-	idx := make([]int, len(rs))
-	hs := make([]uint64, len(rs))
-	nss := make([]string, len(rs)) // the namespaces' stored forms
+	// Up to takeAllStack requests (an Envoy request's descriptors, most
+	// often) the working slices live on the stack: made to len(rs), those
+	// of more than a few allocated on every call.
+	var (
+		idxA    [takeAllStack]int
+		hsA     [takeAllStack]uint64
+		nssA    [takeAllStack]string
+		orderA  [takeAllStack]int
+		statesA [takeAllStack]sluice.State
+		idlesA  [takeAllStack]int64
+	)
+	idx := upTo(idxA[:], len(rs))
+	hs := upTo(hsA[:], len(rs))
+	nss := upTo(nssA[:], len(rs)) // the namespaces' stored forms
 	for i := range rs {
 		hs[i], nss[i] = s.hash(rs[i].Namespace, rs[i].Key)
 		idx[i] = int(hs[i] & s.mask)
 	}
-	order := slices.Clone(idx)
+	order := append(orderA[:0], idx...)
 	slices.Sort(order)
 	order = slices.Compact(order)
 	for _, i := range order {
@@ -341,8 +352,8 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 			s.shards[i].mu.Unlock()
 		}
 	}()
-	states := make([]sluice.State, len(rs))
-	idles := make([]int64, len(rs))
+	states := upTo(statesA[:], len(rs))
+	idles := upTo(idlesA[:], len(rs))
 	for i := range rs {
 		r := &rs[i]
 		now := r.Now.UnixMicro()
@@ -371,6 +382,19 @@ func (s *Store) TakeAll(ctx context.Context, rs []sluice.Request, ds []sluice.De
 		s.store(&s.shards[idx[i]], hs[i], nss[i], &rs[i], states[i], idles[i])
 	}
 	return nil
+}
+
+// takeAllStack is the number of requests up to which TakeAll keeps its
+// working slices on the stack.
+const takeAllStack = 8
+
+// upTo returns the first n elements of a (zero) when it has them, else a
+// new slice of n.
+func upTo[T any](a []T, n int) []T {
+	if n <= len(a) {
+		return a[:n]
+	}
+	return make([]T, n)
 }
 
 // step runs r's algorithm on st for cost: Take's step, or Charge's for a
