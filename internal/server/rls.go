@@ -297,8 +297,8 @@ func validate(req *rlsv3.RateLimitRequest) error {
 // response builds the answer from the decisions.
 func (s *RLS) response(ds []engine.Descriptor, st []engine.DescriptorStatus, res engine.DescriptorsResult) *rlsv3.RateLimitResponse {
 	now := res.Now
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
-	parts := make([]statusParts, len(ds))
+	resp, parts := newResponse(len(ds))
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if res.OverLimit {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -371,6 +371,25 @@ type statusParts struct {
 	status rlsv3.RateLimitResponse_DescriptorStatus
 	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
+}
+
+// oneStatus is a response of one descriptor, the commonest, with its
+// status and its parts, made in one allocation.
+type oneStatus struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	parts    [1]statusParts
+}
+
+// newResponse returns a response with room for n statuses, and their
+// parts: one allocation for one descriptor, three for more.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
+	if n == 1 {
+		one := new(oneStatus)
+		one.resp.Statuses = one.statuses[:]
+		return &one.resp, one.parts[:]
+	}
+	return &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}, make([]statusParts, n)
 }
 
 // protoUnit maps a descriptors.Unit to Envoy's enum.
