@@ -135,3 +135,31 @@ func TestCheckQueryCookieKeyReadAsTheRequestPart(t *testing.T) {
 		}
 	}
 }
+
+// A /v1/check key for a rule keyed by several parts is taken as written,
+// and shares the count of the requests forward auth (and the proxy) keys
+// alike when it is written as they write it: each part's value as its
+// length in bytes, ':' and the value, one after the other, in the rule's
+// order (header:X-Api-Key then method: "2:k14:POST"), as the README says.
+func TestCheckMultiPartKeyAsWritten(t *testing.T) {
+	srv := forwardAuthServer(t,
+		rules.Spec{Name: "pair", Key: []string{"header:X-Api-Key", "method"}, Rate: "2/m", Algorithm: "fixed_window"},
+	)
+	f := &fixture{srv: srv}
+	hdr := map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/x", "X-Api-Key": "k1"}
+	if resp, body := forwardAuth(t, f, hdr); resp.StatusCode != 200 {
+		t.Fatalf("forward auth: %d %q", resp.StatusCode, body)
+	}
+	for i, key := range []string{"2:k14:POST", "2:k14:POST"} {
+		status, cr := check(t, f, `{"rule":"pair","key":"`+key+`"}`)
+		if want := i == 0; status != 200 || cr.Allowed != want {
+			t.Errorf("/v1/check key %q after forward auth for k1 POST: %d allowed %v, want 200 allowed %v (the request's count)", key, status, cr.Allowed, want)
+		}
+	}
+	// Written another way, a key is a count of its own.
+	for _, key := range []string{"k1|POST", "2:k14:post"} {
+		if status, cr := check(t, f, `{"rule":"pair","key":"`+key+`"}`); status != 200 || !cr.Allowed || cr.Remaining != 1 {
+			t.Errorf("/v1/check key %q: %d %+v, want allowed with 1 left (a count of its own)", key, status, cr)
+		}
+	}
+}
