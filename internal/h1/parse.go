@@ -347,17 +347,31 @@ func validName(k string) bool {
 // validValue: visible ASCII, space, tab and bytes >= 0x80 (obs-text).
 func validValue(v string) bool {
 	for ; len(v) >= 8; v = v[8:] {
-		w := v[:8] // its length known: no bounds checks below
+		w := v[:8]
 		// Eight bytes at once: a byte below 0x20 (a tab too) or 0x7f
 		// is looked at alone.
-		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
-		del := x ^ 0x7f7f7f7f7f7f7f7f
-		if ((x-0x2020202020202020)&^x|(del-0x0101010101010101)&^del)&0x8080808080808080 != 0 && !validBytes(w) {
+		x := word(w)
+		if (hasBelow(x, 0x20) || hasBelow(x^0x7f7f7f7f7f7f7f7f, 1)) && !validBytes(w) {
 			return false
 		}
 	}
 	return validBytes(v)
+}
+
+// word returns the first eight bytes of w (at least eight long) as one
+// little-endian word, for the eight-bytes-at-once checks of header
+// values (validValue, plainValue).
+func word(w string) uint64 {
+	w = w[:8] // its length known: no bounds checks below
+	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+}
+
+// hasBelow reports whether a byte of x is below c (at most 0x80): the
+// borrow of a byte below c sets its top bit in x-c·0x0101…, which &^x
+// keeps only for a byte below 0x80 to begin with.
+func hasBelow(x uint64, c byte) bool {
+	return (x-uint64(c)*0x0101010101010101)&^x&0x8080808080808080 != 0
 }
 
 func validBytes(v string) bool {

@@ -384,12 +384,10 @@ func plainValue(v string) bool {
 		return false
 	}
 	for ; len(v) >= 8; v = v[8:] {
-		w := v[:8] // its length known: no bounds checks below
+		w := v[:8]
 		// Eight bytes at once: a byte below 0x0e (CR, LF, also a tab
 		// or another control byte) is looked at alone.
-		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
-		if (x-0x0e0e0e0e0e0e0e0e)&^x&0x8080808080808080 != 0 && hasNewline(w) {
+		if hasBelow(word(w), 0x0e) && hasNewline(w) {
 			return false
 		}
 	}
